@@ -1,0 +1,85 @@
+// ThreadPool implementation: one job at a time, workers wake on a generation counter.
+#include "core/thread_pool.h"
+
+#include <algorithm>
+
+namespace canvas {
+
+ThreadPool::ThreadPool(int threads) {
+  if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  start_cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::worker_loop(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    const std::function<void(int, int)>* job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      job = job_;
+    }
+    (*job)(index, size());
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--pending_ == 0) done_cv_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::run(const std::function<void(int, int)>& fn) {
+  if (workers_.empty()) {
+    fn(0, 1);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = &fn;
+    pending_ = int(workers_.size());
+    ++generation_;
+  }
+  start_cv_.notify_all();
+  fn(0, size());
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_cv_.wait(lock, [&] { return pending_ == 0; });
+  job_ = nullptr;
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t chunks = std::min<int64_t>(size(), (n + grain - 1) / grain);
+  if (chunks <= 1) {
+    fn(0, n);
+    return;
+  }
+  run([&](int index, int) {
+    if (index >= chunks) return;
+    // Chunk boundaries are multiples of grain so SIMD kernels see aligned tiles.
+    const int64_t units = (n + grain - 1) / grain;
+    const int64_t begin = std::min(n, units * index / chunks * grain);
+    const int64_t end = std::min(n, units * (index + 1) / chunks * grain);
+    if (begin < end) fn(begin, end);
+  });
+}
+
+void parallel_for(ThreadPool* pool, int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool) {
+    pool->parallel_for(n, grain, fn);
+  } else if (n > 0) {
+    fn(0, n);
+  }
+}
+
+}  // namespace canvas

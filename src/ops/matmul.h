@@ -1,0 +1,37 @@
+// Matrix products of f32 activations with weights of any supported dtype, and (de)quantisation.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace canvas {
+
+// True when matmul() accepts weights of this type (F32, F16, BF16, Q8_0, Q4_0).
+bool matmul_supports(DType type);
+
+// y[i][j] = sum_k x[i][k] * W[j][k] for i < m, j < n.
+//   w: 2-D weights, w.cols() = k (contiguous), w.rows() = n, rows packed as in GGUF.
+//   x: m rows of k floats, row stride ldx (>= k).   y: m rows of n floats, row stride ldy (>= n).
+// Every y[i][j] is bitwise the same whatever m, whatever the other rows of x and whatever the thread
+// count (work is split over output columns j / row tiles only; the order of accumulation over k is a
+// fixed function of k). Quantised weights (Q8_0, Q4_0) use activations quantised per 32-block to 8 bits,
+// as ggml does, and integer dot products.
+void matmul(const TensorView& w, const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy,
+            ThreadPool* pool);
+inline void matmul(const TensorView& w, const float* x, int64_t m, float* y, ThreadPool* pool) {
+  matmul(w, x, w.cols(), m, y, w.rows(), pool);
+}
+
+// The obviously-correct twin: plain scalar loops computing the same function (for quantised weights
+// the same activation quantisation and block-wise integer dots), used by tests.
+void matmul_reference(const TensorView& w, const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy);
+
+// Row conversion, any direction between f32 and F32/F16/BF16/Q8_0/Q4_0 (ggml's reference rounding).
+void dequantize_row(DType type, const void* src, float* dst, int64_t n);
+void quantize_row(DType type, const float* src, void* dst, int64_t n);
+
+// One row of a weight/embedding table as f32 (embedding lookup for any dtype).
+void get_row(const TensorView& w, int64_t row, float* dst);
+
+}  // namespace canvas

@@ -1,0 +1,100 @@
+// Element-wise and row-wise kernels of the transformer: norms, RoPE, activations, softmax family,
+// top-k, attention. Each has a scalar reference (namespace canvas::reference) beside the SIMD path
+// chosen at run time; tests compare the two on random data.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/thread_pool.h"
+
+namespace canvas {
+
+// ---- norms -------------------------------------------------------------------------------------
+// y = x * rsqrt(mean(x^2) + eps) * w over n elements; w may be null (no weight). In place allowed.
+void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y);
+
+// ---- rotary position embedding -----------------------------------------------------------------
+enum class RopeLayout {
+  Normal,  // rotate consecutive pairs (x[2i], x[2i+1])            (llama.cpp LLAMA_ROPE_TYPE_NORM)
+  Neox,    // rotate split halves (x[i], x[i + rot_dims/2])          (llama.cpp NEOX, HF rotate_half)
+};
+struct RopeParams {
+  RopeLayout layout = RopeLayout::Normal;
+  int head_dim = 0;
+  int rot_dims = 0;      // dims rotated from the start of each head (partial rotation when < head_dim)
+  int active_pairs = 0;  // pairs with non-zero frequency (0 = rot_dims / 2); the rest rotate by 0
+  float theta = 10000.f; // inv_freq_i = theta^(-2i / rot_dims)
+};
+// x: n_rows rows, each n_heads heads of head_dim floats (row stride n_heads * head_dim); in place.
+// Row r is at position pos[r].
+void rope(float* x, int64_t n_rows, int n_heads, const int32_t* pos, const RopeParams& p);
+
+// ---- activations -------------------------------------------------------------------------------
+float silu(float x);
+float gelu_tanh(float x);  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+// out = act(gate) * up over n elements (SwiGLU with silu, GeGLU with gelu_tanh). out may alias gate.
+void swiglu(const float* gate, const float* up, int64_t n, float* out);
+void geglu(const float* gate, const float* up, int64_t n, float* out);
+
+// ---- softmax family (one row of n values) ------------------------------------------------------
+void softmax(const float* x, int64_t n, float* out);
+void log_softmax(const float* x, int64_t n, float* out);
+// Entropy (nats) of softmax(x), computed without storing the probabilities.
+float entropy(const float* x, int64_t n);
+
+// Everything a sampler needs from one row of logits, in one streaming pass over the row:
+// softmax statistics of the untempered logits (so they are meaningful at temperature 0).
+struct RowStats {
+  int32_t argmax = 0;
+  float max = 0;        // max logit
+  float logsumexp = 0;  // log sum exp(x)
+  float p_top1 = 0;     // softmax probability of argmax
+  float p_top2 = 0;     // second-largest probability
+  float entropy = 0;    // nats
+};
+RowStats row_stats(const float* x, int64_t n);
+
+// Indices of the k largest values, largest first (ties: lower index first).
+std::vector<int32_t> top_k(const float* x, int64_t n, int64_t k);
+
+// ---- attention ---------------------------------------------------------------------------------
+struct AttentionShape {
+  int n_heads = 0;     // query heads
+  int n_kv_heads = 0;  // key/value heads; query head h reads kv head h / (n_heads / n_kv_heads)
+  int head_dim = 0;
+  float scale = 0;     // applied to q.k (usually 1/sqrt(head_dim))
+  float softcap = 0;   // > 0: scores = softcap * tanh(scores / softcap)
+};
+// Which keys a query sees: key j (0 <= j < n_keys) is visible to query i iff
+//   key_group[j] <= query_group[i]  and  j >= window_start[i] (when window_start is non-null).
+// Groups express every mask we need: causal (group = position), bidirectional (all 0), block-causal
+// (group = block index), and cached prefixes followed by a bidirectional canvas.
+struct AttentionMask {
+  const int32_t* key_group = nullptr;     // [n_keys]
+  const int32_t* query_group = nullptr;   // [n_queries]
+  const int32_t* window_start = nullptr;  // [n_queries] or null
+};
+// q: n_q rows of n_heads*head_dim floats (row stride ldq).
+// k, v: per kv head h, key j at k[h * kv_head_stride + j * head_dim] (the KV-cache layout).
+// out: n_q rows of n_heads*head_dim floats (row stride ldo). A query that sees no key gets zeros.
+// For each (query, head) the result depends only on the visible keys in increasing j (softmax max,
+// sum and weighted sum taken in key order), never on n_q, the thread count or invisible keys.
+void attention(const float* q, int64_t n_q, int64_t ldq, const float* k, const float* v, int64_t n_keys,
+               int64_t kv_head_stride, const AttentionMask& mask, const AttentionShape& shape, float* out,
+               int64_t ldo, ThreadPool* pool);
+
+namespace reference {
+void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y);
+void rope(float* x, int64_t n_rows, int n_heads, const int32_t* pos, const RopeParams& p);
+void swiglu(const float* gate, const float* up, int64_t n, float* out);
+void geglu(const float* gate, const float* up, int64_t n, float* out);
+void softmax(const float* x, int64_t n, float* out);
+void log_softmax(const float* x, int64_t n, float* out);
+float entropy(const float* x, int64_t n);
+RowStats row_stats(const float* x, int64_t n);
+void attention(const float* q, int64_t n_q, int64_t ldq, const float* k, const float* v, int64_t n_keys,
+               int64_t kv_head_stride, const AttentionMask& mask, const AttentionShape& shape, float* out,
+               int64_t ldo);
+}  // namespace reference
+
+}  // namespace canvas
