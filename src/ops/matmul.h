@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/cpu.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 
@@ -33,5 +34,11 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n);
 
 // One row of a weight/embedding table as f32 (embedding lookup for any dtype).
 void get_row(const TensorView& w, int64_t row, float* dst);
+
+// The SIMD level matmul() uses: simd_level() unless overridden. The override (for tests and benchmarks)
+// is clamped to what the CPU supports; reset_matmul_simd_level() returns to simd_level().
+SimdLevel matmul_simd_level();
+void set_matmul_simd_level(SimdLevel level);
+void reset_matmul_simd_level();
 
 }  // namespace canvas

@@ -5,9 +5,17 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/cpu.h"
 #include "core/thread_pool.h"
 
 namespace canvas {
+
+// The SIMD level the functions below dispatch on: simd_level() unless a test forced another one.
+SimdLevel ops_simd_level();
+// Test hook: force the level (clamped to simd_level(), so never above what the CPU and CANVAS_SIMD allow).
+void set_ops_simd_level(SimdLevel level);
+// Back to simd_level().
+void reset_ops_simd_level();
 
 // ---- norms -------------------------------------------------------------------------------------
 // y = x * rsqrt(mean(x^2) + eps) * w over n elements; w may be null (no weight). In place allowed.
@@ -21,12 +29,14 @@ enum class RopeLayout {
 struct RopeParams {
   RopeLayout layout = RopeLayout::Normal;
   int head_dim = 0;
-  int rot_dims = 0;      // dims rotated from the start of each head (partial rotation when < head_dim)
+  int rot_dims = 0;      // dims rotated from the start of each head (partial rotation when < head_dim;
+                         // 0 = head_dim); must be even
   int active_pairs = 0;  // pairs with non-zero frequency (0 = rot_dims / 2); the rest rotate by 0
   float theta = 10000.f; // inv_freq_i = theta^(-2i / rot_dims)
 };
 // x: n_rows rows, each n_heads heads of head_dim floats (row stride n_heads * head_dim); in place.
-// Row r is at position pos[r].
+// Row r is at position pos[r]. Angles are computed in double, so positions up to millions stay exact
+// to float precision.
 void rope(float* x, int64_t n_rows, int n_heads, const int32_t* pos, const RopeParams& p);
 
 // ---- activations -------------------------------------------------------------------------------
@@ -54,7 +64,8 @@ struct RowStats {
 };
 RowStats row_stats(const float* x, int64_t n);
 
-// Indices of the k largest values, largest first (ties: lower index first).
+// Indices of the k largest values, largest first (ties: lower index first; NaN ranks below
+// everything). k is clamped to [0, n].
 std::vector<int32_t> top_k(const float* x, int64_t n, int64_t k);
 
 // ---- attention ---------------------------------------------------------------------------------
@@ -67,6 +78,7 @@ struct AttentionShape {
 };
 // Which keys a query sees: key j (0 <= j < n_keys) is visible to query i iff
 //   key_group[j] <= query_group[i]  and  j >= window_start[i] (when window_start is non-null).
+// key_group and query_group null together: every key is visible (bidirectional).
 // Groups express every mask we need: causal (group = position), bidirectional (all 0), block-causal
 // (group = block index), and cached prefixes followed by a bidirectional canvas.
 struct AttentionMask {
@@ -77,6 +89,7 @@ struct AttentionMask {
 // q: n_q rows of n_heads*head_dim floats (row stride ldq).
 // k, v: per kv head h, key j at k[h * kv_head_stride + j * head_dim] (the KV-cache layout).
 // out: n_q rows of n_heads*head_dim floats (row stride ldo). A query that sees no key gets zeros.
+// out may be q itself (same pointer and stride); it must not overlap k or v.
 // For each (query, head) the result depends only on the visible keys in increasing j (softmax max,
 // sum and weighted sum taken in key order), never on n_q, the thread count or invisible keys.
 void attention(const float* q, int64_t n_q, int64_t ldq, const float* k, const float* v, int64_t n_keys,

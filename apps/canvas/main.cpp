@@ -1,0 +1,364 @@
+// canvas: command-line front end (generate, logits, inspect).
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "core/cpu.h"
+#include "core/error.h"
+#include "decode/ar.h"
+#include "decode/masked.h"
+#include "io/gguf.h"
+#include "io/npy.h"
+#include "io/tokenizer.h"
+#include "model/model.h"
+
+using namespace canvas;
+using canvas::cli::Args;
+
+namespace {
+
+const char* kUsage = R"(canvas: a C++ engine for text-diffusion language models
+
+usage: canvas <command> [options]
+
+commands:
+  generate   generate text from a prompt (masked diffusion or autoregressive)
+  logits     write a model's logits for given token ids to a .npy file
+  inspect    print a GGUF file's metadata and tensor table
+
+Run `canvas <command> --help` for the options of a command.
+)";
+
+const char* kGenerateUsage = R"(usage: canvas generate -m MODEL.gguf -p TEXT [options]
+
+Generates text with a masked-diffusion model (LLaDA, Dream, LLaDA-MoE families) or autoregressively
+on the same weights. Prints the text, then one stats line; with --json one JSON object instead.
+
+  -m, --model FILE        GGUF model file
+  -p, --prompt TEXT       prompt text (encoded with the model's tokenizer)
+  -n, --n-predict N       tokens to generate (default 64)
+      --mode MODE         diffusion | ar (default diffusion for diffusion models, ar otherwise)
+      --steps S           denoising steps in total (default = N: one token per step); a multiple of
+                          the number of blocks
+      --block-length B    block length of the semi-autoregressive schedule (default 32, or N if smaller)
+      --schedule NAME     llada (tokens per step from the block's mask count, default for llada)
+                          | dream (timestep schedule t: 1 -> eps, default for dream)
+      --algorithm NAME    unmasking order: confidence | margin | entropy | random | origin
+                          (default confidence; scores use the softmax of the untempered logits)
+      --threshold T       Fast-dLLM parallel decoding: commit every masked position of the block with
+                          confidence >= T (at least one per step); overrides --steps
+      --cache KIND        none (recompute everything; the reference) | prefix (exact: prompt and
+                          finished blocks computed once) | dual (also reuse the masked suffix within a
+                          block; approximate). Default prefix.
+      --temp T            temperature (default 0 = greedy); sampling is Gumbel-max
+      --top-k K           keep the K most likely tokens before sampling (0 = off)
+      --top-p P           nucleus sampling mass (1 = off)
+  -s, --seed N            random seed (default 0); same seed -> same tokens at any thread count
+  -t, --threads N         threads (default: all cores)
+      --visual            redraw the canvas on stderr at every step (masked positions shown as ░)
+      --json              print one JSON object: text, tokens, prompt_tokens, passes, tokens_per_pass,
+                          prompt_ms, decode_ms, tokens_per_second
+)";
+
+const char* kLogitsUsage = R"(usage: canvas logits -m MODEL.gguf --ids 1,2,3 --out FILE.npy [--causal]
+
+Runs one forward pass over the token ids and writes the logits of every position as a float32 NumPy
+array of shape [n, vocab]. Diffusion models attend bidirectionally unless --causal is given; causal
+models always attend causally. Rows are the model's own (no shift applied).
+
+  -m, --model FILE   GGUF model file
+      --ids LIST     comma-separated token ids
+      --out FILE     output .npy file
+      --causal       causal (autoregressive) attention
+  -t, --threads N    threads (default: all cores)
+)";
+
+const char* kInspectUsage = R"(usage: canvas inspect FILE.gguf [--all]
+
+Prints the GGUF header, every metadata key with its type and value (long arrays abbreviated unless
+--all), and a table of tensors (name, dtype, shape, bytes, offset).
+)";
+
+bool wants_help(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") return true;
+  }
+  return false;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (ch < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+          out += buf;
+        } else {
+          out += char(ch);
+        }
+    }
+  }
+  return out;
+}
+
+// Bytes that are not valid UTF-8 become U+FFFD so JSON output stays valid.
+std::string sanitize_utf8(const std::string& s) {
+  std::string out;
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    bool ok = len > 0 && i + size_t(len) <= s.size();
+    for (int k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + size_t(k)]) >> 6) == 2;
+    if (ok) {
+      out.append(s, i, size_t(len));
+      i += size_t(len);
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
+std::unique_ptr<ThreadPool> make_pool(const Args& args) {
+  const int64_t threads = args.get_int("threads", 0);
+  check(threads >= 0 && threads <= 1024, "--threads must be between 0 and 1024");
+  return std::make_unique<ThreadPool>(int(threads));
+}
+
+// Live view: the generated region with masked positions as a shaded block, redrawn in place.
+class CanvasView {
+ public:
+  CanvasView(const Tokenizer* tokenizer, int32_t mask) : tokenizer_(tokenizer), mask_(mask) {}
+  void draw(const StepEvent& e) {
+    std::string text;
+    for (int32_t id : *e.canvas) {
+      if (id == mask_) {
+        text += "\x1b[2m\xE2\x96\x91\x1b[0m";
+      } else if (tokenizer_) {
+        text += sanitize_utf8(tokenizer_->token_piece(id));
+      } else {
+        text += "<" + std::to_string(id) + ">";
+      }
+    }
+    std::fprintf(stderr, "\x1b[s\x1b[J[block %lld step %lld, %lld passes]\n%s\x1b[u", (long long)e.block,
+                 (long long)e.step, (long long)e.passes, text.c_str());
+    std::fflush(stderr);
+  }
+  void finish() {
+    std::fprintf(stderr, "\x1b[J");
+    std::fflush(stderr);
+  }
+
+ private:
+  const Tokenizer* tokenizer_;
+  int32_t mask_;
+};
+
+int cmd_generate(int argc, char** argv) {
+  if (wants_help(argc, argv)) {
+    std::fputs(kGenerateUsage, stdout);
+    return 0;
+  }
+  Args args(argc, argv, 2,
+            {{"-m", "model"}, {"--model", "model"}, {"-p", "prompt"}, {"--prompt", "prompt"}, {"-n", "n"},
+             {"--n-predict", "n"}, {"--mode", "mode"}, {"--steps", "steps"}, {"--block-length", "block-length"},
+             {"--schedule", "schedule"}, {"--algorithm", "algorithm"}, {"--threshold", "threshold"},
+             {"--cache", "cache"}, {"--temp", "temp"}, {"--top-k", "top-k"}, {"--top-p", "top-p"}, {"-s", "seed"},
+             {"--seed", "seed"}, {"-t", "threads"}, {"--threads", "threads"}, {"--visual", "visual"},
+             {"--json", "json"}},
+            {"model", "prompt", "n", "mode", "steps", "block-length", "schedule", "algorithm", "threshold", "cache",
+             "temp", "top-k", "top-p", "seed", "threads"},
+            {"visual", "json"});
+  check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
+  check(args.has("model"), "no model given (-m FILE.gguf); see canvas generate --help");
+  check(args.has("prompt"), "no prompt given (-p TEXT); see canvas generate --help");
+  const Model model = Model::load(args.get("model", ""));
+  const ModelConfig& c = model.config;
+  const Tokenizer tokenizer = Tokenizer::from_gguf(*model.file);
+  const std::vector<int32_t> prompt = tokenizer.encode(args.get("prompt", ""), true);
+  check(!prompt.empty(), "the prompt encodes to no tokens");
+
+  const int64_t n = args.get_int("n", 64);
+  check(n > 0 && n <= 1 << 20, "-n must be between 1 and 1048576");
+  check(int64_t(prompt.size()) + n <= c.context_length,
+        "prompt (" + std::to_string(prompt.size()) + " tokens) + " + std::to_string(n) +
+            " new tokens exceed the model's context length " + std::to_string(c.context_length));
+  const std::string mode = args.get("mode", c.is_diffusion() ? "diffusion" : "ar");
+  check(mode == "diffusion" || mode == "ar", "--mode must be diffusion or ar");
+
+  SamplingParams sampling;
+  sampling.temperature = float(args.get_float("temp", 0.0));
+  sampling.top_k = args.get_int("top-k", 0);
+  sampling.top_p = float(args.get_float("top-p", 1.0));
+  sampling.seed = uint64_t(args.get_int("seed", 0));
+  check(sampling.temperature >= 0, "--temp must be >= 0");
+  check(sampling.top_k >= 0, "--top-k must be >= 0");
+  check(sampling.top_p > 0 && sampling.top_p <= 1, "--top-p must be in (0, 1]");
+
+  auto pool = make_pool(args);
+  const bool visual = args.has("visual");
+  CanvasView view(&tokenizer, c.mask_token);
+  DecodeCallbacks callbacks;
+  if (visual) callbacks.on_step = [&](const StepEvent& e) { view.draw(e); };
+
+  GenerationResult result;
+  int64_t decode_tokens = 0;
+  if (mode == "diffusion") {
+    check(c.mask_token >= 0, "model has no mask token: use --mode ar");
+    MaskedDiffusionParams p;
+    p.gen_length = n;
+    p.block_length = std::min<int64_t>(args.get_int("block-length", 32), n);
+    p.steps = args.get_int("steps", n);
+    p.schedule = parse_step_schedule(args.get("schedule", c.arch == "dream" ? "dream" : "llada"));
+    p.order = parse_unmask_order(args.get("algorithm", "confidence"));
+    p.threshold = float(args.get_float("threshold", 0.0));
+    check(p.threshold >= 0 && p.threshold <= 1, "--threshold must be in [0, 1]");
+    p.cache = parse_cache_mode(args.get("cache", "prefix"));
+    p.sampling = sampling;
+    check(p.block_length > 0, "--block-length must be positive");
+    result = generate_masked(model, prompt, p, pool.get(), callbacks);
+    decode_tokens = int64_t(result.tokens.size());
+  } else {
+    ArParams p;
+    p.max_new_tokens = n;
+    p.sampling = sampling;
+    result = generate_ar(model, prompt, p, pool.get(), callbacks);
+    decode_tokens = int64_t(result.tokens.size()) - 1;  // the first token comes from the prompt pass
+  }
+  if (visual) view.finish();
+
+  // Text ends at the first end-of-sequence token.
+  std::vector<int32_t> shown;
+  for (int32_t id : result.tokens) {
+    if (id == c.eos_token) break;
+    shown.push_back(id);
+  }
+  const std::string text = tokenizer.decode(shown);
+  const int64_t new_tokens = int64_t(result.tokens.size());
+  const double tokens_per_pass = result.passes ? double(new_tokens) / double(result.passes) : 0.0;
+  const double tps = result.decode_ms > 0 ? double(decode_tokens) * 1000.0 / result.decode_ms : 0.0;
+  if (args.has("json")) {
+    std::ostringstream out;
+    out << "{\"text\": \"" << json_escape(sanitize_utf8(text)) << "\", \"tokens\": [";
+    for (size_t i = 0; i < result.tokens.size(); ++i) out << (i ? ", " : "") << result.tokens[i];
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "], \"prompt_tokens\": %lld, \"passes\": %lld, \"tokens_per_pass\": %.4f, \"prompt_ms\": %.3f, "
+                  "\"decode_ms\": %.3f, \"tokens_per_second\": %.3f}",
+                  (long long)result.prompt_tokens, (long long)result.passes, tokens_per_pass, result.prompt_ms,
+                  result.decode_ms, tps);
+    out << buf;
+    std::cout << out.str() << std::endl;
+  } else {
+    std::cout << text << std::endl;
+    std::fprintf(stderr,
+                 "[%lld new tokens, %lld passes, %.2f tokens/pass, prompt %lld tokens %.1f ms, decode %.1f ms, %.2f "
+                 "tokens/s, %s, %d threads]\n",
+                 (long long)new_tokens, (long long)result.passes, tokens_per_pass, (long long)result.prompt_tokens,
+                 result.prompt_ms, result.decode_ms, tps, simd_level_name(simd_level()), pool->size());
+  }
+  return 0;
+}
+
+int cmd_logits(int argc, char** argv) {
+  if (wants_help(argc, argv)) {
+    std::fputs(kLogitsUsage, stdout);
+    return 0;
+  }
+  Args args(argc, argv, 2,
+            {{"-m", "model"}, {"--model", "model"}, {"--ids", "ids"}, {"--out", "out"}, {"--causal", "causal"},
+             {"-t", "threads"}, {"--threads", "threads"}},
+            {"model", "ids", "out", "threads"}, {"causal"});
+  check(args.has("model"), "no model given (-m FILE.gguf)");
+  check(args.has("ids"), "no token ids given (--ids 1,2,3)");
+  check(args.has("out"), "no output file given (--out FILE.npy)");
+  const Model model = Model::load(args.get("model", ""));
+  const std::vector<int32_t> ids = cli::parse_id_list(args.get("ids", ""), "--ids");
+  const int64_t n = int64_t(ids.size());
+  const bool causal = args.has("causal") || model.config.causal;
+  auto pool = make_pool(args);
+  KvCache cache(model.config, n);
+  std::vector<int32_t> groups(size_t(n), 0);
+  if (causal)
+    for (int64_t i = 0; i < n; ++i) groups[size_t(i)] = int32_t(i);
+  ForwardRequest req;
+  req.tokens = ids.data();
+  req.n = n;
+  req.groups = groups.data();
+  for (int64_t i = 0; i < n; ++i) req.logit_rows.push_back(int32_t(i));
+  std::vector<float> logits(size_t(n * model.config.vocab));
+  req.logits = logits.data();
+  forward(model, cache, req, pool.get());
+  write_npy(args.get("out", ""), logits.data(), {n, model.config.vocab});
+  std::fprintf(stderr, "wrote %s: [%lld, %lld] float32 logits (%s attention)\n", args.get("out", "").c_str(),
+               (long long)n, (long long)model.config.vocab, causal ? "causal" : "bidirectional");
+  return 0;
+}
+
+int cmd_inspect(int argc, char** argv) {
+  if (wants_help(argc, argv)) {
+    std::fputs(kInspectUsage, stdout);
+    return 0;
+  }
+  Args args(argc, argv, 2, {{"--all", "all"}}, {}, {"all"});
+  check(args.positional().size() == 1, "usage: canvas inspect FILE.gguf");
+  auto file = GgufFile::open(args.positional()[0]);
+  const size_t max_items = args.has("all") ? size_t(-1) : 8;
+  std::printf("file: %s\nGGUF version %u, %llu bytes, alignment %llu, data at offset %llu\n", file->path().c_str(),
+              file->version(), (unsigned long long)file->file_size(), (unsigned long long)file->alignment(),
+              (unsigned long long)file->data_offset());
+  std::printf("\nmetadata (%zu keys):\n", file->metadata().size());
+  for (const auto& [key, value] : file->metadata()) {
+    std::string type = gguf_type_name(value.type);
+    if (value.type == GgufType::Array)
+      type += std::string("<") + gguf_type_name(value.array_type) + ">[" + std::to_string(value.array_size()) + "]";
+    std::printf("  %-44s %-22s %s\n", key.c_str(), type.c_str(), sanitize_utf8(value.to_string(max_items)).c_str());
+  }
+  int64_t total_bytes = 0, total_elements = 0;
+  std::printf("\ntensors (%zu):\n  %-40s %-6s %-26s %14s %14s\n", file->tensors().size(), "name", "dtype", "shape",
+              "bytes", "offset");
+  for (const TensorView& t : file->tensors()) {
+    const uint64_t offset = file->offset_of(t);
+    std::printf("  %-40s %-6s %-26s %14lld %14llu\n", t.name.c_str(), dtype_name(t.type), t.shape_string().c_str(),
+                (long long)t.bytes(), (unsigned long long)offset);
+    total_bytes += t.bytes();
+    total_elements += t.elements();
+  }
+  std::printf("\n%lld parameters, %.2f MiB of tensor data\n", (long long)total_elements, double(total_bytes) / 1048576.0);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 1 : 0;
+  }
+  const std::string command = argv[1];
+  try {
+    if (command == "generate") return cmd_generate(argc, argv);
+    if (command == "logits") return cmd_logits(argc, argv);
+    if (command == "inspect") return cmd_inspect(argc, argv);
+    std::fprintf(stderr, "canvas: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "canvas %s: error: %s\n", command.c_str(), e.what());
+    return 1;
+  }
+}

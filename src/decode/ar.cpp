@@ -1,0 +1,70 @@
+// Autoregressive generation loop with a KV cache.
+#include "decode/ar.h"
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/timer.h"
+
+namespace canvas {
+
+GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& prompt, const ArParams& params,
+                             ThreadPool* pool, const DecodeCallbacks& callbacks) {
+  const ModelConfig& c = model.config;
+  const int64_t P = int64_t(prompt.size());
+  const int64_t N = params.max_new_tokens;
+  check(N > 0, "the number of tokens to generate must be positive");
+  check(P >= 1, "autoregressive decoding needs a non-empty prompt");
+  // Unshifted models (LLaDA) predict position p from a [MASK] placed at p.
+  const bool feed_mask = !c.shift_logits;
+  check(!feed_mask || c.mask_token >= 0, "model predicts unshifted logits but has no mask token");
+  KvCache cache(c, P + N + 1);
+  Rng rng(params.sampling.seed);
+  GenerationResult result;
+  result.prompt_tokens = P;
+  std::vector<float> logits(size_t(c.vocab));
+  std::vector<int32_t> generated;
+  std::vector<int32_t> tokens(prompt), groups;
+
+  const double t0 = now_ms();
+  int64_t pos0 = 0;
+  double t_first = 0;
+  while (int64_t(generated.size()) < N) {
+    // New rows: the prompt on the first pass, then the last generated token; plus a [MASK] if needed.
+    std::vector<int32_t> step_tokens(tokens.begin() + pos0, tokens.end());
+    if (feed_mask) step_tokens.push_back(c.mask_token);
+    groups.resize(step_tokens.size());
+    for (size_t i = 0; i < groups.size(); ++i) groups[i] = int32_t(pos0 + int64_t(i));  // causal
+    ForwardRequest req;
+    req.tokens = step_tokens.data();
+    req.n = int64_t(step_tokens.size());
+    req.pos0 = pos0;
+    req.groups = groups.data();
+    req.logit_rows = {int32_t(step_tokens.size() - 1)};
+    req.logits = logits.data();
+    forward(model, cache, req, pool);
+    ++result.passes;
+    if (generated.empty()) t_first = now_ms();
+    const TokenChoice choice = choose_token(logits.data(), c.vocab, params.sampling, rng);
+    const int32_t token = choice.token;
+    pos0 = int64_t(tokens.size());
+    tokens.push_back(token);
+    generated.push_back(token);
+    if (callbacks.on_step) {
+      StepEvent event;
+      event.step = int64_t(generated.size()) - 1;
+      event.passes = result.passes;
+      event.canvas = &generated;
+      event.committed = {int64_t(generated.size()) - 1};
+      event.confidence = {choice.p_token};
+      callbacks.on_step(event);
+    }
+    if (params.stop_at_eos && token == c.eos_token) break;
+  }
+  const double t_end = now_ms();
+  result.prompt_ms = t_first - t0;
+  result.decode_ms = t_end - t_first;
+  result.tokens = generated;
+  return result;
+}
+
+}  // namespace canvas

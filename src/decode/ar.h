@@ -1,0 +1,24 @@
+// Autoregressive decoding with a KV cache, on the same weights (causal attention).
+#pragma once
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "decode/events.h"
+#include "decode/sampling.h"
+#include "model/model.h"
+
+namespace canvas {
+
+struct ArParams {
+  int64_t max_new_tokens = 64;
+  bool stop_at_eos = true;
+  SamplingParams sampling;
+};
+
+// For models whose row p predicts token p + 1 (AR models, Dream) one token is forwarded per step.
+// For unshifted diffusion models (LLaDA) the next position is fed as [MASK] and its row read, so each
+// step forwards [previous token, MASK] (the mask's K/V is overwritten by the real token next step).
+GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& prompt, const ArParams& params,
+                             ThreadPool* pool, const DecodeCallbacks& callbacks = {});
+
+}  // namespace canvas

@@ -1,0 +1,30 @@
+// What a generation loop reports while it runs; front ends (CLI, server, bench) consume these.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace canvas {
+
+struct StepEvent {
+  int64_t block = 0;                      // block index (0 for AR)
+  int64_t step = 0;                       // step index within the block
+  int64_t passes = 0;                     // decoder passes so far
+  const std::vector<int32_t>* canvas;     // generated region; masked positions hold the mask id
+  std::vector<int64_t> committed;         // positions (into the generated region) fixed by this step
+  std::vector<float> confidence;          // softmax probability of each committed token (untempered)
+};
+
+struct DecodeCallbacks {
+  std::function<void(const StepEvent&)> on_step;  // may be empty
+};
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;  // generated ids (the whole generated region)
+  int64_t prompt_tokens = 0;
+  int64_t passes = 0;           // forward passes that produced logits during decoding
+  double prompt_ms = 0;         // time to the first decoder pass (prompt processing; 0 when fused)
+  double decode_ms = 0;
+};
+
+}  // namespace canvas

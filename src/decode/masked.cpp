@@ -1,0 +1,212 @@
+// Masked-diffusion generation loop. Nothing here prints: progress goes out through callbacks.
+#include "decode/masked.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/timer.h"
+
+namespace canvas {
+
+UnmaskOrder parse_unmask_order(const std::string& name) {
+  if (name == "confidence" || name == "low_confidence" || name == "maskgit_plus") return UnmaskOrder::Confidence;
+  if (name == "margin" || name == "topk_margin") return UnmaskOrder::Margin;
+  if (name == "entropy") return UnmaskOrder::Entropy;
+  if (name == "random") return UnmaskOrder::Random;
+  if (name == "origin") return UnmaskOrder::Origin;
+  throw Error("unknown unmasking order '" + name + "' (confidence, margin, entropy, random, origin)");
+}
+
+StepSchedule parse_step_schedule(const std::string& name) {
+  if (name == "llada" || name == "block") return StepSchedule::Llada;
+  if (name == "dream" || name == "timestep") return StepSchedule::Dream;
+  throw Error("unknown step schedule '" + name + "' (llada, dream)");
+}
+
+CacheMode parse_cache_mode(const std::string& name) {
+  if (name == "none") return CacheMode::None;
+  if (name == "prefix") return CacheMode::Prefix;
+  if (name == "dual") return CacheMode::Dual;
+  throw Error("unknown cache mode '" + name + "' (none, prefix, dual)");
+}
+
+namespace {
+
+double dream_time(int64_t step, int64_t steps, float eps) { return 1.0 - double(step) / double(steps) * (1.0 - eps); }
+
+}  // namespace
+
+int64_t tokens_to_commit(StepSchedule schedule, int64_t block_masked_at_start, int64_t masked_now, int64_t step,
+                         int64_t steps, float eps) {
+  if (step >= steps - 1) return masked_now;
+  if (schedule == StepSchedule::Llada) {
+    const int64_t base = block_masked_at_start / steps, extra = block_masked_at_start % steps;
+    return std::min(masked_now, base + (step < extra ? 1 : 0));
+  }
+  const double t = dream_time(step, steps, eps), s = dream_time(step + 1, steps, eps);
+  return std::min(masked_now, int64_t(double(masked_now) * (1.0 - s / t)));
+}
+
+GenerationResult generate_masked(const Model& model, const std::vector<int32_t>& prompt,
+                                 const MaskedDiffusionParams& params, ThreadPool* pool,
+                                 const DecodeCallbacks& callbacks) {
+  const ModelConfig& c = model.config;
+  const int32_t mask = c.mask_token;
+  check(mask >= 0 && mask < c.vocab, "model has no mask token (tokenizer.ggml.mask_token_id): it cannot run masked diffusion");
+  const int64_t P = int64_t(prompt.size());
+  const int64_t L = params.gen_length;
+  const int64_t B = params.block_length > 0 ? std::min(params.block_length, L) : L;
+  check(L > 0, "generation length must be positive");
+  check(L % B == 0, "generation length " + std::to_string(L) + " is not a multiple of the block length " + std::to_string(B));
+  check(!c.shift_logits || P >= 1, "this model predicts each token from the row before it: the prompt must not be empty");
+  const int64_t n_blocks = L / B;
+  const bool threshold = params.threshold > 0.f;
+  int64_t steps_per_block = B;
+  if (!threshold) {
+    check(params.steps >= n_blocks && params.steps % n_blocks == 0,
+          "steps (" + std::to_string(params.steps) + ") must be a positive multiple of the number of blocks (" +
+              std::to_string(n_blocks) + ")");
+    steps_per_block = params.steps / n_blocks;
+  }
+  const int64_t total = P + L;
+  const int64_t V = c.vocab;
+
+  std::vector<int32_t> seq(prompt);
+  seq.resize(size_t(total), mask);
+  std::vector<int32_t> canvas(size_t(L), mask);
+  std::vector<int32_t> groups(size_t(total), 0);
+  KvCache cache(c, total);
+  Rng rng(params.sampling.seed);
+  GenerationResult result;
+  result.prompt_tokens = P;
+
+  // Logits of the row just before the current block (shifted models predict position p from row p-1);
+  // that row belongs to the finished prefix, so it is fixed while the block is decoded.
+  std::vector<float> boundary(size_t(V));
+  const double t_start = now_ms();
+  int64_t forward_from = 0;  // first position whose K/V in the cache is stale
+  if (params.cache != CacheMode::None && P > 0) {
+    ForwardRequest req;
+    req.tokens = seq.data();
+    req.n = P;
+    req.groups = groups.data();
+    if (c.shift_logits) req.logit_rows = {int32_t(P - 1)};
+    req.logits = boundary.data();
+    forward(model, cache, req, pool);
+    forward_from = P;
+  }
+  result.prompt_ms = params.cache != CacheMode::None ? now_ms() - t_start : 0;
+  const double t_decode = now_ms();
+
+  std::vector<float> logits;
+  std::vector<int64_t> masked_positions;
+  std::vector<TokenChoice> choices;
+  std::vector<double> scores;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const int64_t s0 = P + b * B, s1 = s0 + B;
+    for (int64_t p = 0; p < total; ++p) {  // block-causal view with the active region [s0, total)
+      groups[size_t(p)] = p < P ? 0 : int32_t(std::min((p - P) / B, b) + 1);
+    }
+    const int64_t block_masked_at_start = B;
+    for (int64_t step = 0; step < steps_per_block; ++step) {
+      masked_positions.clear();
+      for (int64_t p = s0; p < s1; ++p)
+        if (seq[size_t(p)] == mask) masked_positions.push_back(p);
+      if (masked_positions.empty()) break;
+
+      int64_t start = 0, end = total;
+      if (params.cache == CacheMode::Prefix) start = forward_from;
+      if (params.cache == CacheMode::Dual) {
+        start = step == 0 ? forward_from : s0;
+        end = step == 0 ? total : s1;
+      }
+      ForwardRequest req;
+      req.tokens = seq.data() + start;
+      req.n = end - start;
+      req.pos0 = start;
+      req.groups = groups.data() + start;
+      req.key_end = total;
+      const bool refresh_boundary = c.shift_logits && s0 - 1 >= start;
+      if (refresh_boundary) req.logit_rows.push_back(int32_t(s0 - 1 - start));
+      for (int64_t p : masked_positions) {
+        const int64_t row = c.shift_logits ? p - 1 : p;
+        if (row >= s0 || !c.shift_logits) req.logit_rows.push_back(int32_t(row - start));
+      }
+      logits.resize(req.logit_rows.size() * size_t(V));
+      req.logits = logits.data();
+      forward(model, cache, req, pool);
+      ++result.passes;
+      forward_from = s0;
+      size_t next_row = 0;
+      if (refresh_boundary) std::copy(logits.begin(), logits.begin() + V, boundary.begin()), next_row = 1;
+
+      choices.resize(masked_positions.size());
+      scores.resize(masked_positions.size());
+      for (size_t i = 0; i < masked_positions.size(); ++i) {
+        const int64_t p = masked_positions[i];
+        const float* row = (c.shift_logits && p == s0) ? boundary.data() : &logits[(next_row++) * size_t(V)];
+        choices[i] = choose_token(row, V, params.sampling, rng);
+        const TokenChoice& ch = choices[i];
+        switch (params.order) {
+          case UnmaskOrder::Confidence: scores[i] = ch.p_token; break;
+          case UnmaskOrder::Margin: scores[i] = double(ch.stats.p_top1) - double(ch.stats.p_top2); break;
+          case UnmaskOrder::Entropy: scores[i] = -double(ch.stats.entropy); break;
+          case UnmaskOrder::Random: scores[i] = rng.uniform(); break;
+          case UnmaskOrder::Origin: scores[i] = 0; break;
+        }
+      }
+
+      const int64_t masked_now = int64_t(masked_positions.size());
+      std::vector<size_t> order(masked_positions.size());
+      std::iota(order.begin(), order.end(), size_t(0));
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b2) { return scores[a] > scores[b2]; });
+      std::vector<size_t> commit;
+      if (threshold) {
+        for (size_t i : order)
+          if (choices[i].p_token >= params.threshold) commit.push_back(i);
+        if (commit.empty()) commit.push_back(order[0]);
+      } else if (params.order == UnmaskOrder::Origin) {
+        // Each masked position is committed independently with the schedule's transfer probability.
+        double prob = 1.0;
+        if (step < steps_per_block - 1) {
+          if (params.schedule == StepSchedule::Dream) {
+            prob = 1.0 - dream_time(step + 1, steps_per_block, params.eps) / dream_time(step, steps_per_block, params.eps);
+          } else {
+            prob = double(tokens_to_commit(params.schedule, block_masked_at_start, masked_now, step, steps_per_block,
+                                           params.eps)) / double(masked_now);
+          }
+        }
+        for (size_t i = 0; i < masked_positions.size(); ++i)
+          if (rng.uniform() < prob) commit.push_back(i);
+      } else {
+        const int64_t k = tokens_to_commit(params.schedule, block_masked_at_start, masked_now, step, steps_per_block,
+                                           params.eps);
+        commit.assign(order.begin(), order.begin() + k);
+      }
+
+      StepEvent event;
+      event.block = b;
+      event.step = step;
+      event.passes = result.passes;
+      event.canvas = &canvas;
+      for (size_t i : commit) {
+        const int64_t p = masked_positions[i];
+        seq[size_t(p)] = choices[i].token;
+        canvas[size_t(p - P)] = choices[i].token;
+        event.committed.push_back(p - P);
+        event.confidence.push_back(choices[i].p_token);
+      }
+      if (callbacks.on_step) callbacks.on_step(event);
+    }
+    // Threshold decoding may need more passes than the block has positions only if a step commits
+    // nothing, which cannot happen; a schedule always empties the block on its last step.
+  }
+  result.decode_ms = now_ms() - t_decode;
+  result.tokens = canvas;
+  return result;
+}
+
+}  // namespace canvas

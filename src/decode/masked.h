@@ -1,0 +1,49 @@
+// Masked (absorbing-state) diffusion generation: LLaDA block schedule, Dream timestep schedule,
+// unmasking orders, Fast-dLLM threshold decoding, and the none / prefix / dual caches.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "decode/events.h"
+#include "decode/sampling.h"
+#include "model/model.h"
+
+namespace canvas {
+
+enum class UnmaskOrder { Confidence, Margin, Entropy, Random, Origin };
+enum class StepSchedule { Llada, Dream };
+enum class CacheMode { None, Prefix, Dual };
+
+UnmaskOrder parse_unmask_order(const std::string& name);
+StepSchedule parse_step_schedule(const std::string& name);
+CacheMode parse_cache_mode(const std::string& name);
+
+struct MaskedDiffusionParams {
+  int64_t gen_length = 64;
+  int64_t steps = 64;          // total over all blocks; must be a multiple of the number of blocks
+  int64_t block_length = 32;   // gen_length must be a multiple of it
+  UnmaskOrder order = UnmaskOrder::Confidence;
+  StepSchedule schedule = StepSchedule::Llada;
+  float threshold = 0.f;       // > 0: Fast-dLLM threshold parallel decoding (ignores the schedule)
+  float eps = 1e-3f;           // Dream schedule: t runs from 1 to eps
+  CacheMode cache = CacheMode::None;
+  SamplingParams sampling;
+};
+
+// Tokens committed at step i of a block with `masked` masked positions left, under the schedule:
+// LLaDA: floor(M/S) + (i < M mod S) with M the masked count at the start of the block;
+// Dream: int(masked * (1 - s/t)) with t = 1 - i/S (1 - eps), s = t at i + 1; everything on the last step.
+int64_t tokens_to_commit(StepSchedule schedule, int64_t block_masked_at_start, int64_t masked_now, int64_t step,
+                         int64_t steps, float eps);
+
+// Every mode attends with the block-causal view: the prompt sees the prompt, finished block i sees the
+// prompt and blocks <= i, and the active region (current block and everything after it) sees all.
+// So `prefix` (prompt and finished blocks computed once) is exact: it yields the tokens of `none`
+// (everything recomputed every pass). `dual` also reuses the masked suffix's K/V within a block
+// (Fast-dLLM's approximation).
+GenerationResult generate_masked(const Model& model, const std::vector<int32_t>& prompt,
+                                 const MaskedDiffusionParams& params, ThreadPool* pool,
+                                 const DecodeCallbacks& callbacks = {});
+
+}  // namespace canvas

@@ -1,0 +1,57 @@
+// Gumbel-max sampling with top-k / top-p filtering.
+#include "decode/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace canvas {
+
+TokenChoice choose_token(const float* logits, int64_t vocab, const SamplingParams& params, Rng& rng) {
+  TokenChoice choice;
+  choice.stats = row_stats(logits, vocab);
+  choice.token = choice.stats.argmax;
+  if (params.temperature > 0.f) {
+    const double T = params.temperature;
+    const bool filtered = (params.top_k > 0 && params.top_k < vocab) || params.top_p < 1.f;
+    double best = -std::numeric_limits<double>::infinity();
+    if (!filtered) {
+      for (int64_t i = 0; i < vocab; ++i) {
+        const double v = double(logits[i]) + T * rng.gumbel();
+        if (v > best) {
+          best = v;
+          choice.token = int32_t(i);
+        }
+      }
+    } else {
+      const int64_t k = params.top_k > 0 ? std::min<int64_t>(params.top_k, vocab) : vocab;
+      std::vector<int32_t> candidates = top_k(logits, vocab, k);
+      if (params.top_p < 1.f) {
+        // Keep the smallest prefix (by descending probability at temperature T) whose mass reaches top_p.
+        const double top = logits[candidates[0]];
+        double total = 0;
+        for (int32_t id : candidates) total += std::exp((double(logits[id]) - top) / T);
+        double mass = 0;
+        size_t keep = 0;
+        while (keep < candidates.size()) {
+          mass += std::exp((double(logits[candidates[keep]]) - top) / T) / total;
+          ++keep;
+          if (mass >= params.top_p) break;
+        }
+        candidates.resize(keep);
+      }
+      for (int32_t id : candidates) {
+        const double v = double(logits[id]) + T * rng.gumbel();
+        if (v > best) {
+          best = v;
+          choice.token = id;
+        }
+      }
+    }
+  }
+  choice.p_token = float(std::exp(double(logits[choice.token]) - double(choice.stats.logsumexp)));
+  return choice;
+}
+
+}  // namespace canvas

@@ -1,0 +1,76 @@
+// The canvas command line as a user drives it: output formats, help, and clear errors on bad input.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "test_util.h"
+
+namespace canvas {
+namespace {
+
+TEST(Cli, GenerateJsonHasEveryField) {
+  const auto r = test::run_canvas("generate -m " + test::fixture("tiny-llada.gguf") +
+                                      " -p 'In the beginning' -n 16 --block-length 8 --steps 8 --json -t 2",
+                                  false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* key : {"\"text\"", "\"tokens\"", "\"prompt_tokens\"", "\"passes\": 8", "\"tokens_per_pass\": 2.0",
+                          "\"prompt_ms\"", "\"decode_ms\"", "\"tokens_per_second\""})
+    EXPECT_NE(r.output.find(key), std::string::npos) << key << " missing in " << r.output;
+  EXPECT_EQ(r.output.front(), '{');
+}
+
+TEST(Cli, GenerateTextThenStatsLine) {
+  for (const char* extra : {"--mode ar", "--cache none", "--cache dual --algorithm margin", "--threshold 0.5",
+                            "--temp 0.8 --top-k 10 --top-p 0.9 -s 3", "--visual"}) {
+    const auto r = test::run_canvas("generate -m " + test::fixture("tiny-dream.gguf") + " -p 'And God said' -n 8 " +
+                                    extra);
+    ASSERT_EQ(r.exit_code, 0) << extra << ": " << r.output;
+    EXPECT_NE(r.output.find("new tokens"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("tokens/s"), std::string::npos) << r.output;
+  }
+}
+
+TEST(Cli, BadInputGivesClearErrors) {
+  struct Case {
+    std::string args, message;
+  };
+  const std::string model = test::fixture("tiny-llada.gguf");
+  const Case cases[] = {
+      {"generate -p hi", "no model given"},
+      {"generate -m /nonexistent.gguf -p hi", "/nonexistent.gguf"},
+      {"generate -m " + model + " -p hi --cache sideways", "unknown cache mode"},
+      {"generate -m " + model + " -p hi --algorithm best", "unknown unmasking order"},
+      {"generate -m " + model + " -p hi -n 30 --block-length 8", "not a multiple of the block length"},
+      {"generate -m " + model + " -p hi -n 100000", "context length"},
+      {"generate -m " + model + " -p hi --bogus", "unknown option --bogus"},
+      {"generate -m " + model + " -p hi -n abc", "not an integer"},
+      {"logits -m " + model + " --ids 1,x --out /tmp/x.npy", "not a token id"},
+      {"logits -m " + model + " --ids 1,999999 --out /tmp/x.npy", "outside the vocabulary"},
+      {"inspect " + test::fixture("tiny-llada.ids.txt"), "tiny-llada.ids.txt"},
+      {"frobnicate", "unknown command"},
+  };
+  for (const Case& c : cases) {
+    const auto r = test::run_canvas(c.args);
+    EXPECT_EQ(r.exit_code, 1) << c.args << ": " << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << ": " << r.output;
+  }
+}
+
+TEST(Cli, HelpListsTheOptions) {
+  const auto r = test::run_canvas("generate --help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* flag : {"--steps", "--block-length", "--algorithm", "--threshold", "--cache", "--mode", "--temp",
+                           "--top-k", "--top-p", "--seed", "--threads", "--visual", "--json"})
+    EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
+}
+
+TEST(Cli, InspectPrintsMetadataAndTensors) {
+  const auto r = test::run_canvas("inspect " + test::fixture("tiny-dream.gguf"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* s : {"general.architecture", "\"dream\"", "tokenizer.ggml.tokens", "blk.0.attn_q.bias",
+                        "token_embd.weight", "parameters"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace canvas

@@ -1,0 +1,253 @@
+// Generation loops on the tiny fixture models: cache exactness, schedules, threshold decoding,
+// determinism across thread counts, and the AR KV cache against recomputation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "decode/ar.h"
+#include "decode/masked.h"
+#include "io/gguf.h"
+#include "model/model.h"
+#include "test_util.h"
+
+namespace canvas {
+namespace {
+
+std::vector<int32_t> prompt_ids() { return {5, 72, 101, 108, 108, 111, 32, 119}; }
+
+GenerationResult run(const Model& m, MaskedDiffusionParams p, int threads = 2, DecodeCallbacks cb = {}) {
+  ThreadPool pool(threads);
+  return generate_masked(m, prompt_ids(), p, &pool, cb);
+}
+
+struct Setting {
+  const char* name;
+  int64_t gen, block, steps;
+  UnmaskOrder order;
+  StepSchedule schedule;
+  float threshold, temp;
+  int64_t top_k;
+};
+
+const Setting kSettings[] = {
+    {"confidence_greedy", 24, 8, 24, UnmaskOrder::Confidence, StepSchedule::Llada, 0, 0, 0},
+    {"margin_two_per_step", 24, 8, 12, UnmaskOrder::Margin, StepSchedule::Llada, 0, 0, 0},
+    {"entropy_sampled", 16, 16, 8, UnmaskOrder::Entropy, StepSchedule::Llada, 0, 0.9f, 20},
+    {"random_order", 24, 12, 12, UnmaskOrder::Random, StepSchedule::Llada, 0, 0.5f, 0},
+    {"origin_dream_schedule", 24, 24, 10, UnmaskOrder::Origin, StepSchedule::Dream, 0, 0.7f, 0},
+    {"dream_schedule", 32, 16, 10, UnmaskOrder::Confidence, StepSchedule::Dream, 0, 0, 0},
+    {"threshold", 24, 8, 24, UnmaskOrder::Confidence, StepSchedule::Llada, 0.05f, 0, 0},
+};
+
+class CacheExactness : public ::testing::TestWithParam<std::tuple<const char*, Setting>> {};
+
+TEST_P(CacheExactness, PrefixCacheGivesTheTokensOfNoCache) {
+  const auto& [model_name, s] = GetParam();
+  const Model m = Model::load(test::fixture(std::string(model_name) + ".gguf"));
+  MaskedDiffusionParams p;
+  p.gen_length = s.gen;
+  p.block_length = s.block;
+  p.steps = s.steps;
+  p.order = s.order;
+  p.schedule = s.schedule;
+  p.threshold = s.threshold;
+  p.sampling.temperature = s.temp;
+  p.sampling.top_k = s.top_k;
+  p.sampling.seed = 42;
+  p.cache = CacheMode::None;
+  const GenerationResult none = run(m, p);
+  p.cache = CacheMode::Prefix;
+  const GenerationResult prefix = run(m, p);
+  ASSERT_EQ(none.tokens.size(), size_t(s.gen));
+  EXPECT_EQ(none.tokens, prefix.tokens);
+  EXPECT_EQ(none.passes, prefix.passes);
+  for (int32_t t : none.tokens) EXPECT_NE(t, m.config.mask_token);
+  // Dual reuses a stale suffix: it must still fill every position.
+  p.cache = CacheMode::Dual;
+  const GenerationResult dual = run(m, p);
+  for (int32_t t : dual.tokens) EXPECT_NE(t, m.config.mask_token);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CacheExactness,
+                         ::testing::Combine(::testing::Values("tiny-llada", "tiny-dream", "tiny-llada-moe"),
+                                            ::testing::ValuesIn(kSettings)),
+                         [](const auto& info) {
+                           std::string name = std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param).name;
+                           for (char& ch : name)
+                             if (ch == '-') ch = '_';
+                           return name;
+                         });
+
+// Counts per step, recorded through the event callback.
+std::vector<std::vector<int64_t>> commits_per_block(const Model& m, const MaskedDiffusionParams& p) {
+  std::vector<std::vector<int64_t>> counts(size_t(p.gen_length / p.block_length));
+  DecodeCallbacks cb;
+  cb.on_step = [&](const StepEvent& e) { counts[size_t(e.block)].push_back(int64_t(e.committed.size())); };
+  run(m, p, 2, cb);
+  return counts;
+}
+
+TEST(Schedule, LladaBlockScheduleCommitsFloorPlusRemainder) {
+  const Model m = Model::load(test::fixture("tiny-llada.gguf"));
+  MaskedDiffusionParams p;
+  p.gen_length = 30;
+  p.block_length = 10;
+  p.steps = 12;  // 4 steps per block, 10 masked: 3, 3, 2, 2
+  for (const auto& block : commits_per_block(m, p)) EXPECT_EQ(block, (std::vector<int64_t>{3, 3, 2, 2}));
+  p.steps = 30;  // one per step
+  for (const auto& block : commits_per_block(m, p)) EXPECT_EQ(block, std::vector<int64_t>(10, 1));
+}
+
+TEST(Schedule, DreamTimestepScheduleCommitsMaskedTimesOneMinusSOverT) {
+  const Model m = Model::load(test::fixture("tiny-dream.gguf"));
+  MaskedDiffusionParams p;
+  p.gen_length = 32;
+  p.block_length = 32;
+  p.steps = 8;
+  p.schedule = StepSchedule::Dream;
+  const auto counts = commits_per_block(m, p);
+  // Independent evaluation of the formula: t_i = linspace(1, eps, steps + 1).
+  int64_t masked = 32;
+  std::vector<int64_t> want;
+  for (int i = 0; i < 8; ++i) {
+    const double t = 1.0 - i / 8.0 * (1 - 1e-3), s = 1.0 - (i + 1) / 8.0 * (1 - 1e-3);
+    const int64_t k = i == 7 ? masked : int64_t(masked * (1 - s / t));
+    want.push_back(k);
+    masked -= k;
+  }
+  std::vector<int64_t> got = counts[0];
+  while (got.size() < want.size()) got.push_back(0);  // zero-commit steps emit no event only if the block is full
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(tokens_to_commit(StepSchedule::Dream, 32, 32, 0, 8, 1e-3f), want[0]);
+}
+
+// A copy of a fixture with its output head scaled, so distributions are peaked and threshold
+// decoding commits several tokens per step.
+std::string sharpened_copy(const std::string& name, float scale) {
+  auto file = GgufFile::open(test::fixture(name + ".gguf"));
+  GgufWriter writer;
+  for (const auto& [key, value] : file->metadata()) writer.set(key, value);
+  std::vector<float> output;
+  for (const TensorView& t : file->tensors()) {
+    std::vector<int64_t> shape(t.ne.begin(), t.ne.begin() + t.n_dims);
+    if (t.name == "output.weight") {
+      output.assign(t.f32(), t.f32() + t.elements());
+      for (float& v : output) v *= scale;
+      writer.add_tensor(t.name, t.type, shape, output.data(), uint64_t(t.bytes()));
+    } else {
+      writer.add_tensor(t.name, t.type, shape, t.data, uint64_t(t.bytes()));
+    }
+  }
+  const std::string path = test::temp_path(name + "-sharp.gguf");
+  writer.write(path);
+  return path;
+}
+
+TEST(Threshold, EqualsOneTokenPerStepGreedyWhenTheBoundHolds) {
+  const std::string path = sharpened_copy("tiny-llada", 12.f);
+  const Model m = Model::load(path);
+  MaskedDiffusionParams p;
+  p.gen_length = 32;
+  p.block_length = 16;
+  p.threshold = 0.9f;
+  p.cache = CacheMode::Prefix;
+  int64_t parallel_steps = 0;
+  bool bound_holds = true;
+  DecodeCallbacks cb;
+  cb.on_step = [&](const StepEvent& e) {
+    const int64_t n = int64_t(e.committed.size());
+    if (n < 2) return;
+    ++parallel_steps;
+    float min_conf = 1;
+    for (float c : e.confidence) min_conf = std::min(min_conf, c);
+    const double eps = 1.0 - min_conf;
+    bound_holds = bound_holds && (double(n) + 1) * eps <= 1.0;
+  };
+  const GenerationResult fast = run(m, p, 2, cb);
+  ASSERT_GT(parallel_steps, 0) << "the sharpened model should commit several tokens in some step";
+  ASSERT_TRUE(bound_holds);
+  EXPECT_LT(fast.passes, p.gen_length);
+  MaskedDiffusionParams greedy = p;
+  greedy.threshold = 0;
+  greedy.steps = p.gen_length;
+  const GenerationResult slow = run(m, greedy);
+  EXPECT_EQ(fast.tokens, slow.tokens);
+  std::remove(path.c_str());
+}
+
+TEST(Determinism, SameSeedSameTokensAtAnyThreadCount) {
+  const Model m = Model::load(test::fixture("tiny-dream.gguf"));
+  MaskedDiffusionParams p;
+  p.gen_length = 24;
+  p.block_length = 8;
+  p.steps = 12;
+  p.sampling.temperature = 1.0f;
+  p.sampling.seed = 1234;
+  for (CacheMode cache : {CacheMode::None, CacheMode::Prefix, CacheMode::Dual}) {
+    p.cache = cache;
+    const auto one = run(m, p, 1).tokens;
+    EXPECT_EQ(one, run(m, p, 2).tokens);
+    EXPECT_EQ(one, run(m, p, 3).tokens);
+  }
+  p.cache = CacheMode::Prefix;
+  const auto a = run(m, p, 2).tokens;
+  p.sampling.seed = 99;
+  EXPECT_NE(a, run(m, p, 2).tokens) << "a different seed should change sampled tokens";
+
+  ArParams ar;
+  ar.max_new_tokens = 16;
+  ar.stop_at_eos = false;
+  ar.sampling.temperature = 1.0f;
+  ar.sampling.seed = 5;
+  ThreadPool p1(1), p2(2);
+  EXPECT_EQ(generate_ar(m, prompt_ids(), ar, &p1).tokens, generate_ar(m, prompt_ids(), ar, &p2).tokens);
+}
+
+// Greedy AR with the KV cache equals recomputing the whole causal sequence for every token.
+void check_ar_against_recompute(const std::string& name) {
+  const Model m = Model::load(test::fixture(name + ".gguf"));
+  ThreadPool pool(2);
+  ArParams ar;
+  ar.max_new_tokens = 12;
+  ar.stop_at_eos = false;
+  const GenerationResult got = generate_ar(m, prompt_ids(), ar, &pool);
+  ASSERT_EQ(got.tokens.size(), 12u);
+  std::vector<int32_t> seq = prompt_ids();
+  for (int64_t i = 0; i < 12; ++i) {
+    std::vector<int32_t> input = seq;
+    if (!m.config.shift_logits) input.push_back(m.config.mask_token);
+    const int64_t n = int64_t(input.size());
+    KvCache cache(m.config, n);
+    std::vector<int32_t> groups(size_t(n));
+    for (int64_t j = 0; j < n; ++j) groups[size_t(j)] = int32_t(j);
+    std::vector<float> logits(size_t(m.config.vocab));
+    ForwardRequest req;
+    req.tokens = input.data();
+    req.n = n;
+    req.groups = groups.data();
+    req.logit_rows = {int32_t(n - 1)};
+    req.logits = logits.data();
+    forward(m, cache, req, &pool);
+    const int32_t best = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    ASSERT_EQ(got.tokens[size_t(i)], best) << "token " << i;
+    seq.push_back(best);
+  }
+}
+
+TEST(Autoregressive, KvCacheMatchesRecomputationShifted) { check_ar_against_recompute("tiny-dream"); }
+TEST(Autoregressive, KvCacheMatchesRecomputationMaskFed) { check_ar_against_recompute("tiny-llada"); }
+
+TEST(Errors, BadParametersAreClearErrors) {
+  const Model m = Model::load(test::fixture("tiny-llada.gguf"));
+  MaskedDiffusionParams p;
+  p.gen_length = 30;
+  p.block_length = 8;
+  EXPECT_THROW(run(m, p), Error);  // 30 is not a multiple of 8
+  p.block_length = 10;
+  p.steps = 4;  // not a multiple of 3 blocks
+  EXPECT_THROW(run(m, p), Error);
+}
+
+}  // namespace
+}  // namespace canvas

@@ -1,0 +1,59 @@
+// Shared helpers for tests: fixture paths, running the canvas binary, comparing arrays.
+#pragma once
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace canvas::test {
+
+inline std::string source_path(const std::string& relative) { return std::string(CANVAS_SOURCE_DIR) + "/" + relative; }
+inline std::string fixture(const std::string& name) { return source_path("tests/fixtures/" + name); }
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout (stderr too when merge_stderr)
+};
+
+// Runs the canvas binary with the given argument string through the shell.
+inline CommandResult run_canvas(const std::string& args, bool merge_stderr = true) {
+  const std::string cmd = std::string(CANVAS_BINARY) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  CommandResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf;
+  size_t got;
+  while ((got = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), got);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// max |a - b| / max |b|: the error relative to the reference's scale.
+inline double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    diff = std::max(diff, std::fabs(double(a[i]) - double(b[i])));
+    scale = std::max(scale, std::fabs(double(b[i])));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+inline std::string temp_path(const std::string& name) {
+  return "/tmp/canvas_test_" + std::to_string(::getpid()) + "_" + name;
+}
+
+}  // namespace canvas::test
