@@ -2,9 +2,11 @@
 // determinism across thread counts, and the AR KV cache against recomputation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
+#include "core/error.h"
 #include "decode/ar.h"
 #include "decode/masked.h"
 #include "io/gguf.h"
@@ -122,36 +124,73 @@ TEST(Schedule, DreamTimestepScheduleCommitsMaskedTimesOneMinusSOverT) {
   EXPECT_EQ(tokens_to_commit(StepSchedule::Dream, 32, 32, 0, 8, 1e-3f), want[0]);
 }
 
-// A copy of a fixture with its output head scaled, so distributions are peaked and threshold
-// decoding commits several tokens per step.
-std::string sharpened_copy(const std::string& name, float scale) {
+// A modified copy of a fixture. `scale` multiplies the output head, so distributions are peaked and
+// threshold decoding commits several tokens per step. With `context_free_canvas`, every token id except
+// the prompt's gets the [MASK] embedding, so committing a token leaves the model's input unchanged: the
+// canvas has one consistent joint distribution (the premise of Fast-dLLM's theorem), while predictions
+// still differ by position through attention to the prompt.
+std::string modified_copy(const std::string& name, float scale, bool context_free_canvas) {
   auto file = GgufFile::open(test::fixture(name + ".gguf"));
+  const Model original = Model::load(test::fixture(name + ".gguf"));
   GgufWriter writer;
   for (const auto& [key, value] : file->metadata()) writer.set(key, value);
-  std::vector<float> output;
+  std::vector<float> output, embedding;
+  const std::vector<int32_t> prompt = prompt_ids();
   for (const TensorView& t : file->tensors()) {
     std::vector<int64_t> shape(t.ne.begin(), t.ne.begin() + t.n_dims);
+    const void* data = t.data;
     if (t.name == "output.weight") {
       output.assign(t.f32(), t.f32() + t.elements());
       for (float& v : output) v *= scale;
-      writer.add_tensor(t.name, t.type, shape, output.data(), uint64_t(t.bytes()));
-    } else {
-      writer.add_tensor(t.name, t.type, shape, t.data, uint64_t(t.bytes()));
+      data = output.data();
+    } else if (t.name == "token_embd.weight" && context_free_canvas) {
+      embedding.assign(t.f32(), t.f32() + t.elements());
+      const int64_t H = t.ne[0];
+      const int64_t mask = original.config.mask_token;
+      for (int64_t id = 0; id < t.ne[1]; ++id)
+        if (std::find(prompt.begin(), prompt.end(), id) == prompt.end())
+          std::copy(&embedding[size_t(mask * H)], &embedding[size_t(mask * H + H)], &embedding[size_t(id * H)]);
+      data = embedding.data();
     }
+    writer.add_tensor(t.name, t.type, shape, data, uint64_t(t.bytes()));
   }
-  const std::string path = test::temp_path(name + "-sharp.gguf");
+  const std::string path = test::temp_path(name + (context_free_canvas ? "-free.gguf" : "-sharp.gguf"));
   writer.write(path);
   return path;
 }
 
-TEST(Threshold, EqualsOneTokenPerStepGreedyWhenTheBoundHolds) {
-  const std::string path = sharpened_copy("tiny-llada", 12.f);
-  const Model m = Model::load(path);
+MaskedDiffusionParams threshold_params() {
   MaskedDiffusionParams p;
   p.gen_length = 32;
   p.block_length = 16;
   p.threshold = 0.9f;
   p.cache = CacheMode::Prefix;
+  return p;
+}
+
+TEST(Threshold, CommitsEveryPositionAboveTheThresholdOrTheSingleBest) {
+  const std::string path = modified_copy("tiny-llada", 12.f, false);
+  const Model m = Model::load(path);
+  const MaskedDiffusionParams p = threshold_params();
+  int64_t parallel_steps = 0;
+  DecodeCallbacks cb;
+  cb.on_step = [&](const StepEvent& e) {
+    ASSERT_GE(e.committed.size(), 1u);
+    if (e.committed.size() > 1) {
+      ++parallel_steps;
+      for (float c : e.confidence) EXPECT_GE(c, p.threshold);
+    }
+  };
+  const GenerationResult r = run(m, p, 2, cb);
+  EXPECT_GT(parallel_steps, 0);
+  EXPECT_LT(r.passes, p.gen_length);
+  std::remove(path.c_str());
+}
+
+TEST(Threshold, EqualsOneTokenPerStepGreedyWhenTheBoundHolds) {
+  const std::string path = modified_copy("tiny-llada", 12.f, true);
+  const Model m = Model::load(path);
+  const MaskedDiffusionParams p = threshold_params();
   int64_t parallel_steps = 0;
   bool bound_holds = true;
   DecodeCallbacks cb;
@@ -161,17 +200,20 @@ TEST(Threshold, EqualsOneTokenPerStepGreedyWhenTheBoundHolds) {
     ++parallel_steps;
     float min_conf = 1;
     for (float c : e.confidence) min_conf = std::min(min_conf, c);
-    const double eps = 1.0 - min_conf;
-    bound_holds = bound_holds && (double(n) + 1) * eps <= 1.0;
+    bound_holds = bound_holds && (double(n) + 1) * (1.0 - min_conf) <= 1.0;
   };
   const GenerationResult fast = run(m, p, 2, cb);
   ASSERT_GT(parallel_steps, 0) << "the sharpened model should commit several tokens in some step";
   ASSERT_TRUE(bound_holds);
-  EXPECT_LT(fast.passes, p.gen_length);
+  EXPECT_LT(fast.passes, p.gen_length / 2);
+  // The premise of the modified model: no generated token is a prompt token (those keep their embedding).
+  const std::vector<int32_t> prompt = prompt_ids();
+  for (int32_t t : fast.tokens) ASSERT_EQ(std::count(prompt.begin(), prompt.end(), t), 0);
   MaskedDiffusionParams greedy = p;
   greedy.threshold = 0;
   greedy.steps = p.gen_length;
   const GenerationResult slow = run(m, greedy);
+  EXPECT_EQ(slow.passes, p.gen_length);
   EXPECT_EQ(fast.tokens, slow.tokens);
   std::remove(path.c_str());
 }
@@ -219,7 +261,7 @@ void check_ar_against_recompute(const std::string& name) {
     if (!m.config.shift_logits) input.push_back(m.config.mask_token);
     const int64_t n = int64_t(input.size());
     KvCache cache(m.config, n);
-    std::vector<int32_t> groups(size_t(n));
+    std::vector<int32_t> groups(static_cast<size_t>(n));
     for (int64_t j = 0; j < n; ++j) groups[size_t(j)] = int32_t(j);
     std::vector<float> logits(size_t(m.config.vocab));
     ForwardRequest req;

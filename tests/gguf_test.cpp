@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -71,7 +73,7 @@ void expect_open_error(const std::string& path, const std::string& needle) {
 void touch_everything(const GgufFile& f) {
   size_t chars = 0;
   for (const auto& [k, v] : f.metadata()) chars += k.size() + v.to_string().size();
-  EXPECT_GE(chars, 2 * f.metadata().size());  // every key and rendering is non-empty... or the key is ""
+  EXPECT_GE(chars, f.metadata().size());  // every rendering is non-empty
   const uint8_t* base = f.mapped_data();
   uint64_t sum = 0;
   for (const TensorView& t : f.tensors()) {
@@ -567,7 +569,10 @@ TEST(GgufFuzz, RandomMutationsNeverCrash) {
   const std::string p = dir.path("mutant.gguf");
   std::mt19937_64 rng(20240601);
   int opened = 0, rejected = 0;
-  for (int trial = 0; trial < 3000; ++trial) {
+  // CANVAS_GGUF_FUZZ_TRIALS=100000 runs a longer campaign by hand (e.g. under -fsanitize=address,undefined).
+  const char* env = std::getenv("CANVAS_GGUF_FUZZ_TRIALS");
+  const int trials = env != nullptr ? std::max(3000, std::atoi(env)) : 3000;
+  for (int trial = 0; trial < trials; ++trial) {
     std::vector<uint8_t> bytes = valid;
     const int edits = 1 + int(rng() % 4);
     for (int e = 0; e < edits; ++e) {

@@ -84,7 +84,10 @@ uint16_t f32_to_f16(float f) {
   std::memcpy(&bits, &f, 4);
   const uint16_t sign = uint16_t((bits >> 16) & 0x8000);
   const uint32_t abs = bits & 0x7fffffff;
-  if (abs > 0x7f800000) return sign | 0x7e00;                 // NaN
+  if (abs > 0x7f800000) {  // NaN: keep the top payload bits (so every half NaN round-trips), never make inf
+    const uint16_t payload = uint16_t((abs >> 13) & 0x3ff);
+    return sign | 0x7c00 | (payload ? payload : 0x200);
+  }
   if (abs >= 0x477ff000) return sign | 0x7c00;                // overflow (rounds to >= 65520) -> inf
   if (abs < 0x38800000) {                                      // result is subnormal or zero
     if (abs < 0x33000000) return sign;                         // < half of the smallest subnormal

@@ -85,7 +85,7 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
 
   // Logits of the row just before the current block (shifted models predict position p from row p-1);
   // that row belongs to the finished prefix, so it is fixed while the block is decoded.
-  std::vector<float> boundary(size_t(V));
+  std::vector<float> boundary(static_cast<size_t>(V));
   const double t_start = now_ms();
   int64_t forward_from = 0;  // first position whose K/V in the cache is stale
   if (params.cache != CacheMode::None && P > 0) {

@@ -110,7 +110,8 @@ void write_npy(const std::string& path, const float* data, const std::vector<int
     check(!__builtin_mul_overflow(count, d, &count), "npy writer " + path + ": shape overflows");
     dims += std::to_string(d) + ", ";
   }
-  if (shape.size() > 1) dims.resize(dims.size() - 2);  // (n,) keeps its comma; (a, b) does not
+  // Python tuple spelling: () and (n,) and (a, b).
+  if (!shape.empty()) dims.resize(dims.size() - (shape.size() == 1 ? 1 : 2));
   check(data != nullptr || count == 0, "npy writer " + path + ": no data");
   std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
   // magic (6) + version (2) + header length (2) + header, padded with spaces, ending in '\n', to a

@@ -22,11 +22,15 @@ enum TokenType : int32_t {
   kTokenByte = 6,
 };
 
-// The pre-tokenizer rule set (the regex that splits text into words before BPE).
+// The pre-tokenizer rule set (the regex that splits text into words before BPE), matched by hand.
 enum class PreTokenizer {
-  Gpt2,    // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-  Llama3,  // (?i:'s|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-  Qwen2,   // as Llama3 but \p{N} (one digit per word)
+  // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+  Gpt2,
+  // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+  // \s*[\r\n]+|\s+(?!\S)|\s+
+  Llama3,
+  // As Llama3 but \p{N} instead of \p{N}{1,3} (one digit per word).
+  Qwen2,
 };
 
 class Tokenizer {
@@ -43,8 +47,8 @@ class Tokenizer {
   // vocabulary is ignored (it could never fire in a vocabulary-consistent BPE; Hugging Face refuses
   // such files, so real vocabularies do not have them). A repeated merge keeps its first (lowest) rank.
   static Tokenizer from_vocab(std::string model, std::string pre, std::vector<std::string> tokens,
-                              std::vector<int32_t> token_types, std::vector<std::string> merges,
-                              int32_t bos, int32_t eos, int32_t pad, int32_t mask, bool add_bos);
+                              std::vector<int32_t> token_types, std::vector<std::string> merges, int32_t bos,
+                              int32_t eos, int32_t pad, int32_t mask, bool add_bos);
 
   // Text -> ids. Special tokens (token_type CONTROL / USER_DEFINED) written literally in the text are
   // matched as single tokens when parse_special is true. Adds BOS when add_bos && the vocabulary says so.
@@ -59,15 +63,15 @@ class Tokenizer {
   std::vector<std::string> pre_tokenize(std::string_view text) const;
 
   int32_t vocab_size() const { return int32_t(tokens_.size()); }
-  int32_t bos_id() const { return bos_id_; }   // -1 when absent
+  int32_t bos_id() const { return bos_id_; }  // -1 when absent
   int32_t eos_id() const { return eos_id_; }
   int32_t pad_id() const { return pad_id_; }
   int32_t mask_id() const { return mask_id_; }
   int32_t unknown_id() const { return unknown_id_; }  // first UNKNOWN-type token, -1 when none
   bool add_bos() const { return add_bos_; }
   bool is_control(int32_t id) const;
-  const std::string& pre_name() const { return pre_; }        // tokenizer.ggml.pre as stored
-  PreTokenizer pre_tokenizer() const { return pre_rules_; }   // the rules used for it
+  const std::string& pre_name() const { return pre_; }       // tokenizer.ggml.pre as stored
+  PreTokenizer pre_tokenizer() const { return pre_rules_; }  // the rules used for it
   bool pre_is_fallback() const { return pre_fallback_; }     // unknown name: GPT-2 rules used
 
  private:
@@ -89,7 +93,7 @@ class Tokenizer {
   std::array<int32_t, 256> byte_token_{};                 // byte -> id of its one-byte token, -1 if none
   std::vector<int32_t> special_ids_;                      // matched literally, longest first
   std::array<std::vector<int32_t>, 256> special_by_first_byte_;  // special_ids_ bucketed by first byte
-  std::string pre_;                                       // tokenizer.ggml.pre
+  std::string pre_;                                              // tokenizer.ggml.pre
   PreTokenizer pre_rules_ = PreTokenizer::Gpt2;
   bool pre_fallback_ = false;
   bool ignore_merges_ = false;  // llama3 style: a word that is itself a normal token is taken whole

@@ -74,9 +74,9 @@ void moe(const ModelConfig& c, const LayerWeights& w, const float* x, int64_t n,
   const int64_t E = c.n_experts, K = c.n_experts_used, H = c.hidden;
   std::vector<float> router_logits(size_t(n * E));
   matmul(w.router, x, n, router_logits.data(), pool);
-  std::vector<std::vector<int32_t>> rows_of(size_t(E));
-  std::vector<std::vector<float>> weights_of(size_t(E));
-  std::vector<float> probs(size_t(E));
+  std::vector<std::vector<int32_t>> rows_of(static_cast<size_t>(E));
+  std::vector<std::vector<float>> weights_of(static_cast<size_t>(E));
+  std::vector<float> probs(static_cast<size_t>(E));
   for (int64_t r = 0; r < n; ++r) {
     softmax(router_logits.data() + r * E, E, probs.data());
     std::vector<int32_t> top = top_k(probs.data(), E, K);
@@ -178,7 +178,7 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& req, Thre
 
   std::vector<float> x(size_t(n * H)), h(size_t(n * H)), q(size_t(n * q_width)), k(size_t(n * kv_width)),
       v(size_t(n * kv_width)), attn(size_t(n * q_width)), proj(size_t(n * H)), g, u;
-  std::vector<int32_t> pos(size_t(n));
+  std::vector<int32_t> pos(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     pos[size_t(i)] = int32_t(req.pos0 + i);
     get_row(model.token_embd, req.tokens[i], &x[size_t(i * H)]);

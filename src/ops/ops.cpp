@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "ops/ops_kernels.h"
@@ -33,9 +34,12 @@ float silu(float x) {
   const double d = x;
   return float(d / (1.0 + std::exp(-d)));
 }
+// 0.5 x (1 + tanh t) written as x / (1 + exp(-2t)): the same function without the cancellation of
+// 1 + tanh t for negative t (which loses all digits below x ~ -8 even in double).
 float gelu_tanh(float x) {
   const double d = x;
-  return float(0.5 * d * (1.0 + std::tanh(0.7978845608028654 * (d + 0.044715 * d * d * d))));
+  const double t = 0.7978845608028654 * (d + 0.044715 * d * d * d);
+  return float(d / (1.0 + std::exp(-2.0 * t)));
 }
 
 void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y) {
@@ -210,8 +214,9 @@ int64_t visible_keys(const AttentionMask& mask, int64_t i, int64_t n_keys, int32
 }  // namespace
 
 namespace kernels::scalar {
-void attend_head(const float* q, const float* k, const float* v, int64_t head_dim, const int32_t* keys,
-                 int64_t n, float scale, float softcap, float* scores, float* out) {
+namespace {
+void attend_row(const float* q, float* out, const float* k, const float* v, int64_t head_dim,
+                const int32_t* keys, int64_t n, float scale, float softcap, float* scores) {
   if (n == 0) {
     std::fill(out, out + head_dim, 0.f);
     return;
@@ -239,40 +244,84 @@ void attend_head(const float* q, const float* k, const float* v, int64_t head_di
   const float inv = 1.0f / sum;
   for (int64_t d = 0; d < head_dim; ++d) out[d] *= inv;
 }
+}  // namespace
+
+void attend_rows(const float* const* q, float* const* out, int n_rows, const float* k, const float* v,
+                 int64_t head_dim, const int32_t* keys, int64_t n_visible, float scale, float softcap,
+                 float* scores) {
+  for (int t = 0; t < n_rows; ++t)
+    attend_row(q[t], out[t], k, v, head_dim, keys, n_visible, scale, softcap, scores + t * n_visible);
+}
 }  // namespace kernels::scalar
+
+namespace {
+
+// Runs of consecutive queries that see exactly the same keys, at most max_len long.
+std::vector<std::pair<int64_t, int64_t>> query_runs(const AttentionMask& mask, int64_t n_q, int64_t max_len) {
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (int64_t b = 0; b < n_q;) {
+    int64_t e = b + 1;
+    while (e < n_q && e - b < max_len && (!mask.query_group || mask.query_group[e] == mask.query_group[b]) &&
+           (!mask.window_start || mask.window_start[e] == mask.window_start[b]))
+      ++e;
+    runs.emplace_back(b, e);
+    b = e;
+  }
+  return runs;
+}
+
+}  // namespace
 
 void attention(const float* q, int64_t n_q, int64_t ldq, const float* k, const float* v, int64_t n_keys,
                int64_t kv_head_stride, const AttentionMask& mask, const AttentionShape& shape, float* out,
                int64_t ldo, ThreadPool* pool) {
   check_attention(n_q, n_keys, mask, shape);
-  kernels::AttendHeadFn attend = kernels::scalar::attend_head;
+  if (n_q == 0) return;
+  kernels::AttendRowsFn attend = kernels::scalar::attend_rows;
   switch (ops_simd_level()) {
-    case SimdLevel::Avx512: attend = kernels::avx512::attend_head; break;
-    case SimdLevel::Avx2: attend = kernels::avx2::attend_head; break;
+    case SimdLevel::Avx512: attend = kernels::avx512::attend_rows; break;
+    case SimdLevel::Avx2: attend = kernels::avx2::attend_rows; break;
     default: break;
   }
-  const int n_heads = shape.n_heads, group = shape.n_heads / shape.n_kv_heads;
+  const int n_kv = shape.n_kv_heads, group = shape.n_heads / shape.n_kv_heads;
   const int64_t hd = shape.head_dim;
-  // Work items are (query, head) pairs, query-major, so a chunk reuses one query's key list for all
-  // its heads. Each pair's result is computed by one thread from its visible keys alone.
-  parallel_for(pool, n_q * n_heads, 1, [&](int64_t begin, int64_t end) {
+  // Work items are tiles: a run of queries with identical visibility times a chunk of the query heads
+  // of one kv head, so each K/V row loaded serves every row of the tile. Tiling never changes a bit
+  // of the result (see AttendRowsFn), so tiles shrink freely until every thread has work.
+  int head_chunk = group;
+  while (head_chunk > kernels::kMaxTileRows || group % head_chunk) --head_chunk;
+  int64_t run_len = std::max(1, kernels::kMaxTileRows / head_chunk);
+  auto runs = query_runs(mask, n_q, run_len);
+  const int64_t threads = pool ? pool->size() : 1;
+  auto n_items = [&] { return int64_t(runs.size()) * n_kv * (group / head_chunk); };
+  if (threads > 1 && n_items() < 4 * threads && run_len > 1) runs = query_runs(mask, n_q, run_len = 1);
+  if (threads > 1 && n_items() < 4 * threads) head_chunk = 1;
+  const int chunks = group / head_chunk;
+
+  parallel_for(pool, n_items(), 1, [&](int64_t begin, int64_t end) {
     thread_local std::vector<int32_t> keys;
     thread_local std::vector<float> scores;
-    if (int64_t(keys.size()) < n_keys) {
-      keys.resize(n_keys);
-      scores.resize(n_keys);
-    }
+    if (int64_t(keys.size()) < n_keys) keys.resize(n_keys);
+    if (int64_t(scores.size()) < kernels::kMaxTileRows * n_keys) scores.resize(kernels::kMaxTileRows * n_keys);
+    const float* q_rows[kernels::kMaxTileRows];
+    float* out_rows[kernels::kMaxTileRows];
     int64_t current = -1, n_visible = 0;
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t i = item / n_heads;
-      const int h = int(item % n_heads);
-      if (i != current) {
-        n_visible = visible_keys(mask, i, n_keys, keys.data());
-        current = i;
+      const int64_t r = item / (n_kv * chunks);
+      const int kv = int(item / chunks % n_kv), chunk = int(item % chunks);
+      if (r != current) {
+        n_visible = visible_keys(mask, runs[r].first, n_keys, keys.data());
+        current = r;
       }
-      const int64_t kv = h / group;
-      attend(q + i * ldq + h * hd, k + kv * kv_head_stride, v + kv * kv_head_stride, hd, keys.data(), n_visible,
-             shape.scale, shape.softcap, scores.data(), out + i * ldo + h * hd);
+      int rows = 0;
+      for (int64_t i = runs[r].first; i < runs[r].second; ++i)
+        for (int c = 0; c < head_chunk; ++c) {
+          const int64_t h = int64_t(kv) * group + int64_t(chunk) * head_chunk + c;
+          q_rows[rows] = q + i * ldq + h * hd;
+          out_rows[rows++] = out + i * ldo + h * hd;
+        }
+      attend(q_rows, out_rows, rows, k + kv * kv_head_stride, v + kv * kv_head_stride, hd, keys.data(), n_visible,
+             shape.scale, shape.softcap, scores.data());
     }
   });
 }

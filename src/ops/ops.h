@@ -52,7 +52,8 @@ void log_softmax(const float* x, int64_t n, float* out);
 // Entropy (nats) of softmax(x), computed without storing the probabilities.
 float entropy(const float* x, int64_t n);
 
-// Everything a sampler needs from one row of logits, in one streaming pass over the row:
+// Everything a sampler needs from one row of logits, in two streaming passes over the row (max and
+// argmax, then exp sums accumulated in double) without storing probabilities:
 // softmax statistics of the untempered logits (so they are meaningful at temperature 0).
 struct RowStats {
   int32_t argmax = 0;

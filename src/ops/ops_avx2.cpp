@@ -94,9 +94,10 @@ void softmax(const float* x, int64_t n, float* out) { simd::softmax<V>(x, n, out
 void log_softmax(const float* x, int64_t n, float* out) { simd::log_softmax<V>(x, n, out); }
 float entropy(const float* x, int64_t n) { return simd::entropy<V>(x, n); }
 RowStats row_stats(const float* x, int64_t n) { return simd::row_stats<V>(x, n); }
-void attend_head(const float* q, const float* k, const float* v, int64_t head_dim, const int32_t* keys,
-                 int64_t n_visible, float scale, float softcap, float* scores, float* out) {
-  simd::attend_head<V>(q, k, v, head_dim, keys, n_visible, scale, softcap, scores, out);
+void attend_rows(const float* const* q, float* const* out, int n_rows, const float* k, const float* v,
+                 int64_t head_dim, const int32_t* keys, int64_t n_visible, float scale, float softcap,
+                 float* scores) {
+  simd::attend_rows<V>(q, out, n_rows, k, v, head_dim, keys, n_visible, scale, softcap, scores);
 }
 
 }  // namespace canvas::kernels::avx2

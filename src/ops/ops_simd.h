@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "ops/ops.h"
+#include "ops/ops_kernels.h"
 
 namespace canvas::simd {
 
@@ -238,80 +239,127 @@ RowStats row_stats(const float* x, int64_t n) {
 }
 
 // ---- attention -----------------------------------------------------------------------------------
-// Dot product with a summation order fixed by n alone.
-template <class V>
-float dot(const float* a, const float* b, int64_t n) {
+// R dot products of a with rows b[0..R), interleaved for instruction-level parallelism. Each one's
+// summation order is a function of n alone, the same for every R, so results never depend on how
+// keys were grouped.
+template <class V, int R>
+void dots(const float* a, const float* const* b, int64_t n, float* result) {
   using F = typename V::F;
   constexpr int W = V::W;
-  F a0 = V::zero(), a1 = V::zero();
+  F a0[R], a1[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) a0[r] = a1[r] = V::zero();
   int64_t i = 0;
   for (; i + 2 * W <= n; i += 2 * W) {
-    a0 = V::fmadd(V::load(a + i), V::load(b + i), a0);
-    a1 = V::fmadd(V::load(a + i + W), V::load(b + i + W), a1);
+    const F x0 = V::load(a + i), x1 = V::load(a + i + W);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      a0[r] = V::fmadd(x0, V::load(b[r] + i), a0[r]);
+      a1[r] = V::fmadd(x1, V::load(b[r] + i + W), a1[r]);
+    }
   }
   for (; i < n; i += W) {
     if (n - i >= W) {
-      a0 = V::fmadd(V::load(a + i), V::load(b + i), a0);
+      const F x = V::load(a + i);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) a0[r] = V::fmadd(x, V::load(b[r] + i), a0[r]);
     } else {
-      const int r = int(n - i);
-      a0 = V::fmadd(V::load_n(a + i, r, 0.f), V::load_n(b + i, r, 0.f), a0);
+      const int rest = int(n - i);
+      const F x = V::load_n(a + i, rest, 0.f);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) a0[r] = V::fmadd(x, V::load_n(b[r] + i, rest, 0.f), a0[r]);
     }
   }
-  return V::reduce_add(V::add(a0, a1));
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) result[r] = V::reduce_add(V::add(a0[r], a1[r]));
 }
 
-// out[d0, d0 + U*W) (the last vector possibly partial: `last` lanes) = sum_j p_j v_j, in key order.
-template <class V, int U>
-void weighted_sum_block(const float* v, int64_t head_dim, const int32_t* keys, const float* p, int64_t n,
-                        int64_t d0, int last, float* out) {
+// out[d0, d0 + U*W) (the last vector possibly partial: `last` lanes) += sum_{j0 <= j < j1} p_j v_j in
+// key order, starting from zero when `first`. The running sums pass through `out` between key blocks
+// unchanged (float in, float out), so blocking keys does not change a single bit.
+template <class V, int U, bool Partial>
+void weighted_sum_block(const float* v, int64_t head_dim, const int32_t* keys, const float* p, int64_t j0,
+                        int64_t j1, int64_t d0, int last, bool first, float* out) {
   using F = typename V::F;
-  constexpr int W = V::W;
+  static_assert(!Partial || U == 1);
   F acc[U];
-  for (int u = 0; u < U; ++u) acc[u] = V::zero();
-  for (int64_t j = 0; j < n; ++j) {
+#pragma GCC unroll 8
+  for (int u = 0; u < U; ++u) {
+    if (first) acc[u] = V::zero();
+    else acc[u] = Partial ? V::load_n(out + d0, last, 0.f) : V::load(out + d0 + u * V::W);
+  }
+  for (int64_t j = j0; j < j1; ++j) {
     const F pj = V::set1(p[j]);
     const float* row = v + int64_t(keys[j]) * head_dim + d0;
-    for (int u = 0; u < U; ++u) {
-      const F x = (u == U - 1 && last < W) ? V::load_n(row + u * W, last, 0.f) : V::load(row + u * W);
-      acc[u] = V::fmadd(pj, x, acc[u]);
-    }
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) acc[u] = V::fmadd(pj, Partial ? V::load_n(row, last, 0.f) : V::load(row + u * V::W), acc[u]);
   }
+#pragma GCC unroll 8
   for (int u = 0; u < U; ++u) {
-    if (u == U - 1 && last < W) V::store_n(out + d0 + u * W, acc[u], last);
-    else V::store(out + d0 + u * W, acc[u]);
+    if (Partial) V::store_n(out + d0, acc[u], last);
+    else V::store(out + d0 + u * V::W, acc[u]);
   }
 }
 
+// Attention of n_rows query rows that share one key list and one kv head (see AttendRowsFn). Rows are
+// processed together only so that each K and V row is loaded once per tile; every row's arithmetic is
+// exactly what it would be alone.
 template <class V>
-void attend_head(const float* q, const float* k, const float* v, int64_t head_dim, const int32_t* keys,
-                 int64_t n, float scale, float softcap, float* scores, float* out) {
+void attend_rows(const float* const* q, float* const* out, int n_rows, const float* k, const float* v,
+                 int64_t head_dim, const int32_t* keys, int64_t n, float scale, float softcap, float* scores) {
   using F = typename V::F;
   constexpr int W = V::W;
   if (n == 0) {
-    for (int64_t d = 0; d < head_dim; ++d) out[d] = 0.f;
+    for (int t = 0; t < n_rows; ++t)
+      for (int64_t d = 0; d < head_dim; ++d) out[t][d] = 0.f;
     return;
   }
-  // 1. scores of the visible keys and their max.
-  float m = -Consts<V>::inf;
-  for (int64_t j = 0; j < n; ++j) {
-    float s = dot<V>(q, k + int64_t(keys[j]) * head_dim, head_dim) * scale;
-    if (softcap > 0) s = softcap * std::tanh(s / softcap);
-    scores[j] = s;
-    m = s > m ? s : m;
-  }
-  // 2. p_j = exp(s_j - m) element-wise, then their sum in key order.
-  const F mv = V::set1(m);
+  // 1. q.k for every row and visible key, four keys at a time.
   int64_t j = 0;
-  for (; j + W <= n; j += W) V::store(scores + j, exp<V>(V::sub(V::load(scores + j), mv)));
-  if (j < n) V::store_n(scores + j, exp<V>(V::sub(V::load_n(scores + j, int(n - j), m), mv)), int(n - j));
-  float sum = 0;
-  for (j = 0; j < n; ++j) sum += scores[j];
-  // 3. out = sum_j p_j v_j / sum, blocks of dims held in registers, keys in order.
-  int64_t d = 0;
-  for (; d + 4 * W <= head_dim; d += 4 * W) weighted_sum_block<V, 4>(v, head_dim, keys, scores, n, d, W, out);
-  for (; d + W <= head_dim; d += W) weighted_sum_block<V, 1>(v, head_dim, keys, scores, n, d, W, out);
-  if (d < head_dim) weighted_sum_block<V, 1>(v, head_dim, keys, scores, n, d, int(head_dim - d), out);
-  scale_row<V>(out, head_dim, 1.0f / sum);
+  for (; j + 4 <= n; j += 4) {
+    const float* rows[4];
+    for (int r = 0; r < 4; ++r) rows[r] = k + int64_t(keys[j + r]) * head_dim;
+    for (int t = 0; t < n_rows; ++t) dots<V, 4>(q[t], rows, head_dim, scores + t * n + j);
+  }
+  for (; j < n; ++j) {
+    const float* row = k + int64_t(keys[j]) * head_dim;
+    for (int t = 0; t < n_rows; ++t) dots<V, 1>(q[t], &row, head_dim, scores + t * n + j);
+  }
+  // 2. per row: scale, softcap, max; p_j = exp(s_j - max) element-wise; their sum in key order.
+  float sums[kernels::kMaxTileRows];
+  for (int t = 0; t < n_rows; ++t) {
+    float* s = scores + t * n;
+    float m = -Consts<V>::inf;
+    for (j = 0; j < n; ++j) {
+      float x = s[j] * scale;
+      if (softcap > 0) x = softcap * std::tanh(x / softcap);
+      s[j] = x;
+      m = x > m ? x : m;
+    }
+    const F mv = V::set1(m);
+    for (j = 0; j + W <= n; j += W) V::store(s + j, exp<V>(V::sub(V::load(s + j), mv)));
+    if (j < n) V::store_n(s + j, exp<V>(V::sub(V::load_n(s + j, int(n - j), m), mv)), int(n - j));
+    float sum = 0;
+    for (j = 0; j < n; ++j) sum += s[j];
+    sums[t] = sum;
+  }
+  // 3. out = sum_j p_j v_j / sum: blocks of keys (whose V rows stay in L1 across the tile's rows),
+  // blocks of dims held in registers, keys in order within each dim.
+  constexpr int64_t kKeyBlock = 32;
+  for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
+    const int64_t j1 = j0 + kKeyBlock < n ? j0 + kKeyBlock : n;
+    const bool first = j0 == 0;
+    for (int t = 0; t < n_rows; ++t) {
+      const float* p = scores + t * n;
+      int64_t d = 0;
+      for (; d + 4 * W <= head_dim; d += 4 * W)
+        weighted_sum_block<V, 4, false>(v, head_dim, keys, p, j0, j1, d, W, first, out[t]);
+      for (; d + W <= head_dim; d += W) weighted_sum_block<V, 1, false>(v, head_dim, keys, p, j0, j1, d, W, first, out[t]);
+      if (d < head_dim)
+        weighted_sum_block<V, 1, true>(v, head_dim, keys, p, j0, j1, d, int(head_dim - d), first, out[t]);
+    }
+  }
+  for (int t = 0; t < n_rows; ++t) scale_row<V>(out[t], head_dim, 1.0f / sums[t]);
 }
 
 }  // namespace canvas::simd

@@ -1,0 +1,249 @@
+// Kernel micro-benchmarks: matvec bandwidth per weight type, matmul GFLOP/s per batch size, the
+// streaming-read roof of the machine, and OpenBLAS sgemm on the same shapes for the ratio.
+//
+// Threads: CANVAS_BENCH_THREADS (default 2). SIMD level: CANVAS_SIMD as everywhere.
+// Run with OpenBLAS's own core-type override cleared, e.g.
+//   env -u OPENBLAS_CORETYPE ./canvas_bench_kernels --benchmark_min_time=0.3
+#include <benchmark/benchmark.h>
+#include <immintrin.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "core/cpu.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "ops/matmul.h"
+
+#ifdef CANVAS_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace canvas {
+namespace {
+
+int bench_threads() {
+  const char* env = std::getenv("CANVAS_BENCH_THREADS");
+  return env ? std::max(1, std::atoi(env)) : 2;
+}
+
+ThreadPool& pool() {
+  static ThreadPool p(bench_threads());
+  return p;
+}
+
+// Weight matrices are built from 64 distinct random rows repeated (their values do not change the
+// speed), kept for the whole run so each shape is built once.
+struct Matrix {
+  std::vector<uint8_t> bytes;
+  TensorView view;
+};
+
+const Matrix& matrix(DType type, int64_t n, int64_t k) {
+  static std::map<std::tuple<int, int64_t, int64_t>, std::unique_ptr<Matrix>> cache;
+  auto& slot = cache[{int(type), n, k}];
+  if (!slot) {
+    slot = std::make_unique<Matrix>();
+    const int64_t rb = row_bytes(type, k);
+    slot->bytes.resize(size_t(rb * n));
+    Rng rng(uint64_t(type) * 1000 + uint64_t(k));
+    std::vector<float> row(static_cast<size_t>(k));
+    const int64_t distinct = std::min<int64_t>(64, n);
+    for (int64_t j = 0; j < distinct; ++j) {
+      for (auto& v : row) v = float(rng.normal()) * 0.05f;
+      quantize_row(type, row.data(), slot->bytes.data() + j * rb, k);
+    }
+    for (int64_t j = distinct; j < n; ++j) std::memcpy(slot->bytes.data() + j * rb, slot->bytes.data() + (j % distinct) * rb, size_t(rb));
+    slot->view.name = "bench";
+    slot->view.type = type;
+    slot->view.ne = {k, n, 1, 1};
+    slot->view.n_dims = 2;
+    slot->view.data = slot->bytes.data();
+  }
+  return *slot;
+}
+
+std::vector<float> activations(int64_t m, int64_t k) {
+  Rng rng(42);
+  std::vector<float> x(static_cast<size_t>(m * k));
+  for (auto& v : x) v = float(rng.normal());
+  return x;
+}
+
+constexpr int64_t kBigN = 16384, kBigK = 8192;  // matvec matrix: far larger than the caches
+constexpr int64_t kMatN = 4096, kMatK = 4096;    // matmul shapes
+
+// ---- matvec: bandwidth ----------------------------------------------------------------------------
+
+void BM_Matvec(benchmark::State& state, DType type) {
+  const Matrix& w = matrix(type, kBigN, kBigK);
+  const std::vector<float> x = activations(1, kBigK);
+  std::vector<float> y(kBigN);
+  for (auto _ : state) {
+    matmul(w.view, x.data(), 1, y.data(), &pool());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(w.view.bytes()), benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::OneK::kIs1000);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * kBigN * kBigK, benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::OneK::kIs1000);
+  state.SetLabel(std::string(dtype_name(type)) + " " + std::to_string(kBigN) + "x" + std::to_string(kBigK) + " " +
+                 simd_level_name(matmul_simd_level()) + " threads=" + std::to_string(pool().size()));
+}
+
+// ---- matmul: compute rate ------------------------------------------------------------------------
+
+void BM_Matmul(benchmark::State& state, DType type) {
+  const int64_t m = state.range(0);
+  const Matrix& w = matrix(type, kMatN, kMatK);
+  const std::vector<float> x = activations(m, kMatK);
+  std::vector<float> y(static_cast<size_t>(m * kMatN));
+  for (auto _ : state) {
+    matmul(w.view, x.data(), m, y.data(), &pool());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(m) * kMatN * kMatK,
+                                                 benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::OneK::kIs1000);
+  state.counters["GB/s"] = benchmark::Counter(double(w.view.bytes()), benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::OneK::kIs1000);
+  state.SetLabel(std::string(dtype_name(type)) + " m=" + std::to_string(m) + " n=k=" + std::to_string(kMatN) + " " +
+                 simd_level_name(matmul_simd_level()));
+}
+
+// ---- the machine's streaming-read roof -------------------------------------------------------------
+
+__attribute__((target("avx512f"))) float sum_avx512(const float* p, int64_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i + 64 <= n; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  float s = 0;
+  for (float v : lanes) s += v;
+  return s;
+}
+
+void BM_StreamReadRoof(benchmark::State& state) {
+  if (!cpu_features().avx512f) {
+    state.SkipWithError("no AVX-512");
+    return;
+  }
+  constexpr int64_t kBytes = int64_t(1) << 30;
+  constexpr int64_t n = kBytes / 4;
+  static float* data = [] {
+    float* p = static_cast<float*>(std::aligned_alloc(64, kBytes));
+    for (int64_t i = 0; i < n; ++i) p[i] = 1.f;
+    return p;
+  }();
+  std::vector<float> partial(size_t(pool().size()) * 16);
+  for (auto _ : state) {
+    pool().run([&](int t, int threads) {
+      const int64_t b = n / threads * t, e = t + 1 == threads ? n : n / threads * (t + 1);
+      partial[size_t(t) * 16] = sum_avx512(data + b, e - b);
+    });
+    benchmark::DoNotOptimize(partial.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(kBytes), benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::OneK::kIs1000);
+  state.SetLabel("1 GiB AVX-512 sum, threads=" + std::to_string(pool().size()));
+}
+
+#ifdef CANVAS_HAVE_OPENBLAS
+// ---- OpenBLAS sgemm on the same product (x row-major m x k, W row-major n x k, y = x W^T) -----------
+
+void BM_OpenBlasSgemm(benchmark::State& state) {
+  const int64_t m = state.range(0);
+  openblas_set_num_threads(bench_threads());
+  const Matrix& w = matrix(DType::F32, kMatN, kMatK);
+  const std::vector<float> x = activations(m, kMatK);
+  std::vector<float> y(static_cast<size_t>(m * kMatN));
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(kMatN), int(kMatK), 1.f, x.data(), int(kMatK),
+                w.view.f32(), int(kMatK), 0.f, y.data(), int(kMatN));
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(m) * kMatN * kMatK,
+                                                 benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::OneK::kIs1000);
+  state.SetLabel("m=" + std::to_string(m) + " n=k=" + std::to_string(kMatN) + " threads=" + std::to_string(bench_threads()));
+}
+
+// Both in one run: canvas matmul (F32 and Q8_0 weights) against sgemm, timed alternately.
+void BM_RatioVsOpenBlas(benchmark::State& state) {
+  const int64_t m = state.range(0);
+  openblas_set_num_threads(bench_threads());
+  const Matrix& wf = matrix(DType::F32, kMatN, kMatK);
+  const Matrix& wq = matrix(DType::Q8_0, kMatN, kMatK);
+  const std::vector<float> x = activations(m, kMatK);
+  std::vector<float> y(static_cast<size_t>(m * kMatN));
+  double t_f32 = 0, t_q8 = 0, t_blas = 0;
+  for (auto _ : state) {
+    double t0 = now_ms();
+    matmul(wf.view, x.data(), m, y.data(), &pool());
+    double t1 = now_ms();
+    matmul(wq.view, x.data(), m, y.data(), &pool());
+    double t2 = now_ms();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(kMatN), int(kMatK), 1.f, x.data(), int(kMatK),
+                wf.view.f32(), int(kMatK), 0.f, y.data(), int(kMatN));
+    double t3 = now_ms();
+    t_f32 += t1 - t0;
+    t_q8 += t2 - t1;
+    t_blas += t3 - t2;
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double flop = 2.0 * double(m) * kMatN * kMatK * double(state.iterations());
+  state.counters["f32_GFLOP/s"] = flop / t_f32 * 1e-6;
+  state.counters["q8_0_GFLOP/s"] = flop / t_q8 * 1e-6;
+  state.counters["sgemm_GFLOP/s"] = flop / t_blas * 1e-6;
+  state.counters["f32/sgemm"] = t_blas / t_f32;
+  state.counters["q8_0/sgemm"] = t_blas / t_q8;
+  state.SetLabel("m=" + std::to_string(m) + " n=k=" + std::to_string(kMatN));
+}
+#endif
+
+const int64_t kBatchSizes[] = {1, 8, 32, 64, 256};
+
+void register_all() {
+  for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0})
+    benchmark::RegisterBenchmark((std::string("Matvec/") + dtype_name(type)).c_str(), BM_Matvec, type)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  for (DType type : {DType::F32, DType::Q8_0, DType::Q4_0, DType::F16, DType::BF16}) {
+    auto* b = benchmark::RegisterBenchmark((std::string("Matmul/") + dtype_name(type)).c_str(), BM_Matmul, type);
+    const bool f16_or_bf16 = type == DType::F16 || type == DType::BF16;
+    for (int64_t m : kBatchSizes)
+      if (!f16_or_bf16 || m == 32) b->Arg(m);
+    b->UseRealTime()->Unit(benchmark::kMillisecond);
+  }
+  benchmark::RegisterBenchmark("StreamReadRoof", BM_StreamReadRoof)->UseRealTime()->Unit(benchmark::kMillisecond);
+#ifdef CANVAS_HAVE_OPENBLAS
+  // Last: OpenBLAS's threads keep spinning for a while after each call.
+  auto* s = benchmark::RegisterBenchmark("OpenBlasSgemm", BM_OpenBlasSgemm);
+  for (int64_t m : kBatchSizes) s->Arg(m);
+  s->UseRealTime()->Unit(benchmark::kMillisecond);
+  auto* r = benchmark::RegisterBenchmark("RatioVsOpenBlas", BM_RatioVsOpenBlas);
+  for (int64_t m : {32, 64, 256}) r->Arg(m);
+  r->UseRealTime()->Unit(benchmark::kMillisecond);
+#endif
+}
+
+}  // namespace
+}  // namespace canvas
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  canvas::register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

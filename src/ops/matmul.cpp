@@ -1,0 +1,337 @@
+// Matmul dispatch, the scalar reference twin, row (de)quantisation (ggml rounding) and get_row.
+#include "ops/matmul.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "core/error.h"
+#include "ops/matmul_kernels.h"
+
+namespace canvas {
+namespace matmul_detail {
+
+float quantize_act_block(const float* x, int8_t* q) {
+  float amax = 0.f;
+  for (int i = 0; i < kQK; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  for (int i = 0; i < kQK; ++i) q[i] = int8_t(std::roundf(x[i] * id));
+  return d;
+}
+
+namespace {
+
+// ---- scalar kernels: the reference arithmetic, one output at a time -------------------------------
+
+// Scalar activation layout: per 32-block, the f32 scale then 32 int8 values.
+struct ActBlock {
+  float d;
+  int8_t q[kQK];
+};
+static_assert(sizeof(ActBlock) == 36);
+
+template <DType T>
+float weight_value(const uint8_t* row, int64_t i) {
+  if constexpr (T == DType::F32) {
+    float v;
+    std::memcpy(&v, row + 4 * i, 4);
+    return v;
+  } else {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * i, 2);
+    if constexpr (T == DType::F16) return f16_to_f32(h);
+    else return bf16_to_f32(h);
+  }
+}
+
+// Plain sequential sum over k: the obviously-correct order.
+template <DType T>
+float dot_float(const uint8_t* w_row, const float* x, int64_t k) {
+  float acc = 0.f;
+  for (int64_t i = 0; i < k; ++i) acc += x[i] * weight_value<T>(w_row, i);
+  return acc;
+}
+
+float dot_float(DType type, const uint8_t* w_row, const float* x, int64_t k) {
+  switch (type) {
+    case DType::F32: return dot_float<DType::F32>(w_row, x, k);
+    case DType::F16: return dot_float<DType::F16>(w_row, x, k);
+    default: return dot_float<DType::BF16>(w_row, x, k);
+  }
+}
+
+// Per block: exact integer dot, then acc += (d_w * d_x) * isum in float, blocks in order.
+float dot_quant(DType type, const uint8_t* w_row, const ActBlock* act, int64_t nb) {
+  float acc = 0.f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int32_t isum = 0;
+    float dw;
+    if (type == DType::Q8_0) {
+      BlockQ8_0 blk;
+      std::memcpy(&blk, w_row + b * sizeof(BlockQ8_0), sizeof blk);
+      for (int i = 0; i < kQK; ++i) isum += int32_t(blk.qs[i]) * int32_t(act[b].q[i]);
+      dw = f16_to_f32(blk.d);
+    } else {
+      BlockQ4_0 blk;
+      std::memcpy(&blk, w_row + b * sizeof(BlockQ4_0), sizeof blk);
+      for (int i = 0; i < kQK / 2; ++i) {
+        isum += (int32_t(blk.qs[i] & 15) - 8) * int32_t(act[b].q[i]);
+        isum += (int32_t(blk.qs[i] >> 4) - 8) * int32_t(act[b].q[i + kQK / 2]);
+      }
+      dw = f16_to_f32(blk.d);
+    }
+    acc += (dw * act[b].d) * float(isum);
+  }
+  return acc;
+}
+
+void scalar_matmul_float(const FloatArgs& a, int64_t j0, int64_t j1) {
+  for (int64_t i = 0; i < a.m; ++i)
+    for (int64_t j = j0; j < j1; ++j)
+      a.y[i * a.ldy + j] = dot_float(a.type, a.w + j * a.w_row_bytes, a.x + i * a.ldx, a.k);
+}
+
+int64_t scalar_act_row_bytes(int64_t k) { return k / kQK * int64_t(sizeof(ActBlock)); }
+
+void scalar_quantize_act(DType, const float* x, int64_t k, uint8_t* dst) {
+  ActBlock* out = reinterpret_cast<ActBlock*>(dst);
+  for (int64_t b = 0; b < k / kQK; ++b) out[b].d = quantize_act_block(x + b * kQK, out[b].q);
+}
+
+void scalar_act_block(DType, const uint8_t* row, int64_t, int64_t b, int8_t* q, float* d) {
+  const ActBlock* blk = reinterpret_cast<const ActBlock*>(row) + b;
+  std::memcpy(q, blk->q, kQK);
+  *d = blk->d;
+}
+
+void scalar_matmul_quant(const QuantArgs& a, int64_t j0, int64_t j1) {
+  for (int64_t i = 0; i < a.m; ++i) {
+    const ActBlock* act = reinterpret_cast<const ActBlock*>(a.xq + i * a.xq_row_bytes);
+    for (int64_t j = j0; j < j1; ++j)
+      a.y[i * a.ldy + j] = dot_quant(a.type, a.w + j * a.w_row_bytes, act, a.k / kQK);
+  }
+}
+
+}  // namespace
+
+const KernelSet& kernels_scalar() {
+  static const KernelSet set{SimdLevel::Scalar,  scalar_matmul_float, scalar_act_row_bytes, scalar_quantize_act,
+                             scalar_act_block,   scalar_matmul_quant, 16};
+  return set;
+}
+
+}  // namespace matmul_detail
+
+using namespace matmul_detail;
+
+namespace {
+
+std::atomic<int> g_level_override{-1};
+
+SimdLevel hardware_simd_level() {
+  const CpuFeatures& f = cpu_features();
+  if (!(f.avx2 && f.fma)) return SimdLevel::Scalar;
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.avx512bf16) return SimdLevel::Avx512;
+  return SimdLevel::Avx2;
+}
+
+const KernelSet& kernels_for(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::Avx512: return kernels_avx512();
+    case SimdLevel::Avx2: return kernels_avx2();
+    default: return kernels_scalar();
+  }
+}
+
+bool is_quant(DType type) { return type == DType::Q8_0 || type == DType::Q4_0; }
+
+std::string describe(const TensorView& w) {
+  return "weight '" + w.name + "' (" + dtype_name(w.type) + " " + w.shape_string() + ")";
+}
+
+// Per-calling-thread scratch for quantised activations, 64-byte aligned, grown on demand.
+uint8_t* activation_scratch(int64_t bytes) {
+  struct Free {
+    void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t(64)); }
+  };
+  thread_local std::unique_ptr<uint8_t[], Free> buffer;
+  thread_local int64_t capacity = 0;
+  if (bytes > capacity) {
+    buffer.reset();
+    capacity = std::max<int64_t>(bytes, capacity * 3 / 2);
+    buffer.reset(static_cast<uint8_t*>(::operator new[](size_t(capacity), std::align_val_t(64))));
+  }
+  return buffer.get();
+}
+
+void check_args(const TensorView& w, const float* x, int64_t ldx, int64_t m, const float* y, int64_t ldy) {
+  check(matmul_supports(w.type), "matmul: " + describe(w) + ": unsupported weight type");
+  check(w.data != nullptr || w.rows() * w.cols() == 0, "matmul: " + describe(w) + " has no data");
+  const int64_t k = w.cols();
+  check(!is_quant(w.type) || k % kQK == 0, "matmul: " + describe(w) + ": row length " + std::to_string(k) +
+                                                 " is not a multiple of the block size 32");
+  check(m >= 0, "matmul: negative row count " + std::to_string(m));
+  check(ldx >= k, "matmul: x row stride " + std::to_string(ldx) + " < k = " + std::to_string(k) + " for " + describe(w));
+  check(ldy >= w.rows(),
+        "matmul: y row stride " + std::to_string(ldy) + " < n = " + std::to_string(w.rows()) + " for " + describe(w));
+  check(m == 0 || (x != nullptr && y != nullptr), "matmul: null x or y for " + describe(w));
+}
+
+void run_matmul(const KernelSet& ks, const TensorView& w, const float* x, int64_t ldx, int64_t m, float* y,
+                int64_t ldy, ThreadPool* pool) {
+  const int64_t k = w.cols(), n = w.rows();
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i) std::fill(y + i * ldy, y + i * ldy + n, 0.f);
+    return;
+  }
+  const int64_t w_row_bytes = w.row_size();
+  const uint8_t* wp = static_cast<const uint8_t*>(w.data);
+  // Tiny products are not worth waking the pool for; the split never changes results anyway.
+  if (double(m) * double(n) * double(k) < 65536.0) pool = nullptr;
+  if (!is_quant(w.type)) {
+    const FloatArgs a{w.type, wp, w_row_bytes, k, x, ldx, m, y, ldy};
+    parallel_for(pool, n, ks.grain, [&](int64_t j0, int64_t j1) { ks.matmul_float(a, j0, j1); });
+    return;
+  }
+  // Quantise every activation row once, before the column-parallel section that shares them.
+  const int64_t act_bytes = ks.act_row_bytes(k);
+  uint8_t* xq = activation_scratch(act_bytes * m);
+  parallel_for(m * k >= 65536 ? pool : nullptr, m, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) ks.quantize_act(w.type, x + i * ldx, k, xq + i * act_bytes);
+  });
+  const QuantArgs a{w.type, wp, w_row_bytes, k, xq, act_bytes, m, y, ldy};
+  parallel_for(pool, n, ks.grain, [&](int64_t j0, int64_t j1) { ks.matmul_quant(a, j0, j1); });
+}
+
+}  // namespace
+
+bool matmul_supports(DType type) {
+  return type == DType::F32 || type == DType::F16 || type == DType::BF16 || type == DType::Q8_0 ||
+         type == DType::Q4_0;
+}
+
+SimdLevel matmul_simd_level() {
+  const int forced = g_level_override.load(std::memory_order_relaxed);
+  return forced >= 0 ? SimdLevel(forced) : simd_level();
+}
+
+void set_matmul_simd_level(SimdLevel level) {
+  const SimdLevel best = hardware_simd_level();
+  g_level_override.store(int(std::min(level, best)), std::memory_order_relaxed);
+}
+
+void reset_matmul_simd_level() { g_level_override.store(-1, std::memory_order_relaxed); }
+
+void matmul(const TensorView& w, const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy, ThreadPool* pool) {
+  check_args(w, x, ldx, m, y, ldy);
+  run_matmul(kernels_for(matmul_simd_level()), w, x, ldx, m, y, ldy, pool);
+}
+
+void matmul_reference(const TensorView& w, const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy) {
+  check_args(w, x, ldx, m, y, ldy);
+  run_matmul(kernels_scalar(), w, x, ldx, m, y, ldy, nullptr);
+}
+
+void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
+  const uint8_t* s = static_cast<const uint8_t*>(src);
+  switch (type) {
+    case DType::F32: std::memcpy(dst, src, size_t(n) * 4); return;
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = weight_value<DType::F16>(s, i);
+      return;
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = weight_value<DType::BF16>(s, i);
+      return;
+    case DType::Q8_0: {
+      row_bytes(type, n);  // validates n
+      for (int64_t b = 0; b < n / kQK; ++b) {
+        BlockQ8_0 blk;
+        std::memcpy(&blk, s + b * sizeof blk, sizeof blk);
+        const float d = f16_to_f32(blk.d);
+        for (int i = 0; i < kQK; ++i) dst[b * kQK + i] = d * float(blk.qs[i]);
+      }
+      return;
+    }
+    case DType::Q4_0: {
+      row_bytes(type, n);
+      for (int64_t b = 0; b < n / kQK; ++b) {
+        BlockQ4_0 blk;
+        std::memcpy(&blk, s + b * sizeof blk, sizeof blk);
+        const float d = f16_to_f32(blk.d);
+        for (int i = 0; i < kQK / 2; ++i) {
+          dst[b * kQK + i] = d * float(int(blk.qs[i] & 15) - 8);
+          dst[b * kQK + i + kQK / 2] = d * float(int(blk.qs[i] >> 4) - 8);
+        }
+      }
+      return;
+    }
+    default: throw Error(std::string("dequantize_row: unsupported type ") + dtype_name(type));
+  }
+}
+
+void quantize_row(DType type, const float* src, void* dst, int64_t n) {
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  switch (type) {
+    case DType::F32: std::memcpy(dst, src, size_t(n) * 4); return;
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = f32_to_f16(src[i]);
+        std::memcpy(out + 2 * i, &h, 2);
+      }
+      return;
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = f32_to_bf16(src[i]);
+        std::memcpy(out + 2 * i, &h, 2);
+      }
+      return;
+    case DType::Q8_0: {  // ggml quantize_row_q8_0_ref
+      row_bytes(type, n);
+      for (int64_t b = 0; b < n / kQK; ++b) {
+        BlockQ8_0 blk;
+        blk.d = f32_to_f16(quantize_act_block(src + b * kQK, blk.qs));
+        std::memcpy(out + b * sizeof blk, &blk, sizeof blk);
+      }
+      return;
+    }
+    case DType::Q4_0: {  // ggml quantize_row_q4_0_ref: the signed value of largest magnitude maps to -8
+      row_bytes(type, n);
+      for (int64_t b = 0; b < n / kQK; ++b) {
+        const float* x = src + b * kQK;
+        float amax = 0.f, max = 0.f;
+        for (int i = 0; i < kQK; ++i) {
+          if (amax < std::fabs(x[i])) {
+            amax = std::fabs(x[i]);
+            max = x[i];
+          }
+        }
+        const float d = max / -8.f;
+        const float id = d != 0.f ? 1.f / d : 0.f;
+        BlockQ4_0 blk;
+        blk.d = f32_to_f16(d);
+        for (int i = 0; i < kQK / 2; ++i) {
+          const uint8_t lo = uint8_t(std::min<int>(15, int8_t(x[i] * id + 8.5f)));
+          const uint8_t hi = uint8_t(std::min<int>(15, int8_t(x[i + kQK / 2] * id + 8.5f)));
+          blk.qs[i] = uint8_t(lo | hi << 4);
+        }
+        std::memcpy(out + b * sizeof blk, &blk, sizeof blk);
+      }
+      return;
+    }
+    default: throw Error(std::string("quantize_row: unsupported type ") + dtype_name(type));
+  }
+}
+
+void get_row(const TensorView& w, int64_t row, float* dst) {
+  check(row >= 0 && row < w.rows(), "get_row: row " + std::to_string(row) + " out of range for " + describe(w));
+  check(matmul_supports(w.type), "get_row: " + describe(w) + ": unsupported type");
+  dequantize_row(w.type, w.row(row), dst, w.cols());
+}
+
+}  // namespace canvas
