@@ -123,6 +123,11 @@ Model Model::load(const std::string& path) {
   m.output = bind(f, "output.weight", {H, c.vocab}, false);
   c.tied_output = m.output.data == nullptr;
   if (c.tied_output) m.output = m.token_embd;
+  if (const TensorView* pe = f.find_tensor("position_embd.weight")) {
+    m.position_embd = bind(f, "position_embd.weight", {H, pe->ne[1]});
+    check(m.position_embd.type == DType::F32, path + ": tensor 'position_embd.weight' must be f32");
+    c.context_length = std::min(c.context_length, pe->ne[1]);
+  }
   c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
@@ -184,6 +189,13 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& req, Thre
     get_row(model.token_embd, req.tokens[i], &x[size_t(i * H)]);
     if (c.embedding_scale != 1.f)
       for (int64_t j = 0; j < H; ++j) x[size_t(i * H + j)] *= c.embedding_scale;
+    if (model.position_embd.data) {
+      check(req.pos0 + i < model.position_embd.ne[1], "position " + std::to_string(req.pos0 + i) +
+                                                           " is beyond the model's position embeddings (" +
+                                                           std::to_string(model.position_embd.ne[1]) + ")");
+      const float* pe = model.position_embd.f32() + (req.pos0 + i) * H;
+      for (int64_t j = 0; j < H; ++j) x[size_t(i * H + j)] += pe[j];
+    }
   }
   int32_t* groups = cache.groups();
   for (int64_t i = 0; i < n; ++i) groups[req.pos0 + i] = req.groups[i];

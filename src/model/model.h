@@ -25,6 +25,7 @@ struct Model {
   ModelConfig config;
   std::shared_ptr<GgufFile> file;  // keeps the memory map alive
   TensorView token_embd, output_norm, output;
+  TensorView position_embd;  // optional learned absolute positions [hidden, n_positions] (GPT-2 style)
   std::vector<LayerWeights> layers;
 
   // Loads a GGUF; checks every tensor's presence, dtype and shape against the config.

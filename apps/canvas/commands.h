@@ -1,0 +1,8 @@
+// Subcommands of the canvas CLI that live in their own files.
+#pragma once
+
+namespace canvas::cli {
+
+int cmd_sudoku(int argc, char** argv);
+
+}  // namespace canvas::cli

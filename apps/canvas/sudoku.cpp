@@ -1,0 +1,280 @@
+// canvas sudoku: generate puzzle sets, solve puzzles with a model, evaluate solve rates.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "args.h"
+#include "commands.h"
+#include "core/error.h"
+#include "core/timer.h"
+#include "decode/ar.h"
+#include "decode/masked.h"
+#include "model/model.h"
+#include "train/sudoku.h"
+
+namespace canvas::cli {
+namespace {
+
+const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval> [options]
+
+  canvas sudoku generate -n N [--difficulty D] [--source qqwing|canvas] [--min-clues C] [-s SEED]
+      Writes N lines "PUZZLE SOLUTION DIFFICULTY" (81 digits each, 0 = blank). --source qqwing (default)
+      asks Debian's qqwing for puzzles rated D (simple, easy, intermediate, expert, any); --source canvas
+      uses canvas's own generator (unique solutions, down to --min-clues givens, default 24), rated
+      "generated". --exclude FILE (repeatable) skips puzzles present in FILE, so held-out sets never
+      overlap training data.
+
+  canvas sudoku solve -m MODEL [--mode diffusion|ar] [--steps S] [--algorithm A] [-t N]
+      Reads puzzles from stdin, one per line (81 chars, '0' or '.' for blanks), writes one 81-digit
+      solution per line. Non-digit outputs are written as 0.
+
+  canvas sudoku eval -m MODEL --data FILE [--mode diffusion|ar] [--steps 81,27,9]
+                     [--algorithm confidence,margin] [--limit N] [-t N] [--json]
+      Exact-solve rate and cell accuracy (over the blank cells) per difficulty, per number of
+      denoising steps and per unmasking order (AR: one row per difficulty).
+)";
+
+struct SolveSettings {
+  std::string mode = "diffusion";
+  int64_t steps = 81;
+  UnmaskOrder order = UnmaskOrder::Confidence;
+};
+
+SudokuGrid solve_one(const Model& model, const SudokuGrid& puzzle, const SolveSettings& s, ThreadPool* pool) {
+  const std::vector<int32_t> prompt = sudoku_prompt_tokens(puzzle);
+  GenerationResult r;
+  if (s.mode == "ar") {
+    ArParams p;
+    p.max_new_tokens = 81;
+    p.stop_at_eos = false;
+    r = generate_ar(model, prompt, p, pool);
+  } else {
+    MaskedDiffusionParams p;
+    p.gen_length = 81;
+    p.block_length = 81;
+    p.steps = s.steps;
+    p.order = s.order;
+    p.cache = CacheMode::Prefix;
+    r = generate_masked(model, prompt, p, pool);
+  }
+  return sudoku_from_tokens(r.tokens);
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::set<std::string> read_puzzle_set(const std::string& path) {
+  std::set<std::string> out;
+  for (const SudokuExample& e : read_sudoku_file(path)) out.insert(format_sudoku(e.puzzle));
+  return out;
+}
+
+int sudoku_generate(int argc, char** argv) {
+  Args args(argc, argv, 3,
+            {{"-n", "n"}, {"--difficulty", "difficulty"}, {"--source", "source"}, {"--min-clues", "min-clues"},
+             {"-s", "seed"}, {"--seed", "seed"}, {"--exclude", "exclude"}},
+            {"n", "difficulty", "source", "min-clues", "seed", "exclude"}, {});
+  const int64_t n = args.get_int("n", 100);
+  check(n > 0, "-n must be positive");
+  const std::string source = args.get("source", "qqwing");
+  const std::string difficulty = args.get("difficulty", "easy");
+  std::set<std::string> exclude;
+  if (args.has("exclude")) exclude = read_puzzle_set(args.get("exclude", ""));
+  int64_t written = 0;
+  if (source == "canvas") {
+    Rng rng(uint64_t(args.get_int("seed", 0)));
+    const int min_clues = int(args.get_int("min-clues", 24));
+    check(min_clues >= 17 && min_clues <= 80, "--min-clues must be in 17..80");
+    while (written < n) {
+      const SudokuGrid solution = random_solution(rng);
+      const SudokuGrid puzzle = make_puzzle(solution, min_clues, rng);
+      const std::string p = format_sudoku(puzzle);
+      if (exclude.count(p)) continue;
+      std::printf("%s %s generated\n", p.c_str(), format_sudoku(solution).c_str());
+      ++written;
+    }
+    return 0;
+  }
+  check(source == "qqwing", "--source must be qqwing or canvas");
+  static const std::set<std::string> kDifficulties{"simple", "easy", "intermediate", "expert", "any"};
+  check(kDifficulties.count(difficulty) > 0, "--difficulty must be simple, easy, intermediate, expert or any");
+  while (written < n) {
+    const int64_t batch = std::min<int64_t>(n - written, 500);
+    const std::string cmd = "qqwing --generate " + std::to_string(batch) + " --difficulty " + difficulty +
+                            " --one-line --solution --stats 2>/dev/null";
+    FILE* pipe = popen(cmd.c_str(), "r");
+    check(pipe != nullptr, "cannot run qqwing (install Debian's qqwing package)");
+    char buf[512];
+    std::vector<std::string> lines;
+    while (std::fgets(buf, sizeof buf, pipe)) lines.emplace_back(buf);
+    const int status = pclose(pipe);
+    check(status == 0 && !lines.empty(), "qqwing failed (is Debian's qqwing package installed?)");
+    // With --stats qqwing prints puzzle, solution and a block of statistics including "Difficulty: X".
+    std::string puzzle, solution, rating = difficulty;
+    for (std::string line : lines) {
+      while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+      if (line.size() == 81 && line.find_first_not_of(".0123456789") == std::string::npos) {
+        if (puzzle.empty()) {
+          puzzle = line;
+        } else {
+          solution = line;
+        }
+      } else if (line.rfind("Difficulty: ", 0) == 0) {
+        rating = line.substr(12);
+        std::transform(rating.begin(), rating.end(), rating.begin(), ::tolower);
+      }
+      if (!puzzle.empty() && !solution.empty() && line.rfind("Difficulty: ", 0) == 0) {
+        const SudokuGrid pz = parse_sudoku(puzzle), sol = parse_sudoku(solution);
+        const std::string key = format_sudoku(pz);
+        if (!exclude.count(key) && written < n && solves(pz, sol)) {
+          std::printf("%s %s %s\n", key.c_str(), format_sudoku(sol).c_str(), rating.c_str());
+          exclude.insert(key);
+          ++written;
+        }
+        puzzle.clear();
+        solution.clear();
+      }
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+SolveSettings solve_settings(const Args& args) {
+  SolveSettings s;
+  s.mode = args.get("mode", "diffusion");
+  check(s.mode == "diffusion" || s.mode == "ar", "--mode must be diffusion or ar");
+  s.steps = args.get_int("steps", 81);
+  s.order = parse_unmask_order(args.get("algorithm", "confidence"));
+  return s;
+}
+
+int sudoku_solve(int argc, char** argv) {
+  Args args(argc, argv, 3,
+            {{"-m", "model"}, {"--model", "model"}, {"--mode", "mode"}, {"--steps", "steps"},
+             {"--algorithm", "algorithm"}, {"-t", "threads"}, {"--threads", "threads"}},
+            {"model", "mode", "steps", "algorithm", "threads"}, {});
+  check(args.has("model"), "no model given (-m FILE.gguf)");
+  const Model model = Model::load(args.get("model", ""));
+  const SolveSettings s = solve_settings(args);
+  ThreadPool pool(int(args.get_int("threads", 0)));
+  std::string line;
+  int64_t line_no = 0;
+  while (std::getline(std::cin, line)) {
+    ++line_no;
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (line.empty()) continue;
+    SudokuGrid puzzle;
+    try {
+      puzzle = parse_sudoku(line.substr(0, 81 <= line.size() ? std::min<size_t>(line.find(' '), line.size()) : line.size()));
+    } catch (const Error& e) {
+      throw Error("stdin line " + std::to_string(line_no) + ": " + e.what());
+    }
+    std::printf("%s\n", format_sudoku(solve_one(model, puzzle, s, &pool)).c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+int sudoku_eval(int argc, char** argv) {
+  Args args(argc, argv, 3,
+            {{"-m", "model"}, {"--model", "model"}, {"--data", "data"}, {"--mode", "mode"}, {"--steps", "steps"},
+             {"--algorithm", "algorithm"}, {"--limit", "limit"}, {"-t", "threads"}, {"--threads", "threads"},
+             {"--json", "json"}},
+            {"model", "data", "mode", "steps", "algorithm", "limit", "threads"}, {"json"});
+  check(args.has("model"), "no model given (-m FILE.gguf)");
+  check(args.has("data"), "no puzzle file given (--data FILE)");
+  const Model model = Model::load(args.get("model", ""));
+  std::vector<SudokuExample> data = read_sudoku_file(args.get("data", ""));
+  const int64_t limit = args.get_int("limit", 0);
+  if (limit > 0 && int64_t(data.size()) > limit) data.resize(size_t(limit));
+  check(!data.empty(), "no puzzles in " + args.get("data", ""));
+  const std::string mode = args.get("mode", "diffusion");
+  check(mode == "diffusion" || mode == "ar", "--mode must be diffusion or ar");
+  std::vector<std::string> steps_list = split_list(args.get("steps", "81"));
+  std::vector<std::string> orders = split_list(args.get("algorithm", "confidence"));
+  if (mode == "ar") steps_list = {"81"}, orders = {"ar"};
+  ThreadPool pool(int(args.get_int("threads", 0)));
+
+  const bool json = args.has("json");
+  if (!json)
+    std::printf("%-13s %-6s %-11s %6s %9s %9s %9s\n", "difficulty", "steps", "order", "n", "solved%", "cells%",
+                "ms/puzzle");
+  std::string json_rows;
+  for (const std::string& steps_text : steps_list)
+    for (const std::string& order : orders) {
+      SolveSettings s;
+      s.mode = mode;
+      s.steps = std::stoll(steps_text);
+      if (mode != "ar") s.order = parse_unmask_order(order);
+      struct Tally {
+        int64_t n = 0, solved = 0, blanks = 0, correct = 0;
+        double ms = 0;
+      };
+      std::map<std::string, Tally> tallies;
+      for (const SudokuExample& e : data) {
+        const double t0 = now_ms();
+        const SudokuGrid got = solve_one(model, e.puzzle, s, &pool);
+        const double ms = now_ms() - t0;
+        for (const std::string& key : {e.difficulty, std::string("all")}) {
+          Tally& t = tallies[key];
+          ++t.n;
+          t.ms += ms;
+          t.solved += solves(e.puzzle, got) ? 1 : 0;
+          for (size_t i = 0; i < 81; ++i)
+            if (!e.puzzle[i]) {
+              ++t.blanks;
+              t.correct += got[i] == e.solution[i] ? 1 : 0;
+            }
+        }
+      }
+      for (const auto& [difficulty, t] : tallies) {
+        const double solved = 100.0 * double(t.solved) / double(t.n);
+        const double cells = 100.0 * double(t.correct) / double(std::max<int64_t>(t.blanks, 1));
+        if (json) {
+          char buf[320];
+          std::snprintf(buf, sizeof buf,
+                        "%s{\"difficulty\": \"%s\", \"mode\": \"%s\", \"steps\": %lld, \"order\": \"%s\", \"n\": %lld, "
+                        "\"solved\": %.4f, \"cell_accuracy\": %.4f, \"ms_per_puzzle\": %.3f}",
+                        json_rows.empty() ? "" : ", ", difficulty.c_str(), mode.c_str(), (long long)s.steps,
+                        order.c_str(), (long long)t.n, solved / 100.0, cells / 100.0, t.ms / double(t.n));
+          json_rows += buf;
+        } else {
+          std::printf("%-13s %-6lld %-11s %6lld %9.2f %9.2f %9.2f\n", difficulty.c_str(), (long long)s.steps,
+                      order.c_str(), (long long)t.n, solved, cells, t.ms / double(t.n));
+        }
+      }
+      std::fflush(stdout);
+    }
+  if (json) std::printf("[%s]\n", json_rows.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int cmd_sudoku(int argc, char** argv) {
+  const std::string sub = argc >= 3 ? argv[2] : "";
+  for (int i = 2; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::fputs(kSudokuUsage, stdout);
+      return 0;
+    }
+  if (sub == "generate") return sudoku_generate(argc, argv);
+  if (sub == "solve") return sudoku_solve(argc, argv);
+  if (sub == "eval") return sudoku_eval(argc, argv);
+  std::fputs(kSudokuUsage, stderr);
+  return 1;
+}
+
+}  // namespace canvas::cli

@@ -1,0 +1,228 @@
+// Sudoku grids, solver, generator and augmentation.
+#include "train/sudoku.h"
+
+#include <algorithm>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace canvas {
+namespace {
+
+inline int box_of(int cell) { return (cell / 27) * 3 + (cell % 9) / 3; }
+
+// Bitmask search with the most-constrained-cell heuristic.
+struct Solver {
+  uint16_t rows[9] = {}, cols[9] = {}, boxes[9] = {};
+  SudokuGrid grid{};
+  int solutions = 0, limit = 1;
+  SudokuGrid first{};
+
+  bool place_givens(const SudokuGrid& puzzle) {
+    grid = puzzle;
+    for (int c = 0; c < 81; ++c) {
+      const int d = puzzle[size_t(c)];
+      if (!d) continue;
+      const uint16_t bit = uint16_t(1u << d);
+      if ((rows[c / 9] | cols[c % 9] | boxes[box_of(c)]) & bit) return false;
+      rows[c / 9] |= bit;
+      cols[c % 9] |= bit;
+      boxes[box_of(c)] |= bit;
+    }
+    return true;
+  }
+
+  void search() {
+    int best = -1, best_count = 10;
+    uint16_t best_free = 0;
+    for (int c = 0; c < 81; ++c) {
+      if (grid[size_t(c)]) continue;
+      const uint16_t free = uint16_t(~(rows[c / 9] | cols[c % 9] | boxes[box_of(c)]) & 0x3fe);
+      const int count = __builtin_popcount(free);
+      if (count < best_count) {
+        best = c, best_count = count, best_free = free;
+        if (count <= 1) break;
+      }
+    }
+    if (best < 0) {
+      if (solutions++ == 0) first = grid;
+      return;
+    }
+    for (int d = 1; d <= 9 && solutions < limit; ++d) {
+      const uint16_t bit = uint16_t(1u << d);
+      if (!(best_free & bit)) continue;
+      grid[size_t(best)] = uint8_t(d);
+      rows[best / 9] |= bit, cols[best % 9] |= bit, boxes[box_of(best)] |= bit;
+      search();
+      rows[best / 9] &= uint16_t(~bit), cols[best % 9] &= uint16_t(~bit), boxes[box_of(best)] &= uint16_t(~bit);
+      grid[size_t(best)] = 0;
+    }
+  }
+};
+
+template <typename T>
+void shuffle(std::vector<T>& v, Rng& rng) {
+  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[size_t(rng.below(i))]);
+}
+
+}  // namespace
+
+SudokuGrid parse_sudoku(const std::string& line) {
+  check(line.size() == 81, "a Sudoku needs 81 characters, got " + std::to_string(line.size()) + ": '" + line + "'");
+  SudokuGrid g{};
+  for (size_t i = 0; i < 81; ++i) {
+    const char ch = line[i];
+    if (ch == '.' || ch == '0') continue;
+    check(ch >= '1' && ch <= '9', "invalid Sudoku character '" + std::string(1, ch) + "' at position " + std::to_string(i));
+    g[i] = uint8_t(ch - '0');
+  }
+  return g;
+}
+
+std::string format_sudoku(const SudokuGrid& grid) {
+  std::string s(81, '0');
+  for (size_t i = 0; i < 81; ++i) s[i] = char('0' + grid[i]);
+  return s;
+}
+
+bool is_valid_solution(const SudokuGrid& grid) {
+  uint16_t rows[9] = {}, cols[9] = {}, boxes[9] = {};
+  for (int c = 0; c < 81; ++c) {
+    const int d = grid[size_t(c)];
+    if (d < 1 || d > 9) return false;
+    const uint16_t bit = uint16_t(1u << d);
+    if ((rows[c / 9] | cols[c % 9] | boxes[box_of(c)]) & bit) return false;
+    rows[c / 9] |= bit, cols[c % 9] |= bit, boxes[box_of(c)] |= bit;
+  }
+  return true;
+}
+
+bool solves(const SudokuGrid& puzzle, const SudokuGrid& solution) {
+  if (!is_valid_solution(solution)) return false;
+  for (size_t i = 0; i < 81; ++i)
+    if (puzzle[i] && puzzle[i] != solution[i]) return false;
+  return true;
+}
+
+int count_solutions(const SudokuGrid& puzzle, int limit, SudokuGrid* first) {
+  Solver s;
+  s.limit = limit;
+  if (!s.place_givens(puzzle)) return 0;
+  s.search();
+  if (first && s.solutions > 0) *first = s.first;
+  return s.solutions;
+}
+
+int count_clues(const SudokuGrid& grid) {
+  return int(std::count_if(grid.begin(), grid.end(), [](uint8_t d) { return d != 0; }));
+}
+
+SudokuGrid random_solution(Rng& rng) {
+  // Solve an empty grid with shuffled first row; then apply a random symmetry for uniformity.
+  SudokuGrid puzzle{};
+  std::vector<int> digits{1, 2, 3, 4, 5, 6, 7, 8, 9};
+  shuffle(digits, rng);
+  for (int i = 0; i < 9; ++i) puzzle[size_t(i)] = uint8_t(digits[size_t(i)]);
+  SudokuGrid solution{};
+  count_solutions(puzzle, 1, &solution);
+  SudokuGrid dummy = solution;
+  augment(dummy, solution, rng);
+  return solution;
+}
+
+SudokuGrid make_puzzle(const SudokuGrid& solution, int min_clues, Rng& rng) {
+  SudokuGrid puzzle = solution;
+  std::vector<int> order(81);
+  std::iota(order.begin(), order.end(), 0);
+  shuffle(order, rng);
+  int clues = 81;
+  for (int cell : order) {
+    if (clues <= min_clues) break;
+    const uint8_t keep = puzzle[size_t(cell)];
+    puzzle[size_t(cell)] = 0;
+    if (count_solutions(puzzle, 2) != 1) {
+      puzzle[size_t(cell)] = keep;
+    } else {
+      --clues;
+    }
+  }
+  return puzzle;
+}
+
+void augment(SudokuGrid& puzzle, SudokuGrid& solution, Rng& rng) {
+  std::vector<int> relabel{0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  std::vector<int> tail(relabel.begin() + 1, relabel.end());
+  shuffle(tail, rng);
+  std::copy(tail.begin(), tail.end(), relabel.begin() + 1);
+  // Row permutation: bands shuffled, rows within each band shuffled; the same for columns.
+  auto line_permutation = [&]() {
+    std::vector<int> bands{0, 1, 2};
+    shuffle(bands, rng);
+    std::vector<int> perm;
+    for (int b : bands) {
+      std::vector<int> within{0, 1, 2};
+      shuffle(within, rng);
+      for (int w : within) perm.push_back(b * 3 + w);
+    }
+    return perm;
+  };
+  const std::vector<int> row_perm = line_permutation(), col_perm = line_permutation();
+  const bool transpose = rng.below(2) == 1;
+  auto apply = [&](const SudokuGrid& g) {
+    SudokuGrid out{};
+    for (int r = 0; r < 9; ++r)
+      for (int c = 0; c < 9; ++c) {
+        const int sr = row_perm[size_t(r)], sc = col_perm[size_t(c)];
+        const int src = transpose ? sc * 9 + sr : sr * 9 + sc;
+        out[size_t(r * 9 + c)] = uint8_t(relabel[g[size_t(src)]]);
+      }
+    return out;
+  };
+  puzzle = apply(puzzle);
+  solution = apply(solution);
+}
+
+std::vector<SudokuExample> read_sudoku_file(const std::string& path) {
+  std::ifstream in(path);
+  check(bool(in), "cannot open Sudoku file " + path);
+  std::vector<SudokuExample> out;
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string puzzle, solution, difficulty;
+    fields >> puzzle >> solution >> difficulty;
+    try {
+      SudokuExample e;
+      e.puzzle = parse_sudoku(puzzle);
+      e.solution = parse_sudoku(solution);
+      e.difficulty = difficulty.empty() ? "unrated" : difficulty;
+      check(solves(e.puzzle, e.solution), "the solution does not solve the puzzle");
+      out.push_back(e);
+    } catch (const Error& err) {
+      throw Error(path + ":" + std::to_string(line_no) + ": " + err.what());
+    }
+  }
+  return out;
+}
+
+std::vector<int32_t> sudoku_prompt_tokens(const SudokuGrid& puzzle) {
+  std::vector<int32_t> tokens(81);
+  for (size_t i = 0; i < 81; ++i) tokens[i] = kSudokuDigitToken + puzzle[i];
+  return tokens;
+}
+
+SudokuGrid sudoku_from_tokens(const std::vector<int32_t>& tokens) {
+  SudokuGrid g{};
+  for (size_t i = 0; i < 81 && i < tokens.size(); ++i) {
+    const int32_t d = tokens[i] - kSudokuDigitToken;
+    g[i] = (d >= 1 && d <= 9) ? uint8_t(d) : 0;
+  }
+  return g;
+}
+
+}  // namespace canvas

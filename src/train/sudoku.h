@@ -1,0 +1,50 @@
+// Sudoku data: grids, a fast exact solver, a puzzle generator with unique solutions, validity-preserving
+// augmentations, and the token layout the Sudoku models use.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+
+namespace canvas {
+
+using SudokuGrid = std::array<uint8_t, 81>;  // row-major, 0 = blank, 1..9 digits
+
+// Parses 81 characters ('1'-'9', '0' or '.' for blank); throws Error naming the problem.
+SudokuGrid parse_sudoku(const std::string& line);
+std::string format_sudoku(const SudokuGrid& grid);  // 81 chars, '0' for blank
+
+// True when every row, column and box of a full grid holds 1..9 once.
+bool is_valid_solution(const SudokuGrid& grid);
+// True when the solution is valid and agrees with every given of the puzzle.
+bool solves(const SudokuGrid& puzzle, const SudokuGrid& solution);
+// Number of solutions, counting no further than `limit`; fills `first` with the first one found.
+int count_solutions(const SudokuGrid& puzzle, int limit, SudokuGrid* first = nullptr);
+int count_clues(const SudokuGrid& grid);
+
+// A uniformly shuffled valid full grid.
+SudokuGrid random_solution(Rng& rng);
+// Removes givens in random order while the solution stays unique, down to `min_clues` (or until no
+// further given can be removed).
+SudokuGrid make_puzzle(const SudokuGrid& solution, int min_clues, Rng& rng);
+// Applies one random symmetry of the Sudoku group (digit relabelling, row swaps within bands, column
+// swaps within stacks, band and stack swaps, transposition) to a puzzle and its solution alike.
+void augment(SudokuGrid& puzzle, SudokuGrid& solution, Rng& rng);
+
+struct SudokuExample {
+  SudokuGrid puzzle, solution;
+  std::string difficulty;  // qqwing rating or "generated"
+};
+// Reads "PUZZLE SOLUTION [DIFFICULTY]" lines (blank lines and '#' comments skipped).
+std::vector<SudokuExample> read_sudoku_file(const std::string& path);
+
+// Token layout of canvas's Sudoku models: the puzzle's 81 characters ('0' for blanks) as byte tokens,
+// followed by the 81 solution digits. The byte-level vocabulary maps byte b to id b.
+constexpr int32_t kSudokuDigitToken = 48;  // id of '0'
+std::vector<int32_t> sudoku_prompt_tokens(const SudokuGrid& puzzle);
+// Reads a solution from 81 generated tokens; non-digit tokens become 0 (blank, counted wrong).
+SudokuGrid sudoku_from_tokens(const std::vector<int32_t>& tokens);
+
+}  // namespace canvas

@@ -1,0 +1,747 @@
+// The tape and its ops: each forward, then its backward right below it.
+#include "train/tape.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include "core/error.h"
+#include "ops/matmul.h"
+
+namespace canvas::train {
+
+// ---- Parameter ---------------------------------------------------------------------------------
+
+Parameter::Parameter(std::string name_, std::vector<int64_t> shape_) : name(std::move(name_)), shape(std::move(shape_)) {
+  check(!shape.empty() && shape.size() <= 3, "parameter '" + name + "': expected 1 to 3 dimensions");
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    check(d > 0, "parameter '" + name + "': dimensions must be positive");
+    n *= d;
+  }
+  value.assign(size_t(n), 0.f);
+}
+
+int64_t Parameter::rows() const {
+  int64_t r = 1;
+  for (size_t i = 1; i < shape.size(); ++i) r *= shape[i];
+  return r;
+}
+
+float* Parameter::grad_data() {
+  if (grad.size() != value.size()) grad.assign(value.size(), 0.f);
+  return grad.data();
+}
+
+void Parameter::zero_grad() { std::fill(grad.begin(), grad.end(), 0.f); }
+
+TensorView Parameter::view() const {
+  TensorView v;
+  v.name = name;
+  v.type = DType::F32;
+  v.n_dims = int(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) v.ne[i] = shape[i];
+  v.data = value.data();
+  return v;
+}
+
+TensorView Parameter::matrix_view(int64_t i) const {
+  check(shape.size() >= 2, "parameter '" + name + "' is not a matrix");
+  check(i >= 0 && i < matrices(), "parameter '" + name + "': matrix " + std::to_string(i) + " out of range");
+  return view().matrix(i);
+}
+
+// ---- Tape --------------------------------------------------------------------------------------
+
+Tape::Node& Tape::node(Var v) {
+  check(v.id >= 0 && v.id < int32_t(nodes_.size()), "tape: invalid variable " + std::to_string(v.id));
+  return nodes_[size_t(v.id)];
+}
+const Tape::Node& Tape::node(Var v) const {
+  check(v.id >= 0 && v.id < int32_t(nodes_.size()), "tape: invalid variable " + std::to_string(v.id));
+  return nodes_[size_t(v.id)];
+}
+
+Var Tape::make(int64_t rows, int64_t cols, bool requires_grad) {
+  check(rows >= 0 && cols >= 0, "tape: negative shape");
+  Node n;
+  n.rows = rows;
+  n.cols = cols;
+  n.value.assign(size_t(rows * cols), 0.f);
+  n.requires_grad = requires_grad;
+  nodes_.push_back(std::move(n));
+  return Var{int32_t(nodes_.size() - 1)};
+}
+
+Var Tape::input(int64_t rows, int64_t cols, const float* data, bool requires_grad) {
+  Var v = make(rows, cols, requires_grad);
+  if (data) std::memcpy(value(v), data, size_t(rows * cols) * sizeof(float));
+  return v;
+}
+
+float* Tape::grad(Var v) {
+  Node& n = node(v);
+  if (n.grad.empty()) n.grad.assign(n.value.size(), 0.f);
+  return n.grad.data();
+}
+
+void Tape::backward(Var loss) {
+  check(size(loss) == 1, "tape: backward needs a 1 x 1 loss, got " + std::to_string(rows(loss)) + " x " +
+                             std::to_string(cols(loss)));
+  grad(loss)[0] = 1.f;
+  for (auto it = backward_.rbegin(); it != backward_.rend(); ++it) (*it)();
+}
+
+void Tape::clear() {
+  nodes_.clear();
+  backward_.clear();
+}
+
+// ---- helpers -----------------------------------------------------------------------------------
+namespace {
+
+std::string dims(const Tape& t, Var v) { return "[" + std::to_string(t.rows(v)) + ", " + std::to_string(t.cols(v)) + "]"; }
+
+void add_into(float* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+// dst [cols, rows] = src^T, src rows of `cols` floats at stride ld.
+void transpose(const float* src, int64_t rows, int64_t cols, int64_t ld, float* dst) {
+  constexpr int64_t kBlock = 32;
+  for (int64_t r0 = 0; r0 < rows; r0 += kBlock)
+    for (int64_t c0 = 0; c0 < cols; c0 += kBlock)
+      for (int64_t r = r0; r < std::min(rows, r0 + kBlock); ++r)
+        for (int64_t c = c0; c < std::min(cols, c0 + kBlock); ++c) dst[c * rows + r] = src[r * ld + c];
+}
+
+// A dense f32 matrix as matmul weights: `rows` outputs, each a dot over `cols` inputs.
+TensorView f32_matrix(const float* data, int64_t rows, int64_t cols) {
+  TensorView v;
+  v.type = DType::F32;
+  v.ne = {cols, rows, 1, 1};
+  v.n_dims = 2;
+  v.data = data;
+  return v;
+}
+
+// y [m, n] = x [m, k] b^T where b is [n, k]: the one product shape canvas::matmul offers.
+void product_abt(const float* x, int64_t m, int64_t k, const float* b, int64_t n, float* y, ThreadPool* pool) {
+  matmul(f32_matrix(b, n, k), x, k, m, y, n, pool);
+}
+
+constexpr int64_t kRowGrain = 16;
+
+}  // namespace
+
+// ---- embedding ---------------------------------------------------------------------------------
+
+Var embedding(Tape& tape, Parameter& table, const std::vector<int32_t>& ids, float scale) {
+  const int64_t n = int64_t(ids.size()), width = table.cols(), vocab = table.rows();
+  for (int32_t id : ids)
+    check(id >= 0 && id < vocab, "embedding '" + table.name + "': token id " + std::to_string(id) +
+                                     " is outside the vocabulary (size " + std::to_string(vocab) + ")");
+  Var y = tape.make(n, width, table.trainable);
+  float* out = tape.value(y);
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(out + i * width, table.value.data() + ids[size_t(i)] * width, size_t(width) * sizeof(float));
+    if (scale != 1.f)
+      for (int64_t j = 0; j < width; ++j) out[i * width + j] *= scale;
+  }
+  if (!table.trainable) return y;
+  Parameter* tp = &table;
+  tape.record([&tape, y, tp, ids, scale, n, width] {
+    if (!tape.has_grad(y)) return;
+    // Scatter-add in token order: repeated ids accumulate deterministically.
+    const float* dy = tape.grad_or_null(y);
+    float* dt = tp->grad_data();
+    for (int64_t i = 0; i < n; ++i) {
+      float* row = dt + ids[size_t(i)] * width;
+      for (int64_t j = 0; j < width; ++j) row[j] += scale * dy[i * width + j];
+    }
+  });
+  return y;
+}
+
+// ---- linear ------------------------------------------------------------------------------------
+
+Var linear(Tape& tape, Var x, Parameter& w, int64_t matrix) {
+  const TensorView wv = w.matrix_view(matrix);
+  const int64_t m = tape.rows(x), k = wv.cols(), n = wv.rows();
+  check(tape.cols(x) == k, "linear '" + w.name + "': input " + dims(tape, x) + " does not match weight " +
+                               wv.shape_string());
+  Var y = tape.make(m, n, tape.requires_grad(x) || w.trainable);
+  matmul(wv, tape.value(x), m, tape.value(y), tape.pool());
+  if (!tape.requires_grad(y)) return y;
+  Parameter* wp = &w;
+  tape.record([&tape, x, y, wp, matrix, m, k, n] {
+    if (!tape.has_grad(y)) return;
+    ThreadPool* pool = tape.pool();
+    const float* dy = tape.grad_or_null(y);
+    const float* weights = wp->value.data() + matrix * n * k;
+    if (tape.requires_grad(x)) {
+      // dX [m, k] = dY [m, n] W [n, k] = dY (W^T)^T.
+      std::vector<float> wt(size_t(k * n)), dx(size_t(m * k));
+      transpose(weights, n, k, k, wt.data());
+      product_abt(dy, m, n, wt.data(), k, dx.data(), pool);
+      add_into(tape.grad(x), dx.data(), m * k);
+    }
+    if (wp->trainable) {
+      // dW [n, k] = dY^T [n, m] X [m, k] = dY^T (X^T)^T.
+      std::vector<float> dyt(size_t(n * m)), xt(size_t(k * m)), dw(size_t(n * k));
+      transpose(dy, m, n, n, dyt.data());
+      transpose(tape.value(x), m, k, k, xt.data());
+      product_abt(dyt.data(), n, m, xt.data(), k, dw.data(), pool);
+      add_into(wp->grad_data() + matrix * n * k, dw.data(), n * k);
+    }
+  });
+  return y;
+}
+
+// ---- add, bias ---------------------------------------------------------------------------------
+
+Var add(Tape& tape, Var a, Var b) {
+  check(tape.rows(a) == tape.rows(b) && tape.cols(a) == tape.cols(b),
+        "add: shapes " + dims(tape, a) + " and " + dims(tape, b) + " differ");
+  const int64_t n = tape.size(a);
+  Var y = tape.make(tape.rows(a), tape.cols(a), tape.requires_grad(a) || tape.requires_grad(b));
+  const float *av = tape.value(a), *bv = tape.value(b);
+  float* out = tape.value(y);
+  for (int64_t i = 0; i < n; ++i) out[i] = av[i] + bv[i];
+  if (!tape.requires_grad(y)) return y;
+  tape.record([&tape, a, b, y, n] {
+    if (!tape.has_grad(y)) return;
+    const float* dy = tape.grad_or_null(y);
+    if (tape.requires_grad(a)) add_into(tape.grad(a), dy, n);
+    if (tape.requires_grad(b)) add_into(tape.grad(b), dy, n);
+  });
+  return y;
+}
+
+Var add_bias(Tape& tape, Var x, Parameter& bias) {
+  const int64_t rows = tape.rows(x), width = tape.cols(x);
+  check(bias.size() == width, "add_bias '" + bias.name + "': " + std::to_string(bias.size()) +
+                                  " values for rows of " + std::to_string(width));
+  Var y = tape.make(rows, width, tape.requires_grad(x) || bias.trainable);
+  const float* xv = tape.value(x);
+  const float* b = bias.value.data();
+  float* out = tape.value(y);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < width; ++i) out[r * width + i] = xv[r * width + i] + b[i];
+  if (!tape.requires_grad(y)) return y;
+  Parameter* bp = &bias;
+  tape.record([&tape, x, y, bp, rows, width] {
+    if (!tape.has_grad(y)) return;
+    const float* dy = tape.grad_or_null(y);
+    if (tape.requires_grad(x)) add_into(tape.grad(x), dy, rows * width);
+    if (bp->trainable) {
+      float* db = bp->grad_data();
+      for (int64_t r = 0; r < rows; ++r) add_into(db, dy + r * width, width);
+    }
+  });
+  return y;
+}
+
+// ---- RMSNorm -----------------------------------------------------------------------------------
+
+Var rms_norm(Tape& tape, Var x, Parameter* weight, float eps) {
+  const int64_t rows = tape.rows(x), width = tape.cols(x);
+  if (weight)
+    check(weight->size() == width, "rms_norm '" + weight->name + "': " + std::to_string(weight->size()) +
+                                        " weights for rows of " + std::to_string(width));
+  const bool train_weight = weight && weight->trainable;
+  Var y = tape.make(rows, width, tape.requires_grad(x) || train_weight);
+  const float* xv = tape.value(x);
+  float* out = tape.value(y);
+  const float* w = weight ? weight->value.data() : nullptr;
+  parallel_for(tape.pool(), rows, kRowGrain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) canvas::rms_norm(xv + r * width, w, width, eps, out + r * width);
+  });
+  if (!tape.requires_grad(y)) return y;
+  tape.record([&tape, x, y, weight, eps, rows, width] {
+    if (!tape.has_grad(y)) return;
+    // y = x r w with r = (mean(x^2) + eps)^(-1/2):
+    //   dx_i = r g_i - x_i r^3 mean_j(g_j x_j), g = dy * w;   dw_i += sum over rows dy_i x_i r.
+    const float* dy = tape.grad_or_null(y);
+    const float* xv = tape.value(x);
+    const float* w = weight ? weight->value.data() : nullptr;
+    std::vector<double> inv_rms(static_cast<size_t>(rows));
+    float* dx = tape.requires_grad(x) ? tape.grad(x) : nullptr;
+    parallel_for(tape.pool(), rows, kRowGrain, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* xr = xv + r * width;
+        const float* gr = dy + r * width;
+        double sum_sq = 0, dot = 0;
+        for (int64_t i = 0; i < width; ++i) {
+          sum_sq += double(xr[i]) * xr[i];
+          dot += double(gr[i]) * (w ? w[i] : 1.f) * xr[i];
+        }
+        const double s = 1.0 / std::sqrt(sum_sq / double(width) + eps);
+        inv_rms[size_t(r)] = s;
+        if (!dx) continue;
+        const double c = s * s * s * dot / double(width);
+        for (int64_t i = 0; i < width; ++i)
+          dx[r * width + i] += float(s * gr[i] * (w ? w[i] : 1.f) - c * xr[i]);
+      }
+    });
+    if (weight && weight->trainable) {
+      float* dw = weight->grad_data();
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < width; ++i) dw[i] += float(dy[r * width + i] * xv[r * width + i] * inv_rms[size_t(r)]);
+    }
+  });
+  return y;
+}
+
+// ---- RoPE --------------------------------------------------------------------------------------
+
+Var rope(Tape& tape, Var x, int n_heads, const std::vector<int32_t>& positions, const RopeParams& p) {
+  const int64_t rows = tape.rows(x);
+  check(n_heads > 0 && tape.cols(x) == int64_t(n_heads) * p.head_dim,
+        "rope: input " + dims(tape, x) + " is not " + std::to_string(n_heads) + " heads of " + std::to_string(p.head_dim));
+  check(int64_t(positions.size()) == rows,
+        "rope: " + std::to_string(positions.size()) + " positions for " + std::to_string(rows) + " rows");
+  Var y = tape.make(rows, tape.cols(x), tape.requires_grad(x));
+  std::memcpy(tape.value(y), tape.value(x), size_t(tape.size(x)) * sizeof(float));
+  canvas::rope(tape.value(y), rows, n_heads, positions.data(), p);
+  if (!tape.requires_grad(y)) return y;
+  // The rotation at angle a is orthogonal; its transpose is the rotation at -a, i.e. at position -pos.
+  std::vector<int32_t> negated(positions.size());
+  for (size_t r = 0; r < positions.size(); ++r) {
+    check(positions[r] != std::numeric_limits<int32_t>::min(), "rope: position out of range");
+    negated[r] = -positions[r];
+  }
+  tape.record([&tape, x, y, n_heads, negated, p, rows] {
+    if (!tape.has_grad(y)) return;
+    std::vector<float> g(tape.grad_or_null(y), tape.grad_or_null(y) + tape.size(y));
+    canvas::rope(g.data(), rows, n_heads, negated.data(), p);
+    add_into(tape.grad(x), g.data(), tape.size(x));
+  });
+  return y;
+}
+
+// ---- attention ---------------------------------------------------------------------------------
+namespace {
+
+// One head of one sequence, copied out of the interleaved [rows, heads * head_dim] layout.
+void gather_head(const float* src, int64_t ld, int64_t row0, int64_t length, int64_t col0, int64_t head_dim,
+                 float* dst) {
+  for (int64_t i = 0; i < length; ++i)
+    std::memcpy(dst + i * head_dim, src + (row0 + i) * ld + col0, size_t(head_dim) * sizeof(float));
+}
+void scatter_add_head(const float* src, int64_t ld, int64_t row0, int64_t length, int64_t col0, int64_t head_dim,
+                      float* dst) {
+  for (int64_t i = 0; i < length; ++i) add_into(dst + (row0 + i) * ld + col0, src + i * head_dim, head_dim);
+}
+
+// Raw q.k products -> scores: scale, then optional soft-cap (kept in place).
+inline float score_of(float dot, const AttentionShape& shape) {
+  float s = dot * shape.scale;
+  if (shape.softcap > 0) s = shape.softcap * std::tanh(s / shape.softcap);
+  return s;
+}
+
+struct AttentionScratch {
+  std::vector<float> q, k, v, kt, vt, o, dout, probs, dprobs, tmp, tmp2, dq, dk, dv, qt, dot;
+  void size_for(int64_t length, int64_t head_dim) {
+    const size_t hd = size_t(length * head_dim), tt = size_t(length * length);
+    for (auto* b : {&q, &k, &v, &kt, &vt, &o, &dout, &dq, &dk, &dv, &qt, &dot, &tmp2}) b->resize(hd);
+    for (auto* b : {&probs, &dprobs, &tmp}) b->resize(tt);
+  }
+};
+
+}  // namespace
+
+Var attention(Tape& tape, Var q, Var k, Var v, const AttentionShape& shape, const SequenceLayout& layout) {
+  const int64_t n_heads = shape.n_heads, n_kv = shape.n_kv_heads, hd = shape.head_dim;
+  const int64_t T = layout.length, S = layout.n_sequences, rows = layout.rows();
+  check(n_heads > 0 && n_kv > 0 && n_heads % n_kv == 0 && hd > 0,
+        "attention: bad head counts " + std::to_string(n_heads) + "/" + std::to_string(n_kv) + " or head_dim " +
+            std::to_string(hd));
+  check(T > 0 && S > 0, "attention: empty sequence layout");
+  check(tape.rows(q) == rows && tape.rows(k) == rows && tape.rows(v) == rows,
+        "attention: " + std::to_string(S) + " sequences of " + std::to_string(T) + " need " + std::to_string(rows) +
+            " rows; q, k, v are " + dims(tape, q) + ", " + dims(tape, k) + ", " + dims(tape, v));
+  check(tape.cols(q) == n_heads * hd && tape.cols(k) == n_kv * hd && tape.cols(v) == n_kv * hd,
+        "attention: q, k, v widths " + dims(tape, q) + ", " + dims(tape, k) + ", " + dims(tape, v) +
+            " do not match the head shape");
+  check(layout.groups.empty() || int64_t(layout.groups.size()) == rows,
+        "attention: " + std::to_string(layout.groups.size()) + " groups for " + std::to_string(rows) + " rows");
+  const int64_t group = n_heads / n_kv, q_width = n_heads * hd, kv_width = n_kv * hd;
+  const bool needs_grad = tape.requires_grad(q) || tape.requires_grad(k) || tape.requires_grad(v);
+  Var out = tape.make(rows, q_width, needs_grad);
+  auto lse = std::make_shared<std::vector<float>>(size_t(rows * n_heads));
+  auto groups = std::make_shared<std::vector<int32_t>>(layout.groups);
+
+  // probs[i][j] = visible ? exp(score_ij - max_i) : 0 for one head; returns log-sum-exp per query.
+  // With a known lse (backward), probs are exp(score - lse) directly.
+  auto softmax_rows = [T, shape, groups](int64_t row0, float* probs, float* lse_out, const float* lse_in,
+                                         int64_t lse_stride) {
+    const int32_t* g = groups->empty() ? nullptr : groups->data() + row0;
+    for (int64_t i = 0; i < T; ++i) {
+      float* p = probs + i * T;
+      if (lse_in) {
+        const float l = lse_in[i * lse_stride];
+        for (int64_t j = 0; j < T; ++j)
+          p[j] = (g && g[j] > g[i]) || l == -std::numeric_limits<float>::infinity() ? 0.f
+                                                                                    : std::exp(score_of(p[j], shape) - l);
+        continue;
+      }
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < T; ++j) {
+        p[j] = score_of(p[j], shape);
+        if (!(g && g[j] > g[i])) m = std::max(m, p[j]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < T; ++j) {
+        p[j] = (g && g[j] > g[i]) ? 0.f : std::exp(p[j] - m);
+        sum += p[j];
+      }
+      const float inv = sum > 0 ? float(1.0 / sum) : 0.f;
+      for (int64_t j = 0; j < T; ++j) p[j] *= inv;
+      lse_out[i * lse_stride] = sum > 0 ? float(m + std::log(sum)) : -std::numeric_limits<float>::infinity();
+    }
+  };
+
+  // Forward: one work item per (sequence, kv head), which covers that kv head's query heads.
+  {
+    const float *qv = tape.value(q), *kv = tape.value(k), *vv = tape.value(v);
+    float* ov = tape.value(out);
+    float* lv = lse->data();
+    parallel_for(tape.pool(), S * n_kv, 1, [&](int64_t begin, int64_t end) {
+      thread_local AttentionScratch w;
+      w.size_for(T, hd);
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t s = item / n_kv, kvh = item % n_kv, row0 = s * T;
+        gather_head(kv, kv_width, row0, T, kvh * hd, hd, w.k.data());
+        gather_head(vv, kv_width, row0, T, kvh * hd, hd, w.v.data());
+        transpose(w.v.data(), T, hd, hd, w.vt.data());
+        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+          gather_head(qv, q_width, row0, T, h * hd, hd, w.q.data());
+          product_abt(w.q.data(), T, hd, w.k.data(), T, w.probs.data(), nullptr);  // q.k
+          softmax_rows(row0, w.probs.data(), lv + row0 * n_heads + h, nullptr, n_heads);
+          product_abt(w.probs.data(), T, T, w.vt.data(), hd, w.o.data(), nullptr);  // P V
+          for (int64_t i = 0; i < T; ++i)
+            std::memcpy(ov + (row0 + i) * q_width + h * hd, w.o.data() + i * hd, size_t(hd) * sizeof(float));
+        }
+      }
+    });
+  }
+  if (!needs_grad) return out;
+
+  tape.record([&tape, q, k, v, out, shape, lse, softmax_rows, S, T, n_kv, hd, group, q_width, kv_width, n_heads] {
+    if (!tape.has_grad(out)) return;
+    // With P = softmax(score), dScore = P * (dP - rowsum(dO * O)), dP = dO V^T; through the soft-cap
+    // d raw = dScore (1 - tanh^2), and raw = scale q.k. Then dQ = G K, dK = G^T Q, dV = P^T dO.
+    const float *qv = tape.value(q), *kv = tape.value(k), *vv = tape.value(v), *ov = tape.value(out);
+    const float* dov = tape.grad_or_null(out);
+    float* dqv = tape.requires_grad(q) ? tape.grad(q) : nullptr;
+    float* dkv = tape.requires_grad(k) ? tape.grad(k) : nullptr;
+    float* dvv = tape.requires_grad(v) ? tape.grad(v) : nullptr;
+    const float* lv = lse->data();
+    parallel_for(tape.pool(), S * n_kv, 1, [&](int64_t begin, int64_t end) {
+      thread_local AttentionScratch w;
+      w.size_for(T, hd);
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t s = item / n_kv, kvh = item % n_kv, row0 = s * T;
+        gather_head(kv, kv_width, row0, T, kvh * hd, hd, w.k.data());
+        gather_head(vv, kv_width, row0, T, kvh * hd, hd, w.v.data());
+        transpose(w.k.data(), T, hd, hd, w.kt.data());
+        std::fill(w.dk.begin(), w.dk.end(), 0.f);
+        std::fill(w.dv.begin(), w.dv.end(), 0.f);
+        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+          gather_head(qv, q_width, row0, T, h * hd, hd, w.q.data());
+          gather_head(ov, q_width, row0, T, h * hd, hd, w.o.data());
+          gather_head(dov, q_width, row0, T, h * hd, hd, w.dout.data());
+          product_abt(w.q.data(), T, hd, w.k.data(), T, w.probs.data(), nullptr);
+          // Keep the raw dots for the soft-cap derivative before turning them into probabilities.
+          if (shape.softcap > 0) std::copy(w.probs.begin(), w.probs.end(), w.tmp.begin());
+          softmax_rows(row0, w.probs.data(), nullptr, lv + row0 * n_heads + h, n_heads);
+          product_abt(w.dout.data(), T, hd, w.v.data(), T, w.dprobs.data(), nullptr);  // dP = dO V^T
+          float* g = w.dprobs.data();  // becomes G = d(q.k), in place
+          for (int64_t i = 0; i < T; ++i) {
+            double row_dot = 0;
+            for (int64_t d = 0; d < hd; ++d) row_dot += double(w.dout[size_t(i * hd + d)]) * w.o[size_t(i * hd + d)];
+            for (int64_t j = 0; j < T; ++j) {
+              float ds = w.probs[size_t(i * T + j)] * (g[i * T + j] - float(row_dot));
+              if (shape.softcap > 0) {
+                const float t = std::tanh(w.tmp[size_t(i * T + j)] * shape.scale / shape.softcap);
+                ds *= 1.f - t * t;
+              }
+              g[i * T + j] = ds * shape.scale;
+            }
+          }
+          if (dqv) {
+            product_abt(g, T, T, w.kt.data(), hd, w.dq.data(), nullptr);  // dQ = G K
+            scatter_add_head(w.dq.data(), q_width, row0, T, h * hd, hd, dqv);
+          }
+          if (dkv) {  // dK += G^T Q
+            transpose(g, T, T, T, w.tmp.data());
+            transpose(w.q.data(), T, hd, hd, w.qt.data());
+            product_abt(w.tmp.data(), T, T, w.qt.data(), hd, w.tmp2.data(), nullptr);
+            add_into(w.dk.data(), w.tmp2.data(), T * hd);
+          }
+          if (dvv) {  // dV += P^T dO
+            transpose(w.probs.data(), T, T, T, w.tmp.data());
+            transpose(w.dout.data(), T, hd, hd, w.dot.data());
+            product_abt(w.tmp.data(), T, T, w.dot.data(), hd, w.tmp2.data(), nullptr);
+            add_into(w.dv.data(), w.tmp2.data(), T * hd);
+          }
+        }
+        if (dkv) scatter_add_head(w.dk.data(), kv_width, row0, T, kvh * hd, hd, dkv);
+        if (dvv) scatter_add_head(w.dv.data(), kv_width, row0, T, kvh * hd, hd, dvv);
+      }
+    });
+  });
+  return out;
+}
+
+// ---- gated activations -------------------------------------------------------------------------
+
+Var gated_activation(Tape& tape, Var gate, Var up, Activation activation) {
+  check(tape.rows(gate) == tape.rows(up) && tape.cols(gate) == tape.cols(up),
+        "gated_activation: gate " + dims(tape, gate) + " and up " + dims(tape, up) + " differ");
+  const int64_t n = tape.size(gate);
+  Var y = tape.make(tape.rows(gate), tape.cols(gate), tape.requires_grad(gate) || tape.requires_grad(up));
+  if (activation == Activation::Silu) {
+    canvas::swiglu(tape.value(gate), tape.value(up), n, tape.value(y));
+  } else {
+    canvas::geglu(tape.value(gate), tape.value(up), n, tape.value(y));
+  }
+  if (!tape.requires_grad(y)) return y;
+  tape.record([&tape, gate, up, y, n, activation] {
+    if (!tape.has_grad(y)) return;
+    const float *dy = tape.grad_or_null(y), *gv = tape.value(gate), *uv = tape.value(up);
+    float* dg = tape.requires_grad(gate) ? tape.grad(gate) : nullptr;
+    float* du = tape.requires_grad(up) ? tape.grad(up) : nullptr;
+    parallel_for(tape.pool(), n, 4096, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        // Both activations are x * sigmoid(z(x)): silu z = x; gelu_tanh z = 2 sqrt(2/pi) (x + 0.044715 x^3).
+        const double x = gv[i];
+        double z = x, dz = 1;
+        if (activation == Activation::GeluTanh) {
+          z = 2 * 0.7978845608028654 * (x + 0.044715 * x * x * x);
+          dz = 2 * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+        }
+        const double sig = 1.0 / (1.0 + std::exp(-z));
+        const double act = x * sig, dact = sig + x * sig * (1 - sig) * dz;
+        if (dg) dg[i] += float(dy[i] * uv[i] * dact);
+        if (du) du[i] += float(dy[i] * act);
+      }
+    });
+  });
+  return y;
+}
+
+// ---- MoE routing, gather, combine --------------------------------------------------------------
+
+Routing route_top_k(Tape& tape, Var router_logits, int64_t k, bool renormalise) {
+  const int64_t rows = tape.rows(router_logits), n_experts = tape.cols(router_logits);
+  check(k > 0 && k <= n_experts, "route_top_k: k = " + std::to_string(k) + " for " + std::to_string(n_experts) +
+                                     " experts");
+  Routing routing;
+  routing.weights = tape.make(rows, n_experts, tape.requires_grad(router_logits));
+  routing.rows_of.resize(size_t(n_experts));
+  auto probs = std::make_shared<std::vector<float>>(size_t(rows * n_experts));
+  auto selected = std::make_shared<std::vector<int32_t>>(size_t(rows * k));
+  const float* logits = tape.value(router_logits);
+  float* weights = tape.value(routing.weights);
+  // The same kernels and arithmetic as the inference MoE (model.cpp), so the same experts win.
+  for (int64_t r = 0; r < rows; ++r) {
+    float* p = probs->data() + r * n_experts;
+    canvas::softmax(logits + r * n_experts, n_experts, p);
+    const std::vector<int32_t> top = top_k(p, n_experts, k);
+    float total = 0;
+    for (int32_t e : top) total += p[e];
+    for (int64_t i = 0; i < k; ++i) {
+      const int32_t e = top[size_t(i)];
+      (*selected)[size_t(r * k + i)] = e;
+      weights[r * n_experts + e] = renormalise ? p[e] / total : p[e];
+      routing.rows_of[size_t(e)].push_back(int32_t(r));
+    }
+  }
+  if (!tape.requires_grad(routing.weights)) return routing;
+  const Var w = routing.weights;
+  tape.record([&tape, router_logits, w, probs, selected, rows, n_experts, k, renormalise] {
+    if (!tape.has_grad(w)) return;
+    // Without renormalisation w_e = p_e on the selection S: dl_j = p_j ([j in S] dw_j - sum_S dw_e p_e).
+    // With it, w is the softmax over S alone: dl_j = [j in S] w_j (dw_j - sum_S dw_e w_e), 0 off S.
+    const float *dw = tape.grad_or_null(w), *wv = tape.value(w);
+    float* dl = tape.grad(router_logits);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int32_t* sel = selected->data() + r * k;
+      const float* p = probs->data() + r * n_experts;
+      const float* dwr = dw + r * n_experts;
+      float* dlr = dl + r * n_experts;
+      if (renormalise) {
+        double inner = 0;
+        for (int64_t i = 0; i < k; ++i) inner += double(dwr[sel[i]]) * wv[r * n_experts + sel[i]];
+        for (int64_t i = 0; i < k; ++i)
+          dlr[sel[i]] += float(wv[r * n_experts + sel[i]] * (dwr[sel[i]] - inner));
+      } else {
+        double inner = 0;
+        for (int64_t i = 0; i < k; ++i) inner += double(dwr[sel[i]]) * p[sel[i]];
+        for (int64_t j = 0; j < n_experts; ++j) dlr[j] -= float(p[j] * inner);
+        for (int64_t i = 0; i < k; ++i) dlr[sel[i]] += p[sel[i]] * dwr[sel[i]];
+      }
+    }
+  });
+  return routing;
+}
+
+Var gather_rows(Tape& tape, Var x, const std::vector<int32_t>& rows) {
+  const int64_t n = int64_t(rows.size()), width = tape.cols(x), x_rows = tape.rows(x);
+  for (int32_t r : rows)
+    check(r >= 0 && r < x_rows, "gather_rows: row " + std::to_string(r) + " outside " + dims(tape, x));
+  Var y = tape.make(n, width, tape.requires_grad(x));
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(tape.value(y) + i * width, tape.value(x) + rows[size_t(i)] * width, size_t(width) * sizeof(float));
+  if (!tape.requires_grad(y)) return y;
+  tape.record([&tape, x, y, rows, n, width] {
+    if (!tape.has_grad(y)) return;
+    const float* dy = tape.grad_or_null(y);
+    float* dx = tape.grad(x);
+    for (int64_t i = 0; i < n; ++i) add_into(dx + rows[size_t(i)] * width, dy + i * width, width);
+  });
+  return y;
+}
+
+Var combine_experts(Tape& tape, const std::vector<Var>& expert_out, const Routing& routing) {
+  const int64_t rows = tape.rows(routing.weights), n_experts = tape.cols(routing.weights);
+  check(int64_t(expert_out.size()) == n_experts && int64_t(routing.rows_of.size()) == n_experts,
+        "combine_experts: " + std::to_string(expert_out.size()) + " expert outputs for " + std::to_string(n_experts) +
+            " experts");
+  int64_t width = -1;
+  bool needs_grad = tape.requires_grad(routing.weights);
+  for (int64_t e = 0; e < n_experts; ++e) {
+    const auto& rows_e = routing.rows_of[size_t(e)];
+    if (rows_e.empty()) continue;
+    const Var o = expert_out[size_t(e)];
+    check(tape.rows(o) == int64_t(rows_e.size()), "combine_experts: expert " + std::to_string(e) + " output " +
+                                                       dims(tape, o) + " for " + std::to_string(rows_e.size()) + " rows");
+    check(width < 0 || tape.cols(o) == width, "combine_experts: expert outputs differ in width");
+    width = tape.cols(o);
+    needs_grad = needs_grad || tape.requires_grad(o);
+  }
+  check(width > 0, "combine_experts: no expert received a row");
+  Var y = tape.make(rows, width, needs_grad);
+  float* out = tape.value(y);
+  const float* wv = tape.value(routing.weights);
+  // Ascending experts, as the inference MoE sums them, so each row's sum is the same float sum.
+  for (int64_t e = 0; e < n_experts; ++e) {
+    const auto& rows_e = routing.rows_of[size_t(e)];
+    if (rows_e.empty()) continue;
+    const float* o = tape.value(expert_out[size_t(e)]);
+    for (size_t i = 0; i < rows_e.size(); ++i) {
+      const int64_t r = rows_e[i];
+      const float weight = wv[r * n_experts + e];
+      for (int64_t j = 0; j < width; ++j) out[r * width + j] += weight * o[int64_t(i) * width + j];
+    }
+  }
+  if (!needs_grad) return y;
+  const Var weights = routing.weights;
+  const auto rows_of = routing.rows_of;
+  tape.record([&tape, expert_out, rows_of, weights, y, n_experts, width] {
+    if (!tape.has_grad(y)) return;
+    const float *dy = tape.grad_or_null(y), *wv = tape.value(weights);
+    float* dw = tape.requires_grad(weights) ? tape.grad(weights) : nullptr;
+    for (int64_t e = 0; e < n_experts; ++e) {
+      const auto& rows_e = rows_of[size_t(e)];
+      if (rows_e.empty()) continue;
+      const Var o = expert_out[size_t(e)];
+      const float* ov = tape.value(o);
+      float* dov = tape.requires_grad(o) ? tape.grad(o) : nullptr;
+      for (size_t i = 0; i < rows_e.size(); ++i) {
+        const int64_t r = rows_e[i];
+        const float* dyr = dy + r * width;
+        const float* oi = ov + int64_t(i) * width;
+        if (dov) {
+          const float weight = wv[r * n_experts + e];
+          for (int64_t j = 0; j < width; ++j) dov[int64_t(i) * width + j] += weight * dyr[j];
+        }
+        if (dw) {
+          double dot = 0;
+          for (int64_t j = 0; j < width; ++j) dot += double(dyr[j]) * oi[j];
+          dw[r * n_experts + e] += float(dot);
+        }
+      }
+    }
+  });
+  return y;
+}
+
+// ---- soft-cap ----------------------------------------------------------------------------------
+
+Var softcap(Tape& tape, Var x, float cap) {
+  check(cap > 0, "softcap: cap must be positive");
+  const int64_t n = tape.size(x);
+  Var y = tape.make(tape.rows(x), tape.cols(x), tape.requires_grad(x));
+  const float* xv = tape.value(x);
+  float* out = tape.value(y);
+  for (int64_t i = 0; i < n; ++i) out[i] = cap * std::tanh(xv[i] / cap);  // as model.cpp computes it
+  if (!tape.requires_grad(y)) return y;
+  tape.record([&tape, x, y, n, cap] {
+    if (!tape.has_grad(y)) return;
+    const float *dy = tape.grad_or_null(y), *xv = tape.value(x);
+    float* dx = tape.grad(x);
+    for (int64_t i = 0; i < n; ++i) {
+      const float t = std::tanh(xv[i] / cap);
+      dx[i] += dy[i] * (1.f - t * t);
+    }
+  });
+  return y;
+}
+
+// ---- cross-entropy -----------------------------------------------------------------------------
+
+Var cross_entropy(Tape& tape, Var logits, const std::vector<int32_t>& targets, const std::vector<float>& weights,
+                  float normaliser) {
+  const int64_t rows = tape.rows(logits), vocab = tape.cols(logits);
+  check(int64_t(targets.size()) == rows && int64_t(weights.size()) == rows,
+        "cross_entropy: " + std::to_string(targets.size()) + " targets and " + std::to_string(weights.size()) +
+            " weights for " + std::to_string(rows) + " rows");
+  check(normaliser > 0, "cross_entropy: normaliser must be positive");
+  for (int64_t r = 0; r < rows; ++r)
+    if (weights[size_t(r)] != 0)
+      check(targets[size_t(r)] >= 0 && targets[size_t(r)] < vocab,
+            "cross_entropy: target " + std::to_string(targets[size_t(r)]) + " of row " + std::to_string(r) +
+                " is outside the vocabulary (size " + std::to_string(vocab) + ")");
+  Var loss = tape.make(1, 1, tape.requires_grad(logits));
+  auto lse = std::make_shared<std::vector<double>>(size_t(rows), 0.0);
+  std::vector<double> row_loss(size_t(rows), 0.0);
+  const float* x = tape.value(logits);
+  parallel_for(tape.pool(), rows, kRowGrain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      if (weights[size_t(r)] == 0) continue;
+      const float* xr = x + r * vocab;
+      const double m = *std::max_element(xr, xr + vocab);
+      double sum = 0;
+      for (int64_t j = 0; j < vocab; ++j) sum += std::exp(double(xr[j]) - m);
+      (*lse)[size_t(r)] = m + std::log(sum);
+      row_loss[size_t(r)] = weights[size_t(r)] * ((*lse)[size_t(r)] - xr[targets[size_t(r)]]);
+    }
+  });
+  double total = 0;
+  for (double l : row_loss) total += l;  // in row order: independent of the thread count
+  tape.value(loss)[0] = float(total / normaliser);
+  if (!tape.requires_grad(loss)) return loss;
+  tape.record([&tape, logits, loss, targets, weights, normaliser, lse, rows, vocab] {
+    if (!tape.has_grad(loss)) return;
+    const double g = tape.grad_or_null(loss)[0];
+    const float* x = tape.value(logits);
+    float* dx = tape.grad(logits);
+    parallel_for(tape.pool(), rows, kRowGrain, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        if (weights[size_t(r)] == 0) continue;
+        const double c = g * weights[size_t(r)] / normaliser, l = (*lse)[size_t(r)];
+        for (int64_t j = 0; j < vocab; ++j) dx[r * vocab + j] += float(c * std::exp(double(x[r * vocab + j]) - l));
+        dx[r * vocab + targets[size_t(r)]] -= float(c);
+      }
+    });
+  });
+  return loss;
+}
+
+}  // namespace canvas::train

@@ -1,0 +1,59 @@
+// Sudoku data: solver, generator uniqueness, augmentation validity, parsing errors.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "train/sudoku.h"
+
+namespace canvas {
+namespace {
+
+const char* kPuzzle = "25....3...........64.........2756..4....1.7...654..1...18543.....42.8.5....1.....";
+const char* kSolution = "251974386893621547647835219132756894489312765765489123918543672374268951526197438";
+
+TEST(Sudoku, SolverFindsTheUniqueSolution) {
+  const SudokuGrid puzzle = parse_sudoku(kPuzzle);
+  SudokuGrid solution{};
+  EXPECT_EQ(count_solutions(puzzle, 2, &solution), 1);
+  EXPECT_EQ(format_sudoku(solution), kSolution);
+  EXPECT_TRUE(solves(puzzle, solution));
+  SudokuGrid wrong = solution;
+  std::swap(wrong[0], wrong[1]);
+  EXPECT_FALSE(solves(puzzle, wrong));
+  EXPECT_FALSE(is_valid_solution(puzzle));
+  EXPECT_EQ(count_solutions(SudokuGrid{}, 2), 2);  // the empty grid has many
+}
+
+TEST(Sudoku, GeneratedPuzzlesAreUniqueAndAugmentationKeepsValidity) {
+  Rng rng(7);
+  for (int i = 0; i < 20; ++i) {
+    const SudokuGrid solution = random_solution(rng);
+    ASSERT_TRUE(is_valid_solution(solution));
+    SudokuGrid puzzle = make_puzzle(solution, 24, rng);
+    EXPECT_EQ(count_solutions(puzzle, 2), 1);
+    EXPECT_GE(count_clues(puzzle), 24);
+    EXPECT_LT(count_clues(puzzle), 40);
+    SudokuGrid aug_puzzle = puzzle, aug_solution = solution;
+    augment(aug_puzzle, aug_solution, rng);
+    EXPECT_TRUE(solves(aug_puzzle, aug_solution));
+    EXPECT_EQ(count_clues(aug_puzzle), count_clues(puzzle));
+    EXPECT_EQ(count_solutions(aug_puzzle, 2), 1);
+  }
+}
+
+TEST(Sudoku, TokensRoundTrip) {
+  const SudokuGrid puzzle = parse_sudoku(kPuzzle);
+  const std::vector<int32_t> tokens = sudoku_prompt_tokens(puzzle);
+  ASSERT_EQ(tokens.size(), 81u);
+  EXPECT_EQ(tokens[0], '2');
+  EXPECT_EQ(tokens[2], '0');
+  EXPECT_EQ(format_sudoku(sudoku_from_tokens(sudoku_prompt_tokens(parse_sudoku(kSolution)))), kSolution);
+}
+
+TEST(Sudoku, BadLinesAreClearErrors) {
+  EXPECT_THROW(parse_sudoku("123"), Error);
+  EXPECT_THROW(parse_sudoku(std::string(80, '1') + "x"), Error);
+  EXPECT_EQ(format_sudoku(parse_sudoku(std::string(81, '.'))), std::string(81, '0'));
+}
+
+}  // namespace
+}  // namespace canvas

@@ -1,0 +1,444 @@
+// Autograd tape: every op's backward against central finite differences, and forwards against the
+// inference kernels.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "ops/ops.h"
+#include "train/tape.h"
+
+namespace canvas::train {
+namespace {
+
+struct Matrix {
+  int64_t rows = 0, cols = 0;
+  std::vector<float> data;
+};
+
+Matrix random_matrix(Rng& rng, int64_t rows, int64_t cols, double std = 1.0) {
+  Matrix m{rows, cols, std::vector<float>(size_t(rows * cols))};
+  for (float& v : m.data) v = float(rng.normal() * std);
+  return m;
+}
+
+Parameter random_parameter(Rng& rng, const std::string& name, std::vector<int64_t> shape, double std = 1.0,
+                           double mean = 0.0) {
+  Parameter p(name, std::move(shape));
+  for (float& v : p.value) v = float(mean + rng.normal() * std);
+  return p;
+}
+
+// Builds an op graph from tape inputs (one per Matrix, in order) and returns its output.
+using Graph = std::function<Var(Tape&, const std::vector<Var>&)>;
+
+// The scalar the check differentiates: sum(out * probe), recorded on the tape like any op.
+Var probe_sum(Tape& tape, Var x, const std::vector<float>& probe) {
+  Var y = tape.make(1, 1, tape.requires_grad(x));
+  double s = 0;
+  for (int64_t i = 0; i < tape.size(x); ++i) s += double(tape.value(x)[i]) * probe[size_t(i)];
+  tape.value(y)[0] = float(s);
+  tape.record([&tape, x, y, probe] {
+    const float g = tape.grad_or_null(y)[0];
+    float* dx = tape.grad(x);
+    for (int64_t i = 0; i < tape.size(x); ++i) dx[i] += g * probe[size_t(i)];
+  });
+  return y;
+}
+
+struct CheckResult {
+  double worst = 0;   // max |numeric - analytic| / tolerance; <= 1 passes
+  std::string where;  // the worst element
+  int64_t checked = 0;
+};
+
+// Compares the tape's gradients of sum(graph(inputs) * probe) with respect to every input and every
+// parameter against central differences (eps), element by element: pass when
+// |numeric - analytic| <= rtol * max(|numeric|, |analytic|) + atol, atol = rtol * (largest |analytic|
+// of that tensor) / 4 + 1e-5, i.e. relative for the large entries, and a floor scaled by the tensor
+// for entries that are tiny next to it (where float rounding of the loss dominates).
+CheckResult check_gradients(std::vector<Matrix> inputs, const std::vector<Parameter*>& params, const Graph& graph,
+                            ThreadPool* pool = nullptr, double eps = 1e-3, double rtol = 1e-2) {
+  Rng rng(1234);
+  std::vector<float> probe;
+  auto loss_of = [&](bool with_backward, std::vector<std::vector<float>>* input_grads) {
+    Tape tape(pool);
+    std::vector<Var> vars;
+    for (const Matrix& m : inputs) vars.push_back(tape.input(m.rows, m.cols, m.data.data(), true));
+    Var out = graph(tape, vars);
+    if (probe.empty()) {
+      probe.resize(size_t(tape.size(out)));
+      for (float& v : probe) v = float(rng.normal());
+    }
+    double loss = 0;
+    for (int64_t i = 0; i < tape.size(out); ++i) loss += double(tape.value(out)[i]) * probe[size_t(i)];
+    if (with_backward) {
+      tape.backward(probe_sum(tape, out, probe));
+      for (size_t i = 0; i < vars.size(); ++i) {
+        const float* g = tape.grad_or_null(vars[i]);
+        (*input_grads)[i] = g ? std::vector<float>(g, g + tape.size(vars[i])) : std::vector<float>(inputs[i].data.size(), 0.f);
+      }
+    }
+    return loss;
+  };
+  for (Parameter* p : params) p->grad.clear();
+  std::vector<std::vector<float>> input_grads(inputs.size());
+  loss_of(true, &input_grads);
+
+  CheckResult result;
+  auto compare = [&](const std::string& name, std::vector<float>& values, const std::vector<float>& analytic) {
+    double scale = 0;
+    for (float g : analytic) scale = std::max(scale, double(std::fabs(g)));
+    const double atol = rtol * scale / 4 + 1e-5;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const float saved = values[i];
+      values[i] = float(saved + eps);
+      const double plus = loss_of(false, nullptr);
+      values[i] = float(saved - eps);
+      const double minus = loss_of(false, nullptr);
+      values[i] = saved;
+      const double numeric = (plus - minus) / (2 * eps);
+      const double a = analytic.empty() ? 0.0 : analytic[i];
+      const double ratio = std::fabs(numeric - a) / (rtol * std::max(std::fabs(numeric), std::fabs(a)) + atol);
+      ++result.checked;
+      if (ratio > result.worst) {
+        result.worst = ratio;
+        result.where = name + "[" + std::to_string(i) + "]: numeric " + std::to_string(numeric) + ", analytic " +
+                       std::to_string(a);
+      }
+    }
+  };
+  for (size_t i = 0; i < inputs.size(); ++i) compare("input " + std::to_string(i), inputs[i].data, input_grads[i]);
+  for (Parameter* p : params) {
+    const std::vector<float> analytic = p->grad;
+    compare(p->name, p->value, analytic);
+  }
+  return result;
+}
+
+#define EXPECT_GRADIENTS_OK(result)                                                  \
+  do {                                                                               \
+    const CheckResult r_ = (result);                                                 \
+    EXPECT_GT(r_.checked, 0);                                                        \
+    EXPECT_LE(r_.worst, 1.0) << "worst at " << r_.where;                            \
+  } while (0)
+
+// ---- the checker itself can fail ---------------------------------------------------------------
+
+// y = x^2 with a backward that is off by `error` (relative) on element `bad` only.
+Var square_with_error(Tape& tape, Var x, double error, int64_t bad) {
+  Var y = tape.make(tape.rows(x), tape.cols(x), true);
+  for (int64_t i = 0; i < tape.size(x); ++i) tape.value(y)[i] = tape.value(x)[i] * tape.value(x)[i];
+  tape.record([&tape, x, y, error, bad] {
+    for (int64_t i = 0; i < tape.size(x); ++i)
+      tape.grad(x)[i] += float(tape.grad_or_null(y)[i] * 2 * tape.value(x)[i] * (i == bad ? 1 + error : 1.0));
+  });
+  return y;
+}
+
+TEST(TapeGradCheck, CatchesAWrongBackward) {
+  Rng rng(1);
+  const Matrix x = random_matrix(rng, 3, 4);
+  auto graph = [](double error) {
+    return [error](Tape& t, const std::vector<Var>& in) { return square_with_error(t, in[0], error, 5); };
+  };
+  EXPECT_LE(check_gradients({x}, {}, graph(0.0)).worst, 1.0);
+  EXPECT_GT(check_gradients({x}, {}, graph(0.05)).worst, 1.0);  // 5% off on one element
+  EXPECT_GT(check_gradients({x}, {}, graph(-1.0)).worst, 1.0);  // a missing contribution
+}
+
+// ---- per-op checks -----------------------------------------------------------------------------
+
+TEST(TapeOps, Embedding) {
+  Rng rng(2);
+  Parameter table = random_parameter(rng, "table", {5, 7});
+  const std::vector<int32_t> ids{3, 0, 3, 6, 1};  // repeated id: gradients must add
+  EXPECT_GRADIENTS_OK(check_gradients({}, {&table}, [&](Tape& t, const std::vector<Var>&) {
+    return embedding(t, table, ids, 1.5f);
+  }));
+  Tape t;
+  Var y = embedding(t, table, ids, 1.5f);
+  EXPECT_FLOAT_EQ(t.value(y)[2 * 5 + 4], 1.5f * table.value[3 * 5 + 4]);
+  EXPECT_THROW(embedding(t, table, {7}, 1.f), Error);
+}
+
+TEST(TapeOps, Linear) {
+  Rng rng(3);
+  Parameter w = random_parameter(rng, "w", {6, 5});
+  const Matrix x = random_matrix(rng, 4, 6);
+  EXPECT_GRADIENTS_OK(check_gradients({x}, {&w}, [&](Tape& t, const std::vector<Var>& in) {
+    return linear(t, in[0], w);
+  }));
+  // Matrix 1 of a stack of 3: only its slice of the gradient may be non-zero.
+  Parameter stack = random_parameter(rng, "stack", {6, 5, 3});
+  EXPECT_GRADIENTS_OK(check_gradients({x}, {&stack}, [&](Tape& t, const std::vector<Var>& in) {
+    return linear(t, in[0], stack, 1);
+  }));
+  for (int64_t i = 0; i < stack.size(); ++i)
+    if (i < 30 || i >= 60) EXPECT_EQ(stack.grad[size_t(i)], 0.f);
+  Tape t;
+  EXPECT_THROW(linear(t, t.input(2, 5), w), Error);
+}
+
+TEST(TapeOps, LinearLargerThanOneTile) {
+  // Sizes that exercise the kernels' tails and the pool.
+  ThreadPool pool(2);
+  Rng rng(4);
+  Parameter w = random_parameter(rng, "w", {37, 19}, 0.3);
+  const Matrix x = random_matrix(rng, 23, 37);
+  EXPECT_GRADIENTS_OK(check_gradients({x}, {&w}, [&](Tape& t, const std::vector<Var>& in) {
+    return linear(t, in[0], w);
+  }, &pool));
+}
+
+TEST(TapeOps, AddAndBias) {
+  Rng rng(5);
+  Parameter bias = random_parameter(rng, "bias", {4});
+  const Matrix a = random_matrix(rng, 3, 4), b = random_matrix(rng, 3, 4);
+  EXPECT_GRADIENTS_OK(check_gradients({a, b}, {&bias}, [&](Tape& t, const std::vector<Var>& in) {
+    // a used twice: its gradient sums both uses.
+    return add_bias(t, add(t, add(t, in[0], in[1]), in[0]), bias);
+  }));
+}
+
+TEST(TapeOps, RmsNorm) {
+  Rng rng(6);
+  Parameter w = random_parameter(rng, "w", {8}, 0.2, 1.0);
+  const Matrix x = random_matrix(rng, 3, 8);
+  EXPECT_GRADIENTS_OK(check_gradients({x}, {&w}, [&](Tape& t, const std::vector<Var>& in) {
+    return rms_norm(t, in[0], &w, 1e-5f);
+  }));
+  EXPECT_GRADIENTS_OK(check_gradients({x}, {}, [&](Tape& t, const std::vector<Var>& in) {
+    return rms_norm(t, in[0], nullptr, 1e-5f);
+  }));
+}
+
+TEST(TapeOps, RopeBothLayouts) {
+  Rng rng(7);
+  const Matrix x = random_matrix(rng, 4, 2 * 8);  // 2 heads of 8
+  const std::vector<int32_t> pos{0, 3, 17, 1000};
+  for (RopeLayout layout : {RopeLayout::Normal, RopeLayout::Neox}) {
+    for (int rot : {0, 4}) {  // full and partial rotation
+      RopeParams p;
+      p.layout = layout;
+      p.head_dim = 8;
+      p.rot_dims = rot;
+      p.theta = 100.f;
+      EXPECT_GRADIENTS_OK(check_gradients({x}, {}, [&](Tape& t, const std::vector<Var>& in) {
+        return rope(t, in[0], 2, pos, p);
+      })) << "layout " << int(layout) << " rot " << rot;
+      // Forward equals the inference kernel.
+      Tape t;
+      Var y = rope(t, t.input(4, 16, x.data.data()), 2, pos, p);
+      std::vector<float> expect = x.data;
+      canvas::rope(expect.data(), 4, 2, pos.data(), p);
+      for (size_t i = 0; i < expect.size(); ++i) EXPECT_EQ(t.value(y)[i], expect[i]);
+    }
+  }
+}
+
+// ---- attention ---------------------------------------------------------------------------------
+
+struct AttentionCase {
+  const char* name;
+  int n_heads, n_kv_heads;
+  int64_t n_sequences, length;
+  std::vector<int32_t> groups;
+  float softcap = 0;
+};
+
+std::vector<AttentionCase> attention_cases() {
+  std::vector<AttentionCase> cases;
+  cases.push_back({"bidirectional", 2, 2, 1, 5, {}});
+  cases.push_back({"causal-gqa", 4, 2, 1, 5, {0, 1, 2, 3, 4}});
+  cases.push_back({"block-causal-two-sequences", 2, 1, 2, 5, {0, 0, 1, 1, 1, 0, 1, 1, 2, 2}});
+  cases.push_back({"mixed-two-sequences-softcap", 4, 2, 2, 4, {0, 0, 0, 0, 0, 1, 2, 3}, 1.5f});
+  return cases;
+}
+
+TEST(TapeAttention, GradientsUnderEveryMask) {
+  const int head_dim = 4;
+  for (const AttentionCase& c : attention_cases()) {
+    Rng rng(8);
+    const int64_t rows = c.n_sequences * c.length;
+    const Matrix q = random_matrix(rng, rows, c.n_heads * head_dim, 0.8);
+    const Matrix k = random_matrix(rng, rows, c.n_kv_heads * head_dim, 0.8);
+    const Matrix v = random_matrix(rng, rows, c.n_kv_heads * head_dim);
+    AttentionShape shape;
+    shape.n_heads = c.n_heads;
+    shape.n_kv_heads = c.n_kv_heads;
+    shape.head_dim = head_dim;
+    shape.scale = 0.5f;
+    shape.softcap = c.softcap;
+    const SequenceLayout layout{c.n_sequences, c.length, c.groups};
+    EXPECT_GRADIENTS_OK(check_gradients({q, k, v}, {}, [&](Tape& t, const std::vector<Var>& in) {
+      return attention(t, in[0], in[1], in[2], shape, layout);
+    })) << c.name;
+  }
+}
+
+TEST(TapeAttention, ForwardMatchesInferenceKernelPerSequence) {
+  const int head_dim = 8;
+  ThreadPool pool(2);
+  for (const AttentionCase& c : attention_cases()) {
+    Rng rng(9);
+    const int64_t rows = c.n_sequences * c.length, q_width = c.n_heads * head_dim, kv_width = c.n_kv_heads * head_dim;
+    const Matrix q = random_matrix(rng, rows, q_width), k = random_matrix(rng, rows, kv_width),
+                 v = random_matrix(rng, rows, kv_width);
+    AttentionShape shape{c.n_heads, c.n_kv_heads, head_dim, 1.f / std::sqrt(float(head_dim)), c.softcap};
+    Tape t(&pool);
+    Var out = attention(t, t.input(rows, q_width, q.data.data()), t.input(rows, kv_width, k.data.data()),
+                        t.input(rows, kv_width, v.data.data()), shape, {c.n_sequences, c.length, c.groups});
+    for (int64_t s = 0; s < c.n_sequences; ++s) {
+      // The KV-cache layout canvas::attention reads: [kv head][position][head_dim].
+      std::vector<float> kc(size_t(kv_width * c.length)), vc(kc.size()), expect(size_t(c.length * q_width));
+      for (int64_t j = 0; j < c.length; ++j)
+        for (int64_t h = 0; h < c.n_kv_heads; ++h)
+          for (int64_t d = 0; d < head_dim; ++d) {
+            kc[size_t((h * c.length + j) * head_dim + d)] = k.data[size_t((s * c.length + j) * kv_width + h * head_dim + d)];
+            vc[size_t((h * c.length + j) * head_dim + d)] = v.data[size_t((s * c.length + j) * kv_width + h * head_dim + d)];
+          }
+      AttentionMask mask;
+      if (!c.groups.empty()) mask.key_group = mask.query_group = c.groups.data() + s * c.length;
+      reference::attention(q.data.data() + s * c.length * q_width, c.length, q_width, kc.data(), vc.data(), c.length,
+                           c.length * head_dim, mask, shape, expect.data(), q_width);
+      for (int64_t i = 0; i < c.length * q_width; ++i)
+        EXPECT_NEAR(t.value(out)[s * c.length * q_width + i], expect[size_t(i)], 2e-6) << c.name;
+    }
+  }
+}
+
+TEST(TapeAttention, ResultsDoNotDependOnThreadCount) {
+  Rng rng(10);
+  const AttentionCase c = attention_cases()[3];
+  const int head_dim = 8;
+  const int64_t rows = c.n_sequences * c.length;
+  Parameter wq = random_parameter(rng, "wq", {8, c.n_heads * head_dim}, 0.3);
+  Parameter wk = random_parameter(rng, "wk", {8, c.n_kv_heads * head_dim}, 0.3);
+  const Matrix x = random_matrix(rng, rows, 8);
+  AttentionShape shape{c.n_heads, c.n_kv_heads, head_dim, 0.35f, 0};
+  std::vector<std::vector<float>> grads;
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    Tape t(&pool);
+    wq.grad.clear();
+    wk.grad.clear();
+    Var xin = t.input(rows, 8, x.data.data(), true);
+    Var k = linear(t, xin, wk);
+    Var out = attention(t, linear(t, xin, wq), k, k, shape, {c.n_sequences, c.length, c.groups});
+    std::vector<float> ones(size_t(t.size(out)), 1.f);
+    t.backward(probe_sum(t, out, ones));
+    grads.push_back(wq.grad);
+    grads.back().insert(grads.back().end(), wk.grad.begin(), wk.grad.end());
+    const float* gx = t.grad_or_null(xin);
+    grads.back().insert(grads.back().end(), gx, gx + t.size(xin));
+  }
+  EXPECT_EQ(grads[0], grads[1]);
+}
+
+// ---- MLP activations, MoE ----------------------------------------------------------------------
+
+TEST(TapeOps, GatedActivations) {
+  Rng rng(11);
+  Matrix gate = random_matrix(rng, 3, 5, 2.0), up = random_matrix(rng, 3, 5);
+  for (Activation act : {Activation::Silu, Activation::GeluTanh}) {
+    EXPECT_GRADIENTS_OK(check_gradients({gate, up}, {}, [&](Tape& t, const std::vector<Var>& in) {
+      return gated_activation(t, in[0], in[1], act);
+    })) << "activation " << int(act);
+  }
+}
+
+TEST(TapeOps, RouterTopK) {
+  // Logits spread widely so a 1e-3 nudge never changes which experts are selected.
+  for (bool renormalise : {false, true}) {
+    Matrix logits{4, 5, {0.0f, 1.0f, 2.5f, -1.0f, 0.4f,    //
+                         3.0f, -0.5f, 0.2f, 1.6f, -2.0f,   //
+                         -1.0f, -0.2f, 0.7f, 2.2f, 1.3f,   //
+                         0.9f, 0.1f, -0.9f, -0.1f, 2.0f}};
+    EXPECT_GRADIENTS_OK(check_gradients({logits}, {}, [&](Tape& t, const std::vector<Var>& in) {
+      return route_top_k(t, in[0], 2, renormalise).weights;
+    })) << "renormalise " << renormalise;
+    Tape t;
+    Routing r = route_top_k(t, t.input(4, 5, logits.data.data()), 2, renormalise);
+    EXPECT_EQ(r.rows_of[2], (std::vector<int32_t>{0}));
+    EXPECT_EQ(r.rows_of[4], (std::vector<int32_t>{0, 2, 3}));
+    const float* w = t.value(r.weights);
+    EXPECT_EQ(w[0 * 5 + 0], 0.f);
+    if (renormalise) EXPECT_NEAR(w[0 * 5 + 2] + w[0 * 5 + 4], 1.0, 1e-6);
+  }
+}
+
+TEST(TapeOps, GatherAndCombineExperts) {
+  Rng rng(12);
+  const Matrix x = random_matrix(rng, 4, 3);
+  const Matrix logits{4, 3, {2.0f, 0.0f, -1.5f, -1.0f, 1.0f, 2.5f, 0.5f, 2.0f, -1.0f, 1.8f, -1.2f, 0.4f}};
+  Parameter experts = random_parameter(rng, "experts", {3, 3, 3});
+  EXPECT_GRADIENTS_OK(check_gradients({x, logits}, {&experts}, [&](Tape& t, const std::vector<Var>& in) {
+    Routing r = route_top_k(t, in[1], 2, true);
+    std::vector<Var> out(3);
+    for (int e = 0; e < 3; ++e)
+      if (!r.rows_of[size_t(e)].empty()) out[size_t(e)] = linear(t, gather_rows(t, in[0], r.rows_of[size_t(e)]), experts, e);
+    return combine_experts(t, out, r);
+  }));
+}
+
+// ---- head ----------------------------------------------------------------------------------------
+
+TEST(TapeOps, Softcap) {
+  Rng rng(13);
+  const Matrix x = random_matrix(rng, 2, 6, 4.0);
+  EXPECT_GRADIENTS_OK(check_gradients({x}, {}, [&](Tape& t, const std::vector<Var>& in) {
+    return softcap(t, in[0], 3.f);
+  }));
+}
+
+TEST(TapeOps, CrossEntropy) {
+  Rng rng(14);
+  const Matrix logits = random_matrix(rng, 5, 7, 2.0);
+  const std::vector<int32_t> targets{3, -1, 0, 6, 2};  // row 1 has weight 0: its target is never read
+  const std::vector<float> weights{1.f, 0.f, 2.5f, 0.5f, 1.f};
+  EXPECT_GRADIENTS_OK(check_gradients({logits}, {}, [&](Tape& t, const std::vector<Var>& in) {
+    return cross_entropy(t, in[0], targets, weights, 4.f);
+  }));
+  // The value: sum_i w_i (logsumexp - x_target) / normaliser, computed directly.
+  double expect = 0;
+  for (int r = 0; r < 5; ++r) {
+    if (weights[size_t(r)] == 0) continue;
+    double sum = 0;
+    for (int j = 0; j < 7; ++j) sum += std::exp(double(logits.data[size_t(r * 7 + j)]));
+    expect += weights[size_t(r)] * (std::log(sum) - logits.data[size_t(r * 7 + targets[size_t(r)])]);
+  }
+  Tape t;
+  Var x = t.input(5, 7, logits.data.data(), true);
+  Var loss = cross_entropy(t, x, targets, weights, 4.f);
+  EXPECT_NEAR(t.value(loss)[0], expect / 4, 1e-5);
+  t.backward(loss);
+  for (int j = 0; j < 7; ++j) EXPECT_EQ(t.grad_or_null(x)[7 + j], 0.f);  // the skipped row
+  // Huge logits stay finite (fused log-softmax).
+  Tape t2;
+  std::vector<float> big{1000.f, -1000.f, 999.f};
+  Var l2 = cross_entropy(t2, t2.input(1, 3, big.data()), {2}, {1.f}, 1.f);
+  EXPECT_NEAR(t2.value(l2)[0], std::log(1 + std::exp(1.0)), 1e-5);
+  EXPECT_THROW(cross_entropy(t2, t2.input(1, 3, big.data()), {3}, {1.f}, 1.f), Error);
+}
+
+TEST(TapeOps, ParametersAccumulateAcrossBackwardPasses) {
+  Rng rng(15);
+  Parameter w = random_parameter(rng, "w", {3, 2});
+  const Matrix x = random_matrix(rng, 2, 3);
+  std::vector<float> first;
+  for (int pass = 0; pass < 2; ++pass) {
+    Tape t;
+    Var y = linear(t, t.input(2, 3, x.data.data()), w);
+    t.backward(cross_entropy(t, y, {0, 1}, {1.f, 1.f}, 1.f));
+    if (pass == 0) first = w.grad;
+  }
+  for (size_t i = 0; i < first.size(); ++i) EXPECT_FLOAT_EQ(w.grad[i], 2 * first[i]);
+  w.zero_grad();
+  for (float g : w.grad) EXPECT_EQ(g, 0.f);
+}
+
+}  // namespace
+}  // namespace canvas::train
