@@ -1,5 +1,7 @@
 // Autograd tape: every op's backward against central finite differences, and forwards against the
 // inference kernels.
+#include "train/tape.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "ops/ops.h"
-#include "train/tape.h"
 
 namespace canvas::train {
 namespace {
@@ -59,8 +60,9 @@ struct CheckResult {
 // |numeric - analytic| <= rtol * max(|numeric|, |analytic|) + atol, atol = rtol * (largest |analytic|
 // of that tensor) / 4 + 1e-5, i.e. relative for the large entries, and a floor scaled by the tensor
 // for entries that are tiny next to it (where float rounding of the loss dominates).
-CheckResult check_gradients(std::vector<Matrix> inputs, const std::vector<Parameter*>& params, const Graph& graph,
-                            ThreadPool* pool = nullptr, double eps = 1e-3, double rtol = 1e-2) {
+CheckResult check_gradients(std::vector<Matrix> inputs, const std::vector<Parameter*>& params,
+                            const Graph& graph, ThreadPool* pool = nullptr, double eps = 1e-3,
+                            double rtol = 1e-2) {
   Rng rng(1234);
   std::vector<float> probe;
   auto loss_of = [&](bool with_backward, std::vector<std::vector<float>>* input_grads) {
@@ -78,7 +80,8 @@ CheckResult check_gradients(std::vector<Matrix> inputs, const std::vector<Parame
       tape.backward(probe_sum(tape, out, probe));
       for (size_t i = 0; i < vars.size(); ++i) {
         const float* g = tape.grad_or_null(vars[i]);
-        (*input_grads)[i] = g ? std::vector<float>(g, g + tape.size(vars[i])) : std::vector<float>(inputs[i].data.size(), 0.f);
+        (*input_grads)[i] = g ? std::vector<float>(g, g + tape.size(vars[i]))
+                              : std::vector<float>(inputs[i].data.size(), 0.f);
       }
     }
     return loss;
@@ -88,7 +91,8 @@ CheckResult check_gradients(std::vector<Matrix> inputs, const std::vector<Parame
   loss_of(true, &input_grads);
 
   CheckResult result;
-  auto compare = [&](const std::string& name, std::vector<float>& values, const std::vector<float>& analytic) {
+  auto compare = [&](const std::string& name, std::vector<float>& values,
+                     const std::vector<float>& analytic) {
     double scale = 0;
     for (float g : analytic) scale = std::max(scale, double(std::fabs(g)));
     const double atol = rtol * scale / 4 + 1e-5;
@@ -101,16 +105,18 @@ CheckResult check_gradients(std::vector<Matrix> inputs, const std::vector<Parame
       values[i] = saved;
       const double numeric = (plus - minus) / (2 * eps);
       const double a = analytic.empty() ? 0.0 : analytic[i];
-      const double ratio = std::fabs(numeric - a) / (rtol * std::max(std::fabs(numeric), std::fabs(a)) + atol);
+      const double ratio =
+          std::fabs(numeric - a) / (rtol * std::max(std::fabs(numeric), std::fabs(a)) + atol);
       ++result.checked;
       if (ratio > result.worst) {
         result.worst = ratio;
-        result.where = name + "[" + std::to_string(i) + "]: numeric " + std::to_string(numeric) + ", analytic " +
-                       std::to_string(a);
+        result.where = name + "[" + std::to_string(i) + "]: numeric " + std::to_string(numeric) +
+                       ", analytic " + std::to_string(a);
       }
     }
   };
-  for (size_t i = 0; i < inputs.size(); ++i) compare("input " + std::to_string(i), inputs[i].data, input_grads[i]);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    compare("input " + std::to_string(i), inputs[i].data, input_grads[i]);
   for (Parameter* p : params) {
     const std::vector<float> analytic = p->grad;
     compare(p->name, p->value, analytic);
@@ -118,22 +124,24 @@ CheckResult check_gradients(std::vector<Matrix> inputs, const std::vector<Parame
   return result;
 }
 
-#define EXPECT_GRADIENTS_OK(result)                                                  \
-  do {                                                                               \
-    const CheckResult r_ = (result);                                                 \
-    EXPECT_GT(r_.checked, 0);                                                        \
-    EXPECT_LE(r_.worst, 1.0) << "worst at " << r_.where;                            \
-  } while (0)
+testing::AssertionResult gradients_ok(const CheckResult& r) {
+  if (r.checked > 0 && r.worst <= 1.0) return testing::AssertionSuccess();
+  return testing::AssertionFailure() << "worst error " << r.worst << " x tolerance at " << r.where << " ("
+                                     << r.checked << " elements checked)";
+}
+#define EXPECT_GRADIENTS_OK(result) EXPECT_TRUE(gradients_ok(result))
 
 // ---- the checker itself can fail ---------------------------------------------------------------
 
-// y = x^2 with a backward that is off by `error` (relative) on element `bad` only.
+// y = x^2 with a backward that is off by `error` (relative) on element `bad` only (every element when
+// bad < 0).
 Var square_with_error(Tape& tape, Var x, double error, int64_t bad) {
   Var y = tape.make(tape.rows(x), tape.cols(x), true);
   for (int64_t i = 0; i < tape.size(x); ++i) tape.value(y)[i] = tape.value(x)[i] * tape.value(x)[i];
   tape.record([&tape, x, y, error, bad] {
     for (int64_t i = 0; i < tape.size(x); ++i)
-      tape.grad(x)[i] += float(tape.grad_or_null(y)[i] * 2 * tape.value(x)[i] * (i == bad ? 1 + error : 1.0));
+      tape.grad(x)[i] +=
+          float(tape.grad_or_null(y)[i] * 2 * tape.value(x)[i] * (i == bad || bad < 0 ? 1 + error : 1.0));
   });
   return y;
 }
@@ -141,12 +149,14 @@ Var square_with_error(Tape& tape, Var x, double error, int64_t bad) {
 TEST(TapeGradCheck, CatchesAWrongBackward) {
   Rng rng(1);
   const Matrix x = random_matrix(rng, 3, 4);
-  auto graph = [](double error) {
-    return [error](Tape& t, const std::vector<Var>& in) { return square_with_error(t, in[0], error, 5); };
+  auto graph = [](double error, int64_t bad) {
+    return
+        [error, bad](Tape& t, const std::vector<Var>& in) { return square_with_error(t, in[0], error, bad); };
   };
-  EXPECT_LE(check_gradients({x}, {}, graph(0.0)).worst, 1.0);
-  EXPECT_GT(check_gradients({x}, {}, graph(0.05)).worst, 1.0);  // 5% off on one element
-  EXPECT_GT(check_gradients({x}, {}, graph(-1.0)).worst, 1.0);  // a missing contribution
+  EXPECT_LE(check_gradients({x}, {}, graph(0.0, -1)).worst, 1.0);
+  EXPECT_GT(check_gradients({x}, {}, graph(0.03, -1)).worst, 1.0);  // 3% off everywhere
+  EXPECT_GT(check_gradients({x}, {}, graph(0.25, 5)).worst, 1.0);   // a wrong factor on one element
+  EXPECT_GT(check_gradients({x}, {}, graph(-1.0, 5)).worst, 1.0);   // one contribution missing
 }
 
 // ---- per-op checks -----------------------------------------------------------------------------
@@ -155,9 +165,8 @@ TEST(TapeOps, Embedding) {
   Rng rng(2);
   Parameter table = random_parameter(rng, "table", {5, 7});
   const std::vector<int32_t> ids{3, 0, 3, 6, 1};  // repeated id: gradients must add
-  EXPECT_GRADIENTS_OK(check_gradients({}, {&table}, [&](Tape& t, const std::vector<Var>&) {
-    return embedding(t, table, ids, 1.5f);
-  }));
+  EXPECT_GRADIENTS_OK(check_gradients(
+      {}, {&table}, [&](Tape& t, const std::vector<Var>&) { return embedding(t, table, ids, 1.5f); }));
   Tape t;
   Var y = embedding(t, table, ids, 1.5f);
   EXPECT_FLOAT_EQ(t.value(y)[2 * 5 + 4], 1.5f * table.value[3 * 5 + 4]);
@@ -168,16 +177,17 @@ TEST(TapeOps, Linear) {
   Rng rng(3);
   Parameter w = random_parameter(rng, "w", {6, 5});
   const Matrix x = random_matrix(rng, 4, 6);
-  EXPECT_GRADIENTS_OK(check_gradients({x}, {&w}, [&](Tape& t, const std::vector<Var>& in) {
-    return linear(t, in[0], w);
-  }));
+  EXPECT_GRADIENTS_OK(
+      check_gradients({x}, {&w}, [&](Tape& t, const std::vector<Var>& in) { return linear(t, in[0], w); }));
   // Matrix 1 of a stack of 3: only its slice of the gradient may be non-zero.
   Parameter stack = random_parameter(rng, "stack", {6, 5, 3});
-  EXPECT_GRADIENTS_OK(check_gradients({x}, {&stack}, [&](Tape& t, const std::vector<Var>& in) {
-    return linear(t, in[0], stack, 1);
-  }));
-  for (int64_t i = 0; i < stack.size(); ++i)
-    if (i < 30 || i >= 60) EXPECT_EQ(stack.grad[size_t(i)], 0.f);
+  EXPECT_GRADIENTS_OK(check_gradients(
+      {x}, {&stack}, [&](Tape& t, const std::vector<Var>& in) { return linear(t, in[0], stack, 1); }));
+  for (int64_t i = 0; i < stack.size(); ++i) {
+    if (i < 30 || i >= 60) {
+      EXPECT_EQ(stack.grad[size_t(i)], 0.f);
+    }
+  }
   Tape t;
   EXPECT_THROW(linear(t, t.input(2, 5), w), Error);
 }
@@ -188,9 +198,8 @@ TEST(TapeOps, LinearLargerThanOneTile) {
   Rng rng(4);
   Parameter w = random_parameter(rng, "w", {37, 19}, 0.3);
   const Matrix x = random_matrix(rng, 23, 37);
-  EXPECT_GRADIENTS_OK(check_gradients({x}, {&w}, [&](Tape& t, const std::vector<Var>& in) {
-    return linear(t, in[0], w);
-  }, &pool));
+  EXPECT_GRADIENTS_OK(check_gradients(
+      {x}, {&w}, [&](Tape& t, const std::vector<Var>& in) { return linear(t, in[0], w); }, &pool));
 }
 
 TEST(TapeOps, AddAndBias) {
@@ -207,12 +216,10 @@ TEST(TapeOps, RmsNorm) {
   Rng rng(6);
   Parameter w = random_parameter(rng, "w", {8}, 0.2, 1.0);
   const Matrix x = random_matrix(rng, 3, 8);
-  EXPECT_GRADIENTS_OK(check_gradients({x}, {&w}, [&](Tape& t, const std::vector<Var>& in) {
-    return rms_norm(t, in[0], &w, 1e-5f);
-  }));
-  EXPECT_GRADIENTS_OK(check_gradients({x}, {}, [&](Tape& t, const std::vector<Var>& in) {
-    return rms_norm(t, in[0], nullptr, 1e-5f);
-  }));
+  EXPECT_GRADIENTS_OK(check_gradients(
+      {x}, {&w}, [&](Tape& t, const std::vector<Var>& in) { return rms_norm(t, in[0], &w, 1e-5f); }));
+  EXPECT_GRADIENTS_OK(check_gradients(
+      {x}, {}, [&](Tape& t, const std::vector<Var>& in) { return rms_norm(t, in[0], nullptr, 1e-5f); }));
 }
 
 TEST(TapeOps, RopeBothLayouts) {
@@ -226,9 +233,9 @@ TEST(TapeOps, RopeBothLayouts) {
       p.head_dim = 8;
       p.rot_dims = rot;
       p.theta = 100.f;
-      EXPECT_GRADIENTS_OK(check_gradients({x}, {}, [&](Tape& t, const std::vector<Var>& in) {
-        return rope(t, in[0], 2, pos, p);
-      })) << "layout " << int(layout) << " rot " << rot;
+      EXPECT_GRADIENTS_OK(check_gradients(
+          {x}, {}, [&](Tape& t, const std::vector<Var>& in) { return rope(t, in[0], 2, pos, p); }))
+          << "layout " << int(layout) << " rot " << rot;
       // Forward equals the inference kernel.
       Tape t;
       Var y = rope(t, t.input(4, 16, x.data.data()), 2, pos, p);
@@ -284,7 +291,8 @@ TEST(TapeAttention, ForwardMatchesInferenceKernelPerSequence) {
   ThreadPool pool(2);
   for (const AttentionCase& c : attention_cases()) {
     Rng rng(9);
-    const int64_t rows = c.n_sequences * c.length, q_width = c.n_heads * head_dim, kv_width = c.n_kv_heads * head_dim;
+    const int64_t rows = c.n_sequences * c.length, q_width = c.n_heads * head_dim,
+                  kv_width = c.n_kv_heads * head_dim;
     const Matrix q = random_matrix(rng, rows, q_width), k = random_matrix(rng, rows, kv_width),
                  v = random_matrix(rng, rows, kv_width);
     AttentionShape shape{c.n_heads, c.n_kv_heads, head_dim, 1.f / std::sqrt(float(head_dim)), c.softcap};
@@ -297,13 +305,15 @@ TEST(TapeAttention, ForwardMatchesInferenceKernelPerSequence) {
       for (int64_t j = 0; j < c.length; ++j)
         for (int64_t h = 0; h < c.n_kv_heads; ++h)
           for (int64_t d = 0; d < head_dim; ++d) {
-            kc[size_t((h * c.length + j) * head_dim + d)] = k.data[size_t((s * c.length + j) * kv_width + h * head_dim + d)];
-            vc[size_t((h * c.length + j) * head_dim + d)] = v.data[size_t((s * c.length + j) * kv_width + h * head_dim + d)];
+            kc[size_t((h * c.length + j) * head_dim + d)] =
+                k.data[size_t((s * c.length + j) * kv_width + h * head_dim + d)];
+            vc[size_t((h * c.length + j) * head_dim + d)] =
+                v.data[size_t((s * c.length + j) * kv_width + h * head_dim + d)];
           }
       AttentionMask mask;
       if (!c.groups.empty()) mask.key_group = mask.query_group = c.groups.data() + s * c.length;
-      reference::attention(q.data.data() + s * c.length * q_width, c.length, q_width, kc.data(), vc.data(), c.length,
-                           c.length * head_dim, mask, shape, expect.data(), q_width);
+      reference::attention(q.data.data() + s * c.length * q_width, c.length, q_width, kc.data(), vc.data(),
+                           c.length, c.length * head_dim, mask, shape, expect.data(), q_width);
       for (int64_t i = 0; i < c.length * q_width; ++i)
         EXPECT_NEAR(t.value(out)[s * c.length * q_width + i], expect[size_t(i)], 2e-6) << c.name;
     }
@@ -344,29 +354,33 @@ TEST(TapeOps, GatedActivations) {
   Rng rng(11);
   Matrix gate = random_matrix(rng, 3, 5, 2.0), up = random_matrix(rng, 3, 5);
   for (Activation act : {Activation::Silu, Activation::GeluTanh}) {
-    EXPECT_GRADIENTS_OK(check_gradients({gate, up}, {}, [&](Tape& t, const std::vector<Var>& in) {
-      return gated_activation(t, in[0], in[1], act);
-    })) << "activation " << int(act);
+    EXPECT_GRADIENTS_OK(check_gradients(
+        {gate, up}, {},
+        [&](Tape& t, const std::vector<Var>& in) { return gated_activation(t, in[0], in[1], act); }))
+        << "activation " << int(act);
   }
 }
 
 TEST(TapeOps, RouterTopK) {
   // Logits spread widely so a 1e-3 nudge never changes which experts are selected.
   for (bool renormalise : {false, true}) {
-    Matrix logits{4, 5, {0.0f, 1.0f, 2.5f, -1.0f, 0.4f,    //
-                         3.0f, -0.5f, 0.2f, 1.6f, -2.0f,   //
-                         -1.0f, -0.2f, 0.7f, 2.2f, 1.3f,   //
-                         0.9f, 0.1f, -0.9f, -0.1f, 2.0f}};
-    EXPECT_GRADIENTS_OK(check_gradients({logits}, {}, [&](Tape& t, const std::vector<Var>& in) {
-      return route_top_k(t, in[0], 2, renormalise).weights;
-    })) << "renormalise " << renormalise;
+    Matrix logits{4, 5, {0.0f,  1.0f,  2.5f,  -1.0f, 0.4f,   //
+                         3.0f,  -0.5f, 0.2f,  1.6f,  -2.0f,  //
+                         -1.0f, -0.2f, 0.7f,  2.2f,  1.3f,   //
+                         0.9f,  0.1f,  -0.9f, -0.1f, 2.0f}};
+    EXPECT_GRADIENTS_OK(check_gradients(
+        {logits}, {},
+        [&](Tape& t, const std::vector<Var>& in) { return route_top_k(t, in[0], 2, renormalise).weights; }))
+        << "renormalise " << renormalise;
     Tape t;
     Routing r = route_top_k(t, t.input(4, 5, logits.data.data()), 2, renormalise);
     EXPECT_EQ(r.rows_of[2], (std::vector<int32_t>{0}));
-    EXPECT_EQ(r.rows_of[4], (std::vector<int32_t>{0, 2, 3}));
+    EXPECT_EQ(r.rows_of[4], (std::vector<int32_t>{2, 3}));
     const float* w = t.value(r.weights);
     EXPECT_EQ(w[0 * 5 + 0], 0.f);
-    if (renormalise) EXPECT_NEAR(w[0 * 5 + 2] + w[0 * 5 + 4], 1.0, 1e-6);
+    if (renormalise) {
+      EXPECT_NEAR(w[0 * 5 + 2] + w[0 * 5 + 1], 1.0, 1e-6);
+    }
   }
 }
 
@@ -379,7 +393,8 @@ TEST(TapeOps, GatherAndCombineExperts) {
     Routing r = route_top_k(t, in[1], 2, true);
     std::vector<Var> out(3);
     for (int e = 0; e < 3; ++e)
-      if (!r.rows_of[size_t(e)].empty()) out[size_t(e)] = linear(t, gather_rows(t, in[0], r.rows_of[size_t(e)]), experts, e);
+      if (!r.rows_of[size_t(e)].empty())
+        out[size_t(e)] = linear(t, gather_rows(t, in[0], r.rows_of[size_t(e)]), experts, e);
     return combine_experts(t, out, r);
   }));
 }
@@ -389,9 +404,8 @@ TEST(TapeOps, GatherAndCombineExperts) {
 TEST(TapeOps, Softcap) {
   Rng rng(13);
   const Matrix x = random_matrix(rng, 2, 6, 4.0);
-  EXPECT_GRADIENTS_OK(check_gradients({x}, {}, [&](Tape& t, const std::vector<Var>& in) {
-    return softcap(t, in[0], 3.f);
-  }));
+  EXPECT_GRADIENTS_OK(
+      check_gradients({x}, {}, [&](Tape& t, const std::vector<Var>& in) { return softcap(t, in[0], 3.f); }));
 }
 
 TEST(TapeOps, CrossEntropy) {
@@ -422,6 +436,20 @@ TEST(TapeOps, CrossEntropy) {
   Var l2 = cross_entropy(t2, t2.input(1, 3, big.data()), {2}, {1.f}, 1.f);
   EXPECT_NEAR(t2.value(l2)[0], std::log(1 + std::exp(1.0)), 1e-5);
   EXPECT_THROW(cross_entropy(t2, t2.input(1, 3, big.data()), {3}, {1.f}, 1.f), Error);
+}
+
+TEST(TapeOps, GradientsDisabledRecordsNothing) {
+  Rng rng(16);
+  Parameter w = random_parameter(rng, "w", {3, 2});
+  const Matrix x = random_matrix(rng, 2, 3);
+  Tape on, off;
+  off.set_grad_enabled(false);
+  Var a = cross_entropy(on, linear(on, on.input(2, 3, x.data.data(), true), w), {0, 1}, {1.f, 1.f}, 1.f);
+  Var b = cross_entropy(off, linear(off, off.input(2, 3, x.data.data(), true), w), {0, 1}, {1.f, 1.f}, 1.f);
+  EXPECT_EQ(on.value(a)[0], off.value(b)[0]);
+  EXPECT_TRUE(on.requires_grad(a));
+  EXPECT_FALSE(off.requires_grad(b));
+  EXPECT_THROW(off.backward(b), Error);
 }
 
 TEST(TapeOps, ParametersAccumulateAcrossBackwardPasses) {

@@ -4,5 +4,6 @@
 namespace canvas::cli {
 
 int cmd_sudoku(int argc, char** argv);
+int cmd_train(int argc, char** argv);
 
 }  // namespace canvas::cli

@@ -31,6 +31,7 @@ commands:
   generate   generate text from a prompt (masked diffusion or autoregressive)
   logits     write a model's logits for given token ids to a .npy file
   inspect    print a GGUF file's metadata and tensor table
+  train      train a small diffusion or AR model from a config file (resumable)
   sudoku     generate Sudoku puzzle sets, solve puzzles with a model, evaluate solve rates
 
 Run `canvas <command> --help` for the options of a command.
@@ -358,6 +359,7 @@ int main(int argc, char** argv) {
     if (command == "logits") return cmd_logits(argc, argv);
     if (command == "inspect") return cmd_inspect(argc, argv);
     if (command == "sudoku") return cli::cmd_sudoku(argc, argv);
+    if (command == "train") return cli::cmd_train(argc, argv);
     std::fprintf(stderr, "canvas: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return 1;
   } catch (const std::exception& e) {

@@ -35,6 +35,7 @@ struct ModelConfig {
   bool causal = false;          // the model's native attention (false for diffusion models)
   bool shift_logits = false;    // Dream: row p-1 predicts token p
   int64_t context_length = 0;
+  int64_t n_positions = 0;      // learned absolute position embeddings (position_embd.weight); 0: none
   int32_t mask_token = -1;      // absorbing-state [MASK] id (-1: none)
   int32_t bos_token = -1, eos_token = -1, pad_token = -1;
 

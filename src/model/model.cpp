@@ -126,6 +126,7 @@ Model Model::load(const std::string& path) {
   if (const TensorView* pe = f.find_tensor("position_embd.weight")) {
     m.position_embd = bind(f, "position_embd.weight", {H, pe->ne[1]});
     check(m.position_embd.type == DType::F32, path + ": tensor 'position_embd.weight' must be f32");
+    c.n_positions = pe->ne[1];
     c.context_length = std::min(c.context_length, pe->ne[1]);
   }
   c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;

@@ -22,6 +22,7 @@ inline float hsum(__m256 v) {
 
 constexpr int64_t kPanelBytes = 256 * 1024;
 constexpr int kPrefetchBytes = 1024;
+constexpr int64_t kTileAheadMax = 128 * 1024;
 
 // ---- float weights ---------------------------------------------------------------------------------
 
@@ -224,13 +225,15 @@ void quant_tile(const uint8_t* xq, int64_t xrb, const uint8_t* w, int64_t wrb, i
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  const int64_t prefetch_ahead = C * wrb <= kTileAheadMax ? C * wrb : kPrefetchBytes;
   for (int64_t b = 0; b < nb; ++b) {
     __m256i wq[C];
     __m256 dw[C];
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
       const uint8_t* blk = w + c * wrb + b * B::kBytes;
-      if (R == 1) _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes, _MM_HINT_T0);
+      // matvec: fetch the same spot of the next tile's rows (short quantised rows follow in memory)
+      if (R == 1) _mm_prefetch(reinterpret_cast<const char*>(blk) + prefetch_ahead, _MM_HINT_T0);
       B::load(blk, wq[c], dw[c]);
     }
 #pragma GCC unroll 8

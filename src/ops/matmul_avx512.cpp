@@ -5,6 +5,7 @@
 // reduction tree. Quantised weights: 16 int32 lanes per pair of 32-blocks, each lane converted to float
 // and accumulated as acc += (isum * d_x) * d_w in pair order (an odd last block uses lanes 0-7 only),
 // then the same reduction tree. Tiles only decide how many independent outputs run side by side.
+//
 // GCC 12's AVX-512 headers trip -W(maybe-)uninitialized on their own _mm512_undefined_* where they get
 // inlined (GCC bug 105593), so those two warnings are off for this file.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -30,6 +31,7 @@ inline float hsum(__m512 v) {
 
 constexpr int64_t kPanelBytes = 256 * 1024;  // weight rows kept hot in L2 while all x tiles pass
 constexpr int kPrefetchBytes = 1024;         // software prefetch distance along each weight row
+constexpr int64_t kTileAheadMax = 128 * 1024;  // quantised matvec: prefetch one tile ahead up to this
 
 // ---- float weights ---------------------------------------------------------------------------------
 
@@ -64,8 +66,9 @@ struct LoadBF16 {
   }
 };
 
-// R rows of x against C weight rows.
-template <class L, int R, int C>
+// R rows of x against C weight rows. kStream: matvec over weights far larger than the caches, so each
+// weight row is prefetched ahead.
+template <class L, int R, int C, bool kStream = false>
 void float_tile(const float* x, int64_t ldx, const uint8_t* w, int64_t wrb, int64_t k, float* y, int64_t ldy) {
   __m512 acc[R][C];
 #pragma GCC unroll 8
@@ -74,9 +77,10 @@ void float_tile(const float* x, int64_t ldx, const uint8_t* w, int64_t wrb, int6
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
   int64_t k0 = 0;
   for (; k0 + 16 <= k; k0 += 16) {
-    if (R == 1) {
+    if (kStream) {
 #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(w + c * wrb + k0 * L::kBytes) + kPrefetchBytes, _MM_HINT_T0);
+      for (int c = 0; c < C; ++c)
+        _mm_prefetch(reinterpret_cast<const char*>(w + c * wrb + k0 * L::kBytes) + kPrefetchBytes, _MM_HINT_T0);
     }
     __m512 xv[R];
 #pragma GCC unroll 8
@@ -88,7 +92,7 @@ void float_tile(const float* x, int64_t ldx, const uint8_t* w, int64_t wrb, int6
       for (int r = 0; r < R; ++r) acc[r][c] = _mm512_fmadd_ps(xv[r], wv, acc[r][c]);
     }
   }
-  if (k0 < k) {
+  if (k0 < k) {  // the last k % 16 elements, zero-masked
     const __mmask16 mask = __mmask16((1u << (k - k0)) - 1);
     __m512 xv[R];
 #pragma GCC unroll 8
@@ -106,7 +110,9 @@ void float_tile(const float* x, int64_t ldx, const uint8_t* w, int64_t wrb, int6
     for (int c = 0; c < C; ++c) y[r * ldy + c] = hsum(acc[r][c]);
 }
 
-constexpr int kFloatRows = 4, kFloatCols = 4, kVecCols = 8;
+// Register tile 4 x 6 (24 accumulators, 10 loads per 24 FMAs); matvec streams 8 weight rows at once.
+// (Chunking k to keep tiles in L1, with the accumulators spilled between chunks, measured slower.)
+constexpr int kFloatRows = 4, kFloatCols = 6, kVecCols = 8;
 
 template <class L, int C>
 void float_tile_rows(int r, const float* x, int64_t ldx, const uint8_t* w, int64_t wrb, int64_t k, float* y,
@@ -122,12 +128,14 @@ void float_tile_rows(int r, const float* x, int64_t ldx, const uint8_t* w, int64
 template <class L>
 void matmul_float_typed(const FloatArgs& a, int64_t j0, int64_t j1) {
   const int64_t wrb = a.w_row_bytes;
-  if (a.m == 1) {  // matrix-vector: wide tiles stream several weight rows at once
+  if (a.m == 1) {
     int64_t j = j0;
-    for (; j + kVecCols <= j1; j += kVecCols) float_tile<L, 1, kVecCols>(a.x, a.ldx, a.w + j * wrb, wrb, a.k, a.y + j, a.ldy);
-    for (; j < j1; ++j) float_tile<L, 1, 1>(a.x, a.ldx, a.w + j * wrb, wrb, a.k, a.y + j, a.ldy);
+    for (; j + kVecCols <= j1; j += kVecCols)
+      float_tile<L, 1, kVecCols, true>(a.x, a.ldx, a.w + j * wrb, wrb, a.k, a.y + j, a.ldy);
+    for (; j < j1; ++j) float_tile<L, 1, 1, true>(a.x, a.ldx, a.w + j * wrb, wrb, a.k, a.y + j, a.ldy);
     return;
   }
+  // A panel of weight rows stays in L2 while every tile of x rows passes over it.
   const int64_t panel = std::max<int64_t>(kFloatCols, kPanelBytes / wrb / kFloatCols * kFloatCols);
   for (int64_t jp = j0; jp < j1; jp += panel) {
     const int64_t je = std::min(j1, jp + panel);
@@ -277,13 +285,18 @@ void quant_tile(const uint8_t* xq, int64_t xrb, const uint8_t* w, int64_t wrb, i
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
   const int64_t pairs = nb / 2;
   constexpr int64_t kWeightPair = 2 * P::kBlockBytes;
+  // Quantised rows are short (a few KB), so a fixed distance along a row would miss every row's start;
+  // one tile ahead covers each line exactly once. Very long rows fall back to a distance along the row.
+  const int64_t prefetch_ahead = C * wrb <= kTileAheadMax ? C * wrb : kPrefetchBytes;
   for (int64_t p = 0; p < pairs; ++p) {
     __m512i wq[C];
     __m512 dw[C];
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
       const uint8_t* blk = w + c * wrb + p * kWeightPair;
-      if (R == 1) _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes, _MM_HINT_T0);
+      // matvec: fetch the same spot of the next tile's rows (they follow in memory). A second prefetch
+      // for the Q8_0 pair's other line measured slower: the hardware prefetcher covers it.
+      if (R == 1) _mm_prefetch(reinterpret_cast<const char*>(blk) + prefetch_ahead, _MM_HINT_T0);
       P::load(blk, wq[c], dw[c]);
     }
 #pragma GCC unroll 8

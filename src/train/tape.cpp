@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <memory>
+#include <mutex>
 
 #include "core/error.h"
 #include "ops/matmul.h"
@@ -14,7 +16,8 @@ namespace canvas::train {
 
 // ---- Parameter ---------------------------------------------------------------------------------
 
-Parameter::Parameter(std::string name_, std::vector<int64_t> shape_) : name(std::move(name_)), shape(std::move(shape_)) {
+Parameter::Parameter(std::string name_, std::vector<int64_t> shape_)
+    : name(std::move(name_)), shape(std::move(shape_)) {
   check(!shape.empty() && shape.size() <= 3, "parameter '" + name + "': expected 1 to 3 dimensions");
   int64_t n = 1;
   for (int64_t d : shape) {
@@ -35,7 +38,9 @@ float* Parameter::grad_data() {
   return grad.data();
 }
 
-void Parameter::zero_grad() { std::fill(grad.begin(), grad.end(), 0.f); }
+void Parameter::zero_grad() {
+  std::fill(grad.begin(), grad.end(), 0.f);
+}
 
 TensorView Parameter::view() const {
   TensorView v;
@@ -53,6 +58,68 @@ TensorView Parameter::matrix_view(int64_t i) const {
   return view().matrix(i);
 }
 
+// ---- buffer cache --------------------------------------------------------------------------------
+namespace {
+
+// Large float buffers are recycled: fresh multi-megabyte allocations come from mmap and pay a page
+// fault per 4 KiB on first touch, which made a step of the Sudoku model 2.5x slower than the math.
+class BufferCache {
+ public:
+  static BufferCache& instance() {
+    static BufferCache* cache = new BufferCache;  // never destroyed: tapes may outlive static destructors
+    return *cache;
+  }
+  // A zeroed buffer of n floats.
+  std::vector<float> take(size_t n) {
+    if (n >= kMinCached) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = free_.lower_bound(n);
+      if (it != free_.end() && it->first <= 2 * n) {  // never hand a huge buffer to a small request
+        std::vector<float> v = std::move(it->second);
+        bytes_ -= it->first * sizeof(float);
+        free_.erase(it);
+        v.assign(n, 0.f);  // within capacity: no reallocation
+        return v;
+      }
+    }
+    return std::vector<float>(n, 0.f);
+  }
+  void give(std::vector<float>&& v) {
+    const size_t capacity = v.capacity();
+    if (capacity < kMinCached) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (bytes_ + capacity * sizeof(float) > kMaxBytes) return;  // v is freed
+    bytes_ += capacity * sizeof(float);
+    free_.emplace(capacity, std::move(v));
+  }
+
+ private:
+  static constexpr size_t kMinCached = 16384;           // floats (64 KiB); smaller ones malloc serves well
+  static constexpr size_t kMaxBytes = size_t(2) << 30;  // cache at most 2 GiB of idle buffers
+  std::mutex mutex_;
+  std::multimap<size_t, std::vector<float>> free_;  // by capacity
+  size_t bytes_ = 0;
+};
+
+std::vector<float> take_buffer(size_t n) {
+  return BufferCache::instance().take(n);
+}
+void give_buffer(std::vector<float>&& v) {
+  BufferCache::instance().give(std::move(v));
+}
+
+// A zeroed temporary for an op, returned to the cache when it goes out of scope.
+struct Scratch {
+  explicit Scratch(int64_t n) : v(take_buffer(size_t(n))) {}
+  ~Scratch() { give_buffer(std::move(v)); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  float* data() { return v.data(); }
+  std::vector<float> v;
+};
+
+}  // namespace
+
 // ---- Tape --------------------------------------------------------------------------------------
 
 Tape::Node& Tape::node(Var v) {
@@ -69,8 +136,8 @@ Var Tape::make(int64_t rows, int64_t cols, bool requires_grad) {
   Node n;
   n.rows = rows;
   n.cols = cols;
-  n.value.assign(size_t(rows * cols), 0.f);
-  n.requires_grad = requires_grad;
+  n.value = take_buffer(size_t(rows * cols));
+  n.requires_grad = requires_grad && grad_enabled_;
   nodes_.push_back(std::move(n));
   return Var{int32_t(nodes_.size() - 1)};
 }
@@ -83,11 +150,12 @@ Var Tape::input(int64_t rows, int64_t cols, const float* data, bool requires_gra
 
 float* Tape::grad(Var v) {
   Node& n = node(v);
-  if (n.grad.empty()) n.grad.assign(n.value.size(), 0.f);
+  if (n.grad.empty()) n.grad = take_buffer(n.value.size());
   return n.grad.data();
 }
 
 void Tape::backward(Var loss) {
+  check(grad_enabled_, "tape: backward on a tape recorded with gradients disabled");
   check(size(loss) == 1, "tape: backward needs a 1 x 1 loss, got " + std::to_string(rows(loss)) + " x " +
                              std::to_string(cols(loss)));
   grad(loss)[0] = 1.f;
@@ -95,26 +163,38 @@ void Tape::backward(Var loss) {
 }
 
 void Tape::clear() {
-  nodes_.clear();
   backward_.clear();
+  for (Node& n : nodes_) {
+    give_buffer(std::move(n.value));
+    give_buffer(std::move(n.grad));
+  }
+  nodes_.clear();
 }
 
 // ---- helpers -----------------------------------------------------------------------------------
 namespace {
 
-std::string dims(const Tape& t, Var v) { return "[" + std::to_string(t.rows(v)) + ", " + std::to_string(t.cols(v)) + "]"; }
+std::string dims(const Tape& t, Var v) {
+  return "[" + std::to_string(t.rows(v)) + ", " + std::to_string(t.cols(v)) + "]";
+}
 
 void add_into(float* dst, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
-// dst [cols, rows] = src^T, src rows of `cols` floats at stride ld.
-void transpose(const float* src, int64_t rows, int64_t cols, int64_t ld, float* dst) {
+// dst [cols, rows] = src^T, src rows of `cols` floats at stride ld. Large ones are split over the pool
+// by source rows (each chunk writes its own columns of dst).
+void transpose(const float* src, int64_t rows, int64_t cols, int64_t ld, float* dst,
+               ThreadPool* pool = nullptr) {
   constexpr int64_t kBlock = 32;
-  for (int64_t r0 = 0; r0 < rows; r0 += kBlock)
-    for (int64_t c0 = 0; c0 < cols; c0 += kBlock)
-      for (int64_t r = r0; r < std::min(rows, r0 + kBlock); ++r)
-        for (int64_t c = c0; c < std::min(cols, c0 + kBlock); ++c) dst[c * rows + r] = src[r * ld + c];
+  parallel_for(rows * cols >= (int64_t(1) << 16) ? pool : nullptr, rows, kBlock,
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t r0 = begin; r0 < end; r0 += kBlock)
+                   for (int64_t c0 = 0; c0 < cols; c0 += kBlock)
+                     for (int64_t r = r0; r < std::min(end, r0 + kBlock); ++r)
+                       for (int64_t c = c0; c < std::min(cols, c0 + kBlock); ++c)
+                         dst[c * rows + r] = src[r * ld + c];
+               });
 }
 
 // A dense f32 matrix as matmul weights: `rows` outputs, each a dot over `cols` inputs.
@@ -128,7 +208,8 @@ TensorView f32_matrix(const float* data, int64_t rows, int64_t cols) {
 }
 
 // y [m, n] = x [m, k] b^T where b is [n, k]: the one product shape canvas::matmul offers.
-void product_abt(const float* x, int64_t m, int64_t k, const float* b, int64_t n, float* y, ThreadPool* pool) {
+void product_abt(const float* x, int64_t m, int64_t k, const float* b, int64_t n, float* y,
+                 ThreadPool* pool) {
   matmul(f32_matrix(b, n, k), x, k, m, y, n, pool);
 }
 
@@ -141,8 +222,8 @@ constexpr int64_t kRowGrain = 16;
 Var embedding(Tape& tape, Parameter& table, const std::vector<int32_t>& ids, float scale) {
   const int64_t n = int64_t(ids.size()), width = table.cols(), vocab = table.rows();
   for (int32_t id : ids)
-    check(id >= 0 && id < vocab, "embedding '" + table.name + "': token id " + std::to_string(id) +
-                                     " is outside the vocabulary (size " + std::to_string(vocab) + ")");
+    check(id >= 0 && id < vocab, "embedding '" + table.name + "': id " + std::to_string(id) +
+                                     " is outside the table's " + std::to_string(vocab) + " rows");
   Var y = tape.make(n, width, table.trainable);
   float* out = tape.value(y);
   for (int64_t i = 0; i < n; ++i) {
@@ -150,7 +231,7 @@ Var embedding(Tape& tape, Parameter& table, const std::vector<int32_t>& ids, flo
     if (scale != 1.f)
       for (int64_t j = 0; j < width; ++j) out[i * width + j] *= scale;
   }
-  if (!table.trainable) return y;
+  if (!tape.requires_grad(y)) return y;
   Parameter* tp = &table;
   tape.record([&tape, y, tp, ids, scale, n, width] {
     if (!tape.has_grad(y)) return;
@@ -170,8 +251,8 @@ Var embedding(Tape& tape, Parameter& table, const std::vector<int32_t>& ids, flo
 Var linear(Tape& tape, Var x, Parameter& w, int64_t matrix) {
   const TensorView wv = w.matrix_view(matrix);
   const int64_t m = tape.rows(x), k = wv.cols(), n = wv.rows();
-  check(tape.cols(x) == k, "linear '" + w.name + "': input " + dims(tape, x) + " does not match weight " +
-                               wv.shape_string());
+  check(tape.cols(x) == k,
+        "linear '" + w.name + "': input " + dims(tape, x) + " does not match weight " + wv.shape_string());
   Var y = tape.make(m, n, tape.requires_grad(x) || w.trainable);
   matmul(wv, tape.value(x), m, tape.value(y), tape.pool());
   if (!tape.requires_grad(y)) return y;
@@ -182,17 +263,22 @@ Var linear(Tape& tape, Var x, Parameter& w, int64_t matrix) {
     const float* dy = tape.grad_or_null(y);
     const float* weights = wp->value.data() + matrix * n * k;
     if (tape.requires_grad(x)) {
-      // dX [m, k] = dY [m, n] W [n, k] = dY (W^T)^T.
-      std::vector<float> wt(size_t(k * n)), dx(size_t(m * k));
+      // dX [m, k] = dY [m, n] W [n, k] = dY (W^T)^T; written in place when dX has no gradient yet.
+      Scratch wt(k * n);
       transpose(weights, n, k, k, wt.data());
-      product_abt(dy, m, n, wt.data(), k, dx.data(), pool);
-      add_into(tape.grad(x), dx.data(), m * k);
+      if (!tape.has_grad(x)) {
+        product_abt(dy, m, n, wt.data(), k, tape.grad(x), pool);
+      } else {
+        Scratch dx(m * k);
+        product_abt(dy, m, n, wt.data(), k, dx.data(), pool);
+        add_into(tape.grad(x), dx.data(), m * k);
+      }
     }
     if (wp->trainable) {
       // dW [n, k] = dY^T [n, m] X [m, k] = dY^T (X^T)^T.
-      std::vector<float> dyt(size_t(n * m)), xt(size_t(k * m)), dw(size_t(n * k));
-      transpose(dy, m, n, n, dyt.data());
-      transpose(tape.value(x), m, k, k, xt.data());
+      Scratch dyt(n * m), xt(k * m), dw(n * k);
+      transpose(dy, m, n, n, dyt.data(), pool);
+      transpose(tape.value(x), m, k, k, xt.data(), pool);
       product_abt(dyt.data(), n, m, xt.data(), k, dw.data(), pool);
       add_into(wp->grad_data() + matrix * n * k, dw.data(), n * k);
     }
@@ -250,7 +336,7 @@ Var rms_norm(Tape& tape, Var x, Parameter* weight, float eps) {
   const int64_t rows = tape.rows(x), width = tape.cols(x);
   if (weight)
     check(weight->size() == width, "rms_norm '" + weight->name + "': " + std::to_string(weight->size()) +
-                                        " weights for rows of " + std::to_string(width));
+                                       " weights for rows of " + std::to_string(width));
   const bool train_weight = weight && weight->trainable;
   Var y = tape.make(rows, width, tape.requires_grad(x) || train_weight);
   const float* xv = tape.value(x);
@@ -289,7 +375,8 @@ Var rms_norm(Tape& tape, Var x, Parameter* weight, float eps) {
     if (weight && weight->trainable) {
       float* dw = weight->grad_data();
       for (int64_t r = 0; r < rows; ++r)
-        for (int64_t i = 0; i < width; ++i) dw[i] += float(dy[r * width + i] * xv[r * width + i] * inv_rms[size_t(r)]);
+        for (int64_t i = 0; i < width; ++i)
+          dw[i] += float(dy[r * width + i] * xv[r * width + i] * inv_rms[size_t(r)]);
     }
   });
   return y;
@@ -300,7 +387,8 @@ Var rms_norm(Tape& tape, Var x, Parameter* weight, float eps) {
 Var rope(Tape& tape, Var x, int n_heads, const std::vector<int32_t>& positions, const RopeParams& p) {
   const int64_t rows = tape.rows(x);
   check(n_heads > 0 && tape.cols(x) == int64_t(n_heads) * p.head_dim,
-        "rope: input " + dims(tape, x) + " is not " + std::to_string(n_heads) + " heads of " + std::to_string(p.head_dim));
+        "rope: input " + dims(tape, x) + " is not " + std::to_string(n_heads) + " heads of " +
+            std::to_string(p.head_dim));
   check(int64_t(positions.size()) == rows,
         "rope: " + std::to_string(positions.size()) + " positions for " + std::to_string(rows) + " rows");
   Var y = tape.make(rows, tape.cols(x), tape.requires_grad(x));
@@ -315,7 +403,8 @@ Var rope(Tape& tape, Var x, int n_heads, const std::vector<int32_t>& positions, 
   }
   tape.record([&tape, x, y, n_heads, negated, p, rows] {
     if (!tape.has_grad(y)) return;
-    std::vector<float> g(tape.grad_or_null(y), tape.grad_or_null(y) + tape.size(y));
+    Scratch g(tape.size(y));
+    std::copy(tape.grad_or_null(y), tape.grad_or_null(y) + tape.size(y), g.data());
     canvas::rope(g.data(), rows, n_heads, negated.data(), p);
     add_into(tape.grad(x), g.data(), tape.size(x));
   });
@@ -331,8 +420,8 @@ void gather_head(const float* src, int64_t ld, int64_t row0, int64_t length, int
   for (int64_t i = 0; i < length; ++i)
     std::memcpy(dst + i * head_dim, src + (row0 + i) * ld + col0, size_t(head_dim) * sizeof(float));
 }
-void scatter_add_head(const float* src, int64_t ld, int64_t row0, int64_t length, int64_t col0, int64_t head_dim,
-                      float* dst) {
+void scatter_add_head(const float* src, int64_t ld, int64_t row0, int64_t length, int64_t col0,
+                      int64_t head_dim, float* dst) {
   for (int64_t i = 0; i < length; ++i) add_into(dst + (row0 + i) * ld + col0, src + i * head_dim, head_dim);
 }
 
@@ -358,17 +447,19 @@ Var attention(Tape& tape, Var q, Var k, Var v, const AttentionShape& shape, cons
   const int64_t n_heads = shape.n_heads, n_kv = shape.n_kv_heads, hd = shape.head_dim;
   const int64_t T = layout.length, S = layout.n_sequences, rows = layout.rows();
   check(n_heads > 0 && n_kv > 0 && n_heads % n_kv == 0 && hd > 0,
-        "attention: bad head counts " + std::to_string(n_heads) + "/" + std::to_string(n_kv) + " or head_dim " +
-            std::to_string(hd));
+        "attention: bad head counts " + std::to_string(n_heads) + "/" + std::to_string(n_kv) +
+            " or head_dim " + std::to_string(hd));
   check(T > 0 && S > 0, "attention: empty sequence layout");
   check(tape.rows(q) == rows && tape.rows(k) == rows && tape.rows(v) == rows,
-        "attention: " + std::to_string(S) + " sequences of " + std::to_string(T) + " need " + std::to_string(rows) +
-            " rows; q, k, v are " + dims(tape, q) + ", " + dims(tape, k) + ", " + dims(tape, v));
+        "attention: " + std::to_string(S) + " sequences of " + std::to_string(T) + " need " +
+            std::to_string(rows) + " rows; q, k, v are " + dims(tape, q) + ", " + dims(tape, k) + ", " +
+            dims(tape, v));
   check(tape.cols(q) == n_heads * hd && tape.cols(k) == n_kv * hd && tape.cols(v) == n_kv * hd,
         "attention: q, k, v widths " + dims(tape, q) + ", " + dims(tape, k) + ", " + dims(tape, v) +
             " do not match the head shape");
-  check(layout.groups.empty() || int64_t(layout.groups.size()) == rows,
-        "attention: " + std::to_string(layout.groups.size()) + " groups for " + std::to_string(rows) + " rows");
+  check(
+      layout.groups.empty() || int64_t(layout.groups.size()) == rows,
+      "attention: " + std::to_string(layout.groups.size()) + " groups for " + std::to_string(rows) + " rows");
   const int64_t group = n_heads / n_kv, q_width = n_heads * hd, kv_width = n_kv * hd;
   const bool needs_grad = tape.requires_grad(q) || tape.requires_grad(k) || tape.requires_grad(v);
   Var out = tape.make(rows, q_width, needs_grad);
@@ -385,8 +476,9 @@ Var attention(Tape& tape, Var q, Var k, Var v, const AttentionShape& shape, cons
       if (lse_in) {
         const float l = lse_in[i * lse_stride];
         for (int64_t j = 0; j < T; ++j)
-          p[j] = (g && g[j] > g[i]) || l == -std::numeric_limits<float>::infinity() ? 0.f
-                                                                                    : std::exp(score_of(p[j], shape) - l);
+          p[j] = (g && g[j] > g[i]) || l == -std::numeric_limits<float>::infinity()
+                     ? 0.f
+                     : std::exp(score_of(p[j], shape) - l);
         continue;
       }
       float m = -std::numeric_limits<float>::infinity();
@@ -429,72 +521,74 @@ Var attention(Tape& tape, Var q, Var k, Var v, const AttentionShape& shape, cons
       }
     });
   }
-  if (!needs_grad) return out;
+  if (!tape.requires_grad(out)) return out;
 
-  tape.record([&tape, q, k, v, out, shape, lse, softmax_rows, S, T, n_kv, hd, group, q_width, kv_width, n_heads] {
-    if (!tape.has_grad(out)) return;
-    // With P = softmax(score), dScore = P * (dP - rowsum(dO * O)), dP = dO V^T; through the soft-cap
-    // d raw = dScore (1 - tanh^2), and raw = scale q.k. Then dQ = G K, dK = G^T Q, dV = P^T dO.
-    const float *qv = tape.value(q), *kv = tape.value(k), *vv = tape.value(v), *ov = tape.value(out);
-    const float* dov = tape.grad_or_null(out);
-    float* dqv = tape.requires_grad(q) ? tape.grad(q) : nullptr;
-    float* dkv = tape.requires_grad(k) ? tape.grad(k) : nullptr;
-    float* dvv = tape.requires_grad(v) ? tape.grad(v) : nullptr;
-    const float* lv = lse->data();
-    parallel_for(tape.pool(), S * n_kv, 1, [&](int64_t begin, int64_t end) {
-      thread_local AttentionScratch w;
-      w.size_for(T, hd);
-      for (int64_t item = begin; item < end; ++item) {
-        const int64_t s = item / n_kv, kvh = item % n_kv, row0 = s * T;
-        gather_head(kv, kv_width, row0, T, kvh * hd, hd, w.k.data());
-        gather_head(vv, kv_width, row0, T, kvh * hd, hd, w.v.data());
-        transpose(w.k.data(), T, hd, hd, w.kt.data());
-        std::fill(w.dk.begin(), w.dk.end(), 0.f);
-        std::fill(w.dv.begin(), w.dv.end(), 0.f);
-        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-          gather_head(qv, q_width, row0, T, h * hd, hd, w.q.data());
-          gather_head(ov, q_width, row0, T, h * hd, hd, w.o.data());
-          gather_head(dov, q_width, row0, T, h * hd, hd, w.dout.data());
-          product_abt(w.q.data(), T, hd, w.k.data(), T, w.probs.data(), nullptr);
-          // Keep the raw dots for the soft-cap derivative before turning them into probabilities.
-          if (shape.softcap > 0) std::copy(w.probs.begin(), w.probs.end(), w.tmp.begin());
-          softmax_rows(row0, w.probs.data(), nullptr, lv + row0 * n_heads + h, n_heads);
-          product_abt(w.dout.data(), T, hd, w.v.data(), T, w.dprobs.data(), nullptr);  // dP = dO V^T
-          float* g = w.dprobs.data();  // becomes G = d(q.k), in place
-          for (int64_t i = 0; i < T; ++i) {
-            double row_dot = 0;
-            for (int64_t d = 0; d < hd; ++d) row_dot += double(w.dout[size_t(i * hd + d)]) * w.o[size_t(i * hd + d)];
-            for (int64_t j = 0; j < T; ++j) {
-              float ds = w.probs[size_t(i * T + j)] * (g[i * T + j] - float(row_dot));
-              if (shape.softcap > 0) {
-                const float t = std::tanh(w.tmp[size_t(i * T + j)] * shape.scale / shape.softcap);
-                ds *= 1.f - t * t;
+  tape.record(
+      [&tape, q, k, v, out, shape, lse, softmax_rows, S, T, n_kv, hd, group, q_width, kv_width, n_heads] {
+        if (!tape.has_grad(out)) return;
+        // With P = softmax(score), dScore = P * (dP - rowsum(dO * O)), dP = dO V^T; through the soft-cap
+        // d raw = dScore (1 - tanh^2), and raw = scale q.k. Then dQ = G K, dK = G^T Q, dV = P^T dO.
+        const float *qv = tape.value(q), *kv = tape.value(k), *vv = tape.value(v), *ov = tape.value(out);
+        const float* dov = tape.grad_or_null(out);
+        float* dqv = tape.requires_grad(q) ? tape.grad(q) : nullptr;
+        float* dkv = tape.requires_grad(k) ? tape.grad(k) : nullptr;
+        float* dvv = tape.requires_grad(v) ? tape.grad(v) : nullptr;
+        const float* lv = lse->data();
+        parallel_for(tape.pool(), S * n_kv, 1, [&](int64_t begin, int64_t end) {
+          thread_local AttentionScratch w;
+          w.size_for(T, hd);
+          for (int64_t item = begin; item < end; ++item) {
+            const int64_t s = item / n_kv, kvh = item % n_kv, row0 = s * T;
+            gather_head(kv, kv_width, row0, T, kvh * hd, hd, w.k.data());
+            gather_head(vv, kv_width, row0, T, kvh * hd, hd, w.v.data());
+            transpose(w.k.data(), T, hd, hd, w.kt.data());
+            std::fill(w.dk.begin(), w.dk.end(), 0.f);
+            std::fill(w.dv.begin(), w.dv.end(), 0.f);
+            for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+              gather_head(qv, q_width, row0, T, h * hd, hd, w.q.data());
+              gather_head(ov, q_width, row0, T, h * hd, hd, w.o.data());
+              gather_head(dov, q_width, row0, T, h * hd, hd, w.dout.data());
+              product_abt(w.q.data(), T, hd, w.k.data(), T, w.probs.data(), nullptr);
+              // Keep the raw dots for the soft-cap derivative before turning them into probabilities.
+              if (shape.softcap > 0) std::copy(w.probs.begin(), w.probs.end(), w.tmp.begin());
+              softmax_rows(row0, w.probs.data(), nullptr, lv + row0 * n_heads + h, n_heads);
+              product_abt(w.dout.data(), T, hd, w.v.data(), T, w.dprobs.data(), nullptr);  // dP = dO V^T
+              float* g = w.dprobs.data();  // becomes G = d(q.k), in place
+              for (int64_t i = 0; i < T; ++i) {
+                double row_dot = 0;
+                for (int64_t d = 0; d < hd; ++d)
+                  row_dot += double(w.dout[size_t(i * hd + d)]) * w.o[size_t(i * hd + d)];
+                for (int64_t j = 0; j < T; ++j) {
+                  float ds = w.probs[size_t(i * T + j)] * (g[i * T + j] - float(row_dot));
+                  if (shape.softcap > 0) {
+                    const float t = std::tanh(w.tmp[size_t(i * T + j)] * shape.scale / shape.softcap);
+                    ds *= 1.f - t * t;
+                  }
+                  g[i * T + j] = ds * shape.scale;
+                }
               }
-              g[i * T + j] = ds * shape.scale;
+              if (dqv) {
+                product_abt(g, T, T, w.kt.data(), hd, w.dq.data(), nullptr);  // dQ = G K
+                scatter_add_head(w.dq.data(), q_width, row0, T, h * hd, hd, dqv);
+              }
+              if (dkv) {  // dK += G^T Q
+                transpose(g, T, T, T, w.tmp.data());
+                transpose(w.q.data(), T, hd, hd, w.qt.data());
+                product_abt(w.tmp.data(), T, T, w.qt.data(), hd, w.tmp2.data(), nullptr);
+                add_into(w.dk.data(), w.tmp2.data(), T * hd);
+              }
+              if (dvv) {  // dV += P^T dO
+                transpose(w.probs.data(), T, T, T, w.tmp.data());
+                transpose(w.dout.data(), T, hd, hd, w.dot.data());
+                product_abt(w.tmp.data(), T, T, w.dot.data(), hd, w.tmp2.data(), nullptr);
+                add_into(w.dv.data(), w.tmp2.data(), T * hd);
+              }
             }
+            if (dkv) scatter_add_head(w.dk.data(), kv_width, row0, T, kvh * hd, hd, dkv);
+            if (dvv) scatter_add_head(w.dv.data(), kv_width, row0, T, kvh * hd, hd, dvv);
           }
-          if (dqv) {
-            product_abt(g, T, T, w.kt.data(), hd, w.dq.data(), nullptr);  // dQ = G K
-            scatter_add_head(w.dq.data(), q_width, row0, T, h * hd, hd, dqv);
-          }
-          if (dkv) {  // dK += G^T Q
-            transpose(g, T, T, T, w.tmp.data());
-            transpose(w.q.data(), T, hd, hd, w.qt.data());
-            product_abt(w.tmp.data(), T, T, w.qt.data(), hd, w.tmp2.data(), nullptr);
-            add_into(w.dk.data(), w.tmp2.data(), T * hd);
-          }
-          if (dvv) {  // dV += P^T dO
-            transpose(w.probs.data(), T, T, T, w.tmp.data());
-            transpose(w.dout.data(), T, hd, hd, w.dot.data());
-            product_abt(w.tmp.data(), T, T, w.dot.data(), hd, w.tmp2.data(), nullptr);
-            add_into(w.dv.data(), w.tmp2.data(), T * hd);
-          }
-        }
-        if (dkv) scatter_add_head(w.dk.data(), kv_width, row0, T, kvh * hd, hd, dkv);
-        if (dvv) scatter_add_head(w.dv.data(), kv_width, row0, T, kvh * hd, hd, dvv);
-      }
-    });
-  });
+        });
+      });
   return out;
 }
 
@@ -539,8 +633,8 @@ Var gated_activation(Tape& tape, Var gate, Var up, Activation activation) {
 
 Routing route_top_k(Tape& tape, Var router_logits, int64_t k, bool renormalise) {
   const int64_t rows = tape.rows(router_logits), n_experts = tape.cols(router_logits);
-  check(k > 0 && k <= n_experts, "route_top_k: k = " + std::to_string(k) + " for " + std::to_string(n_experts) +
-                                     " experts");
+  check(k > 0 && k <= n_experts,
+        "route_top_k: k = " + std::to_string(k) + " for " + std::to_string(n_experts) + " experts");
   Routing routing;
   routing.weights = tape.make(rows, n_experts, tape.requires_grad(router_logits));
   routing.rows_of.resize(size_t(n_experts));
@@ -597,7 +691,8 @@ Var gather_rows(Tape& tape, Var x, const std::vector<int32_t>& rows) {
     check(r >= 0 && r < x_rows, "gather_rows: row " + std::to_string(r) + " outside " + dims(tape, x));
   Var y = tape.make(n, width, tape.requires_grad(x));
   for (int64_t i = 0; i < n; ++i)
-    std::memcpy(tape.value(y) + i * width, tape.value(x) + rows[size_t(i)] * width, size_t(width) * sizeof(float));
+    std::memcpy(tape.value(y) + i * width, tape.value(x) + rows[size_t(i)] * width,
+                size_t(width) * sizeof(float));
   if (!tape.requires_grad(y)) return y;
   tape.record([&tape, x, y, rows, n, width] {
     if (!tape.has_grad(y)) return;
@@ -611,16 +706,17 @@ Var gather_rows(Tape& tape, Var x, const std::vector<int32_t>& rows) {
 Var combine_experts(Tape& tape, const std::vector<Var>& expert_out, const Routing& routing) {
   const int64_t rows = tape.rows(routing.weights), n_experts = tape.cols(routing.weights);
   check(int64_t(expert_out.size()) == n_experts && int64_t(routing.rows_of.size()) == n_experts,
-        "combine_experts: " + std::to_string(expert_out.size()) + " expert outputs for " + std::to_string(n_experts) +
-            " experts");
+        "combine_experts: " + std::to_string(expert_out.size()) + " expert outputs for " +
+            std::to_string(n_experts) + " experts");
   int64_t width = -1;
   bool needs_grad = tape.requires_grad(routing.weights);
   for (int64_t e = 0; e < n_experts; ++e) {
     const auto& rows_e = routing.rows_of[size_t(e)];
     if (rows_e.empty()) continue;
     const Var o = expert_out[size_t(e)];
-    check(tape.rows(o) == int64_t(rows_e.size()), "combine_experts: expert " + std::to_string(e) + " output " +
-                                                       dims(tape, o) + " for " + std::to_string(rows_e.size()) + " rows");
+    check(tape.rows(o) == int64_t(rows_e.size()), "combine_experts: expert " + std::to_string(e) +
+                                                      " output " + dims(tape, o) + " for " +
+                                                      std::to_string(rows_e.size()) + " rows");
     check(width < 0 || tape.cols(o) == width, "combine_experts: expert outputs differ in width");
     width = tape.cols(o);
     needs_grad = needs_grad || tape.requires_grad(o);
@@ -640,7 +736,7 @@ Var combine_experts(Tape& tape, const std::vector<Var>& expert_out, const Routin
       for (int64_t j = 0; j < width; ++j) out[r * width + j] += weight * o[int64_t(i) * width + j];
     }
   }
-  if (!needs_grad) return y;
+  if (!tape.requires_grad(y)) return y;
   const Var weights = routing.weights;
   const auto rows_of = routing.rows_of;
   tape.record([&tape, expert_out, rows_of, weights, y, n_experts, width] {
@@ -696,12 +792,12 @@ Var softcap(Tape& tape, Var x, float cap) {
 
 // ---- cross-entropy -----------------------------------------------------------------------------
 
-Var cross_entropy(Tape& tape, Var logits, const std::vector<int32_t>& targets, const std::vector<float>& weights,
-                  float normaliser) {
+Var cross_entropy(Tape& tape, Var logits, const std::vector<int32_t>& targets,
+                  const std::vector<float>& weights, float normaliser) {
   const int64_t rows = tape.rows(logits), vocab = tape.cols(logits);
   check(int64_t(targets.size()) == rows && int64_t(weights.size()) == rows,
-        "cross_entropy: " + std::to_string(targets.size()) + " targets and " + std::to_string(weights.size()) +
-            " weights for " + std::to_string(rows) + " rows");
+        "cross_entropy: " + std::to_string(targets.size()) + " targets and " +
+            std::to_string(weights.size()) + " weights for " + std::to_string(rows) + " rows");
   check(normaliser > 0, "cross_entropy: normaliser must be positive");
   for (int64_t r = 0; r < rows; ++r)
     if (weights[size_t(r)] != 0)
@@ -736,7 +832,8 @@ Var cross_entropy(Tape& tape, Var logits, const std::vector<int32_t>& targets, c
       for (int64_t r = r0; r < r1; ++r) {
         if (weights[size_t(r)] == 0) continue;
         const double c = g * weights[size_t(r)] / normaliser, l = (*lse)[size_t(r)];
-        for (int64_t j = 0; j < vocab; ++j) dx[r * vocab + j] += float(c * std::exp(double(x[r * vocab + j]) - l));
+        for (int64_t j = 0; j < vocab; ++j)
+          dx[r * vocab + j] += float(c * std::exp(double(x[r * vocab + j]) - l));
         dx[r * vocab + targets[size_t(r)]] -= float(c);
       }
     });

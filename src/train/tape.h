@@ -20,8 +20,8 @@ struct Parameter {
   std::string name;            // the GGUF tensor name, e.g. "blk.0.attn_q.weight"
   std::vector<int64_t> shape;  // ggml order, 1 to 3 dims
   std::vector<float> value;
-  std::vector<float> grad;     // empty until a backward pass accumulates into it (then same size)
-  bool trainable = true;       // false: backward passes leave grad alone
+  std::vector<float> grad;  // empty until a backward pass accumulates into it (then same size)
+  bool trainable = true;    // false: backward passes leave grad alone
 
   Parameter() = default;
   Parameter(std::string name, std::vector<int64_t> shape);
@@ -51,14 +51,19 @@ struct Var {
 class Tape {
  public:
   explicit Tape(ThreadPool* pool = nullptr) : pool_(pool) {}
+  ~Tape() { clear(); }
   Tape(const Tape&) = delete;
   Tape& operator=(const Tape&) = delete;
 
   ThreadPool* pool() const { return pool_; }
 
+  // With gradients disabled (evaluation), no node requires a gradient and ops record no backward.
+  void set_grad_enabled(bool enabled) { grad_enabled_ = enabled; }
+  bool grad_enabled() const { return grad_enabled_; }
+
   // A leaf: data (or zeros when null) copied in. requires_grad: backward computes its gradient.
   Var input(int64_t rows, int64_t cols, const float* data = nullptr, bool requires_grad = false);
-  // A new zeroed node for an op's output.
+  // A new zeroed node for an op's output (requires_grad is ignored while gradients are disabled).
   Var make(int64_t rows, int64_t cols, bool requires_grad);
 
   int64_t rows(Var v) const { return node(v).rows; }
@@ -76,10 +81,12 @@ class Tape {
 
   // Registers an op's backward; backward() runs them last-recorded first.
   void record(std::function<void()> backward) { backward_.push_back(std::move(backward)); }
-  // Seeds d loss / d loss = 1 (loss must be 1 x 1) and runs every recorded backward in reverse.
-  // Parameter gradients accumulate (+=) into Parameter::grad; zero them between steps.
+  // Seeds d loss / d loss = 1 (loss must be 1 x 1) and runs every recorded backward in reverse, once
+  // per tape. Parameter gradients accumulate (+=) into Parameter::grad; zero them between steps.
   void backward(Var loss);
-  // Forgets every node and closure (keeps the pool).
+  // Forgets every node and closure (keeps the pool). Large buffers go back to a process-wide cache
+  // that the next tape's nodes are taken from: a training step then reuses the previous step's memory
+  // instead of page-faulting fresh allocations in (which cost more than the arithmetic).
   void clear();
   int64_t n_nodes() const { return int64_t(nodes_.size()); }
 
@@ -93,6 +100,7 @@ class Tape {
   const Node& node(Var v) const;
 
   ThreadPool* pool_;
+  bool grad_enabled_ = true;
   std::vector<Node> nodes_;
   std::vector<std::function<void()>> backward_;
 };
@@ -160,7 +168,7 @@ Var softcap(Tape& tape, Var x, float cap);
 
 // Weighted cross-entropy, fused with log-softmax: loss = sum_i weights[i] * CE(logits[i], targets[i])
 // / normaliser, a 1 x 1 node. Rows with weight 0 are skipped (their target is not read).
-Var cross_entropy(Tape& tape, Var logits, const std::vector<int32_t>& targets, const std::vector<float>& weights,
-                  float normaliser);
+Var cross_entropy(Tape& tape, Var logits, const std::vector<int32_t>& targets,
+                  const std::vector<float>& weights, float normaliser);
 
 }  // namespace canvas::train

@@ -12,7 +12,9 @@
 namespace canvas::train {
 namespace {
 
-std::string layer_prefix(int64_t i) { return "blk." + std::to_string(i) + "."; }
+std::string layer_prefix(int64_t i) {
+  return "blk." + std::to_string(i) + ".";
+}
 
 // A parameter's value from a bound weight of any dtype (the layout is the same: ggml rows).
 void copy_weight(const TensorView& src, Parameter& dst) {
@@ -30,11 +32,13 @@ TrainModel::TrainModel(const ModelConfig& config) : config_(config), w_(std::mak
   check(c.vocab > 0 && c.hidden > 0 && c.n_layers > 0 && c.n_heads > 0 && c.n_kv_heads > 0 && c.head_dim > 0,
         "TrainModel: vocab, hidden, layers, heads, kv heads and head dim must be positive");
   check(c.n_heads % c.n_kv_heads == 0, "TrainModel: heads must be a multiple of kv heads");
-  check(c.is_moe() ? (c.n_experts_used > 0 && c.n_experts_used <= c.n_experts && c.expert_ffn > 0) : c.ffn > 0,
-        "TrainModel: the MLP needs ffn > 0, or experts with 0 < used <= count and expert_ffn > 0");
+  check(
+      c.is_moe() ? (c.n_experts_used > 0 && c.n_experts_used <= c.n_experts && c.expert_ffn > 0) : c.ffn > 0,
+      "TrainModel: the MLP needs ffn > 0, or experts with 0 < used <= count and expert_ffn > 0");
   check(c.rope.head_dim == c.head_dim, "TrainModel: rope.head_dim must equal head_dim");
   const int64_t H = c.hidden, q_width = c.n_heads * c.head_dim, kv_width = c.n_kv_heads * c.head_dim;
   w_->token_embd = Parameter("token_embd.weight", {H, c.vocab});
+  if (c.n_positions > 0) w_->position_embd = Parameter("position_embd.weight", {H, c.n_positions});
   w_->output_norm = Parameter("output_norm.weight", {H});
   if (!c.tied_output) w_->output = Parameter("output.weight", {H, c.vocab});
   for (int64_t i = 0; i < c.n_layers; ++i) {
@@ -67,7 +71,8 @@ TrainModel::TrainModel(const ModelConfig& config) : config_(config), w_(std::mak
 
 TrainModel::TrainModel(const ModelConfig& config, const InitOptions& init) : TrainModel(config) {
   Rng rng(init.seed);
-  const float residual_std = init.scale_residual ? init.std / std::sqrt(2.f * float(config_.n_layers)) : init.std;
+  const float residual_std =
+      init.scale_residual ? init.std / std::sqrt(2.f * float(config_.n_layers)) : init.std;
   auto ends_with = [](const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
@@ -77,7 +82,8 @@ TrainModel::TrainModel(const ModelConfig& config, const InitOptions& init) : Tra
     } else if (ends_with(p->name, ".bias")) {
       std::fill(p->value.begin(), p->value.end(), 0.f);
     } else {
-      const bool residual = ends_with(p->name, "attn_output.weight") || ends_with(p->name, "ffn_down.weight") ||
+      const bool residual = ends_with(p->name, "attn_output.weight") ||
+                            ends_with(p->name, "ffn_down.weight") ||
                             ends_with(p->name, "ffn_down_exps.weight");
       const float std = residual ? residual_std : init.std;
       for (float& v : p->value) v = float(rng.normal()) * std;
@@ -89,6 +95,7 @@ TrainModel TrainModel::from_model(const Model& model) {
   TrainModel m(model.config);
   const ModelConfig& c = m.config_;
   copy_weight(model.token_embd, m.w_->token_embd);
+  if (c.n_positions > 0) copy_weight(model.position_embd, m.w_->position_embd);
   copy_weight(model.output_norm, m.w_->output_norm);
   if (!c.tied_output) copy_weight(model.output, m.w_->output);
   for (int64_t i = 0; i < c.n_layers; ++i) {
@@ -175,7 +182,8 @@ Var TrainModel::forward(Tape& tape, const TokenBatch& batch) {
   check(int64_t(batch.tokens.size()) == rows, "TrainModel::forward: " + std::to_string(batch.tokens.size()) +
                                                   " tokens for " + std::to_string(batch.n_sequences) + " x " +
                                                   std::to_string(batch.length));
-  check(batch.groups.empty() || int64_t(batch.groups.size()) == rows, "TrainModel::forward: groups size mismatch");
+  check(batch.groups.empty() || int64_t(batch.groups.size()) == rows,
+        "TrainModel::forward: groups size mismatch");
   check(batch.positions.empty() || int64_t(batch.positions.size()) == rows,
         "TrainModel::forward: positions size mismatch");
   std::vector<int32_t> positions = batch.positions;
@@ -186,6 +194,7 @@ Var TrainModel::forward(Tape& tape, const TokenBatch& batch) {
   const SequenceLayout layout{batch.n_sequences, batch.length, batch.groups};
 
   Var x = embedding(tape, w_->token_embd, batch.tokens, c.embedding_scale);
+  if (c.n_positions > 0) x = add(tape, x, embedding(tape, w_->position_embd, positions));
   for (TrainLayer& l : w_->layers) {
     x = attention_block(tape, l, x, positions, layout);
     Var h = rms_norm(tape, x, &l.ffn_norm, c.rms_eps);
@@ -201,6 +210,7 @@ Var TrainModel::forward(Tape& tape, const TokenBatch& batch) {
 
 std::vector<Parameter*> TrainModel::parameters() {
   std::vector<Parameter*> out{&w_->token_embd};
+  if (config_.n_positions > 0) out.push_back(&w_->position_embd);
   for (TrainLayer& l : w_->layers) {
     for (Parameter* p : {&l.attn_norm, &l.wq, &l.wk, &l.wv}) out.push_back(p);
     if (config_.qkv_bias)

@@ -26,15 +26,15 @@ struct TokenBatch {
 
 struct InitOptions {
   uint64_t seed = 0;
-  float std = 0.02f;             // normal init of every matrix; norm weights 1, biases 0
-  bool scale_residual = true;    // attn_output and ffn_down(_exps) std / sqrt(2 * n_layers) (GPT-2)
+  float std = 0.02f;           // normal init of every matrix; norm weights 1, biases 0
+  bool scale_residual = true;  // attn_output and ffn_down(_exps) std / sqrt(2 * n_layers) (GPT-2)
 };
 
 struct TrainLayer {
   Parameter attn_norm, wq, wk, wv, wo;
   Parameter bq, bk, bv;  // present when config.qkv_bias
   Parameter ffn_norm;
-  Parameter gate, up, down;                       // dense MLP
+  Parameter gate, up, down;                         // dense MLP
   Parameter router, gate_exps, up_exps, down_exps;  // MoE
 };
 
@@ -56,8 +56,8 @@ class TrainModel {
   // Logits [rows, vocab] for every token of the batch (row r = token r of the batch).
   Var forward(Tape& tape, const TokenBatch& batch);
 
-  // Every parameter, in GGUF order (token_embd, blk.0..., output_norm, output). Pointers stay valid
-  // for the model's lifetime, moves included (the parameters live on the heap).
+  // Every parameter, in GGUF order (token_embd, position_embd, blk.0..., output_norm, output). Pointers stay
+  // valid for the model's lifetime, moves included (the parameters live on the heap).
   std::vector<Parameter*> parameters();
   std::vector<const Parameter*> parameters() const;
   Parameter* find(const std::string& name);
@@ -84,6 +84,7 @@ class TrainModel {
 
   struct Weights {
     Parameter token_embd, output_norm, output;  // output unused when the head is tied
+    Parameter position_embd;                    // learned absolute positions, when config.n_positions > 0
     std::vector<TrainLayer> layers;
   };
   ModelConfig config_;

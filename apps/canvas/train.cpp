@@ -1,0 +1,87 @@
+// canvas train: run (or resume) a training run described by a config file.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "args.h"
+#include "commands.h"
+#include "core/error.h"
+#include "train/trainer.h"
+
+namespace canvas::cli {
+namespace {
+
+const char* kTrainUsage = R"(usage: canvas train --config FILE.cfg --out DIR [--steps N] [-t THREADS] [--stop-after N]
+
+Trains a small diffusion (objective = masked) or autoregressive (objective = ar) model as the config
+file describes (see configs/). Writes into DIR:
+  checkpoint.gguf   weights + AdamW state + step (atomic; a killed run resumes from it exactly)
+  model.gguf        weights only, for canvas generate / canvas sudoku
+  train.csv         step, lr, loss, grad_norm, val_loss, tokens_per_second, elapsed_s
+  curves.png        loss curves (made at the end when Debian's python3-matplotlib is installed)
+Running the same command again resumes from DIR/checkpoint.gguf.
+
+  --config FILE    run configuration (key = value lines)
+  --out DIR        output directory
+  --steps N        override the config's total steps (the cosine schedule follows it)
+  --stop-after N   stop after step N (the run can be resumed later)
+  -t, --threads N  threads (default: the config's, else all cores)
+)";
+
+std::string format_seconds(double s) {
+  char buf[32];
+  const long t = long(s);
+  std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+  return buf;
+}
+
+}  // namespace
+
+int cmd_train(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::fputs(kTrainUsage, stdout);
+      return 0;
+    }
+  Args args(argc, argv, 2,
+            {{"--config", "config"}, {"--out", "out"}, {"--steps", "steps"}, {"--stop-after", "stop-after"},
+             {"-t", "threads"}, {"--threads", "threads"}},
+            {"config", "out", "steps", "stop-after", "threads"}, {});
+  check(args.has("config"), "no config given (--config FILE.cfg); see canvas train --help");
+  check(args.has("out"), "no output directory given (--out DIR)");
+  train::RunConfig config = train::load_run_config(args.get("config", ""));
+  if (args.has("steps")) {
+    config.steps = args.get_int("steps", config.steps);
+    check(config.steps > 0, "--steps must be positive");
+    config.optimizer.total_steps = config.steps;
+  }
+  if (args.has("threads")) config.threads = int(args.get_int("threads", 0));
+  const std::string out = args.get("out", "");
+  std::fprintf(stderr, "training %s/%s: %lld layers, hidden %lld, %lld steps of %lld x %lld sequences -> %s\n",
+               config.task.c_str(), config.objective.c_str(), (long long)config.layers, (long long)config.hidden,
+               (long long)config.steps, (long long)config.batch_size, (long long)config.accumulation, out.c_str());
+  float last_val = -1;
+  train::run_training(
+      config, out,
+      [&](const train::StepReport& r) {
+        if (r.has_val) last_val = r.val_loss;
+        const int width = 24;
+        const int filled = int(double(width) * double(r.step) / double(r.total));
+        std::string bar(size_t(filled), '#');
+        bar += std::string(size_t(width - filled), '.');
+        std::fprintf(stderr, "\r[%s] %lld/%lld loss %.4f val %s lr %.2e |g| %.2f %.0f tok/s elapsed %s ETA %s   ",
+                     bar.c_str(), (long long)r.step, (long long)r.total, r.loss,
+                     last_val >= 0 ? std::to_string(last_val).substr(0, 6).c_str() : "-", r.lr, r.grad_norm,
+                     r.tokens_per_second, format_seconds(r.elapsed_s).c_str(), format_seconds(r.eta_s).c_str());
+        if (r.has_val) std::fprintf(stderr, "\n");
+      },
+      args.get_int("stop-after", 0));
+  std::fprintf(stderr, "\nsaved %s/model.gguf and %s/checkpoint.gguf\n", out.c_str(), out.c_str());
+  const std::string plot = "/usr/bin/python3 -c 'import matplotlib' 2>/dev/null && /usr/bin/python3 \"" +
+                           std::string(CANVAS_SCRIPTS_DIR) + "/plot_training.py\" \"" + out + "/train.csv\" \"" + out +
+                           "/curves.png\" >/dev/null 2>&1";
+  if (std::system(plot.c_str()) == 0) std::fprintf(stderr, "plotted %s/curves.png\n", out.c_str());
+  return 0;
+}
+
+}  // namespace canvas::cli

@@ -1,0 +1,159 @@
+// Data sources for training.
+#include "train/data.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "io/gguf.h"
+#include "train/sudoku.h"
+
+namespace canvas::train {
+
+std::vector<std::pair<std::string, GgufValue>> byte_tokenizer_metadata() {
+  // GPT-2's byte-to-unicode alphabet: printable bytes map to themselves, the rest to U+0100 upwards.
+  std::vector<std::string> tokens;
+  int next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    const int cp = printable ? b : next++;
+    std::string s;
+    if (cp < 0x80) {
+      s += char(cp);
+    } else {
+      s += char(0xC0 | (cp >> 6));
+      s += char(0x80 | (cp & 0x3F));
+    }
+    tokens.push_back(s);
+  }
+  tokens.push_back("<|endoftext|>");
+  tokens.push_back("<|mdm_mask|>");
+  std::vector<int64_t> types(256, 1);
+  types.push_back(3);
+  types.push_back(3);
+  return {
+      {"tokenizer.ggml.model", GgufValue::string("gpt2")},
+      {"tokenizer.ggml.pre", GgufValue::string("gpt2")},
+      {"tokenizer.ggml.tokens", GgufValue::string_array(tokens)},
+      {"tokenizer.ggml.token_type", GgufValue::int_array(GgufType::Int32, types)},
+      {"tokenizer.ggml.merges", GgufValue::string_array({})},
+      {"tokenizer.ggml.eos_token_id", GgufValue::u32(uint32_t(kByteEos))},
+      {"tokenizer.ggml.mask_token_id", GgufValue::u32(uint32_t(kByteMask))},
+      {"tokenizer.ggml.add_bos_token", GgufValue::boolean(false)},
+  };
+}
+
+namespace {
+
+Example sudoku_example(const SudokuGrid& puzzle, const SudokuGrid& solution) {
+  Example e;
+  e.tokens = sudoku_prompt_tokens(puzzle);
+  const std::vector<int32_t> sol = sudoku_prompt_tokens(solution);
+  e.tokens.insert(e.tokens.end(), sol.begin(), sol.end());
+  e.prompt_len = 81;
+  return e;
+}
+
+class SudokuSource : public DataSource {
+ public:
+  SudokuSource(int min_clues, int max_clues, std::set<std::string> exclude, int64_t n_val, uint64_t val_seed)
+      : min_clues_(min_clues), max_clues_(max_clues), exclude_(std::move(exclude)) {
+    check(min_clues >= 17 && max_clues <= 80 && min_clues <= max_clues, "Sudoku clue range must lie in 17..80");
+    Rng rng(val_seed);
+    while (int64_t(validation_.size()) < n_val) {
+      Example e = sample(rng);
+      validation_.push_back(std::move(e));
+    }
+    for (const Example& e : validation_) {  // training never sees a validation puzzle
+      std::string key;
+      for (int64_t i = 0; i < 81; ++i) key += char('0' + (e.tokens[size_t(i)] - kSudokuDigitToken));
+      exclude_.insert(key);
+    }
+  }
+  Example sample(Rng& rng) const override {
+    for (;;) {
+      const SudokuGrid solution = random_solution(rng);
+      const int clues = min_clues_ + int(rng.below(uint64_t(max_clues_ - min_clues_ + 1)));
+      const SudokuGrid puzzle = make_puzzle(solution, clues, rng);
+      if (exclude_.count(format_sudoku(puzzle))) continue;
+      return sudoku_example(puzzle, solution);
+    }
+  }
+  const std::vector<Example>& validation() const override { return validation_; }
+  int64_t sequence_length() const override { return 162; }
+
+ private:
+  int min_clues_, max_clues_;
+  std::set<std::string> exclude_;
+  std::vector<Example> validation_;
+};
+
+class TextSource : public DataSource {
+ public:
+  TextSource(const std::string& text, int64_t seq_len, double val_fraction, int64_t n_val) : seq_len_(seq_len) {
+    check(seq_len >= 2, "sequence length must be at least 2");
+    const size_t split = size_t(double(text.size()) * (1.0 - val_fraction));
+    check(split > size_t(seq_len) * 2 && text.size() - split >= size_t(seq_len),
+          "text corpus of " + std::to_string(text.size()) + " bytes is too small for sequences of " +
+              std::to_string(seq_len));
+    for (size_t i = 0; i < split; ++i) train_.push_back(int32_t(static_cast<unsigned char>(text[i])));
+    for (size_t at = split; at + size_t(seq_len) <= text.size() && int64_t(validation_.size()) < n_val; at += size_t(seq_len)) {
+      Example e;
+      for (size_t i = at; i < at + size_t(seq_len); ++i) e.tokens.push_back(int32_t(static_cast<unsigned char>(text[i])));
+      validation_.push_back(std::move(e));
+    }
+  }
+  Example sample(Rng& rng) const override {
+    const size_t start = size_t(rng.below(uint64_t(train_.size() - size_t(seq_len_))));
+    Example e;
+    e.tokens.assign(train_.begin() + int64_t(start), train_.begin() + int64_t(start) + seq_len_);
+    return e;
+  }
+  const std::vector<Example>& validation() const override { return validation_; }
+  int64_t sequence_length() const override { return seq_len_; }
+
+ private:
+  int64_t seq_len_;
+  std::vector<int32_t> train_;
+  std::vector<Example> validation_;
+};
+
+}  // namespace
+
+std::unique_ptr<DataSource> make_sudoku_source(int min_clues, int max_clues, const std::vector<std::string>& exclude,
+                                               int64_t n_val, uint64_t val_seed) {
+  std::set<std::string> excluded;
+  for (const std::string& path : exclude)
+    for (const SudokuExample& e : read_sudoku_file(path)) excluded.insert(format_sudoku(e.puzzle));
+  return std::make_unique<SudokuSource>(min_clues, max_clues, std::move(excluded), n_val, val_seed);
+}
+
+std::unique_ptr<DataSource> make_text_source(const std::string& text, int64_t seq_len, double val_fraction,
+                                             int64_t n_val) {
+  return std::make_unique<TextSource>(text, seq_len, val_fraction, n_val);
+}
+
+std::string load_text_corpus(const std::string& name) {
+  if (name == "bible") {
+    FILE* pipe = popen("bible -f 'Gen1:1-Rev22:21' 2>/dev/null", "r");
+    check(pipe != nullptr, "cannot run `bible` (install Debian's bible-kjv package)");
+    std::string text;
+    char buf[8192];
+    while (std::fgets(buf, sizeof buf, pipe)) {
+      std::string line(buf);
+      const size_t space = line.find(' ');  // drop the "Gen1:1 " reference
+      if (space != std::string::npos) text += line.substr(space + 1);
+    }
+    const int status = pclose(pipe);
+    check(status == 0 && text.size() > 1000000, "`bible` printed too little text (is bible-kjv installed?)");
+    return text;
+  }
+  std::ifstream in(name, std::ios::binary);
+  check(bool(in), "cannot open text corpus " + name);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace canvas::train

@@ -1,0 +1,45 @@
+// Training data sources: Sudoku puzzles generated on the fly, and byte-level text windows.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "io/gguf.h"
+#include "train/objectives.h"
+
+namespace canvas::train {
+
+// Byte-level vocabulary shared by canvas's own models: ids 0..255 are bytes, then these specials.
+constexpr int32_t kByteEos = 256;
+constexpr int32_t kByteMask = 257;
+constexpr int32_t kByteVocab = 258;
+// GGUF tokenizer metadata for that vocabulary (GPT-2 byte alphabet, no merges), so that every canvas
+// command can encode and decode text for the model.
+std::vector<std::pair<std::string, GgufValue>> byte_tokenizer_metadata();
+
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  virtual Example sample(Rng& rng) const = 0;            // one training example
+  virtual const std::vector<Example>& validation() const = 0;
+  virtual int64_t sequence_length() const = 0;
+};
+
+// Puzzle (81 chars, '0' for blanks) then solution (81 digits); prompt_len 81. Training puzzles come
+// from canvas's generator with a clue count uniform in [min_clues, max_clues]; any puzzle listed in an
+// `exclude` file (held-out sets) is skipped. Validation: n_val puzzles drawn once from `val_seed`.
+std::unique_ptr<DataSource> make_sudoku_source(int min_clues, int max_clues, const std::vector<std::string>& exclude,
+                                               int64_t n_val, uint64_t val_seed);
+
+// Windows of seq_len bytes from a text; the last val_fraction of the text is held out and cut into
+// consecutive validation windows (at most n_val).
+std::unique_ptr<DataSource> make_text_source(const std::string& text, int64_t seq_len, double val_fraction,
+                                             int64_t n_val);
+
+// "bible" (Debian's bible-kjv: every verse, text only, one per line) or a path to a text file.
+std::string load_text_corpus(const std::string& name);
+
+}  // namespace canvas::train

@@ -1,0 +1,327 @@
+// The training loop: batches from a data source, an objective, AdamW, validation, checkpoints.
+#include "train/trainer.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "io/gguf.h"
+#include "train/data.h"
+#include "train/objectives.h"
+#include "train/train_model.h"
+
+namespace canvas::train {
+namespace {
+
+std::string trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  const size_t e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+ModelConfig model_config(const RunConfig& r, int64_t seq_len) {
+  ModelConfig c;
+  c.arch = r.objective == "ar" ? "llama" : "llada";
+  c.name = "canvas " + r.task + " " + r.objective;
+  c.vocab = kByteVocab;
+  c.hidden = r.hidden;
+  c.n_layers = r.layers;
+  c.n_heads = r.heads;
+  c.n_kv_heads = r.kv_heads;
+  c.head_dim = r.hidden / r.heads;
+  c.ffn = r.ffn;
+  c.rms_eps = 1e-5f;
+  c.rope.layout = RopeLayout::Normal;
+  c.rope.head_dim = int(c.head_dim);
+  c.rope.rot_dims = int(c.head_dim);
+  c.rope.theta = r.rope_theta;
+  c.causal = r.objective == "ar";
+  c.shift_logits = c.causal;
+  c.context_length = seq_len;
+  c.n_positions = r.position_embedding ? seq_len : 0;
+  c.mask_token = kByteMask;
+  c.eos_token = kByteEos;
+  return c;
+}
+
+// The fields that define the computation; a checkpoint made under other values cannot be resumed.
+std::string identity(const RunConfig& r) {
+  std::ostringstream s;
+  s << r.task << '|' << r.objective << '|' << r.layers << '|' << r.hidden << '|' << r.heads << '|' << r.kv_heads << '|'
+    << r.ffn << '|' << r.position_embedding << '|' << r.rope_theta << '|' << r.seq_len << '|' << r.batch_size << '|'
+    << r.accumulation << '|' << r.seed << '|' << r.mask_eps << '|' << r.sudoku_min_clues << '|' << r.sudoku_max_clues
+    << '|' << r.optimizer.lr << '|' << r.optimizer.min_lr << '|' << r.optimizer.warmup_steps << '|'
+    << r.optimizer.weight_decay << '|' << r.optimizer.beta1 << '|' << r.optimizer.beta2 << '|' << r.optimizer.grad_clip
+    << '|' << r.init_from << '|' << r.text_corpus;
+  return s.str();
+}
+
+ObjectiveBatch make_batch(const RunConfig& r, const std::vector<Example>& examples, Rng& rng) {
+  if (r.objective == "ar") return autoregressive_batch(examples);
+  return masked_diffusion_batch(examples, kByteMask, r.mask_eps, rng);
+}
+
+// Mean loss over the validation set (per scored token, weighted like training), with fixed corruption.
+float validation_loss(const RunConfig& r, TrainModel& model, const DataSource& source, ThreadPool* pool) {
+  Rng rng(r.seed + 0x5eed);
+  const auto& val = source.validation();
+  double total = 0, norm = 0;
+  for (size_t at = 0; at < val.size(); at += size_t(r.batch_size)) {
+    std::vector<Example> batch(val.begin() + int64_t(at), val.begin() + int64_t(std::min(val.size(), at + size_t(r.batch_size))));
+    const ObjectiveBatch ob = make_batch(r, batch, rng);
+    Tape tape(pool);
+    const Var logits = model.forward(tape, ob.input);
+    const Var loss = cross_entropy(tape, logits, ob.targets, ob.weights, ob.normaliser);
+    total += double(tape.value(loss)[0]) * ob.normaliser;
+    norm += ob.normaliser;
+  }
+  model.zero_grad();
+  return float(total / std::max(norm, 1.0));
+}
+
+void save_checkpoint(const RunConfig& r, const TrainModel& model, AdamW& opt, const std::vector<Parameter*>& params,
+                     int64_t step, const std::string& out_dir) {
+  std::vector<std::pair<std::string, GgufValue>> extra = byte_tokenizer_metadata();
+  extra.emplace_back("training.step", GgufValue::u64(uint64_t(step)));
+  extra.emplace_back("training.config", GgufValue::string(r.source_text));
+  extra.emplace_back("training.identity", GgufValue::string(identity(r)));
+  model.save_gguf(out_dir + "/model.gguf", extra);
+
+  GgufWriter w;
+  model.add_metadata(w);
+  for (auto& [k, v] : extra) w.set(k, v);
+  model.add_tensors(w);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Parameter* p = params[i];
+    w.add_tensor("adamw.m." + p->name, DType::F32, p->shape, opt.first_moment(i).data(), uint64_t(p->size()) * 4);
+    w.add_tensor("adamw.v." + p->name, DType::F32, p->shape, opt.second_moment(i).data(), uint64_t(p->size()) * 4);
+  }
+  w.write(out_dir + "/checkpoint.gguf");  // atomic: temporary file + rename
+}
+
+int64_t load_checkpoint(const RunConfig& r, std::vector<Parameter*>& params, AdamW& opt, const std::string& path) {
+  auto file = GgufFile::open(path);
+  const std::string id = file->get_string("training.identity", "");
+  check(id == identity(r), path + " was made with a different configuration (model, data or optimiser settings); "
+                                  "train into a new --out directory or delete the checkpoint");
+  const int64_t step = file->require_int("training.step");
+  auto copy_in = [&](const std::string& name, std::vector<float>& dst) {
+    const TensorView& t = file->require_tensor(name);
+    check(t.type == DType::F32 && t.elements() == int64_t(dst.size()), path + ": tensor '" + name + "' has the wrong size");
+    std::memcpy(dst.data(), t.data, dst.size() * 4);
+  };
+  for (size_t i = 0; i < params.size(); ++i) {
+    copy_in(params[i]->name, params[i]->value);
+    copy_in("adamw.m." + params[i]->name, opt.first_moment(i));
+    copy_in("adamw.v." + params[i]->name, opt.second_moment(i));
+  }
+  opt.set_steps_done(step);
+  return step;
+}
+
+// Keeps the CSV header and the rows up to `step`, so a resumed run continues the same log.
+void truncate_log(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string line, kept;
+  bool header = true;
+  while (std::getline(in, line)) {
+    if (header || std::strtoll(line.c_str(), nullptr, 10) <= step) kept += line + "\n";
+    header = false;
+  }
+  in.close();
+  std::ofstream out(path, std::ios::trunc);
+  out << kept;
+}
+
+}  // namespace
+
+RunConfig parse_run_config(const std::string& text, const std::string& origin) {
+  RunConfig r;
+  r.source_text = text;
+  std::istringstream in(text);
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    const size_t hash = line.find('#');
+    if (hash != std::string::npos) line = line.substr(0, hash);
+    line = trim(line);
+    if (line.empty()) continue;
+    const size_t eq = line.find('=');
+    const std::string where = origin + ":" + std::to_string(line_no);
+    check(eq != std::string::npos, where + ": expected 'key = value'");
+    const std::string key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
+    auto as_int = [&]() {
+      char* end = nullptr;
+      const long long v = std::strtoll(value.c_str(), &end, 10);
+      check(!value.empty() && *end == 0, where + ": " + key + " needs an integer, got '" + value + "'");
+      return int64_t(v);
+    };
+    auto as_float = [&]() {
+      char* end = nullptr;
+      const double v = std::strtod(value.c_str(), &end);
+      check(!value.empty() && *end == 0, where + ": " + key + " needs a number, got '" + value + "'");
+      return float(v);
+    };
+    auto as_bool = [&]() {
+      check(value == "true" || value == "false", where + ": " + key + " needs true or false");
+      return value == "true";
+    };
+    if (key == "task") r.task = value;
+    else if (key == "objective") r.objective = value;
+    else if (key == "layers") r.layers = as_int();
+    else if (key == "hidden") r.hidden = as_int();
+    else if (key == "heads") r.heads = as_int();
+    else if (key == "kv_heads") r.kv_heads = as_int();
+    else if (key == "ffn") r.ffn = as_int();
+    else if (key == "position_embedding") r.position_embedding = as_bool();
+    else if (key == "rope_theta") r.rope_theta = as_float();
+    else if (key == "init_std") r.init_std = as_float();
+    else if (key == "init_from") r.init_from = value;
+    else if (key == "seq_len") r.seq_len = as_int();
+    else if (key == "text_corpus") r.text_corpus = value;
+    else if (key == "val_fraction") r.val_fraction = as_float();
+    else if (key == "sudoku_min_clues") r.sudoku_min_clues = int(as_int());
+    else if (key == "sudoku_max_clues") r.sudoku_max_clues = int(as_int());
+    else if (key == "held_out") {
+      std::stringstream ss(value);
+      std::string item;
+      while (std::getline(ss, item, ','))
+        if (!trim(item).empty()) r.held_out.push_back(trim(item));
+    } else if (key == "eval_examples") r.eval_examples = as_int();
+    else if (key == "lr") r.optimizer.lr = as_float();
+    else if (key == "min_lr") r.optimizer.min_lr = as_float();
+    else if (key == "warmup") r.optimizer.warmup_steps = as_int();
+    else if (key == "weight_decay") r.optimizer.weight_decay = as_float();
+    else if (key == "beta1") r.optimizer.beta1 = as_float();
+    else if (key == "beta2") r.optimizer.beta2 = as_float();
+    else if (key == "grad_clip") r.optimizer.grad_clip = as_float();
+    else if (key == "steps") r.steps = as_int();
+    else if (key == "batch_size") r.batch_size = as_int();
+    else if (key == "accumulation") r.accumulation = as_int();
+    else if (key == "mask_eps") r.mask_eps = as_float();
+    else if (key == "seed") r.seed = uint64_t(as_int());
+    else if (key == "eval_every") r.eval_every = as_int();
+    else if (key == "checkpoint_every") r.checkpoint_every = as_int();
+    else if (key == "threads") r.threads = int(as_int());
+    else throw Error(where + ": unknown key '" + key + "'");
+  }
+  check(r.task == "sudoku" || r.task == "text", origin + ": task must be sudoku or text");
+  check(r.objective == "masked" || r.objective == "ar", origin + ": objective must be masked or ar");
+  check(r.layers > 0 && r.hidden > 0 && r.heads > 0 && r.kv_heads > 0 && r.ffn > 0, origin + ": model sizes must be positive");
+  check(r.hidden % r.heads == 0 && r.heads % r.kv_heads == 0, origin + ": hidden must divide into heads, heads into kv_heads");
+  check((r.hidden / r.heads) % 2 == 0, origin + ": the head dimension must be even (RoPE)");
+  check(r.steps > 0 && r.batch_size > 0 && r.accumulation > 0, origin + ": steps, batch_size, accumulation must be positive");
+  check(r.eval_every > 0 && r.checkpoint_every > 0, origin + ": eval_every and checkpoint_every must be positive");
+  check(r.mask_eps > 0 && r.mask_eps < 1, origin + ": mask_eps must be in (0, 1)");
+  r.optimizer.total_steps = r.steps;
+  return r;
+}
+
+RunConfig load_run_config(const std::string& path) {
+  std::ifstream in(path);
+  check(bool(in), "cannot open config " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_run_config(ss.str(), path);
+}
+
+void run_training(const RunConfig& r, const std::string& out_dir, const std::function<void(const StepReport&)>& on_step,
+                  int64_t stop_after) {
+  ::mkdir(out_dir.c_str(), 0755);
+  check(file_exists(out_dir), "cannot create output directory " + out_dir);
+  ThreadPool pool(r.threads);
+
+  std::unique_ptr<DataSource> source;
+  if (r.task == "sudoku") {
+    source = make_sudoku_source(r.sudoku_min_clues, r.sudoku_max_clues, r.held_out, r.eval_examples, r.seed + 77);
+  } else {
+    source = make_text_source(load_text_corpus(r.text_corpus), r.seq_len, r.val_fraction, r.eval_examples);
+  }
+  const ModelConfig mc = model_config(r, source->sequence_length());
+  InitOptions init;
+  init.seed = r.seed;
+  init.std = r.init_std;
+  TrainModel model(mc, init);
+  std::vector<Parameter*> params = model.parameters();
+  if (!r.init_from.empty()) {  // e.g. AR -> diffusion: same shapes, other attention
+    TrainModel donor = TrainModel::from_gguf(r.init_from);
+    for (Parameter* p : params) {
+      Parameter* q = donor.find(p->name);
+      check(q && q->value.size() == p->value.size(), r.init_from + ": no tensor '" + p->name + "' of the right shape");
+      p->value = q->value;
+    }
+  }
+  AdamW opt(r.optimizer, params);
+
+  const std::string ckpt = out_dir + "/checkpoint.gguf", csv = out_dir + "/train.csv";
+  int64_t step = 0;
+  if (file_exists(ckpt)) {
+    step = load_checkpoint(r, params, opt, ckpt);
+    truncate_log(csv, step);
+  } else {
+    std::ofstream(csv, std::ios::trunc) << "step,lr,loss,grad_norm,val_loss,tokens_per_second,elapsed_s\n";
+  }
+  std::ofstream(out_dir + "/config.cfg", std::ios::trunc) << r.source_text;
+
+  const double t_start = now_ms();
+  const int64_t start_step = step;
+  while (step < r.steps && (stop_after <= 0 || step < stop_after)) {
+    const double t0 = now_ms();
+    float loss_sum = 0;
+    int64_t tokens = 0;
+    for (int64_t micro = 0; micro < r.accumulation; ++micro) {
+      Rng rng(r.seed * 0x9E3779B97F4A7C15ull + uint64_t(step) * 1000 + uint64_t(micro));
+      std::vector<Example> examples;
+      for (int64_t i = 0; i < r.batch_size; ++i) examples.push_back(source->sample(rng));
+      const ObjectiveBatch ob = make_batch(r, examples, rng);
+      Tape tape(&pool);
+      const Var logits = model.forward(tape, ob.input);
+      const Var loss = cross_entropy(tape, logits, ob.targets, ob.weights, ob.normaliser);
+      loss_sum += tape.value(loss)[0];
+      tape.backward(loss);
+      tokens += ob.input.rows();
+    }
+    StepReport rep;
+    rep.grad_norm = opt.step(1.f / float(r.accumulation));
+    rep.lr = opt.last_lr();
+    ++step;
+    rep.step = step;
+    rep.total = r.steps;
+    rep.loss = loss_sum / float(r.accumulation);
+    const double t1 = now_ms();
+    rep.tokens_per_second = double(tokens) * 1000.0 / std::max(t1 - t0, 1e-3);
+    rep.elapsed_s = (t1 - t_start) / 1000.0;
+    rep.eta_s = rep.elapsed_s / double(step - start_step) * double(r.steps - step);
+    if (step % r.eval_every == 0 || step == r.steps) {
+      rep.has_val = true;
+      rep.val_loss = validation_loss(r, model, *source, &pool);
+    }
+    {
+      std::ofstream log(csv, std::ios::app);
+      char line[256];
+      std::snprintf(line, sizeof line, "%lld,%.8g,%.8g,%.8g,%s,%.1f,%.2f\n", (long long)step, rep.lr, rep.loss,
+                    rep.grad_norm, rep.has_val ? std::to_string(rep.val_loss).c_str() : "", rep.tokens_per_second,
+                    rep.elapsed_s);
+      log << line;
+    }
+    if (step % r.checkpoint_every == 0 || step == r.steps) save_checkpoint(r, model, opt, params, step, out_dir);
+    if (on_step) on_step(rep);
+  }
+}
+
+}  // namespace canvas::train

@@ -1,0 +1,60 @@
+// A training run: configuration (a small key = value file under configs/), the loop, validation,
+// atomic checkpoints and bit-exact resume.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "train/optimizer.h"
+
+namespace canvas::train {
+
+struct RunConfig {
+  std::string task = "sudoku";       // sudoku | text
+  std::string objective = "masked";  // masked | ar
+  // Model (a llada-shaped bidirectional transformer for masked, the same shape causal for ar).
+  int64_t layers = 4, hidden = 128, heads = 4, kv_heads = 4, ffn = 512;
+  bool position_embedding = true;
+  float rope_theta = 10000.f;
+  float init_std = 0.02f;
+  std::string init_from;             // start from this GGUF's weights (e.g. AR -> diffusion adaptation)
+  // Data.
+  int64_t seq_len = 128;             // text
+  std::string text_corpus = "bible";
+  double val_fraction = 0.02;
+  int sudoku_min_clues = 22, sudoku_max_clues = 50;
+  std::vector<std::string> held_out;  // Sudoku files whose puzzles training must never see
+  int64_t eval_examples = 256;
+  // Optimisation.
+  OptimizerConfig optimizer;
+  int64_t steps = 1000, batch_size = 32, accumulation = 1;
+  float mask_eps = 1e-3f;
+  uint64_t seed = 1;
+  int64_t eval_every = 100, checkpoint_every = 100;
+  int threads = 0;
+  std::string source_text;           // the config file's text, stored in checkpoints
+};
+
+// Parses "key = value" lines ('#' starts a comment); unknown keys and bad values are errors naming the
+// line.
+RunConfig parse_run_config(const std::string& text, const std::string& origin);
+RunConfig load_run_config(const std::string& path);
+
+struct StepReport {
+  int64_t step = 0, total = 0;
+  float loss = 0, grad_norm = 0, lr = 0;
+  double tokens_per_second = 0, elapsed_s = 0, eta_s = 0;
+  bool has_val = false;
+  float val_loss = 0;
+};
+
+// Trains into out_dir (created if needed): out_dir/checkpoint.gguf (weights + AdamW moments + step,
+// written atomically), out_dir/model.gguf (weights only, loadable by `canvas generate`),
+// out_dir/train.csv (step, lr, loss, grad_norm, val_loss, tokens_per_second, elapsed_s) and
+// out_dir/config.cfg. An existing checkpoint in out_dir is resumed from; the run then continues exactly
+// as if it had not been interrupted. stop_after > 0 ends the run after that step (for tests).
+void run_training(const RunConfig& config, const std::string& out_dir, const std::function<void(const StepReport&)>& on_step,
+                  int64_t stop_after = 0);
+
+}  // namespace canvas::train
