@@ -14,6 +14,7 @@
 #include "core/timer.h"
 #include "decode/ar.h"
 #include "decode/masked.h"
+#include "io/gguf.h"
 #include "model/model.h"
 #include "train/sudoku.h"
 
@@ -45,9 +46,27 @@ struct SolveSettings {
   UnmaskOrder order = UnmaskOrder::Confidence;
 };
 
+// Models trained by canvas record their layout: "infill" models fill the blanks of the 81 cells in
+// place; "sequence" models (AR, and the default for other files) read the puzzle, then write 81 digits.
+bool is_infill(const Model& model) {
+  return model.file->get_string("canvas.sudoku.format", "sequence") == "infill";
+}
+
 SudokuGrid solve_one(const Model& model, const SudokuGrid& puzzle, const SolveSettings& s, ThreadPool* pool) {
-  const std::vector<int32_t> prompt = sudoku_prompt_tokens(puzzle);
   GenerationResult r;
+  if (s.mode != "ar" && is_infill(model)) {
+    MaskedDiffusionParams p;
+    p.gen_length = 81;
+    p.block_length = 81;
+    p.steps = s.steps;
+    p.order = s.order;
+    p.initial_canvas = sudoku_prompt_tokens(puzzle);
+    for (size_t i = 0; i < 81; ++i)
+      if (!puzzle[i]) p.initial_canvas[i] = model.config.mask_token;
+    r = generate_masked(model, {}, p, pool);
+    return sudoku_from_tokens(r.tokens);
+  }
+  const std::vector<int32_t> prompt = sudoku_prompt_tokens(puzzle);
   if (s.mode == "ar") {
     ArParams p;
     p.max_new_tokens = 81;

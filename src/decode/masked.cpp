@@ -75,8 +75,16 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
   const int64_t V = c.vocab;
 
   std::vector<int32_t> seq(prompt);
-  seq.resize(size_t(total), mask);
   std::vector<int32_t> canvas(size_t(L), mask);
+  if (!params.initial_canvas.empty()) {
+    check(int64_t(params.initial_canvas.size()) == L, "the initial canvas has " +
+                                                         std::to_string(params.initial_canvas.size()) +
+                                                         " tokens, the generation length is " + std::to_string(L));
+    for (int32_t id : params.initial_canvas)
+      check(id >= 0 && id < c.vocab, "initial canvas token " + std::to_string(id) + " is outside the vocabulary");
+    canvas = params.initial_canvas;
+  }
+  seq.insert(seq.end(), canvas.begin(), canvas.end());
   std::vector<int32_t> groups(size_t(total), 0);
   KvCache cache(c, total);
   Rng rng(params.sampling.seed);
@@ -110,7 +118,7 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
     for (int64_t p = 0; p < total; ++p) {  // block-causal view with the active region [s0, total)
       groups[size_t(p)] = p < P ? 0 : int32_t(std::min((p - P) / B, b) + 1);
     }
-    const int64_t block_masked_at_start = B;
+    const int64_t block_masked_at_start = std::count(seq.begin() + s0, seq.begin() + s1, mask);
     for (int64_t step = 0; step < steps_per_block; ++step) {
       masked_positions.clear();
       for (int64_t p = s0; p < s1; ++p)

@@ -29,6 +29,9 @@ struct MaskedDiffusionParams {
   float eps = 1e-3f;           // Dream schedule: t runs from 1 to eps
   CacheMode cache = CacheMode::None;
   SamplingParams sampling;
+  // Infilling: the starting canvas (gen_length ids); positions not holding the mask id are fixed and
+  // never re-decided. Empty: everything masked.
+  std::vector<int32_t> initial_canvas;
 };
 
 // Tokens committed at step i of a block with `masked` masked positions left, under the schedule:

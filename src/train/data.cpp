@@ -46,8 +46,13 @@ std::vector<std::pair<std::string, GgufValue>> byte_tokenizer_metadata() {
 
 namespace {
 
-Example sudoku_example(const SudokuGrid& puzzle, const SudokuGrid& solution) {
+Example sudoku_example(const SudokuGrid& puzzle, const SudokuGrid& solution, bool infill) {
   Example e;
+  if (infill) {
+    e.tokens = sudoku_prompt_tokens(solution);
+    for (uint8_t given : puzzle) e.fixed.push_back(given ? 1 : 0);
+    return e;
+  }
   e.tokens = sudoku_prompt_tokens(puzzle);
   const std::vector<int32_t> sol = sudoku_prompt_tokens(solution);
   e.tokens.insert(e.tokens.end(), sol.begin(), sol.end());
@@ -57,33 +62,38 @@ Example sudoku_example(const SudokuGrid& puzzle, const SudokuGrid& solution) {
 
 class SudokuSource : public DataSource {
  public:
-  SudokuSource(int min_clues, int max_clues, std::set<std::string> exclude, int64_t n_val, uint64_t val_seed)
-      : min_clues_(min_clues), max_clues_(max_clues), exclude_(std::move(exclude)) {
+  SudokuSource(bool infill, int min_clues, int max_clues, std::set<std::string> exclude, int64_t n_val,
+               uint64_t val_seed)
+      : infill_(infill), min_clues_(min_clues), max_clues_(max_clues), exclude_(std::move(exclude)) {
     check(min_clues >= 17 && max_clues <= 80 && min_clues <= max_clues, "Sudoku clue range must lie in 17..80");
     Rng rng(val_seed);
+    std::vector<std::string> keys;
     while (int64_t(validation_.size()) < n_val) {
-      Example e = sample(rng);
-      validation_.push_back(std::move(e));
+      SudokuGrid puzzle, solution;
+      draw(rng, puzzle, solution);
+      keys.push_back(format_sudoku(puzzle));
+      validation_.push_back(sudoku_example(puzzle, solution, infill_));
     }
-    for (const Example& e : validation_) {  // training never sees a validation puzzle
-      std::string key;
-      for (int64_t i = 0; i < 81; ++i) key += char('0' + (e.tokens[size_t(i)] - kSudokuDigitToken));
-      exclude_.insert(key);
-    }
+    exclude_.insert(keys.begin(), keys.end());  // training never sees a validation puzzle
   }
   Example sample(Rng& rng) const override {
-    for (;;) {
-      const SudokuGrid solution = random_solution(rng);
-      const int clues = min_clues_ + int(rng.below(uint64_t(max_clues_ - min_clues_ + 1)));
-      const SudokuGrid puzzle = make_puzzle(solution, clues, rng);
-      if (exclude_.count(format_sudoku(puzzle))) continue;
-      return sudoku_example(puzzle, solution);
-    }
+    SudokuGrid puzzle, solution;
+    draw(rng, puzzle, solution);
+    return sudoku_example(puzzle, solution, infill_);
   }
   const std::vector<Example>& validation() const override { return validation_; }
-  int64_t sequence_length() const override { return 162; }
+  int64_t sequence_length() const override { return infill_ ? 81 : 162; }
 
  private:
+  void draw(Rng& rng, SudokuGrid& puzzle, SudokuGrid& solution) const {
+    do {
+      solution = random_solution(rng);
+      const int clues = min_clues_ + int(rng.below(uint64_t(max_clues_ - min_clues_ + 1)));
+      puzzle = make_puzzle(solution, clues, rng);
+    } while (exclude_.count(format_sudoku(puzzle)));
+  }
+
+  bool infill_;
   int min_clues_, max_clues_;
   std::set<std::string> exclude_;
   std::vector<Example> validation_;
@@ -121,12 +131,14 @@ class TextSource : public DataSource {
 
 }  // namespace
 
-std::unique_ptr<DataSource> make_sudoku_source(int min_clues, int max_clues, const std::vector<std::string>& exclude,
-                                               int64_t n_val, uint64_t val_seed) {
+std::unique_ptr<DataSource> make_sudoku_source(const std::string& format, int min_clues, int max_clues,
+                                               const std::vector<std::string>& exclude, int64_t n_val,
+                                               uint64_t val_seed) {
+  check(format == "infill" || format == "sequence", "Sudoku format must be infill or sequence, got '" + format + "'");
   std::set<std::string> excluded;
   for (const std::string& path : exclude)
     for (const SudokuExample& e : read_sudoku_file(path)) excluded.insert(format_sudoku(e.puzzle));
-  return std::make_unique<SudokuSource>(min_clues, max_clues, std::move(excluded), n_val, val_seed);
+  return std::make_unique<SudokuSource>(format == "infill", min_clues, max_clues, std::move(excluded), n_val, val_seed);
 }
 
 std::unique_ptr<DataSource> make_text_source(const std::string& text, int64_t seq_len, double val_fraction,

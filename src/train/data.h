@@ -28,11 +28,14 @@ class DataSource {
   virtual int64_t sequence_length() const = 0;
 };
 
-// Puzzle (81 chars, '0' for blanks) then solution (81 digits); prompt_len 81. Training puzzles come
+// format "sequence": puzzle (81 chars, '0' for blanks) then solution (81 digits), prompt_len 81 (for AR
+// and diffusion alike). format "infill": the 81 solution digits with the givens fixed (diffusion
+// only: the blanks are the canvas). Training puzzles come
 // from canvas's generator with a clue count uniform in [min_clues, max_clues]; any puzzle listed in an
 // `exclude` file (held-out sets) is skipped. Validation: n_val puzzles drawn once from `val_seed`.
-std::unique_ptr<DataSource> make_sudoku_source(int min_clues, int max_clues, const std::vector<std::string>& exclude,
-                                               int64_t n_val, uint64_t val_seed);
+std::unique_ptr<DataSource> make_sudoku_source(const std::string& format, int min_clues, int max_clues,
+                                               const std::vector<std::string>& exclude, int64_t n_val,
+                                               uint64_t val_seed);
 
 // Windows of seq_len bytes from a text; the last val_fraction of the text is held out and cut into
 // consecutive validation windows (at most n_val).

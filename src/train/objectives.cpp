@@ -29,7 +29,8 @@ ObjectiveBatch masked_diffusion_batch(const std::vector<Example>& examples, int3
   int64_t scored_positions = 0;
   for (size_t s = 0; s < examples.size(); ++s) {
     const double t = eps + (1.0 - eps) * (1.0 - rng.uniform());  // (eps, 1]
-    for (int64_t i = examples[s].prompt_len; i < L; ++i) {
+    for (int64_t i = 0; i < L; ++i) {
+      if (examples[s].is_prompt(i)) continue;
       const size_t r = s * size_t(L) + size_t(i);
       ++scored_positions;
       if (rng.uniform() < t) {

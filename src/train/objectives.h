@@ -13,6 +13,8 @@ namespace canvas::train {
 struct Example {
   std::vector<int32_t> tokens;
   int64_t prompt_len = 0;
+  std::vector<uint8_t> fixed;  // optional, per token: 1 = given (infilling), treated like the prompt
+  bool is_prompt(int64_t i) const { return i < prompt_len || (!fixed.empty() && fixed[size_t(i)]); }
 };
 
 // The model input plus the loss terms: loss = sum_i weights[i] * CE(logits[i], targets[i]) / normaliser.

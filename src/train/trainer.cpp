@@ -65,7 +65,7 @@ std::string identity(const RunConfig& r) {
     << r.accumulation << '|' << r.seed << '|' << r.mask_eps << '|' << r.sudoku_min_clues << '|' << r.sudoku_max_clues
     << '|' << r.optimizer.lr << '|' << r.optimizer.min_lr << '|' << r.optimizer.warmup_steps << '|'
     << r.optimizer.weight_decay << '|' << r.optimizer.beta1 << '|' << r.optimizer.beta2 << '|' << r.optimizer.grad_clip
-    << '|' << r.init_from << '|' << r.text_corpus;
+    << '|' << r.init_from << '|' << r.text_corpus << '|' << r.sudoku_format;
   return s.str();
 }
 
@@ -83,6 +83,7 @@ float validation_loss(const RunConfig& r, TrainModel& model, const DataSource& s
     std::vector<Example> batch(val.begin() + int64_t(at), val.begin() + int64_t(std::min(val.size(), at + size_t(r.batch_size))));
     const ObjectiveBatch ob = make_batch(r, batch, rng);
     Tape tape(pool);
+    tape.set_grad_enabled(false);
     const Var logits = model.forward(tape, ob.input);
     const Var loss = cross_entropy(tape, logits, ob.targets, ob.weights, ob.normaliser);
     total += double(tape.value(loss)[0]) * ob.normaliser;
@@ -98,6 +99,7 @@ void save_checkpoint(const RunConfig& r, const TrainModel& model, AdamW& opt, co
   extra.emplace_back("training.step", GgufValue::u64(uint64_t(step)));
   extra.emplace_back("training.config", GgufValue::string(r.source_text));
   extra.emplace_back("training.identity", GgufValue::string(identity(r)));
+  if (r.task == "sudoku") extra.emplace_back("canvas.sudoku.format", GgufValue::string(r.sudoku_format));
   model.save_gguf(out_dir + "/model.gguf", extra);
 
   GgufWriter w;
@@ -197,6 +199,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
     else if (key == "val_fraction") r.val_fraction = as_float();
     else if (key == "sudoku_min_clues") r.sudoku_min_clues = int(as_int());
     else if (key == "sudoku_max_clues") r.sudoku_max_clues = int(as_int());
+    else if (key == "sudoku_format") r.sudoku_format = value;
     else if (key == "held_out") {
       std::stringstream ss(value);
       std::string item;
@@ -228,6 +231,9 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
   check(r.steps > 0 && r.batch_size > 0 && r.accumulation > 0, origin + ": steps, batch_size, accumulation must be positive");
   check(r.eval_every > 0 && r.checkpoint_every > 0, origin + ": eval_every and checkpoint_every must be positive");
   check(r.mask_eps > 0 && r.mask_eps < 1, origin + ": mask_eps must be in (0, 1)");
+  if (r.sudoku_format.empty()) r.sudoku_format = r.objective == "ar" ? "sequence" : "infill";
+  check(r.sudoku_format == "infill" || r.sudoku_format == "sequence", origin + ": sudoku_format must be infill or sequence");
+  check(!(r.objective == "ar" && r.sudoku_format == "infill"), origin + ": an AR model needs sudoku_format = sequence");
   r.optimizer.total_steps = r.steps;
   return r;
 }
@@ -248,7 +254,8 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
 
   std::unique_ptr<DataSource> source;
   if (r.task == "sudoku") {
-    source = make_sudoku_source(r.sudoku_min_clues, r.sudoku_max_clues, r.held_out, r.eval_examples, r.seed + 77);
+    source = make_sudoku_source(r.sudoku_format, r.sudoku_min_clues, r.sudoku_max_clues, r.held_out, r.eval_examples,
+                                r.seed + 77);
   } else {
     source = make_text_source(load_text_corpus(r.text_corpus), r.seq_len, r.val_fraction, r.eval_examples);
   }
