@@ -294,6 +294,44 @@ TEST(MatmulTest, MatchesReferenceQuantTypes) {
   }
 }
 
+// Q8_0 blocks written by other quantisers may hold -128, which ggml's rounding never produces: every
+// kernel must still take it exactly (no saturation in the int8 dot products).
+TEST(MatmulTest, Q8_0FullInt8RangeMatchesReference) {
+  const int64_t n = 21, k = 160, m = 5;
+  Rng rng(31);
+  std::vector<uint8_t> bytes(static_cast<size_t>(n * row_bytes(DType::Q8_0, k)));
+  for (int64_t b = 0; b < n * k / 32; ++b) {
+    BlockQ8_0 blk;
+    blk.d = f32_to_f16(float(0.01 + 0.02 * rng.uniform()));
+    for (int i = 0; i < 32; ++i) blk.qs[i] = int8_t(b % 3 == 0 ? -128 : int(rng.below(256)) - 128);
+    std::memcpy(bytes.data() + b * sizeof blk, &blk, sizeof blk);
+  }
+  TensorView w;
+  w.name = "raw";
+  w.type = DType::Q8_0;
+  w.ne = {k, n, 1, 1};
+  w.n_dims = 2;
+  w.data = bytes.data();
+  std::vector<float> x = random_vector(m * k, 32);
+  for (int64_t i = 0; i < k; ++i) x[size_t(i)] = i % 32 == 0 ? 100.f : -100.f;  // q = +-127 everywhere
+  std::vector<float> ref(static_cast<size_t>(m * n)), wd(static_cast<size_t>(k));
+  matmul_reference(w, x.data(), k, m, ref.data(), n);
+  for (SimdLevel level : available_levels()) {
+    LevelGuard guard(level);
+    std::vector<float> y(static_cast<size_t>(m * n));
+    matmul(w, x.data(), m, y.data(), nullptr);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        get_row(w, j, wd.data());
+        double scale = 0;
+        for (int64_t e = 0; e < k; ++e) scale += std::fabs(wd[size_t(e)] * x[size_t(i * k + e)]);
+        ASSERT_NEAR(y[size_t(i * n + j)], ref[size_t(i * n + j)], 1e-5 * scale)
+            << simd_level_name(level) << " (" << i << ", " << j << ")";
+      }
+    }
+  }
+}
+
 // Quantised matmul is close to the float product with the dequantised weights: the only extra error is
 // the activation rounding, at most half a step per element (guards against a wrong shared idea of the
 // block layout in both the kernels and the reference).

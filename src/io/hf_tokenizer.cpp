@@ -1,0 +1,775 @@
+// SentencePiece-style BPE with byte fallback: tokenizer.json and GGUF loaders feeding one validated
+// vocabulary; added-token split, literal normalizer / pre-tokenizer, rank-ordered merges over UTF-8
+// characters (linked list + min-heap), byte-exact decode.
+#include "io/hf_tokenizer.h"
+
+#include <algorithm>
+#include <queue>
+#include <unordered_set>
+
+#include "core/error.h"
+#include "io/gguf.h"
+#include "io/json.h"
+
+namespace canvas {
+namespace {
+
+using Json = nlohmann::json;
+using Kind = HfVocab::Kind;
+
+const char* const kSpaceMarker = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK, SentencePiece's space
+
+// Length of the UTF-8 character at s[i] when it is a valid, shortest-form, non-surrogate sequence of at
+// most U+10FFFF; 1 for anything else (that byte is then a character of its own and falls back to a
+// byte token, so arbitrary bytes still round-trip).
+size_t utf8_length(std::string_view s, size_t i) {
+  const auto b0 = uint8_t(s[i]);
+  auto cont = [&](size_t k) { return i + k < s.size() && (uint8_t(s[i + k]) & 0xC0) == 0x80; };
+  if (b0 < 0x80) return 1;
+  if (b0 >= 0xC2 && b0 <= 0xDF) return cont(1) ? 2 : 1;
+  if (b0 >= 0xE0 && b0 <= 0xEF) {
+    if (!cont(1) || !cont(2)) return 1;
+    const auto b1 = uint8_t(s[i + 1]);
+    if ((b0 == 0xE0 && b1 < 0xA0) || (b0 == 0xED && b1 >= 0xA0)) return 1;  // overlong / surrogate
+    return 3;
+  }
+  if (b0 >= 0xF0 && b0 <= 0xF4) {
+    if (!cont(1) || !cont(2) || !cont(3)) return 1;
+    const auto b1 = uint8_t(s[i + 1]);
+    if ((b0 == 0xF0 && b1 < 0x90) || (b0 == 0xF4 && b1 >= 0x90)) return 1;  // overlong / > U+10FFFF
+    return 4;
+  }
+  return 1;
+}
+
+// "<0xNN>" (two upper- or lower-case hex digits) -> the byte.
+bool parse_byte_token(std::string_view text, uint8_t& byte) {
+  if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') return false;
+  int value = 0;
+  for (int k = 3; k < 5; ++k) {
+    const char c = text[k];
+    int digit;
+    if (c >= '0' && c <= '9')
+      digit = c - '0';
+    else if (c >= 'A' && c <= 'F')
+      digit = c - 'A' + 10;
+    else if (c >= 'a' && c <= 'f')
+      digit = c - 'a' + 10;
+    else
+      return false;
+    value = value * 16 + digit;
+  }
+  byte = uint8_t(value);
+  return true;
+}
+
+std::string replace_all(std::string_view text, const std::string& from, const std::string& to) {
+  std::string out;
+  out.reserve(text.size() + text.size() / 4);
+  size_t begin = 0;
+  while (true) {
+    const size_t hit = text.find(from, begin);
+    if (hit == std::string_view::npos) break;
+    out.append(text.substr(begin, hit - begin));
+    out += to;
+    begin = hit + from.size();
+  }
+  out.append(text.substr(begin));
+  return out;
+}
+
+std::string escape(std::string_view s) {
+  std::string out;
+  for (char ch : s) {
+    const auto c = uint8_t(ch);
+    if (out.size() > 80) return out + "...";
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c < 0x20 || c == 0x7f) {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+const char* const kBehaviors[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext",
+                                  "Contiguous"};
+
+// Splits "left right" (the older tokenizer.json form and GGUF's). With exactly one space that is the
+// separator; otherwise (a token holding a space) the first split whose parts are both tokens wins.
+template <class IsToken>
+bool split_merge(const std::string& m, IsToken is_token, std::pair<std::string, std::string>& out) {
+  const size_t first = m.find(' ');
+  if (first == std::string::npos) return false;
+  if (m.find(' ', first + 1) == std::string::npos) {
+    out = {m.substr(0, first), m.substr(first + 1)};
+    return !out.first.empty() && !out.second.empty();
+  }
+  for (size_t sp = first; sp != std::string::npos; sp = m.find(' ', sp + 1)) {
+    std::string left = m.substr(0, sp), right = m.substr(sp + 1);
+    if (!left.empty() && !right.empty() && is_token(left) && is_token(right)) {
+      out = {std::move(left), std::move(right)};
+      return true;
+    }
+  }
+  return false;
+}
+
+// --- tokenizer.json sections -------------------------------------------------------------------------
+
+// A {"String": s} pattern; a Regex pattern (or anything else) is refused, naming the key.
+std::string string_pattern(const JsonDocument& doc, const std::string& path) {
+  const Json& pattern = doc.require(path);
+  if (pattern.is_object() && pattern.size() == 1 && pattern.contains("String") &&
+      pattern["String"].is_string())
+    return pattern["String"].get<std::string>();
+  if (pattern.is_object() && pattern.contains("Regex"))
+    throw Error(doc.origin() + ": " + path +
+                " is a Regex pattern; only literal {\"String\": ...} patterns are supported");
+  throw Error(doc.origin() + ": " + path + " should be {\"String\": ...} but is " + pattern.dump());
+}
+
+void read_normalizer(const JsonDocument& doc, const std::string& path, HfVocab& v) {
+  if (!doc.has(path)) return;  // absent or null
+  const std::string type = doc.require_string(path + ".type");
+  if (type == "Replace") {
+    v.replacements.emplace_back(string_pattern(doc, path + ".pattern"),
+                                doc.require_string(path + ".content"));
+  } else if (type == "Sequence") {
+    const Json& list = doc.require(path + ".normalizers");
+    if (!list.is_array()) throw Error(doc.origin() + ": " + path + ".normalizers should be an array");
+    for (size_t i = 0; i < list.size(); ++i)
+      read_normalizer(doc, path + ".normalizers." + std::to_string(i), v);
+  } else {
+    throw Error(doc.origin() + ": unsupported normalizer type '" + type + "' at " + path +
+                " (supported: Replace with a String pattern, Sequence)");
+  }
+}
+
+void read_pre_tokenizer(const JsonDocument& doc, const std::string& path, HfVocab& v) {
+  if (!doc.has(path)) return;
+  const std::string type = doc.require_string(path + ".type");
+  if (type == "Split") {
+    if (doc.get_bool(path + ".invert", false))
+      throw Error(doc.origin() + ": " + path + ".invert = true is not supported");
+    v.splits.emplace_back(string_pattern(doc, path + ".pattern"), doc.require_string(path + ".behavior"));
+  } else if (type == "Sequence") {
+    const Json& list = doc.require(path + ".pretokenizers");
+    if (!list.is_array()) throw Error(doc.origin() + ": " + path + ".pretokenizers should be an array");
+    for (size_t i = 0; i < list.size(); ++i)
+      read_pre_tokenizer(doc, path + ".pretokenizers." + std::to_string(i), v);
+  } else {
+    throw Error(doc.origin() + ": unsupported pre_tokenizer type '" + type + "' at " + path +
+                " (supported: Split with a String pattern, Sequence)");
+  }
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------------
+// Loaders
+
+HfTokenizer HfTokenizer::from_json(const std::string& path) {
+  return from_json_text(read_text_file(path), path);
+}
+
+HfTokenizer HfTokenizer::from_json_text(std::string_view text, const std::string& origin) {
+  const JsonDocument doc = JsonDocument::parse(text, origin);
+  const std::string& where = doc.origin();
+  if (!doc.root().is_object())
+    throw Error(where + ": should be a JSON object but is " + json_type_name(doc.root()));
+  const std::string type = doc.require_string("model.type");
+  if (type != "BPE")
+    throw Error(where + ": model.type is '" + type +
+                "'; only \"BPE\" (SentencePiece-style with byte fallback) is supported");
+  if (!doc.get_string("model.continuing_subword_prefix", "").empty() ||
+      !doc.get_string("model.end_of_word_suffix", "").empty())
+    throw Error(where + ": model.continuing_subword_prefix / end_of_word_suffix are not supported");
+  if (doc.get_float("model.dropout", 0.0) != 0.0)
+    throw Error(where + ": model.dropout is set; BPE dropout is not supported");
+
+  HfVocab v;
+  v.byte_fallback = doc.get_bool("model.byte_fallback", false);
+  v.fuse_unknown = doc.get_bool("model.fuse_unk", false);
+  v.ignore_merges = doc.get_bool("model.ignore_merges", false);
+  const std::string unknown_text = doc.get_string("model.unk_token", "");
+
+  // Ids: model.vocab and added_tokens together must number the tokens 0..n-1.
+  const Json& vocab = doc.require("model.vocab");
+  if (!vocab.is_object())
+    throw Error(where + ": model.vocab should be an object (token -> id) but is " + json_type_name(vocab));
+  struct Entry {
+    std::string text;
+    bool added = false, special = false, normalized = false;
+  };
+  std::vector<Entry> entries;
+  std::vector<bool> filled;
+  auto place = [&](int64_t id, const std::string& key) -> Entry& {
+    if (id < 0 || id >= int64_t(INT32_MAX))
+      throw Error(where + ": " + key + " has id " + std::to_string(id) + ", out of range");
+    if (size_t(id) >= entries.size()) {
+      entries.resize(size_t(id) + 1);
+      filled.resize(size_t(id) + 1, false);
+    }
+    return entries[size_t(id)];
+  };
+  entries.reserve(vocab.size());
+  filled.reserve(vocab.size());
+  for (const auto& [token, id_value] : vocab.items()) {
+    if (!id_value.is_number_integer())
+      throw Error(where + ": model.vocab['" + escape(token) + "'] should be an integer id but is " +
+                  id_value.dump());
+    const int64_t id = id_value.get<int64_t>();
+    if (id < 0 || id >= int64_t(INT32_MAX))
+      throw Error(where + ": model.vocab['" + escape(token) + "'] has id " + std::to_string(id) +
+                  ", out of range");
+    Entry& e = place(id, "model.vocab");
+    if (filled[size_t(id)])
+      throw Error(where + ": tokens '" + escape(e.text) + "' and '" + escape(token) + "' both have id " +
+                  std::to_string(id) + " in model.vocab");
+    e.text = token;
+    filled[size_t(id)] = true;
+  }
+  if (const Json* added = doc.find("added_tokens")) {
+    if (!added->is_array())
+      throw Error(where + ": added_tokens should be an array but is " + json_type_name(*added));
+    for (size_t i = 0; i < added->size(); ++i) {
+      const std::string key = "added_tokens." + std::to_string(i);
+      const int64_t id = doc.require_int(key + ".id");
+      const std::string content = doc.require_string(key + ".content");
+      const bool special = doc.get_bool(key + ".special", false);
+      for (const char* flag : {"lstrip", "rstrip", "single_word"})
+        if (doc.get_bool(key + "." + flag, false))
+          throw Error(where + ": " + key + " ('" + escape(content) + "') sets " + flag +
+                      ", which is not supported");
+      Entry& e = place(id, key);
+      if (filled[size_t(id)] && e.text != content)
+        throw Error(where + ": " + key + " gives id " + std::to_string(id) + " to '" + escape(content) +
+                    "' but that id is '" + escape(e.text) + "'");
+      if (content.empty()) throw Error(where + ": " + key + " has empty content");
+      e.text = content;
+      e.added = true;
+      e.special = special;
+      e.normalized = doc.get_bool(key + ".normalized", !special);
+      filled[size_t(id)] = true;
+    }
+  }
+  for (size_t id = 0; id < entries.size(); ++id)
+    if (!filled[id])
+      throw Error(where + ": no token has id " + std::to_string(id) + " (ids must be 0.." +
+                  std::to_string(entries.size() - 1) + " without gaps)");
+  if (entries.empty()) throw Error(where + ": model.vocab is empty");
+
+  v.tokens.reserve(entries.size());
+  v.kinds.reserve(entries.size());
+  v.normalized.reserve(entries.size());
+  std::unordered_map<std::string, int32_t> ids;  // first id of each text
+  ids.reserve(entries.size());
+  for (size_t id = 0; id < entries.size(); ++id) {
+    const Entry& e = entries[id];
+    uint8_t byte;
+    Kind kind = Kind::Normal;
+    if (e.added && e.text == unknown_text)
+      kind = Kind::Unknown;
+    else if (e.added)
+      kind = e.special ? Kind::Special : Kind::Added;
+    else if (parse_byte_token(e.text, byte))
+      kind = Kind::Byte;
+    v.tokens.push_back(e.text);
+    v.kinds.push_back(kind);
+    v.normalized.push_back(e.added && e.normalized);
+    ids.emplace(e.text, int32_t(id));
+  }
+  auto id_of = [&](const std::string& text) -> int32_t {
+    const auto it = ids.find(text);
+    return it == ids.end() ? -1 : it->second;
+  };
+  if (!unknown_text.empty()) {
+    v.unknown_id = id_of(unknown_text);
+    if (v.unknown_id < 0)
+      throw Error(where + ": model.unk_token '" + escape(unknown_text) + "' is not in the vocabulary");
+  }
+
+  const Json& merges = doc.require("model.merges");
+  if (!merges.is_array())
+    throw Error(where + ": model.merges should be an array but is " + json_type_name(merges));
+  v.merges.reserve(merges.size());
+  for (size_t r = 0; r < merges.size(); ++r) {
+    const Json& m = merges[r];
+    std::pair<std::string, std::string> parts;
+    if (m.is_string()) {
+      if (!split_merge(
+              m.get<std::string>(), [&](const std::string& t) { return id_of(t) >= 0; }, parts))
+        throw Error(where + ": model.merges[" + std::to_string(r) + "] = '" + escape(m.get<std::string>()) +
+                    "' is not of the form 'left right'");
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      parts = {m[0].get<std::string>(), m[1].get<std::string>()};
+    } else {
+      throw Error(where + ": model.merges[" + std::to_string(r) +
+                  "] should be \"left right\" or [left, right] but is " + m.dump());
+    }
+    v.merges.push_back(std::move(parts));
+  }
+
+  read_normalizer(doc, "normalizer", v);
+  read_pre_tokenizer(doc, "pre_tokenizer", v);
+
+  // A TemplateProcessing post-processor whose single-sequence template starts with a special token
+  // prepends that token (Gemma: <bos>).
+  if (doc.get_string("post_processor.type", "") == "TemplateProcessing") {
+    if (const Json* single = doc.find("post_processor.single");
+        single && single->is_array() && !single->empty()) {
+      const Json& first = (*single)[0];
+      if (first.is_object() && first.contains("SpecialToken") && first["SpecialToken"].is_object() &&
+          first["SpecialToken"].contains("id") && first["SpecialToken"]["id"].is_string()) {
+        const std::string bos = first["SpecialToken"]["id"].get<std::string>();
+        v.bos_id = id_of(bos);
+        if (v.bos_id < 0)
+          throw Error(where + ": post_processor.single starts with '" + escape(bos) +
+                      "', which is not a token");
+        v.add_bos = true;
+      }
+    }
+  }
+  if (v.bos_id < 0) v.bos_id = id_of("<bos>");
+  v.eos_id = id_of("<eos>");
+  v.pad_id = id_of("<pad>");
+  try {
+    return from_vocab(std::move(v));
+  } catch (const Error& e) {
+    throw Error(where + ": " + e.what());
+  }
+}
+
+HfTokenizer HfTokenizer::from_gguf(const GgufFile& file) {
+  const std::string where = "gguf " + file.path() + ": ";
+  const std::string model = file.require_string("tokenizer.ggml.model");
+  if (model != "gemma4" && model != "llama")
+    throw Error(where + "tokenizer.ggml.model is '" + model +
+                "'; HfTokenizer reads \"gemma4\" and \"llama\" (SentencePiece-style BPE)");
+  HfVocab v;
+  v.tokens = file.get_string_array("tokenizer.ggml.tokens");
+  if (v.tokens.empty()) throw Error(where + "tokenizer.ggml.tokens is missing or empty");
+  const size_t n = v.tokens.size();
+  const std::vector<int64_t> types = file.get_int_array("tokenizer.ggml.token_type");
+  if (!types.empty() && types.size() != n)
+    throw Error(where + "tokenizer.ggml.token_type has " + std::to_string(types.size()) +
+                " entries but tokenizer.ggml.tokens has " + std::to_string(n));
+  v.kinds.assign(n, Kind::Normal);
+  v.normalized.assign(n, false);
+  for (size_t i = 0; i < types.size(); ++i) {
+    switch (types[i]) {
+      case 0:
+      case 1:
+      case 5:
+        v.kinds[i] = Kind::Normal;
+        break;  // undefined, normal, unused
+      case 2:
+        v.kinds[i] = Kind::Unknown;
+        break;
+      case 3:
+        v.kinds[i] = Kind::Special;
+        break;
+      case 4:
+        v.kinds[i] = Kind::Added;
+        v.normalized[i] = true;
+        break;
+      case 6:
+        v.kinds[i] = Kind::Byte;
+        break;
+      default:
+        throw Error(where + "tokenizer.ggml.token_type[" + std::to_string(i) +
+                    "] = " + std::to_string(types[i]) + " is not a known token type (0-6)");
+    }
+  }
+  std::unordered_set<std::string> texts(v.tokens.begin(), v.tokens.end());
+  const std::vector<std::string> merges = file.get_string_array("tokenizer.ggml.merges");
+  if (merges.empty())
+    throw Error(where +
+                "tokenizer.ggml.merges is missing: merging by scores (SentencePiece BPE without a merge "
+                "list) is not supported");
+  v.merges.reserve(merges.size());
+  for (size_t r = 0; r < merges.size(); ++r) {
+    std::pair<std::string, std::string> parts;
+    if (!split_merge(
+            merges[r], [&](const std::string& t) { return texts.count(t) > 0; }, parts))
+      throw Error(where + "tokenizer.ggml.merges[" + std::to_string(r) + "] = '" + escape(merges[r]) +
+                  "' is not of the form 'left right'");
+    v.merges.push_back(std::move(parts));
+  }
+  auto id = [&](const char* key) -> int32_t {
+    const int64_t value = file.get_int(key, -1);
+    if (value < -1 || value >= int64_t(n))
+      throw Error(where + key + " = " + std::to_string(value) + " is out of range for " + std::to_string(n) +
+                  " tokens");
+    return int32_t(value);
+  };
+  v.bos_id = id("tokenizer.ggml.bos_token_id");
+  v.eos_id = id("tokenizer.ggml.eos_token_id");
+  v.pad_id = id("tokenizer.ggml.padding_token_id");
+  v.unknown_id = id("tokenizer.ggml.unknown_token_id");
+  if (v.unknown_id < 0)
+    for (size_t i = 0; i < n && v.unknown_id < 0; ++i)
+      if (v.kinds[i] == Kind::Unknown) v.unknown_id = int32_t(i);
+  v.add_bos = file.get_bool("tokenizer.ggml.add_bos_token", false);
+  v.replacements = {{" ", kSpaceMarker}};
+  v.byte_fallback = true;
+  v.fuse_unknown = true;
+  try {
+    return from_vocab(std::move(v));
+  } catch (const Error& e) {
+    throw Error(where + e.what());
+  }
+}
+
+HfTokenizer HfTokenizer::from_vocab(HfVocab v) {
+  const size_t n = v.tokens.size();
+  check(n > 0, "the vocabulary is empty");
+  check(n <= size_t(INT32_MAX), "the vocabulary has too many tokens");
+  if (v.kinds.empty()) v.kinds.assign(n, Kind::Normal);
+  check(v.kinds.size() == n,
+        "token kinds: " + std::to_string(v.kinds.size()) + " entries for " + std::to_string(n) + " tokens");
+  if (v.normalized.empty())
+    for (Kind k : v.kinds) v.normalized.push_back(k == Kind::Added);
+  check(v.normalized.size() == n, "normalized flags: " + std::to_string(v.normalized.size()) +
+                                      " entries for " + std::to_string(n) + " tokens");
+  for (const auto& [name, id] : {std::pair<const char*, int32_t>{"unknown", v.unknown_id},
+                                 {"bos", v.bos_id},
+                                 {"eos", v.eos_id},
+                                 {"pad", v.pad_id}})
+    check(id >= -1 && int64_t(id) < int64_t(n), std::string(name) + " id " + std::to_string(id) +
+                                                    " is out of range for " + std::to_string(n) + " tokens");
+  for (const auto& [pattern, content] : v.replacements)
+    check(!pattern.empty(), "a normalizer replacement has an empty pattern");
+  for (const auto& [pattern, behavior] : v.splits) {
+    check(!pattern.empty(), "a pre-tokenizer split has an empty pattern");
+    check(std::find(std::begin(kBehaviors), std::end(kBehaviors), behavior) != std::end(kBehaviors),
+          "pre-tokenizer split behavior '" + behavior +
+              "' is not one of Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous");
+  }
+
+  HfTokenizer t;
+  t.tokens_ = std::move(v.tokens);
+  t.kinds_ = std::move(v.kinds);
+  t.replacements_ = std::move(v.replacements);
+  t.splits_ = std::move(v.splits);
+  t.byte_fallback_ = v.byte_fallback;
+  t.fuse_unknown_ = v.fuse_unknown;
+  t.ignore_merges_ = v.ignore_merges;
+  t.unknown_id_ = v.unknown_id;
+  t.bos_id_ = v.bos_id;
+  t.eos_id_ = v.eos_id;
+  t.pad_id_ = v.pad_id;
+  t.add_bos_ = v.add_bos;
+  t.byte_token_.fill(-1);
+  t.ascii_token_.fill(-1);
+
+  t.token_to_id_.reserve(n);
+  t.pieces_.resize(n);
+  std::vector<int32_t> raw_added, normalized_added;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& text = t.tokens_[i];
+    const int32_t id = int32_t(i);
+    t.token_to_id_.emplace(text, id);  // the lowest id of a repeated text
+    switch (t.kinds_[i]) {
+      case Kind::Byte: {
+        uint8_t byte;
+        check(parse_byte_token(text, byte), "token " + std::to_string(i) + " '" + escape(text) +
+                                                "' is marked as a byte token but is not of the form <0xNN>");
+        t.pieces_[i] = std::string(1, char(byte));
+        if (t.byte_token_[byte] < 0) t.byte_token_[byte] = id;
+        break;
+      }
+      case Kind::Special:
+      case Kind::Unknown:
+      case Kind::Added: {
+        std::string piece = text;
+        if (t.kinds_[i] == Kind::Added)
+          for (auto r = t.replacements_.rbegin(); r != t.replacements_.rend(); ++r)
+            piece = replace_all(piece, r->second, r->first);
+        t.pieces_[i] = std::move(piece);
+        if (!text.empty()) (v.normalized[i] ? normalized_added : raw_added).push_back(id);
+        break;
+      }
+      case Kind::Normal: {
+        std::string piece = text;
+        for (auto r = t.replacements_.rbegin(); r != t.replacements_.rend(); ++r)
+          piece = replace_all(piece, r->second, r->first);
+        t.pieces_[i] = std::move(piece);
+        break;
+      }
+    }
+  }
+  for (int c = 0; c < 128; ++c) {
+    const auto it = t.token_to_id_.find(std::string(1, char(c)));
+    if (it != t.token_to_id_.end()) t.ascii_token_[c] = it->second;
+  }
+  auto build_matcher = [&](std::vector<int32_t>& ids, Matcher& m) {
+    std::stable_sort(ids.begin(), ids.end(),
+                     [&](int32_t a, int32_t b) { return t.tokens_[a].size() > t.tokens_[b].size(); });
+    for (int32_t id : ids) m.by_first_byte[uint8_t(t.tokens_[id][0])].push_back(id);
+    m.empty = ids.empty();
+  };
+  build_matcher(raw_added, t.raw_added_);
+  build_matcher(normalized_added, t.normalized_added_);
+
+  t.merges_.reserve(v.merges.size());
+  for (size_t r = 0; r < v.merges.size(); ++r) {
+    const auto& [left, right] = v.merges[r];
+    auto need = [&](const std::string& text) -> int32_t {
+      const auto it = t.token_to_id_.find(text);
+      check(it != t.token_to_id_.end(), "merge " + std::to_string(r) + " ('" + escape(left) + "' + '" +
+                                            escape(right) + "'): '" + escape(text) +
+                                            "' is not in the vocabulary");
+      return it->second;
+    };
+    const int32_t l = need(left), rt = need(right), result = need(left + right);
+    t.merges_.emplace(pair_key(l, rt), Merge{int32_t(r), result});  // a repeated pair keeps its first rank
+  }
+  return t;
+}
+
+// ------------------------------------------------------------------------------------------------------
+// Encoding
+
+template <class OnText, class OnToken>
+void HfTokenizer::split_added(std::string_view text, const Matcher& matcher, OnText on_text,
+                              OnToken on_token) const {
+  size_t begin = 0, pos = 0;
+  while (pos < text.size()) {
+    int32_t found = -1;
+    for (int32_t id : matcher.by_first_byte[uint8_t(text[pos])]) {
+      const std::string& s = tokens_[id];
+      if (text.compare(pos, s.size(), s) == 0) {
+        found = id;
+        break;
+      }
+    }
+    if (found < 0) {
+      ++pos;
+      continue;
+    }
+    if (pos > begin) on_text(text.substr(begin, pos - begin));
+    on_token(found);
+    pos += tokens_[found].size();
+    begin = pos;
+  }
+  if (begin < text.size()) on_text(text.substr(begin));
+}
+
+std::vector<int32_t> HfTokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 2);
+  if (add_bos && bos_id_ >= 0) ids.push_back(bos_id_);
+  if (parse_special && !raw_added_.empty) {
+    split_added(
+        text, raw_added_, [&](std::string_view span) { encode_raw_span(span, true, ids); },
+        [&](int32_t id) { ids.push_back(id); });
+  } else {
+    encode_raw_span(text, parse_special, ids);
+  }
+  return ids;
+}
+
+void HfTokenizer::encode_raw_span(std::string_view span, bool parse_special,
+                                  std::vector<int32_t>& out) const {
+  if (span.empty()) return;
+  std::string normalized(span);
+  for (const auto& [pattern, content] : replacements_) normalized = replace_all(normalized, pattern, content);
+  if (parse_special && !normalized_added_.empty) {
+    split_added(
+        normalized, normalized_added_, [&](std::string_view s) { encode_normalized_span(s, out); },
+        [&](int32_t id) { out.push_back(id); });
+  } else {
+    encode_normalized_span(normalized, out);
+  }
+}
+
+void HfTokenizer::encode_normalized_span(std::string_view span, std::vector<int32_t>& out) const {
+  if (splits_.empty()) {
+    encode_word(span, out);
+    return;
+  }
+  std::vector<std::string_view> words{span}, next;
+  for (const auto& [pattern, behavior] : splits_) {
+    next.clear();
+    auto emit = [&](std::string_view w) {
+      if (!w.empty()) next.push_back(w);
+    };
+    for (std::string_view w : words) {
+      size_t cursor = 0, pos = 0;                 // cursor: end of what has been emitted or held
+      size_t run_begin = std::string_view::npos;  // Contiguous: start of the held run of matches
+      while ((pos = w.find(pattern, pos)) != std::string_view::npos) {
+        const size_t end = pos + pattern.size();
+        if (behavior == "Removed") {
+          emit(w.substr(cursor, pos - cursor));
+        } else if (behavior == "Isolated") {
+          emit(w.substr(cursor, pos - cursor));
+          emit(w.substr(pos, pattern.size()));
+        } else if (behavior == "MergedWithPrevious") {
+          emit(w.substr(cursor, end - cursor));
+        } else if (behavior == "MergedWithNext") {
+          emit(w.substr(cursor, pos - cursor));
+          cursor = pos;
+          pos = end;
+          continue;  // the match starts the next piece
+        } else if (run_begin != std::string_view::npos && pos == cursor) {
+          // Contiguous: a match right after the held run extends it.
+        } else {
+          if (run_begin != std::string_view::npos) emit(w.substr(run_begin, cursor - run_begin));
+          emit(w.substr(cursor, pos - cursor));
+          run_begin = pos;
+        }
+        cursor = end;
+        pos = end;
+      }
+      if (run_begin != std::string_view::npos) emit(w.substr(run_begin, cursor - run_begin));
+      emit(w.substr(cursor));
+    }
+    words.swap(next);
+  }
+  for (std::string_view w : words) encode_word(w, out);
+}
+
+int32_t HfTokenizer::char_id(std::string_view ch) const {
+  if (ch.size() == 1 && uint8_t(ch[0]) < 0x80) return ascii_token_[uint8_t(ch[0])];
+  const auto it = token_to_id_.find(std::string(ch));  // at most 4 bytes: no allocation (SSO)
+  return it == token_to_id_.end() ? -1 : it->second;
+}
+
+void HfTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out) const {
+  if (word.empty()) return;
+  if (ignore_merges_) {
+    const auto it = token_to_id_.find(std::string(word));
+    if (it != token_to_id_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  // Initial symbols: one per UTF-8 character that is a token; a character that is not becomes its
+  // byte tokens (byte fallback) or the unknown token.
+  std::vector<int32_t> sym;
+  sym.reserve(word.size());
+  bool last_unknown = false;
+  for (size_t i = 0; i < word.size();) {
+    const size_t len = utf8_length(word, i);
+    const std::string_view ch = word.substr(i, len);
+    i += len;
+    const int32_t id = char_id(ch);
+    if (id >= 0) {
+      sym.push_back(id);
+      last_unknown = false;
+      continue;
+    }
+    bool all_bytes = byte_fallback_;
+    for (size_t k = 0; all_bytes && k < ch.size(); ++k) all_bytes = byte_token_[uint8_t(ch[k])] >= 0;
+    if (all_bytes) {
+      for (char c : ch) sym.push_back(byte_token_[uint8_t(c)]);
+      last_unknown = false;
+      continue;
+    }
+    if (unknown_id_ < 0) {
+      std::string hex;
+      for (char c : ch) {
+        static const char* digits = "0123456789ABCDEF";
+        hex += std::string(hex.empty() ? "" : " ") + digits[uint8_t(c) >> 4] + digits[uint8_t(c) & 15];
+      }
+      throw Error("cannot encode the character with bytes " + hex +
+                  ": it is not in the vocabulary, and there is neither a byte fallback token for it nor an "
+                  "unknown token");
+    }
+    if (!(fuse_unknown_ && last_unknown)) sym.push_back(unknown_id_);
+    last_unknown = true;
+  }
+
+  // Merges: symbols form a linked list; candidate merges wait in a min-heap keyed by (rank, position),
+  // so the lowest-ranked pair merges first and, among equal ranks, the leftmost. A popped candidate is
+  // stale when either symbol changed since it was pushed.
+  const int32_t n = int32_t(sym.size());
+  std::vector<int32_t> prev(static_cast<size_t>(n)), next(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) {
+    prev[size_t(i)] = i - 1;
+    next[size_t(i)] = i + 1 < n ? i + 1 : -1;
+  }
+  struct Candidate {
+    int32_t rank, left, left_id, right_id;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  auto push = [&](int32_t left) {
+    if (left < 0) return;
+    const int32_t right = next[size_t(left)];
+    if (right < 0) return;
+    const auto it = merges_.find(pair_key(sym[size_t(left)], sym[size_t(right)]));
+    if (it != merges_.end()) heap.push({it->second.rank, left, sym[size_t(left)], sym[size_t(right)]});
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    const int32_t right = next[size_t(c.left)];
+    if (sym[size_t(c.left)] != c.left_id || right < 0 || sym[size_t(right)] != c.right_id) continue;  // stale
+    sym[size_t(c.left)] = merges_.find(pair_key(c.left_id, c.right_id))->second.result;
+    sym[size_t(right)] = -1;  // dead
+    next[size_t(c.left)] = next[size_t(right)];
+    if (next[size_t(right)] >= 0) prev[size_t(next[size_t(right)])] = c.left;
+    push(prev[size_t(c.left)]);
+    push(c.left);
+  }
+  for (int32_t i = 0; i >= 0; i = next[size_t(i)]) out.push_back(sym[size_t(i)]);
+}
+
+// ------------------------------------------------------------------------------------------------------
+// Decoding and queries
+
+std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool render_special) const {
+  std::string out;
+  for (int32_t id : ids) {
+    check(id >= 0 && id < vocab_size(), "cannot decode token id " + std::to_string(id) +
+                                            ": out of range for a vocabulary of " +
+                                            std::to_string(vocab_size()) + " tokens");
+    if (!render_special && is_special(id)) continue;
+    out += pieces_[size_t(id)];
+  }
+  return out;
+}
+
+std::string HfTokenizer::token_piece(int32_t id) const {
+  check(id >= 0 && id < vocab_size(), "token id " + std::to_string(id) +
+                                          " is out of range for a vocabulary of " +
+                                          std::to_string(vocab_size()) + " tokens");
+  return pieces_[size_t(id)];
+}
+
+const std::string& HfTokenizer::token_text(int32_t id) const {
+  check(id >= 0 && id < vocab_size(), "token id " + std::to_string(id) +
+                                          " is out of range for a vocabulary of " +
+                                          std::to_string(vocab_size()) + " tokens");
+  return tokens_[size_t(id)];
+}
+
+int32_t HfTokenizer::token_id(std::string_view text) const {
+  const auto it = token_to_id_.find(std::string(text));
+  return it == token_to_id_.end() ? -1 : it->second;
+}
+
+HfVocab::Kind HfTokenizer::kind(int32_t id) const {
+  check(id >= 0 && id < vocab_size(), "token id " + std::to_string(id) +
+                                          " is out of range for a vocabulary of " +
+                                          std::to_string(vocab_size()) + " tokens");
+  return kinds_[size_t(id)];
+}
+
+bool HfTokenizer::is_special(int32_t id) const {
+  return id >= 0 && id < vocab_size() &&
+         (kinds_[size_t(id)] == Kind::Special || kinds_[size_t(id)] == Kind::Unknown);
+}
+
+}  // namespace canvas

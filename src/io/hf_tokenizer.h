@@ -1,0 +1,132 @@
+// SentencePiece-style BPE with byte fallback (the Gemma family), read from a Hugging Face tokenizer.json
+// or from GGUF (tokenizer.ggml.model "gemma4" / "llama" with merges): one implementation for both.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace canvas {
+
+class GgufFile;
+
+// Everything a vocabulary file says, in one neutral form (both loaders build this, then from_vocab).
+struct HfVocab {
+  // Token text by id, as stored (spaces written as U+2581, byte tokens as "<0xNN>").
+  std::vector<std::string> tokens;
+  enum class Kind : uint8_t {
+    Normal,   // produced by BPE
+    Byte,     // "<0xNN>": one raw byte
+    Special,  // an added token with special = true (control): matched literally, dropped by decode
+    Added,    // an added token with special = false (user defined): matched literally, always rendered
+    Unknown,  // the unknown token (special in Gemma: matched literally, dropped by decode)
+  };
+  std::vector<Kind> kinds;  // per token
+  // Added tokens only (Special/Added/Unknown): true = matched in the normalized text (Hugging Face's
+  // "normalized": true), false = matched in the raw text before normalization. Other tokens: ignored.
+  std::vector<bool> normalized;
+  std::vector<std::pair<std::string, std::string>> merges;  // by rank: (left, right)
+  // Normalizer: literal replacements applied in order ({" ", "\u2581"} for Gemma). decode applies the
+  // reverse replacements, in reverse order, to every non-special token's text.
+  std::vector<std::pair<std::string, std::string>> replacements;
+  // Pre-tokenizer: literal-pattern splits applied in order to the normalized text. behavior is one of
+  // "Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous" (Hugging Face's names).
+  std::vector<std::pair<std::string, std::string>> splits;  // (pattern, behavior)
+  bool byte_fallback = true;
+  bool fuse_unknown = true;    // consecutive unknown characters become one unknown token
+  bool ignore_merges = false;  // a word that is itself in the vocabulary is taken whole
+  int32_t unknown_id = -1, bos_id = -1, eos_id = -1, pad_id = -1;
+  bool add_bos = false;
+};
+
+class HfTokenizer {
+ public:
+  // Reads a tokenizer.json: model.type must be "BPE" (continuing_subword_prefix / end_of_word_suffix
+  // unset, dropout null or 0); model.vocab (token -> id, ids dense from 0 together with added_tokens),
+  // model.merges ("left right" strings or [left, right] pairs), model.byte_fallback, fuse_unk,
+  // ignore_merges, unk_token; added_tokens (id, content, special, normalized; lstrip/rstrip/single_word
+  // are not implemented and must be false); normalizer null / "Replace" with a String pattern / a
+  // "Sequence" of them; pre_tokenizer null / "Split" with a String pattern and invert false / a
+  // "Sequence" of them; post_processor "TemplateProcessing" whose single template starts with a special
+  // token sets bos and add_bos. The decoder section is not read: decode reverses the normalizer's
+  // replacements and turns byte tokens into bytes (which is what Gemma's Replace + ByteFallback + Fuse
+  // decoder does). bos/eos/pad ids are the tokens "<bos>", "<eos>", "<pad>" when present. Anything else
+  // (another model type, a Regex pattern, an unknown normalizer) gives Error naming the file and key.
+  static HfTokenizer from_json(const std::string& path);
+  // The same from JSON text; `origin` names it in errors.
+  static HfTokenizer from_json_text(std::string_view text, const std::string& origin);
+  // Reads tokenizer.ggml.{model,tokens,token_type,merges,bos_token_id,eos_token_id,padding_token_id,
+  // unknown_token_id,add_bos_token}; model must be "gemma4" or "llama" and merges must be present (scores
+  // are ignored). token_type 3 (control) -> Special, 4 (user defined) -> Added (matched in normalized
+  // text), 2 -> Unknown, 6 -> Byte, others -> Normal. The normalizer is Gemma's: ' ' -> U+2581, no
+  // dummy prefix, no split; byte fallback on.
+  static HfTokenizer from_gguf(const GgufFile& file);
+  // Validates and indexes a vocabulary. Throws Error for inconsistent arrays, an id out of range, a
+  // merge whose parts or result are not tokens (Hugging Face refuses such files too), an unknown split
+  // behavior, or an empty replacement pattern. A repeated merge keeps its first (lowest) rank.
+  static HfTokenizer from_vocab(HfVocab vocab);
+
+  // Text -> ids. Added tokens written literally in the text are matched first (leftmost, then longest)
+  // when parse_special; everything between them is normalized, split, and BPE-encoded, with characters
+  // missing from the vocabulary falling back to byte tokens (or the unknown token). Invalid UTF-8 bytes
+  // are encoded as byte tokens. Prepends bos when add_bos (and a bos exists), whatever the file says.
+  std::vector<int32_t> encode(std::string_view text, bool add_bos = false, bool parse_special = true) const;
+  // Ids -> text: pieces concatenated, byte tokens as raw bytes (a sequence that is not valid UTF-8 is
+  // kept as those bytes), special tokens rendered as their text when render_special, else dropped.
+  // decode(encode(s)) == s for any string s without U+2581 (which decodes as a space, as in Hugging
+  // Face) and without added tokens' text (which decode drops unless render_special).
+  std::string decode(const std::vector<int32_t>& ids, bool render_special = false) const;
+  // What one token decodes to (specials: their text), for live views.
+  std::string token_piece(int32_t id) const;
+  const std::string& token_text(int32_t id) const;  // as stored
+  int32_t token_id(std::string_view text) const;    // -1 when absent
+
+  int32_t vocab_size() const { return int32_t(tokens_.size()); }
+  int32_t bos_id() const { return bos_id_; }  // -1 when absent
+  int32_t eos_id() const { return eos_id_; }
+  int32_t pad_id() const { return pad_id_; }
+  int32_t unknown_id() const { return unknown_id_; }
+  bool add_bos() const { return add_bos_; }  // what the file asks for (encode takes an explicit flag)
+  HfVocab::Kind kind(int32_t id) const;
+  bool is_special(int32_t id) const;  // Special or Unknown: dropped by decode unless render_special
+  size_t merge_count() const { return merges_.size(); }
+
+ private:
+  struct Merge {
+    int32_t rank;
+    int32_t result;
+  };
+  // Literal matcher over a set of token ids: leftmost match, longest at one position.
+  struct Matcher {
+    std::array<std::vector<int32_t>, 256> by_first_byte;  // ids, longest text first
+    bool empty = true;
+  };
+  static uint64_t pair_key(int32_t left, int32_t right) {
+    return (uint64_t(uint32_t(left)) << 32) | uint32_t(right);
+  }
+  template <class OnText, class OnToken>
+  void split_added(std::string_view text, const Matcher& matcher, OnText on_text, OnToken on_token) const;
+  void encode_raw_span(std::string_view span, bool parse_special, std::vector<int32_t>& out) const;
+  void encode_normalized_span(std::string_view span, std::vector<int32_t>& out) const;
+  void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+  int32_t char_id(std::string_view ch) const;
+
+  std::vector<std::string> tokens_;
+  std::vector<HfVocab::Kind> kinds_;
+  std::vector<std::string> pieces_;  // decoded text of each token
+  std::unordered_map<std::string, int32_t> token_to_id_;
+  std::unordered_map<uint64_t, Merge> merges_;  // (left id, right id) -> rank and result
+  std::array<int32_t, 256> byte_token_{};       // byte -> "<0xNN>" id, -1 if none
+  std::array<int32_t, 128> ascii_token_{};      // ASCII char -> its token id, -1 if none (fast path)
+  Matcher raw_added_, normalized_added_;
+  std::vector<std::pair<std::string, std::string>> replacements_;
+  std::vector<std::pair<std::string, std::string>> splits_;
+  bool byte_fallback_ = true, fuse_unknown_ = true, ignore_merges_ = false;
+  int32_t unknown_id_ = -1, bos_id_ = -1, eos_id_ = -1, pad_id_ = -1;
+  bool add_bos_ = false;
+};
+
+}  // namespace canvas

@@ -1,0 +1,280 @@
+// Strict JSON parsing (duplicate keys rejected) and typed look-ups by dotted key path.
+#include "io/json.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unordered_set>
+
+#include "core/error.h"
+
+namespace canvas {
+namespace {
+
+using Json = nlohmann::json;
+
+// Where the parser is, for naming a duplicated key: one frame per open object or array.
+struct Frame {
+  bool is_object = false;
+  std::unordered_set<std::string> keys;  // objects: keys seen so far
+  std::string key;                       // objects: the current key
+  size_t index = 0;                      // arrays: index of the current element
+};
+
+std::string frames_path(const std::vector<Frame>& frames) {
+  std::string path;
+  for (const Frame& f : frames) {
+    if (f.is_object) {
+      if (!path.empty()) path += '.';
+      path += f.key;
+    } else {
+      path += "[" + std::to_string(f.index) + "]";
+    }
+  }
+  return path;
+}
+
+// Splits "a.b.3" into components.
+std::vector<std::string_view> split_path(std::string_view path) {
+  std::vector<std::string_view> parts;
+  size_t begin = 0;
+  while (true) {
+    const size_t dot = path.find('.', begin);
+    parts.push_back(path.substr(begin, dot == std::string_view::npos ? std::string_view::npos : dot - begin));
+    if (dot == std::string_view::npos) break;
+    begin = dot + 1;
+  }
+  return parts;
+}
+
+bool all_digits(std::string_view s) {
+  if (s.empty() || s.size() > 18) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
+}  // namespace
+
+nlohmann::json parse_json(std::string_view text, const std::string& origin) {
+  std::vector<Frame> frames;
+  std::string duplicate;  // path of the first repeated key (reported after parsing: never throw inside it)
+  // Called once an element of the innermost array is complete.
+  auto element_done = [&] {
+    if (!frames.empty() && !frames.back().is_object) ++frames.back().index;
+  };
+  auto callback = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) -> bool {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+        frames.push_back(Frame{true, {}, {}, 0});
+        break;
+      case Json::parse_event_t::array_start:
+        frames.push_back(Frame{false, {}, {}, 0});
+        break;
+      case Json::parse_event_t::key:
+        if (!frames.empty()) {
+          Frame& f = frames.back();
+          f.key = parsed.get<std::string>();
+          if (!f.keys.insert(f.key).second && duplicate.empty()) duplicate = frames_path(frames);
+        }
+        break;
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        if (!frames.empty()) frames.pop_back();
+        element_done();
+        break;
+      case Json::parse_event_t::value:
+        element_done();
+        break;
+    }
+    return true;
+  };
+  Json root;
+  try {
+    root = Json::parse(text.begin(), text.end(), callback);
+  } catch (const Json::parse_error& e) {
+    std::string what = e.what();
+    // "[json.exception.parse_error.101] parse error at line 1, column 5: ..." -> drop the bracketed id.
+    if (!what.empty() && what[0] == '[') {
+      const size_t close = what.find("] ");
+      if (close != std::string::npos) what = what.substr(close + 2);
+    }
+    throw Error(origin + ": malformed JSON: " + what + " (byte " + std::to_string(e.byte) + ")");
+  }
+  if (!duplicate.empty()) throw Error(origin + ": malformed JSON: key '" + duplicate + "' appears twice");
+  return root;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw Error(path + ": is a directory, not a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw Error(path + ": read error");
+  return ss.str();
+}
+
+nlohmann::json load_json_file(const std::string& path) {
+  return parse_json(read_text_file(path), path);
+}
+
+std::string json_type_name(const nlohmann::json& value) {
+  switch (value.type()) {
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::object:
+      return "object";
+    case Json::value_t::array:
+      return "array";
+    case Json::value_t::string:
+      return "string";
+    case Json::value_t::boolean:
+      return "boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+      return "integer";
+    case Json::value_t::number_float:
+      return "float";
+    case Json::value_t::binary:
+      return "binary";
+    case Json::value_t::discarded:
+      return "discarded";
+  }
+  return "unknown";
+}
+
+const nlohmann::json* JsonDocument::find(std::string_view path) const {
+  const Json* node = &root_;
+  for (std::string_view part : split_path(path)) {
+    if (node->is_object()) {
+      const auto it = node->find(std::string(part));
+      if (it == node->end()) return nullptr;
+      node = &*it;
+    } else if (node->is_array() && all_digits(part)) {
+      const size_t index = std::stoull(std::string(part));
+      if (index >= node->size()) return nullptr;
+      node = &(*node)[index];
+    } else {
+      return nullptr;
+    }
+  }
+  return node->is_null() ? nullptr : node;
+}
+
+const nlohmann::json& JsonDocument::require(std::string_view path) const {
+  const Json* v = find(path);
+  if (!v) throw Error(origin_ + ": missing key '" + std::string(path) + "'");
+  return *v;
+}
+
+void JsonDocument::type_error(std::string_view path, const char* expected, const nlohmann::json& got) const {
+  std::string shown = got.dump();
+  if (shown.size() > 60) shown = shown.substr(0, 60) + "...";
+  throw Error(origin_ + ": key '" + std::string(path) + "' should be " + expected + " but is " +
+              json_type_name(got) + " " + shown);
+}
+
+int64_t JsonDocument::as_int(std::string_view path, const nlohmann::json& v) const {
+  if (v.is_number_integer() && !v.is_number_unsigned()) return v.get<int64_t>();
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > uint64_t(INT64_MAX)) type_error(path, "an integer in the int64 range", v);
+    return int64_t(u);
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18) return int64_t(d);
+    type_error(path, "an integer", v);
+  }
+  type_error(path, "an integer", v);
+}
+
+double JsonDocument::as_float(std::string_view path, const nlohmann::json& v) const {
+  if (!v.is_number()) type_error(path, "a number", v);
+  return v.get<double>();
+}
+
+int64_t JsonDocument::get_int(std::string_view path, int64_t fallback) const {
+  const Json* v = find(path);
+  return v ? as_int(path, *v) : fallback;
+}
+int64_t JsonDocument::require_int(std::string_view path) const {
+  return as_int(path, require(path));
+}
+
+double JsonDocument::get_float(std::string_view path, double fallback) const {
+  const Json* v = find(path);
+  return v ? as_float(path, *v) : fallback;
+}
+double JsonDocument::require_float(std::string_view path) const {
+  return as_float(path, require(path));
+}
+
+bool JsonDocument::get_bool(std::string_view path, bool fallback) const {
+  const Json* v = find(path);
+  if (!v) return fallback;
+  if (!v->is_boolean()) type_error(path, "a boolean", *v);
+  return v->get<bool>();
+}
+bool JsonDocument::require_bool(std::string_view path) const {
+  const Json& v = require(path);
+  if (!v.is_boolean()) type_error(path, "a boolean", v);
+  return v.get<bool>();
+}
+
+std::string JsonDocument::get_string(std::string_view path, const std::string& fallback) const {
+  const Json* v = find(path);
+  if (!v) return fallback;
+  if (!v->is_string()) type_error(path, "a string", *v);
+  return v->get<std::string>();
+}
+std::string JsonDocument::require_string(std::string_view path) const {
+  const Json& v = require(path);
+  if (!v.is_string()) type_error(path, "a string", v);
+  return v.get<std::string>();
+}
+
+std::vector<int64_t> JsonDocument::get_int_array(std::string_view path) const {
+  std::vector<int64_t> out;
+  const Json* v = find(path);
+  if (!v) return out;
+  if (!v->is_array()) type_error(path, "an array of integers", *v);
+  for (size_t i = 0; i < v->size(); ++i)
+    out.push_back(as_int(std::string(path) + "[" + std::to_string(i) + "]", (*v)[i]));
+  return out;
+}
+
+std::vector<double> JsonDocument::get_float_array(std::string_view path) const {
+  std::vector<double> out;
+  const Json* v = find(path);
+  if (!v) return out;
+  if (!v->is_array()) type_error(path, "an array of numbers", *v);
+  for (size_t i = 0; i < v->size(); ++i)
+    out.push_back(as_float(std::string(path) + "[" + std::to_string(i) + "]", (*v)[i]));
+  return out;
+}
+
+std::vector<std::string> JsonDocument::get_string_array(std::string_view path) const {
+  std::vector<std::string> out;
+  const Json* v = find(path);
+  if (!v) return out;
+  if (!v->is_array()) type_error(path, "an array of strings", *v);
+  for (size_t i = 0; i < v->size(); ++i) {
+    const Json& item = (*v)[i];
+    if (!item.is_string()) type_error(std::string(path) + "[" + std::to_string(i) + "]", "a string", item);
+    out.push_back(item.get<std::string>());
+  }
+  return out;
+}
+
+std::vector<int64_t> JsonDocument::get_int_or_int_array(std::string_view path) const {
+  const Json* v = find(path);
+  if (!v) return {};
+  if (v->is_array()) return get_int_array(path);
+  return {as_int(path, *v)};
+}
+
+}  // namespace canvas
