@@ -10,10 +10,24 @@ ThreadPool::ThreadPool(int threads) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+constexpr int kSpinIterations = 1 << 15;  // roughly a millisecond of pause instructions
+
+}  // namespace
+
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
+    stop_.store(true);
   }
   start_cv_.notify_all();
   for (auto& t : workers_) t.join();
@@ -22,19 +36,19 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int, int)>* job;
-    {
+    int spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_acquire)) {
+      if (++spins < kSpinIterations) {
+        cpu_relax();
+        continue;
+      }
       std::unique_lock<std::mutex> lock(mutex_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
+      start_cv_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
     }
-    (*job)(index, size());
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending_ == 0) done_cv_.notify_one();
-    }
+    if (stop_.load()) return;
+    seen = generation_.load(std::memory_order_acquire);
+    (*job_)(index, size());
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
@@ -43,16 +57,23 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     fn(0, 1);
     return;
   }
+  job_ = &fn;
+  pending_.store(int(workers_.size()), std::memory_order_relaxed);
   {
+    // Taking the lock orders the increment against a worker that is about to sleep, so no wake-up is lost.
     std::lock_guard<std::mutex> lock(mutex_);
-    job_ = &fn;
-    pending_ = int(workers_.size());
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_acq_rel);
   }
   start_cv_.notify_all();
   fn(0, size());
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_cv_.wait(lock, [&] { return pending_ == 0; });
+  int spins = 0;
+  while (pending_.load(std::memory_order_acquire) != 0) {
+    if (++spins < kSpinIterations) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   job_ = nullptr;
 }
 

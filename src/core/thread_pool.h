@@ -1,5 +1,6 @@
 // A fixed pool of worker threads running parallel-for loops; the calling thread takes part.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -29,13 +30,16 @@ class ThreadPool {
  private:
   void worker_loop(int index);
 
+  // Workers spin briefly on the generation counter before sleeping on the condition variable, and the
+  // caller spins on `pending_`: a forward pass issues dozens of short parallel loops per token, and a
+  // futex sleep/wake per loop would cost more than the loop itself.
   std::vector<std::thread> workers_;
   std::mutex mutex_;
-  std::condition_variable start_cv_, done_cv_;
+  std::condition_variable start_cv_;
   const std::function<void(int, int)>* job_ = nullptr;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
 };
 
 // Single-threaded fallback usable where a pool pointer may be null.

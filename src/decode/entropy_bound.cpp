@@ -1,0 +1,220 @@
+// Uniform-state entropy-bound generation loop (DiffusionGemma). Nothing here prints.
+#include "decode/entropy_bound.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "ops/ops.h"
+
+namespace canvas {
+
+double entropy_bound_temperature(int64_t s, int64_t steps, float t_min, float t_max) {
+  return double(t_min) + (double(t_max) - double(t_min)) * double(s) / double(steps);
+}
+
+std::vector<int64_t> entropy_bound_accept(const std::vector<float>& entropies, float bound) {
+  std::vector<int64_t> order(entropies.size());
+  std::iota(order.begin(), order.end(), int64_t(0));
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    const float ha = entropies[size_t(a)], hb = entropies[size_t(b)];
+    return ha < hb || (ha == hb && a < b);
+  });
+  std::vector<int64_t> accepted;
+  // Sums of a few hundred floats in double are exact in practice, so cumsum - H_k is the sum of the
+  // entropies before k, as the formula reads.
+  double cumsum = 0;
+  for (int64_t k : order) {
+    const double h = entropies[size_t(k)];
+    cumsum += h;
+    if (!accepted.empty() && !(cumsum - h <= double(bound))) break;
+    accepted.push_back(k);
+  }
+  return accepted;
+}
+
+namespace {
+
+// What one decoder step yields for one canvas position.
+struct PositionResult {
+  int32_t argmax = 0;
+  int32_t sample = 0;
+  float entropy = 0;
+  bool finite = true;
+};
+
+// z = row / T (written to z_row), then argmax, entropy and one inverse-CDF draw from softmax(z),
+// reading the row a few times without storing probabilities.
+PositionResult reduce_row(const float* row, float* z_row, int64_t vocab, double temperature, double u) {
+  PositionResult r;
+  // NaN or +inf anywhere poisons the row (the SIMD reductions need not propagate them); -inf is a
+  // legitimate zero probability as long as some logit is finite.
+  bool poisoned = false;
+  for (int64_t j = 0; j < vocab; ++j) {
+    const float v = float(double(row[j]) / temperature);
+    poisoned |= !(v < std::numeric_limits<float>::infinity());
+    z_row[j] = v;
+  }
+  const RowStats st = row_stats(z_row, vocab);
+  if (poisoned || !std::isfinite(st.max) || !std::isfinite(st.logsumexp) || !std::isfinite(st.entropy)) {
+    r.finite = false;
+    return r;
+  }
+  r.argmax = st.argmax;
+  r.entropy = std::max(st.entropy, 0.f);
+  const double lse = st.logsumexp;
+  double cum = 0;
+  int32_t pick = -1, last_positive = st.argmax;
+  for (int64_t j = 0; j < vocab; ++j) {
+    const double p = std::exp(double(z_row[j]) - lse);
+    if (p > 0) last_positive = int32_t(j);
+    cum += p;
+    if (cum > u) {
+      pick = int32_t(j);
+      break;
+    }
+  }
+  // Only when rounding leaves the total mass a hair below u.
+  r.sample = pick >= 0 ? pick : last_positive;
+  return r;
+}
+
+void check_params(const DiffusionModelHooks& hooks, const EntropyBoundParams& p) {
+  check(hooks.vocab > 0 && hooks.vocab <= INT32_MAX,
+        "entropy-bound sampler: vocabulary size must be in [1, 2^31), got " + std::to_string(hooks.vocab));
+  check(bool(hooks.decode), "entropy-bound sampler: the model hooks have no decode function");
+  check(bool(hooks.encode), "entropy-bound sampler: the model hooks have no encode function");
+  check(p.canvas_length > 0, "entropy-bound sampler: canvas_length must be positive, got " +
+                                 std::to_string(p.canvas_length));
+  check(p.max_denoising_steps > 0, "entropy-bound sampler: max_denoising_steps must be positive, got " +
+                                       std::to_string(p.max_denoising_steps));
+  check(p.max_new_tokens > 0,
+        "entropy-bound sampler: max_new_tokens must be positive, got " + std::to_string(p.max_new_tokens));
+  check(p.t_min > 0.f && p.t_max > 0.f && std::isfinite(p.t_min) && std::isfinite(p.t_max),
+        "entropy-bound sampler: temperatures must be positive and finite, got t_min " + std::to_string(p.t_min) +
+            ", t_max " + std::to_string(p.t_max));
+  check(!std::isnan(p.entropy_bound), "entropy-bound sampler: entropy_bound is NaN");
+  check(p.stability_threshold >= 0, "entropy-bound sampler: stability_threshold must be >= 0, got " +
+                                        std::to_string(p.stability_threshold));
+}
+
+}  // namespace
+
+EntropyBoundResult generate_entropy_bound(const DiffusionModelHooks& hooks, const EntropyBoundParams& params,
+                                          const DecodeCallbacks& callbacks, ThreadPool* pool) {
+  check_params(hooks, params);
+  const int64_t L = params.canvas_length, V = hooks.vocab, N = params.max_denoising_steps;
+  const size_t logits_size = size_t(L) * size_t(V);
+  Rng rng(params.seed);
+  EntropyBoundResult result;
+
+  const size_t positions = size_t(L);
+  std::vector<float> logits, z(logits_size);  // the only [L x V] buffers
+  std::vector<int32_t> canvas(positions), argmax(positions), prev_argmax(positions);
+  std::vector<int32_t> region;  // committed tokens followed by the current canvas (for events)
+  std::vector<double> uniforms(positions);
+  std::vector<PositionResult> rows(positions);
+  std::vector<float> entropies(positions);
+  std::vector<uint8_t> accepted_mask(positions);
+  const int64_t grain = std::max<int64_t>(1, 65536 / V);
+
+  const double t0 = now_ms();
+  for (int64_t block = 0; int64_t(result.tokens.size()) < params.max_new_tokens; ++block) {
+    const int64_t offset = int64_t(result.tokens.size());
+    for (auto& t : canvas) t = int32_t(rng.below(uint64_t(V)));
+    region = result.tokens;
+    region.insert(region.end(), canvas.begin(), canvas.end());
+    int64_t stable = 0, steps = 0;
+    for (int64_t step = 0; step < N; ++step) {
+      const int64_t s = N - step;
+      logits.resize(logits_size);
+      hooks.decode(canvas, step == 0 ? nullptr : &z, logits);
+      ++result.passes;
+      ++steps;
+      check(logits.size() == logits_size, "entropy-bound sampler: decode wrote " + std::to_string(logits.size()) +
+                                              " logits, expected canvas_length x vocab = " +
+                                              std::to_string(logits_size));
+
+      // The previous z has been consumed by decode: overwrite it with this step's z row by row.
+      const double T = entropy_bound_temperature(s, N, params.t_min, params.t_max);
+      for (auto& u : uniforms) u = rng.uniform();
+      parallel_for(pool, L, grain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i)
+          rows[size_t(i)] = reduce_row(&logits[size_t(i) * size_t(V)], &z[size_t(i) * size_t(V)], V, T,
+                                       uniforms[size_t(i)]);
+      });
+      double entropy_sum = 0;
+      for (int64_t i = 0; i < L; ++i) {
+        const PositionResult& r = rows[size_t(i)];
+        check(r.finite, "entropy-bound sampler: decoder logits at canvas position " + std::to_string(i) +
+                            " (canvas " + std::to_string(block) + ", step " + std::to_string(step) +
+                            ") are not finite");
+        argmax[size_t(i)] = r.argmax;
+        entropies[size_t(i)] = r.entropy;
+        entropy_sum += r.entropy;
+      }
+
+      const std::vector<int64_t> accepted = entropy_bound_accept(entropies, params.entropy_bound);
+      std::fill(accepted_mask.begin(), accepted_mask.end(), uint8_t(0));
+      for (int64_t i : accepted) accepted_mask[size_t(i)] = 1;
+      for (int64_t i = 0; i < L; ++i)  // re-noise in position order (fixes the RNG sequence)
+        canvas[size_t(i)] = accepted_mask[size_t(i)] ? rows[size_t(i)].sample : int32_t(rng.below(uint64_t(V)));
+
+      if (callbacks.on_step) {
+        std::copy(canvas.begin(), canvas.end(), region.begin() + offset);
+        StepEvent event;
+        event.block = block;
+        event.step = step;
+        event.passes = result.passes;
+        event.canvas = &region;
+        event.committed.reserve(accepted.size());
+        event.confidence.resize(accepted.size());
+        for (int64_t i : accepted) event.committed.push_back(offset + i);
+        parallel_for(pool, int64_t(accepted.size()), grain, [&](int64_t begin, int64_t end) {
+          for (int64_t k = begin; k < end; ++k) {
+            const int64_t i = accepted[size_t(k)];
+            const float* row = &logits[size_t(i) * size_t(V)];
+            const float lse = row_stats(row, V).logsumexp;
+            event.confidence[size_t(k)] = float(std::exp(double(row[canvas[size_t(i)]]) - double(lse)));
+          }
+        });
+        callbacks.on_step(event);
+      }
+
+      // Adaptive stop: the argmax canvas repeated enough times and the canvas is confident on average.
+      stable = (step > 0 && argmax == prev_argmax) ? stable + 1 : 0;
+      prev_argmax.swap(argmax);
+      const double mean_entropy = entropy_sum / double(L);
+      if (stable >= params.stability_threshold && mean_entropy < double(params.confidence_threshold)) break;
+    }
+    result.steps_per_canvas.push_back(steps);
+
+    // Commit the last step's argmax canvas (now in prev_argmax), truncated to what is still wanted.
+    const int64_t keep = std::min(L, params.max_new_tokens - offset);
+    std::vector<int32_t> committed(prev_argmax.begin(), prev_argmax.begin() + keep);
+    bool finished = offset + keep >= params.max_new_tokens;
+    for (int64_t i = 0; i < keep; ++i) {
+      if (std::find(params.eos_ids.begin(), params.eos_ids.end(), committed[size_t(i)]) != params.eos_ids.end()) {
+        std::fill(committed.begin() + i + 1, committed.end(), params.pad_id);
+        finished = true;
+        break;
+      }
+    }
+    result.tokens.insert(result.tokens.end(), committed.begin(), committed.end());
+    if (finished) break;
+    hooks.encode(committed);
+    ++result.encoder_passes;
+  }
+  result.decode_ms = now_ms() - t0;
+  result.new_tokens = std::count_if(result.tokens.begin(), result.tokens.end(),
+                                    [&](int32_t t) { return t != params.pad_id; });
+  result.tokens_per_forward = result.passes > 0 ? double(result.new_tokens) / double(result.passes) : 0.0;
+  return result;
+}
+
+}  // namespace canvas
