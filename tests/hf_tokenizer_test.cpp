@@ -16,6 +16,7 @@
 #include "core/rng.h"
 #include "io/gguf.h"
 #include "io/json.h"
+#include "io/utf8.h"
 #include "test_util.h"
 
 namespace canvas {
@@ -68,26 +69,6 @@ void expect_error(const std::function<void()>& fn, std::initializer_list<std::st
       EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
           << "message: " << e.what() << "\nmissing: " << part;
   }
-}
-
-std::string utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += char(cp);
-  } else if (cp < 0x800) {
-    s += char(0xC0 | (cp >> 6));
-    s += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += char(0xE0 | (cp >> 12));
-    s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  } else {
-    s += char(0xF0 | (cp >> 18));
-    s += char(0x80 | ((cp >> 12) & 0x3F));
-    s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  }
-  return s;
 }
 
 // Random valid UTF-8 without U+2581: mostly characters the vocabulary knows, plus spaces, newlines,

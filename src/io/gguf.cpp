@@ -1,11 +1,6 @@
 // GGUF v2/v3 reader (memory-mapped, every field validated before use) and v3 writer.
 #include "io/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -16,6 +11,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 
 namespace canvas {
 
@@ -334,34 +330,11 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
   file->path_ = path;
   const std::string where = "gguf " + path + ": ";
 
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(where + "cannot open: " + std::strerror(errno));
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) {
-    const int e = errno;
-    ::close(fd);
-    throw Error(where + "cannot stat: " + std::strerror(e));
-  }
-  if (S_ISDIR(st.st_mode)) {
-    ::close(fd);
-    throw Error(where + "is a directory, not a GGUF file");
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(where + "is not a regular file");
-  }
-  if (st.st_size == 0) {
-    ::close(fd);
-    throw Error(where + "empty file (0 bytes), not a GGUF file");
-  }
-  void* map = ::mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);  // the mapping keeps the file alive
-  if (map == MAP_FAILED) throw Error(where + "cannot mmap: " + std::strerror(map_errno));
-  file->map_ = map;
-  file->size_ = uint64_t(st.st_size);
+  file->map_ = MappedFile::open(path, where, "GGUF");
+  file->size_ = file->map_.size();
+  if (file->size_ == 0) throw Error(where + "empty file (0 bytes), not a GGUF file");
 
-  Cursor in(static_cast<const uint8_t*>(map), file->size_, file->path_);
+  Cursor in(file->map_.data(), file->size_, file->path_);
 
   // Header.
   const uint32_t magic = in.read<uint32_t>("magic");
@@ -470,7 +443,7 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
               " bytes, data section at byte " + std::to_string(file->data_offset_) +
               ") runs past the end of file (file is " + std::to_string(file->size_) +
               " bytes; truncated file?)");
-    file->tensors_[p.index].data = static_cast<const uint8_t*>(map) + begin;
+    file->tensors_[p.index].data = file->map_.data() + begin;
   }
   std::sort(placements.begin(), placements.end(),
             [](const Placement& a, const Placement& b) { return a.offset < b.offset; });
@@ -481,9 +454,7 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
   return file;
 }
 
-GgufFile::~GgufFile() {
-  if (map_ != nullptr) ::munmap(map_, size_t(size_));
-}
+GgufFile::~GgufFile() = default;
 
 const GgufValue* GgufFile::find(const std::string& key) const {
   for (const auto& [k, v] : metadata_)

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/mapped_file.h"
 #include "core/tensor.h"
 
 namespace canvas {
@@ -62,7 +63,7 @@ class GgufFile {
   uint64_t data_offset() const { return data_offset_; }
   uint64_t file_size() const { return size_; }
   // Start of the read-only mapping (file_size() bytes); tensor data points inside it.
-  const uint8_t* mapped_data() const { return static_cast<const uint8_t*>(map_); }
+  const uint8_t* mapped_data() const { return map_.data(); }
 
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return metadata_; }
   const GgufValue* find(const std::string& key) const;
@@ -86,7 +87,7 @@ class GgufFile {
   const TensorView& require_tensor(const std::string& name) const;
   // Absolute file offset of a tensor's data.
   uint64_t offset_of(const TensorView& t) const {
-    return uint64_t(static_cast<const uint8_t*>(t.data) - static_cast<const uint8_t*>(map_));
+    return uint64_t(static_cast<const uint8_t*>(t.data) - map_.data());
   }
 
  private:
@@ -96,7 +97,7 @@ class GgufFile {
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;
   uint64_t size_ = 0;
-  void* map_ = nullptr;
+  MappedFile map_;
   std::vector<std::pair<std::string, GgufValue>> metadata_;
   std::vector<TensorView> tensors_;
 };

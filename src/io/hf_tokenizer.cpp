@@ -10,6 +10,8 @@
 #include "core/error.h"
 #include "io/gguf.h"
 #include "io/json.h"
+#include "io/tokenizer.h"
+#include "io/utf8.h"
 
 namespace canvas {
 namespace {
@@ -18,50 +20,6 @@ using Json = nlohmann::json;
 using Kind = HfVocab::Kind;
 
 const char* const kSpaceMarker = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK, SentencePiece's space
-
-// Length of the UTF-8 character at s[i] when it is a valid, shortest-form, non-surrogate sequence of at
-// most U+10FFFF; 1 for anything else (that byte is then a character of its own and falls back to a
-// byte token, so arbitrary bytes still round-trip).
-size_t utf8_length(std::string_view s, size_t i) {
-  const auto b0 = uint8_t(s[i]);
-  auto cont = [&](size_t k) { return i + k < s.size() && (uint8_t(s[i + k]) & 0xC0) == 0x80; };
-  if (b0 < 0x80) return 1;
-  if (b0 >= 0xC2 && b0 <= 0xDF) return cont(1) ? 2 : 1;
-  if (b0 >= 0xE0 && b0 <= 0xEF) {
-    if (!cont(1) || !cont(2)) return 1;
-    const auto b1 = uint8_t(s[i + 1]);
-    if ((b0 == 0xE0 && b1 < 0xA0) || (b0 == 0xED && b1 >= 0xA0)) return 1;  // overlong / surrogate
-    return 3;
-  }
-  if (b0 >= 0xF0 && b0 <= 0xF4) {
-    if (!cont(1) || !cont(2) || !cont(3)) return 1;
-    const auto b1 = uint8_t(s[i + 1]);
-    if ((b0 == 0xF0 && b1 < 0x90) || (b0 == 0xF4 && b1 >= 0x90)) return 1;  // overlong / > U+10FFFF
-    return 4;
-  }
-  return 1;
-}
-
-// "<0xNN>" (two upper- or lower-case hex digits) -> the byte.
-bool parse_byte_token(std::string_view text, uint8_t& byte) {
-  if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') return false;
-  int value = 0;
-  for (int k = 3; k < 5; ++k) {
-    const char c = text[k];
-    int digit;
-    if (c >= '0' && c <= '9')
-      digit = c - '0';
-    else if (c >= 'A' && c <= 'F')
-      digit = c - 'A' + 10;
-    else if (c >= 'a' && c <= 'f')
-      digit = c - 'a' + 10;
-    else
-      return false;
-    value = value * 16 + digit;
-  }
-  byte = uint8_t(value);
-  return true;
-}
 
 std::string replace_all(std::string_view text, const std::string& from, const std::string& to) {
   std::string out;

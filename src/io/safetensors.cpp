@@ -2,18 +2,13 @@
 // tensors as TensorViews in ggml dimension order; sharded checkpoints are resolved through their index.
 #include "io/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "io/json.h"
 
 namespace canvas {
@@ -72,32 +67,13 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   file->path_ = path;
   const std::string where = "safetensors " + path + ": ";
 
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(where + "cannot open: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int e = errno;
-    ::close(fd);
-    throw Error(where + "cannot stat: " + std::strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(where +
-                (S_ISDIR(st.st_mode) ? "is a directory, not a safetensors file" : "is not a regular file"));
-  }
-  const uint64_t size = uint64_t(st.st_size);
-  if (size < 8) {
-    ::close(fd);
+  file->map_ = MappedFile::open(path, where, "safetensors");
+  const uint64_t size = file->map_.size();
+  file->size_ = size;
+  if (size < 8)
     throw Error(where + "file is " + std::to_string(size) +
                 " bytes, too short for the 8-byte header length: not a safetensors file (or truncated)");
-  }
-  void* map = ::mmap(nullptr, size_t(size), PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);  // the mapping keeps the file alive
-  if (map == MAP_FAILED) throw Error(where + "cannot mmap: " + std::strerror(map_errno));
-  file->map_ = map;
-  file->size_ = size;
-  const auto* bytes = static_cast<const uint8_t*>(map);
+  const uint8_t* bytes = file->map_.data();
 
   uint64_t header_size;
   std::memcpy(&header_size, bytes, 8);
@@ -206,9 +182,7 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   return file;
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  if (map_ != nullptr) ::munmap(map_, size_t(size_));
-}
+SafetensorsFile::~SafetensorsFile() = default;
 
 const TensorView* SafetensorsFile::find_tensor(const std::string& name) const {
   const auto it = index_.find(name);

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/mapped_file.h"
 #include "core/tensor.h"
 
 namespace canvas {
@@ -41,7 +42,7 @@ class SafetensorsFile {
   std::string path_;
   uint64_t size_ = 0;
   uint64_t header_size_ = 0;
-  void* map_ = nullptr;
+  MappedFile map_;
   std::vector<TensorView> tensors_;
   std::unordered_map<std::string, size_t> index_;
   std::map<std::string, std::string> metadata_;

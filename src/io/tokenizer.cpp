@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "io/utf8.h"
 
 namespace canvas {
 namespace {
@@ -17,24 +18,6 @@ namespace {
 
 bool byte_is_printable(int b) {
   return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
 }
 
 struct ByteAlphabet {
@@ -55,44 +38,6 @@ struct ByteAlphabet {
 const ByteAlphabet& alphabet() {
   static const ByteAlphabet table;
   return table;
-}
-
-// Decodes one UTF-8 character at s[i]. Returns its length (1-4) and sets cp; an invalid, overlong,
-// surrogate or truncated sequence gives length 1 and cp = kInvalid (the byte becomes an "other" char).
-constexpr uint32_t kInvalid = 0xFFFFFFFF;
-
-size_t decode_utf8(std::string_view s, size_t i, uint32_t& cp) {
-  const auto b0 = uint8_t(s[i]);
-  auto cont = [&](size_t k) { return i + k < s.size() && (uint8_t(s[i + k]) & 0xC0) == 0x80; };
-  if (b0 < 0x80) {
-    cp = b0;
-    return 1;
-  }
-  if (b0 >= 0xC2 && b0 <= 0xDF && cont(1)) {
-    cp = (uint32_t(b0 & 0x1F) << 6) | (uint8_t(s[i + 1]) & 0x3F);
-    return 1 + 1;
-  }
-  if (b0 >= 0xE0 && b0 <= 0xEF && cont(1) && cont(2)) {
-    const auto b1 = uint8_t(s[i + 1]);
-    if ((b0 == 0xE0 && b1 < 0xA0) || (b0 == 0xED && b1 >= 0xA0)) {  // overlong / surrogate
-      cp = kInvalid;
-      return 1;
-    }
-    cp = (uint32_t(b0 & 0x0F) << 12) | (uint32_t(b1 & 0x3F) << 6) | (uint8_t(s[i + 2]) & 0x3F);
-    return 3;
-  }
-  if (b0 >= 0xF0 && b0 <= 0xF4 && cont(1) && cont(2) && cont(3)) {
-    const auto b1 = uint8_t(s[i + 1]);
-    if ((b0 == 0xF0 && b1 < 0x90) || (b0 == 0xF4 && b1 >= 0x90)) {  // overlong / beyond U+10FFFF
-      cp = kInvalid;
-      return 1;
-    }
-    cp = (uint32_t(b0 & 0x07) << 18) | (uint32_t(b1 & 0x3F) << 12) |
-         (uint32_t(uint8_t(s[i + 2]) & 0x3F) << 6) | (uint8_t(s[i + 3]) & 0x3F);
-    return 4;
-  }
-  cp = kInvalid;
-  return 1;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -213,7 +158,7 @@ CharClass classify(uint32_t cp) {
     if (cp == ' ' || (cp >= 9 && cp <= 13)) return kSpace;
     return kOther;
   }
-  if (cp == kInvalid) return kOther;
+  if (cp == kInvalidCodePoint) return kOther;
   if (cp >= 0x0900 && cp <= 0x0DFF) return indic_class(cp);
   const auto* end = std::end(kClassRanges);
   const auto* it = std::upper_bound(std::begin(kClassRanges), end, cp,
@@ -247,7 +192,7 @@ void split_words(std::string_view s, PreTokenizer rules, Emit&& emit) {
   const std::vector<Char> chars = decode_chars(s);
   const size_t n = chars.size();
   auto cls = [&](size_t k) { return k < n ? int(chars[k].cls) : -1; };
-  auto cp = [&](size_t k) { return k < n ? chars[k].cp : kInvalid; };
+  auto cp = [&](size_t k) { return k < n ? chars[k].cp : kInvalidCodePoint; };
   auto is_newline = [&](size_t k) { return cp(k) == '\r' || cp(k) == '\n'; };
   auto run = [&](size_t k, CharClass c) {
     while (k < n && chars[k].cls == c) ++k;
@@ -340,9 +285,30 @@ std::string id_key_error(const char* key, int64_t id, size_t n) {
          std::to_string(n) + " tokens";
 }
 
-// A BYTE-type token written "<0xHH>" (as SentencePiece vocabularies do) stands for that byte.
-bool parse_byte_token(const std::string& text, uint8_t& byte) {
-  if (text.size() != 6 || text.compare(0, 3, "<0x") != 0 || text[5] != '>') return false;
+// Alphabet text -> the bytes it stands for. Code points outside the alphabet (and invalid UTF-8) are
+// kept as they are, so a vocabulary entry that is not byte-level still decodes to something sensible.
+std::string alphabet_to_bytes(const std::string& text) {
+  const ByteAlphabet& a = alphabet();
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    uint32_t cp;
+    const size_t len = decode_utf8(text, i, cp);
+    if (cp != kInvalidCodePoint && cp < a.byte_of.size() && a.byte_of[cp] >= 0)
+      out += char(a.byte_of[cp]);
+    else
+      out.append(text, i, len);
+    i += len;
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::array<std::string, 256>& gpt2_byte_to_unicode() { return alphabet().text; }
+
+bool parse_byte_token(std::string_view text, uint8_t& byte) {
+  if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') return false;
   auto hex = [](char c) -> int {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
@@ -354,26 +320,6 @@ bool parse_byte_token(const std::string& text, uint8_t& byte) {
   byte = uint8_t(hi * 16 + lo);
   return true;
 }
-
-// Alphabet text -> the bytes it stands for. Code points outside the alphabet (and invalid UTF-8) are
-// kept as they are, so a vocabulary entry that is not byte-level still decodes to something sensible.
-std::string alphabet_to_bytes(const std::string& text) {
-  const ByteAlphabet& a = alphabet();
-  std::string out;
-  out.reserve(text.size());
-  for (size_t i = 0; i < text.size();) {
-    uint32_t cp;
-    const size_t len = decode_utf8(text, i, cp);
-    if (cp != kInvalid && cp < a.byte_of.size() && a.byte_of[cp] >= 0)
-      out += char(a.byte_of[cp]);
-    else
-      out.append(text, i, len);
-    i += len;
-  }
-  return out;
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------------------------
 

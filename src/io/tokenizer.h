@@ -11,6 +11,15 @@ namespace canvas {
 
 class GgufFile;
 
+// GPT-2's byte-to-unicode alphabet: byte -> the UTF-8 text that stands for it in byte-level BPE
+// vocabularies. Printable bytes (33-126, 161-172, 174-255) are their own code point; the other 68 take
+// code points 256, 257, ... in byte order.
+const std::array<std::string, 256>& gpt2_byte_to_unicode();
+
+// A byte token written "<0xHH>" (two upper- or lower-case hex digits, as SentencePiece vocabularies
+// write them) -> that byte; false for any other text.
+bool parse_byte_token(std::string_view text, uint8_t& byte);
+
 // Token types as llama.cpp writes them in tokenizer.ggml.token_type.
 enum TokenType : int32_t {
   kTokenUndefined = 0,  // treated as normal

@@ -7,26 +7,15 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "io/tokenizer.h"
 #include "train/sudoku.h"
 
 namespace canvas::train {
 
 std::vector<std::pair<std::string, GgufValue>> byte_tokenizer_metadata() {
-  // GPT-2's byte-to-unicode alphabet: printable bytes map to themselves, the rest to U+0100 upwards.
-  std::vector<std::string> tokens;
-  int next = 256;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-    const int cp = printable ? b : next++;
-    std::string s;
-    if (cp < 0x80) {
-      s += char(cp);
-    } else {
-      s += char(0xC0 | (cp >> 6));
-      s += char(0x80 | (cp & 0x3F));
-    }
-    tokens.push_back(s);
-  }
+  // GPT-2's byte-to-unicode alphabet, then the two specials.
+  const auto& alphabet = gpt2_byte_to_unicode();
+  std::vector<std::string> tokens(alphabet.begin(), alphabet.end());
   tokens.push_back("<|endoftext|>");
   tokens.push_back("<|mdm_mask|>");
   std::vector<int64_t> types(256, 1);

@@ -134,19 +134,26 @@ int64_t load_checkpoint(const RunConfig& r, std::vector<Parameter*>& params, Ada
   return step;
 }
 
-// Keeps the CSV header and the rows up to `step`, so a resumed run continues the same log.
+// Keeps the CSV header and the complete rows up to `step`, so a resumed run continues the same log
+// (a row cut short by a kill is dropped).
 void truncate_log(const std::string& path, int64_t step) {
   std::ifstream in(path);
   if (!in) return;
-  std::string line, kept;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  in.close();
+  const std::string text = ss.str();
+  std::string kept;
+  size_t begin = 0;
   bool header = true;
-  while (std::getline(in, line)) {
+  for (size_t end = text.find('\n'); end != std::string::npos; begin = end + 1, end = text.find('\n', begin)) {
+    const std::string line = text.substr(begin, end - begin);
     if (header || std::strtoll(line.c_str(), nullptr, 10) <= step) kept += line + "\n";
     header = false;
   }
-  in.close();
-  std::ofstream out(path, std::ios::trunc);
-  out << kept;
+  const std::string tmp = path + ".tmp";  // replaced atomically: a kill here never loses the log
+  std::ofstream(tmp, std::ios::trunc) << kept;
+  check(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot replace " + path);
 }
 
 }  // namespace
@@ -281,7 +288,9 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
     step = load_checkpoint(r, params, opt, ckpt);
     truncate_log(csv, step);
   } else {
-    std::ofstream(csv, std::ios::trunc) << "step,lr,loss,grad_norm,val_loss,tokens_per_second,elapsed_s\n";
+    const std::string tmp = csv + ".tmp";
+    std::ofstream(tmp, std::ios::trunc) << "step,lr,loss,grad_norm,val_loss,tokens_per_second,elapsed_s\n";
+    check(std::rename(tmp.c_str(), csv.c_str()) == 0, "cannot create " + csv);
   }
   std::ofstream(out_dir + "/config.cfg", std::ios::trunc) << r.source_text;
 

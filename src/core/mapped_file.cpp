@@ -1,0 +1,53 @@
+#include "core/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "core/error.h"
+
+namespace canvas {
+
+MappedFile MappedFile::open(const std::string& path, const std::string& where, const char* kind) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(where + "cannot open: " + std::strerror(errno));
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }  // the mapping keeps the file alive
+  } closer{fd};
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) throw Error(where + "cannot stat: " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw Error(where + "is a directory, not a " + kind + " file");
+  if (!S_ISREG(st.st_mode)) throw Error(where + "is not a regular file");
+
+  MappedFile file;
+  if (st.st_size == 0) return file;
+  void* map = ::mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+  if (map == MAP_FAILED) throw Error(where + "cannot mmap: " + std::strerror(errno));
+  file.map_ = map;
+  file.size_ = uint64_t(st.st_size);
+  return file;
+}
+
+MappedFile::~MappedFile() {
+  if (map_ != nullptr) ::munmap(map_, size_t(size_));
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : map_(std::exchange(other.map_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    if (map_ != nullptr) ::munmap(map_, size_t(size_));
+    map_ = std::exchange(other.map_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+}  // namespace canvas

@@ -1,0 +1,30 @@
+// UTF-8 helpers shared by the tokenizers: encode one code point, decode one character strictly.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace canvas {
+
+// Marks a byte that does not start a valid UTF-8 character (see decode_utf8).
+constexpr uint32_t kInvalidCodePoint = 0xFFFFFFFF;
+
+// Appends the UTF-8 encoding of cp (at most U+10FFFF) to out.
+void append_utf8(std::string& out, uint32_t cp);
+inline std::string utf8(uint32_t cp) {
+  std::string s;
+  append_utf8(s, cp);
+  return s;
+}
+
+// Decodes the character at s[i] (i < s.size()). Returns its length (1-4) and sets cp. A sequence that is
+// invalid, overlong, a surrogate, beyond U+10FFFF or truncated gives length 1 and cp = kInvalidCodePoint
+// (that byte is then a character of its own).
+size_t decode_utf8(std::string_view s, size_t i, uint32_t& cp);
+inline size_t utf8_length(std::string_view s, size_t i) {
+  uint32_t cp;
+  return decode_utf8(s, i, cp);
+}
+
+}  // namespace canvas
