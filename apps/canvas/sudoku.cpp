@@ -196,7 +196,7 @@ int sudoku_solve(int argc, char** argv) {
     if (line.empty()) continue;
     SudokuGrid puzzle;
     try {
-      puzzle = parse_sudoku(line.substr(0, 81 <= line.size() ? std::min<size_t>(line.find(' '), line.size()) : line.size()));
+      puzzle = parse_sudoku(line.substr(0, line.find(' ')));  // the first field; "PUZZLE SOLUTION" lines work too
     } catch (const Error& e) {
       throw Error("stdin line " + std::to_string(line_no) + ": " + e.what());
     }

@@ -149,7 +149,10 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
       ++result.passes;
       forward_from = s0;
       size_t next_row = 0;
-      if (refresh_boundary) std::copy(logits.begin(), logits.begin() + V, boundary.begin()), next_row = 1;
+      if (refresh_boundary) {
+        std::copy(logits.begin(), logits.begin() + V, boundary.begin());
+        next_row = 1;
+      }
 
       choices.resize(masked_positions.size());
       scores.resize(masked_positions.size());
@@ -209,8 +212,6 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
       }
       if (callbacks.on_step) callbacks.on_step(event);
     }
-    // Threshold decoding may need more passes than the block has positions only if a step commits
-    // nothing, which cannot happen; a schedule always empties the block on its last step.
   }
   result.decode_ms = now_ms() - t_decode;
   result.tokens = canvas;
