@@ -30,7 +30,7 @@ const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval> [option
       "generated". --exclude FILE (repeatable) skips puzzles present in FILE, so held-out sets never
       overlap training data.
 
-  canvas sudoku solve -m MODEL [--mode diffusion|ar] [--steps S] [--algorithm A] [-t N]
+  canvas sudoku solve -m MODEL [--mode diffusion|ar (default: ar for causal models)] [--steps S] [--algorithm A] [-t N]
       Reads puzzles from stdin, one per line (81 chars, '0' or '.' for blanks), writes one 81-digit
       solution per line. Non-digit outputs are written as 0.
 
@@ -170,9 +170,12 @@ int sudoku_generate(int argc, char** argv) {
   return 0;
 }
 
-SolveSettings solve_settings(const Args& args) {
+// AR models (causal attention) decode autoregressively unless told otherwise.
+std::string default_mode(const Model& model) { return model.config.causal ? "ar" : "diffusion"; }
+
+SolveSettings solve_settings(const Args& args, const Model& model) {
   SolveSettings s;
-  s.mode = args.get("mode", "diffusion");
+  s.mode = args.get("mode", default_mode(model));
   check(s.mode == "diffusion" || s.mode == "ar", "--mode must be diffusion or ar");
   s.steps = args.get_int("steps", 81);
   s.order = parse_unmask_order(args.get("algorithm", "confidence"));
@@ -186,7 +189,7 @@ int sudoku_solve(int argc, char** argv) {
             {"model", "mode", "steps", "algorithm", "threads"}, {});
   check(args.has("model"), "no model given (-m FILE.gguf)");
   const Model model = Model::load(args.get("model", ""));
-  const SolveSettings s = solve_settings(args);
+  const SolveSettings s = solve_settings(args, model);
   ThreadPool pool(int(args.get_int("threads", 0)));
   std::string line;
   int64_t line_no = 0;
@@ -219,7 +222,7 @@ int sudoku_eval(int argc, char** argv) {
   const int64_t limit = args.get_int("limit", 0);
   if (limit > 0 && int64_t(data.size()) > limit) data.resize(size_t(limit));
   check(!data.empty(), "no puzzles in " + args.get("data", ""));
-  const std::string mode = args.get("mode", "diffusion");
+  const std::string mode = args.get("mode", default_mode(model));
   check(mode == "diffusion" || mode == "ar", "--mode must be diffusion or ar");
   std::vector<std::string> steps_list = split_list(args.get("steps", "81"));
   std::vector<std::string> orders = split_list(args.get("algorithm", "confidence"));

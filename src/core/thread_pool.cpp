@@ -20,7 +20,8 @@ inline void cpu_relax() {
 #endif
 }
 
-constexpr int kSpinIterations = 1 << 15;  // roughly a millisecond of pause instructions
+constexpr int kSpinIterations = 1 << 11;  // tens of microseconds: long enough to bridge a loop, short enough
+                                          // not to starve other processes when cores are oversubscribed
 
 }  // namespace
 
