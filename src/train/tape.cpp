@@ -69,8 +69,8 @@ class BufferCache {
     static BufferCache* cache = new BufferCache;  // never destroyed: tapes may outlive static destructors
     return *cache;
   }
-  // A zeroed buffer of n floats.
-  std::vector<float> take(size_t n) {
+  // A buffer of n floats, zeroed unless the caller overwrites every element anyway.
+  std::vector<float> take(size_t n, bool zeroed) {
     if (n >= kMinCached) {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = free_.lower_bound(n);
@@ -78,7 +78,11 @@ class BufferCache {
         std::vector<float> v = std::move(it->second);
         bytes_ -= it->first * sizeof(float);
         free_.erase(it);
-        v.assign(n, 0.f);  // within capacity: no reallocation
+        if (zeroed) {
+          v.assign(n, 0.f);  // within capacity: no reallocation
+        } else {
+          v.resize(n);  // keeps stale values (the caller overwrites them); no pass over the memory
+        }
         return v;
       }
     }
@@ -101,16 +105,17 @@ class BufferCache {
   size_t bytes_ = 0;
 };
 
-std::vector<float> take_buffer(size_t n) {
-  return BufferCache::instance().take(n);
+std::vector<float> take_buffer(size_t n, bool zeroed = true) {
+  return BufferCache::instance().take(n, zeroed);
 }
 void give_buffer(std::vector<float>&& v) {
   BufferCache::instance().give(std::move(v));
 }
 
-// A zeroed temporary for an op, returned to the cache when it goes out of scope.
+// A temporary for an op (zeroed unless `overwritten` says every element will be written), returned to
+// the cache when it goes out of scope.
 struct Scratch {
-  explicit Scratch(int64_t n) : v(take_buffer(size_t(n))) {}
+  explicit Scratch(int64_t n, bool overwritten = false) : v(take_buffer(size_t(n), !overwritten)) {}
   ~Scratch() { give_buffer(std::move(v)); }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
@@ -131,12 +136,12 @@ const Tape::Node& Tape::node(Var v) const {
   return nodes_[size_t(v.id)];
 }
 
-Var Tape::make(int64_t rows, int64_t cols, bool requires_grad) {
+Var Tape::make(int64_t rows, int64_t cols, bool requires_grad, bool overwritten) {
   check(rows >= 0 && cols >= 0, "tape: negative shape");
   Node n;
   n.rows = rows;
   n.cols = cols;
-  n.value = take_buffer(size_t(rows * cols));
+  n.value = take_buffer(size_t(rows * cols), !overwritten);
   n.requires_grad = requires_grad && grad_enabled_;
   nodes_.push_back(std::move(n));
   return Var{int32_t(nodes_.size() - 1)};
@@ -253,7 +258,7 @@ Var linear(Tape& tape, Var x, Parameter& w, int64_t matrix) {
   const int64_t m = tape.rows(x), k = wv.cols(), n = wv.rows();
   check(tape.cols(x) == k,
         "linear '" + w.name + "': input " + dims(tape, x) + " does not match weight " + wv.shape_string());
-  Var y = tape.make(m, n, tape.requires_grad(x) || w.trainable);
+  Var y = tape.make(m, n, tape.requires_grad(x) || w.trainable, /*overwritten=*/true);
   matmul(wv, tape.value(x), m, tape.value(y), tape.pool());
   if (!tape.requires_grad(y)) return y;
   Parameter* wp = &w;
@@ -264,19 +269,19 @@ Var linear(Tape& tape, Var x, Parameter& w, int64_t matrix) {
     const float* weights = wp->value.data() + matrix * n * k;
     if (tape.requires_grad(x)) {
       // dX [m, k] = dY [m, n] W [n, k] = dY (W^T)^T; written in place when dX has no gradient yet.
-      Scratch wt(k * n);
+      Scratch wt(k * n, /*overwritten=*/true);
       transpose(weights, n, k, k, wt.data());
       if (!tape.has_grad(x)) {
         product_abt(dy, m, n, wt.data(), k, tape.grad(x), pool);
       } else {
-        Scratch dx(m * k);
+        Scratch dx(m * k, /*overwritten=*/true);
         product_abt(dy, m, n, wt.data(), k, dx.data(), pool);
         add_into(tape.grad(x), dx.data(), m * k);
       }
     }
     if (wp->trainable) {
       // dW [n, k] = dY^T [n, m] X [m, k] = dY^T (X^T)^T.
-      Scratch dyt(n * m), xt(k * m), dw(n * k);
+      Scratch dyt(n * m, true), xt(k * m, true), dw(n * k, true);  // all fully written below
       transpose(dy, m, n, n, dyt.data(), pool);
       transpose(tape.value(x), m, k, k, xt.data(), pool);
       product_abt(dyt.data(), n, m, xt.data(), k, dw.data(), pool);

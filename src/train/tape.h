@@ -63,8 +63,9 @@ class Tape {
 
   // A leaf: data (or zeros when null) copied in. requires_grad: backward computes its gradient.
   Var input(int64_t rows, int64_t cols, const float* data = nullptr, bool requires_grad = false);
-  // A new zeroed node for an op's output (requires_grad is ignored while gradients are disabled).
-  Var make(int64_t rows, int64_t cols, bool requires_grad);
+  // A new node for an op's output, zeroed unless `overwritten` (requires_grad is ignored while gradients
+  // are disabled).
+  Var make(int64_t rows, int64_t cols, bool requires_grad, bool overwritten = false);
 
   int64_t rows(Var v) const { return node(v).rows; }
   int64_t cols(Var v) const { return node(v).cols; }
