@@ -2,10 +2,14 @@
 #pragma once
 #include <sys/wait.h>
 
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -51,6 +55,28 @@ inline double relative_error(const std::vector<float>& a, const std::vector<floa
   }
   return scale > 0 ? diff / scale : diff;
 }
+
+// A fresh directory per test (named after the test), removed with everything in it at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::filesystem::temp_directory_path() / ("canvas_test_" + std::to_string(::getpid()) + "_" +
+                                                     info->test_suite_name() + "_" + info->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+ private:
+  std::filesystem::path dir_;
+};
 
 inline std::string temp_path(const std::string& name) {
   return "/tmp/canvas_test_" + std::to_string(::getpid()) + "_" + name;
