@@ -2,6 +2,7 @@
 // vocabulary; added-token split, literal normalizer / pre-tokenizer, rank-ordered merges over UTF-8
 // characters (linked list + min-heap), byte-exact decode.
 #include "io/hf_tokenizer.h"
+#include "io/literal_split.h"
 
 #include <algorithm>
 #include <queue>
@@ -500,26 +501,7 @@ HfTokenizer HfTokenizer::from_vocab(HfVocab v) {
 template <class OnText, class OnToken>
 void HfTokenizer::split_added(std::string_view text, const Matcher& matcher, OnText on_text,
                               OnToken on_token) const {
-  size_t begin = 0, pos = 0;
-  while (pos < text.size()) {
-    int32_t found = -1;
-    for (int32_t id : matcher.by_first_byte[uint8_t(text[pos])]) {
-      const std::string& s = tokens_[id];
-      if (text.compare(pos, s.size(), s) == 0) {
-        found = id;
-        break;
-      }
-    }
-    if (found < 0) {
-      ++pos;
-      continue;
-    }
-    if (pos > begin) on_text(text.substr(begin, pos - begin));
-    on_token(found);
-    pos += tokens_[found].size();
-    begin = pos;
-  }
-  if (begin < text.size()) on_text(text.substr(begin));
+  split_at_literals(text, matcher.by_first_byte, tokens_, on_text, on_token);
 }
 
 std::vector<int32_t> HfTokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {

@@ -1,6 +1,7 @@
 // Byte-level BPE tokenizer (llama.cpp's "gpt2" GGUF vocabularies): special-token split, hand-written
 // pre-tokenizer rules, rank-ordered BPE merges over token ids, byte-exact decode.
 #include "io/tokenizer.h"
+#include "io/literal_split.h"
 
 #include <algorithm>
 #include <queue>
@@ -463,26 +464,9 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
     return ids;
   }
   // Leftmost match first; at one position the longest special token wins.
-  size_t span_begin = 0, pos = 0;
-  while (pos < text.size()) {
-    int32_t found = -1;
-    for (int32_t id : special_by_first_byte_[uint8_t(text[pos])]) {
-      const std::string& s = tokens_[id];
-      if (text.compare(pos, s.size(), s) == 0) {
-        found = id;
-        break;
-      }
-    }
-    if (found < 0) {
-      ++pos;
-      continue;
-    }
-    append_span_ids(text.substr(span_begin, pos - span_begin), ids);
-    ids.push_back(found);
-    pos += tokens_[found].size();
-    span_begin = pos;
-  }
-  append_span_ids(text.substr(span_begin), ids);
+  split_at_literals(
+      text, special_by_first_byte_, tokens_, [&](std::string_view span) { append_span_ids(span, ids); },
+      [&](int32_t id) { ids.push_back(id); });
   return ids;
 }
 
