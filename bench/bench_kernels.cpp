@@ -213,15 +213,17 @@ void BM_RatioVsOpenBlas(benchmark::State& state) {
 const int64_t kBatchSizes[] = {1, 8, 32, 64, 256};
 
 void register_all() {
-  for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0})
+  for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                     DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
     benchmark::RegisterBenchmark((std::string("Matvec/") + dtype_name(type)).c_str(), BM_Matvec, type)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
-  for (DType type : {DType::F32, DType::Q8_0, DType::Q4_0, DType::F16, DType::BF16}) {
+  for (DType type : {DType::F32, DType::Q8_0, DType::Q4_0, DType::F16, DType::BF16, DType::Q4_1, DType::Q5_0,
+                     DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     auto* b = benchmark::RegisterBenchmark((std::string("Matmul/") + dtype_name(type)).c_str(), BM_Matmul, type);
-    const bool f16_or_bf16 = type == DType::F16 || type == DType::BF16;
+    const bool all_sizes = type == DType::F32 || type == DType::Q8_0 || type == DType::Q4_0;  // the rest: m = 32
     for (int64_t m : kBatchSizes)
-      if (!f16_or_bf16 || m == 32) b->Arg(m);
+      if (all_sizes || m == 32) b->Arg(m);
     b->UseRealTime()->Unit(benchmark::kMillisecond);
   }
   benchmark::RegisterBenchmark("StreamReadRoof", BM_StreamReadRoof)->UseRealTime()->Unit(benchmark::kMillisecond);

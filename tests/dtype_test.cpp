@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 
@@ -122,10 +123,58 @@ TEST(DtypeTest, Bf16RoundTripAndRounding) {
 TEST(DtypeTest, TypeTable) {
   EXPECT_EQ(row_bytes(DType::Q8_0, 64), 68);
   EXPECT_EQ(row_bytes(DType::Q4_0, 64), 36);
+  // ggml block sizes: Q4_1 d+m+16, Q5_0 d+qh4+16, Q5_1 d+m+qh4+16; K-quants per 256 elements.
+  EXPECT_EQ(row_bytes(DType::Q4_1, 64), 40);
+  EXPECT_EQ(row_bytes(DType::Q5_0, 64), 44);
+  EXPECT_EQ(row_bytes(DType::Q5_1, 96), 72);
+  EXPECT_EQ(row_bytes(DType::Q4_K, 512), 288);  // 2+2+12+128
+  EXPECT_EQ(row_bytes(DType::Q5_K, 256), 176);  // 2+2+12+32+128
+  EXPECT_EQ(row_bytes(DType::Q6_K, 768), 630);  // 128+64+16+2
+  EXPECT_THROW(row_bytes(DType::Q4_K, 128), Error);
+  EXPECT_THROW(row_bytes(DType::Q6_K, 32), Error);
+  EXPECT_THROW(row_bytes(DType::Q5_0, 48), Error);
+  const struct {
+    DType type;
+    size_t bytes;
+    int64_t block;
+  } blocks[] = {{DType::Q8_0, sizeof(BlockQ8_0), 32}, {DType::Q4_0, sizeof(BlockQ4_0), 32},
+                {DType::Q4_1, sizeof(BlockQ4_1), 32}, {DType::Q5_0, sizeof(BlockQ5_0), 32},
+                {DType::Q5_1, sizeof(BlockQ5_1), 32}, {DType::Q4_K, sizeof(BlockQ4_K), 256},
+                {DType::Q5_K, sizeof(BlockQ5_K), 256}, {DType::Q6_K, sizeof(BlockQ6_K), 256}};
+  for (const auto& b : blocks) {
+    EXPECT_EQ(dtype_info(b.type).block_bytes, int64_t(b.bytes)) << dtype_name(b.type);
+    EXPECT_EQ(dtype_info(b.type).block_size, b.block) << dtype_name(b.type);
+  }
+  // Field offsets as in ggml-common.h.
+  EXPECT_EQ(offsetof(BlockQ5_0, qs), 6u);
+  EXPECT_EQ(offsetof(BlockQ5_1, qh), 4u);
+  EXPECT_EQ(offsetof(BlockQ5_1, qs), 8u);
+  EXPECT_EQ(offsetof(BlockQ4_K, qs), 16u);
+  EXPECT_EQ(offsetof(BlockQ5_K, qh), 16u);
+  EXPECT_EQ(offsetof(BlockQ5_K, qs), 48u);
+  EXPECT_EQ(offsetof(BlockQ6_K, qh), 128u);
+  EXPECT_EQ(offsetof(BlockQ6_K, scales), 192u);
+  EXPECT_EQ(offsetof(BlockQ6_K, d), 208u);
+  EXPECT_EQ(dtype_from_name("q4_k"), DType::Q4_K);
+  EXPECT_EQ(dtype_from_name("Q6_K"), DType::Q6_K);
   EXPECT_EQ(row_bytes(DType::BF16, 7), 14);
   EXPECT_THROW(row_bytes(DType::Q8_0, 40), Error);
   EXPECT_EQ(dtype_from_name("Q8_0"), DType::Q8_0);
   EXPECT_THROW(dtype_from_name("q9_9"), Error);
+}
+
+// Q4_K / Q5_K 6-bit scale packing, packed by hand: sc = {1, 2, 3, 4, 40, 17, 63, 0},
+// m = {5, 6, 7, 8, 33, 48, 15, 62}. Bytes 0-3: sc[j] | (sc[j+4] >> 4) << 6; bytes 4-7: m[j] |
+// (m[j+4] >> 4) << 6; bytes 8-11: (sc[j+4] & 15) | (m[j+4] & 15) << 4.
+TEST(DtypeTest, KQuantScalePacking) {
+  const uint8_t scales[12] = {0x81, 0x42, 0xC3, 0x04, 0x85, 0xC6, 0x07, 0xC8, 0x18, 0x01, 0xFF, 0xE0};
+  uint8_t sc[8], m[8];
+  unpack_kquant_scales(scales, sc, m);
+  const uint8_t want_sc[8] = {1, 2, 3, 4, 40, 17, 63, 0}, want_m[8] = {5, 6, 7, 8, 33, 48, 15, 62};
+  for (int j = 0; j < 8; ++j) {
+    EXPECT_EQ(sc[j], want_sc[j]) << j;
+    EXPECT_EQ(m[j], want_m[j]) << j;
+  }
 }
 
 }  // namespace

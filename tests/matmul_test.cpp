@@ -79,7 +79,22 @@ float error_scale(const Weights& w, int64_t j, const float* x, int64_t k) {
   return float(s);
 }
 
-const DType kAllTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
+const DType kAllTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                           DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kQuantTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                             DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kNewQuantTypes[] = {DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+int64_t block_of(DType type) { return dtype_info(type).block_size; }
+
+// Dequantises one row of hand-built blocks.
+template <class Block, size_t N>
+std::vector<float> dequantized(DType type, const Block (&blocks)[N]) {
+  const int64_t n = int64_t(N) * block_of(type);
+  std::vector<float> out(static_cast<size_t>(n));
+  dequantize_row(type, blocks, out.data(), n);
+  return out;
+}
 
 // ---- quantisation rows --------------------------------------------------------------------------
 
@@ -152,36 +167,247 @@ TEST(QuantizeTest, Q4_0KnownValuesAndNibbleLayout) {
 }
 
 TEST(QuantizeTest, RoundTripErrorBounds) {
-  const int64_t n = 32 * 40;
-  const std::vector<float> x = random_vector(n, 7);
+  const int64_t n = 256 * 5;
+  std::vector<float> x = random_vector(n, 7);
+  for (int64_t i = 256; i < 512; ++i) x[size_t(i)] = std::fabs(x[size_t(i)]) + 0.5f;  // a positive super-block
+  for (int64_t i = 512; i < 768; ++i) x[size_t(i)] *= 0.01f * float(1 + i % 32);       // mixed magnitudes
   for (DType type : kAllTypes) {
     std::vector<uint8_t> q(static_cast<size_t>(row_bytes(type, n)));
     std::vector<float> back(static_cast<size_t>(n));
     quantize_row(type, x.data(), q.data(), n);
     dequantize_row(type, q.data(), back.data(), n);
+    double err2 = 0, x2 = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      err2 += double(back[size_t(i)] - x[size_t(i)]) * (back[size_t(i)] - x[size_t(i)]);
+      x2 += double(x[size_t(i)]) * x[size_t(i)];
+    }
+    // Relative RMS error: a loose check that every format keeps its promised precision.
+    const double max_rel_rms = type == DType::F32 ? 0 : type == DType::F16 ? 1e-3 : type == DType::BF16 ? 5e-3
+                               : type == DType::Q8_0                        ? 0.01
+                               : type == DType::Q6_K                        ? 0.03
+                               : type == DType::Q5_0 || type == DType::Q5_1 || type == DType::Q5_K ? 0.05
+                                                                                                  : 0.11;
+    EXPECT_LE(std::sqrt(err2 / x2), max_rel_rms) << dtype_name(type);
+    // Per-element bounds from each format's definition.
     for (int64_t b = 0; b < n; b += 32) {
-      float amax = 0;
-      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[size_t(b + i)]));
-      float tol = 0;
+      const float* xb = x.data() + b;
+      float amax = 0, lo = xb[0], hi = xb[0];
+      for (int i = 0; i < 32; ++i) {
+        amax = std::max(amax, std::fabs(xb[i]));
+        lo = std::min(lo, xb[i]);
+        hi = std::max(hi, xb[i]);
+      }
+      std::vector<float> tol(32, 0.f);
+      const int64_t sb = b / 256 * 256;  // K-quant super-block of this 32-block
       switch (type) {
-        case DType::F32: tol = 0; break;
-        case DType::F16: tol = amax * 0x1p-11f; break;
-        case DType::BF16: tol = amax * 0x1p-8f; break;
-        case DType::Q8_0: tol = amax / 127 * 0.51f + amax * 0x1p-11f; break;  // half a step + f16 scale
-        default: tol = amax / 8 * 1.01f + amax * 0x1p-10f; break;            // a step (clamp at 15)
+        case DType::F32: break;
+        case DType::F16: std::fill(tol.begin(), tol.end(), amax * 0x1p-11f); break;
+        case DType::BF16: std::fill(tol.begin(), tol.end(), amax * 0x1p-8f); break;
+        case DType::Q8_0: std::fill(tol.begin(), tol.end(), amax / 127 * 0.51f + amax * 0x1p-11f); break;
+        case DType::Q4_0: std::fill(tol.begin(), tol.end(), amax / 8 * 1.01f + amax * 0x1p-10f); break;  // clamp at 15
+        case DType::Q5_0: std::fill(tol.begin(), tol.end(), amax / 16 * 1.01f + amax * 0x1p-10f); break;  // clamp at 31
+        case DType::Q4_1:
+        case DType::Q5_1: {  // half a step of (max - min) / nmax, plus the f16 rounding of d and m
+          const float nmax = type == DType::Q4_1 ? 15.f : 31.f, d = (hi - lo) / nmax;
+          std::fill(tol.begin(), tol.end(), 0.51f * d + (nmax * d + std::fabs(lo)) * 0x1p-10f);
+          break;
+        }
+        case DType::Q4_K:
+        case DType::Q5_K: {
+          // Half a step of the sub-block, plus the 6-bit rounding of its scale (half a super-step over nmax
+          // levels) and of its minimum (half a super-step).
+          const float nmax = type == DType::Q4_K ? 15.f : 31.f;
+          float max_scale = 0, max_min = 0;
+          for (int s = 0; s < 8; ++s) {
+            float slo = 0, shi = -1e30f;
+            for (int l = 0; l < 32; ++l) {
+              slo = std::min(slo, x[size_t(sb + 32 * s + l)]);
+              shi = std::max(shi, x[size_t(sb + 32 * s + l)]);
+            }
+            max_scale = std::max(max_scale, (shi - slo) / nmax);
+            max_min = std::max(max_min, -slo);
+          }
+          const float step = (hi - std::min(lo, 0.f)) / nmax;
+          std::fill(tol.begin(), tol.end(),
+                    0.5f * step + 0.5f * nmax * max_scale / 63 + 0.5f * max_min / 63 + amax * 0x1p-9f);
+          break;
+        }
+        case DType::Q6_K: {
+          // A full step of the 16-element sub-block (+32 clamps to 31), plus the int8 rounding of its scale
+          // (half a super-step, times up to 32 levels).
+          float max_scale = 0;
+          for (int s = 0; s < 16; ++s) {
+            float sa = 0;
+            for (int l = 0; l < 16; ++l) sa = std::max(sa, std::fabs(x[size_t(sb + 16 * s + l)]));
+            max_scale = std::max(max_scale, sa / 32);
+          }
+          for (int i = 0; i < 32; ++i) {
+            float sa = 0;
+            for (int l = 0; l < 16; ++l) sa = std::max(sa, std::fabs(xb[i / 16 * 16 + l]));
+            tol[size_t(i)] = sa / 32 + 16.5f * max_scale / 127 + amax * 0x1p-9f;
+          }
+          break;
+        }
+        default: FAIL();
       }
       for (int i = 0; i < 32; ++i)
-        ASSERT_LE(std::fabs(back[size_t(b + i)] - x[size_t(b + i)]), tol) << dtype_name(type) << " at " << b + i;
+        ASSERT_LE(std::fabs(back[size_t(b + i)] - xb[i]), tol[size_t(i)]) << dtype_name(type) << " at " << b + i;
+    }
+  }
+}
+
+// ggml's reference rounding for Q4_1 / Q5_0 / Q5_1 on inputs whose quants are known by hand.
+TEST(QuantizeTest, Q4_1Q5_0Q5_1KnownValues) {
+  float x[32];
+  for (int i = 0; i < 32; ++i) x[i] = float(i - 16);  // amax 16 at -16: Q5_0 d = -16 / -16 = 1, q = i
+  BlockQ5_0 b50;
+  quantize_row(DType::Q5_0, x, &b50, 32);
+  EXPECT_EQ(b50.d, f32_to_f16(1.f));
+  uint32_t qh;
+  std::memcpy(&qh, b50.qh, 4);
+  EXPECT_EQ(qh, 0xffff0000u);  // q = i: bit 4 set exactly for elements 16..31
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(b50.qs[i], uint8_t(i | i << 4)) << i;  // (i & 15) | ((i + 16) & 15) << 4
+  for (int i = 0; i < 32; ++i) x[i] = 0.5f * float(i);  // Q5_1: min 0, max 15.5, d = 0.5, q = i
+  BlockQ5_1 b51;
+  quantize_row(DType::Q5_1, x, &b51, 32);
+  EXPECT_EQ(b51.d, f32_to_f16(0.5f));
+  EXPECT_EQ(b51.m, f32_to_f16(0.f));
+  std::memcpy(&qh, b51.qh, 4);
+  EXPECT_EQ(qh, 0xffff0000u);
+  EXPECT_EQ(b51.qs[3], 0x33);
+  for (int i = 0; i < 32; ++i) x[i] = float(i % 16) - 4.f;  // Q4_1: min -4, max 11, d = 1, q = i % 16
+  BlockQ4_1 b41;
+  quantize_row(DType::Q4_1, x, &b41, 32);
+  EXPECT_EQ(b41.d, f32_to_f16(1.f));
+  EXPECT_EQ(b41.m, f32_to_f16(-4.f));
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(b41.qs[i], uint8_t(i | i << 4)) << i;
+  // Truncation after + 0.5 (not roundf): 0.4999 of a step rounds down, 0.5 up.
+  for (int i = 0; i < 32; ++i) x[i] = i == 31 ? 15.f : i == 1 ? 0.4999f : i == 2 ? 1.5f : 0.f;  // d = 1
+  quantize_row(DType::Q4_1, x, &b41, 32);
+  EXPECT_EQ(b41.qs[1] & 15, 0);
+  EXPECT_EQ(b41.qs[2] & 15, 2);
+  EXPECT_EQ(b41.qs[15] >> 4, 15);
+}
+
+// Hand-built blocks against values worked out by hand from ggml's format definitions (ggml-common.h /
+// dequantize_row_* in ggml-quants.c). A wrong nibble order, qh bit or scale index changes these values.
+TEST(QuantizeTest, DequantizeHandBuiltBlocks32) {
+  uint8_t qs[16];
+  for (int i = 0; i < 16; ++i) qs[i] = uint8_t(i | (15 - i) << 4);
+  const uint32_t qh = 0x80010003u;  // bits 0, 1, 16, 31: elements 0, 1, 16, 31 get bit 4
+  BlockQ4_1 q41[1];
+  q41[0].d = 0x3800;  // 0.5
+  q41[0].m = 0xBC00;  // -1
+  std::memcpy(q41[0].qs, qs, 16);
+  std::vector<float> y = dequantized(DType::Q4_1, q41);
+  EXPECT_EQ(y[3], 0.5f);    // q 3: 0.5 * 3 - 1
+  EXPECT_EQ(y[19], 5.f);    // element 16 + 3: high nibble of qs[3] = 12
+  EXPECT_EQ(y[31], -1.f);   // high nibble of qs[15] = 0
+  BlockQ5_0 q50[1];
+  q50[0].d = 0x3400;  // 0.25
+  std::memcpy(q50[0].qh, &qh, 4);
+  std::memcpy(q50[0].qs, qs, 16);
+  y = dequantized(DType::Q5_0, q50);
+  EXPECT_EQ(y[0], 0.f);     // (0 | 16) - 16
+  EXPECT_EQ(y[1], 0.25f);   // (1 | 16) - 16
+  EXPECT_EQ(y[2], -3.5f);   // 2 - 16
+  EXPECT_EQ(y[16], 3.75f);  // (15 | 16) - 16
+  EXPECT_EQ(y[17], -0.5f);  // 14 - 16
+  EXPECT_EQ(y[31], 0.f);    // (0 | 16) - 16
+  BlockQ5_1 q51[1];
+  q51[0].d = 0x3800;  // 0.5
+  q51[0].m = 0x3800;  // 0.5
+  std::memcpy(q51[0].qh, &qh, 4);
+  std::memcpy(q51[0].qs, qs, 16);
+  y = dequantized(DType::Q5_1, q51);
+  EXPECT_EQ(y[0], 8.5f);   // 16 * 0.5 + 0.5
+  EXPECT_EQ(y[2], 1.5f);   // 2
+  EXPECT_EQ(y[16], 16.f);  // 31
+  EXPECT_EQ(y[31], 8.5f);  // 16
+  // ggml computes (q - 16) * d, which is -0 for q = 16 and d < 0; so must we (no "+ 0" in the decoder).
+  q50[0].d = 0xB400;  // -0.25
+  y = dequantized(DType::Q5_0, q50);
+  EXPECT_TRUE(std::signbit(y[0]));
+}
+
+// Q4_K / Q5_K: d = 0.5, dmin = 0.25, sc = {1, 2, 3, 4, 40, 17, 63, 0}, m = {5, 6, 7, 8, 33, 48, 15, 62}
+// (packed by hand, see DtypeTest.KQuantScalePacking), qs[i] = i. Element e: sub-block s = e / 32, l = e % 32,
+// byte qs[32 * (s / 2) + l], low nibble for even s; value = 0.5 * sc[s] * q - 0.25 * m[s].
+TEST(QuantizeTest, DequantizeHandBuiltKQuants) {
+  const uint8_t scales[12] = {0x81, 0x42, 0xC3, 0x04, 0x85, 0xC6, 0x07, 0xC8, 0x18, 0x01, 0xFF, 0xE0};
+  BlockQ4_K q4[1];
+  q4[0].d = 0x3800;
+  q4[0].dmin = 0x3400;
+  std::memcpy(q4[0].scales, scales, 12);
+  for (int i = 0; i < 128; ++i) q4[0].qs[i] = uint8_t(i);
+  std::vector<float> y = dequantized(DType::Q4_K, q4);
+  EXPECT_EQ(y[0], -1.25f);   // s 0, q 0: -0.25 * 5
+  EXPECT_EQ(y[3], 0.25f);    // s 0, q 3: 1.5 - 1.25
+  EXPECT_EQ(y[33], -1.5f);   // s 1, byte 1 high nibble 0: -0.25 * 6
+  EXPECT_EQ(y[50], -0.5f);   // s 1, byte 18 high nibble 1: 0.5 * 2 - 1.5
+  EXPECT_EQ(y[84], 4.25f);   // s 2, byte 52 low nibble 4: 0.5 * 3 * 4 - 1.75
+  EXPECT_EQ(y[133], 91.75f); // s 4, byte 69 low nibble 5: 0.5 * 40 * 5 - 8.25
+  EXPECT_EQ(y[191], 30.5f);  // s 5, byte 95 high nibble 5: 0.5 * 17 * 5 - 12
+  EXPECT_EQ(y[255], -15.5f); // s 7, sc 0: -0.25 * 62
+  // Q5_K: the same plus qh[l] = 1 << (l % 8): element l of sub-block s gets bit 4 when s == l % 8.
+  BlockQ5_K q5[1];
+  q5[0].d = 0x3800;
+  q5[0].dmin = 0x3400;
+  std::memcpy(q5[0].scales, scales, 12);
+  for (int i = 0; i < 128; ++i) q5[0].qs[i] = uint8_t(i);
+  for (int l = 0; l < 32; ++l) q5[0].qh[l] = uint8_t(1 << (l % 8));
+  y = dequantized(DType::Q5_K, q5);
+  EXPECT_EQ(y[0], 6.75f);     // s 0, l 0: q 16: 8 - 1.25
+  EXPECT_EQ(y[3], 0.25f);     // s 0, l 3: no bit, q 3
+  EXPECT_EQ(y[33], 14.5f);    // s 1, l 1: q 0 + 16: 0.5 * 2 * 16 - 1.5
+  EXPECT_EQ(y[132], 391.75f); // s 4, l 4: byte 68 low nibble 4, + 16: 0.5 * 40 * 20 - 8.25
+  EXPECT_EQ(y[133], 91.75f);  // s 4, l 5: no bit
+  EXPECT_EQ(y[191], 30.5f);   // s 5, l 31: bit 7 only
+}
+
+// Q6_K: d = 0.5, scales[s] = 3s - 20, ql[i] = i, qh[l] = 0xE4 (top bits 0, 1, 2, 3 for the four 32-element
+// groups of each half). Element e: half n = e / 128, group p = (e % 128) / 32, l = e % 32; low bits from
+// ql[64n + l] (p 0 low nibble, p 2 high) or ql[64n + 32 + l] (p 1 low, p 3 high); value 0.5 * sc[e / 16] * (q - 32).
+TEST(QuantizeTest, DequantizeHandBuiltQ6_K) {
+  BlockQ6_K b[1];
+  for (int i = 0; i < 128; ++i) b[0].ql[i] = uint8_t(i);
+  for (int i = 0; i < 64; ++i) b[0].qh[i] = 0xE4;
+  for (int s = 0; s < 16; ++s) b[0].scales[s] = int8_t(3 * s - 20);
+  b[0].d = 0x3800;
+  const std::vector<float> y = dequantized(DType::Q6_K, b);
+  EXPECT_EQ(y[5], 270.f);     // p 0: ql[5] low 5, q 5: 0.5 * -20 * -27
+  EXPECT_EQ(y[41], 49.f);     // p 1, l 9: ql[41] low 9, + 16 = 25: 0.5 * -14 * -7
+  EXPECT_EQ(y[81], -2.5f);    // p 2, l 17: ql[17] high 1, + 32 = 33: 0.5 * -5 * 1
+  EXPECT_EQ(y[126], 9.5f);    // p 3, l 30: ql[62] high 3, + 48 = 51: 0.5 * 1 * 19
+  EXPECT_EQ(y[130], -60.f);   // half 1, p 0, l 2: ql[66] low 2: 0.5 * 4 * -30
+  EXPECT_EQ(y[192], 32.f);    // half 1, p 2, l 0: ql[64] high 4, + 32 = 36: 0.5 * 16 * 4
+  EXPECT_EQ(y[255], 287.5f);  // half 1, p 3, l 31: ql[127] high 7, + 48 = 55: 0.5 * 25 * 23
+}
+
+// The word-wise scale unpacking the SIMD kernels use agrees with the byte-wise definition on random bytes.
+TEST(QuantizeTest, KQuantScaleWordsMatchBytes) {
+  Rng rng(5);
+  for (int trial = 0; trial < 1000; ++trial) {
+    uint8_t scales[12], sc[8], m[8];
+    for (auto& v : scales) v = uint8_t(rng.next());
+    unpack_kquant_scales(scales, sc, m);
+    uint32_t words[4];
+    matmul_detail::unpack_kquant_scale_words(scales, words);
+    uint8_t bytes[16];
+    std::memcpy(bytes, words, 16);
+    for (int j = 0; j < 8; ++j) {
+      ASSERT_EQ(bytes[j], sc[j]);
+      ASSERT_EQ(bytes[8 + j], m[j]);
     }
   }
 }
 
 TEST(QuantizeTest, GetRowMatchesDequantizeAndChecksRange) {
   for (DType type : kAllTypes) {
-    const Weights w = make_weights(type, 5, 64, 3);
-    std::vector<float> row(64);
+    const Weights w = make_weights(type, 5, 256, 3);
+    std::vector<float> row(256);
     get_row(w.view, 3, row.data());
-    for (int i = 0; i < 64; ++i) ASSERT_EQ(row[size_t(i)], w.dequantized[size_t(3 * 64 + i)]) << dtype_name(type);
+    for (int i = 0; i < 256; ++i) ASSERT_EQ(row[size_t(i)], w.dequantized[size_t(3 * 256 + i)]) << dtype_name(type);
     EXPECT_THROW(get_row(w.view, 5, row.data()), Error);
   }
 }
@@ -207,9 +433,22 @@ TEST(QuantizeTest, RejectsRowsNotMultipleOf32) {
   }
   w.type = DType::Q4_0;
   EXPECT_THROW(matmul(w, x.data(), 1, y.data(), nullptr), Error);
-  w.type = DType::Q4_K;
+  w.type = DType::Q2_K;  // not supported (yet)
   EXPECT_THROW(matmul(w, x.data(), 1, y.data(), nullptr), Error);
-  EXPECT_FALSE(matmul_supports(DType::Q4_K));
+  EXPECT_FALSE(matmul_supports(DType::Q2_K));
+  for (DType type : kQuantTypes) EXPECT_TRUE(matmul_supports(type)) << dtype_name(type);
+  // K-quants need rows of whole 256-element super-blocks.
+  std::vector<float> x160(160 * 2, 1.f);
+  w.type = DType::Q4_K;
+  w.ne = {160, 2, 1, 1};
+  try {
+    matmul(w, x160.data(), 1, y.data(), nullptr);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiple of the block size 256"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(quantize_row(DType::Q6_K, x160.data(), buf.data(), 160), Error);
+  w.ne = {48, 4, 1, 1};
   w.type = DType::F32;
   EXPECT_THROW(matmul(w, x.data(), 40, 1, y.data(), 4, nullptr), Error);  // ldx < k
 }
@@ -227,7 +466,7 @@ TEST(QuantizeTest, ActivationQuantizationIdenticalOnEveryLevel) {
       const KernelSet* ks = level == SimdLevel::Avx512 ? &kernels_avx512()
                             : level == SimdLevel::Avx2 ? &kernels_avx2()
                                                        : &kernels_scalar();
-      for (DType wt : {DType::Q8_0, DType::Q4_0}) {
+      for (DType wt : kQuantTypes) {
         std::vector<uint8_t> row(size_t(ks->act_row_bytes(k)) + 64);
         uint8_t* aligned = row.data() + (64 - reinterpret_cast<uintptr_t>(row.data()) % 64) % 64;
         ks->quantize_act(wt, x.data(), k, aligned);
@@ -284,6 +523,77 @@ TEST(MatmulTest, MatchesReferenceFloatTypes) {
   check_against_reference(DType::F32, 9, 40, 4096, &pool, 11);
 }
 
+// Every new quantised type, every SIMD level, m in {1, 2, 7, 32}, against the scalar reference.
+TEST(MatmulTest, MatchesReferenceNewQuantTypes) {
+  ThreadPool pool(2);
+  for (DType type : kNewQuantTypes) {
+    const int64_t bs = block_of(type);
+    const std::vector<int64_t> ks =
+        bs == 32 ? std::vector<int64_t>{32, 64, 96, 544} : std::vector<int64_t>{256, 512, 768, 4096};
+    for (int64_t k : ks) check_against_reference(type, 3, 19, k, &pool, uint64_t(k));
+    for (int64_t m : {1, 2, 7, 32}) check_against_reference(type, m, 37, bs == 32 ? 224 : 512, &pool, uint64_t(m));
+    for (int64_t n : {1, 3, 8, 17, 64}) check_against_reference(type, 6, n, bs == 32 ? 96 : 256, &pool, uint64_t(n));
+  }
+}
+
+// Blocks of random bytes (every bit pattern of quants, qh bits and packed scales; Q6_K scales down to
+// -128; only the f16 scales are kept finite and small) through every kernel against the reference.
+TEST(MatmulTest, RandomBlockBytesMatchReference) {
+  struct F16Field {
+    DType type;
+    int offsets[2];
+  };
+  const F16Field fields[] = {{DType::Q4_1, {0, 2}}, {DType::Q5_0, {0, -1}}, {DType::Q5_1, {0, 2}},
+                             {DType::Q4_K, {0, 2}}, {DType::Q5_K, {0, 2}},  {DType::Q6_K, {208, -1}},
+                             {DType::Q4_0, {0, -1}}, {DType::Q8_0, {0, -1}}};
+  for (const F16Field& f : fields) {
+    const int64_t bs = block_of(f.type), k = bs == 32 ? 352 : 768, n = 13, m = 5;
+    const int64_t block_bytes = dtype_info(f.type).block_bytes;
+    Rng rng(uint64_t(f.type) + 17);
+    std::vector<uint8_t> bytes(static_cast<size_t>(n * row_bytes(f.type, k)));
+    for (auto& v : bytes) v = uint8_t(rng.next());
+    for (size_t b = 0; b < bytes.size() / size_t(block_bytes); ++b)
+      for (int off : f.offsets)
+        if (off >= 0) {
+          const uint16_t h = f32_to_f16(float(rng.uniform() * 0.02 - 0.01));
+          std::memcpy(bytes.data() + b * size_t(block_bytes) + size_t(off), &h, 2);
+        }
+    TensorView w;
+    w.name = "random";
+    w.type = f.type;
+    w.ne = {k, n, 1, 1};
+    w.n_dims = 2;
+    w.data = bytes.data();
+    const std::vector<float> x = random_vector(m * k, 3);
+    std::vector<float> ref(static_cast<size_t>(m * n)), wd(static_cast<size_t>(k));
+    matmul_reference(w, x.data(), k, m, ref.data(), n);
+    for (SimdLevel level : available_levels()) {
+      LevelGuard guard(level);
+      std::vector<float> y(static_cast<size_t>(m * n));
+      matmul(w, x.data(), m, y.data(), nullptr);
+      for (int64_t j = 0; j < n; ++j) {
+        get_row(w, j, wd.data());
+        for (int64_t i = 0; i < m; ++i) {
+          double scale = 0, exact = 0, rounding = 0;
+          for (int64_t e0 = 0; e0 < k; e0 += 32) {
+            double amax = 0;
+            for (int64_t e = e0; e < e0 + 32; ++e) amax = std::max(amax, double(std::fabs(x[size_t(i * k + e)])));
+            for (int64_t e = e0; e < e0 + 32; ++e) {
+              scale += std::fabs(wd[size_t(e)] * x[size_t(i * k + e)]);
+              exact += double(wd[size_t(e)]) * x[size_t(i * k + e)];
+              rounding += std::fabs(wd[size_t(e)]) * amax / 127 * 0.5;
+            }
+          }
+          ASSERT_NEAR(y[size_t(i * n + j)], ref[size_t(i * n + j)], 1e-5 * scale + 1e-6)
+              << dtype_name(f.type) << " " << simd_level_name(level) << " (" << i << ", " << j << ")";
+          // The reference is the dequantised product up to the activation rounding (half a step each).
+          ASSERT_NEAR(ref[size_t(i * n + j)], exact, rounding * 1.01 + 1e-5 * scale + 1e-6) << dtype_name(f.type);
+        }
+      }
+    }
+  }
+}
+
 TEST(MatmulTest, MatchesReferenceQuantTypes) {
   ThreadPool pool(2);
   for (DType type : {DType::Q8_0, DType::Q4_0}) {
@@ -336,8 +646,8 @@ TEST(MatmulTest, Q8_0FullInt8RangeMatchesReference) {
 // the activation rounding, at most half a step per element (guards against a wrong shared idea of the
 // block layout in both the kernels and the reference).
 TEST(MatmulTest, QuantizedCloseToDequantizedFloatProduct) {
-  for (DType type : {DType::Q8_0, DType::Q4_0}) {
-    const int64_t m = 5, n = 23, k = 320;
+  for (DType type : kQuantTypes) {
+    const int64_t m = 5, n = 23, k = 512;
     const Weights w = make_weights(type, n, k, 99);
     const std::vector<float> x = random_vector(m * k, 100);
     std::vector<float> y(static_cast<size_t>(m * n));
@@ -422,8 +732,10 @@ TEST(MatmulTest, DeterministicFloat) {
 }
 
 TEST(MatmulTest, DeterministicQuant) {
-  for (DType type : {DType::Q8_0, DType::Q4_0})
+  for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1})
     for (int64_t k : {544, 512}) check_deterministic(type, k);  // odd and even block counts
+  for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (int64_t k : {768, 512}) check_deterministic(type, k);  // odd and even super-block counts
 }
 
 TEST(MatmulTest, EmptyShapesAndOverride) {

@@ -97,6 +97,7 @@ void check_kill_and_resume(const std::string& objective) {
 
 TEST(Train, MaskedRunKilledAtRandomResumesExactly) { check_kill_and_resume("masked"); }
 TEST(Train, ArRunKilledAtRandomResumesExactly) { check_kill_and_resume("ar"); }
+TEST(Train, UniformRunKilledAtRandomResumesExactly) { check_kill_and_resume("uniform"); }
 
 TEST(Train, TrainedModelSolvesThroughTheCli) {
   const std::string config = write_config("masked");
@@ -128,7 +129,7 @@ TEST(Train, ConfigErrorsNameTheLine) {
     EXPECT_NE(std::string(e.what()).find("unknown key 'layer'"), std::string::npos) << e.what();
   }
   EXPECT_THROW(train::parse_run_config("hidden = 30\nheads = 4\n", "x.cfg"), Error);
-  EXPECT_THROW(train::parse_run_config("objective = uniform\n", "x.cfg"), Error);
+  EXPECT_THROW(train::parse_run_config("objective = diffusion\n", "x.cfg"), Error);
 }
 
 TEST(Train, ResumingWithAnotherConfigIsRefused) {

@@ -5,5 +5,7 @@ namespace canvas::cli {
 
 int cmd_sudoku(int argc, char** argv);
 int cmd_train(int argc, char** argv);
+int cmd_convert(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
 
 }  // namespace canvas::cli

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "decode/ar.h"
 #include "decode/masked.h"
+#include "decode/uniform_state.h"
 #include "io/gguf.h"
 #include "io/npy.h"
 #include "io/tokenizer.h"
@@ -33,22 +34,32 @@ commands:
   inspect    print a GGUF file's metadata and tensor table
   train      train a small diffusion or AR model from a config file (resumable)
   sudoku     generate Sudoku puzzle sets, solve puzzles with a model, evaluate solve rates
+  convert    convert a Hugging Face DiffusionGemma / Gemma 4 checkpoint to GGUF
+  bench      measure roofs, then AR vs diffusion decoding speed over a grid (model or synthetic)
 
 Run `canvas <command> --help` for the options of a command.
 )";
 
-const char* kGenerateUsage = R"(usage: canvas generate -m MODEL.gguf -p TEXT [options]
+const char* kGenerateUsage = R"(usage: canvas generate [-m MODEL.gguf] -p TEXT [options]
 
-Generates text with a masked-diffusion model (LLaDA, Dream, LLaDA-MoE families) or autoregressively
-on the same weights. Prints the text, then one stats line; with --json one JSON object instead.
+Generates text with a masked-diffusion model (LLaDA, Dream, LLaDA-MoE families), a uniform-state
+diffusion model (entropy-bound sampler, as DiffusionGemma) or autoregressively on the same weights.
+Prints the text, then one stats line; with --json one JSON object instead.
 
-  -m, --model FILE        GGUF model file
+  -m, --model FILE        GGUF model file (default: the shipped text model, models/text-masked.gguf)
   -p, --prompt TEXT       prompt text (encoded with the model's tokenizer)
   -n, --n-predict N       tokens to generate (default 64)
       --mode MODE         diffusion | ar (default diffusion for diffusion models, ar otherwise)
-      --steps S           denoising steps in total (default = N: one token per step); a multiple of
-                          the number of blocks
-      --block-length B    block length of the semi-autoregressive schedule (default 32, or N if smaller)
+      --steps S           masked: denoising steps in total (default = N: one token per step), a multiple
+                          of the number of blocks; uniform-state: the most steps per canvas (default 48)
+      --block-length B    masked: block length of the semi-autoregressive schedule (default 32, or N if
+                          smaller); uniform-state: the canvas length (default: the model's)
+Uniform-state diffusion only (defaults: DiffusionGemma's generation_config.json):
+      --entropy-bound E   entropy budget (nats) of the positions accepted per step (default 0.1)
+      --t-min T, --t-max T   temperature schedule T = t_min + (t_max - t_min) * s / steps (0.4, 0.8)
+      --stability K       the argmax canvas must repeat K times before the adaptive stop (default 1)
+      --confidence-threshold C   adaptive stop when the mean entropy is below C (default 0.005)
+Masked diffusion only:
       --schedule NAME     llada (tokens per step from the block's mask count, default for llada)
                           | dream (timestep schedule t: 1 -> eps, default for dream)
       --algorithm NAME    unmasking order: confidence | margin | entropy | random | origin
@@ -68,17 +79,27 @@ on the same weights. Prints the text, then one stats line; with --json one JSON 
                           prompt_ms, decode_ms, tokens_per_second
 )";
 
-const char* kLogitsUsage = R"(usage: canvas logits -m MODEL.gguf --ids 1,2,3 --out FILE.npy [--causal]
+const char* kLogitsUsage = R"(usage: canvas logits -m MODEL --ids 1,2,3 --out FILE.npy [--causal]
+       canvas logits -m MODEL --ids 1,2,3 --canvas-ids 4,5,6 [--self-cond PREV.npy] --out FILE.npy
 
 Runs one forward pass over the token ids and writes the logits of every position as a float32 NumPy
 array of shape [n, vocab]. Diffusion models attend bidirectionally unless --causal is given; causal
 models always attend causally. Rows are the model's own (no shift applied).
 
-  -m, --model FILE   GGUF model file
-      --ids LIST     comma-separated token ids
-      --out FILE     output .npy file
-      --causal       causal (autoregressive) attention
-  -t, --threads N    threads (default: all cores)
+DiffusionGemma (models with an encoder and a decoder): without --canvas-ids, the encoder's causal
+(sliding-window) logits of every id, [n, vocab]. With --canvas-ids, the ids are encoded into the KV
+cache and the decoder's logits of the canvas that follows them are written, [canvas, vocab]; the
+canvas attends bidirectionally to the cache and to itself. --self-cond gives the previous denoising
+step's logits ([canvas, vocab] .npy) to the self-conditioning input; without it the input is zeros, as
+on a canvas's first step.
+
+  -m, --model MODEL    GGUF file, or a Hugging Face safetensors directory (or its config.json)
+      --ids LIST       comma-separated token ids
+      --canvas-ids LIST  comma-separated canvas ids: decoder logits after --ids (DiffusionGemma)
+      --self-cond FILE previous step's logits for the decoder's self-conditioning (.npy)
+      --out FILE       output .npy file
+      --causal         causal (autoregressive) attention
+  -t, --threads N      threads (default: all cores)
 )";
 
 const char* kInspectUsage = R"(usage: canvas inspect FILE.gguf [--all]
@@ -137,6 +158,26 @@ std::string sanitize_utf8(const std::string& s) {
   return out;
 }
 
+// The shipped default model: models/ beside the binary's build tree, else in the source tree it was built
+// from.
+std::string default_model_path() {
+  const std::string relative = "models/text-masked.gguf";
+  for (const std::string& dir : {std::string("."), std::string(CANVAS_SOURCE_DIR)}) {
+    const std::string path = dir + "/" + relative;
+    if (FILE* f = std::fopen(path.c_str(), "rb")) {
+      std::fclose(f);
+      return path;
+    }
+  }
+  throw Error("no model given (-m FILE.gguf) and the default model " + relative + " was not found in . or " +
+              CANVAS_SOURCE_DIR + "; see canvas generate --help");
+}
+
+// A uniform-state model's trained canvas length (diffusion.canvas_length), else `fallback`.
+int64_t model_canvas_length(const Model& model, int64_t fallback) {
+  return model.file ? model.file->get_int("diffusion.canvas_length", fallback) : fallback;
+}
+
 std::unique_ptr<ThreadPool> make_pool(const Args& args) {
   const int64_t threads = args.get_int("threads", 0);
   check(threads >= 0 && threads <= 1024, "--threads must be between 0 and 1024");
@@ -183,14 +224,15 @@ int cmd_generate(int argc, char** argv) {
              {"--schedule", "schedule"}, {"--algorithm", "algorithm"}, {"--threshold", "threshold"},
              {"--cache", "cache"}, {"--temp", "temp"}, {"--top-k", "top-k"}, {"--top-p", "top-p"}, {"-s", "seed"},
              {"--seed", "seed"}, {"-t", "threads"}, {"--threads", "threads"}, {"--visual", "visual"},
-             {"--json", "json"}},
+             {"--json", "json"}, {"--entropy-bound", "entropy-bound"}, {"--t-min", "t-min"}, {"--t-max", "t-max"},
+             {"--stability", "stability"}, {"--confidence-threshold", "confidence-threshold"}},
             {"model", "prompt", "n", "mode", "steps", "block-length", "schedule", "algorithm", "threshold", "cache",
-             "temp", "top-k", "top-p", "seed", "threads"},
+             "temp", "top-k", "top-p", "seed", "threads", "entropy-bound", "t-min", "t-max", "stability",
+             "confidence-threshold"},
             {"visual", "json"});
   check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
-  check(args.has("model"), "no model given (-m FILE.gguf); see canvas generate --help");
   check(args.has("prompt"), "no prompt given (-p TEXT); see canvas generate --help");
-  const Model model = Model::load(args.get("model", ""));
+  const Model model = Model::load(args.has("model") ? args.get("model", "") : default_model_path());
   const ModelConfig& c = model.config;
   const Tokenizer tokenizer = Tokenizer::from_gguf(*model.file);
   const std::vector<int32_t> prompt = tokenizer.encode(args.get("prompt", ""), true);
@@ -221,7 +263,25 @@ int cmd_generate(int argc, char** argv) {
 
   GenerationResult result;
   int64_t decode_tokens = 0;
-  if (mode == "diffusion") {
+  if (mode == "diffusion" && c.uniform_state) {
+    EntropyBoundParams p;
+    p.max_new_tokens = n;
+    p.canvas_length = std::min<int64_t>(args.get_int("block-length", model_canvas_length(model, 32)), n);
+    p.max_denoising_steps = args.get_int("steps", p.max_denoising_steps);
+    p.entropy_bound = float(args.get_float("entropy-bound", p.entropy_bound));
+    p.t_min = float(args.get_float("t-min", p.t_min));
+    p.t_max = float(args.get_float("t-max", p.t_max));
+    p.stability_threshold = args.get_int("stability", p.stability_threshold);
+    p.confidence_threshold = float(args.get_float("confidence-threshold", p.confidence_threshold));
+    p.eos_ids = {c.eos_token};
+    p.pad_id = c.pad_token >= 0 ? c.pad_token : c.eos_token;
+    p.seed = sampling.seed;
+    check(p.canvas_length > 0 && p.max_denoising_steps > 0, "--block-length and --steps must be positive");
+    check(p.entropy_bound >= 0 && p.t_min > 0 && p.t_max >= p.t_min, "need --entropy-bound >= 0 and 0 < --t-min <= --t-max");
+    check(p.stability_threshold >= 0 && p.confidence_threshold >= 0, "--stability and --confidence-threshold must be >= 0");
+    result = generate_uniform_state(model, prompt, p, pool.get(), callbacks);
+    decode_tokens = int64_t(result.tokens.size());
+  } else if (mode == "diffusion") {
     check(c.mask_token >= 0, "model has no mask token: use --mode ar");
     MaskedDiffusionParams p;
     p.gen_length = n;
@@ -285,17 +345,23 @@ int cmd_logits(int argc, char** argv) {
   }
   Args args(argc, argv, 2,
             {{"-m", "model"}, {"--model", "model"}, {"--ids", "ids"}, {"--out", "out"}, {"--causal", "causal"},
-             {"-t", "threads"}, {"--threads", "threads"}},
-            {"model", "ids", "out", "threads"}, {"causal"});
-  check(args.has("model"), "no model given (-m FILE.gguf)");
+             {"--canvas-ids", "canvas-ids"}, {"--self-cond", "self-cond"}, {"-t", "threads"}, {"--threads", "threads"}},
+            {"model", "ids", "out", "threads", "canvas-ids", "self-cond"}, {"causal"});
+  check(args.has("model"), "no model given (-m MODEL)");
   check(args.has("ids"), "no token ids given (--ids 1,2,3)");
   check(args.has("out"), "no output file given (--out FILE.npy)");
   const Model model = Model::load(args.get("model", ""));
+  const ModelConfig& c = model.config;
   const std::vector<int32_t> ids = cli::parse_id_list(args.get("ids", ""), "--ids");
   const int64_t n = int64_t(ids.size());
-  const bool causal = args.has("causal") || model.config.causal;
+  const bool decoder = args.has("canvas-ids");
+  check(!decoder || c.has_decoder, "--canvas-ids needs a model with a decoder (DiffusionGemma); '" + c.arch +
+                                       "' has none");
+  check(decoder || !args.has("self-cond"), "--self-cond needs --canvas-ids");
+  // DiffusionGemma's encoder is causal by construction; its bidirectional view is the decoder.
+  const bool causal = args.has("causal") || c.causal || c.has_decoder;
   auto pool = make_pool(args);
-  KvCache cache(model.config, n);
+  KvCache cache(c, n);
   std::vector<int32_t> groups(size_t(n), 0);
   if (causal)
     for (int64_t i = 0; i < n; ++i) groups[size_t(i)] = int32_t(i);
@@ -303,13 +369,40 @@ int cmd_logits(int argc, char** argv) {
   req.tokens = ids.data();
   req.n = n;
   req.groups = groups.data();
-  for (int64_t i = 0; i < n; ++i) req.logit_rows.push_back(int32_t(i));
-  std::vector<float> logits(size_t(n * model.config.vocab));
-  req.logits = logits.data();
+  std::vector<float> logits;
+  if (!decoder) {
+    for (int64_t i = 0; i < n; ++i) req.logit_rows.push_back(int32_t(i));
+    logits.resize(size_t(n * c.vocab));
+    req.logits = logits.data();
+  }
   forward(model, cache, req, pool.get());
-  write_npy(args.get("out", ""), logits.data(), {n, model.config.vocab});
-  std::fprintf(stderr, "wrote %s: [%lld, %lld] float32 logits (%s attention)\n", args.get("out", "").c_str(),
-               (long long)n, (long long)model.config.vocab, causal ? "causal" : "bidirectional");
+  int64_t rows = n;
+  if (decoder) {
+    const std::vector<int32_t> canvas = cli::parse_id_list(args.get("canvas-ids", ""), "--canvas-ids");
+    rows = int64_t(canvas.size());
+    NpyArray self_cond;
+    if (args.has("self-cond")) {
+      self_cond = read_npy(args.get("self-cond", ""));
+      check(self_cond.shape == std::vector<int64_t>{rows, c.vocab},
+            args.get("self-cond", "") + ": self-conditioning logits must have shape [" + std::to_string(rows) + ", " +
+                std::to_string(c.vocab) + "] (canvas, vocab)");
+    }
+    ForwardRequest dec;
+    dec.tokens = canvas.data();
+    dec.n = rows;
+    dec.pos0 = n;
+    dec.decoder = true;
+    dec.self_cond = args.has("self-cond") ? self_cond.data.data() : nullptr;
+    for (int64_t i = 0; i < rows; ++i) dec.logit_rows.push_back(int32_t(i));
+    logits.resize(size_t(rows * c.vocab));
+    dec.logits = logits.data();
+    forward(model, cache, dec, pool.get());
+  }
+  write_npy(args.get("out", ""), logits.data(), {rows, c.vocab});
+  std::fprintf(stderr, "wrote %s: [%lld, %lld] float32 logits (%s)\n", args.get("out", "").c_str(), (long long)rows,
+               (long long)c.vocab,
+               decoder ? (args.has("self-cond") ? "decoder, self-conditioned" : "decoder")
+                       : causal ? "causal attention" : "bidirectional attention");
   return 0;
 }
 
@@ -360,6 +453,8 @@ int main(int argc, char** argv) {
     if (command == "inspect") return cmd_inspect(argc, argv);
     if (command == "sudoku") return cli::cmd_sudoku(argc, argv);
     if (command == "train") return cli::cmd_train(argc, argv);
+    if (command == "convert") return cli::cmd_convert(argc, argv);
+    if (command == "bench") return cli::cmd_bench(argc, argv);
     std::fprintf(stderr, "canvas: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return 1;
   } catch (const std::exception& e) {

@@ -28,7 +28,7 @@ DType dtype_from_name(const std::string& name);
 // Bytes of a row of n elements; throws Error when n is not a multiple of the block size.
 int64_t row_bytes(DType type, int64_t n);
 
-constexpr int kQK = 32;  // elements per Q4_0 / Q8_0 block
+constexpr int kQK = 32;  // elements per Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 block
 
 // Q8_0: value = d * qs[i].
 struct BlockQ8_0 {
@@ -43,6 +43,80 @@ struct BlockQ4_0 {
   uint8_t qs[kQK / 2];
 };
 static_assert(sizeof(BlockQ4_0) == 18);
+
+// Q4_1: like Q4_0's nibble order; value = d * q + m with q in 0..15.
+struct BlockQ4_1 {
+  uint16_t d;  // f16 scale
+  uint16_t m;  // f16 minimum (added)
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ4_1) == 20);
+
+// Q5_0: the low 4 bits as in Q4_0, bit 4 of element i is bit i of the little-endian 32-bit qh;
+// value = d * (q - 16).
+struct BlockQ5_0 {
+  uint16_t d;  // f16 scale
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ5_0) == 22);
+
+// Q5_1: Q5_0's bit layout; value = d * q + m with q in 0..31.
+struct BlockQ5_1 {
+  uint16_t d;  // f16 scale
+  uint16_t m;  // f16 minimum (added)
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ5_1) == 24);
+
+constexpr int kQK_K = 256;         // elements per K-quant super-block
+constexpr int kKScaleBytes = 12;   // 8 six-bit scales + 8 six-bit mins of Q4_K / Q5_K
+
+// Q4_K: 8 sub-blocks of 32. Sub-blocks 2i and 2i+1 share qs[32i .. 32i+31]: element l of sub-block 2i is
+// the low nibble of qs[32i + l], of sub-block 2i+1 the high nibble. value = d*sc[s]*q - dmin*m[s], with
+// the 6-bit sc/m packed in scales[12] (see unpack_kquant_scales).
+struct BlockQ4_K {
+  uint16_t d;     // f16 super-scale of the sub-block scales
+  uint16_t dmin;  // f16 super-scale of the sub-block mins
+  uint8_t scales[kKScaleBytes];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockQ4_K) == 144);
+
+// Q5_K: Q4_K plus a fifth bit: bit 4 of element l of sub-block s is bit s of qh[l].
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[kKScaleBytes];
+  uint8_t qh[kQK_K / 8];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockQ5_K) == 176);
+
+// Q6_K: 16 sub-blocks of 16 with int8 scales; value = d * scales[e / 16] * (q - 32), q 6 bits. In each
+// 128-element half h (ql += 64h, qh += 32h), for l < 32: element l is the low nibble of ql[l], l + 32 the
+// low nibble of ql[l + 32], l + 64 the high nibble of ql[l], l + 96 the high nibble of ql[l + 32]; their
+// top two bits are bits 0-1, 2-3, 4-5, 6-7 of qh[l].
+struct BlockQ6_K {
+  uint8_t ql[kQK_K / 2];
+  uint8_t qh[kQK_K / 4];
+  int8_t scales[kQK_K / 16];
+  uint16_t d;  // f16 super-scale
+};
+static_assert(sizeof(BlockQ6_K) == 210);
+
+// The 6-bit scales and mins of a Q4_K / Q5_K block. Bytes 0-3 hold sc[0..3] in their low 6 bits, bytes
+// 4-7 m[0..3]; bytes 8-11 hold sc[4..7] (low nibble) and m[4..7] (high nibble), whose top two bits are
+// the top two bits of bytes 0-3 (sc) and 4-7 (m).
+inline void unpack_kquant_scales(const uint8_t* scales, uint8_t* sc, uint8_t* m) {
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = scales[j] & 63;
+    m[j] = scales[j + 4] & 63;
+    sc[j + 4] = uint8_t((scales[j + 8] & 0x0f) | ((scales[j] >> 6) << 4));
+    m[j + 4] = uint8_t((scales[j + 8] >> 4) | ((scales[j + 4] >> 6) << 4));
+  }
+}
 
 // IEEE half <-> float, exact for every half value (round-to-nearest-even on the way down).
 float f16_to_f32(uint16_t h);

@@ -14,8 +14,9 @@ GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& pro
   const int64_t N = params.max_new_tokens;
   check(N > 0, "the number of tokens to generate must be positive");
   check(P >= 1, "autoregressive decoding needs a non-empty prompt");
-  // Unshifted models (LLaDA) predict position p from a [MASK] placed at p.
-  const bool feed_mask = !c.shift_logits;
+  // Unshifted models (LLaDA) predict position p from a [MASK] placed at p; a uniform-state model's causal
+  // (encoder) rows predict the next token, as an AR model's do.
+  const bool feed_mask = !c.shift_logits && !c.uniform_state;
   check(!feed_mask || c.mask_token >= 0, "model predicts unshifted logits but has no mask token");
   KvCache cache(c, P + N + 1);
   Rng rng(params.sampling.seed);

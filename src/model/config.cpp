@@ -1,8 +1,11 @@
-// Reading a ModelConfig from llama.cpp-style GGUF metadata.
+// Reading a ModelConfig from llama.cpp-style GGUF metadata or a Hugging Face config.json.
 #include "model/config.h"
+
+#include <cmath>
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "io/json.h"
 
 namespace canvas {
 namespace {
@@ -22,17 +25,275 @@ constexpr ArchTraits kArchs[] = {
     {"qwen2", RopeLayout::Neox, true, false},
 };
 
+bool is_gemma_arch(const std::string& arch) { return arch == "diffusion-gemma" || arch == "gemma4"; }
+
+// What every Gemma 4 text stack shares, whatever file it came from.
+void set_gemma_constants(ModelConfig& c) {
+  c.layer_style = LayerStyle::Gemma4;
+  c.activation = Activation::GeluTanh;
+  c.qk_norm = true;
+  c.v_norm = true;
+  c.attention_scale = 1.f;  // q_norm and k_norm carry the scale
+  c.expert_weights_norm = true;
+  c.router_norm = true;
+  c.tied_output = true;
+  c.has_decoder = c.arch == "diffusion-gemma";
+  // The AR Gemma 4 is causal; DiffusionGemma's native logits are the decoder's (row i = canvas token i).
+  c.causal = c.arch == "gemma4";
+  c.shift_logits = c.causal;
+  c.embedding_scale = std::sqrt(float(c.hidden));
+  c.rope.layout = RopeLayout::Neox;
+}
+
+// Checks shared by both readers once layer_attention is filled; `where` names the source.
+void check_gemma_config(ModelConfig& c, const std::string& where) {
+  auto positive = [&](int64_t v, const char* what) {
+    check(v > 0 && v < (int64_t(1) << 31), where + ": " + what + " has invalid value " + std::to_string(v));
+  };
+  positive(c.hidden, "hidden size");
+  positive(c.n_layers, "layer count");
+  positive(c.n_heads, "attention head count");
+  positive(c.ffn, "dense MLP width");
+  check(int64_t(c.layer_attention.size()) == c.n_layers,
+        where + ": " + std::to_string(c.layer_attention.size()) + " layer types for " + std::to_string(c.n_layers) +
+            " layers");
+  bool any_sliding = false;
+  for (size_t l = 0; l < c.layer_attention.size(); ++l) {
+    const LayerAttention& a = c.layer_attention[l];
+    const std::string layer = where + ": layer " + std::to_string(l) + " ";
+    check(a.n_kv_heads > 0 && c.n_heads % a.n_kv_heads == 0,
+          layer + "has " + std::to_string(a.n_kv_heads) + " KV heads, not a divisor of " + std::to_string(c.n_heads) +
+              " query heads");
+    check(a.head_dim > 0 && a.head_dim % 2 == 0 && a.head_dim < 65536,
+          layer + "head dim " + std::to_string(a.head_dim) + " must be positive and even");
+    check(a.rope.theta > 0, layer + "RoPE theta must be positive");
+    any_sliding = any_sliding || a.kind == AttentionKind::Sliding;
+  }
+  if (any_sliding) positive(c.sliding_window, "sliding window");
+  if (c.is_moe()) {
+    check(c.n_experts_used > 0 && c.n_experts_used <= c.n_experts,
+          where + ": experts used per token must be in 1.." + std::to_string(c.n_experts));
+    positive(c.expert_ffn, "expert MLP width");
+    c.dense_and_moe = true;
+  }
+  // Kept for code that reads the uniform fields (KV sizes of layer 0, the widest head for messages).
+  c.n_kv_heads = c.layer_attention[0].n_kv_heads;
+  c.head_dim = c.layer_attention[0].head_dim;
+  c.rope = c.layer_attention[0].rope;
+}
+
+RopeParams gemma_rope(int64_t head_dim, double theta, int64_t active_pairs) {
+  RopeParams r;
+  r.layout = RopeLayout::Neox;
+  r.head_dim = int(head_dim);
+  r.rot_dims = int(head_dim);
+  r.active_pairs = int(active_pairs);  // 0: every pair rotates
+  r.theta = float(theta);
+  return r;
+}
+
+// llama.cpp's diffusion-gemma / gemma4 keys (PR #24423). Proportional RoPE on full layers is stored as
+// the generated `rope_freqs.weight`: per-pair frequency divisors, 1 for rotating pairs and a huge value
+// (1e30) for the pairs whose frequency is 0.
+ModelConfig gemma_config_from_gguf(const GgufFile& file, ModelConfig c) {
+  const std::string p = c.arch + ".";
+  c.name = file.get_string("general.name", "");
+  c.hidden = file.require_int(p + "embedding_length");
+  c.n_layers = file.require_int(p + "block_count");
+  c.n_heads = file.require_int(p + "attention.head_count");
+  c.ffn = file.require_int(p + "feed_forward_length");
+  c.n_experts = file.get_int(p + "expert_count", 0);
+  c.n_experts_used = file.get_int(p + "expert_used_count", 0);
+  c.expert_ffn = file.get_int(p + "expert_feed_forward_length", 0);
+  c.context_length = file.get_int(p + "context_length", 131072);
+  c.rms_eps = float(file.get_float(p + "attention.layer_norm_rms_epsilon", 1e-6));
+  c.logit_softcap = float(file.get_float(p + "final_logit_softcapping", 0.0));
+  c.sliding_window = file.get_int(p + "attention.sliding_window", 0);
+  set_gemma_constants(c);
+  if (file.find(p + "embedding_scale")) {
+    // canvas's converter records the scale the source checkpoint's reference used.
+    c.embedding_scale = float(file.get_float(p + "embedding_scale", c.embedding_scale));
+  } else if (const TensorView* e = file.find_tensor("token_embd.weight"); e && e->type == DType::BF16) {
+    c.embedding_scale = bf16_to_f32(f32_to_bf16(c.embedding_scale));  // as the bf16 reference rounds it
+  }
+  check(c.n_layers > 0 && c.n_layers < 100000, file.path() + ": key " + p + "block_count has invalid value " +
+                                                   std::to_string(c.n_layers));
+  const size_t L = size_t(c.n_layers);
+
+  std::vector<int64_t> kv_heads;
+  const std::string kv_key = p + "attention.head_count_kv";
+  const GgufValue* kv = file.find(kv_key);
+  if (kv && kv->type == GgufType::Array) {
+    kv_heads = file.get_int_array(kv_key);
+    check(kv_heads.size() == L, file.path() + ": key " + kv_key + " has " + std::to_string(kv_heads.size()) +
+                                    " entries for " + std::to_string(L) + " layers");
+  } else {
+    kv_heads.assign(L, file.get_int(kv_key, c.n_heads));
+  }
+  const std::string pattern_key = p + "attention.sliding_window_pattern";
+  std::vector<bool> sliding(L, false);
+  if (const GgufValue* pat = file.find(pattern_key)) {
+    if (pat->type == GgufType::Array) {
+      const std::vector<int64_t> flags = file.get_int_array(pattern_key);
+      check(flags.size() == L, file.path() + ": key " + pattern_key + " has " + std::to_string(flags.size()) +
+                                   " entries for " + std::to_string(L) + " layers");
+      for (size_t l = 0; l < L; ++l) sliding[l] = flags[l] != 0;
+    } else {
+      // Gemma 3 style period: every period-th layer is full.
+      const int64_t period = file.get_int(pattern_key, 0);
+      check(period > 0, file.path() + ": key " + pattern_key + " must be positive");
+      for (size_t l = 0; l < L; ++l) sliding[l] = (int64_t(l) + 1) % period != 0;
+    }
+  }
+  const int64_t full_dim = file.get_int(p + "attention.key_length", c.hidden / std::max<int64_t>(c.n_heads, 1));
+  const int64_t swa_dim = file.get_int(p + "attention.key_length_swa", full_dim);
+  const double full_theta = file.get_float(p + "rope.freq_base", 1000000.0);
+  const double swa_theta = file.get_float(p + "rope.freq_base_swa", 10000.0);
+
+  int64_t full_active_pairs = 0;
+  if (const TensorView* freqs = file.find_tensor("rope_freqs.weight")) {
+    check(freqs->type == DType::F32 && freqs->elements() == full_dim / 2,
+          file.path() + ": tensor 'rope_freqs.weight' must be f32 with " + std::to_string(full_dim / 2) +
+              " values (full-layer head dim / 2), is " + dtype_name(freqs->type) + " " + freqs->shape_string());
+    const float* f = freqs->f32();
+    int64_t active = 0;
+    while (active < full_dim / 2 && f[active] == 1.f) ++active;
+    for (int64_t i = active; i < full_dim / 2; ++i)
+      check(f[i] >= 1e10f, file.path() + ": tensor 'rope_freqs.weight' value " + std::to_string(f[i]) + " at " +
+                               std::to_string(i) + " is neither 1 (rotating pair) nor >= 1e10 (pair at frequency 0)");
+    full_active_pairs = active == full_dim / 2 ? 0 : active;
+    check(active > 0, file.path() + ": tensor 'rope_freqs.weight' leaves no rotating pair");
+  }
+  for (size_t l = 0; l < L; ++l) {
+    LayerAttention a;
+    a.kind = sliding[l] ? AttentionKind::Sliding : AttentionKind::Full;
+    a.n_kv_heads = kv_heads[l];
+    a.head_dim = sliding[l] ? swa_dim : full_dim;
+    a.rope = sliding[l] ? gemma_rope(swa_dim, swa_theta, 0) : gemma_rope(full_dim, full_theta, full_active_pairs);
+    // attention_k_eq_v has no key of its own: a layer without attn_v shares K as V.
+    a.value_from_key = file.find_tensor("blk." + std::to_string(l) + ".attn_v.weight") == nullptr;
+    c.layer_attention.push_back(a);
+  }
+  check_gemma_config(c, file.path());
+  c.bos_token = int32_t(file.get_int("tokenizer.ggml.bos_token_id", 2));
+  c.eos_token = int32_t(file.get_int("tokenizer.ggml.eos_token_id", 1));
+  c.pad_token = int32_t(file.get_int("tokenizer.ggml.padding_token_id", 0));
+  return c;
+}
+
 }  // namespace
+
+ModelConfig config_from_hf(const std::string& path) {
+  const JsonDocument doc = JsonDocument::load(path);
+  ModelConfig c;
+  const std::string model_type = doc.get_string("model_type", "");
+  if (model_type.find("diffusion") != std::string::npos && model_type.find("gemma") != std::string::npos) {
+    c.arch = "diffusion-gemma";
+  } else if (model_type.rfind("gemma4", 0) == 0) {
+    c.arch = "gemma4";
+  } else {
+    throw Error(path + ": model_type '" + model_type +
+                "' is not supported from safetensors (supported: diffusion_gemma, gemma4, gemma4_text)");
+  }
+  const std::string t = doc.has("text_config") ? "text_config." : "";
+  auto key = [&](const char* k) { return t + k; };
+  c.name = doc.get_string("_name_or_path", "");
+  c.vocab = doc.require_int(key("vocab_size"));
+  c.hidden = doc.require_int(key("hidden_size"));
+  c.n_layers = doc.require_int(key("num_hidden_layers"));
+  c.n_heads = doc.require_int(key("num_attention_heads"));
+  c.ffn = doc.require_int(key("intermediate_size"));
+  const int64_t kv_heads = doc.get_int(key("num_key_value_heads"), c.n_heads);
+  const int64_t head_dim = doc.get_int(key("head_dim"), c.hidden / std::max<int64_t>(c.n_heads, 1));
+  const int64_t global_head_dim = doc.get_int(key("global_head_dim"), head_dim);
+  const int64_t global_kv_heads = doc.get_int(key("num_global_key_value_heads"), kv_heads);
+  const bool moe = doc.get_bool(key("enable_moe_block"), doc.get_int(key("num_experts"), 0) > 0);
+  if (moe) {
+    c.n_experts = doc.require_int(key("num_experts"));
+    c.n_experts_used = doc.require_int(key("top_k_experts"));
+    c.expert_ffn = doc.require_int(key("moe_intermediate_size"));
+  }
+  c.rms_eps = float(doc.get_float(key("rms_norm_eps"), 1e-6));
+  c.logit_softcap = float(doc.get_float(key("final_logit_softcapping"), 0.0));
+  c.context_length = doc.get_int(key("max_position_embeddings"), 131072);
+  c.sliding_window = doc.get_int(key("sliding_window"), 0);
+  set_gemma_constants(c);
+
+  // Features of other Gemma 4 sizes that this forward does not implement: refuse rather than run wrong.
+  const std::string act = doc.get_string(key("hidden_activation"), "gelu_pytorch_tanh");
+  check(act == "gelu_pytorch_tanh" || act == "gelu_tanh",
+        path + ": " + key("hidden_activation") + " '" + act + "' is not supported (gelu_pytorch_tanh)");
+  check(!doc.get_bool(key("attention_bias"), false), path + ": " + key("attention_bias") + " = true is not supported");
+  check(doc.get_int(key("num_kv_shared_layers"), 0) == 0,
+        path + ": " + key("num_kv_shared_layers") + " (KV sharing between layers) is not supported");
+  check(doc.get_int(key("hidden_size_per_layer_input"), 0) == 0,
+        path + ": " + key("hidden_size_per_layer_input") + " (per-layer inputs) is not supported");
+  check(!doc.get_bool(key("use_double_wide_mlp"), false), path + ": " + key("use_double_wide_mlp") + " is not supported");
+  check(doc.get_bool(key("tie_word_embeddings"), doc.get_bool("tie_word_embeddings", true)),
+        path + ": tie_word_embeddings = false is not supported (Gemma 4 ties the head to the embedding)");
+
+  check(c.n_layers > 0 && c.n_layers < 100000,
+        path + ": " + key("num_hidden_layers") + " has invalid value " + std::to_string(c.n_layers));
+  std::vector<std::string> types = doc.get_string_array(key("layer_types"));
+  if (types.empty()) {
+    const int64_t period = doc.get_int(key("sliding_window_pattern"), c.sliding_window > 0 ? 6 : 0);
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      types.push_back(period > 0 && (l + 1) % period != 0 ? "sliding_attention" : "full_attention");
+  }
+  check(int64_t(types.size()) == c.n_layers, path + ": " + key("layer_types") + " has " +
+                                                 std::to_string(types.size()) + " entries for " +
+                                                 std::to_string(c.n_layers) + " layers");
+  const bool k_eq_v = doc.get_bool(key("attention_k_eq_v"), false);
+  for (size_t l = 0; l < types.size(); ++l) {
+    const bool sliding = types[l] == "sliding_attention";
+    check(sliding || types[l] == "full_attention", path + ": " + key("layer_types") + "." + std::to_string(l) +
+                                                       " is '" + types[l] +
+                                                       "' (expected sliding_attention or full_attention)");
+    const std::string rp = key("rope_parameters.") + types[l] + ".";
+    const std::string rope_type = doc.get_string(rp + "rope_type", "default");
+    const double factor = doc.get_float(rp + "partial_rotary_factor", 1.0);
+    const double theta = doc.get_float(rp + "rope_theta", sliding ? 10000.0 : 1000000.0);
+    LayerAttention a;
+    a.kind = sliding ? AttentionKind::Sliding : AttentionKind::Full;
+    a.n_kv_heads = sliding ? kv_heads : global_kv_heads;
+    a.head_dim = sliding ? head_dim : global_head_dim;
+    int64_t active_pairs = 0;
+    if (rope_type == "proportional") {
+      check(factor > 0 && factor <= 1, path + ": " + rp + "partial_rotary_factor must be in (0, 1]");
+      // HF: inv_freq_i = theta^(-2i/head_dim) for the first factor*head_dim/2 pairs, 0 for the rest.
+      active_pairs = int64_t(factor * double(a.head_dim) / 2.0);
+      check(active_pairs > 0, path + ": " + rp + "partial_rotary_factor leaves no rotating pair");
+      if (active_pairs == a.head_dim / 2) active_pairs = 0;
+    } else {
+      check(rope_type == "default", path + ": " + rp + "rope_type '" + rope_type +
+                                        "' is not supported (default, proportional)");
+      check(factor == 1.0, path + ": " + rp + "partial_rotary_factor with rope_type 'default' is not supported");
+    }
+    a.rope = gemma_rope(a.head_dim, theta, active_pairs);
+    a.value_from_key = k_eq_v && !sliding;
+    c.layer_attention.push_back(a);
+  }
+  check_gemma_config(c, path);
+  check(c.vocab > 0 && c.vocab < (int64_t(1) << 31), path + ": " + key("vocab_size") + " has invalid value");
+  c.bos_token = int32_t(doc.get_int(key("bos_token_id"), doc.get_int("bos_token_id", 2)));
+  c.pad_token = int32_t(doc.get_int(key("pad_token_id"), doc.get_int("pad_token_id", 0)));
+  const std::vector<int64_t> eos = doc.get_int_or_int_array(doc.has(key("eos_token_id")) ? key("eos_token_id")
+                                                                                           : "eos_token_id");
+  c.eos_token = eos.empty() ? 1 : int32_t(eos[0]);
+  return c;
+}
 
 ModelConfig config_from_gguf(const GgufFile& file) {
   ModelConfig c;
   c.arch = file.require_string("general.architecture");
+  if (is_gemma_arch(c.arch)) return gemma_config_from_gguf(file, c);
   const ArchTraits* traits = nullptr;
   for (const ArchTraits& t : kArchs)
     if (c.arch == t.arch) traits = &t;
   if (!traits) {
     std::string known;
     for (const ArchTraits& t : kArchs) known += std::string(known.empty() ? "" : ", ") + t.arch;
+    known += ", diffusion-gemma, gemma4";
     throw Error(file.path() + ": unsupported architecture '" + c.arch + "' (supported: " + known + ")");
   }
   const std::string p = c.arch + ".";
@@ -82,6 +343,7 @@ ModelConfig config_from_gguf(const GgufFile& file) {
   c.rope.theta = float(file.get_float(p + "rope.freq_base", 10000.0));
 
   c.mask_token = int32_t(file.get_int("tokenizer.ggml.mask_token_id", -1));
+  c.uniform_state = c.uniform_state || file.get_string("diffusion.kind", "") == "uniform";
   c.bos_token = int32_t(file.get_int("tokenizer.ggml.bos_token_id", -1));
   c.eos_token = int32_t(file.get_int("tokenizer.ggml.eos_token_id", -1));
   c.pad_token = int32_t(file.get_int("tokenizer.ggml.padding_token_id", -1));

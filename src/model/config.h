@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ops/ops.h"
 
@@ -10,6 +11,25 @@ namespace canvas {
 class GgufFile;
 
 enum class Activation { Silu, GeluTanh };
+
+// How a layer arranges its norms and MLPs around the residual stream.
+enum class LayerStyle {
+  PreNorm,  // x += attn(norm(x)); x += mlp_or_moe(norm(x))                (llama, llada, dream, qwen2)
+  Gemma4,   // norms before and after attention and MLP, a dense MLP in parallel with the experts, and
+            // the whole layer output (residual included) times a per-layer scalar (diffusion-gemma, gemma4)
+};
+
+enum class AttentionKind { Full, Sliding };
+
+// The attention geometry of one layer. Families whose layers all agree leave
+// ModelConfig::layer_attention empty; Gemma 4 mixes sliding and full layers of different widths.
+struct LayerAttention {
+  AttentionKind kind = AttentionKind::Full;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  RopeParams rope;
+  bool value_from_key = false;  // no v_proj: V is the raw k_proj output (Gemma 4 attention_k_eq_v)
+};
 
 struct ModelConfig {
   std::string arch;  // GGUF general.architecture, e.g. "llada", "dream", "llada-moe", "llama", "qwen2"
@@ -37,14 +57,42 @@ struct ModelConfig {
   int64_t context_length = 0;
   int64_t n_positions = 0;      // learned absolute position embeddings (position_embd.weight); 0: none
   int32_t mask_token = -1;      // absorbing-state [MASK] id (-1: none)
+  // Uniform-state diffusion (no mask token; DiffusionGemma's sampler): canvas's own models say so with
+  // diffusion.kind = "uniform"; row i of a causal (encoder) pass predicts token i + 1.
+  bool uniform_state = false;
   int32_t bos_token = -1, eos_token = -1, pad_token = -1;
 
+  // ---- per-layer attention and the Gemma 4 layer (defaults leave the other families unchanged) ----
+  LayerStyle layer_style = LayerStyle::PreNorm;
+  std::vector<LayerAttention> layer_attention;  // [n_layers], or empty: every layer is attention_of's default
+  int64_t sliding_window = 0;  // sliding layers: query q sees keys j with 0 <= q - j < sliding_window
+  bool qk_norm = false;        // RMSNorm with a weight over each head of q and of k, before RoPE
+  bool v_norm = false;         // RMSNorm without weight over each head of v
+  float attention_scale = 0;   // scale of q.k; 0: 1/sqrt(head_dim)
+  bool dense_and_moe = false;  // Gemma4 style: dense MLP and experts in parallel in every layer
+  bool router_norm = false;    // router input = rmsnorm_noweight(x) * router_scale / sqrt(hidden)
+  bool has_decoder = false;    // DiffusionGemma: a bidirectional decoder mode with a self-conditioning MLP
+
   bool is_moe() const { return n_experts > 0; }
+  // Layer l's attention geometry (from layer_attention, or the uniform n_kv_heads / head_dim / rope).
+  LayerAttention attention_of(int64_t layer) const {
+    if (!layer_attention.empty()) return layer_attention[size_t(layer)];
+    LayerAttention a;
+    a.n_kv_heads = n_kv_heads;
+    a.head_dim = head_dim;
+    a.rope = rope;
+    return a;
+  }
   bool is_diffusion() const { return !causal; }
 };
 
 // Reads the configuration of a llama.cpp-style GGUF (llada, llada-moe, dream, llama, qwen2); throws Error
 // naming the key for a missing or inconsistent value and for an unsupported architecture.
+// diffusion-gemma and gemma4 (llama.cpp PR #24423 keys) are read here too.
 ModelConfig config_from_gguf(const GgufFile& file);
+
+// Reads a Hugging Face config.json (Gemma 4 / DiffusionGemma text config, nested under "text_config" or
+// at the top level). `path` is the config.json itself; errors name it and the key at fault.
+ModelConfig config_from_hf(const std::string& path);
 
 }  // namespace canvas

@@ -6,12 +6,15 @@
 
 namespace canvas {
 
-KvCache::KvCache(const ModelConfig& config, int64_t capacity)
-    : capacity_(capacity), n_kv_heads_(config.n_kv_heads), head_dim_(config.head_dim) {
+KvCache::KvCache(const ModelConfig& config, int64_t capacity) : capacity_(capacity) {
   check(capacity > 0, "KV cache capacity must be positive");
-  const size_t per_layer = size_t(n_kv_heads_ * capacity_ * head_dim_);
-  k_.assign(size_t(config.n_layers), std::vector<float>(per_layer));
-  v_.assign(size_t(config.n_layers), std::vector<float>(per_layer));
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    const LayerAttention a = config.attention_of(l);
+    const size_t per_layer = size_t(a.n_kv_heads * capacity_ * a.head_dim);
+    head_dim_.push_back(a.head_dim);
+    k_.emplace_back(per_layer);
+    v_.emplace_back(per_layer);
+  }
   groups_.assign(size_t(capacity), 0);
 }
 

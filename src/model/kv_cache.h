@@ -1,5 +1,6 @@
 // Per-layer key/value storage indexed by absolute position, with each position's visibility group.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -9,19 +10,26 @@ struct ModelConfig;
 
 class KvCache {
  public:
+  // Each layer gets its own KV-head count and head dim (ModelConfig::attention_of), so Gemma 4's
+  // sliding and full layers of different widths share one cache.
   KvCache(const ModelConfig& config, int64_t capacity);
 
   int64_t capacity() const { return capacity_; }
-  int64_t head_stride() const { return capacity_ * head_dim_; }  // floats between kv heads
-  float* keys(int64_t layer) { return k_[layer].data(); }
-  float* values(int64_t layer) { return v_[layer].data(); }
+  // Floats between kv heads of a layer (capacity * that layer's head dim).
+  int64_t head_stride(int64_t layer) const { return capacity_ * head_dim_[size_t(layer)]; }
+  int64_t head_stride() const { return head_stride(0); }  // layer 0's (every layer's in uniform models)
+  float* keys(int64_t layer) { return k_[size_t(layer)].data(); }
+  float* values(int64_t layer) { return v_[size_t(layer)].data(); }
+  const float* keys(int64_t layer) const { return k_[size_t(layer)].data(); }
+  const float* values(int64_t layer) const { return v_[size_t(layer)].data(); }
   int32_t* groups() { return groups_.data(); }
   int64_t bytes() const;
 
  private:
-  int64_t capacity_, n_kv_heads_, head_dim_;
+  int64_t capacity_;
+  std::vector<int64_t> head_dim_;          // [layer]
   std::vector<std::vector<float>> k_, v_;  // [layer][kv_head][position][head_dim]
-  std::vector<int32_t> groups_;           // [position]
+  std::vector<int32_t> groups_;            // [position]
 };
 
 }  // namespace canvas

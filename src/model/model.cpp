@@ -4,20 +4,35 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <functional>
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "io/safetensors.h"
+#include "model/gemma_names.h"
 #include "ops/matmul.h"
 #include "ops/ops.h"
 
 namespace canvas {
 namespace {
 
+// Where weights come from (a GGUF or a safetensors checkpoint): a lookup by stored name and the path
+// that messages name.
+struct TensorSource {
+  std::string path;
+  std::function<const TensorView*(const std::string&)> find;
+};
+
+TensorSource source_of(const GgufFile& file) {
+  return {file.path(), [&file](const std::string& name) { return file.find_tensor(name); }};
+}
+
 // Binds one tensor, checking its shape (ggml order) and that matmul/get_row can use its dtype.
-TensorView bind(const GgufFile& file, const std::string& name, std::vector<int64_t> shape, bool required = true) {
-  const TensorView* t = file.find_tensor(name);
+TensorView bind_tensor(const TensorSource& src, const std::string& name, std::vector<int64_t> shape, bool required = true) {
+  const TensorView* t = src.find(name);
   if (!t) {
-    check(!required, file.path() + ": missing tensor '" + name + "'");
+    check(!required, src.path + ": missing tensor '" + name + "'");
     return TensorView{};
   }
   bool ok = t->n_dims == int(shape.size()) || (t->n_dims < int(shape.size()) && shape.back() == 1);
@@ -25,13 +40,16 @@ TensorView bind(const GgufFile& file, const std::string& name, std::vector<int64
   if (!ok) {
     std::string want = "[";
     for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
-    throw Error(file.path() + ": tensor '" + name + "' has shape " + t->shape_string() + ", expected " + want + "]");
+    throw Error(src.path + ": tensor '" + name + "' has shape " + t->shape_string() + ", expected " + want + "]");
   }
   if (shape.size() > 1 || t->type != DType::F32) {
     check(matmul_supports(t->type),
-          file.path() + ": tensor '" + name + "' has unsupported dtype " + dtype_name(t->type));
+          src.path + ": tensor '" + name + "' has unsupported dtype " + dtype_name(t->type));
   }
   return *t;
+}
+TensorView bind(const GgufFile& file, const std::string& name, std::vector<int64_t> shape, bool required = true) {
+  return bind_tensor(source_of(file), name, std::move(shape), required);
 }
 
 TensorView bind_vector(const GgufFile& file, const std::string& name, int64_t n, bool required = true) {
@@ -67,16 +85,43 @@ void gated_mlp(const TensorView& gate, const TensorView& up, const TensorView& d
   matmul(down, g.data(), n, out, pool);
 }
 
+// One expert's MLP over m gathered rows; a fused [gate; up] matrix (Gemma 4) is split after one product.
+void expert_mlp(const ModelConfig& c, const LayerWeights& w, int64_t e, const float* x, int64_t m, float* out,
+                std::vector<float>& g, std::vector<float>& u, std::vector<float>& gu, ThreadPool* pool) {
+  if (!w.gate_up_exps.data) {
+    gated_mlp(w.gate_exps.matrix(e), w.up_exps.matrix(e), w.down_exps.matrix(e), c.activation, x, m, out, g, u, pool);
+    return;
+  }
+  const int64_t I = c.expert_ffn;
+  gu.resize(size_t(m * 2 * I));
+  g.resize(size_t(m * I));
+  u.resize(size_t(m * I));
+  matmul(w.gate_up_exps.matrix(e), x, m, gu.data(), pool);
+  for (int64_t r = 0; r < m; ++r) {
+    std::memcpy(&g[size_t(r * I)], &gu[size_t(r * 2 * I)], size_t(I) * 4);
+    std::memcpy(&u[size_t(r * I)], &gu[size_t(r * 2 * I + I)], size_t(I) * 4);
+  }
+  if (c.activation == Activation::Silu) {
+    swiglu(g.data(), u.data(), m * I, g.data());
+  } else {
+    geglu(g.data(), u.data(), m * I, g.data());
+  }
+  matmul(w.down_exps.matrix(e), g.data(), m, out, pool);
+}
+
 // Mixture of experts: each row goes to its top-k experts; rows are grouped by expert so every expert's
 // weights are read once per pass. A row's sum is taken in ascending expert order, so it does not
-// depend on which other rows share the batch.
-void moe(const ModelConfig& c, const LayerWeights& w, const float* x, int64_t n, float* out, ThreadPool* pool) {
+// depend on which other rows share the batch. The router reads router_in, the experts expert_in
+// (the same rows except in Gemma 4, whose router and experts see differently normed inputs).
+void moe(const ModelConfig& c, const LayerWeights& w, const float* router_in, const float* expert_in, int64_t n,
+         float* out, ThreadPool* pool) {
   const int64_t E = c.n_experts, K = c.n_experts_used, H = c.hidden;
   std::vector<float> router_logits(size_t(n * E));
-  matmul(w.router, x, n, router_logits.data(), pool);
+  matmul(w.router, router_in, n, router_logits.data(), pool);
   std::vector<std::vector<int32_t>> rows_of(static_cast<size_t>(E));
   std::vector<std::vector<float>> weights_of(static_cast<size_t>(E));
   std::vector<float> probs(static_cast<size_t>(E));
+  const float* expert_scale = w.per_expert_scale.data ? w.per_expert_scale.f32() : nullptr;
   for (int64_t r = 0; r < n; ++r) {
     softmax(router_logits.data() + r * E, E, probs.data());
     std::vector<int32_t> top = top_k(probs.data(), E, K);
@@ -84,20 +129,22 @@ void moe(const ModelConfig& c, const LayerWeights& w, const float* x, int64_t n,
     for (int32_t e : top) total += probs[size_t(e)];
     for (int32_t e : top) {
       rows_of[size_t(e)].push_back(int32_t(r));
-      weights_of[size_t(e)].push_back(c.expert_weights_norm ? probs[size_t(e)] / total : probs[size_t(e)]);
+      float weight = c.expert_weights_norm ? probs[size_t(e)] / total : probs[size_t(e)];
+      if (expert_scale) weight *= expert_scale[e];
+      weights_of[size_t(e)].push_back(weight);
     }
   }
   std::fill(out, out + n * H, 0.f);
-  std::vector<float> gathered, result, g, u;
+  std::vector<float> gathered, result, g, u, gu;
   for (int64_t e = 0; e < E; ++e) {
     const auto& rows = rows_of[size_t(e)];
     if (rows.empty()) continue;
     const int64_t m = int64_t(rows.size());
     gathered.resize(size_t(m * H));
     result.resize(size_t(m * H));
-    for (int64_t i = 0; i < m; ++i) std::memcpy(&gathered[size_t(i * H)], x + rows[size_t(i)] * H, size_t(H) * 4);
-    gated_mlp(w.gate_exps.matrix(e), w.up_exps.matrix(e), w.down_exps.matrix(e), c.activation, gathered.data(), m,
-              result.data(), g, u, pool);
+    for (int64_t i = 0; i < m; ++i)
+      std::memcpy(&gathered[size_t(i * H)], expert_in + rows[size_t(i)] * H, size_t(H) * 4);
+    expert_mlp(c, w, e, gathered.data(), m, result.data(), g, u, gu, pool);
     for (int64_t i = 0; i < m; ++i) {
       float* dst = out + rows[size_t(i)] * H;
       const float weight = weights_of[size_t(e)][size_t(i)];
@@ -106,9 +153,130 @@ void moe(const ModelConfig& c, const LayerWeights& w, const float* x, int64_t n,
   }
 }
 
+// ---- Gemma 4 / DiffusionGemma weights -------------------------------------------------------------
+
+// An f32 vector of n values: the stored tensor when it is f32, else a converted copy owned by the model.
+TensorView bind_f32_vector(Model& m, const TensorSource& src, const std::string& name, int64_t n,
+                           bool required = true) {
+  const TensorView* t = src.find(name);
+  if (!t) {
+    check(!required, src.path + ": missing tensor '" + name + "'");
+    return TensorView{};
+  }
+  check(t->elements() == n && (t->n_dims == 1 || t->ne[0] == n),
+        src.path + ": tensor '" + name + "' has shape " + t->shape_string() + ", expected [" + std::to_string(n) + "]");
+  TensorView v = *t;
+  if (t->type != DType::F32) {
+    check(t->type == DType::F16 || t->type == DType::BF16,
+          src.path + ": tensor '" + name + "' has unsupported dtype " + dtype_name(t->type) + " (f32, f16 or bf16)");
+    m.converted->emplace_back(size_t(n));
+    dequantize_row(t->type, t->data, m.converted->back().data(), n);
+    v.type = DType::F32;
+    v.data = m.converted->back().data();
+  }
+  v.ne = {n, 1, 1, 1};
+  v.n_dims = 1;
+  return v;
+}
+
+float read_scalar(Model& m, const TensorSource& src, const std::string& name) {
+  return bind_f32_vector(m, src, name, 1).f32()[0];
+}
+
+// Binds every Gemma 4 weight; `stored` maps a canonical name (gemma_names.h) to the source's name.
+void bind_gemma(Model& m, const TensorSource& src, const std::function<std::string(const std::string&)>& stored) {
+  ModelConfig& c = m.config;
+  const int64_t H = c.hidden, F = c.ffn, E = c.n_experts, I = c.expert_ffn;
+  auto matrix = [&](const std::string& canonical, std::vector<int64_t> shape, bool required = true) {
+    return bind_tensor(src, stored(canonical), std::move(shape), required);
+  };
+  auto vec = [&](const std::string& canonical, int64_t n, bool required = true) {
+    return bind_f32_vector(m, src, stored(canonical), n, required);
+  };
+  m.token_embd = matrix("embed_tokens.weight", {H, c.vocab});
+  m.output_norm = vec("norm.weight", H);
+  m.output = m.token_embd;  // tied head
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerAttention a = c.attention_of(l);
+    const int64_t D = a.head_dim, q_width = c.n_heads * D, kv_width = a.n_kv_heads * D;
+    const std::string b = "layers." + std::to_string(l) + ".";
+    LayerWeights w;
+    w.attn_norm = vec(b + "input_layernorm.weight", H);
+    w.wq = matrix(b + "self_attn.q_proj.weight", {H, q_width});
+    w.wk = matrix(b + "self_attn.k_proj.weight", {H, kv_width});
+    if (a.value_from_key) {
+      check(src.find(stored(b + "self_attn.v_proj.weight")) == nullptr,
+            src.path + ": tensor '" + stored(b + "self_attn.v_proj.weight") +
+                "' exists but the config shares K as V on this layer (attention_k_eq_v)");
+    } else {
+      w.wv = matrix(b + "self_attn.v_proj.weight", {H, kv_width});
+    }
+    w.wo = matrix(b + "self_attn.o_proj.weight", {q_width, H});
+    w.q_norm = vec(b + "self_attn.q_norm.weight", D);
+    w.k_norm = vec(b + "self_attn.k_norm.weight", D);
+    w.post_attn_norm = vec(b + "post_attention_layernorm.weight", H);
+    w.ffn_norm = vec(b + "pre_feedforward_layernorm.weight", H);
+    w.post_ffn_norm = vec(b + "post_feedforward_layernorm.weight", H);
+    w.gate = matrix(b + "mlp.gate_proj.weight", {H, F});
+    w.up = matrix(b + "mlp.up_proj.weight", {H, F});
+    w.down = matrix(b + "mlp.down_proj.weight", {F, H});
+    if (c.is_moe()) {
+      w.post_ffn_norm_1 = vec(b + "post_feedforward_layernorm_1.weight", H);
+      w.pre_ffn_norm_2 = vec(b + "pre_feedforward_layernorm_2.weight", H);
+      w.post_ffn_norm_2 = vec(b + "post_feedforward_layernorm_2.weight", H);
+      w.router = matrix(b + "router.proj.weight", {H, E});
+      w.router_scale = vec(b + "router.scale", H);
+      w.per_expert_scale = vec(b + "router.per_expert_scale", E);
+      w.gate_up_exps = matrix(b + "experts.gate_up_proj", {H, 2 * I, E});
+      w.down_exps = matrix(b + "experts.down_proj", {I, H, E});
+    }
+    w.layer_scalar_decoder = read_scalar(m, src, stored(b + "layer_scalar"));
+    const std::string encoder_scalar = stored("encoder." + b + "layer_scalar");
+    w.layer_scalar_encoder = src.find(encoder_scalar) ? read_scalar(m, src, encoder_scalar) : w.layer_scalar_decoder;
+    m.layers.push_back(w);
+  }
+  if (c.has_decoder) {
+    SelfConditioningWeights& s = m.self_conditioning;
+    s.pre_norm = vec("self_conditioning.pre_norm.weight", H);
+    s.gate = matrix("self_conditioning.gate_proj.weight", {H, F});
+    s.up = matrix("self_conditioning.up_proj.weight", {H, F});
+    s.down = matrix("self_conditioning.down_proj.weight", {F, H});
+  }
+}
+
 }  // namespace
 
 Model Model::load(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path p(path);
+  if (std::filesystem::is_directory(p, ec) || p.filename() == "config.json") return load_safetensors(path);
+  return load_gguf(path);
+}
+
+Model Model::load_safetensors(const std::string& path) {
+  std::error_code ec;
+  const bool is_dir = std::filesystem::is_directory(std::filesystem::path(path), ec);
+  check(is_dir || std::filesystem::path(path).filename() == "config.json",
+        path + ": expected a Hugging Face checkpoint directory or its config.json");
+  const std::filesystem::path dir = is_dir ? std::filesystem::path(path) : std::filesystem::path(path).parent_path();
+  Model m;
+  m.converted = std::make_shared<std::deque<std::vector<float>>>();
+  m.config = config_from_hf((dir / "config.json").string());
+  m.safetensors = SafetensorsModel::open(dir.string());
+  const SafetensorsModel& st = *m.safetensors;
+  // DiffusionGemma keeps its stack under model.decoder.; the multimodal and text-only Gemma 4 releases
+  // under model.language_model. and model.
+  const std::string prefix =
+      gemma_names::decoder_prefix([&st](const std::string& name) { return st.find_tensor(name) != nullptr; });
+  check(!prefix.empty(), st.path() + ": no embedding tensor (model.decoder.embed_tokens.weight)");
+  const TensorSource src{st.path(), [&st](const std::string& name) { return st.find_tensor(name); }};
+  bind_gemma(m, src, [&prefix](const std::string& canonical) { return gemma_names::to_hf(canonical, prefix); });
+  // The bf16 reference rounds its embedding scale to bf16 (53.0 for hidden 2816).
+  if (m.token_embd.type == DType::BF16) m.config.embedding_scale = bf16_to_f32(f32_to_bf16(m.config.embedding_scale));
+  return m;
+}
+
+Model Model::load_gguf(const std::string& path) {
   Model m;
   m.file = GgufFile::open(path);
   const GgufFile& f = *m.file;
@@ -117,6 +285,11 @@ Model Model::load(const std::string& path) {
   const TensorView* embd = f.find_tensor("token_embd.weight");
   check(embd != nullptr, path + ": missing tensor 'token_embd.weight'");
   c.vocab = embd->ne[1];
+  if (c.layer_style == LayerStyle::Gemma4) {
+    m.converted = std::make_shared<std::deque<std::vector<float>>>();
+    bind_gemma(m, source_of(f), [](const std::string& canonical) { return gemma_names::to_gguf(canonical); });
+    return m;
+  }
   const int64_t H = c.hidden, D = c.head_dim;
   m.token_embd = bind(f, "token_embd.weight", {H, c.vocab});
   m.output_norm = bind_vector(f, "output_norm.weight", H);
@@ -159,31 +332,126 @@ Model Model::load(const std::string& path) {
 
 int64_t Model::parameter_count() const {
   int64_t total = 0;
-  for (const TensorView& t : file->tensors()) total += t.elements();
+  for (const TensorView& t : file ? file->tensors() : safetensors->tensors()) total += t.elements();
   return total;
 }
 
 int64_t Model::weight_bytes() const {
   int64_t total = 0;
-  for (const TensorView& t : file->tensors()) total += t.bytes();
+  for (const TensorView& t : file ? file->tensors() : safetensors->tensors()) total += t.bytes();
   return total;
 }
 
+namespace {
+
+// DiffusionGemma's decoder input (diffusiongemma.md section 2). On entry x holds E[canvas] * scale; on
+// return rmsnorm_noweight(E[canvas] * scale + mlp(pre_norm(softmax(prev) @ E * scale))), the MLP term
+// being zero without previous logits. softmax(prev) @ E is accumulated over vocabulary tiles, so no
+// [canvas, vocab] probability array is stored; each row's sum runs in vocabulary order whatever the
+// thread count.
+void self_conditioning_input(const Model& model, const float* prev_logits, int64_t n, float* x, ThreadPool* pool) {
+  const ModelConfig& c = model.config;
+  const int64_t H = c.hidden, V = c.vocab;
+  if (prev_logits) {
+    std::vector<float> log_sum(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) log_sum[size_t(i)] = row_stats(prev_logits + i * V, V).logsumexp;
+    constexpr int64_t kTile = 256;
+    std::vector<float> soft(size_t(n * H), 0.f), tile(size_t(kTile * H));
+    for (int64_t v0 = 0; v0 < V; v0 += kTile) {
+      const int64_t rows = std::min(kTile, V - v0);
+      parallel_for(pool, rows, 16, [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) get_row(model.token_embd, v0 + r, &tile[size_t(r * H)]);
+      });
+      parallel_for(pool, n, 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          float* acc = &soft[size_t(i * H)];
+          const float* z = prev_logits + i * V + v0;
+          for (int64_t r = 0; r < rows; ++r) {
+            const float p = std::exp(z[r] - log_sum[size_t(i)]);
+            const float* er = &tile[size_t(r * H)];
+            for (int64_t j = 0; j < H; ++j) acc[j] += p * er[j];
+          }
+        }
+      });
+    }
+    for (float& value : soft) value *= c.embedding_scale;
+    const SelfConditioningWeights& sc = model.self_conditioning;
+    rms_norm_rows(soft.data(), n, H, sc.pre_norm, c.rms_eps, soft.data());
+    std::vector<float> mlp(size_t(n * H)), g, u;
+    gated_mlp(sc.gate, sc.up, sc.down, c.activation, soft.data(), n, mlp.data(), g, u, pool);
+    for (int64_t i = 0; i < n * H; ++i) x[i] += mlp[size_t(i)];
+  }
+  rms_norm_rows(x, n, H, TensorView{}, c.rms_eps, x);
+}
+
+// RMSNorm over each head_dim-wide head of every row, with an optional weight (q_norm / k_norm / v_norm).
+void norm_heads(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const TensorView& w, float eps) {
+  rms_norm_rows(x, n * n_heads, head_dim, w, eps, x);
+}
+
+// The Gemma 4 layer after attention (diffusiongemma.md section 2): x holds the layer input and proj
+// the attention output; on return x is the layer output.
+//   h = x + post_attn_norm(a); m1 = post_ffn_norm_1(dense(pre_ffn_norm(h)));
+//   m2 = post_ffn_norm_2(experts(pre_ffn_norm_2(h), router(h)));  out = (h + post_ffn_norm(m1 + m2)) * scalar
+void gemma_layer_rest(const ModelConfig& c, const LayerWeights& w, float layer_scalar, int64_t n, float* x,
+                      float* proj, float* h, std::vector<float>& g, std::vector<float>& u, ThreadPool* pool) {
+  const int64_t H = c.hidden;
+  rms_norm_rows(proj, n, H, w.post_attn_norm, c.rms_eps, proj);
+  for (int64_t i = 0; i < n * H; ++i) x[i] += proj[i];
+  rms_norm_rows(x, n, H, w.ffn_norm, c.rms_eps, h);
+  gated_mlp(w.gate, w.up, w.down, c.activation, h, n, proj, g, u, pool);
+  if (c.dense_and_moe) {
+    rms_norm_rows(proj, n, H, w.post_ffn_norm_1, c.rms_eps, proj);
+    std::vector<float> router_in(size_t(n * H)), experts_out(size_t(n * H));
+    rms_norm_rows(x, n, H, TensorView{}, c.rms_eps, router_in.data());
+    if (c.router_norm) {
+      const float* scale = w.router_scale.f32();
+      const float inv_sqrt_hidden = 1.f / std::sqrt(float(H));
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t j = 0; j < H; ++j) router_in[size_t(r * H + j)] *= scale[j] * inv_sqrt_hidden;
+    }
+    rms_norm_rows(x, n, H, w.pre_ffn_norm_2, c.rms_eps, h);
+    moe(c, w, router_in.data(), h, n, experts_out.data(), pool);
+    rms_norm_rows(experts_out.data(), n, H, w.post_ffn_norm_2, c.rms_eps, experts_out.data());
+    for (int64_t i = 0; i < n * H; ++i) proj[i] += experts_out[size_t(i)];
+  }
+  rms_norm_rows(proj, n, H, w.post_ffn_norm, c.rms_eps, proj);
+  for (int64_t i = 0; i < n * H; ++i) x[i] = (x[i] + proj[i]) * layer_scalar;
+}
+
+}  // namespace
+
 void forward(const Model& model, KvCache& cache, const ForwardRequest& req, ThreadPool* pool) {
   const ModelConfig& c = model.config;
-  const int64_t n = req.n, H = c.hidden, D = c.head_dim;
-  const int64_t q_width = c.n_heads * D, kv_width = c.n_kv_heads * D;
-  const int64_t key_end = req.key_end > 0 ? req.key_end : req.pos0 + n;
+  const int64_t n = req.n, H = c.hidden;
+  const bool decoder = req.decoder;
   check(n > 0, "forward: no tokens");
-  check(req.pos0 >= 0 && req.pos0 + n <= key_end && key_end <= cache.capacity(),
-        "forward: positions " + std::to_string(req.pos0) + ".." + std::to_string(req.pos0 + n) + " (keys to " +
-            std::to_string(key_end) + ") exceed the KV cache capacity " + std::to_string(cache.capacity()));
+  check(!decoder || c.has_decoder, "forward: decoder mode needs a model with a decoder (diffusion-gemma); '" +
+                                       c.arch + "' has none");
+  const int64_t key_end = decoder ? req.pos0 : req.key_end > 0 ? req.key_end : req.pos0 + n;
+  if (decoder) {
+    check(req.pos0 >= 0 && req.pos0 <= cache.capacity(),
+          "forward: decoder canvas after " + std::to_string(req.pos0) + " cached positions exceeds the KV cache capacity " +
+              std::to_string(cache.capacity()));
+  } else {
+    check(req.pos0 >= 0 && req.pos0 + n <= key_end && key_end <= cache.capacity(),
+          "forward: positions " + std::to_string(req.pos0) + ".." + std::to_string(req.pos0 + n) + " (keys to " +
+              std::to_string(key_end) + ") exceed the KV cache capacity " + std::to_string(cache.capacity()));
+  }
   for (int64_t i = 0; i < n; ++i)
     check(req.tokens[i] >= 0 && req.tokens[i] < c.vocab,
           "token id " + std::to_string(req.tokens[i]) + " is outside the vocabulary (size " + std::to_string(c.vocab) + ")");
 
-  std::vector<float> x(size_t(n * H)), h(size_t(n * H)), q(size_t(n * q_width)), k(size_t(n * kv_width)),
-      v(size_t(n * kv_width)), attn(size_t(n * q_width)), proj(size_t(n * H)), g, u;
+  // Buffers sized for the widest layer (Gemma 4's full layers are wider than its sliding ones).
+  int64_t max_q_width = 0, max_kv_width = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerAttention a = c.attention_of(l);
+    max_q_width = std::max(max_q_width, c.n_heads * a.head_dim);
+    max_kv_width = std::max(max_kv_width, a.n_kv_heads * a.head_dim);
+  }
+  std::vector<float> x(size_t(n * H)), h(size_t(n * H)), q(size_t(n * max_q_width)), k(size_t(n * max_kv_width)),
+      v(size_t(n * max_kv_width)), attn(size_t(n * max_q_width)), proj(size_t(n * H)), g, u;
+  std::vector<float> canvas_keys, canvas_values;  // decoder: [visible cache ; canvas] K/V of one layer
   std::vector<int32_t> pos(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     pos[size_t(i)] = int32_t(req.pos0 + i);
@@ -198,44 +466,91 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& req, Thre
       for (int64_t j = 0; j < H; ++j) x[size_t(i * H + j)] += pe[j];
     }
   }
+  if (decoder) self_conditioning_input(model, req.self_cond, n, x.data(), pool);
   int32_t* groups = cache.groups();
-  for (int64_t i = 0; i < n; ++i) groups[req.pos0 + i] = req.groups[i];
-
-  AttentionShape shape;
-  shape.n_heads = int(c.n_heads);
-  shape.n_kv_heads = int(c.n_kv_heads);
-  shape.head_dim = int(D);
-  shape.scale = 1.f / std::sqrt(float(D));
-  AttentionMask mask;
-  mask.key_group = groups;
-  mask.query_group = req.groups;
+  if (!decoder)
+    for (int64_t i = 0; i < n; ++i) groups[req.pos0 + i] = req.groups[i];
+  // Sliding layers: query at position p sees keys j >= p - window + 1 (and its group's rule).
+  std::vector<int32_t> window_start;
+  if (c.sliding_window > 0)
+    for (int64_t i = 0; i < n; ++i) window_start.push_back(int32_t(req.pos0 + i - c.sliding_window + 1));
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model.layers[size_t(l)];
+    const LayerAttention la = c.attention_of(l);
+    const int64_t D = la.head_dim, q_width = c.n_heads * D, kv_width = la.n_kv_heads * D;
+    const bool sliding = la.kind == AttentionKind::Sliding;
     rms_norm_rows(x.data(), n, H, w.attn_norm, c.rms_eps, h.data());
     matmul(w.wq, h.data(), n, q.data(), pool);
     matmul(w.wk, h.data(), n, k.data(), pool);
-    matmul(w.wv, h.data(), n, v.data(), pool);
+    if (la.value_from_key) {
+      std::copy(k.begin(), k.begin() + n * kv_width, v.begin());  // raw k_proj output, before k_norm and RoPE
+    } else {
+      matmul(w.wv, h.data(), n, v.data(), pool);
+    }
     add_bias(q.data(), n, q_width, w.bq);
     add_bias(k.data(), n, kv_width, w.bk);
     add_bias(v.data(), n, kv_width, w.bv);
-    rope(q.data(), n, int(c.n_heads), pos.data(), c.rope);
-    rope(k.data(), n, int(c.n_kv_heads), pos.data(), c.rope);
+    if (c.qk_norm) {
+      norm_heads(q.data(), n, c.n_heads, D, w.q_norm, c.rms_eps);
+      norm_heads(k.data(), n, la.n_kv_heads, D, w.k_norm, c.rms_eps);
+    }
+    if (c.v_norm) norm_heads(v.data(), n, la.n_kv_heads, D, TensorView{}, c.rms_eps);
+    rope(q.data(), n, int(c.n_heads), pos.data(), la.rope);
+    rope(k.data(), n, int(la.n_kv_heads), pos.data(), la.rope);
+
+    AttentionShape shape;
+    shape.n_heads = int(c.n_heads);
+    shape.n_kv_heads = int(la.n_kv_heads);
+    shape.head_dim = int(D);
+    shape.scale = c.attention_scale > 0 ? c.attention_scale : 1.f / std::sqrt(float(D));
     float* kc = cache.keys(l);
     float* vc = cache.values(l);
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t hh = 0; hh < c.n_kv_heads; ++hh) {
-        const int64_t dst = hh * cache.head_stride() + (req.pos0 + i) * D;
-        std::memcpy(kc + dst, &k[size_t(i * kv_width + hh * D)], size_t(D) * 4);
-        std::memcpy(vc + dst, &v[size_t(i * kv_width + hh * D)], size_t(D) * 4);
+    const int64_t stride = cache.head_stride(l);
+    if (!decoder) {
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t hh = 0; hh < la.n_kv_heads; ++hh) {
+          const int64_t dst = hh * stride + (req.pos0 + i) * D;
+          std::memcpy(kc + dst, &k[size_t(i * kv_width + hh * D)], size_t(D) * 4);
+          std::memcpy(vc + dst, &v[size_t(i * kv_width + hh * D)], size_t(D) * 4);
+        }
+      AttentionMask mask;
+      mask.key_group = groups;
+      mask.query_group = req.groups;
+      if (sliding) mask.window_start = window_start.data();
+      attention(q.data(), n, q_width, kc, vc, key_end, stride, mask, shape, attn.data(), q_width, pool);
+    } else {
+      // The canvas sees the cache (sliding layers: its last window - 1 positions) and itself, both ways;
+      // its own K/V go to scratch so the cache stays as the encoder left it.
+      const int64_t first = sliding ? std::max<int64_t>(0, req.pos0 - (c.sliding_window - 1)) : 0;
+      const int64_t cached = req.pos0 - first, keys = cached + n;
+      canvas_keys.resize(size_t(la.n_kv_heads * keys * D));
+      canvas_values.resize(size_t(la.n_kv_heads * keys * D));
+      for (int64_t hh = 0; hh < la.n_kv_heads; ++hh) {
+        float* ks = &canvas_keys[size_t(hh * keys * D)];
+        float* vs = &canvas_values[size_t(hh * keys * D)];
+        std::memcpy(ks, kc + hh * stride + first * D, size_t(cached * D) * 4);
+        std::memcpy(vs, vc + hh * stride + first * D, size_t(cached * D) * 4);
+        for (int64_t i = 0; i < n; ++i) {
+          std::memcpy(ks + (cached + i) * D, &k[size_t(i * kv_width + hh * D)], size_t(D) * 4);
+          std::memcpy(vs + (cached + i) * D, &v[size_t(i * kv_width + hh * D)], size_t(D) * 4);
+        }
       }
-    attention(q.data(), n, q_width, kc, vc, key_end, cache.head_stride(), mask, shape, attn.data(), q_width, pool);
+      attention(q.data(), n, q_width, canvas_keys.data(), canvas_values.data(), keys, keys * D, AttentionMask{},
+                shape, attn.data(), q_width, pool);
+    }
     matmul(w.wo, attn.data(), n, proj.data(), pool);
+
+    if (c.layer_style == LayerStyle::Gemma4) {
+      gemma_layer_rest(c, w, decoder ? w.layer_scalar_decoder : w.layer_scalar_encoder, n, x.data(), proj.data(),
+                       h.data(), g, u, pool);
+      continue;
+    }
     for (int64_t i = 0; i < n * H; ++i) x[size_t(i)] += proj[size_t(i)];
 
     rms_norm_rows(x.data(), n, H, w.ffn_norm, c.rms_eps, h.data());
     if (c.is_moe()) {
-      moe(c, w, h.data(), n, proj.data(), pool);
+      moe(c, w, h.data(), h.data(), n, proj.data(), pool);
     } else {
       gated_mlp(w.gate, w.up, w.down, c.activation, h.data(), n, proj.data(), g, u, pool);
     }

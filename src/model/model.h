@@ -1,5 +1,6 @@
 // A transformer bound to its weights, and its forward pass over new tokens against a KV cache.
 #pragma once
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,24 +13,44 @@
 namespace canvas {
 
 class GgufFile;
+class SafetensorsModel;
 
 struct LayerWeights {
-  TensorView attn_norm, wq, wk, wv, wo;
+  TensorView attn_norm, wq, wk, wv, wo;  // wv.data == nullptr when V comes from wk (value_from_key)
   TensorView bq, bk, bv;  // data == nullptr when absent
   TensorView ffn_norm;
   TensorView gate, up, down;                       // dense MLP
   TensorView router, gate_exps, up_exps, down_exps;  // MoE
+  // Gemma 4 (LayerStyle::Gemma4): q/k norms over a head, the norms after attention and around the
+  // two MLPs, the router's input scale and per-expert output scale, experts' fused [gate; up] matrices.
+  TensorView q_norm, k_norm, post_attn_norm, post_ffn_norm, post_ffn_norm_1, pre_ffn_norm_2, post_ffn_norm_2;
+  TensorView router_scale, per_expert_scale, gate_up_exps;
+  float layer_scalar_encoder = 1, layer_scalar_decoder = 1;  // multiply the whole layer output
+};
+
+// DiffusionGemma's decoder-only self-conditioning MLP (config.has_decoder).
+struct SelfConditioningWeights {
+  TensorView pre_norm, gate, up, down;
 };
 
 struct Model {
   ModelConfig config;
-  std::shared_ptr<GgufFile> file;  // keeps the memory map alive
+  std::shared_ptr<GgufFile> file;                  // the GGUF the weights map (null for safetensors)
+  std::shared_ptr<SafetensorsModel> safetensors;   // the safetensors checkpoint (null for GGUF)
+  // f32 copies of small tensors whose stored type the kernels do not take (e.g. bf16 norms), made once
+  // at load; shared so that copies of a Model keep them alive.
+  std::shared_ptr<std::deque<std::vector<float>>> converted;
   TensorView token_embd, output_norm, output;
   TensorView position_embd;  // optional learned absolute positions [hidden, n_positions] (GPT-2 style)
   std::vector<LayerWeights> layers;
+  SelfConditioningWeights self_conditioning;
 
-  // Loads a GGUF; checks every tensor's presence, dtype and shape against the config.
+  // A directory (or its config.json) is a Hugging Face safetensors checkpoint (Gemma 4 /
+  // DiffusionGemma); anything else is read as GGUF. Checks every tensor's presence, dtype and shape
+  // against the config.
   static Model load(const std::string& path);
+  static Model load_gguf(const std::string& path);
+  static Model load_safetensors(const std::string& path);  // a directory or its config.json
   int64_t parameter_count() const;
   int64_t weight_bytes() const;
 };
@@ -38,6 +59,12 @@ struct Model {
 // at those positions (with their visibility groups); attention then reads keys [0, key_end), which may
 // include positions beyond the new tokens (already filled, e.g. a stale suffix). Key j is visible to a
 // new token iff cache.group[j] <= that token's group.
+//
+// Decoder mode (config.has_decoder, DiffusionGemma): the n tokens are a canvas at positions pos0 ..
+// pos0+n-1 right after the cached prefix [0, pos0). It attends bidirectionally to the visible cache (full
+// layers: all of it; sliding layers: its last sliding_window - 1 positions) and to the whole canvas,
+// and never writes the cache (groups and key_end are not used). Its input goes through the
+// self-conditioning MLP, fed the previous step's logits (self_cond, or zeros when null).
 struct ForwardRequest {
   const int32_t* tokens = nullptr;
   int64_t n = 0;
@@ -47,6 +74,8 @@ struct ForwardRequest {
   // Rows (indices into the n new tokens) whose logits are wanted, in this order; empty: none.
   std::vector<int32_t> logit_rows;
   float* logits = nullptr;          // [logit_rows.size()][vocab]
+  bool decoder = false;
+  const float* self_cond = nullptr;  // decoder: [n][vocab] previous step's logits; null: zeros
 };
 
 void forward(const Model& model, KvCache& cache, const ForwardRequest& request, ThreadPool* pool);

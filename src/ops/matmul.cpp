@@ -65,27 +65,25 @@ float dot_float(DType type, const uint8_t* w_row, const float* x, int64_t k) {
   }
 }
 
-// Per block: exact integer dot, then acc += (d_w * d_x) * isum in float, blocks in order.
+// Per 32-block: exact integer dots, then acc += (scale * d_x) * isum (+ (min * d_x) * sum(x_q) for types
+// with a minimum) in float, blocks in order. Q6_K's two 16-element halves have their own scales.
 float dot_quant(DType type, const uint8_t* w_row, const ActBlock* act, int64_t nb) {
   float acc = 0.f;
+  DecodedBlock blk;
   for (int64_t b = 0; b < nb; ++b) {
-    int32_t isum = 0;
-    float dw;
-    if (type == DType::Q8_0) {
-      BlockQ8_0 blk;
-      std::memcpy(&blk, w_row + b * sizeof(BlockQ8_0), sizeof blk);
-      for (int i = 0; i < kQK; ++i) isum += int32_t(blk.qs[i]) * int32_t(act[b].q[i]);
-      dw = f16_to_f32(blk.d);
-    } else {
-      BlockQ4_0 blk;
-      std::memcpy(&blk, w_row + b * sizeof(BlockQ4_0), sizeof blk);
-      for (int i = 0; i < kQK / 2; ++i) {
-        isum += (int32_t(blk.qs[i] & 15) - 8) * int32_t(act[b].q[i]);
-        isum += (int32_t(blk.qs[i] >> 4) - 8) * int32_t(act[b].q[i + kQK / 2]);
-      }
-      dw = f16_to_f32(blk.d);
+    decode_block(type, w_row, b, blk);
+    int32_t isum[2] = {0, 0}, xsum = 0;
+    for (int i = 0; i < kQK; ++i) {
+      isum[i / 16] += int32_t(blk.q[i]) * int32_t(act[b].q[i]);
+      xsum += act[b].q[i];
     }
-    acc += (dw * act[b].d) * float(isum);
+    if (type == DType::Q6_K) {
+      acc += (blk.scale[0] * act[b].d) * float(isum[0]);
+      acc += (blk.scale[1] * act[b].d) * float(isum[1]);
+    } else {
+      acc += (blk.scale[0] * act[b].d) * float(isum[0] + isum[1]);
+    }
+    if (blk.has_min) acc += (blk.min * act[b].d) * float(xsum);
   }
   return acc;
 }
@@ -148,7 +146,19 @@ const KernelSet& kernels_for(SimdLevel level) {
   }
 }
 
-bool is_quant(DType type) { return type == DType::Q8_0 || type == DType::Q4_0; }
+bool is_quant(DType type) {
+  switch (type) {
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K: return true;
+    default: return false;
+  }
+}
 
 std::string describe(const TensorView& w) {
   return "weight '" + w.name + "' (" + dtype_name(w.type) + " " + w.shape_string() + ")";
@@ -173,8 +183,9 @@ void check_args(const TensorView& w, const float* x, int64_t ldx, int64_t m, con
   check(matmul_supports(w.type), "matmul: " + describe(w) + ": unsupported weight type");
   check(w.data != nullptr || w.rows() * w.cols() == 0, "matmul: " + describe(w) + " has no data");
   const int64_t k = w.cols();
-  check(!is_quant(w.type) || k % kQK == 0, "matmul: " + describe(w) + ": row length " + std::to_string(k) +
-                                                 " is not a multiple of the block size 32");
+  const int64_t block = dtype_info(w.type).block_size;
+  check(k % block == 0, "matmul: " + describe(w) + ": row length " + std::to_string(k) +
+                            " is not a multiple of the block size " + std::to_string(block));
   check(m >= 0, "matmul: negative row count " + std::to_string(m));
   check(ldx >= k, "matmul: x row stride " + std::to_string(ldx) + " < k = " + std::to_string(k) + " for " + describe(w));
   check(ldy >= w.rows(),
@@ -212,8 +223,7 @@ void run_matmul(const KernelSet& ks, const TensorView& w, const float* x, int64_
 }  // namespace
 
 bool matmul_supports(DType type) {
-  return type == DType::F32 || type == DType::F16 || type == DType::BF16 || type == DType::Q8_0 ||
-         type == DType::Q4_0;
+  return type == DType::F32 || type == DType::F16 || type == DType::BF16 || is_quant(type);
 }
 
 SimdLevel matmul_simd_level() {
@@ -271,6 +281,15 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
       }
       return;
     }
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+      row_bytes(type, n);
+      dequantize_row_extra(type, s, dst, n);
+      return;
     default: throw Error(std::string("dequantize_row: unsupported type ") + dtype_name(type));
   }
 }
@@ -324,6 +343,15 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n) {
       }
       return;
     }
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+      row_bytes(type, n);
+      quantize_row_extra(type, src, out, n);
+      return;
     default: throw Error(std::string("quantize_row: unsupported type ") + dtype_name(type));
   }
 }

@@ -8,7 +8,8 @@
 
 namespace canvas {
 
-// True when matmul() accepts weights of this type (F32, F16, BF16, Q8_0, Q4_0).
+// True when matmul() accepts weights of this type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+// Q5_K, Q6_K).
 bool matmul_supports(DType type);
 
 // y[i][j] = sum_k x[i][k] * W[j][k] for i < m, j < n.
@@ -16,8 +17,9 @@ bool matmul_supports(DType type);
 //   x: m rows of k floats, row stride ldx (>= k).   y: m rows of n floats, row stride ldy (>= n).
 // Every y[i][j] is bitwise the same whatever m, whatever the other rows of x and whatever the thread
 // count (work is split over output columns j / row tiles only; the order of accumulation over k is a
-// fixed function of k). Quantised weights (Q8_0, Q4_0) use activations quantised per 32-block to 8 bits,
-// as ggml does, and integer dot products.
+// fixed function of k). Quantised weights use activations quantised per 32-block to 8 bits (ggml's Q8_0
+// rounding, scale kept in f32) and integer dot products; K-quants too (their sub-blocks are 32 or 16
+// elements, so each activation block meets one or two weight scales; ggml's Q8_K 256-blocks are not used).
 void matmul(const TensorView& w, const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy,
             ThreadPool* pool);
 inline void matmul(const TensorView& w, const float* x, int64_t m, float* y, ThreadPool* pool) {
@@ -28,7 +30,9 @@ inline void matmul(const TensorView& w, const float* x, int64_t m, float* y, Thr
 // the same activation quantisation and block-wise integer dots), used by tests.
 void matmul_reference(const TensorView& w, const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy);
 
-// Row conversion, any direction between f32 and F32/F16/BF16/Q8_0/Q4_0 (ggml's reference rounding).
+// Row conversion, any direction between f32 and F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K.
+// Dequantisation is bit-exact with ggml's; quantisation uses ggml's reference rounding except for the
+// K-quants, which use a plain min/max quantiser (valid blocks, not byte-identical to llama-quantize).
 void dequantize_row(DType type, const void* src, float* dst, int64_t n);
 void quantize_row(DType type, const float* src, void* dst, int64_t n);
 

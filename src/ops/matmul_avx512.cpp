@@ -1,10 +1,12 @@
-// AVX-512 matmul kernels: f32/f16/bf16 weights with f32 FMA, Q8_0/Q4_0 weights with VNNI int8 dots.
+// AVX-512 matmul kernels: f32/f16/bf16 weights with f32 FMA, quantised weights (Q8_0, Q4_0, Q4_1, Q5_0,
+// Q5_1, Q4_K, Q5_K, Q6_K) with VNNI int8 dots.
 //
 // Determinism: every output y[i][j] is produced by the same instruction sequence whatever tile computes
 // it. Float weights: 16 lanes accumulate k = 16s + l in order of s (masked tail last), then one fixed
 // reduction tree. Quantised weights: 16 int32 lanes per pair of 32-blocks, each lane converted to float
-// and accumulated as acc += (isum * d_x) * d_w in pair order (an odd last block uses lanes 0-7 only),
-// then the same reduction tree. Tiles only decide how many independent outputs run side by side.
+// and accumulated as acc += (isum * d_x) * d_w in pair order (an odd last block uses lanes 0-7 only;
+// formats with a minimum add it per pair or per super-block, see quant_tile), then the same reduction
+// tree. Tiles only decide how many independent outputs run side by side.
 //
 // GCC 12's AVX-512 headers trip -W(maybe-)uninitialized on their own _mm512_undefined_* where they get
 // inlined (GCC bug 105593), so those two warnings are off for this file.
@@ -13,6 +15,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "ops/matmul_kernels.h"
@@ -162,18 +165,26 @@ void matmul_float(const FloatArgs& a, int64_t j0, int64_t j1) {
 // ---- quantised weights -----------------------------------------------------------------------------
 //
 // Activation row layout, per pair of 32-blocks (192 bytes): 64 int8 values ordered the way the weight
-// pair unpacks, 16 int32 start values for vpdpbusd (the bias correction: the weights enter as unsigned
-// bytes, Q8_0 as q + 128 and Q4_0 as the raw nibble q, so each lane starts at -128 or -8 times the sum of
-// its 4 activation values), and 16 f32 activation scales per lane. An odd last block fills lanes 0-7
-// of its pair in element order.
+// pair unpacks; 16 lane words (4 values each) for vpdpbusd, which takes the weights as unsigned bytes:
+// int32 start values -offset * (sum of the lane's values) (Q8_0 enters as q + 128, Q4_0 / Q5_0 / Q6_K as
+// their stored unsigned q with offsets 8 / 16 / 32), or, for formats with a block minimum (Q4_1, Q5_1;
+// no offset, the dot starts at 0), the f32 d_x * (sum of the lane's values); then 16 f32 activation
+// scales per lane. An odd last block fills lanes 0-7 of its pair in element order. For Q4_K / Q5_K (no
+// offset either) the minimum is applied once per super-block instead: lanes 8-15 of the first pair's lane
+// words hold d_x * (sum of block s's values) for the super-block's 8 blocks s (the others stay 0).
 constexpr int64_t kPairBytes = 192;
 
 int64_t act_row_bytes(int64_t k) { return (k / kQK + 1) / 2 * kPairBytes; }
 
+// Formats whose 32-block unpacks as [low nibbles = elements 0-15 | high nibbles = elements 16-31].
+inline bool split_halves(DType wtype) {
+  return wtype == DType::Q4_0 || wtype == DType::Q4_1 || wtype == DType::Q5_0 || wtype == DType::Q5_1;
+}
+
 // Lane (4-element group) that holds elements 4g..4g+3 of block h (0 or 1) of a full pair.
 inline int pair_lane(DType wtype, int h, int g) {
-  if (wtype == DType::Q8_0) return h * 8 + g;
-  return (g < 4 ? 0 : 8) + h * 4 + (g & 3);  // Q4_0: [b lo | b' lo | b hi | b' hi] by 16-element halves
+  if (!split_halves(wtype)) return h * 8 + g;  // element order: Q8_0 and the K-quants
+  return (g < 4 ? 0 : 8) + h * 4 + (g & 3);    // [b lo | b' lo | b hi | b' hi] by 16-element halves
 }
 
 // The byte position of element e of block h in a full pair.
@@ -199,7 +210,8 @@ float quantize_block_avx512(const float* x, int8_t* q) {
 
 void quantize_act(DType wtype, const float* x, int64_t k, uint8_t* dst) {
   const int64_t nb = k / kQK;
-  const int bias = wtype == DType::Q8_0 ? -128 : -8;
+  const int offset = wtype == DType::Q8_0 ? 128 : quant_offset(wtype);
+  const bool mins = has_block_min(wtype);
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* pair = dst + b / 2 * kPairBytes;
     const int h = int(b & 1);
@@ -207,8 +219,8 @@ void quantize_act(DType wtype, const float* x, int64_t k, uint8_t* dst) {
     if (h == 0) std::memset(pair, 0, kPairBytes);
     int8_t q[kQK];
     const float d = quantize_block_avx512(x + b * kQK, q);
-    int32_t* init = reinterpret_cast<int32_t*>(pair + 64);
     float* dx = reinterpret_cast<float*>(pair + 128);
+    int32_t block_sum = 0;
     for (int g = 0; g < 8; ++g) {
       const int lane = lone ? g : pair_lane(wtype, h, g);
       int32_t sum = 0;
@@ -216,8 +228,20 @@ void quantize_act(DType wtype, const float* x, int64_t k, uint8_t* dst) {
         pair[lane * 4 + e] = uint8_t(q[4 * g + e]);
         sum += q[4 * g + e];
       }
-      init[lane] = bias * sum;
+      if (mins && is_kquant(wtype)) {
+        block_sum += sum;
+      } else if (mins) {
+        const float sx = d * float(sum);
+        std::memcpy(pair + 64 + 4 * lane, &sx, 4);
+      } else {
+        const int32_t init = -offset * sum;
+        std::memcpy(pair + 64 + 4 * lane, &init, 4);
+      }
       dx[lane] = d;
+    }
+    if (mins && is_kquant(wtype)) {  // lane 8 + s of the super-block's first pair
+      const float sx = d * float(block_sum);
+      std::memcpy(dst + b / 8 * 4 * kPairBytes + 64 + 4 * (8 + b % 8), &sx, 4);
     }
   }
 }
@@ -236,8 +260,14 @@ inline float half_to_float(const uint8_t* p) {
   return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
 }
 
-// Weight scales of a pair (two f16 at p and p + stride) spread over the lanes as `index` says.
-inline __m512 pair_scales(const uint8_t* p, int stride, __m512i index) {
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Two f16 values (at p and p + stride) spread over the lanes as `index` says.
+inline __m512 pair_halves(const uint8_t* p, int stride, __m512i index) {
   uint16_t d0, d1;
   std::memcpy(&d0, p, 2);
   std::memcpy(&d1, p + stride, 2);
@@ -245,37 +275,226 @@ inline __m512 pair_scales(const uint8_t* p, int stride, __m512i index) {
   return _mm512_permutexvar_ps(index, _mm512_castps128_ps512(f));
 }
 
-struct PairQ8 {
-  static constexpr int kBlockBytes = sizeof(BlockQ8_0);
-  static void load(const uint8_t* p, __m512i& q, __m512& d) {
+// Lane -> block of the pair for the split-halves formats: [b lo | b' lo | b hi | b' hi].
+inline __m512i split_index() { return _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0); }
+
+// The 32 nibbles of two 16-byte runs in split-halves pair order: [a lo | b lo | a hi | b hi].
+inline __m512i split_nibbles_pair(const uint8_t* a, const uint8_t* b) {
+  const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+  const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+  return _mm512_and_si512(z, _mm512_set1_epi8(0x0f));
+}
+
+// One block's 32 nibbles in element order (an odd last block).
+inline __m256i split_nibbles_one(const uint8_t* qs) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0f));
+}
+
+// Adds bit 4 (Q5_0 / Q5_1: bit i of the block's qh is element i's) in split-halves pair order.
+inline __m512i add_fifth_bit_pair(__m512i q, uint32_t qh0, uint32_t qh1) {
+  const __mmask64 mask = __mmask64(qh0 & 0xffff) | __mmask64(qh1 & 0xffff) << 16 | __mmask64(qh0 >> 16) << 32 |
+                         __mmask64(qh1 >> 16) << 48;
+  return _mm512_mask_add_epi8(q, mask, q, _mm512_set1_epi8(0x10));
+}
+
+// Weight formats, as the tile loop sees them: units of kPairs pairs of 32-blocks (1, or 4 for the
+// K-quants' super-blocks) kUnitBytes apart; prepare() decodes what a unit's blocks share (K-quant
+// scales); pair() yields pair t of the unit as 64 unsigned bytes in activation-layout order, its per-lane
+// scale and, for kLaneMin formats, its per-lane minimum (the value added to scale * q). The 32-block
+// formats also give load_one() for an odd last block (element order, lanes 0-7).
+struct NoUnit {};
+// How a format's minimum enters: none; per lane (Q4_1, Q5_1: acc += (d_x * lane sum) * min); once per
+// super-block (Q4_K, Q5_K: lanes 8-15 of acc += (d_x * block sum) * min of each of the 8 blocks).
+constexpr int kNoMin = 0, kLaneMin = 1, kSuperBlockMin = 2;
+
+struct PairQ8_0 {
+  static constexpr int kPairs = 1, kUnitBytes = 2 * sizeof(BlockQ8_0), kPrefetchSpan = 64;
+  static constexpr int kVecCols = 8, kCols = 4;
+  static constexpr int kMinMode = kNoMin;
+  using Unit = NoUnit;
+  static void prepare(const uint8_t*, Unit&) {}
+  static void pair(const uint8_t* p, const Unit&, int, __m512i& q, __m512& d, __m512&) {
+    constexpr int kB = sizeof(BlockQ8_0);
     const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
-    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kBlockBytes + 2));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kB + 2));
     q = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(b0), b1, 1), _mm512_set1_epi8(char(0x80)));
-    d = pair_scales(p, kBlockBytes, _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0));
+    d = pair_halves(p, kB, _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0));
   }
-  static void load_one(const uint8_t* p, __m256i& q, __m256& d) {
+  static void load_one(const uint8_t* p, __m256i& q, __m256& d, __m256&) {
     q = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2)), _mm256_set1_epi8(char(0x80)));
     d = _mm256_set1_ps(half_to_float(p));
   }
 };
 
-struct PairQ4 {
-  static constexpr int kBlockBytes = sizeof(BlockQ4_0);
-  static void load(const uint8_t* p, __m512i& q, __m512& d) {
-    const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
-    const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kBlockBytes + 2));
-    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(b0), b1, 1);
-    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
-    q = _mm512_and_si512(z, _mm512_set1_epi8(0x0f));
-    d = pair_scales(p, kBlockBytes, _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0));
+struct PairQ4_0 {
+  static constexpr int kPairs = 1, kUnitBytes = 2 * sizeof(BlockQ4_0), kPrefetchSpan = 64;
+  static constexpr int kVecCols = 8, kCols = 4;
+  static constexpr int kMinMode = kNoMin;
+  using Unit = NoUnit;
+  static void prepare(const uint8_t*, Unit&) {}
+  static void pair(const uint8_t* p, const Unit&, int, __m512i& q, __m512& d, __m512&) {
+    constexpr int kB = sizeof(BlockQ4_0);
+    q = split_nibbles_pair(p + 2, p + kB + 2);
+    d = pair_halves(p, kB, split_index());
   }
-  static void load_one(const uint8_t* p, __m256i& q, __m256& d) {
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
-    q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0f));
+  static void load_one(const uint8_t* p, __m256i& q, __m256& d, __m256&) {
+    q = split_nibbles_one(p + 2);
     d = _mm256_set1_ps(half_to_float(p));
   }
 };
 
+struct PairQ4_1 {
+  static constexpr int kPairs = 1, kUnitBytes = 2 * sizeof(BlockQ4_1), kPrefetchSpan = 64;
+  static constexpr int kVecCols = 8, kCols = 4;
+  static constexpr int kMinMode = kLaneMin;
+  using Unit = NoUnit;
+  static void prepare(const uint8_t*, Unit&) {}
+  static void pair(const uint8_t* p, const Unit&, int, __m512i& q, __m512& d, __m512& m) {
+    constexpr int kB = sizeof(BlockQ4_1);
+    q = split_nibbles_pair(p + 4, p + kB + 4);
+    d = pair_halves(p, kB, split_index());
+    m = pair_halves(p + 2, kB, split_index());
+  }
+  static void load_one(const uint8_t* p, __m256i& q, __m256& d, __m256& m) {
+    q = split_nibbles_one(p + 4);
+    d = _mm256_set1_ps(half_to_float(p));
+    m = _mm256_set1_ps(half_to_float(p + 2));
+  }
+};
+
+struct PairQ5_0 {
+  static constexpr int kPairs = 1, kUnitBytes = 2 * sizeof(BlockQ5_0), kPrefetchSpan = 64;
+  static constexpr int kVecCols = 8, kCols = 4;
+  static constexpr int kMinMode = kNoMin;
+  using Unit = NoUnit;
+  static void prepare(const uint8_t*, Unit&) {}
+  static void pair(const uint8_t* p, const Unit&, int, __m512i& q, __m512& d, __m512&) {
+    constexpr int kB = sizeof(BlockQ5_0);
+    q = add_fifth_bit_pair(split_nibbles_pair(p + 6, p + kB + 6), load_u32(p + 2), load_u32(p + kB + 2));
+    d = pair_halves(p, kB, split_index());
+  }
+  static void load_one(const uint8_t* p, __m256i& q, __m256& d, __m256&) {
+    const __m256i n = split_nibbles_one(p + 6);
+    q = _mm256_mask_add_epi8(n, __mmask32(load_u32(p + 2)), n, _mm256_set1_epi8(0x10));
+    d = _mm256_set1_ps(half_to_float(p));
+  }
+};
+
+struct PairQ5_1 {
+  static constexpr int kPairs = 1, kUnitBytes = 2 * sizeof(BlockQ5_1), kPrefetchSpan = 64;
+  static constexpr int kVecCols = 8, kCols = 4;
+  static constexpr int kMinMode = kLaneMin;
+  using Unit = NoUnit;
+  static void prepare(const uint8_t*, Unit&) {}
+  static void pair(const uint8_t* p, const Unit&, int, __m512i& q, __m512& d, __m512& m) {
+    constexpr int kB = sizeof(BlockQ5_1);
+    q = add_fifth_bit_pair(split_nibbles_pair(p + 8, p + kB + 8), load_u32(p + 4), load_u32(p + kB + 4));
+    d = pair_halves(p, kB, split_index());
+    m = pair_halves(p + 2, kB, split_index());
+  }
+  static void load_one(const uint8_t* p, __m256i& q, __m256& d, __m256& m) {
+    const __m256i n = split_nibbles_one(p + 8);
+    q = _mm256_mask_add_epi8(n, __mmask32(load_u32(p + 4)), n, _mm256_set1_epi8(0x10));
+    d = _mm256_set1_ps(half_to_float(p));
+    m = _mm256_set1_ps(half_to_float(p + 2));
+  }
+};
+
+// Q4_K / Q5_K: lanes 0-7 the sub-block scales d * sc[s], lanes 8-15 the minimums -(dmin * m[s]).
+struct KScales {
+  __m512 v;
+};
+
+inline void prepare_kscales(const uint8_t* p, KScales& u) {
+  uint32_t words[4];
+  unpack_kquant_scale_words(p + 4, words);
+  const __m512 sm = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(words))));
+  const __m256 d = _mm256_set1_ps(half_to_float(p)), dmin = _mm256_set1_ps(-half_to_float(p + 2));
+  u.v = _mm512_mul_ps(sm, _mm512_insertf32x8(_mm512_castps256_ps512(d), dmin, 1));
+}
+
+// Sub-blocks 2t (lanes 0-7) and 2t + 1 (lanes 8-15) of a K-quant unit: their scale lanes.
+inline __m512 kscale_pair(const KScales& u, int t) {
+  const __m512i index = _mm512_add_epi32(_mm512_set1_epi32(2 * t),
+                                         _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0));
+  return _mm512_permutexvar_ps(index, u.v);
+}
+
+// The low nibbles of qs[32t ..] (sub-block 2t) then their high nibbles (sub-block 2t + 1): element order.
+inline __m512i kquant_nibbles_pair(const uint8_t* qs, int t) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * t));
+  const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+  return _mm512_and_si512(z, _mm512_set1_epi8(0x0f));
+}
+
+struct PairQ4_K {
+  static constexpr int kPairs = 4, kUnitBytes = sizeof(BlockQ4_K), kPrefetchSpan = kUnitBytes;
+  static constexpr int kVecCols = 4, kCols = 4;
+  static constexpr int kMinMode = kSuperBlockMin;
+  using Unit = KScales;
+  static void prepare(const uint8_t* p, Unit& u) { prepare_kscales(p, u); }
+  static void pair(const uint8_t* p, const Unit& u, int t, __m512i& q, __m512& d, __m512&) {
+    q = kquant_nibbles_pair(p + offsetof(BlockQ4_K, qs), t);
+    d = kscale_pair(u, t);
+  }
+  static void load_one(const uint8_t*, __m256i&, __m256&, __m256&) {}  // never: 8 blocks per unit
+};
+
+struct PairQ5_K {
+  static constexpr int kPairs = 4, kUnitBytes = sizeof(BlockQ5_K), kPrefetchSpan = kUnitBytes;
+  static constexpr int kVecCols = 4, kCols = 4;
+  static constexpr int kMinMode = kSuperBlockMin;
+  using Unit = KScales;
+  static void prepare(const uint8_t* p, Unit& u) { prepare_kscales(p, u); }
+  static void pair(const uint8_t* p, const Unit& u, int t, __m512i& q, __m512& d, __m512&) {
+    // Bit 4 of sub-block s is bit s of qh[l]: bit 2t for bytes 0-31, bit 2t + 1 for bytes 32-63.
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + offsetof(BlockQ5_K, qh)));
+    const __m512i bits = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8(char(1 << (2 * t)))),
+                                            _mm256_set1_epi8(char(2 << (2 * t))), 1);
+    const __mmask64 high = _mm512_test_epi8_mask(_mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1), bits);
+    const __m512i n = kquant_nibbles_pair(p + offsetof(BlockQ5_K, qs), t);
+    q = _mm512_mask_add_epi8(n, high, n, _mm512_set1_epi8(0x10));
+    d = kscale_pair(u, t);
+  }
+  static void load_one(const uint8_t*, __m256i&, __m256&, __m256&) {}
+};
+
+// Q6_K: the 16 sub-block scales d * sc[s]; pair t covers sub-blocks 4t .. 4t + 3, 4 lanes each.
+struct PairQ6_K {
+  static constexpr int kPairs = 4, kUnitBytes = sizeof(BlockQ6_K), kPrefetchSpan = kUnitBytes;
+  static constexpr int kVecCols = 4, kCols = 4;
+  static constexpr int kMinMode = kNoMin;
+  struct Unit {
+    __m512 v;
+  };
+  static void prepare(const uint8_t* p, Unit& u) {
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + offsetof(BlockQ6_K, scales)));
+    u.v = _mm512_mul_ps(_mm512_set1_ps(half_to_float(p + offsetof(BlockQ6_K, d))),
+                        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
+  }
+  static void pair(const uint8_t* p, const Unit& u, int t, __m512i& q, __m512& d, __m512&) {
+    // Pair t lies in half t / 2: low (t even) or high (t odd) nibbles of ql[64h .. 64h + 63] and bits
+    // 0-1 / 2-3 (t even) or 4-5 / 6-7 (t odd) of qh[32h ..] for bytes 0-31 / 32-63.
+    const int half = t / 2, shift = 4 * (t & 1);
+    const __m512i ql = _mm512_loadu_si512(p + 64 * half);
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + offsetof(BlockQ6_K, qh) + 32 * half));
+    const __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+    const __m512i low = _mm512_and_si512(_mm512_srli_epi16(ql, unsigned(shift)), _mm512_set1_epi8(0x0f));
+    const __m512i high =
+        _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh2, unsigned(shift)), _mm512_set1_epi8(3)), 4);
+    q = _mm512_or_si512(low, high);
+    const __m512i index = _mm512_add_epi32(_mm512_set1_epi32(4 * t),
+                                           _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0));
+    d = _mm512_permutexvar_ps(index, u.v);
+  }
+  static void load_one(const uint8_t*, __m256i&, __m256&, __m256&) {}
+};
+
+// Per pair, in pair order: acc = fma(cvt(isum) * d_x, d_w, acc), then for kLaneMin formats
+// acc = fma(d_x * sum_x, min_w, acc); kSuperBlockMin formats add their minimums after each super-block's
+// pairs; an odd last block does the same in lanes 0-7.
 template <class P, int R, int C>
 void quant_tile(const uint8_t* xq, int64_t xrb, const uint8_t* w, int64_t wrb, int64_t nb, float* y, int64_t ldy) {
   __m512 acc[R][C];
@@ -283,48 +502,71 @@ void quant_tile(const uint8_t* xq, int64_t xrb, const uint8_t* w, int64_t wrb, i
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-  const int64_t pairs = nb / 2;
-  constexpr int64_t kWeightPair = 2 * P::kBlockBytes;
+  const int64_t units = nb / 2 / P::kPairs;
   // Quantised rows are short (a few KB), so a fixed distance along a row would miss every row's start;
   // one tile ahead covers each line exactly once. Very long rows fall back to a distance along the row.
   const int64_t prefetch_ahead = C * wrb <= kTileAheadMax ? C * wrb : kPrefetchBytes;
-  for (int64_t p = 0; p < pairs; ++p) {
-    __m512i wq[C];
-    __m512 dw[C];
+  for (int64_t u = 0; u < units; ++u) {
+    typename P::Unit unit[C];
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
-      const uint8_t* blk = w + c * wrb + p * kWeightPair;
+      const uint8_t* blk = w + c * wrb + u * P::kUnitBytes;
       // matvec: fetch the same spot of the next tile's rows (they follow in memory). A second prefetch
       // for the Q8_0 pair's other line measured slower: the hardware prefetcher covers it.
-      if (R == 1) _mm_prefetch(reinterpret_cast<const char*>(blk) + prefetch_ahead, _MM_HINT_T0);
-      P::load(blk, wq[c], dw[c]);
+      if (R == 1)
+        for (int off = 0; off < P::kPrefetchSpan; off += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(blk) + prefetch_ahead + off, _MM_HINT_T0);
+      P::prepare(blk, unit[c]);
     }
+#pragma GCC unroll 4
+    for (int t = 0; t < P::kPairs; ++t) {
+      __m512i wq[C];
+      __m512 dw[C], mw[C];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* act = xq + r * xrb + p * kPairBytes;
-      const __m512i xv = _mm512_load_si512(act);
-      const __m512i init = _mm512_load_si512(act + 64);
-      const __m512 dx = _mm512_load_ps(act + 128);
+      for (int c = 0; c < C; ++c) P::pair(w + c * wrb + u * P::kUnitBytes, unit[c], t, wq[c], dw[c], mw[c]);
 #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) {
-        const __m512i s = _mm512_dpbusd_epi32(init, wq[c], xv);
-        acc[r][c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dx), dw[c], acc[r][c]);
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* act = xq + r * xrb + (u * P::kPairs + t) * kPairBytes;
+        const __m512i xv = _mm512_load_si512(act);
+        const __m512i init = P::kMinMode != kNoMin ? _mm512_setzero_si512() : _mm512_load_si512(act + 64);
+        const __m512 dx = _mm512_load_ps(act + 128);
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) {
+          const __m512i s = _mm512_dpbusd_epi32(init, wq[c], xv);
+          acc[r][c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dx), dw[c], acc[r][c]);
+          if constexpr (P::kMinMode == kLaneMin)
+            acc[r][c] = _mm512_fmadd_ps(_mm512_load_ps(act + 64), mw[c], acc[r][c]);
+        }
+      }
+    }
+    if constexpr (P::kMinMode == kSuperBlockMin) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512 sx = _mm512_load_ps(xq + r * xrb + u * P::kPairs * kPairBytes + 64);
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) acc[r][c] = _mm512_mask3_fmadd_ps(sx, unit[c].v, acc[r][c], 0xff00);
       }
     }
   }
-  if (nb & 1) {
+  if (P::kPairs == 1 && (nb & 1)) {
+    const int64_t last = nb / 2;
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
       __m256i wq1;
-      __m256 dw1;
-      P::load_one(w + c * wrb + pairs * kWeightPair, wq1, dw1);
+      __m256 dw1, mw1;
+      P::load_one(w + c * wrb + last * P::kUnitBytes, wq1, dw1, mw1);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
-        const uint8_t* act = xq + r * xrb + pairs * kPairBytes;
-        const __m256i s = _mm256_dpbusd_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(act + 64)), wq1,
-                                              _mm256_load_si256(reinterpret_cast<const __m256i*>(act)));
+        const uint8_t* act = xq + r * xrb + last * kPairBytes;
+        const __m256i init = P::kMinMode != kNoMin ? _mm256_setzero_si256()
+                                      : _mm256_load_si256(reinterpret_cast<const __m256i*>(act + 64));
+        const __m256i s = _mm256_dpbusd_epi32(init, wq1, _mm256_load_si256(reinterpret_cast<const __m256i*>(act)));
         const __m256 g = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_load_ps(reinterpret_cast<const float*>(act + 128)));
         acc[r][c] = _mm512_mask3_fmadd_ps(_mm512_zextps256_ps512(g), _mm512_zextps256_ps512(dw1), acc[r][c], 0x00ff);
+        if constexpr (P::kMinMode == kLaneMin) {
+          const __m256 sx = _mm256_load_ps(reinterpret_cast<const float*>(act + 64));
+          acc[r][c] = _mm512_mask3_fmadd_ps(_mm512_zextps256_ps512(sx), _mm512_zextps256_ps512(mw1), acc[r][c], 0x00ff);
+        }
       }
     }
   }
@@ -334,7 +576,7 @@ void quant_tile(const uint8_t* xq, int64_t xrb, const uint8_t* w, int64_t wrb, i
     for (int c = 0; c < C; ++c) y[r * ldy + c] = hsum(acc[r][c]);
 }
 
-constexpr int kQuantRows = 4, kQuantCols = 4;
+constexpr int kQuantRows = 4;
 
 template <class P, int C>
 void quant_tile_rows(int r, const uint8_t* xq, int64_t xrb, const uint8_t* w, int64_t wrb, int64_t nb, float* y,
@@ -349,6 +591,7 @@ void quant_tile_rows(int r, const uint8_t* xq, int64_t xrb, const uint8_t* w, in
 
 template <class P>
 void matmul_quant_typed(const QuantArgs& a, int64_t j0, int64_t j1) {
+  constexpr int kVecCols = P::kVecCols, kQuantCols = P::kCols;
   const int64_t wrb = a.w_row_bytes, nb = a.k / kQK;
   if (a.m == 1) {
     int64_t j = j0;
@@ -372,8 +615,16 @@ void matmul_quant_typed(const QuantArgs& a, int64_t j0, int64_t j1) {
 }
 
 void matmul_quant(const QuantArgs& a, int64_t j0, int64_t j1) {
-  if (a.type == DType::Q8_0) matmul_quant_typed<PairQ8>(a, j0, j1);
-  else matmul_quant_typed<PairQ4>(a, j0, j1);
+  switch (a.type) {
+    case DType::Q8_0: matmul_quant_typed<PairQ8_0>(a, j0, j1); break;
+    case DType::Q4_0: matmul_quant_typed<PairQ4_0>(a, j0, j1); break;
+    case DType::Q4_1: matmul_quant_typed<PairQ4_1>(a, j0, j1); break;
+    case DType::Q5_0: matmul_quant_typed<PairQ5_0>(a, j0, j1); break;
+    case DType::Q5_1: matmul_quant_typed<PairQ5_1>(a, j0, j1); break;
+    case DType::Q4_K: matmul_quant_typed<PairQ4_K>(a, j0, j1); break;
+    case DType::Q5_K: matmul_quant_typed<PairQ5_K>(a, j0, j1); break;
+    default: matmul_quant_typed<PairQ6_K>(a, j0, j1); break;
+  }
 }
 
 }  // namespace

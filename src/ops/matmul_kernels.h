@@ -1,6 +1,7 @@
 // Internal interface between the matmul dispatcher (matmul.cpp) and its per-instruction-set kernels.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 #include "core/cpu.h"
 #include "core/dtype.h"
@@ -20,13 +21,15 @@ struct FloatArgs {
   int64_t ldy;
 };
 
-// Quantised weights (Q8_0, Q4_0) against activations quantised by the same kernel set's quantize_act
-// (each kernel set lays the quantised activations out the way its dot products want them).
+// Quantised weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) against activations quantised by
+// the same kernel set's quantize_act (each kernel set lays the quantised activations out the way its dot
+// products want them). Every type uses the same activation quantisation, 8 bits per 32-element block
+// (K-quant sub-blocks are 32 or 16 elements, so one activation block never straddles two weight scales).
 struct QuantArgs {
   DType type;
   const uint8_t* w;
   int64_t w_row_bytes;
-  int64_t k;  // multiple of 32
+  int64_t k;  // multiple of the weight block size (32 or 256)
   const uint8_t* xq;
   int64_t xq_row_bytes;
   int64_t m;
@@ -45,6 +48,44 @@ struct KernelSet {
   void (*matmul_quant)(const QuantArgs& a, int64_t j0, int64_t j1);
   int64_t grain;  // output columns per parallel chunk unit (keeps SIMD tiles whole)
 };
+
+// Weight types whose values carry an additive per-block minimum (value = d * q + min): their dot needs
+// the activation block sums, which the SIMD layouts keep in f32 in place of the integer bias.
+inline bool has_block_min(DType t) {
+  return t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K;
+}
+// The offset stored unsigned quants carry (value = d * (q - offset)): 8 for Q4_0, 16 for Q5_0, 32 for Q6_K.
+inline int quant_offset(DType t) {
+  return t == DType::Q4_0 ? 8 : t == DType::Q5_0 ? 16 : t == DType::Q6_K ? 32 : 0;
+}
+// Quantised weight types with 256-element super-blocks.
+inline bool is_kquant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+
+// The 6-bit scales and mins of a Q4_K / Q5_K block (unpack_kquant_scales in core/dtype.h) with 32-bit
+// word operations: out[0] = sc[0..3], out[1] = sc[4..7], out[2] = m[0..3], out[3] = m[4..7], a byte each.
+inline void unpack_kquant_scale_words(const uint8_t* scales, uint32_t* out) {
+  uint32_t w[3];
+  std::memcpy(w, scales, 12);
+  out[0] = w[0] & 0x3f3f3f3fu;
+  out[1] = (w[2] & 0x0f0f0f0fu) | ((w[0] >> 2) & 0x30303030u);  // top 2 bits of bytes 0-3 -> bits 4-5
+  out[2] = w[1] & 0x3f3f3f3fu;
+  out[3] = ((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 2) & 0x30303030u);
+}
+
+// One 32-element block of a quantised weight row as integers: value[i] = scale[i / 16] * q[i] (+ min when
+// has_min). q is the signed quant after the offset (Q5_0: q - 16, Q6_K: q - 32). scale is the float the
+// format multiplies q by (K-quants: d * sc, rounded once in f32 as ggml does), equal for both halves
+// except in Q6_K. Covers Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (block b of the row).
+struct DecodedBlock {
+  int8_t q[32];
+  float scale[2];
+  float min;
+  bool has_min;
+};
+void decode_block(DType type, const uint8_t* row, int64_t b, DecodedBlock& out);
+// Row (de)quantisation for Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (matmul_kquants.cpp); n already validated.
+void dequantize_row_extra(DType type, const uint8_t* src, float* dst, int64_t n);
+void quantize_row_extra(DType type, const float* src, uint8_t* dst, int64_t n);
 
 const KernelSet& kernels_scalar();
 const KernelSet& kernels_avx2();

@@ -12,7 +12,7 @@
 
 namespace canvas::train {
 
-std::vector<std::pair<std::string, GgufValue>> byte_tokenizer_metadata() {
+std::vector<std::pair<std::string, GgufValue>> byte_tokenizer_metadata(bool with_mask_token) {
   // GPT-2's byte-to-unicode alphabet, then the two specials.
   const auto& alphabet = gpt2_byte_to_unicode();
   std::vector<std::string> tokens(alphabet.begin(), alphabet.end());
@@ -21,16 +21,17 @@ std::vector<std::pair<std::string, GgufValue>> byte_tokenizer_metadata() {
   std::vector<int64_t> types(256, 1);
   types.push_back(3);
   types.push_back(3);
-  return {
+  std::vector<std::pair<std::string, GgufValue>> metadata = {
       {"tokenizer.ggml.model", GgufValue::string("gpt2")},
       {"tokenizer.ggml.pre", GgufValue::string("gpt2")},
       {"tokenizer.ggml.tokens", GgufValue::string_array(tokens)},
       {"tokenizer.ggml.token_type", GgufValue::int_array(GgufType::Int32, types)},
       {"tokenizer.ggml.merges", GgufValue::string_array({})},
       {"tokenizer.ggml.eos_token_id", GgufValue::u32(uint32_t(kByteEos))},
-      {"tokenizer.ggml.mask_token_id", GgufValue::u32(uint32_t(kByteMask))},
       {"tokenizer.ggml.add_bos_token", GgufValue::boolean(false)},
   };
+  if (with_mask_token) metadata.emplace_back("tokenizer.ggml.mask_token_id", GgufValue::u32(uint32_t(kByteMask)));
+  return metadata;
 }
 
 namespace {

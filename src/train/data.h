@@ -17,8 +17,9 @@ constexpr int32_t kByteEos = 256;
 constexpr int32_t kByteMask = 257;
 constexpr int32_t kByteVocab = 258;
 // GGUF tokenizer metadata for that vocabulary (GPT-2 byte alphabet, no merges), so that every canvas
-// command can encode and decode text for the model.
-std::vector<std::pair<std::string, GgufValue>> byte_tokenizer_metadata();
+// command can encode and decode text for the model. Id 257 stays in the vocabulary either way; only a
+// masked-diffusion model names it as its mask token.
+std::vector<std::pair<std::string, GgufValue>> byte_tokenizer_metadata(bool with_mask_token = true);
 
 class DataSource {
  public:

@@ -1,6 +1,9 @@
 // Objective batch builders.
 #include "train/objectives.h"
 
+#include <algorithm>
+#include <limits>
+
 #include "core/error.h"
 
 namespace canvas::train {
@@ -63,6 +66,60 @@ ObjectiveBatch autoregressive_batch(const std::vector<Example>& examples) {
       }
     }
   out.normaliser = float(std::max<int64_t>(scored, 1));
+  return out;
+}
+
+ObjectiveBatch uniform_state_batch(const std::vector<Example>& examples, const UniformStateOptions& o, Rng& rng) {
+  check(o.block_length > 0 && o.vocab > 0, "uniform_state_batch: block_length and vocab must be positive");
+  ObjectiveBatch out;
+  const TokenBatch clean = batch_shape(examples);
+  const int64_t L = clean.length;
+  out.input.n_sequences = clean.n_sequences;
+  out.input.length = L;
+  const size_t rows = size_t(clean.rows());
+  out.input.tokens.assign(rows, 0);
+  out.input.groups.assign(rows, std::numeric_limits<int32_t>::max());  // unused rows: seen by no one
+  out.input.positions.assign(rows, 0);
+  out.targets.assign(rows, 0);
+  out.weights.assign(rows, 0.f);
+  std::vector<size_t> ar_rows;
+  int64_t block_positions = 0;
+  for (size_t s = 0; s < examples.size(); ++s) {
+    const Example& e = examples[s];
+    const int64_t P = std::min(e.prompt_len, L - 1);
+    const int64_t B = std::min(o.block_length, L - P);
+    const int64_t b = P + int64_t(rng.below(uint64_t(L - P - B + 1)));
+    const double t = o.eps + (1.0 - o.eps) * (1.0 - rng.uniform());  // (eps, 1]
+    const size_t base = s * size_t(L) + size_t(L - b - B);  // row of clean token 0
+    for (int64_t i = 0; i < b + B; ++i) {
+      const size_t r = base + size_t(i);
+      const int32_t token = e.tokens[size_t(i)];
+      out.input.positions[r] = int32_t(i);
+      out.input.tokens[r] = token;
+      if (i < b) {
+        out.input.groups[r] = int32_t(i);
+        // The encoder's next-token loss: row i predicts token i + 1 (the block's first token for i = b - 1).
+        if (i + 1 >= std::max<int64_t>(P, 1) && !e.is_prompt(i + 1)) {
+          out.targets[r] = e.tokens[size_t(i + 1)];
+          ar_rows.push_back(r);
+        }
+      } else {
+        out.input.groups[r] = int32_t(b);
+        if (e.is_prompt(i)) continue;
+        if (rng.uniform() < t) out.input.tokens[r] = int32_t(rng.below(uint64_t(o.vocab)));
+        out.targets[r] = token;
+        out.weights[r] = 1.f;
+        ++block_positions;
+      }
+    }
+  }
+  // normaliser = block positions, so the block term is a flat mean; AR rows carry weights that make
+  // their term ar_weight times the mean next-token CE.
+  out.normaliser = float(std::max<int64_t>(block_positions, 1));
+  if (!ar_rows.empty() && o.ar_weight > 0) {
+    const float w = o.ar_weight * out.normaliser / float(ar_rows.size());
+    for (size_t r : ar_rows) out.weights[r] = w;
+  }
   return out;
 }
 

@@ -1,5 +1,6 @@
 // Training objectives, each a small function from clean examples to a corrupted batch and the
-// weighted targets of its loss: masked diffusion (MDLM), autoregressive next-token, both with SFT.
+// weighted targets of its loss: masked diffusion (MDLM), uniform-state block diffusion (DiffusionGemma),
+// autoregressive next-token; all with SFT.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -33,5 +34,25 @@ ObjectiveBatch masked_diffusion_batch(const std::vector<Example>& examples, int3
 // Next-token cross-entropy under a causal mask: row i predicts token i+1, scored when i+1 is past the
 // prompt; the normaliser is the number of scored rows (loss = NLL per token, in nats).
 ObjectiveBatch autoregressive_batch(const std::vector<Example>& examples);
+
+// Uniform-state block diffusion as DiffusionGemma trains (docs/diffusiongemma.md section 4), laid out so
+// that one forward pass holds both of its views of an example:
+//   - a block of `block_length` response positions starting at b (uniform over [prompt_len, L - block],
+//     so the model sees every context length it meets when decoding), corrupted with probability
+//     t ~ U(eps, 1] per example by uniformly random tokens from [0, vocab); givens are never corrupted;
+//   - the clean tokens before b, causal (the encoder's view, whose K/V the decoder reads from the cache).
+// Row layout per sequence of length L: [unused rows ; clean 0..b-1 ; corrupted block b..b+B-1], at RoPE
+// positions 0..b+B-1. Visibility groups: clean row i has group i; block rows have group b, so they see
+// the clean prefix and each other but nothing after b (seeing the clean block would leak the answer);
+// unused rows have a group above every other and are never seen. Loss: the flat mean CE over the block
+// (corrupted and clean positions alike; no 1/t weight) plus ar_weight times the mean next-token CE of the
+// clean rows (the encoder loss). Both views share the weights and one backward pass.
+struct UniformStateOptions {
+  int64_t block_length = 32;
+  int64_t vocab = 0;        // noise tokens are uniform over [0, vocab)
+  float eps = 1e-3f;        // t ~ U(eps, 1]
+  float ar_weight = 1.f;    // weight of the encoder (next-token) loss
+};
+ObjectiveBatch uniform_state_batch(const std::vector<Example>& examples, const UniformStateOptions& options, Rng& rng);
 
 }  // namespace canvas::train

@@ -284,6 +284,7 @@ void TrainModel::add_metadata(GgufWriter& w) const {
   }
   if (c.logit_softcap > 0) w.set(a + "final_logit_softcapping", GgufValue::f32(c.logit_softcap));
   w.set("diffusion.shift_logits", GgufValue::boolean(c.shift_logits));
+  if (c.uniform_state) w.set("diffusion.kind", GgufValue::string("uniform"));
   auto token = [&](const char* key, int32_t id) {
     if (id >= 0) w.set(key, u32(id));
   };
@@ -315,6 +316,7 @@ void TrainModel::save_gguf(const std::string& path,
   if (back.activation != c.activation) wrong = "activation";
   if (back.embedding_scale != c.embedding_scale) wrong = "embedding scale";
   if (back.shift_logits != c.shift_logits) wrong = "shift_logits (causal models always shift)";
+  if (back.uniform_state != c.uniform_state) wrong = "uniform-state diffusion";
   if (!wrong.empty()) {
     std::remove(path.c_str());
     throw Error(path + ": architecture '" + c.arch + "' cannot express this model's " + wrong +

@@ -52,8 +52,9 @@ ModelConfig model_config(const RunConfig& r, int64_t seq_len) {
   c.shift_logits = c.causal;
   c.context_length = seq_len;
   c.n_positions = r.position_embedding ? seq_len : 0;
-  c.mask_token = kByteMask;
+  c.mask_token = r.objective == "uniform" ? -1 : kByteMask;  // uniform-state diffusion has no mask token
   c.eos_token = kByteEos;
+  c.uniform_state = r.objective == "uniform";
   return c;
 }
 
@@ -66,11 +67,20 @@ std::string identity(const RunConfig& r) {
     << '|' << r.optimizer.lr << '|' << r.optimizer.min_lr << '|' << r.optimizer.warmup_steps << '|'
     << r.optimizer.weight_decay << '|' << r.optimizer.beta1 << '|' << r.optimizer.beta2 << '|' << r.optimizer.grad_clip
     << '|' << r.init_from << '|' << r.text_corpus << '|' << r.sudoku_format;
+  if (r.objective == "uniform") s << '|' << r.block_length << '|' << r.ar_weight;  // older runs keep their identity
   return s.str();
 }
 
 ObjectiveBatch make_batch(const RunConfig& r, const std::vector<Example>& examples, Rng& rng) {
   if (r.objective == "ar") return autoregressive_batch(examples);
+  if (r.objective == "uniform") {
+    UniformStateOptions o;
+    o.block_length = r.block_length;
+    o.vocab = kByteVocab;
+    o.eps = r.mask_eps;
+    o.ar_weight = r.ar_weight;
+    return uniform_state_batch(examples, o, rng);
+  }
   return masked_diffusion_batch(examples, kByteMask, r.mask_eps, rng);
 }
 
@@ -95,11 +105,12 @@ float validation_loss(const RunConfig& r, TrainModel& model, const DataSource& s
 
 void save_checkpoint(const RunConfig& r, const TrainModel& model, AdamW& opt, const std::vector<Parameter*>& params,
                      int64_t step, const std::string& out_dir) {
-  std::vector<std::pair<std::string, GgufValue>> extra = byte_tokenizer_metadata();
+  std::vector<std::pair<std::string, GgufValue>> extra = byte_tokenizer_metadata(r.objective != "uniform");
   extra.emplace_back("training.step", GgufValue::u64(uint64_t(step)));
   extra.emplace_back("training.config", GgufValue::string(r.source_text));
   extra.emplace_back("training.identity", GgufValue::string(identity(r)));
   if (r.task == "sudoku") extra.emplace_back("canvas.sudoku.format", GgufValue::string(r.sudoku_format));
+  if (r.objective == "uniform") extra.emplace_back("diffusion.canvas_length", GgufValue::u32(uint32_t(r.block_length)));
   model.save_gguf(out_dir + "/model.gguf", extra);
 
   GgufWriter w;
@@ -224,6 +235,8 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
     else if (key == "batch_size") r.batch_size = as_int();
     else if (key == "accumulation") r.accumulation = as_int();
     else if (key == "mask_eps") r.mask_eps = as_float();
+    else if (key == "block_length") r.block_length = as_int();
+    else if (key == "ar_weight") r.ar_weight = as_float();
     else if (key == "seed") r.seed = uint64_t(as_int());
     else if (key == "eval_every") r.eval_every = as_int();
     else if (key == "checkpoint_every") r.checkpoint_every = as_int();
@@ -231,7 +244,9 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
     else throw Error(where + ": unknown key '" + key + "'");
   }
   check(r.task == "sudoku" || r.task == "text", origin + ": task must be sudoku or text");
-  check(r.objective == "masked" || r.objective == "ar", origin + ": objective must be masked or ar");
+  check(r.objective == "masked" || r.objective == "uniform" || r.objective == "ar",
+        origin + ": objective must be masked, uniform or ar");
+  check(r.block_length > 0 && r.ar_weight >= 0, origin + ": block_length must be positive, ar_weight >= 0");
   check(r.layers > 0 && r.hidden > 0 && r.heads > 0 && r.kv_heads > 0 && r.ffn > 0, origin + ": model sizes must be positive");
   check(r.hidden % r.heads == 0 && r.heads % r.kv_heads == 0, origin + ": hidden must divide into heads, heads into kv_heads");
   check((r.hidden / r.heads) % 2 == 0, origin + ": the head dimension must be even (RoPE)");

@@ -12,7 +12,7 @@ namespace canvas::train {
 
 struct RunConfig {
   std::string task = "sudoku";       // sudoku | text
-  std::string objective = "masked";  // masked | ar
+  std::string objective = "masked";  // masked | uniform | ar
   // Model (a llada-shaped bidirectional transformer for masked, the same shape causal for ar).
   int64_t layers = 4, hidden = 128, heads = 4, kv_heads = 4, ffn = 512;
   bool position_embedding = true;
@@ -30,7 +30,9 @@ struct RunConfig {
   // Optimisation.
   OptimizerConfig optimizer;
   int64_t steps = 1000, batch_size = 32, accumulation = 1;
-  float mask_eps = 1e-3f;
+  float mask_eps = 1e-3f;            // masked and uniform: t ~ U(mask_eps, 1]
+  int64_t block_length = 32;         // uniform: the canvas the decoder denoises
+  float ar_weight = 1.f;             // uniform: weight of the encoder's next-token loss
   uint64_t seed = 1;
   int64_t eval_every = 100, checkpoint_every = 100;
   int threads = 0;

@@ -1,0 +1,242 @@
+// canvas bench: machine roofs, then AR and diffusion decoding of one model over a grid of settings.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "args.h"
+#include "bench/harness.h"
+#include "bench/synthetic.h"
+#include "commands.h"
+#include "core/error.h"
+#include "core/timer.h"
+
+namespace canvas::cli {
+namespace {
+
+const char* kBenchUsage = R"(usage: canvas bench (-m MODEL.gguf | --synthetic ARCH:SIZE) [options]
+
+Measures the machine's roofs (streaming-read bandwidth; matmul GFLOP/s per weight dtype at m = 1, 8,
+32, 256 rows), then decodes random prompts with the model autoregressively and by masked diffusion over
+a grid of settings, round-robin (each grid point once per repeat). Prints a table of medians: prompt
+and decode tokens/s, ms and tokens and rows per pass, request latency p50/p95, peak RSS, achieved GB/s
+(weight bytes read / decode time) and GFLOP/s (matmul FLOPs / decode time) as fractions of the roofs
+measured in the same run, and each diffusion row's decode speed over AR's ("vs AR").
+
+model:
+  -m, --model FILE         GGUF model file
+      --synthetic NAME     random weights of a real shape, built in memory (see --list)
+      --type T             synthetic weight type: q4_0 (default) | q8_0 | f16 | bf16 | f32
+      --layers N           keep only the first N layers (synthetic or file; reported)
+      --list               list the synthetic shapes and their sizes, then exit
+
+grid (LIST = comma-separated values):
+  -p, --n-prompt N         prompt tokens (random ids; default 32)
+  -n, --n-gen N            tokens to generate (default 64)
+      --modes LIST         ar, diffusion (default both)
+      --cache LIST         none, prefix, dual (default all three)
+      --block-length LIST  block lengths (default 32; clamped to -n)
+      --steps LIST         total denoising steps (default -n: one token per pass)
+      --threshold LIST     also run Fast-dLLM threshold decoding at these confidences (random weights
+                           rarely reach a threshold: expect ~1 token per pass)
+  -t, --threads LIST       thread counts (default: all cores)
+      --warmup N           warm-up requests per grid point (default 1)
+      --repeats N          measured requests per grid point (default 3)
+  -s, --seed N             seed of the prompt and of synthetic weights (default 0)
+
+output:
+      --quick              small roofs and grid (-p 8 -n 8, 0 warm-ups, 1 repeat) for tests and CI:
+                           the roofs are then cache rates, not DRAM roofs
+      --no-roofs           skip the roofs (fractions are then absent)
+      --json FILE          write the report as one JSON object (machine, model, settings, roofs, rows)
+      --plot FILE.png      plot decode tokens/s against tokens per pass, AR as a horizontal line
+                           (needs Debian's python3-matplotlib)
+
+Numbers are medians over the repeats; on a machine shared with other work they are indicative, and
+only ratios taken within one run (vs AR, fractions of roofs) compare fairly.
+)";
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::vector<int64_t> int_list(const Args& args, const std::string& name, std::vector<int64_t> fallback) {
+  if (!args.has(name)) return fallback;
+  std::vector<int64_t> out;
+  for (const std::string& item : split_list(args.get(name, ""))) {
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    check(end != item.c_str() && *end == 0, "--" + name + ": '" + item + "' is not an integer");
+    out.push_back(v);
+  }
+  check(!out.empty(), "--" + name + " needs at least one value");
+  return out;
+}
+
+std::vector<float> float_list(const Args& args, const std::string& name) {
+  std::vector<float> out;
+  for (const std::string& item : split_list(args.get(name, ""))) {
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    check(end != item.c_str() && *end == 0, "--" + name + ": '" + item + "' is not a number");
+    out.push_back(float(v));
+  }
+  return out;
+}
+
+void list_shapes() {
+  std::printf("%-18s %10s %10s  %s\n", "name", "q4_0 GiB", "q8_0 GiB", "shape");
+  for (const bench::SyntheticShape& s : bench::synthetic_shapes()) {
+    bench::SyntheticOptions q4, q8;
+    q4.type = DType::Q4_0;
+    q8.type = DType::Q8_0;
+    std::printf("%-18s %10.2f %10.2f  %s\n", s.name.c_str(),
+                double(bench::synthetic_model_bytes(s, q4)) / 1073741824.0,
+                double(bench::synthetic_model_bytes(s, q8)) / 1073741824.0, s.description.c_str());
+  }
+}
+
+// Plots through scripts/plot_bench.py; a missing matplotlib is reported, not fatal.
+void plot(const std::string& json_path, const std::string& png_path) {
+  if (std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
+    std::fprintf(stderr,
+                 "canvas bench: --plot skipped: /usr/bin/python3 has no matplotlib "
+                 "(sudo apt-get install -y python3-matplotlib)\n");
+    return;
+  }
+  const std::string command = "/usr/bin/python3 \"" + std::string(CANVAS_SCRIPTS_DIR) + "/plot_bench.py\" \"" +
+                              json_path + "\" \"" + png_path + "\"";
+  if (std::system(command.c_str()) == 0) {
+    std::fprintf(stderr, "canvas bench: plotted %s\n", png_path.c_str());
+  } else {
+    std::fprintf(stderr, "canvas bench: the plot script failed (%s)\n", command.c_str());
+  }
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::fputs(kBenchUsage, stdout);
+      return 0;
+    }
+  Args args(argc, argv, 2,
+            {{"-m", "model"}, {"--model", "model"}, {"--synthetic", "synthetic"}, {"--type", "type"},
+             {"--layers", "layers"}, {"--list", "list"}, {"-p", "n-prompt"}, {"--n-prompt", "n-prompt"},
+             {"-n", "n-gen"}, {"--n-gen", "n-gen"}, {"--modes", "modes"}, {"--cache", "cache"},
+             {"--block-length", "block-length"}, {"--steps", "steps"}, {"--threshold", "threshold"},
+             {"-t", "threads"}, {"--threads", "threads"}, {"--warmup", "warmup"}, {"--repeats", "repeats"},
+             {"-s", "seed"}, {"--seed", "seed"}, {"--quick", "quick"}, {"--no-roofs", "no-roofs"},
+             {"--json", "json"}, {"--plot", "plot"}},
+            {"model", "synthetic", "type", "layers", "n-prompt", "n-gen", "modes", "cache", "block-length", "steps",
+             "threshold", "threads", "warmup", "repeats", "seed", "json", "plot"},
+            {"list", "quick", "no-roofs"});
+  check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) +
+                                       "'; see canvas bench --help");
+  if (args.has("list")) {
+    list_shapes();
+    return 0;
+  }
+  check(args.has("model") != args.has("synthetic"),
+        "give exactly one of -m MODEL.gguf and --synthetic ARCH:SIZE; see canvas bench --help");
+  const bool quick = args.has("quick");
+
+  bench::BenchOptions options;
+  options.prompt_tokens = args.get_int("n-prompt", quick ? 8 : 32);
+  options.new_tokens = args.get_int("n-gen", quick ? 8 : 64);
+  options.warmup = int(args.get_int("warmup", quick ? 0 : 1));
+  options.repeats = int(args.get_int("repeats", quick ? 1 : 3));
+  options.seed = uint64_t(args.get_int("seed", 0));
+  options.measure_roofs = !args.has("no-roofs");
+  if (quick) options.roof = bench::RoofOptions::quick();
+  options.run_ar = options.run_diffusion = false;
+  for (const std::string& mode : split_list(args.get("modes", "ar,diffusion"))) {
+    check(mode == "ar" || mode == "diffusion", "--modes: unknown mode '" + mode + "' (ar, diffusion)");
+    (mode == "ar" ? options.run_ar : options.run_diffusion) = true;
+  }
+  options.caches.clear();
+  for (const std::string& cache : split_list(args.get("cache", "none,prefix,dual")))
+    options.caches.push_back(parse_cache_mode(cache));
+  check(!options.caches.empty(), "--cache needs at least one of none, prefix, dual");
+  options.block_lengths = int_list(args, "block-length", {32});
+  options.steps = int_list(args, "steps", {});
+  options.thresholds = float_list(args, "threshold");
+  options.threads.clear();
+  for (int64_t t : int_list(args, "threads", {0})) {
+    check(t >= 0 && t <= 1024, "--threads must be between 0 and 1024");
+    options.threads.push_back(int(t));
+  }
+  const int64_t layers = args.get_int("layers", 0);
+  check(layers >= 0, "--layers must not be negative");
+
+  // The model: a file (memory-mapped) or a synthetic one built here.
+  Model file_model;
+  std::unique_ptr<bench::SyntheticModel> synthetic;
+  const Model* model = nullptr;
+  bench::BenchModelInfo info;
+  if (args.has("synthetic")) {
+    const bench::SyntheticShape& shape = bench::find_synthetic_shape(args.get("synthetic", ""));
+    bench::SyntheticOptions so;
+    so.type = dtype_from_name(args.get("type", "q4_0"));
+    so.layers = layers;
+    so.seed = options.seed;
+    ThreadPool build_pool(0);
+    const double t0 = now_ms();
+    synthetic = bench::build_synthetic_model(shape, so, &build_pool);
+    std::fprintf(stderr, "canvas bench: built synthetic %s (%s, %lld of %lld layers, %.2f GiB) in %.1f s\n",
+                 shape.name.c_str(), dtype_name(so.type), (long long)synthetic->model.config.n_layers,
+                 (long long)shape.config.n_layers, double(synthetic->bytes) / 1073741824.0, (now_ms() - t0) / 1000);
+    model = &synthetic->model;
+    info.source = "synthetic " + shape.name;
+    info.layers_total = shape.config.n_layers;
+  } else {
+    check(!args.has("type"), "--type applies to --synthetic models only");
+    file_model = Model::load(args.get("model", ""));
+    info.source = args.get("model", "");
+    info.layers_total = file_model.config.n_layers;
+    if (layers > 0) {
+      check(layers <= file_model.config.n_layers, "--layers " + std::to_string(layers) + ": the model has only " +
+                                                      std::to_string(file_model.config.n_layers) + " layers");
+      file_model.layers.resize(size_t(layers));
+      file_model.config.n_layers = layers;
+    }
+    model = &file_model;
+  }
+
+  const bench::BenchReport report =
+      bench::run_bench(*model, info, options, [](const std::string& line) {
+        std::fprintf(stderr, "canvas bench: %s\n", line.c_str());
+      });
+  std::fputs(bench::report_table(report).c_str(), stdout);
+  std::fflush(stdout);
+
+  std::string json_path = args.get("json", "");
+  std::string temp_json;
+  if (json_path.empty() && args.has("plot")) {
+    temp_json = "/tmp/canvas_bench_" + std::to_string(::getpid()) + ".json";
+    json_path = temp_json;
+  }
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    check(bool(out), "cannot write " + json_path);
+    out << bench::report_json(report).dump(2) << "\n";
+    out.close();
+    check(bool(out), "error writing " + json_path);
+    if (temp_json.empty()) std::fprintf(stderr, "canvas bench: wrote %s\n", json_path.c_str());
+  }
+  if (args.has("plot")) plot(json_path, args.get("plot", ""));
+  if (!temp_json.empty()) std::remove(temp_json.c_str());
+  return 0;
+}
+
+}  // namespace canvas::cli

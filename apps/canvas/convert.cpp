@@ -1,0 +1,185 @@
+// canvas convert: a Hugging Face Gemma 4 / DiffusionGemma safetensors checkpoint to GGUF (llama.cpp
+// PR #24423 names and keys), optionally re-typed to f16 / bf16 / q8_0 / q4_0.
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "commands.h"
+#include "core/error.h"
+#include "io/gguf.h"
+#include "io/json.h"
+#include "io/safetensors.h"
+#include "model/gemma_names.h"
+#include "model/model.h"
+#include "ops/matmul.h"
+
+namespace canvas::cli {
+namespace {
+
+const char* kConvertUsage = R"(usage: canvas convert --in HF_DIR --out FILE.gguf [--type TYPE]
+
+Converts a Hugging Face DiffusionGemma / Gemma 4 checkpoint (config.json + model.safetensors or a
+sharded model.safetensors.index.json) to one GGUF file with llama.cpp's diffusion-gemma / gemma4 names
+and keys (the layout of the community GGUF files), which `canvas logits` / `generate` read. The
+checkpoint is loaded and checked completely first. Vectors (norms, scales, layer scalars) stay f32;
+matrices get TYPE, except that a matrix whose rows are not a multiple of 32 stays f16 under q8_0 /
+q4_0. Full layers' proportional RoPE is written as the generated rope_freqs.weight (1 for rotating
+pairs, 1e30 for pairs at frequency 0). generation_config.json, when present, fills the diffusion.*
+sampler keys. The tokenizer is not converted.
+
+      --in DIR       Hugging Face checkpoint directory (or its config.json)
+      --out FILE     output .gguf (written to FILE.tmp, then renamed)
+      --type TYPE    f32 | f16 | bf16 | q8_0 | q4_0 (default: f32; bf16 and f32 tensors already of
+                     that type are copied as they are)
+)";
+
+bool wants_help(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") return true;
+  }
+  return false;
+}
+
+// The type a tensor is stored as: vectors f32; block-quantised types need rows of whole blocks.
+DType stored_type(const TensorView& t, DType requested) {
+  if (t.n_dims == 1) return DType::F32;
+  const DTypeInfo& info = dtype_info(requested);
+  if (info.block_size > 1 && t.ne[0] % info.block_size != 0) return DType::F16;
+  return requested;
+}
+
+}  // namespace
+
+int cmd_convert(int argc, char** argv) {
+  if (wants_help(argc, argv)) {
+    std::fputs(kConvertUsage, stdout);
+    return 0;
+  }
+  Args args(argc, argv, 2, {{"--in", "in"}, {"--out", "out"}, {"--type", "type"}}, {"in", "out", "type"}, {});
+  check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) +
+                                       "'; see canvas convert --help");
+  check(args.has("in"), "no input given (--in HF_DIR); see canvas convert --help");
+  check(args.has("out"), "no output given (--out FILE.gguf); see canvas convert --help");
+  const DType requested = dtype_from_name(args.get("type", "f32"));
+  check(requested == DType::F32 || requested == DType::F16 || requested == DType::BF16 || requested == DType::Q8_0 ||
+            requested == DType::Q4_0,
+        "--type must be f32, f16, bf16, q8_0 or q4_0");
+
+  // Loading binds and checks every tensor against the config before anything is written.
+  const Model model = Model::load_safetensors(args.get("in", ""));
+  const ModelConfig& c = model.config;
+  const SafetensorsModel& st = *model.safetensors;
+  const std::filesystem::path in = std::filesystem::is_directory(args.get("in", ""))
+                                       ? std::filesystem::path(args.get("in", ""))
+                                       : std::filesystem::path(args.get("in", "")).parent_path();
+
+  GgufWriter w;
+  const std::string p = c.arch + ".";
+  w.set("general.architecture", GgufValue::string(c.arch));
+  if (!c.name.empty()) w.set("general.name", GgufValue::string(c.name));
+  w.set(p + "context_length", GgufValue::u32(uint32_t(c.context_length)));
+  w.set(p + "embedding_length", GgufValue::u32(uint32_t(c.hidden)));
+  w.set(p + "block_count", GgufValue::u32(uint32_t(c.n_layers)));
+  w.set(p + "feed_forward_length", GgufValue::u32(uint32_t(c.ffn)));
+  if (c.is_moe()) {
+    w.set(p + "expert_count", GgufValue::u32(uint32_t(c.n_experts)));
+    w.set(p + "expert_used_count", GgufValue::u32(uint32_t(c.n_experts_used)));
+    w.set(p + "expert_feed_forward_length", GgufValue::u32(uint32_t(c.expert_ffn)));
+  }
+  w.set(p + "attention.head_count", GgufValue::u32(uint32_t(c.n_heads)));
+  std::vector<int64_t> kv_heads, sliding;
+  int64_t full_dim = 0, swa_dim = 0, full_active_pairs = 0;
+  float full_theta = 1e6f, swa_theta = 1e4f;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerAttention a = c.attention_of(l);
+    kv_heads.push_back(a.n_kv_heads);
+    sliding.push_back(a.kind == AttentionKind::Sliding);
+    if (a.kind == AttentionKind::Sliding) {
+      swa_dim = a.head_dim;
+      swa_theta = a.rope.theta;
+    } else {
+      full_dim = a.head_dim;
+      full_theta = a.rope.theta;
+      full_active_pairs = a.rope.active_pairs;
+    }
+  }
+  if (full_dim == 0) full_dim = swa_dim;
+  if (swa_dim == 0) swa_dim = full_dim;
+  w.set(p + "attention.head_count_kv", GgufValue::int_array(GgufType::Uint32, kv_heads));
+  w.set(p + "attention.key_length", GgufValue::u32(uint32_t(full_dim)));
+  w.set(p + "attention.value_length", GgufValue::u32(uint32_t(full_dim)));
+  w.set(p + "attention.key_length_swa", GgufValue::u32(uint32_t(swa_dim)));
+  w.set(p + "attention.value_length_swa", GgufValue::u32(uint32_t(swa_dim)));
+  w.set(p + "attention.sliding_window", GgufValue::u32(uint32_t(c.sliding_window)));
+  w.set(p + "attention.sliding_window_pattern", GgufValue::int_array(GgufType::Bool, sliding));
+  w.set(p + "attention.layer_norm_rms_epsilon", GgufValue::f32(c.rms_eps));
+  w.set(p + "rope.freq_base", GgufValue::f32(full_theta));
+  w.set(p + "rope.freq_base_swa", GgufValue::f32(swa_theta));
+  w.set(p + "rope.dimension_count", GgufValue::u32(uint32_t(full_dim)));
+  w.set(p + "rope.dimension_count_swa", GgufValue::u32(uint32_t(swa_dim)));
+  if (c.logit_softcap > 0) w.set(p + "final_logit_softcapping", GgufValue::f32(c.logit_softcap));
+  // Not a llama.cpp key: the scale the checkpoint's own reference uses (bf16-rounded for bf16 weights).
+  w.set(p + "embedding_scale", GgufValue::f32(c.embedding_scale));
+  w.set("tokenizer.ggml.bos_token_id", GgufValue::u32(uint32_t(c.bos_token)));
+  w.set("tokenizer.ggml.eos_token_id", GgufValue::u32(uint32_t(c.eos_token)));
+  w.set("tokenizer.ggml.padding_token_id", GgufValue::u32(uint32_t(c.pad_token)));
+
+  const std::filesystem::path generation = in / "generation_config.json";
+  if (c.has_decoder && std::filesystem::exists(generation)) {
+    const JsonDocument g = JsonDocument::load(generation.string());
+    w.set("diffusion.canvas_length", GgufValue::u32(uint32_t(g.get_int("canvas_length", 256))));
+    w.set("diffusion.eb_max_steps", GgufValue::u32(uint32_t(g.get_int("max_denoising_steps", 48))));
+    w.set("diffusion.eb_t_min", GgufValue::f32(float(g.get_float("t_min", 0.4))));
+    w.set("diffusion.eb_t_max", GgufValue::f32(float(g.get_float("t_max", 0.8))));
+    w.set("diffusion.eb_entropy_bound", GgufValue::f32(float(g.get_float("entropy_bound", 0.1))));
+    w.set("diffusion.eb_stability_threshold", GgufValue::u32(uint32_t(g.get_int("stability_threshold", 1))));
+    w.set("diffusion.eb_confidence_threshold", GgufValue::f32(float(g.get_float("confidence_threshold", 0.005))));
+  }
+
+  std::vector<float> rope_freqs;
+  if (full_active_pairs > 0) {
+    rope_freqs.assign(size_t(full_dim / 2), 1e30f);
+    for (int64_t i = 0; i < full_active_pairs; ++i) rope_freqs[size_t(i)] = 1.f;
+    w.add_tensor("rope_freqs.weight", DType::F32, {full_dim / 2}, rope_freqs.data(), rope_freqs.size() * 4);
+  }
+
+  const std::string prefix =
+      gemma_names::decoder_prefix([&st](const std::string& name) { return st.find_tensor(name) != nullptr; });
+  std::deque<std::vector<uint8_t>> converted;  // re-typed tensors, alive until write()
+  int64_t written = 0, skipped = 0;
+  for (const TensorView& t : st.tensors()) {
+    const std::string canonical = gemma_names::from_hf(t.name, prefix);
+    if (canonical.empty()) {
+      ++skipped;  // outside the text stack (e.g. a vision tower)
+      continue;
+    }
+    const std::string name = gemma_names::to_gguf(canonical);
+    const DType type = stored_type(t, requested);
+    std::vector<int64_t> shape(t.ne.begin(), t.ne.begin() + t.n_dims);
+    if (type == t.type) {
+      w.add_tensor(name, type, shape, t.data, uint64_t(t.bytes()));
+    } else {
+      const int64_t cols = t.ne[0], rows = t.rows(), out_row = row_bytes(type, cols);
+      converted.emplace_back(size_t(out_row * rows));
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize_row(t.type, t.row(r), row.data(), cols);
+        quantize_row(type, row.data(), converted.back().data() + r * out_row, cols);
+      }
+      w.add_tensor(name, type, shape, converted.back().data(), converted.back().size());
+    }
+    ++written;
+  }
+  w.write(args.get("out", ""));
+  std::fprintf(stderr, "wrote %s: %s, %lld tensors (%s), %lld tensors outside the text stack skipped\n",
+               args.get("out", "").c_str(), c.arch.c_str(), (long long)written, dtype_name(requested),
+               (long long)skipped);
+  return 0;
+}
+
+}  // namespace canvas::cli

@@ -1,0 +1,606 @@
+// The model benchmark grid, its per-pass accounting, and its reports.
+#include "bench/harness.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "bench/stats.h"
+#include "core/cpu.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "decode/ar.h"
+
+namespace canvas::bench {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+const char* cache_name(CacheMode mode) {
+  switch (mode) {
+    case CacheMode::None: return "none";
+    case CacheMode::Prefix: return "prefix";
+    case CacheMode::Dual: return "dual";
+  }
+  return "?";
+}
+
+// One request's measurements.
+struct Sample {
+  double wall_ms = 0, prompt_ms = 0, decode_ms = 0;
+  double passes = 0;        // decoding passes
+  double decode_tokens = 0;
+  double fixed_tokens = 0;  // tokens fixed by the decoding passes
+  double rows = 0;          // rows forwarded by the decoding passes
+  double bytes = 0, flops = 0;
+  double peak_rss = 0;
+};
+
+struct GridPoint {
+  bool ar = false;
+  CacheMode cache = CacheMode::None;
+  int64_t block_length = 0, steps = 0;
+  float threshold = 0;
+  int threads = 0;  // the pool's actual size
+  std::vector<Sample> warmups, samples;
+};
+
+Sample run_ar(const Model& model, const ModelFootprint& fp, const std::vector<int32_t>& prompt, int64_t n,
+              ThreadPool* pool) {
+  ArParams p;
+  p.max_new_tokens = n;
+  p.stop_at_eos = false;  // random weights may pick EOS at any step; the bench wants all n tokens
+  const double t0 = now_ms();
+  const GenerationResult r = generate_ar(model, prompt, p, pool);
+  Sample s;
+  s.wall_ms = now_ms() - t0;
+  s.prompt_ms = r.prompt_ms;
+  s.decode_ms = r.decode_ms;
+  // The first pass forwards the prompt and yields the first token (it is the prompt time); every
+  // later pass forwards one token (plus a [MASK] row for unshifted models) and yields one.
+  const double rows_per_step = model.config.shift_logits ? 1 : 2;
+  s.passes = double(r.passes - 1);
+  s.decode_tokens = double(r.tokens.size()) - 1;
+  s.fixed_tokens = s.decode_tokens;
+  s.rows = s.passes * rows_per_step;
+  s.bytes = s.passes * fp.pass_bytes(rows_per_step, 1);
+  s.flops = s.passes * fp.pass_flops(rows_per_step, 1);
+  return s;
+}
+
+// Re-derives, from each step event, the rows the masked-diffusion loop forwarded in that pass (the
+// cache policy of decode/masked.cpp: none = everything, prefix = from the first stale position to the
+// end, dual = the whole active region on a block's first step and the block alone after it) and
+// the rows whose logits it asked for. A hook in GenerationResult would make this bookkeeping
+// unnecessary; until then it must follow masked.cpp.
+Sample run_diffusion(const Model& model, const ModelFootprint& fp, const std::vector<int32_t>& prompt,
+                     const GridPoint& g, int64_t n, ThreadPool* pool) {
+  const ModelConfig& c = model.config;
+  MaskedDiffusionParams p;
+  p.gen_length = n;
+  p.block_length = g.block_length;
+  p.steps = g.steps;
+  p.threshold = g.threshold;
+  p.cache = g.cache;
+  const int64_t P = int64_t(prompt.size()), B = g.block_length, total = P + n;
+  int64_t forward_from = (g.cache != CacheMode::None && P > 0) ? P : 0;
+  double rows = 0, bytes = 0, flops = 0;
+  DecodeCallbacks callbacks;
+  callbacks.on_step = [&](const StepEvent& e) {
+    const int64_t s0 = P + e.block * B, s1 = s0 + B;
+    int64_t start = 0, end = total;
+    if (g.cache == CacheMode::Prefix) start = forward_from;
+    if (g.cache == CacheMode::Dual) {
+      start = e.step == 0 ? forward_from : s0;
+      end = e.step == 0 ? total : s1;
+    }
+    forward_from = s0;
+    // Masked positions of the block before this step's commits.
+    int64_t masked = int64_t(e.committed.size());
+    for (int64_t q = s0 - P; q < s1 - P; ++q) masked += (*e.canvas)[size_t(q)] == c.mask_token;
+    double logit_rows = double(masked);
+    if (c.shift_logits) {
+      // Row s0 - 1 (the boundary) is refreshed when forwarded; position s0 is predicted from it.
+      bool first_masked = (*e.canvas)[size_t(s0 - P)] == c.mask_token;
+      for (int64_t q : e.committed) first_masked = first_masked || q == s0 - P;
+      logit_rows = double(masked - (first_masked ? 1 : 0)) + (s0 - 1 >= start ? 1 : 0);
+    }
+    rows += double(end - start);
+    bytes += fp.pass_bytes(double(end - start), logit_rows);
+    flops += fp.pass_flops(double(end - start), logit_rows);
+  };
+  const double t0 = now_ms();
+  const GenerationResult r = generate_masked(model, prompt, p, pool, callbacks);
+  Sample s;
+  s.wall_ms = now_ms() - t0;
+  s.prompt_ms = r.prompt_ms;
+  s.decode_ms = r.decode_ms;
+  s.passes = double(r.passes);
+  s.decode_tokens = double(r.tokens.size());
+  s.fixed_tokens = s.decode_tokens;
+  s.rows = rows;
+  s.bytes = bytes;
+  s.flops = flops;
+  return s;
+}
+
+template <typename F>
+double median_of(const std::vector<Sample>& samples, F field) {
+  std::vector<double> v;
+  for (const Sample& s : samples) v.push_back(field(s));
+  return median(v);
+}
+
+std::string format_double(double v, int decimals) {
+  if (!std::isfinite(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+// A value with its fraction of a roof: "36.1 (74%)".
+std::string with_fraction(double v, double fraction, int decimals) {
+  std::string s = format_double(v, decimals);
+  if (std::isfinite(fraction)) s += " (" + format_double(100 * fraction, 0) + "%)";
+  return s;
+}
+
+std::string read_first_line_with(const std::string& path, const std::string& prefix) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(prefix, 0) == 0) return line;
+  return "";
+}
+
+}  // namespace
+
+// ---- footprint -------------------------------------------------------------------------------------
+
+double ModelFootprint::pass_bytes(double rows, double logit_rows) const {
+  double b = double(dense_bytes);
+  if (n_experts > 0 && rows > 0) {
+    const double e = double(n_experts), k = double(experts_used);
+    const double distinct = e * (1.0 - std::pow(1.0 - k / e, rows));
+    b += distinct * double(expert_bytes);  // expert_bytes: one expert's bytes over all layers
+  }
+  if (logit_rows > 0) b += double(output_bytes);
+  return b;
+}
+
+double ModelFootprint::pass_flops(double rows, double logit_rows) const {
+  return 2.0 * (double(dense_parameters) * rows + double(experts_used) * double(expert_parameters) * rows +
+                double(output_parameters) * logit_rows);
+}
+
+ModelFootprint model_footprint(const Model& model) {
+  const ModelConfig& c = model.config;
+  ModelFootprint f;
+  std::map<DType, int64_t> bytes_by_type;
+  auto count = [&](const TensorView& t) {
+    if (!t.data) return;
+    f.parameters += t.elements();
+    f.bytes += t.bytes();
+  };
+  auto dense = [&](const TensorView& t) {
+    if (!t.data) return;
+    count(t);
+    f.dense_parameters += t.elements();
+    f.dense_bytes += t.bytes();
+    bytes_by_type[t.type] += t.bytes();
+  };
+  auto experts = [&](const TensorView& t) {
+    if (!t.data) return;
+    count(t);
+    f.expert_parameters += t.elements() / std::max<int64_t>(1, c.n_experts);
+    f.expert_bytes += t.bytes() / std::max<int64_t>(1, c.n_experts);
+    bytes_by_type[t.type] += t.bytes();
+  };
+  count(model.token_embd);  // looked up by row, never streamed whole
+  count(model.output_norm);
+  count(model.position_embd);
+  if (!c.tied_output) count(model.output);
+  f.output_parameters = model.output.elements();
+  f.output_bytes = model.output.bytes();
+  for (const LayerWeights& w : model.layers) {
+    for (const TensorView* t : {&w.attn_norm, &w.ffn_norm, &w.bq, &w.bk, &w.bv}) count(*t);
+    for (const TensorView* t : {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down, &w.router}) dense(*t);
+    for (const TensorView* t : {&w.gate_exps, &w.up_exps, &w.down_exps}) experts(*t);
+  }
+  f.n_experts = c.n_experts;
+  f.experts_used = c.n_experts_used;
+  int64_t most = -1;
+  for (const auto& [type, b] : bytes_by_type)
+    if (b > most) {
+      most = b;
+      f.weight_type = type;
+    }
+  return f;
+}
+
+// ---- machine and memory ----------------------------------------------------------------------------
+
+MachineInfo describe_machine() {
+  MachineInfo m;
+  const std::string model_line = read_first_line_with("/proc/cpuinfo", "model name");
+  const size_t colon = model_line.find(':');
+  m.cpu = colon == std::string::npos ? "unknown" : model_line.substr(colon + 2);
+  m.cores = int(std::thread::hardware_concurrency());
+  m.simd = simd_level_name(simd_level());
+  const std::string mem = read_first_line_with("/proc/meminfo", "MemTotal:");
+  if (!mem.empty()) m.memory_gib = std::atof(mem.c_str() + 9) / 1048576.0;
+  char buf[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  m.date = buf;
+  return m;
+}
+
+bool reset_peak_rss() {
+  std::ofstream out("/proc/self/clear_refs");
+  if (!out) return false;
+  out << "5";
+  out.flush();
+  return bool(out);
+}
+
+int64_t peak_rss_bytes() {
+  const std::string line = read_first_line_with("/proc/self/status", "VmHWM:");
+  if (!line.empty()) return int64_t(std::atoll(line.c_str() + 6)) * 1024;
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return int64_t(usage.ru_maxrss) * 1024;
+}
+
+// ---- the grid --------------------------------------------------------------------------------------
+
+std::string BenchRow::label() const {
+  if (mode == "ar") return "ar";
+  std::string s = "diffusion " + cache + " B=" + std::to_string(block_length);
+  if (threshold > 0) return s + " threshold=" + format_double(threshold, 2);
+  return s + " steps=" + std::to_string(steps);
+}
+
+BenchReport run_bench(const Model& model, const BenchModelInfo& info, const BenchOptions& options,
+                      const std::function<void(const std::string&)>& progress) {
+  const ModelConfig& c = model.config;
+  const int64_t P = options.prompt_tokens, N = options.new_tokens;
+  check(P >= 1, "the prompt must have at least one token (-p)");
+  check(N >= 1, "the number of new tokens must be positive (-n)");
+  check(P + N + 1 <= c.context_length, "prompt (" + std::to_string(P) + ") + new tokens (" + std::to_string(N) +
+                                           ") exceed the model's context length " + std::to_string(c.context_length));
+  check(options.repeats >= 1, "--repeats must be at least 1");
+  check(options.warmup >= 0, "--warmup must not be negative");
+  check(!options.threads.empty(), "no thread counts given");
+  check(options.run_ar || options.run_diffusion, "no mode to run (--modes)");
+  auto say = [&](const std::string& line) {
+    if (progress) progress(line);
+  };
+
+  BenchReport report;
+  report.machine = describe_machine();
+  report.model_info = info;
+  report.config = c;
+  report.footprint = model_footprint(model);
+  report.options = options;
+
+  // Pools by thread count (0 = all cores), each created once.
+  std::map<int, std::unique_ptr<ThreadPool>> pools;
+  std::vector<int> thread_counts;
+  for (int t : options.threads) {
+    check(t >= 0 && t <= 1024, "thread counts must be between 0 and 1024");
+    auto pool = std::make_unique<ThreadPool>(t);
+    const int size = pool->size();
+    if (pools.count(size)) continue;
+    pools[size] = std::move(pool);
+    thread_counts.push_back(size);
+  }
+
+  if (options.measure_roofs) {
+    for (int t : thread_counts) {
+      say("measuring roofs with " + std::to_string(t) + " threads");
+      report.roofs.push_back(measure_roofs(*pools[t], options.roof));
+    }
+  }
+
+  // Prompt: seeded random ids, never the mask.
+  Rng rng(options.seed + 17);
+  std::vector<int32_t> prompt(static_cast<size_t>(P));
+  for (int32_t& id : prompt) {
+    do id = int32_t(rng.below(uint64_t(c.vocab)));
+    while (id == c.mask_token && c.vocab > 1);
+  }
+
+  std::vector<GridPoint> grid;
+  // Points given twice (e.g. two block lengths that both clamp to -n) are run once.
+  auto add = [&grid](const GridPoint& g) {
+    for (const GridPoint& h : grid)
+      if (h.ar == g.ar && h.cache == g.cache && h.block_length == g.block_length && h.steps == g.steps &&
+          h.threshold == g.threshold && h.threads == g.threads)
+        return;
+    grid.push_back(g);
+  };
+  for (int t : thread_counts) {
+    if (options.run_ar) {
+      GridPoint g;
+      g.ar = true;
+      g.threads = t;
+      add(g);
+    }
+    if (!options.run_diffusion) continue;
+    if (c.mask_token < 0 || c.mask_token >= c.vocab) {
+      report.notes.push_back("diffusion skipped: the model has no mask token");
+      continue;
+    }
+    for (CacheMode cache : options.caches)
+      for (int64_t block : options.block_lengths) {
+        check(block > 0, "block lengths must be positive");
+        const int64_t B = std::min(block, N);
+        if (N % B != 0) {
+          report.notes.push_back("block length " + std::to_string(B) + " skipped: " + std::to_string(N) +
+                                 " new tokens are not a multiple of it");
+          continue;
+        }
+        const int64_t n_blocks = N / B;
+        std::vector<int64_t> steps = options.steps.empty() ? std::vector<int64_t>{N} : options.steps;
+        for (int64_t s : steps) {
+          if (s < n_blocks || s % n_blocks != 0) {
+            report.notes.push_back("steps " + std::to_string(s) + " with block length " + std::to_string(B) +
+                                   " skipped: not a positive multiple of the " + std::to_string(n_blocks) +
+                                   " blocks");
+            continue;
+          }
+          GridPoint g;
+          g.cache = cache;
+          g.block_length = B;
+          g.steps = s;
+          g.threads = t;
+          add(g);
+        }
+        for (float th : options.thresholds) {
+          check(th > 0 && th <= 1, "thresholds must be in (0, 1]");
+          GridPoint g;
+          g.cache = cache;
+          g.block_length = B;
+          g.steps = N;
+          g.threshold = th;
+          g.threads = t;
+          add(g);
+        }
+      }
+  }
+  check(!grid.empty(), "the grid is empty: every point was skipped (" +
+                           (report.notes.empty() ? std::string("no points") : report.notes.front()) + ")");
+
+  const ModelFootprint& fp = report.footprint;
+  auto run_point = [&](GridPoint& g) {
+    ThreadPool* pool = pools[g.threads].get();
+    reset_peak_rss();
+    Sample s = g.ar ? run_ar(model, fp, prompt, N, pool) : run_diffusion(model, fp, prompt, g, N, pool);
+    s.peak_rss = double(peak_rss_bytes());
+    return s;
+  };
+  for (int w = 0; w < options.warmup; ++w)
+    for (GridPoint& g : grid) {
+      say("warm-up " + std::to_string(w + 1) + "/" + std::to_string(options.warmup) + ": " +
+          (g.ar ? std::string("ar") : std::string("diffusion ") + cache_name(g.cache)) + ", " +
+          std::to_string(g.threads) + " threads");
+      g.warmups.push_back(run_point(g));
+    }
+  for (int r = 0; r < options.repeats; ++r) {
+    say("repeat " + std::to_string(r + 1) + "/" + std::to_string(options.repeats) + " over " +
+        std::to_string(grid.size()) + " grid points");
+    for (GridPoint& g : grid) g.samples.push_back(run_point(g));
+  }
+
+  std::map<int, double> ar_speed;
+  for (const GridPoint& g : grid) {
+    BenchRow row;
+    row.mode = g.ar ? "ar" : "diffusion";
+    row.cache = g.ar ? "" : cache_name(g.cache);
+    row.block_length = g.block_length;
+    row.steps = g.steps;
+    row.threshold = g.threshold;
+    row.threads = g.threads;
+    const auto& s = g.samples;
+    row.passes = median_of(s, [](const Sample& x) { return x.passes; });
+    const bool has_prompt_pass = g.ar || g.cache != CacheMode::None;
+    row.prompt_tokens_per_s =
+        has_prompt_pass ? median_of(s, [&](const Sample& x) { return x.prompt_ms > 0 ? double(P) * 1000.0 / x.prompt_ms : kNaN; })
+                        : kNaN;
+    row.decode_tokens_per_s =
+        median_of(s, [](const Sample& x) { return x.decode_ms > 0 ? x.decode_tokens * 1000.0 / x.decode_ms : kNaN; });
+    row.ms_per_pass = median_of(s, [](const Sample& x) { return x.passes > 0 ? x.decode_ms / x.passes : kNaN; });
+    row.tokens_per_pass = median_of(s, [](const Sample& x) { return x.passes > 0 ? x.fixed_tokens / x.passes : kNaN; });
+    row.rows_per_pass = median_of(s, [](const Sample& x) { return x.passes > 0 ? x.rows / x.passes : kNaN; });
+    std::vector<double> latency, rss;
+    for (const Sample& x : s) {
+      latency.push_back(x.wall_ms);
+      rss.push_back(x.peak_rss);
+    }
+    row.latency_p50_ms = percentile(latency, 50);
+    row.latency_p95_ms = percentile(latency, 95);
+    row.peak_rss_mib = *std::max_element(rss.begin(), rss.end()) / 1048576.0;
+    row.gbs = median_of(s, [](const Sample& x) { return x.decode_ms > 0 ? x.bytes / (x.decode_ms * 1e6) : kNaN; });
+    row.gflops = median_of(s, [](const Sample& x) { return x.decode_ms > 0 ? x.flops / (x.decode_ms * 1e6) : kNaN; });
+    row.gbs_fraction = row.gflops_fraction = row.gflops_roof = kNaN;
+    for (const Roofs& roofs : report.roofs) {
+      if (roofs.threads != g.threads) continue;
+      if (roofs.stream_gbs > 0) row.gbs_fraction = row.gbs / roofs.stream_gbs;
+      const double roof = roofs.matmul_gflops(fp.weight_type, row.rows_per_pass);
+      if (roof > 0) {
+        row.gflops_roof = roof;
+        row.gflops_fraction = row.gflops / roof;
+      }
+    }
+    if (g.ar) ar_speed[g.threads] = row.decode_tokens_per_s;
+    report.rows.push_back(row);
+  }
+  for (BenchRow& row : report.rows) {
+    auto it = ar_speed.find(row.threads);
+    row.speedup_vs_ar = it != ar_speed.end() && it->second > 0 ? row.decode_tokens_per_s / it->second : kNaN;
+  }
+  return report;
+}
+
+// ---- reports ---------------------------------------------------------------------------------------
+
+nlohmann::json report_json(const BenchReport& report) {
+  using nlohmann::json;
+  // NaN (not applicable) becomes null.
+  auto num = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
+  json j;
+  j["format"] = "canvas-bench-1";
+  const MachineInfo& m = report.machine;
+  j["machine"] = {{"cpu", m.cpu}, {"cores", m.cores}, {"simd", m.simd}, {"memory_gib", num(m.memory_gib)},
+                  {"date", m.date}};
+  const ModelConfig& c = report.config;
+  const ModelFootprint& f = report.footprint;
+  j["model"] = {{"source", report.model_info.source},
+                {"arch", c.arch},
+                {"layers", c.n_layers},
+                {"layers_total", report.model_info.layers_total},
+                {"hidden", c.hidden},
+                {"heads", c.n_heads},
+                {"kv_heads", c.n_kv_heads},
+                {"ffn", c.ffn},
+                {"experts", c.n_experts},
+                {"experts_used", c.n_experts_used},
+                {"vocab", c.vocab},
+                {"weight_type", dtype_name(f.weight_type)},
+                {"parameters", f.parameters},
+                {"bytes", f.bytes},
+                {"dense_parameters", f.dense_parameters},
+                {"output_parameters", f.output_parameters}};
+  const BenchOptions& o = report.options;
+  j["settings"] = {{"prompt_tokens", o.prompt_tokens}, {"new_tokens", o.new_tokens}, {"warmup", o.warmup},
+                   {"repeats", o.repeats}, {"seed", o.seed}};
+  j["roofs"] = json::array();
+  for (const Roofs& r : report.roofs) {
+    json mm = json::array();
+    for (const MatmulRoof& x : r.matmul)
+      mm.push_back({{"type", dtype_name(x.type)}, {"m", x.m}, {"n", x.n}, {"k", x.k}, {"ms", num(x.ms)},
+                    {"gflops", num(x.gflops)}, {"gbs", num(x.gbs)}});
+    j["roofs"].push_back({{"threads", r.threads}, {"stream_bytes", r.stream_bytes},
+                          {"stream_read_gbs", num(r.stream_gbs)}, {"matmul", mm}});
+  }
+  j["rows"] = json::array();
+  for (const BenchRow& r : report.rows) {
+    json row = {{"label", r.label()},
+                {"mode", r.mode},
+                {"threads", r.threads},
+                {"passes", num(r.passes)},
+                {"prompt_tokens_per_s", num(r.prompt_tokens_per_s)},
+                {"decode_tokens_per_s", num(r.decode_tokens_per_s)},
+                {"ms_per_pass", num(r.ms_per_pass)},
+                {"tokens_per_pass", num(r.tokens_per_pass)},
+                {"rows_per_pass", num(r.rows_per_pass)},
+                {"latency_p50_ms", num(r.latency_p50_ms)},
+                {"latency_p95_ms", num(r.latency_p95_ms)},
+                {"peak_rss_mib", num(r.peak_rss_mib)},
+                {"gbs", num(r.gbs)},
+                {"gbs_fraction", num(r.gbs_fraction)},
+                {"gflops", num(r.gflops)},
+                {"gflops_fraction", num(r.gflops_fraction)},
+                {"gflops_roof", num(r.gflops_roof)},
+                {"speedup_vs_ar", num(r.speedup_vs_ar)}};
+    if (r.mode == "diffusion") {
+      row["cache"] = r.cache;
+      row["block_length"] = r.block_length;
+      if (r.threshold > 0) {
+        row["threshold"] = r.threshold;
+      } else {
+        row["steps"] = r.steps;
+      }
+    }
+    j["rows"].push_back(row);
+  }
+  j["notes"] = report.notes;
+  return j;
+}
+
+std::string report_table(const BenchReport& report) {
+  std::ostringstream out;
+  const ModelConfig& c = report.config;
+  const ModelFootprint& f = report.footprint;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "machine: %s, %d cores, %s, %.1f GiB, %s\n", report.machine.cpu.c_str(),
+                report.machine.cores, report.machine.simd.c_str(), report.machine.memory_gib,
+                report.machine.date.c_str());
+  out << buf;
+  std::snprintf(buf, sizeof buf,
+                "model: %s (%s, %lld of %lld layers, hidden %lld, vocab %lld), %.3f B parameters, %s, %.1f MiB\n",
+                report.model_info.source.c_str(), c.arch.c_str(), (long long)c.n_layers,
+                (long long)report.model_info.layers_total, (long long)c.hidden, (long long)c.vocab,
+                double(f.parameters) * 1e-9, dtype_name(f.weight_type), double(f.bytes) / 1048576.0);
+  out << buf;
+  std::snprintf(buf, sizeof buf, "prompt %lld tokens, %lld new tokens, %d warm-up + %d repeats (medians)\n",
+                (long long)report.options.prompt_tokens, (long long)report.options.new_tokens,
+                report.options.warmup, report.options.repeats);
+  out << buf;
+  for (const Roofs& r : report.roofs) {
+    std::snprintf(buf, sizeof buf, "roofs, %d threads: stream read %.1f GB/s (%lld MiB); matmul GFLOP/s", r.threads,
+                  r.stream_gbs, (long long)(r.stream_bytes >> 20));
+    out << buf;
+    DType last = DType::I64;
+    for (const MatmulRoof& m : r.matmul) {
+      if (m.type != last) {
+        std::snprintf(buf, sizeof buf, "%s %s [%lldx%lld]", last == DType::I64 ? ":" : ";", dtype_name(m.type),
+                      (long long)m.n, (long long)m.k);
+        out << buf;
+        last = m.type;
+      }
+      std::snprintf(buf, sizeof buf, " m=%lld %.0f", (long long)m.m, m.gflops);
+      out << buf;
+    }
+    out << "\n";
+  }
+  out << "\n";
+  const std::vector<std::string> head = {"mode", "t", "passes", "tok/pass", "rows/pass", "ms/pass", "prompt tok/s",
+                                         "decode tok/s", "vs AR", "p50 ms", "p95 ms", "GB/s (roof)",
+                                         "GFLOP/s (roof)", "RSS MiB"};
+  std::vector<std::vector<std::string>> cells;
+  for (const BenchRow& r : report.rows) {
+    cells.push_back({r.label(), std::to_string(r.threads), format_double(r.passes, 0),
+                     format_double(r.tokens_per_pass, 2), format_double(r.rows_per_pass, 1),
+                     format_double(r.ms_per_pass, 2), format_double(r.prompt_tokens_per_s, 1),
+                     format_double(r.decode_tokens_per_s, 2), std::isfinite(r.speedup_vs_ar) ? format_double(r.speedup_vs_ar, 2) + "x" : "-",
+                     format_double(r.latency_p50_ms, 1), format_double(r.latency_p95_ms, 1),
+                     with_fraction(r.gbs, r.gbs_fraction, 1), with_fraction(r.gflops, r.gflops_fraction, 1),
+                     format_double(r.peak_rss_mib, 0)});
+  }
+  std::vector<size_t> width(head.size());
+  for (size_t i = 0; i < head.size(); ++i) {
+    width[i] = head[i].size();
+    for (const auto& row : cells) width[i] = std::max(width[i], row[i].size());
+  }
+  auto line = [&](const std::vector<std::string>& row) {
+    for (size_t i = 0; i < row.size(); ++i) {
+      const size_t pad = width[i] - row[i].size();
+      if (i == 0) {
+        out << row[i] << std::string(pad, ' ');  // labels left-aligned, numbers right-aligned
+      } else {
+        out << "  " << std::string(pad, ' ') << row[i];
+      }
+    }
+    out << "\n";
+  };
+  line(head);
+  for (const auto& row : cells) line(row);
+  for (const std::string& note : report.notes) out << "note: " << note << "\n";
+  return out.str();
+}
+
+}  // namespace canvas::bench

@@ -1,0 +1,112 @@
+// The model benchmark: AR and diffusion decoding over a grid of settings on one model, medians over
+// repeats, achieved bandwidth and compute as fractions of roofs measured in the same run, the
+// diffusion/AR speed ratio, and the report as a table or JSON.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench/roofs.h"
+#include "decode/masked.h"
+#include "model/model.h"
+
+namespace canvas::bench {
+
+// What one pass of a model reads and computes, from its tensor views (works for synthetic models too).
+struct ModelFootprint {
+  int64_t parameters = 0, bytes = 0;                // every tensor; a tied head counted once
+  int64_t dense_parameters = 0, dense_bytes = 0;    // multiplied by every row: attention, dense MLP, router
+  int64_t expert_parameters = 0, expert_bytes = 0;  // one expert (gate + up + down), summed over layers
+  int64_t n_experts = 0, experts_used = 0;
+  int64_t output_parameters = 0, output_bytes = 0;  // the head, multiplied by logit rows only
+  DType weight_type = DType::F32;                   // the dtype holding most of the layer weight bytes
+
+  // Weight bytes one pass streams when `rows` rows are forwarded and `logit_rows` of them produce
+  // logits. With experts, the expected number of distinct experts hit by `rows` rows that each pick
+  // experts_used of n_experts uniformly: E (1 - (1 - K/E)^rows).
+  double pass_bytes(double rows, double logit_rows) const;
+  // 2 x the multiply-adds of every matmul in the pass (attention scores are not counted).
+  double pass_flops(double rows, double logit_rows) const;
+};
+ModelFootprint model_footprint(const Model& model);
+
+struct BenchOptions {
+  int64_t prompt_tokens = 32;  // random ids (seeded), never the mask
+  int64_t new_tokens = 64;
+  bool run_ar = true, run_diffusion = true;
+  std::vector<CacheMode> caches = {CacheMode::None, CacheMode::Prefix, CacheMode::Dual};
+  std::vector<int64_t> block_lengths = {32};  // each clamped to new_tokens
+  std::vector<int64_t> steps;                 // total steps; empty: new_tokens (one token per pass)
+  std::vector<float> thresholds;              // each adds Fast-dLLM threshold rows (steps then unused)
+  std::vector<int> threads = {0};             // 0: all cores
+  int warmup = 1, repeats = 3;
+  uint64_t seed = 0;
+  bool measure_roofs = true;
+  RoofOptions roof;
+};
+
+struct BenchModelInfo {
+  std::string source;  // the GGUF path, or "synthetic llada:8b"
+  int64_t layers_total = 0;  // before --layers cut the depth
+};
+
+struct MachineInfo {
+  std::string cpu;
+  int cores = 0;
+  std::string simd;
+  double memory_gib = 0;
+  std::string date;  // UTC, ISO 8601
+};
+MachineInfo describe_machine();
+
+// One grid point. Every number is the median over the repeats; NaN where it does not apply
+// (prompt tokens/s without a prompt pass, fractions without roofs, the ratio without an AR row).
+struct BenchRow {
+  std::string mode;   // "ar" | "diffusion"
+  std::string cache;  // "none" | "prefix" | "dual" ("" for ar)
+  int64_t block_length = 0, steps = 0;
+  float threshold = 0;
+  int threads = 0;
+  double passes = 0;            // decoding passes per request (the AR prompt pass excluded)
+  double prompt_tokens_per_s = 0;
+  double decode_tokens_per_s = 0;
+  double ms_per_pass = 0;
+  double tokens_per_pass = 0;   // tokens fixed per decoding pass
+  double rows_per_pass = 0;     // positions forwarded per decoding pass
+  double latency_p50_ms = 0, latency_p95_ms = 0;  // one request: prompt + decode, wall clock
+  double peak_rss_mib = 0;      // the process's peak resident memory during this row's requests
+  double gbs = 0, gbs_fraction = 0;        // weight bytes read / decode time; / the stream-read roof
+  double gflops = 0, gflops_fraction = 0;  // matmul FLOPs / decode time; / the matmul roof
+  double gflops_roof = 0;                  // the matmul roof used (its dtype, nearest row count)
+  double speedup_vs_ar = 0;     // decode tokens/s over the AR row's at the same thread count
+  std::string label() const;    // "diffusion prefix B=32 steps=64" / "ar"
+};
+
+struct BenchReport {
+  MachineInfo machine;
+  BenchModelInfo model_info;
+  ModelConfig config;
+  ModelFootprint footprint;
+  BenchOptions options;
+  std::vector<Roofs> roofs;  // one per thread count
+  std::vector<BenchRow> rows;
+  std::vector<std::string> notes;  // grid points skipped and why
+};
+
+// Runs the roofs (if asked) and then the grid, round-robin: every grid point once per repeat, so slow
+// drift on a shared machine spreads over all rows instead of biasing one. `progress` gets one line per
+// stage (may be empty).
+BenchReport run_bench(const Model& model, const BenchModelInfo& info, const BenchOptions& options,
+                      const std::function<void(const std::string&)>& progress = {});
+
+nlohmann::json report_json(const BenchReport& report);
+std::string report_table(const BenchReport& report);
+
+// Peak resident memory. reset_peak_rss() restarts the count (Linux /proc/self/clear_refs) and returns
+// false where that is not possible; peak_rss_bytes() reads VmHWM (getrusage as a fallback).
+bool reset_peak_rss();
+int64_t peak_rss_bytes();
+
+}  // namespace canvas::bench

@@ -1,0 +1,328 @@
+// Synthetic models: the shape table and the fast random-weight builder.
+#include "bench/synthetic.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "ops/matmul.h"
+
+namespace canvas::bench {
+namespace {
+
+ModelConfig transformer(const std::string& arch, int64_t hidden, int64_t layers, int64_t heads, int64_t kv_heads,
+                        int64_t ffn, int64_t vocab, float rope_theta, float rms_eps, RopeLayout layout) {
+  ModelConfig c;
+  c.arch = arch;
+  c.hidden = hidden;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.n_kv_heads = kv_heads;
+  c.head_dim = hidden / heads;
+  c.ffn = ffn;
+  c.vocab = vocab;
+  c.rms_eps = rms_eps;
+  c.rope.layout = layout;
+  c.rope.head_dim = int(c.head_dim);
+  c.rope.rot_dims = int(c.head_dim);
+  c.rope.theta = rope_theta;
+  c.context_length = 4096;
+  c.causal = false;
+  return c;
+}
+
+// Token ids only need to lie in the vocabulary (and the mask to differ from the others): they do not
+// change the speed. Where the released model's ids are known they are used.
+ModelConfig with_tokens(ModelConfig c, int32_t mask, int32_t bos, int32_t eos) {
+  c.mask_token = mask;
+  c.bos_token = bos;
+  c.eos_token = eos;
+  return c;
+}
+
+std::vector<SyntheticShape> make_shapes() {
+  std::vector<SyntheticShape> shapes;
+  // LLaDA-8B (GSAI-ML/LLaDA-8B-Base/Instruct): MHA, SwiGLU, untied head.
+  shapes.push_back({"llada:8b", "LLaDA-8B (hidden 4096, 32 layers, 32 heads, ffn 12288, vocab 126464)",
+                    with_tokens(transformer("llada", 4096, 32, 32, 32, 12288, 126464, 500000.f, 1e-5f,
+                                            RopeLayout::Normal),
+                                126336, 126080, 126081)});
+  shapes.push_back({"llada:1b", "LLaDA-shaped ~1.3B (hidden 2048, 16 layers, 16 heads, ffn 5632, vocab 126464); "
+                                "not a released model",
+                    with_tokens(transformer("llada", 2048, 16, 16, 16, 5632, 126464, 500000.f, 1e-5f,
+                                            RopeLayout::Normal),
+                                126336, 126080, 126081)});
+  shapes.push_back({"llada:small", "LLaDA-shaped ~166M (hidden 1024, 8 layers, 16 heads, ffn 2816, vocab 32000), "
+                                   "the docs/performance.md bench model",
+                    with_tokens(transformer("llada", 1024, 8, 16, 16, 2816, 32000, 500000.f, 1e-5f,
+                                            RopeLayout::Normal),
+                                31999, 31998, 31997)});
+  shapes.push_back({"llada:tiny", "LLaDA-shaped toy (hidden 64, 2 layers, 4 heads, ffn 128, vocab 320), for tests",
+                    with_tokens(transformer("llada", 64, 2, 4, 4, 128, 320, 500000.f, 1e-5f, RopeLayout::Normal),
+                                318, 317, 316)});
+  // Dream-v0-7B: the Qwen2.5-7B body (GQA 28/4, Q/K/V biases, untied head), shifted logits.
+  {
+    ModelConfig c = with_tokens(
+        transformer("dream", 3584, 28, 28, 4, 18944, 152064, 1000000.f, 1e-6f, RopeLayout::Neox), 151666, 151643,
+        151643);
+    c.qkv_bias = true;
+    c.shift_logits = true;
+    shapes.push_back({"dream:7b", "Dream-7B (Qwen2.5-7B body: hidden 3584, 28 layers, 28/4 heads, ffn 18944, "
+                                  "vocab 152064)",
+                      c});
+  }
+  // LLaDA-MoE-7B-A1B: 64 experts, top 8, expert ffn 1024 (shape as we read its config; no QK norm here).
+  {
+    ModelConfig c = with_tokens(
+        transformer("llada-moe", 2048, 16, 16, 16, 0, 157184, 50000.f, 1e-5f, RopeLayout::Neox), 156895, 156891,
+        156892);
+    c.n_experts = 64;
+    c.n_experts_used = 8;
+    c.expert_ffn = 1024;
+    shapes.push_back({"llada-moe:7b-a1b", "LLaDA-MoE-7B-A1B (hidden 2048, 16 layers, 64 experts top-8, expert "
+                                          "ffn 1024, vocab 157184)",
+                      c});
+  }
+  // A tiny MoE for tests of the expert accounting.
+  {
+    ModelConfig c = with_tokens(
+        transformer("llada-moe", 64, 2, 4, 2, 0, 320, 50000.f, 1e-5f, RopeLayout::Neox), 318, 317, 316);
+    c.n_experts = 4;
+    c.n_experts_used = 2;
+    c.expert_ffn = 32;
+    shapes.push_back({"llada-moe:tiny", "LLaDA-MoE-shaped toy (hidden 64, 2 layers, 4 experts top-2), for tests", c});
+  }
+  for (SyntheticShape& s : shapes) s.config.name = "synthetic " + s.name;
+  return shapes;
+}
+
+int64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemAvailable:", 0) == 0) {
+      std::istringstream fields(line.substr(13));
+      int64_t kib = 0;
+      fields >> kib;
+      return kib * 1024;
+    }
+  }
+  return -1;  // unknown: do not refuse
+}
+
+// Visits every tensor of the model as (name, dtype, ne) without allocating, so that sizing and
+// building cannot disagree.
+struct TensorPlan {
+  std::string name;
+  DType type;
+  std::array<int64_t, 4> ne;
+  int n_dims;
+  enum Fill { Random, Ones } fill;
+  float stddev;
+};
+
+std::vector<TensorPlan> plan(const ModelConfig& c, DType type) {
+  const int64_t H = c.hidden, D = c.head_dim;
+  std::vector<TensorPlan> out;
+  auto matrix = [&](const std::string& name, int64_t cols, int64_t rows, float stddev) {
+    out.push_back({name, type, {cols, rows, 1, 1}, 2, TensorPlan::Random, stddev});
+  };
+  auto experts = [&](const std::string& name, int64_t cols, int64_t rows, int64_t n) {
+    out.push_back({name, type, {cols, rows, n, 1}, 3, TensorPlan::Random, 0.02f});
+  };
+  auto vec = [&](const std::string& name, int64_t n, TensorPlan::Fill fill) {
+    out.push_back({name, DType::F32, {n, 1, 1, 1}, 1, fill, 0.02f});
+  };
+  matrix("token_embd.weight", H, c.vocab, 0.02f);
+  vec("output_norm.weight", H, TensorPlan::Ones);
+  if (!c.tied_output) matrix("output.weight", H, c.vocab, 0.02f);
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    vec(b + "attn_norm.weight", H, TensorPlan::Ones);
+    matrix(b + "attn_q.weight", H, c.n_heads * D, 0.02f);
+    matrix(b + "attn_k.weight", H, c.n_kv_heads * D, 0.02f);
+    matrix(b + "attn_v.weight", H, c.n_kv_heads * D, 0.02f);
+    matrix(b + "attn_output.weight", c.n_heads * D, H, 0.02f);
+    if (c.qkv_bias) {
+      vec(b + "attn_q.bias", c.n_heads * D, TensorPlan::Random);
+      vec(b + "attn_k.bias", c.n_kv_heads * D, TensorPlan::Random);
+      vec(b + "attn_v.bias", c.n_kv_heads * D, TensorPlan::Random);
+    }
+    vec(b + "ffn_norm.weight", H, TensorPlan::Ones);
+    if (c.is_moe()) {
+      // The router stays f32, as converters leave it.
+      out.push_back({b + "ffn_gate_inp.weight", DType::F32, {H, c.n_experts, 1, 1}, 2, TensorPlan::Random, 0.02f});
+      experts(b + "ffn_gate_exps.weight", H, c.expert_ffn, c.n_experts);
+      experts(b + "ffn_up_exps.weight", H, c.expert_ffn, c.n_experts);
+      experts(b + "ffn_down_exps.weight", c.expert_ffn, H, c.n_experts);
+    } else {
+      matrix(b + "ffn_gate.weight", H, c.ffn, 0.02f);
+      matrix(b + "ffn_up.weight", H, c.ffn, 0.02f);
+      matrix(b + "ffn_down.weight", c.ffn, H, 0.02f);
+    }
+  }
+  return out;
+}
+
+int64_t plan_bytes(const TensorPlan& t) { return row_bytes(t.type, t.ne[0]) * t.ne[1] * t.ne[2] * t.ne[3]; }
+
+ModelConfig cut_config(const SyntheticShape& shape, const SyntheticOptions& options) {
+  ModelConfig c = shape.config;
+  check(options.layers >= 0, "--layers must not be negative");
+  check(options.layers <= c.n_layers, "--layers " + std::to_string(options.layers) + ": " + shape.name + " has only " +
+                                          std::to_string(c.n_layers) + " layers");
+  if (options.layers > 0) c.n_layers = options.layers;
+  check(matmul_supports(options.type), std::string("synthetic models: weight type ") + dtype_name(options.type) +
+                                           " is not supported by matmul");
+  return c;
+}
+
+}  // namespace
+
+const std::vector<SyntheticShape>& synthetic_shapes() {
+  static const std::vector<SyntheticShape> shapes = make_shapes();
+  return shapes;
+}
+
+const SyntheticShape& find_synthetic_shape(const std::string& name) {
+  std::string known;
+  for (const SyntheticShape& s : synthetic_shapes()) {
+    if (s.name == name) return s;
+    known += (known.empty() ? "" : ", ") + s.name;
+  }
+  throw Error("unknown synthetic model '" + name + "' (known: " + known + ")");
+}
+
+int64_t synthetic_model_bytes(const SyntheticShape& shape, const SyntheticOptions& options) {
+  int64_t total = 0;
+  for (const TensorPlan& t : plan(cut_config(shape, options), options.type)) total += plan_bytes(t);
+  return total;
+}
+
+void fill_random(DType type, void* dst, int64_t elements, float stddev, uint64_t seed, ThreadPool* pool) {
+  const DTypeInfo& info = dtype_info(type);
+  check(elements % info.block_size == 0, std::string("fill_random: ") + std::to_string(elements) +
+                                             " elements are not a whole number of " + info.name + " blocks");
+  const int64_t blocks = elements / info.block_size;
+  const int64_t chunk = info.block_size == 1 ? 65536 : 4096;  // blocks per task
+  const int64_t chunks = (blocks + chunk - 1) / chunk;
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  parallel_for(pool, chunks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> values;
+    for (int64_t ch = begin; ch < end; ++ch) {
+      // Each chunk has its own stream: the bytes do not depend on how chunks are split over threads.
+      Rng rng(seed * 0x9e3779b97f4a7c15ull + uint64_t(ch));
+      const int64_t b0 = ch * chunk, b1 = std::min(blocks, b0 + chunk);
+      uint8_t* p = out + b0 * info.block_bytes;
+      if (type == DType::Q4_0 || type == DType::Q8_0) {
+        // Uniform codes: q - 8 in [-8, 7] has standard deviation 4.61, int8 in [-128, 127] 73.9.
+        const uint16_t d = f32_to_f16(stddev / (type == DType::Q4_0 ? 4.61f : 73.9f));
+        const size_t code_bytes = size_t(info.block_bytes) - 2;
+        for (int64_t b = b0; b < b1; ++b, p += info.block_bytes) {
+          std::memcpy(p, &d, 2);
+          for (size_t i = 0; i < code_bytes; i += 8) {
+            const uint64_t r = rng.next();
+            std::memcpy(p + 2 + i, &r, std::min<size_t>(8, code_bytes - i));
+          }
+        }
+      } else {
+        // Uniform in [-a, a] with a = sqrt(3) stddev, converted to the type.
+        const float a = stddev * 1.7320508f;
+        values.resize(size_t((b1 - b0) * info.block_size));
+        for (float& v : values) v = a * (float(rng.next() >> 40) * 0x1.0p-23f - 1.f);
+        if (type == DType::F32) {
+          std::memcpy(p, values.data(), values.size() * 4);
+        } else {
+          quantize_row(type, values.data(), p, int64_t(values.size()));
+        }
+      }
+    }
+  });
+}
+
+std::unique_ptr<SyntheticModel> build_synthetic_model(const SyntheticShape& shape, const SyntheticOptions& options,
+                                                      ThreadPool* pool) {
+  const ModelConfig config = cut_config(shape, options);
+  const std::vector<TensorPlan> tensors = plan(config, options.type);
+  int64_t total = 0;
+  for (const TensorPlan& t : tensors) total += plan_bytes(t);
+  const int64_t available = available_memory_bytes();
+  if (available > 0 && double(total) > 0.9 * double(available)) {
+    char msg[512];
+    std::snprintf(msg, sizeof msg,
+                  "synthetic %s at %s needs %.2f GiB, but only %.2f GiB of memory is available (try --type q4_0 or "
+                  "--layers N)",
+                  shape.name.c_str(), dtype_name(options.type), double(total) / 1073741824.0,
+                  double(available) / 1073741824.0);
+    throw Error(msg);
+  }
+
+  auto out = std::make_unique<SyntheticModel>();
+  out->model.config = config;
+  out->bytes = total;
+  std::vector<TensorView> views;
+  uint64_t index = 0;
+  for (const TensorPlan& t : tensors) {
+    const int64_t bytes = plan_bytes(t);
+    void* p = std::aligned_alloc(64, size_t((bytes + 63) / 64 * 64));
+    check(p != nullptr, "synthetic " + shape.name + ": cannot allocate " + std::to_string(bytes) + " bytes for '" +
+                            t.name + "'");
+    out->storage.emplace_back(static_cast<uint8_t*>(p));
+    const int64_t elements = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
+    if (t.fill == TensorPlan::Ones) {
+      float* f = static_cast<float*>(p);
+      std::fill(f, f + elements, 1.f);
+    } else {
+      fill_random(t.type, p, elements, t.stddev, options.seed * 1000003 + index, pool);
+    }
+    ++index;
+    TensorView v;
+    v.name = t.name;
+    v.type = t.type;
+    v.ne = t.ne;
+    v.n_dims = t.n_dims;
+    v.data = p;
+    views.push_back(v);
+  }
+  // Bind the views the way Model::load does (the plan's order is fixed above).
+  Model& m = out->model;
+  size_t i = 0;
+  m.token_embd = views[i++];
+  m.output_norm = views[i++];
+  m.output = config.tied_output ? m.token_embd : views[i++];
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    LayerWeights w;
+    w.attn_norm = views[i++];
+    w.wq = views[i++];
+    w.wk = views[i++];
+    w.wv = views[i++];
+    w.wo = views[i++];
+    if (config.qkv_bias) {
+      w.bq = views[i++];
+      w.bk = views[i++];
+      w.bv = views[i++];
+    }
+    w.ffn_norm = views[i++];
+    if (config.is_moe()) {
+      w.router = views[i++];
+      w.gate_exps = views[i++];
+      w.up_exps = views[i++];
+      w.down_exps = views[i++];
+    } else {
+      w.gate = views[i++];
+      w.up = views[i++];
+      w.down = views[i++];
+    }
+    m.layers.push_back(w);
+  }
+  check(i == views.size(), "synthetic " + shape.name + ": internal error binding tensors");
+  return out;
+}
+
+}  // namespace canvas::bench
