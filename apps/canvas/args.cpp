@@ -85,4 +85,12 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& f
   return ids;
 }
 
+bool wants_help(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") return true;
+  }
+  return false;
+}
+
 }  // namespace canvas::cli

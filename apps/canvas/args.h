@@ -25,6 +25,9 @@ class Args {
   std::vector<std::string> positional_;
 };
 
+// True when argv[2..] holds -h or --help (a subcommand then prints its usage and exits 0).
+bool wants_help(int argc, char** argv);
+
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);
 
 }  // namespace canvas::cli

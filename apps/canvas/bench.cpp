@@ -1,4 +1,5 @@
 // canvas bench: machine roofs, then AR and diffusion decoding of one model over a grid of settings.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -10,10 +11,13 @@
 
 #include "args.h"
 #include "bench/harness.h"
+#include "bench/stats.h"
 #include "bench/synthetic.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/rng.h"
 #include "core/timer.h"
+#include "model/kv_cache.h"
 
 namespace canvas::cli {
 namespace {
@@ -58,6 +62,13 @@ output:
 
 Numbers are medians over the repeats; on a machine shared with other work they are indicative, and
 only ratios taken within one run (vs AR, fractions of roofs) compare fairly.
+
+Models with a decoder (DiffusionGemma, e.g. --synthetic diffusion-gemma:26b-a4b --layers N) are timed
+pass by pass instead of over the grid: the prompt's encoder pass (-p tokens), one decoder pass over a
+canvas of --block-length tokens (default 256) without (--modes diffusion) and with (self-cond)
+self-conditioning logits, all canvas rows' logits computed as the sampler needs, and one AR step (ar: a
+one-token encoder pass after the prompt, with its logits), each --repeats times after --warmup;
+medians, and the peak RSS. --modes for these models: ar, diffusion, self-cond (default all three).
 )";
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -122,6 +133,92 @@ void plot(const std::string& json_path, const std::string& png_path) {
   }
 }
 
+// Pass-by-pass timing of a model with a decoder (see the usage text): what the entropy-bound sampler
+// and AR decoding through the encoder spend per forward.
+int bench_decoder_passes(const Model& model, const std::string& source, int64_t weight_bytes, int64_t prompt_tokens,
+                         int64_t canvas, int warmup, int repeats, int threads, uint64_t seed,
+                         const std::vector<std::string>& modes) {
+  auto wants = [&](const char* mode) { return std::find(modes.begin(), modes.end(), mode) != modes.end(); };
+  for (const std::string& m : modes)
+    check(m == "ar" || m == "diffusion" || m == "self-cond",
+          "--modes: unknown mode '" + m + "' for a model with a decoder (ar, diffusion, self-cond)");
+  const ModelConfig& c = model.config;
+  check(prompt_tokens > 0 && canvas > 0 && repeats > 0 && warmup >= 0,
+        "need -p > 0, --block-length > 0, --repeats > 0 and --warmup >= 0");
+  ThreadPool pool(threads);
+  Rng rng(seed);
+  auto random_tokens = [&](int64_t n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int32_t& id : t) id = int32_t(rng.below(uint64_t(c.vocab)));
+    return t;
+  };
+  const int64_t ar_steps = warmup + repeats;
+  KvCache cache(c, prompt_tokens + ar_steps);
+  std::vector<int32_t> groups(static_cast<size_t>(prompt_tokens + ar_steps));
+  for (size_t i = 0; i < groups.size(); ++i) groups[i] = int32_t(i);
+  const std::vector<int32_t> prompt = random_tokens(prompt_tokens);
+  ForwardRequest enc;
+  enc.tokens = prompt.data();
+  enc.n = prompt_tokens;
+  enc.groups = groups.data();
+  double t0 = now_ms();
+  forward(model, cache, enc, &pool);
+  const double prompt_ms = now_ms() - t0;
+
+  const std::vector<int32_t> tokens = random_tokens(canvas);
+  std::vector<float> logits(size_t(canvas) * size_t(c.vocab)), self_cond(logits.size());
+  for (float& v : self_cond) v = float(rng.uniform() * 4.0);
+  auto decoder_pass = [&](const float* prev) {
+    ForwardRequest dec;
+    dec.tokens = tokens.data();
+    dec.n = canvas;
+    dec.pos0 = prompt_tokens;
+    dec.decoder = true;
+    dec.self_cond = prev;
+    for (int64_t i = 0; i < canvas; ++i) dec.logit_rows.push_back(int32_t(i));
+    dec.logits = logits.data();
+    const double start = now_ms();
+    forward(model, cache, dec, &pool);
+    return now_ms() - start;
+  };
+  std::vector<double> plain, conditioned, ar;
+  for (int r = 0; r < warmup + repeats; ++r) {
+    const double a = wants("diffusion") ? decoder_pass(nullptr) : 0;
+    const double b = wants("self-cond") ? decoder_pass(self_cond.data()) : 0;
+    if (r >= warmup && wants("diffusion")) plain.push_back(a);
+    if (r >= warmup && wants("self-cond")) conditioned.push_back(b);
+  }
+  // AR steps through the encoder: each appends one token after the prompt and reads its logits.
+  std::vector<float> row(size_t(c.vocab));
+  for (int64_t r = 0; r < (wants("ar") ? ar_steps : 0); ++r) {
+    const int32_t token = int32_t(rng.below(uint64_t(c.vocab)));
+    ForwardRequest step;
+    step.tokens = &token;
+    step.n = 1;
+    step.pos0 = prompt_tokens + r;
+    step.groups = &groups[size_t(prompt_tokens + r)];
+    step.logit_rows = {0};
+    step.logits = row.data();
+    const double start = now_ms();
+    forward(model, cache, step, &pool);
+    if (r >= warmup) ar.push_back(now_ms() - start);
+  }
+  const double peak_mib = double(bench::peak_rss_bytes()) / 1048576.0;
+  std::printf("model: %s, %lld layers, %d threads\n", source.c_str(), (long long)c.n_layers, pool.size());
+  std::printf("%-44s %10s %10s %10s\n", "pass", "median ms", "min ms", "max ms");
+  auto line = [](const std::string& what, const std::vector<double>& ms) {
+    if (ms.empty()) return;
+    std::printf("%-44s %10.1f %10.1f %10.1f\n", what.c_str(), bench::median(ms),
+                *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()));
+  };
+  line("encoder, prompt of " + std::to_string(prompt_tokens) + " (once)", {prompt_ms});
+  line("decoder, canvas " + std::to_string(canvas) + ", self-cond zeros", plain);
+  line("decoder, canvas " + std::to_string(canvas) + ", self-cond logits", conditioned);
+  line("AR step (encoder, 1 token + logits)", ar);
+  std::printf("peak RSS %.0f MiB; weights %.2f GiB\n", peak_mib, double(weight_bytes) / 1073741824.0);
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -160,7 +257,9 @@ int cmd_bench(int argc, char** argv) {
   options.measure_roofs = !args.has("no-roofs");
   if (quick) options.roof = bench::RoofOptions::quick();
   options.run_ar = options.run_diffusion = false;
-  for (const std::string& mode : split_list(args.get("modes", "ar,diffusion"))) {
+  const std::vector<std::string> modes = split_list(args.get("modes", ""));
+  for (const std::string& mode : modes.empty() ? std::vector<std::string>{"ar", "diffusion"} : modes) {
+    if (mode == "self-cond") continue;  // models with a decoder only; checked there
     check(mode == "ar" || mode == "diffusion", "--modes: unknown mode '" + mode + "' (ar, diffusion)");
     (mode == "ar" ? options.run_ar : options.run_diffusion) = true;
   }
@@ -212,6 +311,15 @@ int cmd_bench(int argc, char** argv) {
     }
     model = &file_model;
   }
+
+  if (model->config.has_decoder)
+    return bench_decoder_passes(*model, info.source, synthetic ? synthetic->bytes : model->weight_bytes(),
+                                options.prompt_tokens,
+                                args.has("block-length") ? options.block_lengths[0] : 256, options.warmup,
+                                options.repeats, options.threads[0], options.seed,
+                                modes.empty() ? std::vector<std::string>{"ar", "diffusion", "self-cond"} : modes);
+  check(std::find(modes.begin(), modes.end(), "self-cond") == modes.end(),
+        "--modes: self-cond applies to models with a decoder (DiffusionGemma) only");
 
   const bench::BenchReport report =
       bench::run_bench(*model, info, options, [](const std::string& line) {

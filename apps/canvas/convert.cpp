@@ -1,5 +1,5 @@
 // canvas convert: a Hugging Face Gemma 4 / DiffusionGemma safetensors checkpoint to GGUF (llama.cpp
-// PR #24423 names and keys), optionally re-typed to f16 / bf16 / q8_0 / q4_0.
+// PR #24423 names and keys), optionally re-typed to f16 / bf16 or a quantised type.
 #include <cmath>
 #include <cstdio>
 #include <deque>
@@ -33,23 +33,18 @@ sampler keys. The tokenizer is not converted.
 
       --in DIR       Hugging Face checkpoint directory (or its config.json)
       --out FILE     output .gguf (written to FILE.tmp, then renamed)
-      --type TYPE    f32 | f16 | bf16 | q8_0 | q4_0 (default: f32; bf16 and f32 tensors already of
-                     that type are copied as they are)
+      --type TYPE    f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_k | q5_k | q6_k
+                     (default: f32; tensors already of that type are copied as they are; 1-D tensors
+                     stay f32; rows that are not whole 256-blocks fall back from K-quants to q8_0)
 )";
 
-bool wants_help(int argc, char** argv) {
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-h" || a == "--help") return true;
-  }
-  return false;
-}
-
-// The type a tensor is stored as: vectors f32; block-quantised types need rows of whole blocks.
+// The type a tensor is stored as: vectors f32; block-quantised types need rows of whole blocks. Rows that a
+// 256-block K-quant cannot hold fall back to Q8_0 (32-blocks), as llama.cpp's quantizer falls back to a
+// 32-block type; rows no block type can hold stay f16.
 DType stored_type(const TensorView& t, DType requested) {
   if (t.n_dims == 1) return DType::F32;
   const DTypeInfo& info = dtype_info(requested);
-  if (info.block_size > 1 && t.ne[0] % info.block_size != 0) return DType::F16;
+  if (info.block_size > 1 && t.ne[0] % info.block_size != 0) return t.ne[0] % kQK == 0 ? DType::Q8_0 : DType::F16;
   return requested;
 }
 
@@ -66,9 +61,8 @@ int cmd_convert(int argc, char** argv) {
   check(args.has("in"), "no input given (--in HF_DIR); see canvas convert --help");
   check(args.has("out"), "no output given (--out FILE.gguf); see canvas convert --help");
   const DType requested = dtype_from_name(args.get("type", "f32"));
-  check(requested == DType::F32 || requested == DType::F16 || requested == DType::BF16 || requested == DType::Q8_0 ||
-            requested == DType::Q4_0,
-        "--type must be f32, f16, bf16, q8_0 or q4_0");
+  check(matmul_supports(requested),
+        "--type must be one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k");
 
   // Loading binds and checks every tensor against the config before anything is written.
   const Model model = Model::load_safetensors(args.get("in", ""));

@@ -1,4 +1,5 @@
 // canvas: command-line front end (generate, logits, inspect).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -18,9 +19,15 @@
 #include "io/npy.h"
 #include "io/tokenizer.h"
 #include "model/model.h"
+#include "text_model.h"
 
 using namespace canvas;
 using canvas::cli::Args;
+using canvas::cli::CanvasView;
+using canvas::cli::make_pool;
+using canvas::cli::sanitize_utf8;
+using canvas::cli::TextTokenizer;
+using canvas::cli::wants_help;
 
 namespace {
 
@@ -30,8 +37,10 @@ usage: canvas <command> [options]
 
 commands:
   generate   generate text from a prompt (masked diffusion or autoregressive)
+  chat       talk with a model (DiffusionGemma / Gemma chat template), one line per turn on stdin
   logits     write a model's logits for given token ids to a .npy file
   inspect    print a GGUF file's metadata and tensor table
+  score      likelihood of a text under a left-to-right model (bits per byte)
   train      train a small diffusion or AR model from a config file (resumable)
   sudoku     generate Sudoku puzzle sets, solve puzzles with a model, evaluate solve rates
   convert    convert a Hugging Face DiffusionGemma / Gemma 4 checkpoint to GGUF
@@ -40,21 +49,28 @@ commands:
 Run `canvas <command> --help` for the options of a command.
 )";
 
-const char* kGenerateUsage = R"(usage: canvas generate [-m MODEL.gguf] -p TEXT [options]
+const char* kGenerateUsage = R"(usage: canvas generate [-m MODEL] -p TEXT [options]
 
 Generates text with a masked-diffusion model (LLaDA, Dream, LLaDA-MoE families), a uniform-state
-diffusion model (entropy-bound sampler, as DiffusionGemma) or autoregressively on the same weights.
+diffusion model (entropy-bound sampler: DiffusionGemma, canvas's own uniform-state models) or
+autoregressively on the same weights (DiffusionGemma: through its causal encoder).
 Prints the text, then one stats line; with --json one JSON object instead.
 
-  -m, --model FILE        GGUF model file (default: the shipped text model, models/text-masked.gguf)
+  -m, --model MODEL       GGUF file, or a Hugging Face safetensors directory (DiffusionGemma / Gemma 4)
+                          (default: the shipped text model, models/text-masked.gguf)
   -p, --prompt TEXT       prompt text (encoded with the model's tokenizer)
-  -n, --n-predict N       tokens to generate (default 64)
+      --tokenizer FILE    tokenizer.json or a GGUF with a tokenizer (default: the model's own: the GGUF's,
+                          or tokenizer.json beside a safetensors checkpoint)
+      --chat              wrap the prompt in the Gemma chat template
+                          <bos><|turn>user\n{prompt}<turn|>\n<|turn>model\n
+  -n, --n-predict N       tokens to generate (default 64; generation_config.json's max_new_tokens)
       --mode MODE         diffusion | ar (default diffusion for diffusion models, ar otherwise)
       --steps S           masked: denoising steps in total (default = N: one token per step), a multiple
                           of the number of blocks; uniform-state: the most steps per canvas (default 48)
       --block-length B    masked: block length of the semi-autoregressive schedule (default 32, or N if
                           smaller); uniform-state: the canvas length (default: the model's)
-Uniform-state diffusion only (defaults: DiffusionGemma's generation_config.json):
+Uniform-state diffusion only (defaults: the checkpoint's generation_config.json or GGUF diffusion.*
+keys, else DiffusionGemma's release values; EOS ids from there too, else {1, 106, 50} for Gemma):
       --entropy-bound E   entropy budget (nats) of the positions accepted per step (default 0.1)
       --t-min T, --t-max T   temperature schedule T = t_min + (t_max - t_min) * s / steps (0.4, 0.8)
       --stability K       the argmax canvas must repeat K times before the adaptive stop (default 1)
@@ -76,7 +92,9 @@ Masked diffusion only:
   -t, --threads N         threads (default: all cores)
       --visual            redraw the canvas on stderr at every step (masked positions shown as ░)
       --json              print one JSON object: text, tokens, prompt_tokens, passes, tokens_per_pass,
-                          prompt_ms, decode_ms, tokens_per_second
+                          prompt_ms, decode_ms, tokens_per_second (uniform-state: also new_tokens,
+                          tokens_per_forward = non-pad tokens / decoder passes, encoder_passes,
+                          steps_per_canvas)
 )";
 
 const char* kLogitsUsage = R"(usage: canvas logits -m MODEL --ids 1,2,3 --out FILE.npy [--causal]
@@ -108,14 +126,6 @@ Prints the GGUF header, every metadata key with its type and value (long arrays 
 --all), and a table of tensors (name, dtype, shape, bytes, offset).
 )";
 
-bool wants_help(int argc, char** argv) {
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-h" || a == "--help") return true;
-  }
-  return false;
-}
-
 std::string json_escape(const std::string& s) {
   std::string out;
   for (unsigned char ch : s) {
@@ -138,26 +148,6 @@ std::string json_escape(const std::string& s) {
   return out;
 }
 
-// Bytes that are not valid UTF-8 become U+FFFD so JSON output stays valid.
-std::string sanitize_utf8(const std::string& s) {
-  std::string out;
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    bool ok = len > 0 && i + size_t(len) <= s.size();
-    for (int k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + size_t(k)]) >> 6) == 2;
-    if (ok) {
-      out.append(s, i, size_t(len));
-      i += size_t(len);
-    } else {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    }
-  }
-  return out;
-}
-
 // The shipped default model: models/ beside the binary's build tree, else in the source tree it was built
 // from.
 std::string default_model_path() {
@@ -173,46 +163,6 @@ std::string default_model_path() {
               CANVAS_SOURCE_DIR + "; see canvas generate --help");
 }
 
-// A uniform-state model's trained canvas length (diffusion.canvas_length), else `fallback`.
-int64_t model_canvas_length(const Model& model, int64_t fallback) {
-  return model.file ? model.file->get_int("diffusion.canvas_length", fallback) : fallback;
-}
-
-std::unique_ptr<ThreadPool> make_pool(const Args& args) {
-  const int64_t threads = args.get_int("threads", 0);
-  check(threads >= 0 && threads <= 1024, "--threads must be between 0 and 1024");
-  return std::make_unique<ThreadPool>(int(threads));
-}
-
-// Live view: the generated region with masked positions as a shaded block, redrawn in place.
-class CanvasView {
- public:
-  CanvasView(const Tokenizer* tokenizer, int32_t mask) : tokenizer_(tokenizer), mask_(mask) {}
-  void draw(const StepEvent& e) {
-    std::string text;
-    for (int32_t id : *e.canvas) {
-      if (id == mask_) {
-        text += "\x1b[2m\xE2\x96\x91\x1b[0m";
-      } else if (tokenizer_) {
-        text += sanitize_utf8(tokenizer_->token_piece(id));
-      } else {
-        text += "<" + std::to_string(id) + ">";
-      }
-    }
-    std::fprintf(stderr, "\x1b[s\x1b[J[block %lld step %lld, %lld passes]\n%s\x1b[u", (long long)e.block,
-                 (long long)e.step, (long long)e.passes, text.c_str());
-    std::fflush(stderr);
-  }
-  void finish() {
-    std::fprintf(stderr, "\x1b[J");
-    std::fflush(stderr);
-  }
-
- private:
-  const Tokenizer* tokenizer_;
-  int32_t mask_;
-};
-
 int cmd_generate(int argc, char** argv) {
   if (wants_help(argc, argv)) {
     std::fputs(kGenerateUsage, stdout);
@@ -225,20 +175,25 @@ int cmd_generate(int argc, char** argv) {
              {"--cache", "cache"}, {"--temp", "temp"}, {"--top-k", "top-k"}, {"--top-p", "top-p"}, {"-s", "seed"},
              {"--seed", "seed"}, {"-t", "threads"}, {"--threads", "threads"}, {"--visual", "visual"},
              {"--json", "json"}, {"--entropy-bound", "entropy-bound"}, {"--t-min", "t-min"}, {"--t-max", "t-max"},
-             {"--stability", "stability"}, {"--confidence-threshold", "confidence-threshold"}},
+             {"--stability", "stability"}, {"--confidence-threshold", "confidence-threshold"},
+             {"--tokenizer", "tokenizer"}, {"--chat", "chat"}},
             {"model", "prompt", "n", "mode", "steps", "block-length", "schedule", "algorithm", "threshold", "cache",
              "temp", "top-k", "top-p", "seed", "threads", "entropy-bound", "t-min", "t-max", "stability",
-             "confidence-threshold"},
-            {"visual", "json"});
+             "confidence-threshold", "tokenizer"},
+            {"visual", "json", "chat"});
   check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
   check(args.has("prompt"), "no prompt given (-p TEXT); see canvas generate --help");
-  const Model model = Model::load(args.has("model") ? args.get("model", "") : default_model_path());
+  const std::string model_path = args.has("model") ? args.get("model", "") : default_model_path();
+  const Model model = Model::load(model_path);
   const ModelConfig& c = model.config;
-  const Tokenizer tokenizer = Tokenizer::from_gguf(*model.file);
-  const std::vector<int32_t> prompt = tokenizer.encode(args.get("prompt", ""), true);
+  const TextTokenizer tokenizer = TextTokenizer::for_model(model, model_path, args.get("tokenizer", ""));
+  const std::vector<int32_t> prompt =
+      args.has("chat") ? tokenizer.encode(cli::gemma_user_turn(args.get("prompt", ""), true), false)
+                       : tokenizer.encode(args.get("prompt", ""), true);
   check(!prompt.empty(), "the prompt encodes to no tokens");
+  const cli::SamplerDefaults defaults = cli::sampler_defaults(model, model_path);
 
-  const int64_t n = args.get_int("n", 64);
+  const int64_t n = args.get_int("n", c.uniform_state ? defaults.max_new_tokens : 64);
   check(n > 0 && n <= 1 << 20, "-n must be between 1 and 1048576");
   check(int64_t(prompt.size()) + n <= c.context_length,
         "prompt (" + std::to_string(prompt.size()) + " tokens) + " + std::to_string(n) +
@@ -262,25 +217,15 @@ int cmd_generate(int argc, char** argv) {
   if (visual) callbacks.on_step = [&](const StepEvent& e) { view.draw(e); };
 
   GenerationResult result;
+  EntropyBoundResult uniform;  // uniform-state runs only
   int64_t decode_tokens = 0;
+  // Tokens that end the text: the sampler's EOS ids for uniform-state models, else the config's EOS.
+  std::vector<int32_t> stop_ids = c.uniform_state ? defaults.params.eos_ids : std::vector<int32_t>{c.eos_token};
   if (mode == "diffusion" && c.uniform_state) {
-    EntropyBoundParams p;
-    p.max_new_tokens = n;
-    p.canvas_length = std::min<int64_t>(args.get_int("block-length", model_canvas_length(model, 32)), n);
-    p.max_denoising_steps = args.get_int("steps", p.max_denoising_steps);
-    p.entropy_bound = float(args.get_float("entropy-bound", p.entropy_bound));
-    p.t_min = float(args.get_float("t-min", p.t_min));
-    p.t_max = float(args.get_float("t-max", p.t_max));
-    p.stability_threshold = args.get_int("stability", p.stability_threshold);
-    p.confidence_threshold = float(args.get_float("confidence-threshold", p.confidence_threshold));
-    p.eos_ids = {c.eos_token};
-    p.pad_id = c.pad_token >= 0 ? c.pad_token : c.eos_token;
-    p.seed = sampling.seed;
-    check(p.canvas_length > 0 && p.max_denoising_steps > 0, "--block-length and --steps must be positive");
-    check(p.entropy_bound >= 0 && p.t_min > 0 && p.t_max >= p.t_min, "need --entropy-bound >= 0 and 0 < --t-min <= --t-max");
-    check(p.stability_threshold >= 0 && p.confidence_threshold >= 0, "--stability and --confidence-threshold must be >= 0");
-    result = generate_uniform_state(model, prompt, p, pool.get(), callbacks);
-    decode_tokens = int64_t(result.tokens.size());
+    const EntropyBoundParams p = cli::uniform_state_params(args, defaults, n);
+    uniform = generate_uniform_state(model, prompt, p, pool.get(), callbacks);
+    result = uniform;
+    decode_tokens = uniform.new_tokens;
   } else if (mode == "diffusion") {
     check(c.mask_token >= 0, "model has no mask token: use --mode ar");
     MaskedDiffusionParams p;
@@ -300,6 +245,7 @@ int cmd_generate(int argc, char** argv) {
     ArParams p;
     p.max_new_tokens = n;
     p.sampling = sampling;
+    p.stop_ids = stop_ids;
     result = generate_ar(model, prompt, p, pool.get(), callbacks);
     decode_tokens = int64_t(result.tokens.size()) - 1;  // the first token comes from the prompt pass
   }
@@ -308,11 +254,12 @@ int cmd_generate(int argc, char** argv) {
   // Text ends at the first end-of-sequence token.
   std::vector<int32_t> shown;
   for (int32_t id : result.tokens) {
-    if (id == c.eos_token) break;
+    if (std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end()) break;
     shown.push_back(id);
   }
   const std::string text = tokenizer.decode(shown);
-  const int64_t new_tokens = int64_t(result.tokens.size());
+  const bool is_uniform = mode == "diffusion" && c.uniform_state;
+  const int64_t new_tokens = is_uniform ? uniform.new_tokens : int64_t(result.tokens.size());
   const double tokens_per_pass = result.passes ? double(new_tokens) / double(result.passes) : 0.0;
   const double tps = result.decode_ms > 0 ? double(decode_tokens) * 1000.0 / result.decode_ms : 0.0;
   if (args.has("json")) {
@@ -322,18 +269,38 @@ int cmd_generate(int argc, char** argv) {
     char buf[256];
     std::snprintf(buf, sizeof buf,
                   "], \"prompt_tokens\": %lld, \"passes\": %lld, \"tokens_per_pass\": %.4f, \"prompt_ms\": %.3f, "
-                  "\"decode_ms\": %.3f, \"tokens_per_second\": %.3f}",
+                  "\"decode_ms\": %.3f, \"tokens_per_second\": %.3f",
                   (long long)result.prompt_tokens, (long long)result.passes, tokens_per_pass, result.prompt_ms,
                   result.decode_ms, tps);
     out << buf;
+    if (is_uniform) {
+      std::snprintf(buf, sizeof buf, ", \"new_tokens\": %lld, \"tokens_per_forward\": %.4f, \"encoder_passes\": %lld",
+                    (long long)uniform.new_tokens, uniform.tokens_per_forward, (long long)uniform.encoder_passes);
+      out << buf << ", \"steps_per_canvas\": [";
+      for (size_t i = 0; i < uniform.steps_per_canvas.size(); ++i)
+        out << (i ? ", " : "") << uniform.steps_per_canvas[i];
+      out << "]";
+    }
+    out << "}";
     std::cout << out.str() << std::endl;
   } else {
     std::cout << text << std::endl;
-    std::fprintf(stderr,
-                 "[%lld new tokens, %lld passes, %.2f tokens/pass, prompt %lld tokens %.1f ms, decode %.1f ms, %.2f "
-                 "tokens/s, %s, %d threads]\n",
-                 (long long)new_tokens, (long long)result.passes, tokens_per_pass, (long long)result.prompt_tokens,
-                 result.prompt_ms, result.decode_ms, tps, simd_level_name(simd_level()), pool->size());
+    if (is_uniform) {
+      std::string steps;
+      for (int64_t s : uniform.steps_per_canvas) steps += (steps.empty() ? "" : ",") + std::to_string(s);
+      std::fprintf(stderr,
+                   "[%lld new tokens, %lld decoder passes, tokens_per_forward %.2f, steps per canvas %s, %lld encoder "
+                   "passes, prompt %lld tokens %.1f ms, decode %.1f ms, %.2f tokens/s, %s, %d threads]\n",
+                   (long long)uniform.new_tokens, (long long)uniform.passes, uniform.tokens_per_forward, steps.c_str(),
+                   (long long)uniform.encoder_passes, (long long)result.prompt_tokens, result.prompt_ms,
+                   result.decode_ms, tps, simd_level_name(simd_level()), pool->size());
+    } else {
+      std::fprintf(stderr,
+                   "[%lld new tokens, %lld passes, %.2f tokens/pass, prompt %lld tokens %.1f ms, decode %.1f ms, %.2f "
+                   "tokens/s, %s, %d threads]\n",
+                   (long long)new_tokens, (long long)result.passes, tokens_per_pass, (long long)result.prompt_tokens,
+                   result.prompt_ms, result.decode_ms, tps, simd_level_name(simd_level()), pool->size());
+    }
   }
   return 0;
 }
@@ -449,12 +416,14 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   try {
     if (command == "generate") return cmd_generate(argc, argv);
+    if (command == "chat") return cli::cmd_chat(argc, argv);
     if (command == "logits") return cmd_logits(argc, argv);
     if (command == "inspect") return cmd_inspect(argc, argv);
     if (command == "sudoku") return cli::cmd_sudoku(argc, argv);
     if (command == "train") return cli::cmd_train(argc, argv);
     if (command == "convert") return cli::cmd_convert(argc, argv);
     if (command == "bench") return cli::cmd_bench(argc, argv);
+    if (command == "score") return cli::cmd_score(argc, argv);
     std::fprintf(stderr, "canvas: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return 1;
   } catch (const std::exception& e) {

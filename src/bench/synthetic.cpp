@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -43,6 +44,68 @@ ModelConfig with_tokens(ModelConfig c, int32_t mask, int32_t bos, int32_t eos) {
   c.mask_token = mask;
   c.bos_token = bos;
   c.eos_token = eos;
+  return c;
+}
+
+// DiffusionGemma-26B-A4B (docs/diffusiongemma.md section 2): 30 layers [sliding x5, full] x5; sliding
+// head_dim 256 / 8 KV heads / theta 1e4 / window 1024; full head_dim 512 / 2 KV heads / theta 1e6 /
+// proportional RoPE over the first 0.25 of the pairs / V from K; dense GeGLU 2112 in parallel with 128
+// experts (top-8, width 704); tied head, soft-cap 30; the self-conditioning MLP of the decoder.
+struct GemmaDims {
+  int64_t vocab, hidden, layers, heads, sliding_kv_heads, sliding_head_dim, full_kv_heads, full_head_dim, window;
+  int64_t ffn, experts, experts_used, expert_ffn;
+};
+constexpr GemmaDims kDiffusionGemma26B{262144, 2816, 30, 16, 8, 256, 2, 512, 1024, 2112, 128, 8, 704};
+// The same layout at toy size (rows stay whole Q4_0 blocks), for tests of the builder.
+constexpr GemmaDims kDiffusionGemmaTiny{320, 64, 6, 4, 2, 32, 1, 64, 8, 64, 8, 2, 32};
+
+ModelConfig diffusion_gemma(const GemmaDims& d) {
+  ModelConfig c;
+  c.arch = "diffusion-gemma";
+  c.vocab = d.vocab;
+  c.hidden = d.hidden;
+  c.n_layers = d.layers;
+  c.n_heads = d.heads;
+  c.n_kv_heads = d.sliding_kv_heads;
+  c.head_dim = d.sliding_head_dim;
+  c.ffn = d.ffn;
+  c.n_experts = d.experts;
+  c.n_experts_used = d.experts_used;
+  c.expert_ffn = d.expert_ffn;
+  c.expert_weights_norm = true;
+  c.rms_eps = 1e-6f;
+  c.tied_output = true;
+  c.logit_softcap = 30.f;
+  c.embedding_scale = std::sqrt(float(d.hidden));
+  c.activation = Activation::GeluTanh;
+  c.context_length = 262144;
+  c.uniform_state = true;
+  c.layer_style = LayerStyle::Gemma4;
+  c.sliding_window = d.window;
+  c.qk_norm = true;
+  c.v_norm = true;
+  c.attention_scale = 1.f;
+  c.dense_and_moe = true;
+  c.router_norm = true;
+  c.has_decoder = true;
+  c.bos_token = 2;
+  c.eos_token = 1;
+  c.pad_token = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    LayerAttention a;
+    const bool full = l % 6 == 5;
+    a.kind = full ? AttentionKind::Full : AttentionKind::Sliding;
+    a.n_kv_heads = full ? d.full_kv_heads : d.sliding_kv_heads;
+    a.head_dim = full ? d.full_head_dim : d.sliding_head_dim;
+    a.value_from_key = full;
+    a.rope.layout = RopeLayout::Neox;
+    a.rope.head_dim = int(a.head_dim);
+    a.rope.rot_dims = int(a.head_dim);
+    a.rope.active_pairs = full ? int(0.25 * double(a.head_dim) / 2) : 0;  // partial_rotary_factor 0.25
+    a.rope.theta = full ? 1e6f : 1e4f;
+    c.layer_attention.push_back(a);
+  }
+  c.rope = c.layer_attention[0].rope;
   return c;
 }
 
@@ -98,6 +161,12 @@ std::vector<SyntheticShape> make_shapes() {
     c.expert_ffn = 32;
     shapes.push_back({"llada-moe:tiny", "LLaDA-MoE-shaped toy (hidden 64, 2 layers, 4 experts top-2), for tests", c});
   }
+  shapes.push_back({"diffusion-gemma:26b-a4b",
+                    "DiffusionGemma-26B-A4B (hidden 2816, 30 layers [sliding x5, full] x5, 16 heads, 128 experts "
+                    "top-8 width 704 + dense 2112, vocab 262144, tied)",
+                    diffusion_gemma(kDiffusionGemma26B)});
+  shapes.push_back({"diffusion-gemma:tiny", "DiffusionGemma-shaped toy (hidden 64, 6 layers, 8 experts top-2), for tests",
+                    diffusion_gemma(kDiffusionGemmaTiny)});
   for (SyntheticShape& s : shapes) s.config.name = "synthetic " + s.name;
   return shapes;
 }
@@ -127,7 +196,103 @@ struct TensorPlan {
   float stddev;
 };
 
+// Gemma 4 / DiffusionGemma: canonical names (model/gemma_names.h), per-layer attention widths, the
+// norms around attention and both MLPs, the router's scales, fused expert [gate; up] matrices, and the
+// decoder's self-conditioning MLP.
+std::vector<TensorPlan> gemma_plan(const ModelConfig& c, DType type) {
+  const int64_t H = c.hidden, F = c.ffn, E = c.n_experts, I = c.expert_ffn;
+  std::vector<TensorPlan> out;
+  auto matrix = [&](const std::string& name, int64_t cols, int64_t rows) {
+    out.push_back({name, type, {cols, rows, 1, 1}, 2, TensorPlan::Random, 0.02f});
+  };
+  auto vec = [&](const std::string& name, int64_t n) {
+    out.push_back({name, DType::F32, {n, 1, 1, 1}, 1, TensorPlan::Ones, 0.02f});
+  };
+  matrix("embed_tokens.weight", H, c.vocab);
+  vec("norm.weight", H);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerAttention a = c.attention_of(l);
+    const int64_t D = a.head_dim;
+    const std::string b = "layers." + std::to_string(l) + ".";
+    vec(b + "input_layernorm.weight", H);
+    matrix(b + "self_attn.q_proj.weight", H, c.n_heads * D);
+    matrix(b + "self_attn.k_proj.weight", H, a.n_kv_heads * D);
+    if (!a.value_from_key) matrix(b + "self_attn.v_proj.weight", H, a.n_kv_heads * D);
+    matrix(b + "self_attn.o_proj.weight", c.n_heads * D, H);
+    vec(b + "self_attn.q_norm.weight", D);
+    vec(b + "self_attn.k_norm.weight", D);
+    for (const char* norm : {"post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm",
+                             "post_feedforward_layernorm_1", "pre_feedforward_layernorm_2",
+                             "post_feedforward_layernorm_2"})
+      vec(b + norm + ".weight", H);
+    matrix(b + "mlp.gate_proj.weight", H, F);
+    matrix(b + "mlp.up_proj.weight", H, F);
+    matrix(b + "mlp.down_proj.weight", F, H);
+    // The router stays f32, as converters leave it.
+    out.push_back({b + "router.proj.weight", DType::F32, {H, E, 1, 1}, 2, TensorPlan::Random, 0.02f});
+    vec(b + "router.scale", H);
+    vec(b + "router.per_expert_scale", E);
+    out.push_back({b + "experts.gate_up_proj", type, {H, 2 * I, E, 1}, 3, TensorPlan::Random, 0.02f});
+    out.push_back({b + "experts.down_proj", type, {I, H, E, 1}, 3, TensorPlan::Random, 0.02f});
+  }
+  if (c.has_decoder) {
+    vec("self_conditioning.pre_norm.weight", H);
+    matrix("self_conditioning.gate_proj.weight", H, F);
+    matrix("self_conditioning.up_proj.weight", H, F);
+    matrix("self_conditioning.down_proj.weight", F, H);
+  }
+  return out;
+}
+
+// Binds gemma_plan's views by name the way Model::load does (layer scalars stay 1).
+void bind_gemma(Model& m, const std::vector<TensorView>& views) {
+  const ModelConfig& c = m.config;
+  std::unordered_map<std::string, TensorView> by_name;
+  for (const TensorView& v : views) by_name[v.name] = v;
+  auto get = [&](const std::string& name) {
+    const auto it = by_name.find(name);
+    check(it != by_name.end(), "synthetic " + c.name + ": internal error: no tensor '" + name + "'");
+    return it->second;
+  };
+  m.token_embd = get("embed_tokens.weight");
+  m.output_norm = get("norm.weight");
+  m.output = m.token_embd;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string b = "layers." + std::to_string(l) + ".";
+    LayerWeights w;
+    w.attn_norm = get(b + "input_layernorm.weight");
+    w.wq = get(b + "self_attn.q_proj.weight");
+    w.wk = get(b + "self_attn.k_proj.weight");
+    if (!c.attention_of(l).value_from_key) w.wv = get(b + "self_attn.v_proj.weight");
+    w.wo = get(b + "self_attn.o_proj.weight");
+    w.q_norm = get(b + "self_attn.q_norm.weight");
+    w.k_norm = get(b + "self_attn.k_norm.weight");
+    w.post_attn_norm = get(b + "post_attention_layernorm.weight");
+    w.ffn_norm = get(b + "pre_feedforward_layernorm.weight");
+    w.post_ffn_norm = get(b + "post_feedforward_layernorm.weight");
+    w.post_ffn_norm_1 = get(b + "post_feedforward_layernorm_1.weight");
+    w.pre_ffn_norm_2 = get(b + "pre_feedforward_layernorm_2.weight");
+    w.post_ffn_norm_2 = get(b + "post_feedforward_layernorm_2.weight");
+    w.gate = get(b + "mlp.gate_proj.weight");
+    w.up = get(b + "mlp.up_proj.weight");
+    w.down = get(b + "mlp.down_proj.weight");
+    w.router = get(b + "router.proj.weight");
+    w.router_scale = get(b + "router.scale");
+    w.per_expert_scale = get(b + "router.per_expert_scale");
+    w.gate_up_exps = get(b + "experts.gate_up_proj");
+    w.down_exps = get(b + "experts.down_proj");
+    m.layers.push_back(w);
+  }
+  if (c.has_decoder) {
+    m.self_conditioning.pre_norm = get("self_conditioning.pre_norm.weight");
+    m.self_conditioning.gate = get("self_conditioning.gate_proj.weight");
+    m.self_conditioning.up = get("self_conditioning.up_proj.weight");
+    m.self_conditioning.down = get("self_conditioning.down_proj.weight");
+  }
+}
+
 std::vector<TensorPlan> plan(const ModelConfig& c, DType type) {
+  if (c.layer_style == LayerStyle::Gemma4) return gemma_plan(c, type);
   const int64_t H = c.hidden, D = c.head_dim;
   std::vector<TensorPlan> out;
   auto matrix = [&](const std::string& name, int64_t cols, int64_t rows, float stddev) {
@@ -177,7 +342,10 @@ ModelConfig cut_config(const SyntheticShape& shape, const SyntheticOptions& opti
   check(options.layers >= 0, "--layers must not be negative");
   check(options.layers <= c.n_layers, "--layers " + std::to_string(options.layers) + ": " + shape.name + " has only " +
                                           std::to_string(c.n_layers) + " layers");
-  if (options.layers > 0) c.n_layers = options.layers;
+  if (options.layers > 0) {
+    c.n_layers = options.layers;
+    if (!c.layer_attention.empty()) c.layer_attention.resize(size_t(c.n_layers));
+  }
   check(matmul_supports(options.type), std::string("synthetic models: weight type ") + dtype_name(options.type) +
                                            " is not supported by matmul");
   return c;
@@ -292,6 +460,10 @@ std::unique_ptr<SyntheticModel> build_synthetic_model(const SyntheticShape& shap
   }
   // Bind the views the way Model::load does (the plan's order is fixed above).
   Model& m = out->model;
+  if (config.layer_style == LayerStyle::Gemma4) {
+    bind_gemma(m, views);
+    return out;
+  }
   size_t i = 0;
   m.token_embd = views[i++];
   m.output_norm = views[i++];

@@ -1,6 +1,8 @@
 // Autoregressive generation loop with a KV cache.
 #include "decode/ar.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
@@ -59,7 +61,10 @@ GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& pro
       event.confidence = {choice.p_token};
       callbacks.on_step(event);
     }
-    if (params.stop_at_eos && token == c.eos_token) break;
+    const bool stop = params.stop_ids.empty()
+                          ? token == c.eos_token
+                          : std::find(params.stop_ids.begin(), params.stop_ids.end(), token) != params.stop_ids.end();
+    if (params.stop_at_eos && stop) break;
   }
   const double t_end = now_ms();
   result.prompt_ms = t_first - t0;

@@ -12,10 +12,12 @@ namespace canvas {
 struct ArParams {
   int64_t max_new_tokens = 64;
   bool stop_at_eos = true;
+  std::vector<int32_t> stop_ids;  // with stop_at_eos: tokens that end generation (empty: the config's eos)
   SamplingParams sampling;
 };
 
-// For models whose row p predicts token p + 1 (AR models, Dream) one token is forwarded per step.
+// For models whose row p predicts token p + 1 (AR models, Dream, and the causal encoder of a uniform-state
+// model such as DiffusionGemma) one token is forwarded per step.
 // For unshifted diffusion models (LLaDA) the next position is fed as [MASK] and its row read, so each
 // step forwards [previous token, MASK] (the mask's K/V is overwritten by the real token next step).
 GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& prompt, const ArParams& params,

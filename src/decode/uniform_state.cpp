@@ -6,6 +6,72 @@
 
 namespace canvas {
 
+UniformStateSession::UniformStateSession(const Model& model, int64_t capacity, ThreadPool* pool)
+    : model_(model), cache_(model.config, capacity), pool_(pool) {
+  check(model.config.uniform_state, "uniform-state decoding: model '" + model.config.arch +
+                                        "' is not a uniform-state diffusion model");
+}
+
+void UniformStateSession::encode(const std::vector<int32_t>& tokens) {
+  const int64_t n = int64_t(tokens.size());
+  if (n == 0) return;
+  check(cached_ + n <= cache_.capacity(), "uniform-state decoding: " + std::to_string(cached_ + n) +
+                                              " positions exceed the KV cache capacity " +
+                                              std::to_string(cache_.capacity()));
+  groups_.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i) groups_[size_t(i)] = int32_t(cached_ + i);  // causal
+  ForwardRequest req;
+  req.tokens = tokens.data();
+  req.n = n;
+  req.pos0 = cached_;
+  req.groups = groups_.data();
+  forward(model_, cache_, req, pool_);
+  cached_ += n;
+}
+
+void UniformStateSession::decode(const std::vector<int32_t>& canvas, const std::vector<float>* self_cond,
+                                 std::vector<float>& logits) {
+  const ModelConfig& c = model_.config;
+  const int64_t n = int64_t(canvas.size());
+  check(n > 0, "uniform-state decoding: empty canvas");
+  check(cached_ + n <= cache_.capacity(), "uniform-state decoding: the canvas does not fit the KV cache");
+  logits.resize(size_t(n) * size_t(c.vocab));
+  ForwardRequest req;
+  req.tokens = canvas.data();
+  req.n = n;
+  req.pos0 = cached_;
+  req.logit_rows.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i) req.logit_rows[size_t(i)] = int32_t(i);
+  req.logits = logits.data();
+  if (c.has_decoder) {
+    if (self_cond)
+      check(self_cond->size() == logits.size(), "uniform-state decoding: self-conditioning logits have " +
+                                                    std::to_string(self_cond->size()) + " values, expected " +
+                                                    std::to_string(logits.size()));
+    req.decoder = true;
+    req.self_cond = self_cond ? self_cond->data() : nullptr;
+  } else {
+    groups_.assign(size_t(n), int32_t(cached_));  // sees every committed row and the whole canvas
+    req.groups = groups_.data();
+  }
+  forward(model_, cache_, req, pool_);
+}
+
+DiffusionModelHooks UniformStateSession::hooks() {
+  DiffusionModelHooks h;
+  h.vocab = model_.config.vocab;
+  h.decode = [this](const std::vector<int32_t>& canvas, const std::vector<float>* self_cond,
+                    std::vector<float>& logits) { decode(canvas, self_cond, logits); };
+  h.encode = [this](const std::vector<int32_t>& tokens) { encode(tokens); };
+  return h;
+}
+
+int64_t uniform_state_capacity(int64_t prompt_tokens, const EntropyBoundParams& params) {
+  const int64_t C = params.canvas_length;
+  const int64_t n_canvases = (params.max_new_tokens + C - 1) / C;
+  return prompt_tokens + n_canvases * C;
+}
+
 EntropyBoundResult generate_uniform_state(const Model& model, const std::vector<int32_t>& prompt,
                                           const EntropyBoundParams& params, ThreadPool* pool,
                                           const DecodeCallbacks& callbacks) {
@@ -14,51 +80,16 @@ EntropyBoundResult generate_uniform_state(const Model& model, const std::vector<
   const int64_t C = params.canvas_length;
   check(P >= 1, "uniform-state decoding needs a non-empty prompt");
   check(C > 0 && params.max_new_tokens > 0, "canvas length and token count must be positive");
-  const int64_t n_canvases = (params.max_new_tokens + C - 1) / C;
-  const int64_t capacity = P + n_canvases * C;
+  const int64_t capacity = uniform_state_capacity(P, params);
   check(c.context_length <= 0 || capacity <= c.context_length,
-        "prompt (" + std::to_string(P) + " tokens) + " + std::to_string(n_canvases) + " canvas(es) of " +
+        "prompt (" + std::to_string(P) + " tokens) + " + std::to_string((capacity - P) / C) + " canvas(es) of " +
             std::to_string(C) + " exceed the model's context length " + std::to_string(c.context_length));
-  KvCache cache(c, capacity);
-  int64_t cached = 0;  // committed positions in the cache
-
-  auto encode = [&](const std::vector<int32_t>& tokens) {
-    std::vector<int32_t> groups(tokens.size());
-    for (size_t i = 0; i < groups.size(); ++i) groups[i] = int32_t(cached + int64_t(i));  // causal
-    ForwardRequest req;
-    req.tokens = tokens.data();
-    req.n = int64_t(tokens.size());
-    req.pos0 = cached;
-    req.groups = groups.data();
-    forward(model, cache, req, pool);
-    cached += int64_t(tokens.size());
-  };
+  UniformStateSession session(model, capacity, pool);
 
   const double t0 = now_ms();
-  encode(prompt);
+  session.encode(prompt);
   const double t_prompt = now_ms();
-
-  DiffusionModelHooks hooks;
-  hooks.vocab = c.vocab;
-  std::vector<int32_t> canvas_groups;
-  hooks.decode = [&](const std::vector<int32_t>& canvas, const std::vector<float>* /*self_cond*/,
-                     std::vector<float>& logits) {
-    const int64_t n = int64_t(canvas.size());
-    check(cached + n <= capacity, "uniform-state decoding: the canvas does not fit the cache");
-    canvas_groups.assign(size_t(n), int32_t(cached));  // sees every committed row and the whole canvas
-    ForwardRequest req;
-    req.tokens = canvas.data();
-    req.n = n;
-    req.pos0 = cached;
-    req.groups = canvas_groups.data();
-    req.logit_rows.resize(size_t(n));
-    for (int64_t i = 0; i < n; ++i) req.logit_rows[size_t(i)] = int32_t(i);
-    req.logits = logits.data();
-    forward(model, cache, req, pool);
-  };
-  hooks.encode = encode;
-
-  EntropyBoundResult result = generate_entropy_bound(hooks, params, callbacks, pool);
+  EntropyBoundResult result = generate_entropy_bound(session.hooks(), params, callbacks, pool);
   result.prompt_tokens = P;
   result.prompt_ms = t_prompt - t0;
   result.decode_ms = now_ms() - t_prompt;

@@ -1,19 +1,54 @@
-// Uniform-state diffusion decoding of a canvas model (canvas's own uniform-state models): the prompt
-// and each committed canvas go through the causal encoder into the KV cache; canvases are denoised by
-// the entropy-bound sampler with bidirectional decoder passes over [cache ; canvas].
+// Uniform-state diffusion decoding bound to a Model: DiffusionGemma (encoder + decoder with
+// self-conditioning) and canvas's own uniform-state models. The prompt and each committed canvas go
+// through the causal encoder into the KV cache; canvases are denoised by the entropy-bound sampler with
+// bidirectional decoder passes over [cache ; canvas].
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "decode/entropy_bound.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 
 namespace canvas {
 
-// Generates with generate_entropy_bound(). The decoder pass writes the canvas's K/V into the cache rows
-// just past the committed tokens (its own visibility group, so committed rows never see it) and the
-// encoder overwrites them when a canvas is committed. Models without a self-conditioning path ignore
-// the self-conditioning logits. prompt_ms covers the prompt's encoder pass.
+// A model and its KV cache as the sampler sees them (DiffusionModelHooks). Two kinds of model:
+//  - config.has_decoder (DiffusionGemma): decode is a decoder-mode forward (ForwardRequest::decoder),
+//    bidirectional over [cache ; canvas], fed the previous step's logits through the self-conditioning
+//    MLP (zeros when there are none); it never writes the cache.
+//  - other uniform-state models (canvas's own): decode is an ordinary forward with the whole canvas in
+//    one visibility group; its K/V land in the cache rows just past the committed tokens, where no
+//    committed row can see them and the next encode overwrites them. These models have no
+//    self-conditioning path, so the self-conditioning logits are ignored.
+// encode appends tokens to the cache with the causal encoder (one visibility group per position).
+class UniformStateSession {
+ public:
+  // capacity: the most positions the cache holds ([prompt ; committed canvases ; one canvas]).
+  UniformStateSession(const Model& model, int64_t capacity, ThreadPool* pool);
+
+  void encode(const std::vector<int32_t>& tokens);
+  // Writes [canvas.size() x vocab] logits into `logits` (resized). self_cond: [canvas.size() x vocab]
+  // previous step's temperature-scaled logits, or nullptr.
+  void decode(const std::vector<int32_t>& canvas, const std::vector<float>* self_cond, std::vector<float>& logits);
+  int64_t cached() const { return cached_; }  // committed positions in the cache
+  int64_t capacity() const { return cache_.capacity(); }
+  // Hooks calling this session's decode and encode; the session must outlive them.
+  DiffusionModelHooks hooks();
+
+ private:
+  const Model& model_;
+  KvCache cache_;
+  ThreadPool* pool_;
+  int64_t cached_ = 0;
+  std::vector<int32_t> groups_;
+};
+
+// Cache positions generate_uniform_state needs: the prompt and every canvas it may decode.
+int64_t uniform_state_capacity(int64_t prompt_tokens, const EntropyBoundParams& params);
+
+// Encodes the prompt, then generates with generate_entropy_bound() through a UniformStateSession.
+// Throws Error when the prompt is empty or prompt + canvases exceed the model's context length.
+// prompt_ms covers the prompt's encoder pass; decode_ms the rest.
 EntropyBoundResult generate_uniform_state(const Model& model, const std::vector<int32_t>& prompt,
                                           const EntropyBoundParams& params, ThreadPool* pool,
                                           const DecodeCallbacks& callbacks = {});

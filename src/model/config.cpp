@@ -38,6 +38,7 @@ void set_gemma_constants(ModelConfig& c) {
   c.router_norm = true;
   c.tied_output = true;
   c.has_decoder = c.arch == "diffusion-gemma";
+  c.uniform_state = c.has_decoder;  // DiffusionGemma is uniform-state: no mask token, the entropy-bound sampler
   // The AR Gemma 4 is causal; DiffusionGemma's native logits are the decoder's (row i = canvas token i).
   c.causal = c.arch == "gemma4";
   c.shift_logits = c.causal;
