@@ -95,6 +95,45 @@ void BM_Matvec(benchmark::State& state, DType type) {
                  simd_level_name(matmul_simd_level()) + " threads=" + std::to_string(pool().size()));
 }
 
+// A LLaDA AR step forwards 2 rows ([token, MASK]): as bandwidth-bound as matvec.
+void BM_Matvec2(benchmark::State& state, DType type) {
+  const Matrix& w = matrix(type, kBigN, kBigK);
+  const std::vector<float> x = activations(2, kBigK);
+  std::vector<float> y(2 * kBigN);
+  for (auto _ : state) {
+    matmul(w.view, x.data(), 2, y.data(), &pool());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(w.view.bytes()), benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::OneK::kIs1000);
+  state.SetLabel(std::string(dtype_name(type)) + " m=2 " + std::to_string(kBigN) + "x" + std::to_string(kBigK));
+}
+
+// A decoder layer's Q/K/V (hidden 1024, LLaDA-small shapes) for 2 rows, as three calls and as one fused
+// call: the difference is the cost of two parallel loops and two activation quantisations.
+void BM_QkvSmall(benchmark::State& state, DType type, bool fused) {
+  constexpr int64_t kHidden = 1024;
+  // Three distinct matrices (different row counts key the cache) so the products stream 3x the bytes.
+  const Matrix& wq = matrix(type, kHidden, kHidden);
+  const Matrix& wk = matrix(type, kHidden + 16, kHidden);
+  const Matrix& wv = matrix(type, kHidden + 32, kHidden);
+  const std::vector<float> x = activations(2, kHidden);
+  std::vector<float> q(2 * kHidden), k(2 * (kHidden + 16)), v(2 * (kHidden + 32));
+  const MatmulTarget targets[] = {{&wq.view, q.data(), kHidden}, {&wk.view, k.data(), kHidden + 16},
+                                  {&wv.view, v.data(), kHidden + 32}};
+  for (auto _ : state) {
+    if (fused) {
+      matmul_fused(targets, 3, x.data(), kHidden, 2, &pool());
+    } else {
+      for (const MatmulTarget& t : targets) matmul(*t.w, x.data(), 2, t.y, &pool());
+    }
+    benchmark::DoNotOptimize(q.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(wq.view.bytes() + wk.view.bytes() + wv.view.bytes()), benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::OneK::kIs1000);
+  state.SetLabel(std::string(dtype_name(type)) + (fused ? " fused" : " 3 calls"));
+}
+
 // ---- matmul: compute rate ------------------------------------------------------------------------
 
 void BM_Matmul(benchmark::State& state, DType type) {
@@ -155,6 +194,79 @@ void BM_StreamReadRoof(benchmark::State& state) {
   state.counters["GB/s"] = benchmark::Counter(double(kBytes), benchmark::Counter::kIsIterationInvariantRate,
                                               benchmark::Counter::OneK::kIs1000);
   state.SetLabel("1 GiB AVX-512 sum, threads=" + std::to_string(pool().size()));
+}
+
+// ---- the machine's int8 dot-product roof -----------------------------------------------------------
+
+// 12 independent vpdpbusd chains (enough to cover the instruction's latency); 128 ops each
+// (64 multiply-adds of u8 x s8 into 16 int32 lanes).
+__attribute__((target("avx512f,avx512vnni"))) int vnni_chains(int64_t iterations) {
+  __m512i acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_epi32(i);
+  __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-5);
+  for (int64_t it = 0; it < iterations; ++it) {
+    // The asm keeps the compiler from folding the loop-invariant operands out.
+    __asm__ volatile("" : "+v"(a), "+v"(b));
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+  }
+  __m512i s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_epi32(s, acc[i]);
+  alignas(64) int lanes[16];  // (not _mm512_reduce_add_epi32: GCC 12 warns inside it, bug 105593)
+  _mm512_store_si512(lanes, s);
+  int total = 0;
+  for (int v : lanes) total += v;
+  return total;
+}
+
+void BM_VnniRoof(benchmark::State& state) {
+  if (!cpu_features().avx512vnni) {
+    state.SkipWithError("no AVX-512 VNNI");
+    return;
+  }
+  constexpr int64_t kIterations = 1 << 20;
+  std::vector<int> out(size_t(pool().size()) * 16);
+  for (auto _ : state) {
+    pool().run([&](int t, int) { out[size_t(t) * 16] = vnni_chains(kIterations); });
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GOPS"] = benchmark::Counter(128.0 * 12 * double(kIterations) * pool().size(),
+                                              benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::OneK::kIs1000);
+  state.SetLabel("vpdpbusd zmm, 12 chains, threads=" + std::to_string(pool().size()));
+}
+
+// The 32-row quantised matmul against the int8 roof, timed alternately in one run (GOPS = 2 m n k / t).
+void BM_QuantMatmulVsVnniRoof(benchmark::State& state, DType type) {
+  if (!cpu_features().avx512vnni) {
+    state.SkipWithError("no AVX-512 VNNI");
+    return;
+  }
+  const int64_t m = state.range(0);
+  const Matrix& w = matrix(type, kMatN, kMatK);
+  const std::vector<float> x = activations(m, kMatK);
+  std::vector<float> y(static_cast<size_t>(m * kMatN));
+  std::vector<int> out(size_t(pool().size()) * 16);
+  constexpr int64_t kIterations = 1 << 18;
+  double t_mm = 0, t_roof = 0;
+  for (auto _ : state) {
+    const double t0 = now_ms();
+    matmul(w.view, x.data(), m, y.data(), &pool());
+    const double t1 = now_ms();
+    pool().run([&](int t, int) { out[size_t(t) * 16] = vnni_chains(kIterations); });
+    const double t2 = now_ms();
+    t_mm += t1 - t0;
+    t_roof += t2 - t1;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double iters = double(state.iterations());
+  const double gops = 2.0 * double(m) * kMatN * kMatK * iters / t_mm * 1e-6;
+  const double roof = 128.0 * 12 * double(kIterations) * pool().size() * iters / t_roof * 1e-6;
+  state.counters["GOPS"] = gops;
+  state.counters["roof_GOPS"] = roof;
+  state.counters["of_roof"] = gops / roof;
+  state.SetLabel(std::string(dtype_name(type)) + " m=" + std::to_string(m) + " n=k=" + std::to_string(kMatN));
 }
 
 #ifdef CANVAS_HAVE_OPENBLAS
@@ -227,6 +339,23 @@ void register_all() {
     b->UseRealTime()->Unit(benchmark::kMillisecond);
   }
   benchmark::RegisterBenchmark("StreamReadRoof", BM_StreamReadRoof)->UseRealTime()->Unit(benchmark::kMillisecond);
+  for (DType type : {DType::Q8_0, DType::Q4_0}) {
+    benchmark::RegisterBenchmark((std::string("Matvec2/") + dtype_name(type)).c_str(), BM_Matvec2, type)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    for (bool fused : {false, true})
+      benchmark::RegisterBenchmark((std::string("QkvSmall/") + dtype_name(type) + (fused ? "/fused" : "/calls")).c_str(),
+                                   BM_QkvSmall, type, fused)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+  }
+  benchmark::RegisterBenchmark("VnniRoof", BM_VnniRoof)->UseRealTime()->Unit(benchmark::kMillisecond);
+  for (DType type : {DType::Q8_0, DType::Q4_0})
+    benchmark::RegisterBenchmark((std::string("QuantMatmulVsVnniRoof/") + dtype_name(type)).c_str(),
+                                 BM_QuantMatmulVsVnniRoof, type)
+        ->Arg(32)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
 #ifdef CANVAS_HAVE_OPENBLAS
   // Last: OpenBLAS's threads keep spinning for a while after each call.
   auto* s = benchmark::RegisterBenchmark("OpenBlasSgemm", BM_OpenBlasSgemm);

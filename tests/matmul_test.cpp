@@ -738,6 +738,63 @@ TEST(MatmulTest, DeterministicQuant) {
     for (int64_t k : {768, 512}) check_deterministic(type, k);  // odd and even super-block counts
 }
 
+// matmul_fused gives, bit for bit, what separate matmul calls give: mixed quantised and float weights
+// (each quantised layout once), every level, 1 to 3 threads, the 1- and 2-row streaming paths.
+TEST(MatmulTest, FusedMatchesSeparateCalls) {
+  const int64_t k = 544;
+  const Weights a = make_weights(DType::Q8_0, 67, k, 11), b = make_weights(DType::Q4_0, 32, k, 12),
+                c = make_weights(DType::F16, 19, k, 13), d = make_weights(DType::Q8_0, 45, k, 14);
+  const TensorView* ws[] = {&a.view, &b.view, &c.view, &d.view};
+  ThreadPool pool1(1), pool2(2), pool3(3);
+  for (SimdLevel level : available_levels()) {
+    LevelGuard guard(level);
+    for (int64_t m : {1, 2, 3, 9}) {
+      const std::vector<float> x = random_vector(m * (k + 3), 15);
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool1, &pool2, &pool3}) {
+        std::vector<std::vector<float>> want(4), got(4);
+        std::vector<MatmulTarget> targets;
+        for (int t = 0; t < 4; ++t) {
+          const int64_t n = ws[t]->rows();
+          want[size_t(t)].assign(size_t(m * (n + 1)), 0.f);
+          got[size_t(t)].assign(size_t(m * (n + 1)), 0.f);
+          matmul(*ws[t], x.data(), k + 3, m, want[size_t(t)].data(), n + 1, pool);
+          targets.push_back({ws[t], got[size_t(t)].data(), n + 1});
+        }
+        matmul_fused(targets.data(), 4, x.data(), k + 3, m, pool);
+        for (int t = 0; t < 4; ++t)
+          ASSERT_TRUE(same_bits(got[size_t(t)].data(), want[size_t(t)].data(), int64_t(want[size_t(t)].size())))
+              << simd_level_name(level) << " m=" << m << " target " << t
+              << " threads=" << (pool ? pool->size() : 0);
+      }
+    }
+  }
+  const Weights other = make_weights(DType::Q8_0, 8, 64, 16);
+  const std::vector<float> x = random_vector(k, 17);
+  std::vector<float> y(128);
+  const MatmulTarget mismatched[] = {{&a.view, y.data(), 67}, {&other.view, y.data(), 8}};
+  EXPECT_THROW(matmul_fused(mismatched, 2, x.data(), k, 1, nullptr), Error);
+}
+
+// A Busy scope keeps results and completion intact (workers spin instead of sleeping) and nests.
+TEST(ThreadPoolTest, BusyScopeRunsLoopsAndReleases) {
+  ThreadPool pool(3);
+  std::vector<int64_t> out(1000, 0);
+  for (int round = 0; round < 3; ++round) {
+    const ThreadPool::Busy busy(&pool);
+    const ThreadPool::Busy nested(&pool);
+    for (int rep = 0; rep < 200; ++rep)
+      pool.parallel_for(1000, 16, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) out[size_t(i)] += i;
+      });
+  }
+  for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(out[size_t(i)], 600 * i);
+  const ThreadPool::Busy none(nullptr);  // a null pool is accepted
+  pool.parallel_for(1000, 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[size_t(i)] = 0;
+  });
+  for (int64_t v : out) ASSERT_EQ(v, 0);
+}
+
 TEST(MatmulTest, EmptyShapesAndOverride) {
   const Weights w = make_weights(DType::F32, 4, 32, 1);
   std::vector<float> x(32, 1.f), y(4, 5.f);

@@ -22,6 +22,8 @@ inline void cpu_relax() {
 
 constexpr int kSpinIterations = 1 << 11;  // tens of microseconds: long enough to bridge a loop, short enough
                                           // not to starve other processes when cores are oversubscribed
+constexpr int kBusySpinIterations = 1 << 11;  // inside a Busy scope: pauses between two yields (a yield is a
+                                              // syscall, costly in a VM)
 
 }  // namespace
 
@@ -41,6 +43,13 @@ void ThreadPool::worker_loop(int index) {
     while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_acquire)) {
       if (++spins < kSpinIterations) {
         cpu_relax();
+        continue;
+      }
+      if (busy_.load(std::memory_order_relaxed) > 0) {
+        // A forward pass is under way: the next loop is microseconds away. A yield, not a futex sleep,
+        // hands the core over only when another thread wants it.
+        std::this_thread::yield();
+        spins = kSpinIterations - kBusySpinIterations;
         continue;
       }
       std::unique_lock<std::mutex> lock(mutex_);
@@ -94,6 +103,31 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     const int64_t end = std::min(n, units * (index + 1) / chunks * grain);
     if (begin < end) fn(begin, end);
   });
+}
+
+void ThreadPool::parallel_for_dynamic(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  chunk = std::max<int64_t>(chunk, 1);
+  if (n <= chunk || workers_.empty()) {
+    fn(0, n);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  run([&](int, int) {
+    for (;;) {
+      const int64_t begin = next.fetch_add(chunk, std::memory_order_relaxed);
+      if (begin >= n) return;
+      fn(begin, std::min(n, begin + chunk));
+    }
+  });
+}
+
+void parallel_for_dynamic(ThreadPool* pool, int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool) {
+    pool->parallel_for_dynamic(n, chunk, fn);
+  } else if (n > 0) {
+    fn(0, n);
+  }
 }
 
 void parallel_for(ThreadPool* pool, int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {

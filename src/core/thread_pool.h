@@ -19,6 +19,26 @@ class ThreadPool {
 
   int size() const { return int(workers_.size()) + 1; }
 
+  // While a Busy scope is open (one forward pass: dozens of short parallel loops with serial work in
+  // between), idle workers keep spinning between loops instead of sleeping on the condition variable,
+  // yielding the core every few microseconds so a process sharing the cores is not starved. Outside any
+  // scope they spin only briefly, then sleep: an idle server burns no core. Scopes nest; a null pool
+  // is accepted.
+  class Busy {
+   public:
+    explicit Busy(ThreadPool* pool) : pool_(pool) {
+      if (pool_) pool_->busy_.fetch_add(1, std::memory_order_relaxed);
+    }
+    ~Busy() {
+      if (pool_) pool_->busy_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    Busy(const Busy&) = delete;
+    Busy& operator=(const Busy&) = delete;
+
+   private:
+    ThreadPool* pool_;
+  };
+
   // Runs fn(thread_index, n_threads) once on every thread (the caller is index 0) and waits.
   void run(const std::function<void(int, int)>& fn);
 
@@ -26,6 +46,11 @@ class ThreadPool {
   // fn(begin, end) on each. Results must not depend on the split (no cross-chunk reductions),
   // which is what makes output identical for every thread count.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+  // Like parallel_for, but threads claim chunks of `chunk` items (the last may be shorter) from a
+  // shared counter until none is left: a thread slowed by another process on its core takes fewer
+  // chunks instead of holding up the loop. Only for loops whose results do not depend on the split.
+  void parallel_for_dynamic(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
   void worker_loop(int index);
@@ -40,9 +65,11 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<int> busy_{0};  // open Busy scopes
 };
 
-// Single-threaded fallback usable where a pool pointer may be null.
+// Single-threaded fallbacks usable where a pool pointer may be null.
 void parallel_for(ThreadPool* pool, int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+void parallel_for_dynamic(ThreadPool* pool, int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn);
 
 }  // namespace canvas

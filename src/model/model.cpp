@@ -75,8 +75,8 @@ void gated_mlp(const TensorView& gate, const TensorView& up, const TensorView& d
   const int64_t width = gate.rows();
   g.resize(size_t(n * width));
   u.resize(size_t(n * width));
-  matmul(gate, x, n, g.data(), pool);
-  matmul(up, x, n, u.data(), pool);
+  const MatmulTarget gate_up[] = {{&gate, g.data(), width}, {&up, u.data(), up.rows()}};
+  matmul_fused(gate_up, 2, x, gate.cols(), n, pool);  // one parallel loop for both
   if (act == Activation::Silu) {
     swiglu(g.data(), u.data(), n * width, g.data());
   } else {
@@ -353,26 +353,38 @@ void self_conditioning_input(const Model& model, const float* prev_logits, int64
   const ModelConfig& c = model.config;
   const int64_t H = c.hidden, V = c.vocab;
   if (prev_logits) {
+    // soft = softmax(prev_logits) @ E, as one matmul per tile of vocabulary rows: the tile of E is
+    // dequantised and transposed once ([H, tile]) and multiplied with the [n, tile] probabilities by the
+    // f32 matmul kernel, so E streams through memory once per pass instead of once per canvas row. The sum
+    // over tiles runs in a fixed order, so the result does not depend on the thread count.
     std::vector<float> log_sum(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) log_sum[size_t(i)] = row_stats(prev_logits + i * V, V).logsumexp;
-    constexpr int64_t kTile = 256;
-    std::vector<float> soft(size_t(n * H), 0.f), tile(size_t(kTile * H));
+    constexpr int64_t kTile = 1024;
+    std::vector<float> soft(size_t(n * H), 0.f), partial(size_t(n * H));
+    std::vector<float> rows_tile(size_t(kTile * H)), columns_tile(size_t(kTile * H)), probs(size_t(n * kTile));
     for (int64_t v0 = 0; v0 < V; v0 += kTile) {
       const int64_t rows = std::min(kTile, V - v0);
       parallel_for(pool, rows, 16, [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r) get_row(model.token_embd, v0 + r, &tile[size_t(r * H)]);
+        for (int64_t r = b; r < e; ++r) get_row(model.token_embd, v0 + r, &rows_tile[size_t(r * H)]);
       });
-      parallel_for(pool, n, 1, [&](int64_t b, int64_t e) {
+      parallel_for(pool, H, 64, [&](int64_t b, int64_t e) {  // [rows, H] -> [H, rows]
+        for (int64_t j = b; j < e; ++j)
+          for (int64_t r = 0; r < rows; ++r) columns_tile[size_t(j * rows + r)] = rows_tile[size_t(r * H + j)];
+      });
+      parallel_for(pool, n, 8, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
-          float* acc = &soft[size_t(i * H)];
           const float* z = prev_logits + i * V + v0;
-          for (int64_t r = 0; r < rows; ++r) {
-            const float p = std::exp(z[r] - log_sum[size_t(i)]);
-            const float* er = &tile[size_t(r * H)];
-            for (int64_t j = 0; j < H; ++j) acc[j] += p * er[j];
-          }
+          for (int64_t r = 0; r < rows; ++r) probs[size_t(i * rows + r)] = std::exp(z[r] - log_sum[size_t(i)]);
         }
       });
+      TensorView w;
+      w.type = DType::F32;
+      w.data = columns_tile.data();
+      w.n_dims = 2;
+      w.ne[0] = rows;
+      w.ne[1] = H;
+      matmul(w, probs.data(), rows, n, partial.data(), H, pool);
+      for (int64_t i = 0; i < n * H; ++i) soft[size_t(i)] += partial[size_t(i)];
     }
     for (float& value : soft) value *= c.embedding_scale;
     const SelfConditioningWeights& sc = model.self_conditioning;
@@ -442,6 +454,9 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& req, Thre
     check(req.tokens[i] >= 0 && req.tokens[i] < c.vocab,
           "token id " + std::to_string(req.tokens[i]) + " is outside the vocabulary (size " + std::to_string(c.vocab) + ")");
 
+  // Keeps the pool's workers spinning between this pass's parallel loops instead of sleeping.
+  const ThreadPool::Busy busy(pool);
+
   // Buffers sized for the widest layer (Gemma 4's full layers are wider than its sliding ones).
   int64_t max_q_width = 0, max_kv_width = 0;
   for (int64_t l = 0; l < c.n_layers; ++l) {
@@ -481,13 +496,12 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& req, Thre
     const int64_t D = la.head_dim, q_width = c.n_heads * D, kv_width = la.n_kv_heads * D;
     const bool sliding = la.kind == AttentionKind::Sliding;
     rms_norm_rows(x.data(), n, H, w.attn_norm, c.rms_eps, h.data());
-    matmul(w.wq, h.data(), n, q.data(), pool);
-    matmul(w.wk, h.data(), n, k.data(), pool);
-    if (la.value_from_key) {
+    // Q, K and V in one parallel loop (a decode step is a chain of short loops; each wait costs).
+    const MatmulTarget qkv[] = {{&w.wq, q.data(), w.wq.rows()}, {&w.wk, k.data(), w.wk.rows()},
+                                {&w.wv, v.data(), w.wv.rows()}};
+    matmul_fused(qkv, la.value_from_key ? 2 : 3, h.data(), H, n, pool);
+    if (la.value_from_key)
       std::copy(k.begin(), k.begin() + n * kv_width, v.begin());  // raw k_proj output, before k_norm and RoPE
-    } else {
-      matmul(w.wv, h.data(), n, v.data(), pool);
-    }
     add_bias(q.data(), n, q_width, w.bq);
     add_bias(k.data(), n, kv_width, w.bk);
     add_bias(v.data(), n, kv_width, w.bv);

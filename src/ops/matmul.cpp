@@ -193,31 +193,79 @@ void check_args(const TensorView& w, const float* x, int64_t ldx, int64_t m, con
   check(m == 0 || (x != nullptr && y != nullptr), "matmul: null x or y for " + describe(w));
 }
 
+// The products of `targets` (all with k columns) in one parallel loop over their concatenated output
+// columns. Splitting never changes a result: each output column is computed by the same instructions
+// whatever chunk, tile or call it falls in.
+void run_fused(const KernelSet& ks, const MatmulTarget* targets, int count, const float* x, int64_t ldx, int64_t m,
+               ThreadPool* pool) {
+  constexpr int kMaxTargets = 8;
+  check(count > 0 && count <= kMaxTargets, "matmul_fused: between 1 and 8 products per call");
+  const int64_t k = targets[0].w->cols();
+  int64_t total_n = 0;
+  for (int t = 0; t < count; ++t) total_n += targets[t].w->rows();
+  if (m == 0 || total_n == 0) return;
+  if (k == 0) {
+    for (int t = 0; t < count; ++t)
+      for (int64_t i = 0; i < m; ++i) std::fill(targets[t].y + i * targets[t].ldy, targets[t].y + i * targets[t].ldy + targets[t].w->rows(), 0.f);
+    return;
+  }
+  // Tiny products are not worth waking the pool for; the split never changes results anyway.
+  if (double(m) * double(total_n) * double(k) < 65536.0) pool = nullptr;
+
+  // Quantise every activation row once per distinct quantised weight type (their layouts may differ),
+  // before the column-parallel section that shares them.
+  const int64_t act_bytes = ks.act_row_bytes(k);
+  DType act_types[kMaxTargets];
+  int n_act_types = 0, act_of[kMaxTargets];
+  for (int t = 0; t < count; ++t) {
+    act_of[t] = -1;
+    if (!is_quant(targets[t].w->type)) continue;
+    int a = 0;
+    while (a < n_act_types && act_types[a] != targets[t].w->type) ++a;
+    if (a == n_act_types) act_types[n_act_types++] = targets[t].w->type;
+    act_of[t] = a;
+  }
+  uint8_t* xq = n_act_types > 0 ? activation_scratch(act_bytes * m * n_act_types) : nullptr;
+  if (n_act_types > 0) {
+    parallel_for(m * k * n_act_types >= 65536 ? pool : nullptr, m * n_act_types, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t a = r / m, i = r % m;
+        ks.quantize_act(act_types[a], x + i * ldx, k, xq + (a * m + i) * act_bytes);
+      }
+    });
+  }
+
+  auto run_range = [&](int t, int64_t j0, int64_t j1) {
+    const TensorView& w = *targets[t].w;
+    const uint8_t* wp = static_cast<const uint8_t*>(w.data);
+    if (act_of[t] < 0) {
+      const FloatArgs a{w.type, wp, w.row_size(), k, x, ldx, m, targets[t].y, targets[t].ldy};
+      ks.matmul_float(a, j0, j1);
+    } else {
+      const QuantArgs a{w.type, wp, w.row_size(), k, xq + act_of[t] * m * act_bytes, act_bytes,
+                        m,      targets[t].y, targets[t].ldy};
+      ks.matmul_quant(a, j0, j1);
+    }
+  };
+  // Chunks claimed dynamically, ~8 per thread, whole SIMD tiles: on cores shared with other work a
+  // statically halved loop waits for its slower thread.
+  const int64_t threads = pool ? pool->size() : 1;
+  const int64_t chunk = std::max<int64_t>(1, (total_n + 8 * threads * ks.grain - 1) / (8 * threads * ks.grain)) * ks.grain;
+  parallel_for_dynamic(pool, total_n, chunk, [&](int64_t c0, int64_t c1) {
+    int64_t offset = 0;
+    for (int t = 0; t < count && offset < c1; ++t) {
+      const int64_t n = targets[t].w->rows();
+      const int64_t j0 = std::max<int64_t>(c0 - offset, 0), j1 = std::min<int64_t>(c1 - offset, n);
+      if (j0 < j1) run_range(t, j0, j1);
+      offset += n;
+    }
+  });
+}
+
 void run_matmul(const KernelSet& ks, const TensorView& w, const float* x, int64_t ldx, int64_t m, float* y,
                 int64_t ldy, ThreadPool* pool) {
-  const int64_t k = w.cols(), n = w.rows();
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (int64_t i = 0; i < m; ++i) std::fill(y + i * ldy, y + i * ldy + n, 0.f);
-    return;
-  }
-  const int64_t w_row_bytes = w.row_size();
-  const uint8_t* wp = static_cast<const uint8_t*>(w.data);
-  // Tiny products are not worth waking the pool for; the split never changes results anyway.
-  if (double(m) * double(n) * double(k) < 65536.0) pool = nullptr;
-  if (!is_quant(w.type)) {
-    const FloatArgs a{w.type, wp, w_row_bytes, k, x, ldx, m, y, ldy};
-    parallel_for(pool, n, ks.grain, [&](int64_t j0, int64_t j1) { ks.matmul_float(a, j0, j1); });
-    return;
-  }
-  // Quantise every activation row once, before the column-parallel section that shares them.
-  const int64_t act_bytes = ks.act_row_bytes(k);
-  uint8_t* xq = activation_scratch(act_bytes * m);
-  parallel_for(m * k >= 65536 ? pool : nullptr, m, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) ks.quantize_act(w.type, x + i * ldx, k, xq + i * act_bytes);
-  });
-  const QuantArgs a{w.type, wp, w_row_bytes, k, xq, act_bytes, m, y, ldy};
-  parallel_for(pool, n, ks.grain, [&](int64_t j0, int64_t j1) { ks.matmul_quant(a, j0, j1); });
+  const MatmulTarget target{&w, y, ldy};
+  run_fused(ks, &target, 1, x, ldx, m, pool);
 }
 
 }  // namespace
@@ -241,6 +289,17 @@ void reset_matmul_simd_level() { g_level_override.store(-1, std::memory_order_re
 void matmul(const TensorView& w, const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy, ThreadPool* pool) {
   check_args(w, x, ldx, m, y, ldy);
   run_matmul(kernels_for(matmul_simd_level()), w, x, ldx, m, y, ldy, pool);
+}
+
+void matmul_fused(const MatmulTarget* targets, int count, const float* x, int64_t ldx, int64_t m, ThreadPool* pool) {
+  check(count > 0 && targets != nullptr, "matmul_fused: no products");
+  for (int t = 0; t < count; ++t) {
+    check(targets[t].w != nullptr, "matmul_fused: null weight");
+    check(targets[t].w->cols() == targets[0].w->cols(),
+          "matmul_fused: " + describe(*targets[t].w) + " has a different row length than " + describe(*targets[0].w));
+    check_args(*targets[t].w, x, ldx, m, targets[t].y, targets[t].ldy);
+  }
+  run_fused(kernels_for(matmul_simd_level()), targets, count, x, ldx, m, pool);
 }
 
 void matmul_reference(const TensorView& w, const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy) {

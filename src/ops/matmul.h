@@ -26,6 +26,19 @@ inline void matmul(const TensorView& w, const float* x, int64_t m, float* y, Thr
   matmul(w, x, w.cols(), m, y, w.rows(), pool);
 }
 
+// One product of a fused call: y = x W^T for weights w, output row stride ldy (>= w.rows()).
+struct MatmulTarget {
+  const TensorView* w;
+  float* y;
+  int64_t ldy;
+};
+
+// Several products of the same activations (a layer's Q/K/V, or gate/up) in one parallel loop: the
+// activations are quantised once per weight layout and the threads split the concatenated output
+// columns, so a decode step waits for one loop instead of three. Every weight must have k = w.cols()
+// columns; every output is bitwise what matmul() gives for it alone.
+void matmul_fused(const MatmulTarget* targets, int count, const float* x, int64_t ldx, int64_t m, ThreadPool* pool);
+
 // The obviously-correct twin: plain scalar loops computing the same function (for quantised weights
 // the same activation quantisation and block-wise integer dots), used by tests.
 void matmul_reference(const TensorView& w, const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy);

@@ -495,7 +495,7 @@ struct PairQ6_K {
 // Per pair, in pair order: acc = fma(cvt(isum) * d_x, d_w, acc), then for kLaneMin formats
 // acc = fma(d_x * sum_x, min_w, acc); kSuperBlockMin formats add their minimums after each super-block's
 // pairs; an odd last block does the same in lanes 0-7.
-template <class P, int R, int C>
+template <class P, int R, int C, bool kStream = (R == 1)>
 void quant_tile(const uint8_t* xq, int64_t xrb, const uint8_t* w, int64_t wrb, int64_t nb, float* y, int64_t ldy) {
   __m512 acc[R][C];
 #pragma GCC unroll 8
@@ -513,7 +513,7 @@ void quant_tile(const uint8_t* xq, int64_t xrb, const uint8_t* w, int64_t wrb, i
       const uint8_t* blk = w + c * wrb + u * P::kUnitBytes;
       // matvec: fetch the same spot of the next tile's rows (they follow in memory). A second prefetch
       // for the Q8_0 pair's other line measured slower: the hardware prefetcher covers it.
-      if (R == 1)
+      if (kStream)
         for (int off = 0; off < P::kPrefetchSpan; off += 64)
           _mm_prefetch(reinterpret_cast<const char*>(blk) + prefetch_ahead + off, _MM_HINT_T0);
       P::prepare(blk, unit[c]);
@@ -597,6 +597,13 @@ void matmul_quant_typed(const QuantArgs& a, int64_t j0, int64_t j1) {
     int64_t j = j0;
     for (; j + kVecCols <= j1; j += kVecCols) quant_tile<P, 1, kVecCols>(a.xq, a.xq_row_bytes, a.w + j * wrb, wrb, nb, a.y + j, a.ldy);
     for (; j < j1; ++j) quant_tile<P, 1, 1>(a.xq, a.xq_row_bytes, a.w + j * wrb, wrb, nb, a.y + j, a.ldy);
+    return;
+  }
+  if (a.m == 2) {  // a LLaDA AR step ([token, MASK]): bandwidth-bound like matvec, so stream the weights once
+    int64_t j = j0;
+    for (; j + kVecCols <= j1; j += kVecCols)
+      quant_tile<P, 2, kVecCols, true>(a.xq, a.xq_row_bytes, a.w + j * wrb, wrb, nb, a.y + j, a.ldy);
+    for (; j < j1; ++j) quant_tile<P, 2, 1, true>(a.xq, a.xq_row_bytes, a.w + j * wrb, wrb, nb, a.y + j, a.ldy);
     return;
   }
   const int64_t panel = std::max<int64_t>(kQuantCols, kPanelBytes / wrb / kQuantCols * kQuantCols);
