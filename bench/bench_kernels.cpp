@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "bench/stream_read.h"
 #include "core/cpu.h"
 #include "core/rng.h"
 #include "core/timer.h"
@@ -156,20 +157,8 @@ void BM_Matmul(benchmark::State& state, DType type) {
 
 // ---- the machine's streaming-read roof -------------------------------------------------------------
 
-__attribute__((target("avx512f"))) float sum_avx512(const float* p, int64_t n) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (int64_t i = 0; i + 64 <= n; i += 64) {
-    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
-    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
-    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
-    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
-  }
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-  float s = 0;
-  for (float v : lanes) s += v;
-  return s;
-}
+// The streaming sum is the one canvas bench uses (src/bench/stream_read.h).
+using bench::stream_sum_avx512;
 
 void BM_StreamReadRoof(benchmark::State& state) {
   if (!cpu_features().avx512f) {
@@ -187,7 +176,7 @@ void BM_StreamReadRoof(benchmark::State& state) {
   for (auto _ : state) {
     pool().run([&](int t, int threads) {
       const int64_t b = n / threads * t, e = t + 1 == threads ? n : n / threads * (t + 1);
-      partial[size_t(t) * 16] = sum_avx512(data + b, e - b);
+      partial[size_t(t) * 16] = stream_sum_avx512(data + b, e - b);
     });
     benchmark::DoNotOptimize(partial.data());
   }
