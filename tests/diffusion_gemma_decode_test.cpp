@@ -4,12 +4,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "bench/synthetic.h"
 #include "decode/ar.h"
 #include "decode/uniform_state.h"
+#include "io/gguf.h"
+#include "io/hf_tokenizer.h"
+#include "io/json.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "test_util.h"
@@ -216,21 +220,101 @@ TEST(DiffusionGemmaCli, ArModeDecodesThroughTheEncoder) {
   EXPECT_EQ(json_number(r.output, "tokens_per_forward"), "") << "AR runs have no decoder passes";
 }
 
-TEST(DiffusionGemmaCli, GgufWithoutTokenizerNeedsTokenizerFlag) {
+TEST(DiffusionGemmaCli, ConvertCopiesTheTokenizer) {
   test::TempDir tmp;
   const std::string gguf = tmp.path("tiny.gguf");
-  ASSERT_EQ(test::run_canvas("convert --in " + model_dir() + " --out " + gguf + " --type f32").exit_code, 0);
-  auto r = test::run_canvas("generate -m " + gguf + " -p hi -n 4 --steps 2");
+  auto r = test::run_canvas("convert --in " + model_dir() + " --out " + gguf + " --type f32");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tokenizer 300 tokens, 15 merges"), std::string::npos) << r.output;
+  // The GGUF alone generates what the safetensors directory generates, prompt included.
+  r = test::run_canvas("generate -m " + gguf + " -p hi -n 8 --steps 3 --block-length 8 --json", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto st = test::run_canvas("generate -m " + model_dir() + " -p hi -n 8 --steps 3 --block-length 8 --json", false);
+  ASSERT_EQ(st.exit_code, 0) << st.output;
+  EXPECT_FALSE(json_tokens(st.output).empty()) << st.output;
+  EXPECT_EQ(json_tokens(r.output), json_tokens(st.output));
+  EXPECT_EQ(json_number(r.output, "prompt_tokens"), json_number(st.output, "prompt_tokens"));
+  const auto chat = test::run_canvas("generate -m " + gguf + " -p hi -n 8 --steps 3 --json --chat", false);
+  ASSERT_EQ(chat.exit_code, 0) << chat.output;
+  EXPECT_EQ(json_number(chat.output, "prompt_tokens"), "17") << chat.output;  // as from the directory
+  const std::string input = tmp.path("lines.txt");
+  std::ofstream(input) << "hi\n";
+  const auto chat_gguf = test::run_canvas("chat -m " + gguf + " -n 8 --steps 3 --seed 4 < " + input);
+  ASSERT_EQ(chat_gguf.exit_code, 0) << chat_gguf.output;
+  EXPECT_NE(chat_gguf.output.find("prompt 17 "), std::string::npos) << chat_gguf.output;
+  const auto reply_gguf = test::run_canvas("chat -m " + gguf + " -n 8 --steps 3 --seed 4 < " + input, false);
+  const auto reply_dir = test::run_canvas("chat -m " + model_dir() + " -n 8 --steps 3 --seed 4 < " + input, false);
+  EXPECT_EQ(reply_gguf.output, reply_dir.output);  // stdout: the replies
+  // --tokenizer still overrides the GGUF's own.
+  r = test::run_canvas("generate -m " + gguf + " --tokenizer " + model_dir() + "/tokenizer.json -p hi -n 8 --steps 3 "
+                       "--block-length 8 --json", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(json_tokens(r.output), json_tokens(st.output));
+
+  // The tokenizer read back from the GGUF is the one from tokenizer.json.
+  const HfTokenizer json = HfTokenizer::from_json(model_dir() + "/tokenizer.json");
+  const HfTokenizer back = HfTokenizer::from_gguf(*GgufFile::open(gguf));
+  ASSERT_EQ(back.vocab_size(), json.vocab_size());
+  EXPECT_EQ(back.merge_count(), json.merge_count());
+  EXPECT_EQ(back.bos_id(), json.bos_id());
+  EXPECT_EQ(back.eos_id(), json.eos_id());
+  EXPECT_EQ(back.pad_id(), json.pad_id());
+  EXPECT_EQ(back.unknown_id(), json.unknown_id());
+  EXPECT_EQ(back.add_bos(), json.add_bos());
+  for (int32_t id = 0; id < json.vocab_size(); ++id) {
+    EXPECT_EQ(back.kind(id), json.kind(id)) << id;
+    EXPECT_EQ(back.token_text(id), json.token_text(id)) << id;
+  }
+  for (const std::string s : {"the sea", "hi there, world!", "über café 😀 \xE2\x96\x81", "a\n\n\nb\n\n", "   \t x  ",
+                              "<|turn>user\nhi<turn|>\n", "<bos>the<eos> <unk>", "<|turn"}) {
+    EXPECT_EQ(back.encode(s), json.encode(s)) << s;
+    EXPECT_EQ(back.encode(s, true, false), json.encode(s, true, false)) << s;
+    EXPECT_EQ(back.decode(back.encode(s), true), json.decode(json.encode(s), true)) << s;
+  }
+  EXPECT_EQ(back.encode("<|turn>"), std::vector<int32_t>{105});
+}
+
+// A checkpoint without tokenizer.json, or with one GGUF cannot hold, gives a GGUF without a tokenizer, which
+// names --tokenizer; given it, the GGUF generates what the directory generates.
+TEST(DiffusionGemmaCli, GgufWithoutTokenizerNeedsTokenizerFlag) {
+  test::TempDir tmp;
+  const std::filesystem::path dir = tmp.path("checkpoint");
+  std::filesystem::create_directories(dir);
+  for (const char* name : {"config.json", "generation_config.json", "model.safetensors"})
+    std::filesystem::copy_file(model_dir() + "/" + name, dir / name);
+  const std::string gguf = tmp.path("tiny.gguf");
+  auto r = test::run_canvas("convert --in " + dir.string() + " --out " + gguf + " --type f32");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("no tokenizer.json, no tokenizer"), std::string::npos) << r.output;
+  r = test::run_canvas("generate -m " + gguf + " -p hi -n 4 --steps 2");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("holds no tokenizer"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--tokenizer"), std::string::npos) << r.output;
-  // With the checkpoint's tokenizer.json, GGUF and safetensors generate the same tokens.
   r = test::run_canvas("generate -m " + gguf + " --tokenizer " + model_dir() + "/tokenizer.json -p hi -n 8 --steps 3 "
                        "--block-length 8 --json", false);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto st = test::run_canvas("generate -m " + model_dir() + " -p hi -n 8 --steps 3 --block-length 8 --json", false);
   ASSERT_EQ(st.exit_code, 0) << st.output;
   EXPECT_EQ(json_tokens(r.output), json_tokens(st.output));
+
+  // ignore_merges has no GGUF form: a warning, and the GGUF holds no tokenizer.
+  std::string text = read_text_file(model_dir() + "/tokenizer.json");
+  const size_t at = text.find("\"ignore_merges\": false");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 22, "\"ignore_merges\": true");
+  std::ofstream((dir / "tokenizer.json").string()) << text;
+  r = test::run_canvas("convert --in " + dir.string() + " --out " + gguf + " --type f32");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("not copied: ignore_merges is on; run the GGUF with --tokenizer"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(GgufFile::open(gguf)->get_string("tokenizer.ggml.model", ""), "");
+  // A malformed tokenizer.json stops the conversion, naming the file.
+  std::ofstream((dir / "tokenizer.json").string()) << "{\"model\": ";
+  r = test::run_canvas("convert --in " + dir.string() + " --out " + tmp.path("bad.gguf"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("tokenizer.json"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(tmp.path("bad.gguf")));
+
   // A tokenizer larger than the model's vocabulary is refused by name.
   r = test::run_canvas("generate -m " + model_dir() + " --tokenizer " + test::fixture("hf/tokenizer.gguf") + " -p hi");
   EXPECT_NE(r.exit_code, 0);

@@ -291,6 +291,74 @@ TEST(HfTokenizerTest, GgufTwinGivesIdenticalIds) {
   }
 }
 
+// write_gguf: tokenizer.json -> GGUF -> from_gguf gives the tokenizer from_json gives, with the keys the
+// fixture's tokenizer.gguf holds.
+TEST(HfTokenizerTest, WriteGgufReadsBackAsTheSameTokenizer) {
+  const HfTokenizer& json = fixture_tokenizer();
+  const HfVocab vocab = HfTokenizer::vocab_from_json(hf_fixture("tokenizer.json"));
+  EXPECT_EQ(HfTokenizer::gguf_problem(vocab), "");
+  GgufWriter w;
+  HfTokenizer::write_gguf(vocab, w);
+  const std::string path = test::temp_path("written_tokenizer.gguf");
+  w.write(path);
+  const auto file = GgufFile::open(path);
+  const auto twin = GgufFile::open(hf_fixture("tokenizer.gguf"));
+  EXPECT_EQ(file->get_string("tokenizer.ggml.model", ""), "gemma4");
+  for (const char* key : {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"})
+    EXPECT_EQ(file->get_string_array(key), twin->get_string_array(key)) << key;
+  EXPECT_EQ(file->get_int_array("tokenizer.ggml.token_type"), twin->get_int_array("tokenizer.ggml.token_type"));
+  EXPECT_EQ(file->get_float_array("tokenizer.ggml.scores").size(), size_t(json.vocab_size()));
+  const HfTokenizer back = HfTokenizer::from_gguf(*file);
+  ASSERT_EQ(back.vocab_size(), json.vocab_size());
+  EXPECT_EQ(back.merge_count(), json.merge_count());
+  EXPECT_EQ(back.bos_id(), json.bos_id());
+  EXPECT_EQ(back.eos_id(), json.eos_id());
+  EXPECT_EQ(back.pad_id(), json.pad_id());
+  EXPECT_EQ(back.unknown_id(), json.unknown_id());
+  EXPECT_EQ(back.add_bos(), json.add_bos());
+  for (int32_t id = 0; id < json.vocab_size(); ++id) {
+    EXPECT_EQ(back.kind(id), json.kind(id)) << id;
+    EXPECT_EQ(back.token_text(id), json.token_text(id)) << id;
+  }
+  std::vector<std::string> texts = {" the cat", "über 😀é", "\n\n\n x", "   ", "<mask> <unk>a<br>b",
+                                    "<|turn>user\n über<turn|>\n", "<eos"};
+  Rng rng(11);
+  for (int i = 0; i < 100; ++i) texts.push_back(random_text(rng, 30));
+  for (const std::string& s : texts) {
+    EXPECT_EQ(back.encode(s), json.encode(s)) << s;
+    EXPECT_EQ(back.encode(s, true, false), json.encode(s, true, false)) << s;
+  }
+  std::remove(path.c_str());
+}
+
+// What the GGUF form cannot hold is named, and write_gguf refuses it before writing.
+TEST(HfTokenizerTest, GgufProblemNamesWhatGgufCannotHold) {
+  const HfVocab fixture = HfTokenizer::vocab_from_json(hf_fixture("tokenizer.json"));
+  auto problem = [&](const std::function<void(HfVocab&)>& edit) {
+    HfVocab v = fixture;
+    edit(v);
+    return HfTokenizer::gguf_problem(v);
+  };
+  EXPECT_NE(problem([](HfVocab& v) { v.replacements.clear(); }).find("normalizer"), std::string::npos);
+  EXPECT_NE(problem([](HfVocab& v) { v.splits.push_back({"e", "Isolated"}); }).find("'e'"), std::string::npos);
+  EXPECT_NE(problem([](HfVocab& v) { v.ignore_merges = true; }).find("ignore_merges"), std::string::npos);
+  EXPECT_NE(problem([](HfVocab& v) { v.byte_fallback = false; }).find("byte_fallback"), std::string::npos);
+  // <mask> is special but matched in normalized text: the same as raw matching, as it holds no space.
+  EXPECT_EQ(problem([](HfVocab& v) { v.normalized[4] = true; }), "");
+  EXPECT_NE(problem([](HfVocab& v) { v.tokens[4] = "<" + SP + "mask>"; }).find("added token 4"), std::string::npos);
+  EXPECT_NE(problem([](HfVocab& v) {
+              for (const char* t : {"a b", "b c", "a bc"}) v.tokens.push_back(t);  // "a b c": "a" + "b c" first
+              v.kinds.resize(v.tokens.size(), HfVocab::Kind::Normal);
+              v.normalized.resize(v.tokens.size(), false);
+              v.merges.push_back({"a b", "c"});
+            }).find("merge 25"),
+            std::string::npos);
+  HfVocab bad = fixture;
+  bad.ignore_merges = true;
+  GgufWriter w;
+  expect_error([&] { HfTokenizer::write_gguf(bad, w); }, {"gemma4", "ignore_merges"});
+}
+
 // The fixture's JSON, edited by `edit`, loaded again.
 HfTokenizer edited(const std::function<void(nlohmann::json&)>& edit) {
   nlohmann::json doc = load_json_file(hf_fixture("tokenizer.json"));

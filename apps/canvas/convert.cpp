@@ -5,12 +5,14 @@
 #include <deque>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "args.h"
 #include "commands.h"
 #include "core/error.h"
 #include "io/gguf.h"
+#include "io/hf_tokenizer.h"
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "model/gemma_names.h"
@@ -29,7 +31,11 @@ checkpoint is loaded and checked completely first. Vectors (norms, scales, layer
 matrices get TYPE, except that a matrix whose rows are not a multiple of 32 stays f16 under q8_0 /
 q4_0. Full layers' proportional RoPE is written as the generated rope_freqs.weight (1 for rotating
 pairs, 1e30 for pairs at frequency 0). generation_config.json, when present, fills the diffusion.*
-sampler keys. The tokenizer is not converted.
+sampler keys. tokenizer.json, when present, is copied as the GGUF tokenizer (tokenizer.ggml.model
+"gemma4": tokens, token types, merges, placeholder scores, bos/eos/pad/unknown ids, add_bos), so
+`canvas generate` / `chat` need no --tokenizer. A malformed tokenizer.json is an error; one the GGUF form
+cannot hold exactly (another normalizer, special ids that disagree with config.json, more tokens than the
+model's vocabulary) is skipped with a warning, and the GGUF then runs with --tokenizer tokenizer.json.
 
       --in DIR       Hugging Face checkpoint directory (or its config.json)
       --out FILE     output .gguf (written to FILE.tmp, then renamed)
@@ -37,6 +43,39 @@ sampler keys. The tokenizer is not converted.
                      (default: f32; tensors already of that type are copied as they are; 1-D tensors
                      stay f32; rows that are not whole 256-blocks fall back from K-quants to q8_0)
 )";
+
+// Copies HF_DIR/tokenizer.json into `w` when the GGUF form holds it exactly; returns what was done, for the
+// summary line. A malformed tokenizer.json throws; one that GGUF cannot hold is skipped with a warning.
+std::string copy_tokenizer(const std::filesystem::path& dir, const ModelConfig& c, GgufWriter& w) {
+  const std::filesystem::path path = dir / "tokenizer.json";
+  if (!std::filesystem::exists(path)) return "no tokenizer.json, no tokenizer";
+  const HfVocab vocab = HfTokenizer::vocab_from_json(path.string());
+  std::string problem = HfTokenizer::gguf_problem(vocab);
+  // The tokenizer.ggml.*_token_id keys serve the model's config too: both must mean the same token.
+  for (const auto& [name, config_id, vocab_id] :
+       {std::tuple<const char*, int32_t, int32_t>{"bos", c.bos_token, vocab.bos_id},
+        {"eos", c.eos_token, vocab.eos_id},
+        {"pad", c.pad_token, vocab.pad_id}})
+    if (problem.empty() && vocab_id >= 0 && vocab_id != config_id)
+      problem = std::string("its ") + name + " token is " + std::to_string(vocab_id) + " but config.json's is " +
+                std::to_string(config_id);
+  if (problem.empty() && int64_t(vocab.tokens.size()) > c.vocab)
+    problem = "it has " + std::to_string(vocab.tokens.size()) + " tokens, more than the model's vocabulary of " +
+              std::to_string(c.vocab);
+  if (!problem.empty()) {
+    const std::string file = path.string();
+    std::fprintf(stderr, "warning: %s not copied: %s; run the GGUF with --tokenizer %s\n", file.c_str(),
+                 problem.c_str(), file.c_str());
+    return "tokenizer not copied";
+  }
+  try {
+    HfTokenizer::write_gguf(vocab, w);
+  } catch (const Error& e) {
+    throw Error(path.string() + ": " + e.what());
+  }
+  return "tokenizer " + std::to_string(vocab.tokens.size()) + " tokens, " + std::to_string(vocab.merges.size()) +
+         " merges";
+}
 
 // The type a tensor is stored as: vectors f32; block-quantised types need rows of whole blocks. Rows that a
 // 256-block K-quant cannot hold fall back to Q8_0 (32-blocks), as llama.cpp's quantizer falls back to a
@@ -122,6 +161,7 @@ int cmd_convert(int argc, char** argv) {
   w.set("tokenizer.ggml.bos_token_id", GgufValue::u32(uint32_t(c.bos_token)));
   w.set("tokenizer.ggml.eos_token_id", GgufValue::u32(uint32_t(c.eos_token)));
   w.set("tokenizer.ggml.padding_token_id", GgufValue::u32(uint32_t(c.pad_token)));
+  const std::string tokenizer = copy_tokenizer(in, c, w);
 
   const std::filesystem::path generation = in / "generation_config.json";
   if (c.has_decoder && std::filesystem::exists(generation)) {
@@ -170,9 +210,9 @@ int cmd_convert(int argc, char** argv) {
     ++written;
   }
   w.write(args.get("out", ""));
-  std::fprintf(stderr, "wrote %s: %s, %lld tensors (%s), %lld tensors outside the text stack skipped\n",
+  std::fprintf(stderr, "wrote %s: %s, %lld tensors (%s), %lld tensors outside the text stack skipped, %s\n",
                args.get("out", "").c_str(), c.arch.c_str(), (long long)written, dtype_name(requested),
-               (long long)skipped);
+               (long long)skipped, tokenizer.c_str());
   return 0;
 }
 

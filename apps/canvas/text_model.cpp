@@ -37,8 +37,8 @@ TextTokenizer TextTokenizer::for_model(const Model& model, const std::string& mo
   TextTokenizer t;
   auto from_gguf = [&](const GgufFile& file) {
     const std::string kind = file.get_string("tokenizer.ggml.model", "");
-    check(!kind.empty(), file.path() + " holds no tokenizer (no tokenizer.ggml.model; `canvas convert` does not "
-                                       "copy one): give --tokenizer PATH/tokenizer.json");
+    check(!kind.empty(), file.path() + " holds no tokenizer (no tokenizer.ggml.model; e.g. converted from a checkpoint "
+                                       "without a usable tokenizer.json): give --tokenizer PATH/tokenizer.json");
     if (kind == "gemma4" || kind == "llama") {
       t.sentencepiece_ = std::make_shared<const HfTokenizer>(HfTokenizer::from_gguf(file));
     } else {

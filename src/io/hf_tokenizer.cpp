@@ -140,6 +140,19 @@ HfTokenizer HfTokenizer::from_json(const std::string& path) {
 }
 
 HfTokenizer HfTokenizer::from_json_text(std::string_view text, const std::string& origin) {
+  HfVocab v = vocab_from_json_text(text, origin);
+  try {
+    return from_vocab(std::move(v));
+  } catch (const Error& e) {
+    throw Error(origin + ": " + e.what());
+  }
+}
+
+HfVocab HfTokenizer::vocab_from_json(const std::string& path) {
+  return vocab_from_json_text(read_text_file(path), path);
+}
+
+HfVocab HfTokenizer::vocab_from_json_text(std::string_view text, const std::string& origin) {
   const JsonDocument doc = JsonDocument::parse(text, origin);
   const std::string& where = doc.origin();
   if (!doc.root().is_object())
@@ -300,11 +313,7 @@ HfTokenizer HfTokenizer::from_json_text(std::string_view text, const std::string
   if (v.bos_id < 0) v.bos_id = id_of("<bos>");
   v.eos_id = id_of("<eos>");
   v.pad_id = id_of("<pad>");
-  try {
-    return from_vocab(std::move(v));
-  } catch (const Error& e) {
-    throw Error(where + ": " + e.what());
-  }
+  return v;
 }
 
 HfTokenizer HfTokenizer::from_gguf(const GgufFile& file) {
@@ -386,6 +395,85 @@ HfTokenizer HfTokenizer::from_gguf(const GgufFile& file) {
   } catch (const Error& e) {
     throw Error(where + e.what());
   }
+}
+
+// The twin of from_gguf: what it reads back as the same tokenizer (token types as it maps them).
+std::string HfTokenizer::gguf_problem(const HfVocab& v) {
+  if (v.replacements.size() != 1 || v.replacements[0].first != " " || v.replacements[0].second != kSpaceMarker)
+    return "its normalizer is not Gemma's (' ' -> U+2581 and nothing else)";
+  for (const auto& [pattern, behavior] : v.splits)
+    if (pattern.find(' ') == std::string::npos)
+      return "its pre-tokenizer splits on '" + escape(pattern) + "', which the normalized text can hold";
+  if (!v.byte_fallback) return "byte_fallback is off";
+  if (!v.fuse_unknown) return "fuse_unk is off";
+  if (v.ignore_merges) return "ignore_merges is on";
+  const size_t n = v.tokens.size();
+  if ((!v.kinds.empty() && v.kinds.size() != n) || (!v.normalized.empty() && v.normalized.size() != n))
+    return "token kinds or normalized flags do not number the tokens";
+  for (size_t i = 0; i < n && !v.kinds.empty(); ++i) {
+    const Kind kind = v.kinds[i];
+    if (kind == Kind::Normal || kind == Kind::Byte) continue;
+    const bool gguf_normalized = kind == Kind::Added;  // from_gguf: user defined in normalized text
+    const bool normalized = v.normalized.empty() ? gguf_normalized : bool(v.normalized[i]);
+    const std::string& text = v.tokens[i];
+    if (normalized != gguf_normalized &&
+        (text.find(' ') != std::string::npos || text.find(kSpaceMarker) != std::string::npos))
+      return "added token " + std::to_string(i) + " '" + escape(text) + "' is matched in the " +
+             (normalized ? "normalized" : "raw") + " text, and GGUF would match it in the " +
+             (gguf_normalized ? "normalized" : "raw") + " text";
+  }
+  std::unordered_set<std::string> texts(v.tokens.begin(), v.tokens.end());
+  for (size_t r = 0; r < v.merges.size(); ++r) {
+    const auto& [left, right] = v.merges[r];
+    std::pair<std::string, std::string> back;
+    if (!split_merge(
+            left + " " + right, [&](const std::string& t) { return texts.count(t) > 0; }, back) ||
+        back.first != left || back.second != right)
+      return "merge " + std::to_string(r) + " ('" + escape(left) + "' + '" + escape(right) +
+             "') does not read back from the string 'left right'";
+  }
+  return "";
+}
+
+void HfTokenizer::write_gguf(const HfVocab& v, GgufWriter& out) {
+  from_vocab(v);  // validates (a copy): what is written must load
+  const std::string problem = gguf_problem(v);
+  check(problem.empty(), "the tokenizer cannot be written as a GGUF \"gemma4\" tokenizer: " + problem);
+  std::vector<int64_t> types;
+  types.reserve(v.tokens.size());
+  for (Kind kind : v.kinds.empty() ? std::vector<Kind>(v.tokens.size(), Kind::Normal) : v.kinds) {
+    switch (kind) {
+      case Kind::Normal:
+        types.push_back(1);
+        break;
+      case Kind::Unknown:
+        types.push_back(2);
+        break;
+      case Kind::Special:
+        types.push_back(3);
+        break;
+      case Kind::Added:
+        types.push_back(4);
+        break;
+      case Kind::Byte:
+        types.push_back(6);
+        break;
+    }
+  }
+  std::vector<std::string> merges;
+  merges.reserve(v.merges.size());
+  for (const auto& [left, right] : v.merges) merges.push_back(left + " " + right);
+  out.set("tokenizer.ggml.model", GgufValue::string("gemma4"));
+  out.set("tokenizer.ggml.tokens", GgufValue::string_array(v.tokens));
+  out.set("tokenizer.ggml.token_type", GgufValue::int_array(GgufType::Int32, std::move(types)));
+  out.set("tokenizer.ggml.merges", GgufValue::string_array(std::move(merges)));
+  out.set("tokenizer.ggml.scores", GgufValue::float_array(std::vector<float>(v.tokens.size(), 0.f)));
+  for (const auto& [key, id] : {std::pair<const char*, int32_t>{"tokenizer.ggml.bos_token_id", v.bos_id},
+                                {"tokenizer.ggml.eos_token_id", v.eos_id},
+                                {"tokenizer.ggml.padding_token_id", v.pad_id},
+                                {"tokenizer.ggml.unknown_token_id", v.unknown_id}})
+    if (id >= 0) out.set(key, GgufValue::u32(uint32_t(id)));
+  out.set("tokenizer.ggml.add_bos_token", GgufValue::boolean(v.add_bos));
 }
 
 HfTokenizer HfTokenizer::from_vocab(HfVocab v) {

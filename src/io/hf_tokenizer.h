@@ -12,6 +12,7 @@
 namespace canvas {
 
 class GgufFile;
+class GgufWriter;
 
 // Everything a vocabulary file says, in one neutral form (both loaders build this, then from_vocab).
 struct HfVocab {
@@ -58,6 +59,10 @@ class HfTokenizer {
   static HfTokenizer from_json(const std::string& path);
   // The same from JSON text; `origin` names it in errors.
   static HfTokenizer from_json_text(std::string_view text, const std::string& origin);
+  // What from_json reads, before indexing: from_json(path) == from_vocab(vocab_from_json(path)). The
+  // vocabulary is parsed and checked as from_json does, but not validated by from_vocab. For converters.
+  static HfVocab vocab_from_json(const std::string& path);
+  static HfVocab vocab_from_json_text(std::string_view text, const std::string& origin);
   // Reads tokenizer.ggml.{model,tokens,token_type,merges,bos_token_id,eos_token_id,padding_token_id,
   // unknown_token_id,add_bos_token}; model must be "gemma4" or "llama" and merges must be present (scores
   // are ignored). token_type 3 (control) -> Special, 4 (user defined) -> Added (matched in normalized
@@ -68,6 +73,18 @@ class HfTokenizer {
   // merge whose parts or result are not tokens (Hugging Face refuses such files too), an unknown split
   // behavior, or an empty replacement pattern. A repeated merge keeps its first (lowest) rank.
   static HfTokenizer from_vocab(HfVocab vocab);
+  // Why `vocab` cannot be written as the GGUF twin that from_gguf reads back as the same tokenizer, or ""
+  // when it can. from_gguf's rules are fixed (Gemma's): the normalizer ' ' -> U+2581 and nothing else, no
+  // pre-tokenizer split that can match (a split on ' ' never matches once spaces are replaced), byte
+  // fallback and fuse_unknown on, ignore_merges off, special tokens matched in the raw text and
+  // user-defined ones in the normalized text (a token whose text holds neither ' ' nor U+2581 matches the
+  // same either way), and merges as "left right" strings that split back into the same pair.
+  static std::string gguf_problem(const HfVocab& vocab);
+  // Writes `vocab` as tokenizer.ggml.{model ("gemma4"), tokens, token_type, merges, scores (placeholders,
+  // 0), bos_token_id, eos_token_id, padding_token_id, unknown_token_id (those that exist), add_bos_token}.
+  // Throws Error, before writing anything, when from_vocab refuses the vocabulary or gguf_problem names a
+  // problem.
+  static void write_gguf(const HfVocab& vocab, GgufWriter& out);
 
   // Text -> ids. Added tokens written literally in the text are matched first (leftmost, then longest)
   // when parse_special; everything between them is normalized, split, and BPE-encoded, with characters
