@@ -36,7 +36,7 @@ TEST(Cli, BadInputGivesClearErrors) {
   };
   const std::string model = test::fixture("tiny-llada.gguf");
   const Case cases[] = {
-      {"generate -p hi", "no model given"},
+      {"generate -m /nonexistent/model.gguf -p hi", "cannot open"},
       {"generate -m /nonexistent.gguf -p hi", "/nonexistent.gguf"},
       {"generate -m " + model + " -p hi --cache sideways", "unknown cache mode"},
       {"generate -m " + model + " -p hi --algorithm best", "unknown unmasking order"},
@@ -70,6 +70,15 @@ TEST(Cli, InspectPrintsMetadataAndTensors) {
   for (const char* s : {"general.architecture", "\"dream\"", "tokenizer.ggml.tokens", "blk.0.attn_q.bias",
                         "token_embd.weight", "parameters"})
     EXPECT_NE(r.output.find(s), std::string::npos) << s;
+}
+
+// README's first command: no -m means the shipped default model, which must be a trained text model.
+TEST(Cli, GenerateWithoutModelUsesTheShippedTextModel) {
+  const auto r = canvas::test::run_canvas("generate -p 'And God said' -n 16 -t 1 --json", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"text\": "), std::string::npos) << r.output;
+  const auto inspect = canvas::test::run_canvas("inspect " + canvas::test::source_path("models/text-masked.gguf"));
+  EXPECT_NE(inspect.output.find("training.step"), std::string::npos) << inspect.output;
 }
 
 }  // namespace
