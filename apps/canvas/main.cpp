@@ -85,6 +85,10 @@ Masked diffusion only:
       --cache KIND        none (recompute everything; the reference) | prefix (exact: prompt and
                           finished blocks computed once) | dual (also reuse the masked suffix within a
                           block; approximate). Default prefix.
+      --freeze            compute-aware decoding (approximate, off by default): after a block's first
+                          pass, recompute only its masked positions and those committed by the previous
+                          step; other positions keep their cached K/V (docs/performance.md)
+      --freeze-refresh N  with --freeze (implied): also recompute everything every N steps of a block
       --temp T            temperature (default 0 = greedy); sampling is Gumbel-max
       --top-k K           keep the K most likely tokens before sampling (0 = off)
       --top-p P           nucleus sampling mass (1 = off)
@@ -176,11 +180,12 @@ int cmd_generate(int argc, char** argv) {
              {"--seed", "seed"}, {"-t", "threads"}, {"--threads", "threads"}, {"--visual", "visual"},
              {"--json", "json"}, {"--entropy-bound", "entropy-bound"}, {"--t-min", "t-min"}, {"--t-max", "t-max"},
              {"--stability", "stability"}, {"--confidence-threshold", "confidence-threshold"},
-             {"--tokenizer", "tokenizer"}, {"--chat", "chat"}},
+             {"--tokenizer", "tokenizer"}, {"--chat", "chat"}, {"--freeze", "freeze"},
+             {"--freeze-refresh", "freeze-refresh"}},
             {"model", "prompt", "n", "mode", "steps", "block-length", "schedule", "algorithm", "threshold", "cache",
              "temp", "top-k", "top-p", "seed", "threads", "entropy-bound", "t-min", "t-max", "stability",
-             "confidence-threshold", "tokenizer"},
-            {"visual", "json", "chat"});
+             "confidence-threshold", "tokenizer", "freeze-refresh"},
+            {"visual", "json", "chat", "freeze"});
   check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
   check(args.has("prompt"), "no prompt given (-p TEXT); see canvas generate --help");
   const std::string model_path = args.has("model") ? args.get("model", "") : default_model_path();
@@ -237,6 +242,9 @@ int cmd_generate(int argc, char** argv) {
     p.threshold = float(args.get_float("threshold", 0.0));
     check(p.threshold >= 0 && p.threshold <= 1, "--threshold must be in [0, 1]");
     p.cache = parse_cache_mode(args.get("cache", "prefix"));
+    p.freeze = args.has("freeze") || args.has("freeze-refresh");
+    p.freeze_refresh = args.get_int("freeze-refresh", 0);
+    check(p.freeze_refresh >= 0, "--freeze-refresh must be >= 0");
     p.sampling = sampling;
     check(p.block_length > 0, "--block-length must be positive");
     result = generate_masked(model, prompt, p, pool.get(), callbacks);
@@ -269,9 +277,9 @@ int cmd_generate(int argc, char** argv) {
     char buf[256];
     std::snprintf(buf, sizeof buf,
                   "], \"prompt_tokens\": %lld, \"passes\": %lld, \"tokens_per_pass\": %.4f, \"prompt_ms\": %.3f, "
-                  "\"decode_ms\": %.3f, \"tokens_per_second\": %.3f",
+                  "\"decode_ms\": %.3f, \"tokens_per_second\": %.3f, \"rows_computed\": %lld",
                   (long long)result.prompt_tokens, (long long)result.passes, tokens_per_pass, result.prompt_ms,
-                  result.decode_ms, tps);
+                  result.decode_ms, tps, (long long)result.rows_computed);
     out << buf;
     if (is_uniform) {
       std::snprintf(buf, sizeof buf, ", \"new_tokens\": %lld, \"tokens_per_forward\": %.4f, \"encoder_passes\": %lld",

@@ -30,20 +30,35 @@ const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval> [option
       "generated". --exclude FILE (repeatable) skips puzzles present in FILE, so held-out sets never
       overlap training data.
 
-  canvas sudoku solve -m MODEL [--mode diffusion|ar (default: ar for causal models)] [--steps S] [--algorithm A] [-t N]
+  canvas sudoku solve -m MODEL [--mode diffusion|ar (default: ar for causal models)] [--steps S] [--algorithm A]
+                      [--threshold P] [--freeze] [-t N]
       Reads puzzles from stdin, one per line (81 chars, '0' or '.' for blanks), writes one 81-digit
       solution per line. Non-digit outputs are written as 0.
 
   canvas sudoku eval -m MODEL --data FILE [--mode diffusion|ar] [--steps 81,27,9]
-                     [--algorithm confidence,margin] [--limit N] [-t N] [--json]
+                     [--algorithm confidence,margin] [--threshold 0.9,0.7] [--freeze] [--limit N] [-t N] [--json]
       Exact-solve rate and cell accuracy (over the blank cells) per difficulty, per number of
-      denoising steps and per unmasking order (AR: one row per difficulty).
+      denoising steps (or per --threshold: commit every cell whose probability reaches it, at least one
+      per pass) and per unmasking order (AR: one row per difficulty), with forward passes and token rows
+      computed per puzzle.
+
+  Diffusion options: --freeze recomputes only the blank cells and the cells committed by the previous
+  step (an approximation that cuts work per pass; see docs/performance.md); --freeze-refresh N (implies
+  --freeze) also recomputes every cell every N steps.
 )";
 
 struct SolveSettings {
   std::string mode = "diffusion";
   int64_t steps = 81;
   UnmaskOrder order = UnmaskOrder::Confidence;
+  float threshold = 0;  // > 0: threshold parallel decoding instead of a fixed number of steps
+  bool freeze = false;  // compute-aware decoding (MaskedDiffusionParams::freeze)
+  int64_t freeze_refresh = 0;
+};
+
+struct Solution {
+  SudokuGrid grid{};
+  int64_t passes = 0, rows = 0;  // forward passes and token rows they computed
 };
 
 // Models trained by canvas record their layout: "infill" models fill the blanks of the 81 cells in
@@ -52,19 +67,27 @@ bool is_infill(const Model& model) {
   return model.file->get_string("canvas.sudoku.format", "sequence") == "infill";
 }
 
-SudokuGrid solve_one(const Model& model, const SudokuGrid& puzzle, const SolveSettings& s, ThreadPool* pool) {
+Solution solve_one(const Model& model, const SudokuGrid& puzzle, const SolveSettings& s, ThreadPool* pool) {
   GenerationResult r;
-  if (s.mode != "ar" && is_infill(model)) {
+  auto solution = [&r] { return Solution{sudoku_from_tokens(r.tokens), r.passes, r.rows_computed}; };
+  auto masked_params = [&s] {
     MaskedDiffusionParams p;
     p.gen_length = 81;
     p.block_length = 81;
     p.steps = s.steps;
     p.order = s.order;
+    p.threshold = s.threshold;
+    p.freeze = s.freeze;
+    p.freeze_refresh = s.freeze_refresh;
+    return p;
+  };
+  if (s.mode != "ar" && is_infill(model)) {
+    MaskedDiffusionParams p = masked_params();
     p.initial_canvas = sudoku_prompt_tokens(puzzle);
     for (size_t i = 0; i < 81; ++i)
       if (!puzzle[i]) p.initial_canvas[i] = model.config.mask_token;
     r = generate_masked(model, {}, p, pool);
-    return sudoku_from_tokens(r.tokens);
+    return solution();
   }
   const std::vector<int32_t> prompt = sudoku_prompt_tokens(puzzle);
   if (s.mode == "ar") {
@@ -73,15 +96,11 @@ SudokuGrid solve_one(const Model& model, const SudokuGrid& puzzle, const SolveSe
     p.stop_at_eos = false;
     r = generate_ar(model, prompt, p, pool);
   } else {
-    MaskedDiffusionParams p;
-    p.gen_length = 81;
-    p.block_length = 81;
-    p.steps = s.steps;
-    p.order = s.order;
+    MaskedDiffusionParams p = masked_params();
     p.cache = CacheMode::Prefix;
     r = generate_masked(model, prompt, p, pool);
   }
-  return sudoku_from_tokens(r.tokens);
+  return solution();
 }
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -179,14 +198,20 @@ SolveSettings solve_settings(const Args& args, const Model& model) {
   check(s.mode == "diffusion" || s.mode == "ar", "--mode must be diffusion or ar");
   s.steps = args.get_int("steps", 81);
   s.order = parse_unmask_order(args.get("algorithm", "confidence"));
+  s.threshold = float(args.get_float("threshold", 0));
+  check(s.threshold >= 0 && s.threshold <= 1, "--threshold must be in [0, 1]");
+  s.freeze = args.has("freeze") || args.has("freeze-refresh");
+  s.freeze_refresh = args.get_int("freeze-refresh", 0);
+  check(s.freeze_refresh >= 0, "--freeze-refresh must be >= 0");
   return s;
 }
 
 int sudoku_solve(int argc, char** argv) {
   Args args(argc, argv, 3,
             {{"-m", "model"}, {"--model", "model"}, {"--mode", "mode"}, {"--steps", "steps"},
-             {"--algorithm", "algorithm"}, {"-t", "threads"}, {"--threads", "threads"}},
-            {"model", "mode", "steps", "algorithm", "threads"}, {});
+             {"--algorithm", "algorithm"}, {"--threshold", "threshold"}, {"--freeze", "freeze"},
+             {"--freeze-refresh", "freeze-refresh"}, {"-t", "threads"}, {"--threads", "threads"}},
+            {"model", "mode", "steps", "algorithm", "threshold", "freeze-refresh", "threads"}, {"freeze"});
   check(args.has("model"), "no model given (-m FILE.gguf)");
   const Model model = Model::load(args.get("model", ""));
   const SolveSettings s = solve_settings(args, model);
@@ -203,7 +228,7 @@ int sudoku_solve(int argc, char** argv) {
     } catch (const Error& e) {
       throw Error("stdin line " + std::to_string(line_no) + ": " + e.what());
     }
-    std::printf("%s\n", format_sudoku(solve_one(model, puzzle, s, &pool)).c_str());
+    std::printf("%s\n", format_sudoku(solve_one(model, puzzle, s, &pool).grid).c_str());
     std::fflush(stdout);
   }
   return 0;
@@ -212,9 +237,11 @@ int sudoku_solve(int argc, char** argv) {
 int sudoku_eval(int argc, char** argv) {
   Args args(argc, argv, 3,
             {{"-m", "model"}, {"--model", "model"}, {"--data", "data"}, {"--mode", "mode"}, {"--steps", "steps"},
-             {"--algorithm", "algorithm"}, {"--limit", "limit"}, {"-t", "threads"}, {"--threads", "threads"},
+             {"--algorithm", "algorithm"}, {"--threshold", "threshold"}, {"--freeze", "freeze"},
+             {"--freeze-refresh", "freeze-refresh"}, {"--limit", "limit"}, {"-t", "threads"}, {"--threads", "threads"},
              {"--json", "json"}},
-            {"model", "data", "mode", "steps", "algorithm", "limit", "threads"}, {"json"});
+            {"model", "data", "mode", "steps", "algorithm", "threshold", "freeze-refresh", "limit", "threads"},
+            {"json", "freeze"});
   check(args.has("model"), "no model given (-m FILE.gguf)");
   check(args.has("data"), "no puzzle file given (--data FILE)");
   const Model model = Model::load(args.get("model", ""));
@@ -226,33 +253,51 @@ int sudoku_eval(int argc, char** argv) {
   check(mode == "diffusion" || mode == "ar", "--mode must be diffusion or ar");
   std::vector<std::string> steps_list = split_list(args.get("steps", "81"));
   std::vector<std::string> orders = split_list(args.get("algorithm", "confidence"));
+  // Each threshold replaces the step counts with one "t=P" configuration.
+  if (args.has("threshold")) {
+    steps_list.clear();
+    for (const std::string& t : split_list(args.get("threshold", ""))) steps_list.push_back("t=" + t);
+  }
   if (mode == "ar") steps_list = {"81"}, orders = {"ar"};
+  const bool freeze = args.has("freeze") || args.has("freeze-refresh");
+  const int64_t freeze_refresh = args.get_int("freeze-refresh", 0);
+  check(freeze_refresh >= 0, "--freeze-refresh must be >= 0");
   ThreadPool pool(int(args.get_int("threads", 0)));
 
   const bool json = args.has("json");
   if (!json)
-    std::printf("%-13s %-6s %-11s %6s %9s %9s %9s\n", "difficulty", "steps", "order", "n", "solved%", "cells%",
-                "ms/puzzle");
+    std::printf("%-13s %-6s %-11s %6s %9s %9s %9s %9s %9s\n", "difficulty", "steps", "order", "n", "solved%", "cells%",
+                "passes", "rows", "ms/puzzle");
   std::string json_rows;
   for (const std::string& steps_text : steps_list)
     for (const std::string& order : orders) {
       SolveSettings s;
       s.mode = mode;
-      s.steps = std::stoll(steps_text);
+      s.freeze = freeze;
+      s.freeze_refresh = freeze_refresh;
+      if (steps_text.rfind("t=", 0) == 0) {
+        s.threshold = std::stof(steps_text.substr(2));
+        check(s.threshold > 0 && s.threshold <= 1, "--threshold values must be in (0, 1]");
+      } else {
+        s.steps = std::stoll(steps_text);
+      }
       if (mode != "ar") s.order = parse_unmask_order(order);
       struct Tally {
-        int64_t n = 0, solved = 0, blanks = 0, correct = 0;
+        int64_t n = 0, solved = 0, blanks = 0, correct = 0, passes = 0, rows = 0;
         double ms = 0;
       };
       std::map<std::string, Tally> tallies;
       for (const SudokuExample& e : data) {
         const double t0 = now_ms();
-        const SudokuGrid got = solve_one(model, e.puzzle, s, &pool);
+        const Solution sol = solve_one(model, e.puzzle, s, &pool);
+        const SudokuGrid& got = sol.grid;
         const double ms = now_ms() - t0;
         for (const std::string& key : {e.difficulty, std::string("all")}) {
           Tally& t = tallies[key];
           ++t.n;
           t.ms += ms;
+          t.passes += sol.passes;
+          t.rows += sol.rows;
           t.solved += solves(e.puzzle, got) ? 1 : 0;
           for (size_t i = 0; i < 81; ++i)
             if (!e.puzzle[i]) {
@@ -264,17 +309,22 @@ int sudoku_eval(int argc, char** argv) {
       for (const auto& [difficulty, t] : tallies) {
         const double solved = 100.0 * double(t.solved) / double(t.n);
         const double cells = 100.0 * double(t.correct) / double(std::max<int64_t>(t.blanks, 1));
+        const double passes = double(t.passes) / double(t.n), rows = double(t.rows) / double(t.n);
+        const std::string steps_col = s.threshold > 0 ? steps_text : std::to_string(s.steps);
         if (json) {
-          char buf[320];
+          char buf[480];
           std::snprintf(buf, sizeof buf,
-                        "%s{\"difficulty\": \"%s\", \"mode\": \"%s\", \"steps\": %lld, \"order\": \"%s\", \"n\": %lld, "
-                        "\"solved\": %.4f, \"cell_accuracy\": %.4f, \"ms_per_puzzle\": %.3f}",
-                        json_rows.empty() ? "" : ", ", difficulty.c_str(), mode.c_str(), (long long)s.steps,
-                        order.c_str(), (long long)t.n, solved / 100.0, cells / 100.0, t.ms / double(t.n));
+                        "%s{\"difficulty\": \"%s\", \"mode\": \"%s\", \"steps\": %lld, \"threshold\": %g, "
+                        "\"order\": \"%s\", \"freeze\": %s, \"n\": %lld, \"solved\": %.4f, \"cell_accuracy\": %.4f, "
+                        "\"passes_per_puzzle\": %.3f, \"rows_per_puzzle\": %.3f, \"ms_per_puzzle\": %.3f}",
+                        json_rows.empty() ? "" : ", ", difficulty.c_str(), mode.c_str(),
+                        (long long)(s.threshold > 0 ? 0 : s.steps), double(s.threshold), order.c_str(),
+                        s.freeze ? "true" : "false", (long long)t.n, solved / 100.0, cells / 100.0, passes, rows,
+                        t.ms / double(t.n));
           json_rows += buf;
         } else {
-          std::printf("%-13s %-6lld %-11s %6lld %9.2f %9.2f %9.2f\n", difficulty.c_str(), (long long)s.steps,
-                      order.c_str(), (long long)t.n, solved, cells, t.ms / double(t.n));
+          std::printf("%-13s %-6s %-11s %6lld %9.2f %9.2f %9.1f %9.1f %9.2f\n", difficulty.c_str(), steps_col.c_str(),
+                      order.c_str(), (long long)t.n, solved, cells, passes, rows, t.ms / double(t.n));
         }
       }
       std::fflush(stdout);

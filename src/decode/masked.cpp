@@ -110,6 +110,9 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
   const double t_decode = now_ms();
 
   std::vector<float> logits;
+  std::vector<int32_t> pass_tokens, pass_groups, pass_positions;  // the rows of a frozen (subset) pass
+  std::vector<int64_t> row_of(size_t(total), -1);                 // position -> row of the current pass
+  std::vector<char> committed_last(size_t(total), 0);             // committed by the previous step
   std::vector<int64_t> masked_positions;
   std::vector<TokenChoice> choices;
   std::vector<double> scores;
@@ -137,16 +140,38 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
       req.pos0 = start;
       req.groups = groups.data() + start;
       req.key_end = total;
-      const bool refresh_boundary = c.shift_logits && s0 - 1 >= start;
-      if (refresh_boundary) req.logit_rows.push_back(int32_t(s0 - 1 - start));
+      for (int64_t p = start; p < end; ++p) row_of[size_t(p)] = p - start;
+      const bool refresh = params.freeze_refresh > 0 && step % params.freeze_refresh == 0;
+      if (params.freeze && step > 0 && !refresh) {
+        pass_tokens.clear();
+        pass_groups.clear();
+        pass_positions.clear();
+        for (int64_t p = start; p < end; ++p) {
+          const bool predicts_masked = c.shift_logits && p + 1 < total && seq[size_t(p + 1)] == mask;
+          row_of[size_t(p)] = -1;
+          if (seq[size_t(p)] != mask && !committed_last[size_t(p)] && !predicts_masked) continue;
+          row_of[size_t(p)] = int64_t(pass_positions.size());
+          pass_positions.push_back(int32_t(p));
+          pass_tokens.push_back(seq[size_t(p)]);
+          pass_groups.push_back(groups[size_t(p)]);
+        }
+        req.tokens = pass_tokens.data();
+        req.n = int64_t(pass_positions.size());
+        req.positions = pass_positions.data();
+        req.groups = pass_groups.data();
+      }
+      std::fill(committed_last.begin(), committed_last.end(), 0);
+      const bool refresh_boundary = c.shift_logits && s0 - 1 >= start && row_of[size_t(s0 - 1)] >= 0;
+      if (refresh_boundary) req.logit_rows.push_back(int32_t(row_of[size_t(s0 - 1)]));
       for (int64_t p : masked_positions) {
         const int64_t row = c.shift_logits ? p - 1 : p;
-        if (row >= s0 || !c.shift_logits) req.logit_rows.push_back(int32_t(row - start));
+        if (row >= s0 || !c.shift_logits) req.logit_rows.push_back(int32_t(row_of[size_t(row)]));
       }
       logits.resize(req.logit_rows.size() * size_t(V));
       req.logits = logits.data();
       forward(model, cache, req, pool);
       ++result.passes;
+      result.rows_computed += req.n;
       forward_from = s0;
       size_t next_row = 0;
       if (refresh_boundary) {
@@ -207,6 +232,7 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
         const int64_t p = masked_positions[i];
         seq[size_t(p)] = choices[i].token;
         canvas[size_t(p - P)] = choices[i].token;
+        committed_last[size_t(p)] = 1;
         event.committed.push_back(p - P);
         event.confidence.push_back(choices[i].p_token);
       }

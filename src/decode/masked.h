@@ -28,6 +28,12 @@ struct MaskedDiffusionParams {
   float threshold = 0.f;       // > 0: Fast-dLLM threshold parallel decoding (ignores the schedule)
   float eps = 1e-3f;           // Dream schedule: t runs from 1 to eps
   CacheMode cache = CacheMode::None;
+  // Compute-aware decoding (an approximation, off by default): after a block's first pass, a pass
+  // recomputes only the masked positions and those committed by the previous step (and, for shifted
+  // models, the rows that predict masked positions); every other position keeps the K/V its last pass
+  // left in the cache, so a committed token is recomputed once after its commit and then frozen.
+  bool freeze = false;
+  int64_t freeze_refresh = 0;  // with freeze: also a full pass every this many steps of a block (0: none)
   SamplingParams sampling;
   // Infilling: the starting canvas (gen_length ids); positions not holding the mask id are fixed and
   // never re-decided. Empty: everything masked.

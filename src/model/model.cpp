@@ -440,14 +440,22 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& req, Thre
   check(n > 0, "forward: no tokens");
   check(!decoder || c.has_decoder, "forward: decoder mode needs a model with a decoder (diffusion-gemma); '" +
                                        c.arch + "' has none");
+  check(!decoder || !req.positions, "forward: explicit positions are for encoder passes only");
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    pos[size_t(i)] = req.positions ? req.positions[i] : int32_t(req.pos0 + i);
+    check(i == 0 || pos[size_t(i)] > pos[size_t(i - 1)], "forward: positions must be strictly increasing");
+  }
+  check(!req.positions || req.key_end > 0, "forward: explicit positions need key_end");
+  const int64_t last = pos[size_t(n - 1)];
   const int64_t key_end = decoder ? req.pos0 : req.key_end > 0 ? req.key_end : req.pos0 + n;
   if (decoder) {
     check(req.pos0 >= 0 && req.pos0 <= cache.capacity(),
           "forward: decoder canvas after " + std::to_string(req.pos0) + " cached positions exceeds the KV cache capacity " +
               std::to_string(cache.capacity()));
   } else {
-    check(req.pos0 >= 0 && req.pos0 + n <= key_end && key_end <= cache.capacity(),
-          "forward: positions " + std::to_string(req.pos0) + ".." + std::to_string(req.pos0 + n) + " (keys to " +
+    check(pos[0] >= 0 && last < key_end && key_end <= cache.capacity(),
+          "forward: positions " + std::to_string(pos[0]) + ".." + std::to_string(last + 1) + " (keys to " +
               std::to_string(key_end) + ") exceed the KV cache capacity " + std::to_string(cache.capacity()));
   }
   for (int64_t i = 0; i < n; ++i)
@@ -467,28 +475,26 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& req, Thre
   std::vector<float> x(size_t(n * H)), h(size_t(n * H)), q(size_t(n * max_q_width)), k(size_t(n * max_kv_width)),
       v(size_t(n * max_kv_width)), attn(size_t(n * max_q_width)), proj(size_t(n * H)), g, u;
   std::vector<float> canvas_keys, canvas_values;  // decoder: [visible cache ; canvas] K/V of one layer
-  std::vector<int32_t> pos(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    pos[size_t(i)] = int32_t(req.pos0 + i);
     get_row(model.token_embd, req.tokens[i], &x[size_t(i * H)]);
     if (c.embedding_scale != 1.f)
       for (int64_t j = 0; j < H; ++j) x[size_t(i * H + j)] *= c.embedding_scale;
     if (model.position_embd.data) {
-      check(req.pos0 + i < model.position_embd.ne[1], "position " + std::to_string(req.pos0 + i) +
-                                                           " is beyond the model's position embeddings (" +
-                                                           std::to_string(model.position_embd.ne[1]) + ")");
-      const float* pe = model.position_embd.f32() + (req.pos0 + i) * H;
+      check(pos[size_t(i)] < model.position_embd.ne[1], "position " + std::to_string(pos[size_t(i)]) +
+                                                             " is beyond the model's position embeddings (" +
+                                                             std::to_string(model.position_embd.ne[1]) + ")");
+      const float* pe = model.position_embd.f32() + int64_t(pos[size_t(i)]) * H;
       for (int64_t j = 0; j < H; ++j) x[size_t(i * H + j)] += pe[j];
     }
   }
   if (decoder) self_conditioning_input(model, req.self_cond, n, x.data(), pool);
   int32_t* groups = cache.groups();
   if (!decoder)
-    for (int64_t i = 0; i < n; ++i) groups[req.pos0 + i] = req.groups[i];
+    for (int64_t i = 0; i < n; ++i) groups[pos[size_t(i)]] = req.groups[i];
   // Sliding layers: query at position p sees keys j >= p - window + 1 (and its group's rule).
   std::vector<int32_t> window_start;
   if (c.sliding_window > 0)
-    for (int64_t i = 0; i < n; ++i) window_start.push_back(int32_t(req.pos0 + i - c.sliding_window + 1));
+    for (int64_t i = 0; i < n; ++i) window_start.push_back(int32_t(pos[size_t(i)] - c.sliding_window + 1));
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model.layers[size_t(l)];
@@ -524,7 +530,7 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& req, Thre
     if (!decoder) {
       for (int64_t i = 0; i < n; ++i)
         for (int64_t hh = 0; hh < la.n_kv_heads; ++hh) {
-          const int64_t dst = hh * stride + (req.pos0 + i) * D;
+          const int64_t dst = hh * stride + int64_t(pos[size_t(i)]) * D;
           std::memcpy(kc + dst, &k[size_t(i * kv_width + hh * D)], size_t(D) * 4);
           std::memcpy(vc + dst, &v[size_t(i * kv_width + hh * D)], size_t(D) * 4);
         }

@@ -71,6 +71,10 @@ struct ForwardRequest {
   int64_t pos0 = 0;
   const int32_t* groups = nullptr;  // [n]
   int64_t key_end = 0;              // 0: pos0 + n
+  // Encoder mode only: explicit, strictly increasing positions of the n tokens (null: pos0 .. pos0+n-1).
+  // Lets a pass recompute a scattered subset of a canvas while the other positions' K/V stay in the
+  // cache as an earlier pass left them (key_end must then be given).
+  const int32_t* positions = nullptr;
   // Rows (indices into the n new tokens) whose logits are wanted, in this order; empty: none.
   std::vector<int32_t> logit_rows;
   float* logits = nullptr;          // [logit_rows.size()][vocab]
