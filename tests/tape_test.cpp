@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "ops/ops.h"
+#include "train_test_util.h"
 
 namespace canvas::train {
 namespace {
@@ -35,19 +36,8 @@ Parameter random_parameter(Rng& rng, const std::string& name, std::vector<int64_
 // Builds an op graph from tape inputs (one per Matrix, in order) and returns its output.
 using Graph = std::function<Var(Tape&, const std::vector<Var>&)>;
 
-// The scalar the check differentiates: sum(out * probe), recorded on the tape like any op.
-Var probe_sum(Tape& tape, Var x, const std::vector<float>& probe) {
-  Var y = tape.make(1, 1, tape.requires_grad(x));
-  double s = 0;
-  for (int64_t i = 0; i < tape.size(x); ++i) s += double(tape.value(x)[i]) * probe[size_t(i)];
-  tape.value(y)[0] = float(s);
-  tape.record([&tape, x, y, probe] {
-    const float g = tape.grad_or_null(y)[0];
-    float* dx = tape.grad(x);
-    for (int64_t i = 0; i < tape.size(x); ++i) dx[i] += g * probe[size_t(i)];
-  });
-  return y;
-}
+// The scalar the check differentiates: sum(out * probe).
+using test::probe_sum;
 
 struct CheckResult {
   double worst = 0;   // max |numeric - analytic| / tolerance; <= 1 passes

@@ -15,45 +15,26 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "test_util.h"
+#include "train_test_util.h"
 
 namespace canvas::train {
 namespace {
 
 ModelConfig small_config(const std::string& arch, bool moe) {
-  ModelConfig c;
+  ModelConfig c = test::tiny_llada_config(37, "train test " + arch);
   c.arch = arch;
-  c.name = "train test " + arch;
-  c.vocab = 37;
-  c.hidden = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
-  c.context_length = 64;
   c.rope.layout = arch == "llada" ? RopeLayout::Normal : RopeLayout::Neox;
-  c.rope.head_dim = 8;
-  c.rope.theta = 10000.f;
+  c.rope.rot_dims = 0;
   if (moe) {
+    c.ffn = 0;
     c.n_experts = 4;
     c.n_experts_used = 2;
     c.expert_ffn = 16;
-  } else {
-    c.ffn = 48;
   }
   return c;
 }
 
-// Random init, then every value nudged (norms and biases included) so no parameter is trivially 1 or 0.
-TrainModel random_model(const ModelConfig& c, uint64_t seed) {
-  InitOptions init;
-  init.seed = seed;
-  init.std = 0.25f;
-  TrainModel m(c, init);
-  Rng rng(seed + 1);
-  for (Parameter* p : m.parameters())
-    for (float& v : p->value) v += float(0.1 * rng.normal());
-  return m;
-}
+TrainModel random_model(const ModelConfig& c, uint64_t seed) { return test::nudged_random_model(c, seed); }
 
 // Three sequences of 7 tokens: bidirectional, causal, block-causal (blocks of 3).
 TokenBatch three_sequences(int64_t vocab, uint64_t seed) {
@@ -68,18 +49,7 @@ TokenBatch three_sequences(int64_t vocab, uint64_t seed) {
 }
 
 // The inference forward of sequence s of the batch, one call with all its tokens.
-std::vector<float> inference_logits(const Model& model, const TokenBatch& b, int64_t s) {
-  KvCache cache(model.config, b.length);
-  ForwardRequest req;
-  req.tokens = b.tokens.data() + s * b.length;
-  req.n = b.length;
-  req.groups = b.groups.data() + s * b.length;
-  for (int32_t i = 0; i < int32_t(b.length); ++i) req.logit_rows.push_back(i);
-  std::vector<float> logits(size_t(b.length * model.config.vocab));
-  req.logits = logits.data();
-  forward(model, cache, req, nullptr);
-  return logits;
-}
+using test::inference_logits;
 
 struct Variant {
   const char* name;

@@ -33,11 +33,12 @@ checkpoint_every = 2
 threads = 2
 )";
 
-std::string write_config(const std::string& objective) {
-  const std::string path = test::temp_path(objective + ".cfg");
+// extra: more config lines; name: the files' name (default: the objective).
+std::string write_config(const std::string& objective, const std::string& extra = "", std::string name = "") {
+  const std::string path = test::temp_path((name.empty() ? objective : name) + ".cfg");
   char buf[512];
   std::snprintf(buf, sizeof buf, kTinyConfig, objective.c_str());
-  std::ofstream(path) << buf;
+  std::ofstream(path) << buf << extra;
   return path;
 }
 
@@ -55,9 +56,10 @@ std::vector<std::string> loss_columns(const std::string& csv) {
   return rows;
 }
 
-void check_kill_and_resume(const std::string& objective) {
-  const std::string config = write_config(objective);
-  const std::string whole = test::temp_path(objective + "-whole"), killed = test::temp_path(objective + "-killed");
+void check_kill_and_resume(const std::string& objective, const std::string& extra = "", std::string name = "") {
+  if (name.empty()) name = objective;
+  const std::string config = write_config(objective, extra, name);
+  const std::string whole = test::temp_path(name + "-whole"), killed = test::temp_path(name + "-killed");
   std::system(("rm -rf " + whole + " " + killed).c_str());
   auto r = test::run_canvas("train --config " + config + " --out " + whole);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -91,6 +93,7 @@ void check_kill_and_resume(const std::string& objective) {
   EXPECT_EQ(test::read_text(killed + "/model.gguf"), test::read_text(whole + "/model.gguf"));
   const Model m = Model::load(whole + "/model.gguf");
   EXPECT_EQ(m.config.causal, objective == "ar");
+  EXPECT_EQ(m.config.self_conditioning, extra.find("self_conditioning = true") != std::string::npos);
   EXPECT_EQ(m.config.n_positions, objective == "ar" ? 162 : 81);  // sequence vs infill layout
   std::system(("rm -rf " + whole + " " + killed + " " + config).c_str());
 }
@@ -98,6 +101,9 @@ void check_kill_and_resume(const std::string& objective) {
 TEST(Train, MaskedRunKilledAtRandomResumesExactly) { check_kill_and_resume("masked"); }
 TEST(Train, ArRunKilledAtRandomResumesExactly) { check_kill_and_resume("ar"); }
 TEST(Train, UniformRunKilledAtRandomResumesExactly) { check_kill_and_resume("uniform"); }
+TEST(Train, SelfConditionedUniformRunKilledAtRandomResumesExactly) {
+  check_kill_and_resume("uniform", "self_conditioning = true\n", "uniform-self-cond");
+}
 
 TEST(Train, TrainedModelSolvesThroughTheCli) {
   const std::string config = write_config("masked");

@@ -10,6 +10,7 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "test_util.h"
+#include "train_test_util.h"
 #include "train/data.h"
 #include "train/objectives.h"
 #include "train/train_model.h"
@@ -120,21 +121,7 @@ TEST(UniformStateBatch, GivensAreNeverCorruptedNorScored) {
 }
 
 ModelConfig uniform_config(int64_t vocab = 41) {
-  ModelConfig c;
-  c.arch = "llada";
-  c.name = "uniform test";
-  c.vocab = vocab;
-  c.hidden = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
-  c.ffn = 48;
-  c.context_length = 64;
-  c.rope.layout = RopeLayout::Normal;
-  c.rope.head_dim = 8;
-  c.rope.rot_dims = 8;
-  c.rope.theta = 10000.f;
+  ModelConfig c = test::tiny_llada_config(vocab, "uniform test");
   c.uniform_state = true;
   c.eos_token = int32_t(vocab - 1);
   return c;

@@ -43,13 +43,14 @@ void UniformStateSession::decode(const std::vector<int32_t>& canvas, const std::
   req.logit_rows.resize(size_t(n));
   for (int64_t i = 0; i < n; ++i) req.logit_rows[size_t(i)] = int32_t(i);
   req.logits = logits.data();
+  if (self_cond && (c.has_decoder || c.self_conditioning)) {
+    check(self_cond->size() == logits.size(), "uniform-state decoding: self-conditioning logits have " +
+                                                  std::to_string(self_cond->size()) + " values, expected " +
+                                                  std::to_string(logits.size()));
+    req.self_cond = self_cond->data();
+  }
   if (c.has_decoder) {
-    if (self_cond)
-      check(self_cond->size() == logits.size(), "uniform-state decoding: self-conditioning logits have " +
-                                                    std::to_string(self_cond->size()) + " values, expected " +
-                                                    std::to_string(logits.size()));
     req.decoder = true;
-    req.self_cond = self_cond ? self_cond->data() : nullptr;
   } else {
     groups_.assign(size_t(n), int32_t(cached_));  // sees every committed row and the whole canvas
     req.groups = groups_.data();

@@ -18,8 +18,9 @@ namespace canvas {
 //    MLP (zeros when there are none); it never writes the cache.
 //  - other uniform-state models (canvas's own): decode is an ordinary forward with the whole canvas in
 //    one visibility group; its K/V land in the cache rows just past the committed tokens, where no
-//    committed row can see them and the next encode overwrites them. These models have no
-//    self-conditioning path, so the self-conditioning logits are ignored.
+//    committed row can see them and the next encode overwrites them. Those trained with
+//    self-conditioning (config.self_conditioning) get the previous step's logits through their
+//    self-conditioning MLP; the others ignore them.
 // encode appends tokens to the cache with the causal encoder (one visibility group per position).
 class UniformStateSession {
  public:

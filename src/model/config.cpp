@@ -345,6 +345,9 @@ ModelConfig config_from_gguf(const GgufFile& file) {
 
   c.mask_token = int32_t(file.get_int("tokenizer.ggml.mask_token_id", -1));
   c.uniform_state = c.uniform_state || file.get_string("diffusion.kind", "") == "uniform";
+  c.self_conditioning = file.get_bool("diffusion.self_conditioning", false);
+  check(!c.self_conditioning || c.ffn > 0,
+        file.path() + ": diffusion.self_conditioning needs " + p + "feed_forward_length (the MLP's width)");
   c.bos_token = int32_t(file.get_int("tokenizer.ggml.bos_token_id", -1));
   c.eos_token = int32_t(file.get_int("tokenizer.ggml.eos_token_id", -1));
   c.pad_token = int32_t(file.get_int("tokenizer.ggml.padding_token_id", -1));

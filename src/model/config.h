@@ -60,6 +60,10 @@ struct ModelConfig {
   // Uniform-state diffusion (no mask token; DiffusionGemma's sampler): canvas's own models say so with
   // diffusion.kind = "uniform"; row i of a causal (encoder) pass predicts token i + 1.
   bool uniform_state = false;
+  // Self-conditioning for canvas's own (non-Gemma) models, GGUF diffusion.self_conditioning: a forward
+  // given the previous step's logits adds mlp(norm(softmax(logits) @ E * embedding_scale)) to its input
+  // embeddings (Model::self_conditioning, width ffn). DiffusionGemma's decoder has it through has_decoder.
+  bool self_conditioning = false;
   int32_t bos_token = -1, eos_token = -1, pad_token = -1;
 
   // ---- per-layer attention and the Gemma 4 layer (defaults leave the other families unchanged) ----

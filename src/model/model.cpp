@@ -327,6 +327,13 @@ Model Model::load_gguf(const std::string& path) {
     }
     m.layers.push_back(w);
   }
+  if (c.self_conditioning) {
+    SelfConditioningWeights& s = m.self_conditioning;
+    s.pre_norm = bind_vector(f, "self_cond.norm.weight", H);
+    s.gate = bind(f, "self_cond.gate.weight", {H, c.ffn});
+    s.up = bind(f, "self_cond.up.weight", {H, c.ffn});
+    s.down = bind(f, "self_cond.down.weight", {c.ffn, H});
+  }
   return m;
 }
 
@@ -348,8 +355,10 @@ namespace {
 // return rmsnorm_noweight(E[canvas] * scale + mlp(pre_norm(softmax(prev) @ E * scale))), the MLP term
 // being zero without previous logits. softmax(prev) @ E is accumulated over vocabulary tiles, so no
 // [canvas, vocab] probability array is stored; each row's sum runs in vocabulary order whatever the
-// thread count.
-void self_conditioning_input(const Model& model, const float* prev_logits, int64_t n, float* x, ThreadPool* pool) {
+// thread count. canvas's own models (config.self_conditioning) add the same term without the trailing
+// norm (decoder_norm false), which belongs to the Gemma decoder, not to the llada-family layer.
+void self_conditioning_input(const Model& model, const float* prev_logits, int64_t n, float* x, bool decoder_norm,
+                             ThreadPool* pool) {
   const ModelConfig& c = model.config;
   const int64_t H = c.hidden, V = c.vocab;
   if (prev_logits) {
@@ -393,7 +402,7 @@ void self_conditioning_input(const Model& model, const float* prev_logits, int64
     gated_mlp(sc.gate, sc.up, sc.down, c.activation, soft.data(), n, mlp.data(), g, u, pool);
     for (int64_t i = 0; i < n * H; ++i) x[i] += mlp[size_t(i)];
   }
-  rms_norm_rows(x, n, H, TensorView{}, c.rms_eps, x);
+  if (decoder_norm) rms_norm_rows(x, n, H, TensorView{}, c.rms_eps, x);
 }
 
 // RMSNorm over each head_dim-wide head of every row, with an optional weight (q_norm / k_norm / v_norm).
@@ -487,7 +496,13 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& req, Thre
       for (int64_t j = 0; j < H; ++j) x[size_t(i * H + j)] += pe[j];
     }
   }
-  if (decoder) self_conditioning_input(model, req.self_cond, n, x.data(), pool);
+  check(!req.self_cond || decoder || c.self_conditioning,
+        "forward: self-conditioning logits given to a model without a self-conditioning input");
+  if (decoder) {
+    self_conditioning_input(model, req.self_cond, n, x.data(), /*decoder_norm=*/true, pool);
+  } else if (req.self_cond) {  // null: zeros, which leave x as it is
+    self_conditioning_input(model, req.self_cond, n, x.data(), /*decoder_norm=*/false, pool);
+  }
   int32_t* groups = cache.groups();
   if (!decoder)
     for (int64_t i = 0; i < n; ++i) groups[pos[size_t(i)]] = req.groups[i];

@@ -28,7 +28,9 @@ struct LayerWeights {
   float layer_scalar_encoder = 1, layer_scalar_decoder = 1;  // multiply the whole layer output
 };
 
-// DiffusionGemma's decoder-only self-conditioning MLP (config.has_decoder).
+// The self-conditioning MLP: DiffusionGemma's decoder-only one (config.has_decoder), or that of canvas's
+// own models (config.self_conditioning), stored as self_cond.norm.weight [hidden],
+// self_cond.gate.weight and self_cond.up.weight [hidden, ffn], self_cond.down.weight [ffn, hidden].
 struct SelfConditioningWeights {
   TensorView pre_norm, gate, up, down;
 };
@@ -79,7 +81,9 @@ struct ForwardRequest {
   std::vector<int32_t> logit_rows;
   float* logits = nullptr;          // [logit_rows.size()][vocab]
   bool decoder = false;
-  const float* self_cond = nullptr;  // decoder: [n][vocab] previous step's logits; null: zeros
+  // [n][vocab] previous step's logits; null: zeros. Decoder passes, and any pass of a model with
+  // config.self_conditioning (there without the decoder's input norm; zeros leave the input unchanged).
+  const float* self_cond = nullptr;
 };
 
 void forward(const Model& model, KvCache& cache, const ForwardRequest& request, ThreadPool* pool);

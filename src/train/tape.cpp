@@ -251,6 +251,46 @@ Var embedding(Tape& tape, Parameter& table, const std::vector<int32_t>& ids, flo
   return y;
 }
 
+Var soft_embedding(Tape& tape, Var weights, Parameter& table, float scale) {
+  const int64_t m = tape.rows(weights), vocab = table.rows(), width = table.cols();
+  check(table.shape.size() == 2 && tape.cols(weights) == vocab,
+        "soft_embedding '" + table.name + "': weights " + dims(tape, weights) + " do not match the table's " +
+            std::to_string(vocab) + " rows");
+  ThreadPool* pool = tape.pool();
+  Var y = tape.make(m, width, tape.requires_grad(weights) || table.trainable, /*overwritten=*/true);
+  {
+    Scratch tt(width * vocab, /*overwritten=*/true);  // T^T [width, vocab]: y = weights (T^T)^T
+    transpose(table.value.data(), vocab, width, width, tt.data(), pool);
+    product_abt(tape.value(weights), m, vocab, tt.data(), width, tape.value(y), pool);
+  }
+  if (scale != 1.f)
+    for (int64_t i = 0; i < m * width; ++i) tape.value(y)[i] *= scale;
+  if (!tape.requires_grad(y)) return y;
+  Parameter* tp = &table;
+  tape.record([&tape, weights, y, tp, scale, m, vocab, width] {
+    if (!tape.has_grad(y)) return;
+    ThreadPool* pool = tape.pool();
+    Scratch dy(m * width, /*overwritten=*/true);
+    const float* g = tape.grad_or_null(y);
+    for (int64_t i = 0; i < m * width; ++i) dy.data()[i] = g[i] * scale;
+    if (tape.requires_grad(weights)) {
+      // dWeights [m, vocab] = dY [m, width] T^T, T [vocab, width] as stored.
+      Scratch dw(m * vocab, /*overwritten=*/true);
+      product_abt(dy.data(), m, width, tp->value.data(), vocab, dw.data(), pool);
+      add_into(tape.grad(weights), dw.data(), m * vocab);
+    }
+    if (tp->trainable) {
+      // dT [vocab, width] = weights^T [vocab, m] dY [m, width] = weights^T (dY^T)^T.
+      Scratch wt(vocab * m, true), dyt(width * m, true), dt(vocab * width, true);
+      transpose(tape.value(weights), m, vocab, vocab, wt.data(), pool);
+      transpose(dy.data(), m, width, width, dyt.data(), pool);
+      product_abt(wt.data(), vocab, m, dyt.data(), width, dt.data(), pool);
+      add_into(tp->grad_data(), dt.data(), vocab * width);
+    }
+  });
+  return y;
+}
+
 // ---- linear ------------------------------------------------------------------------------------
 
 Var linear(Tape& tape, Var x, Parameter& w, int64_t matrix) {

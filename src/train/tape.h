@@ -113,6 +113,11 @@ class Tape {
 // Rows of `table` (a [cols, rows] parameter) for each id, times scale. Backward: scatter-add.
 Var embedding(Tape& tape, Parameter& table, const std::vector<int32_t>& ids, float scale = 1.f);
 
+// The mixture of table rows that `weights` [m, vocab] gives (e.g. probabilities): y [m, cols] =
+// weights T * scale, T the [cols, vocab] table read as vocab rows. Self-conditioning's
+// softmax(logits) @ E. Backward: dWeights += dY T^T * scale, dT += weights^T dY * scale.
+Var soft_embedding(Tape& tape, Var weights, Parameter& table, float scale = 1.f);
+
 // y = x W^T with W matrix `matrix` of w (shape [k, n] or [k, n, E]): x [m, k] -> y [m, n].
 // Forward uses canvas::matmul, the inference kernel. Backward: dX += dY W, dW += dY^T X.
 Var linear(Tape& tape, Var x, Parameter& w, int64_t matrix = 0);

@@ -36,9 +36,19 @@ TrainModel::TrainModel(const ModelConfig& config) : config_(config), w_(std::mak
       c.is_moe() ? (c.n_experts_used > 0 && c.n_experts_used <= c.n_experts && c.expert_ffn > 0) : c.ffn > 0,
       "TrainModel: the MLP needs ffn > 0, or experts with 0 < used <= count and expert_ffn > 0");
   check(c.rope.head_dim == c.head_dim, "TrainModel: rope.head_dim must equal head_dim");
+  check(!c.self_conditioning || c.ffn > 0, "TrainModel: self-conditioning needs ffn > 0 (its MLP's width)");
+  check(!c.self_conditioning || c.layer_style == LayerStyle::PreNorm,
+        "TrainModel: self-conditioning is for canvas's own (pre-norm) models");
   const int64_t H = c.hidden, q_width = c.n_heads * c.head_dim, kv_width = c.n_kv_heads * c.head_dim;
   w_->token_embd = Parameter("token_embd.weight", {H, c.vocab});
   if (c.n_positions > 0) w_->position_embd = Parameter("position_embd.weight", {H, c.n_positions});
+  if (c.self_conditioning) {
+    TrainSelfConditioning& s = w_->self_conditioning;
+    s.norm = Parameter("self_cond.norm.weight", {H});
+    s.gate = Parameter("self_cond.gate.weight", {H, c.ffn});
+    s.up = Parameter("self_cond.up.weight", {H, c.ffn});
+    s.down = Parameter("self_cond.down.weight", {c.ffn, H});
+  }
   w_->output_norm = Parameter("output_norm.weight", {H});
   if (!c.tied_output) w_->output = Parameter("output.weight", {H, c.vocab});
   for (int64_t i = 0; i < c.n_layers; ++i) {
@@ -79,7 +89,7 @@ TrainModel::TrainModel(const ModelConfig& config, const InitOptions& init) : Tra
   for (Parameter* p : parameters()) {
     if (ends_with(p->name, "norm.weight")) {
       std::fill(p->value.begin(), p->value.end(), 1.f);
-    } else if (ends_with(p->name, ".bias")) {
+    } else if (ends_with(p->name, ".bias") || p->name == "self_cond.down.weight") {  // TrainSelfConditioning
       std::fill(p->value.begin(), p->value.end(), 0.f);
     } else {
       const bool residual = ends_with(p->name, "attn_output.weight") ||
@@ -96,6 +106,13 @@ TrainModel TrainModel::from_model(const Model& model) {
   const ModelConfig& c = m.config_;
   copy_weight(model.token_embd, m.w_->token_embd);
   if (c.n_positions > 0) copy_weight(model.position_embd, m.w_->position_embd);
+  if (c.self_conditioning) {
+    TrainSelfConditioning& s = m.w_->self_conditioning;
+    copy_weight(model.self_conditioning.pre_norm, s.norm);
+    copy_weight(model.self_conditioning.gate, s.gate);
+    copy_weight(model.self_conditioning.up, s.up);
+    copy_weight(model.self_conditioning.down, s.down);
+  }
   copy_weight(model.output_norm, m.w_->output_norm);
   if (!c.tied_output) copy_weight(model.output, m.w_->output);
   for (int64_t i = 0; i < c.n_layers; ++i) {
@@ -175,7 +192,31 @@ Var TrainModel::moe_block(Tape& tape, TrainLayer& l, Var h) {
   return combine_experts(tape, expert_out, routing);
 }
 
-Var TrainModel::forward(Tape& tape, const TokenBatch& batch) {
+// Self-conditioning (model.cpp's self_conditioning_input without the Gemma decoder's norm):
+// x + mlp(norm(softmax(logits) @ E * embedding_scale)), the probabilities a constant of the tape.
+Var TrainModel::self_conditioning_block(Tape& tape, Var x, const SelfConditioningInput& input) {
+  const ModelConfig& c = config_;
+  const int64_t rows = tape.rows(x), V = c.vocab;
+  check(c.self_conditioning, "TrainModel::forward: a self-conditioning input for a model without the path");
+  check(input.logits != nullptr, "TrainModel::forward: self-conditioning input without logits");
+  check(input.rows.empty() || int64_t(input.rows.size()) == rows,
+        "TrainModel::forward: self-conditioning rows size mismatch");
+  Var probs = tape.input(rows, V);  // zeros: rows without logits
+  float* p = tape.value(probs);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (!input.rows.empty() && !input.rows[size_t(r)]) continue;
+    const float* z = input.logits + r * V;
+    const float log_sum = row_stats(z, V).logsumexp;
+    for (int64_t v = 0; v < V; ++v) p[r * V + v] = std::exp(z[v] - log_sum);
+  }
+  TrainSelfConditioning& s = w_->self_conditioning;
+  Var h = rms_norm(tape, soft_embedding(tape, probs, w_->token_embd, c.embedding_scale), &s.norm, c.rms_eps);
+  Var g = linear(tape, h, s.gate);
+  Var u = linear(tape, h, s.up);
+  return add(tape, x, linear(tape, gated_activation(tape, g, u, c.activation), s.down));
+}
+
+Var TrainModel::forward(Tape& tape, const TokenBatch& batch, const SelfConditioningInput* self_cond) {
   const ModelConfig& c = config_;
   const int64_t rows = batch.rows();
   check(rows > 0, "TrainModel::forward: empty batch");
@@ -195,6 +236,7 @@ Var TrainModel::forward(Tape& tape, const TokenBatch& batch) {
 
   Var x = embedding(tape, w_->token_embd, batch.tokens, c.embedding_scale);
   if (c.n_positions > 0) x = add(tape, x, embedding(tape, w_->position_embd, positions));
+  if (self_cond) x = self_conditioning_block(tape, x, *self_cond);
   for (TrainLayer& l : w_->layers) {
     x = attention_block(tape, l, x, positions, layout);
     Var h = rms_norm(tape, x, &l.ffn_norm, c.rms_eps);
@@ -211,6 +253,10 @@ Var TrainModel::forward(Tape& tape, const TokenBatch& batch) {
 std::vector<Parameter*> TrainModel::parameters() {
   std::vector<Parameter*> out{&w_->token_embd};
   if (config_.n_positions > 0) out.push_back(&w_->position_embd);
+  if (config_.self_conditioning) {
+    TrainSelfConditioning& s = w_->self_conditioning;
+    for (Parameter* p : {&s.norm, &s.gate, &s.up, &s.down}) out.push_back(p);
+  }
   for (TrainLayer& l : w_->layers) {
     for (Parameter* p : {&l.attn_norm, &l.wq, &l.wk, &l.wv}) out.push_back(p);
     if (config_.qkv_bias)
@@ -285,6 +331,7 @@ void TrainModel::add_metadata(GgufWriter& w) const {
   if (c.logit_softcap > 0) w.set(a + "final_logit_softcapping", GgufValue::f32(c.logit_softcap));
   w.set("diffusion.shift_logits", GgufValue::boolean(c.shift_logits));
   if (c.uniform_state) w.set("diffusion.kind", GgufValue::string("uniform"));
+  if (c.self_conditioning) w.set("diffusion.self_conditioning", GgufValue::boolean(true));
   auto token = [&](const char* key, int32_t id) {
     if (id >= 0) w.set(key, u32(id));
   };
@@ -317,6 +364,7 @@ void TrainModel::save_gguf(const std::string& path,
   if (back.embedding_scale != c.embedding_scale) wrong = "embedding scale";
   if (back.shift_logits != c.shift_logits) wrong = "shift_logits (causal models always shift)";
   if (back.uniform_state != c.uniform_state) wrong = "uniform-state diffusion";
+  if (back.self_conditioning != c.self_conditioning) wrong = "self-conditioning";
   if (!wrong.empty()) {
     std::remove(path.c_str());
     throw Error(path + ": architecture '" + c.arch + "' cannot express this model's " + wrong +

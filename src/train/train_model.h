@@ -24,6 +24,15 @@ struct TokenBatch {
   int64_t rows() const { return n_sequences * length; }
 };
 
+// The self-conditioning input of a forward (config.self_conditioning): an earlier pass's logits, held
+// fixed (no gradient reaches them). Row r gets mlp(norm(softmax(logits[r]) @ E * embedding_scale))
+// added to its input embedding, as the inference forward does with ForwardRequest::self_cond; a row
+// that `rows` marks 0 gets zeros instead (soft = 0, which adds exactly nothing).
+struct SelfConditioningInput {
+  const float* logits = nullptr;  // [batch rows x vocab]
+  std::vector<uint8_t> rows;      // [batch rows]: 1 = this row uses its logits; empty: every row does
+};
+
 struct InitOptions {
   uint64_t seed = 0;
   float std = 0.02f;           // normal init of every matrix; norm weights 1, biases 0
@@ -36,6 +45,14 @@ struct TrainLayer {
   Parameter ffn_norm;
   Parameter gate, up, down;                         // dense MLP
   Parameter router, gate_exps, up_exps, down_exps;  // MoE
+};
+
+// The self-conditioning MLP (config.self_conditioning), under the names model.h documents. `down` starts
+// at zero: the term is then exactly zero, so a new model (or one started from a model without the path,
+// init_from) computes what it would without it, and training grows the term from there (down gets a
+// gradient at once, gate and up once down is non-zero).
+struct TrainSelfConditioning {
+  Parameter norm, gate, up, down;
 };
 
 class TrainModel {
@@ -53,11 +70,13 @@ class TrainModel {
 
   const ModelConfig& config() const { return config_; }
 
-  // Logits [rows, vocab] for every token of the batch (row r = token r of the batch).
-  Var forward(Tape& tape, const TokenBatch& batch);
+  // Logits [rows, vocab] for every token of the batch (row r = token r of the batch). self_cond: the
+  // self-conditioning input (models with config.self_conditioning); null: none, i.e. zeros everywhere.
+  Var forward(Tape& tape, const TokenBatch& batch, const SelfConditioningInput* self_cond = nullptr);
 
-  // Every parameter, in GGUF order (token_embd, position_embd, blk.0..., output_norm, output). Pointers stay
-  // valid for the model's lifetime, moves included (the parameters live on the heap).
+  // Every parameter, in GGUF order (token_embd, position_embd, self_cond.*, blk.0..., output_norm,
+  // output). Pointers stay valid for the model's lifetime, moves included (the parameters live on the
+  // heap).
   std::vector<Parameter*> parameters();
   std::vector<const Parameter*> parameters() const;
   Parameter* find(const std::string& name);
@@ -81,10 +100,12 @@ class TrainModel {
                       const SequenceLayout& layout);
   Var mlp_block(Tape& tape, TrainLayer& layer, Var h);
   Var moe_block(Tape& tape, TrainLayer& layer, Var h);
+  Var self_conditioning_block(Tape& tape, Var x, const SelfConditioningInput& input);
 
   struct Weights {
     Parameter token_embd, output_norm, output;  // output unused when the head is tied
     Parameter position_embd;                    // learned absolute positions, when config.n_positions > 0
+    TrainSelfConditioning self_conditioning;    // when config.self_conditioning
     std::vector<TrainLayer> layers;
   };
   ModelConfig config_;

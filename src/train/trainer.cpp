@@ -55,6 +55,7 @@ ModelConfig model_config(const RunConfig& r, int64_t seq_len) {
   c.mask_token = r.objective == "uniform" ? -1 : kByteMask;  // uniform-state diffusion has no mask token
   c.eos_token = kByteEos;
   c.uniform_state = r.objective == "uniform";
+  c.self_conditioning = r.self_conditioning;
   return c;
 }
 
@@ -68,6 +69,7 @@ std::string identity(const RunConfig& r) {
     << r.optimizer.weight_decay << '|' << r.optimizer.beta1 << '|' << r.optimizer.beta2 << '|' << r.optimizer.grad_clip
     << '|' << r.init_from << '|' << r.text_corpus << '|' << r.sudoku_format;
   if (r.objective == "uniform") s << '|' << r.block_length << '|' << r.ar_weight;  // older runs keep their identity
+  if (r.self_conditioning) s << "|self_conditioning";
   return s.str();
 }
 
@@ -84,6 +86,33 @@ ObjectiveBatch make_batch(const RunConfig& r, const std::vector<Example>& exampl
   return masked_diffusion_batch(examples, kByteMask, r.mask_eps, rng);
 }
 
+// The logits the loss is taken of, on `tape`. With self-conditioning (diffusiongemma.md section 4):
+// pass 1 without gradient and without self-conditioning; then per example, with probability 1/2 drawn
+// from rng, pass 2's block rows get pass 1's logits (soft-capped, as the model's logits always are),
+// else zeros. Encoder rows always get zeros: at inference only the canvas is self-conditioned. Only
+// pass 2 is recorded for backward.
+Var objective_logits(const RunConfig& r, TrainModel& model, const ObjectiveBatch& ob, Rng& rng, Tape& tape) {
+  if (!r.self_conditioning) return model.forward(tape, ob.input);
+  const TokenBatch& b = ob.input;
+  std::vector<float> first;
+  {
+    Tape pass1(tape.pool());
+    pass1.set_grad_enabled(false);
+    const Var z = model.forward(pass1, b);
+    first.assign(pass1.value(z), pass1.value(z) + pass1.size(z));
+  }
+  SelfConditioningInput input;
+  input.logits = first.data();
+  input.rows.assign(size_t(b.rows()), 0);
+  for (int64_t s = 0; s < b.n_sequences; ++s) {
+    if (rng.uniform() >= 0.5) continue;
+    // uniform_state_batch ends every sequence with its block, whose rows share one visibility group.
+    const size_t begin = size_t(s * b.length), end = size_t((s + 1) * b.length);
+    for (size_t row = begin; row < end; ++row) input.rows[row] = b.groups[row] == b.groups[end - 1];
+  }
+  return model.forward(tape, b, &input);
+}
+
 // Mean loss over the validation set (per scored token, weighted like training), with fixed corruption.
 float validation_loss(const RunConfig& r, TrainModel& model, const DataSource& source, ThreadPool* pool) {
   Rng rng(r.seed + 0x5eed);
@@ -94,7 +123,7 @@ float validation_loss(const RunConfig& r, TrainModel& model, const DataSource& s
     const ObjectiveBatch ob = make_batch(r, batch, rng);
     Tape tape(pool);
     tape.set_grad_enabled(false);
-    const Var logits = model.forward(tape, ob.input);
+    const Var logits = objective_logits(r, model, ob, rng, tape);
     const Var loss = cross_entropy(tape, logits, ob.targets, ob.weights, ob.normaliser);
     total += double(tape.value(loss)[0]) * ob.normaliser;
     norm += ob.normaliser;
@@ -237,6 +266,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
     else if (key == "mask_eps") r.mask_eps = as_float();
     else if (key == "block_length") r.block_length = as_int();
     else if (key == "ar_weight") r.ar_weight = as_float();
+    else if (key == "self_conditioning") r.self_conditioning = as_bool();
     else if (key == "seed") r.seed = uint64_t(as_int());
     else if (key == "eval_every") r.eval_every = as_int();
     else if (key == "checkpoint_every") r.checkpoint_every = as_int();
@@ -247,6 +277,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
   check(r.objective == "masked" || r.objective == "uniform" || r.objective == "ar",
         origin + ": objective must be masked, uniform or ar");
   check(r.block_length > 0 && r.ar_weight >= 0, origin + ": block_length must be positive, ar_weight >= 0");
+  check(!r.self_conditioning || r.objective == "uniform", origin + ": self_conditioning needs objective = uniform");
   check(r.layers > 0 && r.hidden > 0 && r.heads > 0 && r.kv_heads > 0 && r.ffn > 0, origin + ": model sizes must be positive");
   check(r.hidden % r.heads == 0 && r.heads % r.kv_heads == 0, origin + ": hidden must divide into heads, heads into kv_heads");
   check((r.hidden / r.heads) % 2 == 0, origin + ": the head dimension must be even (RoPE)");
@@ -291,6 +322,7 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
     TrainModel donor = TrainModel::from_gguf(r.init_from);
     for (Parameter* p : params) {
       Parameter* q = donor.find(p->name);
+      if (!q && p->name.rfind("self_cond.", 0) == 0) continue;  // a donor without it: the path starts at zero
       check(q && q->value.size() == p->value.size(), r.init_from + ": no tensor '" + p->name + "' of the right shape");
       p->value = q->value;
     }
@@ -321,7 +353,7 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
       for (int64_t i = 0; i < r.batch_size; ++i) examples.push_back(source->sample(rng));
       const ObjectiveBatch ob = make_batch(r, examples, rng);
       Tape tape(&pool);
-      const Var logits = model.forward(tape, ob.input);
+      const Var logits = objective_logits(r, model, ob, rng, tape);
       const Var loss = cross_entropy(tape, logits, ob.targets, ob.weights, ob.normaliser);
       loss_sum += tape.value(loss)[0];
       tape.backward(loss);

@@ -33,6 +33,7 @@ struct RunConfig {
   float mask_eps = 1e-3f;            // masked and uniform: t ~ U(mask_eps, 1]
   int64_t block_length = 32;         // uniform: the canvas the decoder denoises
   float ar_weight = 1.f;             // uniform: weight of the encoder's next-token loss
+  bool self_conditioning = false;    // uniform: DiffusionGemma's two-pass self-conditioning
   uint64_t seed = 1;
   int64_t eval_every = 100, checkpoint_every = 100;
   int threads = 0;
