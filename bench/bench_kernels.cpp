@@ -1,5 +1,6 @@
 // Kernel micro-benchmarks: matvec bandwidth per weight type, matmul GFLOP/s per batch size, the
-// streaming-read roof of the machine, and OpenBLAS sgemm on the same shapes for the ratio.
+// streaming-read roof of the machine, OpenBLAS sgemm on the same shapes for the ratio, and the fused
+// LM head against the materialised one.
 //
 // Threads: CANVAS_BENCH_THREADS (default 2). SIMD level: CANVAS_SIMD as everywhere.
 // Run with OpenBLAS's own core-type override cleared, e.g.
@@ -7,6 +8,8 @@
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -18,7 +21,9 @@
 #include "core/cpu.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "ops/lm_head.h"
 #include "ops/matmul.h"
+#include "ops/ops.h"
 
 #ifdef CANVAS_HAVE_OPENBLAS
 #include <cblas.h>
@@ -311,6 +316,124 @@ void BM_RatioVsOpenBlas(benchmark::State& state) {
 }
 #endif
 
+// ---- LM head: streamed over the vocabulary vs materialised logits ----------------------------------
+
+constexpr int64_t kHeadVocab = 65536, kHeadHidden = 1024;
+
+// The head as the model and decoders run it without lm_head_stream: logits [m x V] from one matmul,
+// row_stats per row, and with `soft` softmax(logits) @ E by self_conditioning_input's tile loop
+// (model.cpp): each 1024-row tile of E dequantised, transposed and multiplied by the f32 matmul.
+void materialised_head(const TensorView& w, const float* x, int64_t m, bool soft, std::vector<float>& logits,
+                       std::vector<RowStats>& stats, std::vector<float>& soft_out) {
+  const int64_t V = w.rows(), H = w.cols();
+  matmul(w, x, m, logits.data(), &pool());
+  parallel_for(&pool(), m, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) stats[size_t(i)] = row_stats(&logits[size_t(i * V)], V);
+  });
+  if (!soft) return;
+  constexpr int64_t kTile = 1024;
+  std::fill(soft_out.begin(), soft_out.end(), 0.f);
+  std::vector<float> partial(size_t(m * H)), rows_tile(size_t(kTile * H)), columns_tile(size_t(kTile * H)),
+      probs(size_t(m * kTile));
+  for (int64_t v0 = 0; v0 < V; v0 += kTile) {
+    const int64_t rows = std::min(kTile, V - v0);
+    parallel_for(&pool(), rows, 16, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) get_row(w, v0 + r, &rows_tile[size_t(r * H)]);
+    });
+    parallel_for(&pool(), H, 64, [&](int64_t b, int64_t e) {
+      for (int64_t j = b; j < e; ++j)
+        for (int64_t r = 0; r < rows; ++r) columns_tile[size_t(j * rows + r)] = rows_tile[size_t(r * H + j)];
+    });
+    parallel_for(&pool(), m, 8, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const float* z = &logits[size_t(i * V + v0)];
+        for (int64_t r = 0; r < rows; ++r)
+          probs[size_t(i * rows + r)] = std::exp(z[r] - stats[size_t(i)].logsumexp);
+      }
+    });
+    TensorView t;
+    t.type = DType::F32;
+    t.data = columns_tile.data();
+    t.n_dims = 2;
+    t.ne = {rows, H, 1, 1};
+    matmul(t, probs.data(), rows, m, partial.data(), H, &pool());
+    for (int64_t k = 0; k < m * H; ++k) soft_out[size_t(k)] += partial[size_t(k)];
+  }
+}
+
+// What a benchmark variant asks of the head: statistics only (greedy), plus softmax(logits) @ E, or the
+// full sampler step (temperature 0.7: tempered statistics, a Gumbel sample, tempered soft embedding).
+enum class HeadWork { Stats, Soft, Sampled };
+
+HeadStreamOptions head_options(HeadWork work) {
+  HeadStreamOptions opt;
+  opt.temperature = work == HeadWork::Stats ? 0.f : work == HeadWork::Soft ? 1.f : 0.7f;
+  opt.seed = 7;
+  return opt;
+}
+
+const char* head_work_name(HeadWork work) {
+  return work == HeadWork::Stats ? "stats" : work == HeadWork::Soft ? "soft" : "sampled";
+}
+
+void BM_LmHeadStream(benchmark::State& state, HeadWork work) {
+  const int64_t m = state.range(0);
+  const Matrix& w = matrix(DType::Q4_0, kHeadVocab, kHeadHidden);
+  const std::vector<float> x = activations(m, kHeadHidden);
+  std::vector<HeadRowStats> stats(static_cast<size_t>(m));
+  std::vector<float> soft(work == HeadWork::Stats ? 0 : size_t(m * kHeadHidden));
+  const HeadStreamOptions opt = head_options(work);
+  for (auto _ : state) {
+    lm_head_stream(w.view, x.data(), m, kHeadHidden, opt, stats.data(), soft.empty() ? nullptr : soft.data(),
+                   &pool());
+    benchmark::DoNotOptimize(stats.data());
+  }
+  state.SetLabel(std::string("q4_0 V=65536 H=1024 m=") + std::to_string(m) + " " + head_work_name(work));
+}
+
+void BM_LmHeadMaterialised(benchmark::State& state, HeadWork work) {
+  const int64_t m = state.range(0);
+  const Matrix& w = matrix(DType::Q4_0, kHeadVocab, kHeadHidden);
+  const std::vector<float> x = activations(m, kHeadHidden);
+  std::vector<float> logits(size_t(m * kHeadVocab)), soft(size_t(m * kHeadHidden));
+  std::vector<RowStats> stats(static_cast<size_t>(m));
+  for (auto _ : state) {
+    materialised_head(w.view, x.data(), m, work != HeadWork::Stats, logits, stats, soft);
+    benchmark::DoNotOptimize(stats.data());
+  }
+  state.SetLabel(std::string("q4_0 V=65536 H=1024 m=") + std::to_string(m) + " " + head_work_name(work) +
+                 " logits=" + std::to_string(m * kHeadVocab * 4 >> 20) + "MiB");
+}
+
+// Both in one run, timed alternately (the cores are shared, so only a ratio from one run means much).
+void BM_LmHeadRatio(benchmark::State& state, HeadWork work) {
+  const int64_t m = state.range(0);
+  const Matrix& w = matrix(DType::Q4_0, kHeadVocab, kHeadHidden);
+  const std::vector<float> x = activations(m, kHeadHidden);
+  std::vector<float> logits(size_t(m * kHeadVocab)), soft(size_t(m * kHeadHidden));
+  std::vector<RowStats> row(static_cast<size_t>(m));
+  std::vector<HeadRowStats> stats(static_cast<size_t>(m));
+  const HeadStreamOptions opt = head_options(work);
+  double t_stream = 0, t_materialised = 0;
+  for (auto _ : state) {
+    const double t0 = now_ms();
+    float* soft_out = work == HeadWork::Stats ? nullptr : soft.data();
+    lm_head_stream(w.view, x.data(), m, kHeadHidden, opt, stats.data(), soft_out, &pool());
+    const double t1 = now_ms();
+    materialised_head(w.view, x.data(), m, work != HeadWork::Stats, logits, row, soft);
+    const double t2 = now_ms();
+    t_stream += t1 - t0;
+    t_materialised += t2 - t1;
+    benchmark::DoNotOptimize(stats.data());
+    benchmark::DoNotOptimize(row.data());
+  }
+  const double iters = double(state.iterations());
+  state.counters["stream_ms"] = t_stream / iters;
+  state.counters["materialised_ms"] = t_materialised / iters;
+  state.counters["speedup"] = t_materialised / t_stream;
+  state.SetLabel(std::string("q4_0 V=65536 H=1024 m=") + std::to_string(m) + " " + head_work_name(work));
+}
+
 const int64_t kBatchSizes[] = {1, 8, 32, 64, 256};
 
 void register_all() {
@@ -345,6 +468,20 @@ void register_all() {
         ->Arg(32)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
+  for (HeadWork work : {HeadWork::Stats, HeadWork::Soft, HeadWork::Sampled}) {
+    const std::string name = std::string("/") + head_work_name(work);
+    std::vector<benchmark::internal::Benchmark*> runs = {
+        benchmark::RegisterBenchmark(("LmHeadStream" + name).c_str(), BM_LmHeadStream, work)};
+    if (work != HeadWork::Sampled) {  // the materialised head has no sampler to compare with
+      runs.push_back(
+          benchmark::RegisterBenchmark(("LmHeadMaterialised" + name).c_str(), BM_LmHeadMaterialised, work));
+      runs.push_back(benchmark::RegisterBenchmark(("LmHeadRatio" + name).c_str(), BM_LmHeadRatio, work));
+    }
+    for (auto* b : runs) {
+      if (work == HeadWork::Stats) b->Arg(1);  // an AR decode step
+      b->Arg(32)->Arg(256)->UseRealTime()->Unit(benchmark::kMillisecond);
+    }
+  }
 #ifdef CANVAS_HAVE_OPENBLAS
   // Last: OpenBLAS's threads keep spinning for a while after each call.
   auto* s = benchmark::RegisterBenchmark("OpenBlasSgemm", BM_OpenBlasSgemm);
