@@ -16,6 +16,7 @@
 #include "io/json.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "entropy_bound_test_util.h"
 #include "test_util.h"
 
 namespace canvas {
@@ -74,17 +75,6 @@ EntropyBoundResult generate_by_recomputation(const Model& m, const std::vector<i
   return generate_entropy_bound(hooks, p);
 }
 
-EntropyBoundParams small_params() {
-  EntropyBoundParams p;
-  p.canvas_length = 16;
-  p.max_new_tokens = 40;  // three canvases, the last cut short
-  p.max_denoising_steps = 6;
-  p.entropy_bound = 1.0f;
-  p.eos_ids = {};  // a random model emits EOS ids by chance; run every canvas
-  p.seed = 5;
-  return p;
-}
-
 TEST(DiffusionGemmaDecode, ConfigIsUniformState) {
   const Model model = Model::load(model_dir());
   EXPECT_TRUE(model.config.uniform_state);
@@ -93,7 +83,7 @@ TEST(DiffusionGemmaDecode, ConfigIsUniformState) {
 
 TEST(DiffusionGemmaDecode, CachedDecodingEqualsRecomputation) {
   const Model model = Model::load(model_dir());
-  const EntropyBoundParams p = small_params();
+  const EntropyBoundParams p = test::small_entropy_bound_params();
   ThreadPool pool(2);
   const EntropyBoundResult cached = generate_uniform_state(model, kPrompt, p, &pool);
   const EntropyBoundResult recomputed = generate_by_recomputation(model, kPrompt, p);
@@ -130,7 +120,7 @@ RecordedRun run_recorded(const Model& model, const EntropyBoundParams& p, bool h
 
 TEST(DiffusionGemmaDecode, SelfConditioningReachesTheDecoder) {
   const Model model = Model::load(model_dir());
-  EntropyBoundParams p = small_params();
+  EntropyBoundParams p = test::small_entropy_bound_params();
   p.max_new_tokens = 16;
   p.confidence_threshold = 0;  // no early stop: every step runs
   const RecordedRun normal = run_recorded(model, p, false);
@@ -370,7 +360,7 @@ TEST(DiffusionGemmaSynthetic, FullShapeHasTheReleasedParameterCount) {
 TEST(DiffusionGemmaSynthetic, TinyShapeDecodesAndBenches) {
   ThreadPool pool(2);
   auto tiny = bench::build_synthetic_model(bench::find_synthetic_shape("diffusion-gemma:tiny"), {}, &pool);
-  EntropyBoundParams p = small_params();
+  EntropyBoundParams p = test::small_entropy_bound_params();
   const EntropyBoundResult r = generate_uniform_state(tiny->model, kPrompt, p, &pool);
   EXPECT_EQ(int64_t(r.tokens.size()), p.max_new_tokens);
   const auto bench = test::run_canvas("bench --synthetic diffusion-gemma:tiny --layers 3 -p 10 --block-length 16 "

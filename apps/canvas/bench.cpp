@@ -66,9 +66,13 @@ only ratios taken within one run (vs AR, fractions of roofs) compare fairly.
 Models with a decoder (DiffusionGemma, e.g. --synthetic diffusion-gemma:26b-a4b --layers N) are timed
 pass by pass instead of over the grid: the prompt's encoder pass (-p tokens), one decoder pass over a
 canvas of --block-length tokens (default 256) without (--modes diffusion) and with (self-cond)
-self-conditioning logits, all canvas rows' logits computed as the sampler needs, and one AR step (ar: a
-one-token encoder pass after the prompt, with its logits), each --repeats times after --warmup;
-medians, and the peak RSS. --modes for these models: ar, diffusion, self-cond (default all three).
+self-conditioning logits, all canvas rows' logits computed as the sampler needs, one decoder pass with
+the fused streaming LM head (stream: fed the previous streamed pass's soft embedding, reducing every
+row to entropies, argmax and a Gumbel sample and writing the next soft embedding, as --stream-head
+decodes; no [canvas x vocab] buffer), and one AR step (ar: a one-token encoder pass after the prompt,
+with its logits), each --repeats times after --warmup; medians, and the peak RSS (of the whole run:
+time --modes stream alone to see its own). --modes for these models: ar, diffusion, self-cond, stream
+(default ar, diffusion, self-cond).
 )";
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -140,8 +144,8 @@ int bench_decoder_passes(const Model& model, const std::string& source, int64_t 
                          const std::vector<std::string>& modes) {
   auto wants = [&](const char* mode) { return std::find(modes.begin(), modes.end(), mode) != modes.end(); };
   for (const std::string& m : modes)
-    check(m == "ar" || m == "diffusion" || m == "self-cond",
-          "--modes: unknown mode '" + m + "' for a model with a decoder (ar, diffusion, self-cond)");
+    check(m == "ar" || m == "diffusion" || m == "self-cond" || m == "stream",
+          "--modes: unknown mode '" + m + "' for a model with a decoder (ar, diffusion, self-cond, stream)");
   const ModelConfig& c = model.config;
   check(prompt_tokens > 0 && canvas > 0 && repeats > 0 && warmup >= 0,
         "need -p > 0, --block-length > 0, --repeats > 0 and --warmup >= 0");
@@ -166,7 +170,10 @@ int bench_decoder_passes(const Model& model, const std::string& source, int64_t 
   const double prompt_ms = now_ms() - t0;
 
   const std::vector<int32_t> tokens = random_tokens(canvas);
-  std::vector<float> logits(size_t(canvas) * size_t(c.vocab)), self_cond(logits.size());
+  // The [canvas x vocab] buffers only when a materialising mode runs, so that a stream-only run's peak
+  // RSS shows what the streamed path needs.
+  const bool materialised = wants("diffusion") || wants("self-cond");
+  std::vector<float> logits(materialised ? size_t(canvas) * size_t(c.vocab) : 0), self_cond(logits.size());
   for (float& v : self_cond) v = float(rng.uniform() * 4.0);
   auto decoder_pass = [&](const float* prev) {
     ForwardRequest dec;
@@ -181,12 +188,40 @@ int bench_decoder_passes(const Model& model, const std::string& source, int64_t 
     forward(model, cache, dec, &pool);
     return now_ms() - start;
   };
-  std::vector<double> plain, conditioned, ar;
+  // Streamed passes: each reads the previous one's soft embedding (the first a random one; the cost does
+  // not depend on the values) and writes the next, at the sampler's first temperature.
+  std::vector<HeadRowStats> head_stats(wants("stream") ? size_t(canvas) : 0);
+  std::vector<float> soft_in(wants("stream") ? size_t(canvas * c.hidden) : 0), soft_out(soft_in.size());
+  for (float& v : soft_in) v = float(rng.uniform() * 0.02 - 0.01);
+  std::vector<uint64_t> row_ids(head_stats.size());
+  auto stream_pass = [&](int64_t r) {
+    ForwardRequest dec;
+    dec.tokens = tokens.data();
+    dec.n = canvas;
+    dec.pos0 = prompt_tokens;
+    dec.decoder = true;
+    dec.self_cond_soft = soft_in.data();
+    for (int64_t i = 0; i < canvas; ++i) dec.logit_rows.push_back(int32_t(i));
+    for (int64_t i = 0; i < canvas; ++i) row_ids[size_t(i)] = uint64_t(r * canvas + i);
+    dec.head_stats = head_stats.data();
+    dec.head.temperature = 0.8f;
+    dec.head.seed = seed;
+    dec.head.row_ids = row_ids.data();
+    dec.soft_embedding_out = soft_out.data();
+    const double start = now_ms();
+    forward(model, cache, dec, &pool);
+    const double ms = now_ms() - start;
+    soft_in.swap(soft_out);
+    return ms;
+  };
+  std::vector<double> plain, conditioned, streamed, ar;
   for (int r = 0; r < warmup + repeats; ++r) {
     const double a = wants("diffusion") ? decoder_pass(nullptr) : 0;
     const double b = wants("self-cond") ? decoder_pass(self_cond.data()) : 0;
+    const double d = wants("stream") ? stream_pass(r) : 0;
     if (r >= warmup && wants("diffusion")) plain.push_back(a);
     if (r >= warmup && wants("self-cond")) conditioned.push_back(b);
+    if (r >= warmup && wants("stream")) streamed.push_back(d);
   }
   // AR steps through the encoder: each appends one token after the prompt and reads its logits.
   std::vector<float> row(size_t(c.vocab));
@@ -214,6 +249,7 @@ int bench_decoder_passes(const Model& model, const std::string& source, int64_t 
   line("encoder, prompt of " + std::to_string(prompt_tokens) + " (once)", {prompt_ms});
   line("decoder, canvas " + std::to_string(canvas) + ", self-cond zeros", plain);
   line("decoder, canvas " + std::to_string(canvas) + ", self-cond logits", conditioned);
+  line("decoder, canvas " + std::to_string(canvas) + ", stream head + soft emb", streamed);
   line("AR step (encoder, 1 token + logits)", ar);
   std::printf("peak RSS %.0f MiB; weights %.2f GiB\n", peak_mib, double(weight_bytes) / 1073741824.0);
   return 0;
@@ -259,7 +295,7 @@ int cmd_bench(int argc, char** argv) {
   options.run_ar = options.run_diffusion = false;
   const std::vector<std::string> modes = split_list(args.get("modes", ""));
   for (const std::string& mode : modes.empty() ? std::vector<std::string>{"ar", "diffusion"} : modes) {
-    if (mode == "self-cond") continue;  // models with a decoder only; checked there
+    if (mode == "self-cond" || mode == "stream") continue;  // models with a decoder only; checked there
     check(mode == "ar" || mode == "diffusion", "--modes: unknown mode '" + mode + "' (ar, diffusion)");
     (mode == "ar" ? options.run_ar : options.run_diffusion) = true;
   }
@@ -318,8 +354,9 @@ int cmd_bench(int argc, char** argv) {
                                 args.has("block-length") ? options.block_lengths[0] : 256, options.warmup,
                                 options.repeats, options.threads[0], options.seed,
                                 modes.empty() ? std::vector<std::string>{"ar", "diffusion", "self-cond"} : modes);
-  check(std::find(modes.begin(), modes.end(), "self-cond") == modes.end(),
-        "--modes: self-cond applies to models with a decoder (DiffusionGemma) only");
+  for (const char* decoder_only : {"self-cond", "stream"})
+    check(std::find(modes.begin(), modes.end(), decoder_only) == modes.end(),
+          std::string("--modes: ") + decoder_only + " applies to models with a decoder (DiffusionGemma) only");
 
   const bench::BenchReport report =
       bench::run_bench(*model, info, options, [](const std::string& line) {

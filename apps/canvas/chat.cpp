@@ -34,6 +34,7 @@ conversation, "/exit" or end of input ends. Decodes with the uniform-state entro
       --mode MODE         diffusion | ar (default diffusion for uniform-state models, ar otherwise)
       --steps S, --block-length B, --entropy-bound E, --t-min T, --t-max T, --stability K,
       --confidence-threshold C   the uniform-state sampler (see canvas generate --help)
+      --stream-head       fused streaming LM head for the uniform-state sampler (see canvas generate --help)
       --temp T, --top-k K, --top-p P   AR sampling (default greedy)
   -s, --seed N            random seed (default 0)
   -t, --threads N         threads (default: all cores)
@@ -53,10 +54,10 @@ int cmd_chat(int argc, char** argv) {
              {"--top-p", "top-p"}, {"-s", "seed"}, {"--seed", "seed"}, {"-t", "threads"}, {"--threads", "threads"},
              {"--visual", "visual"}, {"--entropy-bound", "entropy-bound"}, {"--t-min", "t-min"},
              {"--t-max", "t-max"}, {"--stability", "stability"}, {"--confidence-threshold", "confidence-threshold"},
-             {"--tokenizer", "tokenizer"}},
+             {"--tokenizer", "tokenizer"}, {"--stream-head", "stream-head"}},
             {"model", "n", "mode", "steps", "block-length", "temp", "top-k", "top-p", "seed", "threads",
              "entropy-bound", "t-min", "t-max", "stability", "confidence-threshold", "tokenizer"},
-            {"visual"});
+            {"visual", "stream-head"});
   check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
   check(args.has("model"), "no model given (-m MODEL); see canvas chat --help");
   const std::string model_path = args.get("model", "");
@@ -70,6 +71,7 @@ int cmd_chat(int argc, char** argv) {
   check(mode == "diffusion" || mode == "ar", "--mode must be diffusion or ar");
   check(mode == "ar" || c.uniform_state, "canvas chat decodes uniform-state diffusion models (DiffusionGemma) or, "
                                          "with --mode ar, any model; '" + c.arch + "' is neither");
+  check(!args.has("stream-head") || mode == "diffusion", "--stream-head applies to diffusion decoding only");
   const EntropyBoundParams diffusion = uniform_state_params(args, defaults, n);
   ArParams ar;
   ar.max_new_tokens = n;

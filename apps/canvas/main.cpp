@@ -75,6 +75,10 @@ keys, else DiffusionGemma's release values; EOS ids from there too, else {1, 106
       --t-min T, --t-max T   temperature schedule T = t_min + (t_max - t_min) * s / steps (0.4, 0.8)
       --stability K       the argmax canvas must repeat K times before the adaptive stop (default 1)
       --confidence-threshold C   adaptive stop when the mean entropy is below C (default 0.005)
+      --stream-head       fused streaming LM head (off by default): each decoder pass reduces its logits
+                          tile by tile to entropies, argmax and a Gumbel-max sample, and hands the next
+                          step softmax(logits / T) @ E instead of [canvas x vocab] logits. Same sampler
+                          and distribution, a different random stream: the same seed gives other tokens
 Masked diffusion only:
       --schedule NAME     llada (tokens per step from the block's mask count, default for llada)
                           | dream (timestep schedule t: 1 -> eps, default for dream)
@@ -181,11 +185,11 @@ int cmd_generate(int argc, char** argv) {
              {"--json", "json"}, {"--entropy-bound", "entropy-bound"}, {"--t-min", "t-min"}, {"--t-max", "t-max"},
              {"--stability", "stability"}, {"--confidence-threshold", "confidence-threshold"},
              {"--tokenizer", "tokenizer"}, {"--chat", "chat"}, {"--freeze", "freeze"},
-             {"--freeze-refresh", "freeze-refresh"}},
+             {"--freeze-refresh", "freeze-refresh"}, {"--stream-head", "stream-head"}},
             {"model", "prompt", "n", "mode", "steps", "block-length", "schedule", "algorithm", "threshold", "cache",
              "temp", "top-k", "top-p", "seed", "threads", "entropy-bound", "t-min", "t-max", "stability",
              "confidence-threshold", "tokenizer", "freeze-refresh"},
-            {"visual", "json", "chat", "freeze"});
+            {"visual", "json", "chat", "freeze", "stream-head"});
   check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
   check(args.has("prompt"), "no prompt given (-p TEXT); see canvas generate --help");
   const std::string model_path = args.has("model") ? args.get("model", "") : default_model_path();
@@ -205,6 +209,8 @@ int cmd_generate(int argc, char** argv) {
             " new tokens exceed the model's context length " + std::to_string(c.context_length));
   const std::string mode = args.get("mode", c.is_diffusion() ? "diffusion" : "ar");
   check(mode == "diffusion" || mode == "ar", "--mode must be diffusion or ar");
+  check(!args.has("stream-head") || (mode == "diffusion" && c.uniform_state),
+        "--stream-head applies to uniform-state diffusion decoding (DiffusionGemma's entropy-bound sampler) only");
 
   SamplingParams sampling;
   sampling.temperature = float(args.get_float("temp", 0.0));

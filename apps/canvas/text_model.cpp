@@ -142,6 +142,7 @@ EntropyBoundParams uniform_state_params(const Args& args, const SamplerDefaults&
   p.stability_threshold = args.get_int("stability", p.stability_threshold);
   p.confidence_threshold = float(args.get_float("confidence-threshold", p.confidence_threshold));
   p.seed = uint64_t(args.get_int("seed", 0));
+  p.stream_head = args.has("stream-head");
   check(p.canvas_length > 0 && p.max_denoising_steps > 0, "--block-length and --steps must be positive");
   check(p.entropy_bound >= 0 && p.t_min > 0 && p.t_max >= p.t_min,
         "need --entropy-bound >= 0 and 0 < --t-min <= --t-max");

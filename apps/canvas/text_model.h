@@ -61,7 +61,8 @@ struct SamplerDefaults {
 SamplerDefaults sampler_defaults(const Model& model, const std::string& model_path);
 
 // Reads the uniform-state flags (--steps, --block-length, --entropy-bound, --t-min, --t-max,
-// --stability, --confidence-threshold, --seed) over the defaults, for n new tokens; checks them.
+// --stability, --confidence-threshold, --seed, --stream-head) over the defaults, for n new tokens;
+// checks them.
 EntropyBoundParams uniform_state_params(const Args& args, const SamplerDefaults& defaults, int64_t n);
 
 // One user turn of the Gemma chat template: "<|turn>user\n{text}<turn|>\n<|turn>model\n" (the

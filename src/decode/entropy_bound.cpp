@@ -48,6 +48,17 @@ struct PositionResult {
   bool finite = true;
 };
 
+// The same from a streamed head row: the tempered entropy, the Gumbel sample, the plain argmax.
+PositionResult reduce_streamed(const HeadRowStats& st) {
+  PositionResult r;
+  r.finite = std::isfinite(st.plain.max) && std::isfinite(st.plain.logsumexp) && std::isfinite(st.tempered.logsumexp) &&
+             std::isfinite(st.tempered.entropy) && std::isfinite(st.p_sample);
+  r.argmax = st.plain.argmax;
+  r.sample = st.sample;
+  r.entropy = std::max(st.tempered.entropy, 0.f);
+  return r;
+}
+
 // z = row / T (written to z_row), then argmax, entropy and one inverse-CDF draw from softmax(z),
 // reading the row a few times without storing probabilities.
 PositionResult reduce_row(const float* row, float* z_row, int64_t vocab, double temperature, double u) {
@@ -87,7 +98,12 @@ PositionResult reduce_row(const float* row, float* z_row, int64_t vocab, double 
 void check_params(const DiffusionModelHooks& hooks, const EntropyBoundParams& p) {
   check(hooks.vocab > 0 && hooks.vocab <= INT32_MAX,
         "entropy-bound sampler: vocabulary size must be in [1, 2^31), got " + std::to_string(hooks.vocab));
-  check(bool(hooks.decode), "entropy-bound sampler: the model hooks have no decode function");
+  if (p.stream_head) {
+    check(bool(hooks.decode_stream),
+          "entropy-bound sampler: stream_head is set but the model hooks have no decode_stream function");
+  } else {
+    check(bool(hooks.decode), "entropy-bound sampler: the model hooks have no decode function");
+  }
   check(bool(hooks.encode), "entropy-bound sampler: the model hooks have no encode function");
   check(p.canvas_length > 0, "entropy-bound sampler: canvas_length must be positive, got " +
                                  std::to_string(p.canvas_length));
@@ -109,12 +125,17 @@ EntropyBoundResult generate_entropy_bound(const DiffusionModelHooks& hooks, cons
                                           const DecodeCallbacks& callbacks, ThreadPool* pool) {
   check_params(hooks, params);
   const int64_t L = params.canvas_length, V = hooks.vocab, N = params.max_denoising_steps;
+  const bool streamed = params.stream_head;
   const size_t logits_size = size_t(L) * size_t(V);
   Rng rng(params.seed);
   EntropyBoundResult result;
 
   const size_t positions = size_t(L);
-  std::vector<float> logits, z(logits_size);  // the only [L x V] buffers
+  std::vector<float> logits, z(streamed ? 0 : logits_size);  // the only [L x V] buffers (decode only)
+  // Streamed path: per-position head stats, the soft embedding this step reads and the one it writes.
+  std::vector<HeadRowStats> head_stats;
+  std::vector<float> soft_in, soft_out;
+  std::vector<uint64_t> row_ids(streamed ? positions : 0);
   std::vector<int32_t> canvas(positions), argmax(positions), prev_argmax(positions);
   std::vector<int32_t> region;  // committed tokens followed by the current canvas (for events)
   std::vector<double> uniforms(positions);
@@ -132,22 +153,47 @@ EntropyBoundResult generate_entropy_bound(const DiffusionModelHooks& hooks, cons
     int64_t stable = 0, steps = 0;
     for (int64_t step = 0; step < N; ++step) {
       const int64_t s = N - step;
-      logits.resize(logits_size);
-      hooks.decode(canvas, step == 0 ? nullptr : &z, logits);
-      ++result.passes;
-      ++steps;
-      check(logits.size() == logits_size, "entropy-bound sampler: decode wrote " + std::to_string(logits.size()) +
-                                              " logits, expected canvas_length x vocab = " +
-                                              std::to_string(logits_size));
-
-      // The previous z has been consumed by decode: overwrite it with this step's z row by row.
       const double T = entropy_bound_temperature(s, N, params.t_min, params.t_max);
+      // The inverse-CDF uniforms; the streamed path draws them too (unused) so that both paths re-noise
+      // with the same RNG sequence.
       for (auto& u : uniforms) u = rng.uniform();
-      parallel_for(pool, L, grain, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i)
-          rows[size_t(i)] = reduce_row(&logits[size_t(i) * size_t(V)], &z[size_t(i) * size_t(V)], V, T,
-                                       uniforms[size_t(i)]);
-      });
+      if (streamed) {
+        HeadStreamOptions head;
+        head.temperature = float(T);
+        head.seed = params.seed;
+        const uint64_t first_row = (uint64_t(block) * uint64_t(N) + uint64_t(step)) * uint64_t(L);
+        for (size_t i = 0; i < positions; ++i) row_ids[i] = first_row + i;
+        head.row_ids = row_ids.data();
+        hooks.decode_stream(canvas, step == 0 ? nullptr : &soft_in, head, head_stats, soft_out);
+        ++result.passes;
+        ++steps;
+        check(head_stats.size() == positions, "entropy-bound sampler: decode_stream wrote " +
+                                                  std::to_string(head_stats.size()) +
+                                                  " rows of statistics, expected canvas_length = " + std::to_string(L));
+        for (size_t i = 0; i < positions; ++i) {
+          const int32_t sample = head_stats[i].sample, top = head_stats[i].plain.argmax;
+          check(sample >= 0 && sample < V && top >= 0 && top < V,
+                "entropy-bound sampler: decode_stream returned a token outside the vocabulary at canvas position " +
+                    std::to_string(i));
+          rows[i] = reduce_streamed(head_stats[i]);
+        }
+        soft_in.swap(soft_out);  // the next step's self-conditioning input
+      } else {
+        logits.resize(logits_size);
+        hooks.decode(canvas, step == 0 ? nullptr : &z, logits);
+        ++result.passes;
+        ++steps;
+        check(logits.size() == logits_size, "entropy-bound sampler: decode wrote " + std::to_string(logits.size()) +
+                                                " logits, expected canvas_length x vocab = " +
+                                                std::to_string(logits_size));
+
+        // The previous z has been consumed by decode: overwrite it with this step's z row by row.
+        parallel_for(pool, L, grain, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i)
+            rows[size_t(i)] = reduce_row(&logits[size_t(i) * size_t(V)], &z[size_t(i) * size_t(V)], V, T,
+                                         uniforms[size_t(i)]);
+        });
+      }
       double entropy_sum = 0;
       for (int64_t i = 0; i < L; ++i) {
         const PositionResult& r = rows[size_t(i)];
@@ -175,14 +221,18 @@ EntropyBoundResult generate_entropy_bound(const DiffusionModelHooks& hooks, cons
         event.committed.reserve(accepted.size());
         event.confidence.resize(accepted.size());
         for (int64_t i : accepted) event.committed.push_back(offset + i);
-        parallel_for(pool, int64_t(accepted.size()), grain, [&](int64_t begin, int64_t end) {
-          for (int64_t k = begin; k < end; ++k) {
-            const int64_t i = accepted[size_t(k)];
-            const float* row = &logits[size_t(i) * size_t(V)];
-            const float lse = row_stats(row, V).logsumexp;
-            event.confidence[size_t(k)] = float(std::exp(double(row[canvas[size_t(i)]]) - double(lse)));
-          }
-        });
+        if (streamed) {
+          for (size_t k = 0; k < accepted.size(); ++k) event.confidence[k] = head_stats[size_t(accepted[k])].p_sample;
+        } else {
+          parallel_for(pool, int64_t(accepted.size()), grain, [&](int64_t begin, int64_t end) {
+            for (int64_t k = begin; k < end; ++k) {
+              const int64_t i = accepted[size_t(k)];
+              const float* row = &logits[size_t(i) * size_t(V)];
+              const float lse = row_stats(row, V).logsumexp;
+              event.confidence[size_t(k)] = float(std::exp(double(row[canvas[size_t(i)]]) - double(lse)));
+            }
+          });
+        }
         callbacks.on_step(event);
       }
 

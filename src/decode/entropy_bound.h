@@ -7,6 +7,7 @@
 
 #include "core/thread_pool.h"
 #include "decode/events.h"
+#include "ops/lm_head.h"
 
 namespace canvas {
 
@@ -24,6 +25,11 @@ struct EntropyBoundParams {
   std::vector<int32_t> eos_ids{1, 106, 50};
   int32_t pad_id = 0;
   uint64_t seed = 0;
+  // Decode through DiffusionModelHooks::decode_stream (the fused streaming LM head) instead of decode:
+  // no [canvas_length x vocab] buffer at all. Same loop and rules; the samples come from Gumbel noise,
+  // a different random stream than decode's inverse CDF, so one seed gives different (equally
+  // distributed) tokens on the two paths. See generate_entropy_bound.
+  bool stream_head = false;
 };
 
 // The model as the sampler sees it. The caller has already encoded the prompt into its KV cache.
@@ -36,6 +42,19 @@ struct DiffusionModelHooks {
   std::function<void(const std::vector<int32_t>& canvas, const std::vector<float>* self_cond,
                      std::vector<float>& logits)>
       decode;
+  // The streaming alternative to decode (used when EntropyBoundParams::stream_head is set): one decoder
+  // pass whose LM head is reduced on the fly (lm_head_stream), never materialising logits. Inputs: the
+  // canvas; self_cond_soft, the previous step's soft embedding softmax(logits / T_prev) @ E as this hook
+  // wrote it ([canvas_length x hidden]), or nullptr on the first step of a canvas; `head`: temperature
+  // T, noise seed and row ids ([canvas_length]) for this step (softcap is the model's business). Must
+  // write stats[i] (HeadRowStats of canvas position i at temperature T; resized to canvas_length) and
+  // soft_embedding (softmax(logits / T) @ E, the next step's self_cond_soft; the hook sizes it, and may
+  // leave it empty when its model has no self-conditioning input). The vectors are the sampler's own,
+  // the same every call; soft_embedding is never the vector self_cond_soft points to.
+  std::function<void(const std::vector<int32_t>& canvas, const std::vector<float>* self_cond_soft,
+                     const HeadStreamOptions& head, std::vector<HeadRowStats>& stats,
+                     std::vector<float>& soft_embedding)>
+      decode_stream;
   // Appends a committed canvas (argmax tokens) to the KV cache with the causal encoder. Called before
   // every canvas after the first, never after the last (nothing reads the cache then; a caller that
   // keeps the cache for a next turn encodes the tail of `tokens` itself).
@@ -70,6 +89,17 @@ std::vector<int64_t> entropy_bound_accept(const std::vector<float>& entropies, f
 // block = canvas index, canvas = committed tokens followed by the current (re-noised) canvas,
 // committed = accepted positions (indices into that region) and confidence = untempered softmax
 // probability of each accepted token. Memory: the logits and one z buffer, plus per-position vectors.
+//
+// With params.stream_head the step calls hooks.decode_stream instead, and reads everything from the
+// streamed head: entropies = tempered.entropy (of softmax(z)), y = sample, a = plain.argmax, confidence
+// = p_sample; accepting, re-noising (the same RNG sequence), the adaptive stop and EOS handling are as
+// above, and the next step's self-conditioning input is the streamed soft embedding softmax(z) @ E
+// (what decode's model computes from z). The sample is a Gumbel-max draw, argmax(z + g), with noise
+// g of (params.seed, row id, vocabulary index) (lm_head.h) and row id (canvas index * max_denoising_steps
+// + step) * canvas_length + position, unique per draw and independent of the thread count. It is a
+// different random stream than the inverse-CDF path, so the same seed gives different (equally
+// distributed) tokens; as T -> 0 both become argmax. Memory: per-position stats and two
+// [canvas_length x hidden] soft embeddings, no [canvas_length x vocab] buffer.
 EntropyBoundResult generate_entropy_bound(const DiffusionModelHooks& hooks, const EntropyBoundParams& params,
                                           const DecodeCallbacks& callbacks = {}, ThreadPool* pool = nullptr);
 

@@ -29,31 +29,64 @@ void UniformStateSession::encode(const std::vector<int32_t>& tokens) {
   cached_ += n;
 }
 
-void UniformStateSession::decode(const std::vector<int32_t>& canvas, const std::vector<float>* self_cond,
-                                 std::vector<float>& logits) {
+// The request both decode kinds share: the canvas after the committed tokens, every row's head wanted.
+ForwardRequest UniformStateSession::canvas_request(const std::vector<int32_t>& canvas) {
   const ModelConfig& c = model_.config;
   const int64_t n = int64_t(canvas.size());
   check(n > 0, "uniform-state decoding: empty canvas");
   check(cached_ + n <= cache_.capacity(), "uniform-state decoding: the canvas does not fit the KV cache");
-  logits.resize(size_t(n) * size_t(c.vocab));
   ForwardRequest req;
   req.tokens = canvas.data();
   req.n = n;
   req.pos0 = cached_;
   req.logit_rows.resize(size_t(n));
   for (int64_t i = 0; i < n; ++i) req.logit_rows[size_t(i)] = int32_t(i);
-  req.logits = logits.data();
-  if (self_cond && (c.has_decoder || c.self_conditioning)) {
-    check(self_cond->size() == logits.size(), "uniform-state decoding: self-conditioning logits have " +
-                                                  std::to_string(self_cond->size()) + " values, expected " +
-                                                  std::to_string(logits.size()));
-    req.self_cond = self_cond->data();
-  }
   if (c.has_decoder) {
     req.decoder = true;
   } else {
     groups_.assign(size_t(n), int32_t(cached_));  // sees every committed row and the whole canvas
     req.groups = groups_.data();
+  }
+  return req;
+}
+
+bool UniformStateSession::self_conditioned() const {
+  return model_.config.has_decoder || model_.config.self_conditioning;
+}
+
+void UniformStateSession::decode(const std::vector<int32_t>& canvas, const std::vector<float>* self_cond,
+                                 std::vector<float>& logits) {
+  ForwardRequest req = canvas_request(canvas);
+  logits.resize(canvas.size() * size_t(model_.config.vocab));
+  req.logits = logits.data();
+  if (self_cond && self_conditioned()) {
+    check(self_cond->size() == logits.size(), "uniform-state decoding: self-conditioning logits have " +
+                                                  std::to_string(self_cond->size()) + " values, expected " +
+                                                  std::to_string(logits.size()));
+    req.self_cond = self_cond->data();
+  }
+  forward(model_, cache_, req, pool_);
+}
+
+void UniformStateSession::decode_stream(const std::vector<int32_t>& canvas, const std::vector<float>* self_cond_soft,
+                                        const HeadStreamOptions& head, std::vector<HeadRowStats>& stats,
+                                        std::vector<float>& soft_embedding) {
+  ForwardRequest req = canvas_request(canvas);
+  const size_t soft_size = canvas.size() * size_t(model_.config.hidden);
+  stats.resize(canvas.size());
+  req.head_stats = stats.data();
+  req.head = head;
+  if (self_conditioned()) {
+    soft_embedding.resize(soft_size);
+    req.soft_embedding_out = soft_embedding.data();
+    if (self_cond_soft) {
+      check(self_cond_soft->size() == soft_size, "uniform-state decoding: the self-conditioning soft embedding has " +
+                                                     std::to_string(self_cond_soft->size()) + " values, expected " +
+                                                     std::to_string(soft_size));
+      req.self_cond_soft = self_cond_soft->data();
+    }
+  } else {
+    soft_embedding.clear();  // nothing would read it
   }
   forward(model_, cache_, req, pool_);
 }
@@ -63,6 +96,11 @@ DiffusionModelHooks UniformStateSession::hooks() {
   h.vocab = model_.config.vocab;
   h.decode = [this](const std::vector<int32_t>& canvas, const std::vector<float>* self_cond,
                     std::vector<float>& logits) { decode(canvas, self_cond, logits); };
+  h.decode_stream = [this](const std::vector<int32_t>& canvas, const std::vector<float>* self_cond_soft,
+                           const HeadStreamOptions& head, std::vector<HeadRowStats>& stats,
+                           std::vector<float>& soft_embedding) {
+    decode_stream(canvas, self_cond_soft, head, stats, soft_embedding);
+  };
   h.encode = [this](const std::vector<int32_t>& tokens) { encode(tokens); };
   return h;
 }

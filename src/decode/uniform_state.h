@@ -31,12 +31,23 @@ class UniformStateSession {
   // Writes [canvas.size() x vocab] logits into `logits` (resized). self_cond: [canvas.size() x vocab]
   // previous step's temperature-scaled logits, or nullptr.
   void decode(const std::vector<int32_t>& canvas, const std::vector<float>* self_cond, std::vector<float>& logits);
+  // The same pass with the fused streaming head (DiffusionModelHooks::decode_stream): per-position
+  // HeadRowStats at head.temperature with head's noise seed and row ids (stats resized to canvas.size())
+  // and, for models with a self-conditioning input, the soft embedding softmax(logits / T) @ E
+  // ([canvas.size() x hidden], resized; left empty otherwise). self_cond_soft: the previous step's soft
+  // embedding, or nullptr. Needs a head tied to the embedding when the soft embedding is wanted.
+  void decode_stream(const std::vector<int32_t>& canvas, const std::vector<float>* self_cond_soft,
+                     const HeadStreamOptions& head, std::vector<HeadRowStats>& stats,
+                     std::vector<float>& soft_embedding);
   int64_t cached() const { return cached_; }  // committed positions in the cache
   int64_t capacity() const { return cache_.capacity(); }
-  // Hooks calling this session's decode and encode; the session must outlive them.
+  // Hooks calling this session's decode, decode_stream and encode; the session must outlive them.
   DiffusionModelHooks hooks();
 
  private:
+  ForwardRequest canvas_request(const std::vector<int32_t>& canvas);
+  bool self_conditioned() const;  // the model reads the previous step's distribution
+
   const Model& model_;
   KvCache cache_;
   ThreadPool* pool_;

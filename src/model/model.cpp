@@ -11,6 +11,7 @@
 #include "io/gguf.h"
 #include "io/safetensors.h"
 #include "model/gemma_names.h"
+#include "ops/lm_head.h"
 #include "ops/matmul.h"
 #include "ops/ops.h"
 
@@ -351,49 +352,63 @@ int64_t Model::weight_bytes() const {
 
 namespace {
 
-// DiffusionGemma's decoder input (diffusiongemma.md section 2). On entry x holds E[canvas] * scale; on
-// return rmsnorm_noweight(E[canvas] * scale + mlp(pre_norm(softmax(prev) @ E * scale))), the MLP term
-// being zero without previous logits. softmax(prev) @ E is accumulated over vocabulary tiles, so no
-// [canvas, vocab] probability array is stored; each row's sum runs in vocabulary order whatever the
-// thread count. canvas's own models (config.self_conditioning) add the same term without the trailing
-// norm (decoder_norm false), which belongs to the Gemma decoder, not to the llada-family layer.
-void self_conditioning_input(const Model& model, const float* prev_logits, int64_t n, float* x, bool decoder_norm,
-                             ThreadPool* pool) {
+// softmax(prev_logits) @ E for n rows into soft [n x hidden], as one matmul per tile of vocabulary rows:
+// the tile of E is dequantised and transposed once ([H, tile]) and multiplied with the [n, tile]
+// probabilities by the f32 matmul kernel, so E streams through memory once per pass instead of once per
+// canvas row, and no [n, vocab] probability array is stored. The sum over tiles runs in a fixed order,
+// so the result does not depend on the thread count.
+void soft_embedding_of_logits(const Model& model, const float* prev_logits, int64_t n, std::vector<float>& soft,
+                              ThreadPool* pool) {
   const ModelConfig& c = model.config;
   const int64_t H = c.hidden, V = c.vocab;
-  if (prev_logits) {
-    // soft = softmax(prev_logits) @ E, as one matmul per tile of vocabulary rows: the tile of E is
-    // dequantised and transposed once ([H, tile]) and multiplied with the [n, tile] probabilities by the
-    // f32 matmul kernel, so E streams through memory once per pass instead of once per canvas row. The sum
-    // over tiles runs in a fixed order, so the result does not depend on the thread count.
-    std::vector<float> log_sum(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) log_sum[size_t(i)] = row_stats(prev_logits + i * V, V).logsumexp;
-    constexpr int64_t kTile = 1024;
-    std::vector<float> soft(size_t(n * H), 0.f), partial(size_t(n * H));
-    std::vector<float> rows_tile(size_t(kTile * H)), columns_tile(size_t(kTile * H)), probs(size_t(n * kTile));
-    for (int64_t v0 = 0; v0 < V; v0 += kTile) {
-      const int64_t rows = std::min(kTile, V - v0);
-      parallel_for(pool, rows, 16, [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r) get_row(model.token_embd, v0 + r, &rows_tile[size_t(r * H)]);
-      });
-      parallel_for(pool, H, 64, [&](int64_t b, int64_t e) {  // [rows, H] -> [H, rows]
-        for (int64_t j = b; j < e; ++j)
-          for (int64_t r = 0; r < rows; ++r) columns_tile[size_t(j * rows + r)] = rows_tile[size_t(r * H + j)];
-      });
-      parallel_for(pool, n, 8, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          const float* z = prev_logits + i * V + v0;
-          for (int64_t r = 0; r < rows; ++r) probs[size_t(i * rows + r)] = std::exp(z[r] - log_sum[size_t(i)]);
-        }
-      });
-      TensorView w;
-      w.type = DType::F32;
-      w.data = columns_tile.data();
-      w.n_dims = 2;
-      w.ne[0] = rows;
-      w.ne[1] = H;
-      matmul(w, probs.data(), rows, n, partial.data(), H, pool);
-      for (int64_t i = 0; i < n * H; ++i) soft[size_t(i)] += partial[size_t(i)];
+  std::vector<float> log_sum(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) log_sum[size_t(i)] = row_stats(prev_logits + i * V, V).logsumexp;
+  constexpr int64_t kTile = 1024;
+  soft.assign(size_t(n * H), 0.f);
+  std::vector<float> partial(size_t(n * H));
+  std::vector<float> rows_tile(size_t(kTile * H)), columns_tile(size_t(kTile * H)), probs(size_t(n * kTile));
+  for (int64_t v0 = 0; v0 < V; v0 += kTile) {
+    const int64_t rows = std::min(kTile, V - v0);
+    parallel_for(pool, rows, 16, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) get_row(model.token_embd, v0 + r, &rows_tile[size_t(r * H)]);
+    });
+    parallel_for(pool, H, 64, [&](int64_t b, int64_t e) {  // [rows, H] -> [H, rows]
+      for (int64_t j = b; j < e; ++j)
+        for (int64_t r = 0; r < rows; ++r) columns_tile[size_t(j * rows + r)] = rows_tile[size_t(r * H + j)];
+    });
+    parallel_for(pool, n, 8, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const float* z = prev_logits + i * V + v0;
+        for (int64_t r = 0; r < rows; ++r) probs[size_t(i * rows + r)] = std::exp(z[r] - log_sum[size_t(i)]);
+      }
+    });
+    TensorView w;
+    w.type = DType::F32;
+    w.data = columns_tile.data();
+    w.n_dims = 2;
+    w.ne[0] = rows;
+    w.ne[1] = H;
+    matmul(w, probs.data(), rows, n, partial.data(), H, pool);
+    for (int64_t i = 0; i < n * H; ++i) soft[size_t(i)] += partial[size_t(i)];
+  }
+}
+
+// DiffusionGemma's decoder input (diffusiongemma.md section 2). On entry x holds E[canvas] * scale; on
+// return rmsnorm_noweight(E[canvas] * scale + mlp(pre_norm(soft * scale))), soft = softmax(prev) @ E
+// computed from the previous logits (prev_logits, [n x vocab]) or given (prev_soft, [n x hidden]); the
+// MLP term is zero when neither is given. canvas's own models (config.self_conditioning) add the same
+// term without the trailing norm (decoder_norm false), which belongs to the Gemma decoder, not to the
+// llada-family layer.
+void self_conditioning_input(const Model& model, const float* prev_logits, const float* prev_soft, int64_t n,
+                             float* x, bool decoder_norm, ThreadPool* pool) {
+  const ModelConfig& c = model.config;
+  const int64_t H = c.hidden;
+  if (prev_logits || prev_soft) {
+    std::vector<float> soft;
+    if (prev_logits) {
+      soft_embedding_of_logits(model, prev_logits, n, soft, pool);
+    } else {
+      soft.assign(prev_soft, prev_soft + n * H);
     }
     for (float& value : soft) value *= c.embedding_scale;
     const SelfConditioningWeights& sc = model.self_conditioning;
@@ -496,12 +511,15 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& req, Thre
       for (int64_t j = 0; j < H; ++j) x[size_t(i * H + j)] += pe[j];
     }
   }
-  check(!req.self_cond || decoder || c.self_conditioning,
+  check(!(req.self_cond || req.self_cond_soft) || decoder || c.self_conditioning,
         "forward: self-conditioning logits given to a model without a self-conditioning input");
+  check(!(req.self_cond && req.self_cond_soft),
+        "forward: give the self-conditioning input as logits (self_cond) or as a soft embedding (self_cond_soft), "
+        "not both");
   if (decoder) {
-    self_conditioning_input(model, req.self_cond, n, x.data(), /*decoder_norm=*/true, pool);
-  } else if (req.self_cond) {  // null: zeros, which leave x as it is
-    self_conditioning_input(model, req.self_cond, n, x.data(), /*decoder_norm=*/false, pool);
+    self_conditioning_input(model, req.self_cond, req.self_cond_soft, n, x.data(), /*decoder_norm=*/true, pool);
+  } else if (req.self_cond || req.self_cond_soft) {  // neither: zeros, which leave x as it is
+    self_conditioning_input(model, req.self_cond, req.self_cond_soft, n, x.data(), /*decoder_norm=*/false, pool);
   }
   int32_t* groups = cache.groups();
   if (!decoder)
@@ -593,13 +611,25 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& req, Thre
   }
 
   const int64_t rows = int64_t(req.logit_rows.size());
+  check(!req.soft_embedding_out || req.head_stats, "forward: a soft embedding output needs head_stats (the fused head)");
   if (rows == 0) return;
-  check(req.logits != nullptr, "forward: logit rows requested without an output buffer");
+  check(req.logits != nullptr || req.head_stats != nullptr, "forward: logit rows requested without an output buffer");
   std::vector<float> selected(size_t(rows * H));
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t row = req.logit_rows[size_t(r)];
     check(row >= 0 && row < n, "forward: logit row out of range");
     rms_norm(&x[size_t(row * H)], model.output_norm.f32(), H, c.rms_eps, &selected[size_t(r * H)]);
+  }
+  if (req.head_stats) {
+    // The soft embedding is softmax @ output; it is the self-conditioning's softmax @ E only when tied.
+    check(!req.soft_embedding_out ||
+              (model.output.data == model.token_embd.data && model.output.type == model.token_embd.type),
+          "forward: a soft embedding output needs a head tied to the token embedding; '" + c.arch +
+              "' has its own output matrix");
+    HeadStreamOptions head = req.head;
+    head.softcap = std::max(c.logit_softcap, 0.f);
+    lm_head_stream(model.output, selected.data(), rows, H, head, req.head_stats, req.soft_embedding_out, pool);
+    return;
   }
   matmul(model.output, selected.data(), rows, req.logits, pool);
   if (c.logit_softcap > 0) {

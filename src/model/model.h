@@ -9,6 +9,7 @@
 #include "core/thread_pool.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
+#include "ops/lm_head.h"
 
 namespace canvas {
 
@@ -80,10 +81,24 @@ struct ForwardRequest {
   // Rows (indices into the n new tokens) whose logits are wanted, in this order; empty: none.
   std::vector<int32_t> logit_rows;
   float* logits = nullptr;          // [logit_rows.size()][vocab]
+  // Fused head (ops/lm_head.h): when non-null, the logit rows are reduced by lm_head_stream into
+  // [logit_rows.size()] statistics instead of being written to `logits` (which may then be null), so no
+  // [rows x vocab] array exists. `head` gives the temperature, the noise seed and the row ids of the
+  // Gumbel sample (row_ids: [logit_rows.size()], chosen by the caller); its softcap is ignored, the
+  // model's own logit soft-cap applies.
+  HeadRowStats* head_stats = nullptr;
+  HeadStreamOptions head;
+  // With head_stats, optionally [logit_rows.size()][hidden]: softmax(logit / T) @ E (E = the tied
+  // embedding, unscaled), the input self_cond_soft takes. Needs a tied head.
+  float* soft_embedding_out = nullptr;
   bool decoder = false;
   // [n][vocab] previous step's logits; null: zeros. Decoder passes, and any pass of a model with
   // config.self_conditioning (there without the decoder's input norm; zeros leave the input unchanged).
   const float* self_cond = nullptr;
+  // [n][hidden] instead of self_cond: softmax(prev) @ E already computed (e.g. soft_embedding_out of the
+  // previous step), which is what self_cond's logits are reduced to first. Same use, same rules; at
+  // most one of the two.
+  const float* self_cond_soft = nullptr;
 };
 
 void forward(const Model& model, KvCache& cache, const ForwardRequest& request, ThreadPool* pool);
