@@ -2,6 +2,7 @@
 #include "args.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -91,6 +92,19 @@ bool wants_help(int argc, char** argv) {
     if (a == "-h" || a == "--help") return true;
   }
   return false;
+}
+
+std::string shipped_model_path(const std::string& name, const std::string& help_command) {
+  const std::string relative = "models/" + name;
+  for (const std::string& dir : {std::string("."), std::string(CANVAS_SOURCE_DIR)}) {
+    const std::string path = dir + "/" + relative;
+    if (FILE* f = std::fopen(path.c_str(), "rb")) {
+      std::fclose(f);
+      return path;
+    }
+  }
+  throw Error("no model given (-m FILE.gguf) and the default model " + relative + " was not found in . or " +
+              CANVAS_SOURCE_DIR + "; see " + help_command + " --help");
 }
 
 }  // namespace canvas::cli

@@ -30,4 +30,8 @@ bool wants_help(int argc, char** argv);
 
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);
 
+// A model shipped under models/ (e.g. "text-masked.gguf"), looked up in ./models and in the source
+// tree's models/; throws an error pointing at `help_command` --help when neither has it.
+std::string shipped_model_path(const std::string& name, const std::string& help_command);
+
 }  // namespace canvas::cli

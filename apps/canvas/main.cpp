@@ -158,19 +158,6 @@ std::string json_escape(const std::string& s) {
 
 // The shipped default model: models/ beside the binary's build tree, else in the source tree it was built
 // from.
-std::string default_model_path() {
-  const std::string relative = "models/text-masked.gguf";
-  for (const std::string& dir : {std::string("."), std::string(CANVAS_SOURCE_DIR)}) {
-    const std::string path = dir + "/" + relative;
-    if (FILE* f = std::fopen(path.c_str(), "rb")) {
-      std::fclose(f);
-      return path;
-    }
-  }
-  throw Error("no model given (-m FILE.gguf) and the default model " + relative + " was not found in . or " +
-              CANVAS_SOURCE_DIR + "; see canvas generate --help");
-}
-
 int cmd_generate(int argc, char** argv) {
   if (wants_help(argc, argv)) {
     std::fputs(kGenerateUsage, stdout);
@@ -192,7 +179,7 @@ int cmd_generate(int argc, char** argv) {
             {"visual", "json", "chat", "freeze", "stream-head"});
   check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
   check(args.has("prompt"), "no prompt given (-p TEXT); see canvas generate --help");
-  const std::string model_path = args.has("model") ? args.get("model", "") : default_model_path();
+  const std::string model_path = args.has("model") ? args.get("model", "") : cli::shipped_model_path("text-masked.gguf", "canvas generate");
   const Model model = Model::load(model_path);
   const ModelConfig& c = model.config;
   const TextTokenizer tokenizer = TextTokenizer::for_model(model, model_path, args.get("tokenizer", ""));

@@ -30,17 +30,19 @@ const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval> [option
       "generated". --exclude FILE (repeatable) skips puzzles present in FILE, so held-out sets never
       overlap training data.
 
-  canvas sudoku solve -m MODEL [--mode diffusion|ar (default: ar for causal models)] [--steps S] [--algorithm A]
+  canvas sudoku solve [-m MODEL] [--mode diffusion|ar (default: ar for causal models)] [--steps S] [--algorithm A]
                       [--threshold P] [--freeze] [-t N]
       Reads puzzles from stdin, one per line (81 chars, '0' or '.' for blanks), writes one 81-digit
       solution per line. Non-digit outputs are written as 0.
 
-  canvas sudoku eval -m MODEL --data FILE [--mode diffusion|ar] [--steps 81,27,9]
+  canvas sudoku eval [-m MODEL] --data FILE [--mode diffusion|ar] [--steps 81,27,9]
                      [--algorithm confidence,margin] [--threshold 0.9,0.7] [--freeze] [--limit N] [-t N] [--json]
       Exact-solve rate and cell accuracy (over the blank cells) per difficulty, per number of
       denoising steps (or per --threshold: commit every cell whose probability reaches it, at least one
       per pass) and per unmasking order (AR: one row per difficulty), with forward passes and token rows
       computed per puzzle.
+
+  MODEL defaults to the shipped masked-diffusion solver, models/sudoku-masked.gguf.
 
   Diffusion options: --freeze recomputes only the blank cells and the cells committed by the previous
   step (an approximation that cuts work per pass; see docs/performance.md); --freeze-refresh N (implies
@@ -212,8 +214,8 @@ int sudoku_solve(int argc, char** argv) {
              {"--algorithm", "algorithm"}, {"--threshold", "threshold"}, {"--freeze", "freeze"},
              {"--freeze-refresh", "freeze-refresh"}, {"-t", "threads"}, {"--threads", "threads"}},
             {"model", "mode", "steps", "algorithm", "threshold", "freeze-refresh", "threads"}, {"freeze"});
-  check(args.has("model"), "no model given (-m FILE.gguf)");
-  const Model model = Model::load(args.get("model", ""));
+  const Model model = Model::load(args.has("model") ? args.get("model", "")
+                                                    : shipped_model_path("sudoku-masked.gguf", "canvas sudoku"));
   const SolveSettings s = solve_settings(args, model);
   ThreadPool pool(int(args.get_int("threads", 0)));
   std::string line;
@@ -242,9 +244,9 @@ int sudoku_eval(int argc, char** argv) {
              {"--json", "json"}},
             {"model", "data", "mode", "steps", "algorithm", "threshold", "freeze-refresh", "limit", "threads"},
             {"json", "freeze"});
-  check(args.has("model"), "no model given (-m FILE.gguf)");
   check(args.has("data"), "no puzzle file given (--data FILE)");
-  const Model model = Model::load(args.get("model", ""));
+  const Model model = Model::load(args.has("model") ? args.get("model", "")
+                                                    : shipped_model_path("sudoku-masked.gguf", "canvas sudoku"));
   std::vector<SudokuExample> data = read_sudoku_file(args.get("data", ""));
   const int64_t limit = args.get_int("limit", 0);
   if (limit > 0 && int64_t(data.size()) > limit) data.resize(size_t(limit));
