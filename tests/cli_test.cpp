@@ -81,5 +81,25 @@ TEST(Cli, GenerateWithoutModelUsesTheShippedTextModel) {
   EXPECT_NE(inspect.output.find("training.step"), std::string::npos) << inspect.output;
 }
 
+// canvas sudoku solve without -m uses the shipped solver, which solves held-out simple puzzles (it
+// solves all 200 of data/sudoku/heldout-simple.txt; docs/training.md).
+TEST(Cli, SudokuSolveWithoutModelUsesTheShippedSolver) {
+  const std::string data = canvas::test::source_path("data/sudoku/heldout-simple.txt");
+  const auto r = canvas::test::run_canvas("sudoku solve -t 1 < " + data + " 2>&1 | head -10", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream file(data);
+  std::istringstream got(r.output);
+  std::string line, puzzle, solution, rating, answer;
+  int n = 0;
+  while (n < 10 && std::getline(file, line)) {
+    std::istringstream fields(line);
+    fields >> puzzle >> solution >> rating;
+    ASSERT_TRUE(std::getline(got, answer)) << r.output;
+    EXPECT_EQ(answer, solution) << "puzzle " << n << ": " << puzzle;
+    ++n;
+  }
+  EXPECT_EQ(n, 10);
+}
+
 }  // namespace
 }  // namespace canvas
