@@ -175,18 +175,27 @@ int bench_decoder_passes(const Model& model, const std::string& source, int64_t 
   const bool materialised = wants("diffusion") || wants("self-cond");
   std::vector<float> logits(materialised ? size_t(canvas) * size_t(c.vocab) : 0), self_cond(logits.size());
   for (float& v : self_cond) v = float(rng.uniform() * 4.0);
-  auto decoder_pass = [&](const float* prev) {
+  // A decoder pass over the canvas after the prompt, every row's head wanted; the modes add their inputs
+  // and outputs. timed() runs one and returns its milliseconds.
+  auto canvas_request = [&] {
     ForwardRequest dec;
     dec.tokens = tokens.data();
     dec.n = canvas;
     dec.pos0 = prompt_tokens;
     dec.decoder = true;
-    dec.self_cond = prev;
     for (int64_t i = 0; i < canvas; ++i) dec.logit_rows.push_back(int32_t(i));
-    dec.logits = logits.data();
+    return dec;
+  };
+  auto timed = [&](const ForwardRequest& dec) {
     const double start = now_ms();
     forward(model, cache, dec, &pool);
     return now_ms() - start;
+  };
+  auto decoder_pass = [&](const float* prev) {
+    ForwardRequest dec = canvas_request();
+    dec.self_cond = prev;
+    dec.logits = logits.data();
+    return timed(dec);
   };
   // Streamed passes: each reads the previous one's soft embedding (the first a random one; the cost does
   // not depend on the values) and writes the next, at the sampler's first temperature.
@@ -195,22 +204,15 @@ int bench_decoder_passes(const Model& model, const std::string& source, int64_t 
   for (float& v : soft_in) v = float(rng.uniform() * 0.02 - 0.01);
   std::vector<uint64_t> row_ids(head_stats.size());
   auto stream_pass = [&](int64_t r) {
-    ForwardRequest dec;
-    dec.tokens = tokens.data();
-    dec.n = canvas;
-    dec.pos0 = prompt_tokens;
-    dec.decoder = true;
+    ForwardRequest dec = canvas_request();
     dec.self_cond_soft = soft_in.data();
-    for (int64_t i = 0; i < canvas; ++i) dec.logit_rows.push_back(int32_t(i));
     for (int64_t i = 0; i < canvas; ++i) row_ids[size_t(i)] = uint64_t(r * canvas + i);
     dec.head_stats = head_stats.data();
     dec.head.temperature = 0.8f;
     dec.head.seed = seed;
     dec.head.row_ids = row_ids.data();
     dec.soft_embedding_out = soft_out.data();
-    const double start = now_ms();
-    forward(model, cache, dec, &pool);
-    const double ms = now_ms() - start;
+    const double ms = timed(dec);
     soft_in.swap(soft_out);
     return ms;
   };

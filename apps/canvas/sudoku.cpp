@@ -208,14 +208,19 @@ SolveSettings solve_settings(const Args& args, const Model& model) {
   return s;
 }
 
+// -m MODEL, else the shipped solver.
+Model load_solver(const Args& args) {
+  return Model::load(args.has("model") ? args.get("model", "")
+                                       : shipped_model_path("sudoku-masked.gguf", "canvas sudoku"));
+}
+
 int sudoku_solve(int argc, char** argv) {
   Args args(argc, argv, 3,
             {{"-m", "model"}, {"--model", "model"}, {"--mode", "mode"}, {"--steps", "steps"},
              {"--algorithm", "algorithm"}, {"--threshold", "threshold"}, {"--freeze", "freeze"},
              {"--freeze-refresh", "freeze-refresh"}, {"-t", "threads"}, {"--threads", "threads"}},
             {"model", "mode", "steps", "algorithm", "threshold", "freeze-refresh", "threads"}, {"freeze"});
-  const Model model = Model::load(args.has("model") ? args.get("model", "")
-                                                    : shipped_model_path("sudoku-masked.gguf", "canvas sudoku"));
+  const Model model = load_solver(args);
   const SolveSettings s = solve_settings(args, model);
   ThreadPool pool(int(args.get_int("threads", 0)));
   std::string line;
@@ -245,8 +250,7 @@ int sudoku_eval(int argc, char** argv) {
             {"model", "data", "mode", "steps", "algorithm", "threshold", "freeze-refresh", "limit", "threads"},
             {"json", "freeze"});
   check(args.has("data"), "no puzzle file given (--data FILE)");
-  const Model model = Model::load(args.has("model") ? args.get("model", "")
-                                                    : shipped_model_path("sudoku-masked.gguf", "canvas sudoku"));
+  const Model model = load_solver(args);
   std::vector<SudokuExample> data = read_sudoku_file(args.get("data", ""));
   const int64_t limit = args.get_int("limit", 0);
   if (limit > 0 && int64_t(data.size()) > limit) data.resize(size_t(limit));
