@@ -69,6 +69,8 @@ const Matrix& matrix(DType type, int64_t n, int64_t k) {
     slot->view.ne = {k, n, 1, 1};
     slot->view.n_dims = 2;
     slot->view.data = slot->bytes.data();
+    // As a loaded model holds them: Q4_0 / Q8_0 rearranged for the AVX-512 kernels.
+    if (matmul_prefers_interleaved(slot->view)) interleave_for_matmul(slot->view, slot->bytes.data(), &pool());
   }
   return *slot;
 }

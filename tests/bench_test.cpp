@@ -123,6 +123,22 @@ TEST(BenchSynthetic, ShapeTableSizesAndLookup) {
   }
 }
 
+// Logits of rows `rows` of one forward pass over [1, 2, 3, MASK] (a fresh cache, one group).
+std::vector<float> four_token_logits(const Model& model, const std::vector<int32_t>& rows, ThreadPool* pool) {
+  const ModelConfig& c = model.config;
+  KvCache cache(c, 8);
+  std::vector<int32_t> tokens = {1, 2, 3, c.mask_token}, groups(4, 0);
+  ForwardRequest req;
+  req.tokens = tokens.data();
+  req.n = 4;
+  req.groups = groups.data();
+  req.logit_rows = rows;
+  std::vector<float> logits(rows.size() * size_t(c.vocab));
+  req.logits = logits.data();
+  forward(model, cache, req, pool);
+  return logits;
+}
+
 TEST(BenchSynthetic, TinyModelsRunAForwardPassWithFiniteLogits) {
   ThreadPool pool(2);
   for (const char* name : {"llada:tiny", "llada-moe:tiny"}) {
@@ -130,26 +146,42 @@ TEST(BenchSynthetic, TinyModelsRunAForwardPassWithFiniteLogits) {
       bench::SyntheticOptions o;
       o.type = type;
       auto m = bench::build_synthetic_model(bench::find_synthetic_shape(name), o, &pool);
-      const ModelConfig& c = m->model.config;
       const bench::ModelFootprint f = bench::model_footprint(m->model);
       EXPECT_EQ(f.bytes, m->bytes) << name;
       EXPECT_EQ(f.weight_type, type) << name;
-      KvCache cache(c, 8);
-      std::vector<int32_t> tokens = {1, 2, 3, c.mask_token}, groups(4, 0);
-      ForwardRequest req;
-      req.tokens = tokens.data();
-      req.n = 4;
-      req.groups = groups.data();
-      req.logit_rows = {0, 3};
-      std::vector<float> logits(size_t(2 * c.vocab));
-      req.logits = logits.data();
-      forward(m->model, cache, req, &pool);
+      const std::vector<float> logits = four_token_logits(m->model, {0, 3}, &pool);
       double spread = 0;
       for (float v : logits) {
         ASSERT_TRUE(std::isfinite(v)) << name;
         spread = std::max(spread, double(std::fabs(v - logits[0])));
       }
       EXPECT_GT(spread, 0) << name << ": constant logits";
+    }
+  }
+}
+
+// A synthetic model's Q4_0 / Q8_0 matrices are interleaved for the AVX-512 kernels (built at the
+// AVX-512 level) or left in the file layout (built at a lower level): the same logits, bit for bit.
+TEST(BenchSynthetic, InterleavedWeightsGiveTheSameLogits) {
+  ThreadPool pool(2);
+  set_matmul_simd_level(SimdLevel::Avx512);
+  const bool avx512 = matmul_simd_level() == SimdLevel::Avx512;
+  reset_matmul_simd_level();
+  if (!avx512) GTEST_SKIP() << "no AVX-512 VNNI: nothing is interleaved";
+  for (const char* name : {"llada:tiny", "llada-moe:tiny"}) {
+    for (DType type : {DType::Q4_0, DType::Q8_0}) {
+      bench::SyntheticOptions o;
+      o.type = type;
+      std::vector<float> logits[2];
+      for (int interleaved = 0; interleaved < 2; ++interleaved) {
+        set_matmul_simd_level(interleaved ? SimdLevel::Avx512 : SimdLevel::Avx2);
+        auto m = bench::build_synthetic_model(bench::find_synthetic_shape(name), o, &pool);
+        reset_matmul_simd_level();
+        EXPECT_EQ(m->model.layers[0].wq.type == type, !interleaved) << name;
+        EXPECT_EQ(interleaved_base(m->model.layers[0].wq.type), type) << name;
+        logits[interleaved] = four_token_logits(m->model, {0, 1, 2, 3}, &pool);
+      }
+      EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0) << name << " " << dtype_name(type);
     }
   }
 }

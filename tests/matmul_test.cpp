@@ -775,6 +775,86 @@ TEST(MatmulTest, FusedMatchesSeparateCalls) {
   EXPECT_THROW(matmul_fused(mismatched, 2, x.data(), k, 1, nullptr), Error);
 }
 
+// ---- the interleaved layout (Q4_0_R16, Q8_0_R16) ----------------------------------------------------
+
+// A copy of w rearranged by interleave_for_matmul.
+Weights interleaved_copy(const Weights& w) {
+  Weights r = w;
+  r.view.data = r.bytes.data();
+  interleave_for_matmul(r.view, r.bytes.data(), nullptr);
+  return r;
+}
+
+// Rows read back through get_row are the file layout's; the bytes are a permutation of the same size.
+TEST(MatmulTest, InterleavedLayoutKeepsEveryRow) {
+  for (DType type : {DType::Q4_0, DType::Q8_0}) {
+    const Weights w = make_weights(type, 48, 96, 3);
+    const Weights r = interleaved_copy(w);
+    EXPECT_EQ(r.view.type, type == DType::Q4_0 ? DType::Q4_0_R16 : DType::Q8_0_R16);
+    EXPECT_EQ(interleaved_base(r.view.type), type);
+    EXPECT_EQ(r.view.bytes(), w.view.bytes());
+    EXPECT_NE(r.bytes, w.bytes);
+    std::vector<float> a(96), b(96);
+    for (int64_t j = 0; j < 48; ++j) {
+      get_row(w.view, j, a.data());
+      get_row(r.view, j, b.data());
+      ASSERT_TRUE(same_bits(a.data(), b.data(), 96)) << dtype_name(type) << " row " << j;
+    }
+    // Not a file type: GGUF readers and writers refuse it, names do not parse to it.
+    EXPECT_EQ(dtype_info(uint32_t(r.view.type)), nullptr);
+    EXPECT_THROW(dtype_from_name(dtype_name(r.view.type)), Error);
+  }
+  Weights odd = make_weights(DType::Q8_0, 40, 64, 4);  // 40 rows: not whole groups of 16
+  EXPECT_THROW(interleave_for_matmul(odd.view, odd.bytes.data(), nullptr), Error);
+  Weights f16 = make_weights(DType::F16, 32, 64, 5);
+  EXPECT_THROW(interleave_for_matmul(f16.view, f16.bytes.data(), nullptr), Error);
+  EXPECT_FALSE(matmul_prefers_interleaved(odd.view));
+  EXPECT_FALSE(matmul_prefers_interleaved(f16.view));
+}
+
+// Same bits from either layout at every level, for row counts that hit every tile (1, 2, the 4-row
+// pairs of groups and their remainders), column sub-ranges of whole groups and fused calls; and on
+// AVX-512 the Q4_0 / Q8_0 kernels reproduce the scalar reference bit for bit.
+TEST(MatmulTest, InterleavedLayoutGivesTheFileLayoutsBits) {
+  ThreadPool pool(2);
+  for (DType type : {DType::Q4_0, DType::Q8_0}) {
+    for (int64_t k : {32, 544}) {
+      const int64_t n = 80;
+      const Weights w = make_weights(type, n, k, uint64_t(k));
+      const Weights r = interleaved_copy(w);
+      for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 13, 32, 37}) {
+        const std::vector<float> x = random_vector(m * k, uint64_t(m));
+        std::vector<float> ref(size_t(m * n));
+        matmul_reference(w.view, x.data(), k, m, ref.data(), n);
+        for (SimdLevel level : available_levels()) {
+          LevelGuard guard(level);
+          const std::string what = std::string(dtype_name(type)) + " " + simd_level_name(level) +
+                                   " k=" + std::to_string(k) + " m=" + std::to_string(m);
+          std::vector<float> yf(size_t(m * n)), yr(size_t(m * n));
+          matmul(w.view, x.data(), m, yf.data(), &pool);
+          matmul(r.view, x.data(), m, yr.data(), &pool);
+          ASSERT_TRUE(same_bits(yf.data(), yr.data(), m * n)) << what;
+          if (level == SimdLevel::Avx512) ASSERT_TRUE(same_bits(yf.data(), ref.data(), m * n)) << what << " vs reference";
+          // Groups 1..3 of the interleaved matrix alone (a sub-view of whole groups).
+          TensorView sub = r.view;
+          sub.data = r.bytes.data() + 16 * r.view.row_size();
+          sub.ne[1] = 48;
+          std::vector<float> ys(size_t(m * 48));
+          matmul(sub, x.data(), m, ys.data(), &pool);
+          for (int64_t i = 0; i < m; ++i)
+            ASSERT_TRUE(same_bits(ys.data() + i * 48, yf.data() + i * n + 16, 48)) << what << " sub-view";
+          // Fused behind a 3-row matrix, so the interleaved one's columns start mid-group in the loop.
+          const Weights small = make_weights(DType::Q8_0, 3, k, 9);
+          std::vector<float> y3(size_t(m * 3)), yfused(size_t(m * n));
+          const MatmulTarget targets[] = {{&small.view, y3.data(), 3}, {&r.view, yfused.data(), n}};
+          matmul_fused(targets, 2, x.data(), k, m, &pool);
+          ASSERT_TRUE(same_bits(yfused.data(), yf.data(), m * n)) << what << " fused";
+        }
+      }
+    }
+  }
+}
+
 // A Busy scope keeps results and completion intact (workers spin instead of sleeping) and nests.
 TEST(ThreadPoolTest, BusyScopeRunsLoopsAndReleases) {
   ThreadPool pool(3);

@@ -197,14 +197,14 @@ ModelFootprint model_footprint(const Model& model) {
     count(t);
     f.dense_parameters += t.elements();
     f.dense_bytes += t.bytes();
-    bytes_by_type[t.type] += t.bytes();
+    bytes_by_type[interleaved_base(t.type)] += t.bytes();  // the file type, whatever the layout
   };
   auto experts = [&](const TensorView& t) {
     if (!t.data) return;
     count(t);
     f.expert_parameters += t.elements() / std::max<int64_t>(1, c.n_experts);
     f.expert_bytes += t.bytes() / std::max<int64_t>(1, c.n_experts);
-    bytes_by_type[t.type] += t.bytes();
+    bytes_by_type[interleaved_base(t.type)] += t.bytes();  // the file type, whatever the layout
   };
   count(model.token_embd);  // looked up by row, never streamed whole
   count(model.output_norm);

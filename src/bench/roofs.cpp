@@ -141,6 +141,8 @@ std::vector<MatmulRoof> measure_matmul(ThreadPool& pool, const RoofOptions& opti
       v.ne = {k, n, 1, 1};
       v.n_dims = 2;
       v.data = storage.get() + c * matrix_bytes;
+      // In the layout a loaded model's matrices have (Q4_0 / Q8_0 interleaved for the AVX-512 kernels).
+      if (matmul_prefers_interleaved(v)) interleave_for_matmul(v, storage.get() + c * matrix_bytes, &pool);
     }
     int64_t next = 0;
     for (int64_t m : options.rows) {

@@ -460,8 +460,11 @@ std::unique_ptr<SyntheticModel> build_synthetic_model(const SyntheticShape& shap
   }
   // Bind the views the way Model::load does (the plan's order is fixed above).
   Model& m = out->model;
+  // As Model::load_gguf leaves a loaded model: matrices in the layout the kernels read fastest.
+  const auto writable = [](const TensorView& t) { return static_cast<uint8_t*>(const_cast<void*>(t.data)); };
   if (config.layer_style == LayerStyle::Gemma4) {
     bind_gemma(m, views);
+    interleave_weights(m, writable, pool);
     return out;
   }
   size_t i = 0;
@@ -494,6 +497,7 @@ std::unique_ptr<SyntheticModel> build_synthetic_model(const SyntheticShape& shap
     m.layers.push_back(w);
   }
   check(i == views.size(), "synthetic " + shape.name + ": internal error binding tensors");
+  interleave_weights(m, writable, pool);
   return out;
 }
 

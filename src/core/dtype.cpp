@@ -24,6 +24,12 @@ constexpr Entry kTypes[] = {
     {28, {"f64", 1, 8}},       {30, {"bf16", 1, 2}},
 };
 
+// Same bytes per element as their file types (a group of 16 rows occupies exactly the 16 rows' bytes).
+constexpr Entry kInternalTypes[] = {
+    {uint32_t(DType::Q4_0_R16), {"q4_0_r16", 32, 18}},
+    {uint32_t(DType::Q8_0_R16), {"q8_0_r16", 32, 34}},
+};
+
 }  // namespace
 
 const DTypeInfo* dtype_info(uint32_t id) {
@@ -34,6 +40,8 @@ const DTypeInfo* dtype_info(uint32_t id) {
 
 const DTypeInfo& dtype_info(DType type) {
   const DTypeInfo* info = dtype_info(uint32_t(type));
+  for (const Entry& e : kInternalTypes)
+    if (e.id == uint32_t(type)) info = &e.info;
   check(info != nullptr, "unknown dtype id " + std::to_string(uint32_t(type)));
   return *info;
 }

@@ -11,6 +11,9 @@ enum class DType : uint32_t {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
   Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
   I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, BF16 = 30,
+  // canvas-internal layouts (never in a file): Q4_0 / Q8_0 with groups of 16 rows interleaved so that one
+  // 512-bit vector holds 4 consecutive elements of 16 rows (see ops/matmul.h, interleave_for_matmul).
+  Q4_0_R16 = 0x10002, Q8_0_R16 = 0x10008,
 };
 
 struct DTypeInfo {
@@ -19,7 +22,7 @@ struct DTypeInfo {
   int64_t block_bytes; // bytes per block
 };
 
-// Returns nullptr for an id that is not a known ggml type.
+// Returns nullptr for an id that is not a known ggml type (the internal layouts are not file types).
 const DTypeInfo* dtype_info(uint32_t id);
 const DTypeInfo& dtype_info(DType type);
 inline const char* dtype_name(DType type) { return dtype_info(type).name; }
@@ -27,6 +30,13 @@ inline const char* dtype_name(DType type) { return dtype_info(type).name; }
 DType dtype_from_name(const std::string& name);
 // Bytes of a row of n elements; throws Error when n is not a multiple of the block size.
 int64_t row_bytes(DType type, int64_t n);
+
+// The row-interleaved internal layouts and the file type each one rearranges.
+inline bool is_interleaved(DType t) { return t == DType::Q4_0_R16 || t == DType::Q8_0_R16; }
+inline DType interleaved_base(DType t) {
+  return t == DType::Q4_0_R16 ? DType::Q4_0 : t == DType::Q8_0_R16 ? DType::Q8_0 : t;
+}
+constexpr int kInterleaveRows = 16;  // rows per interleaved group
 
 constexpr int kQK = 32;  // elements per Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 block
 

@@ -50,4 +50,15 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   return *this;
 }
 
+uint8_t* MappedFile::writable(const void* p, uint64_t bytes) {
+  const uint8_t* begin = static_cast<const uint8_t*>(p);
+  check(begin >= data() && begin + bytes <= data() + size_, "MappedFile::writable: range outside the mapping");
+  const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = reinterpret_cast<uintptr_t>(begin) / page * page;
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + bytes + page - 1) / page * page;
+  if (::mprotect(reinterpret_cast<void*>(first), last - first, PROT_READ | PROT_WRITE) != 0)
+    throw Error(std::string("cannot make mapped pages writable: ") + std::strerror(errno));
+  return const_cast<uint8_t*>(begin);
+}
+
 }  // namespace canvas

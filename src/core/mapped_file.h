@@ -22,6 +22,9 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
 
   const uint8_t* data() const { return static_cast<const uint8_t*>(map_); }
+  // Makes [p, p + bytes) (inside this mapping) writable and returns it. The mapping is private: writes
+  // go to this process's copy of those pages and never reach the file.
+  uint8_t* writable(const void* p, uint64_t bytes);
   uint64_t size() const { return size_; }
 
  private:

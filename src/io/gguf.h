@@ -64,6 +64,9 @@ class GgufFile {
   uint64_t file_size() const { return size_; }
   // Start of the read-only mapping (file_size() bytes); tensor data points inside it.
   const uint8_t* mapped_data() const { return map_.data(); }
+  // A tensor's bytes made writable in this process's private copy of the mapping (the file never
+  // changes); for rearranging weights in place at load.
+  uint8_t* writable(const TensorView& t) { return map_.writable(t.data, uint64_t(t.bytes())); }
 
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return metadata_; }
   const GgufValue* find(const std::string& key) const;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <thread>
 
 #include "core/error.h"
 #include "io/gguf.h"
@@ -277,7 +278,53 @@ Model Model::load_safetensors(const std::string& path) {
   return m;
 }
 
+namespace {
+
+// Every weight view of the model, for passes over all of them.
+std::vector<TensorView*> weight_views(Model& m) {
+  std::vector<TensorView*> v = {&m.token_embd, &m.output, &m.position_embd};
+  for (LayerWeights& w : m.layers)
+    for (TensorView* t : {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down, &w.router, &w.gate_exps, &w.up_exps,
+                          &w.down_exps, &w.gate_up_exps})
+      v.push_back(t);
+  SelfConditioningWeights& s = m.self_conditioning;
+  for (TensorView* t : {&s.gate, &s.up, &s.down}) v.push_back(t);
+  return v;
+}
+
+Model bind_gguf(const std::string& path);
+
+}  // namespace
+
+int64_t interleave_weights(Model& model, const std::function<uint8_t*(const TensorView&)>& writable, ThreadPool* pool) {
+  std::vector<std::pair<const void*, DType>> done;  // data -> its new type
+  int64_t bytes = 0;
+  for (TensorView* t : weight_views(model)) {
+    if (t->data == nullptr) continue;
+    auto it = std::find_if(done.begin(), done.end(), [t](const auto& d) { return d.first == t->data; });
+    if (it != done.end()) {
+      if (interleaved_base(it->second) == t->type) t->type = it->second;
+      continue;
+    }
+    if (!matmul_prefers_interleaved(*t)) continue;
+    interleave_for_matmul(*t, writable(*t), pool);
+    done.emplace_back(t->data, t->type);
+    bytes += t->bytes();
+  }
+  return bytes;
+}
+
 Model Model::load_gguf(const std::string& path) {
+  Model m = bind_gguf(path);
+  GgufFile& file = *m.file;
+  ThreadPool pool(std::max(1u, std::thread::hardware_concurrency()));
+  interleave_weights(m, [&file](const TensorView& t) { return file.writable(t); }, &pool);
+  return m;
+}
+
+namespace {
+
+Model bind_gguf(const std::string& path) {
   Model m;
   m.file = GgufFile::open(path);
   const GgufFile& f = *m.file;
@@ -337,6 +384,8 @@ Model Model::load_gguf(const std::string& path) {
   }
   return m;
 }
+
+}  // namespace
 
 int64_t Model::parameter_count() const {
   int64_t total = 0;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <vector>
 
 #include "core/error.h"
 #include "ops/matmul_kernels.h"
@@ -22,6 +23,41 @@ float quantize_act_block(const float* x, int8_t* q) {
   const float id = d != 0.f ? 1.f / d : 0.f;
   for (int i = 0; i < kQK; ++i) q[i] = int8_t(std::roundf(x[i] * id));
   return d;
+}
+
+void interleave_group(DType base, const uint8_t* rows, int64_t row_bytes, int count, int64_t nb, uint8_t* out) {
+  const bool q8 = base == DType::Q8_0;
+  const int64_t src_block = q8 ? 34 : 18, dst_block = interleaved_block_bytes(base);
+  for (int c = 0; c < kInterleaveRows; ++c) {
+    const uint8_t* row = rows + std::min(c, count - 1) * row_bytes;
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* src = row + b * src_block;
+      uint8_t* dst = out + b * dst_block;
+      std::memcpy(dst + 2 * c, src, 2);  // f16 scale
+      const int chunks = q8 ? 8 : 4;
+      for (int i = 0; i < chunks; ++i)
+        for (int e = 0; e < 4; ++e) {
+          const uint8_t v = src[2 + 4 * i + e];
+          dst[32 + 64 * i + 4 * c + e] = q8 ? uint8_t(v ^ 0x80) : v;
+        }
+    }
+  }
+}
+
+void deinterleave_row(DType base, const uint8_t* group, int64_t nb, int lane, uint8_t* out) {
+  const bool q8 = base == DType::Q8_0;
+  const int64_t dst_block = q8 ? 34 : 18, src_block = interleaved_block_bytes(base);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* src = group + b * src_block;
+    uint8_t* dst = out + b * dst_block;
+    std::memcpy(dst, src + 2 * lane, 2);
+    const int chunks = q8 ? 8 : 4;
+    for (int i = 0; i < chunks; ++i)
+      for (int e = 0; e < 4; ++e) {
+        const uint8_t v = src[32 + 64 * i + 4 * lane + e];
+        dst[2 + 4 * i + e] = q8 ? uint8_t(v ^ 0x80) : v;
+      }
+  }
 }
 
 namespace {
@@ -66,7 +102,8 @@ float dot_float(DType type, const uint8_t* w_row, const float* x, int64_t k) {
 }
 
 // Per 32-block: exact integer dots, then acc += (scale * d_x) * isum (+ (min * d_x) * sum(x_q) for types
-// with a minimum) in float, blocks in order. Q6_K's two 16-element halves have their own scales.
+// with a minimum) in float, blocks in order; Q4_0 / Q8_0 fuse that multiply-add into one rounding.
+// Q6_K's two 16-element halves have their own scales.
 float dot_quant(DType type, const uint8_t* w_row, const ActBlock* act, int64_t nb) {
   float acc = 0.f;
   DecodedBlock blk;
@@ -77,7 +114,10 @@ float dot_quant(DType type, const uint8_t* w_row, const ActBlock* act, int64_t n
       isum[i / 16] += int32_t(blk.q[i]) * int32_t(act[b].q[i]);
       xsum += act[b].q[i];
     }
-    if (type == DType::Q6_K) {
+    if (type == DType::Q4_0 || type == DType::Q8_0) {
+      // One fused multiply-add per block: the arithmetic the AVX-512 kernels reproduce bit for bit.
+      acc = std::fma(blk.scale[0] * act[b].d, float(isum[0] + isum[1]), acc);
+    } else if (type == DType::Q6_K) {
       acc += (blk.scale[0] * act[b].d) * float(isum[0]);
       acc += (blk.scale[1] * act[b].d) * float(isum[1]);
     } else {
@@ -155,7 +195,9 @@ bool is_quant(DType type) {
     case DType::Q5_1:
     case DType::Q4_K:
     case DType::Q5_K:
-    case DType::Q6_K: return true;
+    case DType::Q6_K:
+    case DType::Q4_0_R16:
+    case DType::Q8_0_R16: return true;
     default: return false;
   }
 }
@@ -164,8 +206,9 @@ std::string describe(const TensorView& w) {
   return "weight '" + w.name + "' (" + dtype_name(w.type) + " " + w.shape_string() + ")";
 }
 
-// Per-calling-thread scratch for quantised activations, 64-byte aligned, grown on demand.
-uint8_t* activation_scratch(int64_t bytes) {
+// Per-thread scratch, 64-byte aligned, grown on demand; one per use (Tag) so they never alias.
+template <int Tag>
+uint8_t* thread_scratch(int64_t bytes) {
   struct Free {
     void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t(64)); }
   };
@@ -178,6 +221,9 @@ uint8_t* activation_scratch(int64_t bytes) {
   }
   return buffer.get();
 }
+// The calling thread's quantised activations; a worker's rows of one interleaved group.
+uint8_t* activation_scratch(int64_t bytes) { return thread_scratch<0>(bytes); }
+uint8_t* group_scratch(int64_t bytes) { return thread_scratch<1>(bytes); }
 
 void check_args(const TensorView& w, const float* x, int64_t ldx, int64_t m, const float* y, int64_t ldy) {
   check(matmul_supports(w.type), "matmul: " + describe(w) + ": unsupported weight type");
@@ -220,9 +266,10 @@ void run_fused(const KernelSet& ks, const MatmulTarget* targets, int count, cons
   for (int t = 0; t < count; ++t) {
     act_of[t] = -1;
     if (!is_quant(targets[t].w->type)) continue;
+    const DType act_type = interleaved_base(targets[t].w->type);  // the layouts share their activations
     int a = 0;
-    while (a < n_act_types && act_types[a] != targets[t].w->type) ++a;
-    if (a == n_act_types) act_types[n_act_types++] = targets[t].w->type;
+    while (a < n_act_types && act_types[a] != act_type) ++a;
+    if (a == n_act_types) act_types[n_act_types++] = act_type;
     act_of[t] = a;
   }
   uint8_t* xq = n_act_types > 0 ? activation_scratch(act_bytes * m * n_act_types) : nullptr;
@@ -241,6 +288,19 @@ void run_fused(const KernelSet& ks, const MatmulTarget* targets, int count, cons
     if (act_of[t] < 0) {
       const FloatArgs a{w.type, wp, w.row_size(), k, x, ldx, m, targets[t].y, targets[t].ldy};
       ks.matmul_float(a, j0, j1);
+    } else if (is_interleaved(w.type) && ks.level != SimdLevel::Avx512) {
+      // Other levels read each group back into the file layout and run their own kernel on it.
+      const DType base = interleaved_base(w.type);
+      const int64_t rb = w.row_size(), nb = k / kQK;
+      uint8_t* rows = group_scratch(kInterleaveRows * rb);
+      for (int64_t g = j0 / kInterleaveRows; g * kInterleaveRows < j1; ++g) {
+        const int64_t c0 = std::max(j0, g * kInterleaveRows), c1 = std::min(j1, (g + 1) * kInterleaveRows);
+        for (int64_t c = c0; c < c1; ++c)
+          deinterleave_row(base, wp + g * kInterleaveRows * rb, nb, int(c % kInterleaveRows), rows + (c - c0) * rb);
+        const QuantArgs a{base, rows, rb, k, xq + act_of[t] * m * act_bytes, act_bytes,
+                          m,    targets[t].y + c0, targets[t].ldy};
+        ks.matmul_quant(a, 0, c1 - c0);
+      }
     } else {
       const QuantArgs a{w.type, wp, w.row_size(), k, xq + act_of[t] * m * act_bytes, act_bytes,
                         m,      targets[t].y, targets[t].ldy};
@@ -300,6 +360,29 @@ void matmul_fused(const MatmulTarget* targets, int count, const float* x, int64_
     check_args(*targets[t].w, x, ldx, m, targets[t].y, targets[t].ldy);
   }
   run_fused(kernels_for(matmul_simd_level()), targets, count, x, ldx, m, pool);
+}
+
+bool matmul_prefers_interleaved(const TensorView& w) {
+  return (w.type == DType::Q4_0 || w.type == DType::Q8_0) && w.ne[1] > 0 && w.ne[1] % kInterleaveRows == 0 &&
+         matmul_simd_level() == SimdLevel::Avx512;
+}
+
+void interleave_for_matmul(TensorView& w, void* data, ThreadPool* pool) {
+  check(w.type == DType::Q4_0 || w.type == DType::Q8_0,
+        "interleave_for_matmul: " + describe(w) + " is not Q4_0 or Q8_0");
+  check(w.ne[1] % kInterleaveRows == 0, "interleave_for_matmul: " + describe(w) + ": rows not a multiple of 16");
+  check(data == w.data, "interleave_for_matmul: " + describe(w) + ": data is not the view's");
+  const int64_t rb = w.row_size(), nb = w.cols() / kQK, groups = w.rows() / kInterleaveRows;
+  const int64_t group_bytes = kInterleaveRows * rb;
+  uint8_t* bytes = static_cast<uint8_t*>(data);
+  parallel_for(groups * group_bytes >= (int64_t(1) << 20) ? pool : nullptr, groups, 16, [&](int64_t g0, int64_t g1) {
+    uint8_t* tmp = group_scratch(group_bytes);
+    for (int64_t g = g0; g < g1; ++g) {
+      interleave_group(w.type, bytes + g * group_bytes, rb, kInterleaveRows, nb, tmp);
+      std::memcpy(bytes + g * group_bytes, tmp, size_t(group_bytes));
+    }
+  });
+  w.type = w.type == DType::Q4_0 ? DType::Q4_0_R16 : DType::Q8_0_R16;
 }
 
 void matmul_reference(const TensorView& w, const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy) {
@@ -418,6 +501,14 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n) {
 void get_row(const TensorView& w, int64_t row, float* dst) {
   check(row >= 0 && row < w.rows(), "get_row: row " + std::to_string(row) + " out of range for " + describe(w));
   check(matmul_supports(w.type), "get_row: " + describe(w) + ": unsupported type");
+  if (is_interleaved(w.type)) {
+    const DType base = interleaved_base(w.type);
+    uint8_t* bytes = thread_scratch<2>(w.row_size());
+    const uint8_t* group = static_cast<const uint8_t*>(w.data) + row / kInterleaveRows * kInterleaveRows * w.row_size();
+    deinterleave_row(base, group, w.cols() / kQK, int(row % kInterleaveRows), bytes);
+    dequantize_row(base, bytes, dst, w.cols());
+    return;
+  }
   dequantize_row(w.type, w.row(row), dst, w.cols());
 }
 

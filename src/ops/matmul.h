@@ -39,6 +39,17 @@ struct MatmulTarget {
 // columns; every output is bitwise what matmul() gives for it alone.
 void matmul_fused(const MatmulTarget* targets, int count, const float* x, int64_t ldx, int64_t m, ThreadPool* pool);
 
+// Weights rearranged for the AVX-512 VNNI kernels: Q4_0 / Q8_0 matrices in groups of 16 rows, so one
+// vector holds 4 consecutive elements of 16 rows and the integer dots need no horizontal sums. The
+// results are bit for bit those of the file layout (at every SIMD level: other levels read the groups
+// back into the file layout); only the speed differs.
+// True when w is Q4_0 / Q8_0, its matrices' row count (ne[1]) a multiple of 16, and matmul runs at the
+// AVX-512 level.
+bool matmul_prefers_interleaved(const TensorView& w);
+// Rearranges w's bytes in place (`data` is w.data, writable) and sets w.type to Q4_0_R16 / Q8_0_R16.
+// Requires w Q4_0 / Q8_0 with rows (ne[1]) a multiple of 16.
+void interleave_for_matmul(TensorView& w, void* data, ThreadPool* pool);
+
 // The obviously-correct twin: plain scalar loops computing the same function (for quantised weights
 // the same activation quantisation and block-wise integer dots), used by tests.
 void matmul_reference(const TensorView& w, const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy);

@@ -17,6 +17,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <cstdlib>
+#include <vector>
 
 #include "ops/matmul_kernels.h"
 
@@ -208,7 +210,28 @@ float quantize_block_avx512(const float* x, int8_t* q) {
   return d;
 }
 
+// Q4_0 / Q8_0 (file or interleaved layout) take their activations block by block instead, 40 bytes a
+// block: the 32 values in element order, the int32 start value -offset * (block sum) (Q4_0's stored
+// nibbles carry offset 8; Q8_0 enters as q + 128), the f32 scale. It fits in act_row_bytes(k).
+constexpr int64_t kGroupedActBytes = 40;
+inline bool grouped(DType wtype) { return wtype == DType::Q4_0 || wtype == DType::Q8_0 || is_interleaved(wtype); }
+
+void quantize_act_grouped(DType wtype, const float* x, int64_t k, uint8_t* dst) {
+  const int32_t offset = interleaved_base(wtype) == DType::Q8_0 ? 128 : 8;
+  for (int64_t b = 0; b < k / kQK; ++b) {
+    uint8_t* blk = dst + b * kGroupedActBytes;
+    int8_t* q = reinterpret_cast<int8_t*>(blk);
+    const float d = quantize_block_avx512(x + b * kQK, q);
+    int32_t sum = 0;
+    for (int e = 0; e < kQK; ++e) sum += q[e];
+    const int32_t init = -offset * sum;
+    std::memcpy(blk + kQK, &init, 4);
+    std::memcpy(blk + kQK + 4, &d, 4);
+  }
+}
+
 void quantize_act(DType wtype, const float* x, int64_t k, uint8_t* dst) {
+  if (grouped(wtype)) return quantize_act_grouped(wtype, x, k, dst);
   const int64_t nb = k / kQK;
   const int offset = wtype == DType::Q8_0 ? 128 : quant_offset(wtype);
   const bool mins = has_block_min(wtype);
@@ -247,6 +270,11 @@ void quantize_act(DType wtype, const float* x, int64_t k, uint8_t* dst) {
 }
 
 void act_block(DType wtype, const uint8_t* row, int64_t k, int64_t b, int8_t* q, float* d) {
+  if (grouped(wtype)) {
+    std::memcpy(q, row + b * kGroupedActBytes, kQK);
+    std::memcpy(d, row + b * kGroupedActBytes + kQK + 4, 4);
+    return;
+  }
   const uint8_t* pair = row + b / 2 * kPairBytes;
   const int h = int(b & 1);
   const bool lone = (b == k / kQK - 1) && h == 0;
@@ -308,42 +336,6 @@ struct NoUnit {};
 // How a format's minimum enters: none; per lane (Q4_1, Q5_1: acc += (d_x * lane sum) * min); once per
 // super-block (Q4_K, Q5_K: lanes 8-15 of acc += (d_x * block sum) * min of each of the 8 blocks).
 constexpr int kNoMin = 0, kLaneMin = 1, kSuperBlockMin = 2;
-
-struct PairQ8_0 {
-  static constexpr int kPairs = 1, kUnitBytes = 2 * sizeof(BlockQ8_0), kPrefetchSpan = 64;
-  static constexpr int kVecCols = 8, kCols = 4;
-  static constexpr int kMinMode = kNoMin;
-  using Unit = NoUnit;
-  static void prepare(const uint8_t*, Unit&) {}
-  static void pair(const uint8_t* p, const Unit&, int, __m512i& q, __m512& d, __m512&) {
-    constexpr int kB = sizeof(BlockQ8_0);
-    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
-    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kB + 2));
-    q = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(b0), b1, 1), _mm512_set1_epi8(char(0x80)));
-    d = pair_halves(p, kB, _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0));
-  }
-  static void load_one(const uint8_t* p, __m256i& q, __m256& d, __m256&) {
-    q = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2)), _mm256_set1_epi8(char(0x80)));
-    d = _mm256_set1_ps(half_to_float(p));
-  }
-};
-
-struct PairQ4_0 {
-  static constexpr int kPairs = 1, kUnitBytes = 2 * sizeof(BlockQ4_0), kPrefetchSpan = 64;
-  static constexpr int kVecCols = 8, kCols = 4;
-  static constexpr int kMinMode = kNoMin;
-  using Unit = NoUnit;
-  static void prepare(const uint8_t*, Unit&) {}
-  static void pair(const uint8_t* p, const Unit&, int, __m512i& q, __m512& d, __m512&) {
-    constexpr int kB = sizeof(BlockQ4_0);
-    q = split_nibbles_pair(p + 2, p + kB + 2);
-    d = pair_halves(p, kB, split_index());
-  }
-  static void load_one(const uint8_t* p, __m256i& q, __m256& d, __m256&) {
-    q = split_nibbles_one(p + 2);
-    d = _mm256_set1_ps(half_to_float(p));
-  }
-};
 
 struct PairQ4_1 {
   static constexpr int kPairs = 1, kUnitBytes = 2 * sizeof(BlockQ4_1), kPrefetchSpan = 64;
@@ -621,10 +613,205 @@ void matmul_quant_typed(const QuantArgs& a, int64_t j0, int64_t j1) {
   }
 }
 
+
+// ---- Q4_0 / Q8_0: 16 rows at once from interleaved groups ------------------------------------------
+//
+// One vector lane per weight row: per 32-block, 8 vpdpbusd (4 elements each, the activation's 4 bytes
+// broadcast) give each lane the block's exact integer dot (started at -offset * block sum), then
+//   acc = fma(d_w * d_x, float(isum), acc)
+// in block order (one rounding for the product of scales, one for the fused multiply-add): exactly the
+// scalar reference's arithmetic for these formats, so
+// these outputs equal matmul_reference's bit for bit. Weights in the file layout are interleaved into
+// the same groups on the fly (16 rows at a time), so both layouts give the same bits.
+
+// s + (unsigned bytes of w) . (the 4 signed bytes at q, broadcast): vpdpbusd with an embedded broadcast
+// operand, which GCC does not form from _mm512_set1_epi32 by itself.
+inline __m512i dpbusd_bcast(__m512i s, __m512i w, const int32_t* q) {
+  __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(s) : "v"(w), "m"(*q));
+  return s;
+}
+
+constexpr int kTwoChainRows = 2;
+constexpr int kPairRows = 4;  // activation rows per register tile of two groups (0: one group, 8 rows)
+constexpr int kGroupAhead = 8192;      // streaming: prefetch distance along the group's bytes
+
+// R rows of activations against C adjacent groups (gstride bytes apart; y + 16c is group c's lane 0).
+// Only the first `rows` (<= R) rows exist and are stored, the others repeat the last one; only
+// lanes[c] of group c are stored.
+template <bool kQ8, int R, int C>
+void group_tile(const uint8_t* g, int64_t gstride, int64_t nb, const uint8_t* xq, int64_t xrb, float* y, int64_t ldy,
+                const __mmask16* lanes, int rows = R) {
+  constexpr int64_t kBlock = kQ8 ? 544 : 288;
+  __m512 acc[R][C];
+  const uint8_t* act[R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 2
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+    act[r] = xq + std::min(r, rows - 1) * xrb;
+  }
+  const __m512i low = _mm512_set1_epi8(0x0f);
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512 dw[C];
+    __m512i wv[C][8];
+#pragma GCC unroll 2
+    for (int c = 0; c < C; ++c) {
+      const uint8_t* p = g + c * gstride + b * kBlock;
+      if (kGroupAhead > 0) {
+#pragma GCC unroll 9
+        for (int64_t off = 0; off < kBlock; off += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(p) + kGroupAhead + off, _MM_HINT_T0);
+      }
+      dw[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+      if constexpr (kQ8) {
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) wv[c][i] = _mm512_loadu_si512(p + 32 + 64 * i);
+      } else {
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          const __m512i raw = _mm512_loadu_si512(p + 32 + 64 * i);
+          wv[c][i] = _mm512_and_si512(raw, low);
+          wv[c][i + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+        }
+      }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* a = act[r] + b * kGroupedActBytes;
+      const int32_t* q = reinterpret_cast<const int32_t*>(a);
+      const __m512i init = _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(a + kQK));
+      const __m512 dx = _mm512_set1_ps(*reinterpret_cast<const float*>(a + kQK + 4));
+      __m512i s[C];
+#pragma GCC unroll 2
+      for (int c = 0; c < C; ++c) s[c] = init;
+      if constexpr (R * C <= kTwoChainRows) {  // few rows: two chains hide vpdpbusd's latency (integer sums)
+        __m512i s1[C];
+#pragma GCC unroll 2
+        for (int c = 0; c < C; ++c) s1[c] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int i = 0; i < 8; i += 2)
+#pragma GCC unroll 2
+          for (int c = 0; c < C; ++c) {
+            s[c] = dpbusd_bcast(s[c], wv[c][i], q + i);
+            s1[c] = dpbusd_bcast(s1[c], wv[c][i + 1], q + i + 1);
+          }
+#pragma GCC unroll 2
+        for (int c = 0; c < C; ++c) s[c] = _mm512_add_epi32(s[c], s1[c]);
+      } else if constexpr (C == 1) {
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) s[0] = dpbusd_bcast(s[0], wv[0][i], q + i);
+      } else {  // one broadcast of the activation's 4 bytes feeds both groups
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) {
+          const __m512i xb = _mm512_set1_epi32(q[i]);
+#pragma GCC unroll 2
+          for (int c = 0; c < C; ++c) s[c] = _mm512_dpbusd_epi32(s[c], wv[c][i], xb);
+        }
+      }
+#pragma GCC unroll 2
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(_mm512_mul_ps(dw[c], dx), _mm512_cvtepi32_ps(s[c]), acc[r][c]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+    if (r < rows)
+#pragma GCC unroll 2
+      for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + r * ldy + 16 * c, lanes[c], acc[r][c]);
+}
+
+template <bool kQ8, int C>
+void group_rows(int r, const uint8_t* g, int64_t gstride, int64_t nb, const uint8_t* xq, int64_t xrb, float* y,
+                int64_t ldy, const __mmask16* lanes) {
+  constexpr int kFull = C == 1 ? 8 : kPairRows;
+  if (r >= kFull) return group_tile<kQ8, kFull, C>(g, gstride, nb, xq, xrb, y, ldy, lanes);
+  switch (r) {
+    case 1: return group_tile<kQ8, 1, C>(g, gstride, nb, xq, xrb, y, ldy, lanes);
+    case 2: return group_tile<kQ8, 2, C>(g, gstride, nb, xq, xrb, y, ldy, lanes);
+    case 3: return group_tile<kQ8, 3, C>(g, gstride, nb, xq, xrb, y, ldy, lanes);
+    case 4: return group_tile<kQ8, 4, C>(g, gstride, nb, xq, xrb, y, ldy, lanes, std::min(r, kFull));
+    default: return group_tile<kQ8, (kFull > 4 ? kFull : 4), C>(g, gstride, nb, xq, xrb, y, ldy, lanes, std::min(r, kFull));
+  }
+}
+
+// Every activation row against C adjacent groups; y points at the first group's lane 0.
+template <bool kQ8, int C>
+void group_all_rows(const uint8_t* g, int64_t gstride, int64_t nb, const QuantArgs& a, float* y, const __mmask16* lanes) {
+  constexpr int kStep = C == 1 ? 8 : kPairRows;
+  for (int64_t i = 0; i < a.m; i += kStep)
+    group_rows<kQ8, C>(int(std::min<int64_t>(kStep, a.m - i)), g, gstride, nb, a.xq + i * a.xq_row_bytes,
+                       a.xq_row_bytes, y + i * a.ldy, a.ldy, lanes);
+}
+
+inline __mmask16 lane_range(int64_t c0, int64_t c1) {  // lanes [c0, c1) of a group, 0 <= c0 < c1 <= 16
+  return __mmask16(((1u << (c1 - c0)) - 1) << c0);
+}
+
+// interleave_group (matmul.cpp) with gathers: each 64-byte chunk is one 16-lane gather of 4-byte words.
+template <bool kQ8>
+void interleave_group_avx512(const uint8_t* rows, int64_t row_bytes, int count, int64_t nb, uint8_t* out) {
+  constexpr int64_t kSrc = kQ8 ? 34 : 18, kDst = kQ8 ? 544 : 288;
+  constexpr int kChunks = kQ8 ? 8 : 4;
+  const __m512i index = _mm512_mullo_epi32(_mm512_min_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                            _mm512_set1_epi32(count - 1)),
+                                           _mm512_set1_epi32(int32_t(row_bytes)));
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* src = rows + b * kSrc;
+    uint8_t* dst = out + b * kDst;
+    // The scale words also carry 2 bytes of quants; their low halves are the f16 scales.
+    const __m512i scales = _mm512_i32gather_epi32(index, src, 1);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16(scales));
+#pragma GCC unroll 8
+    for (int i = 0; i < kChunks; ++i) {
+      __m512i v = _mm512_i32gather_epi32(index, src + 2 + 4 * i, 1);
+      if (kQ8) v = _mm512_xor_si512(v, _mm512_set1_epi8(char(0x80)));
+      _mm512_storeu_si512(dst + 32 + 64 * i, v);
+    }
+  }
+}
+
+template <bool kQ8>
+void matmul_grouped(const QuantArgs& a, int64_t j0, int64_t j1) {
+  const int64_t nb = a.k / kQK, rb = a.w_row_bytes, group_bytes = kInterleaveRows * rb;
+  const bool pairs = a.m > 2 && kPairRows > 0;  // many rows: two groups share each activation broadcast
+  if (is_interleaved(a.type)) {  // row j is lane j % 16 of group j / 16
+    const int64_t g1 = (j1 + kInterleaveRows - 1) / kInterleaveRows;
+    for (int64_t g = j0 / kInterleaveRows; g < g1;) {
+      __mmask16 lanes[2];
+      const int n = pairs && g + 1 < g1 ? 2 : 1;
+      for (int c = 0; c < n; ++c) {
+        const int64_t c0 = std::max(j0, (g + c) * kInterleaveRows), c1 = std::min(j1, (g + c + 1) * kInterleaveRows);
+        lanes[c] = lane_range(c0 - (g + c) * kInterleaveRows, c1 - (g + c) * kInterleaveRows);
+      }
+      if (n == 2) group_all_rows<kQ8, 2>(a.w + g * group_bytes, group_bytes, nb, a, a.y + g * kInterleaveRows, lanes);
+      else group_all_rows<kQ8, 1>(a.w + g * group_bytes, group_bytes, nb, a, a.y + g * kInterleaveRows, lanes);
+      g += n;
+    }
+    return;
+  }
+  // File layout: rows j0, j0 + 16, ... start groups interleaved on the fly into this thread's buffer.
+  thread_local std::vector<uint8_t> buffer;
+  if (int64_t(buffer.size()) < 2 * group_bytes + 64) buffer.resize(size_t(2 * group_bytes + 64));
+  uint8_t* tmp = buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
+  for (int64_t j = j0; j < j1;) {
+    __mmask16 lanes[2];
+    const int n = pairs && j1 - j > kInterleaveRows ? 2 : 1;
+    for (int c = 0; c < n; ++c) {
+      const int count = int(std::min<int64_t>(kInterleaveRows, j1 - j - c * kInterleaveRows));
+      interleave_group_avx512<kQ8>(a.w + (j + c * kInterleaveRows) * rb, rb, count, nb, tmp + c * group_bytes);
+      lanes[c] = lane_range(0, count);
+    }
+    if (n == 2) group_all_rows<kQ8, 2>(tmp, group_bytes, nb, a, a.y + j, lanes);
+    else group_all_rows<kQ8, 1>(tmp, group_bytes, nb, a, a.y + j, lanes);
+    j += n * kInterleaveRows;
+  }
+}
+
 void matmul_quant(const QuantArgs& a, int64_t j0, int64_t j1) {
   switch (a.type) {
-    case DType::Q8_0: matmul_quant_typed<PairQ8_0>(a, j0, j1); break;
-    case DType::Q4_0: matmul_quant_typed<PairQ4_0>(a, j0, j1); break;
+    case DType::Q8_0:
+    case DType::Q8_0_R16: matmul_grouped<true>(a, j0, j1); break;
+    case DType::Q4_0:
+    case DType::Q4_0_R16: matmul_grouped<false>(a, j0, j1); break;
     case DType::Q4_1: matmul_quant_typed<PairQ4_1>(a, j0, j1); break;
     case DType::Q5_0: matmul_quant_typed<PairQ5_0>(a, j0, j1); break;
     case DType::Q5_1: matmul_quant_typed<PairQ5_1>(a, j0, j1); break;

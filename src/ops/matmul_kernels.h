@@ -87,6 +87,22 @@ void decode_block(DType type, const uint8_t* row, int64_t b, DecodedBlock& out);
 void dequantize_row_extra(DType type, const uint8_t* src, float* dst, int64_t n);
 void quantize_row_extra(DType type, const float* src, uint8_t* dst, int64_t n);
 
+// ---- the row-interleaved layouts (Q4_0_R16, Q8_0_R16) ---------------------------------------------
+//
+// A group of 16 consecutive rows (row r of the matrix is lane r % 16 of group r / 16) is stored block by
+// block: for each 32-element block b, 16 f16 scales (lane c = row c of the group), then the quants as
+// 64-byte chunks whose lane c (bytes 4c .. 4c + 3) belongs to row c:
+//   Q4_0_R16 (288 bytes a block): chunk i (0..3) lane c = bytes 4i .. 4i + 3 of row c's qs, unchanged, so
+//     its low nibbles are elements 4i .. 4i + 3 and its high nibbles elements 16 + 4i .. 16 + 4i + 3;
+//   Q8_0_R16 (544 bytes a block): chunk g (0..7) lane c = row c's qs[4g .. 4g + 3] + 128 (as unsigned bytes).
+// A group takes exactly the bytes of its 16 rows, so a matrix can be rearranged in place.
+inline int64_t interleaved_block_bytes(DType base) { return kInterleaveRows * (base == DType::Q4_0 ? 18 : 34); }
+// Rows [0, count) of `rows` (file layout, row stride row_bytes, nb blocks each) as one interleaved group;
+// lanes count .. 15 repeat row count - 1 (they are computed and never stored).
+void interleave_group(DType base, const uint8_t* rows, int64_t row_bytes, int count, int64_t nb, uint8_t* out);
+// Lane `lane` of an interleaved group back in the file layout (nb blocks).
+void deinterleave_row(DType base, const uint8_t* group, int64_t nb, int lane, uint8_t* out);
+
 const KernelSet& kernels_scalar();
 const KernelSet& kernels_avx2();
 const KernelSet& kernels_avx512();

@@ -16,13 +16,12 @@ std::string layer_prefix(int64_t i) {
   return "blk." + std::to_string(i) + ".";
 }
 
-// A parameter's value from a bound weight of any dtype (the layout is the same: ggml rows).
+// A parameter's value from a bound weight of any dtype or layout.
 void copy_weight(const TensorView& src, Parameter& dst) {
   check(src.data != nullptr, "TrainModel: weight '" + dst.name + "' is missing");
   check(src.elements() == dst.size() && src.cols() == dst.cols(),
         "TrainModel: weight '" + dst.name + "' has shape " + src.shape_string());
-  for (int64_t r = 0; r < src.rows(); ++r)
-    dequantize_row(src.type, src.row(r), dst.value.data() + r * src.cols(), src.cols());
+  for (int64_t r = 0; r < src.rows(); ++r) get_row(src, r, dst.value.data() + r * src.cols());
 }
 
 }  // namespace
