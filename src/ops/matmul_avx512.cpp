@@ -3,10 +3,12 @@
 //
 // Determinism: every output y[i][j] is produced by the same instruction sequence whatever tile computes
 // it. Float weights: 16 lanes accumulate k = 16s + l in order of s (masked tail last), then one fixed
-// reduction tree. Quantised weights: 16 int32 lanes per pair of 32-blocks, each lane converted to float
-// and accumulated as acc += (isum * d_x) * d_w in pair order (an odd last block uses lanes 0-7 only;
-// formats with a minimum add it per pair or per super-block, see quant_tile), then the same reduction
-// tree. Tiles only decide how many independent outputs run side by side.
+// reduction tree. Q4_0 / Q8_0 (either layout): one lane per weight row, blocks in order, exactly the
+// scalar reference's arithmetic (see group_tile). Other quantised weights: 16 int32 lanes per pair of
+// 32-blocks, each lane converted to float and accumulated as acc += (isum * d_x) * d_w in pair order (an
+// odd last block uses lanes 0-7 only; formats with a minimum add it per pair or per super-block, see
+// quant_tile), then the same reduction tree. Tiles only decide how many independent outputs run side by
+// side.
 //
 // GCC 12's AVX-512 headers trip -W(maybe-)uninitialized on their own _mm512_undefined_* where they get
 // inlined (GCC bug 105593), so those two warnings are off for this file.
@@ -631,9 +633,9 @@ inline __m512i dpbusd_bcast(__m512i s, __m512i w, const int32_t* q) {
   return s;
 }
 
-constexpr int kTwoChainRows = 2;
-constexpr int kPairRows = 4;  // activation rows per register tile of two groups (0: one group, 8 rows)
-constexpr int kGroupAhead = 8192;      // streaming: prefetch distance along the group's bytes
+constexpr int kTwoChainRows = 2;   // tiles of at most this many (row, group) pairs split each block's dot
+constexpr int kPairRows = 4;       // activation rows per register tile of two groups (one group: 8)
+constexpr int kGroupAhead = 8192;  // software prefetch distance along the groups' bytes
 
 // R rows of activations against C adjacent groups (gstride bytes apart; y + 16c is group c's lane 0).
 // Only the first `rows` (<= R) rows exist and are stored, the others repeat the last one; only
@@ -657,11 +659,9 @@ void group_tile(const uint8_t* g, int64_t gstride, int64_t nb, const uint8_t* xq
 #pragma GCC unroll 2
     for (int c = 0; c < C; ++c) {
       const uint8_t* p = g + c * gstride + b * kBlock;
-      if (kGroupAhead > 0) {
 #pragma GCC unroll 9
-        for (int64_t off = 0; off < kBlock; off += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(p) + kGroupAhead + off, _MM_HINT_T0);
-      }
+      for (int64_t off = 0; off < kBlock; off += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p) + kGroupAhead + off, _MM_HINT_T0);
       dw[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
       if constexpr (kQ8) {
 #pragma GCC unroll 8
@@ -772,9 +772,14 @@ void interleave_group_avx512(const uint8_t* rows, int64_t row_bytes, int count, 
 template <bool kQ8>
 void matmul_grouped(const QuantArgs& a, int64_t j0, int64_t j1) {
   const int64_t nb = a.k / kQK, rb = a.w_row_bytes, group_bytes = kInterleaveRows * rb;
-  const bool pairs = a.m > 2 && kPairRows > 0;  // many rows: two groups share each activation broadcast
+  const bool pairs = a.m > 2;  // many rows: two groups share each activation broadcast
   if (is_interleaved(a.type)) {  // row j is lane j % 16 of group j / 16
     const int64_t g1 = (j1 + kInterleaveRows - 1) / kInterleaveRows;
+    // The tiles prefetch kGroupAhead bytes ahead of themselves; start that stream now, so a chunk's
+    // first blocks do not each wait for DRAM.
+    const uint8_t* first = a.w + j0 / kInterleaveRows * group_bytes;
+    const int64_t lead = std::min<int64_t>(kGroupAhead, (g1 - j0 / kInterleaveRows) * group_bytes);
+    for (int64_t off = 0; off < lead; off += 64) _mm_prefetch(reinterpret_cast<const char*>(first) + off, _MM_HINT_T0);
     for (int64_t g = j0 / kInterleaveRows; g < g1;) {
       __mmask16 lanes[2];
       const int n = pairs && g + 1 < g1 ? 2 : 1;
