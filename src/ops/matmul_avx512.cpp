@@ -644,6 +644,7 @@ template <bool kQ8, int R, int C>
 void group_tile(const uint8_t* g, int64_t gstride, int64_t nb, const uint8_t* xq, int64_t xrb, float* y, int64_t ldy,
                 const __mmask16* lanes, int rows = R) {
   constexpr int64_t kBlock = kQ8 ? 544 : 288;
+  constexpr bool kOnce = R <= 2 && C == 1;
   __m512 acc[R][C];
   const uint8_t* act[R];
 #pragma GCC unroll 16
@@ -659,9 +660,12 @@ void group_tile(const uint8_t* g, int64_t gstride, int64_t nb, const uint8_t* xq
 #pragma GCC unroll 2
     for (int c = 0; c < C; ++c) {
       const uint8_t* p = g + c * gstride + b * kBlock;
+      // One or two activation rows read each group once: a non-temporal prefetch keeps the stream
+      // from evicting what the caches hold (measured 8% faster from DRAM); larger tiles re-read the
+      // groups row tile after row tile, from L2.
 #pragma GCC unroll 9
       for (int64_t off = 0; off < kBlock; off += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(p) + kGroupAhead + off, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p) + kGroupAhead + off, kOnce ? _MM_HINT_NTA : _MM_HINT_T0);
       dw[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
       if constexpr (kQ8) {
 #pragma GCC unroll 8
