@@ -375,10 +375,12 @@ void interleave_for_matmul(TensorView& w, void* data, ThreadPool* pool) {
   const int64_t rb = w.row_size(), nb = w.cols() / kQK, groups = w.rows() / kInterleaveRows;
   const int64_t group_bytes = kInterleaveRows * rb;
   uint8_t* bytes = static_cast<uint8_t*>(data);
+  const bool avx512 = hardware_simd_level() == SimdLevel::Avx512;
   parallel_for(groups * group_bytes >= (int64_t(1) << 20) ? pool : nullptr, groups, 16, [&](int64_t g0, int64_t g1) {
     uint8_t* tmp = group_scratch(group_bytes);
     for (int64_t g = g0; g < g1; ++g) {
-      interleave_group(w.type, bytes + g * group_bytes, rb, kInterleaveRows, nb, tmp);
+      if (avx512) interleave_group_avx512(w.type, bytes + g * group_bytes, rb, kInterleaveRows, nb, tmp);
+      else interleave_group(w.type, bytes + g * group_bytes, rb, kInterleaveRows, nb, tmp);
       std::memcpy(bytes + g * group_bytes, tmp, size_t(group_bytes));
     }
   });

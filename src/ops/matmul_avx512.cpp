@@ -773,6 +773,15 @@ void interleave_group_avx512(const uint8_t* rows, int64_t row_bytes, int count, 
   }
 }
 
+}  // namespace
+
+void interleave_group_avx512(DType base, const uint8_t* rows, int64_t row_bytes, int count, int64_t nb, uint8_t* out) {
+  if (base == DType::Q8_0) interleave_group_avx512<true>(rows, row_bytes, count, nb, out);
+  else interleave_group_avx512<false>(rows, row_bytes, count, nb, out);
+}
+
+namespace {
+
 template <bool kQ8>
 void matmul_grouped(const QuantArgs& a, int64_t j0, int64_t j1) {
   const int64_t nb = a.k / kQK, rb = a.w_row_bytes, group_bytes = kInterleaveRows * rb;

@@ -100,6 +100,8 @@ inline int64_t interleaved_block_bytes(DType base) { return kInterleaveRows * (b
 // Rows [0, count) of `rows` (file layout, row stride row_bytes, nb blocks each) as one interleaved group;
 // lanes count .. 15 repeat row count - 1 (they are computed and never stored).
 void interleave_group(DType base, const uint8_t* rows, int64_t row_bytes, int count, int64_t nb, uint8_t* out);
+// The same with AVX-512 gathers (same bytes; only on CPUs with AVX-512).
+void interleave_group_avx512(DType base, const uint8_t* rows, int64_t row_bytes, int count, int64_t nb, uint8_t* out);
 // Lane `lane` of an interleaved group back in the file layout (nb blocks).
 void deinterleave_row(DType base, const uint8_t* group, int64_t nb, int lane, uint8_t* out);
 
