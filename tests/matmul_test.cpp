@@ -818,10 +818,27 @@ TEST(MatmulTest, InterleavedLayoutKeepsEveryRow) {
     }
   }
   Weights odd = make_weights(DType::Q8_0, 40, 64, 4);  // 40 rows: not whole groups of 16
-  EXPECT_THROW(interleave_for_matmul(odd.view, odd.bytes.data(), nullptr), Error);
+  EXPECT_THROW(interleave_for_matmul(odd.view, odd.bytes.data(), nullptr), Error);  // not in place
+  EXPECT_TRUE(matmul_prefers_interleaved(odd.view) == (matmul_simd_level() == SimdLevel::Avx512));
+  {  // into a padded buffer of 48 rows
+    TensorView padded = odd.view;
+    EXPECT_EQ(interleaved_bytes(padded), 48 * padded.row_size());
+    std::vector<uint8_t> buffer(size_t(interleaved_bytes(padded)));
+    interleave_for_matmul(padded, buffer.data(), nullptr);
+    EXPECT_EQ(padded.data, buffer.data());
+    std::vector<float> a(64), b(64);
+    for (int64_t j = 0; j < 40; ++j) {
+      get_row(odd.view, j, a.data());
+      get_row(padded, j, b.data());
+      ASSERT_TRUE(same_bits(a.data(), b.data(), 64)) << "padded row " << j;
+    }
+    TensorView stack = odd.view;  // 2 matrices of 20 rows: no padded form
+    stack.ne = {64, 20, 2, 1};
+    EXPECT_FALSE(matmul_prefers_interleaved(stack));
+    EXPECT_THROW(interleave_for_matmul(stack, buffer.data(), nullptr), Error);
+  }
   Weights f16 = make_weights(DType::F16, 32, 64, 5);
   EXPECT_THROW(interleave_for_matmul(f16.view, f16.bytes.data(), nullptr), Error);
-  EXPECT_FALSE(matmul_prefers_interleaved(odd.view));
   EXPECT_FALSE(matmul_prefers_interleaved(f16.view));
 }
 
@@ -835,6 +852,11 @@ TEST(MatmulTest, InterleavedLayoutGivesTheFileLayoutsBits) {
       const int64_t n = 80;
       const Weights w = make_weights(type, n, k, uint64_t(k));
       const Weights r = interleaved_copy(w);
+      // 75 rows into a padded buffer: its last group has 11 rows.
+      TensorView odd = w.view;
+      odd.ne[1] = 75;
+      std::vector<uint8_t> odd_bytes(size_t(interleaved_bytes(odd)));
+      interleave_for_matmul(odd, odd_bytes.data(), nullptr);
       for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 13, 32, 37}) {
         const std::vector<float> x = random_vector(m * k, uint64_t(m));
         std::vector<float> ref(size_t(m * n));
@@ -847,6 +869,10 @@ TEST(MatmulTest, InterleavedLayoutGivesTheFileLayoutsBits) {
           matmul(w.view, x.data(), m, yf.data(), &pool);
           matmul(r.view, x.data(), m, yr.data(), &pool);
           ASSERT_TRUE(same_bits(yf.data(), yr.data(), m * n)) << what;
+          std::vector<float> yo(size_t(m * 75));
+          matmul(odd, x.data(), m, yo.data(), &pool);
+          for (int64_t i = 0; i < m; ++i)
+            ASSERT_TRUE(same_bits(yo.data() + i * 75, yf.data() + i * n, 75)) << what << " 75 rows, padded";
           if (level == SimdLevel::Avx512) {
             ASSERT_TRUE(same_bits(yf.data(), ref.data(), m * n)) << what << " vs reference";
           }

@@ -363,28 +363,38 @@ void matmul_fused(const MatmulTarget* targets, int count, const float* x, int64_
 }
 
 bool matmul_prefers_interleaved(const TensorView& w) {
-  return (w.type == DType::Q4_0 || w.type == DType::Q8_0) && w.ne[1] > 0 && w.ne[1] % kInterleaveRows == 0 &&
-         matmul_simd_level() == SimdLevel::Avx512;
+  return (w.type == DType::Q4_0 || w.type == DType::Q8_0) && w.ne[1] > 0 &&
+         (w.ne[1] % kInterleaveRows == 0 || w.ne[2] * w.ne[3] == 1) && matmul_simd_level() == SimdLevel::Avx512;
 }
 
-void interleave_for_matmul(TensorView& w, void* data, ThreadPool* pool) {
+int64_t interleaved_bytes(const TensorView& w) {
+  return (w.rows() + kInterleaveRows - 1) / kInterleaveRows * kInterleaveRows * w.row_size();
+}
+
+void interleave_for_matmul(TensorView& w, void* out, ThreadPool* pool) {
   check(w.type == DType::Q4_0 || w.type == DType::Q8_0,
         "interleave_for_matmul: " + describe(w) + " is not Q4_0 or Q8_0");
-  check(w.ne[1] % kInterleaveRows == 0, "interleave_for_matmul: " + describe(w) + ": rows not a multiple of 16");
-  check(data == w.data, "interleave_for_matmul: " + describe(w) + ": data is not the view's");
-  const int64_t rb = w.row_size(), nb = w.cols() / kQK, groups = w.rows() / kInterleaveRows;
-  const int64_t group_bytes = kInterleaveRows * rb;
-  uint8_t* bytes = static_cast<uint8_t*>(data);
+  const bool in_place = out == w.data;
+  check(!in_place || w.ne[1] % kInterleaveRows == 0,
+        "interleave_for_matmul: " + describe(w) + ": rows not a multiple of 16 (rearrange into a new buffer)");
+  check(in_place || w.ne[2] * w.ne[3] == 1, "interleave_for_matmul: " + describe(w) + ": a stack of matrices");
+  const int64_t rb = w.row_size(), nb = w.cols() / kQK, rows = w.rows();
+  const int64_t groups = (rows + kInterleaveRows - 1) / kInterleaveRows, group_bytes = kInterleaveRows * rb;
+  const uint8_t* src = static_cast<const uint8_t*>(w.data);
+  uint8_t* dst = static_cast<uint8_t*>(out);
   const bool avx512 = hardware_simd_level() == SimdLevel::Avx512;
   parallel_for(groups * group_bytes >= (int64_t(1) << 20) ? pool : nullptr, groups, 16, [&](int64_t g0, int64_t g1) {
     uint8_t* tmp = group_scratch(group_bytes);
     for (int64_t g = g0; g < g1; ++g) {
-      if (avx512) interleave_group_avx512(w.type, bytes + g * group_bytes, rb, kInterleaveRows, nb, tmp);
-      else interleave_group(w.type, bytes + g * group_bytes, rb, kInterleaveRows, nb, tmp);
-      std::memcpy(bytes + g * group_bytes, tmp, size_t(group_bytes));
+      // The last group of a matrix whose rows are not a multiple of 16 repeats its last row.
+      const int count = int(std::min<int64_t>(kInterleaveRows, rows - g * kInterleaveRows));
+      if (avx512) interleave_group_avx512(w.type, src + g * group_bytes, rb, count, nb, tmp);
+      else interleave_group(w.type, src + g * group_bytes, rb, count, nb, tmp);
+      std::memcpy(dst + g * group_bytes, tmp, size_t(group_bytes));
     }
   });
   w.type = w.type == DType::Q4_0 ? DType::Q4_0_R16 : DType::Q8_0_R16;
+  w.data = out;
 }
 
 void matmul_reference(const TensorView& w, const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy) {

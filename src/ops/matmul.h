@@ -43,12 +43,15 @@ void matmul_fused(const MatmulTarget* targets, int count, const float* x, int64_
 // vector holds 4 consecutive elements of 16 rows and the integer dots need no horizontal sums. The
 // results are bit for bit those of the file layout (at every SIMD level: other levels read the groups
 // back into the file layout); only the speed differs.
-// True when w is Q4_0 / Q8_0, its matrices' row count (ne[1]) a multiple of 16, and matmul runs at the
-// AVX-512 level.
+// True when w is Q4_0 / Q8_0 and matmul runs at the AVX-512 level, and w is one matrix or a stack whose
+// matrices' row count (ne[1]) is a multiple of 16.
 bool matmul_prefers_interleaved(const TensorView& w);
-// Rearranges w's bytes in place (`data` is w.data, writable) and sets w.type to Q4_0_R16 / Q8_0_R16.
-// Requires w Q4_0 / Q8_0 with rows (ne[1]) a multiple of 16.
-void interleave_for_matmul(TensorView& w, void* data, ThreadPool* pool);
+// Bytes of w's interleaved form: its rows rounded up to a multiple of 16.
+int64_t interleaved_bytes(const TensorView& w);
+// Rearranges w (Q4_0 / Q8_0) into `out` and points w at it with type Q4_0_R16 / Q8_0_R16. In place
+// (out == w.data, writable) when the matrices' rows are a multiple of 16; otherwise (one matrix) `out`
+// holds interleaved_bytes(w), the last group padded by repeating the last row.
+void interleave_for_matmul(TensorView& w, void* out, ThreadPool* pool);
 
 // The obviously-correct twin: plain scalar loops computing the same function (for quantised weights
 // the same activation quantisation and block-wise integer dots), used by tests.
