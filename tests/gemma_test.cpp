@@ -14,6 +14,7 @@
 #include "io/json.h"
 #include "io/npy.h"
 #include "model/model.h"
+#include "ops/matmul.h"
 #include "test_util.h"
 
 namespace canvas {
@@ -390,8 +391,14 @@ TEST_P(GemmaConvertQuantised, LoadsAndMostlyAgrees) {
   const std::string gguf = tmp.path(std::string("tiny-") + c.type + ".gguf");
   const auto r = test::run_canvas("convert --in " + model_dir() + " --out " + gguf + " --type " + c.type);
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string bytes_before = test::read_text(gguf);
   const Model model = Model::load(gguf);
   EXPECT_EQ(interleaved_base(model.layers[0].wq.type), c.attention_type);
+  // Q8_0 / Q4_0 matrices are rearranged in the process's private copy of the mapping, never in the file.
+  EXPECT_EQ(test::read_text(gguf), bytes_before);
+  if (c.attention_type == DType::Q8_0 && matmul_simd_level() == SimdLevel::Avx512) {
+    EXPECT_EQ(model.layers[0].wq.type, DType::Q8_0_R16);
+  }
   EXPECT_EQ(model.layers[0].down_exps.type, DType::F16);  // rows of 16: not whole blocks of any type
   EXPECT_EQ(model.output_norm.type, DType::F32);
   const auto [encoder, decoder] = encoder_and_decoder(model);
