@@ -727,13 +727,12 @@ template <bool kQ8, int C>
 void group_rows(int r, const uint8_t* g, int64_t gstride, int64_t nb, const uint8_t* xq, int64_t xrb, float* y,
                 int64_t ldy, const __mmask16* lanes) {
   constexpr int kFull = C == 1 ? 8 : kPairRows;
-  if (r >= kFull) return group_tile<kQ8, kFull, C>(g, gstride, nb, xq, xrb, y, ldy, lanes);
-  switch (r) {
+  const int rows = std::min(r, kFull);
+  switch (rows) {  // 1-3 rows get their own tiles; more run in the full one
     case 1: return group_tile<kQ8, 1, C>(g, gstride, nb, xq, xrb, y, ldy, lanes);
     case 2: return group_tile<kQ8, 2, C>(g, gstride, nb, xq, xrb, y, ldy, lanes);
     case 3: return group_tile<kQ8, 3, C>(g, gstride, nb, xq, xrb, y, ldy, lanes);
-    case 4: return group_tile<kQ8, 4, C>(g, gstride, nb, xq, xrb, y, ldy, lanes, std::min(r, kFull));
-    default: return group_tile<kQ8, (kFull > 4 ? kFull : 4), C>(g, gstride, nb, xq, xrb, y, ldy, lanes, std::min(r, kFull));
+    default: return group_tile<kQ8, kFull, C>(g, gstride, nb, xq, xrb, y, ldy, lanes, rows);
   }
 }
 
