@@ -292,48 +292,6 @@ std::vector<TensorView*> weight_views(Model& m) {
   return v;
 }
 
-Model bind_gguf(const std::string& path);
-
-}  // namespace
-
-int64_t interleave_weights(Model& model, const std::function<uint8_t*(const TensorView&)>& writable, ThreadPool* pool) {
-  std::vector<std::pair<const void*, TensorView>> done;  // original data -> the rearranged view
-  int64_t bytes = 0;
-  for (TensorView* t : weight_views(model)) {
-    if (t->data == nullptr) continue;
-    auto it = std::find_if(done.begin(), done.end(), [t](const auto& d) { return d.first == t->data; });
-    if (it != done.end()) {
-      if (interleaved_base(it->second.type) == t->type && it->second.ne == t->ne) {
-        t->type = it->second.type;
-        t->data = it->second.data;
-      }
-      continue;
-    }
-    if (!matmul_prefers_interleaved(*t)) continue;
-    const void* original = t->data;
-    if (t->ne[1] % kInterleaveRows == 0) {
-      interleave_for_matmul(*t, writable(*t), pool);
-    } else {  // a padded copy (e.g. a head over an odd vocabulary), owned by the model
-      if (!model.converted) model.converted = std::make_shared<std::deque<std::vector<float>>>();
-      model.converted->emplace_back(size_t((interleaved_bytes(*t) + 3) / 4));
-      interleave_for_matmul(*t, model.converted->back().data(), pool);
-    }
-    done.emplace_back(original, *t);
-    bytes += t->bytes();
-  }
-  return bytes;
-}
-
-Model Model::load_gguf(const std::string& path) {
-  Model m = bind_gguf(path);
-  GgufFile& file = *m.file;
-  ThreadPool pool(std::max(1u, std::thread::hardware_concurrency()));
-  interleave_weights(m, [&file](const TensorView& t) { return file.writable(t); }, &pool);
-  return m;
-}
-
-namespace {
-
 Model bind_gguf(const std::string& path) {
   Model m;
   m.file = GgufFile::open(path);
@@ -396,6 +354,39 @@ Model bind_gguf(const std::string& path) {
 }
 
 }  // namespace
+
+void interleave_weights(Model& model, const std::function<uint8_t*(const TensorView&)>& writable, ThreadPool* pool) {
+  std::vector<std::pair<const void*, TensorView>> done;  // original data -> the rearranged view
+  for (TensorView* t : weight_views(model)) {
+    if (t->data == nullptr) continue;
+    auto it = std::find_if(done.begin(), done.end(), [t](const auto& d) { return d.first == t->data; });
+    if (it != done.end()) {
+      if (interleaved_base(it->second.type) == t->type && it->second.ne == t->ne) {
+        t->type = it->second.type;
+        t->data = it->second.data;
+      }
+      continue;
+    }
+    if (!matmul_prefers_interleaved(*t)) continue;
+    const void* original = t->data;
+    if (t->ne[1] % kInterleaveRows == 0) {
+      interleave_for_matmul(*t, writable(*t), pool);
+    } else {  // a padded copy (e.g. a head over an odd vocabulary), owned by the model
+      if (!model.converted) model.converted = std::make_shared<std::deque<std::vector<float>>>();
+      model.converted->emplace_back(size_t((interleaved_bytes(*t) + 3) / 4));
+      interleave_for_matmul(*t, model.converted->back().data(), pool);
+    }
+    done.emplace_back(original, *t);
+  }
+}
+
+Model Model::load_gguf(const std::string& path) {
+  Model m = bind_gguf(path);
+  GgufFile& file = *m.file;
+  ThreadPool pool(std::max(1u, std::thread::hardware_concurrency()));
+  interleave_weights(m, [&file](const TensorView& t) { return file.writable(t); }, &pool);
+  return m;
+}
 
 int64_t Model::parameter_count() const {
   int64_t total = 0;

@@ -108,7 +108,7 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& request, 
 // (ops/matmul.h, interleave_for_matmul: the results stay bit for bit the same): in place, or for a
 // matrix whose rows are not a multiple of 16 into a padded copy the model owns (`converted`); views
 // that share bytes (a tied head) follow. `writable` gives a view's bytes as writable memory. Model::load_gguf does this;
-// builders of in-memory models call it themselves. Returns the bytes rearranged.
-int64_t interleave_weights(Model& model, const std::function<uint8_t*(const TensorView&)>& writable, ThreadPool* pool);
+// builders of in-memory models call it themselves.
+void interleave_weights(Model& model, const std::function<uint8_t*(const TensorView&)>& writable, ThreadPool* pool);
 
 }  // namespace canvas

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <memory>
 #include <new>
-#include <vector>
 
 #include "core/error.h"
 #include "ops/matmul_kernels.h"
@@ -224,6 +223,12 @@ uint8_t* thread_scratch(int64_t bytes) {
 // The calling thread's quantised activations; a worker's rows of one interleaved group.
 uint8_t* activation_scratch(int64_t bytes) { return thread_scratch<0>(bytes); }
 uint8_t* group_scratch(int64_t bytes) { return thread_scratch<1>(bytes); }
+
+}  // namespace
+
+uint8_t* matmul_detail::kernel_scratch(int64_t bytes) { return thread_scratch<3>(bytes); }
+
+namespace {
 
 void check_args(const TensorView& w, const float* x, int64_t ldx, int64_t m, const float* y, int64_t ldy) {
   check(matmul_supports(w.type), "matmul: " + describe(w) + ": unsupported weight type");

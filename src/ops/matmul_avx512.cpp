@@ -19,8 +19,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
-#include <cstdlib>
-#include <vector>
 
 #include "ops/matmul_kernels.h"
 
@@ -615,15 +613,14 @@ void matmul_quant_typed(const QuantArgs& a, int64_t j0, int64_t j1) {
   }
 }
 
-
 // ---- Q4_0 / Q8_0: 16 rows at once from interleaved groups ------------------------------------------
 //
 // One vector lane per weight row: per 32-block, 8 vpdpbusd (4 elements each, the activation's 4 bytes
 // broadcast) give each lane the block's exact integer dot (started at -offset * block sum), then
 //   acc = fma(d_w * d_x, float(isum), acc)
 // in block order (one rounding for the product of scales, one for the fused multiply-add): exactly the
-// scalar reference's arithmetic for these formats, so
-// these outputs equal matmul_reference's bit for bit. Weights in the file layout are interleaved into
+// scalar reference's arithmetic for these formats, so these outputs equal matmul_reference's bit for
+// bit. Weights in the file layout are interleaved into
 // the same groups on the fly (16 rows at a time), so both layouts give the same bits.
 
 // s + (unsigned bytes of w) . (the 4 signed bytes at q, broadcast): vpdpbusd with an embedded broadcast
@@ -806,9 +803,7 @@ void matmul_grouped(const QuantArgs& a, int64_t j0, int64_t j1) {
     return;
   }
   // File layout: rows j0, j0 + 16, ... start groups interleaved on the fly into this thread's buffer.
-  thread_local std::vector<uint8_t> buffer;
-  if (int64_t(buffer.size()) < 2 * group_bytes + 64) buffer.resize(size_t(2 * group_bytes + 64));
-  uint8_t* tmp = buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
+  uint8_t* tmp = kernel_scratch(2 * group_bytes);
   for (int64_t j = j0; j < j1;) {
     __mmask16 lanes[2];
     const int n = pairs && j1 - j > kInterleaveRows ? 2 : 1;

@@ -100,10 +100,12 @@ inline int64_t interleaved_block_bytes(DType base) { return kInterleaveRows * (b
 // Rows [0, count) of `rows` (file layout, row stride row_bytes, nb blocks each) as one interleaved group;
 // lanes count .. 15 repeat row count - 1 (they are computed and never stored).
 void interleave_group(DType base, const uint8_t* rows, int64_t row_bytes, int count, int64_t nb, uint8_t* out);
-// The same with AVX-512 gathers (same bytes; only on CPUs with AVX-512).
+// The same as interleave_group with AVX-512 gathers (same bytes; only on CPUs with AVX-512).
 void interleave_group_avx512(DType base, const uint8_t* rows, int64_t row_bytes, int count, int64_t nb, uint8_t* out);
 // Lane `lane` of an interleaved group back in the file layout (nb blocks).
 void deinterleave_row(DType base, const uint8_t* group, int64_t nb, int lane, uint8_t* out);
+// This thread's scratch for the kernels (64-byte aligned, grown on demand, kept between calls).
+uint8_t* kernel_scratch(int64_t bytes);
 
 const KernelSet& kernels_scalar();
 const KernelSet& kernels_avx2();
