@@ -31,22 +31,25 @@ const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval> [option
       overlap training data.
 
   canvas sudoku solve [-m MODEL] [--mode diffusion|ar (default: ar for causal models)] [--steps S] [--algorithm A]
-                      [--threshold P] [--freeze] [-t N]
+                      [--threshold P] [--beam W] [--freeze] [-t N]
       Reads puzzles from stdin, one per line (81 chars, '0' or '.' for blanks), writes one 81-digit
       solution per line. Non-digit outputs are written as 0.
 
   canvas sudoku eval [-m MODEL] --data FILE [--mode diffusion|ar] [--steps 81,27,9]
-                     [--algorithm confidence,margin] [--threshold 0.9,0.7] [--freeze] [--limit N] [-t N] [--json]
+                     [--algorithm confidence,margin] [--threshold 0.9,0.7] [--beam 1,4] [--freeze] [--limit N]
+                     [-t N] [--json]
       Exact-solve rate and cell accuracy (over the blank cells) per difficulty, per number of
       denoising steps (or per --threshold: commit every cell whose probability reaches it, at least one
-      per pass) and per unmasking order (AR: one row per difficulty), with forward passes and token rows
-      computed per puzzle.
+      per pass; or per --beam width, shown as b=W) and per unmasking order (AR: one row per
+      difficulty), with forward passes and token rows computed per puzzle.
 
   MODEL defaults to the shipped masked-diffusion solver, models/sudoku-masked.gguf.
 
   Diffusion options: --freeze recomputes only the blank cells and the cells committed by the previous
   step (an approximation that cuts work per pass; see docs/performance.md); --freeze-refresh N (implies
-  --freeze) also recomputes every cell every N steps.
+  --freeze) also recomputes every cell every N steps. --beam W (W > 1) searches instead: one cell per
+  pass in each of W beams, ranked by the model's log-likelihood of the cells they committed; the
+  likeliest completed grid wins (W passes per cell; no Sudoku rule is used).
 )";
 
 struct SolveSettings {
@@ -54,6 +57,7 @@ struct SolveSettings {
   int64_t steps = 81;
   UnmaskOrder order = UnmaskOrder::Confidence;
   float threshold = 0;  // > 0: threshold parallel decoding instead of a fixed number of steps
+  int64_t beam = 0;     // > 1: beam search (generate_masked_beam)
   bool freeze = false;  // compute-aware decoding (MaskedDiffusionParams::freeze)
   int64_t freeze_refresh = 0;
 };
@@ -81,6 +85,7 @@ Solution solve_one(const Model& model, const SudokuGrid& puzzle, const SolveSett
     p.threshold = s.threshold;
     p.freeze = s.freeze;
     p.freeze_refresh = s.freeze_refresh;
+    p.beam_width = s.beam;
     return p;
   };
   if (s.mode != "ar" && is_infill(model)) {
@@ -205,6 +210,8 @@ SolveSettings solve_settings(const Args& args, const Model& model) {
   s.freeze = args.has("freeze") || args.has("freeze-refresh");
   s.freeze_refresh = args.get_int("freeze-refresh", 0);
   check(s.freeze_refresh >= 0, "--freeze-refresh must be >= 0");
+  s.beam = args.get_int("beam", 0);
+  check(s.beam >= 0 && s.beam <= 256, "--beam must be in 0..256");
   return s;
 }
 
@@ -218,8 +225,8 @@ int sudoku_solve(int argc, char** argv) {
   Args args(argc, argv, 3,
             {{"-m", "model"}, {"--model", "model"}, {"--mode", "mode"}, {"--steps", "steps"},
              {"--algorithm", "algorithm"}, {"--threshold", "threshold"}, {"--freeze", "freeze"},
-             {"--freeze-refresh", "freeze-refresh"}, {"-t", "threads"}, {"--threads", "threads"}},
-            {"model", "mode", "steps", "algorithm", "threshold", "freeze-refresh", "threads"}, {"freeze"});
+             {"--freeze-refresh", "freeze-refresh"}, {"--beam", "beam"}, {"-t", "threads"}, {"--threads", "threads"}},
+            {"model", "mode", "steps", "algorithm", "threshold", "freeze-refresh", "beam", "threads"}, {"freeze"});
   const Model model = load_solver(args);
   const SolveSettings s = solve_settings(args, model);
   ThreadPool pool(int(args.get_int("threads", 0)));
@@ -245,9 +252,9 @@ int sudoku_eval(int argc, char** argv) {
   Args args(argc, argv, 3,
             {{"-m", "model"}, {"--model", "model"}, {"--data", "data"}, {"--mode", "mode"}, {"--steps", "steps"},
              {"--algorithm", "algorithm"}, {"--threshold", "threshold"}, {"--freeze", "freeze"},
-             {"--freeze-refresh", "freeze-refresh"}, {"--limit", "limit"}, {"-t", "threads"}, {"--threads", "threads"},
-             {"--json", "json"}},
-            {"model", "data", "mode", "steps", "algorithm", "threshold", "freeze-refresh", "limit", "threads"},
+             {"--freeze-refresh", "freeze-refresh"}, {"--beam", "beam"}, {"--limit", "limit"}, {"-t", "threads"},
+             {"--threads", "threads"}, {"--json", "json"}},
+            {"model", "data", "mode", "steps", "algorithm", "threshold", "freeze-refresh", "beam", "limit", "threads"},
             {"json", "freeze"});
   check(args.has("data"), "no puzzle file given (--data FILE)");
   const Model model = load_solver(args);
@@ -263,6 +270,12 @@ int sudoku_eval(int argc, char** argv) {
   if (args.has("threshold")) {
     steps_list.clear();
     for (const std::string& t : split_list(args.get("threshold", ""))) steps_list.push_back("t=" + t);
+  }
+  // Each beam width likewise replaces them with one "b=W" configuration.
+  if (args.has("beam")) {
+    check(!args.has("threshold"), "--beam and --threshold are separate decoders: give one of them");
+    steps_list.clear();
+    for (const std::string& w : split_list(args.get("beam", ""))) steps_list.push_back("b=" + w);
   }
   if (mode == "ar") steps_list = {"81"}, orders = {"ar"};
   const bool freeze = args.has("freeze") || args.has("freeze-refresh");
@@ -284,6 +297,9 @@ int sudoku_eval(int argc, char** argv) {
       if (steps_text.rfind("t=", 0) == 0) {
         s.threshold = std::stof(steps_text.substr(2));
         check(s.threshold > 0 && s.threshold <= 1, "--threshold values must be in (0, 1]");
+      } else if (steps_text.rfind("b=", 0) == 0) {
+        s.beam = std::stoll(steps_text.substr(2));
+        check(s.beam >= 1 && s.beam <= 256, "--beam values must be in 1..256");
       } else {
         s.steps = std::stoll(steps_text);
       }
@@ -316,15 +332,16 @@ int sudoku_eval(int argc, char** argv) {
         const double solved = 100.0 * double(t.solved) / double(t.n);
         const double cells = 100.0 * double(t.correct) / double(std::max<int64_t>(t.blanks, 1));
         const double passes = double(t.passes) / double(t.n), rows = double(t.rows) / double(t.n);
-        const std::string steps_col = s.threshold > 0 ? steps_text : std::to_string(s.steps);
+        const bool by_text = s.threshold > 0 || s.beam > 0;  // threshold and beam rows show their setting
+        const std::string steps_col = by_text ? steps_text : std::to_string(s.steps);
         if (json) {
           char buf[480];
           std::snprintf(buf, sizeof buf,
                         "%s{\"difficulty\": \"%s\", \"mode\": \"%s\", \"steps\": %lld, \"threshold\": %g, "
-                        "\"order\": \"%s\", \"freeze\": %s, \"n\": %lld, \"solved\": %.4f, \"cell_accuracy\": %.4f, "
+                        "\"beam\": %lld, \"order\": \"%s\", \"freeze\": %s, \"n\": %lld, \"solved\": %.4f, \"cell_accuracy\": %.4f, "
                         "\"passes_per_puzzle\": %.3f, \"rows_per_puzzle\": %.3f, \"ms_per_puzzle\": %.3f}",
                         json_rows.empty() ? "" : ", ", difficulty.c_str(), mode.c_str(),
-                        (long long)(s.threshold > 0 ? 0 : s.steps), double(s.threshold), order.c_str(),
+                        (long long)(by_text ? 0 : s.steps), double(s.threshold), (long long)s.beam, order.c_str(),
                         s.freeze ? "true" : "false", (long long)t.n, solved / 100.0, cells / 100.0, passes, rows,
                         t.ms / double(t.n));
           json_rows += buf;

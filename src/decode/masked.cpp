@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <set>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -37,6 +38,38 @@ namespace {
 
 double dream_time(int64_t step, int64_t steps, float eps) { return 1.0 - double(step) / double(steps) * (1.0 - eps); }
 
+// Checks the model and the canvas geometry shared by every masked decoder; returns the block length.
+int64_t checked_block_length(const Model& model, int64_t prompt_len, const MaskedDiffusionParams& params) {
+  const ModelConfig& c = model.config;
+  check(c.mask_token >= 0 && c.mask_token < c.vocab,
+        "model has no mask token (tokenizer.ggml.mask_token_id): it cannot run masked diffusion");
+  const int64_t L = params.gen_length;
+  const int64_t B = params.block_length > 0 ? std::min(params.block_length, L) : L;
+  check(L > 0, "generation length must be positive");
+  check(L % B == 0, "generation length " + std::to_string(L) + " is not a multiple of the block length " + std::to_string(B));
+  check(!c.shift_logits || prompt_len >= 1,
+        "this model predicts each token from the row before it: the prompt must not be empty");
+  return B;
+}
+
+// The canvas decoding starts from: params.initial_canvas (checked), else all masks.
+std::vector<int32_t> starting_canvas(const Model& model, const MaskedDiffusionParams& params) {
+  const int64_t L = params.gen_length;
+  if (params.initial_canvas.empty()) return std::vector<int32_t>(size_t(L), model.config.mask_token);
+  check(int64_t(params.initial_canvas.size()) == L, "the initial canvas has " +
+                                                       std::to_string(params.initial_canvas.size()) +
+                                                       " tokens, the generation length is " + std::to_string(L));
+  for (int32_t id : params.initial_canvas)
+    check(id >= 0 && id < model.config.vocab, "initial canvas token " + std::to_string(id) + " is outside the vocabulary");
+  return params.initial_canvas;
+}
+
+// Block-causal groups with the active region starting at block b (see generate_masked).
+void block_causal_groups(int64_t P, int64_t B, int64_t b, std::vector<int32_t>& groups) {
+  for (int64_t p = 0; p < int64_t(groups.size()); ++p)
+    groups[size_t(p)] = p < P ? 0 : int32_t(std::min((p - P) / B, b) + 1);
+}
+
 }  // namespace
 
 int64_t tokens_to_commit(StepSchedule schedule, int64_t block_masked_at_start, int64_t masked_now, int64_t step,
@@ -53,15 +86,12 @@ int64_t tokens_to_commit(StepSchedule schedule, int64_t block_masked_at_start, i
 GenerationResult generate_masked(const Model& model, const std::vector<int32_t>& prompt,
                                  const MaskedDiffusionParams& params, ThreadPool* pool,
                                  const DecodeCallbacks& callbacks) {
+  if (params.beam_width > 1) return generate_masked_beam(model, prompt, params, pool, callbacks);
   const ModelConfig& c = model.config;
   const int32_t mask = c.mask_token;
-  check(mask >= 0 && mask < c.vocab, "model has no mask token (tokenizer.ggml.mask_token_id): it cannot run masked diffusion");
   const int64_t P = int64_t(prompt.size());
   const int64_t L = params.gen_length;
-  const int64_t B = params.block_length > 0 ? std::min(params.block_length, L) : L;
-  check(L > 0, "generation length must be positive");
-  check(L % B == 0, "generation length " + std::to_string(L) + " is not a multiple of the block length " + std::to_string(B));
-  check(!c.shift_logits || P >= 1, "this model predicts each token from the row before it: the prompt must not be empty");
+  const int64_t B = checked_block_length(model, P, params);
   const int64_t n_blocks = L / B;
   const bool threshold = params.threshold > 0.f;
   int64_t steps_per_block = B;
@@ -75,15 +105,7 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
   const int64_t V = c.vocab;
 
   std::vector<int32_t> seq(prompt);
-  std::vector<int32_t> canvas(size_t(L), mask);
-  if (!params.initial_canvas.empty()) {
-    check(int64_t(params.initial_canvas.size()) == L, "the initial canvas has " +
-                                                         std::to_string(params.initial_canvas.size()) +
-                                                         " tokens, the generation length is " + std::to_string(L));
-    for (int32_t id : params.initial_canvas)
-      check(id >= 0 && id < c.vocab, "initial canvas token " + std::to_string(id) + " is outside the vocabulary");
-    canvas = params.initial_canvas;
-  }
+  std::vector<int32_t> canvas = starting_canvas(model, params);
   seq.insert(seq.end(), canvas.begin(), canvas.end());
   std::vector<int32_t> groups(size_t(total), 0);
   KvCache cache(c, total);
@@ -118,9 +140,7 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
   std::vector<double> scores;
   for (int64_t b = 0; b < n_blocks; ++b) {
     const int64_t s0 = P + b * B, s1 = s0 + B;
-    for (int64_t p = 0; p < total; ++p) {  // block-causal view with the active region [s0, total)
-      groups[size_t(p)] = p < P ? 0 : int32_t(std::min((p - P) / B, b) + 1);
-    }
+    block_causal_groups(P, B, b, groups);  // the active region is [s0, total)
     const int64_t block_masked_at_start = std::count(seq.begin() + s0, seq.begin() + s1, mask);
     for (int64_t step = 0; step < steps_per_block; ++step) {
       masked_positions.clear();
@@ -241,6 +261,107 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
   }
   result.decode_ms = now_ms() - t_decode;
   result.tokens = canvas;
+  return result;
+}
+
+GenerationResult generate_masked_beam(const Model& model, const std::vector<int32_t>& prompt,
+                                      const MaskedDiffusionParams& params, ThreadPool* pool,
+                                      const DecodeCallbacks& callbacks) {
+  const ModelConfig& c = model.config;
+  const int32_t mask = c.mask_token;
+  const int64_t P = int64_t(prompt.size()), L = params.gen_length;
+  const int64_t B = checked_block_length(model, P, params);
+  const int64_t W = std::max<int64_t>(params.beam_width, 1), total = P + L, V = c.vocab;
+  check(W <= 256, "beam width must be at most 256");
+
+  struct Beam {
+    std::vector<int32_t> seq;  // prompt + canvas
+    double score = 0;          // sum of log p of the committed tokens
+  };
+  struct Candidate {
+    size_t beam;
+    int64_t pos;
+    int32_t token;
+    double score;
+    float p;
+  };
+  std::vector<Beam> beams(1);
+  beams[0].seq = prompt;
+  const std::vector<int32_t> start = starting_canvas(model, params);
+  beams[0].seq.insert(beams[0].seq.end(), start.begin(), start.end());
+
+  GenerationResult result;
+  result.prompt_tokens = P;
+  const double t0 = now_ms();
+  KvCache cache(c, total);
+  std::vector<int32_t> groups(size_t(total), 0);
+  std::vector<float> logits;
+  std::vector<int64_t> masked_positions;
+  std::vector<Candidate> candidates;
+  int64_t step = 0;
+  for (int64_t b = 0; b < L / B; ++b) {
+    const int64_t s0 = P + b * B, s1 = s0 + B;
+    block_causal_groups(P, B, b, groups);
+    for (;; ++step) {
+      // Every beam has committed the same number of tokens, all in the earliest block with masks.
+      masked_positions.clear();
+      for (int64_t p = s0; p < s1; ++p)
+        if (beams[0].seq[size_t(p)] == mask) masked_positions.push_back(p);
+      if (masked_positions.empty()) break;
+      candidates.clear();
+      for (size_t bi = 0; bi < beams.size(); ++bi) {
+        const Beam& beam = beams[bi];
+        ForwardRequest req;
+        req.tokens = beam.seq.data();
+        req.n = total;
+        req.groups = groups.data();
+        for (int64_t p = s0; p < s1; ++p)
+          if (beam.seq[size_t(p)] == mask) req.logit_rows.push_back(int32_t(c.shift_logits ? p - 1 : p));
+        logits.resize(req.logit_rows.size() * size_t(V));
+        req.logits = logits.data();
+        forward(model, cache, req, pool);
+        ++result.passes;
+        result.rows_computed += total;
+        size_t row = 0;
+        for (int64_t p = s0; p < s1; ++p) {
+          if (beam.seq[size_t(p)] != mask) continue;
+          const float* x = &logits[(row++) * size_t(V)];
+          const RowStats st = row_stats(x, V);
+          for (int32_t tok : top_k(x, V, 2)) {
+            if (tok == mask) continue;
+            const double lp = double(x[tok]) - double(st.logsumexp);
+            candidates.push_back({bi, p, tok, beam.score + lp, float(std::exp(lp))});
+          }
+        }
+      }
+      std::stable_sort(candidates.begin(), candidates.end(),
+                       [](const Candidate& a, const Candidate& b2) { return a.score > b2.score; });
+      std::vector<Beam> next;
+      std::set<std::vector<int32_t>> seen;
+      for (const Candidate& cand : candidates) {
+        if (int64_t(next.size()) == W) break;
+        Beam nb{beams[cand.beam].seq, cand.score};
+        nb.seq[size_t(cand.pos)] = cand.token;
+        if (!seen.insert(nb.seq).second) continue;
+        if (callbacks.on_step && next.empty()) {  // the best beam's commit
+          StepEvent event;
+          const std::vector<int32_t> canvas(nb.seq.begin() + P, nb.seq.end());
+          event.block = b;
+          event.step = step;
+          event.passes = result.passes;
+          event.canvas = &canvas;
+          event.committed = {cand.pos - P};
+          event.confidence = {cand.p};
+          callbacks.on_step(event);
+        }
+        next.push_back(std::move(nb));
+      }
+      check(!next.empty(), "beam search: no position can be committed (every candidate is the mask token)");
+      beams = std::move(next);
+    }
+  }
+  result.decode_ms = now_ms() - t0;
+  result.tokens.assign(beams[0].seq.begin() + P, beams[0].seq.end());
   return result;
 }
 

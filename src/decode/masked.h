@@ -35,6 +35,8 @@ struct MaskedDiffusionParams {
   bool freeze = false;
   int64_t freeze_refresh = 0;  // with freeze: also a full pass every this many steps of a block (0: none)
   SamplingParams sampling;
+  // > 1: beam search over commit decisions (generate_masked_beam) instead of the schedule above.
+  int64_t beam_width = 0;
   // Infilling: the starting canvas (gen_length ids); positions not holding the mask id are fixed and
   // never re-decided. Empty: everything masked.
   std::vector<int32_t> initial_canvas;
@@ -54,5 +56,18 @@ int64_t tokens_to_commit(StepSchedule schedule, int64_t block_masked_at_start, i
 GenerationResult generate_masked(const Model& model, const std::vector<int32_t>& prompt,
                                  const MaskedDiffusionParams& params, ThreadPool* pool,
                                  const DecodeCallbacks& callbacks = {});
+
+// Beam search over commit decisions: every pass commits one token per beam; a beam's score is the sum
+// of log p(token) over the tokens it committed (the likelihood of its canvas under the order it chose,
+// which is the model's own joint, factorised along that order). Each step extends every beam by its
+// `beam_width` best (position, token) choices (the two likeliest tokens of each masked position are
+// candidates), keeps the `beam_width` best distinct canvases, and at the end returns the best.
+// beam_width 1 is confidence-order greedy decoding with one token per pass. Every pass recomputes the
+// whole sequence (no cache); blocks are decoded in order with the block-causal view of generate_masked.
+// Uses gen_length, block_length, initial_canvas and beam_width of `params`; the step schedule,
+// threshold, order, cache and sampling settings do not apply.
+GenerationResult generate_masked_beam(const Model& model, const std::vector<int32_t>& prompt,
+                                      const MaskedDiffusionParams& params, ThreadPool* pool,
+                                      const DecodeCallbacks& callbacks = {});
 
 }  // namespace canvas
