@@ -21,6 +21,7 @@
 #include "core/cpu.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "ops/gemm.h"
 #include "ops/lm_head.h"
 #include "ops/matmul.h"
 #include "ops/ops.h"
@@ -166,6 +167,27 @@ void BM_Matmul(benchmark::State& state, DType type) {
 
 // The streaming sum is the one canvas bench uses (src/bench/stream_read.h).
 using bench::stream_sum_avx512;
+
+// The two backward products of a training linear layer (ops/gemm.h): dX [m, k] = dY [m, n] W [n, k]
+// (arg 0) and dW [n, k] = dY^T X (arg 1, dY read transposed in place), with the FFN shape of the Sudoku
+// models (64 puzzles x 81 cells, width 128, ffn 512). Compare with the fp32 FMA roof (docs).
+void BM_TrainGemm(benchmark::State& state) {
+  constexpr int64_t kRows = 64 * 81, kIn = 512, kOut = 128;  // dY [kRows, kIn], W [kIn, kOut], X [kRows, kOut]
+  const bool weight_grad = state.range(0) == 1;
+  const std::vector<float> dy = activations(kRows, kIn), w = activations(kIn, kOut), x = activations(kRows, kOut);
+  const int64_t M = weight_grad ? kIn : kRows, N = kOut, K = weight_grad ? kRows : kIn;
+  std::vector<float> c(static_cast<size_t>(M * N));
+  for (auto _ : state) {
+    gemm(M, N, K, dy.data(), weight_grad ? 1 : K, weight_grad ? M : 1, weight_grad ? x.data() : w.data(), N, c.data(),
+         N, false, &pool());
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(M) * double(N) * double(K),
+                                                 benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::OneK::kIs1000);
+  state.SetLabel(std::string(weight_grad ? "dW = dY^T X" : "dX = dY W") + " M=" + std::to_string(M) +
+                 " N=" + std::to_string(N) + " K=" + std::to_string(K));
+}
 
 void BM_StreamReadRoof(benchmark::State& state) {
   if (!cpu_features().avx512f) {
@@ -452,6 +474,7 @@ void register_all() {
       if (all_sizes || m == 32) b->Arg(m);
     b->UseRealTime()->Unit(benchmark::kMillisecond);
   }
+  benchmark::RegisterBenchmark("TrainGemm", BM_TrainGemm)->Arg(0)->Arg(1)->UseRealTime();
   benchmark::RegisterBenchmark("StreamReadRoof", BM_StreamReadRoof)->UseRealTime()->Unit(benchmark::kMillisecond);
   for (DType type : {DType::Q8_0, DType::Q4_0}) {
     benchmark::RegisterBenchmark((std::string("Matvec2/") + dtype_name(type)).c_str(), BM_Matvec2, type)

@@ -1,9 +1,11 @@
 // canvas train end to end: a run killed at random moments resumes and continues exactly; configs are
 // validated; the saved model loads for inference.
 #include <gtest/gtest.h>
+
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -61,16 +63,19 @@ void check_kill_and_resume(const std::string& objective, const std::string& extr
   const std::string config = write_config(objective, extra, name);
   const std::string whole = test::temp_path(name + "-whole"), killed = test::temp_path(name + "-killed");
   std::system(("rm -rf " + whole + " " + killed).c_str());
+  const auto t0 = std::chrono::steady_clock::now();
   auto r = test::run_canvas("train --config " + config + " --out " + whole);
+  const double whole_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::vector<std::string> want = loss_columns(whole + "/train.csv");
   ASSERT_EQ(want.size(), 25u);  // header + 24 steps
 
   // Kill the same run with SIGKILL at random moments until it finishes; each restart resumes. The
-  // delays adapt to the machine's speed: a restart that made no progress gets a longer delay.
+  // delays adapt to the machine's speed: they start at a third of the uninterrupted run's time, and a
+  // restart that made no progress gets a longer delay.
   Rng rng(uint64_t(::getpid()));
   int kills = 0;
-  double delay = 0.3;
+  double delay = whole_s / 3;
   size_t progress = 0;
   bool finished = false;
   for (int restart = 0; restart < 60 && !finished; ++restart) {

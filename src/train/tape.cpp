@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "ops/gemm.h"
 #include "ops/matmul.h"
 
 namespace canvas::train {
@@ -191,15 +192,19 @@ void add_into(float* dst, const float* src, int64_t n) {
 // by source rows (each chunk writes its own columns of dst).
 void transpose(const float* src, int64_t rows, int64_t cols, int64_t ld, float* dst,
                ThreadPool* pool = nullptr) {
-  constexpr int64_t kBlock = 32;
-  parallel_for(rows * cols >= (int64_t(1) << 16) ? pool : nullptr, rows, kBlock,
-               [&](int64_t begin, int64_t end) {
-                 for (int64_t r0 = begin; r0 < end; r0 += kBlock)
-                   for (int64_t c0 = 0; c0 < cols; c0 += kBlock)
-                     for (int64_t r = r0; r < std::min(end, r0 + kBlock); ++r)
-                       for (int64_t c = c0; c < std::min(cols, c0 + kBlock); ++c)
-                         dst[c * rows + r] = src[r * ld + c];
-               });
+  // A strip of kStrip source columns at a time, all rows of the range down it: the reads walk the
+  // source once, and the writes are kStrip sequential streams (dst rows), so neither side jumps across
+  // pages per element (row-major blocks wrote one element per dst row, rows * 4 bytes apart).
+  constexpr int64_t kStrip = 16;
+  parallel_for(rows * cols >= (int64_t(1) << 16) ? pool : nullptr, rows, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t c0 = 0; c0 < cols; c0 += kStrip) {
+      const int64_t c1 = std::min(cols, c0 + kStrip);
+      for (int64_t r = begin; r < end; ++r) {
+        const float* s = src + r * ld;
+        for (int64_t c = c0; c < c1; ++c) dst[c * rows + r] = s[c];
+      }
+    }
+  });
 }
 
 // A dense f32 matrix as matmul weights: `rows` outputs, each a dot over `cols` inputs.
@@ -307,25 +312,15 @@ Var linear(Tape& tape, Var x, Parameter& w, int64_t matrix) {
     ThreadPool* pool = tape.pool();
     const float* dy = tape.grad_or_null(y);
     const float* weights = wp->value.data() + matrix * n * k;
+    // Both products read their operands in place (ops/gemm.h) and add into the gradients.
     if (tape.requires_grad(x)) {
-      // dX [m, k] = dY [m, n] W [n, k] = dY (W^T)^T; written in place when dX has no gradient yet.
-      Scratch wt(k * n, /*overwritten=*/true);
-      transpose(weights, n, k, k, wt.data());
-      if (!tape.has_grad(x)) {
-        product_abt(dy, m, n, wt.data(), k, tape.grad(x), pool);
-      } else {
-        Scratch dx(m * k, /*overwritten=*/true);
-        product_abt(dy, m, n, wt.data(), k, dx.data(), pool);
-        add_into(tape.grad(x), dx.data(), m * k);
-      }
+      // dX [m, k] (+)= dY [m, n] W [n, k]; written, not added, when dX has no gradient yet.
+      const bool add = tape.has_grad(x);
+      gemm(m, k, n, dy, n, 1, weights, k, tape.grad(x), k, add, pool);
     }
     if (wp->trainable) {
-      // dW [n, k] = dY^T [n, m] X [m, k] = dY^T (X^T)^T.
-      Scratch dyt(n * m, true), xt(k * m, true), dw(n * k, true);  // all fully written below
-      transpose(dy, m, n, n, dyt.data(), pool);
-      transpose(tape.value(x), m, k, k, xt.data(), pool);
-      product_abt(dyt.data(), n, m, xt.data(), k, dw.data(), pool);
-      add_into(wp->grad_data() + matrix * n * k, dw.data(), n * k);
+      // dW [n, k] += dY^T [n, m] X [m, k]: dY read transposed (row stride 1, column stride n).
+      gemm(n, k, m, dy, 1, n, tape.value(x), k, wp->grad_data() + matrix * n * k, k, true, pool);
     }
   });
   return y;
