@@ -101,5 +101,33 @@ TEST(Cli, SudokuSolveWithoutModelUsesTheShippedSolver) {
   EXPECT_EQ(n, 10);
 }
 
+// Decoding over symmetric views: one view is the plain confidence-order decoder (the same grids, so
+// the same scores), and eight views still solve the simple puzzles the shipped solver solves.
+TEST(Cli, SudokuViewsOneIsGreedyAndEightSolve) {
+  const std::string data = canvas::test::source_path("data/sudoku/heldout-easy.txt");
+  const auto greedy = canvas::test::run_canvas("sudoku eval --data " + data + " --limit 12 -t 2 --json", false);
+  const auto one = canvas::test::run_canvas("sudoku eval --data " + data + " --limit 12 --views 1 -t 2 --json", false);
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.output;
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto field = [](const std::string& out, const std::string& key) {
+    const size_t at = out.find("\"" + key + "\": ");
+    return at == std::string::npos ? std::string("missing") : out.substr(at, out.find(',', at) - at);
+  };
+  EXPECT_EQ(field(greedy.output, "solved"), field(one.output, "solved"));
+  EXPECT_EQ(field(greedy.output, "cell_accuracy"), field(one.output, "cell_accuracy"));
+  const std::string simple = canvas::test::source_path("data/sudoku/heldout-simple.txt");
+  const auto r = canvas::test::run_canvas("sudoku solve --views 8 -t 2 < " + simple + " 2>&1 | head -3", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream file(simple);
+  std::istringstream got(r.output);
+  std::string line, puzzle, solution, answer;
+  for (int n = 0; n < 3; ++n) {
+    ASSERT_TRUE(std::getline(file, line));
+    std::istringstream(line) >> puzzle >> solution;
+    ASSERT_TRUE(std::getline(got, answer)) << r.output;
+    EXPECT_EQ(answer, solution) << "puzzle " << n;
+  }
+}
+
 }  // namespace
 }  // namespace canvas

@@ -1,6 +1,8 @@
 // Sudoku data: solver, generator uniqueness, augmentation validity, parsing errors.
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include "core/error.h"
 #include "train/sudoku.h"
 
@@ -38,6 +40,29 @@ TEST(Sudoku, GeneratedPuzzlesAreUniqueAndAugmentationKeepsValidity) {
     EXPECT_EQ(count_clues(aug_puzzle), count_clues(puzzle));
     EXPECT_EQ(count_solutions(aug_puzzle, 2), 1);
   }
+}
+
+// A symmetry is a permutation of the cells and of the digits (blank fixed), and it maps a puzzle and
+// its solution to a puzzle and its solution.
+TEST(Sudoku, SymmetriesPermuteCellsAndDigits) {
+  Rng rng(11);
+  const SudokuGrid puzzle = parse_sudoku(kPuzzle), solution = parse_sudoku(kSolution);
+  bool moved = false;
+  for (int i = 0; i < 20; ++i) {
+    const SudokuSymmetry s = random_symmetry(rng);
+    std::array<int, 81> cells{};
+    std::array<int, 10> digits{};
+    for (uint8_t src : s.source) ++cells[src];
+    for (uint8_t d : s.relabel) ++digits[d];
+    for (int n : cells) EXPECT_EQ(n, 1);
+    for (int n : digits) EXPECT_EQ(n, 1);
+    EXPECT_EQ(s.relabel[0], 0);
+    const SudokuGrid p = apply_symmetry(s, puzzle), q = apply_symmetry(s, solution);
+    EXPECT_TRUE(solves(p, q));
+    EXPECT_EQ(count_solutions(p, 2), 1);
+    moved = moved || p != puzzle;
+  }
+  EXPECT_TRUE(moved);
 }
 
 TEST(Sudoku, TokensRoundTrip) {

@@ -1,5 +1,6 @@
 // canvas sudoku: generate puzzle sets, solve puzzles with a model, evaluate solve rates.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -16,6 +17,7 @@
 #include "decode/masked.h"
 #include "io/gguf.h"
 #include "model/model.h"
+#include "ops/ops.h"
 #include "train/sudoku.h"
 
 namespace canvas::cli {
@@ -31,16 +33,16 @@ const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval> [option
       overlap training data.
 
   canvas sudoku solve [-m MODEL] [--mode diffusion|ar (default: ar for causal models)] [--steps S] [--algorithm A]
-                      [--threshold P] [--beam W] [--freeze] [-t N]
+                      [--threshold P] [--beam W] [--views K] [--freeze] [-t N]
       Reads puzzles from stdin, one per line (81 chars, '0' or '.' for blanks), writes one 81-digit
       solution per line. Non-digit outputs are written as 0.
 
   canvas sudoku eval [-m MODEL] --data FILE [--mode diffusion|ar] [--steps 81,27,9]
-                     [--algorithm confidence,margin] [--threshold 0.9,0.7] [--beam 1,4] [--freeze] [--limit N]
-                     [-t N] [--json]
+                     [--algorithm confidence,margin] [--threshold 0.9,0.7] [--beam 1,4] [--views 1,8] [--freeze]
+                     [--limit N] [-t N] [--json]
       Exact-solve rate and cell accuracy (over the blank cells) per difficulty, per number of
       denoising steps (or per --threshold: commit every cell whose probability reaches it, at least one
-      per pass; or per --beam width, shown as b=W) and per unmasking order (AR: one row per
+      per pass; or per --beam width, shown as b=W; or per --views count, v=K) and per unmasking order (AR: one row per
       difficulty), with forward passes and token rows computed per puzzle.
 
   MODEL defaults to the shipped masked-diffusion solver, models/sudoku-masked.gguf.
@@ -49,7 +51,10 @@ const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval> [option
   step (an approximation that cuts work per pass; see docs/performance.md); --freeze-refresh N (implies
   --freeze) also recomputes every cell every N steps. --beam W (W > 1) searches instead: one cell per
   pass in each of W beams, ranked by the model's log-likelihood of the cells they committed; the
-  likeliest completed grid wins (W passes per cell; no Sudoku rule is used).
+  likeliest completed grid wins (W passes per cell; no Sudoku rule is used). --views K (K >= 1) averages
+  the model over K symmetric presentations of the grid (the identity and K-1 fixed random row, column,
+  band and digit permutations and transpositions) and commits the most probable cell each pass (K
+  passes per cell; the best solve rates, docs/training.md; no Sudoku rule is used).
 )";
 
 struct SolveSettings {
@@ -58,6 +63,7 @@ struct SolveSettings {
   UnmaskOrder order = UnmaskOrder::Confidence;
   float threshold = 0;  // > 0: threshold parallel decoding instead of a fixed number of steps
   int64_t beam = 0;     // > 1: beam search (generate_masked_beam)
+  int64_t views = 0;    // > 0: average over this many symmetric views of the grid (solve_with_views)
   bool freeze = false;  // compute-aware decoding (MaskedDiffusionParams::freeze)
   int64_t freeze_refresh = 0;
 };
@@ -73,7 +79,66 @@ bool is_infill(const Model& model) {
   return model.file->get_string("canvas.sudoku.format", "sequence") == "infill";
 }
 
+// Test-time augmentation with the puzzle's symmetries: each pass runs the model on `views` transformed
+// copies of the grid (the first the identity; the others fixed random symmetries: row and column
+// permutations within bands, band swaps, transposition, digit relabelling), maps each blank cell's
+// digit probabilities back to the original grid, averages them over the views and commits the one
+// most probable (cell, digit). No Sudoku rule is used: the views are the same puzzle presented
+// differently, and averaging cancels errors of the model that depend on the presentation.
+Solution solve_with_views(const Model& model, const SudokuGrid& puzzle, int64_t views, ThreadPool* pool) {
+  const ModelConfig& c = model.config;
+  check(c.mask_token >= 0 && c.vocab > kSudokuDigitToken + 9, "this model has no mask token or digit tokens");
+  std::vector<SudokuSymmetry> syms(static_cast<size_t>(views));
+  for (size_t i = 0; i < 81; ++i) syms[0].source[i] = uint8_t(i);
+  for (size_t d = 0; d < 10; ++d) syms[0].relabel[d] = uint8_t(d);
+  Rng rng(0x5eed);  // fixed: every run uses the same views
+  for (size_t v = 1; v < syms.size(); ++v) syms[v] = random_symmetry(rng);
+  SudokuGrid grid = puzzle;
+  Solution out;
+  KvCache cache(c, 81);
+  const std::vector<int32_t> groups(81, 1);
+  std::vector<int32_t> tokens(81);
+  std::vector<float> logits;
+  std::vector<double> avg;  // [81][10]: mean probability of digit d at original cell i
+  for (;;) {
+    int64_t blanks = 0;
+    for (uint8_t g : grid) blanks += g == 0 ? 1 : 0;
+    if (blanks == 0) break;
+    avg.assign(81 * 10, 0.0);
+    for (const SudokuSymmetry& sym : syms) {
+      const SudokuGrid view = apply_symmetry(sym, grid);
+      ForwardRequest req;
+      for (int32_t j = 0; j < 81; ++j) {
+        tokens[size_t(j)] = view[size_t(j)] ? kSudokuDigitToken + view[size_t(j)] : c.mask_token;
+        if (!view[size_t(j)]) req.logit_rows.push_back(j);
+      }
+      req.tokens = tokens.data();
+      req.n = 81;
+      req.groups = groups.data();
+      logits.resize(req.logit_rows.size() * size_t(c.vocab));
+      req.logits = logits.data();
+      forward(model, cache, req, pool);
+      ++out.passes;
+      out.rows += 81;
+      for (size_t r = 0; r < req.logit_rows.size(); ++r) {
+        const float* x = &logits[r * size_t(c.vocab)];
+        const double lse = row_stats(x, c.vocab).logsumexp;
+        const size_t cell = sym.source[size_t(req.logit_rows[r])];
+        for (size_t d = 1; d <= 9; ++d)
+          avg[cell * 10 + d] += std::exp(double(x[kSudokuDigitToken + sym.relabel[d]]) - lse) / double(views);
+      }
+    }
+    size_t best = 0;
+    for (size_t k = 0; k < avg.size(); ++k)
+      if (!grid[k / 10] && k % 10 != 0 && (grid[best / 10] || best % 10 == 0 || avg[k] > avg[best])) best = k;
+    grid[best / 10] = uint8_t(best % 10);
+  }
+  out.grid = grid;
+  return out;
+}
+
 Solution solve_one(const Model& model, const SudokuGrid& puzzle, const SolveSettings& s, ThreadPool* pool) {
+  if (s.views > 0 && s.mode != "ar" && is_infill(model)) return solve_with_views(model, puzzle, s.views, pool);
   GenerationResult r;
   auto solution = [&r] { return Solution{sudoku_from_tokens(r.tokens), r.passes, r.rows_computed}; };
   auto masked_params = [&s] {
@@ -212,6 +277,9 @@ SolveSettings solve_settings(const Args& args, const Model& model) {
   check(s.freeze_refresh >= 0, "--freeze-refresh must be >= 0");
   s.beam = args.get_int("beam", 0);
   check(s.beam >= 0 && s.beam <= 256, "--beam must be in 0..256");
+  s.views = args.get_int("views", 0);
+  check(s.views >= 0 && s.views <= 64, "--views must be in 0..64");
+  check(!(s.views > 0 && (s.beam > 0 || s.threshold > 0)), "--views, --beam and --threshold are separate decoders: give one");
   return s;
 }
 
@@ -225,8 +293,9 @@ int sudoku_solve(int argc, char** argv) {
   Args args(argc, argv, 3,
             {{"-m", "model"}, {"--model", "model"}, {"--mode", "mode"}, {"--steps", "steps"},
              {"--algorithm", "algorithm"}, {"--threshold", "threshold"}, {"--freeze", "freeze"},
-             {"--freeze-refresh", "freeze-refresh"}, {"--beam", "beam"}, {"-t", "threads"}, {"--threads", "threads"}},
-            {"model", "mode", "steps", "algorithm", "threshold", "freeze-refresh", "beam", "threads"}, {"freeze"});
+             {"--freeze-refresh", "freeze-refresh"}, {"--beam", "beam"}, {"--views", "views"}, {"-t", "threads"},
+             {"--threads", "threads"}},
+            {"model", "mode", "steps", "algorithm", "threshold", "freeze-refresh", "beam", "views", "threads"}, {"freeze"});
   const Model model = load_solver(args);
   const SolveSettings s = solve_settings(args, model);
   ThreadPool pool(int(args.get_int("threads", 0)));
@@ -252,9 +321,10 @@ int sudoku_eval(int argc, char** argv) {
   Args args(argc, argv, 3,
             {{"-m", "model"}, {"--model", "model"}, {"--data", "data"}, {"--mode", "mode"}, {"--steps", "steps"},
              {"--algorithm", "algorithm"}, {"--threshold", "threshold"}, {"--freeze", "freeze"},
-             {"--freeze-refresh", "freeze-refresh"}, {"--beam", "beam"}, {"--limit", "limit"}, {"-t", "threads"},
-             {"--threads", "threads"}, {"--json", "json"}},
-            {"model", "data", "mode", "steps", "algorithm", "threshold", "freeze-refresh", "beam", "limit", "threads"},
+             {"--freeze-refresh", "freeze-refresh"}, {"--beam", "beam"}, {"--views", "views"}, {"--limit", "limit"},
+             {"-t", "threads"}, {"--threads", "threads"}, {"--json", "json"}},
+            {"model", "data", "mode", "steps", "algorithm", "threshold", "freeze-refresh", "beam", "views", "limit",
+             "threads"},
             {"json", "freeze"});
   check(args.has("data"), "no puzzle file given (--data FILE)");
   const Model model = load_solver(args);
@@ -271,8 +341,14 @@ int sudoku_eval(int argc, char** argv) {
     steps_list.clear();
     for (const std::string& t : split_list(args.get("threshold", ""))) steps_list.push_back("t=" + t);
   }
+  // Each number of views likewise replaces them with one "v=K" configuration.
+  if (args.has("views")) {
+    check(!args.has("threshold") && !args.has("beam"), "--views, --beam and --threshold are separate decoders: give one");
+    steps_list.clear();
+    for (const std::string& v : split_list(args.get("views", ""))) steps_list.push_back("v=" + v);
+  }
   // Each beam width likewise replaces them with one "b=W" configuration.
-  if (args.has("beam")) {
+  if (args.has("beam") && !args.has("views")) {
     check(!args.has("threshold"), "--beam and --threshold are separate decoders: give one of them");
     steps_list.clear();
     for (const std::string& w : split_list(args.get("beam", ""))) steps_list.push_back("b=" + w);
@@ -297,6 +373,9 @@ int sudoku_eval(int argc, char** argv) {
       if (steps_text.rfind("t=", 0) == 0) {
         s.threshold = std::stof(steps_text.substr(2));
         check(s.threshold > 0 && s.threshold <= 1, "--threshold values must be in (0, 1]");
+      } else if (steps_text.rfind("v=", 0) == 0) {
+        s.views = std::stoll(steps_text.substr(2));
+        check(s.views >= 1 && s.views <= 64, "--views values must be in 1..64");
       } else if (steps_text.rfind("b=", 0) == 0) {
         s.beam = std::stoll(steps_text.substr(2));
         check(s.beam >= 1 && s.beam <= 256, "--beam values must be in 1..256");
@@ -332,16 +411,18 @@ int sudoku_eval(int argc, char** argv) {
         const double solved = 100.0 * double(t.solved) / double(t.n);
         const double cells = 100.0 * double(t.correct) / double(std::max<int64_t>(t.blanks, 1));
         const double passes = double(t.passes) / double(t.n), rows = double(t.rows) / double(t.n);
-        const bool by_text = s.threshold > 0 || s.beam > 0;  // threshold and beam rows show their setting
+        const bool by_text = s.threshold > 0 || s.beam > 0 || s.views > 0;  // these rows show their setting
         const std::string steps_col = by_text ? steps_text : std::to_string(s.steps);
         if (json) {
-          char buf[480];
+          char buf[520];
           std::snprintf(buf, sizeof buf,
                         "%s{\"difficulty\": \"%s\", \"mode\": \"%s\", \"steps\": %lld, \"threshold\": %g, "
-                        "\"beam\": %lld, \"order\": \"%s\", \"freeze\": %s, \"n\": %lld, \"solved\": %.4f, \"cell_accuracy\": %.4f, "
+                        "\"beam\": %lld, \"views\": %lld, \"order\": \"%s\", \"freeze\": %s, \"n\": %lld, "
+                        "\"solved\": %.4f, \"cell_accuracy\": %.4f, "
                         "\"passes_per_puzzle\": %.3f, \"rows_per_puzzle\": %.3f, \"ms_per_puzzle\": %.3f}",
                         json_rows.empty() ? "" : ", ", difficulty.c_str(), mode.c_str(),
-                        (long long)(by_text ? 0 : s.steps), double(s.threshold), (long long)s.beam, order.c_str(),
+                        (long long)(by_text ? 0 : s.steps), double(s.threshold), (long long)s.beam,
+                        (long long)s.views, order.c_str(),
                         s.freeze ? "true" : "false", (long long)t.n, solved / 100.0, cells / 100.0, passes, rows,
                         t.ms / double(t.n));
           json_rows += buf;

@@ -151,7 +151,7 @@ SudokuGrid make_puzzle(const SudokuGrid& solution, int min_clues, Rng& rng) {
   return puzzle;
 }
 
-void augment(SudokuGrid& puzzle, SudokuGrid& solution, Rng& rng) {
+SudokuSymmetry random_symmetry(Rng& rng) {
   std::vector<int> relabel{0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
   std::vector<int> tail(relabel.begin() + 1, relabel.end());
   shuffle(tail, rng);
@@ -170,18 +170,26 @@ void augment(SudokuGrid& puzzle, SudokuGrid& solution, Rng& rng) {
   };
   const std::vector<int> row_perm = line_permutation(), col_perm = line_permutation();
   const bool transpose = rng.below(2) == 1;
-  auto apply = [&](const SudokuGrid& g) {
-    SudokuGrid out{};
-    for (int r = 0; r < 9; ++r)
-      for (int c = 0; c < 9; ++c) {
-        const int sr = row_perm[size_t(r)], sc = col_perm[size_t(c)];
-        const int src = transpose ? sc * 9 + sr : sr * 9 + sc;
-        out[size_t(r * 9 + c)] = uint8_t(relabel[g[size_t(src)]]);
-      }
-    return out;
-  };
-  puzzle = apply(puzzle);
-  solution = apply(solution);
+  SudokuSymmetry s;
+  for (int d = 0; d < 10; ++d) s.relabel[size_t(d)] = uint8_t(relabel[size_t(d)]);
+  for (int r = 0; r < 9; ++r)
+    for (int c = 0; c < 9; ++c) {
+      const int sr = row_perm[size_t(r)], sc = col_perm[size_t(c)];
+      s.source[size_t(r * 9 + c)] = uint8_t(transpose ? sc * 9 + sr : sr * 9 + sc);
+    }
+  return s;
+}
+
+SudokuGrid apply_symmetry(const SudokuSymmetry& s, const SudokuGrid& g) {
+  SudokuGrid out{};
+  for (size_t i = 0; i < 81; ++i) out[i] = s.relabel[g[s.source[i]]];
+  return out;
+}
+
+void augment(SudokuGrid& puzzle, SudokuGrid& solution, Rng& rng) {
+  const SudokuSymmetry s = random_symmetry(rng);
+  puzzle = apply_symmetry(s, puzzle);
+  solution = apply_symmetry(s, solution);
 }
 
 std::vector<SudokuExample> read_sudoku_file(const std::string& path) {

@@ -29,6 +29,16 @@ SudokuGrid random_solution(Rng& rng);
 // Removes givens in random order while the solution stays unique, down to `min_clues` (or until no
 // further given can be removed).
 SudokuGrid make_puzzle(const SudokuGrid& solution, int min_clues, Rng& rng);
+// A symmetry of the Sudoku group: the transformed grid's cell i holds relabel[digit of cell source[i]]
+// (relabel[0] = 0: blanks stay blank). Validity and uniqueness of solutions are preserved.
+struct SudokuSymmetry {
+  std::array<uint8_t, 81> source{};
+  std::array<uint8_t, 10> relabel{};
+};
+// Uniform over digit relabellings, row swaps within bands, column swaps within stacks, band and stack
+// swaps and transposition.
+SudokuSymmetry random_symmetry(Rng& rng);
+SudokuGrid apply_symmetry(const SudokuSymmetry& s, const SudokuGrid& grid);
 // Applies one random symmetry of the Sudoku group (digit relabelling, row swaps within bands, column
 // swaps within stacks, band and stack swaps, transposition) to a puzzle and its solution alike.
 void augment(SudokuGrid& puzzle, SudokuGrid& solution, Rng& rng);
