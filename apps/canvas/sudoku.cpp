@@ -138,7 +138,10 @@ Solution solve_with_views(const Model& model, const SudokuGrid& puzzle, int64_t 
 }
 
 Solution solve_one(const Model& model, const SudokuGrid& puzzle, const SolveSettings& s, ThreadPool* pool) {
-  if (s.views > 0 && s.mode != "ar" && is_infill(model)) return solve_with_views(model, puzzle, s.views, pool);
+  if (s.views > 0) {
+    check(s.mode != "ar" && is_infill(model), "--views needs a masked-diffusion Sudoku model that fills the grid in place");
+    return solve_with_views(model, puzzle, s.views, pool);
+  }
   GenerationResult r;
   auto solution = [&r] { return Solution{sudoku_from_tokens(r.tokens), r.passes, r.rows_computed}; };
   auto masked_params = [&s] {
