@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "args.h"
 #include "commands.h"
@@ -88,11 +89,9 @@ bool is_infill(const Model& model) {
 Solution solve_with_views(const Model& model, const SudokuGrid& puzzle, int64_t views, ThreadPool* pool) {
   const ModelConfig& c = model.config;
   check(c.mask_token >= 0 && c.vocab > kSudokuDigitToken + 9, "this model has no mask token or digit tokens");
-  std::vector<SudokuSymmetry> syms(static_cast<size_t>(views));
-  for (size_t i = 0; i < 81; ++i) syms[0].source[i] = uint8_t(i);
-  for (size_t d = 0; d < 10; ++d) syms[0].relabel[d] = uint8_t(d);
+  std::vector<SudokuSymmetry> syms{identity_symmetry()};
   Rng rng(0x5eed);  // fixed: every run uses the same views
-  for (size_t v = 1; v < syms.size(); ++v) syms[v] = random_symmetry(rng);
+  while (int64_t(syms.size()) < views) syms.push_back(random_symmetry(rng));
   SudokuGrid grid = puzzle;
   Solution out;
   KvCache cache(c, 81);
@@ -100,10 +99,7 @@ Solution solve_with_views(const Model& model, const SudokuGrid& puzzle, int64_t 
   std::vector<int32_t> tokens(81);
   std::vector<float> logits;
   std::vector<double> avg;  // [81][10]: mean probability of digit d at original cell i
-  for (;;) {
-    int64_t blanks = 0;
-    for (uint8_t g : grid) blanks += g == 0 ? 1 : 0;
-    if (blanks == 0) break;
+  while (std::count(grid.begin(), grid.end(), 0) > 0) {
     avg.assign(81 * 10, 0.0);
     for (const SudokuSymmetry& sym : syms) {
       const SudokuGrid view = apply_symmetry(sym, grid);
@@ -128,9 +124,10 @@ Solution solve_with_views(const Model& model, const SudokuGrid& puzzle, int64_t 
           avg[cell * 10 + d] += std::exp(double(x[kSudokuDigitToken + sym.relabel[d]]) - lse) / double(views);
       }
     }
-    size_t best = 0;
+    size_t best = 0;  // (cell, digit) as cell * 10 + digit, over blank cells and digits 1..9
+    double best_p = -1;
     for (size_t k = 0; k < avg.size(); ++k)
-      if (!grid[k / 10] && k % 10 != 0 && (grid[best / 10] || best % 10 == 0 || avg[k] > avg[best])) best = k;
+      if (!grid[k / 10] && k % 10 != 0 && avg[k] > best_p) best = k, best_p = avg[k];
     grid[best / 10] = uint8_t(best % 10);
   }
   out.grid = grid;
@@ -282,7 +279,8 @@ SolveSettings solve_settings(const Args& args, const Model& model) {
   check(s.beam >= 0 && s.beam <= 256, "--beam must be in 0..256");
   s.views = args.get_int("views", 0);
   check(s.views >= 0 && s.views <= 64, "--views must be in 0..64");
-  check(!(s.views > 0 && (s.beam > 0 || s.threshold > 0)), "--views, --beam and --threshold are separate decoders: give one");
+  check((s.threshold > 0) + (s.beam > 0) + (s.views > 0) <= 1,
+        "--threshold, --beam and --views are separate decoders: give one of them");
   return s;
 }
 
@@ -339,22 +337,14 @@ int sudoku_eval(int argc, char** argv) {
   check(mode == "diffusion" || mode == "ar", "--mode must be diffusion or ar");
   std::vector<std::string> steps_list = split_list(args.get("steps", "81"));
   std::vector<std::string> orders = split_list(args.get("algorithm", "confidence"));
-  // Each threshold replaces the step counts with one "t=P" configuration.
-  if (args.has("threshold")) {
+  // Another decoder replaces the step counts: each threshold, beam width or number of views is one
+  // configuration, "t=P", "b=W" or "v=K".
+  check(args.has("threshold") + args.has("beam") + args.has("views") <= 1,
+        "--threshold, --beam and --views are separate decoders: give one of them");
+  for (const auto& [option, prefix] : {std::pair{"threshold", "t="}, {"beam", "b="}, {"views", "v="}}) {
+    if (!args.has(option)) continue;
     steps_list.clear();
-    for (const std::string& t : split_list(args.get("threshold", ""))) steps_list.push_back("t=" + t);
-  }
-  // Each number of views likewise replaces them with one "v=K" configuration.
-  if (args.has("views")) {
-    check(!args.has("threshold") && !args.has("beam"), "--views, --beam and --threshold are separate decoders: give one");
-    steps_list.clear();
-    for (const std::string& v : split_list(args.get("views", ""))) steps_list.push_back("v=" + v);
-  }
-  // Each beam width likewise replaces them with one "b=W" configuration.
-  if (args.has("beam") && !args.has("views")) {
-    check(!args.has("threshold"), "--beam and --threshold are separate decoders: give one of them");
-    steps_list.clear();
-    for (const std::string& w : split_list(args.get("beam", ""))) steps_list.push_back("b=" + w);
+    for (const std::string& value : split_list(args.get(option, ""))) steps_list.push_back(prefix + value);
   }
   if (mode == "ar") steps_list = {"81"}, orders = {"ar"};
   const bool freeze = args.has("freeze") || args.has("freeze-refresh");

@@ -296,7 +296,6 @@ GenerationResult generate_masked_beam(const Model& model, const std::vector<int3
   KvCache cache(c, total);
   std::vector<int32_t> groups(size_t(total), 0);
   std::vector<float> logits;
-  std::vector<int64_t> masked_positions;
   std::vector<Candidate> candidates;
   int64_t step = 0;
   for (int64_t b = 0; b < L / B; ++b) {
@@ -304,10 +303,8 @@ GenerationResult generate_masked_beam(const Model& model, const std::vector<int3
     block_causal_groups(P, B, b, groups);
     for (;; ++step) {
       // Every beam has committed the same number of tokens, all in the earliest block with masks.
-      masked_positions.clear();
-      for (int64_t p = s0; p < s1; ++p)
-        if (beams[0].seq[size_t(p)] == mask) masked_positions.push_back(p);
-      if (masked_positions.empty()) break;
+      const auto block = beams[0].seq.begin() + s0;
+      if (std::find(block, block + B, mask) == block + B) break;
       candidates.clear();
       for (size_t bi = 0; bi < beams.size(); ++bi) {
         const Beam& beam = beams[bi];

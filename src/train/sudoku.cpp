@@ -180,6 +180,13 @@ SudokuSymmetry random_symmetry(Rng& rng) {
   return s;
 }
 
+SudokuSymmetry identity_symmetry() {
+  SudokuSymmetry s;
+  for (size_t i = 0; i < 81; ++i) s.source[i] = uint8_t(i);
+  for (size_t d = 0; d < 10; ++d) s.relabel[d] = uint8_t(d);
+  return s;
+}
+
 SudokuGrid apply_symmetry(const SudokuSymmetry& s, const SudokuGrid& g) {
   SudokuGrid out{};
   for (size_t i = 0; i < 81; ++i) out[i] = s.relabel[g[s.source[i]]];

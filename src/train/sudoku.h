@@ -38,6 +38,7 @@ struct SudokuSymmetry {
 // Uniform over digit relabellings, row swaps within bands, column swaps within stacks, band and stack
 // swaps and transposition.
 SudokuSymmetry random_symmetry(Rng& rng);
+SudokuSymmetry identity_symmetry();
 SudokuGrid apply_symmetry(const SudokuSymmetry& s, const SudokuGrid& grid);
 // Applies one random symmetry of the Sudoku group (digit relabelling, row swaps within bands, column
 // swaps within stacks, band and stack swaps, transposition) to a puzzle and its solution alike.
