@@ -14,7 +14,9 @@
 #include "core/rng.h"
 #include "model/model.h"
 #include "test_util.h"
+#include "train/tape.h"
 #include "train/trainer.h"
+#include "train_test_util.h"
 
 namespace canvas {
 namespace {
@@ -153,6 +155,59 @@ TEST(Train, ResumingWithAnotherConfigIsRefused) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("different configuration"), std::string::npos) << r.output;
   std::system(("rm -rf " + dir + " " + config).c_str());
+}
+
+// The logits of `model` on two fixed sequences of the tiny test vocabulary.
+std::vector<float> tiny_logits(train::TrainModel& model) {
+  train::TokenBatch batch;
+  batch.n_sequences = 2;
+  batch.length = 9;
+  Rng rng(4);
+  for (int64_t i = 0; i < batch.rows(); ++i) batch.tokens.push_back(int32_t(rng.below(29)));
+  ThreadPool pool(2);
+  train::Tape tape(&pool);
+  const train::Var logits = model.forward(tape, batch);
+  return std::vector<float>(tape.value(logits), tape.value(logits) + tape.size(logits));
+}
+
+// Depth growth (init_layers): donor layers are copied where the map says, new layers start as the
+// identity (residual output projections zero, everything else freshly random), so the grown model
+// computes exactly the donor's logits; duplicating layers instead changes them.
+TEST(Train, GrownModelStartsAsExactlyTheDonor) {
+  const ModelConfig small = test::tiny_llada_config(29, "donor");
+  train::TrainModel donor = test::nudged_random_model(small, 11);
+  test::TempDir dir;
+  const std::string path = dir.path("donor.gguf");
+  donor.save_gguf(path);
+  ModelConfig big = small;
+  big.n_layers = 4;
+  auto grow = [&](const std::string& layers) {
+    return train::initial_model(
+        train::parse_run_config("layers = 4\ninit_from = " + path + "\ninit_layers = " + layers + "\n", "grow.cfg"),
+        big);
+  };
+  train::TrainModel grown = grow("0, new, 1, new");
+  EXPECT_EQ(grown.find("blk.2.ffn_up.weight")->value, donor.find("blk.1.ffn_up.weight")->value);
+  EXPECT_EQ(grown.find("blk.0.attn_q.weight")->value, donor.find("blk.0.attn_q.weight")->value);
+  EXPECT_EQ(grown.find("token_embd.weight")->value, donor.find("token_embd.weight")->value);
+  for (const char* name : {"blk.1.attn_output.weight", "blk.1.ffn_down.weight", "blk.3.ffn_down.weight"})
+    for (float v : grown.find(name)->value) ASSERT_EQ(v, 0.f) << name;
+  const std::vector<float>& fresh = grown.find("blk.3.attn_q.weight")->value;
+  EXPECT_GT(std::count_if(fresh.begin(), fresh.end(), [](float v) { return v != 0.f; }), int64_t(fresh.size()) / 2);
+  const std::vector<float> expect = tiny_logits(donor);
+  EXPECT_EQ(tiny_logits(grown), expect);
+  train::TrainModel doubled = grow("0,0,1,1");
+  EXPECT_EQ(doubled.find("blk.1.attn_output.weight")->value, donor.find("blk.0.attn_output.weight")->value);
+  EXPECT_NE(tiny_logits(doubled), expect);
+  EXPECT_THROW(grow("0,new,7,new"), Error);  // the donor has layers 0 and 1
+}
+
+TEST(Train, InitLayersConfigIsChecked) {
+  EXPECT_THROW(train::parse_run_config("layers = 2\ninit_layers = 0,new\n", "x.cfg"), Error);  // no init_from
+  EXPECT_THROW(train::parse_run_config("layers = 3\ninit_from = a.gguf\ninit_layers = 0,new\n", "x.cfg"), Error);
+  EXPECT_THROW(train::parse_run_config("layers = 2\ninit_from = a.gguf\ninit_layers = 0,old\n", "x.cfg"), Error);
+  EXPECT_EQ(train::parse_run_config("layers = 2\ninit_from = a.gguf\ninit_layers = 1, new\n", "x.cfg").init_layers,
+            (std::vector<std::string>{"1", "new"}));
 }
 
 }  // namespace

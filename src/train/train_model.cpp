@@ -3,6 +3,7 @@
 #include "train/train_model.h"
 
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 
 #include "core/error.h"
@@ -78,6 +79,14 @@ TrainModel::TrainModel(const ModelConfig& config) : config_(config), w_(std::mak
   }
 }
 
+bool is_residual_output(const std::string& name) {
+  for (const char* suffix : {"attn_output.weight", "ffn_down.weight", "ffn_down_exps.weight"}) {
+    const size_t n = std::strlen(suffix);
+    if (name.size() >= n && name.compare(name.size() - n, n, suffix) == 0) return true;
+  }
+  return false;
+}
+
 TrainModel::TrainModel(const ModelConfig& config, const InitOptions& init) : TrainModel(config) {
   Rng rng(init.seed);
   const float residual_std =
@@ -91,10 +100,7 @@ TrainModel::TrainModel(const ModelConfig& config, const InitOptions& init) : Tra
     } else if (ends_with(p->name, ".bias") || p->name == "self_cond.down.weight") {  // TrainSelfConditioning
       std::fill(p->value.begin(), p->value.end(), 0.f);
     } else {
-      const bool residual = ends_with(p->name, "attn_output.weight") ||
-                            ends_with(p->name, "ffn_down.weight") ||
-                            ends_with(p->name, "ffn_down_exps.weight");
-      const float std = residual ? residual_std : init.std;
+      const float std = is_residual_output(p->name) ? residual_std : init.std;
       for (float& v : p->value) v = float(rng.normal()) * std;
     }
   }

@@ -39,6 +39,10 @@ struct InitOptions {
   bool scale_residual = true;  // attn_output and ffn_down(_exps) std / sqrt(2 * n_layers) (GPT-2)
 };
 
+// Whether a weight writes a layer's output into the residual stream (attn_output, ffn_down(_exps)):
+// scaled down at init, and zero in a layer inserted as the identity (RunConfig::init_layers).
+bool is_residual_output(const std::string& name);
+
 struct TrainLayer {
   Parameter attn_norm, wq, wk, wv, wo;
   Parameter bq, bk, bv;  // present when config.qkv_bias

@@ -68,6 +68,7 @@ std::string identity(const RunConfig& r) {
     << '|' << r.optimizer.lr << '|' << r.optimizer.min_lr << '|' << r.optimizer.warmup_steps << '|'
     << r.optimizer.weight_decay << '|' << r.optimizer.beta1 << '|' << r.optimizer.beta2 << '|' << r.optimizer.grad_clip
     << '|' << r.init_from << '|' << r.text_corpus << '|' << r.sudoku_format;
+  for (const std::string& l : r.init_layers) s << "|layer:" << l;  // empty for older runs
   if (r.objective == "uniform") s << '|' << r.block_length << '|' << r.ar_weight;  // older runs keep their identity
   if (r.self_conditioning) s << "|self_conditioning";
   return s.str();
@@ -241,6 +242,11 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
     else if (key == "rope_theta") r.rope_theta = as_float();
     else if (key == "init_std") r.init_std = as_float();
     else if (key == "init_from") r.init_from = value;
+    else if (key == "init_layers") {
+      std::stringstream ss(value);
+      std::string item;
+      while (std::getline(ss, item, ',')) r.init_layers.push_back(trim(item));
+    }
     else if (key == "seq_len") r.seq_len = as_int();
     else if (key == "text_corpus") r.text_corpus = value;
     else if (key == "val_fraction") r.val_fraction = as_float();
@@ -287,6 +293,15 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
   if (r.sudoku_format.empty()) r.sudoku_format = r.objective == "ar" ? "sequence" : "infill";
   check(r.sudoku_format == "infill" || r.sudoku_format == "sequence", origin + ": sudoku_format must be infill or sequence");
   check(!(r.objective == "ar" && r.sudoku_format == "infill"), origin + ": an AR model needs sudoku_format = sequence");
+  if (!r.init_layers.empty()) {
+    check(!r.init_from.empty(), origin + ": init_layers needs init_from");
+    check(int64_t(r.init_layers.size()) == r.layers,
+          origin + ": init_layers names " + std::to_string(r.init_layers.size()) + " layers, the model has " +
+              std::to_string(r.layers));
+    for (const std::string& l : r.init_layers)
+      check(l == "new" || (!l.empty() && l.find_first_not_of("0123456789") == std::string::npos),
+            origin + ": init_layers entries are donor layer numbers or 'new', got '" + l + "'");
+  }
   r.optimizer.total_steps = r.steps;
   return r;
 }
@@ -297,6 +312,33 @@ RunConfig load_run_config(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_run_config(ss.str(), path);
+}
+
+TrainModel initial_model(const RunConfig& r, const ModelConfig& mc) {
+  InitOptions init;
+  init.seed = r.seed;
+  init.std = r.init_std;
+  TrainModel model(mc, init);
+  if (!r.init_from.empty()) {  // e.g. AR -> diffusion: same shapes, other attention
+    TrainModel donor = TrainModel::from_gguf(r.init_from);
+    for (Parameter* p : model.parameters()) {
+      std::string name = p->name;
+      if (!r.init_layers.empty() && name.rfind("blk.", 0) == 0) {  // blk.<i>.<rest>
+        const size_t dot = name.find('.', 4);
+        const std::string& from = r.init_layers[size_t(std::stoll(name.substr(4, dot - 4)))];
+        if (from == "new") {  // a fresh layer that starts as the identity
+          if (is_residual_output(name)) std::fill(p->value.begin(), p->value.end(), 0.f);
+          continue;
+        }
+        name = "blk." + from + name.substr(dot);
+      }
+      Parameter* q = donor.find(name);
+      if (!q && name.rfind("self_cond.", 0) == 0) continue;  // a donor without it: the path starts at zero
+      check(q && q->value.size() == p->value.size(), r.init_from + ": no tensor '" + name + "' of the right shape");
+      p->value = q->value;
+    }
+  }
+  return model;
 }
 
 void run_training(const RunConfig& r, const std::string& out_dir, const std::function<void(const StepReport&)>& on_step,
@@ -313,20 +355,8 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
     source = make_text_source(load_text_corpus(r.text_corpus), r.seq_len, r.val_fraction, r.eval_examples);
   }
   const ModelConfig mc = model_config(r, source->sequence_length());
-  InitOptions init;
-  init.seed = r.seed;
-  init.std = r.init_std;
-  TrainModel model(mc, init);
+  TrainModel model = initial_model(r, mc);
   std::vector<Parameter*> params = model.parameters();
-  if (!r.init_from.empty()) {  // e.g. AR -> diffusion: same shapes, other attention
-    TrainModel donor = TrainModel::from_gguf(r.init_from);
-    for (Parameter* p : params) {
-      Parameter* q = donor.find(p->name);
-      if (!q && p->name.rfind("self_cond.", 0) == 0) continue;  // a donor without it: the path starts at zero
-      check(q && q->value.size() == p->value.size(), r.init_from + ": no tensor '" + p->name + "' of the right shape");
-      p->value = q->value;
-    }
-  }
   AdamW opt(r.optimizer, params);
 
   const std::string ckpt = out_dir + "/checkpoint.gguf", csv = out_dir + "/train.csv";

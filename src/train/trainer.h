@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "train/optimizer.h"
+#include "train/train_model.h"
 
 namespace canvas::train {
 
@@ -19,6 +20,10 @@ struct RunConfig {
   float rope_theta = 10000.f;
   float init_std = 0.02f;
   std::string init_from;             // start from this GGUF's weights (e.g. AR -> diffusion adaptation)
+  // With init_from, where each layer comes from (depth growth): a donor layer index, or "new" for a
+  // fresh layer whose residual output projections start at zero, so it begins as the identity.
+  // Empty: layer i from donor layer i.
+  std::vector<std::string> init_layers;
   // Data.
   int64_t seq_len = 128;             // text
   std::string text_corpus = "bible";
@@ -44,6 +49,10 @@ struct RunConfig {
 // line.
 RunConfig parse_run_config(const std::string& text, const std::string& origin);
 RunConfig load_run_config(const std::string& path);
+
+// The weights a run starts from: a random initialisation of `model` (seeded by config.seed), then, with
+// config.init_from, the donor's tensors by name, layer by layer as config.init_layers maps them.
+TrainModel initial_model(const RunConfig& config, const ModelConfig& model);
 
 struct StepReport {
   int64_t step = 0, total = 0;
