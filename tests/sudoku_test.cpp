@@ -2,8 +2,13 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <numeric>
+#include <set>
+#include <string>
 
 #include "core/error.h"
+#include "test_util.h"
+#include "train/data.h"
 #include "train/sudoku.h"
 
 namespace canvas {
@@ -78,6 +83,43 @@ TEST(Sudoku, BadLinesAreClearErrors) {
   EXPECT_THROW(parse_sudoku("123"), Error);
   EXPECT_THROW(parse_sudoku(std::string(80, '1') + "x"), Error);
   EXPECT_EQ(format_sudoku(parse_sudoku(std::string(81, '.'))), std::string(81, '0'));
+}
+
+// qqwing's ratings (docs/training.md): singles (naked and hidden) solve every held-out simple and easy
+// puzzle and no intermediate or expert one; a path writes each blank at most once. Detecting too few
+// singles leaves easy puzzles unfinished, too many finishes harder ones.
+TEST(Sudoku, SinglesPathSolvesSimpleAndEasyOnly) {
+  Rng rng(3);
+  for (const std::string rating : {"simple", "easy", "intermediate", "expert"}) {
+    const std::vector<SudokuExample> data =
+        read_sudoku_file(test::source_path("data/sudoku/heldout-" + rating + ".txt"));
+    int complete = 0;
+    for (size_t i = 0; i < 20; ++i) {
+      const SudokuExample& e = data[i];
+      const std::vector<int> path = singles_path(e.puzzle, e.solution, rng);
+      EXPECT_EQ(std::set<int>(path.begin(), path.end()).size(), path.size());
+      for (int c : path) EXPECT_EQ(e.puzzle[size_t(c)], 0) << rating << " " << i;
+      complete += int(path.size()) == 81 - count_clues(e.puzzle);
+    }
+    EXPECT_EQ(complete, rating == "simple" || rating == "easy" ? 20 : 0) << rating;
+  }
+}
+
+// sudoku_states = singles: the same puzzle as the plain source (same generator draws), with the givens
+// and the first k cells of a singles path fixed; k varies, so some examples show more than the givens.
+TEST(Sudoku, SinglesStatesFixPartOfTheSolversPath) {
+  const auto plain = train::make_sudoku_source("infill", 24, 30, {}, 2, 1, "random");
+  const auto singles = train::make_sudoku_source("infill", 24, 30, {}, 2, 1, "singles");
+  int more = 0;
+  for (uint64_t seed = 0; seed < 10; ++seed) {
+    Rng a(seed), b(seed);
+    const train::Example p = plain->sample(a), q = singles->sample(b);
+    ASSERT_EQ(p.tokens, q.tokens);
+    for (size_t i = 0; i < 81; ++i) EXPECT_GE(q.fixed[i], p.fixed[i]);
+    more += std::accumulate(q.fixed.begin(), q.fixed.end(), 0) > std::accumulate(p.fixed.begin(), p.fixed.end(), 0);
+  }
+  EXPECT_GE(more, 5);
+  EXPECT_THROW(train::make_sudoku_source("sequence", 24, 30, {}, 2, 1, "singles"), Error);
 }
 
 }  // namespace

@@ -52,9 +52,9 @@ Example sudoku_example(const SudokuGrid& puzzle, const SudokuGrid& solution, boo
 
 class SudokuSource : public DataSource {
  public:
-  SudokuSource(bool infill, int min_clues, int max_clues, std::set<std::string> exclude, int64_t n_val,
+  SudokuSource(bool infill, bool singles, int min_clues, int max_clues, std::set<std::string> exclude, int64_t n_val,
                uint64_t val_seed)
-      : infill_(infill), min_clues_(min_clues), max_clues_(max_clues), exclude_(std::move(exclude)) {
+      : infill_(infill), singles_(singles), min_clues_(min_clues), max_clues_(max_clues), exclude_(std::move(exclude)) {
     check(min_clues >= 17 && max_clues <= 80 && min_clues <= max_clues, "Sudoku clue range must lie in 17..80");
     Rng rng(val_seed);
     std::vector<std::string> keys;
@@ -69,7 +69,13 @@ class SudokuSource : public DataSource {
   Example sample(Rng& rng) const override {
     SudokuGrid puzzle, solution;
     draw(rng, puzzle, solution);
-    return sudoku_example(puzzle, solution, infill_);
+    Example e = sudoku_example(puzzle, solution, infill_);
+    if (singles_) {  // a state a singles solver reaches: the first k cells of its path are shown, fixed
+      const std::vector<int> path = singles_path(puzzle, solution, rng);
+      const size_t k = size_t(rng.below(path.size() + 1));
+      for (size_t i = 0; i < k; ++i) e.fixed[size_t(path[i])] = 1;
+    }
+    return e;
   }
   const std::vector<Example>& validation() const override { return validation_; }
   int64_t sequence_length() const override { return infill_ ? 81 : 162; }
@@ -83,7 +89,7 @@ class SudokuSource : public DataSource {
     } while (exclude_.count(format_sudoku(puzzle)));
   }
 
-  bool infill_;
+  bool infill_, singles_;
   int min_clues_, max_clues_;
   std::set<std::string> exclude_;
   std::vector<Example> validation_;
@@ -123,12 +129,15 @@ class TextSource : public DataSource {
 
 std::unique_ptr<DataSource> make_sudoku_source(const std::string& format, int min_clues, int max_clues,
                                                const std::vector<std::string>& exclude, int64_t n_val,
-                                               uint64_t val_seed) {
+                                               uint64_t val_seed, const std::string& states) {
   check(format == "infill" || format == "sequence", "Sudoku format must be infill or sequence, got '" + format + "'");
+  check(states == "random" || (states == "singles" && format == "infill"),
+        "Sudoku states must be random, or singles with the infill format, got '" + states + "'");
   std::set<std::string> excluded;
   for (const std::string& path : exclude)
     for (const SudokuExample& e : read_sudoku_file(path)) excluded.insert(format_sudoku(e.puzzle));
-  return std::make_unique<SudokuSource>(format == "infill", min_clues, max_clues, std::move(excluded), n_val, val_seed);
+  return std::make_unique<SudokuSource>(format == "infill", states == "singles", min_clues, max_clues,
+                                        std::move(excluded), n_val, val_seed);
 }
 
 std::unique_ptr<DataSource> make_text_source(const std::string& text, int64_t seq_len, double val_fraction,

@@ -34,9 +34,12 @@ class DataSource {
 // only: the blanks are the canvas). Training puzzles come
 // from canvas's generator with a clue count uniform in [min_clues, max_clues]; any puzzle listed in an
 // `exclude` file (held-out sets) is skipped. Validation: n_val puzzles drawn once from `val_seed`.
+// states "singles" (infill only): each training example also shows, fixed, the first k cells of a
+// singles solver's path (singles_path, k uniform in 0..its length), so training sees the states a
+// decoder that deduces cell by cell passes through; validation examples stay plain puzzles.
 std::unique_ptr<DataSource> make_sudoku_source(const std::string& format, int min_clues, int max_clues,
                                                const std::vector<std::string>& exclude, int64_t n_val,
-                                               uint64_t val_seed);
+                                               uint64_t val_seed, const std::string& states = "random");
 
 // Windows of seq_len bytes from a text; the last val_fraction of the text is held out and cut into
 // consecutive validation windows (at most n_val).

@@ -199,6 +199,42 @@ void augment(SudokuGrid& puzzle, SudokuGrid& solution, Rng& rng) {
   solution = apply_symmetry(s, solution);
 }
 
+std::vector<int> singles_path(const SudokuGrid& puzzle, const SudokuGrid& solution, Rng& rng) {
+  SudokuGrid grid = puzzle;
+  std::vector<int> path;
+  for (;;) {
+    uint16_t rows[9] = {}, cols[9] = {}, boxes[9] = {};
+    for (int c = 0; c < 81; ++c)
+      if (grid[size_t(c)]) {
+        const uint16_t bit = uint16_t(1u << grid[size_t(c)]);
+        rows[c / 9] |= bit, cols[c % 9] |= bit, boxes[box_of(c)] |= bit;
+      }
+    uint16_t candidates[81] = {};
+    std::vector<uint8_t> single(81, 0);
+    for (int c = 0; c < 81; ++c)
+      if (!grid[size_t(c)]) {
+        candidates[c] = uint16_t(~(rows[c / 9] | cols[c % 9] | boxes[box_of(c)]) & 0x3fe);
+        single[size_t(c)] = __builtin_popcount(candidates[c]) == 1;  // naked single
+      }
+    for (int u = 0; u < 27; ++u)  // rows, columns, boxes: a digit with one place left is a hidden single
+      for (int d = 1; d <= 9; ++d) {
+        int count = 0, where = -1;
+        for (int k = 0; k < 9; ++k) {
+          const int c = u < 9 ? u * 9 + k : u < 18 ? k * 9 + (u - 9) : ((u - 18) / 3) * 27 + ((u - 18) % 3) * 3 + (k / 3) * 9 + k % 3;
+          if (candidates[c] & (1u << d)) ++count, where = c;
+        }
+        if (count == 1) single[size_t(where)] = 1;
+      }
+    std::vector<int> ready;
+    for (int c = 0; c < 81; ++c)
+      if (single[size_t(c)]) ready.push_back(c);
+    if (ready.empty()) return path;
+    const int c = ready[size_t(rng.below(ready.size()))];
+    grid[size_t(c)] = solution[size_t(c)];
+    path.push_back(c);
+  }
+}
+
 std::vector<SudokuExample> read_sudoku_file(const std::string& path) {
   std::ifstream in(path);
   check(bool(in), "cannot open Sudoku file " + path);

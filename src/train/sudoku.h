@@ -44,6 +44,13 @@ SudokuGrid apply_symmetry(const SudokuSymmetry& s, const SudokuGrid& grid);
 // swaps within stacks, band and stack swaps, transposition) to a puzzle and its solution alike.
 void augment(SudokuGrid& puzzle, SudokuGrid& solution, Rng& rng);
 
+// The blank cells a solver that knows only singles fills, in a random order it could take: each step
+// picks uniformly one blank cell that is a naked single (one candidate digit left) or a hidden single
+// (the only place left for a digit in its row, column or box) and writes the solution's digit there.
+// Stops when no single is left (the rest needs harder deductions) or the grid is full. qqwing's simple
+// puzzles need naked singles only, its easy ones hidden singles too (docs/training.md).
+std::vector<int> singles_path(const SudokuGrid& puzzle, const SudokuGrid& solution, Rng& rng);
+
 struct SudokuExample {
   SudokuGrid puzzle, solution;
   std::string difficulty;  // qqwing rating or "generated"

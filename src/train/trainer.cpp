@@ -69,6 +69,7 @@ std::string identity(const RunConfig& r) {
     << r.optimizer.weight_decay << '|' << r.optimizer.beta1 << '|' << r.optimizer.beta2 << '|' << r.optimizer.grad_clip
     << '|' << r.init_from << '|' << r.text_corpus << '|' << r.sudoku_format;
   for (const std::string& l : r.init_layers) s << "|layer:" << l;  // empty for older runs
+  if (r.sudoku_states != "random") s << "|states:" << r.sudoku_states;
   if (r.objective == "uniform") s << '|' << r.block_length << '|' << r.ar_weight;  // older runs keep their identity
   if (r.self_conditioning) s << "|self_conditioning";
   return s.str();
@@ -253,6 +254,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
     else if (key == "sudoku_min_clues") r.sudoku_min_clues = int(as_int());
     else if (key == "sudoku_max_clues") r.sudoku_max_clues = int(as_int());
     else if (key == "sudoku_format") r.sudoku_format = value;
+    else if (key == "sudoku_states") r.sudoku_states = value;
     else if (key == "held_out") {
       std::stringstream ss(value);
       std::string item;
@@ -293,6 +295,8 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
   if (r.sudoku_format.empty()) r.sudoku_format = r.objective == "ar" ? "sequence" : "infill";
   check(r.sudoku_format == "infill" || r.sudoku_format == "sequence", origin + ": sudoku_format must be infill or sequence");
   check(!(r.objective == "ar" && r.sudoku_format == "infill"), origin + ": an AR model needs sudoku_format = sequence");
+  check(r.sudoku_states == "random" || (r.sudoku_states == "singles" && r.sudoku_format == "infill"),
+        origin + ": sudoku_states must be random, or singles with sudoku_format = infill");
   if (!r.init_layers.empty()) {
     check(!r.init_from.empty(), origin + ": init_layers needs init_from");
     check(int64_t(r.init_layers.size()) == r.layers,
@@ -350,7 +354,7 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
   std::unique_ptr<DataSource> source;
   if (r.task == "sudoku") {
     source = make_sudoku_source(r.sudoku_format, r.sudoku_min_clues, r.sudoku_max_clues, r.held_out, r.eval_examples,
-                                r.seed + 77);
+                                r.seed + 77, r.sudoku_states);
   } else {
     source = make_text_source(load_text_corpus(r.text_corpus), r.seq_len, r.val_fraction, r.eval_examples);
   }

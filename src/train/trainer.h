@@ -30,6 +30,7 @@ struct RunConfig {
   double val_fraction = 0.02;
   int sudoku_min_clues = 22, sudoku_max_clues = 50;
   std::string sudoku_format;         // infill | sequence (default: infill for masked, sequence for ar)
+  std::string sudoku_states = "random";  // random | singles: see make_sudoku_source
   std::vector<std::string> held_out;  // Sudoku files whose puzzles training must never see
   int64_t eval_examples = 256;
   // Optimisation.
