@@ -2,6 +2,7 @@
 #include "train/sudoku.h"
 
 #include <algorithm>
+#include <array>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -20,16 +21,26 @@ struct Solver {
   int solutions = 0, limit = 1;
   SudokuGrid first{};
 
+  // The digits still possible in blank cell c, as bits 1..9.
+  uint16_t candidates(int c) const { return uint16_t(~(rows[c / 9] | cols[c % 9] | boxes[box_of(c)]) & 0x3fe); }
+  void set(int c, int d) {
+    const uint16_t bit = uint16_t(1u << d);
+    grid[size_t(c)] = uint8_t(d);
+    rows[c / 9] |= bit, cols[c % 9] |= bit, boxes[box_of(c)] |= bit;
+  }
+  void clear(int c) {
+    const uint16_t keep = uint16_t(~(1u << grid[size_t(c)]));
+    grid[size_t(c)] = 0;
+    rows[c / 9] &= keep, cols[c % 9] &= keep, boxes[box_of(c)] &= keep;
+  }
+
   bool place_givens(const SudokuGrid& puzzle) {
     grid = puzzle;
     for (int c = 0; c < 81; ++c) {
       const int d = puzzle[size_t(c)];
       if (!d) continue;
-      const uint16_t bit = uint16_t(1u << d);
-      if ((rows[c / 9] | cols[c % 9] | boxes[box_of(c)]) & bit) return false;
-      rows[c / 9] |= bit;
-      cols[c % 9] |= bit;
-      boxes[box_of(c)] |= bit;
+      if (!(candidates(c) & (1u << d))) return false;
+      set(c, d);
     }
     return true;
   }
@@ -39,7 +50,7 @@ struct Solver {
     uint16_t best_free = 0;
     for (int c = 0; c < 81; ++c) {
       if (grid[size_t(c)]) continue;
-      const uint16_t free = uint16_t(~(rows[c / 9] | cols[c % 9] | boxes[box_of(c)]) & 0x3fe);
+      const uint16_t free = candidates(c);
       const int count = __builtin_popcount(free);
       if (count < best_count) {
         best = c, best_count = count, best_free = free;
@@ -51,16 +62,21 @@ struct Solver {
       return;
     }
     for (int d = 1; d <= 9 && solutions < limit; ++d) {
-      const uint16_t bit = uint16_t(1u << d);
-      if (!(best_free & bit)) continue;
-      grid[size_t(best)] = uint8_t(d);
-      rows[best / 9] |= bit, cols[best % 9] |= bit, boxes[box_of(best)] |= bit;
+      if (!(best_free & (1u << d))) continue;
+      set(best, d);
       search();
-      rows[best / 9] &= uint16_t(~bit), cols[best % 9] &= uint16_t(~bit), boxes[box_of(best)] &= uint16_t(~bit);
-      grid[size_t(best)] = 0;
+      clear(best);
     }
   }
 };
+
+// Cell k (0..8) of unit u: rows 0..8, columns 9..17, boxes 18..26.
+inline int unit_cell(int u, int k) {
+  if (u < 9) return u * 9 + k;
+  if (u < 18) return k * 9 + (u - 9);
+  const int b = u - 18;
+  return (b / 3) * 27 + (b % 3) * 3 + (k / 3) * 9 + k % 3;
+}
 
 template <typename T>
 void shuffle(std::vector<T>& v, Rng& rng) {
@@ -200,37 +216,30 @@ void augment(SudokuGrid& puzzle, SudokuGrid& solution, Rng& rng) {
 }
 
 std::vector<int> singles_path(const SudokuGrid& puzzle, const SudokuGrid& solution, Rng& rng) {
-  SudokuGrid grid = puzzle;
-  std::vector<int> path;
+  Solver s;
+  check(s.place_givens(puzzle), "singles_path: the puzzle contradicts itself");
+  std::vector<int> path, ready;
   for (;;) {
-    uint16_t rows[9] = {}, cols[9] = {}, boxes[9] = {};
+    std::array<uint16_t, 81> candidates{};
+    std::array<bool, 81> single{};
     for (int c = 0; c < 81; ++c)
-      if (grid[size_t(c)]) {
-        const uint16_t bit = uint16_t(1u << grid[size_t(c)]);
-        rows[c / 9] |= bit, cols[c % 9] |= bit, boxes[box_of(c)] |= bit;
+      if (!s.grid[size_t(c)]) {
+        candidates[size_t(c)] = s.candidates(c);
+        single[size_t(c)] = __builtin_popcount(candidates[size_t(c)]) == 1;  // naked single
       }
-    uint16_t candidates[81] = {};
-    std::vector<uint8_t> single(81, 0);
-    for (int c = 0; c < 81; ++c)
-      if (!grid[size_t(c)]) {
-        candidates[c] = uint16_t(~(rows[c / 9] | cols[c % 9] | boxes[box_of(c)]) & 0x3fe);
-        single[size_t(c)] = __builtin_popcount(candidates[c]) == 1;  // naked single
-      }
-    for (int u = 0; u < 27; ++u)  // rows, columns, boxes: a digit with one place left is a hidden single
+    for (int u = 0; u < 27; ++u)  // a digit with one place left in a row, column or box: hidden single
       for (int d = 1; d <= 9; ++d) {
         int count = 0, where = -1;
-        for (int k = 0; k < 9; ++k) {
-          const int c = u < 9 ? u * 9 + k : u < 18 ? k * 9 + (u - 9) : ((u - 18) / 3) * 27 + ((u - 18) % 3) * 3 + (k / 3) * 9 + k % 3;
-          if (candidates[c] & (1u << d)) ++count, where = c;
-        }
-        if (count == 1) single[size_t(where)] = 1;
+        for (int k = 0; k < 9; ++k)
+          if (candidates[size_t(unit_cell(u, k))] & (1u << d)) ++count, where = unit_cell(u, k);
+        if (count == 1) single[size_t(where)] = true;
       }
-    std::vector<int> ready;
+    ready.clear();
     for (int c = 0; c < 81; ++c)
       if (single[size_t(c)]) ready.push_back(c);
     if (ready.empty()) return path;
     const int c = ready[size_t(rng.below(ready.size()))];
-    grid[size_t(c)] = solution[size_t(c)];
+    s.set(c, solution[size_t(c)]);
     path.push_back(c);
   }
 }

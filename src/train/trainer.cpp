@@ -27,6 +27,15 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b + 1);
 }
 
+// "a, b,c" -> {"a", "b", "c"}; empty items stay (callers decide whether they are errors).
+std::vector<std::string> comma_list(const std::string& value) {
+  std::vector<std::string> items;
+  std::stringstream ss(value);
+  std::string item;
+  while (std::getline(ss, item, ',')) items.push_back(trim(item));
+  return items;
+}
+
 bool file_exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
@@ -243,11 +252,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
     else if (key == "rope_theta") r.rope_theta = as_float();
     else if (key == "init_std") r.init_std = as_float();
     else if (key == "init_from") r.init_from = value;
-    else if (key == "init_layers") {
-      std::stringstream ss(value);
-      std::string item;
-      while (std::getline(ss, item, ',')) r.init_layers.push_back(trim(item));
-    }
+    else if (key == "init_layers") r.init_layers = comma_list(value);
     else if (key == "seq_len") r.seq_len = as_int();
     else if (key == "text_corpus") r.text_corpus = value;
     else if (key == "val_fraction") r.val_fraction = as_float();
@@ -256,10 +261,8 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
     else if (key == "sudoku_format") r.sudoku_format = value;
     else if (key == "sudoku_states") r.sudoku_states = value;
     else if (key == "held_out") {
-      std::stringstream ss(value);
-      std::string item;
-      while (std::getline(ss, item, ','))
-        if (!trim(item).empty()) r.held_out.push_back(trim(item));
+      for (const std::string& item : comma_list(value))
+        if (!item.empty()) r.held_out.push_back(item);
     } else if (key == "eval_examples") r.eval_examples = as_int();
     else if (key == "lr") r.optimizer.lr = as_float();
     else if (key == "min_lr") r.optimizer.min_lr = as_float();
