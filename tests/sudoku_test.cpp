@@ -105,6 +105,76 @@ TEST(Sudoku, SinglesPathSolvesSimpleAndEasyOnly) {
   }
 }
 
+// single_kinds against a direct reading of the rules: a naked single's peers (row, column, box) show
+// eight distinct digits; a hidden single is not naked and is the one blank of some row, column or box
+// whose peers do not show its solution digit. Checked over held-out easy puzzles, each also part-filled.
+TEST(Sudoku, SingleKindsFollowTheRules) {
+  const auto peers = [](int a, int b) {
+    return a != b && (a / 9 == b / 9 || a % 9 == b % 9 || (a / 27 == b / 27 && a % 9 / 3 == b % 9 / 3));
+  };
+  const std::vector<SudokuExample> data = read_sudoku_file(test::source_path("data/sudoku/heldout-easy.txt"));
+  Rng rng(5);
+  int naked = 0, hidden = 0;
+  for (size_t i = 0; i < 10; ++i)
+    for (const int filled : {0, 15}) {
+      SudokuGrid g = data[i].puzzle;
+      const std::vector<int> path = singles_path(g, data[i].solution, rng);
+      for (int k = 0; k < filled && k < int(path.size()); ++k) g[size_t(path[size_t(k)])] = data[i].solution[size_t(path[size_t(k)])];
+      const std::array<uint8_t, 81> kind = single_kinds(g);
+      for (int c = 0; c < 81; ++c) {
+        std::set<int> seen;
+        for (int p = 0; p < 81; ++p)
+          if (peers(c, p) && g[size_t(p)]) seen.insert(g[size_t(p)]);
+        const bool is_naked = !g[size_t(c)] && seen.size() == 8;
+        bool is_hidden = false;  // the digit d fits nowhere else in one of c's units
+        for (int unit = 0; unit < 3 && !g[size_t(c)] && !is_naked; ++unit)
+          for (int d = 1; d <= 9; ++d) {
+            const auto fits = [&](int x) {
+              for (int p = 0; p < 81; ++p)
+                if (peers(x, p) && g[size_t(p)] == d) return false;
+              return !g[size_t(x)];
+            };
+            if (!fits(c)) continue;
+            bool elsewhere = false;
+            for (int x = 0; x < 81; ++x) {
+              const bool same = unit == 0 ? x / 9 == c / 9 : unit == 1 ? x % 9 == c % 9 : (x / 27 == c / 27 && x % 9 / 3 == c % 9 / 3);
+              if (same && x != c && fits(x)) elsewhere = true;
+            }
+            if (!elsewhere) is_hidden = true;
+          }
+        const uint8_t want = is_naked ? kNakedSingle : is_hidden ? kHiddenSingle : kNotASingle;
+        EXPECT_EQ(kind[size_t(c)], want) << i << " " << filled << " " << c;
+        naked += want == kNakedSingle;
+        hidden += want == kHiddenSingle;
+      }
+    }
+  EXPECT_GT(naked, 0);
+  EXPECT_GT(hidden, 0);
+}
+
+// sudoku_states = decoder with sudoku_hidden_weight: the hidden singles of each state, and only they,
+// carry the weight in the batch.
+TEST(Sudoku, HiddenSinglesCarryTheirWeight) {
+  const auto decoder = train::make_sudoku_source("infill", 24, 30, {}, 2, 1, "decoder", 10.f);
+  Rng rng(4);
+  std::vector<train::Example> examples;
+  for (int n = 0; n < 8; ++n) examples.push_back(decoder->sample(rng));
+  const train::ObjectiveBatch batch = train::masked_diffusion_batch(examples, train::kByteMask, 1e-3f, rng);
+  int weighted = 0;
+  for (size_t s = 0; s < examples.size(); ++s) {
+    SudokuGrid state{};
+    for (size_t i = 0; i < 81; ++i) state[i] = examples[s].fixed[i] ? uint8_t(examples[s].tokens[i] - kSudokuDigitToken) : 0;
+    const std::array<uint8_t, 81> kind = single_kinds(state);
+    for (size_t i = 0; i < 81; ++i) {
+      const float want = examples[s].fixed[i] ? 0.f : kind[i] == kHiddenSingle ? 10.f : 1.f;
+      EXPECT_EQ(batch.weights[s * 81 + i], want) << s << " " << i;
+      weighted += want == 10.f;
+    }
+  }
+  EXPECT_GT(weighted, 0);
+  EXPECT_THROW(train::make_sudoku_source("infill", 24, 30, {}, 2, 1, "singles", 10.f), Error);
+}
+
 // sudoku_states = singles: the same puzzle as the plain source (same generator draws), with the givens
 // and the first k cells of a singles path fixed; k varies, so some examples show more than the givens.
 TEST(Sudoku, SinglesStatesFixPartOfTheSolversPath) {
@@ -120,6 +190,32 @@ TEST(Sudoku, SinglesStatesFixPartOfTheSolversPath) {
   }
   EXPECT_GE(more, 5);
   EXPECT_THROW(train::make_sudoku_source("sequence", 24, 30, {}, 2, 1, "singles"), Error);
+}
+
+// sudoku_states = decoder: the singles states again, with every other blank masked and scored with
+// weight 1 (t = 1), which is what a decoder that committed those cells sees; plain examples keep a random t.
+TEST(Sudoku, DecoderStatesMaskEveryOtherBlank) {
+  const auto singles = train::make_sudoku_source("infill", 24, 30, {}, 2, 1, "singles");
+  const auto decoder = train::make_sudoku_source("infill", 24, 30, {}, 2, 1, "decoder");
+  std::vector<train::Example> examples;
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    Rng a(seed), b(seed);
+    const train::Example p = singles->sample(a), q = decoder->sample(b);
+    EXPECT_EQ(p.fixed, q.fixed);
+    EXPECT_EQ(p.mask_rate, 0.f);
+    EXPECT_EQ(q.mask_rate, 1.f);
+    examples.push_back(q);
+  }
+  Rng rng(3);
+  const train::ObjectiveBatch batch = train::masked_diffusion_batch(examples, train::kByteMask, 1e-3f, rng);
+  for (size_t s = 0; s < examples.size(); ++s)
+    for (size_t i = 0; i < 81; ++i) {
+      const size_t r = s * 81 + i;
+      const bool blank = !examples[s].fixed[i];
+      EXPECT_EQ(batch.input.tokens[r] == train::kByteMask, blank) << s << " " << i;
+      EXPECT_EQ(batch.weights[r], blank ? 1.f : 0.f) << s << " " << i;
+    }
+  EXPECT_THROW(train::make_sudoku_source("sequence", 24, 30, {}, 2, 1, "decoder"), Error);
 }
 
 }  // namespace

@@ -52,9 +52,9 @@ Example sudoku_example(const SudokuGrid& puzzle, const SudokuGrid& solution, boo
 
 class SudokuSource : public DataSource {
  public:
-  SudokuSource(bool infill, bool singles, int min_clues, int max_clues, std::set<std::string> exclude, int64_t n_val,
-               uint64_t val_seed)
-      : infill_(infill), singles_(singles), min_clues_(min_clues), max_clues_(max_clues), exclude_(std::move(exclude)) {
+  SudokuSource(bool infill, const std::string& states, float hidden_weight, int min_clues, int max_clues,
+               std::set<std::string> exclude, int64_t n_val, uint64_t val_seed)
+      : infill_(infill), states_(states), hidden_weight_(hidden_weight), min_clues_(min_clues), max_clues_(max_clues), exclude_(std::move(exclude)) {
     check(min_clues >= 17 && max_clues <= 80 && min_clues <= max_clues, "Sudoku clue range must lie in 17..80");
     Rng rng(val_seed);
     std::vector<std::string> keys;
@@ -70,10 +70,19 @@ class SudokuSource : public DataSource {
     SudokuGrid puzzle, solution;
     draw(rng, puzzle, solution);
     Example e = sudoku_example(puzzle, solution, infill_);
-    if (singles_) {  // a state a singles solver reaches: the first k cells of its path are shown, fixed
+    if (states_ != "random") {  // a state a singles solver reaches: the first k cells of its path, fixed
       const std::vector<int> path = singles_path(puzzle, solution, rng);
       const size_t k = size_t(rng.below(path.size() + 1));
       for (size_t i = 0; i < k; ++i) e.fixed[size_t(path[i])] = 1;
+      if (states_ == "decoder") e.mask_rate = 1;  // every other blank masked, as the decoder sees it
+      if (hidden_weight_ != 1.f && states_ == "decoder") {
+        SudokuGrid state{};
+        for (size_t i = 0; i < 81; ++i) state[i] = e.fixed[i] ? solution[i] : 0;
+        const std::array<uint8_t, 81> kind = single_kinds(state);
+        e.weight.assign(81, 1.f);
+        for (size_t i = 0; i < 81; ++i)
+          if (kind[i] == kHiddenSingle) e.weight[i] = hidden_weight_;
+      }
     }
     return e;
   }
@@ -89,7 +98,9 @@ class SudokuSource : public DataSource {
     } while (exclude_.count(format_sudoku(puzzle)));
   }
 
-  bool infill_, singles_;
+  bool infill_;
+  std::string states_;
+  float hidden_weight_;
   int min_clues_, max_clues_;
   std::set<std::string> exclude_;
   std::vector<Example> validation_;
@@ -129,14 +140,16 @@ class TextSource : public DataSource {
 
 std::unique_ptr<DataSource> make_sudoku_source(const std::string& format, int min_clues, int max_clues,
                                                const std::vector<std::string>& exclude, int64_t n_val,
-                                               uint64_t val_seed, const std::string& states) {
+                                               uint64_t val_seed, const std::string& states, float hidden_weight) {
   check(format == "infill" || format == "sequence", "Sudoku format must be infill or sequence, got '" + format + "'");
-  check(states == "random" || (states == "singles" && format == "infill"),
-        "Sudoku states must be random, or singles with the infill format, got '" + states + "'");
+  check(states == "random" || ((states == "singles" || states == "decoder") && format == "infill"),
+        "Sudoku states must be random, or singles or decoder with the infill format, got '" + states + "'");
   std::set<std::string> excluded;
   for (const std::string& path : exclude)
     for (const SudokuExample& e : read_sudoku_file(path)) excluded.insert(format_sudoku(e.puzzle));
-  return std::make_unique<SudokuSource>(format == "infill", states == "singles", min_clues, max_clues,
+  check(hidden_weight > 0 && (hidden_weight == 1.f || states == "decoder"),
+        "a Sudoku hidden-single weight must be positive, and other than 1 only with decoder states");
+  return std::make_unique<SudokuSource>(format == "infill", states, hidden_weight, min_clues, max_clues,
                                         std::move(excluded), n_val, val_seed);
 }
 

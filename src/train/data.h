@@ -36,10 +36,15 @@ class DataSource {
 // `exclude` file (held-out sets) is skipped. Validation: n_val puzzles drawn once from `val_seed`.
 // states "singles" (infill only): each training example also shows, fixed, the first k cells of a
 // singles solver's path (singles_path, k uniform in 0..its length), so training sees the states a
-// decoder that deduces cell by cell passes through; validation examples stay plain puzzles.
+// decoder that deduces cell by cell passes through, and the other blanks are masked with probability t;
+// states "decoder" masks every other blank (mask_rate 1): exactly the states of a decoder that has
+// committed k deducible cells correctly; with it, hidden_weight multiplies the loss weight of every
+// blank that is a hidden single of the state (single_kinds), the deduction a decoder most often misses.
+// Validation examples stay plain puzzles.
 std::unique_ptr<DataSource> make_sudoku_source(const std::string& format, int min_clues, int max_clues,
                                                const std::vector<std::string>& exclude, int64_t n_val,
-                                               uint64_t val_seed, const std::string& states = "random");
+                                               uint64_t val_seed, const std::string& states = "random",
+                                               float hidden_weight = 1);
 
 // Windows of seq_len bytes from a text; the last val_fraction of the text is held out and cut into
 // consecutive validation windows (at most n_val).

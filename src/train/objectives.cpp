@@ -31,7 +31,8 @@ ObjectiveBatch masked_diffusion_batch(const std::vector<Example>& examples, int3
   out.weights.assign(size_t(out.input.rows()), 0.f);
   int64_t scored_positions = 0;
   for (size_t s = 0; s < examples.size(); ++s) {
-    const double t = eps + (1.0 - eps) * (1.0 - rng.uniform());  // (eps, 1]
+    const double t = examples[s].mask_rate > 0 ? double(examples[s].mask_rate)
+                                               : eps + (1.0 - eps) * (1.0 - rng.uniform());  // (eps, 1]
     for (int64_t i = 0; i < L; ++i) {
       if (examples[s].is_prompt(i)) continue;
       const size_t r = s * size_t(L) + size_t(i);
@@ -39,7 +40,7 @@ ObjectiveBatch masked_diffusion_batch(const std::vector<Example>& examples, int3
       if (rng.uniform() < t) {
         out.targets[r] = out.input.tokens[r];
         out.input.tokens[r] = mask_token;
-        out.weights[r] = float(1.0 / t);
+        out.weights[r] = float(1.0 / t) * (examples[s].weight.empty() ? 1.f : examples[s].weight[size_t(i)]);
       }
     }
   }

@@ -15,6 +15,8 @@ struct Example {
   std::vector<int32_t> tokens;
   int64_t prompt_len = 0;
   std::vector<uint8_t> fixed;  // optional, per token: 1 = given (infilling), treated like the prompt
+  float mask_rate = 0;         // masked diffusion: > 0 fixes this example's t instead of drawing it
+  std::vector<float> weight;   // optional, per token: masked diffusion multiplies its loss weight by it
   bool is_prompt(int64_t i) const { return i < prompt_len || (!fixed.empty() && fixed[size_t(i)]); }
 };
 
@@ -26,9 +28,10 @@ struct ObjectiveBatch {
   float normaliser = 1;
 };
 
-// MDLM: per sequence t ~ U(eps, 1]; each non-prompt token becomes [MASK] with probability t and is
-// scored with weight 1/t; the normaliser is the number of non-prompt tokens, so the loss is the
-// negative ELBO per token (in nats). Bidirectional attention.
+// MDLM: per sequence t ~ U(eps, 1] (or the example's mask_rate); each non-prompt token becomes [MASK]
+// with probability t and is scored with weight 1/t (times the example's weight of the token, if it has
+// one); the normaliser is the number of non-prompt tokens, so the loss is the negative ELBO per token
+// (in nats) when no example carries weights. Bidirectional attention.
 ObjectiveBatch masked_diffusion_batch(const std::vector<Example>& examples, int32_t mask_token, float eps, Rng& rng);
 
 // Next-token cross-entropy under a causal mask: row i predicts token i+1, scored when i+1 is past the

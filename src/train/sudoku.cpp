@@ -215,28 +215,44 @@ void augment(SudokuGrid& puzzle, SudokuGrid& solution, Rng& rng) {
   solution = apply_symmetry(s, solution);
 }
 
+namespace {
+
+// The blank cells' kinds of single (SingleKind) given the solver's candidate masks.
+std::array<uint8_t, 81> kinds_of(const Solver& s) {
+  std::array<uint16_t, 81> candidates{};
+  std::array<uint8_t, 81> kind{};
+  for (int c = 0; c < 81; ++c)
+    if (!s.grid[size_t(c)]) {
+      candidates[size_t(c)] = s.candidates(c);
+      if (__builtin_popcount(candidates[size_t(c)]) == 1) kind[size_t(c)] = kNakedSingle;
+    }
+  for (int u = 0; u < 27; ++u)  // a digit with one place left in a row, column or box: hidden single
+    for (int d = 1; d <= 9; ++d) {
+      int count = 0, where = -1;
+      for (int k = 0; k < 9; ++k)
+        if (candidates[size_t(unit_cell(u, k))] & (1u << d)) ++count, where = unit_cell(u, k);
+      if (count == 1 && kind[size_t(where)] != kNakedSingle) kind[size_t(where)] = kHiddenSingle;
+    }
+  return kind;
+}
+
+}  // namespace
+
+std::array<uint8_t, 81> single_kinds(const SudokuGrid& grid) {
+  Solver s;
+  check(s.place_givens(grid), "single_kinds: the grid contradicts itself");
+  return kinds_of(s);
+}
+
 std::vector<int> singles_path(const SudokuGrid& puzzle, const SudokuGrid& solution, Rng& rng) {
   Solver s;
   check(s.place_givens(puzzle), "singles_path: the puzzle contradicts itself");
   std::vector<int> path, ready;
   for (;;) {
-    std::array<uint16_t, 81> candidates{};
-    std::array<bool, 81> single{};
-    for (int c = 0; c < 81; ++c)
-      if (!s.grid[size_t(c)]) {
-        candidates[size_t(c)] = s.candidates(c);
-        single[size_t(c)] = __builtin_popcount(candidates[size_t(c)]) == 1;  // naked single
-      }
-    for (int u = 0; u < 27; ++u)  // a digit with one place left in a row, column or box: hidden single
-      for (int d = 1; d <= 9; ++d) {
-        int count = 0, where = -1;
-        for (int k = 0; k < 9; ++k)
-          if (candidates[size_t(unit_cell(u, k))] & (1u << d)) ++count, where = unit_cell(u, k);
-        if (count == 1) single[size_t(where)] = true;
-      }
+    const std::array<uint8_t, 81> kind = kinds_of(s);
     ready.clear();
     for (int c = 0; c < 81; ++c)
-      if (single[size_t(c)]) ready.push_back(c);
+      if (kind[size_t(c)] != kNotASingle) ready.push_back(c);
     if (ready.empty()) return path;
     const int c = ready[size_t(rng.below(ready.size()))];
     s.set(c, solution[size_t(c)]);

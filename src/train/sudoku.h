@@ -44,6 +44,12 @@ SudokuGrid apply_symmetry(const SudokuSymmetry& s, const SudokuGrid& grid);
 // swaps within stacks, band and stack swaps, transposition) to a puzzle and its solution alike.
 void augment(SudokuGrid& puzzle, SudokuGrid& solution, Rng& rng);
 
+// What decides a blank cell of a (consistent) grid by the simplest rules: a naked single has one
+// candidate digit left; a hidden single is the only place left for some digit in its row, column or
+// box (and not a naked single). Filled cells and all other blanks are kNotASingle.
+enum SingleKind : uint8_t { kNotASingle = 0, kNakedSingle = 1, kHiddenSingle = 2 };
+std::array<uint8_t, 81> single_kinds(const SudokuGrid& grid);
+
 // The blank cells a solver that knows only singles fills, in a random order it could take: each step
 // picks uniformly one blank cell that is a naked single (one candidate digit left) or a hidden single
 // (the only place left for a digit in its row, column or box) and writes the solution's digit there.

@@ -79,6 +79,7 @@ std::string identity(const RunConfig& r) {
     << '|' << r.init_from << '|' << r.text_corpus << '|' << r.sudoku_format;
   for (const std::string& l : r.init_layers) s << "|layer:" << l;  // empty for older runs
   if (r.sudoku_states != "random") s << "|states:" << r.sudoku_states;
+  if (r.sudoku_hidden_weight != 1.f) s << "|hidden_weight:" << r.sudoku_hidden_weight;
   if (r.objective == "uniform") s << '|' << r.block_length << '|' << r.ar_weight;  // older runs keep their identity
   if (r.self_conditioning) s << "|self_conditioning";
   return s.str();
@@ -260,6 +261,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
     else if (key == "sudoku_max_clues") r.sudoku_max_clues = int(as_int());
     else if (key == "sudoku_format") r.sudoku_format = value;
     else if (key == "sudoku_states") r.sudoku_states = value;
+    else if (key == "sudoku_hidden_weight") r.sudoku_hidden_weight = float(as_float());
     else if (key == "held_out") {
       for (const std::string& item : comma_list(value))
         if (!item.empty()) r.held_out.push_back(item);
@@ -298,8 +300,11 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
   if (r.sudoku_format.empty()) r.sudoku_format = r.objective == "ar" ? "sequence" : "infill";
   check(r.sudoku_format == "infill" || r.sudoku_format == "sequence", origin + ": sudoku_format must be infill or sequence");
   check(!(r.objective == "ar" && r.sudoku_format == "infill"), origin + ": an AR model needs sudoku_format = sequence");
-  check(r.sudoku_states == "random" || (r.sudoku_states == "singles" && r.sudoku_format == "infill"),
-        origin + ": sudoku_states must be random, or singles with sudoku_format = infill");
+  check(r.sudoku_states == "random" ||
+            ((r.sudoku_states == "singles" || r.sudoku_states == "decoder") && r.sudoku_format == "infill"),
+        origin + ": sudoku_states must be random, or singles or decoder with sudoku_format = infill");
+  check(r.sudoku_hidden_weight > 0 && (r.sudoku_hidden_weight == 1.f || r.sudoku_states == "decoder"),
+        origin + ": sudoku_hidden_weight must be positive, and other than 1 only with sudoku_states = decoder");
   if (!r.init_layers.empty()) {
     check(!r.init_from.empty(), origin + ": init_layers needs init_from");
     check(int64_t(r.init_layers.size()) == r.layers,
@@ -357,7 +362,7 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
   std::unique_ptr<DataSource> source;
   if (r.task == "sudoku") {
     source = make_sudoku_source(r.sudoku_format, r.sudoku_min_clues, r.sudoku_max_clues, r.held_out, r.eval_examples,
-                                r.seed + 77, r.sudoku_states);
+                                r.seed + 77, r.sudoku_states, r.sudoku_hidden_weight);
   } else {
     source = make_text_source(load_text_corpus(r.text_corpus), r.seq_len, r.val_fraction, r.eval_examples);
   }

@@ -30,7 +30,8 @@ struct RunConfig {
   double val_fraction = 0.02;
   int sudoku_min_clues = 22, sudoku_max_clues = 50;
   std::string sudoku_format;         // infill | sequence (default: infill for masked, sequence for ar)
-  std::string sudoku_states = "random";  // random | singles: see make_sudoku_source
+  std::string sudoku_states = "random";  // random | singles | decoder: see make_sudoku_source
+  float sudoku_hidden_weight = 1;        // decoder states: loss weight of hidden-single cells
   std::vector<std::string> held_out;  // Sudoku files whose puzzles training must never see
   int64_t eval_examples = 256;
   // Optimisation.
