@@ -2,8 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "test_util.h"
+#include "train/sudoku.h"
 
 namespace canvas {
 namespace {
@@ -99,6 +103,34 @@ TEST(Cli, SudokuSolveWithoutModelUsesTheShippedSolver) {
     ++n;
   }
   EXPECT_EQ(n, 10);
+}
+
+// sudoku probe on simple puzzles (naked singles finish them): every state of a full path is scored, so
+// puzzle i with B_i blanks has B_i states and B_i + (B_i - 1) + ... + 1 scored cells, and the shipped
+// solver, which has learned naked singles, gets every one of them and every state's top choice right.
+TEST(Cli, SudokuProbeScoresEveryStateOfTheSinglesPath) {
+  const std::string simple = canvas::test::source_path("data/sudoku/heldout-simple.txt");
+  const auto r = canvas::test::run_canvas("sudoku probe --data " + simple + " --limit 3 -t 2", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<SudokuExample> data = read_sudoku_file(simple);
+  int64_t states = 0, cells = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    const int64_t blanks = 81 - count_clues(data[i].puzzle);
+    states += blanks;
+    cells += blanks * (blanks + 1) / 2;
+  }
+  EXPECT_NE(r.output.find("3 puzzles, " + std::to_string(states) + " states"), std::string::npos) << r.output;
+  std::istringstream lines(r.output);
+  std::string line;
+  int64_t scored = 0;
+  while (std::getline(lines, line)) {
+    for (const std::string name : {"naked single", "hidden: ", "neither"})
+      if (line.rfind(name, 0) == 0) scored += std::stoll(line.substr(18));
+    if (line.rfind("naked single", 0) == 0) EXPECT_NE(line.find(" 100.00 |"), std::string::npos) << line;
+  }
+  EXPECT_EQ(scored, cells) << r.output;
+  EXPECT_NE(r.output.find("most probable (cell, digit) right: 100.00% of " + std::to_string(states)), std::string::npos)
+      << r.output;
 }
 
 // Decoding over symmetric views: one view is the plain confidence-order decoder (the same grids, so

@@ -24,7 +24,7 @@
 namespace canvas::cli {
 namespace {
 
-const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval> [options]
+const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval|probe> [options]
 
   canvas sudoku generate -n N [--difficulty D] [--source qqwing|canvas] [--min-clues C] [-s SEED]
       Writes N lines "PUZZLE SOLUTION DIFFICULTY" (81 digits each, 0 = blank). --source qqwing (default)
@@ -45,6 +45,15 @@ const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval> [option
       denoising steps (or per --threshold: commit every cell whose probability reaches it, at least one
       per pass; or per --beam width, shown as b=W; or per --views count, v=K) and per unmasking order (AR: one row per
       difficulty), with forward passes and token rows computed per puzzle.
+
+  canvas sudoku probe [-m MODEL] --data FILE [--limit N] [-s SEED] [-t N]
+      How the model reads the states a cell-by-cell decoder goes through when it deduces correctly: along
+      a random singles path of each puzzle (the givens, then one naked or hidden single filled at a
+      time, with its solution digit), every blank cell of every state is scored (mean cross-entropy of
+      its solution digit, and how often it is the argmax), grouped by what decides it: a naked single,
+      a hidden single of a row, column or box (or several), or neither. Also: how often the state's most
+      probable (cell, digit) is right, over all states and over those with no naked single left (where
+      a decoder must find a hidden single). Masked-diffusion models that fill the grid in place only.
 
   MODEL defaults to the shipped masked-diffusion solver, models/sudoku-masked.gguf.
 
@@ -430,6 +439,101 @@ int sudoku_eval(int argc, char** argv) {
   return 0;
 }
 
+int sudoku_probe(int argc, char** argv) {
+  Args args(argc, argv, 3,
+            {{"-m", "model"}, {"--model", "model"}, {"--data", "data"}, {"--limit", "limit"}, {"-s", "seed"},
+             {"--seed", "seed"}, {"-t", "threads"}, {"--threads", "threads"}},
+            {"model", "data", "limit", "seed", "threads"}, {});
+  check(args.has("data"), "no puzzle file given (--data FILE)");
+  const Model model = load_solver(args);
+  const ModelConfig& c = model.config;
+  check(is_infill(model) && c.mask_token >= 0, "sudoku probe needs a masked-diffusion model that fills the grid in place");
+  std::vector<SudokuExample> data = read_sudoku_file(args.get("data", ""));
+  const int64_t limit = args.get_int("limit", 0);
+  if (limit > 0 && int64_t(data.size()) > limit) data.resize(size_t(limit));
+  check(!data.empty(), "no puzzles in " + args.get("data", ""));
+  ThreadPool pool(int(args.get_int("threads", 0)));
+  Rng rng(uint64_t(args.get_int("seed", 1)));
+
+  // Groups: 0 naked single, 1..7 hidden single by its unit bits (row 1, column 2, box 4), 8 neither.
+  struct Group {
+    double ce = 0;
+    int64_t n = 0, right = 0;
+  };
+  Group all[9], stuck[9];  // stuck: states with no naked single left
+  int64_t states = 0, top_right = 0, stuck_states = 0, stuck_top_right = 0, stuck_top_hidden = 0;
+  KvCache cache(c, 81);
+  const std::vector<int32_t> groups(81, 1);
+  std::vector<int32_t> tokens(81);
+  std::vector<float> logits;
+  for (const SudokuExample& e : data) {
+    const std::vector<int> path = singles_path(e.puzzle, e.solution, rng);
+    SudokuGrid grid = e.puzzle;
+    for (size_t k = 0; k < path.size(); grid[size_t(path[k])] = e.solution[size_t(path[k])], ++k) {
+      std::array<uint8_t, 81> units{};
+      const std::array<uint8_t, 81> kind = single_kinds(grid, &units);
+      const bool no_naked = std::find(kind.begin(), kind.end(), uint8_t(kNakedSingle)) == kind.end();
+      ForwardRequest req;
+      for (int32_t j = 0; j < 81; ++j) {
+        tokens[size_t(j)] = grid[size_t(j)] ? kSudokuDigitToken + grid[size_t(j)] : c.mask_token;
+        if (!grid[size_t(j)]) req.logit_rows.push_back(j);
+      }
+      req.tokens = tokens.data();
+      req.n = 81;
+      req.groups = groups.data();
+      logits.resize(req.logit_rows.size() * size_t(c.vocab));
+      req.logits = logits.data();
+      forward(model, cache, req, &pool);
+      double best_p = -1;
+      int best_cell = 0, best_digit = 0;
+      for (size_t r = 0; r < req.logit_rows.size(); ++r) {
+        const float* x = &logits[r * size_t(c.vocab)];
+        const double lse = row_stats(x, c.vocab).logsumexp;
+        const size_t cell = size_t(req.logit_rows[r]);
+        int argmax = 1;
+        for (int d = 1; d <= 9; ++d) {
+          if (x[kSudokuDigitToken + d] > x[kSudokuDigitToken + argmax]) argmax = d;
+          const double p = std::exp(double(x[kSudokuDigitToken + d]) - lse);
+          if (p > best_p) best_p = p, best_cell = int(cell), best_digit = d;
+        }
+        const size_t g = kind[cell] == kNakedSingle ? 0 : kind[cell] == kHiddenSingle ? units[cell] : 8;
+        const double ce = lse - double(x[kSudokuDigitToken + e.solution[cell]]);
+        for (Group* groups_of : {all, no_naked ? stuck : nullptr})
+          if (groups_of) {
+            groups_of[g].ce += ce;
+            ++groups_of[g].n;
+            groups_of[g].right += argmax == e.solution[cell];
+          }
+      }
+      const bool right = e.solution[size_t(best_cell)] == best_digit;
+      ++states;
+      top_right += right;
+      if (no_naked) {
+        ++stuck_states;
+        stuck_top_right += right;
+        stuck_top_hidden += kind[size_t(best_cell)] == kHiddenSingle;
+      }
+    }
+  }
+  const char* names[9] = {"naked single", "hidden: row",     "hidden: column",   "hidden: row+col", "hidden: box",
+                          "hidden: row+box", "hidden: col+box", "hidden: all three", "neither"};
+  std::printf("%d puzzles, %lld states along singles paths\n", int(data.size()), (long long)states);
+  std::printf("%-18s %9s %9s %9s | %-24s\n", "blank cell", "cells", "CE", "argmax%", "no naked single left:");
+  for (int g = 0; g < 9; ++g) {
+    if (!all[g].n) continue;
+    const auto pct = [](const Group& x) { return x.n ? 100.0 * double(x.right) / double(x.n) : 0.0; };
+    std::printf("%-18s %9lld %9.4f %9.2f | %9lld %9.4f %9.2f\n", names[g], (long long)all[g].n,
+                all[g].ce / double(all[g].n), pct(all[g]), (long long)stuck[g].n,
+                stuck[g].n ? stuck[g].ce / double(stuck[g].n) : 0.0, pct(stuck[g]));
+  }
+  std::printf("most probable (cell, digit) right: %.2f%% of %lld states; with no naked single left %.2f%% of %lld "
+              "(a hidden single in %.2f%%)\n",
+              100.0 * double(top_right) / double(std::max<int64_t>(states, 1)), (long long)states,
+              100.0 * double(stuck_top_right) / double(std::max<int64_t>(stuck_states, 1)), (long long)stuck_states,
+              100.0 * double(stuck_top_hidden) / double(std::max<int64_t>(stuck_states, 1)));
+  return 0;
+}
+
 }  // namespace
 
 int cmd_sudoku(int argc, char** argv) {
@@ -442,6 +546,7 @@ int cmd_sudoku(int argc, char** argv) {
   if (sub == "generate") return sudoku_generate(argc, argv);
   if (sub == "solve") return sudoku_solve(argc, argv);
   if (sub == "eval") return sudoku_eval(argc, argv);
+  if (sub == "probe") return sudoku_probe(argc, argv);
   std::fputs(kSudokuUsage, stderr);
   return 1;
 }

@@ -217,8 +217,9 @@ void augment(SudokuGrid& puzzle, SudokuGrid& solution, Rng& rng) {
 
 namespace {
 
-// The blank cells' kinds of single (SingleKind) given the solver's candidate masks.
-std::array<uint8_t, 81> kinds_of(const Solver& s) {
+// The blank cells' kinds of single (SingleKind) given the solver's candidate masks; `units` (optional)
+// gets each hidden single's units as bits (1 row, 2 column, 4 box).
+std::array<uint8_t, 81> kinds_of(const Solver& s, std::array<uint8_t, 81>* units = nullptr) {
   std::array<uint16_t, 81> candidates{};
   std::array<uint8_t, 81> kind{};
   for (int c = 0; c < 81; ++c)
@@ -231,17 +232,21 @@ std::array<uint8_t, 81> kinds_of(const Solver& s) {
       int count = 0, where = -1;
       for (int k = 0; k < 9; ++k)
         if (candidates[size_t(unit_cell(u, k))] & (1u << d)) ++count, where = unit_cell(u, k);
-      if (count == 1 && kind[size_t(where)] != kNakedSingle) kind[size_t(where)] = kHiddenSingle;
+      if (count == 1 && kind[size_t(where)] != kNakedSingle) {
+        kind[size_t(where)] = kHiddenSingle;
+        if (units) (*units)[size_t(where)] |= uint8_t(1 << (u / 9));
+      }
     }
   return kind;
 }
 
 }  // namespace
 
-std::array<uint8_t, 81> single_kinds(const SudokuGrid& grid) {
+std::array<uint8_t, 81> single_kinds(const SudokuGrid& grid, std::array<uint8_t, 81>* hidden_units) {
   Solver s;
   check(s.place_givens(grid), "single_kinds: the grid contradicts itself");
-  return kinds_of(s);
+  if (hidden_units) hidden_units->fill(0);
+  return kinds_of(s, hidden_units);
 }
 
 std::vector<int> singles_path(const SudokuGrid& puzzle, const SudokuGrid& solution, Rng& rng) {

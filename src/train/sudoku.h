@@ -46,9 +46,10 @@ void augment(SudokuGrid& puzzle, SudokuGrid& solution, Rng& rng);
 
 // What decides a blank cell of a (consistent) grid by the simplest rules: a naked single has one
 // candidate digit left; a hidden single is the only place left for some digit in its row, column or
-// box (and not a naked single). Filled cells and all other blanks are kNotASingle.
+// box (and not a naked single). Filled cells and all other blanks are kNotASingle. `hidden_units`
+// (optional) gets, per hidden single, the units that make it one as bits: 1 row, 2 column, 4 box.
 enum SingleKind : uint8_t { kNotASingle = 0, kNakedSingle = 1, kHiddenSingle = 2 };
-std::array<uint8_t, 81> single_kinds(const SudokuGrid& grid);
+std::array<uint8_t, 81> single_kinds(const SudokuGrid& grid, std::array<uint8_t, 81>* hidden_units = nullptr);
 
 // The blank cells a solver that knows only singles fills, in a random order it could take: each step
 // picks uniformly one blank cell that is a naked single (one candidate digit left) or a hidden single
