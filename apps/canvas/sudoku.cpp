@@ -89,6 +89,27 @@ bool is_infill(const Model& model) {
   return model.file->get_string("canvas.sudoku.format", "sequence") == "infill";
 }
 
+// One pass of an in-place Sudoku model over a grid: blanks become the mask token; returns the blank
+// cells (in order) and fills `logits` with one row of c.vocab logits per blank.
+std::vector<int32_t> forward_grid(const Model& model, KvCache& cache, const SudokuGrid& grid, std::vector<float>& logits,
+                                  ThreadPool* pool) {
+  const ModelConfig& c = model.config;
+  const std::vector<int32_t> groups(81, 1);
+  std::vector<int32_t> tokens(81);
+  ForwardRequest req;
+  for (int32_t j = 0; j < 81; ++j) {
+    tokens[size_t(j)] = grid[size_t(j)] ? kSudokuDigitToken + grid[size_t(j)] : c.mask_token;
+    if (!grid[size_t(j)]) req.logit_rows.push_back(j);
+  }
+  req.tokens = tokens.data();
+  req.n = 81;
+  req.groups = groups.data();
+  logits.resize(req.logit_rows.size() * size_t(c.vocab));
+  req.logits = logits.data();
+  forward(model, cache, req, pool);
+  return req.logit_rows;
+}
+
 // Test-time augmentation with the puzzle's symmetries: each pass runs the model on `views` transformed
 // copies of the grid (the first the identity; the others fixed random symmetries: row and column
 // permutations within bands, band swaps, transposition, digit relabelling), maps each blank cell's
@@ -104,31 +125,18 @@ Solution solve_with_views(const Model& model, const SudokuGrid& puzzle, int64_t 
   SudokuGrid grid = puzzle;
   Solution out;
   KvCache cache(c, 81);
-  const std::vector<int32_t> groups(81, 1);
-  std::vector<int32_t> tokens(81);
   std::vector<float> logits;
   std::vector<double> avg;  // [81][10]: mean probability of digit d at original cell i
   while (std::count(grid.begin(), grid.end(), 0) > 0) {
     avg.assign(81 * 10, 0.0);
     for (const SudokuSymmetry& sym : syms) {
-      const SudokuGrid view = apply_symmetry(sym, grid);
-      ForwardRequest req;
-      for (int32_t j = 0; j < 81; ++j) {
-        tokens[size_t(j)] = view[size_t(j)] ? kSudokuDigitToken + view[size_t(j)] : c.mask_token;
-        if (!view[size_t(j)]) req.logit_rows.push_back(j);
-      }
-      req.tokens = tokens.data();
-      req.n = 81;
-      req.groups = groups.data();
-      logits.resize(req.logit_rows.size() * size_t(c.vocab));
-      req.logits = logits.data();
-      forward(model, cache, req, pool);
+      const std::vector<int32_t> blanks = forward_grid(model, cache, apply_symmetry(sym, grid), logits, pool);
       ++out.passes;
       out.rows += 81;
-      for (size_t r = 0; r < req.logit_rows.size(); ++r) {
+      for (size_t r = 0; r < blanks.size(); ++r) {
         const float* x = &logits[r * size_t(c.vocab)];
         const double lse = row_stats(x, c.vocab).logsumexp;
-        const size_t cell = sym.source[size_t(req.logit_rows[r])];
+        const size_t cell = sym.source[size_t(blanks[r])];
         for (size_t d = 1; d <= 9; ++d)
           avg[cell * 10 + d] += std::exp(double(x[kSudokuDigitToken + sym.relabel[d]]) - lse) / double(views);
       }
@@ -463,8 +471,6 @@ int sudoku_probe(int argc, char** argv) {
   Group all[9], stuck[9];  // stuck: states with no naked single left
   int64_t states = 0, top_right = 0, stuck_states = 0, stuck_top_right = 0, stuck_top_hidden = 0;
   KvCache cache(c, 81);
-  const std::vector<int32_t> groups(81, 1);
-  std::vector<int32_t> tokens(81);
   std::vector<float> logits;
   for (const SudokuExample& e : data) {
     const std::vector<int> path = singles_path(e.puzzle, e.solution, rng);
@@ -473,23 +479,13 @@ int sudoku_probe(int argc, char** argv) {
       std::array<uint8_t, 81> units{};
       const std::array<uint8_t, 81> kind = single_kinds(grid, &units);
       const bool no_naked = std::find(kind.begin(), kind.end(), uint8_t(kNakedSingle)) == kind.end();
-      ForwardRequest req;
-      for (int32_t j = 0; j < 81; ++j) {
-        tokens[size_t(j)] = grid[size_t(j)] ? kSudokuDigitToken + grid[size_t(j)] : c.mask_token;
-        if (!grid[size_t(j)]) req.logit_rows.push_back(j);
-      }
-      req.tokens = tokens.data();
-      req.n = 81;
-      req.groups = groups.data();
-      logits.resize(req.logit_rows.size() * size_t(c.vocab));
-      req.logits = logits.data();
-      forward(model, cache, req, &pool);
+      const std::vector<int32_t> blanks = forward_grid(model, cache, grid, logits, &pool);
       double best_p = -1;
       int best_cell = 0, best_digit = 0;
-      for (size_t r = 0; r < req.logit_rows.size(); ++r) {
+      for (size_t r = 0; r < blanks.size(); ++r) {
         const float* x = &logits[r * size_t(c.vocab)];
         const double lse = row_stats(x, c.vocab).logsumexp;
-        const size_t cell = size_t(req.logit_rows[r]);
+        const size_t cell = size_t(blanks[r]);
         int argmax = 1;
         for (int d = 1; d <= 9; ++d) {
           if (x[kSudokuDigitToken + d] > x[kSudokuDigitToken + argmax]) argmax = d;
