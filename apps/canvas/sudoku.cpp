@@ -207,6 +207,15 @@ std::set<std::string> read_puzzle_set(const std::string& path) {
   return out;
 }
 
+// The puzzles of --data, the first --limit of them when given.
+std::vector<SudokuExample> read_data(const Args& args) {
+  std::vector<SudokuExample> data = read_sudoku_file(args.get("data", ""));
+  const int64_t limit = args.get_int("limit", 0);
+  if (limit > 0 && int64_t(data.size()) > limit) data.resize(size_t(limit));
+  check(!data.empty(), "no puzzles in " + args.get("data", ""));
+  return data;
+}
+
 int sudoku_generate(int argc, char** argv) {
   Args args(argc, argv, 3,
             {{"-n", "n"}, {"--difficulty", "difficulty"}, {"--source", "source"}, {"--min-clues", "min-clues"},
@@ -346,10 +355,7 @@ int sudoku_eval(int argc, char** argv) {
             {"json", "freeze"});
   check(args.has("data"), "no puzzle file given (--data FILE)");
   const Model model = load_solver(args);
-  std::vector<SudokuExample> data = read_sudoku_file(args.get("data", ""));
-  const int64_t limit = args.get_int("limit", 0);
-  if (limit > 0 && int64_t(data.size()) > limit) data.resize(size_t(limit));
-  check(!data.empty(), "no puzzles in " + args.get("data", ""));
+  const std::vector<SudokuExample> data = read_data(args);
   const std::string mode = args.get("mode", default_mode(model));
   check(mode == "diffusion" || mode == "ar", "--mode must be diffusion or ar");
   std::vector<std::string> steps_list = split_list(args.get("steps", "81"));
@@ -456,10 +462,7 @@ int sudoku_probe(int argc, char** argv) {
   const Model model = load_solver(args);
   const ModelConfig& c = model.config;
   check(is_infill(model) && c.mask_token >= 0, "sudoku probe needs a masked-diffusion model that fills the grid in place");
-  std::vector<SudokuExample> data = read_sudoku_file(args.get("data", ""));
-  const int64_t limit = args.get_int("limit", 0);
-  if (limit > 0 && int64_t(data.size()) > limit) data.resize(size_t(limit));
-  check(!data.empty(), "no puzzles in " + args.get("data", ""));
+  const std::vector<SudokuExample> data = read_data(args);
   ThreadPool pool(int(args.get_int("threads", 0)));
   Rng rng(uint64_t(args.get_int("seed", 1)));
 

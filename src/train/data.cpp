@@ -138,17 +138,23 @@ class TextSource : public DataSource {
 
 }  // namespace
 
+std::string sudoku_states_problem(const std::string& format, const std::string& states, float hidden_weight) {
+  if (!(states == "random" || ((states == "singles" || states == "decoder") && format == "infill")))
+    return "Sudoku states must be random, or singles or decoder with the infill format, got '" + states + "'";
+  if (!(hidden_weight > 0 && (hidden_weight == 1.f || states == "decoder")))
+    return "a Sudoku hidden-single weight must be positive, and other than 1 only with decoder states";
+  return "";
+}
+
 std::unique_ptr<DataSource> make_sudoku_source(const std::string& format, int min_clues, int max_clues,
                                                const std::vector<std::string>& exclude, int64_t n_val,
                                                uint64_t val_seed, const std::string& states, float hidden_weight) {
   check(format == "infill" || format == "sequence", "Sudoku format must be infill or sequence, got '" + format + "'");
-  check(states == "random" || ((states == "singles" || states == "decoder") && format == "infill"),
-        "Sudoku states must be random, or singles or decoder with the infill format, got '" + states + "'");
+  const std::string problem = sudoku_states_problem(format, states, hidden_weight);
+  check(problem.empty(), problem);
   std::set<std::string> excluded;
   for (const std::string& path : exclude)
     for (const SudokuExample& e : read_sudoku_file(path)) excluded.insert(format_sudoku(e.puzzle));
-  check(hidden_weight > 0 && (hidden_weight == 1.f || states == "decoder"),
-        "a Sudoku hidden-single weight must be positive, and other than 1 only with decoder states");
   return std::make_unique<SudokuSource>(format == "infill", states, hidden_weight, min_clues, max_clues,
                                         std::move(excluded), n_val, val_seed);
 }

@@ -41,6 +41,8 @@ class DataSource {
 // committed k deducible cells correctly; with it, hidden_weight multiplies the loss weight of every
 // blank that is a hidden single of the state (single_kinds), the deduction a decoder most often misses.
 // Validation examples stay plain puzzles.
+// What is wrong with that combination of format, states and hidden_weight ("" when nothing is).
+std::string sudoku_states_problem(const std::string& format, const std::string& states, float hidden_weight);
 std::unique_ptr<DataSource> make_sudoku_source(const std::string& format, int min_clues, int max_clues,
                                                const std::vector<std::string>& exclude, int64_t n_val,
                                                uint64_t val_seed, const std::string& states = "random",

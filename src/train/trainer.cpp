@@ -300,11 +300,8 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
   if (r.sudoku_format.empty()) r.sudoku_format = r.objective == "ar" ? "sequence" : "infill";
   check(r.sudoku_format == "infill" || r.sudoku_format == "sequence", origin + ": sudoku_format must be infill or sequence");
   check(!(r.objective == "ar" && r.sudoku_format == "infill"), origin + ": an AR model needs sudoku_format = sequence");
-  check(r.sudoku_states == "random" ||
-            ((r.sudoku_states == "singles" || r.sudoku_states == "decoder") && r.sudoku_format == "infill"),
-        origin + ": sudoku_states must be random, or singles or decoder with sudoku_format = infill");
-  check(r.sudoku_hidden_weight > 0 && (r.sudoku_hidden_weight == 1.f || r.sudoku_states == "decoder"),
-        origin + ": sudoku_hidden_weight must be positive, and other than 1 only with sudoku_states = decoder");
+  const std::string states_problem = sudoku_states_problem(r.sudoku_format, r.sudoku_states, r.sudoku_hidden_weight);
+  check(states_problem.empty(), origin + ": " + states_problem);
   if (!r.init_layers.empty()) {
     check(!r.init_from.empty(), origin + ": init_layers needs init_from");
     check(int64_t(r.init_layers.size()) == r.layers,
