@@ -126,7 +126,9 @@ TEST(Cli, SudokuProbeScoresEveryStateOfTheSinglesPath) {
   while (std::getline(lines, line)) {
     for (const std::string name : {"naked single", "hidden: ", "neither"})
       if (line.rfind(name, 0) == 0) scored += std::stoll(line.substr(18));
-    if (line.rfind("naked single", 0) == 0) EXPECT_NE(line.find(" 100.00 |"), std::string::npos) << line;
+    if (line.rfind("naked single", 0) == 0) {
+      EXPECT_NE(line.find(" 100.00 |"), std::string::npos) << line;
+    }
   }
   EXPECT_EQ(scored, cells) << r.output;
   EXPECT_NE(r.output.find("most probable (cell, digit) right: 100.00% of " + std::to_string(states)), std::string::npos)

@@ -1,0 +1,235 @@
+// The CUDA backend's kernels against the CPU ops they mirror; every test skips, saying why, where the
+// build has no CUDA backend or the machine no usable device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "ops/matmul.h"
+#include "ops/ops.h"
+
+#if CANVAS_HAVE_CUDA
+#include "cuda/cuda_ops.h"
+#endif
+
+namespace canvas {
+namespace {
+
+#if !CANVAS_HAVE_CUDA
+
+TEST(Cuda, BackendBuilt) { GTEST_SKIP() << "built without the CUDA backend (no nvcc / cuBLAS found)"; }
+
+#else
+
+#define SKIP_WITHOUT_DEVICE()                                        \
+  do {                                                               \
+    std::string why;                                                 \
+    if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
+  } while (0)
+
+std::vector<float> random_vector(Rng& rng, size_t n, double scale = 1.0) {
+  std::vector<float> v(n);
+  for (float& x : v) x = float(rng.normal() * scale);
+  return v;
+}
+
+template <typename T>
+cuda::DeviceBuffer to_device(const std::vector<T>& host) {
+  cuda::DeviceBuffer b(host.size() * sizeof(T));
+  b.upload(host.data(), host.size() * sizeof(T));
+  return b;
+}
+
+template <typename T>
+std::vector<T> to_host(const cuda::DeviceBuffer& b, size_t n) {
+  cuda::synchronize();
+  std::vector<T> host(n);
+  b.download(host.data(), n * sizeof(T));
+  return host;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    worst = std::max(worst, std::abs(double(got[i]) - want[i]));
+    norm = std::max(norm, std::abs(double(want[i])));
+  }
+  EXPECT_LE(worst, rel * std::max(norm, 1e-6)) << what << ": max abs error " << worst << " of max |x| " << norm;
+}
+
+TEST(Cuda, DeviceIsDescribed) {
+  SKIP_WITHOUT_DEVICE();
+  const std::string d = cuda::device_description();
+  EXPECT_NE(d.find("sm_"), std::string::npos) << d;
+}
+
+TEST(Cuda, RmsNormMatchesCpu) {
+  SKIP_WITHOUT_DEVICE();
+  Rng rng(1);
+  const int64_t rows = 7, n = 1000;
+  const auto x = random_vector(rng, rows * n), w = random_vector(rng, n);
+  std::vector<float> want(x.size());
+  for (int64_t r = 0; r < rows; ++r) reference::rms_norm(&x[r * n], w.data(), n, 1e-6f, &want[r * n]);
+  auto dx = to_device(x), dw = to_device(w);
+  cuda::DeviceBuffer dy(x.size() * 4);
+  cuda::rms_norm(dx.as<float>(), dw.as<float>(), rows, n, 1e-6f, dy.as<float>());
+  expect_close(to_host<float>(dy, x.size()), want, 1e-5, "rms_norm");
+  // No weight, in place.
+  for (int64_t r = 0; r < rows; ++r) reference::rms_norm(&x[r * n], nullptr, n, 1e-6f, &want[r * n]);
+  cuda::rms_norm(dx.as<float>(), nullptr, rows, n, 1e-6f, dx.as<float>());
+  expect_close(to_host<float>(dx, x.size()), want, 1e-5, "rms_norm without weight");
+}
+
+TEST(Cuda, RopeMatchesCpuIncludingProportional) {
+  SKIP_WITHOUT_DEVICE();
+  Rng rng(2);
+  const int64_t rows = 5;
+  const int heads = 3;
+  for (RopeLayout layout : {RopeLayout::Normal, RopeLayout::Neox}) {
+    for (int active : {0, 4}) {  // 0: every pair rotates; 4 of 16 pairs: DiffusionGemma's proportional RoPE
+      RopeParams p;
+      p.layout = layout;
+      p.head_dim = 32;
+      p.active_pairs = active;
+      p.theta = 1e6f;
+      const auto x = random_vector(rng, size_t(rows * heads * p.head_dim));
+      const std::vector<int32_t> pos = {0, 1, 17, 4095, 123456};
+      std::vector<float> want = x;
+      reference::rope(want.data(), rows, heads, pos.data(), p);
+      auto dx = to_device(x);
+      auto dpos = to_device(pos);
+      cuda::rope(dx.as<float>(), rows, heads, dpos.as<int32_t>(), p);
+      expect_close(to_host<float>(dx, x.size()), want, 1e-5, "rope");
+    }
+  }
+}
+
+TEST(Cuda, GatedActivationsAndSoftcapMatchCpu) {
+  SKIP_WITHOUT_DEVICE();
+  Rng rng(3);
+  const size_t n = 3001;
+  const auto g = random_vector(rng, n, 3), u = random_vector(rng, n);
+  auto dg = to_device(g), du = to_device(u);
+  cuda::DeviceBuffer dout(n * 4);
+  std::vector<float> want(n);
+  reference::swiglu(g.data(), u.data(), int64_t(n), want.data());
+  cuda::swiglu(dg.as<float>(), du.as<float>(), int64_t(n), dout.as<float>());
+  expect_close(to_host<float>(dout, n), want, 1e-5, "swiglu");
+  reference::geglu(g.data(), u.data(), int64_t(n), want.data());
+  cuda::geglu(dg.as<float>(), du.as<float>(), int64_t(n), dout.as<float>());
+  expect_close(to_host<float>(dout, n), want, 1e-5, "geglu");
+  for (size_t i = 0; i < n; ++i) want[i] = 30.f * std::tanh(g[i] * 20 / 30.f);
+  std::vector<float> scaled(n);
+  for (size_t i = 0; i < n; ++i) scaled[i] = g[i] * 20;
+  auto ds = to_device(scaled);
+  cuda::softcap(ds.as<float>(), int64_t(n), 30.f);
+  expect_close(to_host<float>(ds, n), want, 1e-5, "softcap");
+}
+
+TEST(Cuda, RowStatsMatchCpu) {
+  SKIP_WITHOUT_DEVICE();
+  Rng rng(4);
+  const int64_t rows = 6, vocab = 50000;
+  auto x = random_vector(rng, size_t(rows * vocab), 4);
+  x[size_t(2 * vocab + 7)] = 100;  // a near one-hot row
+  x[size_t(3 * vocab + 11)] = 50;  // a tie for the maximum: the lower index wins
+  x[size_t(3 * vocab + 900)] = 50;
+  auto dx = to_device(x);
+  cuda::DeviceBuffer dst(size_t(rows) * sizeof(RowStats));
+  cuda::row_stats(dx.as<float>(), rows, vocab, dst.as<RowStats>());
+  const auto got = to_host<RowStats>(dst, size_t(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    const RowStats want = reference::row_stats(&x[size_t(r * vocab)], vocab);
+    EXPECT_EQ(got[size_t(r)].argmax, want.argmax) << "row " << r;
+    EXPECT_NEAR(got[size_t(r)].logsumexp, want.logsumexp, 1e-4) << "row " << r;
+    EXPECT_NEAR(got[size_t(r)].entropy, want.entropy, 1e-4) << "row " << r;
+    EXPECT_NEAR(got[size_t(r)].p_top1, want.p_top1, 1e-5) << "row " << r;
+    EXPECT_NEAR(got[size_t(r)].p_top2, want.p_top2, 1e-5) << "row " << r;
+  }
+}
+
+TEST(Cuda, AttentionMatchesCpuUnderEveryMask) {
+  SKIP_WITHOUT_DEVICE();
+  Rng rng(5);
+  AttentionShape shape;
+  shape.n_heads = 4;
+  shape.n_kv_heads = 2;
+  shape.head_dim = 64;
+  shape.scale = 0.125f;
+  const int64_t n_q = 9, n_keys = 40, stride = n_keys * shape.head_dim;
+  const auto q = random_vector(rng, size_t(n_q * shape.n_heads * shape.head_dim));
+  const auto k = random_vector(rng, size_t(shape.n_kv_heads * stride));
+  const auto v = random_vector(rng, size_t(shape.n_kv_heads * stride));
+  // Groups: a cached prefix of 31 keys (causal) and a bidirectional canvas of 9 (group 31), queries are
+  // the canvas; a sliding window for some queries; and one query that sees nothing.
+  std::vector<int32_t> key_group(n_keys), query_group(n_q, 31), window(n_q, 0);
+  for (int64_t j = 0; j < n_keys; ++j) key_group[size_t(j)] = int32_t(std::min<int64_t>(j, 31));
+  for (int64_t i = 0; i < n_q; ++i) window[size_t(i)] = int32_t(i % 3 == 0 ? 25 : 0);
+  query_group[8] = -1;
+  auto dq = to_device(q), dk = to_device(k), dv = to_device(v);
+  auto dkg = to_device(key_group), dqg = to_device(query_group), dw = to_device(window);
+  const int64_t ld = shape.n_heads * shape.head_dim;
+  for (int variant = 0; variant < 3; ++variant) {
+    AttentionMask mask, dmask;
+    if (variant >= 1) {
+      mask.key_group = key_group.data();
+      mask.query_group = query_group.data();
+      dmask.key_group = dkg.as<int32_t>();
+      dmask.query_group = dqg.as<int32_t>();
+    }
+    if (variant == 2) {
+      mask.window_start = window.data();
+      dmask.window_start = dw.as<int32_t>();
+    }
+    AttentionShape s = shape;
+    s.softcap = variant == 1 ? 5.f : 0.f;
+    std::vector<float> want(size_t(n_q * ld));
+    reference::attention(q.data(), n_q, ld, k.data(), v.data(), n_keys, stride, mask, s, want.data(), ld);
+    cuda::DeviceBuffer dout(want.size() * 4);
+    cuda::attention(dq.as<float>(), n_q, ld, dk.as<float>(), dv.as<float>(), n_keys, stride, dmask, s,
+                    dout.as<float>(), ld);
+    expect_close(to_host<float>(dout, want.size()), want, 1e-5, "attention");
+  }
+}
+
+// y = x W^T for f32 (sgemm, tight), bf16 (tensor cores, activations rounded to bf16) and Q8_0 / Q4_0
+// (dequantised to f16 at upload), each against the CPU's reference matmul on the same weights.
+TEST(Cuda, MatmulMatchesCpuForEveryStorage) {
+  SKIP_WITHOUT_DEVICE();
+  Rng rng(6);
+  const int64_t n = 96, k = 256, m = 5;
+  const auto wf = random_vector(rng, size_t(n * k), 0.05);
+  const auto x = random_vector(rng, size_t(m * k));
+  struct Case {
+    DType type;
+    double tolerance;
+  };
+  for (const Case c : {Case{DType::F32, 1e-5}, Case{DType::BF16, 2e-2}, Case{DType::F16, 2e-3}, Case{DType::Q8_0, 2e-3},
+                       Case{DType::Q4_0, 2e-3}}) {
+    std::vector<uint8_t> bytes(size_t(row_bytes(c.type, k) * n));
+    for (int64_t r = 0; r < n; ++r) quantize_row(c.type, &wf[size_t(r * k)], bytes.data() + r * row_bytes(c.type, k), k);
+    TensorView w;
+    w.name = "w";
+    w.type = c.type;
+    w.ne = {k, n, 1, 1};
+    w.n_dims = 2;
+    w.data = bytes.data();
+    std::vector<float> want(size_t(m * n));
+    matmul_reference(w, x.data(), k, m, want.data(), n);
+    const cuda::DeviceMatrix dwm = cuda::DeviceMatrix::upload(w);
+    auto dx = to_device(x);
+    cuda::DeviceBuffer dy(want.size() * 4);
+    cuda::matmul(dwm, dx.as<float>(), m, dy.as<float>());
+    expect_close(to_host<float>(dy, want.size()), want, c.tolerance, dtype_name(c.type));
+  }
+}
+
+#endif  // CANVAS_HAVE_CUDA
+
+}  // namespace
+}  // namespace canvas
