@@ -17,7 +17,7 @@
 namespace canvas::cli {
 namespace {
 
-const char* kTokenizerUsage = R"(usage: canvas tokenizer <train|export|eval|encode> [options]
+const char* kTokenizerUsage = R"(usage: canvas tokenizer <train|export|eval|encode|split> [options]
 
 Gemma-style subword tokenizers (BPE with byte fallback, '▁' for spaces, <0xNN> byte tokens, Gemma's
 special-token ids) learned from a corpus. See docs/tokenizer.md.
@@ -29,7 +29,7 @@ special-token ids) learned from a corpus. See docs/tokenizer.md.
       --corpus SPEC              comma-separated: kjv (or bible), fortunes, or text files
       --vocab-size N             tokens in all (specials, 256 bytes, characters, merges); 4096-8192 suit
       --val-fraction F           held-out fraction of each part's documents (default 0.02)
-      --character-coverage F     characters kept as tokens, by frequency (default 0.9999)
+      --character-coverage F     characters kept as tokens, by frequency (default 1: all)
       --min-frequency N          pairs seen fewer times are not merged (default 2)
 
   canvas tokenizer export --tokenizer FILE.gguf --out tokenizer.json
@@ -40,6 +40,10 @@ special-token ids) learned from a corpus. See docs/tokenizer.md.
 
   canvas tokenizer encode --tokenizer FILE -p TEXT
       Prints the ids and pieces of TEXT (special tokens written in TEXT are matched).
+
+  canvas tokenizer split --corpus SPEC [--val-fraction F] --train FILE --held-out FILE
+      Writes the corpus's training and held-out documents (the split `canvas train` uses) as text,
+      each document followed by an empty line (e.g. held-out prompts, or another tool's input).
 
 FILE is a GGUF holding tokenizer.ggml.* ("gemma4"/"llama") or a tokenizer.json.
 )";
@@ -182,6 +186,26 @@ int encode_command(int argc, char** argv) {
   return 0;
 }
 
+int split_command(int argc, char** argv) {
+  Args args(argc, argv, 3,
+            {{"--corpus", "corpus"}, {"--val-fraction", "val-fraction"}, {"--train", "train"}, {"--held-out", "held-out"}},
+            {"corpus", "val-fraction", "train", "held-out"}, {});
+  check(args.has("corpus"), "no corpus given (--corpus SPEC)");
+  check(args.has("train") || args.has("held-out"), "nothing to write (--train FILE and/or --held-out FILE)");
+  const train::CorpusSplit split = train::split_corpus(train::load_corpus(args.get("corpus", "")), held_out_fraction(args));
+  for (const auto& [flag, docs] : {std::pair<const char*, const std::vector<train::CorpusDocument>*>{"train", &split.train},
+                                   {"held-out", &split.held_out}}) {
+    if (!args.has(flag)) continue;
+    const std::string path = args.get(flag, "");
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    check(bool(out), "cannot write " + path);
+    for (const train::CorpusDocument& d : *docs) out << d.text << "\n";
+    check(bool(out), "cannot write " + path);
+    std::fprintf(stderr, "wrote %zu documents to %s\n", docs->size(), path.c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_tokenizer(int argc, char** argv) {
@@ -194,7 +218,8 @@ int cmd_tokenizer(int argc, char** argv) {
   if (sub == "export") return export_command(argc, argv);
   if (sub == "eval") return eval_command(argc, argv);
   if (sub == "encode") return encode_command(argc, argv);
-  throw Error("unknown tokenizer command '" + sub + "' (train, export, eval, encode); see canvas tokenizer --help");
+  if (sub == "split") return split_command(argc, argv);
+  throw Error("unknown tokenizer command '" + sub + "' (train, export, eval, encode, split); see canvas tokenizer --help");
 }
 
 }  // namespace canvas::cli

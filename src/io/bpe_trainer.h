@@ -34,7 +34,7 @@ struct BpeTrainOptions {
   int32_t vocab_size = 8192;  // all tokens: specials, bytes, characters, merges
   // Characters, most frequent first, become tokens until they cover this fraction of all character
   // occurrences (SentencePiece's character_coverage); rarer ones are encoded as their UTF-8 bytes.
-  double character_coverage = 0.9999;
+  double character_coverage = 1.0;
   int64_t min_frequency = 2;  // a pair seen fewer times is never merged (training may stop short)
 };
 
