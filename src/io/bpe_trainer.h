@@ -9,11 +9,10 @@
 #include <utility>
 #include <vector>
 
+#include "io/gguf.h"
 #include "io/hf_tokenizer.h"
 
 namespace canvas {
-
-struct GgufValue;
 
 // The special tokens every trained vocabulary holds, at the ids Gemma uses (docs/diffusiongemma.md):
 // canvas's Gemma defaults (EOS ids {1, 106, 50}, pad 0, the chat template's <|turn> / <turn|>) then work

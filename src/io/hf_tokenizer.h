@@ -9,11 +9,12 @@
 #include <utility>
 #include <vector>
 
+#include "io/gguf.h"
+
 namespace canvas {
 
 class GgufFile;
 class GgufWriter;
-struct GgufValue;
 
 // Everything a vocabulary file says, in one neutral form (both loaders build this, then from_vocab).
 struct HfVocab {
