@@ -63,8 +63,8 @@ ModelConfig model_config(const RunConfig& r, const DataSource& source) {
   c.shift_logits = c.causal;
   c.context_length = seq_len;
   c.n_positions = r.position_embedding ? seq_len : 0;
-  c.mask_token = r.objective == "uniform" ? -1 : source.mask_token();
-  check(r.objective == "uniform" || c.mask_token >= 0, "the tokenizer has no mask token, which objective = " + r.objective + " needs");  // uniform-state diffusion has no mask token
+  c.mask_token = r.objective == "uniform" ? -1 : source.mask_token();  // uniform-state diffusion has no mask token
+  check(r.objective == "uniform" || c.mask_token >= 0, "the tokenizer has no mask token, which objective = " + r.objective + " needs");
   c.eos_token = source.eos_token();
   c.uniform_state = r.objective == "uniform";
   c.self_conditioning = r.self_conditioning;
