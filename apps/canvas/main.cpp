@@ -42,6 +42,7 @@ commands:
   inspect    print a GGUF file's metadata and tensor table
   score      likelihood of a text under a left-to-right model (bits per byte)
   train      train a small diffusion or AR model from a config file (resumable)
+  tokenizer  train a Gemma-style BPE tokenizer on a corpus; export it as tokenizer.json; measure it
   sudoku     generate Sudoku puzzle sets, solve puzzles with a model, evaluate solve rates
   convert    convert a Hugging Face DiffusionGemma / Gemma 4 checkpoint to GGUF
   bench      measure roofs, then AR vs diffusion decoding speed over a grid (model or synthetic)
@@ -425,6 +426,7 @@ int main(int argc, char** argv) {
     if (command == "convert") return cli::cmd_convert(argc, argv);
     if (command == "bench") return cli::cmd_bench(argc, argv);
     if (command == "score") return cli::cmd_score(argc, argv);
+    if (command == "tokenizer") return cli::cmd_tokenizer(argc, argv);
     std::fprintf(stderr, "canvas: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return 1;
   } catch (const std::exception& e) {

@@ -317,6 +317,15 @@ HfVocab HfTokenizer::vocab_from_json_text(std::string_view text, const std::stri
 }
 
 HfTokenizer HfTokenizer::from_gguf(const GgufFile& file) {
+  HfVocab v = vocab_from_gguf(file);
+  try {
+    return from_vocab(std::move(v));
+  } catch (const Error& e) {
+    throw Error("gguf " + file.path() + ": " + e.what());
+  }
+}
+
+HfVocab HfTokenizer::vocab_from_gguf(const GgufFile& file) {
   const std::string where = "gguf " + file.path() + ": ";
   const std::string model = file.require_string("tokenizer.ggml.model");
   if (model != "gemma4" && model != "llama")
@@ -390,11 +399,7 @@ HfTokenizer HfTokenizer::from_gguf(const GgufFile& file) {
   v.replacements = {{" ", kSpaceMarker}};
   v.byte_fallback = true;
   v.fuse_unknown = true;
-  try {
-    return from_vocab(std::move(v));
-  } catch (const Error& e) {
-    throw Error(where + e.what());
-  }
+  return v;
 }
 
 // The twin of from_gguf: what it reads back as the same tokenizer (token types as it maps them).
@@ -436,6 +441,10 @@ std::string HfTokenizer::gguf_problem(const HfVocab& v) {
 }
 
 void HfTokenizer::write_gguf(const HfVocab& v, GgufWriter& out) {
+  for (auto& [key, value] : gguf_metadata(v)) out.set(key, std::move(value));
+}
+
+std::vector<std::pair<std::string, GgufValue>> HfTokenizer::gguf_metadata(const HfVocab& v) {
   from_vocab(v);  // validates (a copy): what is written must load
   const std::string problem = gguf_problem(v);
   check(problem.empty(), "the tokenizer cannot be written as a GGUF \"gemma4\" tokenizer: " + problem);
@@ -463,17 +472,19 @@ void HfTokenizer::write_gguf(const HfVocab& v, GgufWriter& out) {
   std::vector<std::string> merges;
   merges.reserve(v.merges.size());
   for (const auto& [left, right] : v.merges) merges.push_back(left + " " + right);
-  out.set("tokenizer.ggml.model", GgufValue::string("gemma4"));
-  out.set("tokenizer.ggml.tokens", GgufValue::string_array(v.tokens));
-  out.set("tokenizer.ggml.token_type", GgufValue::int_array(GgufType::Int32, std::move(types)));
-  out.set("tokenizer.ggml.merges", GgufValue::string_array(std::move(merges)));
-  out.set("tokenizer.ggml.scores", GgufValue::float_array(std::vector<float>(v.tokens.size(), 0.f)));
+  std::vector<std::pair<std::string, GgufValue>> out;
+  out.emplace_back("tokenizer.ggml.model", GgufValue::string("gemma4"));
+  out.emplace_back("tokenizer.ggml.tokens", GgufValue::string_array(v.tokens));
+  out.emplace_back("tokenizer.ggml.token_type", GgufValue::int_array(GgufType::Int32, std::move(types)));
+  out.emplace_back("tokenizer.ggml.merges", GgufValue::string_array(std::move(merges)));
+  out.emplace_back("tokenizer.ggml.scores", GgufValue::float_array(std::vector<float>(v.tokens.size(), 0.f)));
   for (const auto& [key, id] : {std::pair<const char*, int32_t>{"tokenizer.ggml.bos_token_id", v.bos_id},
                                 {"tokenizer.ggml.eos_token_id", v.eos_id},
                                 {"tokenizer.ggml.padding_token_id", v.pad_id},
                                 {"tokenizer.ggml.unknown_token_id", v.unknown_id}})
-    if (id >= 0) out.set(key, GgufValue::u32(uint32_t(id)));
-  out.set("tokenizer.ggml.add_bos_token", GgufValue::boolean(v.add_bos));
+    if (id >= 0) out.emplace_back(key, GgufValue::u32(uint32_t(id)));
+  out.emplace_back("tokenizer.ggml.add_bos_token", GgufValue::boolean(v.add_bos));
+  return out;
 }
 
 HfTokenizer HfTokenizer::from_vocab(HfVocab v) {

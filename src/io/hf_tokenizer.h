@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "io/gguf.h"
+
 namespace canvas {
 
 class GgufFile;
@@ -69,6 +71,9 @@ class HfTokenizer {
   // text), 2 -> Unknown, 6 -> Byte, others -> Normal. The normalizer is Gemma's: ' ' -> U+2581, no
   // dummy prefix, no split; byte fallback on.
   static HfTokenizer from_gguf(const GgufFile& file);
+  // What from_gguf reads, before indexing: from_gguf(file) == from_vocab(vocab_from_gguf(file)). For
+  // exporting a GGUF vocabulary as tokenizer.json.
+  static HfVocab vocab_from_gguf(const GgufFile& file);
   // Validates and indexes a vocabulary. Throws Error for inconsistent arrays, an id out of range, a
   // merge whose parts or result are not tokens (Hugging Face refuses such files too), an unknown split
   // behavior, or an empty replacement pattern. A repeated merge keeps its first (lowest) rank.
@@ -85,6 +90,9 @@ class HfTokenizer {
   // Throws Error, before writing anything, when from_vocab refuses the vocabulary or gguf_problem names a
   // problem.
   static void write_gguf(const HfVocab& vocab, GgufWriter& out);
+  // The key/value pairs write_gguf writes, in its order (e.g. to add them to a model's metadata); same
+  // checks.
+  static std::vector<std::pair<std::string, GgufValue>> gguf_metadata(const HfVocab& vocab);
 
   // Text -> ids. Added tokens written literally in the text are matched first (leftmost, then longest)
   // when parse_special; everything between them is normalized, split, and BPE-encoded, with characters

@@ -27,6 +27,14 @@ class DataSource {
   virtual Example sample(Rng& rng) const = 0;            // one training example
   virtual const std::vector<Example>& validation() const = 0;
   virtual int64_t sequence_length() const = 0;
+  // The vocabulary of the examples' ids; the defaults are canvas's byte vocabulary (train/corpus.h's
+  // source has a trained tokenizer's).
+  virtual int32_t vocab_size() const { return kByteVocab; }
+  virtual int32_t mask_token() const { return kByteMask; }
+  virtual int32_t eos_token() const { return kByteEos; }
+  virtual std::vector<std::pair<std::string, GgufValue>> tokenizer_metadata(bool with_mask_token) const {
+    return byte_tokenizer_metadata(with_mask_token);
+  }
 };
 
 // format "sequence": puzzle (81 chars, '0' for blanks) then solution (81 digits), prompt_len 81 (for AR

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "io/gguf.h"
+#include "train/corpus.h"
 #include "train/data.h"
 #include "train/objectives.h"
 #include "train/train_model.h"
@@ -41,11 +42,12 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-ModelConfig model_config(const RunConfig& r, int64_t seq_len) {
+ModelConfig model_config(const RunConfig& r, const DataSource& source) {
+  const int64_t seq_len = source.sequence_length();
   ModelConfig c;
   c.arch = r.objective == "ar" ? "llama" : "llada";
   c.name = "canvas " + r.task + " " + r.objective;
-  c.vocab = kByteVocab;
+  c.vocab = source.vocab_size();
   c.hidden = r.hidden;
   c.n_layers = r.layers;
   c.n_heads = r.heads;
@@ -61,8 +63,9 @@ ModelConfig model_config(const RunConfig& r, int64_t seq_len) {
   c.shift_logits = c.causal;
   c.context_length = seq_len;
   c.n_positions = r.position_embedding ? seq_len : 0;
-  c.mask_token = r.objective == "uniform" ? -1 : kByteMask;  // uniform-state diffusion has no mask token
-  c.eos_token = kByteEos;
+  c.mask_token = r.objective == "uniform" ? -1 : source.mask_token();  // uniform-state diffusion has no mask token
+  check(r.objective == "uniform" || c.mask_token >= 0, "the tokenizer has no mask token, which objective = " + r.objective + " needs");
+  c.eos_token = source.eos_token();
   c.uniform_state = r.objective == "uniform";
   c.self_conditioning = r.self_conditioning;
   return c;
@@ -82,20 +85,21 @@ std::string identity(const RunConfig& r) {
   if (r.sudoku_hidden_weight != 1.f) s << "|hidden_weight:" << r.sudoku_hidden_weight;
   if (r.objective == "uniform") s << '|' << r.block_length << '|' << r.ar_weight;  // older runs keep their identity
   if (r.self_conditioning) s << "|self_conditioning";
+  if (!r.tokenizer.empty()) s << "|tokenizer:" << r.tokenizer;
   return s.str();
 }
 
-ObjectiveBatch make_batch(const RunConfig& r, const std::vector<Example>& examples, Rng& rng) {
+ObjectiveBatch make_batch(const RunConfig& r, const DataSource& source, const std::vector<Example>& examples, Rng& rng) {
   if (r.objective == "ar") return autoregressive_batch(examples);
   if (r.objective == "uniform") {
     UniformStateOptions o;
     o.block_length = r.block_length;
-    o.vocab = kByteVocab;
+    o.vocab = source.vocab_size();
     o.eps = r.mask_eps;
     o.ar_weight = r.ar_weight;
     return uniform_state_batch(examples, o, rng);
   }
-  return masked_diffusion_batch(examples, kByteMask, r.mask_eps, rng);
+  return masked_diffusion_batch(examples, source.mask_token(), r.mask_eps, rng);
 }
 
 // The logits the loss is taken of, on `tape`. With self-conditioning (diffusiongemma.md section 4):
@@ -132,7 +136,7 @@ float validation_loss(const RunConfig& r, TrainModel& model, const DataSource& s
   double total = 0, norm = 0;
   for (size_t at = 0; at < val.size(); at += size_t(r.batch_size)) {
     std::vector<Example> batch(val.begin() + int64_t(at), val.begin() + int64_t(std::min(val.size(), at + size_t(r.batch_size))));
-    const ObjectiveBatch ob = make_batch(r, batch, rng);
+    const ObjectiveBatch ob = make_batch(r, source, batch, rng);
     Tape tape(pool);
     tape.set_grad_enabled(false);
     const Var logits = objective_logits(r, model, ob, rng, tape);
@@ -144,9 +148,9 @@ float validation_loss(const RunConfig& r, TrainModel& model, const DataSource& s
   return float(total / std::max(norm, 1.0));
 }
 
-void save_checkpoint(const RunConfig& r, const TrainModel& model, AdamW& opt, const std::vector<Parameter*>& params,
+void save_checkpoint(const RunConfig& r, const DataSource& source, const TrainModel& model, AdamW& opt, const std::vector<Parameter*>& params,
                      int64_t step, const std::string& out_dir) {
-  std::vector<std::pair<std::string, GgufValue>> extra = byte_tokenizer_metadata(r.objective != "uniform");
+  std::vector<std::pair<std::string, GgufValue>> extra = source.tokenizer_metadata(r.objective != "uniform");
   extra.emplace_back("training.step", GgufValue::u64(uint64_t(step)));
   extra.emplace_back("training.config", GgufValue::string(r.source_text));
   extra.emplace_back("training.identity", GgufValue::string(identity(r)));
@@ -256,6 +260,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
     else if (key == "init_layers") r.init_layers = comma_list(value);
     else if (key == "seq_len") r.seq_len = as_int();
     else if (key == "text_corpus") r.text_corpus = value;
+    else if (key == "tokenizer") r.tokenizer = value;
     else if (key == "val_fraction") r.val_fraction = as_float();
     else if (key == "sudoku_min_clues") r.sudoku_min_clues = int(as_int());
     else if (key == "sudoku_max_clues") r.sudoku_max_clues = int(as_int());
@@ -360,10 +365,12 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
   if (r.task == "sudoku") {
     source = make_sudoku_source(r.sudoku_format, r.sudoku_min_clues, r.sudoku_max_clues, r.held_out, r.eval_examples,
                                 r.seed + 77, r.sudoku_states, r.sudoku_hidden_weight);
+  } else if (!r.tokenizer.empty()) {
+    source = make_corpus_source(r.text_corpus, r.tokenizer, r.seq_len, r.val_fraction, r.eval_examples);
   } else {
     source = make_text_source(load_text_corpus(r.text_corpus), r.seq_len, r.val_fraction, r.eval_examples);
   }
-  const ModelConfig mc = model_config(r, source->sequence_length());
+  const ModelConfig mc = model_config(r, *source);
   TrainModel model = initial_model(r, mc);
   std::vector<Parameter*> params = model.parameters();
   AdamW opt(r.optimizer, params);
@@ -390,7 +397,7 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
       Rng rng(r.seed * 0x9E3779B97F4A7C15ull + uint64_t(step) * 1000 + uint64_t(micro));
       std::vector<Example> examples;
       for (int64_t i = 0; i < r.batch_size; ++i) examples.push_back(source->sample(rng));
-      const ObjectiveBatch ob = make_batch(r, examples, rng);
+      const ObjectiveBatch ob = make_batch(r, *source, examples, rng);
       Tape tape(&pool);
       const Var logits = objective_logits(r, model, ob, rng, tape);
       const Var loss = cross_entropy(tape, logits, ob.targets, ob.weights, ob.normaliser);
@@ -421,7 +428,7 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
                     rep.elapsed_s);
       log << line;
     }
-    if (step % r.checkpoint_every == 0 || step == r.steps) save_checkpoint(r, model, opt, params, step, out_dir);
+    if (step % r.checkpoint_every == 0 || step == r.steps) save_checkpoint(r, *source, model, opt, params, step, out_dir);
     if (on_step) on_step(rep);
   }
 }

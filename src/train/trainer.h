@@ -27,6 +27,9 @@ struct RunConfig {
   // Data.
   int64_t seq_len = 128;             // text
   std::string text_corpus = "bible";
+  // text: a trained tokenizer (GGUF or tokenizer.json). With it, text_corpus is a corpus spec (kjv,
+  // fortunes, file paths; train/corpus.h) split by document and tokenized; without it, bytes.
+  std::string tokenizer;
   double val_fraction = 0.02;
   int sudoku_min_clues = 22, sudoku_max_clues = 50;
   std::string sudoku_format;         // infill | sequence (default: infill for masked, sequence for ar)

@@ -1,0 +1,225 @@
+// canvas tokenizer: train a Gemma-style BPE vocabulary on a corpus, export it as tokenizer.json, measure
+// it on a corpus's splits, encode text with it.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "args.h"
+#include "commands.h"
+#include "core/error.h"
+#include "core/timer.h"
+#include "io/bpe_trainer.h"
+#include "io/gguf.h"
+#include "io/hf_tokenizer.h"
+#include "train/corpus.h"
+
+namespace canvas::cli {
+namespace {
+
+const char* kTokenizerUsage = R"(usage: canvas tokenizer <train|export|eval|encode|split> [options]
+
+Gemma-style subword tokenizers (BPE with byte fallback, '▁' for spaces, <0xNN> byte tokens, Gemma's
+special-token ids) learned from a corpus. See docs/tokenizer.md.
+
+  canvas tokenizer train --corpus SPEC --vocab-size N --out FILE.gguf [--json tokenizer.json]
+      Learns a vocabulary of N tokens from the corpus's training split (the held-out documents, the
+      same ones `canvas train` holds out, are never seen) and writes it as a vocabulary-only GGUF
+      (tokenizer.ggml.*, model "gemma4"), and as a Hugging Face tokenizer.json with --json.
+      --corpus SPEC              comma-separated: kjv (or bible), fortunes, or text files
+      --vocab-size N             tokens in all (specials, 256 bytes, characters, merges); 4096-8192 suit
+      --val-fraction F           held-out fraction of each part's documents (default 0.02)
+      --character-coverage F     characters kept as tokens, by frequency (default 1: all)
+      --min-frequency N          pairs seen fewer times are not merged (default 2)
+
+  canvas tokenizer export --tokenizer FILE.gguf --out tokenizer.json
+      Writes a GGUF's Gemma-style vocabulary as tokenizer.json (reads back to the same ids).
+
+  canvas tokenizer eval --tokenizer FILE --corpus SPEC [--val-fraction F]
+      Bytes per token on the corpus's training and held-out splits (documents without <bos>/<eos>).
+
+  canvas tokenizer encode --tokenizer FILE -p TEXT
+      Prints the ids and pieces of TEXT (special tokens written in TEXT are matched).
+
+  canvas tokenizer split --corpus SPEC [--val-fraction F] --train FILE --held-out FILE
+      Writes the corpus's training and held-out documents (the split `canvas train` uses) as text,
+      each document followed by an empty line (e.g. held-out prompts, or another tool's input).
+
+FILE is a GGUF holding tokenizer.ggml.* ("gemma4"/"llama") or a tokenizer.json.
+)";
+
+HfTokenizer load_tokenizer(const std::string& path) {
+  if (std::filesystem::path(path).extension() == ".gguf") return HfTokenizer::from_gguf(*GgufFile::open(path));
+  return HfTokenizer::from_json(path);
+}
+
+struct SplitMeasure {
+  int64_t documents = 0, bytes = 0, tokens = 0;
+  double bytes_per_token() const { return tokens ? double(bytes) / double(tokens) : 0; }
+};
+
+SplitMeasure measure(const std::vector<train::CorpusDocument>& docs, const HfTokenizer& t) {
+  SplitMeasure m;
+  for (const train::CorpusDocument& d : docs) {
+    ++m.documents;
+    m.bytes += int64_t(d.text.size());
+    m.tokens += int64_t(t.encode(d.text, false, false).size());
+  }
+  return m;
+}
+
+void print_measure(const char* name, const SplitMeasure& m) {
+  std::printf("%-9s %7lld documents %10lld bytes %9lld tokens  %.3f bytes/token\n", name, (long long)m.documents,
+              (long long)m.bytes, (long long)m.tokens, m.bytes_per_token());
+}
+
+double held_out_fraction(const Args& args) {
+  const double f = args.get_float("val-fraction", 0.02);
+  check(f >= 0 && f < 1, "--val-fraction must be in [0, 1)");
+  return f;
+}
+
+int train_command(int argc, char** argv) {
+  Args args(argc, argv, 3, {{"--corpus", "corpus"}, {"--vocab-size", "vocab-size"}, {"--out", "out"}, {"--json", "json"},
+                            {"--val-fraction", "val-fraction"}, {"--character-coverage", "character-coverage"},
+                            {"--min-frequency", "min-frequency"}},
+            {"corpus", "vocab-size", "out", "json", "val-fraction", "character-coverage", "min-frequency"}, {});
+  check(args.has("corpus"), "no corpus given (--corpus kjv); see canvas tokenizer --help");
+  check(args.has("vocab-size"), "no vocabulary size given (--vocab-size N)");
+  check(args.has("out"), "no output file given (--out FILE.gguf)");
+  BpeTrainOptions o;
+  const int64_t vocab = args.get_int("vocab-size", 0);
+  check(vocab > 0 && vocab <= 262144, "--vocab-size must be between 1 and 262144");
+  o.vocab_size = int32_t(vocab);
+  o.character_coverage = args.get_float("character-coverage", o.character_coverage);
+  check(o.character_coverage > 0 && o.character_coverage <= 1, "--character-coverage must be in (0, 1]");
+  o.min_frequency = args.get_int("min-frequency", o.min_frequency);
+  check(o.min_frequency >= 1, "--min-frequency must be at least 1");
+  const double fraction = held_out_fraction(args);
+  const std::string spec = args.get("corpus", ""), out = args.get("out", "");
+
+  const double t0 = now_ms();
+  const train::CorpusSplit split = train::split_corpus(train::load_corpus(spec), fraction);
+  BpeTrainer trainer;
+  for (const train::CorpusDocument& d : split.train) trainer.add_text(d.text);
+  const double t1 = now_ms();
+  BpeTrainStats stats;
+  const HfVocab vocabulary = trainer.train(o, &stats);
+  const double t2 = now_ms();
+  char fraction_text[32];
+  std::snprintf(fraction_text, sizeof fraction_text, "%g", fraction);
+  write_vocab_gguf(vocabulary, out,
+                   {{"canvas.tokenizer.corpus", GgufValue::string(spec)},
+                    {"canvas.tokenizer.held_out_fraction", GgufValue::string(fraction_text)},
+                    {"canvas.tokenizer.character_coverage", GgufValue::f64(o.character_coverage)},
+                    {"canvas.tokenizer.min_frequency", GgufValue::u64(uint64_t(o.min_frequency))}});
+  if (args.has("json")) {
+    std::ofstream json(args.get("json", ""), std::ios::binary | std::ios::trunc);
+    check(bool(json), "cannot write " + args.get("json", ""));
+    json << tokenizer_json_text(vocabulary);
+    check(bool(json), "cannot write " + args.get("json", ""));
+  }
+  std::fprintf(stderr,
+               "trained %zu tokens (%d alphabet characters, %d merges%s) from %lld training documents, %lld "
+               "characters, %lld distinct words\n",
+               vocabulary.tokens.size(), stats.alphabet, stats.merges,
+               stats.stopped_early ? "; stopped early: no pair left at --min-frequency" : "",
+               (long long)split.train.size(), (long long)stats.characters, (long long)stats.distinct_words);
+  std::fprintf(stderr, "time: %.1f s reading and counting, %.1f s learning merges\n", (t1 - t0) / 1000.0,
+               (t2 - t1) / 1000.0);
+  const HfTokenizer tokenizer = HfTokenizer::from_vocab(vocabulary);
+  print_measure("train", measure(split.train, tokenizer));
+  print_measure("held-out", measure(split.held_out, tokenizer));
+  std::fprintf(stderr, "wrote %s%s%s\n", out.c_str(), args.has("json") ? " and " : "",
+               args.has("json") ? args.get("json", "").c_str() : "");
+  return 0;
+}
+
+int export_command(int argc, char** argv) {
+  Args args(argc, argv, 3, {{"--tokenizer", "tokenizer"}, {"--out", "out"}}, {"tokenizer", "out"}, {});
+  check(args.has("tokenizer"), "no tokenizer given (--tokenizer FILE.gguf)");
+  check(args.has("out"), "no output file given (--out tokenizer.json)");
+  const auto file = GgufFile::open(args.get("tokenizer", ""));
+  const std::string text = tokenizer_json_text(HfTokenizer::vocab_from_gguf(*file));
+  std::ofstream json(args.get("out", ""), std::ios::binary | std::ios::trunc);
+  check(bool(json), "cannot write " + args.get("out", ""));
+  json << text;
+  check(bool(json), "cannot write " + args.get("out", ""));
+  std::fprintf(stderr, "wrote %s\n", args.get("out", "").c_str());
+  return 0;
+}
+
+int eval_command(int argc, char** argv) {
+  Args args(argc, argv, 3, {{"--tokenizer", "tokenizer"}, {"--corpus", "corpus"}, {"--val-fraction", "val-fraction"}},
+            {"tokenizer", "corpus", "val-fraction"}, {});
+  check(args.has("tokenizer"), "no tokenizer given (--tokenizer FILE)");
+  check(args.has("corpus"), "no corpus given (--corpus SPEC)");
+  const HfTokenizer tokenizer = load_tokenizer(args.get("tokenizer", ""));
+  const train::CorpusSplit split = train::split_corpus(train::load_corpus(args.get("corpus", "")), held_out_fraction(args));
+  std::printf("%s: %d tokens\n", args.get("tokenizer", "").c_str(), tokenizer.vocab_size());
+  print_measure("train", measure(split.train, tokenizer));
+  print_measure("held-out", measure(split.held_out, tokenizer));
+  return 0;
+}
+
+int encode_command(int argc, char** argv) {
+  Args args(argc, argv, 3, {{"--tokenizer", "tokenizer"}, {"-p", "prompt"}, {"--prompt", "prompt"}},
+            {"tokenizer", "prompt"}, {});
+  check(args.has("tokenizer"), "no tokenizer given (--tokenizer FILE)");
+  check(args.has("prompt"), "no text given (-p TEXT)");
+  const HfTokenizer tokenizer = load_tokenizer(args.get("tokenizer", ""));
+  const std::vector<int32_t> ids = tokenizer.encode(args.get("prompt", ""), false, true);
+  for (int32_t id : ids) {
+    std::string piece;
+    for (char c : tokenizer.token_text(id)) {  // as stored, with control bytes escaped
+      if (uint8_t(c) < 0x20) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\x%02x", uint8_t(c));
+        piece += buf;
+      } else {
+        piece += c;
+      }
+    }
+    std::printf("%d\t%s\n", id, piece.c_str());
+  }
+  std::fprintf(stderr, "%zu tokens, %zu bytes\n", ids.size(), args.get("prompt", "").size());
+  return 0;
+}
+
+int split_command(int argc, char** argv) {
+  Args args(argc, argv, 3,
+            {{"--corpus", "corpus"}, {"--val-fraction", "val-fraction"}, {"--train", "train"}, {"--held-out", "held-out"}},
+            {"corpus", "val-fraction", "train", "held-out"}, {});
+  check(args.has("corpus"), "no corpus given (--corpus SPEC)");
+  check(args.has("train") || args.has("held-out"), "nothing to write (--train FILE and/or --held-out FILE)");
+  const train::CorpusSplit split = train::split_corpus(train::load_corpus(args.get("corpus", "")), held_out_fraction(args));
+  for (const auto& [flag, docs] : {std::pair<const char*, const std::vector<train::CorpusDocument>*>{"train", &split.train},
+                                   {"held-out", &split.held_out}}) {
+    if (!args.has(flag)) continue;
+    const std::string path = args.get(flag, "");
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    check(bool(out), "cannot write " + path);
+    for (const train::CorpusDocument& d : *docs) out << d.text << "\n";
+    check(bool(out), "cannot write " + path);
+    std::fprintf(stderr, "wrote %zu documents to %s\n", docs->size(), path.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cmd_tokenizer(int argc, char** argv) {
+  const std::string sub = argc >= 3 ? argv[2] : "";
+  if (sub.empty() || sub == "-h" || sub == "--help" || wants_help(argc, argv)) {
+    std::fputs(kTokenizerUsage, sub.empty() ? stderr : stdout);
+    return sub.empty() ? 1 : 0;
+  }
+  if (sub == "train") return train_command(argc, argv);
+  if (sub == "export") return export_command(argc, argv);
+  if (sub == "eval") return eval_command(argc, argv);
+  if (sub == "encode") return encode_command(argc, argv);
+  if (sub == "split") return split_command(argc, argv);
+  throw Error("unknown tokenizer command '" + sub + "' (train, export, eval, encode, split); see canvas tokenizer --help");
+}
+
+}  // namespace canvas::cli
