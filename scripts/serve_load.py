@@ -11,6 +11,7 @@ latency, as JSON.
 """
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -39,6 +40,8 @@ def one_request(url, body, api_key):
         return time.monotonic() - t0, answer, None
     except urllib.error.HTTPError as e:
         return time.monotonic() - t0, None, e.code
+    except (ConnectionError, urllib.error.URLError) as e:
+        return time.monotonic() - t0, None, type(e).__name__
 
 
 def run_level(url, concurrency, requests, body, api_key, time_limit):
@@ -66,6 +69,7 @@ def run_level(url, concurrency, requests, body, api_key, time_limit):
                 m = answer.get("canvas", {}).get("mode", "?")
                 modes[m] = modes.get(m, 0) + 1
 
+    load_before = os.getloadavg()[0]
     t0 = time.monotonic()
     threads = [threading.Thread(target=client, args=(i,)) for i in range(concurrency)]
     for t in threads:
@@ -85,6 +89,8 @@ def run_level(url, concurrency, requests, body, api_key, time_limit):
         "mean_tokens": round(sum(tokens) / max(1, len(tokens)), 2),
         "mean_forward_passes": round(sum(passes) / max(1, len(passes)), 2),
         "modes": modes,
+        # The machine's 1-minute load average before and after the level (other work shares the cores).
+        "loadavg": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
 
 
@@ -116,7 +122,8 @@ def main():
     for c in levels:
         r = run_level(args.url, c, max(args.requests, c), body, args.api_key, args.time_limit)
         print(f"[{args.label}] concurrency {c}: {r['tokens_per_s']} tokens/s, p50 {r['p50_ms']} ms, "
-              f"p95 {r['p95_ms']} ms, {r['requests']} requests, modes {r['modes']}, errors {r['errors']}",
+              f"p95 {r['p95_ms']} ms, {r['requests']} requests, modes {r['modes']}, errors {r['errors']}, "
+              f"load {r['loadavg']}",
               file=sys.stderr)
         results.append(r)
     out = {"label": args.label, "url": args.url, "request": body, "levels": results}

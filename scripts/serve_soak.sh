@@ -23,7 +23,7 @@ samples="$(mktemp)"
   done ) &
 sampler=$!
 /usr/bin/python3 scripts/serve_load.py --url "http://127.0.0.1:$port" --levels "$clients" --requests 4096 \
-  --time-limit "$seconds" --max-tokens 32 --label soak --out "$out.load"
+  --time-limit "$seconds" --max-tokens 32 --mode diffusion --label soak --out "$out.load"
 peak="$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\).*/\1/p' /proc/$pid/status)"
 kill "$sampler" 2>/dev/null || true
 /usr/bin/python3 - "$out" "$out.load" "$samples" "$peak" <<'PY'

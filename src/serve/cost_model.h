@@ -15,6 +15,7 @@ struct CostModel {
   // Measured tokens committed per diffusion pass with threshold decoding (learned from finished
   // requests; 1 until one has finished).
   double threshold_tokens_per_pass = 1;
+  int64_t threshold_observations = 0;  // finished threshold-decoding requests behind that average
 
   // Times passes of 1 and `rows` rows (a few repeats each, the minimum kept) and fits the line.
   static CostModel measure(const Model& model, ThreadPool* pool, int64_t rows);

@@ -118,6 +118,9 @@ DecodeMode Engine::route(const GenerationSettings& s, int64_t prompt_tokens) con
   }
   load = std::clamp<int64_t>(load, 1, options_.parallel);
   const CostModel cost = cost_model();
+  // Threshold decoding's tokens per pass is only known once some requests used it: until then, requests
+  // that arrive at light load (where diffusion is the candidate) go to diffusion so that it is measured.
+  if (s.threshold > 0 && cost.threshold_observations < 3 && load == 1) return DecodeMode::Diffusion;
   const ModelConfig& c = model_.config;
   const int64_t ar_rows = (!c.shift_logits && !c.uniform_state && !c.causal) ? 2 : 1;
   const int64_t n = s.max_tokens;
@@ -259,8 +262,11 @@ void Engine::run(Job& job) {
   if (complete && mode == DecodeMode::Diffusion && s.threshold > 0 && job.passes > 0) {
     // Learn threshold decoding's tokens per pass for routing (a running average).
     std::lock_guard<std::mutex> engine_lock(mutex_);
-    cost_.threshold_tokens_per_pass =
-        0.8 * cost_.threshold_tokens_per_pass + 0.2 * double(job.canvas.size()) / double(job.passes);
+    const double observed = double(job.canvas.size()) / double(job.passes);
+    cost_.threshold_tokens_per_pass = cost_.threshold_observations == 0
+                                          ? observed
+                                          : 0.8 * cost_.threshold_tokens_per_pass + 0.2 * observed;
+    ++cost_.threshold_observations;
   }
   job.finished = true;
   ++job.version;

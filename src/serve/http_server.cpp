@@ -57,6 +57,11 @@ bool HttpServer::bind(std::string& error) {
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   (void)engine;
   http_->set_payload_max_length(options_.body_limit);
+  // Generous socket timeouts: on a loaded machine a client may be slow to send its request, and a
+  // connection waits idle between requests.
+  http_->set_keep_alive_timeout(30);
+  http_->set_read_timeout(30, 0);
+  http_->set_write_timeout(30, 0);
   routes();
   if (options_.port == 0) {
     port_ = http_->bind_to_any_port(options_.host);
