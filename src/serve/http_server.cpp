@@ -3,6 +3,8 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <ctime>
 #include <thread>
@@ -63,15 +65,31 @@ bool HttpServer::bind(std::string& error) {
   http_->set_read_timeout(30, 0);
   http_->set_write_timeout(30, 0);
   routes();
+  // cpp-httplib's listen backlog is compiled in as 5: a burst of clients connecting at once (a load
+  // balancer, 64 closed-loop clients) overflows it while the accept thread waits for a core, and the
+  // kernel then drops handshakes, which clients see as resets. The listening socket is captured while
+  // binding and given a deeper backlog.
+  int listen_fd = -1;
+  http_->set_socket_options([&listen_fd](int sock) {
+    httplib::default_socket_options(sock);
+    if (listen_fd < 0) listen_fd = sock;
+  });
+  auto deepen_backlog = [&] {
+    if (listen_fd >= 0) ::listen(listen_fd, 1024);
+    http_->set_socket_options(httplib::default_socket_options);
+  };
   if (options_.port == 0) {
     port_ = http_->bind_to_any_port(options_.host);
+    deepen_backlog();
     if (port_ <= 0) {
       error = "cannot bind " + options_.host + " to any port";
       return false;
     }
     return true;
   }
-  if (!http_->bind_to_port(options_.host, options_.port)) {
+  const bool bound = http_->bind_to_port(options_.host, options_.port);
+  deepen_backlog();
+  if (!bound) {
     error = "cannot bind " + options_.host + ":" + std::to_string(options_.port) + " (in use, or not an address here)";
     return false;
   }
