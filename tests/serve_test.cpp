@@ -12,6 +12,7 @@
 #include "model/model.h"
 #include "serve/engine.h"
 #include "serve/openai.h"
+#include "entropy_bound_test_util.h"
 #include "test_util.h"
 
 using namespace canvas;
@@ -252,4 +253,49 @@ TEST(ServeApi, ChatTemplateIsCanvasChats) {
   EXPECT_EQ(serve::render_chat({{"system", "S"}, {"user", "A"}, {"assistant", "B"}, {"user", "C"}}),
             "<bos><|turn>system\nS<turn|>\n<|turn>user\nA<turn|>\n<|turn>model\nB<turn|>\n<|turn>user\nC<turn|>\n"
             "<|turn>model\n");
+}
+
+// DiffusionGemma (uniform-state: encoder passes and decoder passes, batched separately) and its AR mode,
+// three requests at once through the engine: each gives the tokens of decoding it alone.
+TEST(ServeEngine, UniformStateBatchedEqualsDecodingAlone) {
+  const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
+  ThreadPool pool(2);
+  serve::EngineOptions options;
+  options.parallel = 3;
+  options.queue = 0;
+  options.uniform = test::small_entropy_bound_params();
+  options.detokenize = [](const std::vector<int32_t>& ids) { return std::string(ids.size(), 'x'); };
+  serve::Engine engine(m, &pool, options);
+  const std::vector<std::vector<int32_t>> prompts = {{2, 105, 17, 250, 33, 4, 198, 61, 77, 120, 9, 286},
+                                                     {2, 105, 17, 250},
+                                                     {2, 33, 4, 198, 61}};
+  std::vector<std::shared_ptr<serve::Job>> jobs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto job = std::make_shared<serve::Job>();
+    job->prompt = prompts[i];
+    job->settings.mode = i == 2 ? serve::DecodeMode::Ar : serve::DecodeMode::Diffusion;
+    job->settings.max_tokens = i == 2 ? 8 : 40;
+    job->settings.sampling.seed = 5 + i;
+    ASSERT_TRUE(engine.submit(job));
+    jobs.push_back(job);
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    auto& job = jobs[i];
+    {
+      std::unique_lock<std::mutex> lock(job->mutex);
+      job->changed.wait(lock, [&] { return job->finished; });
+    }
+    EXPECT_EQ(job->error, "");
+    if (i == 2) {
+      ArParams p;
+      p.max_new_tokens = 8;
+      p.sampling.seed = 7;
+      EXPECT_EQ(job->canvas, generate_ar(m, prompts[i], p, &pool).tokens);
+    } else {
+      EntropyBoundParams p = test::small_entropy_bound_params();
+      p.seed = 5 + i;
+      EXPECT_EQ(job->canvas, generate_uniform_state(m, prompts[i], p, &pool).tokens) << "request " << i;
+    }
+  }
+  EXPECT_GT(engine.batcher().largest_batch(), 1);
 }
