@@ -3,13 +3,20 @@
 # in ./build. Safe to run again (it only rebuilds what changed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-packages=(build-essential cmake ccache libgtest-dev libbenchmark-dev libopenblas-dev nlohmann-json3-dev qqwing bible-kjv fortunes)
+packages=(build-essential cmake ccache libgtest-dev libbenchmark-dev libopenblas-dev nlohmann-json3-dev libcpp-httplib-dev
+          qqwing bible-kjv fortunes chromium nginx-light curl)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+# canvas serve's client tests run on Node (any install: Debian's nodejs + npm, or one that bundles npm).
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# The openai npm client and playwright-core (drives Debian's chromium) for tests/node, at the versions
+# package-lock.json pins.
+(cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"

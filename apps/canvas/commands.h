@@ -10,5 +10,6 @@ int cmd_bench(int argc, char** argv);
 int cmd_chat(int argc, char** argv);
 int cmd_score(int argc, char** argv);
 int cmd_tokenizer(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 
 }  // namespace canvas::cli

@@ -46,6 +46,7 @@ commands:
   sudoku     generate Sudoku puzzle sets, solve puzzles with a model, evaluate solve rates
   convert    convert a Hugging Face DiffusionGemma / Gemma 4 checkpoint to GGUF
   bench      measure roofs, then AR vs diffusion decoding speed over a grid (model or synthetic)
+  serve      OpenAI-compatible HTTP server with step-level batching and a live web page
 
 Run `canvas <command> --help` for the options of a command.
 )";
@@ -427,6 +428,7 @@ int main(int argc, char** argv) {
     if (command == "bench") return cli::cmd_bench(argc, argv);
     if (command == "score") return cli::cmd_score(argc, argv);
     if (command == "tokenizer") return cli::cmd_tokenizer(argc, argv);
+    if (command == "serve") return cli::cmd_serve(argc, argv);
     std::fprintf(stderr, "canvas: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return 1;
   } catch (const std::exception& e) {

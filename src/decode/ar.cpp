@@ -44,7 +44,7 @@ GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& pro
     req.groups = groups.data();
     req.logit_rows = {int32_t(step_tokens.size() - 1)};
     req.logits = logits.data();
-    forward(model, cache, req, pool);
+    run_forward(callbacks, model, cache, req, pool);
     ++result.passes;
     if (generated.empty()) t_first = now_ms();
     const TokenChoice choice = choose_token(logits.data(), c.vocab, params.sampling, rng);

@@ -6,6 +6,11 @@
 
 namespace canvas {
 
+struct Model;
+class KvCache;
+struct ForwardRequest;
+class ThreadPool;
+
 struct StepEvent {
   int64_t block = 0;                      // block index (0 for AR)
   int64_t step = 0;                       // step index within the block
@@ -17,7 +22,15 @@ struct StepEvent {
 
 struct DecodeCallbacks {
   std::function<void(const StepEvent&)> on_step;  // may be empty
+  // Runs each forward pass of the loop in place of model/model.h's forward() (empty: forward()). A server
+  // uses it to gather the passes of many concurrent generations into one batched pass; it must leave
+  // exactly what forward() would in the cache and the outputs. It may throw to abandon the generation.
+  std::function<void(const Model&, KvCache&, const ForwardRequest&, ThreadPool*)> forward;
 };
+
+// forward(), or the callbacks' replacement for it.
+void run_forward(const DecodeCallbacks& callbacks, const Model& model, KvCache& cache, const ForwardRequest& request,
+                 ThreadPool* pool);
 
 struct GenerationResult {
   std::vector<int32_t> tokens;  // generated ids (the whole generated region)

@@ -125,7 +125,7 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
     req.groups = groups.data();
     if (c.shift_logits) req.logit_rows = {int32_t(P - 1)};
     req.logits = boundary.data();
-    forward(model, cache, req, pool);
+    run_forward(callbacks, model, cache, req, pool);
     forward_from = P;
   }
   result.prompt_ms = params.cache != CacheMode::None ? now_ms() - t_start : 0;
@@ -189,7 +189,7 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
       }
       logits.resize(req.logit_rows.size() * size_t(V));
       req.logits = logits.data();
-      forward(model, cache, req, pool);
+      run_forward(callbacks, model, cache, req, pool);
       ++result.passes;
       result.rows_computed += req.n;
       forward_from = s0;
@@ -316,7 +316,7 @@ GenerationResult generate_masked_beam(const Model& model, const std::vector<int3
           if (beam.seq[size_t(p)] == mask) req.logit_rows.push_back(int32_t(c.shift_logits ? p - 1 : p));
         logits.resize(req.logit_rows.size() * size_t(V));
         req.logits = logits.data();
-        forward(model, cache, req, pool);
+        run_forward(callbacks, model, cache, req, pool);
         ++result.passes;
         result.rows_computed += total;
         size_t row = 0;

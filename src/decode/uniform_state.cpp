@@ -25,7 +25,11 @@ void UniformStateSession::encode(const std::vector<int32_t>& tokens) {
   req.n = n;
   req.pos0 = cached_;
   req.groups = groups_.data();
-  forward(model_, cache_, req, pool_);
+  if (forward_) {
+    forward_(model_, cache_, req, pool_);
+  } else {
+    forward(model_, cache_, req, pool_);
+  }
   cached_ += n;
 }
 
@@ -65,7 +69,11 @@ void UniformStateSession::decode(const std::vector<int32_t>& canvas, const std::
                                                   std::to_string(logits.size()));
     req.self_cond = self_cond->data();
   }
-  forward(model_, cache_, req, pool_);
+  if (forward_) {
+    forward_(model_, cache_, req, pool_);
+  } else {
+    forward(model_, cache_, req, pool_);
+  }
 }
 
 void UniformStateSession::decode_stream(const std::vector<int32_t>& canvas, const std::vector<float>* self_cond_soft,
@@ -88,7 +96,11 @@ void UniformStateSession::decode_stream(const std::vector<int32_t>& canvas, cons
   } else {
     soft_embedding.clear();  // nothing would read it
   }
-  forward(model_, cache_, req, pool_);
+  if (forward_) {
+    forward_(model_, cache_, req, pool_);
+  } else {
+    forward(model_, cache_, req, pool_);
+  }
 }
 
 DiffusionModelHooks UniformStateSession::hooks() {
@@ -124,6 +136,7 @@ EntropyBoundResult generate_uniform_state(const Model& model, const std::vector<
         "prompt (" + std::to_string(P) + " tokens) + " + std::to_string((capacity - P) / C) + " canvas(es) of " +
             std::to_string(C) + " exceed the model's context length " + std::to_string(c.context_length));
   UniformStateSession session(model, capacity, pool);
+  session.set_forward(callbacks.forward);
 
   const double t0 = now_ms();
   session.encode(prompt);

@@ -43,6 +43,10 @@ class UniformStateSession {
   int64_t capacity() const { return cache_.capacity(); }
   // Hooks calling this session's decode, decode_stream and encode; the session must outlive them.
   DiffusionModelHooks hooks();
+  // Runs the session's passes through this instead of forward() (DecodeCallbacks::forward; empty: forward()).
+  void set_forward(std::function<void(const Model&, KvCache&, const ForwardRequest&, ThreadPool*)> run) {
+    forward_ = std::move(run);
+  }
 
  private:
   ForwardRequest canvas_request(const std::vector<int32_t>& canvas);
@@ -53,6 +57,7 @@ class UniformStateSession {
   ThreadPool* pool_;
   int64_t cached_ = 0;
   std::vector<int32_t> groups_;
+  std::function<void(const Model&, KvCache&, const ForwardRequest&, ThreadPool*)> forward_;
 };
 
 // Cache positions generate_uniform_state needs: the prompt and every canvas it may decode.

@@ -508,33 +508,65 @@ void gemma_layer_rest(const ModelConfig& c, const LayerWeights& w, float layer_s
 }  // namespace
 
 void forward(const Model& model, KvCache& cache, const ForwardRequest& req, ThreadPool* pool) {
+  KvCache* caches[] = {&cache};
+  forward_batch(model, caches, std::span<const ForwardRequest>(&req, 1), pool);
+}
+
+void forward_batch(const Model& model, std::span<KvCache* const> caches, std::span<const ForwardRequest> requests,
+                   ThreadPool* pool) {
   const ModelConfig& c = model.config;
-  const int64_t n = req.n, H = c.hidden;
-  const bool decoder = req.decoder;
-  check(n > 0, "forward: no tokens");
-  check(!decoder || c.has_decoder, "forward: decoder mode needs a model with a decoder (diffusion-gemma); '" +
-                                       c.arch + "' has none");
-  check(!decoder || !req.positions, "forward: explicit positions are for encoder passes only");
-  std::vector<int32_t> pos(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    pos[size_t(i)] = req.positions ? req.positions[i] : int32_t(req.pos0 + i);
-    check(i == 0 || pos[size_t(i)] > pos[size_t(i - 1)], "forward: positions must be strictly increasing");
+  const int64_t H = c.hidden;
+  const int64_t segments = int64_t(requests.size());
+  check(segments > 0, "forward: no requests");
+  check(caches.size() == requests.size(), "forward_batch: one KV cache per request");
+  // Rows of all requests are stacked: segment s holds rows [row0[s], row0[s] + requests[s].n).
+  std::vector<int64_t> row0(size_t(segments + 1), 0);
+  std::vector<int32_t> pos;
+  std::vector<int64_t> key_ends(static_cast<size_t>(segments));
+  for (int64_t s = 0; s < segments; ++s) {
+    const ForwardRequest& req = requests[size_t(s)];
+    const KvCache& cache = *caches[size_t(s)];
+    const int64_t n = req.n;
+    const bool decoder = req.decoder;
+    check(n > 0, "forward: no tokens");
+    check(!decoder || c.has_decoder, "forward: decoder mode needs a model with a decoder (diffusion-gemma); '" +
+                                         c.arch + "' has none");
+    check(!decoder || !req.positions, "forward: explicit positions are for encoder passes only");
+    for (int64_t i = 0; i < n; ++i) {
+      pos.push_back(req.positions ? req.positions[i] : int32_t(req.pos0 + i));
+      check(i == 0 || pos.back() > pos[pos.size() - 2], "forward: positions must be strictly increasing");
+    }
+    check(!req.positions || req.key_end > 0, "forward: explicit positions need key_end");
+    const int64_t first = pos[size_t(row0[size_t(s)])], last = pos.back();
+    const int64_t key_end = decoder ? req.pos0 : req.key_end > 0 ? req.key_end : req.pos0 + n;
+    key_ends[size_t(s)] = key_end;
+    if (decoder) {
+      check(req.pos0 >= 0 && req.pos0 <= cache.capacity(),
+            "forward: decoder canvas after " + std::to_string(req.pos0) +
+                " cached positions exceeds the KV cache capacity " + std::to_string(cache.capacity()));
+    } else {
+      check(first >= 0 && last < key_end && key_end <= cache.capacity(),
+            "forward: positions " + std::to_string(first) + ".." + std::to_string(last + 1) + " (keys to " +
+                std::to_string(key_end) + ") exceed the KV cache capacity " + std::to_string(cache.capacity()));
+    }
+    for (int64_t i = 0; i < n; ++i)
+      check(req.tokens[i] >= 0 && req.tokens[i] < c.vocab, "token id " + std::to_string(req.tokens[i]) +
+                                                               " is outside the vocabulary (size " +
+                                                               std::to_string(c.vocab) + ")");
+    check(!(req.self_cond || req.self_cond_soft) || decoder || c.self_conditioning,
+          "forward: self-conditioning logits given to a model without a self-conditioning input");
+    check(!(req.self_cond && req.self_cond_soft),
+          "forward: give the self-conditioning input as logits (self_cond) or as a soft embedding (self_cond_soft), "
+          "not both");
+    check(!req.soft_embedding_out || req.head_stats,
+          "forward: a soft embedding output needs head_stats (the fused head)");
+    check(req.logit_rows.empty() || req.logits != nullptr || req.head_stats != nullptr,
+          "forward: logit rows requested without an output buffer");
+    for (int32_t row : req.logit_rows) check(row >= 0 && row < n, "forward: logit row out of range");
+    check(decoder == requests[0].decoder, "forward_batch: decoder and encoder passes cannot share a batch");
+    row0[size_t(s + 1)] = row0[size_t(s)] + n;
   }
-  check(!req.positions || req.key_end > 0, "forward: explicit positions need key_end");
-  const int64_t last = pos[size_t(n - 1)];
-  const int64_t key_end = decoder ? req.pos0 : req.key_end > 0 ? req.key_end : req.pos0 + n;
-  if (decoder) {
-    check(req.pos0 >= 0 && req.pos0 <= cache.capacity(),
-          "forward: decoder canvas after " + std::to_string(req.pos0) + " cached positions exceeds the KV cache capacity " +
-              std::to_string(cache.capacity()));
-  } else {
-    check(pos[0] >= 0 && last < key_end && key_end <= cache.capacity(),
-          "forward: positions " + std::to_string(pos[0]) + ".." + std::to_string(last + 1) + " (keys to " +
-              std::to_string(key_end) + ") exceed the KV cache capacity " + std::to_string(cache.capacity()));
-  }
-  for (int64_t i = 0; i < n; ++i)
-    check(req.tokens[i] >= 0 && req.tokens[i] < c.vocab,
-          "token id " + std::to_string(req.tokens[i]) + " is outside the vocabulary (size " + std::to_string(c.vocab) + ")");
+  const int64_t n = row0[size_t(segments)];  // rows of the whole batch
 
   // Keeps the pool's workers spinning between this pass's parallel loops instead of sleeping.
   const ThreadPool::Busy busy(pool);
@@ -549,31 +581,32 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& req, Thre
   std::vector<float> x(size_t(n * H)), h(size_t(n * H)), q(size_t(n * max_q_width)), k(size_t(n * max_kv_width)),
       v(size_t(n * max_kv_width)), attn(size_t(n * max_q_width)), proj(size_t(n * H)), g, u;
   std::vector<float> canvas_keys, canvas_values;  // decoder: [visible cache ; canvas] K/V of one layer
-  for (int64_t i = 0; i < n; ++i) {
-    get_row(model.token_embd, req.tokens[i], &x[size_t(i * H)]);
-    if (c.embedding_scale != 1.f)
-      for (int64_t j = 0; j < H; ++j) x[size_t(i * H + j)] *= c.embedding_scale;
-    if (model.position_embd.data) {
-      check(pos[size_t(i)] < model.position_embd.ne[1], "position " + std::to_string(pos[size_t(i)]) +
-                                                             " is beyond the model's position embeddings (" +
-                                                             std::to_string(model.position_embd.ne[1]) + ")");
-      const float* pe = model.position_embd.f32() + int64_t(pos[size_t(i)]) * H;
-      for (int64_t j = 0; j < H; ++j) x[size_t(i * H + j)] += pe[j];
+  for (int64_t s = 0; s < segments; ++s) {
+    const ForwardRequest& req = requests[size_t(s)];
+    for (int64_t i = 0; i < req.n; ++i) {
+      const int64_t r = row0[size_t(s)] + i;
+      get_row(model.token_embd, req.tokens[i], &x[size_t(r * H)]);
+      if (c.embedding_scale != 1.f)
+        for (int64_t j = 0; j < H; ++j) x[size_t(r * H + j)] *= c.embedding_scale;
+      if (model.position_embd.data) {
+        check(pos[size_t(r)] < model.position_embd.ne[1], "position " + std::to_string(pos[size_t(r)]) +
+                                                               " is beyond the model's position embeddings (" +
+                                                               std::to_string(model.position_embd.ne[1]) + ")");
+        const float* pe = model.position_embd.f32() + int64_t(pos[size_t(r)]) * H;
+        for (int64_t j = 0; j < H; ++j) x[size_t(r * H + j)] += pe[j];
+      }
+    }
+    float* xs = &x[size_t(row0[size_t(s)] * H)];
+    if (req.decoder) {
+      self_conditioning_input(model, req.self_cond, req.self_cond_soft, req.n, xs, /*decoder_norm=*/true, pool);
+    } else if (req.self_cond || req.self_cond_soft) {  // neither: zeros, which leave x as it is
+      self_conditioning_input(model, req.self_cond, req.self_cond_soft, req.n, xs, /*decoder_norm=*/false, pool);
+    }
+    if (!req.decoder) {
+      int32_t* groups = caches[size_t(s)]->groups();
+      for (int64_t i = 0; i < req.n; ++i) groups[pos[size_t(row0[size_t(s)] + i)]] = req.groups[i];
     }
   }
-  check(!(req.self_cond || req.self_cond_soft) || decoder || c.self_conditioning,
-        "forward: self-conditioning logits given to a model without a self-conditioning input");
-  check(!(req.self_cond && req.self_cond_soft),
-        "forward: give the self-conditioning input as logits (self_cond) or as a soft embedding (self_cond_soft), "
-        "not both");
-  if (decoder) {
-    self_conditioning_input(model, req.self_cond, req.self_cond_soft, n, x.data(), /*decoder_norm=*/true, pool);
-  } else if (req.self_cond || req.self_cond_soft) {  // neither: zeros, which leave x as it is
-    self_conditioning_input(model, req.self_cond, req.self_cond_soft, n, x.data(), /*decoder_norm=*/false, pool);
-  }
-  int32_t* groups = cache.groups();
-  if (!decoder)
-    for (int64_t i = 0; i < n; ++i) groups[pos[size_t(i)]] = req.groups[i];
   // Sliding layers: query at position p sees keys j >= p - window + 1 (and its group's rule).
   std::vector<int32_t> window_start;
   if (c.sliding_window > 0)
@@ -607,46 +640,57 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& req, Thre
     shape.n_kv_heads = int(la.n_kv_heads);
     shape.head_dim = int(D);
     shape.scale = c.attention_scale > 0 ? c.attention_scale : 1.f / std::sqrt(float(D));
-    float* kc = cache.keys(l);
-    float* vc = cache.values(l);
-    const int64_t stride = cache.head_stride(l);
-    if (!decoder) {
-      for (int64_t i = 0; i < n; ++i)
+    // Attention is the one per-request part of a layer: each request reads its own cache.
+    for (int64_t s = 0; s < segments; ++s) {
+      const ForwardRequest& req = requests[size_t(s)];
+      KvCache& cache = *caches[size_t(s)];
+      const int64_t r0 = row0[size_t(s)], ns = req.n;
+      const float* qs = &q[size_t(r0 * q_width)];
+      const float* ks_new = &k[size_t(r0 * kv_width)];
+      const float* vs_new = &v[size_t(r0 * kv_width)];
+      float* out = &attn[size_t(r0 * q_width)];
+      float* kc = cache.keys(l);
+      float* vc = cache.values(l);
+      const int64_t stride = cache.head_stride(l);
+      if (!req.decoder) {
+        for (int64_t i = 0; i < ns; ++i)
+          for (int64_t hh = 0; hh < la.n_kv_heads; ++hh) {
+            const int64_t dst = hh * stride + int64_t(pos[size_t(r0 + i)]) * D;
+            std::memcpy(kc + dst, &ks_new[size_t(i * kv_width + hh * D)], size_t(D) * 4);
+            std::memcpy(vc + dst, &vs_new[size_t(i * kv_width + hh * D)], size_t(D) * 4);
+          }
+        AttentionMask mask;
+        mask.key_group = cache.groups();
+        mask.query_group = req.groups;
+        if (sliding) mask.window_start = window_start.data() + r0;
+        attention(qs, ns, q_width, kc, vc, key_ends[size_t(s)], stride, mask, shape, out, q_width, pool);
+      } else {
+        // The canvas sees the cache (sliding layers: its last window - 1 positions) and itself, both ways;
+        // its own K/V go to scratch so the cache stays as the encoder left it.
+        const int64_t first = sliding ? std::max<int64_t>(0, req.pos0 - (c.sliding_window - 1)) : 0;
+        const int64_t cached = req.pos0 - first, keys = cached + ns;
+        canvas_keys.resize(size_t(la.n_kv_heads * keys * D));
+        canvas_values.resize(size_t(la.n_kv_heads * keys * D));
         for (int64_t hh = 0; hh < la.n_kv_heads; ++hh) {
-          const int64_t dst = hh * stride + int64_t(pos[size_t(i)]) * D;
-          std::memcpy(kc + dst, &k[size_t(i * kv_width + hh * D)], size_t(D) * 4);
-          std::memcpy(vc + dst, &v[size_t(i * kv_width + hh * D)], size_t(D) * 4);
+          float* ks = &canvas_keys[size_t(hh * keys * D)];
+          float* vs = &canvas_values[size_t(hh * keys * D)];
+          std::memcpy(ks, kc + hh * stride + first * D, size_t(cached * D) * 4);
+          std::memcpy(vs, vc + hh * stride + first * D, size_t(cached * D) * 4);
+          for (int64_t i = 0; i < ns; ++i) {
+            std::memcpy(ks + (cached + i) * D, &ks_new[size_t(i * kv_width + hh * D)], size_t(D) * 4);
+            std::memcpy(vs + (cached + i) * D, &vs_new[size_t(i * kv_width + hh * D)], size_t(D) * 4);
+          }
         }
-      AttentionMask mask;
-      mask.key_group = groups;
-      mask.query_group = req.groups;
-      if (sliding) mask.window_start = window_start.data();
-      attention(q.data(), n, q_width, kc, vc, key_end, stride, mask, shape, attn.data(), q_width, pool);
-    } else {
-      // The canvas sees the cache (sliding layers: its last window - 1 positions) and itself, both ways;
-      // its own K/V go to scratch so the cache stays as the encoder left it.
-      const int64_t first = sliding ? std::max<int64_t>(0, req.pos0 - (c.sliding_window - 1)) : 0;
-      const int64_t cached = req.pos0 - first, keys = cached + n;
-      canvas_keys.resize(size_t(la.n_kv_heads * keys * D));
-      canvas_values.resize(size_t(la.n_kv_heads * keys * D));
-      for (int64_t hh = 0; hh < la.n_kv_heads; ++hh) {
-        float* ks = &canvas_keys[size_t(hh * keys * D)];
-        float* vs = &canvas_values[size_t(hh * keys * D)];
-        std::memcpy(ks, kc + hh * stride + first * D, size_t(cached * D) * 4);
-        std::memcpy(vs, vc + hh * stride + first * D, size_t(cached * D) * 4);
-        for (int64_t i = 0; i < n; ++i) {
-          std::memcpy(ks + (cached + i) * D, &k[size_t(i * kv_width + hh * D)], size_t(D) * 4);
-          std::memcpy(vs + (cached + i) * D, &v[size_t(i * kv_width + hh * D)], size_t(D) * 4);
-        }
+        attention(qs, ns, q_width, canvas_keys.data(), canvas_values.data(), keys, keys * D, AttentionMask{}, shape,
+                  out, q_width, pool);
       }
-      attention(q.data(), n, q_width, canvas_keys.data(), canvas_values.data(), keys, keys * D, AttentionMask{},
-                shape, attn.data(), q_width, pool);
     }
     matmul(w.wo, attn.data(), n, proj.data(), pool);
 
     if (c.layer_style == LayerStyle::Gemma4) {
-      gemma_layer_rest(c, w, decoder ? w.layer_scalar_decoder : w.layer_scalar_encoder, n, x.data(), proj.data(),
-                       h.data(), g, u, pool);
+      // The decoder's layer scalar belongs to decoder passes; a batch is all-decoder or all-encoder.
+      gemma_layer_rest(c, w, requests[0].decoder ? w.layer_scalar_decoder : w.layer_scalar_encoder, n, x.data(),
+                       proj.data(), h.data(), g, u, pool);
       continue;
     }
     for (int64_t i = 0; i < n * H; ++i) x[size_t(i)] += proj[size_t(i)];
@@ -660,31 +704,54 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& req, Thre
     for (int64_t i = 0; i < n * H; ++i) x[size_t(i)] += proj[size_t(i)];
   }
 
-  const int64_t rows = int64_t(req.logit_rows.size());
-  check(!req.soft_embedding_out || req.head_stats, "forward: a soft embedding output needs head_stats (the fused head)");
-  if (rows == 0) return;
-  check(req.logits != nullptr || req.head_stats != nullptr, "forward: logit rows requested without an output buffer");
-  std::vector<float> selected(size_t(rows * H));
-  for (int64_t r = 0; r < rows; ++r) {
-    const int32_t row = req.logit_rows[size_t(r)];
-    check(row >= 0 && row < n, "forward: logit row out of range");
-    rms_norm(&x[size_t(row * H)], model.output_norm.f32(), H, c.rms_eps, &selected[size_t(r * H)]);
+  // The head: the plain logit rows of every request in one matmul; fused-head requests one by one (each
+  // has its own temperature and noise).
+  std::vector<float> selected, batch_logits;
+  int64_t plain_rows = 0;
+  for (const ForwardRequest& req : requests)
+    if (!req.head_stats) plain_rows += int64_t(req.logit_rows.size());
+  selected.resize(size_t(plain_rows * H));
+  int64_t r = 0;
+  for (int64_t s = 0; s < segments; ++s) {
+    const ForwardRequest& req = requests[size_t(s)];
+    const int64_t rows = int64_t(req.logit_rows.size());
+    if (rows == 0) continue;
+    if (req.head_stats) {
+      // The soft embedding is softmax @ output; it is the self-conditioning's softmax @ E only when tied.
+      check(!req.soft_embedding_out ||
+                (model.output.data == model.token_embd.data && model.output.type == model.token_embd.type),
+            "forward: a soft embedding output needs a head tied to the token embedding; '" + c.arch +
+                "' has its own output matrix");
+      std::vector<float> own(size_t(rows * H));
+      for (int64_t i = 0; i < rows; ++i)
+        rms_norm(&x[size_t((row0[size_t(s)] + req.logit_rows[size_t(i)]) * H)], model.output_norm.f32(), H,
+                 c.rms_eps, &own[size_t(i * H)]);
+      HeadStreamOptions head = req.head;
+      head.softcap = std::max(c.logit_softcap, 0.f);
+      lm_head_stream(model.output, own.data(), rows, H, head, req.head_stats, req.soft_embedding_out, pool);
+      continue;
+    }
+    for (int64_t i = 0; i < rows; ++i, ++r)
+      rms_norm(&x[size_t((row0[size_t(s)] + req.logit_rows[size_t(i)]) * H)], model.output_norm.f32(), H, c.rms_eps,
+               &selected[size_t(r * H)]);
   }
-  if (req.head_stats) {
-    // The soft embedding is softmax @ output; it is the self-conditioning's softmax @ E only when tied.
-    check(!req.soft_embedding_out ||
-              (model.output.data == model.token_embd.data && model.output.type == model.token_embd.type),
-          "forward: a soft embedding output needs a head tied to the token embedding; '" + c.arch +
-              "' has its own output matrix");
-    HeadStreamOptions head = req.head;
-    head.softcap = std::max(c.logit_softcap, 0.f);
-    lm_head_stream(model.output, selected.data(), rows, H, head, req.head_stats, req.soft_embedding_out, pool);
-    return;
-  }
-  matmul(model.output, selected.data(), rows, req.logits, pool);
+  if (plain_rows == 0) return;
+  // One request writes its own buffer directly; a batch goes through one array and is scattered.
+  const bool direct = segments == 1;
+  if (!direct) batch_logits.resize(size_t(plain_rows * c.vocab));
+  float* logits = direct ? requests[0].logits : batch_logits.data();
+  matmul(model.output, selected.data(), plain_rows, logits, pool);
   if (c.logit_softcap > 0) {
     const float cap = c.logit_softcap;
-    for (int64_t i = 0; i < rows * c.vocab; ++i) req.logits[i] = cap * std::tanh(req.logits[i] / cap);
+    for (int64_t i = 0; i < plain_rows * c.vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+  }
+  if (direct) return;
+  r = 0;
+  for (const ForwardRequest& req : requests) {
+    if (req.head_stats || req.logit_rows.empty()) continue;
+    const int64_t rows = int64_t(req.logit_rows.size());
+    std::copy(logits + r * c.vocab, logits + (r + rows) * c.vocab, req.logits);
+    r += rows;
   }
 }
 

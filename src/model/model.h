@@ -3,6 +3,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,15 @@ struct ForwardRequest {
 };
 
 void forward(const Model& model, KvCache& cache, const ForwardRequest& request, ThreadPool* pool);
+
+// Several independent passes in one: request i runs against caches[i] (its own sequence), and every
+// row-wise step (embeddings, norms, the Q/K/V, output and MLP/MoE matmuls, the head) runs once over the
+// rows of all requests stacked, so the weights stream through memory once per batch instead of once per
+// request. Only attention is per request. Each request's logits, cache writes and statistics are bit for
+// bit what forward() gives for it alone (matmul and attention rows do not depend on the other rows).
+// All requests must be encoder passes, or all decoder passes. forward() is this with one request.
+void forward_batch(const Model& model, std::span<KvCache* const> caches, std::span<const ForwardRequest> requests,
+                   ThreadPool* pool);
 
 // Rearranges the model's Q4_0 / Q8_0 matrices into the layout the AVX-512 kernels read fastest
 // (ops/matmul.h, interleave_for_matmul: the results stay bit for bit the same): in place, or for a

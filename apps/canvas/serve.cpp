@@ -1,0 +1,136 @@
+// canvas serve: the OpenAI-compatible HTTP server (option parsing, model loading, signals).
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "args.h"
+#include "commands.h"
+#include "core/error.h"
+#include "model/model.h"
+#include "serve/engine.h"
+#include "serve/http_server.h"
+#include "text_model.h"
+
+namespace canvas::cli {
+
+namespace {
+
+const char* kServeUsage = R"(usage: canvas serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue N]
+                    [--mode auto|diffusion|ar] [--api-key KEY]
+
+Serves a model over HTTP with OpenAI's API: POST /v1/completions, POST /v1/chat/completions (messages
+through the Gemma chat template, as canvas chat), GET /v1/models, GET /health (200 when ready, 503 while
+loading or stopping), and a web page at / that draws the canvas live as it is denoised. The decoding
+steps of all running requests share one batched forward pass; requests join and leave between steps.
+Requests take OpenAI's fields (max_tokens, temperature, top_p, seed, stop, n = 1, stream,
+stream_options.include_usage) and canvas's knobs (steps, block_length, threshold, entropy_bound,
+cache, mode, canvas_draft). docs/serving.md has the details and measurements.
+
+  -m, --model MODEL   GGUF file or safetensors directory (default: models/text-masked.gguf)
+      --host HOST     address to listen on (default 127.0.0.1: this machine only)
+      --port N        TCP port (default 8080; 0: any free port, printed at start)
+      --parallel N    requests decoded at once, their steps batched (default: 4, or 2 x the cores if more)
+      --queue N       requests waiting for a slot beyond those; more get 503 + Retry-After (default 64)
+      --mode MODE     auto (default for models with both modes: diffusion or AR per request, by a cost
+                      model measured at start and the current load) | diffusion | ar. A request's
+                      "mode" field overrides it.
+      --api-key KEY   require "Authorization: Bearer KEY" on /v1/* (401 otherwise)
+
+SIGTERM or SIGINT: stop taking requests, let running ones finish (up to 5 s, then cancel them), exit 0.
+)";
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+  if (wants_help(argc, argv)) {
+    std::fputs(kServeUsage, stdout);
+    return 0;
+  }
+  Args args(argc, argv, 2,
+            {{"-m", "model"}, {"--model", "model"}, {"--host", "host"}, {"--port", "port"}, {"--parallel", "parallel"},
+             {"--queue", "queue"}, {"--mode", "mode"}, {"--api-key", "api-key"}},
+            {"model", "host", "port", "parallel", "queue", "mode", "api-key"}, {});
+  check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
+  const std::string model_path =
+      args.has("model") ? args.get("model", "") : shipped_model_path("text-masked.gguf", "canvas serve");
+  const int64_t port = args.get_int("port", 8080);
+  check(port >= 0 && port <= 65535, "--port must be between 0 and 65535");
+  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  serve::EngineOptions engine_options;
+  engine_options.parallel = args.get_int("parallel", std::max<int64_t>(4, 2 * cores));
+  engine_options.queue = args.get_int("queue", 64);
+  check(engine_options.parallel >= 1 && engine_options.parallel <= 1024, "--parallel must be between 1 and 1024");
+  check(engine_options.queue >= 0 && engine_options.queue <= 100000, "--queue must be between 0 and 100000");
+  engine_options.default_mode = serve::parse_decode_mode(args.get("mode", "auto"));
+  check(!args.has("api-key") || !args.get("api-key", "").empty(), "--api-key must not be empty");
+
+  // Signals go to one thread that waits for them (blocked here before any other thread starts).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal
+
+  serve::ServerOptions options;
+  options.host = args.get("host", "127.0.0.1");
+  options.port = int(port);
+  options.api_key = args.get("api-key", "");
+  options.http_threads = int(engine_options.parallel + engine_options.queue + 8);
+  std::shared_ptr<const TextTokenizer> tokenizer;
+  options.encode_prompt = [&](const std::string& text) { return tokenizer->encode(text, true); };
+  options.encode_chat = [&](const std::string& text) { return tokenizer->encode(text, false); };
+  options.detokenize = [&](const std::vector<int32_t>& ids) { return tokenizer->decode(ids); };
+  {
+    const size_t slash = model_path.find_last_of('/');
+    options.model_name = slash == std::string::npos ? model_path : model_path.substr(slash + 1);
+  }
+  serve::HttpServer server(options);
+  std::string error;
+  check(server.bind(error), error);
+  std::thread http([&] { server.serve(); });
+  std::fprintf(stderr, "canvas serve: listening on http://%s:%d/ (loading %s)\n", options.host.c_str(), server.port(),
+               model_path.c_str());
+
+  std::unique_ptr<serve::Engine> engine;
+  try {
+    const Model model = Model::load(model_path);
+    tokenizer = std::make_shared<const TextTokenizer>(TextTokenizer::for_model(model, model_path, ""));
+    const SamplerDefaults defaults = sampler_defaults(model, model_path);
+    const ModelConfig& c = model.config;
+    engine_options.stop_ids = c.uniform_state ? defaults.params.eos_ids : std::vector<int32_t>{c.eos_token};
+    engine_options.uniform = defaults.params;
+    engine_options.detokenize = options.detokenize;
+    auto pool = std::make_unique<ThreadPool>(0);
+    engine = std::make_unique<serve::Engine>(model, pool.get(), engine_options);
+    check(engine->has_diffusion() || engine_options.default_mode != serve::DecodeMode::Diffusion,
+          "--mode diffusion: model '" + c.arch + "' cannot decode by diffusion");
+    check(engine->has_ar() || engine_options.default_mode != serve::DecodeMode::Ar,
+          "--mode ar: model '" + c.arch + "' cannot decode autoregressively");
+    server.set_engine(engine.get());
+    std::fprintf(stderr, "canvas serve: ready: %s (%s), --parallel %lld, --queue %lld, --mode %s; cost model: %s\n",
+                 options.model_name.c_str(), c.arch.c_str(), (long long)engine_options.parallel,
+                 (long long)engine_options.queue, serve::decode_mode_name(engine_options.default_mode),
+                 engine->cost_model().describe().c_str());
+
+    int received = 0;
+    sigwait(&signals, &received);
+    std::fprintf(stderr, "canvas serve: %s: finishing running requests\n", received == SIGTERM ? "SIGTERM" : "SIGINT");
+    server.stop(5000);
+    http.join();
+    engine->shutdown(true);
+    engine.reset();
+  } catch (...) {
+    server.stop(0);
+    http.join();
+    throw;
+  }
+  std::fprintf(stderr, "canvas serve: stopped\n");
+  return 0;
+}
+
+}  // namespace canvas::cli

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Measures canvas serve under load: for each configuration (batched / one-at-a-time diffusion and AR,
+# and threshold-decoding requests under diffusion and auto) starts a server on 127.0.0.1, runs scripts/serve_load.py
+# at concurrency 1, 4, 16 and 64, and writes one JSON per configuration under OUT (default runs/serve-bench).
+# Usage: scripts/serve_bench.sh [OUT] [REQUESTS_PER_LEVEL] [MAX_TOKENS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-runs/serve-bench}"; requests="${2:-64}"; tokens="${3:-32}"
+mkdir -p "$out"
+run() {  # label parallel mode [extra request fields as JSON]
+  local label="$1" parallel="$2" mode="$3" extra="${4:-{\}}" log port pid
+  log="$out/$label.log"
+  build/canvas serve --port 0 --parallel "$parallel" --queue 256 --mode "$mode" 2>"$log" &
+  pid=$!
+  port=""
+  for _ in $(seq 1 400); do
+    port="$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$log")"
+    [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    sleep 0.05
+  done
+  /usr/bin/python3 scripts/serve_load.py --url "http://127.0.0.1:$port" --levels 1,4,16,64 \
+    --requests "$requests" --max-tokens "$tokens" --extra "$extra" --label "$label" --out "$out/$label.json"
+  kill -TERM "$pid"; wait "$pid" || true
+}
+run diffusion-batched 64 diffusion
+run diffusion-single 1 diffusion
+run ar-batched 64 ar
+run ar-single 1 ar
+# Routing: requests with Fast-dLLM threshold decoding (several tokens per pass), where diffusion can beat
+# AR at low load; AR ignores the threshold, so ar-batched is its fixed-mode twin.
+run diffusion-threshold-batched 64 diffusion '{"threshold": 0.9}'
+run auto-threshold-batched 64 auto '{"threshold": 0.9}'

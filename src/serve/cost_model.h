@@ -1,0 +1,34 @@
+// The cost model behind --mode auto: a forward pass's time as a function of the rows it computes,
+// measured on this machine at start-up, and the estimated latency of a request in each mode at a load.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/thread_pool.h"
+#include "model/model.h"
+
+namespace canvas::serve {
+
+struct CostModel {
+  // time of one (batched) pass in ms = fixed_ms + per_row_ms * rows, fitted to timed passes.
+  double fixed_ms = 0, per_row_ms = 0;
+  // Measured tokens committed per diffusion pass with threshold decoding (learned from finished
+  // requests; 1 until one has finished).
+  double threshold_tokens_per_pass = 1;
+  int64_t threshold_observations = 0;  // finished threshold-decoding requests behind that average
+
+  // Times passes of 1 and `rows` rows (a few repeats each, the minimum kept) and fits the line.
+  static CostModel measure(const Model& model, ThreadPool* pool, int64_t rows);
+
+  double pass_ms(double rows) const { return fixed_ms + per_row_ms * rows; }
+  // Estimated latency (ms) of a request of `prompt` tokens and `tokens` new ones, when `load` requests
+  // of the same shape decode at once and share each pass.
+  // AR: `tokens` passes of ar_rows rows each (1, or 2 for models fed a mask to predict the next token).
+  double ar_ms(int64_t tokens, int64_t load, int64_t ar_rows) const;
+  // Masked diffusion with the prefix cache: `passes` passes; a pass in block b recomputes the region
+  // from the block's start to the end of the canvas, (tokens + block) / 2 rows on average.
+  double diffusion_ms(int64_t tokens, int64_t block, int64_t passes, int64_t load) const;
+  std::string describe() const;
+};
+
+}  // namespace canvas::serve

@@ -1,0 +1,198 @@
+// OpenAI request parsing, the chat template and response JSON for canvas serve.
+#include "serve/openai.h"
+
+#include <cmath>
+#include <set>
+
+namespace canvas::serve {
+
+using nlohmann::json;
+
+json error_json(int status, const std::string& message, const std::string& param, const std::string& code) {
+  json e = {{"message", message},
+            {"type", status >= 500 ? "server_error" : "invalid_request_error"},
+            {"param", param.empty() ? json(nullptr) : json(param)},
+            {"code", code.empty() ? json(nullptr) : json(code)}};
+  return json{{"error", e}};
+}
+
+namespace {
+
+ApiError bad(const std::string& field, const std::string& message) { return ApiError(400, message, field); }
+
+int64_t get_int(const json& v, const std::string& field, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
+    throw bad(field, "'" + field + "' must be an integer");
+  if (v.is_number_float() && std::fabs(v.get<double>()) > 9e15) throw bad(field, "'" + field + "' is out of range");
+  const int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX
+                    : v.is_number_float()                                             ? int64_t(v.get<double>())
+                                                                                      : v.get<int64_t>();
+  if (x < lo || x > hi)
+    throw bad(field, "'" + field + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
+                         " (got " + std::to_string(x) + ")");
+  return x;
+}
+
+double get_number(const json& v, const std::string& field) {
+  if (!v.is_number()) throw bad(field, "'" + field + "' must be a number");
+  const double x = v.get<double>();
+  if (!std::isfinite(x)) throw bad(field, "'" + field + "' must be finite");
+  return x;
+}
+
+bool get_bool(const json& v, const std::string& field) {
+  if (!v.is_boolean()) throw bad(field, "'" + field + "' must be true or false");
+  return v.get<bool>();
+}
+
+std::string get_string(const json& v, const std::string& field) {
+  if (!v.is_string()) throw bad(field, "'" + field + "' must be a string");
+  return v.get<std::string>();
+}
+
+// Message content: a string, or an array of {"type": "text", "text": ...} parts.
+std::string content_text(const json& v, const std::string& field) {
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_array()) throw bad(field, "'" + field + "' must be a string or an array of text parts");
+  std::string text;
+  for (const json& part : v) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+      throw bad(field, "'" + field + "' parts must be {\"type\": \"text\", \"text\": \"...\"}");
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+}  // namespace
+
+ApiRequest parse_api_request(const std::string& body, bool chat) {
+  json root;
+  try {
+    root = json::parse(body);
+  } catch (const json::parse_error& e) {
+    throw ApiError(400, std::string("malformed JSON in the request body: ") + e.what());
+  }
+  if (!root.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  ApiRequest r;
+  r.chat = chat;
+  static const std::set<std::string> common = {
+      "model", "max_tokens", "temperature", "top_p", "seed", "stop", "n", "stream", "stream_options", "user",
+      "frequency_penalty", "presence_penalty", "steps", "block_length", "threshold", "entropy_bound", "cache",
+      "mode", "canvas_draft"};
+  bool has_input = false;
+  GenerationSettings& s = r.settings;
+  for (const auto& [key, value] : root.items()) {
+    if (!common.count(key) && !(chat ? (key == "messages" || key == "max_completion_tokens") : key == "prompt"))
+      throw bad(key, "unknown field '" + key + "'");
+    if (value.is_null()) continue;  // null means "not set", as OpenAI reads it
+    if (key == "model") {
+      r.model = get_string(value, key);
+    } else if (key == "prompt") {
+      if (value.is_array()) {
+        if (value.size() != 1 || !value[0].is_string())
+          throw bad(key, "'prompt' must be a string (or an array of exactly one string)");
+        r.prompt = value[0].get<std::string>();
+      } else {
+        r.prompt = get_string(value, key);
+      }
+      has_input = true;
+    } else if (key == "messages") {
+      if (!value.is_array() || value.empty()) throw bad(key, "'messages' must be a non-empty array");
+      for (size_t i = 0; i < value.size(); ++i) {
+        const json& m = value[i];
+        const std::string field = "messages[" + std::to_string(i) + "]";
+        if (!m.is_object() || !m.contains("role") || !m.contains("content"))
+          throw bad(field, "'" + field + "' must be an object with 'role' and 'content'");
+        ChatMessage msg;
+        msg.role = get_string(m["role"], field + ".role");
+        if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "developer")
+          throw bad(field + ".role", "'" + field + ".role' must be system, developer, user or assistant");
+        if (msg.role == "developer") msg.role = "system";
+        msg.content = content_text(m["content"], field + ".content");
+        r.messages.push_back(std::move(msg));
+      }
+      has_input = true;
+    } else if (key == "max_tokens" || key == "max_completion_tokens") {
+      s.max_tokens = get_int(value, key, 1, 1 << 20);
+      r.max_tokens_given = true;
+    } else if (key == "temperature") {
+      const double t = get_number(value, key);
+      if (t < 0 || t > 100) throw bad(key, "'temperature' must be between 0 and 100");
+      s.sampling.temperature = float(t);
+    } else if (key == "top_p") {
+      const double p = get_number(value, key);
+      if (!(p > 0 && p <= 1)) throw bad(key, "'top_p' must be in (0, 1]");
+      s.sampling.top_p = float(p);
+    } else if (key == "seed") {
+      s.sampling.seed = uint64_t(get_int(value, key, INT64_MIN, INT64_MAX));
+    } else if (key == "stop") {
+      if (value.is_string()) {
+        s.stop = {value.get<std::string>()};
+      } else if (value.is_array() && value.size() <= 4) {
+        for (const json& v : value) s.stop.push_back(get_string(v, "stop"));
+      } else {
+        throw bad(key, "'stop' must be a string or an array of at most 4 strings");
+      }
+      for (const std::string& x : s.stop)
+        if (x.empty()) throw bad(key, "'stop' strings must not be empty");
+    } else if (key == "n") {
+      if (get_int(value, key, 1, 128) != 1) throw bad(key, "only 'n' = 1 is supported");
+    } else if (key == "stream") {
+      r.stream = get_bool(value, key);
+    } else if (key == "stream_options") {
+      if (!value.is_object()) throw bad(key, "'stream_options' must be an object");
+      for (const auto& [k, v] : value.items()) {
+        if (k != "include_usage") throw bad("stream_options." + k, "unknown field 'stream_options." + k + "'");
+        r.include_usage = get_bool(v, "stream_options.include_usage");
+      }
+    } else if (key == "user") {
+      get_string(value, key);
+    } else if (key == "frequency_penalty" || key == "presence_penalty") {
+      if (get_number(value, key) != 0) throw bad(key, "'" + key + "' is not supported (only 0)");
+    } else if (key == "steps") {
+      s.steps = get_int(value, key, 1, 1 << 20);
+    } else if (key == "block_length") {
+      s.block_length = get_int(value, key, 1, 1 << 20);
+    } else if (key == "threshold") {
+      const double t = get_number(value, key);
+      if (t < 0 || t > 1) throw bad(key, "'threshold' must be in [0, 1]");
+      s.threshold = float(t);
+    } else if (key == "entropy_bound") {
+      const double e = get_number(value, key);
+      if (!(e > 0)) throw bad(key, "'entropy_bound' must be positive");
+      s.entropy_bound = float(e);
+    } else if (key == "cache") {
+      const std::string c = get_string(value, key);
+      if (c == "none") s.cache = CacheMode::None;
+      else if (c == "prefix") s.cache = CacheMode::Prefix;
+      else if (c == "dual") s.cache = CacheMode::Dual;
+      else throw bad(key, "'cache' must be none, prefix or dual");
+    } else if (key == "mode") {
+      const std::string m = get_string(value, key);
+      if (m != "auto" && m != "diffusion" && m != "ar") throw bad(key, "'mode' must be auto, diffusion or ar");
+      s.mode = parse_decode_mode(m);
+    } else if (key == "canvas_draft") {
+      r.canvas_draft = get_bool(value, key);
+    }
+  }
+  if (!has_input) throw bad(chat ? "messages" : "prompt", chat ? "'messages' is required" : "'prompt' is required");
+  if (r.include_usage && !r.stream) throw bad("stream_options", "'stream_options' is only allowed with 'stream': true");
+  return r;
+}
+
+std::string render_chat(const std::vector<ChatMessage>& messages) {
+  std::string text = "<bos>";
+  for (const ChatMessage& m : messages)
+    text += "<|turn>" + std::string(m.role == "assistant" ? "model" : m.role) + "\n" + m.content + "<turn|>\n";
+  return text + "<|turn>model\n";
+}
+
+json usage_json(int64_t prompt_tokens, const Job& job) {
+  return json{{"prompt_tokens", prompt_tokens},
+              {"completion_tokens", job.completion_tokens},
+              {"total_tokens", prompt_tokens + job.completion_tokens},
+              {"forward_passes", job.passes},
+              {"tokens_per_pass", job.passes > 0 ? double(job.canvas.size()) / double(job.passes) : 0.0}};
+}
+
+}  // namespace canvas::serve

@@ -1,0 +1,103 @@
+// The web page canvas serve shows at "/": a prompt box, the decoding knobs, and the canvas drawn live
+// from the stream's drafts (self-contained: no CDN, no build step).
+#include "serve/http_server.h"
+
+namespace canvas::serve {
+
+const char* web_page_html() {
+  return R"HTML(<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>canvas serve</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 60em; color: #222; background: #fafafa; }
+h1 { font-size: 1.3em; } textarea { width: 100%; height: 5em; font: inherit; }
+fieldset { border: 1px solid #ccc; margin: .8em 0; } label { margin-right: 1em; white-space: nowrap; }
+input[type=number] { width: 5em; } #canvas { display: flex; flex-wrap: wrap; gap: 2px; margin: .8em 0; min-height: 2em; }
+.cell { font: 14px/1.6 monospace; min-width: .9em; padding: 0 2px; text-align: center; border-radius: 2px; background: #fff; border: 1px solid #ddd; white-space: pre; }
+.cell.masked { background: #9aa5b1; color: #9aa5b1; } .cell.noise { background: #f3e6c4; color: #8a6d1f; }
+.cell.new { background: #c7f0c2; } #stats { color: #555; font-size: .9em; } #output { white-space: pre-wrap; background: #fff; border: 1px solid #ddd; padding: .6em; min-height: 2em; }
+button { font: inherit; padding: .3em 1.2em; } .error { color: #b00; }
+</style></head><body>
+<h1>canvas serve</h1>
+<textarea id="prompt" placeholder="Prompt">And God said</textarea>
+<fieldset><legend>Decoding</legend>
+<label><input type="checkbox" id="chat"> chat</label>
+<label>mode <select id="mode"><option>auto</option><option>diffusion</option><option>ar</option></select></label>
+<label>max_tokens <input type="number" id="max_tokens" value="64" min="1"></label>
+<label>steps <input type="number" id="steps" min="1" placeholder="auto"></label>
+<label>block_length <input type="number" id="block_length" min="1" placeholder="auto"></label>
+<label>threshold <input type="number" id="threshold" min="0" max="1" step="0.05" placeholder="0"></label>
+<label>temperature <input type="number" id="temperature" value="0" min="0" step="0.1"></label>
+<label>cache <select id="cache"><option>prefix</option><option>none</option><option>dual</option></select></label>
+<label>API key <input type="password" id="key" size="10"></label>
+</fieldset>
+<button id="go">Generate</button>
+<div id="canvas" aria-label="canvas"></div>
+<div id="stats"></div>
+<h2 style="font-size:1em">Text</h2><div id="output"></div>
+<script>
+"use strict";
+const $ = (id) => document.getElementById(id);
+function num(id) { const v = $(id).value; return v === "" ? undefined : Number(v); }
+function draw(draft, previous) {
+  const box = $("canvas"); box.textContent = "";
+  draft.tokens.forEach((piece, i) => {
+    const cell = document.createElement("span");
+    cell.className = "cell";
+    if (piece === null) { cell.classList.add("masked"); cell.textContent = "\u2591"; }
+    else {
+      cell.textContent = piece === "\n" ? "\u21b5" : piece;
+      if (draft.noise) cell.classList.add("noise");
+      else if (previous && previous[i] === null) cell.classList.add("new");
+    }
+    box.appendChild(cell);
+  });
+}
+async function generate() {
+  const chat = $("chat").checked, body = { stream: true, canvas_draft: true, stream_options: { include_usage: true } };
+  if (chat) body.messages = [{ role: "user", content: $("prompt").value }]; else body.prompt = $("prompt").value;
+  for (const k of ["max_tokens", "steps", "block_length", "threshold", "temperature"]) if (num(k) !== undefined) body[k] = num(k);
+  body.mode = $("mode").value; body.cache = $("cache").value;
+  const headers = { "Content-Type": "application/json" };
+  if ($("key").value) headers.Authorization = "Bearer " + $("key").value;
+  $("output").textContent = ""; $("stats").textContent = "waiting…"; $("stats").className = "";
+  $("go").disabled = true;
+  const t0 = performance.now(); let text = "", previous = null, draft = null, usage = null, drafts = 0;
+  try {
+    const res = await fetch(chat ? "/v1/chat/completions" : "/v1/completions", { method: "POST", headers, body: JSON.stringify(body) });
+    if (!res.ok) { const e = await res.json(); throw new Error(e.error ? e.error.message : res.statusText); }
+    const reader = res.body.getReader(), decoder = new TextDecoder(); let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read(); if (done) break;
+      buffer += decoder.decode(value, { stream: true });
+      let end;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        const event = buffer.slice(0, end); buffer = buffer.slice(end + 2);
+        if (!event.startsWith("data: ")) continue;
+        const data = event.slice(6); if (data === "[DONE]") continue;
+        const chunk = JSON.parse(data);
+        if (chunk.error) throw new Error(chunk.error.message);
+        if (chunk.usage) usage = chunk.usage;
+        const c = chunk.choices && chunk.choices[0];
+        if (c) { text += chat ? (c.delta.content || "") : (c.text || ""); $("output").textContent = text; }
+        if (chunk.canvas) { draw(chunk.canvas, previous); previous = chunk.canvas.tokens; draft = chunk.canvas; drafts++; }
+        const secs = (performance.now() - t0) / 1000, committed = previous ? previous.filter((p) => p !== null).length : 0;
+        if (draft) $("stats").textContent = `${draft.mode} · step ${draft.step} · ${draft.passes} forward passes · ` +
+          `${(committed / secs).toFixed(1)} tokens/s · ${draft.passes ? (committed / draft.passes).toFixed(2) : 0} tokens per forward`;
+      }
+    }
+    const secs = (performance.now() - t0) / 1000;
+    if (usage) $("stats").textContent = `${draft ? draft.mode : ""} · done in ${secs.toFixed(2)} s · ${usage.completion_tokens} tokens · ` +
+      `${(usage.completion_tokens / secs).toFixed(1)} tokens/s · ${usage.forward_passes} forward passes · ` +
+      `${usage.tokens_per_pass.toFixed(2)} tokens per forward · ${drafts} drafts drawn`;
+    document.body.dataset.done = "1";
+  } catch (e) {
+    $("stats").textContent = "error: " + e.message; $("stats").className = "error"; document.body.dataset.done = "error";
+  } finally { $("go").disabled = false; }
+}
+$("go").addEventListener("click", generate);
+</script></body></html>
+)HTML";
+}
+
+}  // namespace canvas::serve

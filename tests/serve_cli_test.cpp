@@ -1,0 +1,298 @@
+// canvas serve as a process: endpoints, OpenAI error shapes, limits, API key, full queue, client
+// disconnects, SIGTERM. Each test starts its own server on a free port of 127.0.0.1.
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "test_util.h"
+
+using nlohmann::json;
+
+namespace {
+
+// A `canvas serve` child process; killed (SIGKILL) on destruction unless it already exited.
+class ServerProcess {
+ public:
+  explicit ServerProcess(const std::string& extra_args, const std::string& model = "models/text-masked.gguf") {
+    log_ = std::filesystem::temp_directory_path() / ("canvas-serve-" + std::to_string(getpid()) + "-" +
+                                                     std::to_string(counter_++) + ".log");
+    const std::string cmd = "exec " + std::string(CANVAS_BINARY) + " serve -m " +
+                            canvas::test::source_path(model) + " --port 0 " + extra_args + " 2>" + log_.string();
+    pid_ = fork();
+    if (pid_ == 0) {
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    // The port is printed at start; ready when /health says ok.
+    const std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)/");
+    for (int i = 0; i < 600 && port_ == 0; ++i) {
+      std::smatch m;
+      const std::string text = canvas::test::read_text(log_.string());
+      if (std::regex_search(text, m, listening)) port_ = std::stoi(m[1]);
+      else std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    for (int i = 0; i < 600 && port_ != 0; ++i) {
+      auto res = client().Get("/health");
+      if (res && res->status == 200) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ~ServerProcess() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    std::filesystem::remove(log_);
+  }
+  int port() const { return port_; }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  // Sends SIGTERM and waits (up to 30 s) for the exit status; -1 if it did not exit.
+  int terminate() {
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 600; ++i) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return -1;
+  }
+  std::string log() const { return canvas::test::read_text(log_.string()); }
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path log_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  bool exited_ = false;
+};
+
+httplib::Result post(const ServerProcess& s, const std::string& path, const std::string& body,
+                     const httplib::Headers& headers = {}) {
+  return s.client().Post(path.c_str(), headers, body, "application/json");
+}
+
+// The error JSON OpenAI's clients parse: {"error": {"message": string, "type": string, ...}}.
+void expect_error(const httplib::Result& res, int status, const std::string& message_part = "") {
+  ASSERT_TRUE(res) << "no response";
+  EXPECT_EQ(res->status, status) << res->body;
+  const json j = json::parse(res->body);
+  ASSERT_TRUE(j.contains("error")) << res->body;
+  EXPECT_TRUE(j["error"]["message"].is_string());
+  EXPECT_TRUE(j["error"]["type"].is_string());
+  EXPECT_TRUE(j["error"].contains("param") && j["error"].contains("code"));
+  if (!message_part.empty()) {
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(message_part), std::string::npos) << res->body;
+  }
+}
+
+// The data: payloads of an SSE body.
+std::vector<std::string> sse_events(const std::string& body) {
+  std::vector<std::string> events;
+  size_t at = 0;
+  while ((at = body.find("data: ", at)) != std::string::npos) {
+    const size_t end = body.find("\n\n", at);
+    events.push_back(body.substr(at + 6, end - at - 6));
+    at = end;
+  }
+  return events;
+}
+
+}  // namespace
+
+TEST(ServeCli, EndpointsAndCompletions) {
+  ServerProcess server("--parallel 2");
+  ASSERT_NE(server.port(), 0) << server.log();
+  auto health = server.client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(json::parse(health->body)["status"], "ok");
+  auto models = server.client().Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "text-masked.gguf");
+  auto page = server.client().Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_NE(page->body.find("<textarea id=\"prompt\""), std::string::npos);
+
+  auto res = post(server, "/v1/completions", R"({"prompt": "And God said", "max_tokens": 16, "mode": "diffusion"})");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json j = json::parse(res->body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_TRUE(j["choices"][0]["text"].is_string());
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 12);  // byte-level: 12 bytes (the model adds no BOS)
+  EXPECT_EQ(j["usage"]["forward_passes"], 16);  // one token per step by default
+  EXPECT_EQ(j["canvas"]["mode"], "diffusion");
+
+  // The same request decoded by `canvas generate` gives the same text (temperature 0).
+  const auto generated = canvas::test::run_canvas("generate -p 'And God said' -n 16 --block-length 16 --json", false);
+  ASSERT_EQ(generated.exit_code, 0);
+  const json g = json::parse(generated.output);
+  std::string expected = g["text"];
+  EXPECT_EQ(j["choices"][0]["text"], expected);
+
+  auto chat = post(server, "/v1/chat/completions",
+                   R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "mode": "ar"})");
+  ASSERT_TRUE(chat);
+  ASSERT_EQ(chat->status, 200) << chat->body;
+  const json c = json::parse(chat->body);
+  EXPECT_EQ(c["object"], "chat.completion");
+  EXPECT_EQ(c["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(c["canvas"]["mode"], "ar");
+
+  // Streaming: deltas in order, whose concatenation is the non-streamed text; drafts; usage; [DONE].
+  auto stream = post(server, "/v1/completions",
+                     R"({"prompt": "And God said", "max_tokens": 16, "mode": "diffusion", "stream": true,
+                         "canvas_draft": true, "stream_options": {"include_usage": true}})");
+  ASSERT_TRUE(stream);
+  ASSERT_EQ(stream->status, 200);
+  EXPECT_NE(stream->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  const auto events = sse_events(stream->body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string text;
+  int drafts = 0, masked_in_first = 0;
+  json usage;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json e = json::parse(events[i]);
+    if (e.contains("usage")) usage = e["usage"];
+    if (!e["choices"].empty()) text += e["choices"][0]["text"].get<std::string>();
+    if (e.contains("canvas") && !e["canvas"]["tokens"].empty()) {
+      if (drafts++ == 0)  // the first step's draft: most positions still masked
+        for (const json& t : e["canvas"]["tokens"]) masked_in_first += t.is_null();
+    }
+  }
+  EXPECT_EQ(text, expected);
+  EXPECT_GE(drafts, 8);
+  EXPECT_GT(masked_in_first, 0);
+  EXPECT_EQ(usage["forward_passes"], 16);
+}
+
+TEST(ServeCli, BadInputGivesOpenAiErrors) {
+  ServerProcess server("--parallel 1");
+  ASSERT_NE(server.port(), 0) << server.log();
+  expect_error(post(server, "/v1/completions", "{\"prompt\": "), 400, "malformed JSON");
+  expect_error(post(server, "/v1/completions", R"({"prompt": 5})"), 400, "'prompt'");
+  expect_error(post(server, "/v1/completions", R"({"prompt": "a", "colour": "blue"})"), 400, "unknown field 'colour'");
+  expect_error(post(server, "/v1/completions", R"({"prompt": "a", "max_tokens": 0})"), 400, "max_tokens");
+  expect_error(post(server, "/v1/completions", R"({"prompt": "a", "max_tokens": 1000000})"), 400, "context length");
+  expect_error(post(server, "/v1/completions", "{\"prompt\": \"" + std::string(300, 'a') + "\"}"), 400,
+               "context length");
+  expect_error(post(server, "/v1/chat/completions", R"({"messages": "hi"})"), 400, "'messages'");
+  expect_error(post(server, "/v1/completions", R"({"prompt": "a", "max_tokens": 12, "block_length": 8})"), 400,
+               "multiple of block_length");
+  expect_error(server.client().Get("/v1/nothing"), 404);
+  // Bodies over the limit (1 MiB) are refused before they are parsed.
+  expect_error(post(server, "/v1/completions", "{\"prompt\": \"" + std::string(2 << 20, 'a') + "\"}"), 413);
+}
+
+TEST(ServeCli, ApiKeyIsRequiredWhenSet) {
+  ServerProcess server("--parallel 1 --api-key sesame");
+  ASSERT_NE(server.port(), 0) << server.log();
+  const std::string body = R"({"prompt": "a", "max_tokens": 4, "mode": "ar"})";
+  expect_error(post(server, "/v1/completions", body), 401, "API key");
+  expect_error(post(server, "/v1/completions", body, {{"Authorization", "Bearer wrong"}}), 401);
+  auto ok = post(server, "/v1/completions", body, {{"Authorization", "Bearer sesame"}});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  auto health = server.client().Get("/health");  // load balancers probe without a key
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
+// One slot, no queue: while a long stream holds the slot, another request gets 503 + Retry-After; when
+// the streaming client disconnects, its generation is cancelled and the slot is free again.
+TEST(ServeCli, FullQueueRefusesAndDisconnectFreesTheSlot) {
+  ServerProcess server("--parallel 1 --queue 0");
+  ASSERT_NE(server.port(), 0) << server.log();
+  std::atomic<bool> got_chunk{false};
+  std::thread streamer([&] {
+    httplib::Client c = server.client();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = R"({"prompt": "And", "max_tokens": 120, "mode": "diffusion", "cache": "none", "stream": true,
+                   "canvas_draft": true})";
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      got_chunk = true;
+      return false;  // disconnect after the first chunk
+    };
+    c.send(req);
+  });
+  for (int i = 0; i < 400 && !got_chunk; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(got_chunk);
+  streamer.join();
+  // The disconnect may or may not have been seen yet: either the request is refused (busy) or served.
+  auto busy = post(server, "/v1/completions", R"({"prompt": "a", "max_tokens": 4, "mode": "ar"})");
+  ASSERT_TRUE(busy);
+  if (busy->status == 503) {
+    EXPECT_EQ(busy->get_header_value("Retry-After"), "1");
+    expect_error(busy, 503, "busy");
+  }
+  // Within a few steps the cancelled generation leaves its slot.
+  bool freed = false;
+  for (int i = 0; i < 200 && !freed; ++i) {
+    auto h = server.client().Get("/health");
+    freed = h && json::parse(h->body)["running"] == 0;
+    if (!freed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(freed);
+  auto ok = post(server, "/v1/completions", R"({"prompt": "a", "max_tokens": 4, "mode": "ar"})");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+TEST(ServeCli, FullQueueGives503WithRetryAfter) {
+  ServerProcess server("--parallel 1 --queue 0");
+  ASSERT_NE(server.port(), 0) << server.log();
+  std::thread slow([&] {
+    post(server, "/v1/completions", R"({"prompt": "And", "max_tokens": 120, "mode": "diffusion", "cache": "none"})");
+  });
+  bool running = false;
+  for (int i = 0; i < 500 && !running; ++i) {
+    auto h = server.client().Get("/health");
+    running = h && json::parse(h->body)["running"] == 1;
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(running);
+  auto busy = post(server, "/v1/completions", R"({"prompt": "a", "max_tokens": 4, "mode": "ar"})");
+  expect_error(busy, 503, "busy");
+  EXPECT_EQ(busy->get_header_value("Retry-After"), "1");
+  slow.join();
+}
+
+TEST(ServeCli, SigtermFinishesRunningRequestsAndExitsZero) {
+  ServerProcess server("--parallel 2");
+  ASSERT_NE(server.port(), 0) << server.log();
+  int status = 0;
+  std::string body;
+  std::thread client([&] {
+    auto result = post(server, "/v1/completions", R"({"prompt": "And", "max_tokens": 32, "mode": "diffusion"})");
+    if (result) {
+      status = result->status;
+      body = result->body;
+    }
+  });
+  bool running = false;
+  for (int i = 0; i < 500 && !running; ++i) {
+    auto h = server.client().Get("/health");
+    running = h && json::parse(h->body)["running"] == 1;
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(server.terminate(), 0) << server.log();
+  client.join();
+  EXPECT_EQ(status, 200) << body;  // it finished rather than being dropped
+  EXPECT_NE(server.log().find("stopped"), std::string::npos);
+}

@@ -1,0 +1,301 @@
+// canvas serve in-process: batched forward passes equal separate ones, concurrent generations through
+// the step batcher equal decoding each alone, and the OpenAI request parser's 400s.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <thread>
+
+#include "core/error.h"
+#include "decode/ar.h"
+#include "decode/masked.h"
+#include "decode/uniform_state.h"
+#include "model/model.h"
+#include "serve/engine.h"
+#include "serve/openai.h"
+#include "entropy_bound_test_util.h"
+#include "test_util.h"
+
+using namespace canvas;
+
+namespace {
+
+struct Pass {
+  std::vector<int32_t> tokens, groups;
+  int64_t pos0 = 0;
+  std::vector<int32_t> rows;
+};
+
+// Three passes of different shapes (a causal prompt, a block-causal canvas, a later step that reuses
+// the cache) run alone and as one batch: logits and cache contents must match bit for bit.
+void check_batch_matches(const std::string& name) {
+  const Model m = Model::load(test::fixture(name + ".gguf"));
+  ThreadPool pool(2);
+  std::vector<Pass> passes(3);
+  passes[0].tokens = {73, 110, 258, 309, 103};
+  passes[0].groups = {0, 1, 2, 3, 4};
+  passes[0].rows = {4, 2};
+  passes[1].tokens = {73, 110, 258, 318, 318, 318, 318, 318};
+  passes[1].groups = {0, 0, 0, 1, 1, 1, 1, 1};
+  passes[1].rows = {3, 4, 5, 6, 7};
+  passes[2].tokens = {287, 318, 318};
+  passes[2].groups = {1, 1, 1};
+  passes[2].pos0 = 3;
+  passes[2].rows = {0, 1, 2};
+  auto make = [&](Pass& p, std::vector<float>& out) {
+    ForwardRequest r;
+    r.tokens = p.tokens.data();
+    r.n = int64_t(p.tokens.size());
+    r.pos0 = p.pos0;
+    r.groups = p.groups.data();
+    r.key_end = p.pos0 == 0 ? 0 : 8;
+    r.logit_rows = p.rows;
+    out.assign(p.rows.size() * size_t(m.config.vocab), 0.f);
+    r.logits = out.data();
+    return r;
+  };
+  // The third pass runs against a cache the second one filled first (its keys 0..8).
+  std::vector<float> prep(5 * size_t(m.config.vocab));
+  std::vector<std::unique_ptr<KvCache>> alone, batched;
+  std::vector<std::vector<float>> logits_alone(3), logits_batched(3);
+  for (int i = 0; i < 3; ++i) {
+    alone.push_back(std::make_unique<KvCache>(m.config, 16));
+    batched.push_back(std::make_unique<KvCache>(m.config, 16));
+  }
+  for (auto* caches : {&alone, &batched}) {
+    std::vector<float> tmp;
+    ForwardRequest fill = make(passes[1], tmp);
+    forward(m, *(*caches)[2], fill, &pool);
+  }
+  std::vector<ForwardRequest> requests;
+  std::vector<KvCache*> cache_ptrs;
+  for (int i = 0; i < 3; ++i) {
+    ForwardRequest r = make(passes[size_t(i)], logits_alone[size_t(i)]);
+    forward(m, *alone[size_t(i)], r, &pool);
+    requests.push_back(make(passes[size_t(i)], logits_batched[size_t(i)]));
+    cache_ptrs.push_back(batched[size_t(i)].get());
+  }
+  forward_batch(m, cache_ptrs, requests, &pool);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(logits_alone[size_t(i)], logits_batched[size_t(i)]) << name << " pass " << i;
+    for (int64_t l = 0; l < m.config.n_layers; ++l) {
+      const int64_t floats = alone[size_t(i)]->head_stride(l) * m.config.attention_of(l).n_kv_heads;
+      EXPECT_TRUE(std::equal(alone[size_t(i)]->keys(l), alone[size_t(i)]->keys(l) + floats, batched[size_t(i)]->keys(l)))
+          << name << " pass " << i << " layer " << l;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(ForwardBatch, MatchesSeparatePassesLlada) { check_batch_matches("tiny-llada"); }
+TEST(ForwardBatch, MatchesSeparatePassesDream) { check_batch_matches("tiny-dream"); }
+TEST(ForwardBatch, MatchesSeparatePassesMoe) { check_batch_matches("tiny-llada-moe"); }
+
+TEST(ForwardBatch, RejectsMixedDecoderAndEncoderPasses) {
+  const Model m = Model::load(test::fixture("tiny-llada.gguf"));
+  KvCache a(m.config, 8), b(m.config, 8);
+  const std::vector<int32_t> tokens = {73, 110}, groups = {0, 0};
+  ForwardRequest r1, r2;
+  r1.tokens = r2.tokens = tokens.data();
+  r1.n = r2.n = 2;
+  r1.groups = r2.groups = groups.data();
+  r2.decoder = true;
+  KvCache* caches[] = {&a, &b};
+  const ForwardRequest requests[] = {r1, r2};
+  EXPECT_THROW(forward_batch(m, caches, requests, nullptr), Error);
+}
+
+namespace {
+
+struct EngineCase {
+  std::vector<int32_t> prompt;
+  serve::GenerationSettings settings;
+};
+
+std::vector<int32_t> decode_alone(const Model& m, const EngineCase& c, ThreadPool* pool) {
+  const serve::GenerationSettings& s = c.settings;
+  if (s.mode == serve::DecodeMode::Ar) {
+    ArParams p;
+    p.max_new_tokens = s.max_tokens;
+    p.sampling = s.sampling;
+    // No stop ids: the model's EOS ends it, as in the engine below (which has no stop ids either).
+    return generate_ar(m, c.prompt, p, pool).tokens;
+  }
+  MaskedDiffusionParams p;
+  p.gen_length = s.max_tokens;
+  p.block_length = serve::default_block_length(s);
+  p.steps = s.steps > 0 ? s.steps : s.max_tokens;
+  p.threshold = s.threshold;
+  p.cache = s.cache;
+  p.sampling = s.sampling;
+  return generate_masked(m, c.prompt, p, pool).tokens;
+}
+
+}  // namespace
+
+// Requests of different kinds decoded concurrently, their steps batched, give exactly the tokens each
+// gives decoded alone (temperature 0 and a seeded temperature > 0 alike).
+TEST(ServeEngine, BatchedGenerationsEqualDecodingAlone) {
+  const Model m = Model::load(test::fixture("tiny-llada.gguf"));
+  ThreadPool pool(2);
+  std::vector<EngineCase> cases(6);
+  const std::vector<std::vector<int32_t>> prompts = {{73, 110, 258}, {309, 103, 110, 287, 281}, {73}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EngineCase& c = cases[i];
+    c.prompt = prompts[i % prompts.size()];
+    c.settings.max_tokens = 8;
+    c.settings.block_length = 4;
+    c.settings.mode = i % 3 == 2 ? serve::DecodeMode::Ar : serve::DecodeMode::Diffusion;
+    c.settings.cache = i == 0 ? CacheMode::None : i == 1 ? CacheMode::Dual : CacheMode::Prefix;
+    if (i == 3) c.settings.threshold = 0.3f;
+    if (i == 4) {
+      c.settings.sampling.temperature = 0.8f;
+      c.settings.sampling.seed = 7;
+    }
+  }
+  serve::EngineOptions options;
+  options.parallel = int64_t(cases.size());
+  options.queue = 0;
+  options.detokenize = [](const std::vector<int32_t>& ids) { return std::string(ids.size(), 'x'); };
+  serve::Engine engine(m, &pool, options);
+  std::vector<std::shared_ptr<serve::Job>> jobs;
+  for (const EngineCase& c : cases) {
+    auto job = std::make_shared<serve::Job>();
+    job->prompt = c.prompt;
+    job->settings = c.settings;
+    ASSERT_TRUE(engine.submit(job));
+    jobs.push_back(job);
+  }
+  for (auto& job : jobs) {
+    std::unique_lock<std::mutex> lock(job->mutex);
+    job->changed.wait(lock, [&] { return job->finished; });
+    EXPECT_EQ(job->error, "");
+  }
+  for (size_t i = 0; i < cases.size(); ++i)
+    EXPECT_EQ(jobs[i]->canvas, decode_alone(m, cases[i], &pool)) << "request " << i;
+  EXPECT_GT(engine.batcher().largest_batch(), 1);  // the steps did share passes
+  EXPECT_LT(engine.batcher().batches(), engine.batcher().passes());
+}
+
+TEST(ServeEngine, QueueIsBoundedAndCancelFreesTheSlot) {
+  const Model m = Model::load(test::fixture("tiny-llada.gguf"));
+  ThreadPool pool(1);
+  serve::EngineOptions options;
+  options.parallel = 1;
+  options.queue = 1;
+  options.detokenize = [](const std::vector<int32_t>& ids) { return std::string(ids.size(), 'x'); };
+  serve::Engine engine(m, &pool, options);
+  auto make = [] {
+    auto job = std::make_shared<serve::Job>();
+    job->prompt = {73, 110};
+    job->settings.mode = serve::DecodeMode::Ar;
+    job->settings.max_tokens = 1000;  // long enough to still run when cancelled
+    return job;
+  };
+  auto running = make(), waiting = make(), refused = make();
+  ASSERT_TRUE(engine.submit(running));
+  {
+    std::unique_lock<std::mutex> lock(running->mutex);
+    running->changed.wait(lock, [&] { return running->started; });
+  }
+  ASSERT_TRUE(engine.submit(waiting));
+  EXPECT_FALSE(engine.submit(refused));  // one running, one waiting: full
+  running->cancel = true;
+  waiting->cancel = true;
+  for (auto& job : {running, waiting}) {
+    std::unique_lock<std::mutex> lock(job->mutex);
+    job->changed.wait(lock, [&] { return job->finished; });
+    EXPECT_TRUE(job->cancelled_by_client);
+  }
+  EXPECT_LT(int64_t(running->canvas.size()), 1000);
+}
+
+TEST(ServeApi, BadRequestsAreFieldErrors) {
+  auto status_of = [](const std::string& body, bool chat = false) {
+    try {
+      serve::parse_api_request(body, chat);
+    } catch (const serve::ApiError& e) {
+      return e.status;
+    }
+    return 200;
+  };
+  EXPECT_EQ(status_of(R"({"prompt": "hi"})"), 200);
+  EXPECT_EQ(status_of(R"({"prompt": "hi")"), 400);                        // malformed
+  EXPECT_EQ(status_of(R"(["prompt"])"), 400);                             // not an object
+  EXPECT_EQ(status_of(R"({"prompt": 3})"), 400);                          // wrong type
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "max_tokens": "8"})"), 400);    // wrong type
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "max_tokens": 0})"), 400);      // <= 0
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "max_tokens": -3})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "max_tokens": 1e12})"), 400);   // huge
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "bogus": 1})"), 400);           // unknown field
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "n": 2})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "top_p": 0})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "cache": "all"})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "stream_options": {"include_usage": true}})"), 400);
+  EXPECT_EQ(status_of(R"({"max_tokens": 4})"), 400);                      // no prompt
+  EXPECT_EQ(status_of(R"({"messages": []})", true), 400);
+  EXPECT_EQ(status_of(R"({"messages": [{"role": "robot", "content": "x"}]})", true), 400);
+  EXPECT_EQ(status_of(R"({"messages": [{"role": "user", "content": "x"}], "stop": ["a", ""]})", true), 400);
+  EXPECT_EQ(status_of(R"({"messages": [{"role": "user", "content": "x"}], "stream": true,
+                          "stream_options": {"include_usage": true}, "max_tokens": 8, "temperature": 0.5,
+                          "seed": 3, "stop": "\n", "steps": 8, "block_length": 8, "threshold": 0.9,
+                          "cache": "dual", "mode": "diffusion", "canvas_draft": true})", true), 200);
+  try {
+    serve::parse_api_request(R"({"prompt": "hi", "max_tokens": "8"})", false);
+  } catch (const serve::ApiError& e) {
+    EXPECT_EQ(e.param, "max_tokens");
+    EXPECT_NE(std::string(e.what()).find("integer"), std::string::npos);
+  }
+}
+
+TEST(ServeApi, ChatTemplateIsCanvasChats) {
+  EXPECT_EQ(serve::render_chat({{"user", "Hi"}}), "<bos><|turn>user\nHi<turn|>\n<|turn>model\n");
+  EXPECT_EQ(serve::render_chat({{"system", "S"}, {"user", "A"}, {"assistant", "B"}, {"user", "C"}}),
+            "<bos><|turn>system\nS<turn|>\n<|turn>user\nA<turn|>\n<|turn>model\nB<turn|>\n<|turn>user\nC<turn|>\n"
+            "<|turn>model\n");
+}
+
+// DiffusionGemma (uniform-state: encoder passes and decoder passes, batched separately) and its AR mode,
+// three requests at once through the engine: each gives the tokens of decoding it alone.
+TEST(ServeEngine, UniformStateBatchedEqualsDecodingAlone) {
+  const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
+  ThreadPool pool(2);
+  serve::EngineOptions options;
+  options.parallel = 3;
+  options.queue = 0;
+  options.uniform = test::small_entropy_bound_params();
+  options.detokenize = [](const std::vector<int32_t>& ids) { return std::string(ids.size(), 'x'); };
+  serve::Engine engine(m, &pool, options);
+  const std::vector<std::vector<int32_t>> prompts = {{2, 105, 17, 250, 33, 4, 198, 61, 77, 120, 9, 286},
+                                                     {2, 105, 17, 250},
+                                                     {2, 33, 4, 198, 61}};
+  std::vector<std::shared_ptr<serve::Job>> jobs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto job = std::make_shared<serve::Job>();
+    job->prompt = prompts[i];
+    job->settings.mode = i == 2 ? serve::DecodeMode::Ar : serve::DecodeMode::Diffusion;
+    job->settings.max_tokens = i == 2 ? 8 : 40;
+    job->settings.sampling.seed = 5 + i;
+    ASSERT_TRUE(engine.submit(job));
+    jobs.push_back(job);
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    auto& job = jobs[i];
+    {
+      std::unique_lock<std::mutex> lock(job->mutex);
+      job->changed.wait(lock, [&] { return job->finished; });
+    }
+    EXPECT_EQ(job->error, "");
+    if (i == 2) {
+      ArParams p;
+      p.max_new_tokens = 8;
+      p.sampling.seed = 7;
+      EXPECT_EQ(job->canvas, generate_ar(m, prompts[i], p, &pool).tokens);
+    } else {
+      EntropyBoundParams p = test::small_entropy_bound_params();
+      p.seed = 5 + i;
+      EXPECT_EQ(job->canvas, generate_uniform_state(m, prompts[i], p, &pool).tokens) << "request " << i;
+    }
+  }
+  EXPECT_GT(engine.batcher().largest_batch(), 1);
+}
