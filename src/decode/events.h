@@ -17,6 +17,9 @@ struct StepEvent {
 
 struct DecodeCallbacks {
   std::function<void(const StepEvent&)> on_step;  // may be empty
+  // May be empty; returning true ends generation after the current step (AR) or block (masked
+  // diffusion), e.g. once a stop string has appeared. The result then holds what was generated so far.
+  std::function<bool()> should_stop;
 };
 
 struct GenerationResult {
