@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "core/error.h"
@@ -299,6 +300,10 @@ std::string shipped_model_path(const std::string& name, const std::string& help_
   std::vector<std::string> dirs;
   if (const char* env = std::getenv("CANVAS_DATA_DIR"); env && *env) dirs.push_back(env);
   dirs.push_back(".");
+  // An installed tree moved elsewhere (cmake --install --prefix P): P/bin/canvas finds P/share/canvas.
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) dirs.push_back((exe.parent_path().parent_path() / "share" / "canvas").string());
   if (!data_dir().empty()) dirs.push_back(data_dir());
   dirs.push_back(CANVAS_SOURCE_DIR);
   std::string searched;

@@ -74,7 +74,8 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& f
 std::string data_dir();
 
 // A model shipped under models/ (e.g. "text-masked.gguf"), looked up in $CANVAS_DATA_DIR/models, ./models,
-// the installed data directory and the source tree's models/; throws an error pointing at
+// BINDIR/../share/canvas/models (an installed tree, wherever it was moved), the configured install data
+// directory and the source tree's models/; throws an error pointing at
 // `help_command` --help when none has it.
 std::string shipped_model_path(const std::string& name, const std::string& help_command);
 

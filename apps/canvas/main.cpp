@@ -44,6 +44,7 @@ commands:
   train      train a small diffusion or AR model from a config file (resumable)
   sudoku     generate Sudoku puzzle sets, solve puzzles with a model, evaluate solve rates
   convert    convert a Hugging Face DiffusionGemma / Gemma 4 checkpoint to GGUF
+  quantize   re-type a GGUF file's matrices (f16, bf16, q8_0, q4_0, ..., q6_k), reporting every fallback
   bench      measure roofs, then AR vs diffusion decoding speed over a grid (model or synthetic)
 
 Run `canvas <command> --help` or `canvas help <command>` for the options of a command;
@@ -497,8 +498,9 @@ int main(int argc, char** argv) {
     if (command == "convert") return cli::cmd_convert(argc, argv);
     if (command == "bench") return cli::cmd_bench(argc, argv);
     if (command == "score") return cli::cmd_score(argc, argv);
+    if (command == "quantize") return cli::cmd_quantize(argc, argv);
     const std::string suggestion = cli::unknown_option_message(command, {"generate", "chat", "logits", "inspect", "sudoku",
-                                                                         "train", "convert", "bench", "score", "help"});
+                                                                         "train", "convert", "bench", "score", "quantize", "help"});
     const size_t mean = suggestion.find("did you mean");
     std::fprintf(stderr, "canvas: unknown command '%s'%s\n\n%s", command.c_str(),
                  mean == std::string::npos ? "" : ("; " + suggestion.substr(mean, suggestion.find('?') - mean + 1)).c_str(),

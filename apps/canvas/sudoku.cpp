@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "args.h"
+#include "progress.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/timer.h"
@@ -325,9 +326,10 @@ int sudoku_solve(int argc, char** argv) {
             {"model", "mode", "steps", "algorithm", "threshold", "freeze-refresh", "beam", "views", "threads"}, {"freeze"});
   const Model model = load_solver(args);
   const SolveSettings s = solve_settings(args, model);
-  ThreadPool pool(int(args.get_int("threads", 0)));
+  ThreadPool pool(thread_count(args));
   std::string line;
   int64_t line_no = 0;
+  Progress progress("puzzles", 0);  // stdin: the total is unknown
   while (std::getline(std::cin, line)) {
     ++line_no;
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
@@ -340,7 +342,9 @@ int sudoku_solve(int argc, char** argv) {
     }
     std::printf("%s\n", format_sudoku(solve_one(model, puzzle, s, &pool).grid).c_str());
     std::fflush(stdout);
+    progress.add();
   }
+  progress.finish();
   return 0;
 }
 
@@ -373,7 +377,8 @@ int sudoku_eval(int argc, char** argv) {
   const bool freeze = args.has("freeze") || args.has("freeze-refresh");
   const int64_t freeze_refresh = args.get_int("freeze-refresh", 0);
   check(freeze_refresh >= 0, "--freeze-refresh must be >= 0");
-  ThreadPool pool(int(args.get_int("threads", 0)));
+  ThreadPool pool(thread_count(args));
+  Progress progress("puzzles", int64_t(steps_list.size() * orders.size() * data.size()));
 
   const bool json = args.has("json");
   if (!json)
@@ -409,6 +414,7 @@ int sudoku_eval(int argc, char** argv) {
         const Solution sol = solve_one(model, e.puzzle, s, &pool);
         const SudokuGrid& got = sol.grid;
         const double ms = now_ms() - t0;
+        progress.add();
         for (const std::string& key : {e.difficulty, std::string("all")}) {
           Tally& t = tallies[key];
           ++t.n;
@@ -449,6 +455,7 @@ int sudoku_eval(int argc, char** argv) {
       }
       std::fflush(stdout);
     }
+  progress.finish();
   if (json) std::printf("[%s]\n", json_rows.c_str());
   return 0;
 }
