@@ -262,32 +262,59 @@ TEST(CliChat, DefaultModelSystemPromptAndDroppedTurns) {
       << r.output;
 }
 
-// The format comes from the model file's tokenizer.chat_template; without one, the built-in Gemma 4 one.
+// A copy of tiny-dream.gguf whose tokenizer.chat_template is `jinja`.
+std::string with_chat_template(const test::TempDir& dir, const std::string& name, const std::string& jinja) {
+  const std::string path = dir.path(name);
+  auto file = GgufFile::open(test::fixture("tiny-dream.gguf"));
+  GgufWriter writer;
+  for (const auto& [key, value] : file->metadata()) writer.set(key, value);
+  writer.set("tokenizer.chat_template", GgufValue::string(jinja));
+  for (const TensorView& t : file->tensors())
+    writer.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims), t.data,
+                      uint64_t(t.bytes()));
+  writer.write(path);
+  return path;
+}
+
+// The format comes from the model file's tokenizer.chat_template (rendered by the Jinja subset); without
+// one, or when the subset cannot render it, the built-in Gemma 4 one.
 TEST(CliChat, FormatFromTheModelsChatTemplate) {
   test::TempDir dir;
-  const std::string path = dir.path("dream-chatml.gguf");
-  {
-    auto file = GgufFile::open(test::fixture("tiny-dream.gguf"));
-    GgufWriter writer;
-    for (const auto& [key, value] : file->metadata()) writer.set(key, value);
-    writer.set("tokenizer.chat_template",
-               GgufValue::string("{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
-                                 "{{ message['content'] }}<|im_end|>\n{% endfor %}<|im_start|>assistant\n"));
-    for (const TensorView& t : file->tensors())
-      writer.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims), t.data,
-                        uint64_t(t.bytes()));
-    writer.write(path);
-  }
+  const std::string chatml = with_chat_template(
+      dir, "chatml.gguf",
+      "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+      "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}");
   const std::string hello = " < " + lines_file(dir, "hello\n");
-  const auto chatml = run_canvas("chat -m " + path + " -n 4 -t 1" + hello);
-  ASSERT_EQ(chatml.exit_code, 0) << chatml.output;
-  EXPECT_TRUE(has(chatml.output, "format chatml (the model's tokenizer.chat_template)")) << chatml.output;
-  EXPECT_TRUE(has(chatml.output, "masked diffusion decoding")) << chatml.output;
+  const auto own = run_canvas("chat -m " + chatml + " -n 4 -t 1" + hello);
+  ASSERT_EQ(own.exit_code, 0) << own.output;
+  EXPECT_TRUE(has(own.output, "format the model's (tokenizer.chat_template)")) << own.output;
+  EXPECT_TRUE(has(own.output, "masked diffusion decoding")) << own.output;
+  // The rendered prompt is the template's text: "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
+  // in tiny-dream's byte-level tokens, the same count as the built-in chatml format gives.
+  const auto builtin = run_canvas("chat -m " + chatml + " --template chatml -n 4 -t 1" + hello);
+  EXPECT_TRUE(has(builtin.output, "format chatml (--template)")) << builtin.output;
+  std::smatch m1, m2;
+  ASSERT_TRUE(std::regex_search(own.output, m1, std::regex("prompt (\\d+) tokens"))) << own.output;
+  ASSERT_TRUE(std::regex_search(builtin.output, m2, std::regex("prompt (\\d+) tokens"))) << builtin.output;
+  EXPECT_EQ(m1[1], m2[1]);
   const auto fallback = run_canvas("chat -m " + test::fixture("tiny-dream.gguf") + " -n 4 -t 1" + hello);
-  EXPECT_TRUE(has(fallback.output, "format gemma4 (built-in")) << fallback.output;
-  const auto forced = run_canvas("chat -m " + path + " --template llama3 -n 4 -t 1" + hello);
-  EXPECT_TRUE(has(forced.output, "format llama3 (--template)")) << forced.output;
-  const auto bad = run_canvas("chat -m " + path + " --template jinja -n 4" + hello);
+  EXPECT_TRUE(has(fallback.output, "format gemma4 (built-in (the model has no tokenizer.chat_template))"))
+      << fallback.output;
+  const std::string macro = with_chat_template(dir, "macro.gguf", "{% macro turn(m) %}{{ m }}{% endmacro %}");
+  const auto unusable = run_canvas("chat -m " + macro + " -n 4 -t 1" + hello);
+  EXPECT_EQ(unusable.exit_code, 0) << unusable.output;
+  EXPECT_TRUE(has(unusable.output, "format gemma4 (built-in; the model's tokenizer.chat_template was not usable"))
+      << unusable.output;
+  EXPECT_TRUE(has(unusable.output, "macro")) << unusable.output;
+  // A template that refuses a conversation (here: any system turn) skips that turn; the chat goes on.
+  const std::string strict = with_chat_template(
+      dir, "strict.gguf",
+      "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}{% endif "
+      "%}{{ m.content }}{% endfor %}");
+  const auto refused = run_canvas("chat -m " + strict + " --system be -n 4 -t 1" + hello);
+  EXPECT_EQ(refused.exit_code, 0) << refused.output;
+  EXPECT_TRUE(has(refused.output, "System role not supported; turn skipped")) << refused.output;
+  const auto bad = run_canvas("chat -m " + chatml + " --template jinja -n 4" + hello);
   EXPECT_TRUE(has(bad.output, "unknown chat format 'jinja'")) << bad.output;
 }
 

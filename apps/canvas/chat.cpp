@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "decode/ar.h"
+#include "decode/chat_template.h"
 #include "decode/masked.h"
 #include "decode/uniform_state.h"
 #include "io/gguf.h"
@@ -27,10 +28,10 @@ const Command kChat{
     "canvas chat [-m MODEL] [options] < LINES",
     R"(Talks with a model: each line read from stdin is one user turn, added to the conversation, which is
 rendered in the model's chat format; the reply is streamed to stdout on its own line, then a stats line
-goes to stderr. The format is the model file's tokenizer.chat_template, recognised by its markers
-(Gemma 4 <|turn>, Gemma <start_of_turn>, ChatML <|im_start|> as Dream/Qwen use, Llama 3 / LLaDA
-<|start_header_id|>); without one, the built-in Gemma 4 format. The reply ends at the first EOS id (for
-DiffusionGemma {1, 106, 50}) or at the format's end-of-turn text. When the conversation no longer fits
+goes to stderr. The format is the model file's tokenizer.chat_template, rendered by canvas's Jinja
+subset (what the Gemma, LLaDA and Dream templates use); without one, or when the template needs more
+than the subset, the built-in Gemma 4 format (a notice says so). The reply ends at the first EOS id (for
+DiffusionGemma {1, 106, 50}) or at the format's end-of-turn token or text. When the conversation no longer fits
 the model's context, the oldest turns are dropped (a notice on stderr) and the chat goes on. An empty
 line is skipped, "/reset" forgets the conversation, "/exit" or end of input ends.
 Decodes uniform-state models (DiffusionGemma) with the entropy-bound sampler, masked-diffusion models
@@ -41,7 +42,8 @@ autoregressively.)",
                                 "(default: the shipped text model, models/text-masked.gguf)"},
         {"--tokenizer", "FILE", "tokenizer.json or a GGUF with a tokenizer (default: the model's own)"},
         {"--system,-sys,--system-prompt", "TEXT", "system prompt, kept at the start of the conversation"},
-        {"--template", "NAME", "chat format: auto (the model's template, default) | gemma4 | gemma | chatml | llama3"},
+        {"--template", "NAME", "chat format: auto (the model's tokenizer.chat_template, default) | gemma4 | gemma |\n"
+                               "chatml | llama3 (built-in formats)"},
         {"-n,--n-predict", "N", "most tokens per reply (default: generation_config.json's max_new_tokens, else 64)"},
         {"--mode", "MODE", "diffusion | ar (default diffusion for diffusion models, ar otherwise)"},
         {"--steps", "S", "denoising steps (masked: in total, default = N; uniform-state: per canvas)"},
@@ -65,61 +67,51 @@ autoregressively.)",
     },
     ""};
 
-struct Message {
-  std::string role;  // system | user | model
-  std::string text;
-};
-
 // A chat format: how a conversation becomes the model's prompt, and the text that closes a model turn.
+// `jinja` holds the model's own template (rendered by decode/chat_template); empty: the built-in `name`.
 struct ChatFormat {
   std::string name;
-  std::string turn_end;  // also a stop string for replies
+  std::string turn_end;  // also ends a reply
+  std::string jinja;
 };
 
 ChatFormat chat_format(const std::string& name) {
-  if (name == "gemma4") return {name, "<turn|>"};
-  if (name == "gemma") return {name, "<end_of_turn>"};
-  if (name == "chatml") return {name, "<|im_end|>"};
-  if (name == "llama3") return {name, "<|eot_id|>"};
+  if (name == "gemma4") return {name, "<turn|>", ""};
+  if (name == "gemma") return {name, "<end_of_turn>", ""};
+  if (name == "chatml") return {name, "<|im_end|>", ""};
+  if (name == "llama3") return {name, "<|eot_id|>", ""};
   throw Error("--template: unknown chat format '" + name + "' (auto, gemma4, gemma, chatml, llama3)");
 }
 
-// The format of a model's tokenizer.chat_template, from the markers its Jinja text writes.
-ChatFormat detect_chat_format(const Model& model, std::string* origin) {
-  std::string tmpl;
-  if (model.file) tmpl = model.file->get_string("tokenizer.chat_template", "");
+// The end-of-turn text a template writes, from the markers of the known families ("" when none).
+std::string turn_end_of(const std::string& tmpl) {
   const std::pair<const char*, const char*> markers[] = {
-      {"<|turn>", "gemma4"}, {"<start_of_turn>", "gemma"}, {"<|im_start|>", "chatml"}, {"<|start_header_id|>", "llama3"}};
-  for (const auto& [marker, name] : markers) {
-    if (tmpl.find(marker) != std::string::npos) {
-      *origin = "the model's tokenizer.chat_template";
-      return chat_format(name);
-    }
-  }
-  *origin = tmpl.empty() ? "built-in (the model has no tokenizer.chat_template)"
-                         : "built-in (the model's tokenizer.chat_template is not a known format)";
-  return chat_format("gemma4");
+      {"<turn|>", "<turn|>"}, {"<end_of_turn>", "<end_of_turn>"}, {"<|im_end|>", "<|im_end|>"}, {"<|eot_id|>", "<|eot_id|>"}};
+  for (const auto& [marker, end] : markers)
+    if (tmpl.find(marker) != std::string::npos) return end;
+  return "";
 }
 
-// The conversation as the format writes it, ending with an open model turn.
-std::string render(const ChatFormat& f, const std::vector<Message>& messages) {
+// The conversation in a built-in format, ending with an open model turn.
+std::string render_builtin(const ChatFormat& f, const std::vector<ChatMessage>& messages) {
   std::string out;
   std::string pending_system;  // Gemma (2/3) has no system role: it prefixes the first user turn
-  for (const Message& m : messages) {
+  for (const ChatMessage& m : messages) {
+    const std::string role = m.role == "assistant" ? (f.name == "gemma4" || f.name == "gemma" ? "model" : "assistant")
+                                                   : m.role;
     if (f.name == "gemma4") {
-      out += "<|turn>" + m.role + "\n" + m.text + "<turn|>\n";
+      out += "<|turn>" + role + "\n" + m.content + "<turn|>\n";
     } else if (f.name == "gemma") {
-      if (m.role == "system") {
-        pending_system = m.text + "\n\n";
+      if (role == "system") {
+        pending_system = m.content + "\n\n";
         continue;
       }
-      out += "<start_of_turn>" + m.role + "\n" + pending_system + m.text + "<end_of_turn>\n";
+      out += "<start_of_turn>" + role + "\n" + pending_system + m.content + "<end_of_turn>\n";
       pending_system.clear();
     } else if (f.name == "chatml") {
-      out += "<|im_start|>" + std::string(m.role == "model" ? "assistant" : m.role) + "\n" + m.text + "<|im_end|>\n";
+      out += "<|im_start|>" + role + "\n" + m.content + "<|im_end|>\n";
     } else {  // llama3
-      out += "<|start_header_id|>" + std::string(m.role == "model" ? "assistant" : m.role) + "<|end_header_id|>\n\n" +
-             m.text + "<|eot_id|>";
+      out += "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
     }
   }
   if (f.name == "gemma4") return "<bos>" + out + "<|turn>model\n";
@@ -161,13 +153,47 @@ int cmd_chat(int argc, char** argv) {
   check(sampling.temperature >= 0 && sampling.top_k >= 0 && sampling.top_p > 0 && sampling.top_p <= 1 &&
             sampling.min_p >= 0 && sampling.min_p <= 1 && sampling.repeat_penalty > 0,
         "need --temp >= 0, --top-k >= 0, --top-p in (0, 1], --min-p in [0, 1] and --repeat-penalty > 0");
-  const std::vector<int32_t> stop_ids =
-      c.uniform_state ? defaults.params.eos_ids : std::vector<int32_t>{c.eos_token};
-  std::string format_origin = "--template";
+  // The format: --template NAME (built-in), else the model's tokenizer.chat_template when canvas's Jinja
+  // subset renders it, else the built-in Gemma 4 format.
   const std::string template_name = args.get("template", "auto");
-  const ChatFormat format =
-      template_name == "auto" ? detect_chat_format(model, &format_origin) : chat_format(template_name);
-  const bool gemma_format = format.name == "gemma4" || format.name == "gemma";
+  ChatFormat format = chat_format(template_name == "auto" ? "gemma4" : template_name);
+  std::string format_origin = "--template";
+  const std::string bos = c.bos_token >= 0 ? tokenizer.token_piece(c.bos_token) : "";
+  const std::string eos = c.eos_token >= 0 ? tokenizer.token_piece(c.eos_token) : "";
+  if (template_name == "auto") {
+    const std::string jinja = model.file ? model.file->get_string("tokenizer.chat_template", "") : "";
+    format_origin = "built-in (the model has no tokenizer.chat_template)";
+    if (!jinja.empty()) {
+      try {
+        ChatTemplateInputs probe;
+        probe.messages = {{"user", "hello"}};
+        probe.bos_token = bos;
+        probe.eos_token = eos;
+        render_chat_template(jinja, probe);
+        format = {"the model's", turn_end_of(jinja), jinja};
+        format_origin = "tokenizer.chat_template";
+      } catch (const Error& e) {
+        format_origin = std::string("built-in; the model's tokenizer.chat_template was not usable: ") + e.what();
+      }
+    }
+  }
+  // Gemma formats write <bos> themselves, as do model templates (through bos_token); the others take
+  // the tokenizer's BOS.
+  const bool add_bos = format.jinja.empty() && format.name != "gemma4" && format.name != "gemma" && tokenizer.wants_bos();
+  auto render = [&](const std::vector<ChatMessage>& messages) {
+    if (format.jinja.empty()) return render_builtin(format, messages);
+    ChatTemplateInputs in;
+    in.messages = messages;
+    in.bos_token = bos;
+    in.eos_token = eos;
+    return render_chat_template(format.jinja, in);
+  };
+  // The end-of-turn marker ends a reply: as a token id when it is one token, else as text.
+  std::vector<int32_t> stop_ids = c.uniform_state ? defaults.params.eos_ids : std::vector<int32_t>{c.eos_token};
+  if (!format.turn_end.empty()) {
+    const std::vector<int32_t> end = tokenizer.encode(format.turn_end, false);
+    if (end.size() == 1) stop_ids.push_back(end[0]);
+  }
   std::fprintf(stderr, "[chat: %s, %s decoding, format %s (%s), seed %llu]\n", model_path.c_str(),
                is_uniform ? "uniform-state diffusion" : mode == "diffusion" ? "masked diffusion" : "autoregressive",
                format.name.c_str(), format_origin.c_str(), (unsigned long long)seed);
@@ -177,7 +203,7 @@ int cmd_chat(int argc, char** argv) {
   CanvasView view(&tokenizer, c.mask_token, args.get_int("visual-delay", 0));
   const bool interactive = isatty(STDIN_FILENO);
 
-  std::vector<Message> conversation;
+  std::vector<ChatMessage> conversation;
   if (args.has("system")) conversation.push_back({"system", args.get("system", "")});
   const size_t first_turn = conversation.size();  // the system prompt is never dropped
   std::string line;
@@ -195,8 +221,13 @@ int cmd_chat(int argc, char** argv) {
     std::vector<int32_t> prompt;
     int64_t dropped = 0;
     while (true) {
-      // Gemma formats write <bos> themselves; the others take the tokenizer's BOS.
-      prompt = tokenizer.encode(render(format, conversation), !gemma_format && tokenizer.wants_bos());
+      try {
+        prompt = tokenizer.encode(render(conversation), add_bos);
+      } catch (const Error& e) {
+        prompt.clear();
+        std::fprintf(stderr, "canvas chat: %s; turn skipped\n", e.what());
+        break;
+      }
       // Masked diffusion pads the reply to whole blocks; that padding must fit too.
       const int64_t block = std::min<int64_t>(args.get_int("block-length", 32), n);
       const int64_t reply_room = mode == "diffusion" && !is_uniform && block > 0 ? (n + block - 1) / block * block : n;
@@ -206,6 +237,10 @@ int cmd_chat(int argc, char** argv) {
       const size_t drop = conversation.size() - first_turn >= 3 ? 2 : 1;
       conversation.erase(conversation.begin() + long(first_turn), conversation.begin() + long(first_turn + drop));
       dropped += int64_t(drop);
+    }
+    if (prompt.empty()) {
+      conversation.pop_back();
+      continue;
     }
     if (dropped > 0)
       std::fprintf(stderr, "[the conversation outgrew the context of %lld tokens: dropped the %lld oldest turn%s]\n",
@@ -219,7 +254,9 @@ int cmd_chat(int argc, char** argv) {
       continue;
     }
 
-    TextStream stream(&tokenizer, stop_ids, {format.turn_end}, !args.has("no-stream"));
+    TextStream stream(&tokenizer, stop_ids,
+                      format.turn_end.empty() ? std::vector<std::string>{} : std::vector<std::string>{format.turn_end},
+                      !args.has("no-stream"));
     DecodeCallbacks callbacks;
     int64_t canvas_length = diffusion.canvas_length;
     std::vector<int32_t> final_prefix;
@@ -271,7 +308,7 @@ int cmd_chat(int argc, char** argv) {
                    (long long)result.tokens.size(), (long long)result.passes, (long long)result.prompt_tokens,
                    result.prompt_ms + result.decode_ms);
     }
-    conversation.push_back({"model", reply});
+    conversation.push_back({"assistant", reply});
   }
   return 0;
 }

@@ -591,7 +591,7 @@ class TemplateParser {
         throw Error("chat template: '{% " + keyword + " %}' is not supported by canvas's Jinja subset");
       }
     }
-    check(terminators.empty(), "chat template: missing {% " + terminators.front() + " %}");
+    if (!terminators.empty()) throw Error("chat template: missing {% " + terminators.back() + " %}");
     return body;
   }
 
