@@ -57,6 +57,11 @@ TEST(CliOptions, HelpCommandIsCommandDashDashHelp) {
     EXPECT_EQ(a.output, b.output) << command;
     EXPECT_TRUE(has(a.output, "usage: canvas " + std::string(command))) << a.output;
   }
+  for (const char* sub : {"generate", "solve", "eval", "probe"}) {
+    const auto r = run_canvas(std::string("sudoku ") + sub + " --help", false);
+    EXPECT_EQ(r.exit_code, 0);
+    EXPECT_TRUE(has(r.output, std::string("usage: canvas sudoku ") + sub)) << r.output;
+  }
   const auto all = run_canvas("help", false);
   EXPECT_EQ(all.exit_code, 0);
   EXPECT_TRUE(has(all.output, "generate") && has(all.output, "sudoku")) << all.output;
@@ -89,6 +94,10 @@ TEST(CliOptions, UnknownOptionsSuggestTheNearestAndNameLlamaCpp) {
       {"generate -m " + llada() + " -p hi --repeat-last-n 32", "--repeat-penalty looks at the last 64 tokens"},
       {"chat -m " + llada() + " --sytem hi", "did you mean --system?"},
       {"inspect --al x", "did you mean --all?"},
+      {"sudoku solve --veiws 3", "did you mean --views?"},
+      {"sudoku eval --data x --lmit 3", "did you mean --limit?"},
+      {"score -m x --strid 3", "did you mean --stride?"},
+      {"convert --in x --tpye q8_0", "did you mean --type?"},
       {"genrate", "did you mean generate?"},
   };
   for (const Case& c : cases) {
