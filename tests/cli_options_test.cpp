@@ -164,6 +164,43 @@ TEST(CliGenerate, StreamedTextEqualsTheFinishedText) {
   }
 }
 
+// Streaming is about order, not time: on a terminal (script(1)), stdout and the --visual redraws on
+// stderr interleave in one log. Streamed text appears before the last redraw (the last step); with
+// --no-stream it comes after it.
+TEST(CliGenerate, TextIsStreamedBeforeGenerationEnds) {
+  test::TempDir dir;
+  const std::string log = dir.path("tty.log");
+  for (const std::string& model_args :
+       {"-m " + test::source_path("models/text-ar.gguf") + " -p 'And God said' -n 24",
+        "-m " + llada() + " -p 'In the beginning' -n 24 --block-length 8"}) {
+    for (bool stream : {true, false}) {
+      const std::string cmd = "script -qec \"" + std::string(CANVAS_BINARY) + " generate " + model_args +
+                              " -t 1 --visual" + (stream ? "" : " --no-stream") + "\" " + log + " >/dev/null 2>&1";
+      ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+      const std::string tty = test::read_text(log);
+      // Bytes outside the redraws (each from ESC[s to ESC[u) are stdout; find its first letter.
+      size_t first_text = std::string::npos, last_draw = tty.rfind("\x1b[s");
+      bool in_draw = false;
+      const size_t start = tty.find('\n') + 1;  // after script's own header line
+      for (size_t i = start; i < tty.size(); ++i) {
+        if (tty.compare(i, 3, "\x1b[s") == 0) in_draw = true;
+        if (tty.compare(i, 3, "\x1b[u") == 0) in_draw = false;
+        if (!in_draw && std::isalpha(static_cast<unsigned char>(tty[i])) && tty.compare(i - 2, 2, "\x1b[") != 0) {
+          first_text = i;
+          break;
+        }
+      }
+      ASSERT_NE(last_draw, std::string::npos) << tty;
+      ASSERT_NE(first_text, std::string::npos) << tty;
+      if (stream) {
+        EXPECT_LT(first_text, last_draw) << model_args << ": the text came only at the end";
+      } else {
+        EXPECT_GT(first_text, last_draw) << model_args << ": --no-stream wrote text before generation ended";
+      }
+    }
+  }
+}
+
 TEST(CliGenerate, PromptFromFileDashAndPipe) {
   test::TempDir dir;
   const std::string file = dir.path("prompt.txt");

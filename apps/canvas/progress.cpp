@@ -22,8 +22,10 @@ void Progress::add(int64_t n) {
   if (tty_) {
     if (now - last_ms_ < 250 && done_ != total_) return;
   } else {
-    // Files and pipes get a line per tenth of the job (or every 10 s when the total is unknown).
-    const int64_t tenth = total_ > 0 ? done_ * 10 / total_ : int64_t((now - start_ms_) / 10000);
+    // Files and pipes get a line per tenth of the job; with no total, only the final line (a log of
+    // stdin-driven work, e.g. sudoku solve, keeps its lines in step with the input).
+    if (total_ <= 0) return;
+    const int64_t tenth = done_ * 10 / total_;
     if (tenth == last_tenth_ || done_ == total_) return;
     last_tenth_ = tenth;
   }

@@ -1,5 +1,5 @@
 // Progress of a long job on stderr: count, rate and ETA, redrawn in place on a terminal and printed
-// as occasional lines when stderr is a file or pipe.
+// as a line per tenth of the job when stderr is a file or pipe; always a final line.
 #pragma once
 #include <cstdint>
 #include <string>
