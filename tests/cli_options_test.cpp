@@ -453,6 +453,11 @@ TEST(CliFiles, QuantizeReportsExactlyWhatItWroteAndEveryFallback) {
     EXPECT_TRUE(has(r.output, "wrote " + out + ": " + summary_from_inspect(out) + " (requested " + type + ")"))
         << type << ": " << r.output << "\ninspect says " << summary_from_inspect(out);
     EXPECT_TRUE(has(r.output, "[" + std::to_string(std::stoi(summary_from_inspect(out))) + " tensors in")) << r.output;
+    // general.file_type as llama.cpp writes it (enum llama_ftype: MOSTLY_Q8_0 7, MOSTLY_Q4_K_S 14, MOSTLY_F16 1).
+    const std::string file_type = std::string(type) == "q8_0" ? "7" : std::string(type) == "q4_k" ? "14" : "1";
+    EXPECT_TRUE(std::regex_search(run_canvas("inspect " + out, false).output,
+                                  std::regex("general\\.file_type +uint32 +" + file_type + "\n")))
+        << type;
     const auto gen = run_canvas("generate -m " + out + " -p hi -n 4 -t 1");
     EXPECT_EQ(gen.exit_code, 0) << type << ": " << gen.output;
   }

@@ -107,6 +107,7 @@ int cmd_convert(int argc, char** argv) {
   const std::string p = c.arch + ".";
   w.set("general.architecture", GgufValue::string(c.arch));
   if (!c.name.empty()) w.set("general.name", GgufValue::string(c.name));
+  w.set("general.file_type", GgufValue::u32(llama_file_type(requested)));
   w.set(p + "context_length", GgufValue::u32(uint32_t(c.context_length)));
   w.set(p + "embedding_length", GgufValue::u32(uint32_t(c.hidden)));
   w.set(p + "block_count", GgufValue::u32(uint32_t(c.n_layers)));

@@ -42,6 +42,7 @@ int cmd_quantize(int argc, char** argv) {
   auto file = GgufFile::open(in);
   GgufWriter w;
   for (const auto& [key, value] : file->metadata()) w.set(key, value);
+  w.set("general.file_type", GgufValue::u32(llama_file_type(requested)));
   std::deque<std::vector<uint8_t>> converted;
   RetypeReport report;
   Progress progress("tensors", int64_t(file->tensors().size()));

@@ -42,6 +42,23 @@ void add_retyped(GgufWriter& w, const std::string& name, const TensorView& t, DT
   w.add_tensor(name, type, shape, storage.back().data(), storage.back().size());
 }
 
+uint32_t llama_file_type(DType type) {
+  switch (type) {
+    case DType::F32: return 0;
+    case DType::F16: return 1;
+    case DType::Q4_0: return 2;
+    case DType::Q4_1: return 3;
+    case DType::Q8_0: return 7;
+    case DType::Q5_0: return 8;
+    case DType::Q5_1: return 9;
+    case DType::Q4_K: return 14;
+    case DType::Q5_K: return 16;
+    case DType::Q6_K: return 18;
+    case DType::BF16: return 32;
+    default: throw Error(std::string("no llama.cpp file type for ") + dtype_name(type));
+  }
+}
+
 void RetypeReport::note(const std::string& name, const TensorView& t, DType requested, DType stored,
                         const std::string& reason) {
   ++tensors_;

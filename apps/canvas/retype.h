@@ -23,6 +23,11 @@ DType stored_type(const TensorView& t, DType requested, std::string* reason);
 void add_retyped(GgufWriter& w, const std::string& name, const TensorView& t, DType type,
                  std::deque<std::vector<uint8_t>>& storage);
 
+// llama.cpp's general.file_type (enum llama_ftype) for a file whose matrices were requested as `type`:
+// ALL_F32 0, MOSTLY_F16 1, Q4_0 2, Q4_1 3, Q8_0 7, Q5_0 8, Q5_1 9, Q4_K_S 14, Q5_K_S 16, Q6_K 18, BF16 32
+// (the K-quants are the "_S" kinds: every matrix the one type, none raised to a larger one).
+uint32_t llama_file_type(DType type);
+
 // What a conversion wrote: tensors per stored type, and one line per tensor that did not get the
 // requested type (1-D vectors, which always stay f32, are counted but not listed).
 class RetypeReport {
