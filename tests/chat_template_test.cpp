@@ -38,12 +38,12 @@ const char* kDreamStyle = R"({%- for message in messages %}
 )";
 
 TEST(ChatTemplate, GemmaStyle) {
-  EXPECT_EQ(render_chat_template(kGemmaStyle, conversation({{"system", "Be brief."},
-                                                             {"user", "Hi "},
-                                                             {"assistant", "Hello."},
-                                                             {"user", "Bye"}})),
-            "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n"
-            "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(
+      render_chat_template(
+          kGemmaStyle,
+          conversation({{"system", "Be brief."}, {"user", "Hi "}, {"assistant", "Hello."}, {"user", "Bye"}})),
+      "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n"
+      "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
   try {
     render_chat_template(kGemmaStyle, conversation({{"user", "a"}, {"user", "b"}}));
     FAIL() << "two user turns in a row were accepted";
@@ -75,25 +75,31 @@ TEST(ChatTemplate, BlocksTrimTheirLines) {
 
 TEST(ChatTemplate, ExpressionsLoopsAndNamespaces) {
   const auto in = conversation({{"system", "s"}, {"user", "u1"}, {"assistant", "a1"}});
-  EXPECT_EQ(render_chat_template("{% set ns = namespace(found=false) %}{% for m in messages %}{% if m.role == "
-                                 "'system' %}{% set ns.found = true %}{% endif %}{% endfor %}{{ 'yes' if ns.found "
-                                 "else 'no' }}",
-                                 in),
-            "yes");
-  EXPECT_EQ(render_chat_template("{% for m in messages %}{{ loop.index }}/{{ loop.length }}{{ ',' if not loop.last "
-                                 "}}{% endfor %}",
-                                 in),
-            "1/3,2/3,3/3");
-  EXPECT_EQ(render_chat_template("{{ messages | length }} {{ messages[-1]['content'] | upper }} {{ (messages | "
-                                 "first).role }} {{ 'x' in 'xyz' }} {{ 7 // 2 }} {{ 7 % 3 }} {{ 'a' ~ 1 }}",
-                                 in),
-            "3 A1 system True 3 1 a1");
-  EXPECT_EQ(render_chat_template("{{ ' a b '.strip().split(' ') | join('+') }} {{ 'Hi'.startswith('H') }} "
-                                 "{{ {'k': 'v'}.get('k') }} {{ {'k': 'v'}.get('z', 'd') }} {{ undefined_name is defined }}"
-                                 "{% for i in range(3) %}{{ i }}{% else %}none{% endfor %}{% for i in [] %}{% else %}!{% endfor %}",
-                                 in),
-            "a+b True v d False012!");
-  EXPECT_EQ(render_chat_template("{{ messages[1:] | length }}{{ 'abc'[1:] }}{{ messages[0].content | tojson }}", in),
+  EXPECT_EQ(
+      render_chat_template("{% set ns = namespace(found=false) %}{% for m in messages %}{% if m.role == "
+                           "'system' %}{% set ns.found = true %}{% endif %}{% endfor %}{{ 'yes' if ns.found "
+                           "else 'no' }}",
+                           in),
+      "yes");
+  EXPECT_EQ(
+      render_chat_template("{% for m in messages %}{{ loop.index }}/{{ loop.length }}{{ ',' if not loop.last "
+                           "}}{% endfor %}",
+                           in),
+      "1/3,2/3,3/3");
+  EXPECT_EQ(
+      render_chat_template("{{ messages | length }} {{ messages[-1]['content'] | upper }} {{ (messages | "
+                           "first).role }} {{ 'x' in 'xyz' }} {{ 7 // 2 }} {{ 7 % 3 }} {{ 'a' ~ 1 }}",
+                           in),
+      "3 A1 system True 3 1 a1");
+  EXPECT_EQ(
+      render_chat_template(
+          "{{ ' a b '.strip().split(' ') | join('+') }} {{ 'Hi'.startswith('H') }} "
+          "{{ {'k': 'v'}.get('k') }} {{ {'k': 'v'}.get('z', 'd') }} {{ undefined_name is defined }}"
+          "{% for i in range(3) %}{{ i }}{% else %}none{% endfor %}{% for i in [] %}{% else %}!{% endfor %}",
+          in),
+      "a+b True v d False012!");
+  EXPECT_EQ(render_chat_template(
+                "{{ messages[1:] | length }}{{ 'abc'[1:] }}{{ messages[0].content | tojson }}", in),
             "2bc\"s\"");
 }
 

@@ -4,10 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <map>
-#include <sstream>
 #include <fstream>
+#include <map>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,9 +20,13 @@ namespace {
 
 using test::run_canvas;
 
-std::string llada() { return test::fixture("tiny-llada.gguf"); }
+std::string llada() {
+  return test::fixture("tiny-llada.gguf");
+}
 
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 // The "tokens": [...] list of a generate --json line.
 std::string json_tokens(const std::string& out) {
@@ -71,12 +75,15 @@ TEST(CliOptions, HelpCommandIsCommandDashDashHelp) {
 // each listed spelling is accepted (a misspelt one would be "unknown option").
 TEST(CliOptions, HelpListsWhatTheParserAccepts) {
   const auto help = run_canvas("generate --help", false).output;
-  for (const char* flag : {"-f, --file", "--stop", "--min-p", "--repeat-penalty", "--no-stream", "--visual-delay",
-                           "--temp, --temperature", "-n, --n-predict", "-r, --reverse-prompt", "(repeatable)"})
+  for (const char* flag :
+       {"-f, --file", "--stop", "--min-p", "--repeat-penalty", "--no-stream", "--visual-delay",
+        "--temp, --temperature", "-n, --n-predict", "-r, --reverse-prompt", "(repeatable)"})
     EXPECT_TRUE(has(help, flag)) << flag;
   // llama.cpp / Hugging Face spellings of flags canvas has are accepted.
-  const auto r = run_canvas("generate -m " + llada() +
-                            " -p hi --n-predict 4 --temperature 0 -r zzz --reverse-prompt yyy --json -t 1", false);
+  const auto r =
+      run_canvas("generate -m " + llada() +
+                     " -p hi --n-predict 4 --temperature 0 -r zzz --reverse-prompt yyy --json -t 1",
+                 false);
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
@@ -91,7 +98,8 @@ TEST(CliOptions, UnknownOptionsSuggestTheNearestAndNameLlamaCpp) {
       {"generate -m " + llada() + " -p hi -c 512", "llama.cpp's context size"},
       {"generate -m " + llada() + " -p hi --ctx-size 512", "canvas takes the context length from the model"},
       {"generate -m " + llada() + " -p hi -ngl 99", "canvas runs on the CPU"},
-      {"generate -m " + llada() + " -p hi --repeat-last-n 32", "--repeat-penalty looks at the last 64 tokens"},
+      {"generate -m " + llada() + " -p hi --repeat-last-n 32",
+       "--repeat-penalty looks at the last 64 tokens"},
       {"chat -m " + llada() + " --sytem hi", "did you mean --system?"},
       {"inspect --al x", "did you mean --all?"},
       {"sudoku solve --veiws 3", "did you mean --views?"},
@@ -175,7 +183,8 @@ TEST(CliGenerate, TextIsStreamedBeforeGenerationEnds) {
         "-m " + llada() + " -p 'In the beginning' -n 24 --block-length 8"}) {
     for (bool stream : {true, false}) {
       const std::string cmd = "script -qec \"" + std::string(CANVAS_BINARY) + " generate " + model_args +
-                              " -t 1 --visual" + (stream ? "" : " --no-stream") + "\" " + log + " >/dev/null 2>&1";
+                              " -t 1 --visual" + (stream ? "" : " --no-stream") + "\" " + log +
+                              " >/dev/null 2>&1";
       ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
       const std::string tty = test::read_text(log);
       // Bytes outside the redraws (each from ESC[s to ESC[u) are stdout; find its first letter.
@@ -185,7 +194,8 @@ TEST(CliGenerate, TextIsStreamedBeforeGenerationEnds) {
       for (size_t i = start; i < tty.size(); ++i) {
         if (tty.compare(i, 3, "\x1b[s") == 0) in_draw = true;
         if (tty.compare(i, 3, "\x1b[u") == 0) in_draw = false;
-        if (!in_draw && std::isalpha(static_cast<unsigned char>(tty[i])) && tty.compare(i - 2, 2, "\x1b[") != 0) {
+        if (!in_draw && std::isalpha(static_cast<unsigned char>(tty[i])) &&
+            tty.compare(i - 2, 2, "\x1b[") != 0) {
           first_text = i;
           break;
         }
@@ -212,7 +222,8 @@ TEST(CliGenerate, PromptFromFileDashAndPipe) {
   EXPECT_EQ(json_tokens(run_canvas(base + " -f " + file, false).output), want);
   EXPECT_EQ(json_tokens(run_canvas(base + " --file " + file, false).output), want);
   EXPECT_EQ(json_tokens(run_canvas(base + " -p - < " + file, false).output), want);
-  EXPECT_EQ(json_tokens(run_canvas("generate -m " + llada() + " -n 8 --json -t 1 < " + file, false).output), want);
+  EXPECT_EQ(json_tokens(run_canvas("generate -m " + llada() + " -n 8 --json -t 1 < " + file, false).output),
+            want);
   const auto both = run_canvas(base + " -p hi -f " + file);
   EXPECT_EQ(both.exit_code, 1);
   EXPECT_TRUE(has(both.output, "not both")) << both.output;
@@ -224,7 +235,8 @@ TEST(CliGenerate, PromptFromFileDashAndPipe) {
 }
 
 TEST(CliGenerate, StopStringEndsTheTextAndTheGeneration) {
-  const std::string base = "generate -m " + test::source_path("models/text-ar.gguf") + " -p 'And God said' -n 40 -t 1";
+  const std::string base =
+      "generate -m " + test::source_path("models/text-ar.gguf") + " -p 'And God said' -n 40 -t 1";
   const auto full = run_canvas(base + " --json", false);
   ASSERT_EQ(full.exit_code, 0) << full.output;
   const auto text_of = [](const std::string& json) {
@@ -238,14 +250,16 @@ TEST(CliGenerate, StopStringEndsTheTextAndTheGeneration) {
   const auto stopped = run_canvas(base + " --json --stop '" + stop + "' --stop 'never appears'", false);
   ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
   EXPECT_EQ(text_of(stopped.output), expected);
-  EXPECT_LT(json_count(stopped.output), json_count(full.output)) << "generation went on after the stop string";
+  EXPECT_LT(json_count(stopped.output), json_count(full.output))
+      << "generation went on after the stop string";
   // Streamed: the same text, nothing of the stop string.
   const auto streamed = run_canvas(base + " --stop '" + stop + "'", false);
   EXPECT_EQ(streamed.output, expected + "\n");
 }
 
 TEST(CliGenerate, MinPAndRepeatPenaltyShapeSampling) {
-  const std::string base = "generate -m " + llada() + " -p 'In the beginning' -n 16 --block-length 8 --json -t 1";
+  const std::string base =
+      "generate -m " + llada() + " -p 'In the beginning' -n 16 --block-length 8 --json -t 1";
   const std::string greedy = json_tokens(run_canvas(base, false).output);
   const std::string hot = json_tokens(run_canvas(base + " --temp 50 -s 1", false).output);
   // min-p 1 keeps only the most likely token: sampling at any temperature becomes greedy.
@@ -260,7 +274,8 @@ TEST(CliGenerate, MinPAndRepeatPenaltyShapeSampling) {
 }
 
 TEST(CliGenerate, RandomSeedIsReportedAndReproduces) {
-  const std::string base = "generate -m " + llada() + " -p 'In the beginning' -n 16 --block-length 8 --temp 2 -t 1";
+  const std::string base =
+      "generate -m " + llada() + " -p 'In the beginning' -n 16 --block-length 8 --temp 2 -t 1";
   const auto a = run_canvas(base + " --json", false);
   const auto b = run_canvas(base + " --json -s -1", false);
   const uint64_t seed_a = reported_seed(a.output), seed_b = reported_seed(b.output);
@@ -276,12 +291,14 @@ TEST(CliGenerate, RandomSeedIsReportedAndReproduces) {
 }
 
 TEST(CliGenerate, ModeMismatchIsRefusedOrWarned) {
-  const auto refused = run_canvas("generate -m " + test::source_path("models/text-ar.gguf") + " -p hi --mode diffusion");
+  const auto refused =
+      run_canvas("generate -m " + test::source_path("models/text-ar.gguf") + " -p hi --mode diffusion");
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_TRUE(has(refused.output, "without a diffusion objective")) << refused.output;
   const auto warned = run_canvas("generate -m " + llada() + " -p hi -n 4 --mode ar -t 1");
   EXPECT_EQ(warned.exit_code, 0) << warned.output;
-  EXPECT_TRUE(has(warned.output, "warning: 'llada' was trained as a masked-diffusion model")) << warned.output;
+  EXPECT_TRUE(has(warned.output, "warning: 'llada' was trained as a masked-diffusion model"))
+      << warned.output;
   const auto quiet = run_canvas("generate -m " + llada() + " -p hi -n 4 -t 1");
   EXPECT_FALSE(has(quiet.output, "warning")) << quiet.output;
 }
@@ -295,7 +312,8 @@ std::string lines_file(const test::TempDir& dir, const std::string& text) {
 
 TEST(CliChat, DefaultModelSystemPromptAndDroppedTurns) {
   test::TempDir dir;
-  const std::string input = lines_file(dir, "In the beginning\nAnd God said\nLet there be light\nAnd there was light\n");
+  const std::string input =
+      lines_file(dir, "In the beginning\nAnd God said\nLet there be light\nAnd there was light\n");
   // The shipped text model has a context of 128 tokens: the third exchange no longer fits.
   const auto r = run_canvas("chat -n 8 -t 1 --system 'You answer briefly.' < " + input);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -304,7 +322,8 @@ TEST(CliChat, DefaultModelSystemPromptAndDroppedTurns) {
   EXPECT_TRUE(has(r.output, "outgrew the context of 128 tokens: dropped the")) << r.output;
   // One reply (and its stats line) per user line, the overflow notwithstanding.
   const std::regex stats("\\[8 new tokens, ");
-  EXPECT_EQ(std::distance(std::sregex_iterator(r.output.begin(), r.output.end(), stats), std::sregex_iterator()), 4)
+  EXPECT_EQ(
+      std::distance(std::sregex_iterator(r.output.begin(), r.output.end(), stats), std::sregex_iterator()), 4)
       << r.output;
 }
 
@@ -349,14 +368,15 @@ TEST(CliChat, FormatFromTheModelsChatTemplate) {
   const std::string macro = with_chat_template(dir, "macro.gguf", "{% macro turn(m) %}{{ m }}{% endmacro %}");
   const auto unusable = run_canvas("chat -m " + macro + " -n 4 -t 1" + hello);
   EXPECT_EQ(unusable.exit_code, 0) << unusable.output;
-  EXPECT_TRUE(has(unusable.output, "format gemma4 (built-in; the model's tokenizer.chat_template was not usable"))
+  EXPECT_TRUE(
+      has(unusable.output, "format gemma4 (built-in; the model's tokenizer.chat_template was not usable"))
       << unusable.output;
   EXPECT_TRUE(has(unusable.output, "macro")) << unusable.output;
   // A template that refuses a conversation (here: any system turn) skips that turn; the chat goes on.
-  const std::string strict = with_chat_template(
-      dir, "strict.gguf",
-      "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}{% endif "
-      "%}{{ m.content }}{% endfor %}");
+  const std::string strict = with_chat_template(dir, "strict.gguf",
+                                                "{% for m in messages %}{% if m.role == 'system' %}{{ "
+                                                "raise_exception('System role not supported') }}{% endif "
+                                                "%}{{ m.content }}{% endfor %}");
   const auto refused = run_canvas("chat -m " + strict + " --system be -n 4 -t 1" + hello);
   EXPECT_EQ(refused.exit_code, 0) << refused.output;
   EXPECT_TRUE(has(refused.output, "System role not supported; turn skipped")) << refused.output;
@@ -365,7 +385,8 @@ TEST(CliChat, FormatFromTheModelsChatTemplate) {
 }
 
 TEST(CliVisual, OnlyOnATerminalWithControlCharactersEscaped) {
-  const std::string gen = std::string(CANVAS_BINARY) + " generate -m " + test::fixture("tiny-diffusion-gemma") +
+  const std::string gen = std::string(CANVAS_BINARY) + " generate -m " +
+                          test::fixture("tiny-diffusion-gemma") +
                           " -p hello -n 16 --block-length 8 --steps 3 -s 3 -t 1 --visual";
   // Redirected: no escape codes, and a note why.
   const auto redirected = run_canvas("generate -m " + test::fixture("tiny-diffusion-gemma") +
@@ -450,11 +471,16 @@ TEST(CliFiles, QuantizeReportsExactlyWhatItWroteAndEveryFallback) {
   for (const char* type : {"q8_0", "q4_k", "f16"}) {
     const auto r = run_canvas("quantize " + llada() + " " + out + " " + type);
     ASSERT_EQ(r.exit_code, 0) << type << ": " << r.output;
-    EXPECT_TRUE(has(r.output, "wrote " + out + ": " + summary_from_inspect(out) + " (requested " + type + ")"))
+    EXPECT_TRUE(
+        has(r.output, "wrote " + out + ": " + summary_from_inspect(out) + " (requested " + type + ")"))
         << type << ": " << r.output << "\ninspect says " << summary_from_inspect(out);
-    EXPECT_TRUE(has(r.output, "[" + std::to_string(std::stoi(summary_from_inspect(out))) + " tensors in")) << r.output;
-    // general.file_type as llama.cpp writes it (enum llama_ftype: MOSTLY_Q8_0 7, MOSTLY_Q4_K_S 14, MOSTLY_F16 1).
-    const std::string file_type = std::string(type) == "q8_0" ? "7" : std::string(type) == "q4_k" ? "14" : "1";
+    EXPECT_TRUE(has(r.output, "[" + std::to_string(std::stoi(summary_from_inspect(out))) + " tensors in"))
+        << r.output;
+    // general.file_type as llama.cpp writes it (enum llama_ftype: MOSTLY_Q8_0 7, MOSTLY_Q4_K_S 14, MOSTLY_F16
+    // 1).
+    const std::string file_type = std::string(type) == "q8_0"   ? "7"
+                                  : std::string(type) == "q4_k" ? "14"
+                                                                : "1";
     EXPECT_TRUE(std::regex_search(run_canvas("inspect " + out, false).output,
                                   std::regex("general\\.file_type +uint32 +" + file_type + "\n")))
         << type;
@@ -467,8 +493,9 @@ TEST(CliFiles, QuantizeReportsExactlyWhatItWroteAndEveryFallback) {
   EXPECT_TRUE(has(k.output, "q8_0's 32-value blocks fit")) << k.output;
   const auto q8 = run_canvas("quantize " + llada() + " " + out + " q8_0");
   EXPECT_FALSE(has(q8.output, "instead of")) << q8.output;
-  for (const std::string& bad : {"quantize " + llada() + " " + out + " q3_xs", "quantize " + llada() + " " + out,
-                                 "quantize " + llada() + " " + llada() + " q8_0"}) {
+  for (const std::string& bad :
+       {"quantize " + llada() + " " + out + " q3_xs", "quantize " + llada() + " " + out,
+        "quantize " + llada() + " " + llada() + " q8_0"}) {
     const auto r = run_canvas(bad);
     EXPECT_EQ(r.exit_code, 1) << bad << ": " << r.output;
   }
@@ -477,10 +504,11 @@ TEST(CliFiles, QuantizeReportsExactlyWhatItWroteAndEveryFallback) {
 TEST(CliFiles, ConvertReportsExactlyWhatItWrote) {
   test::TempDir dir;
   const std::string out = dir.path("c.gguf");
-  const auto r = run_canvas("convert --in " + test::fixture("tiny-diffusion-gemma") + " --out " + out + " --type q4_k");
+  const auto r =
+      run_canvas("convert --in " + test::fixture("tiny-diffusion-gemma") + " --out " + out + " --type q4_k");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(has(r.output, summary_from_inspect(out) + " (requested q4_k)")) << r.output << "\ninspect says "
-                                                                             << summary_from_inspect(out);
+  EXPECT_TRUE(has(r.output, summary_from_inspect(out) + " (requested q4_k)"))
+      << r.output << "\ninspect says " << summary_from_inspect(out);
   EXPECT_TRUE(has(r.output, "instead of q4_k")) << r.output;
 }
 
@@ -489,7 +517,8 @@ TEST(CliScore, LongTextIsScoredInWindows) {
   const std::string file = dir.path("long.txt");
   {
     std::ofstream f(file);
-    for (int i = 0; i < 12; ++i) f << "In the beginning God created the heaven and the earth. And the earth was void. ";
+    for (int i = 0; i < 12; ++i)
+      f << "In the beginning God created the heaven and the earth. And the earth was void. ";
   }
   const std::string base = "score -m " + test::source_path("models/text-ar.gguf") + " -f " + file + " -t 1";
   const auto half = run_canvas(base);
@@ -503,14 +532,15 @@ TEST(CliScore, LongTextIsScoredInWindows) {
   auto field = [&](const std::string& out, const std::string& key) {
     return std::regex_search(out, m, std::regex("\"" + key + "\": ([0-9.]+)")) ? std::stod(m[1]) : -1.0;
   };
-  EXPECT_EQ(field(fine, "tokens"), field(coarse, "tokens")) << "each token is scored once whatever the stride";
+  EXPECT_EQ(field(fine, "tokens"), field(coarse, "tokens"))
+      << "each token is scored once whatever the stride";
   EXPECT_EQ(field(half.output, "tokens"), field(coarse, "tokens"));
   EXPECT_GT(field(fine, "windows"), field(coarse, "windows"));
   EXPECT_EQ(field(fine, "stride"), 16);
   // More context per token (a smaller stride) predicts this repetitive text better.
   EXPECT_LT(field(fine, "nats_per_token"), field(coarse, "nats_per_token"));
-  const auto short_text = run_canvas("score -m " + test::source_path("models/text-ar.gguf") + " -p 'In the beginning'",
-                                     false);
+  const auto short_text =
+      run_canvas("score -m " + test::source_path("models/text-ar.gguf") + " -p 'In the beginning'", false);
   EXPECT_TRUE(has(short_text.output, "\"windows\": 1, \"stride\": 0")) << short_text.output;
   const auto bad = run_canvas(base + " --stride 500");
   EXPECT_TRUE(has(bad.output, "--stride must be between 1 and the context length - 1 (127)")) << bad.output;
@@ -533,14 +563,16 @@ TEST(CliProgress, SudokuEvalAndSolveReportCountRateAndEta) {
   }
   const auto solve = run_canvas("sudoku solve --steps 20 -t 1 < " + three);
   ASSERT_EQ(solve.exit_code, 0) << solve.output;
-  EXPECT_TRUE(std::regex_search(solve.output, std::regex("\\[\\d+ puzzles in [0-9.]+ s, [0-9.]+ puzzles/s\\]")))
+  EXPECT_TRUE(
+      std::regex_search(solve.output, std::regex("\\[\\d+ puzzles in [0-9.]+ s, [0-9.]+ puzzles/s\\]")))
       << solve.output.substr(solve.output.size() - 300);
 }
 
 TEST(CliProgress, BenchAndQuantizeReportCountRateAndEta) {
   const auto bench = run_canvas("bench -m " + llada() + " --quick --no-roofs --cache prefix -t 1");
   ASSERT_EQ(bench.exit_code, 0) << bench.output;
-  EXPECT_TRUE(std::regex_search(bench.output, std::regex("1/\\d+ runs, [0-9.]+ runs/s, ETA \\d+ s"))) << bench.output;
+  EXPECT_TRUE(std::regex_search(bench.output, std::regex("1/\\d+ runs, [0-9.]+ runs/s, ETA \\d+ s")))
+      << bench.output;
   test::TempDir dir;
   const auto quantize = run_canvas("quantize " + llada() + " " + dir.path("q.gguf") + " q8_0");
   EXPECT_TRUE(std::regex_search(quantize.output, std::regex("/\\d+ tensors, [0-9.]+ tensors/s, ETA \\d+ s")))

@@ -55,8 +55,10 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 // -r/--reverse-prompt, -sys/--system-prompt, -s/--seed, -t/--threads) are accepted directly.
 const std::map<std::string, std::string>& llama_cpp_flags() {
   static const std::map<std::string, std::string> flags = {
-      {"-c", "llama.cpp's context size: canvas takes the context length from the model (canvas inspect shows it)"},
-      {"--ctx-size", "llama.cpp's context size: canvas takes the context length from the model (canvas inspect shows it)"},
+      {"-c",
+       "llama.cpp's context size: canvas takes the context length from the model (canvas inspect shows it)"},
+      {"--ctx-size",
+       "llama.cpp's context size: canvas takes the context length from the model (canvas inspect shows it)"},
       {"-ngl", "llama.cpp's GPU offload: canvas runs on the CPU"},
       {"--n-gpu-layers", "llama.cpp's GPU offload: canvas runs on the CPU"},
       {"--gpu-layers", "llama.cpp's GPU offload: canvas runs on the CPU"},
@@ -66,21 +68,30 @@ const std::map<std::string, std::string>& llama_cpp_flags() {
       {"--ubatch-size", "llama.cpp's micro-batch size: canvas processes the prompt in one pass"},
       {"-tb", "llama.cpp's batch threads: canvas uses -t for everything"},
       {"--threads-batch", "llama.cpp's batch threads: canvas uses -t for everything"},
-      {"--repeat-last-n", "llama.cpp's penalty window: canvas's --repeat-penalty looks at the last 64 tokens"},
+      {"--repeat-last-n",
+       "llama.cpp's penalty window: canvas's --repeat-penalty looks at the last 64 tokens"},
       {"-cnv", "llama.cpp's conversation mode: use canvas chat"},
       {"--conversation", "llama.cpp's conversation mode: use canvas chat"},
       {"-i", "llama.cpp's interactive mode: use canvas chat"},
       {"--interactive", "llama.cpp's interactive mode: use canvas chat"},
-      {"--mirostat", "llama.cpp's mirostat sampler: not in canvas (it has --temp, --top-k, --top-p, --min-p, --repeat-penalty)"},
-      {"--typical", "llama.cpp's typical sampling: not in canvas (it has --temp, --top-k, --top-p, --min-p, --repeat-penalty)"},
+      {"--mirostat",
+       "llama.cpp's mirostat sampler: not in canvas (it has --temp, --top-k, --top-p, --min-p, "
+       "--repeat-penalty)"},
+      {"--typical",
+       "llama.cpp's typical sampling: not in canvas (it has --temp, --top-k, --top-p, --min-p, "
+       "--repeat-penalty)"},
       {"--presence-penalty", "llama.cpp's presence penalty: not in canvas (it has --repeat-penalty)"},
       {"--frequency-penalty", "llama.cpp's frequency penalty: not in canvas (it has --repeat-penalty)"},
       {"-fa", "llama.cpp's flash attention: canvas's attention is always tiled"},
       {"--flash-attn", "llama.cpp's flash attention: canvas's attention is always tiled"},
       {"--mlock", "llama.cpp's --mlock: canvas memory-maps the weights"},
       {"--no-mmap", "llama.cpp's --no-mmap: canvas always memory-maps the weights"},
-      {"-hf", "llama.cpp's Hugging Face download: canvas downloads nothing; give -m with a local GGUF or HF directory"},
-      {"--hf-repo", "llama.cpp's Hugging Face download: canvas downloads nothing; give -m with a local GGUF or HF directory"},
+      {"-hf",
+       "llama.cpp's Hugging Face download: canvas downloads nothing; give -m with a local GGUF or HF "
+       "directory"},
+      {"--hf-repo",
+       "llama.cpp's Hugging Face download: canvas downloads nothing; give -m with a local GGUF or HF "
+       "directory"},
       {"--color", "canvas colours nothing but --visual"},
       {"--grammar", "llama.cpp's grammars: not in canvas"},
   };
@@ -176,8 +187,8 @@ Args::Args(const Command& command, int argc, char** argv, int first) {
   for (const auto& [key, values] : values_) {
     if (repeatable.count(key) || values.size() < 2) continue;
     for (const std::string& v : values)
-      check(v == values[0], "option --" + key + " given twice with different values ('" + values[0] + "' and '" +
-                                v + "')");
+      check(v == values[0],
+            "option --" + key + " given twice with different values ('" + values[0] + "' and '" + v + "')");
   }
 }
 
@@ -240,7 +251,8 @@ int64_t Args::get_int(const std::string& name, int64_t fallback) const {
   char* end = nullptr;
   errno = 0;
   const long long v = std::strtoll(text.c_str(), &end, 10);
-  check(errno == 0 && end != text.c_str() && *end == 0, "option " + name + ": '" + text + "' is not an integer");
+  check(errno == 0 && end != text.c_str() && *end == 0,
+        "option " + name + ": '" + text + "' is not an integer");
   return v;
 }
 
@@ -250,7 +262,8 @@ double Args::get_float(const std::string& name, double fallback) const {
   char* end = nullptr;
   errno = 0;
   const double v = std::strtod(text.c_str(), &end);
-  check(errno == 0 && end != text.c_str() && *end == 0, "option " + name + ": '" + text + "' is not a number");
+  check(errno == 0 && end != text.c_str() && *end == 0,
+        "option " + name + ": '" + text + "' is not a number");
   return v;
 }
 
@@ -315,8 +328,8 @@ std::string shipped_model_path(const std::string& name, const std::string& help_
     }
     searched += (searched.empty() ? "" : ", ") + dir;
   }
-  throw Error("no model given (-m FILE.gguf) and the default model " + relative + " was not found in " + searched +
-              "; see " + help_command + " --help");
+  throw Error("no model given (-m FILE.gguf) and the default model " + relative + " was not found in " +
+              searched + "; see " + help_command + " --help");
 }
 
 int thread_count(const Args& args) {
@@ -324,10 +337,11 @@ int thread_count(const Args& args) {
   check(threads >= 0 && threads <= 1024, "--threads must be between 0 and 1024");
   const int64_t cores = int64_t(std::thread::hardware_concurrency());
   if (cores > 0 && threads > cores)
-    std::fprintf(stderr,
-                 "canvas: warning: -t %lld is more threads than the %lld cores of this machine; every pass waits for "
-                 "descheduled threads (use -t %lld or leave -t out)\n",
-                 (long long)threads, (long long)cores, (long long)cores);
+    std::fprintf(
+        stderr,
+        "canvas: warning: -t %lld is more threads than the %lld cores of this machine; every pass waits for "
+        "descheduled threads (use -t %lld or leave -t out)\n",
+        (long long)threads, (long long)cores, (long long)cores);
   return int(threads);
 }
 

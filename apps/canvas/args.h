@@ -11,22 +11,25 @@ namespace canvas::cli {
 
 // One row of a subcommand's option table. Adding a flag is one such line.
 struct Option {
-  std::string names;  // comma-separated spellings, e.g. "-m,--model"; the first --long one is the key ("model")
-  std::string value;  // the value's placeholder ("FILE"); empty: a switch
-  std::string help;   // shown in --help; '\n' starts an indented continuation line
+  std::string
+      names;  // comma-separated spellings, e.g. "-m,--model"; the first --long one is the key ("model")
+  std::string value;        // the value's placeholder ("FILE"); empty: a switch
+  std::string help;         // shown in --help; '\n' starts an indented continuation line
   bool repeatable = false;  // may be given more than once (Args::get_all)
   bool hidden = false;      // accepted (e.g. a llama.cpp spelling) but not listed in --help
 };
 
 // A row with empty names is a heading line in --help (its help text), e.g. "Masked diffusion only:".
-inline Option heading(const std::string& text) { return Option{"", "", text}; }
+inline Option heading(const std::string& text) {
+  return Option{"", "", text};
+}
 
 struct Command {
   std::string name;      // "generate" ("sudoku solve" for nested commands)
   std::string synopsis;  // the usage line(s) after "usage: "
   std::string about;     // paragraphs between the usage line and the options
   std::vector<Option> options;
-  std::string notes;     // text after the options
+  std::string notes;  // text after the options
 };
 
 // The --help text of a command: usage, about, the option table (aligned, wrapped by hand) and notes.

@@ -44,14 +44,15 @@ void Progress::print(bool final) {
   const double rate = seconds > 0 ? double(done_) / seconds : 0.0;
   char line[256];
   if (final) {
-    std::snprintf(line, sizeof line, "[%lld %s in %.1f s, %.2f %s/s]", (long long)done_, label_.c_str(), seconds, rate,
-                  label_.c_str());
+    std::snprintf(line, sizeof line, "[%lld %s in %.1f s, %.2f %s/s]", (long long)done_, label_.c_str(),
+                  seconds, rate, label_.c_str());
   } else if (total_ > 0) {
     const double eta = rate > 0 ? double(total_ - done_) / rate : 0.0;
-    std::snprintf(line, sizeof line, "[%lld/%lld %s, %.2f %s/s, ETA %.0f s]", (long long)done_, (long long)total_,
-                  label_.c_str(), rate, label_.c_str(), eta);
+    std::snprintf(line, sizeof line, "[%lld/%lld %s, %.2f %s/s, ETA %.0f s]", (long long)done_,
+                  (long long)total_, label_.c_str(), rate, label_.c_str(), eta);
   } else {
-    std::snprintf(line, sizeof line, "[%lld %s, %.2f %s/s]", (long long)done_, label_.c_str(), rate, label_.c_str());
+    std::snprintf(line, sizeof line, "[%lld %s, %.2f %s/s]", (long long)done_, label_.c_str(), rate,
+                  label_.c_str());
   }
   if (tty_) {
     std::fprintf(stderr, "\r\x1b[K%s%s", line, final ? "\n" : "");

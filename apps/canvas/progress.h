@@ -10,7 +10,7 @@ class Progress {
  public:
   // label: what is counted ("puzzles", "windows", "tensors"); total 0 = unknown (no ETA).
   Progress(std::string label, int64_t total);
-  ~Progress();  // ends the line if finish() was not called
+  ~Progress();              // ends the line if finish() was not called
   void add(int64_t n = 1);  // n more done; redraws at most a few times per second
   void finish();            // the final line (always printed): count, rate, elapsed
 

@@ -1,5 +1,5 @@
-// canvas quantize: a GGUF file re-typed to another of the types convert writes (GGUF -> GGUF, llama-quantize's
-// habit), with every fallback reported.
+// canvas quantize: a GGUF file re-typed to another of the types convert writes (GGUF -> GGUF,
+// llama-quantize's habit), with every fallback reported.
 #include <cstdio>
 #include <deque>
 #include <string>
@@ -37,7 +37,8 @@ int cmd_quantize(int argc, char** argv) {
   check(args.positional().size() == 3, "usage: " + kQuantize.synopsis + " (see canvas quantize --help)");
   const std::string in = args.positional()[0], out = args.positional()[1];
   const DType requested = dtype_from_name(args.positional()[2]);
-  check(matmul_supports(requested), "TYPE must be one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k");
+  check(matmul_supports(requested),
+        "TYPE must be one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k");
   check(in != out, "IN and OUT are the same file (" + in + ")");
   auto file = GgufFile::open(in);
   GgufWriter w;
@@ -55,8 +56,8 @@ int cmd_quantize(int argc, char** argv) {
   }
   progress.finish();
   w.write(out, file->alignment());
-  std::fprintf(stderr, "wrote %s: %s (requested %s)\n%s", out.c_str(), report.summary().c_str(), dtype_name(requested),
-               report.fallbacks().c_str());
+  std::fprintf(stderr, "wrote %s: %s (requested %s)\n%s", out.c_str(), report.summary().c_str(),
+               dtype_name(requested), report.fallbacks().c_str());
   return 0;
 }
 

@@ -15,8 +15,8 @@ DType stored_type(const TensorView& t, DType requested, std::string* reason) {
   const DTypeInfo& info = dtype_info(requested);
   if (info.block_size > 1 && t.ne[0] % info.block_size != 0) {
     const DType fallback = t.ne[0] % kQK == 0 ? DType::Q8_0 : DType::F16;
-    *reason = "rows of " + std::to_string(t.ne[0]) + " values are not whole " + std::to_string(info.block_size) +
-              "-value blocks of " + dtype_name(requested) +
+    *reason = "rows of " + std::to_string(t.ne[0]) + " values are not whole " +
+              std::to_string(info.block_size) + "-value blocks of " + dtype_name(requested) +
               (fallback == DType::Q8_0 ? "; q8_0's 32-value blocks fit" : "; no block type fits");
     return fallback;
   }
@@ -44,18 +44,30 @@ void add_retyped(GgufWriter& w, const std::string& name, const TensorView& t, DT
 
 uint32_t llama_file_type(DType type) {
   switch (type) {
-    case DType::F32: return 0;
-    case DType::F16: return 1;
-    case DType::Q4_0: return 2;
-    case DType::Q4_1: return 3;
-    case DType::Q8_0: return 7;
-    case DType::Q5_0: return 8;
-    case DType::Q5_1: return 9;
-    case DType::Q4_K: return 14;
-    case DType::Q5_K: return 16;
-    case DType::Q6_K: return 18;
-    case DType::BF16: return 32;
-    default: throw Error(std::string("no llama.cpp file type for ") + dtype_name(type));
+    case DType::F32:
+      return 0;
+    case DType::F16:
+      return 1;
+    case DType::Q4_0:
+      return 2;
+    case DType::Q4_1:
+      return 3;
+    case DType::Q8_0:
+      return 7;
+    case DType::Q5_0:
+      return 8;
+    case DType::Q5_1:
+      return 9;
+    case DType::Q4_K:
+      return 14;
+    case DType::Q5_K:
+      return 16;
+    case DType::Q6_K:
+      return 18;
+    case DType::BF16:
+      return 32;
+    default:
+      throw Error(std::string("no llama.cpp file type for ") + dtype_name(type));
   }
 }
 
@@ -64,8 +76,8 @@ void RetypeReport::note(const std::string& name, const TensorView& t, DType requ
   ++tensors_;
   ++counts_[dtype_name(stored)];
   if (stored != requested && t.n_dims > 1)
-    fallbacks_.push_back("  " + name + ": " + dtype_name(stored) + " instead of " + dtype_name(requested) + " (" +
-                         reason + ")");
+    fallbacks_.push_back("  " + name + ": " + dtype_name(stored) + " instead of " + dtype_name(requested) +
+                         " (" + reason + ")");
 }
 
 std::string RetypeReport::summary() const {

@@ -32,7 +32,8 @@ uint32_t llama_file_type(DType type);
 // requested type (1-D vectors, which always stay f32, are counted but not listed).
 class RetypeReport {
  public:
-  void note(const std::string& name, const TensorView& t, DType requested, DType stored, const std::string& reason);
+  void note(const std::string& name, const TensorView& t, DType requested, DType stored,
+            const std::string& reason);
   int64_t tensors() const { return tensors_; }
   // "143 tensors: 120 q4_k, 10 q8_0, 13 f32"
   std::string summary() const;

@@ -69,12 +69,18 @@ struct Value {
 bool truthy(const Value& v) {
   switch (v.kind) {
     case Value::Undefined:
-    case Value::None: return false;
-    case Value::Bool: return v.b;
-    case Value::Int: return v.i != 0;
-    case Value::Str: return !v.s.empty();
-    case Value::ListKind: return !v.list->empty();
-    case Value::DictKind: return !v.dict->empty();
+    case Value::None:
+      return false;
+    case Value::Bool:
+      return v.b;
+    case Value::Int:
+      return v.i != 0;
+    case Value::Str:
+      return !v.s.empty();
+    case Value::ListKind:
+      return !v.list->empty();
+    case Value::DictKind:
+      return !v.dict->empty();
   }
   return false;
 }
@@ -87,11 +93,16 @@ std::string quoted(const std::string& s) {
 
 std::string to_text(const Value& v, bool repr = false) {
   switch (v.kind) {
-    case Value::Undefined: return "";
-    case Value::None: return "None";
-    case Value::Bool: return v.b ? "True" : "False";
-    case Value::Int: return std::to_string(v.i);
-    case Value::Str: return repr ? quoted(v.s) : v.s;
+    case Value::Undefined:
+      return "";
+    case Value::None:
+      return "None";
+    case Value::Bool:
+      return v.b ? "True" : "False";
+    case Value::Int:
+      return std::to_string(v.i);
+    case Value::Str:
+      return repr ? quoted(v.s) : v.s;
     case Value::ListKind: {
       std::string out = "[";
       for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + to_text((*v.list)[k], true);
@@ -113,19 +124,25 @@ std::string to_text(const Value& v, bool repr = false) {
 std::string json_text(const Value& v) {
   switch (v.kind) {
     case Value::Undefined:
-    case Value::None: return "null";
-    case Value::Bool: return v.b ? "true" : "false";
-    case Value::Int: return std::to_string(v.i);
+    case Value::None:
+      return "null";
+    case Value::Bool:
+      return v.b ? "true" : "false";
+    case Value::Int:
+      return std::to_string(v.i);
     case Value::Str: {
       std::string out = "\"";
       for (unsigned char c : v.s) {
-        if (c == '"' || c == '\\') out += std::string("\\") + char(c);
-        else if (c == '\n') out += "\\n";
+        if (c == '"' || c == '\\')
+          out += std::string("\\") + char(c);
+        else if (c == '\n')
+          out += "\\n";
         else if (c < 0x20) {
           char buf[8];
           std::snprintf(buf, sizeof buf, "\\u%04x", c);
           out += buf;
-        } else out += char(c);
+        } else
+          out += char(c);
       }
       return out + "\"";
     }
@@ -153,15 +170,19 @@ bool equal(const Value& a, const Value& b) {
   if (a.kind != b.kind) return false;
   switch (a.kind) {
     case Value::Undefined:
-    case Value::None: return true;
-    case Value::Str: return a.s == b.s;
+    case Value::None:
+      return true;
+    case Value::Str:
+      return a.s == b.s;
     case Value::ListKind:
       if (a.list->size() != b.list->size()) return false;
       for (size_t k = 0; k < a.list->size(); ++k)
         if (!equal((*a.list)[k], (*b.list)[k])) return false;
       return true;
-    case Value::DictKind: return a.dict == b.dict;
-    default: return false;
+    case Value::DictKind:
+      return a.dict == b.dict;
+    default:
+      return false;
   }
 }
 
@@ -229,7 +250,21 @@ std::vector<Token> lex_expression(const std::string& src) {
 struct Expr;
 using ExprPtr = std::shared_ptr<Expr>;
 struct Expr {
-  enum Kind { Literal, Name, Attr, Index, Slice, Call, Filter, Test, Unary, Binary, Cond, ListLit, DictLit } kind;
+  enum Kind {
+    Literal,
+    Name,
+    Attr,
+    Index,
+    Slice,
+    Call,
+    Filter,
+    Test,
+    Unary,
+    Binary,
+    Cond,
+    ListLit,
+    DictLit
+  } kind;
   std::string name;  // Name, Attr, Filter, Test, Unary / Binary operator
   Value literal;
   std::vector<ExprPtr> args;  // operands / arguments (nullptr: an absent slice bound)
@@ -382,7 +417,8 @@ class ExprParser {
   void call_arguments(Expr& call) {
     expect_op("(");
     while (!at_op(")")) {
-      if (peek().kind == Token::Name && tokens_[pos_ + 1].kind == Token::Op && tokens_[pos_ + 1].text == "=") {
+      if (peek().kind == Token::Name && tokens_[pos_ + 1].kind == Token::Op &&
+          tokens_[pos_ + 1].text == "=") {
         const std::string key = next().text;
         ++pos_;
         call.kwargs.emplace_back(key, parse());
@@ -437,10 +473,14 @@ class ExprParser {
     }
     if (t.kind == Token::Name) {
       auto e = node(Expr::Literal);
-      if (t.text == "true" || t.text == "True") e->literal = Value::boolean(true);
-      else if (t.text == "false" || t.text == "False") e->literal = Value::boolean(false);
-      else if (t.text == "none" || t.text == "None") e->literal = Value::none();
-      else return node(Expr::Name, t.text);
+      if (t.text == "true" || t.text == "True")
+        e->literal = Value::boolean(true);
+      else if (t.text == "false" || t.text == "False")
+        e->literal = Value::boolean(false);
+      else if (t.text == "none" || t.text == "None")
+        e->literal = Value::none();
+      else
+        return node(Expr::Name, t.text);
       return e;
     }
     if (t.kind == Token::Op && t.text == "(") {
@@ -483,11 +523,11 @@ struct Node;
 using Body = std::vector<std::shared_ptr<Node>>;
 struct Node {
   enum Kind { Text, Output, If, For, Set } kind;
-  std::string text;                                  // Text
-  ExprPtr expr;                                      // Output, For (iterable), Set (value)
-  std::vector<std::pair<ExprPtr, Body>> branches;    // If: (condition, body), else as a null condition
-  std::vector<std::string> vars;                     // For: loop variables; Set: target (name [, attribute])
-  Body body, else_body;                              // For
+  std::string text;                                // Text
+  ExprPtr expr;                                    // Output, For (iterable), Set (value)
+  std::vector<std::pair<ExprPtr, Body>> branches;  // If: (condition, body), else as a null condition
+  std::vector<std::string> vars;                   // For: loop variables; Set: target (name [, attribute])
+  Body body, else_body;                            // For
 };
 
 struct Piece {
@@ -500,12 +540,12 @@ struct Piece {
 std::vector<Piece> split_template(const std::string& src) {
   std::vector<Piece> out;
   size_t i = 0;
-  bool strip_next = false;  // the previous tag ended with '-'
+  bool strip_next = false;    // the previous tag ended with '-'
   bool trim_newline = false;  // the previous tag was a block tag (trim_blocks)
   while (i <= src.size()) {
     size_t open = src.find('{', i);
-    while (open != std::string::npos && open + 1 < src.size() && src[open + 1] != '{' && src[open + 1] != '%' &&
-           src[open + 1] != '#')
+    while (open != std::string::npos && open + 1 < src.size() && src[open + 1] != '{' &&
+           src[open + 1] != '%' && src[open + 1] != '#')
       open = src.find('{', open + 1);
     if (open != std::string::npos && open + 1 >= src.size()) open = std::string::npos;
     std::string text = src.substr(i, (open == std::string::npos ? src.size() : open) - i);
@@ -530,7 +570,8 @@ std::vector<Piece> split_template(const std::string& src) {
       // lstrip_blocks: spaces and tabs from the start of the line up to a block tag.
       const size_t line_start = text.find_last_of('\n');
       const std::string tail = text.substr(line_start == std::string::npos ? 0 : line_start + 1);
-      if (tail.find_first_not_of(" \t") == std::string::npos && (line_start != std::string::npos || begins_line))
+      if (tail.find_first_not_of(" \t") == std::string::npos &&
+          (line_start != std::string::npos || begins_line))
         text.resize(text.size() - tail.size());
     }
     if (!text.empty()) out.push_back({Piece::Text, text});
@@ -542,7 +583,8 @@ std::vector<Piece> split_template(const std::string& src) {
     strip_next = body_end > body_start && src[body_end - 1] == '-';
     if (strip_next) --body_end;
     if (kind != '#')
-      out.push_back({kind == '{' ? Piece::Expression : Piece::Statement, src.substr(body_start, body_end - body_start)});
+      out.push_back({kind == '{' ? Piece::Expression : Piece::Statement,
+                     src.substr(body_start, body_end - body_start)});
     trim_newline = kind != '{';
     i = end + 2;
   }
@@ -599,7 +641,9 @@ class TemplateParser {
   // The expression after the keyword of the statement just read.
   static std::string after_keyword(const std::string& statement) {
     size_t i = statement.find_first_not_of(" \t\r\n");
-    while (i < statement.size() && (std::isalnum(static_cast<unsigned char>(statement[i])) || statement[i] == '_')) ++i;
+    while (i < statement.size() &&
+           (std::isalnum(static_cast<unsigned char>(statement[i])) || statement[i] == '_'))
+      ++i;
     return statement.substr(i);
   }
 
@@ -671,8 +715,12 @@ class Renderer {
   void run(const Body& body, std::string& out) {
     for (const auto& n : body) {
       switch (n->kind) {
-        case Node::Text: out += n->text; break;
-        case Node::Output: out += to_text(eval(*n->expr)); break;
+        case Node::Text:
+          out += n->text;
+          break;
+        case Node::Output:
+          out += to_text(eval(*n->expr));
+          break;
         case Node::If:
           for (const auto& [cond, branch] : n->branches)
             if (!cond || truthy(eval(*cond))) {
@@ -686,8 +734,8 @@ class Renderer {
             scopes_.back()[n->vars[0]] = v;
           } else {
             Value target = lookup(n->vars[0]);
-            check(target.kind == Value::DictKind, "chat template: {% set " + n->vars[0] + "." + n->vars[1] +
-                                                      " %} needs a namespace()");
+            check(target.kind == Value::DictKind,
+                  "chat template: {% set " + n->vars[0] + "." + n->vars[1] + " %} needs a namespace()");
             bool found = false;
             for (auto& [k, old] : *target.dict)
               if (k == n->vars[1]) {
@@ -698,7 +746,9 @@ class Renderer {
           }
           break;
         }
-        case Node::For: run_for(*n, out); break;
+        case Node::For:
+          run_for(*n, out);
+          break;
       }
     }
   }
@@ -714,7 +764,8 @@ class Renderer {
     } else if (seq.kind == Value::Str) {
       for (char c : seq.s) items.push_back(Value::str(std::string(1, c)));
     } else {
-      check(seq.kind == Value::Undefined || seq.kind == Value::None, "chat template: cannot loop over " + to_text(seq));
+      check(seq.kind == Value::Undefined || seq.kind == Value::None,
+            "chat template: cannot loop over " + to_text(seq));
     }
     if (items.empty()) {
       run(n.else_body, out);
@@ -728,7 +779,8 @@ class Renderer {
         scope[n.vars[0]] = item;
       } else {
         check(item.kind == Value::ListKind && item.list->size() == n.vars.size(),
-              "chat template: cannot unpack " + to_text(item) + " into " + std::to_string(n.vars.size()) + " names");
+              "chat template: cannot unpack " + to_text(item) + " into " + std::to_string(n.vars.size()) +
+                  " names");
         for (size_t v = 0; v < n.vars.size(); ++v) scope[n.vars[v]] = (*item.list)[v];
       }
       scope["loop"] = Value::make_dict({{"index", Value::integer(k + 1)},
@@ -755,12 +807,13 @@ class Renderer {
   }
 
   static int64_t as_int(const Value& v, const std::string& what) {
-    check(v.kind == Value::Int || v.kind == Value::Bool, "chat template: " + what + " needs an integer, got " +
-                                                             to_text(v, true));
+    check(v.kind == Value::Int || v.kind == Value::Bool,
+          "chat template: " + what + " needs an integer, got " + to_text(v, true));
     return v.kind == Value::Int ? v.i : v.b;
   }
 
-  static std::string strip(const std::string& s, bool left, bool right, const std::string& chars = " \t\r\n") {
+  static std::string strip(const std::string& s, bool left, bool right,
+                           const std::string& chars = " \t\r\n") {
     size_t a = 0, b = s.size();
     if (left) {
       a = s.find_first_not_of(chars);
@@ -772,8 +825,10 @@ class Renderer {
 
   Value eval(const Expr& e) {
     switch (e.kind) {
-      case Expr::Literal: return e.literal;
-      case Expr::Name: return lookup(e.name);
+      case Expr::Literal:
+        return e.literal;
+      case Expr::Name:
+        return lookup(e.name);
       case Expr::ListLit: {
         List items;
         for (const auto& a : e.args) items.push_back(eval(*a));
@@ -781,7 +836,8 @@ class Renderer {
       }
       case Expr::DictLit: {
         Dict d;
-        for (size_t k = 0; k + 1 < e.args.size(); k += 2) d.emplace_back(to_text(eval(*e.args[k])), eval(*e.args[k + 1]));
+        for (size_t k = 0; k + 1 < e.args.size(); k += 2)
+          d.emplace_back(to_text(eval(*e.args[k])), eval(*e.args[k + 1]));
         return Value::make_dict(std::move(d));
       }
       case Expr::Attr: {
@@ -801,14 +857,16 @@ class Renderer {
           int64_t k = as_int(key, "an index");
           if (k < 0) k += n;
           if (k < 0 || k >= n) return Value();
-          return obj.kind == Value::ListKind ? (*obj.list)[size_t(k)] : Value::str(obj.s.substr(size_t(k), 1));
+          return obj.kind == Value::ListKind ? (*obj.list)[size_t(k)]
+                                             : Value::str(obj.s.substr(size_t(k), 1));
         }
         return Value();
       }
       case Expr::Slice: {
         const Value obj = eval(*e.args[0]);
         const int64_t n = obj.kind == Value::ListKind ? int64_t(obj.list->size()) : int64_t(obj.s.size());
-        check(obj.kind == Value::ListKind || obj.kind == Value::Str, "chat template: cannot slice " + to_text(obj, true));
+        check(obj.kind == Value::ListKind || obj.kind == Value::Str,
+              "chat template: cannot slice " + to_text(obj, true));
         auto bound = [&](const ExprPtr& b, int64_t fallback) {
           if (!b) return fallback;
           int64_t k = as_int(eval(*b), "a slice");
@@ -819,16 +877,21 @@ class Renderer {
         if (obj.kind == Value::Str) return Value::str(obj.s.substr(size_t(lo), size_t(hi - lo)));
         return Value::make_list(List(obj.list->begin() + lo, obj.list->begin() + hi));
       }
-      case Expr::Cond: return truthy(eval(*e.args[1])) ? eval(*e.args[0]) : eval(*e.args[2]);
+      case Expr::Cond:
+        return truthy(eval(*e.args[1])) ? eval(*e.args[0]) : eval(*e.args[2]);
       case Expr::Unary: {
         const Value a = eval(*e.args[0]);
         if (e.name == "not") return Value::boolean(!truthy(a));
         return Value::integer(-as_int(a, "'-'"));
       }
-      case Expr::Binary: return binary(e);
-      case Expr::Test: return Value::boolean(test(e.name, eval(*e.args[0])) != e.negate);
-      case Expr::Filter: return filter(e);
-      case Expr::Call: return call(e);
+      case Expr::Binary:
+        return binary(e);
+      case Expr::Test:
+        return Value::boolean(test(e.name, eval(*e.args[0])) != e.negate);
+      case Expr::Filter:
+        return filter(e);
+      case Expr::Call:
+        return call(e);
     }
     return Value();
   }
@@ -868,12 +931,16 @@ class Renderer {
     }
     if (e.name == "<" || e.name == ">" || e.name == "<=" || e.name == ">=") {
       int cmp;
-      if (a.kind == Value::Str && b.kind == Value::Str) cmp = a.s.compare(b.s);
+      if (a.kind == Value::Str && b.kind == Value::Str)
+        cmp = a.s.compare(b.s);
       else {
         const int64_t x = as_int(a, "a comparison"), y = as_int(b, "a comparison");
         cmp = x < y ? -1 : x > y ? 1 : 0;
       }
-      return Value::boolean(e.name == "<" ? cmp < 0 : e.name == ">" ? cmp > 0 : e.name == "<=" ? cmp <= 0 : cmp >= 0);
+      return Value::boolean(e.name == "<"    ? cmp < 0
+                            : e.name == ">"  ? cmp > 0
+                            : e.name == "<=" ? cmp <= 0
+                                             : cmp >= 0);
     }
     if (e.name == "*" && a.kind == Value::Str) {
       std::string out;
@@ -896,7 +963,8 @@ class Renderer {
     if (name == "number" || name == "integer") return v.kind == Value::Int;
     if (name == "boolean") return v.kind == Value::Bool;
     if (name == "mapping") return v.kind == Value::DictKind;
-    if (name == "iterable") return v.kind == Value::ListKind || v.kind == Value::Str || v.kind == Value::DictKind;
+    if (name == "iterable")
+      return v.kind == Value::ListKind || v.kind == Value::Str || v.kind == Value::DictKind;
     if (name == "sequence") return v.kind == Value::ListKind || v.kind == Value::Str;
     if (name == "true") return v.kind == Value::Bool && v.b;
     if (name == "false") return v.kind == Value::Bool && !v.b;
@@ -913,7 +981,9 @@ class Renderer {
     if (f == "trim") return Value::str(strip(to_text(v), true, true));
     if (f == "upper" || f == "lower") {
       std::string s = to_text(v);
-      for (char& c : s) c = char(f == "upper" ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+      for (char& c : s)
+        c = char(f == "upper" ? std::toupper(static_cast<unsigned char>(c))
+                              : std::tolower(static_cast<unsigned char>(c)));
       return Value::str(s);
     }
     if (f == "length" || f == "count") {
@@ -921,7 +991,8 @@ class Renderer {
       if (v.kind == Value::DictKind) return Value::integer(int64_t(v.dict->size()));
       return Value::integer(int64_t(to_text(v).size()));
     }
-    if (f == "default" || f == "d") return v.kind == Value::Undefined ? (args.empty() ? Value::str("") : args[0]) : v;
+    if (f == "default" || f == "d")
+      return v.kind == Value::Undefined ? (args.empty() ? Value::str("") : args[0]) : v;
     if (f == "first" || f == "last") {
       if (v.kind != Value::ListKind || v.list->empty()) return Value();
       return f == "first" ? v.list->front() : v.list->back();
@@ -967,7 +1038,8 @@ class Renderer {
         for (int64_t k = lo; k < hi; ++k) out.push_back(Value::integer(k));
         return Value::make_list(std::move(out));
       }
-      throw Error("chat template: the function '" + callee.name + "' is not supported by canvas's Jinja subset");
+      throw Error("chat template: the function '" + callee.name +
+                  "' is not supported by canvas's Jinja subset");
     }
     check(callee.kind == Expr::Attr, "chat template: only functions and methods can be called");
     const Value obj = eval(*callee.args[0]);
@@ -980,22 +1052,26 @@ class Renderer {
       if (m == "rstrip") return Value::str(strip(s, false, true, chars));
       if (m == "upper" || m == "lower") {
         std::string t = s;
-        for (char& c : t) c = char(m == "upper" ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+        for (char& c : t)
+          c = char(m == "upper" ? std::toupper(static_cast<unsigned char>(c))
+                                : std::tolower(static_cast<unsigned char>(c)));
         return Value::str(t);
       }
       if (m == "title") {
         std::string t = s;
         bool start = true;
         for (char& c : t) {
-          c = char(start ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+          c = char(start ? std::toupper(static_cast<unsigned char>(c))
+                         : std::tolower(static_cast<unsigned char>(c)));
           start = !std::isalpha(static_cast<unsigned char>(c));
         }
         return Value::str(t);
       }
       if (m == "startswith" || m == "endswith") {
         const std::string p = args.empty() ? "" : to_text(args[0]);
-        const bool yes = p.size() <= s.size() && (m == "startswith" ? s.compare(0, p.size(), p) == 0
-                                                                     : s.compare(s.size() - p.size(), p.size(), p) == 0);
+        const bool yes =
+            p.size() <= s.size() && (m == "startswith" ? s.compare(0, p.size(), p) == 0
+                                                       : s.compare(s.size() - p.size(), p.size(), p) == 0);
         return Value::boolean(yes);
       }
       if (m == "split") {
