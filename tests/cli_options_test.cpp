@@ -380,6 +380,14 @@ TEST(CliChat, FormatFromTheModelsChatTemplate) {
   const auto refused = run_canvas("chat -m " + strict + " --system be -n 4 -t 1" + hello);
   EXPECT_EQ(refused.exit_code, 0) << refused.output;
   EXPECT_TRUE(has(refused.output, "System role not supported; turn skipped")) << refused.output;
+  // A Hugging Face checkpoint directory: tokenizer_config.json's chat_template.
+  const std::string hf = dir.path("hf");
+  std::filesystem::copy(test::fixture("tiny-diffusion-gemma"), hf, std::filesystem::copy_options::recursive);
+  std::ofstream(hf + "/tokenizer_config.json")
+      << R"({"chat_template": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"})";
+  const auto from_dir = run_canvas("chat -m " + hf + " -n 4 --steps 2 -t 1" + hello);
+  EXPECT_EQ(from_dir.exit_code, 0) << from_dir.output;
+  EXPECT_TRUE(has(from_dir.output, "format the model's (tokenizer.chat_template)")) << from_dir.output;
   const auto bad = run_canvas("chat -m " + chatml + " --template jinja -n 4" + hello);
   EXPECT_TRUE(has(bad.output, "unknown chat format 'jinja'")) << bad.output;
 }
@@ -510,6 +518,7 @@ TEST(CliFiles, ConvertReportsExactlyWhatItWrote) {
   EXPECT_TRUE(has(r.output, summary_from_inspect(out) + " (requested q4_k)"))
       << r.output << "\ninspect says " << summary_from_inspect(out);
   EXPECT_TRUE(has(r.output, "instead of q4_k")) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("\\[\\d+ tensors in [0-9.]+ s"))) << r.output;  // progress
 }
 
 TEST(CliScore, LongTextIsScoredInWindows) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -17,6 +18,7 @@
 #include "decode/masked.h"
 #include "decode/uniform_state.h"
 #include "io/gguf.h"
+#include "io/json.h"
 #include "model/model.h"
 #include "text_model.h"
 
@@ -28,7 +30,8 @@ const Command kChat{
     "canvas chat [-m MODEL] [options] < LINES",
     R"(Talks with a model: each line read from stdin is one user turn, added to the conversation, which is
 rendered in the model's chat format; the reply is streamed to stdout on its own line, then a stats line
-goes to stderr. The format is the model file's tokenizer.chat_template, rendered by canvas's Jinja
+goes to stderr. The format is the model's chat template (a GGUF's tokenizer.chat_template, a
+checkpoint's tokenizer_config.json chat_template), rendered by canvas's Jinja
 subset (what the Gemma, LLaDA and Dream templates use); without one, or when the template needs more
 than the subset, the built-in Gemma 4 format (a notice says so). The reply ends at the first EOS id (for
 DiffusionGemma {1, 106, 50}) or at the format's end-of-turn token or text. When the conversation no longer fits
@@ -161,7 +164,15 @@ int cmd_chat(int argc, char** argv) {
   const std::string bos = c.bos_token >= 0 ? tokenizer.token_piece(c.bos_token) : "";
   const std::string eos = c.eos_token >= 0 ? tokenizer.token_piece(c.eos_token) : "";
   if (template_name == "auto") {
-    const std::string jinja = model.file ? model.file->get_string("tokenizer.chat_template", "") : "";
+    // A GGUF's tokenizer.chat_template, or tokenizer_config.json's chat_template beside a checkpoint.
+    std::string jinja;
+    if (model.file) {
+      jinja = model.file->get_string("tokenizer.chat_template", "");
+    } else {
+      const std::filesystem::path config =
+          std::filesystem::path(checkpoint_directory(model, model_path)) / "tokenizer_config.json";
+      if (std::filesystem::exists(config)) jinja = JsonDocument::load(config.string()).get_string("chat_template", "");
+    }
     format_origin = "built-in (the model has no tokenizer.chat_template)";
     if (!jinja.empty()) {
       try {
