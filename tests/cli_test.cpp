@@ -44,7 +44,7 @@ TEST(Cli, BadInputGivesClearErrors) {
       {"generate -m /nonexistent.gguf -p hi", "/nonexistent.gguf"},
       {"generate -m " + model + " -p hi --cache sideways", "unknown cache mode"},
       {"generate -m " + model + " -p hi --algorithm best", "unknown unmasking order"},
-      {"generate -m " + model + " -p hi -n 30 --block-length 8", "not a multiple of the block length"},
+      {"generate -m " + model + " -p hi -n 32 --block-length 8 --steps 6", "multiple of the number of blocks"},
       {"generate -m " + model + " -p hi -n 100000", "context length"},
       {"generate -m " + model + " -p hi --bogus", "unknown option --bogus"},
       {"generate -m " + model + " -p hi -n abc", "not an integer"},

@@ -321,13 +321,13 @@ std::string json_tokens(const std::string& s) {
 TEST(StreamHeadCli, GenerateChatAndBench) {
   auto r = test::run_canvas("generate --help");
   EXPECT_NE(r.output.find("--stream-head"), std::string::npos);
-  const std::string base = "generate -m " + model_dir() + " -p 'the sea' -n 20 --block-length 10 --steps 4 --json";
+  const std::string base = "generate -s 0 -m " + model_dir() + " -p 'the sea' -n 20 --block-length 10 --steps 4 --json";
   const auto one = test::run_canvas(base + " --stream-head -t 1", false);
   const auto two = test::run_canvas(base + " --stream-head -t 2", false);
   ASSERT_EQ(one.exit_code, 0) << one.output;
   EXPECT_FALSE(json_tokens(one.output).empty()) << one.output;
   EXPECT_EQ(json_tokens(one.output), json_tokens(two.output));
-  r = test::run_canvas("generate -m " + model_dir() + " -p hi -n 4 --mode ar --stream-head");
+  r = test::run_canvas("generate -s 0 -m " + model_dir() + " -p hi -n 4 --mode ar --stream-head");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--stream-head applies to"), std::string::npos) << r.output;
   test::TempDir tmp;

@@ -1,18 +1,207 @@
-// Argument parsing for the CLI.
+// Argument parsing for the CLI: option tables, --help formatting, suggestions for unknown options.
 #include "args.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <thread>
 
 #include "core/error.h"
 
 namespace canvas::cli {
+namespace {
+
+std::vector<std::string> split_names(const std::string& names) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i <= names.size()) {
+    size_t j = names.find(',', i);
+    if (j == std::string::npos) j = names.size();
+    std::string n = names.substr(i, j - i);
+    n.erase(0, n.find_first_not_of(' '));
+    n.erase(n.find_last_not_of(' ') + 1);
+    if (!n.empty()) out.push_back(n);
+    i = j + 1;
+  }
+  return out;
+}
+
+// The key of an option: its first "--long" spelling without the dashes (else the first spelling's).
+std::string option_key(const std::vector<std::string>& names) {
+  for (const std::string& n : names)
+    if (n.rfind("--", 0) == 0) return n.substr(2);
+  return names.empty() ? "" : names[0].substr(names[0].find_first_not_of('-'));
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// llama.cpp (llama-cli, llama-server) flags canvas has no spelling for, and what canvas does instead.
+// Flags canvas does have under llama.cpp's name (-n/--n-predict, --temp/--temperature, -f/--file,
+// -r/--reverse-prompt, -sys/--system-prompt, -s/--seed, -t/--threads) are accepted directly.
+const std::map<std::string, std::string>& llama_cpp_flags() {
+  static const std::map<std::string, std::string> flags = {
+      {"-c",
+       "llama.cpp's context size: canvas takes the context length from the model (canvas inspect shows it)"},
+      {"--ctx-size",
+       "llama.cpp's context size: canvas takes the context length from the model (canvas inspect shows it)"},
+      {"-ngl", "llama.cpp's GPU offload: canvas runs on the CPU"},
+      {"--n-gpu-layers", "llama.cpp's GPU offload: canvas runs on the CPU"},
+      {"--gpu-layers", "llama.cpp's GPU offload: canvas runs on the CPU"},
+      {"-b", "llama.cpp's batch size: canvas processes the prompt in one pass"},
+      {"--batch-size", "llama.cpp's batch size: canvas processes the prompt in one pass"},
+      {"-ub", "llama.cpp's micro-batch size: canvas processes the prompt in one pass"},
+      {"--ubatch-size", "llama.cpp's micro-batch size: canvas processes the prompt in one pass"},
+      {"-tb", "llama.cpp's batch threads: canvas uses -t for everything"},
+      {"--threads-batch", "llama.cpp's batch threads: canvas uses -t for everything"},
+      {"--repeat-last-n",
+       "llama.cpp's penalty window: canvas's --repeat-penalty looks at the last 64 tokens"},
+      {"-cnv", "llama.cpp's conversation mode: use canvas chat"},
+      {"--conversation", "llama.cpp's conversation mode: use canvas chat"},
+      {"-i", "llama.cpp's interactive mode: use canvas chat"},
+      {"--interactive", "llama.cpp's interactive mode: use canvas chat"},
+      {"--mirostat",
+       "llama.cpp's mirostat sampler: not in canvas (it has --temp, --top-k, --top-p, --min-p, "
+       "--repeat-penalty)"},
+      {"--typical",
+       "llama.cpp's typical sampling: not in canvas (it has --temp, --top-k, --top-p, --min-p, "
+       "--repeat-penalty)"},
+      {"--presence-penalty", "llama.cpp's presence penalty: not in canvas (it has --repeat-penalty)"},
+      {"--frequency-penalty", "llama.cpp's frequency penalty: not in canvas (it has --repeat-penalty)"},
+      {"-fa", "llama.cpp's flash attention: canvas's attention is always tiled"},
+      {"--flash-attn", "llama.cpp's flash attention: canvas's attention is always tiled"},
+      {"--mlock", "llama.cpp's --mlock: canvas memory-maps the weights"},
+      {"--no-mmap", "llama.cpp's --no-mmap: canvas always memory-maps the weights"},
+      {"-hf",
+       "llama.cpp's Hugging Face download: canvas downloads nothing; give -m with a local GGUF or HF "
+       "directory"},
+      {"--hf-repo",
+       "llama.cpp's Hugging Face download: canvas downloads nothing; give -m with a local GGUF or HF "
+       "directory"},
+      {"--color", "canvas colours nothing but --visual"},
+      {"--grammar", "llama.cpp's grammars: not in canvas"},
+  };
+  return flags;
+}
+
+std::string wrap_help(const std::string& names_and_value, const std::string& help) {
+  constexpr size_t kColumn = 28;
+  std::string out = "  " + names_and_value;
+  size_t start = 0;
+  bool first = true;
+  while (start <= help.size()) {
+    size_t end = help.find('\n', start);
+    if (end == std::string::npos) end = help.size();
+    const std::string line = help.substr(start, end - start);
+    if (first) {
+      if (out.size() + 1 > kColumn) {
+        out += "\n" + std::string(kColumn, ' ');
+      } else {
+        out += std::string(kColumn - out.size(), ' ');
+      }
+      first = false;
+    } else {
+      out += "\n" + std::string(kColumn, ' ');
+    }
+    out += line;
+    start = end + 1;
+  }
+  return out + "\n";
+}
+
+}  // namespace
+
+std::string format_help(const Command& command) {
+  std::string out = "usage: " + command.synopsis + "\n";
+  if (!command.about.empty()) out += "\n" + command.about + (command.about.back() == '\n' ? "" : "\n");
+  if (!command.options.empty()) out += "\n";
+  for (const Option& o : command.options) {
+    if (o.hidden) continue;
+    if (o.names.empty()) {
+      out += o.help + "\n";
+      continue;
+    }
+    std::string spelled;
+    const std::vector<std::string> names = split_names(o.names);
+    // Short spellings line up under each other: "  -m, --model" and "      --steps".
+    if (names[0].rfind("--", 0) != 0) {
+      for (size_t i = 0; i < names.size(); ++i) spelled += (i ? ", " : "") + names[i];
+    } else {
+      spelled = "    ";
+      for (size_t i = 0; i < names.size(); ++i) spelled += (i ? ", " : "") + names[i];
+    }
+    if (!o.value.empty()) spelled += " " + o.value;
+    std::string help = o.help;
+    if (o.repeatable) help += " (repeatable)";
+    out += wrap_help(spelled, help);
+  }
+  if (!command.notes.empty()) out += "\n" + command.notes + (command.notes.back() == '\n' ? "" : "\n");
+  return out;
+}
+
+std::string unknown_option_message(const std::string& option, const std::vector<std::string>& known) {
+  std::string message = "unknown option " + option;
+  auto llama = llama_cpp_flags().find(option);
+  if (llama != llama_cpp_flags().end()) return message + " (" + llama->second + ")";
+  std::string best;
+  size_t best_distance = std::string::npos;
+  for (const std::string& k : known) {
+    // Prefix matches ("--temperat" for "--temperature") count as close.
+    const size_t d = (k.rfind(option, 0) == 0 && option.size() >= 4) ? 1 : edit_distance(option, k);
+    if (d < best_distance) {
+      best_distance = d;
+      best = k;
+    }
+  }
+  const size_t allowed = std::max<size_t>(2, option.size() / 3);
+  if (!best.empty() && best_distance <= allowed) return message + "; did you mean " + best + "? (see --help)";
+  return message + " (see --help)";
+}
+
+Args::Args(const Command& command, int argc, char** argv, int first) {
+  std::map<std::string, std::string> aliases;
+  std::set<std::string> value_flags, switches, repeatable;
+  for (const Option& o : command.options) {
+    if (o.names.empty()) continue;
+    const std::vector<std::string> names = split_names(o.names);
+    const std::string key = option_key(names);
+    for (const std::string& n : names) aliases[n] = key;
+    (o.value.empty() ? switches : value_flags).insert(key);
+    if (o.repeatable) repeatable.insert(key);
+  }
+  parse(argc, argv, first, aliases, value_flags, switches);
+  for (const auto& [key, values] : values_) {
+    if (repeatable.count(key) || values.size() < 2) continue;
+    for (const std::string& v : values)
+      check(v == values[0],
+            "option --" + key + " given twice with different values ('" + values[0] + "' and '" + v + "')");
+  }
+}
 
 Args::Args(int argc, char** argv, int first, const std::map<std::string, std::string>& aliases,
            const std::set<std::string>& value_flags, const std::set<std::string>& switches) {
+  parse(argc, argv, first, aliases, value_flags, switches);
+}
+
+void Args::parse(int argc, char** argv, int first, const std::map<std::string, std::string>& aliases,
+                 const std::set<std::string>& value_flags, const std::set<std::string>& switches) {
   for (int i = first; i < argc; ++i) {
     std::string arg = argv[i];
+    // "-" alone (stdin) and negative numbers are positional.
     if (arg.size() < 2 || arg[0] != '-' || (arg[1] >= '0' && arg[1] <= '9')) {
       positional_.push_back(arg);
       continue;
@@ -29,41 +218,52 @@ Args::Args(int argc, char** argv, int first, const std::map<std::string, std::st
     const std::string name = alias != aliases.end() ? alias->second : arg;
     if (switches.count(name)) {
       check(!has_value, "option " + arg + " takes no value");
-      values_[name] = "1";
+      values_[name].push_back("1");
     } else if (value_flags.count(name)) {
       if (!has_value) {
         check(i + 1 < argc, "option " + arg + " needs a value");
         value = argv[++i];
       }
-      values_[name] = value;
+      values_[name].push_back(value);
     } else {
-      throw Error("unknown option " + arg + " (see --help)");
+      std::vector<std::string> known;
+      for (const auto& [spelling, key] : aliases) known.push_back(spelling);
+      for (const std::string& k : value_flags) known.push_back("--" + k);
+      for (const std::string& k : switches) known.push_back("--" + k);
+      throw Error(unknown_option_message(arg, known));
     }
   }
 }
 
 std::string Args::get(const std::string& name, const std::string& fallback) const {
   auto it = values_.find(name);
-  return it == values_.end() ? fallback : it->second;
+  return it == values_.end() ? fallback : it->second.back();
+}
+
+std::vector<std::string> Args::get_all(const std::string& name) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? std::vector<std::string>{} : it->second;
 }
 
 int64_t Args::get_int(const std::string& name, int64_t fallback) const {
-  auto it = values_.find(name);
-  if (it == values_.end()) return fallback;
+  if (!has(name)) return fallback;
+  const std::string text = get(name, "");
   char* end = nullptr;
   errno = 0;
-  const long long v = std::strtoll(it->second.c_str(), &end, 10);
-  check(errno == 0 && end != it->second.c_str() && *end == 0, "option " + name + ": '" + it->second + "' is not an integer");
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  check(errno == 0 && end != text.c_str() && *end == 0,
+        "option " + name + ": '" + text + "' is not an integer");
   return v;
 }
 
 double Args::get_float(const std::string& name, double fallback) const {
-  auto it = values_.find(name);
-  if (it == values_.end()) return fallback;
+  if (!has(name)) return fallback;
+  const std::string text = get(name, "");
   char* end = nullptr;
   errno = 0;
-  const double v = std::strtod(it->second.c_str(), &end);
-  check(errno == 0 && end != it->second.c_str() && *end == 0, "option " + name + ": '" + it->second + "' is not a number");
+  const double v = std::strtod(text.c_str(), &end);
+  check(errno == 0 && end != text.c_str() && *end == 0,
+        "option " + name + ": '" + text + "' is not a number");
   return v;
 }
 
@@ -86,25 +286,63 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& f
   return ids;
 }
 
-bool wants_help(int argc, char** argv) {
-  for (int i = 2; i < argc; ++i) {
+bool wants_help(int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") return true;
   }
   return false;
 }
 
+bool print_help_if_asked(const Command& command, int argc, char** argv, int first) {
+  if (!wants_help(argc, argv, first)) return false;
+  std::fputs(format_help(command).c_str(), stdout);
+  return true;
+}
+
+std::string data_dir() {
+#ifdef CANVAS_DATA_DIR
+  return CANVAS_DATA_DIR;
+#else
+  return "";
+#endif
+}
+
 std::string shipped_model_path(const std::string& name, const std::string& help_command) {
   const std::string relative = "models/" + name;
-  for (const std::string& dir : {std::string("."), std::string(CANVAS_SOURCE_DIR)}) {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("CANVAS_DATA_DIR"); env && *env) dirs.push_back(env);
+  dirs.push_back(".");
+  // An installed tree moved elsewhere (cmake --install --prefix P): P/bin/canvas finds P/share/canvas.
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) dirs.push_back((exe.parent_path().parent_path() / "share" / "canvas").string());
+  if (!data_dir().empty()) dirs.push_back(data_dir());
+  dirs.push_back(CANVAS_SOURCE_DIR);
+  std::string searched;
+  for (const std::string& dir : dirs) {
     const std::string path = dir + "/" + relative;
     if (FILE* f = std::fopen(path.c_str(), "rb")) {
       std::fclose(f);
       return path;
     }
+    searched += (searched.empty() ? "" : ", ") + dir;
   }
-  throw Error("no model given (-m FILE.gguf) and the default model " + relative + " was not found in . or " +
-              CANVAS_SOURCE_DIR + "; see " + help_command + " --help");
+  throw Error("no model given (-m FILE.gguf) and the default model " + relative + " was not found in " +
+              searched + "; see " + help_command + " --help");
+}
+
+int thread_count(const Args& args) {
+  const int64_t threads = args.get_int("threads", 0);
+  check(threads >= 0 && threads <= 1024, "--threads must be between 0 and 1024");
+  const int64_t cores = int64_t(std::thread::hardware_concurrency());
+  if (cores > 0 && threads > cores)
+    std::fprintf(
+        stderr,
+        "canvas: warning: -t %lld is more threads than the %lld cores of this machine; every pass waits for "
+        "descheduled threads (use -t %lld or leave -t out)\n",
+        (long long)threads, (long long)cores, (long long)cores);
+  return int(threads);
 }
 
 }  // namespace canvas::cli

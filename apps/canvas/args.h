@@ -1,4 +1,5 @@
-// Minimal command-line parsing for the canvas subcommands: flags with values, switches, clear errors.
+// Command-line parsing for the canvas subcommands: one declarative option table per subcommand drives
+// both parsing and --help; unknown options get the nearest known spelling and llama.cpp's names.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -8,30 +9,81 @@
 
 namespace canvas::cli {
 
+// One row of a subcommand's option table. Adding a flag is one such line.
+struct Option {
+  std::string
+      names;  // comma-separated spellings, e.g. "-m,--model"; the first --long one is the key ("model")
+  std::string value;        // the value's placeholder ("FILE"); empty: a switch
+  std::string help;         // shown in --help; '\n' starts an indented continuation line
+  bool repeatable = false;  // may be given more than once (Args::get_all)
+  bool hidden = false;      // accepted (e.g. a llama.cpp spelling) but not listed in --help
+};
+
+// A row with empty names is a heading line in --help (its help text), e.g. "Masked diffusion only:".
+inline Option heading(const std::string& text) {
+  return Option{"", "", text};
+}
+
+struct Command {
+  std::string name;      // "generate" ("sudoku solve" for nested commands)
+  std::string synopsis;  // the usage line(s) after "usage: "
+  std::string about;     // paragraphs between the usage line and the options
+  std::vector<Option> options;
+  std::string notes;  // text after the options
+};
+
+// The --help text of a command: usage, about, the option table (aligned, wrapped by hand) and notes.
+std::string format_help(const Command& command);
+
 class Args {
  public:
-  // value_flags take a value ("-m FILE" or "--model=FILE"); switches do not. Aliases map to one name.
+  // Parses argv[first..] against the command's table. Throws Error for an unknown option (naming the
+  // nearest known one, and llama.cpp's spelling when the user typed one), a missing value, a value given
+  // to a switch, or a non-repeatable option given twice with different values.
+  Args(const Command& command, int argc, char** argv, int first);
+
+  // The older form (used by commands not yet on a table): value_flags take a value ("-m FILE" or
+  // "--model=FILE"); switches do not. Aliases map to one name.
   Args(int argc, char** argv, int first, const std::map<std::string, std::string>& aliases,
        const std::set<std::string>& value_flags, const std::set<std::string>& switches);
 
   bool has(const std::string& name) const { return values_.count(name) > 0; }
-  std::string get(const std::string& name, const std::string& fallback) const;
+  std::string get(const std::string& name, const std::string& fallback) const;  // the last value given
+  std::vector<std::string> get_all(const std::string& name) const;              // every value, in order
   int64_t get_int(const std::string& name, int64_t fallback) const;
   double get_float(const std::string& name, double fallback) const;
   const std::vector<std::string>& positional() const { return positional_; }
 
  private:
-  std::map<std::string, std::string> values_;
+  void parse(int argc, char** argv, int first, const std::map<std::string, std::string>& aliases,
+             const std::set<std::string>& value_flags, const std::set<std::string>& switches);
+  std::map<std::string, std::vector<std::string>> values_;
   std::vector<std::string> positional_;
 };
 
-// True when argv[2..] holds -h or --help (a subcommand then prints its usage and exits 0).
-bool wants_help(int argc, char** argv);
+// True when argv[first..] holds -h or --help (a subcommand then prints its usage and exits 0).
+bool wants_help(int argc, char** argv, int first = 2);
+
+// Prints format_help(command) to stdout and returns true when argv[first..] asks for help.
+bool print_help_if_asked(const Command& command, int argc, char** argv, int first = 2);
+
+// "unknown option X" with the nearest of `known` ("did you mean --temp?") and, for a llama.cpp flag,
+// what canvas does instead.
+std::string unknown_option_message(const std::string& option, const std::vector<std::string>& known);
 
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);
 
-// A model shipped under models/ (e.g. "text-masked.gguf"), looked up in ./models and in the source
-// tree's models/; throws an error pointing at `help_command` --help when neither has it.
+// The installed data directory (models/ lives there), set at build time; "" when not installed.
+std::string data_dir();
+
+// A model shipped under models/ (e.g. "text-masked.gguf"), looked up in $CANVAS_DATA_DIR/models, ./models,
+// BINDIR/../share/canvas/models (an installed tree, wherever it was moved), the configured install data
+// directory and the source tree's models/; throws an error pointing at
+// `help_command` --help when none has it.
 std::string shipped_model_path(const std::string& name, const std::string& help_command);
+
+// Thread count of -t/--threads (0 or absent: all cores), range-checked; warns on stderr when it exceeds
+// the machine's cores (oversubscribed threads make every pass wait on descheduled workers).
+int thread_count(const Args& args);
 
 }  // namespace canvas::cli

@@ -11,5 +11,6 @@ int cmd_chat(int argc, char** argv);
 int cmd_score(int argc, char** argv);
 int cmd_tokenizer(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+int cmd_quantize(int argc, char** argv);
 
 }  // namespace canvas::cli

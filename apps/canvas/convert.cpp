@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "args.h"
+#include "progress.h"
+#include "retype.h"
 #include "commands.h"
 #include "core/error.h"
 #include "io/gguf.h"
@@ -22,27 +24,30 @@
 namespace canvas::cli {
 namespace {
 
-const char* kConvertUsage = R"(usage: canvas convert --in HF_DIR --out FILE.gguf [--type TYPE]
-
-Converts a Hugging Face DiffusionGemma / Gemma 4 checkpoint (config.json + model.safetensors or a
+const Command kConvert{
+    "convert",
+    "canvas convert --in HF_DIR --out FILE.gguf [--type TYPE]",
+    R"(Converts a Hugging Face DiffusionGemma / Gemma 4 checkpoint (config.json + model.safetensors or a
 sharded model.safetensors.index.json) to one GGUF file with llama.cpp's diffusion-gemma / gemma4 names
 and keys (the layout of the community GGUF files), which `canvas logits` / `generate` read. The
 checkpoint is loaded and checked completely first. Vectors (norms, scales, layer scalars) stay f32;
-matrices get TYPE, except that a matrix whose rows are not a multiple of 32 stays f16 under q8_0 /
-q4_0. Full layers' proportional RoPE is written as the generated rope_freqs.weight (1 for rotating
+matrices get TYPE, except that rows a block type cannot hold fall back (K-quants to q8_0, else
+f16); every fallback is listed with its reason, and the summary counts the tensors of each stored type. Full layers' proportional RoPE is written as the generated rope_freqs.weight (1 for rotating
 pairs, 1e30 for pairs at frequency 0). generation_config.json, when present, fills the diffusion.*
 sampler keys. tokenizer.json, when present, is copied as the GGUF tokenizer (tokenizer.ggml.model
 "gemma4": tokens, token types, merges, placeholder scores, bos/eos/pad/unknown ids, add_bos), so
 `canvas generate` / `chat` need no --tokenizer. A malformed tokenizer.json is an error; one the GGUF form
 cannot hold exactly (another normalizer, special ids that disagree with config.json, more tokens than the
 model's vocabulary) is skipped with a warning, and the GGUF then runs with --tokenizer tokenizer.json.
-
-      --in DIR       Hugging Face checkpoint directory (or its config.json)
-      --out FILE     output .gguf (written to FILE.tmp, then renamed)
-      --type TYPE    f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_k | q5_k | q6_k
-                     (default: f32; tensors already of that type are copied as they are; 1-D tensors
-                     stay f32; rows that are not whole 256-blocks fall back from K-quants to q8_0)
-)";
+)",
+    {
+        {"--in", "DIR", "Hugging Face checkpoint directory (or its config.json)"},
+        {"--out", "FILE", "output .gguf (written to FILE.tmp, then renamed)"},
+        {"--type", "TYPE", "f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_k | q5_k | q6_k\n"
+                           "(default: f32; tensors already of that type are copied as they are; 1-D tensors\n"
+                           "stay f32; rows that are not whole 256-blocks fall back from K-quants to q8_0)"},
+    },
+    "To re-type a GGUF file, see canvas quantize."};
 
 // Copies HF_DIR/tokenizer.json into `w` when the GGUF form holds it exactly; returns what was done, for the
 // summary line. A malformed tokenizer.json throws; one that GGUF cannot hold is skipped with a warning.
@@ -77,24 +82,11 @@ std::string copy_tokenizer(const std::filesystem::path& dir, const ModelConfig& 
          " merges";
 }
 
-// The type a tensor is stored as: vectors f32; block-quantised types need rows of whole blocks. Rows that a
-// 256-block K-quant cannot hold fall back to Q8_0 (32-blocks), as llama.cpp's quantizer falls back to a
-// 32-block type; rows no block type can hold stay f16.
-DType stored_type(const TensorView& t, DType requested) {
-  if (t.n_dims == 1) return DType::F32;
-  const DTypeInfo& info = dtype_info(requested);
-  if (info.block_size > 1 && t.ne[0] % info.block_size != 0) return t.ne[0] % kQK == 0 ? DType::Q8_0 : DType::F16;
-  return requested;
-}
-
 }  // namespace
 
 int cmd_convert(int argc, char** argv) {
-  if (wants_help(argc, argv)) {
-    std::fputs(kConvertUsage, stdout);
-    return 0;
-  }
-  Args args(argc, argv, 2, {{"--in", "in"}, {"--out", "out"}, {"--type", "type"}}, {"in", "out", "type"}, {});
+  if (print_help_if_asked(kConvert, argc, argv)) return 0;
+  Args args(kConvert, argc, argv, 2);
   check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) +
                                        "'; see canvas convert --help");
   check(args.has("in"), "no input given (--in HF_DIR); see canvas convert --help");
@@ -115,6 +107,7 @@ int cmd_convert(int argc, char** argv) {
   const std::string p = c.arch + ".";
   w.set("general.architecture", GgufValue::string(c.arch));
   if (!c.name.empty()) w.set("general.name", GgufValue::string(c.name));
+  w.set("general.file_type", GgufValue::u32(llama_file_type(requested)));
   w.set(p + "context_length", GgufValue::u32(uint32_t(c.context_length)));
   w.set(p + "embedding_length", GgufValue::u32(uint32_t(c.hidden)));
   w.set(p + "block_count", GgufValue::u32(uint32_t(c.n_layers)));
@@ -185,34 +178,28 @@ int cmd_convert(int argc, char** argv) {
   const std::string prefix =
       gemma_names::decoder_prefix([&st](const std::string& name) { return st.find_tensor(name) != nullptr; });
   std::deque<std::vector<uint8_t>> converted;  // re-typed tensors, alive until write()
-  int64_t written = 0, skipped = 0;
+  int64_t skipped = 0;
+  RetypeReport report;
+  if (!rope_freqs.empty()) report.note("rope_freqs.weight", TensorView{}, DType::F32, DType::F32, "");
+  Progress progress("tensors", int64_t(st.tensors().size()));
   for (const TensorView& t : st.tensors()) {
+    progress.add();
     const std::string canonical = gemma_names::from_hf(t.name, prefix);
     if (canonical.empty()) {
       ++skipped;  // outside the text stack (e.g. a vision tower)
       continue;
     }
     const std::string name = gemma_names::to_gguf(canonical);
-    const DType type = stored_type(t, requested);
-    std::vector<int64_t> shape(t.ne.begin(), t.ne.begin() + t.n_dims);
-    if (type == t.type) {
-      w.add_tensor(name, type, shape, t.data, uint64_t(t.bytes()));
-    } else {
-      const int64_t cols = t.ne[0], rows = t.rows(), out_row = row_bytes(type, cols);
-      converted.emplace_back(size_t(out_row * rows));
-      std::vector<float> row(static_cast<size_t>(cols));
-      for (int64_t r = 0; r < rows; ++r) {
-        dequantize_row(t.type, t.row(r), row.data(), cols);
-        quantize_row(type, row.data(), converted.back().data() + r * out_row, cols);
-      }
-      w.add_tensor(name, type, shape, converted.back().data(), converted.back().size());
-    }
-    ++written;
+    std::string reason;
+    const DType type = stored_type(t, requested, &reason);
+    add_retyped(w, name, t, type, converted);
+    report.note(name, t, requested, type, reason);
   }
+  progress.finish();
   w.write(args.get("out", ""));
-  std::fprintf(stderr, "wrote %s: %s, %lld tensors (%s), %lld tensors outside the text stack skipped, %s\n",
-               args.get("out", "").c_str(), c.arch.c_str(), (long long)written, dtype_name(requested),
-               (long long)skipped, tokenizer.c_str());
+  std::fprintf(stderr, "wrote %s: %s, %s (requested %s), %lld tensors outside the text stack skipped, %s\n%s",
+               args.get("out", "").c_str(), c.arch.c_str(), report.summary().c_str(), dtype_name(requested),
+               (long long)skipped, tokenizer.c_str(), report.fallbacks().c_str());
   return 0;
 }
 

@@ -1,5 +1,6 @@
 // canvas score: the negative log-likelihood of a text (or of a continuation given a prompt) under a model's
-// causal reading, in nats per token and bits per byte.
+// causal reading, in nats per token and bits per byte; text longer than the context is scored in windows.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -11,35 +12,38 @@
 #include "decode/score.h"
 #include "io/gguf.h"
 #include "io/tokenizer.h"
+#include "progress.h"
 
 namespace canvas::cli {
 namespace {
 
-const char* kScoreUsage = R"(usage: canvas score -m MODEL.gguf (-p TEXT | -f FILE) [--context TEXT] [-t N]
-
-Scores a text with a model that reads left to right (an AR model, or a uniform-state model's encoder):
-the negative log-likelihood of the text's tokens given the tokens before them, in one pass. With
---context, the context is prepended and only the text is scored (e.g. a generated continuation given its
-prompt). Prints one JSON object: tokens, bytes, nll_nats, nats_per_token, bits_per_byte.
-
-  -m, --model FILE     GGUF model
-  -p, --text TEXT      the text to score
-  -f, --file FILE      read the text from a file instead
-      --context TEXT   text before the scored text (conditioned on, not scored)
-  -t, --threads N      threads (default: all cores)
-)";
+const Command kScore{
+    "score",
+    "canvas score -m MODEL.gguf (-p TEXT | -f FILE) [--context TEXT] [--stride N] [-t N]",
+    R"(Scores a text with a model that reads left to right (an AR model, or a uniform-state model's encoder):
+the negative log-likelihood of the text's tokens given the tokens before them. With --context, the
+context is prepended and only the text is scored (e.g. a generated continuation given its prompt).
+Text longer than the model's context is scored in overlapping windows of the context length that advance
+by the stride: each token is scored once, in the first window that ends after it, given the up to
+(context - stride) tokens before it in that window (the usual strided perplexity); a note on stderr says
+so, with a progress line per window. Prints one JSON object: tokens, bytes, nll_nats, nats_per_token,
+bits_per_byte, windows, stride.)",
+    {
+        {"-m,--model", "FILE", "GGUF model"},
+        {"-p,--text", "TEXT", "the text to score"},
+        {"-f,--file", "FILE", "read the text from a file instead"},
+        {"--context", "TEXT", "text before the scored text (conditioned on, not scored)"},
+        {"--stride", "N", "tokens a window advances when the text exceeds the context\n"
+                          "(default: half the context length; below the context length)"},
+        {"-t,--threads", "N", "threads (default: all cores)"},
+    },
+    ""};
 
 }  // namespace
 
 int cmd_score(int argc, char** argv) {
-  if (wants_help(argc, argv)) {
-    std::fputs(kScoreUsage, stdout);
-    return 0;
-  }
-  Args args(argc, argv, 2,
-            {{"-m", "model"}, {"--model", "model"}, {"-p", "text"}, {"--text", "text"}, {"-f", "file"},
-             {"--file", "file"}, {"--context", "context"}, {"-t", "threads"}, {"--threads", "threads"}},
-            {"model", "text", "file", "context", "threads"}, {});
+  if (print_help_if_asked(kScore, argc, argv)) return 0;
+  Args args(kScore, argc, argv, 2);
   check(args.has("model"), "no model given (-m FILE.gguf); see canvas score --help");
   check(args.has("text") != args.has("file"), "give exactly one of -p TEXT and -f FILE; see canvas score --help");
   std::string text = args.get("text", "");
@@ -65,14 +69,50 @@ int cmd_score(int argc, char** argv) {
     skipped_bytes = int64_t(tokenizer.decode({scored[0]}).size());
   }
   tokens.insert(tokens.end(), scored.begin(), scored.end());
-  const int64_t threads = args.get_int("threads", 0);
-  check(threads >= 0 && threads <= 1024, "--threads must be between 0 and 1024");
-  ThreadPool pool(static_cast<int>(threads));
-  const SequenceScore s = score_causal(model, tokens, first, &pool);
+  ThreadPool pool(thread_count(args));
+  const int64_t n = int64_t(tokens.size());
+  const int64_t window = model.config.context_length > 0 ? model.config.context_length : n;
+  const int64_t stride = args.get_int("stride", std::max<int64_t>(1, window / 2));
+  // A window shares window - stride tokens with the one before, so that its first scored token has context.
+  check(stride >= 1 && stride < window, "--stride must be between 1 and the context length - 1 (" +
+                                            std::to_string(window - 1) + ")");
+  check(first < window, "the context (" + std::to_string(first) + " tokens) leaves no room in the model's context of " +
+                            std::to_string(window) + " tokens");
+
+  SequenceScore total;
+  int64_t windows = 0;
+  if (n <= window) {
+    total = score_causal(model, tokens, first, &pool);
+    windows = 1;
+  } else {
+    const int64_t count = 1 + (n - window + stride - 1) / stride;
+    std::fprintf(stderr,
+                 "[%lld tokens exceed the context of %lld: scoring in %lld windows of %lld tokens, stride %lld; each "
+                 "token sees at least %lld tokens before it]\n",
+                 (long long)n, (long long)window, (long long)count, (long long)window, (long long)stride,
+                 (long long)std::min<int64_t>(window - stride, first));
+    Progress progress("windows", count);
+    int64_t scored_until = first;  // tokens before this are scored (or not to be scored)
+    for (int64_t begin = 0; scored_until < n; begin += stride) {
+      const int64_t end = std::min(begin + window, n);
+      if (end - begin < window && begin > 0) begin = std::max<int64_t>(0, end - window);  // last window: full length
+      const std::vector<int32_t> part(tokens.begin() + begin, tokens.begin() + end);
+      const SequenceScore s = score_causal(model, part, std::max<int64_t>(scored_until - begin, 1), &pool);
+      total.nll_nats += s.nll_nats;
+      total.scored += s.scored;
+      scored_until = end;
+      ++windows;
+      progress.add();
+    }
+    progress.finish();
+  }
   const int64_t bytes = int64_t(text.size()) - skipped_bytes;
-  std::printf("{\"tokens\": %lld, \"bytes\": %lld, \"nll_nats\": %.6f, \"nats_per_token\": %.6f, \"bits_per_byte\": %.6f}\n",
-              (long long)s.scored, (long long)bytes, s.nll_nats, s.scored ? s.nll_nats / double(s.scored) : 0.0,
-              bytes > 0 ? s.nll_nats / std::log(2.0) / double(bytes) : 0.0);
+  std::printf("{\"tokens\": %lld, \"bytes\": %lld, \"nll_nats\": %.6f, \"nats_per_token\": %.6f, \"bits_per_byte\": "
+              "%.6f, \"windows\": %lld, \"stride\": %lld}\n",
+              (long long)total.scored, (long long)bytes, total.nll_nats,
+              total.scored ? total.nll_nats / double(total.scored) : 0.0,
+              bytes > 0 ? total.nll_nats / std::log(2.0) / double(bytes) : 0.0, (long long)windows,
+              (long long)(n > window ? stride : 0));
   return 0;
 }
 

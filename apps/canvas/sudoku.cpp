@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "args.h"
+#include "progress.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/timer.h"
@@ -56,6 +57,7 @@ const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval|probe> [
       a decoder must find a hidden single). Masked-diffusion models that fill the grid in place only.
 
   MODEL defaults to the shipped masked-diffusion solver, models/sudoku-masked.gguf.
+  `canvas sudoku SUBCOMMAND --help` lists a subcommand's options.
 
   Diffusion options: --freeze recomputes only the blank cells and the cells committed by the previous
   step (an approximation that cuts work per pass; see docs/performance.md); --freeze-refresh N (implies
@@ -66,6 +68,82 @@ const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval|probe> [
   band and digit permutations and transpositions) and commits the most probable cell each pass (K
   passes per cell; the best solve rates, docs/training.md; no Sudoku rule is used).
 )";
+
+// One option table per subcommand (the overview above is `canvas sudoku --help`).
+const Option kModelOption{"-m,--model", "MODEL", "GGUF model (default: the shipped solver, models/sudoku-masked.gguf)"};
+const Option kThreadsOption{"-t,--threads", "N", "threads (default: all cores)"};
+const Option kFreezeOption{"--freeze", "", "recompute only blank cells and those committed by the previous step"};
+const Option kFreezeRefreshOption{"--freeze-refresh", "N", "with --freeze (implied): recompute every cell every N steps"};
+
+const Command kSudokuGenerate{
+    "sudoku generate",
+    "canvas sudoku generate -n N [--difficulty D] [--source qqwing|canvas] [--min-clues C] [-s SEED] [--exclude FILE]",
+    "Writes N lines \"PUZZLE SOLUTION DIFFICULTY\" (81 digits each, 0 = blank).",
+    {
+        {"-n", "N", "puzzles to write (default 100)"},
+        {"--difficulty", "D", "qqwing rating: simple | easy | intermediate | expert | any (default easy)"},
+        {"--source", "NAME", "qqwing (Debian's generator, default) | canvas (its own, rated \"generated\")"},
+        {"--min-clues", "C", "--source canvas: remove clues down to C givens (default 24, 17..80)"},
+        {"-s,--seed", "N", "random seed of --source canvas (default 0)"},
+        {"--exclude", "FILE", "skip puzzles present in FILE (held-out sets never overlap training data)", true},
+    },
+    ""};
+
+const Command kSudokuSolve{
+    "sudoku solve",
+    "canvas sudoku solve [-m MODEL] [--mode diffusion|ar] [--steps S] [--algorithm A] [--threshold P] [--beam W]\n"
+    "                    [--views K] [--freeze] [-t N] < PUZZLES",
+    "Reads puzzles from stdin, one per line (81 chars, '0' or '.' for blanks), writes one 81-digit solution\n"
+    "per line (non-digit outputs as 0); progress (count, rate) on stderr.",
+    {
+        kModelOption,
+        {"--mode", "MODE", "diffusion | ar (default: ar for causal models)"},
+        {"--steps", "S", "denoising steps (default 81: one cell per pass)"},
+        {"--algorithm", "A", "unmasking order: confidence | margin | entropy | random | origin"},
+        {"--threshold", "P", "commit every cell whose probability reaches P (at least one per pass)"},
+        {"--beam", "W", "beam search over commits with W beams"},
+        {"--views", "K", "average the model over K symmetric views of the grid"},
+        kFreezeOption,
+        kFreezeRefreshOption,
+        kThreadsOption,
+    },
+    ""};
+
+const Command kSudokuEval{
+    "sudoku eval",
+    "canvas sudoku eval [-m MODEL] --data FILE [--mode diffusion|ar] [--steps 81,27,9] [--algorithm A,B]\n"
+    "                   [--threshold 0.9,0.7] [--beam 1,4] [--views 1,8] [--freeze] [--limit N] [-t N] [--json]",
+    "Exact-solve rate and cell accuracy (over the blank cells) per difficulty, per setting and per unmasking\n"
+    "order, with forward passes and token rows per puzzle; progress (count, rate, ETA) on stderr.",
+    {
+        kModelOption,
+        {"--data", "FILE", "puzzle file (lines \"PUZZLE SOLUTION DIFFICULTY\")"},
+        {"--mode", "MODE", "diffusion | ar (default: ar for causal models)"},
+        {"--steps", "LIST", "comma-separated step counts (default 81)"},
+        {"--algorithm", "LIST", "comma-separated unmasking orders (default confidence)"},
+        {"--threshold", "LIST", "comma-separated thresholds, each a row t=P (instead of --steps)"},
+        {"--beam", "LIST", "comma-separated beam widths, each a row b=W"},
+        {"--views", "LIST", "comma-separated view counts, each a row v=K"},
+        kFreezeOption,
+        kFreezeRefreshOption,
+        {"--limit", "N", "the first N puzzles of the file"},
+        kThreadsOption,
+        {"--json", "", "print a JSON array of rows"},
+    },
+    ""};
+
+const Command kSudokuProbe{
+    "sudoku probe",
+    "canvas sudoku probe [-m MODEL] --data FILE [--limit N] [-s SEED] [-t N]",
+    "Scores every state of a random singles path of each puzzle (see canvas sudoku --help).",
+    {
+        kModelOption,
+        {"--data", "FILE", "puzzle file (lines \"PUZZLE SOLUTION DIFFICULTY\")"},
+        {"--limit", "N", "the first N puzzles of the file"},
+        {"-s,--seed", "N", "random seed of the singles paths (default 1)"},
+        kThreadsOption,
+    },
+    ""};
 
 struct SolveSettings {
   std::string mode = "diffusion";
@@ -217,16 +295,17 @@ std::vector<SudokuExample> read_data(const Args& args) {
 }
 
 int sudoku_generate(int argc, char** argv) {
-  Args args(argc, argv, 3,
-            {{"-n", "n"}, {"--difficulty", "difficulty"}, {"--source", "source"}, {"--min-clues", "min-clues"},
-             {"-s", "seed"}, {"--seed", "seed"}, {"--exclude", "exclude"}},
-            {"n", "difficulty", "source", "min-clues", "seed", "exclude"}, {});
+  if (print_help_if_asked(kSudokuGenerate, argc, argv, 3)) return 0;
+  Args args(kSudokuGenerate, argc, argv, 3);
   const int64_t n = args.get_int("n", 100);
   check(n > 0, "-n must be positive");
   const std::string source = args.get("source", "qqwing");
   const std::string difficulty = args.get("difficulty", "easy");
   std::set<std::string> exclude;
-  if (args.has("exclude")) exclude = read_puzzle_set(args.get("exclude", ""));
+  for (const std::string& file : args.get_all("exclude")) {
+    const std::set<std::string> more = read_puzzle_set(file);
+    exclude.insert(more.begin(), more.end());
+  }
   int64_t written = 0;
   if (source == "canvas") {
     Rng rng(uint64_t(args.get_int("seed", 0)));
@@ -317,17 +396,14 @@ Model load_solver(const Args& args) {
 }
 
 int sudoku_solve(int argc, char** argv) {
-  Args args(argc, argv, 3,
-            {{"-m", "model"}, {"--model", "model"}, {"--mode", "mode"}, {"--steps", "steps"},
-             {"--algorithm", "algorithm"}, {"--threshold", "threshold"}, {"--freeze", "freeze"},
-             {"--freeze-refresh", "freeze-refresh"}, {"--beam", "beam"}, {"--views", "views"}, {"-t", "threads"},
-             {"--threads", "threads"}},
-            {"model", "mode", "steps", "algorithm", "threshold", "freeze-refresh", "beam", "views", "threads"}, {"freeze"});
+  if (print_help_if_asked(kSudokuSolve, argc, argv, 3)) return 0;
+  Args args(kSudokuSolve, argc, argv, 3);
   const Model model = load_solver(args);
   const SolveSettings s = solve_settings(args, model);
-  ThreadPool pool(int(args.get_int("threads", 0)));
+  ThreadPool pool(thread_count(args));
   std::string line;
   int64_t line_no = 0;
+  Progress progress("puzzles", 0);  // stdin: the total is unknown
   while (std::getline(std::cin, line)) {
     ++line_no;
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
@@ -340,19 +416,15 @@ int sudoku_solve(int argc, char** argv) {
     }
     std::printf("%s\n", format_sudoku(solve_one(model, puzzle, s, &pool).grid).c_str());
     std::fflush(stdout);
+    progress.add();
   }
+  progress.finish();
   return 0;
 }
 
 int sudoku_eval(int argc, char** argv) {
-  Args args(argc, argv, 3,
-            {{"-m", "model"}, {"--model", "model"}, {"--data", "data"}, {"--mode", "mode"}, {"--steps", "steps"},
-             {"--algorithm", "algorithm"}, {"--threshold", "threshold"}, {"--freeze", "freeze"},
-             {"--freeze-refresh", "freeze-refresh"}, {"--beam", "beam"}, {"--views", "views"}, {"--limit", "limit"},
-             {"-t", "threads"}, {"--threads", "threads"}, {"--json", "json"}},
-            {"model", "data", "mode", "steps", "algorithm", "threshold", "freeze-refresh", "beam", "views", "limit",
-             "threads"},
-            {"json", "freeze"});
+  if (print_help_if_asked(kSudokuEval, argc, argv, 3)) return 0;
+  Args args(kSudokuEval, argc, argv, 3);
   check(args.has("data"), "no puzzle file given (--data FILE)");
   const Model model = load_solver(args);
   const std::vector<SudokuExample> data = read_data(args);
@@ -373,7 +445,8 @@ int sudoku_eval(int argc, char** argv) {
   const bool freeze = args.has("freeze") || args.has("freeze-refresh");
   const int64_t freeze_refresh = args.get_int("freeze-refresh", 0);
   check(freeze_refresh >= 0, "--freeze-refresh must be >= 0");
-  ThreadPool pool(int(args.get_int("threads", 0)));
+  ThreadPool pool(thread_count(args));
+  Progress progress("puzzles", int64_t(steps_list.size() * orders.size() * data.size()));
 
   const bool json = args.has("json");
   if (!json)
@@ -409,6 +482,7 @@ int sudoku_eval(int argc, char** argv) {
         const Solution sol = solve_one(model, e.puzzle, s, &pool);
         const SudokuGrid& got = sol.grid;
         const double ms = now_ms() - t0;
+        progress.add();
         for (const std::string& key : {e.difficulty, std::string("all")}) {
           Tally& t = tallies[key];
           ++t.n;
@@ -449,15 +523,14 @@ int sudoku_eval(int argc, char** argv) {
       }
       std::fflush(stdout);
     }
+  progress.finish();
   if (json) std::printf("[%s]\n", json_rows.c_str());
   return 0;
 }
 
 int sudoku_probe(int argc, char** argv) {
-  Args args(argc, argv, 3,
-            {{"-m", "model"}, {"--model", "model"}, {"--data", "data"}, {"--limit", "limit"}, {"-s", "seed"},
-             {"--seed", "seed"}, {"-t", "threads"}, {"--threads", "threads"}},
-            {"model", "data", "limit", "seed", "threads"}, {});
+  if (print_help_if_asked(kSudokuProbe, argc, argv, 3)) return 0;
+  Args args(kSudokuProbe, argc, argv, 3);
   check(args.has("data"), "no puzzle file given (--data FILE)");
   const Model model = load_solver(args);
   const ModelConfig& c = model.config;
@@ -537,11 +610,11 @@ int sudoku_probe(int argc, char** argv) {
 
 int cmd_sudoku(int argc, char** argv) {
   const std::string sub = argc >= 3 ? argv[2] : "";
-  for (int i = 2; i < argc; ++i)
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::fputs(kSudokuUsage, stdout);
-      return 0;
-    }
+  const bool known = sub == "generate" || sub == "solve" || sub == "eval" || sub == "probe";
+  if (!known && wants_help(argc, argv)) {  // `canvas sudoku SUB --help` is SUB's own
+    std::fputs(kSudokuUsage, stdout);
+    return 0;
+  }
   if (sub == "generate") return sudoku_generate(argc, argv);
   if (sub == "solve") return sudoku_solve(argc, argv);
   if (sub == "eval") return sudoku_eval(argc, argv);

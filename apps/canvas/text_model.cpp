@@ -1,9 +1,17 @@
 // Tokenizer choice, sampler defaults, chat template and live view shared by generate and chat.
 #include "text_model.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <thread>
 
 #include "core/error.h"
 #include "io/gguf.h"
@@ -20,10 +28,112 @@ bool is_gemma(const ModelConfig& c) { return c.arch == "diffusion-gemma" || c.ar
 
 }  // namespace
 
-std::unique_ptr<ThreadPool> make_pool(const Args& args) {
-  const int64_t threads = args.get_int("threads", 0);
-  check(threads >= 0 && threads <= 1024, "--threads must be between 0 and 1024");
-  return std::make_unique<ThreadPool>(int(threads));
+std::unique_ptr<ThreadPool> make_pool(const Args& args) { return std::make_unique<ThreadPool>(thread_count(args)); }
+
+uint64_t resolve_seed(const Args& args) {
+  const int64_t seed = args.get_int("seed", -1);
+  check(seed >= -1, "--seed must be >= 0, or -1 for a random seed");
+  if (seed >= 0) return uint64_t(seed);
+  std::random_device device;
+  // Kept below 2^53 so that JSON readers that hold numbers as doubles read it back exactly.
+  return ((uint64_t(device()) << 32) | device()) & ((uint64_t(1) << 53) - 1);
+}
+
+namespace {
+
+std::string read_stream(std::istream& in) {
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  if (!text.empty() && text.back() == '\r') text.pop_back();
+  return text;
+}
+
+}  // namespace
+
+std::string read_prompt(const Args& args, const std::string& help_command) {
+  check(!(args.has("prompt") && args.has("file")), "give one of -p TEXT and -f FILE, not both");
+  if (args.has("file")) {
+    const std::string path = args.get("file", "");
+    std::ifstream in(path, std::ios::binary);
+    check(bool(in), "cannot open prompt file " + path);
+    return read_stream(in);
+  }
+  if (args.has("prompt") && args.get("prompt", "") != "-") return args.get("prompt", "");
+  const bool asked = args.has("prompt");  // -p -
+  check(asked || !isatty(STDIN_FILENO),
+        "no prompt given (-p TEXT, -f FILE, or text piped into stdin); see " + help_command + " --help");
+  std::string text = read_stream(std::cin);
+  check(!text.empty() || asked, "no prompt given (-p TEXT, -f FILE, or text piped into stdin; stdin was empty); see " +
+                                    help_command + " --help");
+  return text;
+}
+
+TextStream::TextStream(const TextTokenizer* tokenizer, std::vector<int32_t> stop_ids,
+                       std::vector<std::string> stop_strings, bool print)
+    : tokenizer_(tokenizer), stop_ids_(std::move(stop_ids)), stop_strings_(std::move(stop_strings)), print_(print) {
+  for (const std::string& s : stop_strings_) check(!s.empty(), "--stop needs a non-empty string");
+}
+
+std::string TextStream::text_of(const std::vector<int32_t>& tokens, bool* cut) {
+  std::vector<int32_t> shown;
+  *cut = false;
+  for (int32_t id : tokens) {
+    if (std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end()) {
+      *cut = true;
+      break;
+    }
+    shown.push_back(id);
+  }
+  std::string text = tokenizer_->decode(shown);
+  size_t first = std::string::npos;
+  for (const std::string& s : stop_strings_) first = std::min(first, text.find(s));
+  if (first != std::string::npos) {
+    text.resize(first);
+    *cut = true;
+    stop_string_seen_ = true;
+  }
+  return text;
+}
+
+void TextStream::emit(const std::string& text, size_t end) {
+  // Later tokens can only append to the text; if decoding ever rewrote the written part, write nothing
+  // more rather than something inconsistent (finish() then returns the full text for the caller).
+  if (end <= written_.size() || text.compare(0, written_.size(), written_) != 0) return;
+  const std::string chunk = text.substr(written_.size(), end - written_.size());
+  written_ += chunk;
+  if (print_) {
+    std::fwrite(chunk.data(), 1, chunk.size(), stdout);
+    std::fflush(stdout);
+  }
+}
+
+void TextStream::update(const std::vector<int32_t>& final_prefix) {
+  bool cut = false;
+  const std::string text = text_of(final_prefix, &cut);
+  size_t end = text.size();
+  if (!cut) {
+    // Hold back what could be the start of a stop string, and an unfinished UTF-8 sequence.
+    size_t hold = 0;
+    for (const std::string& s : stop_strings_) hold = std::max(hold, s.size() - 1);
+    end = text.size() > hold ? text.size() - hold : 0;
+    size_t back = 0;
+    while (back < 4 && back < end && (static_cast<unsigned char>(text[end - 1 - back]) & 0xC0) == 0x80) ++back;
+    if (back < end) {
+      const unsigned char lead = static_cast<unsigned char>(text[end - 1 - back]);
+      const size_t need = lead < 0x80 ? 1 : (lead >> 5) == 6 ? 2 : (lead >> 4) == 14 ? 3 : (lead >> 3) == 30 ? 4 : 1;
+      if (need > back + 1) end -= back + 1;
+    }
+  }
+  emit(text, end);
+}
+
+std::string TextStream::finish(const std::vector<int32_t>& tokens) {
+  bool cut = false;
+  const std::string text = text_of(tokens, &cut);
+  emit(text, text.size());
+  return text;
 }
 
 std::string checkpoint_directory(const Model& model, const std::string& model_path) {
@@ -131,7 +241,7 @@ SamplerDefaults sampler_defaults(const Model& model, const std::string& model_pa
   return d;
 }
 
-EntropyBoundParams uniform_state_params(const Args& args, const SamplerDefaults& defaults, int64_t n) {
+EntropyBoundParams uniform_state_params(const Args& args, const SamplerDefaults& defaults, int64_t n, uint64_t seed) {
   EntropyBoundParams p = defaults.params;
   p.max_new_tokens = n;
   p.canvas_length = std::min<int64_t>(args.get_int("block-length", p.canvas_length), n);
@@ -141,7 +251,7 @@ EntropyBoundParams uniform_state_params(const Args& args, const SamplerDefaults&
   p.t_max = float(args.get_float("t-max", p.t_max));
   p.stability_threshold = args.get_int("stability", p.stability_threshold);
   p.confidence_threshold = float(args.get_float("confidence-threshold", p.confidence_threshold));
-  p.seed = uint64_t(args.get_int("seed", 0));
+  p.seed = seed;
   p.stream_head = args.has("stream-head");
   check(p.canvas_length > 0 && p.max_denoising_steps > 0, "--block-length and --steps must be positive");
   check(p.entropy_bound >= 0 && p.t_min > 0 && p.t_max >= p.t_min,
@@ -176,13 +286,42 @@ std::string sanitize_utf8(const std::string& s) {
   return out;
 }
 
+std::string escape_controls(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    switch (ch) {
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (ch < 0x20 || ch == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+          out += buf;
+        } else {
+          out += char(ch);
+        }
+    }
+  }
+  return out;
+}
+
+bool visual_enabled(const Args& args) {
+  const int64_t delay = args.get_int("visual-delay", 0);
+  check(delay >= 0 && delay <= 60000, "--visual-delay must be between 0 and 60000 ms");
+  if (!args.has("visual")) return false;
+  if (isatty(STDERR_FILENO)) return true;
+  std::fputs("canvas: --visual ignored: stderr is not a terminal\n", stderr);
+  return false;
+}
+
 void CanvasView::draw(const StepEvent& e) {
   std::string text;
   for (int32_t id : *e.canvas) {
     if (id == mask_) {
       text += "\x1b[2m\xE2\x96\x91\x1b[0m";
     } else if (tokenizer_) {
-      text += sanitize_utf8(tokenizer_->token_piece(id));
+      text += escape_controls(sanitize_utf8(tokenizer_->token_piece(id)));
     } else {
       text += "<" + std::to_string(id) + ">";
     }
@@ -190,6 +329,7 @@ void CanvasView::draw(const StepEvent& e) {
   std::fprintf(stderr, "\x1b[s\x1b[J[block %lld step %lld, %lld passes]\n%s\x1b[u", (long long)e.block,
                (long long)e.step, (long long)e.passes, text.c_str());
   std::fflush(stderr);
+  if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
 }
 
 void CanvasView::finish() {

@@ -61,9 +61,41 @@ struct SamplerDefaults {
 SamplerDefaults sampler_defaults(const Model& model, const std::string& model_path);
 
 // Reads the uniform-state flags (--steps, --block-length, --entropy-bound, --t-min, --t-max,
-// --stability, --confidence-threshold, --seed, --stream-head) over the defaults, for n new tokens;
-// checks them.
-EntropyBoundParams uniform_state_params(const Args& args, const SamplerDefaults& defaults, int64_t n);
+// --stability, --confidence-threshold, --stream-head) over the defaults, for n new tokens and the given
+// seed; checks them.
+EntropyBoundParams uniform_state_params(const Args& args, const SamplerDefaults& defaults, int64_t n, uint64_t seed);
+
+// The run's seed: -s/--seed N, or a fresh random one when the flag is absent or -1 (the caller reports it).
+uint64_t resolve_seed(const Args& args);
+
+// The prompt of generate: -p TEXT, -p - (stdin), -f/--file FILE, or (without either) stdin when it is
+// not a terminal. One trailing newline of a file or stdin is dropped. Throws when there is none.
+std::string read_prompt(const Args& args, const std::string& help_command);
+
+// Streams generated text to stdout as its tokens become final, in order: update() with the finished
+// prefix of the generated tokens, finish() with all of them. The text ends before the first stop id
+// and the first stop string; text that might still turn into a stop string, or is an incomplete UTF-8
+// sequence, is held back until it is known. With print = false nothing is written (finish() still
+// returns the text).
+class TextStream {
+ public:
+  TextStream(const TextTokenizer* tokenizer, std::vector<int32_t> stop_ids, std::vector<std::string> stop_strings,
+             bool print);
+  void update(const std::vector<int32_t>& final_prefix);
+  std::string finish(const std::vector<int32_t>& tokens);  // the whole text; writes what is not yet written
+  bool stop_string_seen() const { return stop_string_seen_; }
+
+ private:
+  std::string text_of(const std::vector<int32_t>& tokens, bool* cut);  // notes a stop string it finds
+  void emit(const std::string& text, size_t end);
+
+  const TextTokenizer* tokenizer_;
+  std::vector<int32_t> stop_ids_;
+  std::vector<std::string> stop_strings_;
+  bool print_;
+  std::string written_;
+  bool stop_string_seen_ = false;
+};
 
 // One user turn of the Gemma chat template: "<|turn>user\n{text}<turn|>\n<|turn>model\n" (the
 // conversation's first turn is preceded by "<bos>").
@@ -74,16 +106,26 @@ std::string gemma_turn_end();
 // Bytes that are not valid UTF-8 become U+FFFD (for terminals and JSON).
 std::string sanitize_utf8(const std::string& s);
 
-// Live view: the generated region (masked positions as a shaded block), redrawn in place on stderr.
+// Control characters and DEL as visible escapes (\n, \t, \x1b, ...), so token text cannot move the cursor.
+std::string escape_controls(const std::string& s);
+
+// Live view: the generated region (masked positions as a shaded block, control characters escaped),
+// redrawn in place on stderr, then a pause of delay_ms.
 class CanvasView {
  public:
-  CanvasView(const TextTokenizer* tokenizer, int32_t mask) : tokenizer_(tokenizer), mask_(mask) {}
+  CanvasView(const TextTokenizer* tokenizer, int32_t mask, int64_t delay_ms = 0)
+      : tokenizer_(tokenizer), mask_(mask), delay_ms_(delay_ms) {}
   void draw(const StepEvent& e);
   void finish();
 
  private:
   const TextTokenizer* tokenizer_;
   int32_t mask_;
+  int64_t delay_ms_;
 };
+
+// --visual and --visual-delay: true when --visual is given and stderr is a terminal; says on stderr
+// that it is ignored otherwise (escape codes would land in a redirected file).
+bool visual_enabled(const Args& args);
 
 }  // namespace canvas::cli

@@ -392,17 +392,33 @@ BenchReport run_bench(const Model& model, const BenchModelInfo& info, const Benc
     s.peak_rss = double(peak_rss_bytes());
     return s;
   };
+  // Progress: runs done of all (warm-up and repeats), their rate and the time left at that rate.
+  const int64_t runs_total = int64_t(grid.size()) * (options.warmup + options.repeats);
+  int64_t runs_done = 0;
+  const double runs_start = now_ms();
+  auto count_run = [&] {
+    ++runs_done;
+    const double seconds = (now_ms() - runs_start) / 1000.0, rate = seconds > 0 ? double(runs_done) / seconds : 0;
+    char line[160];
+    std::snprintf(line, sizeof line, "%lld/%lld runs, %.2f runs/s, ETA %.0f s", (long long)runs_done,
+                  (long long)runs_total, rate, rate > 0 ? double(runs_total - runs_done) / rate : 0.0);
+    say(line);
+  };
   for (int w = 0; w < options.warmup; ++w)
     for (GridPoint& g : grid) {
       say("warm-up " + std::to_string(w + 1) + "/" + std::to_string(options.warmup) + ": " +
           (g.ar ? std::string("ar") : std::string("diffusion ") + cache_name(g.cache)) + ", " +
           std::to_string(g.threads) + " threads");
       g.warmups.push_back(run_point(g));
+      count_run();
     }
   for (int r = 0; r < options.repeats; ++r) {
     say("repeat " + std::to_string(r + 1) + "/" + std::to_string(options.repeats) + " over " +
         std::to_string(grid.size()) + " grid points");
-    for (GridPoint& g : grid) g.samples.push_back(run_point(g));
+    for (GridPoint& g : grid) {
+      g.samples.push_back(run_point(g));
+      count_run();
+    }
   }
 
   std::map<int, double> ar_speed;

@@ -26,7 +26,7 @@ GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& pro
   result.prompt_tokens = P;
   std::vector<float> logits(size_t(c.vocab));
   std::vector<int32_t> generated;
-  std::vector<int32_t> tokens(prompt), groups;
+  std::vector<int32_t> tokens(prompt), groups, recent;
 
   const double t0 = now_ms();
   int64_t pos0 = 0;
@@ -47,7 +47,11 @@ GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& pro
     run_forward(callbacks, model, cache, req, pool);
     ++result.passes;
     if (generated.empty()) t_first = now_ms();
-    const TokenChoice choice = choose_token(logits.data(), c.vocab, params.sampling, rng);
+    if (params.sampling.repeat_penalty != 1.f) {
+      const int64_t from = std::max<int64_t>(0, int64_t(tokens.size()) - params.sampling.repeat_last_n);
+      recent.assign(tokens.begin() + from, tokens.end());
+    }
+    const TokenChoice choice = choose_token(logits.data(), c.vocab, params.sampling, rng, &recent);
     const int32_t token = choice.token;
     pos0 = int64_t(tokens.size());
     tokens.push_back(token);
@@ -65,6 +69,7 @@ GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& pro
                           ? token == c.eos_token
                           : std::find(params.stop_ids.begin(), params.stop_ids.end(), token) != params.stop_ids.end();
     if (params.stop_at_eos && stop) break;
+    if (callbacks.should_stop && callbacks.should_stop()) break;
   }
   const double t_end = now_ms();
   result.prompt_ms = t_first - t0;

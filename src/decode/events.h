@@ -26,6 +26,9 @@ struct DecodeCallbacks {
   // uses it to gather the passes of many concurrent generations into one batched pass; it must leave
   // exactly what forward() would in the cache and the outputs. It may throw to abandon the generation.
   std::function<void(const Model&, KvCache&, const ForwardRequest&, ThreadPool*)> forward;
+  // May be empty; returning true ends generation after the current step (AR) or block (masked
+  // diffusion), e.g. once a stop string has appeared. The result then holds what was generated so far.
+  std::function<bool()> should_stop;
 };
 
 // forward(), or the callbacks' replacement for it.

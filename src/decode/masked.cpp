@@ -138,6 +138,7 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
   std::vector<int64_t> masked_positions;
   std::vector<TokenChoice> choices;
   std::vector<double> scores;
+  std::vector<int32_t> recent;  // ids the repetition penalty applies to (when on)
   for (int64_t b = 0; b < n_blocks; ++b) {
     const int64_t s0 = P + b * B, s1 = s0 + B;
     block_causal_groups(P, B, b, groups);  // the active region is [s0, total)
@@ -201,10 +202,17 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
 
       choices.resize(masked_positions.size());
       scores.resize(masked_positions.size());
+      if (params.sampling.repeat_penalty != 1.f) {
+        // The penalty's "recent" tokens: the repeat_last_n positions before the block and every token
+        // already committed in the active region.
+        recent.clear();
+        for (int64_t p = std::max<int64_t>(0, s0 - params.sampling.repeat_last_n); p < total; ++p)
+          if (seq[size_t(p)] != mask) recent.push_back(seq[size_t(p)]);
+      }
       for (size_t i = 0; i < masked_positions.size(); ++i) {
         const int64_t p = masked_positions[i];
         const float* row = (c.shift_logits && p == s0) ? boundary.data() : &logits[(next_row++) * size_t(V)];
-        choices[i] = choose_token(row, V, params.sampling, rng);
+        choices[i] = choose_token(row, V, params.sampling, rng, &recent);
         const TokenChoice& ch = choices[i];
         switch (params.order) {
           case UnmaskOrder::Confidence: scores[i] = ch.p_token; break;
@@ -257,6 +265,10 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
         event.confidence.push_back(choices[i].p_token);
       }
       if (callbacks.on_step) callbacks.on_step(event);
+    }
+    if (b + 1 < n_blocks && callbacks.should_stop && callbacks.should_stop()) {
+      canvas.resize(size_t(s1 - P));  // the finished blocks; the rest was never decoded
+      break;
     }
   }
   result.decode_ms = now_ms() - t_decode;

@@ -8,13 +8,28 @@
 
 namespace canvas {
 
-TokenChoice choose_token(const float* logits, int64_t vocab, const SamplingParams& params, Rng& rng) {
+TokenChoice choose_token(const float* raw_logits, int64_t vocab, const SamplingParams& params, Rng& rng,
+                         const std::vector<int32_t>* recent) {
+  const float* logits = raw_logits;
+  thread_local std::vector<float> penalized;
+  if (params.repeat_penalty != 1.f && recent && !recent->empty()) {
+    penalized.assign(raw_logits, raw_logits + vocab);
+    std::vector<int32_t> ids(*recent);
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    for (int32_t id : ids) {
+      if (id < 0 || id >= vocab) continue;
+      float& v = penalized[size_t(id)];
+      v = v > 0 ? v / params.repeat_penalty : v * params.repeat_penalty;
+    }
+    logits = penalized.data();
+  }
   TokenChoice choice;
   choice.stats = row_stats(logits, vocab);
   choice.token = choice.stats.argmax;
   if (params.temperature > 0.f) {
     const double T = params.temperature;
-    const bool filtered = (params.top_k > 0 && params.top_k < vocab) || params.top_p < 1.f;
+    const bool filtered = (params.top_k > 0 && params.top_k < vocab) || params.top_p < 1.f || params.min_p > 0.f;
     double best = -std::numeric_limits<double>::infinity();
     if (!filtered) {
       for (int64_t i = 0; i < vocab; ++i) {
@@ -39,6 +54,13 @@ TokenChoice choose_token(const float* logits, int64_t vocab, const SamplingParam
           ++keep;
           if (mass >= params.top_p) break;
         }
+        candidates.resize(keep);
+      }
+      if (params.min_p > 0.f) {
+        // p(id) >= min_p * p(top)  <=>  logit(id) >= logit(top) + log(min_p), on the untempered logits.
+        const double floor = double(logits[candidates[0]]) + std::log(double(params.min_p));
+        size_t keep = 1;
+        while (keep < candidates.size() && double(logits[candidates[keep]]) >= floor) ++keep;
         candidates.resize(keep);
       }
       for (int32_t id : candidates) {

@@ -1,6 +1,8 @@
-// Token choice from one row of logits: greedy, or Gumbel-max at a temperature with top-k / top-p.
+// Token choice from one row of logits: greedy, or Gumbel-max at a temperature with top-k / top-p / min-p,
+// after an optional repetition penalty.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/rng.h"
 #include "ops/ops.h"
@@ -12,6 +14,9 @@ struct SamplingParams {
   int64_t top_k = 0;        // 0: off
   float top_p = 1.f;        // 1: off
   uint64_t seed = 0;
+  float min_p = 0.f;           // 0: off; else keep tokens with p >= min_p * p(most likely) (untempered)
+  float repeat_penalty = 1.f;  // 1: off; recent tokens' logits divided by it (multiplied when negative)
+  int64_t repeat_last_n = 64;  // how many recent tokens the penalty looks at (the decode loop picks them)
 };
 
 // The chosen token and the untempered softmax statistics of its row (so that confidence, margin and
@@ -22,8 +27,12 @@ struct TokenChoice {
   RowStats stats;
 };
 
-// Greedy when temperature == 0, else argmax(logits + T * gumbel) over the candidates kept by top-k and
-// top-p (Gumbel-max draws from softmax(logits / T) restricted to them), computed in double precision.
-TokenChoice choose_token(const float* logits, int64_t vocab, const SamplingParams& params, Rng& rng);
+// Greedy when temperature == 0, else argmax(logits + T * gumbel) over the candidates kept by top-k,
+// top-p and min-p (Gumbel-max draws from softmax(logits / T) restricted to them), computed in double
+// precision. With repeat_penalty != 1, the logits of the distinct ids in `recent` are first divided by
+// the penalty (multiplied when negative, as llama.cpp and CTRL do) and everything, greedy included, reads
+// the penalised row.
+TokenChoice choose_token(const float* logits, int64_t vocab, const SamplingParams& params, Rng& rng,
+                         const std::vector<int32_t>* recent = nullptr);
 
 }  // namespace canvas

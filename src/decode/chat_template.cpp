@@ -1,0 +1,1143 @@
+// A small interpreter for the Jinja subset of Hugging Face chat templates (see chat_template.h).
+#include "decode/chat_template.h"
+
+#include <cctype>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "core/error.h"
+
+namespace canvas {
+namespace {
+
+// ---- values -----------------------------------------------------------------------------------------
+
+struct Value;
+using List = std::vector<Value>;
+using Dict = std::vector<std::pair<std::string, Value>>;  // insertion-ordered, as Python dicts
+
+struct Value {
+  enum Kind { Undefined, None, Bool, Int, Str, ListKind, DictKind } kind = Undefined;
+  bool b = false;
+  int64_t i = 0;
+  std::string s;
+  std::shared_ptr<List> list;
+  std::shared_ptr<Dict> dict;  // shared: a namespace() is changed through any copy of it
+
+  static Value none() { return with(None); }
+  static Value boolean(bool v) {
+    Value x = with(Bool);
+    x.b = v;
+    return x;
+  }
+  static Value integer(int64_t v) {
+    Value x = with(Int);
+    x.i = v;
+    return x;
+  }
+  static Value str(std::string v) {
+    Value x = with(Str);
+    x.s = std::move(v);
+    return x;
+  }
+  static Value make_list(List v = {}) {
+    Value x = with(ListKind);
+    x.list = std::make_shared<List>(std::move(v));
+    return x;
+  }
+  static Value make_dict(Dict v = {}) {
+    Value x = with(DictKind);
+    x.dict = std::make_shared<Dict>(std::move(v));
+    return x;
+  }
+  static Value with(Kind k) {
+    Value x;
+    x.kind = k;
+    return x;
+  }
+  const Value* find(const std::string& key) const {
+    if (kind != DictKind) return nullptr;
+    for (const auto& [k, v] : *dict)
+      if (k == key) return &v;
+    return nullptr;
+  }
+};
+
+bool truthy(const Value& v) {
+  switch (v.kind) {
+    case Value::Undefined:
+    case Value::None:
+      return false;
+    case Value::Bool:
+      return v.b;
+    case Value::Int:
+      return v.i != 0;
+    case Value::Str:
+      return !v.s.empty();
+    case Value::ListKind:
+      return !v.list->empty();
+    case Value::DictKind:
+      return !v.dict->empty();
+  }
+  return false;
+}
+
+std::string quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("\\'") : std::string(1, c);
+  return out + "'";
+}
+
+std::string to_text(const Value& v, bool repr = false) {
+  switch (v.kind) {
+    case Value::Undefined:
+      return "";
+    case Value::None:
+      return "None";
+    case Value::Bool:
+      return v.b ? "True" : "False";
+    case Value::Int:
+      return std::to_string(v.i);
+    case Value::Str:
+      return repr ? quoted(v.s) : v.s;
+    case Value::ListKind: {
+      std::string out = "[";
+      for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + to_text((*v.list)[k], true);
+      return out + "]";
+    }
+    case Value::DictKind: {
+      std::string out = "{";
+      bool first = true;
+      for (const auto& [key, val] : *v.dict) {
+        out += (first ? "" : ", ") + quoted(key) + ": " + to_text(val, true);
+        first = false;
+      }
+      return out + "}";
+    }
+  }
+  return "";
+}
+
+std::string json_text(const Value& v) {
+  switch (v.kind) {
+    case Value::Undefined:
+    case Value::None:
+      return "null";
+    case Value::Bool:
+      return v.b ? "true" : "false";
+    case Value::Int:
+      return std::to_string(v.i);
+    case Value::Str: {
+      std::string out = "\"";
+      for (unsigned char c : v.s) {
+        if (c == '"' || c == '\\')
+          out += std::string("\\") + char(c);
+        else if (c == '\n')
+          out += "\\n";
+        else if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else
+          out += char(c);
+      }
+      return out + "\"";
+    }
+    case Value::ListKind: {
+      std::string out = "[";
+      for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + json_text((*v.list)[k]);
+      return out + "]";
+    }
+    case Value::DictKind: {
+      std::string out = "{";
+      bool first = true;
+      for (const auto& [key, val] : *v.dict) {
+        out += (first ? "" : ", ") + json_text(Value::str(key)) + ": " + json_text(val);
+        first = false;
+      }
+      return out + "}";
+    }
+  }
+  return "";
+}
+
+bool equal(const Value& a, const Value& b) {
+  if ((a.kind == Value::Int || a.kind == Value::Bool) && (b.kind == Value::Int || b.kind == Value::Bool))
+    return (a.kind == Value::Int ? a.i : a.b) == (b.kind == Value::Int ? b.i : b.b);
+  if (a.kind != b.kind) return false;
+  switch (a.kind) {
+    case Value::Undefined:
+    case Value::None:
+      return true;
+    case Value::Str:
+      return a.s == b.s;
+    case Value::ListKind:
+      if (a.list->size() != b.list->size()) return false;
+      for (size_t k = 0; k < a.list->size(); ++k)
+        if (!equal((*a.list)[k], (*b.list)[k])) return false;
+      return true;
+    case Value::DictKind:
+      return a.dict == b.dict;
+    default:
+      return false;
+  }
+}
+
+// ---- expressions ------------------------------------------------------------------------------------
+
+struct Token {
+  enum Kind { Name, Number, String, Op, End } kind;
+  std::string text;
+};
+
+std::vector<Token> lex_expression(const std::string& src) {
+  std::vector<Token> out;
+  size_t i = 0;
+  while (i < src.size()) {
+    const char c = src[i];
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      ++i;
+    } else if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      size_t j = i;
+      while (j < src.size() && (std::isalnum(static_cast<unsigned char>(src[j])) || src[j] == '_')) ++j;
+      out.push_back({Token::Name, src.substr(i, j - i)});
+      i = j;
+    } else if (std::isdigit(static_cast<unsigned char>(c))) {
+      size_t j = i;
+      while (j < src.size() && std::isdigit(static_cast<unsigned char>(src[j]))) ++j;
+      check(j >= src.size() || src[j] != '.', "chat template: floating-point numbers are not supported");
+      out.push_back({Token::Number, src.substr(i, j - i)});
+      i = j;
+    } else if (c == '\'' || c == '"') {
+      std::string s;
+      size_t j = i + 1;
+      while (j < src.size() && src[j] != c) {
+        if (src[j] == '\\' && j + 1 < src.size()) {
+          const char e = src[++j];
+          s += e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;
+        } else {
+          s += src[j];
+        }
+        ++j;
+      }
+      check(j < src.size(), "chat template: unterminated string in '" + src + "'");
+      out.push_back({Token::String, s});
+      i = j + 1;
+    } else {
+      static const char* two[] = {"==", "!=", "<=", ">=", "//", "**"};
+      bool matched = false;
+      for (const char* op : two)
+        if (src.compare(i, 2, op) == 0) {
+          out.push_back({Token::Op, op});
+          i += 2;
+          matched = true;
+          break;
+        }
+      if (matched) continue;
+      check(std::string("+-*/%~()[]{},:.|=<>").find(c) != std::string::npos,
+            std::string("chat template: unexpected character '") + c + "' in '" + src + "'");
+      out.push_back({Token::Op, std::string(1, c)});
+      ++i;
+    }
+  }
+  out.push_back({Token::End, ""});
+  return out;
+}
+
+struct Expr;
+using ExprPtr = std::shared_ptr<Expr>;
+struct Expr {
+  enum Kind {
+    Literal,
+    Name,
+    Attr,
+    Index,
+    Slice,
+    Call,
+    Filter,
+    Test,
+    Unary,
+    Binary,
+    Cond,
+    ListLit,
+    DictLit
+  } kind;
+  std::string name;  // Name, Attr, Filter, Test, Unary / Binary operator
+  Value literal;
+  std::vector<ExprPtr> args;  // operands / arguments (nullptr: an absent slice bound)
+  std::vector<std::pair<std::string, ExprPtr>> kwargs;
+  bool negate = false;  // Test: "is not"
+};
+
+ExprPtr node(Expr::Kind kind, std::string name = "", std::vector<ExprPtr> args = {}) {
+  auto e = std::make_shared<Expr>();
+  e->kind = kind;
+  e->name = std::move(name);
+  e->args = std::move(args);
+  return e;
+}
+
+class ExprParser {
+ public:
+  explicit ExprParser(const std::string& src) : tokens_(lex_expression(src)), src_(src) {}
+  ExprPtr parse_all() {
+    ExprPtr e = parse();
+    expect_end();
+    return e;
+  }
+  ExprPtr parse() { return conditional(); }
+  bool at_name(const std::string& word) const { return peek().kind == Token::Name && peek().text == word; }
+  bool at_op(const std::string& op) const { return peek().kind == Token::Op && peek().text == op; }
+  bool at_end() const { return peek().kind == Token::End; }
+  const Token& next() { return tokens_[pos_ < tokens_.size() - 1 ? pos_++ : pos_]; }
+  void expect_op(const std::string& op) {
+    check(at_op(op), "chat template: expected '" + op + "' in '" + src_ + "'");
+    ++pos_;
+  }
+  void expect_end() { check(at_end(), "chat template: unexpected '" + peek().text + "' in '" + src_ + "'"); }
+  std::string expect_name() {
+    check(peek().kind == Token::Name, "chat template: expected a name in '" + src_ + "'");
+    return next().text;
+  }
+
+ private:
+  const Token& peek() const { return tokens_[pos_]; }
+
+  ExprPtr conditional() {
+    ExprPtr a = or_expr();
+    if (at_name("if")) {
+      ++pos_;
+      ExprPtr cond = or_expr();
+      ExprPtr b;
+      if (at_name("else")) {
+        ++pos_;
+        b = conditional();
+      } else {
+        auto undefined = node(Expr::Literal);
+        b = undefined;
+      }
+      return node(Expr::Cond, "", {a, cond, b});
+    }
+    return a;
+  }
+  ExprPtr or_expr() {
+    ExprPtr a = and_expr();
+    while (at_name("or")) {
+      ++pos_;
+      a = node(Expr::Binary, "or", {a, and_expr()});
+    }
+    return a;
+  }
+  ExprPtr and_expr() {
+    ExprPtr a = not_expr();
+    while (at_name("and")) {
+      ++pos_;
+      a = node(Expr::Binary, "and", {a, not_expr()});
+    }
+    return a;
+  }
+  ExprPtr not_expr() {
+    if (at_name("not")) {
+      ++pos_;
+      return node(Expr::Unary, "not", {not_expr()});
+    }
+    return comparison();
+  }
+  ExprPtr comparison() {
+    ExprPtr a = concat();
+    while (true) {
+      if (at_op("==") || at_op("!=") || at_op("<") || at_op(">") || at_op("<=") || at_op(">=")) {
+        const std::string op = next().text;
+        a = node(Expr::Binary, op, {a, concat()});
+      } else if (at_name("in")) {
+        ++pos_;
+        a = node(Expr::Binary, "in", {a, concat()});
+      } else if (at_name("not") && tokens_[pos_ + 1].kind == Token::Name && tokens_[pos_ + 1].text == "in") {
+        pos_ += 2;
+        a = node(Expr::Unary, "not", {node(Expr::Binary, "in", {a, concat()})});
+      } else if (at_name("is")) {
+        ++pos_;
+        bool negate = false;
+        if (at_name("not")) {
+          ++pos_;
+          negate = true;
+        }
+        ExprPtr t = node(Expr::Test, expect_name(), {a});
+        t->negate = negate;
+        a = t;
+      } else {
+        return a;
+      }
+    }
+  }
+  ExprPtr concat() {
+    ExprPtr a = additive();
+    while (at_op("~")) {
+      ++pos_;
+      a = node(Expr::Binary, "~", {a, additive()});
+    }
+    return a;
+  }
+  ExprPtr additive() {
+    ExprPtr a = multiplicative();
+    while (at_op("+") || at_op("-")) {
+      const std::string op = next().text;
+      a = node(Expr::Binary, op, {a, multiplicative()});
+    }
+    return a;
+  }
+  ExprPtr multiplicative() {
+    ExprPtr a = unary();
+    while (at_op("*") || at_op("/") || at_op("%") || at_op("//")) {
+      const std::string op = next().text;
+      a = node(Expr::Binary, op, {a, unary()});
+    }
+    return a;
+  }
+  ExprPtr unary() {
+    if (at_op("-")) {
+      ++pos_;
+      return node(Expr::Unary, "-", {unary()});
+    }
+    return filtered();
+  }
+  ExprPtr filtered() {
+    ExprPtr a = postfix();
+    while (at_op("|")) {
+      ++pos_;
+      ExprPtr f = node(Expr::Filter, expect_name(), {a});
+      if (at_op("(")) call_arguments(*f);
+      a = f;
+    }
+    return a;
+  }
+  void call_arguments(Expr& call) {
+    expect_op("(");
+    while (!at_op(")")) {
+      if (peek().kind == Token::Name && tokens_[pos_ + 1].kind == Token::Op &&
+          tokens_[pos_ + 1].text == "=") {
+        const std::string key = next().text;
+        ++pos_;
+        call.kwargs.emplace_back(key, parse());
+      } else {
+        call.args.push_back(parse());
+      }
+      if (!at_op(")")) expect_op(",");
+    }
+    ++pos_;
+  }
+  ExprPtr postfix() {
+    ExprPtr a = primary();
+    while (true) {
+      if (at_op(".")) {
+        ++pos_;
+        a = node(Expr::Attr, expect_name(), {a});
+      } else if (at_op("[")) {
+        ++pos_;
+        ExprPtr lo, hi;
+        if (!at_op(":")) lo = parse();
+        if (at_op(":")) {
+          ++pos_;
+          if (!at_op("]")) hi = parse();
+          expect_op("]");
+          a = node(Expr::Slice, "", {a, lo, hi});
+        } else {
+          expect_op("]");
+          a = node(Expr::Index, "", {a, lo});
+        }
+      } else if (at_op("(")) {
+        auto call = node(Expr::Call, "", {a});
+        call_arguments(*call);
+        a = call;
+      } else {
+        return a;
+      }
+    }
+  }
+  ExprPtr primary() {
+    const Token t = next();
+    if (t.kind == Token::Number) {
+      auto e = node(Expr::Literal);
+      e->literal = Value::integer(std::stoll(t.text));
+      return e;
+    }
+    if (t.kind == Token::String) {
+      std::string s = t.text;
+      while (peek().kind == Token::String) s += next().text;  // adjacent literals concatenate
+      auto e = node(Expr::Literal);
+      e->literal = Value::str(s);
+      return e;
+    }
+    if (t.kind == Token::Name) {
+      auto e = node(Expr::Literal);
+      if (t.text == "true" || t.text == "True")
+        e->literal = Value::boolean(true);
+      else if (t.text == "false" || t.text == "False")
+        e->literal = Value::boolean(false);
+      else if (t.text == "none" || t.text == "None")
+        e->literal = Value::none();
+      else
+        return node(Expr::Name, t.text);
+      return e;
+    }
+    if (t.kind == Token::Op && t.text == "(") {
+      ExprPtr e = parse();
+      expect_op(")");
+      return e;
+    }
+    if (t.kind == Token::Op && t.text == "[") {
+      auto e = node(Expr::ListLit);
+      while (!at_op("]")) {
+        e->args.push_back(parse());
+        if (!at_op("]")) expect_op(",");
+      }
+      ++pos_;
+      return e;
+    }
+    if (t.kind == Token::Op && t.text == "{") {
+      auto e = node(Expr::DictLit);
+      while (!at_op("}")) {
+        ExprPtr key = parse();
+        expect_op(":");
+        e->args.push_back(key);
+        e->args.push_back(parse());
+        if (!at_op("}")) expect_op(",");
+      }
+      ++pos_;
+      return e;
+    }
+    throw Error("chat template: unexpected '" + t.text + "' in '" + src_ + "'");
+  }
+
+  std::vector<Token> tokens_;
+  size_t pos_ = 0;
+  std::string src_;
+};
+
+// ---- statements -------------------------------------------------------------------------------------
+
+struct Node;
+using Body = std::vector<std::shared_ptr<Node>>;
+struct Node {
+  enum Kind { Text, Output, If, For, Set } kind;
+  std::string text;                                // Text
+  ExprPtr expr;                                    // Output, For (iterable), Set (value)
+  std::vector<std::pair<ExprPtr, Body>> branches;  // If: (condition, body), else as a null condition
+  std::vector<std::string> vars;                   // For: loop variables; Set: target (name [, attribute])
+  Body body, else_body;                            // For
+};
+
+struct Piece {
+  enum Kind { Text, Expression, Statement } kind;
+  std::string content;
+};
+
+// Splits the source into text, {{ }} and {% %} pieces (comments dropped), applying '-' whitespace control
+// and the trim_blocks / lstrip_blocks rules transformers renders chat templates with.
+std::vector<Piece> split_template(const std::string& src) {
+  std::vector<Piece> out;
+  size_t i = 0;
+  bool strip_next = false;    // the previous tag ended with '-'
+  bool trim_newline = false;  // the previous tag was a block tag (trim_blocks)
+  while (i <= src.size()) {
+    size_t open = src.find('{', i);
+    while (open != std::string::npos && open + 1 < src.size() && src[open + 1] != '{' &&
+           src[open + 1] != '%' && src[open + 1] != '#')
+      open = src.find('{', open + 1);
+    if (open != std::string::npos && open + 1 >= src.size()) open = std::string::npos;
+    std::string text = src.substr(i, (open == std::string::npos ? src.size() : open) - i);
+    bool begins_line = i == 0 || (i > 0 && src[i - 1] == '\n');
+    if (strip_next) {
+      const size_t keep = text.find_first_not_of(" \t\r\n");
+      text = keep == std::string::npos ? "" : text.substr(keep);
+    } else if (trim_newline && !text.empty() && text[0] == '\n') {
+      text.erase(0, 1);
+      begins_line = true;
+    }
+    if (open == std::string::npos) {
+      if (!text.empty()) out.push_back({Piece::Text, text});
+      break;
+    }
+    const char kind = src[open + 1];
+    const bool strip_before = open + 2 < src.size() && src[open + 2] == '-';
+    if (strip_before) {
+      const size_t keep = text.find_last_not_of(" \t\r\n");
+      text = keep == std::string::npos ? "" : text.substr(0, keep + 1);
+    } else if (kind == '%') {
+      // lstrip_blocks: spaces and tabs from the start of the line up to a block tag.
+      const size_t line_start = text.find_last_of('\n');
+      const std::string tail = text.substr(line_start == std::string::npos ? 0 : line_start + 1);
+      if (tail.find_first_not_of(" \t") == std::string::npos &&
+          (line_start != std::string::npos || begins_line))
+        text.resize(text.size() - tail.size());
+    }
+    if (!text.empty()) out.push_back({Piece::Text, text});
+    const std::string close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
+    const size_t end = src.find(close, open + 2);
+    check(end != std::string::npos, "chat template: unclosed '{" + std::string(1, kind) + "'");
+    size_t body_start = open + 2 + (strip_before ? 1 : 0);
+    size_t body_end = end;
+    strip_next = body_end > body_start && src[body_end - 1] == '-';
+    if (strip_next) --body_end;
+    if (kind != '#')
+      out.push_back({kind == '{' ? Piece::Expression : Piece::Statement,
+                     src.substr(body_start, body_end - body_start)});
+    trim_newline = kind != '{';
+    i = end + 2;
+  }
+  return out;
+}
+
+class TemplateParser {
+ public:
+  explicit TemplateParser(std::vector<Piece> pieces) : pieces_(std::move(pieces)) {}
+
+  Body parse_body(const std::vector<std::string>& terminators, std::string* ended_by) {
+    Body body;
+    while (pos_ < pieces_.size()) {
+      const Piece& p = pieces_[pos_++];
+      if (p.kind == Piece::Text) {
+        auto n = std::make_shared<Node>();
+        n->kind = Node::Text;
+        n->text = p.content;
+        body.push_back(n);
+        continue;
+      }
+      if (p.kind == Piece::Expression) {
+        auto n = std::make_shared<Node>();
+        n->kind = Node::Output;
+        n->expr = ExprParser(p.content).parse_all();
+        body.push_back(n);
+        continue;
+      }
+      ExprParser words(p.content);
+      const std::string keyword = words.expect_name();
+      for (const std::string& t : terminators)
+        if (keyword == t) {
+          *ended_by = keyword;
+          statement_ = p.content;
+          return body;
+        }
+      if (keyword == "if") {
+        body.push_back(parse_if(p.content));
+      } else if (keyword == "for") {
+        body.push_back(parse_for(p.content));
+      } else if (keyword == "set") {
+        body.push_back(parse_set(p.content));
+      } else if (keyword == "generation" || keyword == "endgeneration") {
+        // transformers' assistant-mask markers: no output of their own.
+      } else {
+        throw Error("chat template: '{% " + keyword + " %}' is not supported by canvas's Jinja subset");
+      }
+    }
+    if (!terminators.empty()) throw Error("chat template: missing {% " + terminators.back() + " %}");
+    return body;
+  }
+
+ private:
+  // The expression after the keyword of the statement just read.
+  static std::string after_keyword(const std::string& statement) {
+    size_t i = statement.find_first_not_of(" \t\r\n");
+    while (i < statement.size() &&
+           (std::isalnum(static_cast<unsigned char>(statement[i])) || statement[i] == '_'))
+      ++i;
+    return statement.substr(i);
+  }
+
+  std::shared_ptr<Node> parse_if(const std::string& statement) {
+    auto n = std::make_shared<Node>();
+    n->kind = Node::If;
+    ExprPtr cond = ExprParser(after_keyword(statement)).parse_all();
+    while (true) {
+      std::string ended;
+      Body body = parse_body({"elif", "else", "endif"}, &ended);
+      n->branches.emplace_back(cond, std::move(body));
+      if (ended == "endif") return n;
+      cond = ended == "elif" ? ExprParser(after_keyword(statement_)).parse_all() : nullptr;
+      if (ended == "else") {
+        Body rest = parse_body({"endif"}, &ended);
+        n->branches.emplace_back(nullptr, std::move(rest));
+        return n;
+      }
+    }
+  }
+
+  std::shared_ptr<Node> parse_for(const std::string& statement) {
+    auto n = std::make_shared<Node>();
+    n->kind = Node::For;
+    ExprParser p(after_keyword(statement));
+    n->vars.push_back(p.expect_name());
+    while (p.at_op(",")) {
+      p.next();
+      n->vars.push_back(p.expect_name());
+    }
+    check(p.at_name("in"), "chat template: expected 'in' in '{% " + statement + " %}'");
+    p.next();
+    n->expr = p.parse();
+    check(!p.at_name("recursive"), "chat template: recursive loops are not supported");
+    p.expect_end();
+    std::string ended;
+    n->body = parse_body({"else", "endfor"}, &ended);
+    if (ended == "else") n->else_body = parse_body({"endfor"}, &ended);
+    return n;
+  }
+
+  std::shared_ptr<Node> parse_set(const std::string& statement) {
+    auto n = std::make_shared<Node>();
+    n->kind = Node::Set;
+    ExprParser p(after_keyword(statement));
+    n->vars.push_back(p.expect_name());
+    if (p.at_op(".")) {
+      p.next();
+      n->vars.push_back(p.expect_name());
+    }
+    check(p.at_op("="), "chat template: block {% set %} ... {% endset %} is not supported");
+    p.next();
+    n->expr = p.parse();
+    p.expect_end();
+    return n;
+  }
+
+  std::vector<Piece> pieces_;
+  size_t pos_ = 0;
+  std::string statement_;  // the statement that ended the last body
+};
+
+// ---- evaluation -------------------------------------------------------------------------------------
+
+class Renderer {
+ public:
+  explicit Renderer(std::map<std::string, Value> globals) { scopes_.push_back(std::move(globals)); }
+
+  void run(const Body& body, std::string& out) {
+    for (const auto& n : body) {
+      switch (n->kind) {
+        case Node::Text:
+          out += n->text;
+          break;
+        case Node::Output:
+          out += to_text(eval(*n->expr));
+          break;
+        case Node::If:
+          for (const auto& [cond, branch] : n->branches)
+            if (!cond || truthy(eval(*cond))) {
+              run(branch, out);
+              break;
+            }
+          break;
+        case Node::Set: {
+          const Value v = eval(*n->expr);
+          if (n->vars.size() == 1) {
+            scopes_.back()[n->vars[0]] = v;
+          } else {
+            Value target = lookup(n->vars[0]);
+            check(target.kind == Value::DictKind,
+                  "chat template: {% set " + n->vars[0] + "." + n->vars[1] + " %} needs a namespace()");
+            bool found = false;
+            for (auto& [k, old] : *target.dict)
+              if (k == n->vars[1]) {
+                old = v;
+                found = true;
+              }
+            if (!found) target.dict->emplace_back(n->vars[1], v);
+          }
+          break;
+        }
+        case Node::For:
+          run_for(*n, out);
+          break;
+      }
+    }
+  }
+
+ private:
+  void run_for(const Node& n, std::string& out) {
+    const Value seq = eval(*n.expr);
+    List items;
+    if (seq.kind == Value::ListKind) {
+      items = *seq.list;
+    } else if (seq.kind == Value::DictKind) {
+      for (const auto& [k, v] : *seq.dict) items.push_back(Value::str(k));
+    } else if (seq.kind == Value::Str) {
+      for (char c : seq.s) items.push_back(Value::str(std::string(1, c)));
+    } else {
+      check(seq.kind == Value::Undefined || seq.kind == Value::None,
+            "chat template: cannot loop over " + to_text(seq));
+    }
+    if (items.empty()) {
+      run(n.else_body, out);
+      return;
+    }
+    const int64_t count = int64_t(items.size());
+    for (int64_t k = 0; k < count; ++k) {
+      std::map<std::string, Value> scope;
+      const Value& item = items[size_t(k)];
+      if (n.vars.size() == 1) {
+        scope[n.vars[0]] = item;
+      } else {
+        check(item.kind == Value::ListKind && item.list->size() == n.vars.size(),
+              "chat template: cannot unpack " + to_text(item) + " into " + std::to_string(n.vars.size()) +
+                  " names");
+        for (size_t v = 0; v < n.vars.size(); ++v) scope[n.vars[v]] = (*item.list)[v];
+      }
+      scope["loop"] = Value::make_dict({{"index", Value::integer(k + 1)},
+                                        {"index0", Value::integer(k)},
+                                        {"revindex", Value::integer(count - k)},
+                                        {"revindex0", Value::integer(count - k - 1)},
+                                        {"first", Value::boolean(k == 0)},
+                                        {"last", Value::boolean(k == count - 1)},
+                                        {"length", Value::integer(count)},
+                                        {"previtem", k > 0 ? items[size_t(k - 1)] : Value()},
+                                        {"nextitem", k + 1 < count ? items[size_t(k + 1)] : Value()}});
+      scopes_.push_back(std::move(scope));
+      run(n.body, out);
+      scopes_.pop_back();
+    }
+  }
+
+  Value lookup(const std::string& name) const {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      auto found = it->find(name);
+      if (found != it->end()) return found->second;
+    }
+    return Value();
+  }
+
+  static int64_t as_int(const Value& v, const std::string& what) {
+    check(v.kind == Value::Int || v.kind == Value::Bool,
+          "chat template: " + what + " needs an integer, got " + to_text(v, true));
+    return v.kind == Value::Int ? v.i : v.b;
+  }
+
+  static std::string strip(const std::string& s, bool left, bool right,
+                           const std::string& chars = " \t\r\n") {
+    size_t a = 0, b = s.size();
+    if (left) {
+      a = s.find_first_not_of(chars);
+      if (a == std::string::npos) return "";
+    }
+    if (right) b = s.find_last_not_of(chars) + 1;
+    return s.substr(a, b - a);
+  }
+
+  Value eval(const Expr& e) {
+    switch (e.kind) {
+      case Expr::Literal:
+        return e.literal;
+      case Expr::Name:
+        return lookup(e.name);
+      case Expr::ListLit: {
+        List items;
+        for (const auto& a : e.args) items.push_back(eval(*a));
+        return Value::make_list(std::move(items));
+      }
+      case Expr::DictLit: {
+        Dict d;
+        for (size_t k = 0; k + 1 < e.args.size(); k += 2)
+          d.emplace_back(to_text(eval(*e.args[k])), eval(*e.args[k + 1]));
+        return Value::make_dict(std::move(d));
+      }
+      case Expr::Attr: {
+        const Value obj = eval(*e.args[0]);
+        if (const Value* v = obj.find(e.name)) return *v;
+        return Value();
+      }
+      case Expr::Index: {
+        const Value obj = eval(*e.args[0]);
+        const Value key = eval(*e.args[1]);
+        if (obj.kind == Value::DictKind) {
+          const Value* v = obj.find(to_text(key));
+          return v ? *v : Value();
+        }
+        if (obj.kind == Value::ListKind || obj.kind == Value::Str) {
+          const int64_t n = obj.kind == Value::ListKind ? int64_t(obj.list->size()) : int64_t(obj.s.size());
+          int64_t k = as_int(key, "an index");
+          if (k < 0) k += n;
+          if (k < 0 || k >= n) return Value();
+          return obj.kind == Value::ListKind ? (*obj.list)[size_t(k)]
+                                             : Value::str(obj.s.substr(size_t(k), 1));
+        }
+        return Value();
+      }
+      case Expr::Slice: {
+        const Value obj = eval(*e.args[0]);
+        const int64_t n = obj.kind == Value::ListKind ? int64_t(obj.list->size()) : int64_t(obj.s.size());
+        check(obj.kind == Value::ListKind || obj.kind == Value::Str,
+              "chat template: cannot slice " + to_text(obj, true));
+        auto bound = [&](const ExprPtr& b, int64_t fallback) {
+          if (!b) return fallback;
+          int64_t k = as_int(eval(*b), "a slice");
+          if (k < 0) k += n;
+          return std::clamp<int64_t>(k, 0, n);
+        };
+        const int64_t lo = bound(e.args[1], 0), hi = std::max(lo, bound(e.args[2], n));
+        if (obj.kind == Value::Str) return Value::str(obj.s.substr(size_t(lo), size_t(hi - lo)));
+        return Value::make_list(List(obj.list->begin() + lo, obj.list->begin() + hi));
+      }
+      case Expr::Cond:
+        return truthy(eval(*e.args[1])) ? eval(*e.args[0]) : eval(*e.args[2]);
+      case Expr::Unary: {
+        const Value a = eval(*e.args[0]);
+        if (e.name == "not") return Value::boolean(!truthy(a));
+        return Value::integer(-as_int(a, "'-'"));
+      }
+      case Expr::Binary:
+        return binary(e);
+      case Expr::Test:
+        return Value::boolean(test(e.name, eval(*e.args[0])) != e.negate);
+      case Expr::Filter:
+        return filter(e);
+      case Expr::Call:
+        return call(e);
+    }
+    return Value();
+  }
+
+  Value binary(const Expr& e) {
+    if (e.name == "and") {
+      const Value a = eval(*e.args[0]);
+      return truthy(a) ? eval(*e.args[1]) : a;
+    }
+    if (e.name == "or") {
+      const Value a = eval(*e.args[0]);
+      return truthy(a) ? a : eval(*e.args[1]);
+    }
+    const Value a = eval(*e.args[0]), b = eval(*e.args[1]);
+    if (e.name == "==") return Value::boolean(equal(a, b));
+    if (e.name == "!=") return Value::boolean(!equal(a, b));
+    if (e.name == "~") return Value::str(to_text(a) + to_text(b));
+    if (e.name == "in") {
+      if (b.kind == Value::Str) return Value::boolean(b.s.find(to_text(a)) != std::string::npos);
+      if (b.kind == Value::DictKind) return Value::boolean(b.find(to_text(a)) != nullptr);
+      if (b.kind == Value::ListKind) {
+        for (const Value& v : *b.list)
+          if (equal(a, v)) return Value::boolean(true);
+      }
+      return Value::boolean(false);
+    }
+    if (e.name == "+") {
+      if (a.kind == Value::Str && b.kind == Value::Str) return Value::str(a.s + b.s);
+      if (a.kind == Value::ListKind && b.kind == Value::ListKind) {
+        List joined = *a.list;
+        joined.insert(joined.end(), b.list->begin(), b.list->end());
+        return Value::make_list(std::move(joined));
+      }
+      check(a.kind != Value::Str && b.kind != Value::Str,
+            "chat template: cannot add " + to_text(a, true) + " and " + to_text(b, true));
+      return Value::integer(as_int(a, "'+'") + as_int(b, "'+'"));
+    }
+    if (e.name == "<" || e.name == ">" || e.name == "<=" || e.name == ">=") {
+      int cmp;
+      if (a.kind == Value::Str && b.kind == Value::Str)
+        cmp = a.s.compare(b.s);
+      else {
+        const int64_t x = as_int(a, "a comparison"), y = as_int(b, "a comparison");
+        cmp = x < y ? -1 : x > y ? 1 : 0;
+      }
+      return Value::boolean(e.name == "<"    ? cmp < 0
+                            : e.name == ">"  ? cmp > 0
+                            : e.name == "<=" ? cmp <= 0
+                                             : cmp >= 0);
+    }
+    if (e.name == "*" && a.kind == Value::Str) {
+      std::string out;
+      for (int64_t k = 0; k < std::min<int64_t>(as_int(b, "'*'"), 1 << 16); ++k) out += a.s;
+      return Value::str(out);
+    }
+    const int64_t x = as_int(a, "'" + e.name + "'"), y = as_int(b, "'" + e.name + "'");
+    if (e.name == "-") return Value::integer(x - y);
+    if (e.name == "*") return Value::integer(x * y);
+    check(y != 0, "chat template: division by zero");
+    if (e.name == "%") return Value::integer(((x % y) + y) % y);
+    return Value::integer(x / y);  // "/" and "//" on integers
+  }
+
+  static bool test(const std::string& name, const Value& v) {
+    if (name == "defined") return v.kind != Value::Undefined;
+    if (name == "undefined") return v.kind == Value::Undefined;
+    if (name == "none") return v.kind == Value::None;
+    if (name == "string") return v.kind == Value::Str;
+    if (name == "number" || name == "integer") return v.kind == Value::Int;
+    if (name == "boolean") return v.kind == Value::Bool;
+    if (name == "mapping") return v.kind == Value::DictKind;
+    if (name == "iterable")
+      return v.kind == Value::ListKind || v.kind == Value::Str || v.kind == Value::DictKind;
+    if (name == "sequence") return v.kind == Value::ListKind || v.kind == Value::Str;
+    if (name == "true") return v.kind == Value::Bool && v.b;
+    if (name == "false") return v.kind == Value::Bool && !v.b;
+    if (name == "even") return as_int(v, "'even'") % 2 == 0;
+    if (name == "odd") return as_int(v, "'odd'") % 2 != 0;
+    throw Error("chat template: the test 'is " + name + "' is not supported by canvas's Jinja subset");
+  }
+
+  Value filter(const Expr& e) {
+    const Value v = eval(*e.args[0]);
+    std::vector<Value> args;
+    for (size_t k = 1; k < e.args.size(); ++k) args.push_back(eval(*e.args[k]));
+    const std::string& f = e.name;
+    if (f == "trim") return Value::str(strip(to_text(v), true, true));
+    if (f == "upper" || f == "lower") {
+      std::string s = to_text(v);
+      for (char& c : s)
+        c = char(f == "upper" ? std::toupper(static_cast<unsigned char>(c))
+                              : std::tolower(static_cast<unsigned char>(c)));
+      return Value::str(s);
+    }
+    if (f == "length" || f == "count") {
+      if (v.kind == Value::ListKind) return Value::integer(int64_t(v.list->size()));
+      if (v.kind == Value::DictKind) return Value::integer(int64_t(v.dict->size()));
+      return Value::integer(int64_t(to_text(v).size()));
+    }
+    if (f == "default" || f == "d")
+      return v.kind == Value::Undefined ? (args.empty() ? Value::str("") : args[0]) : v;
+    if (f == "first" || f == "last") {
+      if (v.kind != Value::ListKind || v.list->empty()) return Value();
+      return f == "first" ? v.list->front() : v.list->back();
+    }
+    if (f == "join") {
+      check(v.kind == Value::ListKind, "chat template: join needs a list");
+      std::string out, sep = args.empty() ? "" : to_text(args[0]);
+      for (size_t k = 0; k < v.list->size(); ++k) out += (k ? sep : "") + to_text((*v.list)[k]);
+      return Value::str(out);
+    }
+    if (f == "string") return Value::str(to_text(v));
+    if (f == "tojson") return Value::str(json_text(v));
+    if (f == "list") return v.kind == Value::ListKind ? v : Value::make_list();
+    if (f == "items") return items(v);
+    throw Error("chat template: the filter '| " + f + "' is not supported by canvas's Jinja subset");
+  }
+
+  static Value items(const Value& v) {
+    List out;
+    if (v.kind == Value::DictKind)
+      for (const auto& [k, val] : *v.dict) out.push_back(Value::make_list({Value::str(k), val}));
+    return Value::make_list(std::move(out));
+  }
+
+  Value call(const Expr& e) {
+    std::vector<Value> args;
+    for (size_t k = 1; k < e.args.size(); ++k) args.push_back(eval(*e.args[k]));
+    const Expr& callee = *e.args[0];
+    if (callee.kind == Expr::Name) {
+      if (callee.name == "raise_exception")
+        throw Error("the chat template refused the conversation: " + (args.empty() ? "" : to_text(args[0])));
+      if (callee.name == "namespace") {
+        Dict d;
+        for (const auto& [k, v] : e.kwargs) d.emplace_back(k, eval(*v));
+        return Value::make_dict(std::move(d));
+      }
+      if (callee.name == "range") {
+        check(!args.empty() && args.size() <= 2, "chat template: range takes 1 or 2 arguments");
+        const int64_t lo = args.size() == 2 ? as_int(args[0], "range") : 0;
+        const int64_t hi = as_int(args.back(), "range");
+        check(hi - lo <= 1 << 20, "chat template: range too long");
+        List out;
+        for (int64_t k = lo; k < hi; ++k) out.push_back(Value::integer(k));
+        return Value::make_list(std::move(out));
+      }
+      throw Error("chat template: the function '" + callee.name +
+                  "' is not supported by canvas's Jinja subset");
+    }
+    check(callee.kind == Expr::Attr, "chat template: only functions and methods can be called");
+    const Value obj = eval(*callee.args[0]);
+    const std::string& m = callee.name;
+    if (obj.kind == Value::Str) {
+      const std::string& s = obj.s;
+      const std::string chars = args.empty() ? " \t\r\n" : to_text(args[0]);
+      if (m == "strip") return Value::str(strip(s, true, true, chars));
+      if (m == "lstrip") return Value::str(strip(s, true, false, chars));
+      if (m == "rstrip") return Value::str(strip(s, false, true, chars));
+      if (m == "upper" || m == "lower") {
+        std::string t = s;
+        for (char& c : t)
+          c = char(m == "upper" ? std::toupper(static_cast<unsigned char>(c))
+                                : std::tolower(static_cast<unsigned char>(c)));
+        return Value::str(t);
+      }
+      if (m == "title") {
+        std::string t = s;
+        bool start = true;
+        for (char& c : t) {
+          c = char(start ? std::toupper(static_cast<unsigned char>(c))
+                         : std::tolower(static_cast<unsigned char>(c)));
+          start = !std::isalpha(static_cast<unsigned char>(c));
+        }
+        return Value::str(t);
+      }
+      if (m == "startswith" || m == "endswith") {
+        const std::string p = args.empty() ? "" : to_text(args[0]);
+        const bool yes =
+            p.size() <= s.size() && (m == "startswith" ? s.compare(0, p.size(), p) == 0
+                                                       : s.compare(s.size() - p.size(), p.size(), p) == 0);
+        return Value::boolean(yes);
+      }
+      if (m == "split") {
+        List parts;
+        const std::string sep = args.empty() ? " " : to_text(args[0]);
+        check(!sep.empty(), "chat template: split with an empty separator");
+        size_t a = 0;
+        while (true) {
+          const size_t b = s.find(sep, a);
+          parts.push_back(Value::str(s.substr(a, b == std::string::npos ? std::string::npos : b - a)));
+          if (b == std::string::npos) break;
+          a = b + sep.size();
+        }
+        return Value::make_list(std::move(parts));
+      }
+      if (m == "replace" && args.size() == 2) {
+        std::string out;
+        const std::string from = to_text(args[0]), to = to_text(args[1]);
+        if (from.empty()) return obj;
+        size_t a = 0;
+        while (true) {
+          const size_t b = s.find(from, a);
+          out += s.substr(a, b == std::string::npos ? std::string::npos : b - a);
+          if (b == std::string::npos) break;
+          out += to;
+          a = b + from.size();
+        }
+        return Value::str(out);
+      }
+    }
+    if (obj.kind == Value::DictKind) {
+      if (m == "get") {
+        const Value* v = args.empty() ? nullptr : obj.find(to_text(args[0]));
+        return v ? *v : (args.size() > 1 ? args[1] : Value::none());
+      }
+      if (m == "items") return items(obj);
+      if (m == "keys") {
+        List out;
+        for (const auto& [k, v] : *obj.dict) out.push_back(Value::str(k));
+        return Value::make_list(std::move(out));
+      }
+    }
+    throw Error("chat template: the method '." + m + "()' is not supported by canvas's Jinja subset");
+  }
+
+  std::vector<std::map<std::string, Value>> scopes_;
+};
+
+}  // namespace
+
+std::string render_chat_template(const std::string& source, const ChatTemplateInputs& inputs) {
+  TemplateParser parser(split_template(source));
+  std::string ended;
+  const Body body = parser.parse_body({}, &ended);
+  List messages;
+  for (const ChatMessage& m : inputs.messages)
+    messages.push_back(Value::make_dict({{"role", Value::str(m.role)}, {"content", Value::str(m.content)}}));
+  std::map<std::string, Value> globals;
+  globals["messages"] = Value::make_list(std::move(messages));
+  globals["bos_token"] = Value::str(inputs.bos_token);
+  globals["eos_token"] = Value::str(inputs.eos_token);
+  globals["add_generation_prompt"] = Value::boolean(inputs.add_generation_prompt);
+  Renderer renderer(std::move(globals));
+  std::string out;
+  renderer.run(body, out);
+  return out;
+}
+
+}  // namespace canvas

@@ -1,0 +1,124 @@
+// The Jinja subset for chat templates: templates written the way the Gemma, LLaDA and Dream (ChatML)
+// templates are, rendered to the exact text transformers' apply_chat_template gives.
+#include "decode/chat_template.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace canvas {
+namespace {
+
+ChatTemplateInputs conversation(std::vector<ChatMessage> messages, std::string bos = "<bos>") {
+  ChatTemplateInputs in;
+  in.messages = std::move(messages);
+  in.bos_token = std::move(bos);
+  in.eos_token = "<eos>";
+  return in;
+}
+
+// Gemma 2/3 style: no system role (it prefixes the first user turn), alternation enforced, role renamed.
+const char* kGemmaStyle =
+    R"({{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set first_user_prefix = messages[0]['content'] + '\n\n' %}{% set loop_messages = messages[1:] %}{% else %}{% set first_user_prefix = "" %}{% set loop_messages = messages %}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}{% endif %}{% if (message['role'] == 'assistant') %}{% set role = "model" %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}{% if message['content'] is string %}{{ message['content'] | trim }}{% endif %}{{ '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %})";
+
+// LLaDA style: Llama 3 headers, the BOS glued to the first message, a filter inside a concatenation.
+const char* kLladaStyle =
+    R"({% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %})";
+
+// Dream (Qwen2.5) style: ChatML with a default system turn, laid out on lines with whitespace control.
+const char* kDreamStyle = R"({%- for message in messages %}
+    {%- if loop.first and messages[0]['role'] != 'system' %}
+        {{- '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}
+    {%- endif %}
+    {{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+)";
+
+TEST(ChatTemplate, GemmaStyle) {
+  EXPECT_EQ(
+      render_chat_template(
+          kGemmaStyle,
+          conversation({{"system", "Be brief."}, {"user", "Hi "}, {"assistant", "Hello."}, {"user", "Bye"}})),
+      "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n"
+      "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+  try {
+    render_chat_template(kGemmaStyle, conversation({{"user", "a"}, {"user", "b"}}));
+    FAIL() << "two user turns in a row were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Conversation roles must alternate"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ChatTemplate, LladaStyle) {
+  EXPECT_EQ(render_chat_template(kLladaStyle, conversation({{"user", "What is 2+2?"}}, "<|startoftext|>")),
+            "<|startoftext|><|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+TEST(ChatTemplate, DreamStyle) {
+  EXPECT_EQ(render_chat_template(kDreamStyle, conversation({{"user", "Hi"}})),
+            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  EXPECT_EQ(render_chat_template(kDreamStyle, conversation({{"system", "S"}, {"user", "Hi"}})),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, BlocksTrimTheirLines) {
+  // transformers renders with trim_blocks and lstrip_blocks.
+  EXPECT_EQ(render_chat_template("{% if true %}\n  A\n{% endif %}\nB", {}), "  A\nB");
+  EXPECT_EQ(render_chat_template("  {% if true %}x{% endif %} y", {}), "x y");
+  EXPECT_EQ(render_chat_template("a {{- ' b ' -}} c{# note #}", {}), "a b c");
+}
+
+TEST(ChatTemplate, ExpressionsLoopsAndNamespaces) {
+  const auto in = conversation({{"system", "s"}, {"user", "u1"}, {"assistant", "a1"}});
+  EXPECT_EQ(
+      render_chat_template("{% set ns = namespace(found=false) %}{% for m in messages %}{% if m.role == "
+                           "'system' %}{% set ns.found = true %}{% endif %}{% endfor %}{{ 'yes' if ns.found "
+                           "else 'no' }}",
+                           in),
+      "yes");
+  EXPECT_EQ(
+      render_chat_template("{% for m in messages %}{{ loop.index }}/{{ loop.length }}{{ ',' if not loop.last "
+                           "}}{% endfor %}",
+                           in),
+      "1/3,2/3,3/3");
+  EXPECT_EQ(
+      render_chat_template("{{ messages | length }} {{ messages[-1]['content'] | upper }} {{ (messages | "
+                           "first).role }} {{ 'x' in 'xyz' }} {{ 7 // 2 }} {{ 7 % 3 }} {{ 'a' ~ 1 }}",
+                           in),
+      "3 A1 system True 3 1 a1");
+  EXPECT_EQ(
+      render_chat_template(
+          "{{ ' a b '.strip().split(' ') | join('+') }} {{ 'Hi'.startswith('H') }} "
+          "{{ {'k': 'v'}.get('k') }} {{ {'k': 'v'}.get('z', 'd') }} {{ undefined_name is defined }}"
+          "{% for i in range(3) %}{{ i }}{% else %}none{% endfor %}{% for i in [] %}{% else %}!{% endfor %}",
+          in),
+      "a+b True v d False012!");
+  EXPECT_EQ(render_chat_template(
+                "{{ messages[1:] | length }}{{ 'abc'[1:] }}{{ messages[0].content | tojson }}", in),
+            "2bc\"s\"");
+}
+
+TEST(ChatTemplate, UnsupportedConstructsAreNamed) {
+  for (const auto& [source, word] : std::vector<std::pair<std::string, std::string>>{
+           {"{% macro f() %}x{% endmacro %}", "macro"},
+           {"{{ messages | map(attribute='role') }}", "map"},
+           {"{{ strftime_now('%Y') }}", "strftime_now"},
+           {"{% if true %}x", "endif"},
+           {"{{ 'a' ", "unclosed"},
+       }) {
+    try {
+      render_chat_template(source, {});
+      ADD_FAILURE() << source << " rendered";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << source << ": " << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace canvas

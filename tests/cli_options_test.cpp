@@ -1,0 +1,592 @@
+// The canvas command line as users of llama.cpp and Hugging Face drive it: option tables, suggestions,
+// --version, help, prompts from files and stdin, any -n, streaming, stop strings, seeds, sampling flags,
+// chat formats and context overflow, --visual on terminals only, and the installed tree.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/gguf.h"
+#include "test_util.h"
+
+namespace canvas {
+namespace {
+
+using test::run_canvas;
+
+std::string llada() {
+  return test::fixture("tiny-llada.gguf");
+}
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// The "tokens": [...] list of a generate --json line.
+std::string json_tokens(const std::string& out) {
+  const size_t a = out.find("\"tokens\": ["), b = out.find(']', a);
+  return a == std::string::npos ? "" : out.substr(a, b - a);
+}
+
+int64_t json_count(const std::string& out) {
+  const std::string list = json_tokens(out);
+  if (list.size() <= 11) return 0;
+  return int64_t(std::count(list.begin(), list.end(), ',')) + 1;
+}
+
+uint64_t reported_seed(const std::string& out) {
+  std::smatch m;
+  if (std::regex_search(out, m, std::regex("seed\"?:? (\\d+)"))) return std::stoull(m[1]);
+  return ~uint64_t(0);
+}
+
+TEST(CliOptions, VersionExitsZeroWithBuildInfo) {
+  const auto r = run_canvas("--version", false);
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* part : {"canvas 0.", "built:", "commit:", "cpu:", "cores", "data dir:"})
+    EXPECT_TRUE(has(r.output, part)) << part << " missing in " << r.output;
+}
+
+TEST(CliOptions, HelpCommandIsCommandDashDashHelp) {
+  for (const char* command : {"generate", "chat", "logits", "inspect"}) {
+    const auto a = run_canvas(std::string("help ") + command, false);
+    const auto b = run_canvas(std::string(command) + " --help", false);
+    EXPECT_EQ(a.exit_code, 0) << command;
+    EXPECT_EQ(a.output, b.output) << command;
+    EXPECT_TRUE(has(a.output, "usage: canvas " + std::string(command))) << a.output;
+  }
+  for (const char* sub : {"generate", "solve", "eval", "probe"}) {
+    const auto r = run_canvas(std::string("sudoku ") + sub + " --help", false);
+    EXPECT_EQ(r.exit_code, 0);
+    EXPECT_TRUE(has(r.output, std::string("usage: canvas sudoku ") + sub)) << r.output;
+  }
+  const auto all = run_canvas("help", false);
+  EXPECT_EQ(all.exit_code, 0);
+  EXPECT_TRUE(has(all.output, "generate") && has(all.output, "sudoku")) << all.output;
+}
+
+// Every flag the issue asks for is in --help, which is generated from the same table the parser reads:
+// each listed spelling is accepted (a misspelt one would be "unknown option").
+TEST(CliOptions, HelpListsWhatTheParserAccepts) {
+  const auto help = run_canvas("generate --help", false).output;
+  for (const char* flag :
+       {"-f, --file", "--stop", "--min-p", "--repeat-penalty", "--no-stream", "--visual-delay",
+        "--temp, --temperature", "-n, --n-predict", "-r, --reverse-prompt", "(repeatable)"})
+    EXPECT_TRUE(has(help, flag)) << flag;
+  // llama.cpp / Hugging Face spellings of flags canvas has are accepted.
+  const auto r =
+      run_canvas("generate -m " + llada() +
+                     " -p hi --n-predict 4 --temperature 0 -r zzz --reverse-prompt yyy --json -t 1",
+                 false);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST(CliOptions, UnknownOptionsSuggestTheNearestAndNameLlamaCpp) {
+  struct Case {
+    std::string args, message;
+  };
+  const Case cases[] = {
+      {"generate -m " + llada() + " -p hi --tmep 0.5", "unknown option --tmep; did you mean --temp?"},
+      {"generate -m " + llada() + " -p hi --top_k 5", "did you mean --top-k?"},
+      {"generate -m " + llada() + " -p hi --repeat-penality 1.1", "did you mean --repeat-penalty?"},
+      {"generate -m " + llada() + " -p hi -c 512", "llama.cpp's context size"},
+      {"generate -m " + llada() + " -p hi --ctx-size 512", "canvas takes the context length from the model"},
+      {"generate -m " + llada() + " -p hi -ngl 99", "canvas runs on the CPU"},
+      {"generate -m " + llada() + " -p hi --repeat-last-n 32",
+       "--repeat-penalty looks at the last 64 tokens"},
+      {"chat -m " + llada() + " --sytem hi", "did you mean --system?"},
+      {"inspect --al x", "did you mean --all?"},
+      {"sudoku solve --veiws 3", "did you mean --views?"},
+      {"sudoku eval --data x --lmit 3", "did you mean --limit?"},
+      {"score -m x --strid 3", "did you mean --stride?"},
+      {"convert --in x --tpye q8_0", "did you mean --type?"},
+      {"genrate", "did you mean generate?"},
+  };
+  for (const Case& c : cases) {
+    const auto r = run_canvas(c.args + " </dev/null");
+    EXPECT_EQ(r.exit_code, 1) << c.args;
+    EXPECT_TRUE(has(r.output, c.message)) << c.args << ": " << r.output;
+  }
+  const auto far = run_canvas("generate -m " + llada() + " -p hi --zzzzzzzz 1");
+  EXPECT_TRUE(has(far.output, "unknown option --zzzzzzzz (see --help)")) << far.output;
+}
+
+TEST(CliOptions, ThreadsAboveTheCoreCountWarn) {
+  const unsigned cores = std::thread::hardware_concurrency();
+  const std::string base = "generate -m " + llada() + " -p hi -n 2 --json ";
+  const auto over = run_canvas(base + "-t " + std::to_string(cores + 1));
+  EXPECT_EQ(over.exit_code, 0) << over.output;
+  EXPECT_TRUE(has(over.output, "more threads than the " + std::to_string(cores) + " cores")) << over.output;
+  const auto fine = run_canvas(base + "-t 1");
+  EXPECT_FALSE(has(fine.output, "more threads than")) << fine.output;
+}
+
+TEST(CliGenerate, AnyNPadsTheCanvasAndCutsIt) {
+  for (int n : {30, 5, 33}) {
+    const auto r = run_canvas("generate -m " + llada() + " -p 'In the beginning' -n " + std::to_string(n) +
+                                  " --block-length 8 --json -t 1",
+                              false);
+    ASSERT_EQ(r.exit_code, 0) << n << ": " << r.output;
+    EXPECT_EQ(json_count(r.output), n) << r.output;
+  }
+  // Uniform-state: N is not a multiple of the canvas length.
+  const auto u = run_canvas("generate -m " + test::fixture("tiny-diffusion-gemma") +
+                                " -p hello -n 21 --block-length 8 --steps 4 -s 1 --json -t 1",
+                            false);
+  ASSERT_EQ(u.exit_code, 0) << u.output;
+  EXPECT_EQ(json_count(u.output), 21) << u.output;
+}
+
+TEST(CliGenerate, BeyondTheContextNamesTheLimit) {
+  const auto r = run_canvas("generate -m " + llada() + " -p hi -n 300 -t 1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(has(r.output, "context length 256")) << r.output;
+  EXPECT_TRUE(has(r.output, "at most")) << r.output;
+  // The padded canvas must fit too: 250 rounds up to 256 blocks of 32 and, with the prompt, exceeds 256.
+  const auto padded = run_canvas("generate -m " + llada() + " -p hi -n 250 -t 1");
+  EXPECT_EQ(padded.exit_code, 1);
+  EXPECT_TRUE(has(padded.output, "rounded up to whole blocks")) << padded.output;
+}
+
+// Streaming writes the same text as waiting for the end, for every decoding mode.
+TEST(CliGenerate, StreamedTextEqualsTheFinishedText) {
+  const std::string cases[] = {
+      "-m " + llada() + " -p 'In the beginning' -n 24 --block-length 8 --temp 0.9 -s 5",
+      "-m " + llada() + " -p 'In the beginning' -n 12 --mode ar",
+      "-m " + test::fixture("tiny-dream.gguf") + " -p 'And God said' -n 16 --block-length 4",
+      "-m " + test::fixture("tiny-diffusion-gemma") + " -p hello -n 20 --block-length 8 --steps 4 -s 2",
+      "-m " + test::source_path("models/text-ar.gguf") + " -p 'And God said' -n 30",
+  };
+  for (const std::string& c : cases) {
+    const auto streamed = run_canvas("generate " + c + " -t 1", false);
+    const auto waited = run_canvas("generate " + c + " -t 1 --no-stream", false);
+    ASSERT_EQ(streamed.exit_code, 0) << c << streamed.output;
+    EXPECT_EQ(streamed.output, waited.output) << c;
+    EXPECT_FALSE(streamed.output.empty()) << c;
+  }
+}
+
+// Streaming is about order, not time: on a terminal (script(1)), stdout and the --visual redraws on
+// stderr interleave in one log. Streamed text appears before the last redraw (the last step); with
+// --no-stream it comes after it.
+TEST(CliGenerate, TextIsStreamedBeforeGenerationEnds) {
+  test::TempDir dir;
+  const std::string log = dir.path("tty.log");
+  for (const std::string& model_args :
+       {"-m " + test::source_path("models/text-ar.gguf") + " -p 'And God said' -n 24",
+        "-m " + llada() + " -p 'In the beginning' -n 24 --block-length 8"}) {
+    for (bool stream : {true, false}) {
+      const std::string cmd = "script -qec \"" + std::string(CANVAS_BINARY) + " generate " + model_args +
+                              " -t 1 --visual" + (stream ? "" : " --no-stream") + "\" " + log +
+                              " >/dev/null 2>&1";
+      ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+      const std::string tty = test::read_text(log);
+      // Bytes outside the redraws (each from ESC[s to ESC[u) are stdout; find its first letter.
+      size_t first_text = std::string::npos, last_draw = tty.rfind("\x1b[s");
+      bool in_draw = false;
+      const size_t start = tty.find('\n') + 1;  // after script's own header line
+      for (size_t i = start; i < tty.size(); ++i) {
+        if (tty.compare(i, 3, "\x1b[s") == 0) in_draw = true;
+        if (tty.compare(i, 3, "\x1b[u") == 0) in_draw = false;
+        if (!in_draw && std::isalpha(static_cast<unsigned char>(tty[i])) &&
+            tty.compare(i - 2, 2, "\x1b[") != 0) {
+          first_text = i;
+          break;
+        }
+      }
+      ASSERT_NE(last_draw, std::string::npos) << tty;
+      ASSERT_NE(first_text, std::string::npos) << tty;
+      if (stream) {
+        EXPECT_LT(first_text, last_draw) << model_args << ": the text came only at the end";
+      } else {
+        EXPECT_GT(first_text, last_draw) << model_args << ": --no-stream wrote text before generation ended";
+      }
+    }
+  }
+}
+
+TEST(CliGenerate, PromptFromFileDashAndPipe) {
+  test::TempDir dir;
+  const std::string file = dir.path("prompt.txt");
+  std::ofstream(file) << "In the beginning\n";
+  const std::string base = "generate -m " + llada() + " -n 8 --json -t 1";
+  const auto given = run_canvas(base + " -p 'In the beginning'", false);
+  ASSERT_EQ(given.exit_code, 0) << given.output;
+  const std::string want = json_tokens(given.output);
+  EXPECT_EQ(json_tokens(run_canvas(base + " -f " + file, false).output), want);
+  EXPECT_EQ(json_tokens(run_canvas(base + " --file " + file, false).output), want);
+  EXPECT_EQ(json_tokens(run_canvas(base + " -p - < " + file, false).output), want);
+  EXPECT_EQ(json_tokens(run_canvas("generate -m " + llada() + " -n 8 --json -t 1 < " + file, false).output),
+            want);
+  const auto both = run_canvas(base + " -p hi -f " + file);
+  EXPECT_EQ(both.exit_code, 1);
+  EXPECT_TRUE(has(both.output, "not both")) << both.output;
+  const auto none = run_canvas(base + " < /dev/null");
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_TRUE(has(none.output, "no prompt given")) << none.output;
+  const auto missing = run_canvas(base + " -f /nonexistent/prompt.txt");
+  EXPECT_TRUE(has(missing.output, "/nonexistent/prompt.txt")) << missing.output;
+}
+
+TEST(CliGenerate, StopStringEndsTheTextAndTheGeneration) {
+  const std::string base =
+      "generate -m " + test::source_path("models/text-ar.gguf") + " -p 'And God said' -n 40 -t 1";
+  const auto full = run_canvas(base + " --json", false);
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  const auto text_of = [](const std::string& json) {
+    const size_t a = json.find("\"text\": \"") + 9;
+    return json.substr(a, json.find("\", \"tokens\"") - a);
+  };
+  const std::string text = text_of(full.output);
+  ASSERT_GT(text.size(), 20u) << text;
+  const std::string stop = text.substr(12, 4);  // a piece from the middle
+  const std::string expected = text.substr(0, text.find(stop));
+  const auto stopped = run_canvas(base + " --json --stop '" + stop + "' --stop 'never appears'", false);
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
+  EXPECT_EQ(text_of(stopped.output), expected);
+  EXPECT_LT(json_count(stopped.output), json_count(full.output))
+      << "generation went on after the stop string";
+  // Streamed: the same text, nothing of the stop string.
+  const auto streamed = run_canvas(base + " --stop '" + stop + "'", false);
+  EXPECT_EQ(streamed.output, expected + "\n");
+}
+
+TEST(CliGenerate, MinPAndRepeatPenaltyShapeSampling) {
+  const std::string base =
+      "generate -m " + llada() + " -p 'In the beginning' -n 16 --block-length 8 --json -t 1";
+  const std::string greedy = json_tokens(run_canvas(base, false).output);
+  const std::string hot = json_tokens(run_canvas(base + " --temp 50 -s 1", false).output);
+  // min-p 1 keeps only the most likely token: sampling at any temperature becomes greedy.
+  const std::string hot_min_p = json_tokens(run_canvas(base + " --temp 50 -s 1 --min-p 1", false).output);
+  EXPECT_NE(hot, greedy);
+  EXPECT_EQ(hot_min_p, greedy);
+  const std::string penalised = json_tokens(run_canvas(base + " --repeat-penalty 3", false).output);
+  EXPECT_NE(penalised, greedy) << "a strong repetition penalty changes greedy text";
+  EXPECT_EQ(json_tokens(run_canvas(base + " --repeat-penalty 1", false).output), greedy);
+  const auto bad = run_canvas(base + " --min-p 2");
+  EXPECT_TRUE(has(bad.output, "--min-p must be in [0, 1]")) << bad.output;
+}
+
+TEST(CliGenerate, RandomSeedIsReportedAndReproduces) {
+  const std::string base =
+      "generate -m " + llada() + " -p 'In the beginning' -n 16 --block-length 8 --temp 2 -t 1";
+  const auto a = run_canvas(base + " --json", false);
+  const auto b = run_canvas(base + " --json -s -1", false);
+  const uint64_t seed_a = reported_seed(a.output), seed_b = reported_seed(b.output);
+  ASSERT_NE(seed_a, ~uint64_t(0)) << a.output;
+  ASSERT_NE(seed_b, ~uint64_t(0)) << b.output;
+  EXPECT_NE(seed_a, seed_b);
+  const auto again = run_canvas(base + " --json -s " + std::to_string(seed_a), false);
+  EXPECT_EQ(json_tokens(again.output), json_tokens(a.output));
+  EXPECT_EQ(reported_seed(again.output), seed_a);
+  // The stats line names it too.
+  const auto stats = run_canvas(base + " -s 77");
+  EXPECT_TRUE(has(stats.output, "seed 77,")) << stats.output;
+}
+
+TEST(CliGenerate, ModeMismatchIsRefusedOrWarned) {
+  const auto refused =
+      run_canvas("generate -m " + test::source_path("models/text-ar.gguf") + " -p hi --mode diffusion");
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_TRUE(has(refused.output, "without a diffusion objective")) << refused.output;
+  const auto warned = run_canvas("generate -m " + llada() + " -p hi -n 4 --mode ar -t 1");
+  EXPECT_EQ(warned.exit_code, 0) << warned.output;
+  EXPECT_TRUE(has(warned.output, "warning: 'llada' was trained as a masked-diffusion model"))
+      << warned.output;
+  const auto quiet = run_canvas("generate -m " + llada() + " -p hi -n 4 -t 1");
+  EXPECT_FALSE(has(quiet.output, "warning")) << quiet.output;
+}
+
+// A file holding the given lines (chat's stdin).
+std::string lines_file(const test::TempDir& dir, const std::string& text) {
+  const std::string path = dir.path("input.txt");
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(CliChat, DefaultModelSystemPromptAndDroppedTurns) {
+  test::TempDir dir;
+  const std::string input =
+      lines_file(dir, "In the beginning\nAnd God said\nLet there be light\nAnd there was light\n");
+  // The shipped text model has a context of 128 tokens: the third exchange no longer fits.
+  const auto r = run_canvas("chat -n 8 -t 1 --system 'You answer briefly.' < " + input);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "models/text-masked.gguf")) << r.output;
+  EXPECT_TRUE(has(r.output, "masked diffusion decoding")) << r.output;
+  EXPECT_TRUE(has(r.output, "outgrew the context of 128 tokens: dropped the")) << r.output;
+  // One reply (and its stats line) per user line, the overflow notwithstanding.
+  const std::regex stats("\\[8 new tokens, ");
+  EXPECT_EQ(
+      std::distance(std::sregex_iterator(r.output.begin(), r.output.end(), stats), std::sregex_iterator()), 4)
+      << r.output;
+}
+
+// A copy of tiny-dream.gguf whose tokenizer.chat_template is `jinja`.
+std::string with_chat_template(const test::TempDir& dir, const std::string& name, const std::string& jinja) {
+  const std::string path = dir.path(name);
+  auto file = GgufFile::open(test::fixture("tiny-dream.gguf"));
+  GgufWriter writer;
+  for (const auto& [key, value] : file->metadata()) writer.set(key, value);
+  writer.set("tokenizer.chat_template", GgufValue::string(jinja));
+  for (const TensorView& t : file->tensors())
+    writer.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims), t.data,
+                      uint64_t(t.bytes()));
+  writer.write(path);
+  return path;
+}
+
+// The format comes from the model file's tokenizer.chat_template (rendered by the Jinja subset); without
+// one, or when the subset cannot render it, the built-in Gemma 4 one.
+TEST(CliChat, FormatFromTheModelsChatTemplate) {
+  test::TempDir dir;
+  const std::string chatml = with_chat_template(
+      dir, "chatml.gguf",
+      "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+      "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}");
+  const std::string hello = " < " + lines_file(dir, "hello\n");
+  const auto own = run_canvas("chat -m " + chatml + " -n 4 -t 1" + hello);
+  ASSERT_EQ(own.exit_code, 0) << own.output;
+  EXPECT_TRUE(has(own.output, "format the model's (tokenizer.chat_template)")) << own.output;
+  EXPECT_TRUE(has(own.output, "masked diffusion decoding")) << own.output;
+  // The rendered prompt is the template's text: "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
+  // in tiny-dream's byte-level tokens, the same count as the built-in chatml format gives.
+  const auto builtin = run_canvas("chat -m " + chatml + " --template chatml -n 4 -t 1" + hello);
+  EXPECT_TRUE(has(builtin.output, "format chatml (--template)")) << builtin.output;
+  std::smatch m1, m2;
+  ASSERT_TRUE(std::regex_search(own.output, m1, std::regex("prompt (\\d+) tokens"))) << own.output;
+  ASSERT_TRUE(std::regex_search(builtin.output, m2, std::regex("prompt (\\d+) tokens"))) << builtin.output;
+  EXPECT_EQ(m1[1], m2[1]);
+  const auto fallback = run_canvas("chat -m " + test::fixture("tiny-dream.gguf") + " -n 4 -t 1" + hello);
+  EXPECT_TRUE(has(fallback.output, "format gemma4 (built-in (the model has no tokenizer.chat_template))"))
+      << fallback.output;
+  const std::string macro = with_chat_template(dir, "macro.gguf", "{% macro turn(m) %}{{ m }}{% endmacro %}");
+  const auto unusable = run_canvas("chat -m " + macro + " -n 4 -t 1" + hello);
+  EXPECT_EQ(unusable.exit_code, 0) << unusable.output;
+  EXPECT_TRUE(
+      has(unusable.output, "format gemma4 (built-in; the model's tokenizer.chat_template was not usable"))
+      << unusable.output;
+  EXPECT_TRUE(has(unusable.output, "macro")) << unusable.output;
+  // A template that refuses a conversation (here: any system turn) skips that turn; the chat goes on.
+  const std::string strict = with_chat_template(dir, "strict.gguf",
+                                                "{% for m in messages %}{% if m.role == 'system' %}{{ "
+                                                "raise_exception('System role not supported') }}{% endif "
+                                                "%}{{ m.content }}{% endfor %}");
+  const auto refused = run_canvas("chat -m " + strict + " --system be -n 4 -t 1" + hello);
+  EXPECT_EQ(refused.exit_code, 0) << refused.output;
+  EXPECT_TRUE(has(refused.output, "System role not supported; turn skipped")) << refused.output;
+  // A Hugging Face checkpoint directory: tokenizer_config.json's chat_template.
+  const std::string hf = dir.path("hf");
+  std::filesystem::copy(test::fixture("tiny-diffusion-gemma"), hf, std::filesystem::copy_options::recursive);
+  std::ofstream(hf + "/tokenizer_config.json")
+      << R"({"chat_template": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"})";
+  const auto from_dir = run_canvas("chat -m " + hf + " -n 4 --steps 2 -t 1" + hello);
+  EXPECT_EQ(from_dir.exit_code, 0) << from_dir.output;
+  EXPECT_TRUE(has(from_dir.output, "format the model's (tokenizer.chat_template)")) << from_dir.output;
+  const auto bad = run_canvas("chat -m " + chatml + " --template jinja -n 4" + hello);
+  EXPECT_TRUE(has(bad.output, "unknown chat format 'jinja'")) << bad.output;
+}
+
+TEST(CliVisual, OnlyOnATerminalWithControlCharactersEscaped) {
+  const std::string gen = std::string(CANVAS_BINARY) + " generate -m " +
+                          test::fixture("tiny-diffusion-gemma") +
+                          " -p hello -n 16 --block-length 8 --steps 3 -s 3 -t 1 --visual";
+  // Redirected: no escape codes, and a note why.
+  const auto redirected = run_canvas("generate -m " + test::fixture("tiny-diffusion-gemma") +
+                                     " -p hello -n 16 --block-length 8 --steps 3 -s 3 -t 1 --visual");
+  EXPECT_EQ(redirected.exit_code, 0) << redirected.output;
+  EXPECT_FALSE(has(redirected.output, "\x1b[")) << redirected.output;
+  EXPECT_TRUE(has(redirected.output, "--visual ignored: stderr is not a terminal")) << redirected.output;
+  // On a terminal (script(1) gives the command a pseudo-terminal): the canvas is drawn, and the only
+  // control bytes are the view's own escape sequences and line ends.
+  test::TempDir dir;
+  const std::string log = dir.path("tty.log");
+  const std::string cmd = "script -qec \"" + gen + " >/dev/null\" " + log + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const std::string tty = test::read_text(log);
+  EXPECT_TRUE(has(tty, "\x1b[s")) << tty;
+  EXPECT_TRUE(has(tty, "[block 0 step 0")) << tty;
+  for (unsigned char ch : tty)
+    EXPECT_TRUE(ch >= 0x20 || ch == 0x1b || ch == '\n' || ch == '\r') << "raw control byte " << int(ch);
+  const auto bad = run_canvas("generate -m " + llada() + " -p hi --visual-delay -5");
+  EXPECT_TRUE(has(bad.output, "--visual-delay must be between")) << bad.output;
+}
+
+// cmake --install puts the binary, the default models and the bash completion in a prefix; the binary
+// finds its models there from any directory.
+TEST(CliInstall, InstalledBinaryFindsItsModels) {
+  test::TempDir dir;
+  const std::string prefix = dir.path("prefix");
+  const std::string build = std::filesystem::path(CANVAS_BINARY).parent_path().string();
+  ASSERT_EQ(std::system(("cmake --install " + build + " --prefix " + prefix + " >/dev/null").c_str()), 0);
+  EXPECT_TRUE(std::filesystem::exists(prefix + "/bin/canvas"));
+  EXPECT_TRUE(std::filesystem::exists(prefix + "/share/canvas/models/text-masked.gguf"));
+  EXPECT_TRUE(std::filesystem::exists(prefix + "/share/bash-completion/completions/canvas"));
+  const std::string cmd = "cd / && echo hi | " + prefix + "/bin/canvas chat -n 4 -t 1 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, got);
+  EXPECT_EQ(pclose(pipe), 0) << out;
+  EXPECT_TRUE(has(out, prefix + "/share/canvas/models/text-masked.gguf")) << out;
+  // Completion offers the options of the subcommand being typed, read from the binary's own --help.
+  const std::string complete = "bash -c 'source " + prefix +
+                               "/share/bash-completion/completions/canvas; COMP_WORDS=(" + prefix +
+                               "/bin/canvas generate --rep); COMP_CWORD=2; _canvas; echo ${COMPREPLY[@]}'";
+  pipe = popen(complete.c_str(), "r");
+  out.clear();
+  while ((got = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, got);
+  pclose(pipe);
+  EXPECT_TRUE(has(out, "--repeat-penalty")) << out;
+}
+
+// "wrote ...: N tensors: a f32, b q8_0" must be exactly what the file holds (inspect's dtype column).
+std::string summary_from_inspect(const std::string& gguf) {
+  const auto r = run_canvas("inspect " + gguf, false);
+  std::map<std::string, int64_t> counts;
+  int64_t total = 0;
+  std::istringstream in(r.output.substr(r.output.find("\ntensors (")));
+  std::string line;
+  std::getline(in, line);
+  std::getline(in, line);
+  std::getline(in, line);  // the header row
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string name, type;
+    if (!(fields >> name >> type) || line.empty() || line.find("parameters") != std::string::npos) break;
+    ++counts[type];
+    ++total;
+  }
+  std::string out = std::to_string(total) + " tensors:";
+  bool first = true;
+  for (const auto& [type, n] : counts) {
+    out += (first ? " " : ", ") + std::to_string(n) + " " + type;
+    first = false;
+  }
+  return out;
+}
+
+TEST(CliFiles, QuantizeReportsExactlyWhatItWroteAndEveryFallback) {
+  test::TempDir dir;
+  const std::string out = dir.path("q.gguf");
+  for (const char* type : {"q8_0", "q4_k", "f16"}) {
+    const auto r = run_canvas("quantize " + llada() + " " + out + " " + type);
+    ASSERT_EQ(r.exit_code, 0) << type << ": " << r.output;
+    EXPECT_TRUE(
+        has(r.output, "wrote " + out + ": " + summary_from_inspect(out) + " (requested " + type + ")"))
+        << type << ": " << r.output << "\ninspect says " << summary_from_inspect(out);
+    EXPECT_TRUE(has(r.output, "[" + std::to_string(std::stoi(summary_from_inspect(out))) + " tensors in"))
+        << r.output;
+    // general.file_type as llama.cpp writes it (enum llama_ftype: MOSTLY_Q8_0 7, MOSTLY_Q4_K_S 14, MOSTLY_F16
+    // 1).
+    const std::string file_type = std::string(type) == "q8_0"   ? "7"
+                                  : std::string(type) == "q4_k" ? "14"
+                                                                : "1";
+    EXPECT_TRUE(std::regex_search(run_canvas("inspect " + out, false).output,
+                                  std::regex("general\\.file_type +uint32 +" + file_type + "\n")))
+        << type;
+    const auto gen = run_canvas("generate -m " + out + " -p hi -n 4 -t 1");
+    EXPECT_EQ(gen.exit_code, 0) << type << ": " << gen.output;
+  }
+  // tiny-llada's rows (64 values) are not whole 256-blocks: every matrix falls back to q8_0, each listed.
+  const auto k = run_canvas("quantize " + llada() + " " + out + " q4_k");
+  EXPECT_TRUE(has(k.output, "token_embd.weight: q8_0 instead of q4_k (rows of")) << k.output;
+  EXPECT_TRUE(has(k.output, "q8_0's 32-value blocks fit")) << k.output;
+  const auto q8 = run_canvas("quantize " + llada() + " " + out + " q8_0");
+  EXPECT_FALSE(has(q8.output, "instead of")) << q8.output;
+  for (const std::string& bad :
+       {"quantize " + llada() + " " + out + " q3_xs", "quantize " + llada() + " " + out,
+        "quantize " + llada() + " " + llada() + " q8_0"}) {
+    const auto r = run_canvas(bad);
+    EXPECT_EQ(r.exit_code, 1) << bad << ": " << r.output;
+  }
+}
+
+TEST(CliFiles, ConvertReportsExactlyWhatItWrote) {
+  test::TempDir dir;
+  const std::string out = dir.path("c.gguf");
+  const auto r =
+      run_canvas("convert --in " + test::fixture("tiny-diffusion-gemma") + " --out " + out + " --type q4_k");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, summary_from_inspect(out) + " (requested q4_k)"))
+      << r.output << "\ninspect says " << summary_from_inspect(out);
+  EXPECT_TRUE(has(r.output, "instead of q4_k")) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("\\[\\d+ tensors in [0-9.]+ s"))) << r.output;  // progress
+}
+
+TEST(CliScore, LongTextIsScoredInWindows) {
+  test::TempDir dir;
+  const std::string file = dir.path("long.txt");
+  {
+    std::ofstream f(file);
+    for (int i = 0; i < 12; ++i)
+      f << "In the beginning God created the heaven and the earth. And the earth was void. ";
+  }
+  const std::string base = "score -m " + test::source_path("models/text-ar.gguf") + " -f " + file + " -t 1";
+  const auto half = run_canvas(base);
+  ASSERT_EQ(half.exit_code, 0) << half.output;
+  EXPECT_TRUE(has(half.output, "exceed the context of 128: scoring in")) << half.output;
+  EXPECT_TRUE(has(half.output, "stride 64")) << half.output;
+  EXPECT_TRUE(has(half.output, "windows in")) << half.output;
+  const std::string fine = run_canvas(base + " --stride 16", false).output;
+  const std::string coarse = run_canvas(base + " --stride 127", false).output;
+  std::smatch m;
+  auto field = [&](const std::string& out, const std::string& key) {
+    return std::regex_search(out, m, std::regex("\"" + key + "\": ([0-9.]+)")) ? std::stod(m[1]) : -1.0;
+  };
+  EXPECT_EQ(field(fine, "tokens"), field(coarse, "tokens"))
+      << "each token is scored once whatever the stride";
+  EXPECT_EQ(field(half.output, "tokens"), field(coarse, "tokens"));
+  EXPECT_GT(field(fine, "windows"), field(coarse, "windows"));
+  EXPECT_EQ(field(fine, "stride"), 16);
+  // More context per token (a smaller stride) predicts this repetitive text better.
+  EXPECT_LT(field(fine, "nats_per_token"), field(coarse, "nats_per_token"));
+  const auto short_text =
+      run_canvas("score -m " + test::source_path("models/text-ar.gguf") + " -p 'In the beginning'", false);
+  EXPECT_TRUE(has(short_text.output, "\"windows\": 1, \"stride\": 0")) << short_text.output;
+  const auto bad = run_canvas(base + " --stride 500");
+  EXPECT_TRUE(has(bad.output, "--stride must be between 1 and the context length - 1 (127)")) << bad.output;
+}
+
+TEST(CliProgress, SudokuEvalAndSolveReportCountRateAndEta) {
+  const std::string data = test::source_path("data/sudoku/heldout-easy.txt");
+  const auto eval = run_canvas("sudoku eval --data " + data + " --limit 4 --steps 20 -t 1");
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  EXPECT_TRUE(has(eval.output, "/4 puzzles,")) << eval.output;
+  EXPECT_TRUE(has(eval.output, "ETA")) << eval.output;
+  EXPECT_TRUE(has(eval.output, "[4 puzzles in")) << eval.output;
+  test::TempDir dir;
+  const std::string three = dir.path("three.txt");
+  {
+    std::ifstream in(data);
+    std::ofstream out(three);
+    std::string line;
+    for (int i = 0; i < 3 && std::getline(in, line); ++i) out << line << "\n";
+  }
+  const auto solve = run_canvas("sudoku solve --steps 20 -t 1 < " + three);
+  ASSERT_EQ(solve.exit_code, 0) << solve.output;
+  EXPECT_TRUE(
+      std::regex_search(solve.output, std::regex("\\[\\d+ puzzles in [0-9.]+ s, [0-9.]+ puzzles/s\\]")))
+      << solve.output.substr(solve.output.size() - 300);
+}
+
+TEST(CliProgress, BenchAndQuantizeReportCountRateAndEta) {
+  const auto bench = run_canvas("bench -m " + llada() + " --quick --no-roofs --cache prefix -t 1");
+  ASSERT_EQ(bench.exit_code, 0) << bench.output;
+  EXPECT_TRUE(std::regex_search(bench.output, std::regex("1/\\d+ runs, [0-9.]+ runs/s, ETA \\d+ s")))
+      << bench.output;
+  test::TempDir dir;
+  const auto quantize = run_canvas("quantize " + llada() + " " + dir.path("q.gguf") + " q8_0");
+  EXPECT_TRUE(std::regex_search(quantize.output, std::regex("/\\d+ tensors, [0-9.]+ tensors/s, ETA \\d+ s")))
+      << quantize.output;
+}
+
+}  // namespace
+}  // namespace canvas
