@@ -7,6 +7,7 @@
 
 #include "core/rng.h"
 #include "train/data.h"
+#include "train/sudoku_task.h"
 
 namespace canvas {
 namespace {
