@@ -13,17 +13,21 @@ namespace {
 
 const char* kTrainUsage = R"(usage: canvas train --config FILE.cfg --out DIR [--steps N] [-t THREADS] [--stop-after N]
 
-Trains a small diffusion (objective = masked) or autoregressive (objective = ar) model as the config
-file describes (see configs/). Writes into DIR:
+Trains a small diffusion (objective = masked or uniform) or autoregressive (objective = ar) model on a
+task (task = sudoku or text) as the config file describes (see configs/ and docs/training.md). Writes
+into DIR:
   checkpoint.gguf   weights + AdamW state + step (atomic; a killed run resumes from it exactly)
   model.gguf        weights only, for canvas generate / canvas sudoku
-  train.csv         step, lr, loss, grad_norm, val_loss, tokens_per_second, elapsed_s
+  train.csv         step, lr, loss, grad_norm, val_loss, tokens_per_second, elapsed_s, task metrics
   curves.png        loss curves (made at the end when Debian's python3-matplotlib is installed)
-Running the same command again resumes from DIR/checkpoint.gguf.
+Running the same command again resumes from DIR/checkpoint.gguf (and says from which step); a
+checkpoint made under other settings (--steps included) is refused. A step whose loss or weights are
+not finite stops the run with an error, leaving the last good checkpoint.
 
   --config FILE    run configuration (key = value lines)
   --out DIR        output directory
-  --steps N        override the config's total steps (the cosine schedule follows it)
+  --steps N        override the config's total steps (the cosine schedule follows it; a warm-up
+                   that no longer fits is shortened in proportion, with a note)
   --stop-after N   stop after step N (the run can be resumed later)
   -t, --threads N  threads (default: the config's, else all cores)
 )";
