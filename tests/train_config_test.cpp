@@ -73,6 +73,10 @@ TEST(TrainConfig, EveryKeyHasARange) {
     EXPECT_NE(error.find("x.cfg:2: " + line.substr(0, line.find(' '))), std::string::npos) << line << ": " << error;
   }
   EXPECT_EQ(parse_error("task = text\nval_fraction = 0\nseq_len = 64\n"), "");
+  // Sizes each in range that together would need terabytes.
+  EXPECT_NE(parse_error("layers = 1024\nhidden = 65536\nheads = 1024\nkv_heads = 1024\nffn = 1048576\n")
+                .find("parameters; the trainer takes at most"),
+            std::string::npos);
   EXPECT_NE(parse_error(std::string(kTiny) + "sudoku_min_clues = 40\nsudoku_max_clues = 30\n").find("above"),
             std::string::npos);
   EXPECT_NE(parse_error(std::string(kTiny) + "lr = 1e-4\nmin_lr = 1e-3\n").find("min_lr"), std::string::npos);
@@ -82,6 +86,17 @@ TEST(TrainConfig, EveryKeyHasARange) {
   EXPECT_EQ(edge.optimizer.lr, 0.f);
   EXPECT_EQ(edge.optimizer.min_lr, 0.f);  // without its own min_lr, lr = 0 stays 0
   EXPECT_EQ(edge.seed, 9223372036854775807ull);
+}
+
+TEST(TrainConfig, AMicroBatchTooLargeForMemoryIsRefused) {
+  test::TempDir dir;
+  try {
+    train::run_training(train::parse_run_config(std::string(kTiny) + "batch_size = 65536\n", "x.cfg"), dir.path("run"),
+                        nullptr);
+    FAIL() << "a micro-batch of 65536 Sudoku sequences was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokens a micro-batch may hold"), std::string::npos) << e.what();
+  }
 }
 
 TEST(TrainConfig, EmptyConfigIsAnError) {

@@ -31,6 +31,10 @@ bool file_exists(const std::string& path) {
 }
 
 constexpr int64_t kMaxSteps = 1000000000;
+// f32 weights, gradients and two AdamW moments: 16 bytes a parameter, 32 GiB at this bound.
+constexpr int64_t kMaxParameters = int64_t(1) << 31;
+// Tokens in one micro-batch (batch_size x sequence length); its logits alone take 1 KiB a token.
+constexpr int64_t kMaxBatchTokens = int64_t(1) << 22;
 constexpr const char* kIdentityHeader = "canvas run identity 2\n";
 
 // A generic config key: how it is read (with its range) and printed, and whether it changes what the
@@ -367,6 +371,11 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
   check(!r.self_conditioning || r.objective == "uniform", origin + ": self_conditioning needs objective = uniform");
   check(r.hidden % r.heads == 0 && r.heads % r.kv_heads == 0, origin + ": hidden must divide into heads, heads into kv_heads");
   check((r.hidden / r.heads) % 2 == 0, origin + ": the head dimension must be even (RoPE)");
+  // Each key is in range, but together they could still ask for more memory than any machine has.
+  const int64_t kv_dim = r.hidden / r.heads * r.kv_heads;
+  const int64_t parameters = r.layers * (2 * r.hidden * r.hidden + 2 * r.hidden * kv_dim + 3 * r.hidden * r.ffn);
+  check(parameters <= kMaxParameters, origin + ": layers, hidden and ffn make about " + std::to_string(parameters) +
+                                          " parameters; the trainer takes at most " + std::to_string(kMaxParameters));
   check(r.optimizer.min_lr <= r.optimizer.lr, origin + ": min_lr (" + format_setting(r.optimizer.min_lr) +
                                                   ") is above lr (" + format_setting(r.optimizer.lr) + ")");
   if (r.optimizer.warmup_steps > r.steps) {  // the learning rate would never reach lr
@@ -483,6 +492,10 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
   check(r.objective != "uniform" || r.block_length < source->sequence_length(),
         "block_length " + std::to_string(r.block_length) + " must be shorter than the task's sequences (" +
             std::to_string(source->sequence_length()) + " tokens)");
+  check(r.batch_size * source->sequence_length() <= kMaxBatchTokens,
+        "batch_size " + std::to_string(r.batch_size) + " x " + std::to_string(source->sequence_length()) +
+            " tokens is more than the " + std::to_string(kMaxBatchTokens) +
+            " tokens a micro-batch may hold; use accumulation for larger batches");
   const ModelConfig mc = model_config(r, source->sequence_length());
   TrainModel model = initial_model(r, mc);
   std::vector<Parameter*> params = model.parameters();
