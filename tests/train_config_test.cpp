@@ -297,6 +297,36 @@ TEST(TrainCli, ResumeUnderOtherStepsIsRefusedAndAResumeSaysFromWhere) {
   std::remove(config.c_str());
 }
 
+// Rewrites a checkpoint as an older canvas wrote it: an identity that does not list every setting.
+void make_legacy_checkpoint(const std::string& path) {
+  auto file = GgufFile::open(path);
+  GgufWriter w;
+  for (const auto& [key, value] : file->metadata())
+    w.set(key, key == "training.identity" ? GgufValue::string("sudoku|masked|2|32") : value);
+  for (const TensorView& t : file->tensors())
+    w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims), t.data,
+                 uint64_t(t.bytes()));
+  w.write(path + ".legacy");
+  ASSERT_EQ(std::rename((path + ".legacy").c_str(), path.c_str()), 0);
+}
+
+// A checkpoint from before full identities is checked against the config text it stored.
+TEST(TrainCli, OlderCheckpointsAreCheckedAgainstTheirStoredConfig) {
+  test::TempDir dir;
+  const std::string config = write_config("legacy", "");
+  const std::string run = "train --config " + config + " --out " + dir.path("run");
+  ASSERT_EQ(test::run_canvas(run + " --stop-after 2").exit_code, 0);
+  make_legacy_checkpoint(dir.path("run/checkpoint.gguf"));
+  auto r = test::run_canvas(run + " --steps 30 --stop-after 3");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("steps: the checkpoint's run has '24', this run '30'"), std::string::npos) << r.output;
+  r = test::run_canvas(run + " --stop-after 4");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("predates checkpoints that record every setting"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resumed from step 2 of 24"), std::string::npos) << r.output;
+  std::remove(config.c_str());
+}
+
 // The lr column of train.csv.
 std::vector<double> lr_column(const std::string& csv) {
   std::vector<double> lr;

@@ -282,13 +282,24 @@ std::string identity_difference(const std::string& stored, const std::string& cu
   return out.empty() ? "settings differ" : out;
 }
 
-int64_t load_checkpoint(const RunConfig& r, std::vector<Parameter*>& params, AdamW& opt, const std::string& path) {
+// Checkpoints written before the identity listed every setting hold a shorter one; theirs is rebuilt
+// from the config text they stored. A --steps given to the run that wrote such a checkpoint was not
+// recorded, so loading one adds a notice saying what could not be checked.
+int64_t load_checkpoint(const RunConfig& r, std::vector<Parameter*>& params, AdamW& opt, const std::string& path,
+                        std::string& notice) {
   auto file = GgufFile::open(path);
-  const std::string stored = file->get_string("training.identity", ""), id = run_identity(r);
-  check(stored.rfind(kIdentityHeader, 0) == 0,
-        path + " was made by an older canvas whose checkpoints do not record every setting of the run, so it "
-               "cannot be resumed safely; train into a new --out directory (init_from = its model.gguf keeps "
-               "the weights)");
+  std::string stored = file->get_string("training.identity", "");
+  const std::string id = run_identity(r);
+  if (stored.rfind(kIdentityHeader, 0) != 0) {
+    try {
+      stored = run_identity(parse_run_config(file->get_string("training.config", ""), path + " (its stored config)"));
+    } catch (const Error& e) {
+      throw Error(path + " was made by an older canvas and its settings cannot be checked (" + e.what() +
+                  "); train into a new --out directory (init_from = its model.gguf keeps the weights)");
+    }
+    notice = path + " predates checkpoints that record every setting; checked against the config it stored "
+                    "(a --steps given to the run that wrote it was not recorded)";
+  }
   check(stored == id, path + " was made with a different configuration: " + identity_difference(stored, id) +
                           "; train into a new --out directory or delete the checkpoint");
   const int64_t step = file->require_int("training.step");
@@ -505,8 +516,10 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
   const std::string ckpt = out_dir + "/checkpoint.gguf", csv = out_dir + "/train.csv";
   int64_t step = 0;
   if (file_exists(ckpt)) {
-    step = load_checkpoint(r, params, opt, ckpt);
+    std::string legacy_notice;
+    step = load_checkpoint(r, params, opt, ckpt, legacy_notice);
     truncate_log(csv, step);
+    if (on_notice && !legacy_notice.empty()) on_notice(legacy_notice);
     if (on_notice)
       on_notice("resumed from step " + std::to_string(step) + " of " + std::to_string(r.steps) + " (" + ckpt + ")");
   } else {
