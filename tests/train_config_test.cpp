@@ -1,10 +1,10 @@
 // Training configs and run plumbing: every key's range, the resume identity, the task registry,
 // warm-up longer than the run, resume notices, and a diverging run that keeps its last good checkpoint.
+#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
-#include <dirent.h>
 #include <fstream>
 #include <map>
 #include <set>
@@ -47,30 +47,59 @@ std::string parse_error(const std::string& text) {
 
 TEST(TrainConfig, EveryKeyHasARange) {
   const std::vector<std::pair<std::string, std::string>> bad = {
-      {"layers", "0"},          {"layers", "100000"},       {"hidden", "4294967328"},  // 2^32 + 32: no truncation
-      {"heads", "-1"},          {"kv_heads", "0"},          {"ffn", "99999999999"},
-      {"rope_theta", "0"},      {"rope_theta", "-5"},       {"rope_theta", "nan"},
-      {"rope_theta", "1e400"},  {"init_std", "0"},          {"init_std", "inf"},
-      {"lr", "-1e-3"},          {"lr", "5"},                {"min_lr", "-1"},
-      {"warmup", "-1"},         {"weight_decay", "2"},      {"beta1", "1"},
-      {"beta2", "-0.5"},        {"beta2", "1.5"},           {"adam_eps", "0"},
-      {"grad_clip", "-1"},      {"steps", "0"},             {"steps", "99999999999999999999"},
-      {"batch_size", "4294967298"}, {"batch_size", "0"},    {"accumulation", "0"},
-      {"mask_eps", "0"},        {"mask_eps", "1"},          {"block_length", "0"},
-      {"ar_weight", "-1"},      {"seed", "-1"},             {"eval_every", "0"},
-      {"checkpoint_every", "0"}, {"threads", "4294967298"}, {"threads", "-2"},
-      {"eval_examples", "0"},   {"sudoku_min_clues", "4294967313"}, {"sudoku_max_clues", "81"},
-      {"sudoku_min_clues", "16"}, {"sudoku_hidden_weight", "0"}, {"position_embedding", "yes"},
+      {"layers", "0"},
+      {"layers", "100000"},
+      {"hidden", "4294967328"},  // 2^32 + 32: no truncation
+      {"heads", "-1"},
+      {"kv_heads", "0"},
+      {"ffn", "99999999999"},
+      {"rope_theta", "0"},
+      {"rope_theta", "-5"},
+      {"rope_theta", "nan"},
+      {"rope_theta", "1e400"},
+      {"init_std", "0"},
+      {"init_std", "inf"},
+      {"lr", "-1e-3"},
+      {"lr", "5"},
+      {"min_lr", "-1"},
+      {"warmup", "-1"},
+      {"weight_decay", "2"},
+      {"beta1", "1"},
+      {"beta2", "-0.5"},
+      {"beta2", "1.5"},
+      {"adam_eps", "0"},
+      {"grad_clip", "-1"},
+      {"steps", "0"},
+      {"steps", "99999999999999999999"},
+      {"batch_size", "4294967298"},
+      {"batch_size", "0"},
+      {"accumulation", "0"},
+      {"mask_eps", "0"},
+      {"mask_eps", "1"},
+      {"block_length", "0"},
+      {"ar_weight", "-1"},
+      {"seed", "-1"},
+      {"eval_every", "0"},
+      {"checkpoint_every", "0"},
+      {"threads", "4294967298"},
+      {"threads", "-2"},
+      {"eval_examples", "0"},
+      {"sudoku_min_clues", "4294967313"},
+      {"sudoku_max_clues", "81"},
+      {"sudoku_min_clues", "16"},
+      {"sudoku_hidden_weight", "0"},
+      {"position_embedding", "yes"},
   };
   for (const auto& [key, value] : bad) {
     const std::string error = parse_error(std::string(kTiny) + key + " = " + value + "\n");
     EXPECT_NE(error.find("x.cfg:15: " + key), std::string::npos) << key << " = " << value << ": " << error;
   }
   // The text task's keys; val_fraction must leave some text for training.
-  for (const std::string line : {"val_fraction = 1", "val_fraction = -0.1", "val_fraction = 1.5", "seq_len = 1",
-                                  "seq_len = 4294967298"}) {
+  for (const std::string line : {"val_fraction = 1", "val_fraction = -0.1", "val_fraction = 1.5",
+                                 "seq_len = 1", "seq_len = 4294967298"}) {
     const std::string error = parse_error("task = text\n" + line + "\n");
-    EXPECT_NE(error.find("x.cfg:2: " + line.substr(0, line.find(' '))), std::string::npos) << line << ": " << error;
+    EXPECT_NE(error.find("x.cfg:2: " + line.substr(0, line.find(' '))), std::string::npos)
+        << line << ": " << error;
   }
   EXPECT_EQ(parse_error("task = text\nval_fraction = 0\nseq_len = 64\n"), "");
   // Sizes each in range that together would need terabytes.
@@ -91,8 +120,8 @@ TEST(TrainConfig, EveryKeyHasARange) {
 TEST(TrainConfig, AMicroBatchTooLargeForMemoryIsRefused) {
   test::TempDir dir;
   try {
-    train::run_training(train::parse_run_config(std::string(kTiny) + "batch_size = 65536\n", "x.cfg"), dir.path("run"),
-                        nullptr);
+    train::run_training(train::parse_run_config(std::string(kTiny) + "batch_size = 65536\n", "x.cfg"),
+                        dir.path("run"), nullptr);
     FAIL() << "a micro-batch of 65536 Sudoku sequences was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("tokens a micro-batch may hold"), std::string::npos) << e.what();
@@ -112,17 +141,43 @@ TEST(TrainConfig, EmptyConfigIsAnError) {
 // Every key with another valid value. The resume identity must change with each, except the three that
 // change neither the weights nor the data.
 const std::map<std::string, std::string> kOtherValues = {
-    {"objective", "ar"},         {"layers", "3"},           {"hidden", "64"},         {"heads", "4"},
-    {"kv_heads", "1"},           {"ffn", "32"},             {"position_embedding", "false"},
-    {"rope_theta", "500"},       {"init_std", "0.03"},      {"init_from", "x.gguf"},  {"init_layers", "0,new"},
-    {"eval_examples", "17"},     {"lr", "2e-3"},            {"min_lr", "2e-5"},       {"warmup", "5"},
-    {"weight_decay", "0.2"},     {"beta1", "0.8"},          {"beta2", "0.98"},        {"adam_eps", "1e-6"},
-    {"grad_clip", "0.5"},        {"steps", "25"},           {"batch_size", "5"},      {"accumulation", "2"},
-    {"mask_eps", "0.01"},        {"block_length", "16"},    {"ar_weight", "0.5"},     {"seed", "2"},
+    {"objective", "ar"},
+    {"layers", "3"},
+    {"hidden", "64"},
+    {"heads", "4"},
+    {"kv_heads", "1"},
+    {"ffn", "32"},
+    {"position_embedding", "false"},
+    {"rope_theta", "500"},
+    {"init_std", "0.03"},
+    {"init_from", "x.gguf"},
+    {"init_layers", "0,new"},
+    {"eval_examples", "17"},
+    {"lr", "2e-3"},
+    {"min_lr", "2e-5"},
+    {"warmup", "5"},
+    {"weight_decay", "0.2"},
+    {"beta1", "0.8"},
+    {"beta2", "0.98"},
+    {"adam_eps", "1e-6"},
+    {"grad_clip", "0.5"},
+    {"steps", "25"},
+    {"batch_size", "5"},
+    {"accumulation", "2"},
+    {"mask_eps", "0.01"},
+    {"block_length", "16"},
+    {"ar_weight", "0.5"},
+    {"seed", "2"},
     {"self_conditioning", "true"},
-    {"sudoku_format", "sequence"}, {"sudoku_min_clues", "23"}, {"sudoku_max_clues", "49"},
-    {"sudoku_states", "singles"}, {"sudoku_hidden_weight", "1"}, {"held_out", "a.txt"},
-    {"eval_every", "7"},         {"checkpoint_every", "3"}, {"threads", "1"},
+    {"sudoku_format", "sequence"},
+    {"sudoku_min_clues", "23"},
+    {"sudoku_max_clues", "49"},
+    {"sudoku_states", "singles"},
+    {"sudoku_hidden_weight", "1"},
+    {"held_out", "a.txt"},
+    {"eval_every", "7"},
+    {"checkpoint_every", "3"},
+    {"threads", "1"},
 };
 const std::set<std::string> kNotInIdentity = {"eval_every", "checkpoint_every", "threads"};
 
@@ -141,12 +196,14 @@ TEST(TrainConfig, ResumeIdentityCoversEveryKeyThatChangesTheRun) {
   for (const auto& [key, value] : kOtherValues) {
     std::string extra = key + " = " + value + "\n";
     if (key == "init_layers") extra += "init_from = x.gguf\nlayers = 2\n";
-    if (key == "sudoku_states") extra += "objective = masked\n";  // singles needs infill, which needs diffusion
+    if (key == "sudoku_states")
+      extra += "objective = masked\n";  // singles needs infill, which needs diffusion
     if (key == "sudoku_hidden_weight") extra = "objective = masked\nsudoku_states = decoder\n";
     const std::string with = train::run_identity(train::parse_run_config(base + extra, "x.cfg"));
     if (key == "sudoku_hidden_weight") {  // decoder states, then the weight changes the run
-      EXPECT_NE(train::run_identity(train::parse_run_config(base + extra + "sudoku_hidden_weight = 3\n", "x.cfg")),
-                with);
+      EXPECT_NE(
+          train::run_identity(train::parse_run_config(base + extra + "sudoku_hidden_weight = 3\n", "x.cfg")),
+          with);
       continue;
     }
     if (kNotInIdentity.count(key)) {
@@ -184,14 +241,17 @@ TEST(TrainConfig, EveryShippedConfigParses) {
 }
 
 TEST(TrainConfig, TasksOwnTheirKeys) {
-  EXPECT_NE(parse_error("task = chess\n").find("unknown task 'chess' (known: sudoku, text)"), std::string::npos);
-  EXPECT_NE(parse_error("task = text\nsudoku_min_clues = 30\n").find("unknown key 'sudoku_min_clues' (for task = text)"),
+  EXPECT_NE(parse_error("task = chess\n").find("unknown task 'chess' (known: sudoku, text)"),
+            std::string::npos);
+  EXPECT_NE(parse_error("task = text\nsudoku_min_clues = 30\n")
+                .find("unknown key 'sudoku_min_clues' (for task = text)"),
             std::string::npos);
   EXPECT_NE(parse_error("task = sudoku\nseq_len = 30\n").find("unknown key 'seq_len'"), std::string::npos);
   // The task line may come anywhere.
   EXPECT_EQ(train::parse_run_config("seq_len = 64\ntask = text\n", "x.cfg").task_module->name(), "text");
   // Sudoku's default format follows the objective.
-  EXPECT_EQ(train::parse_run_config("objective = ar\n", "x.cfg").task_module->settings()[0].second, "sequence");
+  EXPECT_EQ(train::parse_run_config("objective = ar\n", "x.cfg").task_module->settings()[0].second,
+            "sequence");
   EXPECT_NE(parse_error("objective = ar\nsudoku_format = infill\n"), "");
 }
 
@@ -228,7 +288,8 @@ class CountingTask : public train::Task {
     return source;
   }
   std::vector<std::string> metric_names() const override { return {"count_accuracy"}; }
-  std::vector<train::TaskMetric> validation_metrics(const std::vector<train::ScoredSequence>& s) const override {
+  std::vector<train::TaskMetric> validation_metrics(
+      const std::vector<train::ScoredSequence>& s) const override {
     return {{"count_accuracy", train::scored_accuracy(s)}};
   }
 
@@ -237,7 +298,8 @@ class CountingTask : public train::Task {
 };
 
 TEST(TrainConfig, ARegisteredTaskTrainsAndReportsItsMetric) {
-  train::register_task("counting", [] { return std::unique_ptr<train::Task>(std::make_unique<CountingTask>()); });
+  train::register_task("counting",
+                       [] { return std::unique_ptr<train::Task>(std::make_unique<CountingTask>()); });
   const train::RunConfig r = train::parse_run_config(
       "task = counting\ncount_length = 10\nobjective = ar\nlayers = 1\nhidden = 16\nheads = 2\nkv_heads = 2\n"
       "ffn = 32\neval_examples = 4\nbatch_size = 2\nsteps = 3\nwarmup = 1\neval_every = 3\nthreads = 1\n",
@@ -249,7 +311,8 @@ TEST(TrainConfig, ARegisteredTaskTrainsAndReportsItsMetric) {
   ASSERT_EQ(reports[2].val_metrics.size(), 1u);
   EXPECT_EQ(reports[2].val_metrics[0].name, "count_accuracy");
   const std::string csv = test::read_text(dir.path("run/train.csv"));
-  EXPECT_EQ(csv.substr(0, csv.find('\n')), "step,lr,loss,grad_norm,val_loss,tokens_per_second,elapsed_s,count_accuracy");
+  EXPECT_EQ(csv.substr(0, csv.find('\n')),
+            "step,lr,loss,grad_norm,val_loss,tokens_per_second,elapsed_s,count_accuracy");
   EXPECT_NE(train::run_identity(r).find("count_length = 10"), std::string::npos);
 }
 
@@ -270,8 +333,8 @@ TEST(TrainCli, EmptyOrDirectoryConfigIsAnError) {
   r = test::run_canvas("train --config " + dir.path("") + " --out " + dir.path("run"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("not a regular file"), std::string::npos) << r.output;
-  r = test::run_canvas("train --config " + write_config("threads-overflow", "threads = 4294967298\n") + " --out " +
-                       dir.path("run"));
+  r = test::run_canvas("train --config " + write_config("threads-overflow", "threads = 4294967298\n") +
+                       " --out " + dir.path("run"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("threads must be an integer in [0, 4096]"), std::string::npos) << r.output;
 }
@@ -287,7 +350,8 @@ TEST(TrainCli, ResumeUnderOtherStepsIsRefusedAndAResumeSaysFromWhere) {
   EXPECT_EQ(r.output.find("resumed"), std::string::npos) << r.output;
   r = test::run_canvas(run + " --steps 8");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("steps: the checkpoint's run has '6', this run '8'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("steps: the checkpoint's run has '6', this run '8'"), std::string::npos)
+      << r.output;
   r = test::run_canvas(run);  // the config's 24 steps
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("this run '24'"), std::string::npos) << r.output;
@@ -319,7 +383,8 @@ TEST(TrainCli, OlderCheckpointsAreCheckedAgainstTheirStoredConfig) {
   make_legacy_checkpoint(dir.path("run/checkpoint.gguf"));
   auto r = test::run_canvas(run + " --steps 30 --stop-after 3");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("steps: the checkpoint's run has '24', this run '30'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("steps: the checkpoint's run has '24', this run '30'"), std::string::npos)
+      << r.output;
   r = test::run_canvas(run + " --stop-after 4");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("predates checkpoints that record every setting"), std::string::npos) << r.output;
@@ -344,8 +409,9 @@ TEST(TrainCli, WarmupLongerThanTheRunIsShortenedWithANotice) {
   auto r = test::run_canvas("train --config " + config + " --out " + dir.path("a") + " --steps 4");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // 12 of 24 steps: half of the 4-step run.
-  EXPECT_NE(r.output.find("note: the warm-up of 12 steps is longer than the 4-step run; shortened to 2 steps"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find("note: the warm-up of 12 steps is longer than the 4-step run; shortened to 2 steps"),
+      std::string::npos)
       << r.output;
   std::vector<double> lr = lr_column(dir.path("a/train.csv"));
   ASSERT_EQ(lr.size(), 4u);
@@ -369,7 +435,8 @@ TEST(TrainCli, WarmupLongerThanTheRunIsShortenedWithANotice) {
 TEST(TrainCli, DivergingRunFailsAndKeepsTheLastGoodCheckpoint) {
   test::TempDir dir;
   const std::string config = write_config(
-      "diverge", "lr = 1\nbeta2 = 0\ngrad_clip = 0\nweight_decay = 0\ninit_std = 1\nsteps = 60\ncheckpoint_every = 1\n");
+      "diverge",
+      "lr = 1\nbeta2 = 0\ngrad_clip = 0\nweight_decay = 0\ninit_std = 1\nsteps = 60\ncheckpoint_every = 1\n");
   const auto r = test::run_canvas("train --config " + config + " --out " + dir.path("run"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("is not finite (the run diverged"), std::string::npos) << r.output;

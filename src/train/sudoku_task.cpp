@@ -27,8 +27,14 @@ class SudokuSource : public DataSource {
  public:
   SudokuSource(bool infill, const std::string& states, float hidden_weight, int min_clues, int max_clues,
                std::set<std::string> exclude, int64_t n_val, uint64_t val_seed)
-      : infill_(infill), states_(states), hidden_weight_(hidden_weight), min_clues_(min_clues), max_clues_(max_clues), exclude_(std::move(exclude)) {
-    check(min_clues >= 17 && max_clues <= 80 && min_clues <= max_clues, "Sudoku clue range must lie in 17..80");
+      : infill_(infill),
+        states_(states),
+        hidden_weight_(hidden_weight),
+        min_clues_(min_clues),
+        max_clues_(max_clues),
+        exclude_(std::move(exclude)) {
+    check(min_clues >= 17 && max_clues <= 80 && min_clues <= max_clues,
+          "Sudoku clue range must lie in 17..80");
     Rng rng(val_seed);
     std::vector<std::string> keys;
     while (int64_t(validation_.size()) < n_val) {
@@ -84,12 +90,17 @@ class SudokuTask : public Task {
  public:
   std::string name() const override { return "sudoku"; }
   bool set(const std::string& key, const std::string& value, const std::string& where) override {
-    if (key == "sudoku_min_clues") min_clues_ = int(config_int(value, where, key, 17, 80));
-    else if (key == "sudoku_max_clues") max_clues_ = int(config_int(value, where, key, 17, 80));
-    else if (key == "sudoku_format") format_ = value;
-    else if (key == "sudoku_states") states_ = value;
-    else if (key == "sudoku_hidden_weight") hidden_weight_ = float(config_number(value, where, key, 0, 1000, true));
-    else if (key == "held_out") {
+    if (key == "sudoku_min_clues") {
+      min_clues_ = int(config_int(value, where, key, 17, 80));
+    } else if (key == "sudoku_max_clues") {
+      max_clues_ = int(config_int(value, where, key, 17, 80));
+    } else if (key == "sudoku_format") {
+      format_ = value;
+    } else if (key == "sudoku_states") {
+      states_ = value;
+    } else if (key == "sudoku_hidden_weight") {
+      hidden_weight_ = float(config_number(value, where, key, 0, 1000, true));
+    } else if (key == "held_out") {
       for (const std::string& item : config_list(value))
         if (!item.empty()) held_out_.push_back(item);
     } else {
@@ -99,8 +110,10 @@ class SudokuTask : public Task {
   }
   void finish(const std::string& objective, const std::string& origin) override {
     if (format_.empty()) format_ = objective == "ar" ? "sequence" : "infill";
-    check(format_ == "infill" || format_ == "sequence", origin + ": sudoku_format must be infill or sequence");
-    check(!(objective == "ar" && format_ == "infill"), origin + ": an AR model needs sudoku_format = sequence");
+    check(format_ == "infill" || format_ == "sequence",
+          origin + ": sudoku_format must be infill or sequence");
+    check(!(objective == "ar" && format_ == "infill"),
+          origin + ": an AR model needs sudoku_format = sequence");
     check(min_clues_ <= max_clues_, origin + ": sudoku_min_clues (" + std::to_string(min_clues_) +
                                         ") is above sudoku_max_clues (" + std::to_string(max_clues_) + ")");
     const std::string problem = sudoku_states_problem(format_, states_, hidden_weight_);
@@ -117,8 +130,8 @@ class SudokuTask : public Task {
             {"held_out", held_out}};
   }
   std::unique_ptr<DataSource> make_source(const TaskContext& context) const override {
-    return make_sudoku_source(format_, min_clues_, max_clues_, held_out_, context.eval_examples, context.seed + 77,
-                              states_, hidden_weight_);
+    return make_sudoku_source(format_, min_clues_, max_clues_, held_out_, context.eval_examples,
+                              context.seed + 77, states_, hidden_weight_);
   }
   // `canvas sudoku` reads the token layout from here.
   std::vector<std::pair<std::string, GgufValue>> model_metadata() const override {
@@ -154,8 +167,10 @@ std::string sudoku_states_problem(const std::string& format, const std::string& 
 
 std::unique_ptr<DataSource> make_sudoku_source(const std::string& format, int min_clues, int max_clues,
                                                const std::vector<std::string>& exclude, int64_t n_val,
-                                               uint64_t val_seed, const std::string& states, float hidden_weight) {
-  check(format == "infill" || format == "sequence", "Sudoku format must be infill or sequence, got '" + format + "'");
+                                               uint64_t val_seed, const std::string& states,
+                                               float hidden_weight) {
+  check(format == "infill" || format == "sequence",
+        "Sudoku format must be infill or sequence, got '" + format + "'");
   const std::string problem = sudoku_states_problem(format, states, hidden_weight);
   check(problem.empty(), problem);
   std::set<std::string> excluded;
@@ -165,6 +180,8 @@ std::unique_ptr<DataSource> make_sudoku_source(const std::string& format, int mi
                                         std::move(excluded), n_val, val_seed);
 }
 
-std::unique_ptr<Task> make_sudoku_task() { return std::make_unique<SudokuTask>(); }
+std::unique_ptr<Task> make_sudoku_task() {
+  return std::make_unique<SudokuTask>();
+}
 
 }  // namespace canvas::train

@@ -19,18 +19,25 @@ class TextTask : public Task {
  public:
   std::string name() const override { return "text"; }
   bool set(const std::string& key, const std::string& value, const std::string& where) override {
-    if (key == "seq_len") seq_len_ = config_int(value, where, key, 2, int64_t(1) << 20);
-    else if (key == "text_corpus") corpus_ = value;
-    // Stored as a float, as it always was, so the train/validation split stays where it was.
-    else if (key == "val_fraction") val_fraction_ = float(config_number(value, where, key, 0, 1, false, true));
-    else return false;
+    if (key == "seq_len") {
+      seq_len_ = config_int(value, where, key, 2, int64_t(1) << 20);
+    } else if (key == "text_corpus") {
+      corpus_ = value;
+    } else if (key == "val_fraction") {
+      // Stored as a float, as it always was, so the train/validation split stays where it was.
+      val_fraction_ = float(config_number(value, where, key, 0, 1, false, true));
+    } else {
+      return false;
+    }
     return true;
   }
   void finish(const std::string&, const std::string& origin) override {
     check(!corpus_.empty(), origin + ": text_corpus is empty (bible, or a path to a text file)");
   }
   std::vector<std::pair<std::string, std::string>> settings() const override {
-    return {{"seq_len", std::to_string(seq_len_)}, {"text_corpus", corpus_}, {"val_fraction", format_setting(val_fraction_)}};
+    return {{"seq_len", std::to_string(seq_len_)},
+            {"text_corpus", corpus_},
+            {"val_fraction", format_setting(val_fraction_)}};
   }
   std::unique_ptr<DataSource> make_source(const TaskContext& context) const override {
     return make_text_source(load_text_corpus(corpus_), seq_len_, val_fraction_, context.eval_examples);
@@ -56,7 +63,9 @@ std::map<std::string, TaskFactory>& registry() {
 
 }  // namespace
 
-void register_task(const std::string& name, TaskFactory factory) { registry()[name] = std::move(factory); }
+void register_task(const std::string& name, TaskFactory factory) {
+  registry()[name] = std::move(factory);
+}
 
 std::vector<std::string> task_names() {
   std::vector<std::string> names;
@@ -74,30 +83,34 @@ std::unique_ptr<Task> make_task(const std::string& name, const std::string& wher
   return it->second();
 }
 
-int64_t config_int(const std::string& value, const std::string& where, const std::string& key, int64_t lo, int64_t hi) {
+int64_t config_int(const std::string& value, const std::string& where, const std::string& key, int64_t lo,
+                   int64_t hi) {
   char* end = nullptr;
   errno = 0;
   const long long v = std::strtoll(value.c_str(), &end, 10);
   check(!value.empty() && *end == 0, where + ": " + key + " needs an integer, got '" + value + "'");
-  check(errno != ERANGE && v >= lo && v <= hi, where + ": " + key + " must be an integer in [" + std::to_string(lo) +
-                                                   ", " + std::to_string(hi) + "], got " + value);
+  check(errno != ERANGE && v >= lo && v <= hi, where + ": " + key + " must be an integer in [" +
+                                                   std::to_string(lo) + ", " + std::to_string(hi) +
+                                                   "], got " + value);
   return int64_t(v);
 }
 
-double config_number(const std::string& value, const std::string& where, const std::string& key, double lo, double hi,
-                     bool lo_open, bool hi_open) {
+double config_number(const std::string& value, const std::string& where, const std::string& key, double lo,
+                     double hi, bool lo_open, bool hi_open) {
   char* end = nullptr;
   errno = 0;
   const double v = std::strtod(value.c_str(), &end);
   check(!value.empty() && *end == 0, where + ": " + key + " needs a number, got '" + value + "'");
-  const bool in_range = errno != ERANGE && std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
-  check(in_range, where + ": " + key + " must be a number in " + (lo_open ? "(" : "[") + format_setting(lo) + ", " +
-                      format_setting(hi) + (hi_open ? ")" : "]") + ", got " + value);
+  const bool in_range =
+      errno != ERANGE && std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  check(in_range, where + ": " + key + " must be a number in " + (lo_open ? "(" : "[") + format_setting(lo) +
+                      ", " + format_setting(hi) + (hi_open ? ")" : "]") + ", got " + value);
   return v;
 }
 
 bool config_bool(const std::string& value, const std::string& where, const std::string& key) {
-  check(value == "true" || value == "false", where + ": " + key + " needs true or false, got '" + value + "'");
+  check(value == "true" || value == "false",
+        where + ": " + key + " needs true or false, got '" + value + "'");
   return value == "true";
 }
 

@@ -60,10 +60,11 @@ std::vector<std::string> task_names();
 
 // Config values with their range checks, shared by the generic keys and the tasks' keys. Errors name
 // `where` and `key`; numbers that do not fit (overflow, "nan", "inf") are refused, never truncated.
-int64_t config_int(const std::string& value, const std::string& where, const std::string& key, int64_t lo, int64_t hi);
+int64_t config_int(const std::string& value, const std::string& where, const std::string& key, int64_t lo,
+                   int64_t hi);
 // lo_open / hi_open: the bound itself is excluded.
-double config_number(const std::string& value, const std::string& where, const std::string& key, double lo, double hi,
-                     bool lo_open = false, bool hi_open = false);
+double config_number(const std::string& value, const std::string& where, const std::string& key, double lo,
+                     double hi, bool lo_open = false, bool hi_open = false);
 bool config_bool(const std::string& value, const std::string& where, const std::string& key);
 // Without leading and trailing blanks.
 std::string config_trim(const std::string& s);

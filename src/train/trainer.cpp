@@ -11,8 +11,8 @@
 #include <limits>
 #include <map>
 #include <set>
-#include <type_traits>
 #include <sstream>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/timer.h"
