@@ -2,9 +2,11 @@
 // that alters a single generated token is caught.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
+#include "core/error.h"
 #include "core/rng.h"
 #include "train/data.h"
 #include "train/sudoku_task.h"
@@ -59,6 +61,11 @@ TEST(TaskData, SudokuAndTextExamplesAreUnchanged) {
   EXPECT_EQ(fingerprint(*train::make_sudoku_source("infill", 22, 36, {}, 4, 11, "decoder", 20.f), 6),
             4426803136234292981ull);
   EXPECT_EQ(fingerprint(*train::make_text_source(synthetic_text(), 64, 0.05, 8), 6), 3851633679912758619ull);
+}
+
+TEST(TaskData, TextSourceRefusesAValidationFractionOutsideZeroToOne) {
+  for (double fraction : {-0.5, 1.0, 1.5, std::nan("")})
+    EXPECT_THROW(train::make_text_source(synthetic_text(), 64, fraction, 8), Error) << fraction;
 }
 
 }  // namespace

@@ -39,6 +39,7 @@ class TextSource : public DataSource {
  public:
   TextSource(const std::string& text, int64_t seq_len, double val_fraction, int64_t n_val) : seq_len_(seq_len) {
     check(seq_len >= 2, "sequence length must be at least 2");
+    check(val_fraction >= 0 && val_fraction < 1, "the validation fraction must be in [0, 1)");
     const size_t split = size_t(double(text.size()) * (1.0 - val_fraction));
     check(split > size_t(seq_len) * 2 && text.size() - split >= size_t(seq_len),
           "text corpus of " + std::to_string(text.size()) + " bytes is too small for sequences of " +
