@@ -194,6 +194,8 @@ TEST(Train, TokenizedCorpusRunSavesTheTokenizersVocabulary) {
     const Model m = Model::load(out + "/model.gguf");
     EXPECT_EQ(m.config.vocab, 320);
     EXPECT_EQ(m.config.eos_token, 1);
+    // The validation accuracy counts tokens, not bytes.
+    EXPECT_NE(test::read_text(out + "/train.csv").find("token_accuracy"), std::string::npos);
     std::system(("rm -rf " + out).c_str());
   }
   std::remove(text.c_str());

@@ -10,6 +10,7 @@
 #include "test_util.h"
 #include "train/data.h"
 #include "train/sudoku.h"
+#include "train/sudoku_task.h"
 
 namespace canvas {
 namespace {

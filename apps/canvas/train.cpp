@@ -13,17 +13,21 @@ namespace {
 
 const char* kTrainUsage = R"(usage: canvas train --config FILE.cfg --out DIR [--steps N] [-t THREADS] [--stop-after N]
 
-Trains a small diffusion (objective = masked) or autoregressive (objective = ar) model as the config
-file describes (see configs/). Writes into DIR:
+Trains a small diffusion (objective = masked or uniform) or autoregressive (objective = ar) model on a
+task (task = sudoku or text) as the config file describes (see configs/ and docs/training.md). Writes
+into DIR:
   checkpoint.gguf   weights + AdamW state + step (atomic; a killed run resumes from it exactly)
   model.gguf        weights only, for canvas generate / canvas sudoku
-  train.csv         step, lr, loss, grad_norm, val_loss, tokens_per_second, elapsed_s
+  train.csv         step, lr, loss, grad_norm, val_loss, tokens_per_second, elapsed_s, task metrics
   curves.png        loss curves (made at the end when Debian's python3-matplotlib is installed)
-Running the same command again resumes from DIR/checkpoint.gguf.
+Running the same command again resumes from DIR/checkpoint.gguf (and says from which step); a
+checkpoint made under other settings (--steps included) is refused. A step whose loss or weights are
+not finite stops the run with an error, leaving the last good checkpoint.
 
   --config FILE    run configuration (key = value lines)
   --out DIR        output directory
-  --steps N        override the config's total steps (the cosine schedule follows it)
+  --steps N        override the config's total steps (the cosine schedule follows it; a warm-up
+                   that no longer fits is shortened in proportion, with a note)
   --stop-after N   stop after step N (the run can be resumed later)
   -t, --threads N  threads (default: the config's, else all cores)
 )";
@@ -50,12 +54,18 @@ int cmd_train(int argc, char** argv) {
   check(args.has("config"), "no config given (--config FILE.cfg); see canvas train --help");
   check(args.has("out"), "no output directory given (--out DIR)");
   train::RunConfig config = train::load_run_config(args.get("config", ""));
+  for (const std::string& notice : config.notices) std::fprintf(stderr, "note: %s\n", notice.c_str());
   if (args.has("steps")) {
-    config.steps = args.get_int("steps", config.steps);
-    check(config.steps > 0, "--steps must be positive");
-    config.optimizer.total_steps = config.steps;
+    const std::string notice = train::set_total_steps(config, args.get_int("steps", config.steps));
+    if (!notice.empty()) std::fprintf(stderr, "note: %s\n", notice.c_str());
   }
-  if (args.has("threads")) config.threads = int(args.get_int("threads", 0));
+  if (args.has("threads")) {
+    const int64_t threads = args.get_int("threads", 0);
+    check(threads >= 0 && threads <= 4096, "--threads must be in [0, 4096] (0: every core)");
+    config.threads = int(threads);
+  }
+  const int64_t stop_after = args.get_int("stop-after", 0);
+  check(stop_after >= 0, "--stop-after must be a step number (0: run to the end)");
   const std::string out = args.get("out", "");
   std::fprintf(stderr, "training %s/%s: %lld layers, hidden %lld, %lld steps of %lld x %lld sequences -> %s\n",
                config.task.c_str(), config.objective.c_str(), (long long)config.layers, (long long)config.hidden,
@@ -73,9 +83,12 @@ int cmd_train(int argc, char** argv) {
                      bar.c_str(), (long long)r.step, (long long)r.total, r.loss,
                      last_val >= 0 ? std::to_string(last_val).substr(0, 6).c_str() : "-", r.lr, r.grad_norm,
                      r.tokens_per_second, format_seconds(r.elapsed_s).c_str(), format_seconds(r.eta_s).c_str());
-        if (r.has_val) std::fprintf(stderr, "\n");
+        if (r.has_val) {
+          for (const train::TaskMetric& m : r.val_metrics) std::fprintf(stderr, "%s %.4f ", m.name.c_str(), m.value);
+          std::fprintf(stderr, "\n");
+        }
       },
-      args.get_int("stop-after", 0));
+      stop_after, [](const std::string& notice) { std::fprintf(stderr, "%s\n", notice.c_str()); });
   std::fprintf(stderr, "\nsaved %s/model.gguf and %s/checkpoint.gguf\n", out.c_str(), out.c_str());
   const std::string plot = "/usr/bin/python3 -c 'import matplotlib' 2>/dev/null && /usr/bin/python3 \"" +
                            std::string(CANVAS_SCRIPTS_DIR) + "/plot_training.py\" \"" + out + "/train.csv\" \"" + out +

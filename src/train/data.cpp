@@ -1,4 +1,4 @@
-// Data sources for training.
+// Training data: the byte-level vocabulary's metadata, text windows, text corpora.
 #include "train/data.h"
 
 #include <cstdio>
@@ -8,7 +8,6 @@
 #include "core/error.h"
 #include "io/gguf.h"
 #include "io/tokenizer.h"
-#include "train/sudoku.h"
 
 namespace canvas::train {
 
@@ -36,80 +35,11 @@ std::vector<std::pair<std::string, GgufValue>> byte_tokenizer_metadata(bool with
 
 namespace {
 
-Example sudoku_example(const SudokuGrid& puzzle, const SudokuGrid& solution, bool infill) {
-  Example e;
-  if (infill) {
-    e.tokens = sudoku_prompt_tokens(solution);
-    for (uint8_t given : puzzle) e.fixed.push_back(given ? 1 : 0);
-    return e;
-  }
-  e.tokens = sudoku_prompt_tokens(puzzle);
-  const std::vector<int32_t> sol = sudoku_prompt_tokens(solution);
-  e.tokens.insert(e.tokens.end(), sol.begin(), sol.end());
-  e.prompt_len = 81;
-  return e;
-}
-
-class SudokuSource : public DataSource {
- public:
-  SudokuSource(bool infill, const std::string& states, float hidden_weight, int min_clues, int max_clues,
-               std::set<std::string> exclude, int64_t n_val, uint64_t val_seed)
-      : infill_(infill), states_(states), hidden_weight_(hidden_weight), min_clues_(min_clues), max_clues_(max_clues), exclude_(std::move(exclude)) {
-    check(min_clues >= 17 && max_clues <= 80 && min_clues <= max_clues, "Sudoku clue range must lie in 17..80");
-    Rng rng(val_seed);
-    std::vector<std::string> keys;
-    while (int64_t(validation_.size()) < n_val) {
-      SudokuGrid puzzle, solution;
-      draw(rng, puzzle, solution);
-      keys.push_back(format_sudoku(puzzle));
-      validation_.push_back(sudoku_example(puzzle, solution, infill_));
-    }
-    exclude_.insert(keys.begin(), keys.end());  // training never sees a validation puzzle
-  }
-  Example sample(Rng& rng) const override {
-    SudokuGrid puzzle, solution;
-    draw(rng, puzzle, solution);
-    Example e = sudoku_example(puzzle, solution, infill_);
-    if (states_ != "random") {  // a state a singles solver reaches: the first k cells of its path, fixed
-      const std::vector<int> path = singles_path(puzzle, solution, rng);
-      const size_t k = size_t(rng.below(path.size() + 1));
-      for (size_t i = 0; i < k; ++i) e.fixed[size_t(path[i])] = 1;
-      if (states_ == "decoder") e.mask_rate = 1;  // every other blank masked, as the decoder sees it
-      if (hidden_weight_ != 1.f && states_ == "decoder") {
-        SudokuGrid state{};
-        for (size_t i = 0; i < 81; ++i) state[i] = e.fixed[i] ? solution[i] : 0;
-        const std::array<uint8_t, 81> kind = single_kinds(state);
-        e.weight.assign(81, 1.f);
-        for (size_t i = 0; i < 81; ++i)
-          if (kind[i] == kHiddenSingle) e.weight[i] = hidden_weight_;
-      }
-    }
-    return e;
-  }
-  const std::vector<Example>& validation() const override { return validation_; }
-  int64_t sequence_length() const override { return infill_ ? 81 : 162; }
-
- private:
-  void draw(Rng& rng, SudokuGrid& puzzle, SudokuGrid& solution) const {
-    do {
-      solution = random_solution(rng);
-      const int clues = min_clues_ + int(rng.below(uint64_t(max_clues_ - min_clues_ + 1)));
-      puzzle = make_puzzle(solution, clues, rng);
-    } while (exclude_.count(format_sudoku(puzzle)));
-  }
-
-  bool infill_;
-  std::string states_;
-  float hidden_weight_;
-  int min_clues_, max_clues_;
-  std::set<std::string> exclude_;
-  std::vector<Example> validation_;
-};
-
 class TextSource : public DataSource {
  public:
   TextSource(const std::string& text, int64_t seq_len, double val_fraction, int64_t n_val) : seq_len_(seq_len) {
     check(seq_len >= 2, "sequence length must be at least 2");
+    check(val_fraction >= 0 && val_fraction < 1, "the validation fraction must be in [0, 1)");
     const size_t split = size_t(double(text.size()) * (1.0 - val_fraction));
     check(split > size_t(seq_len) * 2 && text.size() - split >= size_t(seq_len),
           "text corpus of " + std::to_string(text.size()) + " bytes is too small for sequences of " +
@@ -137,27 +67,6 @@ class TextSource : public DataSource {
 };
 
 }  // namespace
-
-std::string sudoku_states_problem(const std::string& format, const std::string& states, float hidden_weight) {
-  if (!(states == "random" || ((states == "singles" || states == "decoder") && format == "infill")))
-    return "Sudoku states must be random, or singles or decoder with the infill format, got '" + states + "'";
-  if (!(hidden_weight > 0 && (hidden_weight == 1.f || states == "decoder")))
-    return "a Sudoku hidden-single weight must be positive, and other than 1 only with decoder states";
-  return "";
-}
-
-std::unique_ptr<DataSource> make_sudoku_source(const std::string& format, int min_clues, int max_clues,
-                                               const std::vector<std::string>& exclude, int64_t n_val,
-                                               uint64_t val_seed, const std::string& states, float hidden_weight) {
-  check(format == "infill" || format == "sequence", "Sudoku format must be infill or sequence, got '" + format + "'");
-  const std::string problem = sudoku_states_problem(format, states, hidden_weight);
-  check(problem.empty(), problem);
-  std::set<std::string> excluded;
-  for (const std::string& path : exclude)
-    for (const SudokuExample& e : read_sudoku_file(path)) excluded.insert(format_sudoku(e.puzzle));
-  return std::make_unique<SudokuSource>(format == "infill", states, hidden_weight, min_clues, max_clues,
-                                        std::move(excluded), n_val, val_seed);
-}
 
 std::unique_ptr<DataSource> make_text_source(const std::string& text, int64_t seq_len, double val_fraction,
                                              int64_t n_val) {

@@ -3,43 +3,131 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <set>
 #include <sstream>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/timer.h"
 #include "io/gguf.h"
-#include "train/corpus.h"
 #include "train/data.h"
 #include "train/objectives.h"
+#include "train/task.h"
 #include "train/train_model.h"
 
 namespace canvas::train {
 namespace {
 
-std::string trim(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t\r");
-  if (b == std::string::npos) return "";
-  const size_t e = s.find_last_not_of(" \t\r");
-  return s.substr(b, e - b + 1);
-}
-
-// "a, b,c" -> {"a", "b", "c"}; empty items stay (callers decide whether they are errors).
-std::vector<std::string> comma_list(const std::string& value) {
-  std::vector<std::string> items;
-  std::stringstream ss(value);
-  std::string item;
-  while (std::getline(ss, item, ',')) items.push_back(trim(item));
-  return items;
-}
-
 bool file_exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
+}
+
+constexpr int64_t kMaxSteps = 1000000000;
+// f32 weights, gradients and two AdamW moments: 16 bytes a parameter, 32 GiB at this bound.
+constexpr int64_t kMaxParameters = int64_t(1) << 31;
+// Tokens in one micro-batch (batch_size x sequence length); its logits alone take 1 KiB a token.
+constexpr int64_t kMaxBatchTokens = int64_t(1) << 22;
+constexpr const char* kIdentityHeader = "canvas run identity 2\n";
+
+// A generic config key: how it is read (with its range) and printed, and whether it changes what the
+// run computes (then it is part of the resume identity).
+struct RunKey {
+  const char* name;
+  bool defines_run;
+  std::function<void(RunConfig&, const std::string& value, const std::string& where)> set;
+  std::function<std::string(const RunConfig&)> get;
+};
+
+// `field` maps a RunConfig to the member the key sets.
+template <typename Field>
+RunKey int_key(const char* name, Field field, int64_t lo, int64_t hi, bool defines_run = true) {
+  return {name, defines_run,
+          [=](RunConfig& r, const std::string& v, const std::string& where) {
+            auto& x = field(r);
+            x = std::remove_reference_t<decltype(x)>(config_int(v, where, name, lo, hi));
+          },
+          [=](const RunConfig& r) { return std::to_string(field(const_cast<RunConfig&>(r))); }};
+}
+template <typename Field>
+RunKey number_key(const char* name, Field field, double lo, double hi, bool lo_open = false, bool hi_open = false) {
+  return {name, true,
+          [=](RunConfig& r, const std::string& v, const std::string& where) {
+            field(r) = float(config_number(v, where, name, lo, hi, lo_open, hi_open));
+          },
+          [=](const RunConfig& r) { return format_setting(field(const_cast<RunConfig&>(r))); }};
+}
+template <typename Field>
+RunKey text_key(const char* name, Field field) {
+  return {name, true, [=](RunConfig& r, const std::string& v, const std::string&) { field(r) = v; },
+          [=](const RunConfig& r) { return field(const_cast<RunConfig&>(r)); }};
+}
+
+// Every generic key. Upper bounds are far above what this trainer can run, and keep sizes and their
+// products inside int64.
+const std::vector<RunKey>& run_keys() {
+  constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
+  static const std::vector<RunKey> keys = {
+      text_key("objective", [](RunConfig& r) -> auto& { return r.objective; }),
+      int_key("layers", [](RunConfig& r) -> auto& { return r.layers; }, 1, 1024),
+      int_key("hidden", [](RunConfig& r) -> auto& { return r.hidden; }, 1, 65536),
+      int_key("heads", [](RunConfig& r) -> auto& { return r.heads; }, 1, 1024),
+      int_key("kv_heads", [](RunConfig& r) -> auto& { return r.kv_heads; }, 1, 1024),
+      int_key("ffn", [](RunConfig& r) -> auto& { return r.ffn; }, 1, 1 << 20),
+      {"position_embedding", true,
+       [](RunConfig& r, const std::string& v, const std::string& where) {
+         r.position_embedding = config_bool(v, where, "position_embedding");
+       },
+       [](const RunConfig& r) { return std::string(r.position_embedding ? "true" : "false"); }},
+      number_key("rope_theta", [](RunConfig& r) -> auto& { return r.rope_theta; }, 0, 1e12, true),
+      number_key("init_std", [](RunConfig& r) -> auto& { return r.init_std; }, 0, 1, true),
+      text_key("init_from", [](RunConfig& r) -> auto& { return r.init_from; }),
+      {"init_layers", true,
+       [](RunConfig& r, const std::string& v, const std::string&) { r.init_layers = config_list(v); },
+       [](const RunConfig& r) {
+         std::string s;
+         for (const std::string& l : r.init_layers) s += (s.empty() ? "" : ",") + l;
+         return s;
+       }},
+      int_key("eval_examples", [](RunConfig& r) -> auto& { return r.eval_examples; }, 1, 1 << 20),
+      number_key("lr", [](RunConfig& r) -> auto& { return r.optimizer.lr; }, 0, 1),
+      number_key("min_lr", [](RunConfig& r) -> auto& { return r.optimizer.min_lr; }, 0, 1),
+      int_key("warmup", [](RunConfig& r) -> auto& { return r.optimizer.warmup_steps; }, 0, kMaxSteps),
+      number_key("weight_decay", [](RunConfig& r) -> auto& { return r.optimizer.weight_decay; }, 0, 1),
+      number_key("beta1", [](RunConfig& r) -> auto& { return r.optimizer.beta1; }, 0, 1, false, true),
+      number_key("beta2", [](RunConfig& r) -> auto& { return r.optimizer.beta2; }, 0, 1, false, true),
+      number_key("adam_eps", [](RunConfig& r) -> auto& { return r.optimizer.eps; }, 0, 1, true),
+      number_key("grad_clip", [](RunConfig& r) -> auto& { return r.optimizer.grad_clip; }, 0, 1e6),
+      int_key("steps", [](RunConfig& r) -> auto& { return r.steps; }, 1, kMaxSteps),
+      int_key("batch_size", [](RunConfig& r) -> auto& { return r.batch_size; }, 1, 1 << 16),
+      int_key("accumulation", [](RunConfig& r) -> auto& { return r.accumulation; }, 1, 1 << 16),
+      number_key("mask_eps", [](RunConfig& r) -> auto& { return r.mask_eps; }, 0, 1, true, true),
+      int_key("block_length", [](RunConfig& r) -> auto& { return r.block_length; }, 1, 1 << 20),
+      number_key("ar_weight", [](RunConfig& r) -> auto& { return r.ar_weight; }, 0, 1000),
+      {"self_conditioning", true,
+       [](RunConfig& r, const std::string& v, const std::string& where) {
+         r.self_conditioning = config_bool(v, where, "self_conditioning");
+       },
+       [](const RunConfig& r) { return std::string(r.self_conditioning ? "true" : "false"); }},
+      int_key("seed", [](RunConfig& r) -> auto& { return r.seed; }, 0, kMaxInt64),
+      int_key("eval_every", [](RunConfig& r) -> auto& { return r.eval_every; }, 1, kMaxInt64, false),
+      int_key("checkpoint_every", [](RunConfig& r) -> auto& { return r.checkpoint_every; }, 1, kMaxInt64, false),
+      int_key("threads", [](RunConfig& r) -> auto& { return r.threads; }, 0, 4096, false),  // 0: every core
+  };
+  return keys;
+}
+
+const RunKey* find_run_key(const std::string& name) {
+  for (const RunKey& k : run_keys())
+    if (name == k.name) return &k;
+  return nullptr;
 }
 
 ModelConfig model_config(const RunConfig& r, const DataSource& source) {
@@ -69,24 +157,6 @@ ModelConfig model_config(const RunConfig& r, const DataSource& source) {
   c.uniform_state = r.objective == "uniform";
   c.self_conditioning = r.self_conditioning;
   return c;
-}
-
-// The fields that define the computation; a checkpoint made under other values cannot be resumed.
-std::string identity(const RunConfig& r) {
-  std::ostringstream s;
-  s << r.task << '|' << r.objective << '|' << r.layers << '|' << r.hidden << '|' << r.heads << '|' << r.kv_heads << '|'
-    << r.ffn << '|' << r.position_embedding << '|' << r.rope_theta << '|' << r.seq_len << '|' << r.batch_size << '|'
-    << r.accumulation << '|' << r.seed << '|' << r.mask_eps << '|' << r.sudoku_min_clues << '|' << r.sudoku_max_clues
-    << '|' << r.optimizer.lr << '|' << r.optimizer.min_lr << '|' << r.optimizer.warmup_steps << '|'
-    << r.optimizer.weight_decay << '|' << r.optimizer.beta1 << '|' << r.optimizer.beta2 << '|' << r.optimizer.grad_clip
-    << '|' << r.init_from << '|' << r.text_corpus << '|' << r.sudoku_format;
-  for (const std::string& l : r.init_layers) s << "|layer:" << l;  // empty for older runs
-  if (r.sudoku_states != "random") s << "|states:" << r.sudoku_states;
-  if (r.sudoku_hidden_weight != 1.f) s << "|hidden_weight:" << r.sudoku_hidden_weight;
-  if (r.objective == "uniform") s << '|' << r.block_length << '|' << r.ar_weight;  // older runs keep their identity
-  if (r.self_conditioning) s << "|self_conditioning";
-  if (!r.tokenizer.empty()) s << "|tokenizer:" << r.tokenizer;
-  return s.str();
 }
 
 ObjectiveBatch make_batch(const RunConfig& r, const DataSource& source, const std::vector<Example>& examples, Rng& rng) {
@@ -129,11 +199,18 @@ Var objective_logits(const RunConfig& r, TrainModel& model, const ObjectiveBatch
   return model.forward(tape, b, &input);
 }
 
-// Mean loss over the validation set (per scored token, weighted like training), with fixed corruption.
-float validation_loss(const RunConfig& r, TrainModel& model, const DataSource& source, ThreadPool* pool) {
+struct Validation {
+  float loss = 0;
+  std::vector<TaskMetric> metrics;
+};
+
+// Mean loss over the validation set (per scored token, weighted like training), with fixed corruption,
+// and the task's metrics of the most likely token at every scored position.
+Validation validate(const RunConfig& r, TrainModel& model, const DataSource& source, ThreadPool* pool) {
   Rng rng(r.seed + 0x5eed);
   const auto& val = source.validation();
   double total = 0, norm = 0;
+  std::vector<ScoredSequence> scored;
   for (size_t at = 0; at < val.size(); at += size_t(r.batch_size)) {
     std::vector<Example> batch(val.begin() + int64_t(at), val.begin() + int64_t(std::min(val.size(), at + size_t(r.batch_size))));
     const ObjectiveBatch ob = make_batch(r, source, batch, rng);
@@ -143,9 +220,20 @@ float validation_loss(const RunConfig& r, TrainModel& model, const DataSource& s
     const Var loss = cross_entropy(tape, logits, ob.targets, ob.weights, ob.normaliser);
     total += double(tape.value(loss)[0]) * ob.normaliser;
     norm += ob.normaliser;
+    const int64_t vocab = tape.size(logits) / ob.input.rows();
+    for (int64_t s = 0; s < ob.input.n_sequences; ++s) {
+      ScoredSequence seq;
+      for (int64_t row = s * ob.input.length; row < (s + 1) * ob.input.length; ++row) {
+        if (!(ob.weights[size_t(row)] > 0)) continue;
+        const float* z = tape.value(logits) + row * vocab;
+        seq.targets.push_back(ob.targets[size_t(row)]);
+        seq.predicted.push_back(int32_t(std::max_element(z, z + vocab) - z));
+      }
+      scored.push_back(std::move(seq));
+    }
   }
   model.zero_grad();
-  return float(total / std::max(norm, 1.0));
+  return {float(total / std::max(norm, 1.0)), r.task_module->validation_metrics(scored)};
 }
 
 void save_checkpoint(const RunConfig& r, const DataSource& source, const TrainModel& model, AdamW& opt, const std::vector<Parameter*>& params,
@@ -153,8 +241,8 @@ void save_checkpoint(const RunConfig& r, const DataSource& source, const TrainMo
   std::vector<std::pair<std::string, GgufValue>> extra = source.tokenizer_metadata(r.objective != "uniform");
   extra.emplace_back("training.step", GgufValue::u64(uint64_t(step)));
   extra.emplace_back("training.config", GgufValue::string(r.source_text));
-  extra.emplace_back("training.identity", GgufValue::string(identity(r)));
-  if (r.task == "sudoku") extra.emplace_back("canvas.sudoku.format", GgufValue::string(r.sudoku_format));
+  extra.emplace_back("training.identity", GgufValue::string(run_identity(r)));
+  for (auto& entry : r.task_module->model_metadata()) extra.push_back(std::move(entry));
   if (r.objective == "uniform") extra.emplace_back("diffusion.canvas_length", GgufValue::u32(uint32_t(r.block_length)));
   model.save_gguf(out_dir + "/model.gguf", extra);
 
@@ -170,11 +258,52 @@ void save_checkpoint(const RunConfig& r, const DataSource& source, const TrainMo
   w.write(out_dir + "/checkpoint.gguf");  // atomic: temporary file + rename
 }
 
-int64_t load_checkpoint(const RunConfig& r, std::vector<Parameter*>& params, AdamW& opt, const std::string& path) {
+// "key: the checkpoint's run has A, this run B; ..." for every key the two identities disagree on.
+std::string identity_difference(const std::string& stored, const std::string& current) {
+  auto settings = [](const std::string& id) {
+    std::map<std::string, std::string> m;
+    std::istringstream in(id);
+    std::string line;
+    while (std::getline(in, line)) {
+      const size_t eq = line.find(" = ");
+      if (eq != std::string::npos) m[line.substr(0, eq)] = line.substr(eq + 3);
+    }
+    return m;
+  };
+  const auto a = settings(stored), b = settings(current);
+  std::set<std::string> keys;
+  for (const auto& [k, v] : a) keys.insert(k);
+  for (const auto& [k, v] : b) keys.insert(k);
+  std::string out;
+  for (const std::string& k : keys) {
+    const auto x = a.find(k), y = b.find(k);
+    const std::string was = x == a.end() ? "(not set)" : "'" + x->second + "'";
+    const std::string now = y == b.end() ? "(not set)" : "'" + y->second + "'";
+    if (was != now) out += (out.empty() ? "" : "; ") + k + ": the checkpoint's run has " + was + ", this run " + now;
+  }
+  return out.empty() ? "settings differ" : out;
+}
+
+// Checkpoints written before the identity listed every setting hold a shorter one; theirs is rebuilt
+// from the config text they stored. A --steps given to the run that wrote such a checkpoint was not
+// recorded, so loading one adds a notice saying what could not be checked.
+int64_t load_checkpoint(const RunConfig& r, std::vector<Parameter*>& params, AdamW& opt, const std::string& path,
+                        std::string& notice) {
   auto file = GgufFile::open(path);
-  const std::string id = file->get_string("training.identity", "");
-  check(id == identity(r), path + " was made with a different configuration (model, data or optimiser settings); "
-                                  "train into a new --out directory or delete the checkpoint");
+  std::string stored = file->get_string("training.identity", "");
+  const std::string id = run_identity(r);
+  if (stored.rfind(kIdentityHeader, 0) != 0) {
+    try {
+      stored = run_identity(parse_run_config(file->get_string("training.config", ""), path + " (its stored config)"));
+    } catch (const Error& e) {
+      throw Error(path + " was made by an older canvas and its settings cannot be checked (" + e.what() +
+                  "); train into a new --out directory (init_from = its model.gguf keeps the weights)");
+    }
+    notice = path + " predates checkpoints that record every setting; checked against the config it stored "
+                    "(a --steps given to the run that wrote it was not recorded)";
+  }
+  check(stored == id, path + " was made with a different configuration: " + identity_difference(stored, id) +
+                          "; train into a new --out directory or delete the checkpoint");
   const int64_t step = file->require_int("training.step");
   auto copy_in = [&](const std::string& name, std::vector<float>& dst) {
     const TensorView& t = file->require_tensor(name);
@@ -215,117 +344,112 @@ void truncate_log(const std::string& path, int64_t step) {
 }  // namespace
 
 RunConfig parse_run_config(const std::string& text, const std::string& origin) {
-  RunConfig r;
-  r.source_text = text;
+  struct Line {
+    std::string key, value, where;
+  };
+  std::vector<Line> lines;
   std::istringstream in(text);
   std::string line;
-  int line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
+  for (int line_no = 1; std::getline(in, line); ++line_no) {
     const size_t hash = line.find('#');
     if (hash != std::string::npos) line = line.substr(0, hash);
-    line = trim(line);
+    line = config_trim(line);
     if (line.empty()) continue;
     const size_t eq = line.find('=');
     const std::string where = origin + ":" + std::to_string(line_no);
     check(eq != std::string::npos, where + ": expected 'key = value'");
-    const std::string key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
-    auto as_int = [&]() {
-      char* end = nullptr;
-      const long long v = std::strtoll(value.c_str(), &end, 10);
-      check(!value.empty() && *end == 0, where + ": " + key + " needs an integer, got '" + value + "'");
-      return int64_t(v);
-    };
-    auto as_float = [&]() {
-      char* end = nullptr;
-      const double v = std::strtod(value.c_str(), &end);
-      check(!value.empty() && *end == 0, where + ": " + key + " needs a number, got '" + value + "'");
-      return float(v);
-    };
-    auto as_bool = [&]() {
-      check(value == "true" || value == "false", where + ": " + key + " needs true or false");
-      return value == "true";
-    };
-    if (key == "task") r.task = value;
-    else if (key == "objective") r.objective = value;
-    else if (key == "layers") r.layers = as_int();
-    else if (key == "hidden") r.hidden = as_int();
-    else if (key == "heads") r.heads = as_int();
-    else if (key == "kv_heads") r.kv_heads = as_int();
-    else if (key == "ffn") r.ffn = as_int();
-    else if (key == "position_embedding") r.position_embedding = as_bool();
-    else if (key == "rope_theta") r.rope_theta = as_float();
-    else if (key == "init_std") r.init_std = as_float();
-    else if (key == "init_from") r.init_from = value;
-    else if (key == "init_layers") r.init_layers = comma_list(value);
-    else if (key == "seq_len") r.seq_len = as_int();
-    else if (key == "text_corpus") r.text_corpus = value;
-    else if (key == "tokenizer") r.tokenizer = value;
-    else if (key == "val_fraction") r.val_fraction = as_float();
-    else if (key == "sudoku_min_clues") r.sudoku_min_clues = int(as_int());
-    else if (key == "sudoku_max_clues") r.sudoku_max_clues = int(as_int());
-    else if (key == "sudoku_format") r.sudoku_format = value;
-    else if (key == "sudoku_states") r.sudoku_states = value;
-    else if (key == "sudoku_hidden_weight") r.sudoku_hidden_weight = float(as_float());
-    else if (key == "held_out") {
-      for (const std::string& item : comma_list(value))
-        if (!item.empty()) r.held_out.push_back(item);
-    } else if (key == "eval_examples") r.eval_examples = as_int();
-    else if (key == "lr") r.optimizer.lr = as_float();
-    else if (key == "min_lr") r.optimizer.min_lr = as_float();
-    else if (key == "warmup") r.optimizer.warmup_steps = as_int();
-    else if (key == "weight_decay") r.optimizer.weight_decay = as_float();
-    else if (key == "beta1") r.optimizer.beta1 = as_float();
-    else if (key == "beta2") r.optimizer.beta2 = as_float();
-    else if (key == "grad_clip") r.optimizer.grad_clip = as_float();
-    else if (key == "steps") r.steps = as_int();
-    else if (key == "batch_size") r.batch_size = as_int();
-    else if (key == "accumulation") r.accumulation = as_int();
-    else if (key == "mask_eps") r.mask_eps = as_float();
-    else if (key == "block_length") r.block_length = as_int();
-    else if (key == "ar_weight") r.ar_weight = as_float();
-    else if (key == "self_conditioning") r.self_conditioning = as_bool();
-    else if (key == "seed") r.seed = uint64_t(as_int());
-    else if (key == "eval_every") r.eval_every = as_int();
-    else if (key == "checkpoint_every") r.checkpoint_every = as_int();
-    else if (key == "threads") r.threads = int(as_int());
-    else throw Error(where + ": unknown key '" + key + "'");
+    lines.push_back({config_trim(line.substr(0, eq)), config_trim(line.substr(eq + 1)), where});
   }
-  check(r.task == "sudoku" || r.task == "text", origin + ": task must be sudoku or text");
+  check(!lines.empty(), origin + ": no settings (an empty config would silently train the defaults)");
+
+  RunConfig r;
+  r.source_text = text;
+  std::set<std::string> seen;
+  for (const Line& l : lines) {  // the task first: it decides which other keys exist (a later line wins)
+    seen.insert(l.key);
+    if (l.key == "task") r.task = l.value;
+  }
+  std::shared_ptr<Task> task = make_task(r.task, origin);
+  for (const Line& l : lines) {
+    if (l.key == "task") continue;
+    const RunKey* k = find_run_key(l.key);
+    if (k) k->set(r, l.value, l.where);
+    else if (!task->set(l.key, l.value, l.where))
+      throw Error(l.where + ": unknown key '" + l.key + "' (for task = " + r.task + ")");
+  }
+  // Without its own min_lr, a run whose lr is below the default floor decays to its lr (lr = 0 stays 0).
+  if (!seen.count("min_lr")) r.optimizer.min_lr = std::min(r.optimizer.min_lr, r.optimizer.lr);
   check(r.objective == "masked" || r.objective == "uniform" || r.objective == "ar",
         origin + ": objective must be masked, uniform or ar");
-  check(r.block_length > 0 && r.ar_weight >= 0, origin + ": block_length must be positive, ar_weight >= 0");
   check(!r.self_conditioning || r.objective == "uniform", origin + ": self_conditioning needs objective = uniform");
-  check(r.layers > 0 && r.hidden > 0 && r.heads > 0 && r.kv_heads > 0 && r.ffn > 0, origin + ": model sizes must be positive");
   check(r.hidden % r.heads == 0 && r.heads % r.kv_heads == 0, origin + ": hidden must divide into heads, heads into kv_heads");
   check((r.hidden / r.heads) % 2 == 0, origin + ": the head dimension must be even (RoPE)");
-  check(r.steps > 0 && r.batch_size > 0 && r.accumulation > 0, origin + ": steps, batch_size, accumulation must be positive");
-  check(r.eval_every > 0 && r.checkpoint_every > 0, origin + ": eval_every and checkpoint_every must be positive");
-  check(r.mask_eps > 0 && r.mask_eps < 1, origin + ": mask_eps must be in (0, 1)");
-  if (r.sudoku_format.empty()) r.sudoku_format = r.objective == "ar" ? "sequence" : "infill";
-  check(r.sudoku_format == "infill" || r.sudoku_format == "sequence", origin + ": sudoku_format must be infill or sequence");
-  check(!(r.objective == "ar" && r.sudoku_format == "infill"), origin + ": an AR model needs sudoku_format = sequence");
-  const std::string states_problem = sudoku_states_problem(r.sudoku_format, r.sudoku_states, r.sudoku_hidden_weight);
-  check(states_problem.empty(), origin + ": " + states_problem);
+  // Each key is in range, but together they could still ask for more memory than any machine has.
+  const int64_t kv_dim = r.hidden / r.heads * r.kv_heads;
+  const int64_t parameters = r.layers * (2 * r.hidden * r.hidden + 2 * r.hidden * kv_dim + 3 * r.hidden * r.ffn);
+  check(parameters <= kMaxParameters, origin + ": layers, hidden and ffn make about " + std::to_string(parameters) +
+                                          " parameters; the trainer takes at most " + std::to_string(kMaxParameters));
+  check(r.optimizer.min_lr <= r.optimizer.lr, origin + ": min_lr (" + format_setting(r.optimizer.min_lr) +
+                                                  ") is above lr (" + format_setting(r.optimizer.lr) + ")");
+  if (r.optimizer.warmup_steps > r.steps) {  // the learning rate would never reach lr
+    const int64_t shortened = r.steps / 10;    // the default schedule's share (100 of 1000 steps)
+    r.notices.push_back(origin + ": the warm-up of " + std::to_string(r.optimizer.warmup_steps) +
+                        " steps is longer than the " + std::to_string(r.steps) + "-step run; shortened to " +
+                        std::to_string(shortened) + " steps");
+    r.optimizer.warmup_steps = shortened;
+  }
   if (!r.init_layers.empty()) {
     check(!r.init_from.empty(), origin + ": init_layers needs init_from");
     check(int64_t(r.init_layers.size()) == r.layers,
           origin + ": init_layers names " + std::to_string(r.init_layers.size()) + " layers, the model has " +
               std::to_string(r.layers));
     for (const std::string& l : r.init_layers)
-      check(l == "new" || (!l.empty() && l.find_first_not_of("0123456789") == std::string::npos),
+      check(l == "new" || (!l.empty() && l.size() < 6 && l.find_first_not_of("0123456789") == std::string::npos),
             origin + ": init_layers entries are donor layer numbers or 'new', got '" + l + "'");
   }
+  task->finish(r.objective, origin);
+  r.task_module = std::move(task);
   r.optimizer.total_steps = r.steps;
   return r;
 }
 
 RunConfig load_run_config(const std::string& path) {
+  struct stat st;
+  check(::stat(path.c_str(), &st) == 0, "cannot open config " + path);
+  check(S_ISREG(st.st_mode), "config " + path + " is not a regular file");
   std::ifstream in(path);
   check(bool(in), "cannot open config " + path);
   std::stringstream ss;
   ss << in.rdbuf();
+  check(!ss.str().empty(), "config " + path + " is empty");
   return parse_run_config(ss.str(), path);
+}
+
+std::string set_total_steps(RunConfig& r, int64_t steps) {
+  check(steps > 0 && steps <= kMaxSteps, "the number of steps must be in [1, " + std::to_string(kMaxSteps) + "], got " +
+                                             std::to_string(steps));
+  std::string notice;
+  const int64_t warmup = r.optimizer.warmup_steps;
+  if (warmup > steps) {
+    const int64_t scaled = std::min(steps, int64_t(std::llround(double(warmup) * double(steps) / double(r.steps))));
+    notice = "the warm-up of " + std::to_string(warmup) + " steps is longer than the " + std::to_string(steps) +
+             "-step run; shortened to " + std::to_string(scaled) + " steps (the config's share of " +
+             std::to_string(warmup) + "/" + std::to_string(r.steps) + ")";
+    r.optimizer.warmup_steps = scaled;
+  }
+  r.steps = steps;
+  r.optimizer.total_steps = steps;
+  return notice;
+}
+
+std::string run_identity(const RunConfig& r) {
+  check(r.task_module != nullptr, "run_identity: the config has no task (use parse_run_config)");
+  std::string id = kIdentityHeader;
+  id += "task = " + r.task + "\n";
+  for (const RunKey& k : run_keys())
+    if (k.defines_run) id += std::string(k.name) + " = " + k.get(r) + "\n";
+  for (const auto& [key, value] : r.task_module->settings()) id += key + " = " + value + "\n";
+  return id;
 }
 
 TrainModel initial_model(const RunConfig& r, const ModelConfig& mc) {
@@ -355,38 +479,65 @@ TrainModel initial_model(const RunConfig& r, const ModelConfig& mc) {
   return model;
 }
 
+namespace {
+
+bool all_finite(const std::vector<Parameter*>& params) {
+  for (const Parameter* p : params)
+    for (float v : p->value)
+      if (!std::isfinite(v)) return false;
+  return true;
+}
+
+}  // namespace
+
 void run_training(const RunConfig& r, const std::string& out_dir, const std::function<void(const StepReport&)>& on_step,
-                  int64_t stop_after) {
+                  int64_t stop_after, const std::function<void(const std::string&)>& on_notice) {
+  check(r.task_module != nullptr, "run_training: the config has no task (use parse_run_config)");
   ::mkdir(out_dir.c_str(), 0755);
   check(file_exists(out_dir), "cannot create output directory " + out_dir);
   ThreadPool pool(r.threads);
 
-  std::unique_ptr<DataSource> source;
-  if (r.task == "sudoku") {
-    source = make_sudoku_source(r.sudoku_format, r.sudoku_min_clues, r.sudoku_max_clues, r.held_out, r.eval_examples,
-                                r.seed + 77, r.sudoku_states, r.sudoku_hidden_weight);
-  } else if (!r.tokenizer.empty()) {
-    source = make_corpus_source(r.text_corpus, r.tokenizer, r.seq_len, r.val_fraction, r.eval_examples);
-  } else {
-    source = make_text_source(load_text_corpus(r.text_corpus), r.seq_len, r.val_fraction, r.eval_examples);
-  }
+  TaskContext context;
+  context.objective = r.objective;
+  context.seed = r.seed;
+  context.eval_examples = r.eval_examples;
+  const std::unique_ptr<DataSource> source = r.task_module->make_source(context);
+  check(r.objective != "uniform" || r.block_length < source->sequence_length(),
+        "block_length " + std::to_string(r.block_length) + " must be shorter than the task's sequences (" +
+            std::to_string(source->sequence_length()) + " tokens)");
+  check(r.batch_size * source->sequence_length() <= kMaxBatchTokens,
+        "batch_size " + std::to_string(r.batch_size) + " x " + std::to_string(source->sequence_length()) +
+            " tokens is more than the " + std::to_string(kMaxBatchTokens) +
+            " tokens a micro-batch may hold; use accumulation for larger batches");
   const ModelConfig mc = model_config(r, *source);
   TrainModel model = initial_model(r, mc);
   std::vector<Parameter*> params = model.parameters();
   AdamW opt(r.optimizer, params);
 
+  const std::vector<std::string> metric_names = r.task_module->metric_names();
   const std::string ckpt = out_dir + "/checkpoint.gguf", csv = out_dir + "/train.csv";
   int64_t step = 0;
   if (file_exists(ckpt)) {
-    step = load_checkpoint(r, params, opt, ckpt);
+    std::string legacy_notice;
+    step = load_checkpoint(r, params, opt, ckpt, legacy_notice);
     truncate_log(csv, step);
+    if (on_notice && !legacy_notice.empty()) on_notice(legacy_notice);
+    if (on_notice)
+      on_notice("resumed from step " + std::to_string(step) + " of " + std::to_string(r.steps) + " (" + ckpt + ")");
   } else {
+    std::string header = "step,lr,loss,grad_norm,val_loss,tokens_per_second,elapsed_s";
+    for (const std::string& name : metric_names) header += "," + name;
     const std::string tmp = csv + ".tmp";
-    std::ofstream(tmp, std::ios::trunc) << "step,lr,loss,grad_norm,val_loss,tokens_per_second,elapsed_s\n";
+    std::ofstream(tmp, std::ios::trunc) << header << "\n";
     check(std::rename(tmp.c_str(), csv.c_str()) == 0, "cannot create " + csv);
   }
   std::ofstream(out_dir + "/config.cfg", std::ios::trunc) << r.source_text;
 
+  // A diverged step stops the run before it writes anything: the checkpoint on disk stays the last good one.
+  auto stop_if_diverged = [&](bool finite, int64_t at, const std::string& what) {
+    check(finite, "step " + std::to_string(at) + ": " + what + " is not finite (the run diverged; try a lower lr); " +
+                      (file_exists(ckpt) ? ckpt + " keeps the last good checkpoint" : "no checkpoint was written"));
+  };
   const double t_start = now_ms();
   const int64_t start_step = step;
   while (step < r.steps && (stop_after <= 0 || step < stop_after)) {
@@ -405,8 +556,10 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
       tape.backward(loss);
       tokens += ob.input.rows();
     }
+    stop_if_diverged(std::isfinite(loss_sum), step + 1, "the loss");
     StepReport rep;
     rep.grad_norm = opt.step(1.f / float(r.accumulation));
+    stop_if_diverged(std::isfinite(rep.grad_norm), step + 1, "the gradient norm");
     rep.lr = opt.last_lr();
     ++step;
     rep.step = step;
@@ -418,17 +571,27 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
     rep.eta_s = rep.elapsed_s / double(step - start_step) * double(r.steps - step);
     if (step % r.eval_every == 0 || step == r.steps) {
       rep.has_val = true;
-      rep.val_loss = validation_loss(r, model, *source, &pool);
+      Validation v = validate(r, model, *source, &pool);
+      rep.val_loss = v.loss;
+      rep.val_metrics = std::move(v.metrics);
     }
+    const bool save = step % r.checkpoint_every == 0 || step == r.steps;
+    if (save) stop_if_diverged(all_finite(params), step, "a weight");
     {
       std::ofstream log(csv, std::ios::app);
       char line[256];
-      std::snprintf(line, sizeof line, "%lld,%.8g,%.8g,%.8g,%s,%.1f,%.2f\n", (long long)step, rep.lr, rep.loss,
+      std::snprintf(line, sizeof line, "%lld,%.8g,%.8g,%.8g,%s,%.1f,%.2f", (long long)step, rep.lr, rep.loss,
                     rep.grad_norm, rep.has_val ? std::to_string(rep.val_loss).c_str() : "", rep.tokens_per_second,
                     rep.elapsed_s);
       log << line;
+      for (size_t i = 0; i < metric_names.size(); ++i) {
+        if (rep.has_val && i < rep.val_metrics.size()) std::snprintf(line, sizeof line, ",%.6f", rep.val_metrics[i].value);
+        else std::snprintf(line, sizeof line, ",");
+        log << line;
+      }
+      log << "\n";
     }
-    if (step % r.checkpoint_every == 0 || step == r.steps) save_checkpoint(r, *source, model, opt, params, step, out_dir);
+    if (save) save_checkpoint(r, *source, model, opt, params, step, out_dir);
     if (on_step) on_step(rep);
   }
 }

@@ -3,16 +3,20 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "train/optimizer.h"
+#include "train/task.h"
 #include "train/train_model.h"
 
 namespace canvas::train {
 
 struct RunConfig {
-  std::string task = "sudoku";       // sudoku | text
+  // What the run learns: a registered task (train/task.h), with its own keys, data and metrics.
+  std::string task = "sudoku";
+  std::shared_ptr<const Task> task_module;  // set by parse_run_config
   std::string objective = "masked";  // masked | uniform | ar
   // Model (a llada-shaped bidirectional transformer for masked, the same shape causal for ar).
   int64_t layers = 4, hidden = 128, heads = 4, kv_heads = 4, ffn = 512;
@@ -24,19 +28,7 @@ struct RunConfig {
   // fresh layer whose residual output projections start at zero, so it begins as the identity.
   // Empty: layer i from donor layer i.
   std::vector<std::string> init_layers;
-  // Data.
-  int64_t seq_len = 128;             // text
-  std::string text_corpus = "bible";
-  // text: a trained tokenizer (GGUF or tokenizer.json). With it, text_corpus is a corpus spec (kjv,
-  // fortunes, file paths; train/corpus.h) split by document and tokenized; without it, bytes.
-  std::string tokenizer;
-  double val_fraction = 0.02;
-  int sudoku_min_clues = 22, sudoku_max_clues = 50;
-  std::string sudoku_format;         // infill | sequence (default: infill for masked, sequence for ar)
-  std::string sudoku_states = "random";  // random | singles | decoder: see make_sudoku_source
-  float sudoku_hidden_weight = 1;        // decoder states: loss weight of hidden-single cells
-  std::vector<std::string> held_out;  // Sudoku files whose puzzles training must never see
-  int64_t eval_examples = 256;
+  int64_t eval_examples = 256;       // validation set size
   // Optimisation.
   OptimizerConfig optimizer;
   int64_t steps = 1000, batch_size = 32, accumulation = 1;
@@ -48,12 +40,26 @@ struct RunConfig {
   int64_t eval_every = 100, checkpoint_every = 100;
   int threads = 0;
   std::string source_text;           // the config file's text, stored in checkpoints
+  std::vector<std::string> notices;  // what parsing changed for the run to make sense (shown to the user)
 };
 
-// Parses "key = value" lines ('#' starts a comment); unknown keys and bad values are errors naming the
-// line.
+// Parses "key = value" lines ('#' starts a comment). `task` picks the task (whatever line it is on);
+// keys the generic part does not know go to the task. Unknown keys, values out of range (every key
+// has one) and a config without any key are errors naming the file and line. A warm-up longer than
+// the run is shortened to a tenth of it, with a notice in `notices`.
 RunConfig parse_run_config(const std::string& text, const std::string& origin);
+// The same from a file, which must be a regular, non-empty file.
 RunConfig load_run_config(const std::string& path);
+
+// Sets the run's total steps (e.g. from --steps), which the cosine schedule follows. A warm-up that
+// would no longer fit is shortened in proportion (warm-up / steps stays what the config says);
+// returns a notice saying so, else "".
+std::string set_total_steps(RunConfig& config, int64_t steps);
+
+// Every setting that changes what the run computes (model, data, task, optimiser, schedule, seed),
+// one "key = value" per line; threads, eval_every and checkpoint_every are left out, as they change
+// neither the weights nor the data. A checkpoint resumes only under the same identity.
+std::string run_identity(const RunConfig& config);
 
 // The weights a run starts from: a random initialisation of `model` (seeded by config.seed), then, with
 // config.init_from, the donor's tensors by name, layer by layer as config.init_layers maps them.
@@ -65,14 +71,17 @@ struct StepReport {
   double tokens_per_second = 0, elapsed_s = 0, eta_s = 0;
   bool has_val = false;
   float val_loss = 0;
+  std::vector<TaskMetric> val_metrics;  // the task's, with has_val
 };
 
 // Trains into out_dir (created if needed): out_dir/checkpoint.gguf (weights + AdamW moments + step,
 // written atomically), out_dir/model.gguf (weights only, loadable by `canvas generate`),
-// out_dir/train.csv (step, lr, loss, grad_norm, val_loss, tokens_per_second, elapsed_s) and
-// out_dir/config.cfg. An existing checkpoint in out_dir is resumed from; the run then continues exactly
-// as if it had not been interrupted. stop_after > 0 ends the run after that step (for tests).
+// out_dir/train.csv (step, lr, loss, grad_norm, val_loss, tokens_per_second, elapsed_s, then the
+// task's validation metrics) and out_dir/config.cfg. An existing checkpoint in out_dir is resumed from (on_notice hears from which
+// step); the run then continues exactly as if it had not been interrupted. stop_after > 0 ends the run
+// after that step (for tests). A step whose loss, gradient norm or weights are not finite stops the run
+// with an error before anything is written, so the last checkpoint stays the last good one.
 void run_training(const RunConfig& config, const std::string& out_dir, const std::function<void(const StepReport&)>& on_step,
-                  int64_t stop_after = 0);
+                  int64_t stop_after = 0, const std::function<void(const std::string&)>& on_notice = nullptr);
 
 }  // namespace canvas::train

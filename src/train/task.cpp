@@ -1,0 +1,167 @@
+// The task registry, range-checked config values, and the text task (byte or token windows of a corpus).
+#include "train/task.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "train/corpus.h"
+#include "train/sudoku_task.h"
+
+namespace canvas::train {
+namespace {
+
+// `task = text`: a language model on windows of a text corpus: bytes, or with `tokenizer = FILE` the
+// tokens of a trained tokenizer, text_corpus then being a corpus spec (train/corpus.h).
+class TextTask : public Task {
+ public:
+  std::string name() const override { return "text"; }
+  bool set(const std::string& key, const std::string& value, const std::string& where) override {
+    if (key == "seq_len") {
+      seq_len_ = config_int(value, where, key, 2, int64_t(1) << 20);
+    } else if (key == "text_corpus") {
+      corpus_ = value;
+    } else if (key == "tokenizer") {
+      tokenizer_ = value;  // empty: bytes
+    } else if (key == "val_fraction") {
+      // Stored as a float, as it always was, so the train/validation split stays where it was.
+      val_fraction_ = float(config_number(value, where, key, 0, 1, false, true));
+    } else {
+      return false;
+    }
+    return true;
+  }
+  void finish(const std::string&, const std::string& origin) override {
+    check(!corpus_.empty(), origin + ": text_corpus is empty (bible, or a path to a text file; with a tokenizer, a "
+                                     "corpus spec such as kjv,fortunes)");
+  }
+  std::vector<std::pair<std::string, std::string>> settings() const override {
+    return {{"seq_len", std::to_string(seq_len_)},
+            {"text_corpus", corpus_},
+            {"tokenizer", tokenizer_},
+            {"val_fraction", format_setting(val_fraction_)}};
+  }
+  std::unique_ptr<DataSource> make_source(const TaskContext& context) const override {
+    if (!tokenizer_.empty())
+      return make_corpus_source(corpus_, tokenizer_, seq_len_, val_fraction_, context.eval_examples);
+    return make_text_source(load_text_corpus(corpus_), seq_len_, val_fraction_, context.eval_examples);
+  }
+  // What the accuracy counts: bytes, or the tokenizer's tokens.
+  std::vector<std::string> metric_names() const override {
+    return {tokenizer_.empty() ? "byte_accuracy" : "token_accuracy"};
+  }
+  std::vector<TaskMetric> validation_metrics(const std::vector<ScoredSequence>& scored) const override {
+    return {{metric_names()[0], scored_accuracy(scored)}};
+  }
+
+ private:
+  int64_t seq_len_ = 128;
+  std::string corpus_ = "bible";
+  std::string tokenizer_;  // a trained tokenizer (GGUF or tokenizer.json); empty: bytes
+  float val_fraction_ = 0.02f;
+};
+
+std::map<std::string, TaskFactory>& registry() {
+  static std::map<std::string, TaskFactory> tasks = {
+      {"sudoku", make_sudoku_task},
+      {"text", [] { return std::unique_ptr<Task>(std::make_unique<TextTask>()); }},
+  };
+  return tasks;
+}
+
+}  // namespace
+
+void register_task(const std::string& name, TaskFactory factory) {
+  registry()[name] = std::move(factory);
+}
+
+std::vector<std::string> task_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : registry()) names.push_back(name);
+  return names;
+}
+
+std::unique_ptr<Task> make_task(const std::string& name, const std::string& where) {
+  const auto it = registry().find(name);
+  if (it == registry().end()) {
+    std::string known;
+    for (const std::string& n : task_names()) known += (known.empty() ? "" : ", ") + n;
+    throw Error(where + ": unknown task '" + name + "' (known: " + known + ")");
+  }
+  return it->second();
+}
+
+int64_t config_int(const std::string& value, const std::string& where, const std::string& key, int64_t lo,
+                   int64_t hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(value.c_str(), &end, 10);
+  check(!value.empty() && *end == 0, where + ": " + key + " needs an integer, got '" + value + "'");
+  check(errno != ERANGE && v >= lo && v <= hi, where + ": " + key + " must be an integer in [" +
+                                                   std::to_string(lo) + ", " + std::to_string(hi) +
+                                                   "], got " + value);
+  return int64_t(v);
+}
+
+double config_number(const std::string& value, const std::string& where, const std::string& key, double lo,
+                     double hi, bool lo_open, bool hi_open) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(value.c_str(), &end);
+  check(!value.empty() && *end == 0, where + ": " + key + " needs a number, got '" + value + "'");
+  const bool in_range =
+      errno != ERANGE && std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  check(in_range, where + ": " + key + " must be a number in " + (lo_open ? "(" : "[") + format_setting(lo) +
+                      ", " + format_setting(hi) + (hi_open ? ")" : "]") + ", got " + value);
+  return v;
+}
+
+bool config_bool(const std::string& value, const std::string& where, const std::string& key) {
+  check(value == "true" || value == "false",
+        where + ": " + key + " needs true or false, got '" + value + "'");
+  return value == "true";
+}
+
+std::string config_trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  const size_t e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+std::vector<std::string> config_list(const std::string& value) {
+  std::vector<std::string> items;
+  std::stringstream ss(value);
+  std::string item;
+  while (std::getline(ss, item, ',')) items.push_back(config_trim(item));
+  return items;
+}
+
+std::string format_setting(double value) {
+  char buf[40];
+  for (int digits = 1;; ++digits) {  // the shortest text that reads back as the same double
+    std::snprintf(buf, sizeof buf, "%.*g", digits, value);
+    if (digits >= 17 || std::strtod(buf, nullptr) == value) return buf;
+  }
+}
+
+std::string format_setting(float value) {
+  char buf[40];
+  for (int digits = 1;; ++digits) {  // the shortest text that reads back as the same float
+    std::snprintf(buf, sizeof buf, "%.*g", digits, double(value));
+    if (digits >= 9 || std::strtof(buf, nullptr) == value) return buf;
+  }
+}
+
+double scored_accuracy(const std::vector<ScoredSequence>& scored) {
+  int64_t right = 0, total = 0;
+  for (const ScoredSequence& s : scored)
+    for (size_t i = 0; i < s.targets.size(); ++i) right += s.predicted[i] == s.targets[i], ++total;
+  return total ? double(right) / double(total) : 0.0;
+}
+
+}  // namespace canvas::train
