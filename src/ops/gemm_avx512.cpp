@@ -9,9 +9,14 @@ namespace canvas::kernels::avx512 {
 
 namespace {
 
-template <int R>
+// kPacked: A in the driver's tile-major packing (row stride 1, column stride 6), known at compile time.
+template <int R, bool kPacked>
 void tile(int cols, int64_t K, const float* a, int64_t a_row_stride, int64_t a_col_stride, const float* b,
           int64_t ldb, float* c, int64_t ldc, bool load_c) {
+  if constexpr (kPacked) {
+    a_row_stride = 1;
+    a_col_stride = 6;
+  }
   const __mmask16 m0 = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
   const __mmask16 m1 = cols >= 32 ? __mmask16(0xFFFF) : cols > 16 ? __mmask16((1u << (cols - 16)) - 1) : __mmask16(0);
   __m512 acc0[R], acc1[R];
@@ -42,13 +47,15 @@ void tile(int cols, int64_t K, const float* a, int64_t a_row_stride, int64_t a_c
 
 void gemm_tile(int rows, int cols, int64_t K, const float* a, int64_t a_row_stride, int64_t a_col_stride,
                const float* b, int64_t ldb, float* c, int64_t ldc, bool load_c) {
+  if (rows == 6 && a_row_stride == 1 && a_col_stride == 6)
+    return tile<6, true>(cols, K, a, a_row_stride, a_col_stride, b, ldb, c, ldc, load_c);
   switch (rows) {
-    case 6: return tile<6>(cols, K, a, a_row_stride, a_col_stride, b, ldb, c, ldc, load_c);
-    case 5: return tile<5>(cols, K, a, a_row_stride, a_col_stride, b, ldb, c, ldc, load_c);
-    case 4: return tile<4>(cols, K, a, a_row_stride, a_col_stride, b, ldb, c, ldc, load_c);
-    case 3: return tile<3>(cols, K, a, a_row_stride, a_col_stride, b, ldb, c, ldc, load_c);
-    case 2: return tile<2>(cols, K, a, a_row_stride, a_col_stride, b, ldb, c, ldc, load_c);
-    default: return tile<1>(cols, K, a, a_row_stride, a_col_stride, b, ldb, c, ldc, load_c);
+    case 6: return tile<6, false>(cols, K, a, a_row_stride, a_col_stride, b, ldb, c, ldc, load_c);
+    case 5: return tile<5, false>(cols, K, a, a_row_stride, a_col_stride, b, ldb, c, ldc, load_c);
+    case 4: return tile<4, false>(cols, K, a, a_row_stride, a_col_stride, b, ldb, c, ldc, load_c);
+    case 3: return tile<3, false>(cols, K, a, a_row_stride, a_col_stride, b, ldb, c, ldc, load_c);
+    case 2: return tile<2, false>(cols, K, a, a_row_stride, a_col_stride, b, ldb, c, ldc, load_c);
+    default: return tile<1, false>(cols, K, a, a_row_stride, a_col_stride, b, ldb, c, ldc, load_c);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -424,6 +425,62 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
     if (step % r.checkpoint_every == 0 || step == r.steps) save_checkpoint(r, model, opt, params, step, out_dir);
     if (on_step) on_step(rep);
   }
+}
+
+}  // namespace canvas::train
+
+namespace canvas::train {
+
+TrainingTiming time_training_steps(const RunConfig& r, int64_t steps, ThreadPool& pool,
+                                   const std::function<void(int64_t)>& before_step) {
+  check(steps > 0, "time_training_steps: steps must be positive");
+  std::unique_ptr<DataSource> source;
+  if (r.task == "sudoku") {
+    source = make_sudoku_source(r.sudoku_format, r.sudoku_min_clues, r.sudoku_max_clues, r.held_out, r.eval_examples,
+                                r.seed + 77, r.sudoku_states, r.sudoku_hidden_weight);
+  } else {
+    source = make_text_source(load_text_corpus(r.text_corpus), r.seq_len, r.val_fraction, r.eval_examples);
+  }
+  TrainingTiming out;
+  out.model = model_config(r, source->sequence_length());
+  TrainModel model = initial_model(r, out.model);
+  std::vector<Parameter*> params = model.parameters();
+  for (const Parameter* p : params) {
+    out.parameters += p->size();
+    // Lookup tables are not products, except the token table when it is also the (tied) output head.
+    const bool lookup = p->name == "token_embd.weight" || p->name == "position_embd.weight";
+    if (p->shape.size() == 2 && p->shape[1] > 1 && (!lookup || (out.model.tied_output && p->name == "token_embd.weight")))
+      out.matmul_weights_per_token += p->size();
+  }
+  AdamW opt(r.optimizer, params);
+  for (int64_t step = 0; step < steps; ++step) {
+    if (before_step) before_step(step);
+    const std::clock_t cpu0 = std::clock();
+    const double t0 = now_ms();
+    int64_t tokens = 0;
+    double pairs = 0;
+    float loss_sum = 0;
+    for (int64_t micro = 0; micro < r.accumulation; ++micro) {
+      Rng rng(r.seed * 0x9E3779B97F4A7C15ull + uint64_t(step) * 1000 + uint64_t(micro));
+      std::vector<Example> examples;
+      for (int64_t i = 0; i < r.batch_size; ++i) examples.push_back(source->sample(rng));
+      const ObjectiveBatch ob = make_batch(r, examples, rng);
+      Tape tape(&pool);
+      const Var logits = objective_logits(r, model, ob, rng, tape);
+      const Var loss = cross_entropy(tape, logits, ob.targets, ob.weights, ob.normaliser);
+      loss_sum += tape.value(loss)[0];
+      tape.backward(loss);
+      tokens += ob.input.rows();
+      pairs += double(ob.input.n_sequences) * double(ob.input.length) * double(ob.input.length);
+    }
+    opt.step(1.f / float(r.accumulation));
+    out.step_ms.push_back(now_ms() - t0);
+    out.step_cpu_ms.push_back(double(std::clock() - cpu0) * 1000.0 / CLOCKS_PER_SEC);
+    out.step_tokens.push_back(tokens);
+    out.step_attention_pairs.push_back(pairs);
+    out.step_loss.push_back(loss_sum / float(r.accumulation));
+  }
+  return out;
 }
 
 }  // namespace canvas::train
