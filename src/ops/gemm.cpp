@@ -13,7 +13,7 @@ namespace canvas {
 namespace {
 
 constexpr int kTileRows = 6, kTileCols = 32;
-constexpr int64_t kBlockRows = 96;  // rows of C per task: 16 tiles share each B block in L1
+constexpr int64_t kBlockRows = 192;  // rows of C per task: 32 tiles share each packed B block in L1
 constexpr int64_t kBlockK = 256;    // a B block is kBlockK x kTileCols floats = 32 KiB
 
 // Without AVX-512 a tile is the reference loop on the tile (the same chains of fmas).
@@ -24,7 +24,7 @@ void gemm_tile_scalar(int rows, int cols, int64_t K, const float* a, int64_t a_r
 
 // Rows [0, rows) x K steps [0, kl) of A into tile-major order: tile t's (r, l) at t * 6 * kl + l * 6 + r.
 // K steps outermost: with A read transposed (row stride 1) each step is one contiguous run of rows.
-void pack_a_block(int64_t rows, int64_t kl, const float* a, int64_t a_row_stride, int64_t a_col_stride, float* out) {
+void pack_a_scalar(int64_t rows, int64_t kl, const float* a, int64_t a_row_stride, int64_t a_col_stride, float* out) {
   for (int64_t l = 0; l < kl; ++l) {
     const float* src = a + l * a_col_stride;
     for (int64_t t = 0; t * kTileRows < rows; ++t) {
@@ -35,17 +35,8 @@ void pack_a_block(int64_t rows, int64_t kl, const float* a, int64_t a_row_stride
   }
 }
 
-// kl rows of a strip of B (cols <= 32 columns) into a contiguous [kl][32] block (a fixed-size copy per
-// row: a variable-length memcpy of 128 bytes became `rep movs`, several times slower).
-void pack_b_strip(int64_t kl, int cols, const float* b, int64_t ldb, float* out) {
-  if (cols == kTileCols) {
-    for (int64_t l = 0; l < kl; ++l) {
-      const float* src = b + l * ldb;
-      float* dst = out + l * kTileCols;
-      for (int j = 0; j < kTileCols; ++j) dst[j] = src[j];
-    }
-    return;
-  }
+// kl rows of a strip of B (cols <= 32 columns) into a contiguous [kl][32] block.
+void pack_b_scalar(int64_t kl, int cols, const float* b, int64_t ldb, float* out) {
   for (int64_t l = 0; l < kl; ++l)
     for (int j = 0; j < cols; ++j) out[l * kTileCols + j] = b[l * ldb + j];
 }
@@ -65,6 +56,9 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_row_stride,
     return;
   }
   const kernels::GemmTileFn tile = tile_kernel();
+  const bool avx512 = ops_simd_level() == SimdLevel::Avx512;
+  const kernels::GemmPackAFn pack_a_block = avx512 ? kernels::avx512::gemm_pack_a : pack_a_scalar;
+  const kernels::GemmPackBFn pack_b_strip = avx512 ? kernels::avx512::gemm_pack_b : pack_b_scalar;
   const int64_t row_blocks = (M + kBlockRows - 1) / kBlockRows;
   // A read transposed (column stride > 1) is packed per K block; a row of A contiguous is read in place
   // (six sequential streams). Packing is paid once per row block, so the columns are split into chunks
