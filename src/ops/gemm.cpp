@@ -59,25 +59,30 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_row_stride,
   const bool avx512 = ops_simd_level() == SimdLevel::Avx512;
   const kernels::GemmPackAFn pack_a_block = avx512 ? kernels::avx512::gemm_pack_a : pack_a_scalar;
   const kernels::GemmPackBFn pack_b_strip = avx512 ? kernels::avx512::gemm_pack_b : pack_b_scalar;
-  const int64_t row_blocks = (M + kBlockRows - 1) / kBlockRows;
-  // A read transposed (column stride > 1) is packed per K block; a row of A contiguous is read in place
-  // (six sequential streams). Packing is paid once per row block, so the columns are split into chunks
-  // only when there are too few row blocks to keep two threads busy.
+  const bool threaded = pool != nullptr && pool->size() > 1 && M * N * K >= (int64_t(1) << 18);
+  const int64_t threads = threaded ? pool->size() : 1;
+  // Row blocks of at most kBlockRows rows (a multiple of 6), as many as a multiple of the thread count so
+  // that equal tasks share out evenly. A read transposed (column stride > 1) is packed per K block; a row
+  // of A contiguous is read in place (six sequential streams). Packing is paid once per row block, so
+  // the columns are split into chunks only when there are fewer row blocks than threads.
+  int64_t row_blocks = (M + kBlockRows - 1) / kBlockRows;
+  row_blocks = std::min((row_blocks + threads - 1) / threads * threads, (M + kTileRows - 1) / kTileRows);
+  const int64_t block_rows = ((M + row_blocks - 1) / row_blocks + kTileRows - 1) / kTileRows * kTileRows;
+  row_blocks = (M + block_rows - 1) / block_rows;
   const bool pack_a = a_col_stride != 1;
   const int64_t strips = (N + kTileCols - 1) / kTileCols;
-  const int64_t chunk_strips = row_blocks >= 4 ? strips : std::max<int64_t>(1, strips / ((8 + row_blocks - 1) / row_blocks));
+  const int64_t chunk_strips = row_blocks >= threads ? strips : std::max<int64_t>(1, strips / threads);
   const int64_t chunks = (strips + chunk_strips - 1) / chunk_strips;
-  const bool threaded = M * N * K >= (int64_t(1) << 18);
   // Task t: row block t / chunks, column chunk t % chunks. Within a task the K loop is blocked, the
   // partial sums going through C, which keeps each element's chain of fmas in order. Each K block of a
   // 32-column strip of B is copied to a contiguous buffer first: with a row stride of 1 or 4 KiB, every
   // row of a strided block falls into the same few L1 sets and the block did not stay in L1.
   parallel_for_dynamic(threaded ? pool : nullptr, row_blocks * chunks, 1, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> packed_a, packed_b;
-    packed_a.resize(size_t(kBlockRows * kBlockK));
+    packed_a.resize(size_t(block_rows * kBlockK));
     packed_b.resize(size_t(kBlockK * kTileCols));
     for (int64_t t = begin; t < end; ++t) {
-      const int64_t i0 = (t / chunks) * kBlockRows, i1 = std::min(M, i0 + kBlockRows);
+      const int64_t i0 = (t / chunks) * block_rows, i1 = std::min(M, i0 + block_rows);
       const int64_t c0 = (t % chunks) * chunk_strips * kTileCols, c1 = std::min(N, c0 + chunk_strips * kTileCols);
       for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
         const int64_t kl = std::min(kBlockK, K - k0);
