@@ -62,24 +62,33 @@ int cmd_bench_train(int argc, char** argv) {
 
   // The roof is sampled before every step (outside the step's time), so that the ratio compares the
   // two under the same load; its median over all samples is the run's roof.
-  std::vector<double> roof_samples;
-  roof_samples.push_back(bench::measure_fma_peak(pool, 3, 80));
-  const train::TrainingTiming timing =
-      train::time_training_steps(config, warmup + steps, pool, [&](int64_t step) {
-        if (step >= warmup) roof_samples.push_back(bench::measure_fma_peak(pool, 3, 80));
-      });
-  roof_samples.push_back(bench::measure_fma_peak(pool, 3, 80));
+  std::vector<double> roof_samples, roof_cpu_samples;
+  auto sample_roof = [&] {
+    double per_cpu = 0;
+    roof_samples.push_back(bench::measure_fma_peak(pool, 3, 80, &per_cpu));
+    roof_cpu_samples.push_back(per_cpu);
+  };
+  sample_roof();
+  const train::TrainingTiming timing = train::time_training_steps(config, warmup + steps, pool, [&](int64_t step) {
+    if (step >= warmup) sample_roof();
+  });
+  sample_roof();
   const std::string load_after = load_average();
 
-  std::vector<double> ms, cpu_ms, tokens_per_s, gflops;
+  std::vector<double> ms, cpu_ms, tokens_per_s, gflops, cpu_gflops;
   for (size_t i = size_t(warmup); i < timing.step_ms.size(); ++i) {
     ms.push_back(timing.step_ms[i]);
     cpu_ms.push_back(timing.step_cpu_ms[i]);
     tokens_per_s.push_back(double(timing.step_tokens[i]) * 1000.0 / timing.step_ms[i]);
     gflops.push_back(training_step_flops(timing, i) / (timing.step_ms[i] * 1e6));
+    cpu_gflops.push_back(training_step_flops(timing, i) / (std::max(timing.step_cpu_ms[i], 1e-3) * 1e6));
   }
   const double roof = bench::median(roof_samples), step_gflops = bench::median(gflops);
   const double fraction = roof > 0 ? step_gflops / roof : 0;
+  // The same ratio per second of CPU time (all threads): free of the time the threads waited for a core
+  // on a shared machine, but blind to a thread idling (blocked) while the other works.
+  const double roof_cpu = bench::median(roof_cpu_samples), step_cpu_gflops = bench::median(cpu_gflops);
+  const double fraction_cpu = roof_cpu > 0 ? step_cpu_gflops / roof_cpu : 0;
   const ModelConfig& c = timing.model;
 
   std::printf("canvas bench --train %s: %d threads, %s, load average %s\n", config_path.c_str(), pool.size(),
@@ -100,6 +109,9 @@ int cmd_bench_train(int argc, char** argv) {
   std::printf("fp32 FMA roof (median of %zu in-run samples, %.0f to %.0f): %.1f GFLOP/s; fraction of roof %.3f\n",
               roof_samples.size(), *std::min_element(roof_samples.begin(), roof_samples.end()),
               *std::max_element(roof_samples.begin(), roof_samples.end()), roof, fraction);
+  std::printf("per second of CPU time (all threads): training %.1f GFLOP/s, roof %.1f GFLOP/s, ratio %.3f "
+              "(load average after: %s)\n",
+              step_cpu_gflops, roof_cpu, fraction_cpu, load_after.c_str());
 
   if (args.has("json")) {
     using nlohmann::json;
@@ -130,6 +142,9 @@ int cmd_bench_train(int argc, char** argv) {
     j["fp32_roof_gflops"] = roof;
     j["fp32_roof_samples"] = roof_samples;
     j["fraction_of_roof"] = fraction;
+    j["train_gflops_per_cpu_second"] = step_cpu_gflops;
+    j["fp32_roof_gflops_per_cpu_second"] = roof_cpu;
+    j["fraction_of_roof_cpu_time"] = fraction_cpu;
     const std::string path = args.get("json", "");
     std::ofstream out(path);
     check(bool(out), "--json: cannot write " + path);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 
 #include "bench/fma_peak.h"
@@ -111,7 +112,7 @@ double measure_stream_read(ThreadPool& pool, int64_t bytes, int repeats) {
   return median(gbs);
 }
 
-double measure_fma_peak(ThreadPool& pool, int repeats, double ms_per_repeat) {
+double measure_fma_peak(ThreadPool& pool, int repeats, double ms_per_repeat, double* per_cpu_second) {
   check(repeats > 0 && ms_per_repeat > 0, "bench: FMA roof repeats and duration must be positive");
   const SimdLevel level = simd_level();
   const int lanes = level == SimdLevel::Avx512 ? 16 : level == SimdLevel::Avx2 ? 8 : 1;
@@ -135,14 +136,19 @@ double measure_fma_peak(ThreadPool& pool, int repeats, double ms_per_repeat) {
   }
   const int threads = pool.size();
   std::vector<float> out(size_t(threads) * 16);  // one cache line per thread
-  std::vector<double> gflops;
+  std::vector<double> gflops, cpu_gflops;
   for (int r = 0; r < repeats + 1; ++r) {
+    const std::clock_t cpu0 = std::clock();
     const double t0 = now_ms();
     pool.run([&](int t, int) { out[size_t(t) * 16] = run(iterations); });
     const double ms = now_ms() - t0;
-    if (r > 0)  // r = 0 warms up (clocks, thread wake-up)
-      gflops.push_back(2.0 * lanes * kFmaChains * double(iterations) * threads / (ms * 1e6));
+    const double cpu_ms = double(std::clock() - cpu0) * 1000.0 / CLOCKS_PER_SEC;
+    if (r == 0) continue;  // warms up (clocks, thread wake-up)
+    const double flops = 2.0 * lanes * kFmaChains * double(iterations) * threads;
+    gflops.push_back(flops / (ms * 1e6));
+    cpu_gflops.push_back(flops / (std::max(cpu_ms, 1e-3) * 1e6));
   }
+  if (per_cpu_second) *per_cpu_second = median(cpu_gflops);
   return median(gflops);
 }
 

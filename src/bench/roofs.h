@@ -52,8 +52,11 @@ std::vector<DType> matmul_dtypes();
 // Median GB/s of an all-threads SIMD sum over `bytes` (rounded down to a whole number of 64-float groups).
 double measure_stream_read(ThreadPool& pool, int64_t bytes, int repeats);
 // The fp32 compute roof: median GFLOP/s of register-only FMA chains (the widest vectors the CPU has)
-// run on every thread of the pool at once, each repeat lasting about `ms_per_repeat`.
-double measure_fma_peak(ThreadPool& pool, int repeats = 5, double ms_per_repeat = 40);
+// run on every thread of the pool at once, each repeat lasting about `ms_per_repeat`. per_cpu_second,
+// when given, receives the median rate per second of process CPU time (all threads), which does not
+// count time the threads spent waiting for a core on a shared machine.
+double measure_fma_peak(ThreadPool& pool, int repeats = 5, double ms_per_repeat = 40,
+                        double* per_cpu_second = nullptr);
 std::vector<MatmulRoof> measure_matmul(ThreadPool& pool, const RoofOptions& options);
 Roofs measure_roofs(ThreadPool& pool, const RoofOptions& options);
 

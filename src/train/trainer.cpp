@@ -400,7 +400,7 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
       tokens += ob.input.rows();
     }
     StepReport rep;
-    rep.grad_norm = opt.step(1.f / float(r.accumulation));
+    rep.grad_norm = opt.step(1.f / float(r.accumulation), &pool);
     rep.lr = opt.last_lr();
     ++step;
     rep.step = step;
@@ -473,7 +473,7 @@ TrainingTiming time_training_steps(const RunConfig& r, int64_t steps, ThreadPool
       tokens += ob.input.rows();
       pairs += double(ob.input.n_sequences) * double(ob.input.length) * double(ob.input.length);
     }
-    opt.step(1.f / float(r.accumulation));
+    opt.step(1.f / float(r.accumulation), &pool);
     out.step_ms.push_back(now_ms() - t0);
     out.step_cpu_ms.push_back(double(std::clock() - cpu0) * 1000.0 / CLOCKS_PER_SEC);
     out.step_tokens.push_back(tokens);
