@@ -49,6 +49,26 @@ TEST(Gemm, EqualsTheReferenceBitForBit) {
     for (bool accumulate : {false, true}) check_all(transposed, accumulate);
 }
 
+// Operands inside wider matrices, as attention reads one head of [rows, heads * head_dim] in place:
+// A rows at a stride larger than K (or, transposed, columns at a stride larger than M), B rows at
+// ldb > N and C rows at ldc > N, with many row blocks (the packed-B path) and few (column chunks).
+TEST(Gemm, StridedOperandsEqualTheReferenceBitForBit) {
+  for (const Shape s : {Shape{256, 64, 64}, Shape{256, 64, 256}, Shape{97, 100, 300}, Shape{700, 40, 17}})
+    for (bool transposed : {false, true})
+      for (int threads : {1, 2}) {
+        const int64_t pad = 24, lda = (transposed ? s.M : s.K) + pad, ldb = s.N + 40, ldc = s.N + 8;
+        const std::vector<float> a = random_values((transposed ? s.K : s.M) * lda, 4), b = random_values(s.K * ldb, 5);
+        const std::vector<float> c0 = random_values(s.M * ldc, 6);
+        const int64_t rs = transposed ? 1 : lda, cs = transposed ? lda : 1;
+        std::vector<float> want = c0, got = c0;
+        reference::gemm(s.M, s.N, s.K, a.data(), rs, cs, b.data(), ldb, want.data(), ldc, true);
+        ThreadPool pool(threads);
+        gemm(s.M, s.N, s.K, a.data(), rs, cs, b.data(), ldb, got.data(), ldc, true, &pool);
+        ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
+            << "M=" << s.M << " N=" << s.N << " K=" << s.K << " transposed=" << transposed << " threads=" << threads;
+      }
+}
+
 TEST(Gemm, ScalarTileEqualsTheReferenceBitForBit) {
   set_ops_simd_level(SimdLevel::Scalar);
   for (bool transposed : {false, true}) check_all(transposed, true);

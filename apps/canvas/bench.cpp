@@ -23,6 +23,7 @@ namespace canvas::cli {
 namespace {
 
 const char* kBenchUsage = R"(usage: canvas bench (-m MODEL.gguf | --synthetic ARCH:SIZE) [options]
+       canvas bench --train CONFIG [--steps N] [--warmup N] [-t T] [--json FILE]
 
 Measures the machine's roofs (streaming-read bandwidth; matmul GFLOP/s per weight dtype at m = 1, 8,
 32, 256 rows), then decodes random prompts with the model autoregressively and by masked diffusion over
@@ -73,6 +74,16 @@ decodes; no [canvas x vocab] buffer), and one AR step (ar: a one-token encoder p
 with its logits), each --repeats times after --warmup; medians, and the peak RSS (of the whole run:
 time --modes stream alone to see its own). --modes for these models: ar, diffusion, self-cond, stream
 (default ar, diffusion, self-cond).
+
+training (--train CONFIG): builds the data, model and AdamW of a training config (configs/*.cfg) in
+memory and times --warmup (default 2) then --steps (default 5) full training steps (batch, forward,
+backward, optimizer) with -t threads (default all cores), sampling the fp32 FMA roof (register-only
+fused multiply-adds on every thread) before each measured step. Writes nothing to disk but --json.
+Reports medians over the measured steps: train_tokens_per_second, train_gflops (model FLOPs per second:
+6 x matmul weights per token x tokens for the linear layers' forward and backward, plus
+12 x layers x heads x head_dim x sum of sequence_length^2 for attention's q.k and PV products forward and
+backward; norms, activations, softmax, loss and optimizer not counted), fp32_roof_gflops (median of the
+roof samples) and fraction_of_roof = train_gflops / fp32_roof_gflops.
 )";
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -265,6 +276,9 @@ int cmd_bench(int argc, char** argv) {
       std::fputs(kBenchUsage, stdout);
       return 0;
     }
+  for (int i = 2; i < argc; ++i)
+    if (std::string(argv[i]) == "--train" || std::string(argv[i]).rfind("--train=", 0) == 0)
+      return cmd_bench_train(argc, argv);
   Args args(argc, argv, 2,
             {{"-m", "model"}, {"--model", "model"}, {"--synthetic", "synthetic"}, {"--type", "type"},
              {"--layers", "layers"}, {"--list", "list"}, {"-p", "n-prompt"}, {"--n-prompt", "n-prompt"},

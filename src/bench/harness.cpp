@@ -510,7 +510,8 @@ nlohmann::json report_json(const BenchReport& report) {
       mm.push_back({{"type", dtype_name(x.type)}, {"m", x.m}, {"n", x.n}, {"k", x.k}, {"ms", num(x.ms)},
                     {"gflops", num(x.gflops)}, {"gbs", num(x.gbs)}});
     j["roofs"].push_back({{"threads", r.threads}, {"stream_bytes", r.stream_bytes},
-                          {"stream_read_gbs", num(r.stream_gbs)}, {"matmul", mm}});
+                          {"stream_read_gbs", num(r.stream_gbs)}, {"fp32_fma_gflops", num(r.fma_gflops)},
+                          {"matmul", mm}});
   }
   j["rows"] = json::array();
   for (const BenchRow& r : report.rows) {
@@ -567,8 +568,9 @@ std::string report_table(const BenchReport& report) {
                 report.options.warmup, report.options.repeats);
   out << buf;
   for (const Roofs& r : report.roofs) {
-    std::snprintf(buf, sizeof buf, "roofs, %d threads: stream read %.1f GB/s (%lld MiB); matmul GFLOP/s", r.threads,
-                  r.stream_gbs, (long long)(r.stream_bytes >> 20));
+    std::snprintf(buf, sizeof buf,
+                  "roofs, %d threads: stream read %.1f GB/s (%lld MiB); fp32 FMA %.0f GFLOP/s; matmul GFLOP/s",
+                  r.threads, r.stream_gbs, (long long)(r.stream_bytes >> 20), r.fma_gflops);
     out << buf;
     DType last = DType::I64;
     for (const MatmulRoof& m : r.matmul) {

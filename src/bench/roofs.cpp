@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 
+#include "bench/fma_peak.h"
 #include "bench/stats.h"
 #include "bench/stream_read.h"
 #include "core/cpu.h"
@@ -110,6 +112,58 @@ double measure_stream_read(ThreadPool& pool, int64_t bytes, int repeats) {
   return median(gbs);
 }
 
+double measure_fma_peak(ThreadPool& pool, int repeats, double ms_per_repeat, double* per_cpu_second) {
+  check(repeats > 0 && ms_per_repeat > 0, "bench: FMA roof repeats and duration must be positive");
+  const SimdLevel level = simd_level();
+  const int lanes = level == SimdLevel::Avx512 ? 16 : level == SimdLevel::Avx2 ? 8 : 1;
+  auto run = [level](int64_t iterations) {
+    if (level == SimdLevel::Avx512) return fma_chains_avx512(iterations);
+    if (level == SimdLevel::Avx2) return fma_chains_avx2(iterations);
+    return fma_chains_scalar(iterations);
+  };
+  // Calibrate on one thread: iterations that take about ms_per_repeat.
+  int64_t iterations = 1 << 16;
+  for (;;) {
+    const double t0 = now_ms();
+    volatile float sink = run(iterations);
+    (void)sink;
+    const double ms = now_ms() - t0;
+    if (ms >= ms_per_repeat / 4 || iterations >= (int64_t(1) << 34)) {
+      iterations = std::max<int64_t>(1, int64_t(double(iterations) * ms_per_repeat / std::max(ms, 1e-3)));
+      break;
+    }
+    iterations *= 4;
+  }
+  const int threads = pool.size();
+  std::vector<float> out(size_t(threads) * 16);  // one cache line per thread
+  std::vector<double> gflops, cpu_gflops;
+  for (int r = 0; r < repeats + 1; ++r) {
+    const std::clock_t cpu0 = std::clock();
+    const double t0 = now_ms();
+    pool.run([&](int t, int) { out[size_t(t) * 16] = run(iterations); });
+    const double ms = now_ms() - t0;
+    const double cpu_ms = double(std::clock() - cpu0) * 1000.0 / CLOCKS_PER_SEC;
+    if (r == 0) continue;  // warms up (clocks, thread wake-up)
+    const double flops = 2.0 * lanes * kFmaChains * double(iterations) * threads;
+    gflops.push_back(flops / (ms * 1e6));
+    cpu_gflops.push_back(flops / (std::max(cpu_ms, 1e-3) * 1e6));
+  }
+  if (per_cpu_second) *per_cpu_second = median(cpu_gflops);
+  return median(gflops);
+}
+
+float fma_chains_scalar(int64_t iterations) {
+  float acc[kFmaChains];
+  for (int i = 0; i < kFmaChains; ++i) acc[i] = float(i);
+  volatile float a_in = 0.999f, b_in = 0.001f;
+  const float a = a_in, b = b_in;
+  for (int64_t it = 0; it < iterations; ++it)
+    for (int i = 0; i < kFmaChains; ++i) acc[i] = std::fma(acc[i], a, b);
+  float s = 0;
+  for (float v : acc) s += v;
+  return s;
+}
+
 std::vector<MatmulRoof> measure_matmul(ThreadPool& pool, const RoofOptions& options) {
   const int64_t n = options.matmul_n, k = options.matmul_k;
   check(n > 0 && k > 0 && k % 256 == 0, "bench: matmul roof shape must have k a multiple of 256");
@@ -177,6 +231,7 @@ Roofs measure_roofs(ThreadPool& pool, const RoofOptions& options) {
   roofs.threads = pool.size();
   roofs.stream_bytes = options.stream_bytes;
   roofs.stream_gbs = measure_stream_read(pool, options.stream_bytes, options.stream_repeats);
+  roofs.fma_gflops = measure_fma_peak(pool, options.fma_repeats);
   roofs.matmul = measure_matmul(pool, options);
   return roofs;
 }

@@ -26,7 +26,14 @@ namespace kernels {
 // One tile: rows <= 6 rows of C, cols <= 32 columns, K steps, C loaded first when load_c.
 using GemmTileFn = void (*)(int rows, int cols, int64_t K, const float* a, int64_t a_row_stride,
                             int64_t a_col_stride, const float* b, int64_t ldb, float* c, int64_t ldc, bool load_c);
+// Packing for the driver (ops/gemm.cpp): a K block of `rows` rows of A into tile-major order (tile t's
+// element (r, l) at t * 6 * kl + l * 6 + r), and kl rows of a strip of B (cols <= 32) into [kl][32].
+using GemmPackAFn = void (*)(int64_t rows, int64_t kl, const float* a, int64_t a_row_stride, int64_t a_col_stride,
+                             float* out);
+using GemmPackBFn = void (*)(int64_t kl, int cols, const float* b, int64_t ldb, float* out);
 namespace avx512 {
+void gemm_pack_a(int64_t rows, int64_t kl, const float* a, int64_t a_row_stride, int64_t a_col_stride, float* out);
+void gemm_pack_b(int64_t kl, int cols, const float* b, int64_t ldb, float* out);
 void gemm_tile(int rows, int cols, int64_t K, const float* a, int64_t a_row_stride, int64_t a_col_stride,
                const float* b, int64_t ldb, float* c, int64_t ldc, bool load_c);
 }  // namespace avx512

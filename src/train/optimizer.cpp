@@ -20,7 +20,7 @@ AdamW::AdamW(const OptimizerConfig& config, std::vector<Parameter*> params)
   }
 }
 
-float AdamW::step(float grad_scale) {
+float AdamW::step(float grad_scale, ThreadPool* pool) {
   double norm_sq = 0;
   for (Parameter* p : params_) {
     if (!p->trainable || p->grad.empty()) continue;
@@ -48,14 +48,17 @@ float AdamW::step(float grad_scale) {
     const float step_size = float(lr / bias1);
     const float inv_bias2 = float(1.0 / bias2);
     const float wd = decay ? lr * config_.weight_decay : 0.f;
-    for (int64_t j = 0; j < p->size(); ++j) {
-      const float gj = g[j] * clip;
-      m[j] = b1 * m[j] + (1 - b1) * gj;
-      v[j] = b2 * v[j] + (1 - b2) * gj * gj;
-      w[j] -= wd * w[j];
-      w[j] -= step_size * m[j] / (std::sqrt(v[j] * inv_bias2) + config_.eps);
-    }
-    p->zero_grad();
+    float* gw = p->grad.data();
+    parallel_for(p->size() >= 65536 ? pool : nullptr, p->size(), 16384, [&](int64_t j0, int64_t j1) {
+      for (int64_t j = j0; j < j1; ++j) {
+        const float gj = g[j] * clip;
+        m[j] = b1 * m[j] + (1 - b1) * gj;
+        v[j] = b2 * v[j] + (1 - b2) * gj * gj;
+        w[j] -= wd * w[j];
+        w[j] -= step_size * m[j] / (std::sqrt(v[j] * inv_bias2) + config_.eps);
+        gw[j] = 0.f;  // zero_grad, fused
+      }
+    });
   }
   return norm;
 }

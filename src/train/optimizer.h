@@ -26,7 +26,9 @@ class AdamW {
   AdamW(const OptimizerConfig& config, std::vector<Parameter*> params);
   // Clips, updates every trainable parameter from its gradient (scaled by grad_scale first, e.g.
   // 1 / accumulation steps) and zeroes the gradients. Returns the gradient norm before clipping.
-  float step(float grad_scale = 1.f);
+  // With a pool the element-wise update is split over its threads (each element's arithmetic is the
+  // same, so the result does not depend on the thread count).
+  float step(float grad_scale = 1.f, ThreadPool* pool = nullptr);
   int64_t steps_done() const { return step_; }
   float last_lr() const { return last_lr_; }
 

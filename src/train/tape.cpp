@@ -304,7 +304,13 @@ Var linear(Tape& tape, Var x, Parameter& w, int64_t matrix) {
   check(tape.cols(x) == k,
         "linear '" + w.name + "': input " + dims(tape, x) + " does not match weight " + wv.shape_string());
   Var y = tape.make(m, n, tape.requires_grad(x) || w.trainable, /*overwritten=*/true);
-  matmul(wv, tape.value(x), m, tape.value(y), tape.pool());
+  {
+    // y = x W^T through ops/gemm.h with W^T [k, n] as its row-major B (a transpose of n k floats for
+    // 2 m n k FLOPs): the same packed kernel as the backward products.
+    Scratch wt(n * k, /*overwritten=*/true);
+    transpose(w.value.data() + matrix * n * k, n, k, k, wt.data(), tape.pool());
+    gemm(m, n, k, tape.value(x), k, 1, wt.data(), n, tape.value(y), n, false, tape.pool());
+  }
   if (!tape.requires_grad(y)) return y;
   Parameter* wp = &w;
   tape.record([&tape, x, y, wp, matrix, m, k, n] {
@@ -454,35 +460,43 @@ Var rope(Tape& tape, Var x, int n_heads, const std::vector<int32_t>& positions, 
 // ---- attention ---------------------------------------------------------------------------------
 namespace {
 
-// One head of one sequence, copied out of the interleaved [rows, heads * head_dim] layout.
-void gather_head(const float* src, int64_t ld, int64_t row0, int64_t length, int64_t col0, int64_t head_dim,
-                 float* dst) {
-  for (int64_t i = 0; i < length; ++i)
-    std::memcpy(dst + i * head_dim, src + (row0 + i) * ld + col0, size_t(head_dim) * sizeof(float));
-}
-void scatter_add_head(const float* src, int64_t ld, int64_t row0, int64_t length, int64_t col0,
-                      int64_t head_dim, float* dst) {
-  for (int64_t i = 0; i < length; ++i) add_into(dst + (row0 + i) * ld + col0, src + i * head_dim, head_dim);
+// Raw q.k products [T, T] of one head -> probabilities in place: scale (and soft-cap), hidden keys to
+// -inf, then the vectorised row softmax. Key i is always visible to query i, so no row is empty.
+void attention_probabilities(float* s, int64_t T, const int32_t* groups, const AttentionShape& shape) {
+  for (int64_t i = 0; i < T; ++i) {
+    float* p = s + i * T;
+    if (shape.softcap > 0) {
+      for (int64_t j = 0; j < T; ++j) p[j] = shape.softcap * std::tanh(p[j] * shape.scale / shape.softcap);
+    } else {
+      for (int64_t j = 0; j < T; ++j) p[j] *= shape.scale;
+    }
+    if (groups)
+      for (int64_t j = 0; j < T; ++j)
+        if (groups[j] > groups[i]) p[j] = -std::numeric_limits<float>::infinity();
+    canvas::softmax(p, T, p);
+  }
 }
 
-// Raw q.k products -> scores: scale, then optional soft-cap (kept in place).
-inline float score_of(float dot, const AttentionShape& shape) {
-  float s = dot * shape.scale;
-  if (shape.softcap > 0) s = shape.softcap * std::tanh(s / shape.softcap);
-  return s;
+// One kv head of one sequence transposed: dst [head_dim, T] from rows of ld floats.
+void transpose_head(const float* src, int64_t ld, int64_t T, int64_t head_dim, float* dst) {
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t d = 0; d < head_dim; ++d) dst[d * T + i] = src[i * ld + d];
 }
 
 struct AttentionScratch {
-  std::vector<float> q, k, v, kt, vt, o, dout, probs, dprobs, tmp, tmp2, dq, dk, dv, qt, dot;
+  std::vector<float> kt, vt, probs, dprobs, raw;
   void size_for(int64_t length, int64_t head_dim) {
-    const size_t hd = size_t(length * head_dim), tt = size_t(length * length);
-    for (auto* b : {&q, &k, &v, &kt, &vt, &o, &dout, &dq, &dk, &dv, &qt, &dot, &tmp2}) b->resize(hd);
-    for (auto* b : {&probs, &dprobs, &tmp}) b->resize(tt);
+    for (auto* b : {&kt, &vt}) b->resize(size_t(length * head_dim));
+    for (auto* b : {&probs, &dprobs, &raw}) b->resize(size_t(length * length));
   }
 };
 
 }  // namespace
 
+// Every product is an ops/gemm.h call on the interleaved [rows, heads * head_dim] layout in place (row
+// strides q_width / kv_width, operands read transposed through strides where needed): no per-head
+// copies. One work item per (sequence, kv head); items write disjoint outputs, so results do not depend
+// on the thread count.
 Var attention(Tape& tape, Var q, Var k, Var v, const AttentionShape& shape, const SequenceLayout& layout) {
   const int64_t n_heads = shape.n_heads, n_kv = shape.n_kv_heads, hd = shape.head_dim;
   const int64_t T = layout.length, S = layout.n_sequences, rows = layout.rows();
@@ -502,133 +516,86 @@ Var attention(Tape& tape, Var q, Var k, Var v, const AttentionShape& shape, cons
       "attention: " + std::to_string(layout.groups.size()) + " groups for " + std::to_string(rows) + " rows");
   const int64_t group = n_heads / n_kv, q_width = n_heads * hd, kv_width = n_kv * hd;
   const bool needs_grad = tape.requires_grad(q) || tape.requires_grad(k) || tape.requires_grad(v);
-  Var out = tape.make(rows, q_width, needs_grad);
-  auto lse = std::make_shared<std::vector<float>>(size_t(rows * n_heads));
+  Var out = tape.make(rows, q_width, needs_grad, /*overwritten=*/true);
   auto groups = std::make_shared<std::vector<int32_t>>(layout.groups);
 
-  // probs[i][j] = visible ? exp(score_ij - max_i) : 0 for one head; returns log-sum-exp per query.
-  // With a known lse (backward), probs are exp(score - lse) directly.
-  auto softmax_rows = [T, shape, groups](int64_t row0, float* probs, float* lse_out, const float* lse_in,
-                                         int64_t lse_stride) {
-    const int32_t* g = groups->empty() ? nullptr : groups->data() + row0;
-    for (int64_t i = 0; i < T; ++i) {
-      float* p = probs + i * T;
-      if (lse_in) {
-        const float l = lse_in[i * lse_stride];
-        for (int64_t j = 0; j < T; ++j)
-          p[j] = (g && g[j] > g[i]) || l == -std::numeric_limits<float>::infinity()
-                     ? 0.f
-                     : std::exp(score_of(p[j], shape) - l);
-        continue;
-      }
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < T; ++j) {
-        p[j] = score_of(p[j], shape);
-        if (!(g && g[j] > g[i])) m = std::max(m, p[j]);
-      }
-      double sum = 0;
-      for (int64_t j = 0; j < T; ++j) {
-        p[j] = (g && g[j] > g[i]) ? 0.f : std::exp(p[j] - m);
-        sum += p[j];
-      }
-      const float inv = sum > 0 ? float(1.0 / sum) : 0.f;
-      for (int64_t j = 0; j < T; ++j) p[j] *= inv;
-      lse_out[i * lse_stride] = sum > 0 ? float(m + std::log(sum)) : -std::numeric_limits<float>::infinity();
-    }
-  };
-
-  // Forward: one work item per (sequence, kv head), which covers that kv head's query heads.
+  // Forward: S = Q K^T (K transposed once per kv head), P = softmax(S), O = P V written in place.
   {
     const float *qv = tape.value(q), *kv = tape.value(k), *vv = tape.value(v);
     float* ov = tape.value(out);
-    float* lv = lse->data();
     parallel_for(tape.pool(), S * n_kv, 1, [&](int64_t begin, int64_t end) {
       thread_local AttentionScratch w;
       w.size_for(T, hd);
       for (int64_t item = begin; item < end; ++item) {
         const int64_t s = item / n_kv, kvh = item % n_kv, row0 = s * T;
-        gather_head(kv, kv_width, row0, T, kvh * hd, hd, w.k.data());
-        gather_head(vv, kv_width, row0, T, kvh * hd, hd, w.v.data());
-        transpose(w.v.data(), T, hd, hd, w.vt.data());
+        const int32_t* g = groups->empty() ? nullptr : groups->data() + row0;
+        transpose_head(kv + row0 * kv_width + kvh * hd, kv_width, T, hd, w.kt.data());
         for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-          gather_head(qv, q_width, row0, T, h * hd, hd, w.q.data());
-          product_abt(w.q.data(), T, hd, w.k.data(), T, w.probs.data(), nullptr);  // q.k
-          softmax_rows(row0, w.probs.data(), lv + row0 * n_heads + h, nullptr, n_heads);
-          product_abt(w.probs.data(), T, T, w.vt.data(), hd, w.o.data(), nullptr);  // P V
-          for (int64_t i = 0; i < T; ++i)
-            std::memcpy(ov + (row0 + i) * q_width + h * hd, w.o.data() + i * hd, size_t(hd) * sizeof(float));
+          gemm(T, T, hd, qv + row0 * q_width + h * hd, q_width, 1, w.kt.data(), T, w.probs.data(), T, false, nullptr);
+          attention_probabilities(w.probs.data(), T, g, shape);
+          gemm(T, hd, T, w.probs.data(), T, 1, vv + row0 * kv_width + kvh * hd, kv_width,
+               ov + row0 * q_width + h * hd, q_width, false, nullptr);
         }
       }
     });
   }
   if (!tape.requires_grad(out)) return out;
 
-  tape.record(
-      [&tape, q, k, v, out, shape, lse, softmax_rows, S, T, n_kv, hd, group, q_width, kv_width, n_heads] {
-        if (!tape.has_grad(out)) return;
-        // With P = softmax(score), dScore = P * (dP - rowsum(dO * O)), dP = dO V^T; through the soft-cap
-        // d raw = dScore (1 - tanh^2), and raw = scale q.k. Then dQ = G K, dK = G^T Q, dV = P^T dO.
-        const float *qv = tape.value(q), *kv = tape.value(k), *vv = tape.value(v), *ov = tape.value(out);
-        const float* dov = tape.grad_or_null(out);
-        float* dqv = tape.requires_grad(q) ? tape.grad(q) : nullptr;
-        float* dkv = tape.requires_grad(k) ? tape.grad(k) : nullptr;
-        float* dvv = tape.requires_grad(v) ? tape.grad(v) : nullptr;
-        const float* lv = lse->data();
-        parallel_for(tape.pool(), S * n_kv, 1, [&](int64_t begin, int64_t end) {
-          thread_local AttentionScratch w;
-          w.size_for(T, hd);
-          for (int64_t item = begin; item < end; ++item) {
-            const int64_t s = item / n_kv, kvh = item % n_kv, row0 = s * T;
-            gather_head(kv, kv_width, row0, T, kvh * hd, hd, w.k.data());
-            gather_head(vv, kv_width, row0, T, kvh * hd, hd, w.v.data());
-            transpose(w.k.data(), T, hd, hd, w.kt.data());
-            std::fill(w.dk.begin(), w.dk.end(), 0.f);
-            std::fill(w.dv.begin(), w.dv.end(), 0.f);
-            for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-              gather_head(qv, q_width, row0, T, h * hd, hd, w.q.data());
-              gather_head(ov, q_width, row0, T, h * hd, hd, w.o.data());
-              gather_head(dov, q_width, row0, T, h * hd, hd, w.dout.data());
-              product_abt(w.q.data(), T, hd, w.k.data(), T, w.probs.data(), nullptr);
-              // Keep the raw dots for the soft-cap derivative before turning them into probabilities.
-              if (shape.softcap > 0) std::copy(w.probs.begin(), w.probs.end(), w.tmp.begin());
-              softmax_rows(row0, w.probs.data(), nullptr, lv + row0 * n_heads + h, n_heads);
-              product_abt(w.dout.data(), T, hd, w.v.data(), T, w.dprobs.data(), nullptr);  // dP = dO V^T
-              float* g = w.dprobs.data();  // becomes G = d(q.k), in place
-              for (int64_t i = 0; i < T; ++i) {
-                double row_dot = 0;
-                for (int64_t d = 0; d < hd; ++d)
-                  row_dot += double(w.dout[size_t(i * hd + d)]) * w.o[size_t(i * hd + d)];
-                for (int64_t j = 0; j < T; ++j) {
-                  float ds = w.probs[size_t(i * T + j)] * (g[i * T + j] - float(row_dot));
-                  if (shape.softcap > 0) {
-                    const float t = std::tanh(w.tmp[size_t(i * T + j)] * shape.scale / shape.softcap);
-                    ds *= 1.f - t * t;
-                  }
-                  g[i * T + j] = ds * shape.scale;
-                }
+  tape.record([&tape, q, k, v, out, shape, groups, S, T, n_kv, hd, group, q_width, kv_width] {
+    if (!tape.has_grad(out)) return;
+    // With P = softmax(score), dScore = P * (dP - rowsum(dO * O)), dP = dO V^T; through the soft-cap
+    // d raw = dScore (1 - tanh^2), and raw = scale q.k. Then dQ = G K, dK = G^T Q, dV = P^T dO.
+    // P is recomputed (only O is kept), so memory stays O(rows * width), not O(length^2).
+    const float *qv = tape.value(q), *kv = tape.value(k), *vv = tape.value(v), *ov = tape.value(out);
+    const float* dov = tape.grad_or_null(out);
+    float* dqv = tape.requires_grad(q) ? tape.grad(q) : nullptr;
+    float* dkv = tape.requires_grad(k) ? tape.grad(k) : nullptr;
+    float* dvv = tape.requires_grad(v) ? tape.grad(v) : nullptr;
+    parallel_for(tape.pool(), S * n_kv, 1, [&](int64_t begin, int64_t end) {
+      thread_local AttentionScratch w;
+      w.size_for(T, hd);
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t s = item / n_kv, kvh = item % n_kv, row0 = s * T;
+        const int32_t* g = groups->empty() ? nullptr : groups->data() + row0;
+        const float* k_head = kv + row0 * kv_width + kvh * hd;
+        const float* v_head = vv + row0 * kv_width + kvh * hd;
+        transpose_head(k_head, kv_width, T, hd, w.kt.data());
+        transpose_head(v_head, kv_width, T, hd, w.vt.data());
+        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+          const float* q_head = qv + row0 * q_width + h * hd;
+          const float* o_head = ov + row0 * q_width + h * hd;
+          const float* do_head = dov + row0 * q_width + h * hd;
+          gemm(T, T, hd, q_head, q_width, 1, w.kt.data(), T, w.probs.data(), T, false, nullptr);
+          // Keep the raw dots for the soft-cap derivative before turning them into probabilities.
+          if (shape.softcap > 0) std::copy(w.probs.begin(), w.probs.end(), w.raw.begin());
+          attention_probabilities(w.probs.data(), T, g, shape);
+          gemm(T, T, hd, do_head, q_width, 1, w.vt.data(), T, w.dprobs.data(), T, false, nullptr);  // dP = dO V^T
+          float* gr = w.dprobs.data();  // becomes G = d(q.k), in place
+          const float* p = w.probs.data();
+          for (int64_t i = 0; i < T; ++i) {
+            float row_dot = 0;
+            for (int64_t d = 0; d < hd; ++d) row_dot += do_head[i * q_width + d] * o_head[i * q_width + d];
+            float* gi = gr + i * T;
+            const float* pi = p + i * T;
+            if (shape.softcap > 0) {
+              for (int64_t j = 0; j < T; ++j) {
+                const float t = std::tanh(w.raw[size_t(i * T + j)] * shape.scale / shape.softcap);
+                gi[j] = pi[j] * (gi[j] - row_dot) * (1.f - t * t) * shape.scale;
               }
-              if (dqv) {
-                product_abt(g, T, T, w.kt.data(), hd, w.dq.data(), nullptr);  // dQ = G K
-                scatter_add_head(w.dq.data(), q_width, row0, T, h * hd, hd, dqv);
-              }
-              if (dkv) {  // dK += G^T Q
-                transpose(g, T, T, T, w.tmp.data());
-                transpose(w.q.data(), T, hd, hd, w.qt.data());
-                product_abt(w.tmp.data(), T, T, w.qt.data(), hd, w.tmp2.data(), nullptr);
-                add_into(w.dk.data(), w.tmp2.data(), T * hd);
-              }
-              if (dvv) {  // dV += P^T dO
-                transpose(w.probs.data(), T, T, T, w.tmp.data());
-                transpose(w.dout.data(), T, hd, hd, w.dot.data());
-                product_abt(w.tmp.data(), T, T, w.dot.data(), hd, w.tmp2.data(), nullptr);
-                add_into(w.dv.data(), w.tmp2.data(), T * hd);
-              }
+            } else {
+              for (int64_t j = 0; j < T; ++j) gi[j] = pi[j] * (gi[j] - row_dot) * shape.scale;
             }
-            if (dkv) scatter_add_head(w.dk.data(), kv_width, row0, T, kvh * hd, hd, dkv);
-            if (dvv) scatter_add_head(w.dv.data(), kv_width, row0, T, kvh * hd, hd, dvv);
           }
-        });
-      });
+          if (dqv)  // dQ += G K
+            gemm(T, hd, T, gr, T, 1, k_head, kv_width, dqv + row0 * q_width + h * hd, q_width, true, nullptr);
+          if (dkv)  // dK += G^T Q (G read transposed)
+            gemm(T, hd, T, gr, 1, T, q_head, q_width, dkv + row0 * kv_width + kvh * hd, kv_width, true, nullptr);
+          if (dvv)  // dV += P^T dO
+            gemm(T, hd, T, p, 1, T, do_head, q_width, dvv + row0 * kv_width + kvh * hd, kv_width, true, nullptr);
+        }
+      }
+    });
+  });
   return out;
 }
 

@@ -119,7 +119,7 @@ Var embedding(Tape& tape, Parameter& table, const std::vector<int32_t>& ids, flo
 Var soft_embedding(Tape& tape, Var weights, Parameter& table, float scale = 1.f);
 
 // y = x W^T with W matrix `matrix` of w (shape [k, n] or [k, n, E]): x [m, k] -> y [m, n].
-// Forward uses canvas::matmul, the inference kernel. Backward: dX += dY W, dW += dY^T X.
+// Forward and backward are ops/gemm.h products. Backward: dX += dY W, dW += dY^T X.
 Var linear(Tape& tape, Var x, Parameter& w, int64_t matrix = 0);
 
 // a + b (same shape).
@@ -146,8 +146,8 @@ struct SequenceLayout {
 
 // Multi-head attention with GQA: q [rows, n_heads * head_dim], k and v [rows, n_kv_heads * head_dim]
 // -> [rows, n_heads * head_dim]. Query head h reads kv head h / (n_heads / n_kv_heads). shape.scale and
-// shape.softcap as in canvas::attention. Saves only each (query, head)'s log-sum-exp; backward
-// recomputes the probabilities (memory stays O(rows * heads), not O(length^2)).
+// shape.softcap as in canvas::attention. Keeps only the output; backward recomputes the probabilities
+// (memory stays O(rows * width), not O(length^2)).
 Var attention(Tape& tape, Var q, Var k, Var v, const AttentionShape& shape, const SequenceLayout& layout);
 
 // Gated MLP activation: act(gate) * up, act = silu (SwiGLU) or gelu_tanh (GeGLU).

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -452,6 +453,17 @@ std::string run_identity(const RunConfig& r) {
   return id;
 }
 
+namespace {
+// The run's data, from its task module.
+std::unique_ptr<DataSource> make_run_source(const RunConfig& r) {
+  TaskContext context;
+  context.objective = r.objective;
+  context.seed = r.seed;
+  context.eval_examples = r.eval_examples;
+  return r.task_module->make_source(context);
+}
+}  // namespace
+
 TrainModel initial_model(const RunConfig& r, const ModelConfig& mc) {
   InitOptions init;
   init.seed = r.seed;
@@ -497,11 +509,7 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
   check(file_exists(out_dir), "cannot create output directory " + out_dir);
   ThreadPool pool(r.threads);
 
-  TaskContext context;
-  context.objective = r.objective;
-  context.seed = r.seed;
-  context.eval_examples = r.eval_examples;
-  const std::unique_ptr<DataSource> source = r.task_module->make_source(context);
+  const std::unique_ptr<DataSource> source = make_run_source(r);
   check(r.objective != "uniform" || r.block_length < source->sequence_length(),
         "block_length " + std::to_string(r.block_length) + " must be shorter than the task's sequences (" +
             std::to_string(source->sequence_length()) + " tokens)");
@@ -558,7 +566,7 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
     }
     stop_if_diverged(std::isfinite(loss_sum), step + 1, "the loss");
     StepReport rep;
-    rep.grad_norm = opt.step(1.f / float(r.accumulation));
+    rep.grad_norm = opt.step(1.f / float(r.accumulation), &pool);
     stop_if_diverged(std::isfinite(rep.grad_norm), step + 1, "the gradient norm");
     rep.lr = opt.last_lr();
     ++step;
@@ -594,6 +602,56 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
     if (save) save_checkpoint(r, *source, model, opt, params, step, out_dir);
     if (on_step) on_step(rep);
   }
+}
+
+}  // namespace canvas::train
+
+namespace canvas::train {
+
+TrainingTiming time_training_steps(const RunConfig& r, int64_t steps, ThreadPool& pool,
+                                   const std::function<void(int64_t)>& before_step) {
+  check(steps > 0, "time_training_steps: steps must be positive");
+  const std::unique_ptr<DataSource> source = make_run_source(r);
+  TrainingTiming out;
+  out.model = model_config(r, *source);
+  TrainModel model = initial_model(r, out.model);
+  std::vector<Parameter*> params = model.parameters();
+  for (const Parameter* p : params) {
+    out.parameters += p->size();
+    // Lookup tables are not products, except the token table when it is also the (tied) output head.
+    const bool lookup = p->name == "token_embd.weight" || p->name == "position_embd.weight";
+    if (p->shape.size() == 2 && p->shape[1] > 1 && (!lookup || (out.model.tied_output && p->name == "token_embd.weight")))
+      out.matmul_weights_per_token += p->size();
+  }
+  AdamW opt(r.optimizer, params);
+  for (int64_t step = 0; step < steps; ++step) {
+    if (before_step) before_step(step);
+    const std::clock_t cpu0 = std::clock();
+    const double t0 = now_ms();
+    int64_t tokens = 0;
+    double pairs = 0;
+    float loss_sum = 0;
+    for (int64_t micro = 0; micro < r.accumulation; ++micro) {
+      Rng rng(r.seed * 0x9E3779B97F4A7C15ull + uint64_t(step) * 1000 + uint64_t(micro));
+      std::vector<Example> examples;
+      for (int64_t i = 0; i < r.batch_size; ++i) examples.push_back(source->sample(rng));
+      const ObjectiveBatch ob = make_batch(r, *source, examples, rng);
+      Tape tape(&pool);
+      const Var logits = objective_logits(r, model, ob, rng, tape);
+      const Var loss = cross_entropy(tape, logits, ob.targets, ob.weights, ob.normaliser);
+      loss_sum += tape.value(loss)[0];
+      tape.backward(loss);
+      tokens += ob.input.rows();
+      pairs += double(ob.input.n_sequences) * double(ob.input.length) * double(ob.input.length);
+    }
+    opt.step(1.f / float(r.accumulation), &pool);
+    out.step_ms.push_back(now_ms() - t0);
+    out.step_cpu_ms.push_back(double(std::clock() - cpu0) * 1000.0 / CLOCKS_PER_SEC);
+    out.step_tokens.push_back(tokens);
+    out.step_attention_pairs.push_back(pairs);
+    out.step_loss.push_back(loss_sum / float(r.accumulation));
+  }
+  return out;
 }
 
 }  // namespace canvas::train

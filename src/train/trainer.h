@@ -85,3 +85,24 @@ void run_training(const RunConfig& config, const std::string& out_dir, const std
                   int64_t stop_after = 0, const std::function<void(const std::string&)>& on_notice = nullptr);
 
 }  // namespace canvas::train
+
+namespace canvas::train {
+
+// Training steps timed in memory, for `canvas bench --train`: the data, model and AdamW that
+// run_training builds from `config`, then `steps` full steps (batch, forward, backward, optimizer), each
+// timed. Nothing is written to disk (no output directory, checkpoint or log) and no validation runs.
+struct TrainingTiming {
+  ModelConfig model;
+  int64_t parameters = 0;               // every trainable value
+  int64_t matmul_weights_per_token = 0;  // weights of the linear layers one token passes through (head included)
+  std::vector<double> step_ms;          // wall time of each step
+  std::vector<double> step_cpu_ms;      // CPU time of the process (all threads) during each step
+  std::vector<int64_t> step_tokens;     // batch rows of each step (all micro-batches)
+  std::vector<double> step_attention_pairs;  // sum over sequences of length^2 (query, key pairs per head)
+  std::vector<float> step_loss;
+};
+// before_step(i), when given, runs before step i outside its timing (e.g. to sample a roof in between).
+TrainingTiming time_training_steps(const RunConfig& config, int64_t steps, ThreadPool& pool,
+                                   const std::function<void(int64_t)>& before_step = nullptr);
+
+}  // namespace canvas::train
