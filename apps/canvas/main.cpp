@@ -10,6 +10,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "infill.h"
 #include "core/cpu.h"
 #include "core/error.h"
 #include "decode/ar.h"
@@ -161,6 +162,7 @@ std::string json_escape(const std::string& s) {
 int cmd_generate(int argc, char** argv) {
   if (wants_help(argc, argv)) {
     std::fputs(kGenerateUsage, stdout);
+    std::fputs(cli::kInfillUsage, stdout);
     return 0;
   }
   Args args(argc, argv, 2,
@@ -172,10 +174,11 @@ int cmd_generate(int argc, char** argv) {
              {"--json", "json"}, {"--entropy-bound", "entropy-bound"}, {"--t-min", "t-min"}, {"--t-max", "t-max"},
              {"--stability", "stability"}, {"--confidence-threshold", "confidence-threshold"},
              {"--tokenizer", "tokenizer"}, {"--chat", "chat"}, {"--freeze", "freeze"},
-             {"--freeze-refresh", "freeze-refresh"}, {"--stream-head", "stream-head"}},
+             {"--freeze-refresh", "freeze-refresh"}, {"--stream-head", "stream-head"},
+             {"--suffix", "suffix"}, {"--json-schema", "json-schema"}},
             {"model", "prompt", "n", "mode", "steps", "block-length", "schedule", "algorithm", "threshold", "cache",
              "temp", "top-k", "top-p", "seed", "threads", "entropy-bound", "t-min", "t-max", "stability",
-             "confidence-threshold", "tokenizer", "freeze-refresh"},
+             "confidence-threshold", "tokenizer", "freeze-refresh", "suffix", "json-schema"},
             {"visual", "json", "chat", "freeze", "stream-head"});
   check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
   check(args.has("prompt"), "no prompt given (-p TEXT); see canvas generate --help");
@@ -183,6 +186,8 @@ int cmd_generate(int argc, char** argv) {
   const Model model = Model::load(model_path);
   const ModelConfig& c = model.config;
   const TextTokenizer tokenizer = TextTokenizer::for_model(model, model_path, args.get("tokenizer", ""));
+  // Infilling (--suffix, <|hole:N|>) and schema-constrained output (--json-schema): apps/canvas/infill.cpp.
+  if (cli::infill_requested(args)) return cli::run_infill(args, model, model_path, tokenizer);
   const std::vector<int32_t> prompt =
       args.has("chat") ? tokenizer.encode(cli::gemma_user_turn(args.get("prompt", ""), true), false)
                        : tokenizer.encode(args.get("prompt", ""), true);
