@@ -152,10 +152,10 @@ int run_infill(const Args& args, const Model& model, const std::string& model_pa
     plan = plan_json(schema, prompt, codec, c.uniform_state ? -1 : c.mask_token,
                      std::min<int64_t>(n, c.context_length - int64_t(prompt.size())));
   } else {
-    check(mode == "diffusion", "--suffix and <|hole:N|> need diffusion decoding (not --mode ar)");
     check(c.is_diffusion(), "model '" + c.arch +
                                 "' is autoregressive: it cannot fill holes between fixed text (it was not trained to "
                                 "fill in the middle); use a masked or uniform-state diffusion model");
+    check(mode == "diffusion", "--suffix and <|hole:N|> need diffusion decoding (not --mode ar)");
     std::vector<TextPiece> pieces = parse_holes(prompt_text);
     if (args.has("suffix")) {
       if (std::none_of(pieces.begin(), pieces.end(), [](const TextPiece& p) { return p.is_hole(); }))
