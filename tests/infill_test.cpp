@@ -488,6 +488,35 @@ TEST(JsonSchema, RandomFillsValidateWithJsonschema) {
   EXPECT_EQ(python_validate(all), "");
 }
 
+// OpenAI's response_format json_object: any object (shallow values), filled in random order.
+TEST(JsonSchema, JsonObjectModeGivesObjects) {
+  const JsonTemplate t = json_object_template();
+  const TextCodec codec = byte_codec();
+  Rng rng(3);
+  std::vector<SchemaDoc> docs;
+  for (int rep = 0; rep < 20; ++rep) {
+    const FillPlan plan = plan_json(t, {}, codec, kByteMask, 40);
+    CanvasConstraint constraint(plan.holes, int64_t(plan.canvas.size()), kByteMask, codec.vocabulary->size());
+    std::vector<int32_t> canvas = plan.canvas;
+    for (;;) {
+      std::vector<int64_t> masked;
+      for (size_t i = 0; i < canvas.size(); ++i)
+        if (canvas[i] == kByteMask) masked.push_back(int64_t(i));
+      if (masked.empty()) break;
+      constraint.update(canvas);
+      const int64_t p = masked[rng.below(masked.size())];
+      std::vector<int32_t> ok;
+      const std::vector<char>& allowed = constraint.allowed(p);
+      for (int32_t v = 0; v < int32_t(allowed.size()); ++v)
+        if (allowed[size_t(v)]) ok.push_back(v);
+      ASSERT_FALSE(ok.empty());
+      canvas[size_t(p)] = ok[rng.below(ok.size())];
+    }
+    docs.push_back({R"({"type":"object"})", codec_text(codec, canvas)});
+  }
+  EXPECT_EQ(python_validate(docs), "");
+}
+
 // ---- holes in text ----------------------------------------------------------------------------------
 
 TEST(Infill, ParseHoles) {

@@ -240,7 +240,8 @@ ByteDfa ByteDfa::trimmed(std::vector<std::array<int32_t, 256>> next, std::vector
 ByteDfa ByteDfa::compile(const RegexPtr& regex, int64_t max_states) {
   Nfa nfa;
   nfa.limit = std::max<int64_t>(max_states * 8, 1 << 16);
-  auto [in, out] = nfa.build(*regex);
+  const auto built = nfa.build(*regex);
+  const int32_t in = built.first, out = built.second;
   std::map<std::vector<int32_t>, int32_t> ids;
   std::vector<std::vector<int32_t>> sets;
   std::vector<std::array<int32_t, 256>> next;
