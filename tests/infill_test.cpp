@@ -604,10 +604,8 @@ TEST(Infill, AutoregressiveModelsRefuseHolesButFollowSchemas) {
   EXPECT_EQ(python_validate(docs), "");
 }
 
-// A random uniform-state byte model (as canvas train saves them) fills holes with pinned givens and
-// schema values that validate.
-TEST(Infill, UniformStateModelFillsHolesAndSchemas) {
-  test::TempDir dir;
+// A random uniform-state byte model, as canvas train saves them.
+std::string save_uniform_byte_model(const test::TempDir& dir) {
   ModelConfig c = test::tiny_llada_config(train::kByteVocab, "uniform infill test");
   c.uniform_state = true;
   c.eos_token = train::kByteEos;
@@ -617,7 +615,13 @@ TEST(Infill, UniformStateModelFillsHolesAndSchemas) {
   train::TrainModel tm(c, init);
   const std::string path = dir.path("uniform.gguf");
   tm.save_gguf(path, train::byte_tokenizer_metadata(false));
-  const Model model = Model::load(path);
+  return path;
+}
+
+// Uniform-state filling: pinned givens, schema values that validate.
+TEST(Infill, UniformStateModelFillsHolesAndSchemas) {
+  test::TempDir dir;
+  const Model model = Model::load(save_uniform_byte_model(dir));
   ThreadPool pool(2);
   const TextCodec codec = byte_codec();
   FillParams params;
@@ -686,6 +690,25 @@ TEST(InfillCli, JsonSchemaOutputIsTheJsonAlone) {
   r = test::run_canvas("generate -p x --json-schema " + dir.path("s.json") + " -n 5");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("needs at least"), std::string::npos) << r.output;
+}
+
+TEST(InfillCli, UniformStateModel) {
+  test::TempDir dir;
+  const std::string model = save_uniform_byte_model(dir);
+  auto r = test::run_canvas("generate -m " + model + " -p 'ab<|hole:4|>cd' --steps 4 --json -t 2", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json j = json::parse(r.output);
+  const std::string text = j["text"].get<std::string>();
+  EXPECT_EQ(text.substr(0, 2), "ab") << r.output;
+  EXPECT_EQ(text.substr(text.size() - 2), "cd") << r.output;
+  ASSERT_EQ(j["tokens"].size(), 6u) << r.output;  // the canvas: 4 filled, then the given "cd"
+  EXPECT_EQ(j["tokens"][4].get<int>(), 'c');
+  EXPECT_EQ(j["tokens"][5].get<int>(), 'd');
+  const std::string schema = subset_schemas()[2];
+  std::ofstream(dir.path("s.json")) << schema;
+  r = test::run_canvas("generate -m " + model + " -p 'x' --steps 4 -t 2 --json-schema " + dir.path("s.json"), false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(python_validate(schema, {r.output.substr(0, r.output.size() - 1)}), "") << r.output;
 }
 
 }  // namespace
