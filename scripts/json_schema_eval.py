@@ -34,19 +34,23 @@ def main():
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--threads", default="1")
     ap.add_argument("--out", default="runs/json-schema.jsonl")
+    ap.add_argument("--resume", action="store_true", help="keep the rows already in --out, run the rest")
     args = ap.parse_args()
     cases = [json.loads(l) for l in open(args.cases)]
     if args.limit:
         cases = cases[:args.limit]
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp, open(args.out, "w") as out:
+    rows = [json.loads(l) for l in open(args.out)] if args.resume and os.path.exists(args.out) else []
+    done = {(r["case"], r["config"]) for r in rows}
+    with tempfile.TemporaryDirectory() as tmp, open(args.out, "a" if args.resume else "w") as out:
         for case in cases:
             path = os.path.join(tmp, "schema.json")
             with open(path, "w") as f:
                 json.dump(case["schema"], f)
             n = CONTEXT - len(case["prompt"].encode()) - 2
             for name, model, extra, constrained in CONFIGS:
+                if (case["id"], name) in done:
+                    continue
                 cmd = [args.canvas, "generate", "-m", model, "-p", case["prompt"], "-n", str(n), "-t", args.threads,
                        "--json"] + extra
                 if constrained:
