@@ -1,6 +1,8 @@
 // Infilling and schema-constrained output: byte automata, token masks checked exhaustively against brute
 // force on small vocabularies, the JSON Schema compiler (outputs validated by python3-jsonschema), and
 // filling with real models (masked, uniform-state, AR) through the API and the CLI.
+#include "decode/infill.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -10,13 +12,12 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "decode/infill.h"
 #include "io/json.h"
 #include "model/model.h"
 #include "test_util.h"
-#include "train_test_util.h"
 #include "train/data.h"
 #include "train/train_model.h"
+#include "train_test_util.h"
 
 namespace canvas {
 namespace {
@@ -46,8 +47,8 @@ constexpr int32_t kByteMask = 257;
 TextCodec subword_codec() {
   std::vector<std::string> pieces;
   for (int b = 0x20; b < 0x7f; ++b) pieces.push_back(std::string(1, char(b)));
-  for (const char* merged : {"\":", "\",\"", "true", "false", "null", "ab", "12", "00", " \"", "\"}", "na", "me", "\":\"",
-                             "1,", "],", "{\"", "  ", "a\"", "e\","})
+  for (const char* merged : {"\":", "\",\"", "true", "false", "null", "ab", "12", "00", " \"", "\"}", "na",
+                             "me", "\":\"", "1,", "],", "{\"", "  ", "a\"", "e\","})
     pieces.push_back(merged);
   pieces.push_back("");  // [MASK]
   TextCodec codec;
@@ -60,7 +61,8 @@ TextCodec subword_codec() {
       int32_t best = -1;
       for (int32_t id = 0; id < vocab->size(); ++id) {
         const std::string& p = vocab->piece(id);
-        if (!p.empty() && text.compare(at, p.size(), p) == 0 && (best < 0 || p.size() > vocab->piece(best).size()))
+        if (!p.empty() && text.compare(at, p.size(), p) == 0 &&
+            (best < 0 || p.size() > vocab->piece(best).size()))
           best = id;
       }
       if (best < 0) throw Error("subword codec: cannot encode");
@@ -73,7 +75,8 @@ TextCodec subword_codec() {
 }
 
 std::shared_ptr<const TokenAutomaton> token_automaton(const RegexPtr& r, const TextCodec& codec) {
-  return std::make_shared<const TokenAutomaton>(std::make_shared<const ByteDfa>(ByteDfa::compile(r)), codec.vocabulary);
+  return std::make_shared<const TokenAutomaton>(std::make_shared<const ByteDfa>(ByteDfa::compile(r)),
+                                                codec.vocabulary);
 }
 
 // ---- an independent validator ---------------------------------------------------------------------
@@ -85,7 +88,8 @@ std::string python_validate(const std::vector<SchemaDoc>& pairs) {
   // Its own directory: a test's TempDir is named after the test and may be in use by the caller.
   static int calls = 0;
   const std::filesystem::path base =
-      std::filesystem::temp_directory_path() / ("canvas_validate_" + std::to_string(::getpid()) + "_" + std::to_string(calls++));
+      std::filesystem::temp_directory_path() /
+      ("canvas_validate_" + std::to_string(::getpid()) + "_" + std::to_string(calls++));
   std::filesystem::create_directories(base);
   struct Remove {
     std::filesystem::path p;
@@ -118,14 +122,16 @@ for line in open(sys.argv[1]):
         print("%r under %s: %s" % (pair["doc"], pair["schema"], str(e).splitlines()[0]))
 print("checked %d, invalid %d" % (n, bad))
 )";
-  const std::string cmd = "/usr/bin/python3 " + dir.path("check.py") + " " + dir.path("pairs.jsonl") + " 2>&1";
+  const std::string cmd =
+      "/usr/bin/python3 " + dir.path("check.py") + " " + dir.path("pairs.jsonl") + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
   size_t got;
   while ((got = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, got);
   const int status = pclose(pipe);
-  if (status != 0 || out.find("invalid 0\n") == std::string::npos) return out.empty() ? "python3 failed" : out;
+  if (status != 0 || out.find("invalid 0\n") == std::string::npos)
+    return out.empty() ? "python3 failed" : out;
   return "";
 }
 std::string python_validate(const std::string& schema, const std::vector<std::string>& docs) {
@@ -327,7 +333,8 @@ TEST(TokenConstraint, ExhaustiveOnASmallSubwordVocabulary) {
   const int32_t mask = 10;  // the empty piece
   const RegexPtr spaces = re_repeat(re_byte(' '), 0, -1);
   const std::vector<RegexPtr> languages = {
-      re_concat({re_repeat(re_set(byte_range('a', 'b')), 0, 2), re_byte('"'), spaces}),  // string content, maxLength 2
+      re_concat({re_repeat(re_set(byte_range('a', 'b')), 0, 2), re_byte('"'),
+                 spaces}),  // string content, maxLength 2
       re_concat({re_automaton(value_dfa(R"({"type":"integer","minimum":0,"maximum":12})")), spaces}),
       re_concat({re_automaton(value_dfa(R"({"enum":["a","ab"]})")), spaces}),
   };
@@ -349,8 +356,9 @@ TEST(TokenConstraint, ExhaustiveOnTheByteVocabulary) {
   }
   for (const char* schema : {R"({"type":"integer","minimum":-9,"maximum":42})", R"({"type":"boolean"})",
                              R"({"type":"string","pattern":"^[x-z]$"})"})
-    check_exhaustively(codec, kByteMask, re_concat({re_automaton(value_dfa(schema)), re_repeat(re_byte(' '), 0, -1)}),
-                       2, canvases);
+    check_exhaustively(codec, kByteMask,
+                       re_concat({re_automaton(value_dfa(schema)), re_repeat(re_byte(' '), 0, -1)}), 2,
+                       canvases);
 }
 
 TEST(TokenConstraint, PrefixMasksKeepTheDocumentFinishableInBudget) {
@@ -358,9 +366,10 @@ TEST(TokenConstraint, PrefixMasksKeepTheDocumentFinishableInBudget) {
   TextCodec codec;
   codec.vocabulary = std::make_shared<const TokenVocabulary>(pieces);
   const TokenVocabulary& vocab = *codec.vocabulary;
-  auto lang = token_automaton(re_concat({re_literal("{\"a"), re_repeat(re_set(byte_range('a', 'b')), 0, 3),
-                                         re_literal("\":"), re_repeat(re_set(byte_range('1', '2')), 1, 2), re_byte('}')}),
-                              codec);
+  auto lang = token_automaton(
+      re_concat({re_literal("{\"a"), re_repeat(re_set(byte_range('a', 'b')), 0, 3), re_literal("\":"),
+                 re_repeat(re_set(byte_range('1', '2')), 1, 2), re_byte('}')}),
+      codec);
   const PrefixConstraint constraint(lang);
   // Brute force: the language's strings reachable within budget from a prefix.
   std::function<bool(const std::string&, int64_t)> finishable = [&](const std::string& text, int64_t budget) {
@@ -374,18 +383,21 @@ TEST(TokenConstraint, PrefixMasksKeepTheDocumentFinishableInBudget) {
   };
   std::vector<char> allowed;
   int64_t checked = 0;
-  std::function<void(const std::string&, int32_t, int)> walk = [&](const std::string& text, int32_t state, int depth) {
+  std::function<void(const std::string&, int32_t, int)> walk = [&](const std::string& text, int32_t state,
+                                                                   int depth) {
     for (int64_t remaining = 1; remaining <= 5; ++remaining) {
       constraint.allowed(state, remaining, allowed);
       for (int32_t t = 0; t < vocab.size(); ++t) {
-        const bool live = !vocab.piece(t).empty() && lang->dfa().walk(lang->dfa().start(), text + vocab.piece(t)) >= 0;
+        const bool live =
+            !vocab.piece(t).empty() && lang->dfa().walk(lang->dfa().start(), text + vocab.piece(t)) >= 0;
         ASSERT_EQ(allowed[size_t(t)] != 0, live && finishable(text + vocab.piece(t), remaining - 1))
             << "after '" << text << "' with " << remaining << " left, token '" << vocab.piece(t) << "'";
         ++checked;
       }
     }
     if (depth == 3) return;
-    for (const TokenAutomaton::Move& m : lang->moves(state)) walk(text + vocab.piece(m.token), m.next, depth + 1);
+    for (const TokenAutomaton::Move& m : lang->moves(state))
+      walk(text + vocab.piece(m.token), m.next, depth + 1);
   };
   walk("", constraint.start(), 0);
   EXPECT_GT(checked, 500);
@@ -534,7 +546,8 @@ TEST(Infill, ParseHoles) {
       EXPECT_NE(std::string(e.what()).find("<|hole:"), std::string::npos) << e.what();
     }
   }
-  const FillPlan plan = plan_text_infill(parse_holes("ab<|hole:2|>cd<|hole:1|>"), {}, byte_codec(), kByteMask);
+  const FillPlan plan =
+      plan_text_infill(parse_holes("ab<|hole:2|>cd<|hole:1|>"), {}, byte_codec(), kByteMask);
   EXPECT_EQ(plan.prompt, (std::vector<int32_t>{'a', 'b'}));
   EXPECT_EQ(plan.canvas, (std::vector<int32_t>{kByteMask, kByteMask, 'c', 'd', kByteMask}));
   ASSERT_EQ(plan.holes.size(), 2u);
@@ -553,8 +566,9 @@ TEST(Infill, MaskedModelFillsHolesAndKeepsTheGivens) {
   const Model model = Model::load(shipped("text-masked.gguf"));
   ThreadPool pool(2);
   const TextCodec codec = byte_codec();
-  const FillPlan plan = plan_text_infill(parse_holes("And God said, Let <|hole:5|> be light: and there <|hole:3|> light."),
-                                         {}, codec, model.config.mask_token);
+  const FillPlan plan =
+      plan_text_infill(parse_holes("And God said, Let <|hole:5|> be light: and there <|hole:3|> light."), {},
+                       codec, model.config.mask_token);
   FillParams params;
   const FillResult r = fill(model, plan, params, codec, &pool);
   ASSERT_EQ(r.canvas.size(), plan.canvas.size());
@@ -571,10 +585,14 @@ TEST(Infill, MaskedModelFillsHolesAndKeepsTheGivens) {
   std::vector<SchemaDoc> docs;
   for (const std::string& schema_text : subset_schemas()) {
     const JsonTemplate t = compile_json_schema(json::parse(schema_text), "test");
-    for (float threshold : {0.f, 0.3f}) {
+    for (const auto& [threshold, steps] : std::vector<std::pair<float, int64_t>>{{0.f, 0}, {0.3f, 0}, {0.f, 2}}) {
+      // Threshold decoding and a 2-step schedule commit several tokens per step (each re-checked).
       params.masked.threshold = threshold;
+      params.masked.steps = steps;
       const FillPlan jp = plan_json(t, {'{'}, codec, model.config.mask_token, 100);
-      docs.push_back({schema_text, fill(model, jp, params, codec, &pool).text});
+      const FillResult r = fill(model, jp, params, codec, &pool);
+      EXPECT_EQ(std::count(r.canvas.begin(), r.canvas.end(), model.config.mask_token), 0);
+      docs.push_back({schema_text, r.text});
     }
   }
   EXPECT_EQ(python_validate(docs), "");
@@ -674,16 +692,17 @@ TEST(InfillCli, JsonSchemaOutputIsTheJsonAlone) {
   for (const std::string& model : {shipped("text-masked.gguf"), shipped("text-ar.gguf")})
     for (const char* extra : {"", " --mode ar", " --temp 0.8 -s 3"}) {
       if (model == shipped("text-ar.gguf") && std::string(extra) == " --mode ar") continue;
-      const auto r = test::run_canvas("generate -m " + model + " -p 'Name: ' --json-schema " + dir.path("s.json") +
-                                          " -n 60 -t 2" + extra,
-                                      false);
+      const auto r = test::run_canvas(
+          "generate -m " + model + " -p 'Name: ' --json-schema " + dir.path("s.json") + " -n 60 -t 2" + extra,
+          false);
       ASSERT_EQ(r.exit_code, 0) << r.output;
       ASSERT_EQ(r.output.back(), '\n');
       docs.push_back(r.output.substr(0, r.output.size() - 1));
       EXPECT_EQ(docs.back().find('\n'), std::string::npos) << r.output;
     }
   EXPECT_EQ(python_validate(schema, docs), "");
-  std::ofstream(dir.path("bad.json")) << R"({"type":"object","properties":{"a":{"type":"string","format":"date"}}})";
+  std::ofstream(dir.path("bad.json"))
+      << R"({"type":"object","properties":{"a":{"type":"string","format":"date"}}})";
   auto r = test::run_canvas("generate -p x --json-schema " + dir.path("bad.json"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("unsupported JSON Schema feature 'format'"), std::string::npos) << r.output;
@@ -706,7 +725,8 @@ TEST(InfillCli, UniformStateModel) {
   EXPECT_EQ(j["tokens"][5].get<int>(), 'd');
   const std::string schema = subset_schemas()[2];
   std::ofstream(dir.path("s.json")) << schema;
-  r = test::run_canvas("generate -m " + model + " -p 'x' --steps 4 -t 2 --json-schema " + dir.path("s.json"), false);
+  r = test::run_canvas("generate -m " + model + " -p 'x' --steps 4 -t 2 --json-schema " + dir.path("s.json"),
+                       false);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(python_validate(schema, {r.output.substr(0, r.output.size() - 1)}), "") << r.output;
 }

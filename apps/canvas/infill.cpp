@@ -13,7 +13,8 @@
 
 namespace canvas::cli {
 
-const char* kInfillUsage = R"(Infilling and structured output (diffusion models fill holes; AR models only do --json-schema):
+const char* kInfillUsage =
+    R"(Infilling and structured output (diffusion models fill holes; AR models only do --json-schema):
       --suffix TEXT       fill -n tokens between the prompt and TEXT; the prompt may instead (or also)
                           hold holes written <|hole:N|> (N tokens each), all filled at once.
                           Prints the whole text; --json adds "fills" (each hole's text)
@@ -57,15 +58,18 @@ SamplingParams sampling_from(const Args& args) {
   return s;
 }
 
-std::string json_string(const std::string& s) { return nlohmann::json(sanitize_utf8(s)).dump(); }
+std::string json_string(const std::string& s) {
+  return nlohmann::json(sanitize_utf8(s)).dump();
+}
 
 void print_stats(const GenerationResult& r, int64_t filled, int threads) {
   const double tps = r.decode_ms > 0 ? double(filled) * 1000.0 / r.decode_ms : 0.0;
-  std::fprintf(stderr,
-               "[%lld tokens filled, %lld passes, prompt %lld tokens %.1f ms, decode %.1f ms, %.2f tokens/s, %s, %d "
-               "threads]\n",
-               (long long)filled, (long long)r.passes, (long long)r.prompt_tokens, r.prompt_ms, r.decode_ms, tps,
-               simd_level_name(simd_level()), threads);
+  std::fprintf(
+      stderr,
+      "[%lld tokens filled, %lld passes, prompt %lld tokens %.1f ms, decode %.1f ms, %.2f tokens/s, %s, %d "
+      "threads]\n",
+      (long long)filled, (long long)r.passes, (long long)r.prompt_tokens, r.prompt_ms, r.decode_ms, tps,
+      simd_level_name(simd_level()), threads);
 }
 
 void print_json(const GenerationResult& r, const std::string& text, const std::vector<std::string>* fills,
@@ -100,11 +104,14 @@ bool infill_requested(const Args& args) {
   return args.has("suffix") || args.has("json-schema") || has_hole_marker(args.get("prompt", ""));
 }
 
-int run_infill(const Args& args, const Model& model, const std::string& model_path, const TextTokenizer& tokenizer) {
+int run_infill(const Args& args, const Model& model, const std::string& model_path,
+               const TextTokenizer& tokenizer) {
   const ModelConfig& c = model.config;
   check(!args.has("chat"), "--chat cannot be combined with --suffix, <|hole:N|> or --json-schema");
-  check(!args.has("stream-head"), "--stream-head cannot be combined with --suffix, <|hole:N|> or --json-schema");
-  check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
+  check(!args.has("stream-head"),
+        "--stream-head cannot be combined with --suffix, <|hole:N|> or --json-schema");
+  check(args.positional().empty(),
+        "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
   const TextCodec codec = codec_for(model, tokenizer);
   const std::string mode = args.get("mode", c.is_diffusion() ? "diffusion" : "ar");
   check(mode == "diffusion" || mode == "ar", "--mode must be diffusion or ar");
@@ -114,7 +121,8 @@ int run_infill(const Args& args, const Model& model, const std::string& model_pa
   auto pool = make_pool(args);
   const SamplingParams sampling = sampling_from(args);
   const std::string prompt_text = args.get("prompt", "");
-  const std::vector<int32_t> bos = tokenizer.wants_bos() ? tokenizer.encode("", true) : std::vector<int32_t>{};
+  const std::vector<int32_t> bos =
+      tokenizer.wants_bos() ? tokenizer.encode("", true) : std::vector<int32_t>{};
   const bool schema_mode = args.has("json-schema");
   check(!(schema_mode && (args.has("suffix") || has_hole_marker(prompt_text))),
         "--json-schema cannot be combined with --suffix or <|hole:N|> holes");
@@ -139,7 +147,8 @@ int run_infill(const Args& args, const Model& model, const std::string& model_pa
       p.max_new_tokens = n;
       p.sampling = sampling;
       p.stop_ids = c.uniform_state ? defaults.params.eos_ids : std::vector<int32_t>{c.eos_token};
-      const ConstrainedArResult r = generate_constrained_ar(model, prompt, schema, codec, p, pool.get(), callbacks);
+      const ConstrainedArResult r =
+          generate_constrained_ar(model, prompt, schema, codec, p, pool.get(), callbacks);
       if (args.has("visual")) view.finish();
       if (args.has("json")) {
         print_json(r, r.text, nullptr, int64_t(r.tokens.size()));
@@ -152,9 +161,10 @@ int run_infill(const Args& args, const Model& model, const std::string& model_pa
     plan = plan_json(schema, prompt, codec, c.uniform_state ? -1 : c.mask_token,
                      std::min<int64_t>(n, c.context_length - int64_t(prompt.size())));
   } else {
-    check(c.is_diffusion(), "model '" + c.arch +
-                                "' is autoregressive: it cannot fill holes between fixed text (it was not trained to "
-                                "fill in the middle); use a masked or uniform-state diffusion model");
+    check(c.is_diffusion(),
+          "model '" + c.arch +
+              "' is autoregressive: it cannot fill holes between fixed text (it was not trained to "
+              "fill in the middle); use a masked or uniform-state diffusion model");
     check(mode == "diffusion", "--suffix and <|hole:N|> need diffusion decoding (not --mode ar)");
     std::vector<TextPiece> pieces = parse_holes(prompt_text);
     if (args.has("suffix")) {
@@ -165,8 +175,9 @@ int run_infill(const Args& args, const Model& model, const std::string& model_pa
     plan = plan_text_infill(pieces, bos, codec, c.uniform_state ? -1 : c.mask_token);
   }
   check(int64_t(plan.prompt.size() + plan.canvas.size()) <= c.context_length,
-        "prompt (" + std::to_string(plan.prompt.size()) + " tokens) + canvas (" + std::to_string(plan.canvas.size()) +
-            " tokens) exceed the model's context length " + std::to_string(c.context_length));
+        "prompt (" + std::to_string(plan.prompt.size()) + " tokens) + canvas (" +
+            std::to_string(plan.canvas.size()) + " tokens) exceed the model's context length " +
+            std::to_string(c.context_length));
 
   FillParams params;
   MaskedDiffusionParams& m = params.masked;

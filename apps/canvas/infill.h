@@ -12,7 +12,8 @@ namespace canvas::cli {
 // The generate flags this mode adds (value flags): suffix, json-schema.
 bool infill_requested(const Args& args);
 // Runs generate with holes or a schema; prints the result like generate does. Returns the exit code.
-int run_infill(const Args& args, const Model& model, const std::string& model_path, const TextTokenizer& tokenizer);
+int run_infill(const Args& args, const Model& model, const std::string& model_path,
+               const TextTokenizer& tokenizer);
 
 // The help text of these flags (appended to generate's usage).
 extern const char* kInfillUsage;

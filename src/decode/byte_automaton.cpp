@@ -12,11 +12,15 @@ namespace canvas {
 
 namespace {
 
-RegexPtr make(ByteRegex r) { return std::make_shared<const ByteRegex>(std::move(r)); }
+RegexPtr make(ByteRegex r) {
+  return std::make_shared<const ByteRegex>(std::move(r));
+}
 
 }  // namespace
 
-RegexPtr re_epsilon() { return make(ByteRegex{}); }
+RegexPtr re_epsilon() {
+  return make(ByteRegex{});
+}
 RegexPtr re_nothing() {
   ByteRegex r;
   r.kind = ByteRegex::Kind::Nothing;
@@ -55,8 +59,8 @@ RegexPtr re_alt(std::vector<RegexPtr> parts) {
   return make(std::move(r));
 }
 RegexPtr re_repeat(RegexPtr part, int64_t min, int64_t max) {
-  check(min >= 0 && (max < 0 || max >= min), "regex repetition {" + std::to_string(min) + "," + std::to_string(max) +
-                                                 "} is empty");
+  check(min >= 0 && (max < 0 || max >= min),
+        "regex repetition {" + std::to_string(min) + "," + std::to_string(max) + "} is empty");
   check(min <= 10000 && max <= 10000, "regex repetition count above 10000");
   ByteRegex r;
   r.kind = ByteRegex::Kind::Repeat;
@@ -65,7 +69,9 @@ RegexPtr re_repeat(RegexPtr part, int64_t min, int64_t max) {
   r.max = max;
   return make(std::move(r));
 }
-RegexPtr re_optional(RegexPtr part) { return re_repeat(std::move(part), 0, 1); }
+RegexPtr re_optional(RegexPtr part) {
+  return re_repeat(std::move(part), 0, 1);
+}
 RegexPtr re_automaton(std::shared_ptr<const ByteDfa> dfa) {
   ByteRegex r;
   r.kind = ByteRegex::Kind::Automaton;
@@ -89,8 +95,9 @@ struct Nfa {
   std::vector<State> states;
   int64_t limit = 0;
   int32_t add() {
-    check(int64_t(states.size()) < limit, "the language is too large to compile (over " + std::to_string(limit) +
-                                              " automaton states): use smaller bounds (maxLength, maxItems, ranges)");
+    check(int64_t(states.size()) < limit,
+          "the language is too large to compile (over " + std::to_string(limit) +
+              " automaton states): use smaller bounds (maxLength, maxItems, ranges)");
     states.emplace_back();
     return int32_t(states.size() - 1);
   }
@@ -99,9 +106,14 @@ struct Nfa {
     using K = ByteRegex::Kind;
     const int32_t in = add(), out = add();
     switch (r.kind) {
-      case K::Epsilon: states[size_t(in)].eps.push_back(out); break;
-      case K::Nothing: break;
-      case K::Set: states[size_t(in)].edges.push_back({r.set, out}); break;
+      case K::Epsilon:
+        states[size_t(in)].eps.push_back(out);
+        break;
+      case K::Nothing:
+        break;
+      case K::Set:
+        states[size_t(in)].edges.push_back({r.set, out});
+        break;
       case K::Concat: {
         int32_t cur = in;
         for (const RegexPtr& p : r.parts) {
@@ -181,7 +193,8 @@ struct Nfa {
 
 }  // namespace
 
-ByteDfa ByteDfa::trimmed(std::vector<std::array<int32_t, 256>> next, std::vector<char> accepting, int32_t start) {
+ByteDfa ByteDfa::trimmed(std::vector<std::array<int32_t, 256>> next, std::vector<char> accepting,
+                         int32_t start) {
   const size_t n = accepting.size();
   // Live: can reach acceptance (reverse search).
   std::vector<std::vector<int32_t>> reverse(n);
@@ -250,9 +263,9 @@ ByteDfa ByteDfa::compile(const RegexPtr& regex, int64_t max_states) {
     if (set.empty()) return -1;
     auto it = ids.find(set);
     if (it != ids.end()) return it->second;
-    check(int64_t(sets.size()) < max_states, "the language is too large to compile (over " +
-                                                 std::to_string(max_states) +
-                                                 " automaton states): use smaller bounds (maxLength, maxItems, ranges)");
+    check(int64_t(sets.size()) < max_states,
+          "the language is too large to compile (over " + std::to_string(max_states) +
+              " automaton states): use smaller bounds (maxLength, maxItems, ranges)");
     const int32_t id = int32_t(sets.size());
     ids.emplace(set, id);
     accepting.push_back(std::binary_search(set.begin(), set.end(), out) ? 1 : 0);
@@ -300,8 +313,8 @@ ByteDfa ByteDfa::intersect(const ByteDfa& a, const ByteDfa& b, int64_t max_state
     if (x < 0 || y < 0) return -1;
     auto it = ids.find({x, y});
     if (it != ids.end()) return it->second;
-    check(int64_t(pairs.size()) < max_states, "the language is too large to compile (over " +
-                                                  std::to_string(max_states) + " automaton states)");
+    check(int64_t(pairs.size()) < max_states,
+          "the language is too large to compile (over " + std::to_string(max_states) + " automaton states)");
     const int32_t id = int32_t(pairs.size());
     ids.emplace(std::make_pair(x, y), id);
     pairs.push_back({x, y});
@@ -357,7 +370,9 @@ std::vector<int32_t> ByteDfa::min_bytes_to_accept() const {
   return dist;
 }
 
-int64_t ByteDfa::min_length() const { return empty() ? -1 : min_bytes_to_accept()[size_t(start_)]; }
+int64_t ByteDfa::min_length() const {
+  return empty() ? -1 : min_bytes_to_accept()[size_t(start_)];
+}
 
 int64_t ByteDfa::max_length() const {
   if (empty()) return -1;
@@ -390,7 +405,9 @@ int64_t ByteDfa::max_length() const {
   return cyclic ? -1 : longest[size_t(start_)];
 }
 
-ByteSet printable_ascii() { return byte_range(0x20, 0x7e); }
+ByteSet printable_ascii() {
+  return byte_range(0x20, 0x7e);
+}
 
 RegexPtr json_string_chars(const ByteSet& chars) {
   ByteSet plain = chars & printable_ascii();
@@ -440,8 +457,9 @@ class PatternParser {
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
-    throw Error(origin_ + ": pattern '" + std::string(s_) + "': " + what + " at offset " + std::to_string(i_) +
-                " (supported: literals, ., \\d \\w \\s, [classes], groups, |, * + ? {n,m}, ^ and $ at the ends)");
+    throw Error(
+        origin_ + ": pattern '" + std::string(s_) + "': " + what + " at offset " + std::to_string(i_) +
+        " (supported: literals, ., \\d \\w \\s, [classes], groups, |, * + ? {n,m}, ^ and $ at the ends)");
   }
   bool at(char c) const { return i_ < s_.size() && s_[i_] == c; }
 
@@ -471,9 +489,12 @@ class PatternParser {
     RegexPtr atom_re = atom();
     for (;;) {
       int64_t lo = -1, hi = -1;
-      if (at('*')) lo = 0, hi = -1, ++i_;
-      else if (at('+')) lo = 1, hi = -1, ++i_;
-      else if (at('?')) lo = 0, hi = 1, ++i_;
+      if (at('*'))
+        lo = 0, hi = -1, ++i_;
+      else if (at('+'))
+        lo = 1, hi = -1, ++i_;
+      else if (at('?'))
+        lo = 0, hi = 1, ++i_;
       else if (at('{') && i_ + 1 < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_ + 1]))) {
         ++i_;
         lo = number();
@@ -495,13 +516,21 @@ class PatternParser {
   ByteSet escape_set(char c) {
     ByteSet set;
     switch (c) {
-      case 'd': return byte_range('0', '9');
-      case 'D': return printable_ascii() & ~byte_range('0', '9');
-      case 'w': return byte_range('0', '9') | byte_range('a', 'z') | byte_range('A', 'Z') | byte_range('_', '_');
-      case 'W': return printable_ascii() & ~escape_set('w');
-      case 's': set.set(' '); return set;  // tab and newlines are not printable: only the space is produced
-      case 'S': return printable_ascii() & ~byte_range(' ', ' ');
-      default: break;
+      case 'd':
+        return byte_range('0', '9');
+      case 'D':
+        return printable_ascii() & ~byte_range('0', '9');
+      case 'w':
+        return byte_range('0', '9') | byte_range('a', 'z') | byte_range('A', 'Z') | byte_range('_', '_');
+      case 'W':
+        return printable_ascii() & ~escape_set('w');
+      case 's':
+        set.set(' ');
+        return set;  // tab and newlines are not printable: only the space is produced
+      case 'S':
+        return printable_ascii() & ~byte_range(' ', ' ');
+      default:
+        break;
     }
     if (std::isalnum(static_cast<unsigned char>(c))) fail(std::string("unsupported escape \\") + c);
     if (c < 0x20 || c > 0x7e) fail("non-ASCII character");
@@ -514,8 +543,10 @@ class PatternParser {
     if (c == '(') {
       ++i_;
       if (at('?')) {
-        if (i_ + 1 < s_.size() && s_[i_ + 1] == ':') i_ += 2;
-        else fail("lookaround and named groups are unsupported");
+        if (i_ + 1 < s_.size() && s_[i_ + 1] == ':')
+          i_ += 2;
+        else
+          fail("lookaround and named groups are unsupported");
       }
       RegexPtr inner = alternation();
       if (!at(')')) fail("unbalanced '('");
@@ -536,8 +567,10 @@ class PatternParser {
       return json_string_chars(escape_set(e));
     }
     if (c == '^' || c == '$') fail("anchors are supported only at the ends");
-    if (c == '*' || c == '+' || c == '?' || c == ')') fail(std::string("nothing to repeat before '") + c + "'");
-    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) fail("non-ASCII character");
+    if (c == '*' || c == '+' || c == '?' || c == ')')
+      fail(std::string("nothing to repeat before '") + c + "'");
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e)
+      fail("non-ASCII character");
     ++i_;
     ByteSet set;
     set.set(size_t(uint8_t(c)));

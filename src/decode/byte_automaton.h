@@ -21,14 +21,14 @@ using ByteSet = std::bitset<256>;
 struct ByteRegex {
   enum class Kind { Epsilon, Nothing, Set, Concat, Alt, Repeat, Automaton };
   Kind kind = Kind::Epsilon;
-  ByteSet set;                          // Set: one byte from it
-  std::vector<RegexPtr> parts;          // Concat, Alt; Repeat: parts[0]
-  int64_t min = 0, max = -1;            // Repeat: min..max copies (max -1: unbounded)
-  std::shared_ptr<const ByteDfa> dfa;   // Automaton: an already compiled language
+  ByteSet set;                         // Set: one byte from it
+  std::vector<RegexPtr> parts;         // Concat, Alt; Repeat: parts[0]
+  int64_t min = 0, max = -1;           // Repeat: min..max copies (max -1: unbounded)
+  std::shared_ptr<const ByteDfa> dfa;  // Automaton: an already compiled language
 };
 
-RegexPtr re_epsilon();                  // the empty string
-RegexPtr re_nothing();                  // the empty language
+RegexPtr re_epsilon();  // the empty string
+RegexPtr re_nothing();  // the empty language
 RegexPtr re_set(const ByteSet& set);
 RegexPtr re_byte(uint8_t byte);
 RegexPtr re_literal(std::string_view text);
@@ -64,7 +64,8 @@ class ByteDfa {
   int64_t min_length() const;
 
  private:
-  static ByteDfa trimmed(std::vector<std::array<int32_t, 256>> next, std::vector<char> accepting, int32_t start);
+  static ByteDfa trimmed(std::vector<std::array<int32_t, 256>> next, std::vector<char> accepting,
+                         int32_t start);
   std::vector<std::array<int32_t, 256>> next_;
   std::vector<char> accepting_;
   int32_t start_ = -1;

@@ -16,7 +16,8 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> pieces) : pieces_(std:
                    [&](int32_t a, int32_t b) { return pieces_[size_t(a)] < pieces_[size_t(b)]; });
 }
 
-TokenAutomaton::TokenAutomaton(std::shared_ptr<const ByteDfa> dfa, std::shared_ptr<const TokenVocabulary> vocab)
+TokenAutomaton::TokenAutomaton(std::shared_ptr<const ByteDfa> dfa,
+                               std::shared_ptr<const TokenVocabulary> vocab)
     : dfa_(std::move(dfa)), vocab_(std::move(vocab)), vocab_size_(vocab_->size()) {
   check(!dfa_->empty(), "constraint: the language is empty (no text satisfies it)");
   const int32_t S = dfa_->states();
@@ -46,7 +47,9 @@ TokenAutomaton::TokenAutomaton(std::shared_ptr<const ByteDfa> dfa, std::shared_p
         // Every following piece that starts with piece[0..dead_at] dies at the same byte.
         const std::string_view dead_prefix(piece.data(), dead_at + 1);
         ++k;
-        while (k < ids.size() && std::string_view(vocab_->piece(ids[k])).substr(0, dead_at + 1) == dead_prefix) ++k;
+        while (k < ids.size() &&
+               std::string_view(vocab_->piece(ids[k])).substr(0, dead_at + 1) == dead_prefix)
+          ++k;
         prev = std::string_view(piece.data(), dead_at);
         continue;
       }
@@ -88,16 +91,21 @@ int32_t TokenAutomaton::next(int32_t state, int32_t token) const {
 
 CanvasConstraint::CanvasConstraint(std::vector<CanvasHole> holes, int64_t canvas_length, int32_t mask_id,
                                    int32_t vocab_size)
-    : holes_(std::move(holes)), hole_of_(size_t(canvas_length), -1), mask_id_(mask_id), vocab_size_(vocab_size) {
+    : holes_(std::move(holes)),
+      hole_of_(size_t(canvas_length), -1),
+      mask_id_(mask_id),
+      vocab_size_(vocab_size) {
   for (size_t h = 0; h < holes_.size(); ++h) {
     const CanvasHole& hole = holes_[h];
     check(hole.language != nullptr, "constraint: hole " + std::to_string(h) + " has no language");
     check(hole.language->vocab_size() == vocab_size,
-          "constraint: hole " + std::to_string(h) + "'s vocabulary has " + std::to_string(hole.language->vocab_size()) +
-              " tokens, the model's " + std::to_string(vocab_size));
+          "constraint: hole " + std::to_string(h) + "'s vocabulary has " +
+              std::to_string(hole.language->vocab_size()) + " tokens, the model's " +
+              std::to_string(vocab_size));
     check(hole.length > 0 && hole.start >= 0 && hole.start + hole.length <= canvas_length,
           "constraint: hole " + std::to_string(h) + " [" + std::to_string(hole.start) + ", " +
-              std::to_string(hole.start + hole.length) + ") is outside the canvas of " + std::to_string(canvas_length));
+              std::to_string(hole.start + hole.length) + ") is outside the canvas of " +
+              std::to_string(canvas_length));
     for (int64_t p = hole.start; p < hole.start + hole.length; ++p) {
       check(hole_of_[size_t(p)] < 0, "constraint: holes overlap at position " + std::to_string(p));
       hole_of_[size_t(p)] = int32_t(h);
@@ -165,12 +173,13 @@ void CanvasConstraint::recompute(size_t h, const std::vector<int32_t>& canvas) {
 
 void CanvasConstraint::update(const std::vector<int32_t>& canvas) {
   check(canvas.size() == hole_of_.size(), "constraint: the canvas has " + std::to_string(canvas.size()) +
-                                              " positions, the constraint " + std::to_string(hole_of_.size()));
+                                              " positions, the constraint " +
+                                              std::to_string(hole_of_.size()));
   for (size_t h = 0; h < holes_.size(); ++h) {
     const CanvasHole& hole = holes_[h];
     const HoleState& st = state_[h];
-    const bool same = !st.forward.empty() &&
-                      std::equal(st.seen.begin(), st.seen.end(), canvas.begin() + hole.start);
+    const bool same =
+        !st.forward.empty() && std::equal(st.seen.begin(), st.seen.end(), canvas.begin() + hole.start);
     if (!same) recompute(h, canvas);
   }
 }
@@ -207,7 +216,8 @@ bool CanvasConstraint::feasible() const {
   return true;
 }
 
-PrefixConstraint::PrefixConstraint(std::shared_ptr<const TokenAutomaton> language) : language_(std::move(language)) {}
+PrefixConstraint::PrefixConstraint(std::shared_ptr<const TokenAutomaton> language)
+    : language_(std::move(language)) {}
 
 void PrefixConstraint::allowed(int32_t state, int64_t remaining, std::vector<char>& allowed) const {
   allowed.assign(size_t(language_->vocab_size()), 0);

@@ -133,8 +133,10 @@ std::vector<int32_t> CanvasConstraint::repair(std::vector<int32_t> canvas, Score
   for (const CanvasHole& hole : holes_) {
     const TokenAutomaton& lang = *hole.language;
     // Completable from position i with every position >= i free.
-    std::vector<std::vector<char>> free_back(size_t(hole.length + 1), std::vector<char>(size_t(lang.dfa().states()), 0));
-    for (int32_t s = 0; s < lang.dfa().states(); ++s) free_back[size_t(hole.length)][size_t(s)] = lang.dfa().accepting(s);
+    std::vector<std::vector<char>> free_back(size_t(hole.length + 1),
+                                             std::vector<char>(size_t(lang.dfa().states()), 0));
+    for (int32_t s = 0; s < lang.dfa().states(); ++s)
+      free_back[size_t(hole.length)][size_t(s)] = lang.dfa().accepting(s);
     for (int64_t i = hole.length - 1; i >= 0; --i)
       for (int32_t s = 0; s < lang.dfa().states(); ++s)
         for (const TokenAutomaton::Move& m : lang.moves(s))

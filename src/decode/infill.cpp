@@ -31,7 +31,9 @@ void check_codec(const TextCodec& codec) {
 
 }  // namespace
 
-bool has_hole_marker(const std::string& text) { return text.find(kHoleOpen) != std::string::npos; }
+bool has_hole_marker(const std::string& text) {
+  return text.find(kHoleOpen) != std::string::npos;
+}
 
 std::vector<TextPiece> parse_holes(const std::string& text) {
   std::vector<TextPiece> pieces;
@@ -46,8 +48,9 @@ std::vector<TextPiece> parse_holes(const std::string& text) {
     const std::string marker = text.substr(open, close == std::string::npos ? 16 : close + 2 - open);
     check(close != std::string::npos, "hole marker '" + marker + "' is not closed (write <|hole:N|>)");
     const std::string number = text.substr(digits, close - digits);
-    const bool numeric = !number.empty() && number.size() <= 4 &&
-                         std::all_of(number.begin(), number.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool numeric =
+        !number.empty() && number.size() <= 4 &&
+        std::all_of(number.begin(), number.end(), [](char c) { return c >= '0' && c <= '9'; });
     const int64_t n = numeric ? std::stoll(number) : 0;
     check(numeric && n >= 1 && n <= 4096,
           "hole marker '" + marker + "': N must be a number of tokens from 1 to 4096 (write <|hole:N|>)");
@@ -63,7 +66,8 @@ FillPlan plan_text_infill(const std::vector<TextPiece>& pieces, const std::vecto
   FillPlan plan;
   plan.mask_id = mask_id;
   plan.prompt = prefix_tokens;
-  const auto first_hole = std::find_if(pieces.begin(), pieces.end(), [](const TextPiece& p) { return p.is_hole(); });
+  const auto first_hole =
+      std::find_if(pieces.begin(), pieces.end(), [](const TextPiece& p) { return p.is_hole(); });
   check(first_hole != pieces.end(), "infill: the text has no hole (write <|hole:N|> or give --suffix)");
   std::string lead;
   for (auto it = pieces.begin(); it != first_hole; ++it) lead += it->text;
@@ -107,7 +111,8 @@ FillPlan plan_json(const JsonTemplate& schema, const std::vector<int32_t>& promp
       const int32_t min_tokens = part.language->min_tokens_to_accept()[size_t(part.language->dfa().start())];
       check(min_tokens >= 0, "json schema: a value hole cannot be written with this vocabulary");
       part.min = std::max<int64_t>(min_tokens, 1);
-      const int64_t longest = seg.max_bytes < 0 ? hole_cap : std::min(seg.max_bytes, std::max(hole_cap, part.min));
+      const int64_t longest =
+          seg.max_bytes < 0 ? hole_cap : std::min(seg.max_bytes, std::max(hole_cap, part.min));
       part.size = std::max(part.min, longest);
     }
     parts.push_back(std::move(part));
@@ -115,7 +120,8 @@ FillPlan plan_json(const JsonTemplate& schema, const std::vector<int32_t>& promp
   int64_t need = fixed_total, want = fixed_total;
   for (const Part& p : parts) need += p.min, want += p.size;
   check(need <= max_tokens, "the schema needs at least " + std::to_string(need) + " tokens (" +
-                                std::to_string(fixed_total) + " of fixed text); -n is " + std::to_string(max_tokens));
+                                std::to_string(fixed_total) + " of fixed text); -n is " +
+                                std::to_string(max_tokens));
   // Shrink the largest holes one token at a time until the canvas fits.
   while (want > max_tokens) {
     Part* largest = nullptr;
@@ -157,8 +163,8 @@ FillResult finish(FillResult r, const FillPlan& plan, const TextCodec& codec) {
   return r;
 }
 
-FillResult fill_masked(const Model& model, const FillPlan& plan, const FillParams& params, const TextCodec& codec,
-                       ThreadPool* pool, const DecodeCallbacks& callbacks) {
+FillResult fill_masked(const Model& model, const FillPlan& plan, const FillParams& params,
+                       const TextCodec& codec, ThreadPool* pool, const DecodeCallbacks& callbacks) {
   const ModelConfig& c = model.config;
   check(plan.mask_id == c.mask_token, "infill: the plan's mask id " + std::to_string(plan.mask_id) +
                                           " is not the model's " + std::to_string(c.mask_token));
@@ -183,7 +189,8 @@ FillResult fill_uniform_state(const Model& model, const FillPlan& plan, const Fi
                               const TextCodec& codec, ThreadPool* pool, const DecodeCallbacks& callbacks) {
   const ModelConfig& c = model.config;
   check(!params.uniform.stream_head, "infill: --stream-head is not supported when filling holes");
-  check(!plan.prompt.empty(), "infill: a uniform-state model needs a prompt before the first hole (e.g. <bos>)");
+  check(!plan.prompt.empty(),
+        "infill: a uniform-state model needs a prompt before the first hole (e.g. <bos>)");
   const int64_t L = int64_t(plan.canvas.size()), V = c.vocab;
   const int64_t P = int64_t(plan.prompt.size());
   check(P + L <= c.context_length, "infill: prompt (" + std::to_string(P) + " tokens) + canvas (" +
@@ -224,7 +231,8 @@ FillResult fill_uniform_state(const Model& model, const FillPlan& plan, const Fi
   static_cast<GenerationResult&>(r) = gen;
   r.prompt_tokens = P;
   r.prompt_ms = r.prompt_ms;
-  std::vector<int32_t> canvas(gen.tokens.begin(), gen.tokens.begin() + std::min<int64_t>(L, int64_t(gen.tokens.size())));
+  std::vector<int32_t> canvas(gen.tokens.begin(),
+                              gen.tokens.begin() + std::min<int64_t>(L, int64_t(gen.tokens.size())));
   canvas.resize(size_t(L), plan.mask_id);
   for (int64_t i = 0; i < L; ++i)
     if (plan.canvas[size_t(i)] != plan.mask_id) canvas[size_t(i)] = plan.canvas[size_t(i)];
@@ -240,9 +248,10 @@ FillResult fill(const Model& model, const FillPlan& plan, const FillParams& para
                 ThreadPool* pool, const DecodeCallbacks& callbacks) {
   check_codec(codec);
   const ModelConfig& c = model.config;
-  check(c.is_diffusion(), "model '" + c.arch +
-                              "' is autoregressive: it cannot fill holes between fixed text (it was not trained to "
-                              "fill in the middle); use a masked or uniform-state diffusion model");
+  check(c.is_diffusion(),
+        "model '" + c.arch +
+            "' is autoregressive: it cannot fill holes between fixed text (it was not trained to "
+            "fill in the middle); use a masked or uniform-state diffusion model");
   check(int64_t(codec.vocabulary->size()) <= c.vocab, "infill: the tokenizer has more tokens than the model");
   if (c.uniform_state) return fill_uniform_state(model, plan, params, codec, pool, callbacks);
   check(c.mask_token >= 0, "infill: model '" + c.arch + "' has no mask token");
@@ -250,8 +259,9 @@ FillResult fill(const Model& model, const FillPlan& plan, const FillParams& para
 }
 
 ConstrainedArResult generate_constrained_ar(const Model& model, const std::vector<int32_t>& prompt,
-                                            const JsonTemplate& schema, const TextCodec& codec, ArParams params,
-                                            ThreadPool* pool, const DecodeCallbacks& callbacks) {
+                                            const JsonTemplate& schema, const TextCodec& codec,
+                                            ArParams params, ThreadPool* pool,
+                                            const DecodeCallbacks& callbacks) {
   check_codec(codec);
   const PrefixConstraint constraint(automaton(schema.document(), codec));
   params.constraint = &constraint;

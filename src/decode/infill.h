@@ -92,8 +92,9 @@ struct ConstrainedArResult : GenerationResult {
   std::string text;
 };
 ConstrainedArResult generate_constrained_ar(const Model& model, const std::vector<int32_t>& prompt,
-                                            const JsonTemplate& schema, const TextCodec& codec, ArParams params,
-                                            ThreadPool* pool, const DecodeCallbacks& callbacks = {});
+                                            const JsonTemplate& schema, const TextCodec& codec,
+                                            ArParams params, ThreadPool* pool,
+                                            const DecodeCallbacks& callbacks = {});
 
 // The text of ids under the codec's vocabulary (pieces concatenated; special tokens give nothing).
 std::string codec_text(const TextCodec& codec, const std::vector<int32_t>& ids);

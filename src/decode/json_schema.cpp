@@ -18,7 +18,9 @@ const RegexPtr& digit() {
   static const RegexPtr r = re_set(byte_range('0', '9'));
   return r;
 }
-RegexPtr digits(int64_t min, int64_t max) { return re_repeat(digit(), min, max); }
+RegexPtr digits(int64_t min, int64_t max) {
+  return re_repeat(digit(), min, max);
+}
 
 // Decimal strings of the same length n between a and b (a <= b), leading zeros allowed.
 RegexPtr range_same_length(const std::string& a, const std::string& b) {
@@ -28,10 +30,13 @@ RegexPtr range_same_length(const std::string& a, const std::string& b) {
   if (n == 1) return re_set(byte_range(uint8_t(a[0]), uint8_t(b[0])));
   if (a[0] == b[0]) return re_concat({re_byte(uint8_t(a[0])), range_same_length(a.substr(1), b.substr(1))});
   std::vector<RegexPtr> alts;
-  alts.push_back(re_concat({re_byte(uint8_t(a[0])), range_same_length(a.substr(1), std::string(n - 1, '9'))}));
+  alts.push_back(
+      re_concat({re_byte(uint8_t(a[0])), range_same_length(a.substr(1), std::string(n - 1, '9'))}));
   if (b[0] - a[0] > 1)
-    alts.push_back(re_concat({re_set(byte_range(uint8_t(a[0] + 1), uint8_t(b[0] - 1))), digits(int64_t(n - 1), int64_t(n - 1))}));
-  alts.push_back(re_concat({re_byte(uint8_t(b[0])), range_same_length(std::string(n - 1, '0'), b.substr(1))}));
+    alts.push_back(re_concat(
+        {re_set(byte_range(uint8_t(a[0] + 1), uint8_t(b[0] - 1))), digits(int64_t(n - 1), int64_t(n - 1))}));
+  alts.push_back(
+      re_concat({re_byte(uint8_t(b[0])), range_same_length(std::string(n - 1, '0'), b.substr(1))}));
   return re_alt(std::move(alts));
 }
 
@@ -76,16 +81,20 @@ RegexPtr magnitude(Bound lo, Bound hi, bool fraction) {
   }
   const RegexPtr frac = re_optional(re_concat({re_byte('.'), digits(1, -1)}));
   const RegexPtr zero_frac = re_optional(re_concat({re_byte('.'), re_repeat(re_byte('0'), 1, -1)}));
-  const RegexPtr nonzero_frac = re_concat({re_byte('.'), digits(0, -1), re_set(byte_range('1', '9')), digits(0, -1)});
+  const RegexPtr nonzero_frac =
+      re_concat({re_byte('.'), digits(0, -1), re_set(byte_range('1', '9')), digits(0, -1)});
   const std::string lo_text = std::to_string(lo.value);
   if (hi.present && hi.value == lo.value)
     return (!lo.exclusive && !hi.exclusive) ? re_concat({re_literal(lo_text), zero_frac}) : re_nothing();
   if (hi.present && hi.value < lo.value) return re_nothing();
   std::vector<RegexPtr> alts;
   alts.push_back(re_concat({re_literal(lo_text), lo.exclusive ? nonzero_frac : frac}));
-  if (!hi.present) alts.push_back(re_concat({uint_range(lo.value + 1, -1), frac}));
-  else if (hi.value - 1 >= lo.value + 1) alts.push_back(re_concat({uint_range(lo.value + 1, hi.value - 1), frac}));
-  if (hi.present && !hi.exclusive) alts.push_back(re_concat({re_literal(std::to_string(hi.value)), zero_frac}));
+  if (!hi.present)
+    alts.push_back(re_concat({uint_range(lo.value + 1, -1), frac}));
+  else if (hi.value - 1 >= lo.value + 1)
+    alts.push_back(re_concat({uint_range(lo.value + 1, hi.value - 1), frac}));
+  if (hi.present && !hi.exclusive)
+    alts.push_back(re_concat({re_literal(std::to_string(hi.value)), zero_frac}));
   return re_alt(std::move(alts));
 }
 
@@ -119,16 +128,18 @@ class Compiler {
 
   void check_keywords(const json& s, const std::string& path) const {
     static const std::set<std::string> known = {
-        "type",      "properties", "required",  "additionalProperties", "items",      "minItems",
-        "maxItems",  "enum",       "const",     "pattern",              "maxLength",  "minLength",
-        "minimum",   "maximum",    "exclusiveMinimum",                  "exclusiveMaximum",
-        "anyOf",     "title",      "description", "$schema",            "$id",        "default",
-        "examples",  "$comment"};
+        "type",    "properties", "required",         "additionalProperties",
+        "items",   "minItems",   "maxItems",         "enum",
+        "const",   "pattern",    "maxLength",        "minLength",
+        "minimum", "maximum",    "exclusiveMinimum", "exclusiveMaximum",
+        "anyOf",   "title",      "description",      "$schema",
+        "$id",     "default",    "examples",         "$comment"};
     for (auto it = s.begin(); it != s.end(); ++it)
       if (!known.count(it.key()))
-        fail(path, "unsupported JSON Schema feature '" + it.key() +
-                       "' (supported: type, properties, required, items, minItems, maxItems, enum, const, pattern, "
-                       "minLength, maxLength, minimum, maximum, exclusiveMinimum, exclusiveMaximum, anyOf)");
+        fail(path,
+             "unsupported JSON Schema feature '" + it.key() +
+                 "' (supported: type, properties, required, items, minItems, maxItems, enum, const, pattern, "
+                 "minLength, maxLength, minimum, maximum, exclusiveMinimum, exclusiveMaximum, anyOf)");
   }
 
   // The type a schema describes: its "type", else inferred from its keywords ("" when any value).
@@ -137,7 +148,8 @@ class Compiler {
       const json& t = s["type"];
       if (t.is_string()) {
         const std::string name = t.get<std::string>();
-        static const std::set<std::string> types = {"object", "array", "string", "integer", "number", "boolean", "null"};
+        static const std::set<std::string> types = {"object", "array",   "string", "integer",
+                                                    "number", "boolean", "null"};
         if (!types.count(name)) fail(path, "unknown type '" + name + "'");
         return name;
       }
@@ -167,7 +179,8 @@ class Compiler {
     auto read = [&](const char* key, bool excl) {
       if (!s.contains(key)) return;
       const json& v = s[key];
-      if (v.is_boolean()) fail(path, std::string("boolean '") + key + "' (draft 4) is unsupported: give the bound as a number");
+      if (v.is_boolean())
+        fail(path, std::string("boolean '") + key + "' (draft 4) is unsupported: give the bound as a number");
       if (!v.is_number()) fail(path, std::string("'") + key + "' must be a number");
       const double x = v.get<double>();
       if (!(std::fabs(x) < 1e15)) fail(path, std::string("'") + key + "' is out of range (|x| < 1e15)");
@@ -178,8 +191,9 @@ class Compiler {
       } else {
         nb.value = int64_t(x);
       }
-      const bool tighter = !b.present || (lower ? (nb.value > b.value || (nb.value == b.value && nb.exclusive))
-                                                : (nb.value < b.value || (nb.value == b.value && nb.exclusive)));
+      const bool tighter =
+          !b.present || (lower ? (nb.value > b.value || (nb.value == b.value && nb.exclusive))
+                               : (nb.value < b.value || (nb.value == b.value && nb.exclusive)));
       if (tighter) b = nb;
     };
     read(inclusive, false);
@@ -229,7 +243,8 @@ class Compiler {
     if (!props.is_object()) fail(path, "'properties' must be an object");
     for (const std::string& r : required)
       if (!props.contains(r))
-        fail(path, "required property '" + r + "' is not in 'properties' (its schema is needed to generate it)");
+        fail(path,
+             "required property '" + r + "' is not in 'properties' (its schema is needed to generate it)");
     std::vector<std::string> out;
     for (auto it = props.begin(); it != props.end(); ++it)
       if (required.count(it.key())) out.push_back(it.key());
@@ -241,30 +256,36 @@ class Compiler {
     std::vector<RegexPtr> alts{re_epsilon()};
     for (size_t i = 0; i < items.size(); ++i) {
       std::vector<RegexPtr> parts{items[i]};
-      for (size_t j = i + 1; j < items.size(); ++j) parts.push_back(re_optional(re_concat({re_byte(','), items[j]})));
+      for (size_t j = i + 1; j < items.size(); ++j)
+        parts.push_back(re_optional(re_concat({re_byte(','), items[j]})));
       alts.push_back(re_concat(std::move(parts)));
     }
     return re_alt(std::move(alts));
   }
 
   RegexPtr any_value(int depth) const {
-    const RegexPtr str = re_concat({re_byte('"'), re_repeat(json_string_chars(printable_ascii()), 0, -1), re_byte('"')});
-    std::vector<RegexPtr> alts{str, signed_range({}, {}, true), re_literal("true"), re_literal("false"), re_literal("null")};
+    const RegexPtr str =
+        re_concat({re_byte('"'), re_repeat(json_string_chars(printable_ascii()), 0, -1), re_byte('"')});
+    std::vector<RegexPtr> alts{str, signed_range({}, {}, true), re_literal("true"), re_literal("false"),
+                               re_literal("null")};
     if (depth > 0) {
       const RegexPtr v = any_value(depth - 1);
-      alts.push_back(re_concat({re_byte('['), re_optional(re_concat({v, re_repeat(re_concat({re_byte(','), v}), 0, -1)})),
+      alts.push_back(re_concat({re_byte('['),
+                                re_optional(re_concat({v, re_repeat(re_concat({re_byte(','), v}), 0, -1)})),
                                 re_byte(']')}));
       const RegexPtr member = re_concat({str, re_byte(':'), v});
-      alts.push_back(re_concat({re_byte('{'),
-                                re_optional(re_concat({member, re_repeat(re_concat({re_byte(','), member}), 0, -1)})),
-                                re_byte('}')}));
+      alts.push_back(
+          re_concat({re_byte('{'),
+                     re_optional(re_concat({member, re_repeat(re_concat({re_byte(','), member}), 0, -1)})),
+                     re_byte('}')}));
     }
     return re_alt(std::move(alts));
   }
 
   // The inside of an object with any members: string keys, shallow values.
   RegexPtr any_members() const {
-    const RegexPtr key = re_concat({re_byte('"'), re_repeat(json_string_chars(printable_ascii()), 0, -1), re_byte('"')});
+    const RegexPtr key =
+        re_concat({re_byte('"'), re_repeat(json_string_chars(printable_ascii()), 0, -1), re_byte('"')});
     const RegexPtr member = re_concat({key, re_byte(':'), any_value(1)});
     return re_optional(re_concat({member, re_repeat(re_concat({re_byte(','), member}), 0, -1)}));
   }
@@ -280,7 +301,8 @@ class Compiler {
       if (s.contains("type") || s.contains("properties") || s.contains("items"))
         fail(path, "'anyOf' beside type / properties / items is unsupported: put them inside each branch");
       std::vector<RegexPtr> alts;
-      for (size_t i = 0; i < any.size(); ++i) alts.push_back(value(any[i], path + "/anyOf/" + std::to_string(i)));
+      for (size_t i = 0; i < any.size(); ++i)
+        alts.push_back(value(any[i], path + "/anyOf/" + std::to_string(i)));
       return re_alt(std::move(alts));
     }
     const std::string type = type_of(s, path);
@@ -308,7 +330,8 @@ class Compiler {
       if (hi >= 0 && hi < lo) fail(path, "maxItems < minItems");
       if (hi == 0) return re_literal("[]");
       const RegexPtr item = s.contains("items") ? value(s["items"], path + "/items") : any_value(1);
-      const RegexPtr more = re_repeat(re_concat({re_byte(','), item}), std::max<int64_t>(lo - 1, 0), hi < 0 ? -1 : hi - 1);
+      const RegexPtr more =
+          re_repeat(re_concat({re_byte(','), item}), std::max<int64_t>(lo - 1, 0), hi < 0 ? -1 : hi - 1);
       const RegexPtr list = re_concat({item, more});
       return re_concat({re_byte('['), lo == 0 ? re_optional(list) : list, re_byte(']')});
     }
@@ -324,7 +347,8 @@ class Compiler {
     std::vector<RegexPtr> optional;
     for (auto it = props.begin(); it != props.end(); ++it)
       if (std::find(required.begin(), required.end(), it.key()) == required.end())
-        optional.push_back(re_concat({re_literal(key_text(it.key())), value(it.value(), path + "/properties/" + it.key())}));
+        optional.push_back(
+            re_concat({re_literal(key_text(it.key())), value(it.value(), path + "/properties/" + it.key())}));
     if (!required.empty()) {
       for (const RegexPtr& o : optional) parts.push_back(re_optional(re_concat({re_byte(','), o})));
     } else if (!optional.empty()) {
@@ -337,9 +361,10 @@ class Compiler {
   // Segments: what can be fixed is fixed text, the rest holes.
   void emit(const json& s, const std::string& path, JsonTemplate& out) {
     if (s.is_object()) check_keywords(s, path);
-    const std::string type = s.is_object() && !s.contains("enum") && !s.contains("const") && !s.contains("anyOf")
-                                 ? type_of(s, path)
-                                 : "";
+    const std::string type =
+        s.is_object() && !s.contains("enum") && !s.contains("const") && !s.contains("anyOf")
+            ? type_of(s, path)
+            : "";
     if (type == "object") {
       const std::vector<std::string> required = required_of(s, path);
       const json props = s.value("properties", json::object());
@@ -351,8 +376,8 @@ class Compiler {
       std::vector<RegexPtr> optional;
       for (auto it = props.begin(); it != props.end(); ++it)
         if (std::find(required.begin(), required.end(), it.key()) == required.end())
-          optional.push_back(
-              re_concat({re_literal(key_text(it.key())), value(it.value(), path + "/properties/" + it.key())}));
+          optional.push_back(re_concat(
+              {re_literal(key_text(it.key())), value(it.value(), path + "/properties/" + it.key())}));
       if (!required.empty()) {
         for (const RegexPtr& o : optional) hole(re_optional(re_concat({re_byte(','), o})), path, out);
       } else if (!optional.empty()) {
@@ -437,7 +462,8 @@ class Compiler {
 
 RegexPtr JsonTemplate::document() const {
   std::vector<RegexPtr> parts;
-  for (const JsonSegment& s : segments) parts.push_back(s.is_hole() ? re_automaton(s.language) : re_literal(s.fixed));
+  for (const JsonSegment& s : segments)
+    parts.push_back(s.is_hole() ? re_automaton(s.language) : re_literal(s.fixed));
   return re_concat(std::move(parts));
 }
 

@@ -20,9 +20,9 @@ namespace canvas {
 
 // One piece of a JSON template: fixed text, or a hole whose bytes form a string of `language`.
 struct JsonSegment {
-  std::string fixed;                      // the text of a fixed segment
+  std::string fixed;                        // the text of a fixed segment
   std::shared_ptr<const ByteDfa> language;  // a hole's values (compact JSON); null for fixed text
-  int64_t min_bytes = 0, max_bytes = 0;   // of the hole's values; max -1: unbounded
+  int64_t min_bytes = 0, max_bytes = 0;     // of the hole's values; max -1: unbounded
   bool is_hole() const { return language != nullptr; }
 };
 

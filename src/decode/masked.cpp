@@ -143,7 +143,9 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
     const int64_t s0 = P + b * B, s1 = s0 + B;
     block_causal_groups(P, B, b, groups);  // the active region is [s0, total)
     const int64_t block_masked_at_start = std::count(seq.begin() + s0, seq.begin() + s1, mask);
-    for (int64_t step = 0; step < steps_per_block; ++step) {
+    // With a constraint, a commit the schedule wanted may have been held back (its hole no longer allowed
+    // it): extra steps, each committing everything still masked that is allowed, finish the block.
+    for (int64_t step = 0; step < steps_per_block || params.constraint; ++step) {
       masked_positions.clear();
       for (int64_t p = s0; p < s1; ++p)
         if (seq[size_t(p)] == mask) masked_positions.push_back(p);
