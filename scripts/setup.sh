@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(build-essential cmake ccache libgtest-dev libbenchmark-dev libopenblas-dev nlohmann-json3-dev libcpp-httplib-dev
-          qqwing bible-kjv fortunes chromium nginx-light curl)
+          qqwing bible-kjv fortunes chromium nginx-light curl python3-jsonschema)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # canvas serve's client tests run on Node (any install: Debian's nodejs + npm, or one that bundles npm).

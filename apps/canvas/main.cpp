@@ -11,6 +11,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "infill.h"
 #include "core/cpu.h"
 #include "core/error.h"
 #include "decode/ar.h"
@@ -122,6 +123,14 @@ instead.)",
                          "pass, recompute only its masked positions and those committed by the previous\n"
                          "step; other positions keep their cached K/V (docs/performance.md)"},
         {"--freeze-refresh", "N", "with --freeze (implied): also recompute everything every N steps of a block"},
+        cli::heading("Infilling and structured output (diffusion models fill holes; AR models only do --json-schema):"),
+        {"--suffix", "TEXT", "fill -n tokens between the prompt and TEXT; the prompt may instead (or also) hold\n"
+                             "holes written <|hole:N|> (N tokens each), all filled at once. Prints the whole\n"
+                             "text; --json adds \"fills\" (each hole's text)"},
+        {"--json-schema", "FILE", "output valid by construction for a JSON Schema subset (docs/infill.md); -n is an\n"
+                                  "upper bound and stdout holds the JSON alone. Diffusion: the scaffold is given\n"
+                                  "and the value holes are decoded in any order under per-hole token masks;\n"
+                                  "--mode ar: the same constraint masks tokens left to right"},
     },
     ""};
 
@@ -191,6 +200,8 @@ int cmd_generate(int argc, char** argv) {
   const Model model = Model::load(model_path);
   const ModelConfig& c = model.config;
   const TextTokenizer tokenizer = TextTokenizer::for_model(model, model_path, args.get("tokenizer", ""));
+  // Infilling (--suffix, <|hole:N|>) and schema-constrained output (--json-schema): apps/canvas/infill.cpp.
+  if (cli::infill_requested(args)) return cli::run_infill(args, model, model_path, tokenizer);
   const std::vector<int32_t> prompt =
       args.has("chat") ? tokenizer.encode(cli::gemma_user_turn(prompt_text, true), false)
                        : tokenizer.encode(prompt_text, true);
@@ -219,18 +230,7 @@ int cmd_generate(int argc, char** argv) {
         "--stream-head applies to uniform-state diffusion decoding (DiffusionGemma's entropy-bound sampler) only");
 
   const uint64_t seed = cli::resolve_seed(args);
-  SamplingParams sampling;
-  sampling.temperature = float(args.get_float("temp", 0.0));
-  sampling.top_k = args.get_int("top-k", 0);
-  sampling.top_p = float(args.get_float("top-p", 1.0));
-  sampling.min_p = float(args.get_float("min-p", 0.0));
-  sampling.repeat_penalty = float(args.get_float("repeat-penalty", 1.0));
-  sampling.seed = seed;
-  check(sampling.temperature >= 0, "--temp must be >= 0");
-  check(sampling.top_k >= 0, "--top-k must be >= 0");
-  check(sampling.top_p > 0 && sampling.top_p <= 1, "--top-p must be in (0, 1]");
-  check(sampling.min_p >= 0 && sampling.min_p <= 1, "--min-p must be in [0, 1]");
-  check(sampling.repeat_penalty > 0, "--repeat-penalty must be > 0");
+  const SamplingParams sampling = cli::sampling_params(args, seed);
   check(!is_uniform || (!args.has("min-p") && !args.has("repeat-penalty") && !args.has("top-k") &&
                         !args.has("top-p") && !args.has("temp")),
         "--temp, --top-k, --top-p, --min-p and --repeat-penalty apply to masked diffusion and --mode ar; the "

@@ -39,6 +39,22 @@ uint64_t resolve_seed(const Args& args) {
   return ((uint64_t(device()) << 32) | device()) & ((uint64_t(1) << 53) - 1);
 }
 
+SamplingParams sampling_params(const Args& args, uint64_t seed) {
+  SamplingParams sampling;
+  sampling.temperature = float(args.get_float("temp", 0.0));
+  sampling.top_k = args.get_int("top-k", 0);
+  sampling.top_p = float(args.get_float("top-p", 1.0));
+  sampling.min_p = float(args.get_float("min-p", 0.0));
+  sampling.repeat_penalty = float(args.get_float("repeat-penalty", 1.0));
+  sampling.seed = seed;
+  check(sampling.temperature >= 0, "--temp must be >= 0");
+  check(sampling.top_k >= 0, "--top-k must be >= 0");
+  check(sampling.top_p > 0 && sampling.top_p <= 1, "--top-p must be in (0, 1]");
+  check(sampling.min_p >= 0 && sampling.min_p <= 1, "--min-p must be in [0, 1]");
+  check(sampling.repeat_penalty > 0, "--repeat-penalty must be > 0");
+  return sampling;
+}
+
 namespace {
 
 std::string read_stream(std::istream& in) {

@@ -10,6 +10,7 @@
 #include "args.h"
 #include "decode/entropy_bound.h"
 #include "decode/events.h"
+#include "decode/sampling.h"
 #include "model/model.h"
 
 namespace canvas {
@@ -67,6 +68,8 @@ EntropyBoundParams uniform_state_params(const Args& args, const SamplerDefaults&
 
 // The run's seed: -s/--seed N, or a fresh random one when the flag is absent or -1 (the caller reports it).
 uint64_t resolve_seed(const Args& args);
+// --temp, --top-k, --top-p, --min-p, --repeat-penalty (checked) with the given seed.
+SamplingParams sampling_params(const Args& args, uint64_t seed);
 
 // The prompt of generate: -p TEXT, -p - (stdin), -f/--file FILE, or (without either) stdin when it is
 // not a terminal. One trailing newline of a file or stdin is dropped. Throws when there is none.

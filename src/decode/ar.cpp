@@ -27,6 +27,14 @@ GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& pro
   std::vector<float> logits(size_t(c.vocab));
   std::vector<int32_t> generated;
   std::vector<int32_t> tokens(prompt), groups, recent;
+  std::vector<char> allowed;
+  int32_t state = 0;
+  if (params.constraint) {
+    check(params.constraint->vocab_size() <= c.vocab, "the constraint's vocabulary is larger than the model's");
+    check(params.constraint->fits(N), "no text of the constraint's language fits in " + std::to_string(N) +
+                                          " tokens: raise -n");
+    state = params.constraint->start();
+  }
 
   const double t0 = now_ms();
   int64_t pos0 = 0;
@@ -47,6 +55,17 @@ GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& pro
     run_forward(callbacks, model, cache, req, pool);
     ++result.passes;
     if (generated.empty()) t_first = now_ms();
+    if (params.constraint) {
+      params.constraint->allowed(state, N - int64_t(generated.size()), allowed);
+      const bool may_end = params.constraint->complete(state);
+      for (int64_t v = 0; v < c.vocab; ++v) {
+        const bool stop_token = params.stop_ids.empty() ? v == c.eos_token
+                                                        : std::find(params.stop_ids.begin(), params.stop_ids.end(),
+                                                                    int32_t(v)) != params.stop_ids.end();
+        const bool ok = stop_token ? may_end : (v < int64_t(allowed.size()) && allowed[size_t(v)]);
+        if (!ok) logits[size_t(v)] = -1e30f;
+      }
+    }
     if (params.sampling.repeat_penalty != 1.f) {
       const int64_t from = std::max<int64_t>(0, int64_t(tokens.size()) - params.sampling.repeat_last_n);
       recent.assign(tokens.begin() + from, tokens.end());
@@ -68,6 +87,13 @@ GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& pro
     const bool stop = params.stop_ids.empty()
                           ? token == c.eos_token
                           : std::find(params.stop_ids.begin(), params.stop_ids.end(), token) != params.stop_ids.end();
+    if (params.constraint) {
+      if (stop) break;  // allowed only where the text is complete
+      state = params.constraint->advance(state, token);
+      check(state >= 0, "constrained decoding left its language (a bug)");
+      if (params.constraint->finished(state)) break;
+      continue;
+    }
     if (params.stop_at_eos && stop) break;
     if (callbacks.should_stop && callbacks.should_stop()) break;
   }

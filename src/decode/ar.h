@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "decode/constraint.h"
 #include "decode/events.h"
 #include "decode/sampling.h"
 #include "model/model.h"
@@ -14,6 +15,11 @@ struct ArParams {
   bool stop_at_eos = true;
   std::vector<int32_t> stop_ids;  // with stop_at_eos: tokens that end generation (empty: the config's eos)
   SamplingParams sampling;
+  // Constrained generation (decode/constraint.h): each step's logits are restricted to the tokens that
+  // keep the text a prefix of the constraint's language finishable within the tokens left; a stop token
+  // is allowed only where the text is complete, and generation ends once nothing may follow. Throws
+  // Error when no text of the language fits max_new_tokens.
+  const PrefixConstraint* constraint = nullptr;
 };
 
 // For models whose row p predicts token p + 1 (AR models, Dream, and the causal encoder of a uniform-state

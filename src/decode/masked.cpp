@@ -139,11 +139,14 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
   std::vector<TokenChoice> choices;
   std::vector<double> scores;
   std::vector<int32_t> recent;  // ids the repetition penalty applies to (when on)
+  std::vector<float> constrained_row;
   for (int64_t b = 0; b < n_blocks; ++b) {
     const int64_t s0 = P + b * B, s1 = s0 + B;
     block_causal_groups(P, B, b, groups);  // the active region is [s0, total)
     const int64_t block_masked_at_start = std::count(seq.begin() + s0, seq.begin() + s1, mask);
-    for (int64_t step = 0; step < steps_per_block; ++step) {
+    // With a constraint, a commit the schedule wanted may have been held back (its hole no longer allowed
+    // it): extra steps, each committing everything still masked that is allowed, finish the block.
+    for (int64_t step = 0; step < steps_per_block || params.constraint; ++step) {
       masked_positions.clear();
       for (int64_t p = s0; p < s1; ++p)
         if (seq[size_t(p)] == mask) masked_positions.push_back(p);
@@ -209,9 +212,15 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
         for (int64_t p = std::max<int64_t>(0, s0 - params.sampling.repeat_last_n); p < total; ++p)
           if (seq[size_t(p)] != mask) recent.push_back(seq[size_t(p)]);
       }
+      if (params.constraint) params.constraint->update(canvas);
       for (size_t i = 0; i < masked_positions.size(); ++i) {
         const int64_t p = masked_positions[i];
         const float* row = (c.shift_logits && p == s0) ? boundary.data() : &logits[(next_row++) * size_t(V)];
+        if (params.constraint && params.constraint->constrained(p - P)) {
+          constrained_row.assign(row, row + V);
+          params.constraint->mask_logits(p - P, constrained_row.data());
+          row = constrained_row.data();
+        }
         choices[i] = choose_token(row, V, params.sampling, rng, &recent);
         const TokenChoice& ch = choices[i];
         switch (params.order) {
@@ -256,8 +265,14 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
       event.step = step;
       event.passes = result.passes;
       event.canvas = &canvas;
-      for (size_t i : commit) {
+      for (size_t k = 0; k < commit.size(); ++k) {
+        const size_t i = commit[k];
         const int64_t p = masked_positions[i];
+        if (params.constraint && k > 0) {
+          // The commits before this one may have used up what its hole allowed it.
+          params.constraint->update(canvas);
+          if (!params.constraint->allows(p - P, choices[i].token)) continue;
+        }
         seq[size_t(p)] = choices[i].token;
         canvas[size_t(p - P)] = choices[i].token;
         committed_last[size_t(p)] = 1;
@@ -284,6 +299,7 @@ GenerationResult generate_masked_beam(const Model& model, const std::vector<int3
   const int64_t P = int64_t(prompt.size()), L = params.gen_length;
   const int64_t B = checked_block_length(model, P, params);
   const int64_t W = std::max<int64_t>(params.beam_width, 1), total = P + L, V = c.vocab;
+  check(params.constraint == nullptr, "beam search does not support constrained filling");
   check(W <= 256, "beam width must be at most 256");
 
   struct Beam {

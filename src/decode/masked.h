@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "decode/constraint.h"
 #include "decode/events.h"
 #include "decode/sampling.h"
 #include "model/model.h"
@@ -40,6 +41,12 @@ struct MaskedDiffusionParams {
   // Infilling: the starting canvas (gen_length ids); positions not holding the mask id are fixed and
   // never re-decided. Empty: everything masked.
   std::vector<int32_t> initial_canvas;
+  // Constrained filling (decode/constraint.h; not with beam search): each masked position's logits are
+  // restricted to the tokens its hole still allows, and of several tokens committed in one step each
+  // is re-checked after the ones before it (a token no longer allowed stays masked), so the finished
+  // canvas satisfies every hole. Positions are indices into the generated region. The decoder updates
+  // the constraint's state; one constraint serves one generation at a time.
+  CanvasConstraint* constraint = nullptr;
 };
 
 // Tokens committed at step i of a block with `masked` masked positions left, under the schedule:
