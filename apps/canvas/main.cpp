@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <new>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -323,6 +324,13 @@ int cmd_logits(int argc, char** argv) {
   const std::vector<int32_t> ids = cli::parse_id_list(args.get("ids", ""), "--ids");
   const int64_t n = int64_t(ids.size());
   const bool decoder = args.has("canvas-ids");
+  // The same bound generate enforces: positions past the context have no trained meaning (and no learned
+  // position embedding).
+  const int64_t canvas_n =
+      decoder ? int64_t(cli::parse_id_list(args.get("canvas-ids", ""), "--canvas-ids").size()) : 0;
+  check(n + canvas_n <= c.context_length,
+        std::to_string(n) + " ids" + (decoder ? " + " + std::to_string(canvas_n) + " canvas ids" : std::string()) +
+            " exceed the model's context length " + std::to_string(c.context_length));
   check(!decoder || c.has_decoder, "--canvas-ids needs a model with a decoder (DiffusionGemma); '" + c.arch +
                                        "' has none");
   check(decoder || !args.has("self-cond"), "--self-cond needs --canvas-ids");
@@ -426,6 +434,12 @@ int main(int argc, char** argv) {
     if (command == "bench") return cli::cmd_bench(argc, argv);
     if (command == "score") return cli::cmd_score(argc, argv);
     std::fprintf(stderr, "canvas: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "canvas %s: error: out of memory: a size asked for by the input files or the options (a "
+                 "vocabulary, a context length, a batch) is more than this machine can hold\n",
+                 command.c_str());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "canvas %s: error: %s\n", command.c_str(), e.what());
