@@ -63,12 +63,24 @@ TEST(HardenJson, DeepNestingIsAnErrorNotAStackOverflow) {
   EXPECT_NO_THROW(parse_json(nested(128), "ok.json"));
   expect_error([] { parse_json(nested(129), "deep.json"); }, {"nested"});
   // A type error on a nested value prints an excerpt, not the whole value.
-  const JsonDocument doc = JsonDocument::parse("{\"k\": " + nested(100, std::string(5000, '7')) + "}", "d.json");
+  const JsonDocument doc =
+      JsonDocument::parse("{\"k\": " + nested(100, "\"" + std::string(5000, '7') + "\"") + "}", "d.json");
   try {
     doc.get_int("k", 0);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_LT(std::strlen(e.what()), 300u) << e.what();
+  }
+}
+
+TEST(HardenJson, HugeNumberIsAShortError) {
+  // nlohmann throws out_of_range (not parse_error) for a number past the double range, quoting it whole.
+  try {
+    parse_json("[" + std::string(5000, '7') + "]", "n.json");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("n.json"), std::string::npos) << e.what();
+    EXPECT_LT(std::strlen(e.what()), 300u);
   }
 }
 

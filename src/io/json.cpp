@@ -140,6 +140,11 @@ nlohmann::json parse_json(std::string_view text, const std::string& origin) {
       if (close != std::string::npos) what = what.substr(close + 2);
     }
     throw Error(origin + ": malformed JSON: " + what + " (byte " + std::to_string(e.byte) + ")");
+  } catch (const Json::exception& e) {
+    // e.g. out_of_range.406, a number too large for a double: the message quotes the whole number.
+    std::string what = e.what();
+    if (what.size() > 160) what = what.substr(0, 160) + "...";
+    throw Error(origin + ": malformed JSON: " + what);
   }
   if (!duplicate.empty()) throw Error(origin + ": malformed JSON: key '" + duplicate + "' appears twice");
   return root;
