@@ -42,6 +42,7 @@ commands:
   logits     write a model's logits for given token ids to a .npy file
   inspect    print a GGUF file's metadata and tensor table
   score      likelihood of a text under a left-to-right model (bits per byte)
+  tokenize   print the token ids of a text (works on vocabulary-only GGUF files); detokenize: the reverse
   train      train a small diffusion or AR model from a config file (resumable)
   sudoku     generate Sudoku puzzle sets, solve puzzles with a model, evaluate solve rates
   convert    convert a Hugging Face DiffusionGemma / Gemma 4 checkpoint to GGUF
@@ -433,6 +434,8 @@ int main(int argc, char** argv) {
     if (command == "convert") return cli::cmd_convert(argc, argv);
     if (command == "bench") return cli::cmd_bench(argc, argv);
     if (command == "score") return cli::cmd_score(argc, argv);
+    if (command == "tokenize") return cli::cmd_tokenize(argc, argv);
+    if (command == "detokenize") return cli::cmd_detokenize(argc, argv);
     std::fprintf(stderr, "canvas: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return 1;
   } catch (const std::bad_alloc&) {
