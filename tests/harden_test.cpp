@@ -22,6 +22,7 @@
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "train/data.h"
 #include "test_util.h"
 
 namespace canvas {
@@ -286,6 +287,29 @@ TEST(HardenCli, LogitsChecksTheContextLength) {
       test::run_canvas("logits -m " + test::fixture("tiny-llada.gguf") + " --ids " + ids + " --out " + dir.path("l.npy"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("context length"), std::string::npos) << r.output.substr(0, 500);
+}
+
+TEST(HardenLlamaCpp, WrittenModelFilesCarryLlamaCppGeneralKeys) {
+  test::TempDir dir;
+  std::vector<uint16_t> weights(64, 0);
+  GgufWriter w;
+  w.set("general.architecture", GgufValue::string("llama"));
+  w.add_tensor("blk.0.attn_q.weight", DType::F16, {8, 8}, weights.data(), weights.size() * 2);
+  w.write(dir.path("m.gguf"));
+  const auto f = GgufFile::open(dir.path("m.gguf"));
+  EXPECT_EQ(f->get_string("general.name", ""), "llama");
+  EXPECT_EQ(f->get_int("general.file_type", -1), 1);  // LLAMA_FTYPE_MOSTLY_F16
+  // A name the writer gives is kept; files without an architecture (vocabularies) are left alone.
+  w.set("general.name", GgufValue::string("tiny"));
+  w.write(dir.path("named.gguf"));
+  EXPECT_EQ(GgufFile::open(dir.path("named.gguf"))->get_string("general.name", ""), "tiny");
+  GgufWriter vocab;
+  vocab.set("tokenizer.ggml.model", GgufValue::string("gpt2"));
+  vocab.write(dir.path("v.gguf"));
+  EXPECT_EQ(GgufFile::open(dir.path("v.gguf"))->find("general.file_type"), nullptr);
+  // The byte tokenizer canvas trains with names its pre-tokenizer as llama.cpp does.
+  for (const auto& [key, value] : train::byte_tokenizer_metadata(false))
+    if (key == "tokenizer.ggml.pre") EXPECT_EQ(value.to_string(8), "\"gpt-2\"");
 }
 
 }  // namespace
