@@ -308,8 +308,11 @@ TEST(HardenLlamaCpp, WrittenModelFilesCarryLlamaCppGeneralKeys) {
   vocab.write(dir.path("v.gguf"));
   EXPECT_EQ(GgufFile::open(dir.path("v.gguf"))->find("general.file_type"), nullptr);
   // The byte tokenizer canvas trains with names its pre-tokenizer as llama.cpp does.
-  for (const auto& [key, value] : train::byte_tokenizer_metadata(false))
-    if (key == "tokenizer.ggml.pre") EXPECT_EQ(value.to_string(8), "\"gpt-2\"");
+  for (const auto& [key, value] : train::byte_tokenizer_metadata(false)) {
+    if (key == "tokenizer.ggml.pre") {
+      EXPECT_EQ(value.to_string(8), "\"gpt-2\"");
+    }
+  }
 }
 
 }  // namespace
