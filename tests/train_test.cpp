@@ -75,7 +75,7 @@ void check_kill_and_resume(const std::string& objective, const std::string& extr
   // Kill the same run with SIGKILL at random moments until it finishes; each restart resumes. The
   // delays adapt to the machine's speed: they start at a third of the uninterrupted run's time, and a
   // restart that made no progress gets a longer delay.
-  Rng rng(uint64_t(::getpid()));
+  Rng rng(static_cast<uint64_t>(::getpid()));  // not uint64_t(::getpid()): clang parses that as a declaration
   int kills = 0;
   double delay = whole_s / 3;
   size_t progress = 0;

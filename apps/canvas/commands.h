@@ -13,5 +13,7 @@ int cmd_score(int argc, char** argv);
 int cmd_tokenizer(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 int cmd_quantize(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
+int cmd_detokenize(int argc, char** argv);
 
 }  // namespace canvas::cli

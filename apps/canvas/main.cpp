@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <new>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -42,6 +43,7 @@ commands:
   logits     write a model's logits for given token ids to a .npy file
   inspect    print a GGUF file's metadata and tensor table
   score      likelihood of a text under a left-to-right model (bits per byte)
+  tokenize   print the token ids of a text (works on vocabulary-only GGUF files); detokenize: the reverse
   train      train a small diffusion or AR model from a config file (resumable)
   tokenizer  train a Gemma-style BPE tokenizer on a corpus; export it as tokenizer.json; measure it
   sudoku     generate Sudoku puzzle sets, solve puzzles with a model, evaluate solve rates
@@ -369,6 +371,13 @@ int cmd_logits(int argc, char** argv) {
   const std::vector<int32_t> ids = cli::parse_id_list(args.get("ids", ""), "--ids");
   const int64_t n = int64_t(ids.size());
   const bool decoder = args.has("canvas-ids");
+  // The same bound generate enforces: positions past the context have no trained meaning (and no learned
+  // position embedding).
+  const int64_t canvas_n =
+      decoder ? int64_t(cli::parse_id_list(args.get("canvas-ids", ""), "--canvas-ids").size()) : 0;
+  check(n + canvas_n <= c.context_length,
+        std::to_string(n) + " ids" + (decoder ? " + " + std::to_string(canvas_n) + " canvas ids" : std::string()) +
+            " exceed the model's context length " + std::to_string(c.context_length));
   check(!decoder || c.has_decoder, "--canvas-ids needs a model with a decoder (DiffusionGemma); '" + c.arch +
                                        "' has none");
   check(decoder || !args.has("self-cond"), "--self-cond needs --canvas-ids");
@@ -500,15 +509,23 @@ int main(int argc, char** argv) {
     if (command == "convert") return cli::cmd_convert(argc, argv);
     if (command == "bench") return cli::cmd_bench(argc, argv);
     if (command == "score") return cli::cmd_score(argc, argv);
+    if (command == "tokenize") return cli::cmd_tokenize(argc, argv);
+    if (command == "detokenize") return cli::cmd_detokenize(argc, argv);
     if (command == "tokenizer") return cli::cmd_tokenizer(argc, argv);
     if (command == "serve") return cli::cmd_serve(argc, argv);
     if (command == "quantize") return cli::cmd_quantize(argc, argv);
     const std::string suggestion = cli::unknown_option_message(command, {"generate", "chat", "logits", "inspect", "sudoku",
-                                                                         "train", "convert", "bench", "score", "quantize", "tokenizer", "serve", "help"});
+                                                                         "train", "convert", "bench", "score", "quantize", "tokenizer", "serve", "tokenize", "detokenize", "help"});
     const size_t mean = suggestion.find("did you mean");
     std::fprintf(stderr, "canvas: unknown command '%s'%s\n\n%s", command.c_str(),
                  mean == std::string::npos ? "" : ("; " + suggestion.substr(mean, suggestion.find('?') - mean + 1)).c_str(),
                  kUsage);
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "canvas %s: error: out of memory: a size asked for by the input files or the options (a "
+                 "vocabulary, a context length, a batch) is more than this machine can hold\n",
+                 command.c_str());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "canvas %s: error: %s\n", command.c_str(), e.what());

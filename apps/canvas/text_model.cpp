@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +26,19 @@ namespace fs = std::filesystem;
 namespace {
 
 bool is_gemma(const ModelConfig& c) { return c.arch == "diffusion-gemma" || c.arch == "gemma4"; }
+
+// Sampler defaults read from a file are checked where they are read, naming the file and key: a bad value
+// must not surface later as a complaint about a flag nobody gave.
+void check_file_sampler_params(const EntropyBoundParams& p, const std::string& file, const char* steps_key,
+                               const char* length_key) {
+  check(p.max_denoising_steps > 0 && p.max_denoising_steps <= 1000000,
+        file + ": " + steps_key + " is " + std::to_string(p.max_denoising_steps) + "; it must be in 1..1000000");
+  check(p.canvas_length > 0 && p.canvas_length <= (int64_t(1) << 24),
+        file + ": " + length_key + " is " + std::to_string(p.canvas_length) + "; it must be positive");
+  check(std::isfinite(p.t_min) && std::isfinite(p.t_max) && p.t_min > 0 && p.t_max >= p.t_min,
+        file + ": the temperatures need 0 < t_min <= t_max");
+  check(std::isfinite(p.entropy_bound) && p.entropy_bound >= 0, file + ": entropy_bound must be finite and >= 0");
+}
 
 }  // namespace
 
@@ -228,6 +242,7 @@ SamplerDefaults sampler_defaults(const Model& model, const std::string& model_pa
     p.entropy_bound = float(f.get_float("diffusion.eb_entropy_bound", p.entropy_bound));
     p.stability_threshold = f.get_int("diffusion.eb_stability_threshold", p.stability_threshold);
     p.confidence_threshold = float(f.get_float("diffusion.eb_confidence_threshold", p.confidence_threshold));
+    check_file_sampler_params(p, f.path(), "diffusion.eb_max_steps", "diffusion.canvas_length");
     d.source = f.path();
     return d;
   }
@@ -241,6 +256,7 @@ SamplerDefaults sampler_defaults(const Model& model, const std::string& model_pa
   p.t_max = float(g.get_float("t_max", p.t_max));
   p.stability_threshold = g.get_int("stability_threshold", p.stability_threshold);
   p.confidence_threshold = float(g.get_float("confidence_threshold", p.confidence_threshold));
+  check_file_sampler_params(p, path, "max_denoising_steps", "canvas_length");
   const std::vector<int64_t> eos = g.get_int_or_int_array("eos_token_id");
   if (!eos.empty()) {
     p.eos_ids.clear();

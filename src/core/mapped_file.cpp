@@ -14,16 +14,20 @@
 namespace canvas {
 
 MappedFile MappedFile::open(const std::string& path, const std::string& where, const char* kind) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // A FIFO or a device would block open() or read() forever: refuse anything but a regular file before
+  // opening it, and open non-blocking in case the path is swapped for a FIFO in between.
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) throw Error(where + "cannot open: " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw Error(where + "is a directory, not a " + kind + " file");
+  if (!S_ISREG(st.st_mode)) throw Error(where + "is not a regular file (a FIFO, socket or device?)");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(where + "cannot open: " + std::strerror(errno));
   struct FdCloser {
     int fd;
     ~FdCloser() { ::close(fd); }  // the mapping keeps the file alive
   } closer{fd};
-  struct stat st{};
   if (::fstat(fd, &st) != 0) throw Error(where + "cannot stat: " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) throw Error(where + "is a directory, not a " + kind + " file");
-  if (!S_ISREG(st.st_mode)) throw Error(where + "is not a regular file");
+  if (!S_ISREG(st.st_mode)) throw Error(where + "is not a regular file (a FIFO, socket or device?)");
 
   MappedFile file;
   if (st.st_size == 0) return file;

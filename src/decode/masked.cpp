@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <set>
 
@@ -352,6 +353,10 @@ GenerationResult generate_masked_beam(const Model& model, const std::vector<int3
           if (beam.seq[size_t(p)] != mask) continue;
           const float* x = &logits[(row++) * size_t(V)];
           const RowStats st = row_stats(x, V);
+          for (int64_t j = 0; j < V; ++j)
+            check(x[j] < std::numeric_limits<float>::infinity(),
+                  "beam search: the model's logits are not finite (NaN or +inf): its weights or "
+                  "hyper-parameters are broken");
           for (int32_t tok : top_k(x, V, 2)) {
             if (tok == mask) continue;
             const double lp = double(x[tok]) - double(st.logsumexp);

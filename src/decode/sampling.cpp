@@ -6,10 +6,20 @@
 #include <limits>
 #include <vector>
 
+#include "core/error.h"
+
 namespace canvas {
 
 TokenChoice choose_token(const float* raw_logits, int64_t vocab, const SamplingParams& params, Rng& rng,
                          const std::vector<int32_t>* recent) {
+  // NaN or +inf anywhere means broken weights or hyper-parameters (a NaN embedding, rms_eps = nan): fail
+  // rather than print tokens picked from garbage. The SIMD reductions need not propagate NaN, so look at
+  // the row itself: one pass, cheap next to the head's matmul that produced it. -inf is a legitimate zero
+  // probability.
+  bool poisoned = false;
+  for (int64_t i = 0; i < vocab; ++i) poisoned |= !(raw_logits[i] < std::numeric_limits<float>::infinity());
+  check(!poisoned, "sampling: the model's logits are not finite (NaN or +inf): its weights or hyper-parameters "
+                   "are broken");
   const float* logits = raw_logits;
   thread_local std::vector<float> penalized;
   if (params.repeat_penalty != 1.f && recent && !recent->empty()) {
@@ -26,6 +36,7 @@ TokenChoice choose_token(const float* raw_logits, int64_t vocab, const SamplingP
   }
   TokenChoice choice;
   choice.stats = row_stats(logits, vocab);
+  check(std::isfinite(choice.stats.logsumexp), "sampling: the model's logits are all -inf or overflow");
   choice.token = choice.stats.argmax;
   if (params.temperature > 0.f) {
     const double T = params.temperature;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -662,6 +663,62 @@ void GgufWriter::add_tensor(const std::string& name, DType type, const std::vect
   tensors_.push_back({name, type, shape, data, bytes});
 }
 
+namespace {
+
+// llama.cpp's llama_ftype for the type most 2-D weights are stored in; -1 when it has no equivalent.
+int64_t llama_file_type(DType type) {
+  switch (type) {
+    case DType::F32: return 0;   // LLAMA_FTYPE_ALL_F32
+    case DType::F16: return 1;   // MOSTLY_F16
+    case DType::Q4_0: return 2;  // MOSTLY_Q4_0
+    case DType::Q4_1: return 3;  // MOSTLY_Q4_1
+    case DType::Q8_0: return 7;  // MOSTLY_Q8_0
+    case DType::Q5_0: return 8;  // MOSTLY_Q5_0
+    case DType::Q5_1: return 9;  // MOSTLY_Q5_1
+    case DType::Q4_K: return 15; // MOSTLY_Q4_K_M
+    case DType::Q5_K: return 17; // MOSTLY_Q5_K_M
+    case DType::Q6_K: return 18; // MOSTLY_Q6_K
+    case DType::BF16: return 32; // MOSTLY_BF16
+    default: return -1;
+  }
+}
+
+}  // namespace
+
+// A model file (one with general.architecture) gets the general keys llama.cpp's converters always write
+// when the writer did not set them: general.name (the architecture) and general.file_type (from the
+// type most matrix elements are stored in). Vocabulary-only and other files are left as they are.
+void GgufWriter::add_llama_cpp_general_keys(std::vector<std::pair<std::string, GgufValue>>& metadata,
+                                            const std::vector<PendingTensor>& tensors) {
+  auto find = [&](const std::string& key) -> const GgufValue* {
+    for (const auto& [k, v] : metadata)
+      if (k == key) return &v;
+    return nullptr;
+  };
+  const GgufValue* arch = find("general.architecture");
+  if (!arch || arch->type != GgufType::String) return;
+  if (!find("general.name")) metadata.emplace_back("general.name", *arch);
+  if (!find("general.file_type")) {
+    std::map<DType, int64_t> elements;
+    for (const PendingTensor& t : tensors) {
+      if (t.shape.size() < 2) continue;
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      elements[t.type] += n;
+    }
+    DType most = DType::F32;
+    int64_t best = -1;
+    for (const auto& [type, n] : elements) {
+      if (n > best) {
+        most = type;
+        best = n;
+      }
+    }
+    if (const int64_t ftype = llama_file_type(most); ftype >= 0)
+      metadata.emplace_back("general.file_type", GgufValue::u32(uint32_t(ftype)));
+  }
+}
+
 void GgufWriter::write(const std::string& path, uint64_t alignment) const {
   check(alignment > 0 && std::has_single_bit(alignment) && alignment <= (uint64_t(1) << 30),
         "gguf writer: alignment " + std::to_string(alignment) + " is not a power of two up to 2^30");
@@ -677,6 +734,7 @@ void GgufWriter::write(const std::string& path, uint64_t alignment) const {
   }
   if (!has_alignment && alignment != kDefaultAlignment)
     metadata.emplace_back(kAlignmentKey, GgufValue::u32(uint32_t(alignment)));
+  add_llama_cpp_general_keys(metadata, tensors_);
 
   ByteBuffer header;
   header.put<uint32_t>(kMagic);

@@ -112,7 +112,8 @@ class GgufWriter {
   // rows * row_bytes(type, shape[0]) (checked).
   void add_tensor(const std::string& name, DType type, const std::vector<int64_t>& shape, const void* data,
                   uint64_t bytes);
-  // Writes to path + ".tmp" and renames, so a crash never leaves a half-written file at `path`.
+  // Writes to path + ".tmp" and renames, so a crash never leaves a half-written file at `path`. A file
+  // with general.architecture also gets general.name and general.file_type (llama.cpp's values) unless set.
   void write(const std::string& path, uint64_t alignment = 32) const;
 
  private:
@@ -123,6 +124,9 @@ class GgufWriter {
     const void* data;
     uint64_t bytes;
   };
+  static void add_llama_cpp_general_keys(std::vector<std::pair<std::string, GgufValue>>& metadata,
+                                         const std::vector<PendingTensor>& tensors);
+
   std::vector<std::pair<std::string, GgufValue>> metadata_;
   std::vector<PendingTensor> tensors_;
 };

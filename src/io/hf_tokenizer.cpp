@@ -92,7 +92,7 @@ std::string string_pattern(const JsonDocument& doc, const std::string& path) {
   if (pattern.is_object() && pattern.contains("Regex"))
     throw Error(doc.origin() + ": " + path +
                 " is a Regex pattern; only literal {\"String\": ...} patterns are supported");
-  throw Error(doc.origin() + ": " + path + " should be {\"String\": ...} but is " + pattern.dump());
+  throw Error(doc.origin() + ": " + path + " should be {\"String\": ...} but is " + json_excerpt(pattern));
 }
 
 void read_normalizer(const JsonDocument& doc, const std::string& path, HfVocab& v) {
@@ -183,9 +183,18 @@ HfVocab HfTokenizer::vocab_from_json_text(std::string_view text, const std::stri
   };
   std::vector<Entry> entries;
   std::vector<bool> filled;
+  // Dense ids can never exceed the number of entries that name them, so an id at or past that count is
+  // a gap: refused before anything is sized by it (a 6 KB file must not make us allocate gigabytes).
+  const Json* added_tokens = doc.find("added_tokens");
+  const uint64_t entry_count =
+      uint64_t(vocab.size()) + (added_tokens && added_tokens->is_array() ? added_tokens->size() : 0);
   auto place = [&](int64_t id, const std::string& key) -> Entry& {
     if (id < 0 || id >= int64_t(INT32_MAX))
       throw Error(where + ": " + key + " has id " + std::to_string(id) + ", out of range");
+    if (uint64_t(id) >= entry_count)
+      throw Error(where + ": " + key + " has id " + std::to_string(id) + " but the file names only " +
+                  std::to_string(entry_count) + " tokens (ids must be 0.." + std::to_string(entry_count - 1) +
+                  " without gaps)");
     if (size_t(id) >= entries.size()) {
       entries.resize(size_t(id) + 1);
       filled.resize(size_t(id) + 1, false);
@@ -197,7 +206,7 @@ HfVocab HfTokenizer::vocab_from_json_text(std::string_view text, const std::stri
   for (const auto& [token, id_value] : vocab.items()) {
     if (!id_value.is_number_integer())
       throw Error(where + ": model.vocab['" + escape(token) + "'] should be an integer id but is " +
-                  id_value.dump());
+                  json_excerpt(id_value));
     const int64_t id = id_value.get<int64_t>();
     if (id < 0 || id >= int64_t(INT32_MAX))
       throw Error(where + ": model.vocab['" + escape(token) + "'] has id " + std::to_string(id) +
@@ -209,7 +218,7 @@ HfVocab HfTokenizer::vocab_from_json_text(std::string_view text, const std::stri
     e.text = token;
     filled[size_t(id)] = true;
   }
-  if (const Json* added = doc.find("added_tokens")) {
+  if (const Json* added = added_tokens) {
     if (!added->is_array())
       throw Error(where + ": added_tokens should be an array but is " + json_type_name(*added));
     for (size_t i = 0; i < added->size(); ++i) {
@@ -285,7 +294,7 @@ HfVocab HfTokenizer::vocab_from_json_text(std::string_view text, const std::stri
       parts = {m[0].get<std::string>(), m[1].get<std::string>()};
     } else {
       throw Error(where + ": model.merges[" + std::to_string(r) +
-                  "] should be \"left right\" or [left, right] but is " + m.dump());
+                  "] should be \"left right\" or [left, right] but is " + json_excerpt(m));
     }
     v.merges.push_back(std::move(parts));
   }
@@ -580,7 +589,9 @@ HfTokenizer HfTokenizer::from_vocab(HfVocab v) {
 
   t.merges_.reserve(v.merges.size());
   for (size_t r = 0; r < v.merges.size(); ++r) {
-    const auto& [left, right] = v.merges[r];
+    // Plain references, not a structured binding: clang 14 cannot capture bindings in a lambda.
+    const std::string& left = v.merges[r].first;
+    const std::string& right = v.merges[r].second;
     auto need = [&](const std::string& text) -> int32_t {
       const auto it = t.token_to_id_.find(text);
       check(it != t.token_to_id_.end(), "merge " + std::to_string(r) + " ('" + escape(left) + "' + '" +

@@ -55,9 +55,48 @@ bool all_digits(std::string_view s) {
   return true;
 }
 
+// Deepest nesting of arrays/objects parse_json accepts. Real files nest a handful of levels; the bound
+// keeps every recursive walk of a parsed value (nlohmann's dump(), comparisons, our own) off the end of
+// the stack whatever the input holds.
+constexpr size_t kMaxJsonDepth = 128;
+
+// Byte offset where `text` first opens more than kMaxJsonDepth arrays/objects, or npos. Brackets inside
+// strings do not count; malformed text is left to the parser to report.
+size_t too_deep_at(std::string_view text) {
+  size_t depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return i;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::string_view::npos;
+}
+
 }  // namespace
 
+std::string json_excerpt(const nlohmann::json& value, size_t max_chars) {
+  std::string shown = value.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (shown.size() > max_chars) shown = shown.substr(0, max_chars) + "...";
+  return shown;
+}
+
 nlohmann::json parse_json(std::string_view text, const std::string& origin) {
+  if (const size_t at = too_deep_at(text); at != std::string_view::npos)
+    throw Error(origin + ": malformed JSON: arrays/objects nested more than " + std::to_string(kMaxJsonDepth) +
+                " deep (byte " + std::to_string(at) + ")");
   std::vector<Frame> frames;
   std::string duplicate;  // path of the first repeated key (reported after parsing: never throw inside it)
   // Called once an element of the innermost array is complete.
@@ -101,6 +140,11 @@ nlohmann::json parse_json(std::string_view text, const std::string& origin) {
       if (close != std::string::npos) what = what.substr(close + 2);
     }
     throw Error(origin + ": malformed JSON: " + what + " (byte " + std::to_string(e.byte) + ")");
+  } catch (const Json::exception& e) {
+    // e.g. out_of_range.406, a number too large for a double: the message quotes the whole number.
+    std::string what = e.what();
+    if (what.size() > 160) what = what.substr(0, 160) + "...";
+    throw Error(origin + ": malformed JSON: " + what);
   }
   if (!duplicate.empty()) throw Error(origin + ": malformed JSON: key '" + duplicate + "' appears twice");
   return root;
@@ -108,7 +152,11 @@ nlohmann::json parse_json(std::string_view text, const std::string& origin) {
 
 std::string read_text_file(const std::string& path) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw Error(path + ": is a directory, not a file");
+  const auto status = std::filesystem::status(path, ec);
+  if (std::filesystem::is_directory(status)) throw Error(path + ": is a directory, not a file");
+  // A FIFO or a device would block the read forever (or never end).
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+    throw Error(path + ": is not a regular file (a FIFO, socket or device?)");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open file");
   std::stringstream ss;
@@ -171,8 +219,7 @@ const nlohmann::json& JsonDocument::require(std::string_view path) const {
 }
 
 void JsonDocument::type_error(std::string_view path, const char* expected, const nlohmann::json& got) const {
-  std::string shown = got.dump();
-  if (shown.size() > 60) shown = shown.substr(0, 60) + "...";
+  const std::string shown = json_excerpt(got, 60);
   throw Error(origin_ + ": key '" + std::string(path) + "' should be " + expected + " but is " +
               json_type_name(got) + " " + shown);
 }

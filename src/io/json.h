@@ -10,13 +10,18 @@
 namespace canvas {
 
 // Parses `text` strictly: a syntax error gives Error("<origin>: malformed JSON: ... at line L, column C
-// (byte B)"), and so does a key repeated inside one object (which nlohmann would silently collapse),
+// (byte B)"), and so do arrays/objects nested more than 128 deep (checked before parsing, so no input can
+// exhaust the stack) and a key repeated inside one object (which nlohmann would silently collapse),
 // naming the key path. `origin` names the source in messages (a file path, "safetensors header of X").
 nlohmann::json parse_json(std::string_view text, const std::string& origin);
 // Reads and parses a file; a missing or unreadable file gives Error naming it.
 nlohmann::json load_json_file(const std::string& path);
 // A whole file's bytes; a missing or unreadable file gives Error naming it.
 std::string read_text_file(const std::string& path);
+
+// `value` as compact JSON text cut to at most `max_chars` (then "..."), for error messages; invalid UTF-8
+// in strings is replaced rather than thrown on.
+std::string json_excerpt(const nlohmann::json& value, size_t max_chars = 80);
 
 // The JSON type name used in messages ("object", "string", "number", ...).
 std::string json_type_name(const nlohmann::json& value);

@@ -11,6 +11,7 @@
 #include <iterator>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 
 namespace canvas {
 
@@ -21,6 +22,24 @@ namespace {
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicBytes = 6;
 
+// At most 80 characters of a header for a message, non-printable bytes as \xNN: a header can be 4 GB of
+// anything, and a message should never echo it whole or write control bytes to a terminal.
+std::string header_excerpt(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < 80; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += char(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  if (text.size() > 80) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
+
 // A parser for the one dict literal an .npy header holds:
 // {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
 class HeaderParser {
@@ -28,7 +47,8 @@ class HeaderParser {
   HeaderParser(const std::string& text, const std::string& path) : text_(text), path_(path) {}
 
   [[noreturn]] void fail(const std::string& what) const {
-    throw Error("npy " + path_ + ": bad header (" + what + " at character " + std::to_string(pos_) + "): " + text_);
+    throw Error("npy " + path_ + ": bad header (" + what + " at character " + std::to_string(pos_) +
+                "): " + header_excerpt(text_));
   }
   void skip_space() {
     while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
@@ -145,12 +165,10 @@ void write_npy(const std::string& path, const float* data, const std::vector<int
 
 NpyArray read_npy(const std::string& path) {
   const std::string where = "npy " + path + ": ";
-  std::error_code ec;
-  check(!std::filesystem::is_directory(path, ec), where + "is a directory, not a .npy file");
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), where + "cannot open: " + std::strerror(errno));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  check(!in.bad(), where + "read error");
+  // Mapped, not streamed: MappedFile refuses directories, FIFOs and devices (which would block a read
+  // forever) before opening them.
+  const MappedFile file = MappedFile::open(path, where, ".npy");
+  const std::string_view bytes(reinterpret_cast<const char*>(file.data()), size_t(file.size()));
 
   check(bytes.size() >= 10, where + "truncated: " + std::to_string(bytes.size()) + " bytes is too short for a header");
   check(bytes.compare(0, kMagicBytes, kMagic, kMagicBytes) == 0, where + "bad magic: not a .npy file");
@@ -172,7 +190,7 @@ NpyArray read_npy(const std::string& path) {
   }
   check(header_len <= bytes.size() - header_start,
         where + "truncated: header length " + std::to_string(header_len) + " runs past the end of file");
-  const std::string header = bytes.substr(header_start, header_len);
+  const std::string header(bytes.substr(header_start, header_len));
 
   HeaderParser parser(header, path);
   std::string descr;
@@ -192,7 +210,7 @@ NpyArray read_npy(const std::string& path) {
       array.shape = parser.shape();
       have_shape = true;
     } else {
-      parser.fail("unknown key '" + key + "'");
+      parser.fail("unknown key '" + header_excerpt(key) + "'");
     }
     if (!parser.accept(',')) {
       parser.expect('}');
@@ -200,9 +218,9 @@ NpyArray read_npy(const std::string& path) {
     }
   }
   if (!parser.at_end()) parser.fail("trailing characters");
-  check(have_descr && have_order && have_shape, where + "header lacks descr, fortran_order or shape: " + header);
+  check(have_descr && have_order && have_shape, where + "header lacks descr, fortran_order or shape: " + header_excerpt(header));
   check(descr == "<f4" || descr == "<i4",
-        where + "unsupported dtype '" + descr + "' (only little-endian float32 '<f4' and int32 '<i4')");
+        where + "unsupported dtype '" + header_excerpt(descr) + "' (only little-endian float32 '<f4' and int32 '<i4')");
   check(!fortran_order, where + "Fortran-order arrays are not supported (save with a C-order array)");
 
   int64_t count = 1;

@@ -37,10 +37,7 @@ bool json_to_u64(const Json& v, uint64_t& out) {
   return false;
 }
 
-std::string short_dump(const Json& v) {
-  std::string s = v.dump();
-  return s.size() > 80 ? s.substr(0, 80) + "..." : s;
-}
+std::string short_dump(const Json& v) { return json_excerpt(v, 80); }
 
 struct Parsed {
   TensorView view;

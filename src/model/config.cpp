@@ -46,6 +46,18 @@ void set_gemma_constants(ModelConfig& c) {
   c.rope.layout = RopeLayout::Neox;
 }
 
+// Floating-point hyper-parameters every family shares: a NaN or a non-positive epsilon / RoPE base gives
+// NaN or garbage logits later, so it is refused at load naming the key.
+void check_float_hyperparameters(const ModelConfig& c, const std::string& where, const std::string& eps_key,
+                                 const std::string& theta_key) {
+  check(std::isfinite(c.rms_eps) && c.rms_eps > 0,
+        where + ": " + eps_key + " is " + std::to_string(c.rms_eps) + "; it must be a positive finite number");
+  check(std::isfinite(c.rope.theta) && c.rope.theta > 0,
+        where + ": " + theta_key + " is " + std::to_string(c.rope.theta) + "; it must be a positive finite number");
+  check(std::isfinite(c.logit_softcap) && c.logit_softcap >= 0,
+        where + ": final_logit_softcapping is " + std::to_string(c.logit_softcap) + "; it must be finite and >= 0");
+}
+
 // Checks shared by both readers once layer_attention is filled; `where` names the source.
 void check_gemma_config(ModelConfig& c, const std::string& where) {
   auto positive = [&](int64_t v, const char* what) {
@@ -67,7 +79,7 @@ void check_gemma_config(ModelConfig& c, const std::string& where) {
               " query heads");
     check(a.head_dim > 0 && a.head_dim % 2 == 0 && a.head_dim < 65536,
           layer + "head dim " + std::to_string(a.head_dim) + " must be positive and even");
-    check(a.rope.theta > 0, layer + "RoPE theta must be positive");
+    check(std::isfinite(a.rope.theta) && a.rope.theta > 0, layer + "RoPE theta must be positive and finite");
     any_sliding = any_sliding || a.kind == AttentionKind::Sliding;
   }
   if (any_sliding) positive(c.sliding_window, "sliding window");
@@ -81,6 +93,7 @@ void check_gemma_config(ModelConfig& c, const std::string& where) {
   c.n_kv_heads = c.layer_attention[0].n_kv_heads;
   c.head_dim = c.layer_attention[0].head_dim;
   c.rope = c.layer_attention[0].rope;
+  check_float_hyperparameters(c, where, "rms_norm_eps", "rope_theta");
 }
 
 RopeParams gemma_rope(int64_t head_dim, double theta, int64_t active_pairs) {
@@ -211,6 +224,10 @@ ModelConfig config_from_hf(const std::string& path) {
   const bool moe = doc.get_bool(key("enable_moe_block"), doc.get_int(key("num_experts"), 0) > 0);
   if (moe) {
     c.n_experts = doc.require_int(key("num_experts"));
+    // enable_moe_block decides (as in transformers); with it on, zero experts is a broken file, not a
+    // dense model.
+    check(c.n_experts > 0, path + ": " + key("enable_moe_block") + " is true but " + key("num_experts") + " is " +
+                               std::to_string(c.n_experts));
     c.n_experts_used = doc.require_int(key("top_k_experts"));
     c.expert_ffn = doc.require_int(key("moe_intermediate_size"));
   }
@@ -251,6 +268,9 @@ ModelConfig config_from_hf(const std::string& path) {
                                                        " is '" + types[l] +
                                                        "' (expected sliding_attention or full_attention)");
     const std::string rp = key("rope_parameters.") + types[l] + ".";
+    // Gemma 4 configs give RoPE per layer type; without it a guessed base would run silently wrong.
+    check(doc.has(key("rope_parameters.") + types[l]),
+          path + ": missing key '" + key("rope_parameters.") + types[l] + "' (RoPE of " + types[l] + " layers)");
     const std::string rope_type = doc.get_string(rp + "rope_type", "default");
     const double factor = doc.get_float(rp + "partial_rotary_factor", 1.0);
     const double theta = doc.get_float(rp + "rope_theta", sliding ? 10000.0 : 1000000.0);
@@ -342,6 +362,7 @@ ModelConfig config_from_gguf(const GgufFile& file) {
         file.path() + ": rope.dimension_count " + std::to_string(c.rope.rot_dims) + " must be even and <= head dim " +
             std::to_string(c.head_dim));
   c.rope.theta = float(file.get_float(p + "rope.freq_base", 10000.0));
+  check_float_hyperparameters(c, file.path(), p + "attention.layer_norm_rms_epsilon", p + "rope.freq_base");
 
   c.mask_token = int32_t(file.get_int("tokenizer.ggml.mask_token_id", -1));
   c.uniform_state = c.uniform_state || file.get_string("diffusion.kind", "") == "uniform";

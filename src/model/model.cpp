@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <unordered_set>
 #include <thread>
 
 #include "core/error.h"
@@ -273,6 +274,12 @@ Model Model::load_safetensors(const std::string& path) {
   check(!prefix.empty(), st.path() + ": no embedding tensor (model.decoder.embed_tokens.weight)");
   const TensorSource src{st.path(), [&st](const std::string& name) { return st.find_tensor(name); }};
   bind_gemma(m, src, [&prefix](const std::string& canonical) { return gemma_names::to_hf(canonical, prefix); });
+  // Expert weights in a checkpoint whose config turns the MoE block off would be silently ignored.
+  if (!m.config.is_moe())
+    for (const TensorView& t : st.tensors())
+      check(t.name.find(".experts.") == std::string::npos && t.name.find(".router.") == std::string::npos,
+            st.path() + ": tensor '" + t.name + "' holds MoE weights but config.json disables the MoE block " +
+                "(enable_moe_block / num_experts)");
   // The bf16 reference rounds its embedding scale to bf16 (53.0 for hidden 2816).
   if (m.token_embd.type == DType::BF16) m.config.embedding_scale = bf16_to_f32(f32_to_bf16(m.config.embedding_scale));
   return m;
@@ -290,6 +297,27 @@ std::vector<TensorView*> weight_views(Model& m) {
   SelfConditioningWeights& s = m.self_conditioning;
   for (TensorView* t : {&s.gate, &s.up, &s.down}) v.push_back(t);
   return v;
+}
+
+// A tensor the forward never reads means the file describes a model this one is not (expert tensors in
+// a file whose expert_count is 0, rope_freqs of a scaled RoPE, a layer past block_count): refuse it
+// rather than run something else. A training checkpoint's optimizer state (adamw.*) is expected.
+void check_every_tensor_bound(const Model& m, const GgufFile& f) {
+  std::unordered_set<const void*> bound;
+  for (const TensorView* t : {&m.token_embd, &m.output_norm, &m.output, &m.position_embd})
+    bound.insert(t->data);
+  for (const LayerWeights& w : m.layers)
+    for (const TensorView* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk, &w.bv, &w.ffn_norm, &w.gate,
+                                &w.up, &w.down, &w.router, &w.gate_exps, &w.up_exps, &w.down_exps})
+      bound.insert(t->data);
+  const SelfConditioningWeights& s = m.self_conditioning;
+  for (const TensorView* t : {&s.pre_norm, &s.gate, &s.up, &s.down}) bound.insert(t->data);
+  for (const TensorView& t : f.tensors()) {
+    if (t.name.rfind("adamw.", 0) == 0 || t.bytes() == 0 || bound.count(t.data)) continue;
+    throw Error(f.path() + ": tensor '" + t.name + "' is not used by a '" + m.config.arch + "' model with " +
+                std::to_string(m.config.n_layers) + " layers and " + std::to_string(m.config.n_experts) +
+                " experts; refusing to run without it (a file for another configuration?)");
+  }
 }
 
 Model bind_gguf(const std::string& path) {
@@ -350,6 +378,7 @@ Model bind_gguf(const std::string& path) {
     s.up = bind(f, "self_cond.up.weight", {H, c.ffn});
     s.down = bind(f, "self_cond.down.weight", {c.ffn, H});
   }
+  check_every_tensor_bound(m, f);
   return m;
 }
 

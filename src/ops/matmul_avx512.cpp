@@ -12,7 +12,9 @@
 //
 // GCC 12's AVX-512 headers trip -W(maybe-)uninitialized on their own _mm512_undefined_* where they get
 // inlined (GCC bug 105593), so those two warnings are off for this file.
+#if !defined(__clang__)  // clang has no -Wmaybe-uninitialized (and no such false positive)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 

@@ -22,7 +22,7 @@ std::vector<std::pair<std::string, GgufValue>> byte_tokenizer_metadata(bool with
   types.push_back(3);
   std::vector<std::pair<std::string, GgufValue>> metadata = {
       {"tokenizer.ggml.model", GgufValue::string("gpt2")},
-      {"tokenizer.ggml.pre", GgufValue::string("gpt2")},
+      {"tokenizer.ggml.pre", GgufValue::string("gpt-2")},  // llama.cpp's name ("gpt2" is refused there)
       {"tokenizer.ggml.tokens", GgufValue::string_array(tokens)},
       {"tokenizer.ggml.token_type", GgufValue::int_array(GgufType::Int32, types)},
       {"tokenizer.ggml.merges", GgufValue::string_array({})},

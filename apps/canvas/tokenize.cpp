@@ -1,0 +1,126 @@
+// canvas tokenize / detokenize: text <-> token ids with a model's vocabulary (a GGUF, including
+// vocabulary-only GGUF files, a tokenizer.json, or a safetensors checkpoint's directory).
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "commands.h"
+#include "core/error.h"
+#include "io/gguf.h"
+#include "io/hf_tokenizer.h"
+#include "io/json.h"
+#include "io/spm_tokenizer.h"
+#include "io/tokenizer.h"
+
+namespace canvas::cli {
+namespace {
+
+const char* kTokenizeUsage = R"(usage: canvas tokenize -m MODEL (-p TEXT | -f FILE) [--json] [--bos]
+
+Prints the token ids of the text, space-separated on one line. Special tokens written literally in the
+text (e.g. "<|endoftext|>") are matched as single tokens.
+
+  -m, --model MODEL   a GGUF file (a vocabulary-only GGUF is enough: tokenizer.ggml.model gpt2, llama
+                      with scores, llama / gemma4 with merges), a tokenizer.json, or a Hugging Face
+                      checkpoint directory holding tokenizer.json
+  -p, --prompt TEXT   the text
+  -f, --file FILE     read the text from FILE (its bytes, unchanged)
+      --json          print {"ids": [...], "pieces": [...]} instead: each token's bytes as a string
+                      (bytes that are not UTF-8 on their own are shown as U+FFFD)
+      --bos           prepend the vocabulary's BOS token (none is added otherwise)
+)";
+
+const char* kDetokenizeUsage = R"(usage: canvas detokenize -m MODEL --ids 1,2,3
+
+Prints the text of the token ids (control tokens such as BOS are dropped). MODEL as for tokenize.
+)";
+
+// One interface over the three vocabulary kinds.
+struct AnyTokenizer {
+  std::function<std::vector<int32_t>(const std::string&, bool)> encode;
+  std::function<std::string(const std::vector<int32_t>&)> decode;
+  std::function<std::string(int32_t)> piece;
+  int32_t bos = -1;
+};
+
+template <class T>
+AnyTokenizer wrap(std::shared_ptr<const T> t) {
+  AnyTokenizer a;
+  a.encode = [t](const std::string& text, bool bos) { return t->encode(text, bos, true); };
+  a.decode = [t](const std::vector<int32_t>& ids) { return t->decode(ids, false); };
+  a.piece = [t](int32_t id) { return t->token_piece(id); };
+  a.bos = t->bos_id();
+  return a;
+}
+
+AnyTokenizer open_tokenizer(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::string json_path;
+  if (fs::is_directory(path, ec)) {
+    json_path = (fs::path(path) / "tokenizer.json").string();
+    check(fs::exists(json_path, ec), path + ": the directory holds no tokenizer.json");
+  } else if (fs::path(path).filename() == "config.json") {
+    json_path = (fs::path(path).parent_path() / "tokenizer.json").string();
+  } else if (fs::path(path).extension() == ".json") {
+    json_path = path;
+  }
+  if (!json_path.empty()) return wrap(std::make_shared<const HfTokenizer>(HfTokenizer::from_json(json_path)));
+  const auto file = GgufFile::open(path);
+  const std::string model = file->get_string("tokenizer.ggml.model", "");
+  check(!model.empty(), path + ": no tokenizer.ggml.model: the file holds no vocabulary");
+  if (model == "gpt2") return wrap(std::make_shared<const Tokenizer>(Tokenizer::from_gguf(*file)));
+  if (SpmTokenizer::describes(*file)) return wrap(std::make_shared<const SpmTokenizer>(SpmTokenizer::from_gguf(*file)));
+  return wrap(std::make_shared<const HfTokenizer>(HfTokenizer::from_gguf(*file)));
+}
+
+}  // namespace
+
+int cmd_tokenize(int argc, char** argv) {
+  if (wants_help(argc, argv)) {
+    std::fputs(kTokenizeUsage, stdout);
+    return 0;
+  }
+  Args args(argc, argv, 2,
+            {{"-m", "model"}, {"--model", "model"}, {"-p", "prompt"}, {"--prompt", "prompt"}, {"-f", "file"},
+             {"--file", "file"}, {"--json", "json"}, {"--bos", "bos"}},
+            {"model", "prompt", "file"}, {"json", "bos"});
+  check(args.has("model"), "no model given (-m MODEL)");
+  check(args.has("prompt") != args.has("file"), "give the text with exactly one of -p TEXT or -f FILE");
+  const std::string text = args.has("file") ? read_text_file(args.get("file", "")) : args.get("prompt", "");
+  const AnyTokenizer t = open_tokenizer(args.get("model", ""));
+  check(!args.has("bos") || t.bos >= 0, "--bos: the vocabulary has no BOS token");
+  const std::vector<int32_t> ids = t.encode(text, args.has("bos"));
+  if (args.has("json")) {
+    nlohmann::json out = {{"ids", ids}, {"pieces", nlohmann::json::array()}};
+    for (int32_t id : ids) out["pieces"].push_back(t.piece(id));
+    std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  std::string line;
+  for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
+  std::printf("%s\n", line.c_str());
+  return 0;
+}
+
+int cmd_detokenize(int argc, char** argv) {
+  if (wants_help(argc, argv)) {
+    std::fputs(kDetokenizeUsage, stdout);
+    return 0;
+  }
+  Args args(argc, argv, 2, {{"-m", "model"}, {"--model", "model"}, {"--ids", "ids"}}, {"model", "ids"}, {});
+  check(args.has("model"), "no model given (-m MODEL)");
+  check(args.has("ids"), "no token ids given (--ids 1,2,3)");
+  const AnyTokenizer t = open_tokenizer(args.get("model", ""));
+  const std::string text = t.decode(parse_id_list(args.get("ids", ""), "--ids"));
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fputc('\n', stdout);
+  return 0;
+}
+
+}  // namespace canvas::cli

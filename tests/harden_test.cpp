@@ -1,0 +1,319 @@
+// Regression tests for hostile input found by probing: JSON nested deep enough to exhaust the stack, a
+// tokenizer.json whose one huge id would size a multi-gigabyte table, FIFOs given as files, headers echoed
+// whole into messages. Each input here once crashed, hung or misbehaved.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/mapped_file.h"
+#include "io/gguf.h"
+#include "io/hf_tokenizer.h"
+#include "io/json.h"
+#include "io/npy.h"
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "train/data.h"
+#include "test_util.h"
+
+namespace canvas {
+namespace {
+
+void expect_error(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error thrown; expected one mentioning '" << *parts.begin() << "'";
+  } catch (const Error& e) {
+    for (const std::string& part : parts)
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "message: " << e.what() << "\nmissing: " << part;
+  }
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+// A safetensors file holding `header` as its JSON header and no data.
+std::string safetensors_bytes(const std::string& header) {
+  std::string bytes(8, '\0');
+  const uint64_t n = header.size();
+  std::memcpy(bytes.data(), &n, 8);
+  return bytes + header;
+}
+
+std::string nested(size_t depth, const std::string& inner = "1") {
+  return std::string(depth, '[') + inner + std::string(depth, ']');
+}
+
+TEST(HardenJson, DeepNestingIsAnErrorNotAStackOverflow) {
+  // 100k levels: nlohmann parses it, but dump() and the destructor recurse per level.
+  expect_error([] { parse_json(nested(100000), "deep.json"); }, {"deep.json", "nested more than 128"});
+  expect_error([] { parse_json("{\"a\": " + nested(100000) + "}", "deep.json"); }, {"deep.json", "nested"});
+  // Brackets inside strings do not count; the limit itself is accepted.
+  EXPECT_NO_THROW(parse_json("[\"" + std::string(1000, '[') + "\"]", "s.json"));
+  EXPECT_NO_THROW(parse_json(nested(128), "ok.json"));
+  expect_error([] { parse_json(nested(129), "deep.json"); }, {"nested"});
+  // A type error on a nested value prints an excerpt, not the whole value.
+  const JsonDocument doc =
+      JsonDocument::parse("{\"k\": " + nested(100, "\"" + std::string(5000, '7') + "\"") + "}", "d.json");
+  try {
+    doc.get_int("k", 0);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_LT(std::strlen(e.what()), 300u) << e.what();
+  }
+}
+
+TEST(HardenJson, HugeNumberIsAShortError) {
+  // nlohmann throws out_of_range (not parse_error) for a number past the double range, quoting it whole.
+  try {
+    parse_json("[" + std::string(5000, '7') + "]", "n.json");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("n.json"), std::string::npos) << e.what();
+    EXPECT_LT(std::strlen(e.what()), 300u);
+  }
+}
+
+TEST(HardenJson, DeepNestingInEveryJsonInput) {
+  test::TempDir dir;
+  const std::string deep = "{\"__metadata__\": {\"x\": " + nested(100000) + "}}";
+  write_bytes(dir.path("deep.safetensors"), safetensors_bytes(deep));
+  expect_error([&] { SafetensorsFile::open(dir.path("deep.safetensors")); }, {"deep.safetensors", "nested"});
+
+  std::filesystem::create_directories(dir.path("model"));
+  write_bytes(dir.path("model/config.json"), "{\"model_type\": " + nested(100000) + "}");
+  expect_error([&] { config_from_hf(dir.path("model/config.json")); }, {"config.json", "nested"});
+
+  expect_error([] { HfTokenizer::from_json_text("{\"model\": {\"vocab\": {\"a\": " + nested(100000) + "}}}", "t.json"); },
+               {"t.json", "nested"});
+}
+
+TEST(HardenTokenizerJson, HugeIdIsRefusedBeforeAllocating) {
+  nlohmann::json doc = load_json_file(test::fixture("hf/tokenizer.json"));
+  // One id far past the number of tokens: a gap, refused by counting, not by sizing a table to it.
+  for (const int64_t id : {int64_t(1) << 27, int64_t(INT32_MAX) - 1}) {
+    nlohmann::json edited = doc;
+    edited["model"]["vocab"]["zzz-huge"] = id;
+    expect_error([&] { HfTokenizer::from_json_text(edited.dump(), "huge.json"); },
+                 {"huge.json", std::to_string(id), "names only"});
+    edited = doc;
+    edited["added_tokens"].push_back({{"id", id}, {"content", "<huge>"}, {"special", true}});
+    expect_error([&] { HfTokenizer::from_json_text(edited.dump(), "huge.json"); }, {"added_tokens.8", "names only"});
+  }
+  EXPECT_NO_THROW(HfTokenizer::from_json_text(doc.dump(), "ok.json"));
+}
+
+TEST(HardenFiles, FifoIsRefusedWithoutBlocking) {
+  test::TempDir dir;
+  const std::string fifo = dir.path("model.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Before: open() on a FIFO with no writer blocks forever.
+  expect_error([&] { GgufFile::open(fifo); }, {fifo, "not a regular file"});
+  expect_error([&] { SafetensorsFile::open(fifo); }, {fifo, "not a regular file"});
+  expect_error([&] { read_npy(fifo); }, {fifo, "not a regular file"});
+  expect_error([&] { load_json_file(fifo); }, {fifo, "not a regular file"});
+  expect_error([] { read_npy("/dev/zero"); }, {"/dev/zero", "not a regular file"});
+}
+
+TEST(HardenNpy, BadHeaderIsNotEchoedWhole) {
+  test::TempDir dir;
+  std::string header = "{'descr': '<f4', 'bogus" + std::string(20000, 'x') + "': 1}";
+  header += '\n';
+  std::string bytes = "\x93NUMPY";
+  bytes += char(2);
+  bytes += char(0);
+  const uint32_t n = uint32_t(header.size());
+  bytes.append(reinterpret_cast<const char*>(&n), 4);
+  write_bytes(dir.path("bad.npy"), bytes + header);
+  try {
+    read_npy(dir.path("bad.npy"));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad header"), std::string::npos) << e.what();
+    EXPECT_LT(std::strlen(e.what()), 400u) << e.what();
+  }
+  // Control bytes are shown escaped, never written raw to a terminal.
+  header = "{'descr': '\x1b[2J', 'fortran_order': False, 'shape': (1,), }\n";
+  bytes.resize(8);
+  const uint32_t m = uint32_t(header.size());
+  bytes.append(reinterpret_cast<const char*>(&m), 4);
+  write_bytes(dir.path("esc.npy"), bytes + header + std::string(4, '\0'));
+  try {
+    read_npy(dir.path("esc.npy"));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find('\x1b'), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("\\x1b"), std::string::npos) << e.what();
+  }
+}
+
+// A copy of a GGUF fixture with metadata edited by `meta` and tensors dropped or replaced by `tensor`
+// (return false to drop; may point `data` at replacement bytes that live until the write).
+std::string edited_gguf(const std::string& fixture, const std::string& out,
+                        const std::function<void(GgufWriter&)>& meta,
+                        const std::function<bool(const TensorView&, const void*&)>& tensor = nullptr) {
+  auto file = GgufFile::open(test::fixture(fixture));
+  GgufWriter writer;
+  for (const auto& [key, value] : file->metadata()) writer.set(key, value);
+  meta(writer);
+  for (const TensorView& t : file->tensors()) {
+    const void* data = t.data;
+    if (tensor && !tensor(t, data)) continue;
+    writer.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims), data,
+                      uint64_t(t.bytes()));
+  }
+  writer.write(out);
+  return out;
+}
+
+TEST(HardenModel, NonFiniteHyperParametersAreRefusedAtLoad) {
+  test::TempDir dir;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  expect_error([&] {
+    Model::load(edited_gguf("tiny-llada.gguf", dir.path("eps.gguf"),
+                            [&](GgufWriter& w) { w.set("llada.attention.layer_norm_rms_epsilon", GgufValue::f32(nan)); }));
+  }, {"eps.gguf", "layer_norm_rms_epsilon", "positive finite"});
+  for (const float theta : {0.f, -10000.f, nan}) {
+    expect_error([&] {
+      Model::load(edited_gguf("tiny-llada.gguf", dir.path("theta.gguf"),
+                              [&](GgufWriter& w) { w.set("llada.rope.freq_base", GgufValue::f32(theta)); }));
+    }, {"theta.gguf", "rope.freq_base"});
+  }
+}
+
+TEST(HardenCli, NaNWeightsFailBeforeSampling) {
+  test::TempDir dir;
+  std::vector<float> poisoned;
+  const std::string path = edited_gguf("tiny-llada.gguf", dir.path("nan.gguf"), [](GgufWriter&) {},
+                                       [&](const TensorView& t, const void*& data) {
+                                         if (t.name == "token_embd.weight") {
+                                           poisoned.assign(t.f32(), t.f32() + t.elements());
+                                           for (float& v : poisoned) v = std::numeric_limits<float>::quiet_NaN();
+                                           data = poisoned.data();
+                                         }
+                                         return true;
+                                       });
+  const test::CommandResult r = test::run_canvas("generate -m " + path + " -p 'And God' -n 4 --seed 1");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("not finite"), std::string::npos) << r.output;
+}
+
+TEST(HardenModel, UnusedTensorsAreReported) {
+  test::TempDir dir;
+  // Expert tensors in a dense file: refused, naming the tensor.
+  std::vector<float> extra(64, 0.f);
+  const std::string path = edited_gguf("tiny-llada.gguf", dir.path("extra.gguf"), [](GgufWriter&) {});
+  {
+    auto file = GgufFile::open(path);
+    GgufWriter writer;
+    for (const auto& [key, value] : file->metadata()) writer.set(key, value);
+    for (const TensorView& t : file->tensors())
+      writer.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims), t.data,
+                        uint64_t(t.bytes()));
+    writer.add_tensor("blk.0.ffn_gate_exps.weight", DType::F32, {8, 8}, extra.data(), 64 * 4);
+    writer.write(dir.path("experts.gguf"));
+  }
+  expect_error([&] { Model::load(dir.path("experts.gguf")); }, {"experts.gguf", "blk.0.ffn_gate_exps.weight", "not used"});
+  // A MoE file whose expert_count says 0 is a dense model that lacks its MLP: an error naming the tensor.
+  expect_error([&] {
+    Model::load(edited_gguf("tiny-llada-moe.gguf", dir.path("moe0.gguf"), [](GgufWriter& w) {
+      w.set("llada-moe.expert_count", GgufValue::u32(0));
+    }));
+  }, {"moe0.gguf"});
+  EXPECT_NO_THROW(Model::load(test::fixture("tiny-llada.gguf")));
+  EXPECT_NO_THROW(Model::load(test::fixture("tiny-llada-moe.gguf")));
+}
+
+// Copies the tiny DiffusionGemma checkpoint with config.json edited.
+std::string edited_checkpoint(const test::TempDir& dir, const std::function<void(nlohmann::json&)>& edit) {
+  const std::filesystem::path src = test::fixture("tiny-diffusion-gemma"), dst = dir.path("ckpt");
+  std::filesystem::remove_all(dst);
+  std::filesystem::create_directories(dst);
+  for (const char* name : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"})
+    std::filesystem::copy_file(src / name, dst / name);
+  nlohmann::json config = load_json_file((src / "config.json").string());
+  edit(config);
+  std::ofstream(dst / "config.json") << config.dump(2);
+  return dst.string();
+}
+
+nlohmann::json& text_config(nlohmann::json& j) { return j.contains("text_config") ? j["text_config"] : j; }
+
+TEST(HardenModel, SilentlyIgnoredHfConfigIsAnError) {
+  test::TempDir dir;
+  expect_error([&] {
+    Model::load(edited_checkpoint(dir, [](nlohmann::json& j) {
+      text_config(j)["enable_moe_block"] = true;
+      text_config(j)["num_experts"] = 0;
+    }));
+  }, {"enable_moe_block", "num_experts"});
+  expect_error([&] {
+    Model::load(edited_checkpoint(dir, [](nlohmann::json& j) { text_config(j).erase("rope_parameters"); }));
+  }, {"config.json", "rope_parameters"});
+  expect_error([&] {
+    Model::load(edited_checkpoint(dir, [](nlohmann::json& j) { text_config(j)["rms_norm_eps"] = -1; }));
+  }, {"config.json", "rms_norm_eps"});
+}
+
+TEST(HardenCli, GenerationConfigStepsNamesTheFile) {
+  test::TempDir dir;
+  const std::string ckpt = edited_checkpoint(dir, [](nlohmann::json&) {});
+  nlohmann::json g = load_json_file(ckpt + "/generation_config.json");
+  g["max_denoising_steps"] = 0;
+  std::ofstream(ckpt + "/generation_config.json") << g.dump(2);
+  const test::CommandResult r = test::run_canvas("generate -m " + ckpt + " -p hi -n 4");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("generation_config.json: max_denoising_steps is 0"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("--steps"), std::string::npos) << r.output;
+}
+
+TEST(HardenCli, LogitsChecksTheContextLength) {
+  const Model model = Model::load(test::fixture("tiny-llada.gguf"));
+  std::string ids;
+  for (int64_t i = 0; i <= model.config.context_length; ++i) ids += (i ? ",1" : "1");
+  test::TempDir dir;
+  const test::CommandResult r =
+      test::run_canvas("logits -m " + test::fixture("tiny-llada.gguf") + " --ids " + ids + " --out " + dir.path("l.npy"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("context length"), std::string::npos) << r.output.substr(0, 500);
+}
+
+TEST(HardenLlamaCpp, WrittenModelFilesCarryLlamaCppGeneralKeys) {
+  test::TempDir dir;
+  std::vector<uint16_t> weights(64, 0);
+  GgufWriter w;
+  w.set("general.architecture", GgufValue::string("llama"));
+  w.add_tensor("blk.0.attn_q.weight", DType::F16, {8, 8}, weights.data(), weights.size() * 2);
+  w.write(dir.path("m.gguf"));
+  const auto f = GgufFile::open(dir.path("m.gguf"));
+  EXPECT_EQ(f->get_string("general.name", ""), "llama");
+  EXPECT_EQ(f->get_int("general.file_type", -1), 1);  // LLAMA_FTYPE_MOSTLY_F16
+  // A name the writer gives is kept; files without an architecture (vocabularies) are left alone.
+  w.set("general.name", GgufValue::string("tiny"));
+  w.write(dir.path("named.gguf"));
+  EXPECT_EQ(GgufFile::open(dir.path("named.gguf"))->get_string("general.name", ""), "tiny");
+  GgufWriter vocab;
+  vocab.set("tokenizer.ggml.model", GgufValue::string("gpt2"));
+  vocab.write(dir.path("v.gguf"));
+  EXPECT_EQ(GgufFile::open(dir.path("v.gguf"))->find("general.file_type"), nullptr);
+  // The byte tokenizer canvas trains with names its pre-tokenizer as llama.cpp does.
+  for (const auto& [key, value] : train::byte_tokenizer_metadata(false)) {
+    if (key == "tokenizer.ggml.pre") {
+      EXPECT_EQ(value.to_string(8), "\"gpt-2\"");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace canvas
