@@ -11,7 +11,7 @@ build=build-sanitize
 sanitize="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_CXX_FLAGS="$sanitize -fsanitize=fuzzer-no-link" -DCMAKE_EXE_LINKER_FLAGS="$sanitize" \
-  -DCANVAS_BENCH=OFF -DCANVAS_LIBFUZZER=ON >/dev/null
+  -DCANVAS_BENCH=OFF -DCANVAS_CUDA=OFF -DCANVAS_LIBFUZZER=ON >/dev/null
 harnesses=()
 for f in fuzz/fuzz_*.cpp; do harnesses+=("$(basename "$f" .cpp)"); done
 cmake --build "$build" -j"$JOBS" --target canvas_tests "${harnesses[@]}"
