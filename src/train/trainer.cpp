@@ -13,7 +13,9 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "io/gguf.h"
+#include "model/model.h"
 #include "train/data.h"
+#include "train/model_text.h"
 #include "train/objectives.h"
 #include "train/train_model.h"
 
@@ -82,20 +84,53 @@ std::string identity(const RunConfig& r) {
   if (r.sudoku_hidden_weight != 1.f) s << "|hidden_weight:" << r.sudoku_hidden_weight;
   if (r.objective == "uniform") s << '|' << r.block_length << '|' << r.ar_weight;  // older runs keep their identity
   if (r.self_conditioning) s << "|self_conditioning";
+  if (!r.model_config.empty()) s << "|model_config:" << r.model_config;
   return s.str();
 }
 
-ObjectiveBatch make_batch(const RunConfig& r, const std::vector<Example>& examples, Rng& rng) {
+ObjectiveBatch make_batch(const RunConfig& r, const ModelConfig& mc, const std::vector<Example>& examples,
+                          Rng& rng) {
   if (r.objective == "ar") return autoregressive_batch(examples);
   if (r.objective == "uniform") {
     UniformStateOptions o;
     o.block_length = r.block_length;
-    o.vocab = kByteVocab;
+    o.vocab = mc.vocab;
     o.eps = r.mask_eps;
     o.ar_weight = r.ar_weight;
+    o.decoder_view = mc.has_decoder;
     return uniform_state_batch(examples, o, rng);
   }
-  return masked_diffusion_batch(examples, kByteMask, r.mask_eps, rng);
+  return masked_diffusion_batch(examples, mc.mask_token, r.mask_eps, rng);
+}
+
+bool is_json_or_directory(const std::string& path) {
+  struct stat st;
+  return (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) ||
+         (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0);
+}
+
+// The configuration of a model file without binding weights where that is possible (a config.json).
+ModelConfig source_config(const std::string& path) {
+  if (is_json_or_directory(path) && !file_exists(path + "/model.safetensors") &&
+      !file_exists(path + "/model.safetensors.index.json")) {
+    const std::string json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0 ? path
+                                                                                                 : path + "/config.json";
+    return config_from_hf(json);
+  }
+  return Model::load(path).config;
+}
+
+// The keys of a run config that describe the architecture (ignored when a model file gives it).
+bool names_architecture_key(const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    line = trim(line.substr(0, line.find('#')));
+    const std::string key = trim(line.substr(0, line.find('=')));
+    for (const char* k : {"layers", "hidden", "heads", "kv_heads", "ffn", "position_embedding", "rope_theta"})
+      if (key == k) return true;
+  }
+  return false;
 }
 
 // The logits the loss is taken of, on `tape`. With self-conditioning (diffusiongemma.md section 4):
@@ -132,7 +167,7 @@ float validation_loss(const RunConfig& r, TrainModel& model, const DataSource& s
   double total = 0, norm = 0;
   for (size_t at = 0; at < val.size(); at += size_t(r.batch_size)) {
     std::vector<Example> batch(val.begin() + int64_t(at), val.begin() + int64_t(std::min(val.size(), at + size_t(r.batch_size))));
-    const ObjectiveBatch ob = make_batch(r, batch, rng);
+    const ObjectiveBatch ob = make_batch(r, model.config(), batch, rng);
     Tape tape(pool);
     tape.set_grad_enabled(false);
     const Var logits = objective_logits(r, model, ob, rng, tape);
@@ -145,8 +180,9 @@ float validation_loss(const RunConfig& r, TrainModel& model, const DataSource& s
 }
 
 void save_checkpoint(const RunConfig& r, const TrainModel& model, AdamW& opt, const std::vector<Parameter*>& params,
-                     int64_t step, const std::string& out_dir) {
-  std::vector<std::pair<std::string, GgufValue>> extra = byte_tokenizer_metadata(r.objective != "uniform");
+                     int64_t step, const std::string& out_dir,
+                     const std::vector<std::pair<std::string, GgufValue>>& tokenizer) {
+  std::vector<std::pair<std::string, GgufValue>> extra = tokenizer;
   extra.emplace_back("training.step", GgufValue::u64(uint64_t(step)));
   extra.emplace_back("training.config", GgufValue::string(r.source_text));
   extra.emplace_back("training.identity", GgufValue::string(identity(r)));
@@ -253,6 +289,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
     else if (key == "rope_theta") r.rope_theta = as_float();
     else if (key == "init_std") r.init_std = as_float();
     else if (key == "init_from") r.init_from = value;
+    else if (key == "model_config") r.model_config = value;
     else if (key == "init_layers") r.init_layers = comma_list(value);
     else if (key == "seq_len") r.seq_len = as_int();
     else if (key == "text_corpus") r.text_corpus = value;
@@ -323,13 +360,49 @@ RunConfig load_run_config(const std::string& path) {
   return parse_run_config(ss.str(), path);
 }
 
+ModelConfig run_model_config(const RunConfig& r, int64_t seq_len) {
+  const std::string& path = !r.init_from.empty() ? r.init_from : r.model_config;
+  if (path.empty()) return model_config(r, seq_len);
+  if (names_architecture_key(r.source_text))
+    std::fprintf(stderr, "notice: the architecture comes from %s; the config's layers / hidden / heads / kv_heads / "
+                         "ffn / position_embedding / rope_theta keys are ignored\n", path.c_str());
+  ModelConfig c = source_config(path);
+  const std::string where = (!r.init_from.empty() ? "init_from " : "model_config ") + path;
+  if (c.layer_style == LayerStyle::Gemma4) {
+    check(r.objective != "masked", where + ": '" + c.arch + "' has no mask token; use objective = uniform or ar");
+    check(!r.self_conditioning || c.has_decoder,
+          where + ": self_conditioning needs DiffusionGemma's decoder; '" + c.arch + "' has none");
+    check(r.init_layers.empty(), where + ": init_layers (depth growth) is for llama-family models");
+  } else {
+    // The llama family: the objective sets the attention (AR <-> diffusion adaptation keeps the weights).
+    c.causal = r.objective == "ar";
+    if (c.arch == "llama" || c.arch == "llada") {
+      c.arch = c.causal ? "llama" : "llada";
+      c.shift_logits = c.causal;
+    }
+    if (c.causal) c.shift_logits = true;
+    c.uniform_state = r.objective == "uniform";
+    if (c.uniform_state) c.mask_token = -1;
+    check(r.objective != "masked" || c.mask_token >= 0,
+          where + ": the masked objective needs a mask token (tokenizer.ggml.mask_token_id)");
+    c.self_conditioning = r.self_conditioning;
+    if (!r.init_layers.empty()) c.n_layers = int64_t(r.init_layers.size());
+    check(c.n_positions == 0 || seq_len <= c.n_positions,
+          where + ": sequences of " + std::to_string(seq_len) + " tokens exceed its " +
+              std::to_string(c.n_positions) + " learned positions");
+  }
+  c.context_length = std::max(c.context_length, seq_len);
+  if (c.n_positions > 0) c.context_length = c.n_positions;
+  return c;
+}
+
 TrainModel initial_model(const RunConfig& r, const ModelConfig& mc) {
   InitOptions init;
   init.seed = r.seed;
   init.std = r.init_std;
   TrainModel model(mc, init);
   if (!r.init_from.empty()) {  // e.g. AR -> diffusion: same shapes, other attention
-    TrainModel donor = TrainModel::from_gguf(r.init_from);
+    TrainModel donor = TrainModel::from_file(r.init_from);
     for (Parameter* p : model.parameters()) {
       std::string name = p->name;
       if (!r.init_layers.empty() && name.rfind("blk.", 0) == 0) {  // blk.<i>.<rest>
@@ -356,14 +429,25 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
   check(file_exists(out_dir), "cannot create output directory " + out_dir);
   ThreadPool pool(r.threads);
 
+  // A model file (init_from / model_config) with another vocabulary than canvas's bytes brings its tokenizer.
+  const std::string& model_file = !r.init_from.empty() ? r.init_from : r.model_config;
+  const bool byte_vocab = model_file.empty() || source_config(model_file).vocab == kByteVocab;
+  std::vector<std::pair<std::string, GgufValue>> tokenizer = byte_tokenizer_metadata(r.objective != "uniform");
   std::unique_ptr<DataSource> source;
   if (r.task == "sudoku") {
+    check(byte_vocab, model_file + ": the sudoku task needs canvas's byte vocabulary (" + std::to_string(kByteVocab) +
+                          " tokens)");
     source = make_sudoku_source(r.sudoku_format, r.sudoku_min_clues, r.sudoku_max_clues, r.held_out, r.eval_examples,
                                 r.seed + 77, r.sudoku_states, r.sudoku_hidden_weight);
-  } else {
+  } else if (byte_vocab) {
     source = make_text_source(load_text_corpus(r.text_corpus), r.seq_len, r.val_fraction, r.eval_examples);
+  } else {
+    const ModelTokenizer t = load_model_tokenizer(model_file);
+    tokenizer = t.gguf_metadata;
+    source = make_token_text_source(t.encode(load_text_corpus(r.text_corpus)), r.seq_len, r.val_fraction,
+                                    r.eval_examples);
   }
-  const ModelConfig mc = model_config(r, source->sequence_length());
+  const ModelConfig mc = run_model_config(r, source->sequence_length());
   TrainModel model = initial_model(r, mc);
   std::vector<Parameter*> params = model.parameters();
   AdamW opt(r.optimizer, params);
@@ -390,7 +474,7 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
       Rng rng(r.seed * 0x9E3779B97F4A7C15ull + uint64_t(step) * 1000 + uint64_t(micro));
       std::vector<Example> examples;
       for (int64_t i = 0; i < r.batch_size; ++i) examples.push_back(source->sample(rng));
-      const ObjectiveBatch ob = make_batch(r, examples, rng);
+      const ObjectiveBatch ob = make_batch(r, model.config(), examples, rng);
       Tape tape(&pool);
       const Var logits = objective_logits(r, model, ob, rng, tape);
       const Var loss = cross_entropy(tape, logits, ob.targets, ob.weights, ob.normaliser);
@@ -421,7 +505,7 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
                     rep.elapsed_s);
       log << line;
     }
-    if (step % r.checkpoint_every == 0 || step == r.steps) save_checkpoint(r, model, opt, params, step, out_dir);
+    if (step % r.checkpoint_every == 0 || step == r.steps) save_checkpoint(r, model, opt, params, step, out_dir, tokenizer);
     if (on_step) on_step(rep);
   }
 }
