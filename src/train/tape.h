@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -140,6 +141,9 @@ Var rope(Tape& tape, Var x, int n_heads, const std::vector<int32_t>& positions, 
 // Sliding-window layers add a second rule: key j is visible to query i only if
 // positions[j] >= window_start[i] (both empty: no window), as canvas::AttentionMask's window_start.
 struct SequenceLayout {
+  SequenceLayout() = default;
+  SequenceLayout(int64_t sequences, int64_t length_, std::vector<int32_t> groups_ = {})
+      : n_sequences(sequences), length(length_), groups(std::move(groups_)) {}
   int64_t n_sequences = 0;
   int64_t length = 0;
   std::vector<int32_t> groups;  // [n_sequences * length] or empty

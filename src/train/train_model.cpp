@@ -272,7 +272,7 @@ Var TrainModel::forward(Tape& tape, const TokenBatch& batch, const SelfCondition
     positions.resize(size_t(rows));
     for (int64_t r = 0; r < rows; ++r) positions[size_t(r)] = int32_t(r % batch.length);
   }
-  SequenceLayout layout{batch.n_sequences, batch.length, batch.groups, {}, {}};
+  SequenceLayout layout(batch.n_sequences, batch.length, batch.groups);
   // Sliding layers: an encoder row at position p sees keys at p - window + 1 on; a decoder row sees its
   // whole canvas and the window - 1 positions before the canvas's first (model.cpp's decoder pass).
   SequenceLayout sliding_layout = layout;
