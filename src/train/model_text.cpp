@@ -63,7 +63,8 @@ ModelTokenizer load_model_tokenizer(const std::string& path) {
       const std::string scratch = (std::filesystem::temp_directory_path() /
                                    ("canvas_tokenizer_" + std::to_string(::getpid()) + ".gguf")).string();
       w.write(scratch);
-      for (const auto& kv : GgufFile::open(scratch)->metadata()) t.gguf_metadata.push_back(kv);
+      const std::shared_ptr<GgufFile> file = GgufFile::open(scratch);
+      for (const auto& kv : file->metadata()) t.gguf_metadata.push_back(kv);
       std::remove(scratch.c_str());
     } else {
       std::fprintf(stderr, "notice: %s cannot be stored in a GGUF; exported models need --tokenizer %s\n",

@@ -244,7 +244,7 @@ Var TrainModel::decoder_input(Tape& tape, Var x, const SelfConditioningInput* in
     if (decoder_rows[r]) rows.push_back(int32_t(r));
   if (rows.empty()) return x;
   Var xd = gather_rows(tape, x, rows);
-  if (input) xd = add(tape, xd, self_conditioning_mlp(tape, xd, *input, rows));
+  if (input) xd = add(tape, xd, self_conditioning_mlp(tape, x, *input, rows));
   return replace_rows(tape, x, rows, rms_norm(tape, xd, nullptr, config_.rms_eps));
 }
 
