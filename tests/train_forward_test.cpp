@@ -11,6 +11,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "io/npy.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "ops/matmul.h"
@@ -265,6 +266,45 @@ TEST(TrainForward, RefusesWhatItCannotExpress) {
   TrainModel odd(f, InitOptions{});
   test::TempDir dir;
   EXPECT_THROW(odd.save_gguf(dir.path("odd.gguf")), Error);
+}
+
+// The same through the command line: `canvas logits` on the exported GGUF (encoder rows, decoder rows,
+// self-conditioned decoder rows) against the training forward of the model that wrote it.
+TEST(TrainForwardCli, DiffusionGemmaEqualsCanvasLogits) {
+  TrainModel tm = test::nudged_random_model(gemma_config(true), 29);
+  test::TempDir dir;
+  const std::string path = dir.path("dg.gguf");
+  tm.save_gguf(path);
+  const int64_t V = tm.config().vocab;
+  const std::vector<int32_t> prefix = random_tokens(12, V, 7), canvas = random_tokens(5, V, 8);
+  auto list = [](const std::vector<int32_t>& ids) {
+    std::string s;
+    for (int32_t id : ids) s += (s.empty() ? "" : ",") + std::to_string(id);
+    return s;
+  };
+  const TokenBatch b = two_views(prefix, canvas);
+  const int64_t P = int64_t(prefix.size()), C = int64_t(canvas.size());
+  Rng rng(12);
+  std::vector<float> previous(size_t((P + C) * V), 0.f);
+  for (int64_t i = P * V; i < (P + C) * V; ++i) previous[size_t(i)] = float(rng.normal() * 3.0);
+  write_npy(dir.path("prev.npy"), previous.data() + P * V, {C, V});
+  for (bool self_cond : {false, true}) {
+    Tape tape;
+    SelfConditioningInput input;
+    input.logits = previous.data();
+    const Var logits = tm.forward(tape, b, self_cond ? &input : nullptr);
+    const std::string base = "logits -m " + path + " --ids " + list(prefix) + " -t 2 --out ";
+    auto run = [&](const std::string& extra, const std::string& out) {
+      const auto r = test::run_canvas(base + dir.path(out) + " " + extra);
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+      return read_npy(dir.path(out)).data;
+    };
+    EXPECT_LT(test::relative_error(rows_of(tape, logits, 0, P), run("", "encoder.npy")), 1e-5);
+    const std::string decoder_flags =
+        "--canvas-ids " + list(canvas) + (self_cond ? " --self-cond " + dir.path("prev.npy") : "");
+    EXPECT_LT(test::relative_error(rows_of(tape, logits, P, C), run(decoder_flags, "decoder.npy")), 1e-5)
+        << (self_cond ? "self-conditioned decoder" : "decoder");
+  }
 }
 
 // ---- whole-model gradients -------------------------------------------------------------------------
