@@ -308,15 +308,13 @@ Model Model::load_safetensors(const std::string& path) {
 
 namespace {
 
-// Every weight view of the model, for passes over all of them.
+// Every matrix the model description names (model/tensors.h), for passes over all of them; a tied head
+// comes last and shares the embedding's bytes.
 std::vector<TensorView*> weight_views(Model& m) {
-  std::vector<TensorView*> v = {&m.token_embd, &m.output, &m.position_embd};
-  for (LayerWeights& w : m.layers)
-    for (TensorView* t : {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down, &w.router, &w.gate_exps, &w.up_exps,
-                          &w.down_exps, &w.gate_up_exps})
-      v.push_back(t);
-  SelfConditioningWeights& s = m.self_conditioning;
-  for (TensorView* t : {&s.gate, &s.up, &s.down}) v.push_back(t);
+  std::vector<TensorView*> v;
+  for (const TensorSpec& spec : model_tensors(m.config))
+    if (spec.kind == TensorKind::Matrix) v.push_back(slot(m, spec.role, spec.layer));
+  if (m.config.tied_output) v.push_back(&m.output);
   return v;
 }
 
