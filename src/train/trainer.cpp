@@ -370,6 +370,8 @@ ModelConfig run_model_config(const RunConfig& r, int64_t seq_len) {
   const std::string where = (!r.init_from.empty() ? "init_from " : "model_config ") + path;
   if (c.layer_style == LayerStyle::Gemma4) {
     check(r.objective != "masked", where + ": '" + c.arch + "' has no mask token; use objective = uniform or ar");
+    check(r.objective != "uniform" || c.has_decoder,
+          where + ": '" + c.arch + "' is autoregressive (no decoder for uniform-state diffusion); use objective = ar");
     check(!r.self_conditioning || c.has_decoder,
           where + ": self_conditioning needs DiffusionGemma's decoder; '" + c.arch + "' has none");
     check(r.init_layers.empty(), where + ": init_layers (depth growth) is for llama-family models");
