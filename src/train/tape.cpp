@@ -500,35 +500,45 @@ Var attention(Tape& tape, Var q, Var k, Var v, const AttentionShape& shape, cons
   check(
       layout.groups.empty() || int64_t(layout.groups.size()) == rows,
       "attention: " + std::to_string(layout.groups.size()) + " groups for " + std::to_string(rows) + " rows");
+  check(layout.window_start.empty() ||
+            (int64_t(layout.window_start.size()) == rows && int64_t(layout.positions.size()) == rows),
+        "attention: a sliding window needs positions and window starts for all " + std::to_string(rows) + " rows");
   const int64_t group = n_heads / n_kv, q_width = n_heads * hd, kv_width = n_kv * hd;
   const bool needs_grad = tape.requires_grad(q) || tape.requires_grad(k) || tape.requires_grad(v);
   Var out = tape.make(rows, q_width, needs_grad);
   auto lse = std::make_shared<std::vector<float>>(size_t(rows * n_heads));
   auto groups = std::make_shared<std::vector<int32_t>>(layout.groups);
+  // Sliding window: key positions and each query's first visible position (both empty: none).
+  auto window = std::make_shared<std::pair<std::vector<int32_t>, std::vector<int32_t>>>(
+      layout.window_start.empty() ? std::vector<int32_t>{} : layout.positions, layout.window_start);
 
   // probs[i][j] = visible ? exp(score_ij - max_i) : 0 for one head; returns log-sum-exp per query.
   // With a known lse (backward), probs are exp(score - lse) directly.
-  auto softmax_rows = [T, shape, groups](int64_t row0, float* probs, float* lse_out, const float* lse_in,
-                                         int64_t lse_stride) {
+  auto softmax_rows = [T, shape, groups, window](int64_t row0, float* probs, float* lse_out, const float* lse_in,
+                                                 int64_t lse_stride) {
     const int32_t* g = groups->empty() ? nullptr : groups->data() + row0;
+    const int32_t* key_pos = window->second.empty() ? nullptr : window->first.data() + row0;
+    const int32_t* start = window->second.empty() ? nullptr : window->second.data() + row0;
+    auto hidden = [g, key_pos, start](int64_t i, int64_t j) {
+      return (g && g[j] > g[i]) || (start && key_pos[j] < start[i]);
+    };
     for (int64_t i = 0; i < T; ++i) {
       float* p = probs + i * T;
       if (lse_in) {
         const float l = lse_in[i * lse_stride];
         for (int64_t j = 0; j < T; ++j)
-          p[j] = (g && g[j] > g[i]) || l == -std::numeric_limits<float>::infinity()
-                     ? 0.f
-                     : std::exp(score_of(p[j], shape) - l);
+          p[j] = hidden(i, j) || l == -std::numeric_limits<float>::infinity() ? 0.f
+                                                                              : std::exp(score_of(p[j], shape) - l);
         continue;
       }
       float m = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < T; ++j) {
         p[j] = score_of(p[j], shape);
-        if (!(g && g[j] > g[i])) m = std::max(m, p[j]);
+        if (!hidden(i, j)) m = std::max(m, p[j]);
       }
       double sum = 0;
       for (int64_t j = 0; j < T; ++j) {
-        p[j] = (g && g[j] > g[i]) ? 0.f : std::exp(p[j] - m);
+        p[j] = hidden(i, j) ? 0.f : std::exp(p[j] - m);
         sum += p[j];
       }
       const float inv = sum > 0 ? float(1.0 / sum) : 0.f;
@@ -803,6 +813,156 @@ Var combine_experts(Tape& tape, const std::vector<Var>& expert_out, const Routin
           dw[r * n_experts + e] += float(dot);
         }
       }
+    }
+  });
+  return y;
+}
+
+// ---- reshape, scales, slices, row replacement ------------------------------------------------------
+
+Var reshape(Tape& tape, Var x, int64_t rows, int64_t cols) {
+  check(rows * cols == tape.size(x), "reshape: " + dims(tape, x) + " cannot be read as [" + std::to_string(rows) +
+                                         ", " + std::to_string(cols) + "]");
+  Var y = tape.make(rows, cols, tape.requires_grad(x), /*overwritten=*/true);
+  std::memcpy(tape.value(y), tape.value(x), size_t(tape.size(x)) * sizeof(float));
+  if (!tape.requires_grad(y)) return y;
+  tape.record([&tape, x, y] {
+    if (!tape.has_grad(y)) return;
+    add_into(tape.grad(x), tape.grad_or_null(y), tape.size(x));
+  });
+  return y;
+}
+
+Var scale(Tape& tape, Var x, float c) {
+  const int64_t n = tape.size(x);
+  Var y = tape.make(tape.rows(x), tape.cols(x), tape.requires_grad(x), /*overwritten=*/true);
+  const float* xv = tape.value(x);
+  float* out = tape.value(y);
+  for (int64_t i = 0; i < n; ++i) out[i] = xv[i] * c;
+  if (!tape.requires_grad(y)) return y;
+  tape.record([&tape, x, y, n, c] {
+    if (!tape.has_grad(y)) return;
+    const float* dy = tape.grad_or_null(y);
+    float* dx = tape.grad(x);
+    for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * c;
+  });
+  return y;
+}
+
+Var slice_columns(Tape& tape, Var x, int64_t begin, int64_t end) {
+  const int64_t rows = tape.rows(x), cols = tape.cols(x), width = end - begin;
+  check(begin >= 0 && begin < end && end <= cols, "slice_columns: [" + std::to_string(begin) + ", " +
+                                                      std::to_string(end) + ") outside " + dims(tape, x));
+  Var y = tape.make(rows, width, tape.requires_grad(x), /*overwritten=*/true);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(tape.value(y) + r * width, tape.value(x) + r * cols + begin, size_t(width) * sizeof(float));
+  if (!tape.requires_grad(y)) return y;
+  tape.record([&tape, x, y, rows, cols, begin, width] {
+    if (!tape.has_grad(y)) return;
+    const float* dy = tape.grad_or_null(y);
+    float* dx = tape.grad(x);
+    for (int64_t r = 0; r < rows; ++r) add_into(dx + r * cols + begin, dy + r * width, width);
+  });
+  return y;
+}
+
+Var scale_columns(Tape& tape, Var x, Parameter& s) {
+  const int64_t rows = tape.rows(x), cols = tape.cols(x);
+  check(s.size() == cols, "scale_columns '" + s.name + "': " + std::to_string(s.size()) + " scales for " +
+                              std::to_string(cols) + " columns");
+  Var y = tape.make(rows, cols, tape.requires_grad(x) || s.trainable, /*overwritten=*/true);
+  const float *xv = tape.value(x), *sv = s.value.data();
+  float* out = tape.value(y);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) out[r * cols + j] = xv[r * cols + j] * sv[j];
+  if (!tape.requires_grad(y)) return y;
+  Parameter* sp = &s;
+  tape.record([&tape, x, y, sp, rows, cols] {
+    if (!tape.has_grad(y)) return;
+    const float *dy = tape.grad_or_null(y), *xv = tape.value(x), *sv = sp->value.data();
+    if (tape.requires_grad(x)) {
+      float* dx = tape.grad(x);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < cols; ++j) dx[r * cols + j] += dy[r * cols + j] * sv[j];
+    }
+    if (sp->trainable) {
+      float* ds = sp->grad_data();
+      for (int64_t j = 0; j < cols; ++j) {
+        double sum = 0;
+        for (int64_t r = 0; r < rows; ++r) sum += double(dy[r * cols + j]) * xv[r * cols + j];
+        ds[j] += float(sum);
+      }
+    }
+  });
+  return y;
+}
+
+Var scale_rows_by_scalar(Tape& tape, Var x, Parameter& first, Parameter* second,
+                         const std::vector<uint8_t>& use_second) {
+  const int64_t rows = tape.rows(x), cols = tape.cols(x);
+  check(first.size() == 1 && (!second || second->size() == 1),
+        "scale_rows_by_scalar '" + first.name + "': the scalars must hold one value each");
+  check(use_second.empty() || (second && int64_t(use_second.size()) == rows),
+        "scale_rows_by_scalar '" + first.name + "': " + std::to_string(use_second.size()) +
+            " row choices for " + std::to_string(rows) + " rows, or no second scalar");
+  auto second_of = [&use_second](int64_t r) { return !use_second.empty() && use_second[size_t(r)]; };
+  Var y = tape.make(rows, cols, tape.requires_grad(x) || first.trainable || (second && second->trainable),
+                    /*overwritten=*/true);
+  const float* xv = tape.value(x);
+  float* out = tape.value(y);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float s = second_of(r) ? second->value[0] : first.value[0];
+    for (int64_t j = 0; j < cols; ++j) out[r * cols + j] = xv[r * cols + j] * s;
+  }
+  if (!tape.requires_grad(y)) return y;
+  Parameter* fp = &first;
+  tape.record([&tape, x, y, fp, second, use_second, rows, cols] {
+    if (!tape.has_grad(y)) return;
+    const float *dy = tape.grad_or_null(y), *xv = tape.value(x);
+    float* dx = tape.requires_grad(x) ? tape.grad(x) : nullptr;
+    double sum_first = 0, sum_second = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const bool is_second = !use_second.empty() && use_second[size_t(r)];
+      const float s = is_second ? second->value[0] : fp->value[0];
+      double dot = 0;
+      for (int64_t j = 0; j < cols; ++j) {
+        if (dx) dx[r * cols + j] += dy[r * cols + j] * s;
+        dot += double(dy[r * cols + j]) * xv[r * cols + j];
+      }
+      (is_second ? sum_second : sum_first) += dot;
+    }
+    if (fp->trainable) fp->grad_data()[0] += float(sum_first);
+    if (second && second->trainable) second->grad_data()[0] += float(sum_second);
+  });
+  return y;
+}
+
+Var replace_rows(Tape& tape, Var x, const std::vector<int32_t>& rows, Var z) {
+  const int64_t n = int64_t(rows.size()), width = tape.cols(x), x_rows = tape.rows(x);
+  check(tape.rows(z) == n && tape.cols(z) == width,
+        "replace_rows: " + dims(tape, z) + " for " + std::to_string(n) + " rows of " + dims(tape, x));
+  std::vector<uint8_t> replaced(size_t(x_rows), 0);
+  for (int32_t r : rows) {
+    check(r >= 0 && r < x_rows && !replaced[size_t(r)],
+          "replace_rows: row " + std::to_string(r) + " outside " + dims(tape, x) + " or repeated");
+    replaced[size_t(r)] = 1;
+  }
+  Var y = tape.make(x_rows, width, tape.requires_grad(x) || tape.requires_grad(z), /*overwritten=*/true);
+  std::memcpy(tape.value(y), tape.value(x), size_t(tape.size(x)) * sizeof(float));
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(tape.value(y) + rows[size_t(i)] * width, tape.value(z) + i * width, size_t(width) * sizeof(float));
+  if (!tape.requires_grad(y)) return y;
+  tape.record([&tape, x, y, z, rows, replaced, n, width, x_rows] {
+    if (!tape.has_grad(y)) return;
+    const float* dy = tape.grad_or_null(y);
+    if (tape.requires_grad(x)) {
+      float* dx = tape.grad(x);
+      for (int64_t r = 0; r < x_rows; ++r)
+        if (!replaced[size_t(r)]) add_into(dx + r * width, dy + r * width, width);
+    }
+    if (tape.requires_grad(z)) {
+      float* dz = tape.grad(z);
+      for (int64_t i = 0; i < n; ++i) add_into(dz + i * width, dy + rows[size_t(i)] * width, width);
     }
   });
   return y;
