@@ -458,5 +458,146 @@ TEST(TapeOps, ParametersAccumulateAcrossBackwardPasses) {
   for (float g : w.grad) EXPECT_EQ(g, 0.f);
 }
 
+// ---- Gemma 4 pieces ------------------------------------------------------------------------------
+
+// Sliding window (encoder rows: p - window + 1; a canvas's rows: its first position - window + 1) with
+// causal and block groups, forward against the inference kernel's window_start and gradients.
+TEST(TapeGemma, SlidingWindowAttention) {
+  const int head_dim = 4, n_heads = 2, n_kv = 1;
+  const int64_t T = 7;
+  Rng rng(21);
+  const Matrix q = random_matrix(rng, T, n_heads * head_dim, 0.8);
+  const Matrix k = random_matrix(rng, T, n_kv * head_dim, 0.8);
+  const Matrix v = random_matrix(rng, T, n_kv * head_dim);
+  AttentionShape shape;
+  shape.n_heads = n_heads;
+  shape.n_kv_heads = n_kv;
+  shape.head_dim = head_dim;
+  shape.scale = 0.7f;
+  SequenceLayout layout(1, T, {0, 1, 2, 3, 4, 5, 5});
+  layout.positions = {0, 1, 2, 3, 4, 5, 6};
+  const int32_t window = 3;
+  for (int64_t i = 0; i < T; ++i) layout.window_start.push_back(i < 5 ? int32_t(i) - window + 1 : 5 - window + 1);
+  EXPECT_GRADIENTS_OK(check_gradients({q, k, v}, {}, [&](Tape& t, const std::vector<Var>& in) {
+    return attention(t, in[0], in[1], in[2], shape, layout);
+  }));
+  // Forward: the inference kernel with the same groups and window starts (keys in the KV-cache layout).
+  Tape t;
+  const Var out = attention(t, t.input(T, n_heads * head_dim, q.data.data()), t.input(T, head_dim, k.data.data()),
+                            t.input(T, head_dim, v.data.data()), shape, layout);
+  std::vector<float> expect(size_t(T * n_heads * head_dim));
+  AttentionMask mask;
+  mask.key_group = layout.groups.data();
+  mask.query_group = layout.groups.data();
+  mask.window_start = layout.window_start.data();
+  canvas::attention(q.data.data(), T, n_heads * head_dim, k.data.data(), v.data.data(), T, T * head_dim, mask, shape,
+                    expect.data(), n_heads * head_dim, nullptr);
+  for (size_t i = 0; i < expect.size(); ++i) EXPECT_NEAR(t.value(out)[i], expect[i], 1e-5) << i;
+  // The window is live: without it row 4 (which the window cuts) differs.
+  SequenceLayout open = layout;
+  open.window_start.clear();
+  Tape u;
+  const Var wide = attention(u, u.input(T, n_heads * head_dim, q.data.data()), u.input(T, head_dim, k.data.data()),
+                             u.input(T, head_dim, v.data.data()), shape, open);
+  double diff = 0;
+  for (int64_t j = 0; j < n_heads * head_dim; ++j)
+    diff = std::max(diff, double(std::fabs(u.value(wide)[4 * n_heads * head_dim + j] - t.value(out)[4 * n_heads * head_dim + j])));
+  EXPECT_GT(diff, 1e-3);
+}
+
+// q / k norm: RMSNorm with a weight over each head (rows read as [rows * heads, head_dim]).
+TEST(TapeGemma, PerHeadNorm) {
+  Rng rng(22);
+  Parameter w = random_parameter(rng, "q_norm", {4}, 0.2, 1.0);
+  const Matrix x = random_matrix(rng, 3, 3 * 4);
+  EXPECT_GRADIENTS_OK(check_gradients({x}, {&w}, [&](Tape& t, const std::vector<Var>& in) {
+    return reshape(t, rms_norm(t, reshape(t, in[0], 9, 4), &w, 1e-6f), 3, 12);
+  }));
+}
+
+// Proportional RoPE: only the first active_pairs frequency pairs rotate.
+TEST(TapeGemma, ProportionalRope) {
+  Rng rng(23);
+  const Matrix x = random_matrix(rng, 4, 2 * 8);
+  const std::vector<int32_t> pos{0, 5, 9, 300};
+  RopeParams p;
+  p.layout = RopeLayout::Neox;
+  p.head_dim = 8;
+  p.rot_dims = 8;
+  p.active_pairs = 2;
+  p.theta = 1000.f;
+  EXPECT_GRADIENTS_OK(
+      check_gradients({x}, {}, [&](Tape& t, const std::vector<Var>& in) { return rope(t, in[0], 2, pos, p); }));
+  Tape t;
+  const Var y = rope(t, t.input(4, 16, x.data.data()), 2, pos, p);
+  // Pairs 2 and 3 of each head (columns 2, 3 and 6, 7 in the split-half layout) are left alone.
+  for (int64_t r = 0; r < 4; ++r)
+    for (int64_t col : {2, 3, 6, 7, 10, 11, 14, 15}) EXPECT_EQ(t.value(y)[r * 16 + col], x.data[size_t(r * 16 + col)]);
+}
+
+// MoE top-k routing with per-expert scales and a fused [gate; up] expert matrix, beside a dense branch:
+// the whole Gemma 4 feed-forward of one layer.
+TEST(TapeGemma, MoeTopKWithDenseBranch) {
+  Rng rng(24);
+  const int64_t H = 6, E = 4, I = 3, F = 5;
+  Parameter router = random_parameter(rng, "router", {H, E}, 2.0);
+  Parameter router_scale = random_parameter(rng, "router.scale", {H}, 0.2, 1.0);
+  Parameter expert_scale = random_parameter(rng, "per_expert_scale", {E}, 0.2, 1.0);
+  Parameter gate_up = random_parameter(rng, "gate_up_exps", {H, 2 * I, E}, 0.5);
+  Parameter down = random_parameter(rng, "down_exps", {I, H, E}, 0.5);
+  Parameter gate = random_parameter(rng, "gate", {H, F}, 0.5), up = random_parameter(rng, "up", {H, F}, 0.5);
+  Parameter dense_down = random_parameter(rng, "down", {F, H}, 0.5);
+  const Matrix x = random_matrix(rng, 5, H);
+  EXPECT_GRADIENTS_OK(check_gradients(
+      {x}, {&router, &router_scale, &expert_scale, &gate_up, &down, &gate, &up, &dense_down},
+      [&](Tape& t, const std::vector<Var>& in) {
+        Var h = in[0];
+        Var dense = linear(t, gated_activation(t, linear(t, h, gate), linear(t, h, up), Activation::GeluTanh),
+                           dense_down);
+        Var router_in = scale(t, rms_norm(t, h, &router_scale, 1e-6f), 1.f / std::sqrt(float(H)));
+        Routing routing = route_top_k(t, linear(t, router_in, router), 2, true);
+        routing.weights = scale_columns(t, routing.weights, expert_scale);
+        std::vector<Var> outs(static_cast<size_t>(E));
+        for (int64_t e = 0; e < E; ++e) {
+          if (routing.rows_of[size_t(e)].empty()) continue;
+          Var gu = linear(t, gather_rows(t, h, routing.rows_of[size_t(e)]), gate_up, e);
+          Var act = gated_activation(t, slice_columns(t, gu, 0, I), slice_columns(t, gu, I, 2 * I), Activation::GeluTanh);
+          outs[size_t(e)] = linear(t, act, down, e);
+        }
+        return add(t, dense, combine_experts(t, outs, routing));
+      }));
+}
+
+// Layer scalars per view, and the decoder rows' input replaced in place (the self-conditioning MLP's
+// output then the decoder norm).
+TEST(TapeGemma, LayerScalarsAndDecoderRows) {
+  Rng rng(25);
+  Parameter encoder = random_parameter(rng, "enc", {1}, 0.1, 0.8);
+  Parameter decoder = random_parameter(rng, "dec", {1}, 0.1, 1.2);
+  const Matrix x = random_matrix(rng, 4, 5), z = random_matrix(rng, 2, 5);
+  const std::vector<uint8_t> views{0, 1, 0, 1};
+  EXPECT_GRADIENTS_OK(check_gradients({x}, {&encoder, &decoder}, [&](Tape& t, const std::vector<Var>& in) {
+    return scale_rows_by_scalar(t, in[0], encoder, &decoder, views);
+  }));
+  EXPECT_GRADIENTS_OK(check_gradients({x, z}, {}, [&](Tape& t, const std::vector<Var>& in) {
+    return replace_rows(t, in[0], {3, 1}, rms_norm(t, in[1], nullptr, 1e-6f));
+  }));
+}
+
+// The self-conditioning MLP: soft embedding of fixed probabilities, pre-norm, GeGLU MLP.
+TEST(TapeGemma, SelfConditioningMlp) {
+  Rng rng(26);
+  const int64_t V = 7, H = 4, F = 6;
+  Parameter table = random_parameter(rng, "E", {H, V}), norm = random_parameter(rng, "pre_norm", {H}, 0.2, 1.0);
+  Parameter gate = random_parameter(rng, "gate", {H, F}, 0.5), up = random_parameter(rng, "up", {H, F}, 0.5);
+  Parameter down = random_parameter(rng, "down", {F, H}, 0.5);
+  Matrix probs = random_matrix(rng, 3, V);
+  for (float& p : probs.data) p = std::fabs(p);
+  EXPECT_GRADIENTS_OK(check_gradients({probs}, {&table, &norm, &gate, &up, &down}, [&](Tape& t, const std::vector<Var>& in) {
+    Var h = rms_norm(t, soft_embedding(t, in[0], table, 2.f), &norm, 1e-6f);
+    return linear(t, gated_activation(t, linear(t, h, gate), linear(t, h, up), Activation::GeluTanh), down);
+  }));
+}
+
 }  // namespace
 }  // namespace canvas::train

@@ -151,6 +151,7 @@ const std::map<std::string, std::string> kOtherValues = {
     {"rope_theta", "500"},
     {"init_std", "0.03"},
     {"init_from", "x.gguf"},
+    {"model_config", "other/config.json"},
     {"init_layers", "0,new"},
     {"eval_examples", "17"},
     {"lr", "2e-3"},

@@ -19,6 +19,7 @@
 #include "io/safetensors.h"
 #include "model/gemma_names.h"
 #include "model/model.h"
+#include "model/tensors.h"
 #include "ops/matmul.h"
 
 namespace canvas::cli {
@@ -104,56 +105,8 @@ int cmd_convert(int argc, char** argv) {
                                        : std::filesystem::path(args.get("in", "")).parent_path();
 
   GgufWriter w;
-  const std::string p = c.arch + ".";
-  w.set("general.architecture", GgufValue::string(c.arch));
-  if (!c.name.empty()) w.set("general.name", GgufValue::string(c.name));
+  config_to_gguf(c, w);
   w.set("general.file_type", GgufValue::u32(llama_file_type(requested)));
-  w.set(p + "context_length", GgufValue::u32(uint32_t(c.context_length)));
-  w.set(p + "embedding_length", GgufValue::u32(uint32_t(c.hidden)));
-  w.set(p + "block_count", GgufValue::u32(uint32_t(c.n_layers)));
-  w.set(p + "feed_forward_length", GgufValue::u32(uint32_t(c.ffn)));
-  if (c.is_moe()) {
-    w.set(p + "expert_count", GgufValue::u32(uint32_t(c.n_experts)));
-    w.set(p + "expert_used_count", GgufValue::u32(uint32_t(c.n_experts_used)));
-    w.set(p + "expert_feed_forward_length", GgufValue::u32(uint32_t(c.expert_ffn)));
-  }
-  w.set(p + "attention.head_count", GgufValue::u32(uint32_t(c.n_heads)));
-  std::vector<int64_t> kv_heads, sliding;
-  int64_t full_dim = 0, swa_dim = 0, full_active_pairs = 0;
-  float full_theta = 1e6f, swa_theta = 1e4f;
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const LayerAttention a = c.attention_of(l);
-    kv_heads.push_back(a.n_kv_heads);
-    sliding.push_back(a.kind == AttentionKind::Sliding);
-    if (a.kind == AttentionKind::Sliding) {
-      swa_dim = a.head_dim;
-      swa_theta = a.rope.theta;
-    } else {
-      full_dim = a.head_dim;
-      full_theta = a.rope.theta;
-      full_active_pairs = a.rope.active_pairs;
-    }
-  }
-  if (full_dim == 0) full_dim = swa_dim;
-  if (swa_dim == 0) swa_dim = full_dim;
-  w.set(p + "attention.head_count_kv", GgufValue::int_array(GgufType::Uint32, kv_heads));
-  w.set(p + "attention.key_length", GgufValue::u32(uint32_t(full_dim)));
-  w.set(p + "attention.value_length", GgufValue::u32(uint32_t(full_dim)));
-  w.set(p + "attention.key_length_swa", GgufValue::u32(uint32_t(swa_dim)));
-  w.set(p + "attention.value_length_swa", GgufValue::u32(uint32_t(swa_dim)));
-  w.set(p + "attention.sliding_window", GgufValue::u32(uint32_t(c.sliding_window)));
-  w.set(p + "attention.sliding_window_pattern", GgufValue::int_array(GgufType::Bool, sliding));
-  w.set(p + "attention.layer_norm_rms_epsilon", GgufValue::f32(c.rms_eps));
-  w.set(p + "rope.freq_base", GgufValue::f32(full_theta));
-  w.set(p + "rope.freq_base_swa", GgufValue::f32(swa_theta));
-  w.set(p + "rope.dimension_count", GgufValue::u32(uint32_t(full_dim)));
-  w.set(p + "rope.dimension_count_swa", GgufValue::u32(uint32_t(swa_dim)));
-  if (c.logit_softcap > 0) w.set(p + "final_logit_softcapping", GgufValue::f32(c.logit_softcap));
-  // Not a llama.cpp key: the scale the checkpoint's own reference uses (bf16-rounded for bf16 weights).
-  w.set(p + "embedding_scale", GgufValue::f32(c.embedding_scale));
-  w.set("tokenizer.ggml.bos_token_id", GgufValue::u32(uint32_t(c.bos_token)));
-  w.set("tokenizer.ggml.eos_token_id", GgufValue::u32(uint32_t(c.eos_token)));
-  w.set("tokenizer.ggml.padding_token_id", GgufValue::u32(uint32_t(c.pad_token)));
   const std::string tokenizer = copy_tokenizer(in, c, w);
 
   const std::filesystem::path generation = in / "generation_config.json";
@@ -168,34 +121,34 @@ int cmd_convert(int argc, char** argv) {
     w.set("diffusion.eb_confidence_threshold", GgufValue::f32(float(g.get_float("confidence_threshold", 0.005))));
   }
 
-  std::vector<float> rope_freqs;
-  if (full_active_pairs > 0) {
-    rope_freqs.assign(size_t(full_dim / 2), 1e30f);
-    for (int64_t i = 0; i < full_active_pairs; ++i) rope_freqs[size_t(i)] = 1.f;
-    w.add_tensor("rope_freqs.weight", DType::F32, {full_dim / 2}, rope_freqs.data(), rope_freqs.size() * 4);
-  }
+  const std::vector<float> rope_freqs = gguf_rope_freqs(c);
+  if (!rope_freqs.empty())
+    w.add_tensor("rope_freqs.weight", DType::F32, {int64_t(rope_freqs.size())}, rope_freqs.data(),
+                 rope_freqs.size() * 4);
 
+  // Every tensor the model description names, under its GGUF name; the rest of the checkpoint (e.g. a
+  // vision tower) is skipped.
   const std::string prefix =
       gemma_names::decoder_prefix([&st](const std::string& name) { return st.find_tensor(name) != nullptr; });
   std::deque<std::vector<uint8_t>> converted;  // re-typed tensors, alive until write()
-  int64_t skipped = 0;
+  int64_t written = 0;
   RetypeReport report;
   if (!rope_freqs.empty()) report.note("rope_freqs.weight", TensorView{}, DType::F32, DType::F32, "");
-  Progress progress("tensors", int64_t(st.tensors().size()));
-  for (const TensorView& t : st.tensors()) {
+  const std::vector<TensorSpec> specs = model_tensors(c);
+  Progress progress("tensors", int64_t(specs.size()));
+  for (const TensorSpec& spec : specs) {
     progress.add();
-    const std::string canonical = gemma_names::from_hf(t.name, prefix);
-    if (canonical.empty()) {
-      ++skipped;  // outside the text stack (e.g. a vision tower)
-      continue;
-    }
-    const std::string name = gemma_names::to_gguf(canonical);
+    const TensorView* found = st.find_tensor(gemma_names::to_hf(spec.hf, prefix));
+    if (!found) continue;  // optional (e.g. the encoder's layer scalars); Model::load checked the rest
+    const TensorView& t = *found;
     std::string reason;
     const DType type = stored_type(t, requested, &reason);
-    add_retyped(w, name, t, type, converted);
-    report.note(name, t, requested, type, reason);
+    add_retyped(w, spec.gguf, t, type, converted);
+    report.note(spec.gguf, t, requested, type, reason);
+    ++written;
   }
   progress.finish();
+  const int64_t skipped = int64_t(st.tensors().size()) - written;  // outside the text stack (e.g. a vision tower)
   w.write(args.get("out", ""));
   std::fprintf(stderr, "wrote %s: %s, %s (requested %s), %lld tensors outside the text stack skipped, %s\n%s",
                args.get("out", "").c_str(), c.arch.c_str(), report.summary().c_str(), dtype_name(requested),

@@ -67,9 +67,14 @@ int cmd_train(int argc, char** argv) {
   const int64_t stop_after = args.get_int("stop-after", 0);
   check(stop_after >= 0, "--stop-after must be a step number (0: run to the end)");
   const std::string out = args.get("out", "");
-  std::fprintf(stderr, "training %s/%s: %lld layers, hidden %lld, %lld steps of %lld x %lld sequences -> %s\n",
-               config.task.c_str(), config.objective.c_str(), (long long)config.layers, (long long)config.hidden,
-               (long long)config.steps, (long long)config.batch_size, (long long)config.accumulation, out.c_str());
+  // With init_from / model_config the architecture is that file's (its layers and width are in the notice).
+  const std::string& model_file = !config.init_from.empty() ? config.init_from : config.model_config;
+  const std::string shape = model_file.empty() ? std::to_string(config.layers) + " layers, hidden " +
+                                                     std::to_string(config.hidden)
+                                               : "the architecture of " + model_file;
+  std::fprintf(stderr, "training %s/%s: %s, %lld steps of %lld x %lld sequences -> %s\n", config.task.c_str(),
+               config.objective.c_str(), shape.c_str(), (long long)config.steps, (long long)config.batch_size,
+               (long long)config.accumulation, out.c_str());
   float last_val = -1;
   train::run_training(
       config, out,

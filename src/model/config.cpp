@@ -375,4 +375,162 @@ ModelConfig config_from_gguf(const GgufFile& file) {
   return c;
 }
 
+namespace {
+
+// Gemma 4's GGUF holds one head dim, theta and RoPE fraction per layer kind (sliding / full).
+struct GemmaKinds {
+  const LayerAttention* sliding = nullptr;
+  const LayerAttention* full = nullptr;
+};
+
+GemmaKinds gemma_kinds(const ModelConfig& c) {
+  GemmaKinds k;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerAttention& a = c.layer_attention.at(size_t(l));
+    const LayerAttention*& first = a.kind == AttentionKind::Sliding ? k.sliding : k.full;
+    if (!first) {
+      first = &a;
+      continue;
+    }
+    const std::string what = std::string(a.kind == AttentionKind::Sliding ? "sliding" : "full") + " layer " +
+                             std::to_string(l);
+    check(a.head_dim == first->head_dim, "config_to_gguf: " + what + " has head dim " + std::to_string(a.head_dim) +
+                                             "; a GGUF holds one per layer kind (" + std::to_string(first->head_dim) + ")");
+    check(a.rope.theta == first->rope.theta && a.rope.active_pairs == first->rope.active_pairs,
+          "config_to_gguf: " + what + " has other RoPE parameters than the first layer of its kind");
+  }
+  check(!k.sliding || k.sliding->rope.active_pairs == 0,
+        "config_to_gguf: proportional RoPE on sliding layers cannot be stored in a GGUF");
+  return k;
+}
+
+void check_expressible(bool ok, const ModelConfig& c, const std::string& what) {
+  check(ok, "config_to_gguf: architecture '" + c.arch + "' cannot express this model's " + what +
+                "; the file would load as a different model");
+}
+
+void gemma_config_to_gguf(const ModelConfig& c, GgufWriter& w) {
+  ModelConfig expected = c;
+  set_gemma_constants(expected);
+  check_expressible(c.layer_style == LayerStyle::Gemma4, c, "layer style");
+  check_expressible(c.activation == expected.activation, c, "activation");
+  check_expressible(c.qk_norm && c.v_norm && c.attention_scale == 1.f, c, "q/k/v norms and attention scale");
+  check_expressible(c.tied_output, c, "untied output head");
+  check_expressible(!c.is_moe() || (c.expert_weights_norm && c.router_norm && c.dense_and_moe), c,
+                    "expert routing (Gemma 4: renormalised top-k, normed router, dense MLP in parallel)");
+  check_expressible(c.has_decoder == expected.has_decoder && c.uniform_state == expected.uniform_state &&
+                        c.causal == expected.causal && c.shift_logits == expected.shift_logits,
+                    c, "attention mode (causal / decoder / uniform-state)");
+  check_expressible(!c.qkv_bias && c.n_positions == 0 && !c.self_conditioning && c.mask_token < 0, c,
+                    "biases, learned positions, canvas self-conditioning or mask token");
+  check_expressible(int64_t(c.layer_attention.size()) == c.n_layers, c, "per-layer attention (layer_attention)");
+  for (const LayerAttention& a : c.layer_attention) check_expressible(a.rope.layout == RopeLayout::Neox, c, "RoPE layout");
+  const GemmaKinds kinds = gemma_kinds(c);
+  const LayerAttention& full = kinds.full ? *kinds.full : *kinds.sliding;
+  const LayerAttention& swa = kinds.sliding ? *kinds.sliding : *kinds.full;
+  check_expressible(swa.kind == AttentionKind::Full || c.sliding_window > 0, c, "sliding window (0)");
+  const std::string p = c.arch + ".";
+  auto u32 = [](int64_t v) { return GgufValue::u32(uint32_t(v)); };
+  w.set("general.architecture", GgufValue::string(c.arch));
+  if (!c.name.empty()) w.set("general.name", GgufValue::string(c.name));
+  w.set(p + "context_length", u32(c.context_length));
+  w.set(p + "embedding_length", u32(c.hidden));
+  w.set(p + "block_count", u32(c.n_layers));
+  w.set(p + "feed_forward_length", u32(c.ffn));
+  if (c.is_moe()) {
+    w.set(p + "expert_count", u32(c.n_experts));
+    w.set(p + "expert_used_count", u32(c.n_experts_used));
+    w.set(p + "expert_feed_forward_length", u32(c.expert_ffn));
+  }
+  w.set(p + "attention.head_count", u32(c.n_heads));
+  std::vector<int64_t> kv_heads, sliding;
+  for (const LayerAttention& a : c.layer_attention) {
+    kv_heads.push_back(a.n_kv_heads);
+    sliding.push_back(a.kind == AttentionKind::Sliding);
+  }
+  w.set(p + "attention.head_count_kv", GgufValue::int_array(GgufType::Uint32, kv_heads));
+  w.set(p + "attention.key_length", u32(full.head_dim));
+  w.set(p + "attention.value_length", u32(full.head_dim));
+  w.set(p + "attention.key_length_swa", u32(swa.head_dim));
+  w.set(p + "attention.value_length_swa", u32(swa.head_dim));
+  w.set(p + "attention.sliding_window", u32(c.sliding_window));
+  w.set(p + "attention.sliding_window_pattern", GgufValue::int_array(GgufType::Bool, sliding));
+  w.set(p + "attention.layer_norm_rms_epsilon", GgufValue::f32(c.rms_eps));
+  w.set(p + "rope.freq_base", GgufValue::f32(full.rope.theta));
+  w.set(p + "rope.freq_base_swa", GgufValue::f32(swa.rope.theta));
+  w.set(p + "rope.dimension_count", u32(full.head_dim));
+  w.set(p + "rope.dimension_count_swa", u32(swa.head_dim));
+  if (c.logit_softcap > 0) w.set(p + "final_logit_softcapping", GgufValue::f32(c.logit_softcap));
+  // Not a llama.cpp key: the scale the checkpoint's own reference uses (bf16-rounded for bf16 weights).
+  w.set(p + "embedding_scale", GgufValue::f32(c.embedding_scale));
+  w.set("tokenizer.ggml.bos_token_id", u32(c.bos_token));
+  w.set("tokenizer.ggml.eos_token_id", u32(c.eos_token));
+  w.set("tokenizer.ggml.padding_token_id", u32(c.pad_token));
+}
+
+}  // namespace
+
+std::vector<float> gguf_rope_freqs(const ModelConfig& c) {
+  if (c.layer_style != LayerStyle::Gemma4 || c.layer_attention.empty()) return {};
+  const GemmaKinds kinds = gemma_kinds(c);
+  if (!kinds.full || kinds.full->rope.active_pairs == 0) return {};
+  std::vector<float> freqs(size_t(kinds.full->head_dim / 2), 1e30f);
+  for (int64_t i = 0; i < kinds.full->rope.active_pairs; ++i) freqs[size_t(i)] = 1.f;
+  return freqs;
+}
+
+void config_to_gguf(const ModelConfig& c, GgufWriter& w) {
+  check(!c.arch.empty(), "config_to_gguf: the config has no architecture name");
+  if (is_gemma_arch(c.arch)) return gemma_config_to_gguf(c, w);
+  const ArchTraits* traits = nullptr;
+  for (const ArchTraits& t : kArchs)
+    if (c.arch == t.arch) traits = &t;
+  check(traits != nullptr, "config_to_gguf: unsupported architecture '" + c.arch + "'");
+  check_expressible(c.layer_style == LayerStyle::PreNorm && c.layer_attention.empty(), c,
+                    "Gemma 4 layer (pre/post norms, per-layer attention)");
+  check_expressible(c.rope.layout == traits->rope_layout, c, "RoPE layout");
+  check_expressible(c.rope.active_pairs == 0, c, "RoPE active pairs (proportional RoPE)");
+  check_expressible(c.activation == Activation::Silu, c, "activation");
+  check_expressible(c.embedding_scale == 1.f, c, "embedding scale");
+  check_expressible(!c.qk_norm && !c.v_norm && c.sliding_window == 0 && !c.dense_and_moe && !c.router_norm &&
+                        !c.has_decoder,
+                    c, "q/k/v norms, sliding window, dense-and-experts MLP, router norm or decoder");
+  check_expressible(c.attention_scale == 0 || c.attention_scale == 1.f / std::sqrt(float(c.head_dim)), c,
+                    "attention scale");
+  check_expressible(!c.causal || c.shift_logits, c, "shift_logits (causal models always shift)");
+  const std::string a = c.arch + ".";
+  auto u32 = [](int64_t v) { return GgufValue::u32(uint32_t(v)); };
+  w.set("general.architecture", GgufValue::string(c.arch));
+  if (!c.name.empty()) w.set("general.name", GgufValue::string(c.name));
+  if (c.context_length > 0) w.set(a + "context_length", u32(c.context_length));
+  w.set(a + "vocab_size", u32(c.vocab));
+  w.set(a + "embedding_length", u32(c.hidden));
+  w.set(a + "block_count", u32(c.n_layers));
+  if (c.ffn > 0) w.set(a + "feed_forward_length", u32(c.ffn));
+  w.set(a + "attention.head_count", u32(c.n_heads));
+  w.set(a + "attention.head_count_kv", u32(c.n_kv_heads));
+  w.set(a + "attention.key_length", u32(c.head_dim));
+  w.set(a + "attention.layer_norm_rms_epsilon", GgufValue::f32(c.rms_eps));
+  w.set(a + "attention.causal", GgufValue::boolean(c.causal));
+  w.set(a + "rope.freq_base", GgufValue::f32(c.rope.theta));
+  w.set(a + "rope.dimension_count", u32(c.rope.rot_dims > 0 ? c.rope.rot_dims : c.head_dim));
+  if (c.is_moe()) {
+    w.set(a + "expert_count", u32(c.n_experts));
+    w.set(a + "expert_used_count", u32(c.n_experts_used));
+    w.set(a + "expert_feed_forward_length", u32(c.expert_ffn));
+    w.set(a + "expert_weights_norm", GgufValue::boolean(c.expert_weights_norm));
+  }
+  if (c.logit_softcap > 0) w.set(a + "final_logit_softcapping", GgufValue::f32(c.logit_softcap));
+  w.set("diffusion.shift_logits", GgufValue::boolean(c.shift_logits));
+  if (c.uniform_state) w.set("diffusion.kind", GgufValue::string("uniform"));
+  if (c.self_conditioning) w.set("diffusion.self_conditioning", GgufValue::boolean(true));
+  auto token = [&](const char* key, int32_t id) {
+    if (id >= 0) w.set(key, u32(id));
+  };
+  token("tokenizer.ggml.mask_token_id", c.mask_token);
+  token("tokenizer.ggml.bos_token_id", c.bos_token);
+  token("tokenizer.ggml.eos_token_id", c.eos_token);
+  token("tokenizer.ggml.padding_token_id", c.pad_token);
+}
+
 }  // namespace canvas

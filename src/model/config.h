@@ -9,6 +9,7 @@
 namespace canvas {
 
 class GgufFile;
+class GgufWriter;
 
 enum class Activation { Silu, GeluTanh };
 
@@ -94,6 +95,18 @@ struct ModelConfig {
 // naming the key for a missing or inconsistent value and for an unsupported architecture.
 // diffusion-gemma and gemma4 (llama.cpp PR #24423 keys) are read here too.
 ModelConfig config_from_gguf(const GgufFile& file);
+
+// The twin of config_from_gguf: writes the metadata it reads back as `config` (architecture keys, token
+// ids; canvas's own keys for uniform-state diffusion, self-conditioning and the embedding scale). Throws
+// Error naming the field when a GGUF of this architecture cannot express the config (e.g. a llada
+// model with the NEOX RoPE layout, or Gemma 4 sliding layers of different widths): such a file would
+// load as a different model.
+void config_to_gguf(const ModelConfig& config, GgufWriter& writer);
+
+// Gemma 4's proportional RoPE on full layers is stored as the generated tensor rope_freqs.weight
+// ([full head dim / 2] f32: 1 for a rotating pair, 1e30 for a pair at frequency 0). Its values for this
+// config, or empty when every pair rotates (or the family has no such tensor).
+std::vector<float> gguf_rope_freqs(const ModelConfig& config);
 
 // Reads a Hugging Face config.json (Gemma 4 / DiffusionGemma text config, nested under "text_config" or
 // at the top level). `path` is the config.json itself; errors name it and the key at fault.

@@ -13,6 +13,7 @@
 #include "io/gguf.h"
 #include "io/safetensors.h"
 #include "model/gemma_names.h"
+#include "model/tensors.h"
 #include "ops/lm_head.h"
 #include "ops/matmul.h"
 #include "ops/ops.h"
@@ -51,16 +52,6 @@ TensorView bind_tensor(const TensorSource& src, const std::string& name, std::ve
   }
   return *t;
 }
-TensorView bind(const GgufFile& file, const std::string& name, std::vector<int64_t> shape, bool required = true) {
-  return bind_tensor(source_of(file), name, std::move(shape), required);
-}
-
-TensorView bind_vector(const GgufFile& file, const std::string& name, int64_t n, bool required = true) {
-  TensorView t = bind(file, name, {n}, required);
-  if (t.data) check(t.type == DType::F32, file.path() + ": tensor '" + name + "' must be f32, is " + dtype_name(t.type));
-  return t;
-}
-
 void add_bias(float* rows, int64_t n, int64_t width, const TensorView& bias) {
   if (!bias.data) return;
   const float* b = bias.f32();
@@ -186,65 +177,102 @@ float read_scalar(Model& m, const TensorSource& src, const std::string& name) {
   return bind_f32_vector(m, src, name, 1).f32()[0];
 }
 
-// Binds every Gemma 4 weight; `stored` maps a canonical name (gemma_names.h) to the source's name.
-void bind_gemma(Model& m, const TensorSource& src, const std::function<std::string(const std::string&)>& stored) {
-  ModelConfig& c = m.config;
-  const int64_t H = c.hidden, F = c.ffn, E = c.n_experts, I = c.expert_ffn;
-  auto matrix = [&](const std::string& canonical, std::vector<int64_t> shape, bool required = true) {
-    return bind_tensor(src, stored(canonical), std::move(shape), required);
-  };
-  auto vec = [&](const std::string& canonical, int64_t n, bool required = true) {
-    return bind_f32_vector(m, src, stored(canonical), n, required);
-  };
-  m.token_embd = matrix("embed_tokens.weight", {H, c.vocab});
-  m.output_norm = vec("norm.weight", H);
-  m.output = m.token_embd;  // tied head
+// Where each described tensor (model/tensors.h) lands in a Model.
+TensorView* slot(Model& m, TensorRole role, int64_t layer) {
+  SelfConditioningWeights& s = m.self_conditioning;
+  switch (role) {
+    case TensorRole::TokenEmbd: return &m.token_embd;
+    case TensorRole::PositionEmbd: return &m.position_embd;
+    case TensorRole::OutputNorm: return &m.output_norm;
+    case TensorRole::Output: return &m.output;
+    case TensorRole::SelfCondNorm: return &s.pre_norm;
+    case TensorRole::SelfCondGate: return &s.gate;
+    case TensorRole::SelfCondUp: return &s.up;
+    case TensorRole::SelfCondDown: return &s.down;
+    default: break;
+  }
+  LayerWeights& w = m.layers.at(size_t(layer));
+  switch (role) {
+    case TensorRole::AttnNorm: return &w.attn_norm;
+    case TensorRole::Wq: return &w.wq;
+    case TensorRole::Wk: return &w.wk;
+    case TensorRole::Wv: return &w.wv;
+    case TensorRole::Wo: return &w.wo;
+    case TensorRole::Bq: return &w.bq;
+    case TensorRole::Bk: return &w.bk;
+    case TensorRole::Bv: return &w.bv;
+    case TensorRole::QNorm: return &w.q_norm;
+    case TensorRole::KNorm: return &w.k_norm;
+    case TensorRole::PostAttnNorm: return &w.post_attn_norm;
+    case TensorRole::FfnNorm: return &w.ffn_norm;
+    case TensorRole::Gate: return &w.gate;
+    case TensorRole::Up: return &w.up;
+    case TensorRole::Down: return &w.down;
+    case TensorRole::PostFfnNorm: return &w.post_ffn_norm;
+    case TensorRole::PostFfnNorm1: return &w.post_ffn_norm_1;
+    case TensorRole::PreFfnNorm2: return &w.pre_ffn_norm_2;
+    case TensorRole::PostFfnNorm2: return &w.post_ffn_norm_2;
+    case TensorRole::Router: return &w.router;
+    case TensorRole::RouterScale: return &w.router_scale;
+    case TensorRole::PerExpertScale: return &w.per_expert_scale;
+    case TensorRole::GateExps: return &w.gate_exps;
+    case TensorRole::UpExps: return &w.up_exps;
+    case TensorRole::DownExps: return &w.down_exps;
+    case TensorRole::GateUpExps: return &w.gate_up_exps;
+    default: return nullptr;  // the scalars are floats (layer_scalar_*)
+  }
+}
+
+// Binds every tensor model_tensors(m.config) describes; `stored` gives a description's name in the
+// source (its GGUF name, or its Hugging Face name).
+void bind_tensors(Model& m, const TensorSource& src, const std::function<std::string(const TensorSpec&)>& stored) {
+  const ModelConfig& c = m.config;
+  m.layers.assign(size_t(c.n_layers), LayerWeights{});
+  std::vector<bool> has_encoder_scalar(size_t(c.n_layers), false);
+  for (const TensorSpec& spec : model_tensors(c)) {
+    const std::string name = stored(spec);
+    switch (spec.kind) {
+      case TensorKind::Matrix:
+        *slot(m, spec.role, spec.layer) = bind_tensor(src, name, spec.shape, !spec.optional);
+        break;
+      case TensorKind::F32Matrix: {
+        TensorView t = bind_tensor(src, name, spec.shape, !spec.optional);
+        check(!t.data || t.type == DType::F32, src.path + ": tensor '" + name + "' must be f32");
+        *slot(m, spec.role, spec.layer) = t;
+        break;
+      }
+      case TensorKind::Vector:
+        *slot(m, spec.role, spec.layer) = bind_f32_vector(m, src, name, spec.shape[0], !spec.optional);
+        break;
+      case TensorKind::Scalar: {
+        LayerWeights& w = m.layers[size_t(spec.layer)];
+        if (spec.role == TensorRole::LayerScalar) {
+          w.layer_scalar_decoder = read_scalar(m, src, name);
+        } else if (src.find(name)) {
+          w.layer_scalar_encoder = read_scalar(m, src, name);
+          has_encoder_scalar[size_t(spec.layer)] = true;
+        }
+        break;
+      }
+    }
+  }
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    const LayerAttention a = c.attention_of(l);
-    const int64_t D = a.head_dim, q_width = c.n_heads * D, kv_width = a.n_kv_heads * D;
-    const std::string b = "layers." + std::to_string(l) + ".";
-    LayerWeights w;
-    w.attn_norm = vec(b + "input_layernorm.weight", H);
-    w.wq = matrix(b + "self_attn.q_proj.weight", {H, q_width});
-    w.wk = matrix(b + "self_attn.k_proj.weight", {H, kv_width});
-    if (a.value_from_key) {
-      check(src.find(stored(b + "self_attn.v_proj.weight")) == nullptr,
-            src.path + ": tensor '" + stored(b + "self_attn.v_proj.weight") +
-                "' exists but the config shares K as V on this layer (attention_k_eq_v)");
-    } else {
-      w.wv = matrix(b + "self_attn.v_proj.weight", {H, kv_width});
+    LayerWeights& w = m.layers[size_t(l)];
+    if (!has_encoder_scalar[size_t(l)]) w.layer_scalar_encoder = w.layer_scalar_decoder;
+    // attention_k_eq_v has no key of its own: a stored v_proj on such a layer means another model.
+    if (c.attention_of(l).value_from_key) {
+      const std::string v = c.layer_style == LayerStyle::Gemma4
+                                ? gemma_names::to_gguf("layers." + std::to_string(l) + ".self_attn.v_proj.weight")
+                                : "blk." + std::to_string(l) + ".attn_v.weight";
+      TensorSpec probe;
+      probe.gguf = v;
+      probe.hf = "layers." + std::to_string(l) + ".self_attn.v_proj.weight";
+      check(src.find(stored(probe)) == nullptr, src.path + ": tensor '" + stored(probe) +
+                                                    "' exists but the config shares K as V on layer " +
+                                                    std::to_string(l) + " (attention_k_eq_v)");
     }
-    w.wo = matrix(b + "self_attn.o_proj.weight", {q_width, H});
-    w.q_norm = vec(b + "self_attn.q_norm.weight", D);
-    w.k_norm = vec(b + "self_attn.k_norm.weight", D);
-    w.post_attn_norm = vec(b + "post_attention_layernorm.weight", H);
-    w.ffn_norm = vec(b + "pre_feedforward_layernorm.weight", H);
-    w.post_ffn_norm = vec(b + "post_feedforward_layernorm.weight", H);
-    w.gate = matrix(b + "mlp.gate_proj.weight", {H, F});
-    w.up = matrix(b + "mlp.up_proj.weight", {H, F});
-    w.down = matrix(b + "mlp.down_proj.weight", {F, H});
-    if (c.is_moe()) {
-      w.post_ffn_norm_1 = vec(b + "post_feedforward_layernorm_1.weight", H);
-      w.pre_ffn_norm_2 = vec(b + "pre_feedforward_layernorm_2.weight", H);
-      w.post_ffn_norm_2 = vec(b + "post_feedforward_layernorm_2.weight", H);
-      w.router = matrix(b + "router.proj.weight", {H, E});
-      w.router_scale = vec(b + "router.scale", H);
-      w.per_expert_scale = vec(b + "router.per_expert_scale", E);
-      w.gate_up_exps = matrix(b + "experts.gate_up_proj", {H, 2 * I, E});
-      w.down_exps = matrix(b + "experts.down_proj", {I, H, E});
-    }
-    w.layer_scalar_decoder = read_scalar(m, src, stored(b + "layer_scalar"));
-    const std::string encoder_scalar = stored("encoder." + b + "layer_scalar");
-    w.layer_scalar_encoder = src.find(encoder_scalar) ? read_scalar(m, src, encoder_scalar) : w.layer_scalar_decoder;
-    m.layers.push_back(w);
   }
-  if (c.has_decoder) {
-    SelfConditioningWeights& s = m.self_conditioning;
-    s.pre_norm = vec("self_conditioning.pre_norm.weight", H);
-    s.gate = matrix("self_conditioning.gate_proj.weight", {H, F});
-    s.up = matrix("self_conditioning.up_proj.weight", {H, F});
-    s.down = matrix("self_conditioning.down_proj.weight", {F, H});
-  }
+  if (c.tied_output) m.output = m.token_embd;
 }
 
 }  // namespace
@@ -273,7 +301,7 @@ Model Model::load_safetensors(const std::string& path) {
       gemma_names::decoder_prefix([&st](const std::string& name) { return st.find_tensor(name) != nullptr; });
   check(!prefix.empty(), st.path() + ": no embedding tensor (model.decoder.embed_tokens.weight)");
   const TensorSource src{st.path(), [&st](const std::string& name) { return st.find_tensor(name); }};
-  bind_gemma(m, src, [&prefix](const std::string& canonical) { return gemma_names::to_hf(canonical, prefix); });
+  bind_tensors(m, src, [&prefix](const TensorSpec& t) { return gemma_names::to_hf(t.hf, prefix); });
   // Expert weights in a checkpoint whose config turns the MoE block off would be silently ignored.
   if (!m.config.is_moe())
     for (const TensorView& t : st.tensors())
@@ -287,33 +315,27 @@ Model Model::load_safetensors(const std::string& path) {
 
 namespace {
 
-// Every weight view of the model, for passes over all of them.
+// Every matrix the model description names (model/tensors.h), for passes over all of them; a tied head
+// comes last and shares the embedding's bytes.
 std::vector<TensorView*> weight_views(Model& m) {
-  std::vector<TensorView*> v = {&m.token_embd, &m.output, &m.position_embd};
-  for (LayerWeights& w : m.layers)
-    for (TensorView* t : {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down, &w.router, &w.gate_exps, &w.up_exps,
-                          &w.down_exps, &w.gate_up_exps})
-      v.push_back(t);
-  SelfConditioningWeights& s = m.self_conditioning;
-  for (TensorView* t : {&s.gate, &s.up, &s.down}) v.push_back(t);
+  std::vector<TensorView*> v;
+  for (const TensorSpec& spec : model_tensors(m.config))
+    if (spec.kind == TensorKind::Matrix) v.push_back(slot(m, spec.role, spec.layer));
+  if (m.config.tied_output) v.push_back(&m.output);
   return v;
 }
 
 // A tensor the forward never reads means the file describes a model this one is not (expert tensors in
-// a file whose expert_count is 0, rope_freqs of a scaled RoPE, a layer past block_count): refuse it
-// rather than run something else. A training checkpoint's optimizer state (adamw.*) is expected.
+// a file whose expert_count is 0, rope_freqs of a scaled llama RoPE, a layer past block_count): refuse it
+// rather than run something else. What is read is what the model's description lists (model/tensors.h);
+// Gemma 4 files also carry rope_freqs, which canvas derives from the config; a training checkpoint's
+// optimizer state (adamw.*) is expected.
 void check_every_tensor_bound(const Model& m, const GgufFile& f) {
-  std::unordered_set<const void*> bound;
-  for (const TensorView* t : {&m.token_embd, &m.output_norm, &m.output, &m.position_embd})
-    bound.insert(t->data);
-  for (const LayerWeights& w : m.layers)
-    for (const TensorView* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk, &w.bv, &w.ffn_norm, &w.gate,
-                                &w.up, &w.down, &w.router, &w.gate_exps, &w.up_exps, &w.down_exps})
-      bound.insert(t->data);
-  const SelfConditioningWeights& s = m.self_conditioning;
-  for (const TensorView* t : {&s.pre_norm, &s.gate, &s.up, &s.down}) bound.insert(t->data);
+  std::unordered_set<std::string> read;
+  for (const TensorSpec& t : model_tensors(m.config)) read.insert(t.gguf);
+  if (m.config.layer_style == LayerStyle::Gemma4) read.insert("rope_freqs.weight");
   for (const TensorView& t : f.tensors()) {
-    if (t.name.rfind("adamw.", 0) == 0 || t.bytes() == 0 || bound.count(t.data)) continue;
+    if (t.name.rfind("adamw.", 0) == 0 || read.count(t.name)) continue;
     throw Error(f.path() + ": tensor '" + t.name + "' is not used by a '" + m.config.arch + "' model with " +
                 std::to_string(m.config.n_layers) + " layers and " + std::to_string(m.config.n_experts) +
                 " experts; refusing to run without it (a file for another configuration?)");
@@ -323,66 +345,45 @@ void check_every_tensor_bound(const Model& m, const GgufFile& f) {
 Model bind_gguf(const std::string& path) {
   Model m;
   m.file = GgufFile::open(path);
+  m.converted = std::make_shared<std::deque<std::vector<float>>>();
   const GgufFile& f = *m.file;
   ModelConfig& c = m.config;
   c = config_from_gguf(f);
   const TensorView* embd = f.find_tensor("token_embd.weight");
   check(embd != nullptr, path + ": missing tensor 'token_embd.weight'");
   c.vocab = embd->ne[1];
-  if (c.layer_style == LayerStyle::Gemma4) {
-    m.converted = std::make_shared<std::deque<std::vector<float>>>();
-    bind_gemma(m, source_of(f), [](const std::string& canonical) { return gemma_names::to_gguf(canonical); });
-    return m;
-  }
-  const int64_t H = c.hidden, D = c.head_dim;
-  m.token_embd = bind(f, "token_embd.weight", {H, c.vocab});
-  m.output_norm = bind_vector(f, "output_norm.weight", H);
-  m.output = bind(f, "output.weight", {H, c.vocab}, false);
-  c.tied_output = m.output.data == nullptr;
-  if (c.tied_output) m.output = m.token_embd;
-  if (const TensorView* pe = f.find_tensor("position_embd.weight")) {
-    m.position_embd = bind(f, "position_embd.weight", {H, pe->ne[1]});
-    check(m.position_embd.type == DType::F32, path + ": tensor 'position_embd.weight' must be f32");
-    c.n_positions = pe->ne[1];
-    c.context_length = std::min(c.context_length, pe->ne[1]);
-  }
-  c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
-  for (int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string b = "blk." + std::to_string(i) + ".";
-    LayerWeights w;
-    w.attn_norm = bind_vector(f, b + "attn_norm.weight", H);
-    w.wq = bind(f, b + "attn_q.weight", {H, c.n_heads * D});
-    w.wk = bind(f, b + "attn_k.weight", {H, c.n_kv_heads * D});
-    w.wv = bind(f, b + "attn_v.weight", {H, c.n_kv_heads * D});
-    w.wo = bind(f, b + "attn_output.weight", {c.n_heads * D, H});
-    w.bq = bind_vector(f, b + "attn_q.bias", c.n_heads * D, c.qkv_bias);
-    w.bk = bind_vector(f, b + "attn_k.bias", c.n_kv_heads * D, c.qkv_bias);
-    w.bv = bind_vector(f, b + "attn_v.bias", c.n_kv_heads * D, c.qkv_bias);
-    w.ffn_norm = bind_vector(f, b + "ffn_norm.weight", H);
-    if (c.is_moe()) {
-      w.router = bind(f, b + "ffn_gate_inp.weight", {H, c.n_experts});
-      w.gate_exps = bind(f, b + "ffn_gate_exps.weight", {H, c.expert_ffn, c.n_experts});
-      w.up_exps = bind(f, b + "ffn_up_exps.weight", {H, c.expert_ffn, c.n_experts});
-      w.down_exps = bind(f, b + "ffn_down_exps.weight", {c.expert_ffn, H, c.n_experts});
-    } else {
-      w.gate = bind(f, b + "ffn_gate.weight", {H, c.ffn});
-      w.up = bind(f, b + "ffn_up.weight", {H, c.ffn});
-      w.down = bind(f, b + "ffn_down.weight", {c.ffn, H});
+  if (c.layer_style != LayerStyle::Gemma4) {
+    // What llama-family files say by which tensors they hold rather than by keys.
+    c.tied_output = f.find_tensor("output.weight") == nullptr;
+    if (const TensorView* pe = f.find_tensor("position_embd.weight")) {
+      check(pe->n_dims == 2, path + ": tensor 'position_embd.weight' must be 2-D, is " + pe->shape_string());
+      c.n_positions = pe->ne[1];
+      c.context_length = std::min(c.context_length, pe->ne[1]);
     }
-    m.layers.push_back(w);
+    c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
   }
-  if (c.self_conditioning) {
-    SelfConditioningWeights& s = m.self_conditioning;
-    s.pre_norm = bind_vector(f, "self_cond.norm.weight", H);
-    s.gate = bind(f, "self_cond.gate.weight", {H, c.ffn});
-    s.up = bind(f, "self_cond.up.weight", {H, c.ffn});
-    s.down = bind(f, "self_cond.down.weight", {c.ffn, H});
-  }
+  bind_tensors(m, source_of(f), [](const TensorSpec& t) { return t.gguf; });
   check_every_tensor_bound(m, f);
   return m;
 }
 
 }  // namespace
+
+TensorView model_weight(const Model& model, const TensorSpec& spec) {
+  Model& m = const_cast<Model&>(model);  // slot() only locates; nothing is written
+  if (spec.kind == TensorKind::Scalar) {
+    const LayerWeights& w = model.layers.at(size_t(spec.layer));
+    TensorView v;
+    v.name = spec.gguf;
+    v.type = DType::F32;
+    v.n_dims = 1;
+    v.ne = {1, 1, 1, 1};
+    v.data = spec.role == TensorRole::EncoderLayerScalar ? &w.layer_scalar_encoder : &w.layer_scalar_decoder;
+    return v;
+  }
+  if (spec.layer >= int64_t(model.layers.size())) return TensorView{};
+  return *slot(m, spec.role, spec.layer);
+}
 
 void interleave_weights(Model& model, const std::function<uint8_t*(const TensorView&)>& writable, ThreadPool* pool) {
   std::vector<std::pair<const void*, TensorView>> done;  // original data -> the rearranged view

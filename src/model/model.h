@@ -17,6 +17,7 @@ namespace canvas {
 
 class GgufFile;
 class SafetensorsModel;
+struct TensorSpec;
 
 struct LayerWeights {
   TensorView attn_norm, wq, wk, wv, wo;  // wv.data == nullptr when V comes from wk (value_from_key)
@@ -113,6 +114,11 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& request, 
 // All requests must be encoder passes, or all decoder passes. forward() is this with one request.
 void forward_batch(const Model& model, std::span<KvCache* const> caches, std::span<const ForwardRequest> requests,
                    ThreadPool* pool);
+
+// The bound tensor a description of model_tensors(model.config) names (model/tensors.h): the weight's
+// view, or a one-value f32 view of a layer scalar (the encoder's equals the decoder's when the file has
+// none); an empty view (data null) for a tensor the model lacks.
+TensorView model_weight(const Model& model, const TensorSpec& spec);
 
 // Rearranges the model's Q4_0 / Q8_0 matrices into the layout the AVX-512 kernels read fastest
 // (ops/matmul.h, interleave_for_matmul: the results stay bit for bit the same): in place, or for a

@@ -81,6 +81,7 @@ ObjectiveBatch uniform_state_batch(const std::vector<Example>& examples, const U
   out.input.tokens.assign(rows, 0);
   out.input.groups.assign(rows, std::numeric_limits<int32_t>::max());  // unused rows: seen by no one
   out.input.positions.assign(rows, 0);
+  if (o.decoder_view) out.input.decoder.assign(rows, 0);
   out.targets.assign(rows, 0);
   out.weights.assign(rows, 0.f);
   std::vector<size_t> ar_rows;
@@ -106,6 +107,7 @@ ObjectiveBatch uniform_state_batch(const std::vector<Example>& examples, const U
         }
       } else {
         out.input.groups[r] = int32_t(b);
+        if (o.decoder_view) out.input.decoder[r] = 1;
         if (e.is_prompt(i)) continue;
         if (rng.uniform() < t) out.input.tokens[r] = int32_t(rng.below(uint64_t(o.vocab)));
         out.targets[r] = token;

@@ -55,6 +55,7 @@ struct UniformStateOptions {
   int64_t vocab = 0;        // noise tokens are uniform over [0, vocab)
   float eps = 1e-3f;        // t ~ U(eps, 1]
   float ar_weight = 1.f;    // weight of the encoder (next-token) loss
+  bool decoder_view = false;  // DiffusionGemma: mark the block rows as the decoder's (TokenBatch::decoder)
 };
 ObjectiveBatch uniform_state_batch(const std::vector<Example>& examples, const UniformStateOptions& options, Rng& rng);
 

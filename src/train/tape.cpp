@@ -461,8 +461,11 @@ Var rope(Tape& tape, Var x, int n_heads, const std::vector<int32_t>& positions, 
 namespace {
 
 // Raw q.k products [T, T] of one head -> probabilities in place: scale (and soft-cap), hidden keys to
-// -inf, then the vectorised row softmax. Key i is always visible to query i, so no row is empty.
-void attention_probabilities(float* s, int64_t T, const int32_t* groups, const AttentionShape& shape) {
+// -inf, then the vectorised row softmax. Key j is hidden from query i when its group is later
+// (groups[j] > groups[i]) or, with a sliding window, when its position is before the query's window start
+// (key_pos[j] < window_start[i]). Key i is always visible to query i, so no row is empty.
+void attention_probabilities(float* s, int64_t T, const int32_t* groups, const int32_t* key_pos,
+                             const int32_t* window_start, const AttentionShape& shape) {
   for (int64_t i = 0; i < T; ++i) {
     float* p = s + i * T;
     if (shape.softcap > 0) {
@@ -473,6 +476,9 @@ void attention_probabilities(float* s, int64_t T, const int32_t* groups, const A
     if (groups)
       for (int64_t j = 0; j < T; ++j)
         if (groups[j] > groups[i]) p[j] = -std::numeric_limits<float>::infinity();
+    if (window_start)
+      for (int64_t j = 0; j < T; ++j)
+        if (key_pos[j] < window_start[i]) p[j] = -std::numeric_limits<float>::infinity();
     canvas::softmax(p, T, p);
   }
 }
@@ -514,10 +520,16 @@ Var attention(Tape& tape, Var q, Var k, Var v, const AttentionShape& shape, cons
   check(
       layout.groups.empty() || int64_t(layout.groups.size()) == rows,
       "attention: " + std::to_string(layout.groups.size()) + " groups for " + std::to_string(rows) + " rows");
+  check(layout.window_start.empty() ||
+            (int64_t(layout.window_start.size()) == rows && int64_t(layout.positions.size()) == rows),
+        "attention: a sliding window needs positions and window starts for all " + std::to_string(rows) + " rows");
   const int64_t group = n_heads / n_kv, q_width = n_heads * hd, kv_width = n_kv * hd;
   const bool needs_grad = tape.requires_grad(q) || tape.requires_grad(k) || tape.requires_grad(v);
   Var out = tape.make(rows, q_width, needs_grad, /*overwritten=*/true);
   auto groups = std::make_shared<std::vector<int32_t>>(layout.groups);
+  // Sliding window: key positions and each query's first visible position (both empty: none).
+  auto window = std::make_shared<std::pair<std::vector<int32_t>, std::vector<int32_t>>>(
+      layout.window_start.empty() ? std::vector<int32_t>{} : layout.positions, layout.window_start);
 
   // Forward: S = Q K^T (K transposed once per kv head), P = softmax(S), O = P V written in place.
   {
@@ -529,10 +541,12 @@ Var attention(Tape& tape, Var q, Var k, Var v, const AttentionShape& shape, cons
       for (int64_t item = begin; item < end; ++item) {
         const int64_t s = item / n_kv, kvh = item % n_kv, row0 = s * T;
         const int32_t* g = groups->empty() ? nullptr : groups->data() + row0;
+        const int32_t* key_pos = window->second.empty() ? nullptr : window->first.data() + row0;
+        const int32_t* start = window->second.empty() ? nullptr : window->second.data() + row0;
         transpose_head(kv + row0 * kv_width + kvh * hd, kv_width, T, hd, w.kt.data());
         for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
           gemm(T, T, hd, qv + row0 * q_width + h * hd, q_width, 1, w.kt.data(), T, w.probs.data(), T, false, nullptr);
-          attention_probabilities(w.probs.data(), T, g, shape);
+          attention_probabilities(w.probs.data(), T, g, key_pos, start, shape);
           gemm(T, hd, T, w.probs.data(), T, 1, vv + row0 * kv_width + kvh * hd, kv_width,
                ov + row0 * q_width + h * hd, q_width, false, nullptr);
         }
@@ -541,7 +555,7 @@ Var attention(Tape& tape, Var q, Var k, Var v, const AttentionShape& shape, cons
   }
   if (!tape.requires_grad(out)) return out;
 
-  tape.record([&tape, q, k, v, out, shape, groups, S, T, n_kv, hd, group, q_width, kv_width] {
+  tape.record([&tape, q, k, v, out, shape, groups, window, S, T, n_kv, hd, group, q_width, kv_width] {
     if (!tape.has_grad(out)) return;
     // With P = softmax(score), dScore = P * (dP - rowsum(dO * O)), dP = dO V^T; through the soft-cap
     // d raw = dScore (1 - tanh^2), and raw = scale q.k. Then dQ = G K, dK = G^T Q, dV = P^T dO.
@@ -557,6 +571,8 @@ Var attention(Tape& tape, Var q, Var k, Var v, const AttentionShape& shape, cons
       for (int64_t item = begin; item < end; ++item) {
         const int64_t s = item / n_kv, kvh = item % n_kv, row0 = s * T;
         const int32_t* g = groups->empty() ? nullptr : groups->data() + row0;
+        const int32_t* key_pos = window->second.empty() ? nullptr : window->first.data() + row0;
+        const int32_t* start = window->second.empty() ? nullptr : window->second.data() + row0;
         const float* k_head = kv + row0 * kv_width + kvh * hd;
         const float* v_head = vv + row0 * kv_width + kvh * hd;
         transpose_head(k_head, kv_width, T, hd, w.kt.data());
@@ -568,7 +584,7 @@ Var attention(Tape& tape, Var q, Var k, Var v, const AttentionShape& shape, cons
           gemm(T, T, hd, q_head, q_width, 1, w.kt.data(), T, w.probs.data(), T, false, nullptr);
           // Keep the raw dots for the soft-cap derivative before turning them into probabilities.
           if (shape.softcap > 0) std::copy(w.probs.begin(), w.probs.end(), w.raw.begin());
-          attention_probabilities(w.probs.data(), T, g, shape);
+          attention_probabilities(w.probs.data(), T, g, key_pos, start, shape);
           gemm(T, T, hd, do_head, q_width, 1, w.vt.data(), T, w.dprobs.data(), T, false, nullptr);  // dP = dO V^T
           float* gr = w.dprobs.data();  // becomes G = d(q.k), in place
           const float* p = w.probs.data();
@@ -770,6 +786,156 @@ Var combine_experts(Tape& tape, const std::vector<Var>& expert_out, const Routin
           dw[r * n_experts + e] += float(dot);
         }
       }
+    }
+  });
+  return y;
+}
+
+// ---- reshape, scales, slices, row replacement ------------------------------------------------------
+
+Var reshape(Tape& tape, Var x, int64_t rows, int64_t cols) {
+  check(rows * cols == tape.size(x), "reshape: " + dims(tape, x) + " cannot be read as [" + std::to_string(rows) +
+                                         ", " + std::to_string(cols) + "]");
+  Var y = tape.make(rows, cols, tape.requires_grad(x), /*overwritten=*/true);
+  std::memcpy(tape.value(y), tape.value(x), size_t(tape.size(x)) * sizeof(float));
+  if (!tape.requires_grad(y)) return y;
+  tape.record([&tape, x, y] {
+    if (!tape.has_grad(y)) return;
+    add_into(tape.grad(x), tape.grad_or_null(y), tape.size(x));
+  });
+  return y;
+}
+
+Var scale(Tape& tape, Var x, float c) {
+  const int64_t n = tape.size(x);
+  Var y = tape.make(tape.rows(x), tape.cols(x), tape.requires_grad(x), /*overwritten=*/true);
+  const float* xv = tape.value(x);
+  float* out = tape.value(y);
+  for (int64_t i = 0; i < n; ++i) out[i] = xv[i] * c;
+  if (!tape.requires_grad(y)) return y;
+  tape.record([&tape, x, y, n, c] {
+    if (!tape.has_grad(y)) return;
+    const float* dy = tape.grad_or_null(y);
+    float* dx = tape.grad(x);
+    for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * c;
+  });
+  return y;
+}
+
+Var slice_columns(Tape& tape, Var x, int64_t begin, int64_t end) {
+  const int64_t rows = tape.rows(x), cols = tape.cols(x), width = end - begin;
+  check(begin >= 0 && begin < end && end <= cols, "slice_columns: [" + std::to_string(begin) + ", " +
+                                                      std::to_string(end) + ") outside " + dims(tape, x));
+  Var y = tape.make(rows, width, tape.requires_grad(x), /*overwritten=*/true);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(tape.value(y) + r * width, tape.value(x) + r * cols + begin, size_t(width) * sizeof(float));
+  if (!tape.requires_grad(y)) return y;
+  tape.record([&tape, x, y, rows, cols, begin, width] {
+    if (!tape.has_grad(y)) return;
+    const float* dy = tape.grad_or_null(y);
+    float* dx = tape.grad(x);
+    for (int64_t r = 0; r < rows; ++r) add_into(dx + r * cols + begin, dy + r * width, width);
+  });
+  return y;
+}
+
+Var scale_columns(Tape& tape, Var x, Parameter& s) {
+  const int64_t rows = tape.rows(x), cols = tape.cols(x);
+  check(s.size() == cols, "scale_columns '" + s.name + "': " + std::to_string(s.size()) + " scales for " +
+                              std::to_string(cols) + " columns");
+  Var y = tape.make(rows, cols, tape.requires_grad(x) || s.trainable, /*overwritten=*/true);
+  const float *xv = tape.value(x), *sv = s.value.data();
+  float* out = tape.value(y);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) out[r * cols + j] = xv[r * cols + j] * sv[j];
+  if (!tape.requires_grad(y)) return y;
+  Parameter* sp = &s;
+  tape.record([&tape, x, y, sp, rows, cols] {
+    if (!tape.has_grad(y)) return;
+    const float *dy = tape.grad_or_null(y), *xv = tape.value(x), *sv = sp->value.data();
+    if (tape.requires_grad(x)) {
+      float* dx = tape.grad(x);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < cols; ++j) dx[r * cols + j] += dy[r * cols + j] * sv[j];
+    }
+    if (sp->trainable) {
+      float* ds = sp->grad_data();
+      for (int64_t j = 0; j < cols; ++j) {
+        double sum = 0;
+        for (int64_t r = 0; r < rows; ++r) sum += double(dy[r * cols + j]) * xv[r * cols + j];
+        ds[j] += float(sum);
+      }
+    }
+  });
+  return y;
+}
+
+Var scale_rows_by_scalar(Tape& tape, Var x, Parameter& first, Parameter* second,
+                         const std::vector<uint8_t>& use_second) {
+  const int64_t rows = tape.rows(x), cols = tape.cols(x);
+  check(first.size() == 1 && (!second || second->size() == 1),
+        "scale_rows_by_scalar '" + first.name + "': the scalars must hold one value each");
+  check(use_second.empty() || (second && int64_t(use_second.size()) == rows),
+        "scale_rows_by_scalar '" + first.name + "': " + std::to_string(use_second.size()) +
+            " row choices for " + std::to_string(rows) + " rows, or no second scalar");
+  auto second_of = [&use_second](int64_t r) { return !use_second.empty() && use_second[size_t(r)]; };
+  Var y = tape.make(rows, cols, tape.requires_grad(x) || first.trainable || (second && second->trainable),
+                    /*overwritten=*/true);
+  const float* xv = tape.value(x);
+  float* out = tape.value(y);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float s = second_of(r) ? second->value[0] : first.value[0];
+    for (int64_t j = 0; j < cols; ++j) out[r * cols + j] = xv[r * cols + j] * s;
+  }
+  if (!tape.requires_grad(y)) return y;
+  Parameter* fp = &first;
+  tape.record([&tape, x, y, fp, second, use_second, rows, cols] {
+    if (!tape.has_grad(y)) return;
+    const float *dy = tape.grad_or_null(y), *xv = tape.value(x);
+    float* dx = tape.requires_grad(x) ? tape.grad(x) : nullptr;
+    double sum_first = 0, sum_second = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const bool is_second = !use_second.empty() && use_second[size_t(r)];
+      const float s = is_second ? second->value[0] : fp->value[0];
+      double dot = 0;
+      for (int64_t j = 0; j < cols; ++j) {
+        if (dx) dx[r * cols + j] += dy[r * cols + j] * s;
+        dot += double(dy[r * cols + j]) * xv[r * cols + j];
+      }
+      (is_second ? sum_second : sum_first) += dot;
+    }
+    if (fp->trainable) fp->grad_data()[0] += float(sum_first);
+    if (second && second->trainable) second->grad_data()[0] += float(sum_second);
+  });
+  return y;
+}
+
+Var replace_rows(Tape& tape, Var x, const std::vector<int32_t>& rows, Var z) {
+  const int64_t n = int64_t(rows.size()), width = tape.cols(x), x_rows = tape.rows(x);
+  check(tape.rows(z) == n && tape.cols(z) == width,
+        "replace_rows: " + dims(tape, z) + " for " + std::to_string(n) + " rows of " + dims(tape, x));
+  std::vector<uint8_t> replaced(size_t(x_rows), 0);
+  for (int32_t r : rows) {
+    check(r >= 0 && r < x_rows && !replaced[size_t(r)],
+          "replace_rows: row " + std::to_string(r) + " outside " + dims(tape, x) + " or repeated");
+    replaced[size_t(r)] = 1;
+  }
+  Var y = tape.make(x_rows, width, tape.requires_grad(x) || tape.requires_grad(z), /*overwritten=*/true);
+  std::memcpy(tape.value(y), tape.value(x), size_t(tape.size(x)) * sizeof(float));
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(tape.value(y) + rows[size_t(i)] * width, tape.value(z) + i * width, size_t(width) * sizeof(float));
+  if (!tape.requires_grad(y)) return y;
+  tape.record([&tape, x, y, z, rows, replaced, n, width, x_rows] {
+    if (!tape.has_grad(y)) return;
+    const float* dy = tape.grad_or_null(y);
+    if (tape.requires_grad(x)) {
+      float* dx = tape.grad(x);
+      for (int64_t r = 0; r < x_rows; ++r)
+        if (!replaced[size_t(r)]) add_into(dx + r * width, dy + r * width, width);
+    }
+    if (tape.requires_grad(z)) {
+      float* dz = tape.grad(z);
+      for (int64_t i = 0; i < n; ++i) add_into(dz + i * width, dy + rows[size_t(i)] * width, width);
     }
   });
   return y;

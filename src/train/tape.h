@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -137,10 +138,17 @@ Var rope(Tape& tape, Var x, int n_heads, const std::vector<int32_t>& positions, 
 // A batch of independent sequences laid out one after another: sequence s is rows
 // [s * length, (s + 1) * length). Within a sequence key j is visible to query i iff
 // groups[j] <= groups[i] (the visibility groups of canvas::AttentionMask); groups empty: all visible.
+// Sliding-window layers add a second rule: key j is visible to query i only if
+// positions[j] >= window_start[i] (both empty: no window), as canvas::AttentionMask's window_start.
 struct SequenceLayout {
+  SequenceLayout() = default;
+  SequenceLayout(int64_t sequences, int64_t length_, std::vector<int32_t> groups_ = {})
+      : n_sequences(sequences), length(length_), groups(std::move(groups_)) {}
   int64_t n_sequences = 0;
   int64_t length = 0;
   std::vector<int32_t> groups;  // [n_sequences * length] or empty
+  std::vector<int32_t> positions;     // [n_sequences * length] or empty (only read with window_start)
+  std::vector<int32_t> window_start;  // [n_sequences * length] or empty
   int64_t rows() const { return n_sequences * length; }
 };
 
@@ -168,6 +176,27 @@ Var gather_rows(Tape& tape, Var x, const std::vector<int32_t>& rows);
 // out[r] = sum over experts e (ascending) routed to r of weights[r, e] * expert_out[e][i], where
 // rows_of[e][i] == r. expert_out[e] is invalid (id -1) for an expert that got no rows.
 Var combine_experts(Tape& tape, const std::vector<Var>& expert_out, const Routing& routing);
+
+// The same values read as [rows, cols] (rows * cols must equal x's size): e.g. [n, heads * head_dim]
+// as [n * heads, head_dim], so a row-wise op (rms_norm) works per head.
+Var reshape(Tape& tape, Var x, int64_t rows, int64_t cols);
+
+// x * c for a constant c.
+Var scale(Tape& tape, Var x, float c);
+
+// Columns [begin, end) of x (e.g. the gate half of a fused [gate; up] product).
+Var slice_columns(Tape& tape, Var x, int64_t begin, int64_t end);
+
+// y[r, j] = x[r, j] * s[j] with s a parameter of x's column count (e.g. the per-expert output scale).
+Var scale_columns(Tape& tape, Var x, Parameter& s);
+
+// y[r] = x[r] * (use_second[r] ? second : first), first and second one-value parameters (a layer
+// scalar per view: encoder rows and decoder rows); use_second empty: every row uses first.
+Var scale_rows_by_scalar(Tape& tape, Var x, Parameter& first, Parameter* second,
+                         const std::vector<uint8_t>& use_second);
+
+// x with rows[i] replaced by row i of z (rows distinct). Backward: dz = dy's rows, dx = dy elsewhere.
+Var replace_rows(Tape& tape, Var x, const std::vector<int32_t>& rows, Var z);
 
 // Logit soft-cap: cap * tanh(x / cap).
 Var softcap(Tape& tape, Var x, float cap);

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "train/corpus.h"
+#include "train/model_text.h"
 #include "train/sudoku_task.h"
 
 namespace canvas::train {
@@ -48,11 +49,23 @@ class TextTask : public Task {
   std::unique_ptr<DataSource> make_source(const TaskContext& context) const override {
     if (!tokenizer_.empty())
       return make_corpus_source(corpus_, tokenizer_, seq_len_, val_fraction_, context.eval_examples);
+    if (!context.model_tokenizer.empty()) {  // init_from / model_config with the model's own vocabulary
+      model_tokens_ = true;
+      const ModelTokenizer t = load_model_tokenizer(context.model_tokenizer);
+      TokenVocabulary v;
+      v.vocab = context.model_vocab;
+      v.mask_token = context.model_mask_token;
+      v.eos_token = context.model_eos_token;
+      v.bytes = false;
+      v.metadata = t.gguf_metadata;
+      return make_token_text_source(t.encode(load_text_corpus(corpus_)), seq_len_, val_fraction_,
+                                    context.eval_examples, v);
+    }
     return make_text_source(load_text_corpus(corpus_), seq_len_, val_fraction_, context.eval_examples);
   }
   // What the accuracy counts: bytes, or the tokenizer's tokens.
   std::vector<std::string> metric_names() const override {
-    return {tokenizer_.empty() ? "byte_accuracy" : "token_accuracy"};
+    return {tokenizer_.empty() && !model_tokens_ ? "byte_accuracy" : "token_accuracy"};
   }
   std::vector<TaskMetric> validation_metrics(const std::vector<ScoredSequence>& scored) const override {
     return {{metric_names()[0], scored_accuracy(scored)}};
@@ -63,6 +76,8 @@ class TextTask : public Task {
   std::string corpus_ = "bible";
   std::string tokenizer_;  // a trained tokenizer (GGUF or tokenizer.json); empty: bytes
   float val_fraction_ = 0.02f;
+  // Whether make_source tokenized with a model file's tokenizer (the trainer asks for metric names after).
+  mutable bool model_tokens_ = false;
 };
 
 std::map<std::string, TaskFactory>& registry() {

@@ -18,6 +18,11 @@ struct TaskContext {
   std::string objective;      // masked | uniform | ar
   uint64_t seed = 1;          // the run's seed
   int64_t eval_examples = 0;  // validation set size
+  // The model file a run starts from or takes its architecture from (init_from / model_config) when its
+  // vocabulary is not canvas's bytes: text is tokenized with its tokenizer unless the task names its
+  // own. Empty otherwise. Its vocabulary size, mask and end-of-sequence ids come with it.
+  std::string model_tokenizer;
+  int32_t model_vocab = 0, model_mask_token = -1, model_eos_token = -1;
 };
 
 // One validation sequence as the trainer scored it: the targets at its scored positions and the

@@ -1,10 +1,11 @@
-// The trainable transformer: parameters, initialisation, the tape forward (mirroring model.cpp top to
-// bottom) and export to GGUF.
+// The trainable transformer: parameters from the model's tensor description (model/tensors.h),
+// initialisation, the tape forward (mirroring model.cpp top to bottom) and export to GGUF.
 #include "train/train_model.h"
 
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
+#include <map>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -12,10 +13,6 @@
 
 namespace canvas::train {
 namespace {
-
-std::string layer_prefix(int64_t i) {
-  return "blk." + std::to_string(i) + ".";
-}
 
 // A parameter's value from a bound weight of any dtype or layout.
 void copy_weight(const TensorView& src, Parameter& dst) {
@@ -25,59 +22,34 @@ void copy_weight(const TensorView& src, Parameter& dst) {
   for (int64_t r = 0; r < src.rows(); ++r) get_row(src, r, dst.value.data() + r * src.cols());
 }
 
-}  // namespace
-
-TrainModel::TrainModel(const ModelConfig& config) : config_(config), w_(std::make_unique<Weights>()) {
-  const ModelConfig& c = config_;
-  check(c.vocab > 0 && c.hidden > 0 && c.n_layers > 0 && c.n_heads > 0 && c.n_kv_heads > 0 && c.head_dim > 0,
-        "TrainModel: vocab, hidden, layers, heads, kv heads and head dim must be positive");
-  check(c.n_heads % c.n_kv_heads == 0, "TrainModel: heads must be a multiple of kv heads");
-  check(
-      c.is_moe() ? (c.n_experts_used > 0 && c.n_experts_used <= c.n_experts && c.expert_ffn > 0) : c.ffn > 0,
-      "TrainModel: the MLP needs ffn > 0, or experts with 0 < used <= count and expert_ffn > 0");
-  check(c.rope.head_dim == c.head_dim, "TrainModel: rope.head_dim must equal head_dim");
-  check(!c.self_conditioning || c.ffn > 0, "TrainModel: self-conditioning needs ffn > 0 (its MLP's width)");
+// What the training forward cannot compute is refused here, before anything is trained as a different
+// function.
+void check_trainable(const ModelConfig& c) {
+  const std::string what = "TrainModel: architecture '" + c.arch + "': ";
+  if (c.layer_style == LayerStyle::Gemma4) {
+    check(c.tied_output, what + "Gemma 4 needs a tied head");
+    check(!c.is_moe() || c.dense_and_moe, what + "Gemma 4 experts run beside the dense MLP (dense_and_moe)");
+    check(!c.is_moe() || c.router_norm, what + "Gemma 4 experts need the normed router (router_norm)");
+  } else {
+    check(!c.qk_norm && !c.v_norm && !c.dense_and_moe && !c.router_norm && !c.has_decoder,
+          what + "q/k/v norms, a dense MLP beside experts, router norms and the decoder need the Gemma 4 layer");
+    check(c.n_kv_heads > 0 && c.head_dim > 0 && c.n_heads % c.n_kv_heads == 0,
+          what + "heads must be a multiple of KV heads, head dim positive");
+    check(c.rope.head_dim == c.head_dim, what + "rope.head_dim must equal head_dim");
+  }
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerAttention a = c.attention_of(l);
+    check(a.rope.head_dim == a.head_dim, what + "layer " + std::to_string(l) + ": RoPE head dim " +
+                                             std::to_string(a.rope.head_dim) + " != head dim " +
+                                             std::to_string(a.head_dim));
+    check(a.kind == AttentionKind::Full || c.sliding_window > 0,
+          what + "layer " + std::to_string(l) + " is sliding but the sliding window is 0");
+  }
   check(!c.self_conditioning || c.layer_style == LayerStyle::PreNorm,
-        "TrainModel: self-conditioning is for canvas's own (pre-norm) models");
-  const int64_t H = c.hidden, q_width = c.n_heads * c.head_dim, kv_width = c.n_kv_heads * c.head_dim;
-  w_->token_embd = Parameter("token_embd.weight", {H, c.vocab});
-  if (c.n_positions > 0) w_->position_embd = Parameter("position_embd.weight", {H, c.n_positions});
-  if (c.self_conditioning) {
-    TrainSelfConditioning& s = w_->self_conditioning;
-    s.norm = Parameter("self_cond.norm.weight", {H});
-    s.gate = Parameter("self_cond.gate.weight", {H, c.ffn});
-    s.up = Parameter("self_cond.up.weight", {H, c.ffn});
-    s.down = Parameter("self_cond.down.weight", {c.ffn, H});
-  }
-  w_->output_norm = Parameter("output_norm.weight", {H});
-  if (!c.tied_output) w_->output = Parameter("output.weight", {H, c.vocab});
-  for (int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string b = layer_prefix(i);
-    TrainLayer l;
-    l.attn_norm = Parameter(b + "attn_norm.weight", {H});
-    l.wq = Parameter(b + "attn_q.weight", {H, q_width});
-    l.wk = Parameter(b + "attn_k.weight", {H, kv_width});
-    l.wv = Parameter(b + "attn_v.weight", {H, kv_width});
-    if (c.qkv_bias) {
-      l.bq = Parameter(b + "attn_q.bias", {q_width});
-      l.bk = Parameter(b + "attn_k.bias", {kv_width});
-      l.bv = Parameter(b + "attn_v.bias", {kv_width});
-    }
-    l.wo = Parameter(b + "attn_output.weight", {q_width, H});
-    l.ffn_norm = Parameter(b + "ffn_norm.weight", {H});
-    if (c.is_moe()) {
-      l.router = Parameter(b + "ffn_gate_inp.weight", {H, c.n_experts});
-      l.gate_exps = Parameter(b + "ffn_gate_exps.weight", {H, c.expert_ffn, c.n_experts});
-      l.up_exps = Parameter(b + "ffn_up_exps.weight", {H, c.expert_ffn, c.n_experts});
-      l.down_exps = Parameter(b + "ffn_down_exps.weight", {c.expert_ffn, H, c.n_experts});
-    } else {
-      l.gate = Parameter(b + "ffn_gate.weight", {H, c.ffn});
-      l.up = Parameter(b + "ffn_up.weight", {H, c.ffn});
-      l.down = Parameter(b + "ffn_down.weight", {c.ffn, H});
-    }
-    w_->layers.push_back(std::move(l));
-  }
+        what + "canvas-style self-conditioning is for pre-norm models (DiffusionGemma has its decoder's)");
 }
+
+}  // namespace
 
 bool is_residual_output(const std::string& name) {
   for (const char* suffix : {"attn_output.weight", "ffn_down.weight", "ffn_down_exps.weight"}) {
@@ -87,138 +59,193 @@ bool is_residual_output(const std::string& name) {
   return false;
 }
 
+TrainModel::TrainModel(const ModelConfig& config) : config_(config), w_(std::make_unique<Weights>()) {
+  check_trainable(config_);
+  w_->specs = model_tensors(config_);
+  w_->params.reserve(w_->specs.size());
+  w_->index.assign(size_t((config_.n_layers + 1) * kTensorRoles), -1);
+  for (const TensorSpec& spec : w_->specs) {
+    const size_t slot = size_t((spec.layer + 1) * kTensorRoles + int64_t(spec.role));
+    check(w_->index[slot] < 0, "TrainModel: tensor '" + spec.gguf + "' described twice");
+    w_->index[slot] = int32_t(w_->params.size());
+    w_->params.emplace_back(spec.gguf, spec.shape);
+  }
+}
+
+Parameter* TrainModel::weight(TensorRole role, int64_t layer) {
+  const int32_t i = w_->index[size_t((layer + 1) * kTensorRoles + int64_t(role))];
+  return i < 0 ? nullptr : &w_->params[size_t(i)];
+}
+
+Parameter& TrainModel::need(TensorRole role, int64_t layer) {
+  Parameter* p = weight(role, layer);
+  check(p != nullptr, "TrainModel: layer " + std::to_string(layer) + " has no tensor of role " +
+                          std::to_string(int(role)));
+  return *p;
+}
+
 TrainModel::TrainModel(const ModelConfig& config, const InitOptions& init) : TrainModel(config) {
   Rng rng(init.seed);
   const float residual_std =
       init.scale_residual ? init.std / std::sqrt(2.f * float(config_.n_layers)) : init.std;
-  auto ends_with = [](const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  for (Parameter* p : parameters()) {
-    if (ends_with(p->name, "norm.weight")) {
-      std::fill(p->value.begin(), p->value.end(), 1.f);
-    } else if (ends_with(p->name, ".bias") || p->name == "self_cond.down.weight") {  // TrainSelfConditioning
-      std::fill(p->value.begin(), p->value.end(), 0.f);
-    } else {
-      const float std = is_residual_output(p->name) ? residual_std : init.std;
-      for (float& v : p->value) v = float(rng.normal()) * std;
+  for (size_t i = 0; i < w_->specs.size(); ++i) {
+    Parameter& p = w_->params[i];
+    switch (w_->specs[i].init) {
+      case TensorInit::One: std::fill(p.value.begin(), p.value.end(), 1.f); break;
+      case TensorInit::Zero: std::fill(p.value.begin(), p.value.end(), 0.f); break;
+      case TensorInit::Normal:
+      case TensorInit::Residual: {
+        const float std = w_->specs[i].init == TensorInit::Residual ? residual_std : init.std;
+        for (float& v : p.value) v = float(rng.normal()) * std;
+        break;
+      }
     }
   }
 }
 
 TrainModel TrainModel::from_model(const Model& model) {
   TrainModel m(model.config);
-  const ModelConfig& c = m.config_;
-  copy_weight(model.token_embd, m.w_->token_embd);
-  if (c.n_positions > 0) copy_weight(model.position_embd, m.w_->position_embd);
-  if (c.self_conditioning) {
-    TrainSelfConditioning& s = m.w_->self_conditioning;
-    copy_weight(model.self_conditioning.pre_norm, s.norm);
-    copy_weight(model.self_conditioning.gate, s.gate);
-    copy_weight(model.self_conditioning.up, s.up);
-    copy_weight(model.self_conditioning.down, s.down);
-  }
-  copy_weight(model.output_norm, m.w_->output_norm);
-  if (!c.tied_output) copy_weight(model.output, m.w_->output);
-  for (int64_t i = 0; i < c.n_layers; ++i) {
-    const LayerWeights& src = model.layers[size_t(i)];
-    TrainLayer& l = m.w_->layers[size_t(i)];
-    copy_weight(src.attn_norm, l.attn_norm);
-    copy_weight(src.wq, l.wq);
-    copy_weight(src.wk, l.wk);
-    copy_weight(src.wv, l.wv);
-    if (c.qkv_bias) {
-      copy_weight(src.bq, l.bq);
-      copy_weight(src.bk, l.bk);
-      copy_weight(src.bv, l.bv);
-    }
-    copy_weight(src.wo, l.wo);
-    copy_weight(src.ffn_norm, l.ffn_norm);
-    if (c.is_moe()) {
-      copy_weight(src.router, l.router);
-      copy_weight(src.gate_exps, l.gate_exps);
-      copy_weight(src.up_exps, l.up_exps);
-      copy_weight(src.down_exps, l.down_exps);
-    } else {
-      copy_weight(src.gate, l.gate);
-      copy_weight(src.up, l.up);
-      copy_weight(src.down, l.down);
-    }
+  for (size_t i = 0; i < m.w_->specs.size(); ++i) {
+    const TensorSpec& spec = m.w_->specs[i];
+    copy_weight(model_weight(model, spec), m.w_->params[i]);
   }
   return m;
 }
 
 // ---- forward (model.cpp's forward, on the tape) --------------------------------------------------
 
-Var TrainModel::attention_block(Tape& tape, TrainLayer& l, Var x, const std::vector<int32_t>& positions,
+// Attention of one layer from its normed input h: Q, K, V (biases, Gemma's q/k norms per head and the
+// no-weight v norm, V from K on attention_k_eq_v layers), RoPE, attention, output projection.
+Var TrainModel::attention_block(Tape& tape, int64_t l, Var h, const std::vector<int32_t>& positions,
                                 const SequenceLayout& layout) {
   const ModelConfig& c = config_;
-  Var h = rms_norm(tape, x, &l.attn_norm, c.rms_eps);
-  Var q = linear(tape, h, l.wq);
-  Var k = linear(tape, h, l.wk);
-  Var v = linear(tape, h, l.wv);
+  const LayerAttention la = c.attention_of(l);
+  const int64_t rows = tape.rows(h), D = la.head_dim;
+  Var q = linear(tape, h, need(TensorRole::Wq, l));
+  Var k = linear(tape, h, need(TensorRole::Wk, l));
+  Var v = la.value_from_key ? k : linear(tape, h, need(TensorRole::Wv, l));  // raw k_proj, before norm and RoPE
   if (c.qkv_bias) {
-    q = add_bias(tape, q, l.bq);
-    k = add_bias(tape, k, l.bk);
-    v = add_bias(tape, v, l.bv);
+    q = add_bias(tape, q, need(TensorRole::Bq, l));
+    k = add_bias(tape, k, need(TensorRole::Bk, l));
+    v = add_bias(tape, v, need(TensorRole::Bv, l));
   }
-  q = rope(tape, q, int(c.n_heads), positions, c.rope);
-  k = rope(tape, k, int(c.n_kv_heads), positions, c.rope);
+  // RMSNorm over each head: the rows read as [rows * heads, head_dim].
+  auto norm_heads = [&](Var x, int64_t heads, Parameter* w) {
+    return reshape(tape, rms_norm(tape, reshape(tape, x, rows * heads, D), w, c.rms_eps), rows, heads * D);
+  };
+  if (c.qk_norm) {
+    q = norm_heads(q, c.n_heads, &need(TensorRole::QNorm, l));
+    k = norm_heads(k, la.n_kv_heads, &need(TensorRole::KNorm, l));
+  }
+  if (c.v_norm) v = norm_heads(v, la.n_kv_heads, nullptr);
+  q = rope(tape, q, int(c.n_heads), positions, la.rope);
+  k = rope(tape, k, int(la.n_kv_heads), positions, la.rope);
   AttentionShape shape;
   shape.n_heads = int(c.n_heads);
-  shape.n_kv_heads = int(c.n_kv_heads);
-  shape.head_dim = int(c.head_dim);
-  shape.scale = 1.f / std::sqrt(float(c.head_dim));
+  shape.n_kv_heads = int(la.n_kv_heads);
+  shape.head_dim = int(D);
+  shape.scale = c.attention_scale > 0 ? c.attention_scale : 1.f / std::sqrt(float(D));
   Var attended = attention(tape, q, k, v, shape, layout);
-  return add(tape, x, linear(tape, attended, l.wo));
+  return linear(tape, attended, need(TensorRole::Wo, l));
 }
 
 // Gated MLP: down(act(gate(h)) * up(h)).
-Var TrainModel::mlp_block(Tape& tape, TrainLayer& l, Var h) {
-  Var g = linear(tape, h, l.gate);
-  Var u = linear(tape, h, l.up);
-  return linear(tape, gated_activation(tape, g, u, config_.activation), l.down);
+Var TrainModel::mlp_block(Tape& tape, int64_t l, Var h) {
+  Var g = linear(tape, h, need(TensorRole::Gate, l));
+  Var u = linear(tape, h, need(TensorRole::Up, l));
+  return linear(tape, gated_activation(tape, g, u, config_.activation), need(TensorRole::Down, l));
 }
 
-// Mixture of experts: route each row to its top-k experts, run each expert's gated MLP on its rows,
-// and sum the weighted results in ascending expert order (as model.cpp does).
-Var TrainModel::moe_block(Tape& tape, TrainLayer& l, Var h) {
+// Mixture of experts: route each row (router_in) to its top-k experts, run each expert's gated MLP on
+// its rows of expert_in, and sum the weighted results in ascending expert order (as model.cpp does).
+// Gemma 4 fuses [gate; up] in one matrix and scales each expert's weight by per_expert_scale.
+Var TrainModel::moe_block(Tape& tape, int64_t l, Var router_in, Var expert_in) {
   const ModelConfig& c = config_;
-  Routing routing = route_top_k(tape, linear(tape, h, l.router), c.n_experts_used, c.expert_weights_norm);
+  Routing routing =
+      route_top_k(tape, linear(tape, router_in, need(TensorRole::Router, l)), c.n_experts_used, c.expert_weights_norm);
+  if (Parameter* scale_e = weight(TensorRole::PerExpertScale, l)) routing.weights = scale_columns(tape, routing.weights, *scale_e);
+  Parameter* gate_up = weight(TensorRole::GateUpExps, l);
   std::vector<Var> expert_out(size_t(c.n_experts));
   for (int64_t e = 0; e < c.n_experts; ++e) {
     const std::vector<int32_t>& rows = routing.rows_of[size_t(e)];
     if (rows.empty()) continue;
-    Var xe = gather_rows(tape, h, rows);
-    Var g = linear(tape, xe, l.gate_exps, e);
-    Var u = linear(tape, xe, l.up_exps, e);
-    expert_out[size_t(e)] = linear(tape, gated_activation(tape, g, u, c.activation), l.down_exps, e);
+    Var xe = gather_rows(tape, expert_in, rows);
+    Var g, u;
+    if (gate_up) {
+      Var gu = linear(tape, xe, *gate_up, e);
+      g = slice_columns(tape, gu, 0, c.expert_ffn);
+      u = slice_columns(tape, gu, c.expert_ffn, 2 * c.expert_ffn);
+    } else {
+      g = linear(tape, xe, need(TensorRole::GateExps, l), e);
+      u = linear(tape, xe, need(TensorRole::UpExps, l), e);
+    }
+    expert_out[size_t(e)] = linear(tape, gated_activation(tape, g, u, c.activation), need(TensorRole::DownExps, l), e);
   }
   return combine_experts(tape, expert_out, routing);
 }
 
-// Self-conditioning (model.cpp's self_conditioning_input without the Gemma decoder's norm):
-// x + mlp(norm(softmax(logits) @ E * embedding_scale)), the probabilities a constant of the tape.
-Var TrainModel::self_conditioning_block(Tape& tape, Var x, const SelfConditioningInput& input) {
+// The Gemma 4 layer (diffusiongemma.md section 2; model.cpp's gemma_layer_rest):
+//   h = x + post_attn_norm(attn(input_norm(x))); m1 = post_ffn_norm_1(dense(pre_ffn_norm(h)));
+//   m2 = post_ffn_norm_2(experts(pre_ffn_norm_2(h), router(h)));  out = (h + post_ffn_norm(m1 + m2)) * scalar
+// with the encoder's scalar on encoder rows and the decoder's on decoder rows.
+Var TrainModel::gemma_layer(Tape& tape, int64_t l, Var x, const std::vector<int32_t>& positions,
+                            const SequenceLayout& layout, const std::vector<uint8_t>& decoder_rows) {
   const ModelConfig& c = config_;
-  const int64_t rows = tape.rows(x), V = c.vocab;
-  check(c.self_conditioning, "TrainModel::forward: a self-conditioning input for a model without the path");
-  check(input.logits != nullptr, "TrainModel::forward: self-conditioning input without logits");
-  check(input.rows.empty() || int64_t(input.rows.size()) == rows,
-        "TrainModel::forward: self-conditioning rows size mismatch");
-  Var probs = tape.input(rows, V);  // zeros: rows without logits
-  float* p = tape.value(probs);
-  for (int64_t r = 0; r < rows; ++r) {
-    if (!input.rows.empty() && !input.rows[size_t(r)]) continue;
-    const float* z = input.logits + r * V;
-    const float log_sum = row_stats(z, V).logsumexp;
-    for (int64_t v = 0; v < V; ++v) p[r * V + v] = std::exp(z[v] - log_sum);
+  Var a = attention_block(tape, l, rms_norm(tape, x, &need(TensorRole::AttnNorm, l), c.rms_eps), positions, layout);
+  Var h = add(tape, x, rms_norm(tape, a, &need(TensorRole::PostAttnNorm, l), c.rms_eps));
+  Var m = mlp_block(tape, l, rms_norm(tape, h, &need(TensorRole::FfnNorm, l), c.rms_eps));
+  if (c.is_moe()) {
+    m = rms_norm(tape, m, &need(TensorRole::PostFfnNorm1, l), c.rms_eps);
+    // Router input: rmsnorm_noweight(h) * scale / sqrt(hidden).
+    Var router_in = scale(tape, rms_norm(tape, h, &need(TensorRole::RouterScale, l), c.rms_eps),
+                          1.f / std::sqrt(float(c.hidden)));
+    Var experts = moe_block(tape, l, router_in, rms_norm(tape, h, &need(TensorRole::PreFfnNorm2, l), c.rms_eps));
+    m = add(tape, m, rms_norm(tape, experts, &need(TensorRole::PostFfnNorm2, l), c.rms_eps));
   }
-  TrainSelfConditioning& s = w_->self_conditioning;
-  Var h = rms_norm(tape, soft_embedding(tape, probs, w_->token_embd, c.embedding_scale), &s.norm, c.rms_eps);
-  Var g = linear(tape, h, s.gate);
-  Var u = linear(tape, h, s.up);
-  return add(tape, x, linear(tape, gated_activation(tape, g, u, c.activation), s.down));
+  Var out = add(tape, h, rms_norm(tape, m, &need(TensorRole::PostFfnNorm, l), c.rms_eps));
+  // The decoder's scalar is layer_scalar; the encoder's its own copy (the decoder's when the model has none).
+  Parameter& decoder_scalar = need(TensorRole::LayerScalar, l);
+  Parameter* encoder_scalar = weight(TensorRole::EncoderLayerScalar, l);
+  if (!encoder_scalar) return scale_rows_by_scalar(tape, out, decoder_scalar, nullptr, {});
+  return scale_rows_by_scalar(tape, out, *encoder_scalar, &decoder_scalar, decoder_rows);
+}
+
+// The self-conditioning MLP over the given rows of x: mlp(norm(softmax(logits) @ E * embedding_scale)),
+// the probabilities a constant of the tape (zeros for rows the input does not mark).
+Var TrainModel::self_conditioning_mlp(Tape& tape, Var x, const SelfConditioningInput& input,
+                                      const std::vector<int32_t>& rows) {
+  const ModelConfig& c = config_;
+  const int64_t V = c.vocab, n = int64_t(rows.size());
+  check(input.logits != nullptr, "TrainModel::forward: self-conditioning input without logits");
+  check(input.rows.empty() || int64_t(input.rows.size()) == tape.rows(x),
+        "TrainModel::forward: self-conditioning rows size mismatch");
+  Var probs = tape.input(n, V);  // zeros: rows without logits
+  float* p = tape.value(probs);
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t r = rows[size_t(i)];
+    if (!input.rows.empty() && !input.rows[size_t(r)]) continue;
+    const float* z = input.logits + int64_t(r) * V;
+    const float log_sum = row_stats(z, V).logsumexp;
+    for (int64_t v = 0; v < V; ++v) p[i * V + v] = std::exp(z[v] - log_sum);
+  }
+  Var h = rms_norm(tape, soft_embedding(tape, probs, need(TensorRole::TokenEmbd), c.embedding_scale),
+                   &need(TensorRole::SelfCondNorm), c.rms_eps);
+  Var g = linear(tape, h, need(TensorRole::SelfCondGate));
+  Var u = linear(tape, h, need(TensorRole::SelfCondUp));
+  return linear(tape, gated_activation(tape, g, u, c.activation), need(TensorRole::SelfCondDown));
+}
+
+// DiffusionGemma's decoder input on its rows (model.cpp's self_conditioning_input with the decoder
+// norm): rmsnorm_noweight(E[canvas] * scale + mlp(...)); the MLP term is absent without an input.
+Var TrainModel::decoder_input(Tape& tape, Var x, const SelfConditioningInput* input,
+                              const std::vector<uint8_t>& decoder_rows) {
+  std::vector<int32_t> rows;
+  for (size_t r = 0; r < decoder_rows.size(); ++r)
+    if (decoder_rows[r]) rows.push_back(int32_t(r));
+  if (rows.empty()) return x;
+  Var xd = gather_rows(tape, x, rows);
+  if (input) xd = add(tape, xd, self_conditioning_mlp(tape, x, *input, rows));
+  return replace_rows(tape, x, rows, rms_norm(tape, xd, nullptr, config_.rms_eps));
 }
 
 Var TrainModel::forward(Tape& tape, const TokenBatch& batch, const SelfConditioningInput* self_cond) {
@@ -232,23 +259,68 @@ Var TrainModel::forward(Tape& tape, const TokenBatch& batch, const SelfCondition
         "TrainModel::forward: groups size mismatch");
   check(batch.positions.empty() || int64_t(batch.positions.size()) == rows,
         "TrainModel::forward: positions size mismatch");
+  check(batch.decoder.empty() || int64_t(batch.decoder.size()) == rows,
+        "TrainModel::forward: decoder rows size mismatch");
+  bool any_decoder = false;
+  for (uint8_t d : batch.decoder) any_decoder = any_decoder || d;
+  check(!any_decoder || c.has_decoder, "TrainModel::forward: decoder rows for '" + c.arch +
+                                           "', which has no decoder (only diffusion-gemma has one)");
+  check(!self_cond || c.self_conditioning || any_decoder,
+        "TrainModel::forward: a self-conditioning input for a model without the path (or without decoder rows)");
   std::vector<int32_t> positions = batch.positions;
   if (positions.empty()) {
     positions.resize(size_t(rows));
     for (int64_t r = 0; r < rows; ++r) positions[size_t(r)] = int32_t(r % batch.length);
   }
-  const SequenceLayout layout{batch.n_sequences, batch.length, batch.groups};
-
-  Var x = embedding(tape, w_->token_embd, batch.tokens, c.embedding_scale);
-  if (c.n_positions > 0) x = add(tape, x, embedding(tape, w_->position_embd, positions));
-  if (self_cond) x = self_conditioning_block(tape, x, *self_cond);
-  for (TrainLayer& l : w_->layers) {
-    x = attention_block(tape, l, x, positions, layout);
-    Var h = rms_norm(tape, x, &l.ffn_norm, c.rms_eps);
-    x = add(tape, x, c.is_moe() ? moe_block(tape, l, h) : mlp_block(tape, l, h));
+  SequenceLayout layout(batch.n_sequences, batch.length, batch.groups);
+  // Sliding layers: an encoder row at position p sees keys at p - window + 1 on; a decoder row sees its
+  // whole canvas and the window - 1 positions before the canvas's first (model.cpp's decoder pass).
+  SequenceLayout sliding_layout = layout;
+  bool any_sliding = false;
+  for (int64_t l = 0; l < c.n_layers; ++l) any_sliding = any_sliding || c.attention_of(l).kind == AttentionKind::Sliding;
+  if (any_sliding) {
+    const int64_t W = c.sliding_window;
+    sliding_layout.positions = positions;
+    sliding_layout.window_start.resize(size_t(rows));
+    for (int64_t s = 0; s < batch.n_sequences; ++s) {
+      std::map<int32_t, int32_t> canvas_start;  // group -> first position of its decoder rows
+      for (int64_t i = 0; i < batch.length; ++i) {
+        const size_t r = size_t(s * batch.length + i);
+        if (!any_decoder || !batch.decoder[r]) continue;
+        const int32_t g = batch.groups.empty() ? 0 : batch.groups[r];
+        auto it = canvas_start.find(g);
+        if (it == canvas_start.end() || positions[r] < it->second) canvas_start[g] = positions[r];
+      }
+      for (int64_t i = 0; i < batch.length; ++i) {
+        const size_t r = size_t(s * batch.length + i);
+        const bool dec = any_decoder && batch.decoder[r];
+        const int64_t anchor = dec ? canvas_start[batch.groups.empty() ? 0 : batch.groups[r]] : positions[r];
+        sliding_layout.window_start[r] = int32_t(anchor - W + 1);
+      }
+    }
   }
-  Var h = rms_norm(tape, x, &w_->output_norm, c.rms_eps);
-  Var logits = linear(tape, h, c.tied_output ? w_->token_embd : w_->output);
+
+  Var x = embedding(tape, need(TensorRole::TokenEmbd), batch.tokens, c.embedding_scale);
+  if (Parameter* pe = weight(TensorRole::PositionEmbd)) x = add(tape, x, embedding(tape, *pe, positions));
+  if (c.has_decoder) {
+    x = decoder_input(tape, x, self_cond, batch.decoder);
+  } else if (self_cond) {
+    std::vector<int32_t> all(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) all[size_t(r)] = int32_t(r);
+    x = add(tape, x, self_conditioning_mlp(tape, x, *self_cond, all));
+  }
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const SequenceLayout& lay = c.attention_of(l).kind == AttentionKind::Sliding ? sliding_layout : layout;
+    if (c.layer_style == LayerStyle::Gemma4) {
+      x = gemma_layer(tape, l, x, positions, lay, batch.decoder);
+      continue;
+    }
+    x = add(tape, x, attention_block(tape, l, rms_norm(tape, x, &need(TensorRole::AttnNorm, l), c.rms_eps), positions, lay));
+    Var h = rms_norm(tape, x, &need(TensorRole::FfnNorm, l), c.rms_eps);
+    x = add(tape, x, c.is_moe() ? moe_block(tape, l, h, h) : mlp_block(tape, l, h));
+  }
+  Var h = rms_norm(tape, x, &need(TensorRole::OutputNorm), c.rms_eps);
+  Var logits = linear(tape, h, c.tied_output ? need(TensorRole::TokenEmbd) : need(TensorRole::Output));
   if (c.logit_softcap > 0) logits = softcap(tape, logits, c.logit_softcap);
   return logits;
 }
@@ -256,110 +328,61 @@ Var TrainModel::forward(Tape& tape, const TokenBatch& batch, const SelfCondition
 // ---- parameters ----------------------------------------------------------------------------------
 
 std::vector<Parameter*> TrainModel::parameters() {
-  std::vector<Parameter*> out{&w_->token_embd};
-  if (config_.n_positions > 0) out.push_back(&w_->position_embd);
-  if (config_.self_conditioning) {
-    TrainSelfConditioning& s = w_->self_conditioning;
-    for (Parameter* p : {&s.norm, &s.gate, &s.up, &s.down}) out.push_back(p);
-  }
-  for (TrainLayer& l : w_->layers) {
-    for (Parameter* p : {&l.attn_norm, &l.wq, &l.wk, &l.wv}) out.push_back(p);
-    if (config_.qkv_bias)
-      for (Parameter* p : {&l.bq, &l.bk, &l.bv}) out.push_back(p);
-    for (Parameter* p : {&l.wo, &l.ffn_norm}) out.push_back(p);
-    if (config_.is_moe()) {
-      for (Parameter* p : {&l.router, &l.gate_exps, &l.up_exps, &l.down_exps}) out.push_back(p);
-    } else {
-      for (Parameter* p : {&l.gate, &l.up, &l.down}) out.push_back(p);
-    }
-  }
-  out.push_back(&w_->output_norm);
-  if (!config_.tied_output) out.push_back(&w_->output);
+  std::vector<Parameter*> out;
+  for (Parameter& p : w_->params) out.push_back(&p);
   return out;
 }
 
 std::vector<const Parameter*> TrainModel::parameters() const {
   std::vector<const Parameter*> out;
-  for (Parameter* p : const_cast<TrainModel*>(this)->parameters()) out.push_back(p);
+  for (const Parameter& p : w_->params) out.push_back(&p);
   return out;
 }
 
 Parameter* TrainModel::find(const std::string& name) {
-  for (Parameter* p : parameters())
-    if (p->name == name) return p;
+  for (Parameter& p : w_->params)
+    if (p.name == name) return &p;
   return nullptr;
 }
 
 int64_t TrainModel::parameter_count() const {
   int64_t n = 0;
-  for (const Parameter* p : parameters()) n += p->size();
+  for (const Parameter& p : w_->params) n += p.size();
   return n;
 }
 
 void TrainModel::zero_grad() {
-  for (Parameter* p : parameters()) p->zero_grad();
+  for (Parameter& p : w_->params) p.zero_grad();
 }
 
 // ---- export --------------------------------------------------------------------------------------
 
 std::vector<TensorView> TrainModel::tensor_views() const {
   std::vector<TensorView> views;
-  for (const Parameter* p : parameters()) views.push_back(p->view());
+  for (const Parameter& p : w_->params) views.push_back(p.view());
   return views;
 }
 
-void TrainModel::add_metadata(GgufWriter& w) const {
-  const ModelConfig& c = config_;
-  check(!c.arch.empty(), "TrainModel::add_metadata: the config has no architecture name");
-  const std::string a = c.arch + ".";
-  auto u32 = [](int64_t v) { return GgufValue::u32(uint32_t(v)); };
-  w.set("general.architecture", GgufValue::string(c.arch));
-  if (!c.name.empty()) w.set("general.name", GgufValue::string(c.name));
-  if (c.context_length > 0) w.set(a + "context_length", u32(c.context_length));
-  w.set(a + "vocab_size", u32(c.vocab));
-  w.set(a + "embedding_length", u32(c.hidden));
-  w.set(a + "block_count", u32(c.n_layers));
-  if (c.ffn > 0) w.set(a + "feed_forward_length", u32(c.ffn));
-  w.set(a + "attention.head_count", u32(c.n_heads));
-  w.set(a + "attention.head_count_kv", u32(c.n_kv_heads));
-  w.set(a + "attention.key_length", u32(c.head_dim));
-  w.set(a + "attention.layer_norm_rms_epsilon", GgufValue::f32(c.rms_eps));
-  w.set(a + "attention.causal", GgufValue::boolean(c.causal));
-  w.set(a + "rope.freq_base", GgufValue::f32(c.rope.theta));
-  w.set(a + "rope.dimension_count", u32(c.rope.rot_dims > 0 ? c.rope.rot_dims : c.head_dim));
-  if (c.is_moe()) {
-    w.set(a + "expert_count", u32(c.n_experts));
-    w.set(a + "expert_used_count", u32(c.n_experts_used));
-    w.set(a + "expert_feed_forward_length", u32(c.expert_ffn));
-    w.set(a + "expert_weights_norm", GgufValue::boolean(c.expert_weights_norm));
-  }
-  if (c.logit_softcap > 0) w.set(a + "final_logit_softcapping", GgufValue::f32(c.logit_softcap));
-  w.set("diffusion.shift_logits", GgufValue::boolean(c.shift_logits));
-  if (c.uniform_state) w.set("diffusion.kind", GgufValue::string("uniform"));
-  if (c.self_conditioning) w.set("diffusion.self_conditioning", GgufValue::boolean(true));
-  auto token = [&](const char* key, int32_t id) {
-    if (id >= 0) w.set(key, u32(id));
-  };
-  token("tokenizer.ggml.mask_token_id", c.mask_token);
-  token("tokenizer.ggml.bos_token_id", c.bos_token);
-  token("tokenizer.ggml.eos_token_id", c.eos_token);
-  token("tokenizer.ggml.padding_token_id", c.pad_token);
-}
+void TrainModel::add_metadata(GgufWriter& w) const { config_to_gguf(config_, w); }
 
 void TrainModel::add_tensors(GgufWriter& w) const {
-  for (const Parameter* p : parameters())
-    w.add_tensor(p->name, DType::F32, p->shape, p->value.data(), uint64_t(p->size()) * sizeof(float));
+  w_->rope_freqs = gguf_rope_freqs(config_);  // kept by the model until the writer has written it
+  if (!w_->rope_freqs.empty())
+    w.add_tensor("rope_freqs.weight", DType::F32, {int64_t(w_->rope_freqs.size())}, w_->rope_freqs.data(),
+                 w_->rope_freqs.size() * sizeof(float));
+  for (const Parameter& p : w_->params)
+    w.add_tensor(p.name, DType::F32, p.shape, p.value.data(), uint64_t(p.size()) * sizeof(float));
 }
 
 void TrainModel::save_gguf(const std::string& path,
                            const std::vector<std::pair<std::string, GgufValue>>& extra_metadata) const {
   GgufWriter w;
-  add_metadata(w);
+  add_metadata(w);  // throws for a config the file cannot express
   for (const auto& [key, value] : extra_metadata) w.set(key, value);
   add_tensors(w);
   w.write(path);
-  // Read the configuration back: what the file cannot say (the RoPE layout, activation and embedding
-  // scale are implied by the architecture name) must already agree.
+  // Read the configuration back: config_to_gguf refuses what it knows it cannot express; this catches
+  // anything it missed.
   const ModelConfig back = config_from_gguf(*GgufFile::open(path));
   const ModelConfig& c = config_;
   std::string wrong;
@@ -370,6 +393,8 @@ void TrainModel::save_gguf(const std::string& path,
   if (back.shift_logits != c.shift_logits) wrong = "shift_logits (causal models always shift)";
   if (back.uniform_state != c.uniform_state) wrong = "uniform-state diffusion";
   if (back.self_conditioning != c.self_conditioning) wrong = "self-conditioning";
+  if (back.has_decoder != c.has_decoder) wrong = "decoder";
+  if (back.sliding_window != c.sliding_window) wrong = "sliding window";
   if (!wrong.empty()) {
     std::remove(path.c_str());
     throw Error(path + ": architecture '" + c.arch + "' cannot express this model's " + wrong +

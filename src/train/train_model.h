@@ -10,6 +10,7 @@
 #include "io/gguf.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "model/tensors.h"
 #include "train/tape.h"
 
 namespace canvas::train {
@@ -21,13 +22,20 @@ struct TokenBatch {
   std::vector<int32_t> tokens;     // [n_sequences * length]
   std::vector<int32_t> groups;     // visibility groups per token (see AttentionMask); empty: all 0
   std::vector<int32_t> positions;  // RoPE positions per token; empty: 0 .. length-1 in every sequence
+  // DiffusionGemma (config.has_decoder): 1 = the row is a canvas token in the decoder's view (its input
+  // goes through the self-conditioning MLP and the decoder norm, its layers use the decoder's scalars,
+  // and on sliding layers it sees the canvas plus the last window - 1 positions before the canvas's
+  // first one, as model.cpp's decoder pass does); 0 = the encoder's view. The canvas of a row is the
+  // decoder rows of its sequence in its visibility group. Empty: every row is the encoder's.
+  std::vector<uint8_t> decoder;
   int64_t rows() const { return n_sequences * length; }
 };
 
-// The self-conditioning input of a forward (config.self_conditioning): an earlier pass's logits, held
-// fixed (no gradient reaches them). Row r gets mlp(norm(softmax(logits[r]) @ E * embedding_scale))
-// added to its input embedding, as the inference forward does with ForwardRequest::self_cond; a row
-// that `rows` marks 0 gets zeros instead (soft = 0, which adds exactly nothing).
+// The self-conditioning input of a forward (config.self_conditioning, or DiffusionGemma's decoder
+// rows): an earlier pass's logits, held fixed (no gradient reaches them). Row r gets
+// mlp(norm(softmax(logits[r]) @ E * embedding_scale)) added to its input embedding, as the inference
+// forward does with ForwardRequest::self_cond; a row that `rows` marks 0 gets zeros instead (soft = 0,
+// which adds exactly nothing).
 struct SelfConditioningInput {
   const float* logits = nullptr;  // [batch rows x vocab]
   std::vector<uint8_t> rows;      // [batch rows]: 1 = this row uses its logits; empty: every row does
@@ -35,7 +43,7 @@ struct SelfConditioningInput {
 
 struct InitOptions {
   uint64_t seed = 0;
-  float std = 0.02f;           // normal init of every matrix; norm weights 1, biases 0
+  float std = 0.02f;           // normal init of every matrix; norm weights and scalars 1, biases 0
   bool scale_residual = true;  // attn_output and ffn_down(_exps) std / sqrt(2 * n_layers) (GPT-2)
 };
 
@@ -43,29 +51,18 @@ struct InitOptions {
 // scaled down at init, and zero in a layer inserted as the identity (RunConfig::init_layers).
 bool is_residual_output(const std::string& name);
 
-struct TrainLayer {
-  Parameter attn_norm, wq, wk, wv, wo;
-  Parameter bq, bk, bv;  // present when config.qkv_bias
-  Parameter ffn_norm;
-  Parameter gate, up, down;                         // dense MLP
-  Parameter router, gate_exps, up_exps, down_exps;  // MoE
-};
-
-// The self-conditioning MLP (config.self_conditioning), under the names model.h documents. `down` starts
-// at zero: the term is then exactly zero, so a new model (or one started from a model without the path,
-// init_from) computes what it would without it, and training grows the term from there (down gets a
-// gradient at once, gate and up once down is non-zero).
-struct TrainSelfConditioning {
-  Parameter norm, gate, up, down;
-};
-
+// A transformer of any architecture canvas runs (model/tensors.h lists its tensors): one f32
+// Parameter per described tensor, under its GGUF name, and a forward on the tape that computes what
+// model.cpp's forward computes, op for op.
 class TrainModel {
  public:
-  // Random initialisation for `config` (vocab, hidden, heads, ffn or experts, qkv_bias, tied_output).
+  // Random initialisation for `config` (TensorSpec::init says how each tensor starts).
   TrainModel(const ModelConfig& config, const InitOptions& init);
   // The f32 copy of a loaded model's weights (any weight dtype is dequantised).
   static TrainModel from_model(const Model& model);
-  static TrainModel from_gguf(const std::string& path) { return from_model(Model::load(path)); }
+  // Any model Model::load reads: a GGUF, or a Hugging Face directory (DiffusionGemma / Gemma 4).
+  static TrainModel from_file(const std::string& path) { return from_model(Model::load(path)); }
+  static TrainModel from_gguf(const std::string& path) { return from_file(path); }
 
   TrainModel(TrainModel&&) = default;
   TrainModel& operator=(TrainModel&&) = default;
@@ -73,14 +70,15 @@ class TrainModel {
   TrainModel& operator=(const TrainModel&) = delete;
 
   const ModelConfig& config() const { return config_; }
+  const std::vector<TensorSpec>& tensors() const { return w_->specs; }
 
   // Logits [rows, vocab] for every token of the batch (row r = token r of the batch). self_cond: the
-  // self-conditioning input (models with config.self_conditioning); null: none, i.e. zeros everywhere.
+  // self-conditioning input (models with config.self_conditioning, and DiffusionGemma's decoder rows);
+  // null: none, i.e. zeros everywhere.
   Var forward(Tape& tape, const TokenBatch& batch, const SelfConditioningInput* self_cond = nullptr);
 
-  // Every parameter, in GGUF order (token_embd, position_embd, self_cond.*, blk.0..., output_norm,
-  // output). Pointers stay valid for the model's lifetime, moves included (the parameters live on the
-  // heap).
+  // Every parameter, in the order model_tensors() lists them (GGUF order). Pointers stay valid for the
+  // model's lifetime, moves included (the parameters live on the heap).
   std::vector<Parameter*> parameters();
   std::vector<const Parameter*> parameters() const;
   Parameter* find(const std::string& name);
@@ -89,28 +87,34 @@ class TrainModel {
 
   // F32 views of every tensor under its GGUF name and shape, for GgufWriter::add_tensor.
   std::vector<TensorView> tensor_views() const;
-  // The metadata config_from_gguf() reads back into this config (architecture keys, tokens ids).
+  // config_to_gguf(config()): the metadata config_from_gguf reads back as this config.
   void add_metadata(GgufWriter& writer) const;
+  // The parameters, and the generated tensors the format needs (Gemma 4's rope_freqs.weight).
   void add_tensors(GgufWriter& writer) const;
   // Metadata (+ extra keys, e.g. a tokenizer) and tensors to a GGUF that Model::load reads as this model.
-  // Throws Error when the file would load as a different configuration (the RoPE layout, activation and
-  // embedding scale follow from the architecture name, not from keys).
+  // Throws Error when the file would load as a different configuration.
   void save_gguf(const std::string& path,
                  const std::vector<std::pair<std::string, GgufValue>>& extra_metadata = {}) const;
 
  private:
   explicit TrainModel(const ModelConfig& config);  // shapes only, zero values
-  Var attention_block(Tape& tape, TrainLayer& layer, Var x, const std::vector<int32_t>& positions,
+  // The parameter of a role (layer -1: a global one); null when this model has none.
+  Parameter* weight(TensorRole role, int64_t layer = -1);
+  Parameter& need(TensorRole role, int64_t layer = -1);
+  Var attention_block(Tape& tape, int64_t layer, Var h, const std::vector<int32_t>& positions,
                       const SequenceLayout& layout);
-  Var mlp_block(Tape& tape, TrainLayer& layer, Var h);
-  Var moe_block(Tape& tape, TrainLayer& layer, Var h);
-  Var self_conditioning_block(Tape& tape, Var x, const SelfConditioningInput& input);
+  Var mlp_block(Tape& tape, int64_t layer, Var h);
+  Var moe_block(Tape& tape, int64_t layer, Var router_in, Var expert_in);
+  Var gemma_layer(Tape& tape, int64_t layer, Var x, const std::vector<int32_t>& positions,
+                  const SequenceLayout& layout, const std::vector<uint8_t>& decoder_rows);
+  Var self_conditioning_mlp(Tape& tape, Var x, const SelfConditioningInput& input, const std::vector<int32_t>& rows);
+  Var decoder_input(Tape& tape, Var x, const SelfConditioningInput* input, const std::vector<uint8_t>& decoder_rows);
 
   struct Weights {
-    Parameter token_embd, output_norm, output;  // output unused when the head is tied
-    Parameter position_embd;                    // learned absolute positions, when config.n_positions > 0
-    TrainSelfConditioning self_conditioning;    // when config.self_conditioning
-    std::vector<TrainLayer> layers;
+    std::vector<TensorSpec> specs;
+    std::vector<Parameter> params;  // [specs.size()], never resized after construction
+    std::vector<int32_t> index;     // [(n_layers + 1) * kTensorRoles]: role -> params index, or -1
+    std::vector<float> rope_freqs;  // generated GGUF tensor (gguf_rope_freqs), kept for export
   };
   ModelConfig config_;
   std::unique_ptr<Weights> w_;

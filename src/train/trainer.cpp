@@ -18,7 +18,9 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "io/gguf.h"
+#include "model/model.h"
 #include "train/data.h"
+#include "train/model_text.h"
 #include "train/objectives.h"
 #include "train/task.h"
 #include "train/train_model.h"
@@ -90,6 +92,7 @@ const std::vector<RunKey>& run_keys() {
       number_key("rope_theta", [](RunConfig& r) -> auto& { return r.rope_theta; }, 0, 1e12, true),
       number_key("init_std", [](RunConfig& r) -> auto& { return r.init_std; }, 0, 1, true),
       text_key("init_from", [](RunConfig& r) -> auto& { return r.init_from; }),
+      text_key("model_config", [](RunConfig& r) -> auto& { return r.model_config; }),
       {"init_layers", true,
        [](RunConfig& r, const std::string& v, const std::string&) { r.init_layers = config_list(v); },
        [](const RunConfig& r) {
@@ -160,17 +163,49 @@ ModelConfig model_config(const RunConfig& r, const DataSource& source) {
   return c;
 }
 
-ObjectiveBatch make_batch(const RunConfig& r, const DataSource& source, const std::vector<Example>& examples, Rng& rng) {
+ObjectiveBatch make_batch(const RunConfig& r, const ModelConfig& mc, const std::vector<Example>& examples,
+                          Rng& rng) {
   if (r.objective == "ar") return autoregressive_batch(examples);
   if (r.objective == "uniform") {
     UniformStateOptions o;
     o.block_length = r.block_length;
-    o.vocab = source.vocab_size();
+    o.vocab = mc.vocab;
     o.eps = r.mask_eps;
     o.ar_weight = r.ar_weight;
+    o.decoder_view = mc.has_decoder;
     return uniform_state_batch(examples, o, rng);
   }
-  return masked_diffusion_batch(examples, source.mask_token(), r.mask_eps, rng);
+  return masked_diffusion_batch(examples, mc.mask_token, r.mask_eps, rng);
+}
+
+bool is_json_or_directory(const std::string& path) {
+  struct stat st;
+  return (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) ||
+         (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0);
+}
+
+// The configuration of a model file without binding weights where that is possible (a config.json).
+ModelConfig source_config(const std::string& path) {
+  if (is_json_or_directory(path) && !file_exists(path + "/model.safetensors") &&
+      !file_exists(path + "/model.safetensors.index.json")) {
+    const std::string json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0 ? path
+                                                                                                 : path + "/config.json";
+    return config_from_hf(json);
+  }
+  return Model::load(path).config;
+}
+
+// The keys of a run config that describe the architecture (ignored when a model file gives it).
+bool names_architecture_key(const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    line = config_trim(line.substr(0, line.find('#')));
+    const std::string key = config_trim(line.substr(0, line.find('=')));
+    for (const char* k : {"layers", "hidden", "heads", "kv_heads", "ffn", "position_embedding", "rope_theta"})
+      if (key == k) return true;
+  }
+  return false;
 }
 
 // The logits the loss is taken of, on `tape`. With self-conditioning (diffusiongemma.md section 4):
@@ -214,7 +249,7 @@ Validation validate(const RunConfig& r, TrainModel& model, const DataSource& sou
   std::vector<ScoredSequence> scored;
   for (size_t at = 0; at < val.size(); at += size_t(r.batch_size)) {
     std::vector<Example> batch(val.begin() + int64_t(at), val.begin() + int64_t(std::min(val.size(), at + size_t(r.batch_size))));
-    const ObjectiveBatch ob = make_batch(r, source, batch, rng);
+    const ObjectiveBatch ob = make_batch(r, model.config(), batch, rng);
     Tape tape(pool);
     tape.set_grad_enabled(false);
     const Var logits = objective_logits(r, model, ob, rng, tape);
@@ -453,13 +488,78 @@ std::string run_identity(const RunConfig& r) {
   return id;
 }
 
+ModelConfig run_model_config(const RunConfig& r, const DataSource& source) {
+  const int64_t seq_len = source.sequence_length();
+  const std::string& path = !r.init_from.empty() ? r.init_from : r.model_config;
+  if (path.empty()) return model_config(r, source);
+  if (names_architecture_key(r.source_text))
+    std::fprintf(stderr, "notice: the architecture comes from %s; the config's layers / hidden / heads / kv_heads / "
+                         "ffn / position_embedding / rope_theta keys are ignored\n", path.c_str());
+  ModelConfig c = source_config(path);
+  const std::string where = (!r.init_from.empty() ? "init_from " : "model_config ") + path;
+  if (c.layer_style == LayerStyle::Gemma4) {
+    check(r.objective != "masked", where + ": '" + c.arch + "' has no mask token; use objective = uniform or ar");
+    check(r.objective != "uniform" || c.has_decoder,
+          where + ": '" + c.arch + "' is autoregressive (no decoder for uniform-state diffusion); use objective = ar");
+    check(!r.self_conditioning || c.has_decoder,
+          where + ": self_conditioning needs DiffusionGemma's decoder; '" + c.arch + "' has none");
+    check(r.init_layers.empty(), where + ": init_layers (depth growth) is for llama-family models");
+  } else {
+    // The llama family: the objective sets the attention (AR <-> diffusion adaptation keeps the weights).
+    c.causal = r.objective == "ar";
+    if (c.arch == "llama" || c.arch == "llada") {
+      c.arch = c.causal ? "llama" : "llada";
+      c.shift_logits = c.causal;
+    }
+    if (c.causal) c.shift_logits = true;
+    c.uniform_state = r.objective == "uniform";
+    if (c.uniform_state) c.mask_token = -1;
+    check(r.objective != "masked" || c.mask_token >= 0,
+          where + ": the masked objective needs a mask token (tokenizer.ggml.mask_token_id)");
+    c.self_conditioning = r.self_conditioning;
+    if (!r.init_layers.empty()) c.n_layers = int64_t(r.init_layers.size());
+    check(c.n_positions == 0 || seq_len <= c.n_positions,
+          where + ": sequences of " + std::to_string(seq_len) + " tokens exceed its " +
+              std::to_string(c.n_positions) + " learned positions");
+  }
+  if (r.init_from.empty()) {
+    // Fresh weights: the vocabulary is the data's (the file's own tokenizer, unless the task brings
+    // one, e.g. text with `tokenizer = FILE`).
+    c.vocab = source.vocab_size();
+    c.eos_token = source.eos_token();
+    if (c.layer_style != LayerStyle::Gemma4) c.mask_token = c.uniform_state ? -1 : source.mask_token();
+    check(r.objective != "masked" || c.mask_token >= 0,
+          "the tokenizer has no mask token, which objective = " + r.objective + " needs");
+  } else {
+    // The donor's embeddings fix the vocabulary; the data must be in it.
+    check(source.vocab_size() == c.vocab,
+          where + ": its vocabulary has " + std::to_string(c.vocab) + " tokens, the task's data " +
+              std::to_string(source.vocab_size()) + " (" + r.task +
+              " data is tokenized with the source's tokenizer only for task = text without a tokenizer key)");
+  }
+  c.context_length = std::max(c.context_length, seq_len);
+  if (c.n_positions > 0) c.context_length = c.n_positions;
+  return c;
+}
+
 namespace {
-// The run's data, from its task module.
+// The run's data, from its task module. A model file (init_from / model_config) with another vocabulary
+// than canvas's bytes brings its tokenizer, which the text task tokenizes with unless it names its own.
 std::unique_ptr<DataSource> make_run_source(const RunConfig& r) {
   TaskContext context;
   context.objective = r.objective;
   context.seed = r.seed;
   context.eval_examples = r.eval_examples;
+  const std::string& model_file = !r.init_from.empty() ? r.init_from : r.model_config;
+  if (!model_file.empty()) {
+    const ModelConfig file_config = source_config(model_file);
+    if (file_config.vocab != kByteVocab) {
+      context.model_tokenizer = model_file;
+      context.model_vocab = int32_t(file_config.vocab);
+      context.model_mask_token = int32_t(file_config.mask_token);
+      context.model_eos_token = int32_t(file_config.eos_token);
+    }
+  }
   return r.task_module->make_source(context);
 }
 }  // namespace
@@ -470,7 +570,7 @@ TrainModel initial_model(const RunConfig& r, const ModelConfig& mc) {
   init.std = r.init_std;
   TrainModel model(mc, init);
   if (!r.init_from.empty()) {  // e.g. AR -> diffusion: same shapes, other attention
-    TrainModel donor = TrainModel::from_gguf(r.init_from);
+    TrainModel donor = TrainModel::from_file(r.init_from);
     for (Parameter* p : model.parameters()) {
       std::string name = p->name;
       if (!r.init_layers.empty() && name.rfind("blk.", 0) == 0) {  // blk.<i>.<rest>
@@ -517,7 +617,7 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
         "batch_size " + std::to_string(r.batch_size) + " x " + std::to_string(source->sequence_length()) +
             " tokens is more than the " + std::to_string(kMaxBatchTokens) +
             " tokens a micro-batch may hold; use accumulation for larger batches");
-  const ModelConfig mc = model_config(r, *source);
+  const ModelConfig mc = run_model_config(r, *source);
   TrainModel model = initial_model(r, mc);
   std::vector<Parameter*> params = model.parameters();
   AdamW opt(r.optimizer, params);
@@ -556,7 +656,7 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
       Rng rng(r.seed * 0x9E3779B97F4A7C15ull + uint64_t(step) * 1000 + uint64_t(micro));
       std::vector<Example> examples;
       for (int64_t i = 0; i < r.batch_size; ++i) examples.push_back(source->sample(rng));
-      const ObjectiveBatch ob = make_batch(r, *source, examples, rng);
+      const ObjectiveBatch ob = make_batch(r, model.config(), examples, rng);
       Tape tape(&pool);
       const Var logits = objective_logits(r, model, ob, rng, tape);
       const Var loss = cross_entropy(tape, logits, ob.targets, ob.weights, ob.normaliser);
@@ -613,7 +713,7 @@ TrainingTiming time_training_steps(const RunConfig& r, int64_t steps, ThreadPool
   check(steps > 0, "time_training_steps: steps must be positive");
   const std::unique_ptr<DataSource> source = make_run_source(r);
   TrainingTiming out;
-  out.model = model_config(r, *source);
+  out.model = run_model_config(r, *source);
   TrainModel model = initial_model(r, out.model);
   std::vector<Parameter*> params = model.parameters();
   for (const Parameter* p : params) {

@@ -23,7 +23,14 @@ struct RunConfig {
   bool position_embedding = true;
   float rope_theta = 10000.f;
   float init_std = 0.02f;
-  std::string init_from;             // start from this GGUF's weights (e.g. AR -> diffusion adaptation)
+  // Start from this model's weights: any model canvas loads (a GGUF, or a Hugging Face directory such
+  // as DiffusionGemma's). Its architecture wins over the keys above (they are ignored with a notice),
+  // except that a llama / llada source follows the objective (AR <-> diffusion adaptation); text is
+  // tokenized with its tokenizer.
+  std::string init_from;
+  // Train from scratch with the architecture of this file (a Hugging Face config.json or its directory,
+  // or a GGUF), its weights unused; text is tokenized with its tokenizer. Ignored with init_from.
+  std::string model_config;
   // With init_from, where each layer comes from (depth growth): a donor layer index, or "new" for a
   // fresh layer whose residual output projections start at zero, so it begins as the identity.
   // Empty: layer i from donor layer i.
@@ -60,6 +67,11 @@ std::string set_total_steps(RunConfig& config, int64_t steps);
 // one "key = value" per line; threads, eval_every and checkpoint_every are left out, as they change
 // neither the weights nor the data. A checkpoint resumes only under the same identity.
 std::string run_identity(const RunConfig& config);
+
+// The architecture a run trains: the config's own llama-shaped model, or that of init_from / model_config
+// (see RunConfig), with the objective's attention mode, for the task's data `source` (its sequence length;
+// its vocabulary, except with init_from, whose vocabulary the data must be in).
+ModelConfig run_model_config(const RunConfig& config, const DataSource& source);
 
 // The weights a run starts from: a random initialisation of `model` (seeded by config.seed), then, with
 // config.init_from, the donor's tensors by name, layer by layer as config.init_layers maps them.
