@@ -108,7 +108,7 @@ std::string wrap_help(const std::string& names_and_value, const std::string& hel
     if (end == std::string::npos) end = help.size();
     const std::string line = help.substr(start, end - start);
     if (first) {
-      if (out.size() + 1 > kColumn) {
+      if (out.size() + 2 > kColumn) {  // at least two spaces before the help
         out += "\n" + std::string(kColumn, ' ');
       } else {
         out += std::string(kColumn - out.size(), ' ');
@@ -190,11 +190,6 @@ Args::Args(const Command& command, int argc, char** argv, int first) {
       check(v == values[0],
             "option --" + key + " given twice with different values ('" + values[0] + "' and '" + v + "')");
   }
-}
-
-Args::Args(int argc, char** argv, int first, const std::map<std::string, std::string>& aliases,
-           const std::set<std::string>& value_flags, const std::set<std::string>& switches) {
-  parse(argc, argv, first, aliases, value_flags, switches);
 }
 
 void Args::parse(int argc, char** argv, int first, const std::map<std::string, std::string>& aliases,

@@ -42,11 +42,6 @@ class Args {
   // to a switch, or a non-repeatable option given twice with different values.
   Args(const Command& command, int argc, char** argv, int first);
 
-  // The older form (used by commands not yet on a table): value_flags take a value ("-m FILE" or
-  // "--model=FILE"); switches do not. Aliases map to one name.
-  Args(int argc, char** argv, int first, const std::map<std::string, std::string>& aliases,
-       const std::set<std::string>& value_flags, const std::set<std::string>& switches);
-
   bool has(const std::string& name) const { return values_.count(name) > 0; }
   std::string get(const std::string& name, const std::string& fallback) const;  // the last value given
   std::vector<std::string> get_all(const std::string& name) const;              // every value, in order
@@ -55,6 +50,8 @@ class Args {
   const std::vector<std::string>& positional() const { return positional_; }
 
  private:
+  // Value flags take a value ("-m FILE" or "--model=FILE"); switches do not; aliases map each spelling
+  // to its key.
   void parse(int argc, char** argv, int first, const std::map<std::string, std::string>& aliases,
              const std::set<std::string>& value_flags, const std::set<std::string>& switches);
   std::map<std::string, std::vector<std::string>> values_;

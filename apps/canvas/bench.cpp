@@ -22,46 +22,50 @@
 namespace canvas::cli {
 namespace {
 
-const char* kBenchUsage = R"(usage: canvas bench (-m MODEL.gguf | --synthetic ARCH:SIZE) [options]
-       canvas bench --train CONFIG [--steps N] [--warmup N] [-t T] [--json FILE]
-
-Measures the machine's roofs (streaming-read bandwidth; matmul GFLOP/s per weight dtype at m = 1, 8,
+const Command kBench{
+    "bench",
+    "canvas bench (-m MODEL.gguf | --synthetic ARCH:SIZE) [options]\n"
+    "       canvas bench --train CONFIG [--steps N] [--warmup N] [-t T] [--json FILE]",
+    R"(Measures the machine's roofs (streaming-read bandwidth; matmul GFLOP/s per weight dtype at m = 1, 8,
 32, 256 rows), then decodes random prompts with the model autoregressively and by masked diffusion over
 a grid of settings, round-robin (each grid point once per repeat). Prints a table of medians: prompt
 and decode tokens/s, ms and tokens and rows per pass, request latency p50/p95, peak RSS, achieved GB/s
 (weight bytes read / decode time) and GFLOP/s (matmul FLOPs / decode time) as fractions of the roofs
-measured in the same run, and each diffusion row's decode speed over AR's ("vs AR").
-
-model:
-  -m, --model FILE         GGUF model file
-      --synthetic NAME     random weights of a real shape, built in memory (see --list)
-      --type T             synthetic weight type: q4_0 (default) | q8_0 | f16 | bf16 | f32
-      --layers N           keep only the first N layers (synthetic or file; reported)
-      --list               list the synthetic shapes and their sizes, then exit
-
-grid (LIST = comma-separated values):
-  -p, --n-prompt N         prompt tokens (random ids; default 32)
-  -n, --n-gen N            tokens to generate (default 64)
-      --modes LIST         ar, diffusion (default both)
-      --cache LIST         none, prefix, dual (default all three)
-      --block-length LIST  block lengths (default 32; clamped to -n)
-      --steps LIST         total denoising steps (default -n: one token per pass)
-      --threshold LIST     also run Fast-dLLM threshold decoding at these confidences (random weights
-                           rarely reach a threshold: expect ~1 token per pass)
-  -t, --threads LIST       thread counts (default: all cores)
-      --warmup N           warm-up requests per grid point (default 1)
-      --repeats N          measured requests per grid point (default 3)
-  -s, --seed N             seed of the prompt and of synthetic weights (default 0)
-
-output:
-      --quick              small roofs and grid (-p 8 -n 8, 0 warm-ups, 1 repeat) for tests and CI:
-                           the roofs are then cache rates, not DRAM roofs
-      --no-roofs           skip the roofs (fractions are then absent)
-      --json FILE          write the report as one JSON object (machine, model, settings, roofs, rows)
-      --plot FILE.png      plot decode tokens/s against tokens per pass, AR as a horizontal line
-                           (needs Debian's python3-matplotlib)
-
-Numbers are medians over the repeats; on a machine shared with other work they are indicative, and
+measured in the same run, and each diffusion row's decode speed over AR's ("vs AR").)",
+    {
+        heading("model:"),
+        {"-m,--model", "FILE", "GGUF model file"},
+        {"--synthetic", "NAME", "random weights of a real shape, built in memory (see --list)"},
+        {"--type", "T", "synthetic weight type: q4_0 (default) | q8_0 | f16 | bf16 | f32"},
+        {"--layers", "N", "keep only the first N layers (synthetic or file; reported)"},
+        {"--list", "", "list the synthetic shapes and their sizes, then exit"},
+        heading("\ngrid (LIST = comma-separated values):"),
+        {"-p,--n-prompt", "N", "prompt tokens (random ids; default 32)"},
+        {"-n,--n-gen", "N", "tokens to generate (default 64)"},
+        {"--modes", "LIST", "ar, diffusion (default both)"},
+        {"--cache", "LIST", "none, prefix, dual (default all three)"},
+        {"--block-length", "LIST", "block lengths (default 32; clamped to -n)"},
+        {"--steps", "LIST", "total denoising steps (default -n: one token per pass)"},
+        {"--threshold", "LIST",
+         "also run Fast-dLLM threshold decoding at these confidences (random weights\n"
+         "rarely reach a threshold: expect ~1 token per pass)"},
+        {"-t,--threads", "LIST", "thread counts (default: all cores)"},
+        {"--warmup", "N", "warm-up requests per grid point (default 1)"},
+        {"--repeats", "N", "measured requests per grid point (default 3)"},
+        {"-s,--seed", "N", "seed of the prompt and of synthetic weights (default 0)"},
+        heading("\noutput:"),
+        {"--quick", "",
+         "small roofs and grid (-p 8 -n 8, 0 warm-ups, 1 repeat) for tests and CI:\n"
+         "the roofs are then cache rates, not DRAM roofs"},
+        {"--no-roofs", "", "skip the roofs (fractions are then absent)"},
+        {"--json", "FILE", "write the report as one JSON object (machine, model, settings, roofs, rows)"},
+        {"--plot", "FILE.png",
+         "plot decode tokens/s against tokens per pass, AR as a horizontal line\n"
+         "(needs Debian's python3-matplotlib)"},
+        heading("\ntraining:"),
+        {"--train", "CONFIG", "time training steps of a config instead (canvas bench --train CONFIG --help)"},
+    },
+    R"(Numbers are medians over the repeats; on a machine shared with other work they are indicative, and
 only ratios taken within one run (vs AR, fractions of roofs) compare fairly.
 
 Models with a decoder (DiffusionGemma, e.g. --synthetic diffusion-gemma:26b-a4b --layers N) are timed
@@ -83,8 +87,7 @@ Reports medians over the measured steps: train_tokens_per_second, train_gflops (
 6 x matmul weights per token x tokens for the linear layers' forward and backward, plus
 12 x layers x heads x head_dim x sum of sequence_length^2 for attention's q.k and PV products forward and
 backward; norms, activations, softmax, loss and optimizer not counted), fp32_roof_gflops (median of the
-roof samples) and fraction_of_roof = train_gflops / fp32_roof_gflops.
-)";
+roof samples) and fraction_of_roof = train_gflops / fp32_roof_gflops.)"};
 
 std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> out;
@@ -272,24 +275,10 @@ int bench_decoder_passes(const Model& model, const std::string& source, int64_t 
 
 int cmd_bench(int argc, char** argv) {
   for (int i = 2; i < argc; ++i)
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::fputs(kBenchUsage, stdout);
-      return 0;
-    }
-  for (int i = 2; i < argc; ++i)
     if (std::string(argv[i]) == "--train" || std::string(argv[i]).rfind("--train=", 0) == 0)
       return cmd_bench_train(argc, argv);
-  Args args(argc, argv, 2,
-            {{"-m", "model"}, {"--model", "model"}, {"--synthetic", "synthetic"}, {"--type", "type"},
-             {"--layers", "layers"}, {"--list", "list"}, {"-p", "n-prompt"}, {"--n-prompt", "n-prompt"},
-             {"-n", "n-gen"}, {"--n-gen", "n-gen"}, {"--modes", "modes"}, {"--cache", "cache"},
-             {"--block-length", "block-length"}, {"--steps", "steps"}, {"--threshold", "threshold"},
-             {"-t", "threads"}, {"--threads", "threads"}, {"--warmup", "warmup"}, {"--repeats", "repeats"},
-             {"-s", "seed"}, {"--seed", "seed"}, {"--quick", "quick"}, {"--no-roofs", "no-roofs"},
-             {"--json", "json"}, {"--plot", "plot"}},
-            {"model", "synthetic", "type", "layers", "n-prompt", "n-gen", "modes", "cache", "block-length", "steps",
-             "threshold", "threads", "warmup", "repeats", "seed", "json", "plot"},
-            {"list", "quick", "no-roofs"});
+  if (print_help_if_asked(kBench, argc, argv)) return 0;
+  Args args(kBench, argc, argv, 2);
   check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) +
                                        "'; see canvas bench --help");
   if (args.has("list")) {

@@ -40,12 +40,31 @@ double training_step_flops(const train::TrainingTiming& t, size_t step) {
          12.0 * double(c.n_layers) * double(c.n_heads) * double(c.head_dim) * t.step_attention_pairs[step];
 }
 
+const Command kBenchTrain{
+    "bench --train",
+    "canvas bench --train CONFIG [--steps N] [--warmup N] [-t T] [--json FILE]",
+    R"(Builds the data, model and AdamW of a training config (configs/*.cfg) in memory and times --warmup
+then --steps full training steps (batch, forward, backward, optimizer), sampling the fp32 FMA roof
+(register-only fused multiply-adds on every thread) before each measured step. Writes nothing to disk
+but --json. Reports medians over the measured steps: train_tokens_per_second, train_gflops (model FLOPs
+per second: 6 x matmul weights per token x tokens for the linear layers' forward and backward, plus
+12 x layers x heads x head_dim x sum of sequence_length^2 for attention's q.k and PV products forward and
+backward; norms, activations, softmax, loss and optimizer not counted), fp32_roof_gflops (median of the
+roof samples) and fraction_of_roof = train_gflops / fp32_roof_gflops.)",
+    {
+        {"--train", "CONFIG", "the training config (e.g. configs/bench-train-256.cfg)"},
+        {"--steps", "N", "measured training steps (default 5)"},
+        {"--warmup", "N", "training steps run first and not measured (default 2)"},
+        {"-t,--threads", "T", "threads (default: all cores)"},
+        {"--json", "FILE", "also write the report as one JSON object"},
+    },
+    "canvas bench --help describes the decoding benchmark."};
+
 }  // namespace
 
 int cmd_bench_train(int argc, char** argv) {
-  Args args(argc, argv, 2, {{"--train", "train"}, {"--steps", "steps"}, {"--warmup", "warmup"}, {"-t", "threads"},
-                            {"--threads", "threads"}, {"--json", "json"}},
-            {"train", "steps", "warmup", "threads", "json"}, {});
+  if (print_help_if_asked(kBenchTrain, argc, argv)) return 0;
+  Args args(kBenchTrain, argc, argv, 2);
   check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) +
                                        "'; see canvas bench --help");
   const std::string config_path = args.get("train", "");

@@ -19,41 +19,36 @@ namespace canvas::cli {
 
 namespace {
 
-const char* kServeUsage = R"(usage: canvas serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue N]
-                    [--mode auto|diffusion|ar] [--api-key KEY]
-
-Serves a model over HTTP with OpenAI's API: POST /v1/completions, POST /v1/chat/completions (messages
+const Command kServe{
+    "serve",
+    "canvas serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue N]\n"
+    "                    [--mode auto|diffusion|ar] [--api-key KEY]",
+    R"(Serves a model over HTTP with OpenAI's API: POST /v1/completions, POST /v1/chat/completions (messages
 through the Gemma chat template, as canvas chat), GET /v1/models, GET /health (200 when ready, 503 while
 loading or stopping), and a web page at / that draws the canvas live as it is denoised. The decoding
 steps of all running requests share one batched forward pass; requests join and leave between steps.
 Requests take OpenAI's fields (max_tokens, temperature, top_p, seed, stop, n = 1, stream,
 stream_options.include_usage) and canvas's knobs (steps, block_length, threshold, entropy_bound,
-cache, mode, canvas_draft). docs/serving.md has the details and measurements.
-
-  -m, --model MODEL   GGUF file or safetensors directory (default: models/text-masked.gguf)
-      --host HOST     address to listen on (default 127.0.0.1: this machine only)
-      --port N        TCP port (default 8080; 0: any free port, printed at start)
-      --parallel N    requests decoded at once, their steps batched (default: 4, or 2 x the cores if more)
-      --queue N       requests waiting for a slot beyond those; more get 503 + Retry-After (default 64)
-      --mode MODE     auto (default for models with both modes: diffusion or AR per request, by a cost
-                      model measured at start and the current load) | diffusion | ar. A request's
-                      "mode" field overrides it.
-      --api-key KEY   require "Authorization: Bearer KEY" on /v1/* (401 otherwise)
-
-SIGTERM or SIGINT: stop taking requests, let running ones finish (up to 5 s, then cancel them), exit 0.
-)";
+cache, mode, canvas_draft). docs/serving.md has the details and measurements.)",
+    {
+        {"-m,--model", "MODEL", "GGUF file or safetensors directory (default: models/text-masked.gguf)"},
+        {"--host", "HOST", "address to listen on (default 127.0.0.1: this machine only)"},
+        {"--port", "N", "TCP port (default 8080; 0: any free port, printed at start)"},
+        {"--parallel", "N", "requests decoded at once, their steps batched (default: 4, or 2 x the cores if more)"},
+        {"--queue", "N", "requests waiting for a slot beyond those; more get 503 + Retry-After (default 64)"},
+        {"--mode", "MODE",
+         "auto (default for models with both modes: diffusion or AR per request, by a cost\n"
+         "model measured at start and the current load) | diffusion | ar. A request's\n"
+         "\"mode\" field overrides it."},
+        {"--api-key", "KEY", "require \"Authorization: Bearer KEY\" on /v1/* (401 otherwise)"},
+    },
+    "SIGTERM or SIGINT: stop taking requests, let running ones finish (up to 5 s, then cancel them), exit 0."};
 
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
-  if (wants_help(argc, argv)) {
-    std::fputs(kServeUsage, stdout);
-    return 0;
-  }
-  Args args(argc, argv, 2,
-            {{"-m", "model"}, {"--model", "model"}, {"--host", "host"}, {"--port", "port"}, {"--parallel", "parallel"},
-             {"--queue", "queue"}, {"--mode", "mode"}, {"--api-key", "api-key"}},
-            {"model", "host", "port", "parallel", "queue", "mode", "api-key"}, {});
+  if (print_help_if_asked(kServe, argc, argv)) return 0;
+  Args args(kServe, argc, argv, 2);
   check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
   const std::string model_path =
       args.has("model") ? args.get("model", "") : shipped_model_path("text-masked.gguf", "canvas serve");

@@ -20,25 +20,34 @@
 namespace canvas::cli {
 namespace {
 
-const char* kTokenizeUsage = R"(usage: canvas tokenize -m MODEL (-p TEXT | -f FILE) [--json] [--bos]
+const Command kTokenize{
+    "tokenize",
+    "canvas tokenize -m MODEL (-p TEXT | -f FILE) [--json] [--bos]",
+    R"(Prints the token ids of the text, space-separated on one line. Special tokens written literally in the
+text (e.g. "<|endoftext|>") are matched as single tokens.)",
+    {
+        {"-m,--model", "MODEL",
+         "a GGUF file (a vocabulary-only GGUF is enough: tokenizer.ggml.model gpt2, llama\n"
+         "with scores, llama / gemma4 with merges), a tokenizer.json, or a Hugging Face\n"
+         "checkpoint directory holding tokenizer.json"},
+        {"-p,--prompt", "TEXT", "the text"},
+        {"-f,--file", "FILE", "read the text from FILE (its bytes, unchanged)"},
+        {"--json", "",
+         "print {\"ids\": [...], \"pieces\": [...]} instead: each token's bytes as a string\n"
+         "(bytes that are not UTF-8 on their own are shown as U+FFFD)"},
+        {"--bos", "", "prepend the vocabulary's BOS token (none is added otherwise)"},
+    },
+    ""};
 
-Prints the token ids of the text, space-separated on one line. Special tokens written literally in the
-text (e.g. "<|endoftext|>") are matched as single tokens.
-
-  -m, --model MODEL   a GGUF file (a vocabulary-only GGUF is enough: tokenizer.ggml.model gpt2, llama
-                      with scores, llama / gemma4 with merges), a tokenizer.json, or a Hugging Face
-                      checkpoint directory holding tokenizer.json
-  -p, --prompt TEXT   the text
-  -f, --file FILE     read the text from FILE (its bytes, unchanged)
-      --json          print {"ids": [...], "pieces": [...]} instead: each token's bytes as a string
-                      (bytes that are not UTF-8 on their own are shown as U+FFFD)
-      --bos           prepend the vocabulary's BOS token (none is added otherwise)
-)";
-
-const char* kDetokenizeUsage = R"(usage: canvas detokenize -m MODEL --ids 1,2,3
-
-Prints the text of the token ids (control tokens such as BOS are dropped). MODEL as for tokenize.
-)";
+const Command kDetokenize{
+    "detokenize",
+    "canvas detokenize -m MODEL --ids 1,2,3",
+    "Prints the text of the token ids (control tokens such as BOS are dropped). MODEL as for tokenize.",
+    {
+        {"-m,--model", "MODEL", "a GGUF file, a tokenizer.json, or a Hugging Face checkpoint directory"},
+        {"--ids", "IDS", "the token ids, comma-separated (1,2,3)"},
+    },
+    ""};
 
 // One interface over the three vocabulary kinds.
 struct AnyTokenizer {
@@ -82,14 +91,8 @@ AnyTokenizer open_tokenizer(const std::string& path) {
 }  // namespace
 
 int cmd_tokenize(int argc, char** argv) {
-  if (wants_help(argc, argv)) {
-    std::fputs(kTokenizeUsage, stdout);
-    return 0;
-  }
-  Args args(argc, argv, 2,
-            {{"-m", "model"}, {"--model", "model"}, {"-p", "prompt"}, {"--prompt", "prompt"}, {"-f", "file"},
-             {"--file", "file"}, {"--json", "json"}, {"--bos", "bos"}},
-            {"model", "prompt", "file"}, {"json", "bos"});
+  if (print_help_if_asked(kTokenize, argc, argv)) return 0;
+  Args args(kTokenize, argc, argv, 2);
   check(args.has("model"), "no model given (-m MODEL)");
   check(args.has("prompt") != args.has("file"), "give the text with exactly one of -p TEXT or -f FILE");
   const std::string text = args.has("file") ? read_text_file(args.get("file", "")) : args.get("prompt", "");
@@ -109,11 +112,8 @@ int cmd_tokenize(int argc, char** argv) {
 }
 
 int cmd_detokenize(int argc, char** argv) {
-  if (wants_help(argc, argv)) {
-    std::fputs(kDetokenizeUsage, stdout);
-    return 0;
-  }
-  Args args(argc, argv, 2, {{"-m", "model"}, {"--model", "model"}, {"--ids", "ids"}}, {"model", "ids"}, {});
+  if (print_help_if_asked(kDetokenize, argc, argv)) return 0;
+  Args args(kDetokenize, argc, argv, 2);
   check(args.has("model"), "no model given (-m MODEL)");
   check(args.has("ids"), "no token ids given (--ids 1,2,3)");
   const AnyTokenizer t = open_tokenizer(args.get("model", ""));

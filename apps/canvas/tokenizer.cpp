@@ -17,36 +17,95 @@
 namespace canvas::cli {
 namespace {
 
-const char* kTokenizerUsage = R"(usage: canvas tokenizer <train|export|eval|encode|split> [options]
+const char* kTokenizerSynopsis = "canvas tokenizer <train|export|eval|encode|split> [options]";
 
-Gemma-style subword tokenizers (BPE with byte fallback, '▁' for spaces, <0xNN> byte tokens, Gemma's
-special-token ids) learned from a corpus. See docs/tokenizer.md.
+const char* kTokenizerAbout =
+    R"(Gemma-style subword tokenizers (BPE with byte fallback, '▁' for spaces, <0xNN> byte tokens, Gemma's
+special-token ids) learned from a corpus. See docs/tokenizer.md.)";
 
-  canvas tokenizer train --corpus SPEC --vocab-size N --out FILE.gguf [--json tokenizer.json]
-      Learns a vocabulary of N tokens from the corpus's training split (the held-out documents, the
-      same ones `canvas train` holds out, are never seen) and writes it as a vocabulary-only GGUF
-      (tokenizer.ggml.*, model "gemma4"), and as a Hugging Face tokenizer.json with --json.
-      --corpus SPEC              comma-separated: kjv (or bible), fortunes, or text files
-      --vocab-size N             tokens in all (specials, 256 bytes, characters, merges); 4096-8192 suit
-      --val-fraction F           held-out fraction of each part's documents (default 0.02)
-      --character-coverage F     characters kept as tokens, by frequency (default 1: all)
-      --min-frequency N          pairs seen fewer times are not merged (default 2)
+const char* kTokenizerFile = R"(FILE is a GGUF holding tokenizer.ggml.* ("gemma4"/"llama") or a tokenizer.json.)";
 
-  canvas tokenizer export --tokenizer FILE.gguf --out tokenizer.json
-      Writes a GGUF's Gemma-style vocabulary as tokenizer.json (reads back to the same ids).
+const Option kValFraction{"--val-fraction", "F", "held-out fraction of each part's documents (default 0.02)"};
 
-  canvas tokenizer eval --tokenizer FILE --corpus SPEC [--val-fraction F]
-      Bytes per token on the corpus's training and held-out splits (documents without <bos>/<eos>).
+const Command kTokenizerTrain{
+    "tokenizer train",
+    "canvas tokenizer train --corpus SPEC --vocab-size N --out FILE.gguf [--json tokenizer.json]",
+    R"(Learns a vocabulary of N tokens from the corpus's training split (the held-out documents, the
+same ones `canvas train` holds out, are never seen) and writes it as a vocabulary-only GGUF
+(tokenizer.ggml.*, model "gemma4"), and as a Hugging Face tokenizer.json with --json.)",
+    {
+        {"--corpus", "SPEC", "comma-separated: kjv (or bible), fortunes, or text files"},
+        {"--vocab-size", "N", "tokens in all (specials, 256 bytes, characters, merges); 4096-8192 suit"},
+        {"--out", "FILE.gguf", "the vocabulary-only GGUF to write"},
+        {"--json", "FILE", "also write the vocabulary as a Hugging Face tokenizer.json"},
+        kValFraction,
+        {"--character-coverage", "F", "characters kept as tokens, by frequency (default 1: all)"},
+        {"--min-frequency", "N", "pairs seen fewer times are not merged (default 2)"},
+    },
+    ""};
 
-  canvas tokenizer encode --tokenizer FILE -p TEXT
-      Prints the ids and pieces of TEXT (special tokens written in TEXT are matched).
+const Command kTokenizerExport{
+    "tokenizer export",
+    "canvas tokenizer export --tokenizer FILE.gguf --out tokenizer.json",
+    "Writes a GGUF's Gemma-style vocabulary as tokenizer.json (reads back to the same ids).",
+    {
+        {"--tokenizer", "FILE.gguf", "the GGUF holding the vocabulary (tokenizer.ggml.*)"},
+        {"--out", "FILE", "the tokenizer.json to write"},
+    },
+    ""};
 
-  canvas tokenizer split --corpus SPEC [--val-fraction F] --train FILE --held-out FILE
-      Writes the corpus's training and held-out documents (the split `canvas train` uses) as text,
-      each document followed by an empty line (e.g. held-out prompts, or another tool's input).
+const Command kTokenizerEval{
+    "tokenizer eval",
+    "canvas tokenizer eval --tokenizer FILE --corpus SPEC [--val-fraction F]",
+    "Bytes per token on the corpus's training and held-out splits (documents without <bos>/<eos>).",
+    {
+        {"--tokenizer", "FILE", "the tokenizer to measure"},
+        {"--corpus", "SPEC", "comma-separated: kjv (or bible), fortunes, or text files"},
+        kValFraction,
+    },
+    kTokenizerFile};
 
-FILE is a GGUF holding tokenizer.ggml.* ("gemma4"/"llama") or a tokenizer.json.
-)";
+const Command kTokenizerEncode{
+    "tokenizer encode",
+    "canvas tokenizer encode --tokenizer FILE -p TEXT",
+    "Prints the ids and pieces of TEXT (special tokens written in TEXT are matched).",
+    {
+        {"--tokenizer", "FILE", "the tokenizer"},
+        {"-p,--prompt", "TEXT", "the text"},
+    },
+    kTokenizerFile};
+
+const Command kTokenizerSplit{
+    "tokenizer split",
+    "canvas tokenizer split --corpus SPEC [--val-fraction F] --train FILE --held-out FILE",
+    R"(Writes the corpus's training and held-out documents (the split `canvas train` uses) as text,
+each document followed by an empty line (e.g. held-out prompts, or another tool's input).)",
+    {
+        {"--corpus", "SPEC", "comma-separated: kjv (or bible), fortunes, or text files"},
+        kValFraction,
+        {"--train", "FILE", "write the training documents to FILE"},
+        {"--held-out", "FILE", "write the held-out documents to FILE"},
+    },
+    ""};
+
+// canvas tokenizer --help: the overview, then each subcommand's help (made from its table).
+std::string tokenizer_help() {
+  std::string out = std::string("usage: ") + kTokenizerSynopsis + "\n\n" + kTokenizerAbout + "\n";
+  for (const Command* c : {&kTokenizerTrain, &kTokenizerExport, &kTokenizerEval, &kTokenizerEncode, &kTokenizerSplit}) {
+    Command shown = *c;
+    shown.notes.clear();
+    const std::string text = format_help(shown);
+    out += "\n";
+    size_t i = 0;
+    while (i < text.size()) {  // indented under the overview
+      size_t j = text.find('\n', i);
+      if (j == std::string::npos) j = text.size();
+      out += (j > i ? "  " : "") + text.substr(i, j - i) + "\n";
+      i = j + 1;
+    }
+  }
+  return out + "\n" + kTokenizerFile + "\n";
+}
 
 HfTokenizer load_tokenizer(const std::string& path) {
   if (std::filesystem::path(path).extension() == ".gguf") return HfTokenizer::from_gguf(*GgufFile::open(path));
@@ -80,10 +139,8 @@ double held_out_fraction(const Args& args) {
 }
 
 int train_command(int argc, char** argv) {
-  Args args(argc, argv, 3, {{"--corpus", "corpus"}, {"--vocab-size", "vocab-size"}, {"--out", "out"}, {"--json", "json"},
-                            {"--val-fraction", "val-fraction"}, {"--character-coverage", "character-coverage"},
-                            {"--min-frequency", "min-frequency"}},
-            {"corpus", "vocab-size", "out", "json", "val-fraction", "character-coverage", "min-frequency"}, {});
+  if (print_help_if_asked(kTokenizerTrain, argc, argv, 3)) return 0;
+  Args args(kTokenizerTrain, argc, argv, 3);
   check(args.has("corpus"), "no corpus given (--corpus kjv); see canvas tokenizer --help");
   check(args.has("vocab-size"), "no vocabulary size given (--vocab-size N)");
   check(args.has("out"), "no output file given (--out FILE.gguf)");
@@ -136,7 +193,8 @@ int train_command(int argc, char** argv) {
 }
 
 int export_command(int argc, char** argv) {
-  Args args(argc, argv, 3, {{"--tokenizer", "tokenizer"}, {"--out", "out"}}, {"tokenizer", "out"}, {});
+  if (print_help_if_asked(kTokenizerExport, argc, argv, 3)) return 0;
+  Args args(kTokenizerExport, argc, argv, 3);
   check(args.has("tokenizer"), "no tokenizer given (--tokenizer FILE.gguf)");
   check(args.has("out"), "no output file given (--out tokenizer.json)");
   const auto file = GgufFile::open(args.get("tokenizer", ""));
@@ -150,8 +208,8 @@ int export_command(int argc, char** argv) {
 }
 
 int eval_command(int argc, char** argv) {
-  Args args(argc, argv, 3, {{"--tokenizer", "tokenizer"}, {"--corpus", "corpus"}, {"--val-fraction", "val-fraction"}},
-            {"tokenizer", "corpus", "val-fraction"}, {});
+  if (print_help_if_asked(kTokenizerEval, argc, argv, 3)) return 0;
+  Args args(kTokenizerEval, argc, argv, 3);
   check(args.has("tokenizer"), "no tokenizer given (--tokenizer FILE)");
   check(args.has("corpus"), "no corpus given (--corpus SPEC)");
   const HfTokenizer tokenizer = load_tokenizer(args.get("tokenizer", ""));
@@ -163,8 +221,8 @@ int eval_command(int argc, char** argv) {
 }
 
 int encode_command(int argc, char** argv) {
-  Args args(argc, argv, 3, {{"--tokenizer", "tokenizer"}, {"-p", "prompt"}, {"--prompt", "prompt"}},
-            {"tokenizer", "prompt"}, {});
+  if (print_help_if_asked(kTokenizerEncode, argc, argv, 3)) return 0;
+  Args args(kTokenizerEncode, argc, argv, 3);
   check(args.has("tokenizer"), "no tokenizer given (--tokenizer FILE)");
   check(args.has("prompt"), "no text given (-p TEXT)");
   const HfTokenizer tokenizer = load_tokenizer(args.get("tokenizer", ""));
@@ -187,9 +245,8 @@ int encode_command(int argc, char** argv) {
 }
 
 int split_command(int argc, char** argv) {
-  Args args(argc, argv, 3,
-            {{"--corpus", "corpus"}, {"--val-fraction", "val-fraction"}, {"--train", "train"}, {"--held-out", "held-out"}},
-            {"corpus", "val-fraction", "train", "held-out"}, {});
+  if (print_help_if_asked(kTokenizerSplit, argc, argv, 3)) return 0;
+  Args args(kTokenizerSplit, argc, argv, 3);
   check(args.has("corpus"), "no corpus given (--corpus SPEC)");
   check(args.has("train") || args.has("held-out"), "nothing to write (--train FILE and/or --held-out FILE)");
   const train::CorpusSplit split = train::split_corpus(train::load_corpus(args.get("corpus", "")), held_out_fraction(args));
@@ -210,8 +267,8 @@ int split_command(int argc, char** argv) {
 
 int cmd_tokenizer(int argc, char** argv) {
   const std::string sub = argc >= 3 ? argv[2] : "";
-  if (sub.empty() || sub == "-h" || sub == "--help" || wants_help(argc, argv)) {
-    std::fputs(kTokenizerUsage, sub.empty() ? stderr : stdout);
+  if (sub.empty() || sub == "-h" || sub == "--help") {
+    std::fputs(tokenizer_help().c_str(), sub.empty() ? stderr : stdout);
     return sub.empty() ? 1 : 0;
   }
   if (sub == "train") return train_command(argc, argv);
@@ -219,6 +276,10 @@ int cmd_tokenizer(int argc, char** argv) {
   if (sub == "eval") return eval_command(argc, argv);
   if (sub == "encode") return encode_command(argc, argv);
   if (sub == "split") return split_command(argc, argv);
+  if (wants_help(argc, argv)) {
+    std::fputs(tokenizer_help().c_str(), stdout);
+    return 0;
+  }
   throw Error("unknown tokenizer command '" + sub + "' (train, export, eval, encode, split); see canvas tokenizer --help");
 }
 

@@ -11,9 +11,10 @@
 namespace canvas::cli {
 namespace {
 
-const char* kTrainUsage = R"(usage: canvas train --config FILE.cfg --out DIR [--steps N] [-t THREADS] [--stop-after N]
-
-Trains a small diffusion (objective = masked or uniform) or autoregressive (objective = ar) model on a
+const Command kTrain{
+    "train",
+    "canvas train --config FILE.cfg --out DIR [--steps N] [-t THREADS] [--stop-after N]",
+    R"(Trains a small diffusion (objective = masked or uniform) or autoregressive (objective = ar) model on a
 task (task = sudoku or text) as the config file describes (see configs/ and docs/training.md). Writes
 into DIR:
   checkpoint.gguf   weights + AdamW state + step (atomic; a killed run resumes from it exactly)
@@ -22,15 +23,17 @@ into DIR:
   curves.png        loss curves (made at the end when Debian's python3-matplotlib is installed)
 Running the same command again resumes from DIR/checkpoint.gguf (and says from which step); a
 checkpoint made under other settings (--steps included) is refused. A step whose loss or weights are
-not finite stops the run with an error, leaving the last good checkpoint.
-
-  --config FILE    run configuration (key = value lines)
-  --out DIR        output directory
-  --steps N        override the config's total steps (the cosine schedule follows it; a warm-up
-                   that no longer fits is shortened in proportion, with a note)
-  --stop-after N   stop after step N (the run can be resumed later)
-  -t, --threads N  threads (default: the config's, else all cores)
-)";
+not finite stops the run with an error, leaving the last good checkpoint.)",
+    {
+        {"--config", "FILE", "run configuration (key = value lines)"},
+        {"--out", "DIR", "output directory"},
+        {"--steps", "N",
+         "override the config's total steps (the cosine schedule follows it; a warm-up\n"
+         "that no longer fits is shortened in proportion, with a note)"},
+        {"--stop-after", "N", "stop after step N (the run can be resumed later)"},
+        {"-t,--threads", "N", "threads (default: the config's, else all cores)"},
+    },
+    ""};
 
 std::string format_seconds(double s) {
   char buf[32];
@@ -42,15 +45,8 @@ std::string format_seconds(double s) {
 }  // namespace
 
 int cmd_train(int argc, char** argv) {
-  for (int i = 2; i < argc; ++i)
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::fputs(kTrainUsage, stdout);
-      return 0;
-    }
-  Args args(argc, argv, 2,
-            {{"--config", "config"}, {"--out", "out"}, {"--steps", "steps"}, {"--stop-after", "stop-after"},
-             {"-t", "threads"}, {"--threads", "threads"}},
-            {"config", "out", "steps", "stop-after", "threads"}, {});
+  if (print_help_if_asked(kTrain, argc, argv)) return 0;
+  Args args(kTrain, argc, argv, 2);
   check(args.has("config"), "no config given (--config FILE.cfg); see canvas train --help");
   check(args.has("out"), "no output directory given (--out DIR)");
   train::RunConfig config = train::load_run_config(args.get("config", ""));
