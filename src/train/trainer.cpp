@@ -735,7 +735,7 @@ TrainingTiming time_training_steps(const RunConfig& r, int64_t steps, ThreadPool
       Rng rng(r.seed * 0x9E3779B97F4A7C15ull + uint64_t(step) * 1000 + uint64_t(micro));
       std::vector<Example> examples;
       for (int64_t i = 0; i < r.batch_size; ++i) examples.push_back(source->sample(rng));
-      const ObjectiveBatch ob = make_batch(r, *source, examples, rng);
+      const ObjectiveBatch ob = make_batch(r, out.model, examples, rng);
       Tape tape(&pool);
       const Var logits = objective_logits(r, model, ob, rng, tape);
       const Var loss = cross_entropy(tape, logits, ob.targets, ob.weights, ob.normaliser);
