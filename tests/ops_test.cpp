@@ -170,6 +170,10 @@ TEST_P(OpsLevel, SoftmaxFamilyMatchesReference) {
     ASSERT_TRUE(all_close(got.data(), want.data(), n, 1e-5, 1e-5)) << "log_softmax n=" << n;
     const float h = entropy(x.data(), n), h_ref = reference::entropy(x.data(), n);
     ASSERT_NEAR(h, h_ref, 1e-5 * std::max(1.f, h_ref)) << "entropy n=" << n;
+    const ExactStats exact = exact_stats(x);
+    ASSERT_NEAR(logsumexp(x.data(), n), exact.lse, 1e-5 * std::max(1.0, std::fabs(exact.lse))) << "logsumexp n=" << n;
+    ASSERT_NEAR(reference::logsumexp(x.data(), n), exact.lse, 1e-6 * std::max(1.0, std::fabs(exact.lse)))
+        << "reference logsumexp n=" << n;
     const std::string what = "row_stats n=" + std::to_string(n);
     expect_stats(row_stats(x.data(), n), exact_stats(x), what);
     expect_stats(reference::row_stats(x.data(), n), exact_stats(x), "reference " + what);

@@ -84,6 +84,13 @@ float entropy(const float* x, int64_t n) {
     default: return reference::entropy(x, n);
   }
 }
+double logsumexp(const float* x, int64_t n) {
+  switch (ops_simd_level()) {
+    case SimdLevel::Avx512: return kernels::avx512::logsumexp(x, n);
+    case SimdLevel::Avx2: return kernels::avx2::logsumexp(x, n);
+    default: return reference::logsumexp(x, n);
+  }
+}
 RowStats row_stats(const float* x, int64_t n) {
   switch (ops_simd_level()) {
     case SimdLevel::Avx512: return kernels::avx512::row_stats(x, n);
@@ -389,6 +396,15 @@ void log_softmax(const float* x, int64_t n, float* out) {
 }
 
 float entropy(const float* x, int64_t n) { return n <= 0 ? 0.f : row_stats(x, n).entropy; }
+
+double logsumexp(const float* x, int64_t n) {
+  if (n <= 0) return -std::numeric_limits<float>::infinity();
+  const float m = max_of(x, n);
+  if (std::isinf(m)) return m;
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(double(x[i]) - m);
+  return m + std::log(sum);
+}
 
 RowStats row_stats(const float* x, int64_t n) {
   RowStats st;

@@ -51,6 +51,9 @@ void softmax(const float* x, int64_t n, float* out);
 void log_softmax(const float* x, int64_t n, float* out);
 // Entropy (nats) of softmax(x), computed without storing the probabilities.
 float entropy(const float* x, int64_t n);
+// log sum exp(x), the sum accumulated in double (so m + log(sum) keeps its digits for large logits);
+// -inf for n <= 0.
+double logsumexp(const float* x, int64_t n);
 
 // Everything a sampler needs from one row of logits, in two streaming passes over the row (max and
 // argmax, then exp sums accumulated in double) without storing probabilities:
@@ -105,6 +108,7 @@ void geglu(const float* gate, const float* up, int64_t n, float* out);
 void softmax(const float* x, int64_t n, float* out);
 void log_softmax(const float* x, int64_t n, float* out);
 float entropy(const float* x, int64_t n);
+double logsumexp(const float* x, int64_t n);
 RowStats row_stats(const float* x, int64_t n);
 void attention(const float* q, int64_t n_q, int64_t ldq, const float* k, const float* v, int64_t n_keys,
                int64_t kv_head_stride, const AttentionMask& mask, const AttentionShape& shape, float* out,

@@ -93,6 +93,7 @@ void geglu(const float* gate, const float* up, int64_t n, float* out) {
 void softmax(const float* x, int64_t n, float* out) { simd::softmax<V>(x, n, out); }
 void log_softmax(const float* x, int64_t n, float* out) { simd::log_softmax<V>(x, n, out); }
 float entropy(const float* x, int64_t n) { return simd::entropy<V>(x, n); }
+double logsumexp(const float* x, int64_t n) { return simd::logsumexp<V>(x, n); }
 RowStats row_stats(const float* x, int64_t n) { return simd::row_stats<V>(x, n); }
 void attend_rows(const float* const* q, float* const* out, int n_rows, const float* k, const float* v,
                  int64_t head_dim, const int32_t* keys, int64_t n_visible, float scale, float softcap,

@@ -177,6 +177,14 @@ void log_softmax(const float* x, int64_t n, float* out) {
   if (i < n) V::store_n(out + i, V::sub(V::load_n(x + i, int(n - i), 0.f), lse), int(n - i));
 }
 
+template <class V>
+double logsumexp(const float* x, int64_t n) {
+  if (n <= 0) return -Consts<V>::inf;
+  const float m = max_of<V>(x, n);
+  if (m == -Consts<V>::inf || m == Consts<V>::inf) return m;
+  return double(m) + std::log(exp_sums<V>(x, n, m, nullptr, nullptr));
+}
+
 // H = -sum p log p with p = e / s, e = exp(x - m): H = log s - (sum e (x - m)) / s.
 template <class V>
 float entropy(const float* x, int64_t n) {

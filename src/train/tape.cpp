@@ -100,7 +100,7 @@ class BufferCache {
 
  private:
   static constexpr size_t kMinCached = 16384;           // floats (64 KiB); smaller ones malloc serves well
-  static constexpr size_t kMaxBytes = size_t(2) << 30;  // cache at most 2 GiB of idle buffers
+  static constexpr size_t kMaxBytes = size_t(8) << 30;  // cache at most 8 GiB of idle buffers
   std::mutex mutex_;
   std::multimap<size_t, std::vector<float>> free_;  // by capacity
   size_t bytes_ = 0;
@@ -621,11 +621,18 @@ Var gated_activation(Tape& tape, Var gate, Var up, Activation activation) {
   check(tape.rows(gate) == tape.rows(up) && tape.cols(gate) == tape.cols(up),
         "gated_activation: gate " + dims(tape, gate) + " and up " + dims(tape, up) + " differ");
   const int64_t n = tape.size(gate);
-  Var y = tape.make(tape.rows(gate), tape.cols(gate), tape.requires_grad(gate) || tape.requires_grad(up));
-  if (activation == Activation::Silu) {
-    canvas::swiglu(tape.value(gate), tape.value(up), n, tape.value(y));
-  } else {
-    canvas::geglu(tape.value(gate), tape.value(up), n, tape.value(y));
+  Var y = tape.make(tape.rows(gate), tape.cols(gate), tape.requires_grad(gate) || tape.requires_grad(up),
+                    /*overwritten=*/true);
+  {
+    const float *gv = tape.value(gate), *uv = tape.value(up);
+    float* yv = tape.value(y);
+    parallel_for(tape.pool(), n, 1 << 14, [&](int64_t i0, int64_t i1) {  // elementwise: same bits at any split
+      if (activation == Activation::Silu) {
+        canvas::swiglu(gv + i0, uv + i0, i1 - i0, yv + i0);
+      } else {
+        canvas::geglu(gv + i0, uv + i0, i1 - i0, yv + i0);
+      }
+    });
   }
   if (!tape.requires_grad(y)) return y;
   tape.record([&tape, gate, up, y, n, activation] {
@@ -636,14 +643,16 @@ Var gated_activation(Tape& tape, Var gate, Var up, Activation activation) {
     parallel_for(tape.pool(), n, 4096, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         // Both activations are x * sigmoid(z(x)): silu z = x; gelu_tanh z = 2 sqrt(2/pi) (x + 0.044715 x^3).
-        const double x = gv[i];
-        double z = x, dz = 1;
+        const float x = gv[i];
+        float z = x, dz = 1;
         if (activation == Activation::GeluTanh) {
-          z = 2 * 0.7978845608028654 * (x + 0.044715 * x * x * x);
-          dz = 2 * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+          z = 2 * 0.7978845608f * (x + 0.044715f * x * x * x);
+          dz = 2 * 0.7978845608f * (1 + 3 * 0.044715f * x * x);
         }
-        const double sig = 1.0 / (1.0 + std::exp(-z));
-        const double act = x * sig, dact = sig + x * sig * (1 - sig) * dz;
+        const float sig = 1.f / (1.f + std::exp(-z));
+        // Saturated (sig 0 or 1): the derivative is sig itself; this also keeps 0 * inf out when x^3
+        // overflows a float.
+        const float act = x * sig, dact = (sig == 0.f || sig == 1.f) ? sig : sig + x * sig * (1 - sig) * dz;
         if (dg) dg[i] += float(dy[i] * uv[i] * dact);
         if (du) du[i] += float(dy[i] * act);
       }
@@ -946,19 +955,24 @@ Var replace_rows(Tape& tape, Var x, const std::vector<int32_t>& rows, Var z) {
 Var softcap(Tape& tape, Var x, float cap) {
   check(cap > 0, "softcap: cap must be positive");
   const int64_t n = tape.size(x);
-  Var y = tape.make(tape.rows(x), tape.cols(x), tape.requires_grad(x));
+  Var y = tape.make(tape.rows(x), tape.cols(x), tape.requires_grad(x), /*overwritten=*/true);
   const float* xv = tape.value(x);
   float* out = tape.value(y);
-  for (int64_t i = 0; i < n; ++i) out[i] = cap * std::tanh(xv[i] / cap);  // as model.cpp computes it
+  parallel_for(tape.pool(), n, 1 << 14, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) out[i] = cap * std::tanh(xv[i] / cap);  // as model.cpp computes it
+  });
   if (!tape.requires_grad(y)) return y;
   tape.record([&tape, x, y, n, cap] {
     if (!tape.has_grad(y)) return;
-    const float *dy = tape.grad_or_null(y), *xv = tape.value(x);
+    // d/dx cap tanh(x / cap) = 1 - tanh^2, with tanh = y / cap read back from the output.
+    const float *dy = tape.grad_or_null(y), *yv = tape.value(y);
     float* dx = tape.grad(x);
-    for (int64_t i = 0; i < n; ++i) {
-      const float t = std::tanh(xv[i] / cap);
-      dx[i] += dy[i] * (1.f - t * t);
-    }
+    parallel_for(tape.pool(), n, 1 << 14, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const float t = yv[i] / cap;
+        dx[i] += dy[i] * (1.f - t * t);
+      }
+    });
   });
   return y;
 }
@@ -985,10 +999,7 @@ Var cross_entropy(Tape& tape, Var logits, const std::vector<int32_t>& targets,
     for (int64_t r = r0; r < r1; ++r) {
       if (weights[size_t(r)] == 0) continue;
       const float* xr = x + r * vocab;
-      const double m = *std::max_element(xr, xr + vocab);
-      double sum = 0;
-      for (int64_t j = 0; j < vocab; ++j) sum += std::exp(double(xr[j]) - m);
-      (*lse)[size_t(r)] = m + std::log(sum);
+      (*lse)[size_t(r)] = canvas::logsumexp(xr, vocab);
       row_loss[size_t(r)] = weights[size_t(r)] * ((*lse)[size_t(r)] - xr[targets[size_t(r)]]);
     }
   });
@@ -1002,12 +1013,14 @@ Var cross_entropy(Tape& tape, Var logits, const std::vector<int32_t>& targets,
     const float* x = tape.value(logits);
     float* dx = tape.grad(logits);
     parallel_for(tape.pool(), rows, kRowGrain, [&](int64_t r0, int64_t r1) {
+      std::vector<float> p(static_cast<size_t>(vocab));
       for (int64_t r = r0; r < r1; ++r) {
         if (weights[size_t(r)] == 0) continue;
-        const double c = g * weights[size_t(r)] / normaliser, l = (*lse)[size_t(r)];
-        for (int64_t j = 0; j < vocab; ++j)
-          dx[r * vocab + j] += float(c * std::exp(double(x[r * vocab + j]) - l));
-        dx[r * vocab + targets[size_t(r)]] -= float(c);
+        const float c = float(g * weights[size_t(r)] / normaliser);
+        canvas::softmax(x + r * vocab, vocab, p.data());  // = exp(x - lse)
+        float* dr = dx + r * vocab;
+        for (int64_t j = 0; j < vocab; ++j) dr[j] += c * p[size_t(j)];
+        dr[targets[size_t(r)]] -= c;
       }
     });
   });
