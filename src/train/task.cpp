@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <sstream>
 
@@ -15,6 +16,19 @@
 
 namespace canvas::train {
 namespace {
+
+// A corpus spec of named Debian corpora only (kjv, fortunes, comma-separated; train/corpus.h), as opposed
+// to the byte-level text sources (`bible`, a file path).
+bool is_named_corpus(const std::string& spec) {
+  size_t start = 0;
+  while (start <= spec.size()) {
+    const size_t comma = std::min(spec.find(',', start), spec.size());
+    const std::string part = spec.substr(start, comma - start);
+    if (part != "kjv" && part != "fortunes") return false;
+    start = comma + 1;
+  }
+  return true;
+}
 
 // `task = text`: a language model on windows of a text corpus: bytes, or with `tokenizer = FILE` the
 // tokens of a trained tokenizer, text_corpus then being a corpus spec (train/corpus.h).
@@ -49,6 +63,16 @@ class TextTask : public Task {
   std::unique_ptr<DataSource> make_source(const TaskContext& context) const override {
     if (!tokenizer_.empty())
       return make_corpus_source(corpus_, tokenizer_, seq_len_, val_fraction_, context.eval_examples);
+    if (!context.model_tokenizer.empty() && is_named_corpus(corpus_)) {
+      // init_from / model_config with a named corpus: the same documents and held-out split as a run with
+      // `tokenizer = FILE` (stage 2 of a recipe holds out what stage 1 held out), in the model's vocabulary.
+      model_tokens_ = true;
+      const std::filesystem::path dir(context.model_tokenizer);
+      const std::string vocabulary = std::filesystem::is_directory(dir) ? (dir / "tokenizer.json").string()
+                                                                         : context.model_tokenizer;
+      return make_corpus_source(load_corpus(corpus_), load_training_vocabulary(vocabulary), seq_len_, val_fraction_,
+                                context.eval_examples);
+    }
     if (!context.model_tokenizer.empty()) {  // init_from / model_config with the model's own vocabulary
       model_tokens_ = true;
       const ModelTokenizer t = load_model_tokenizer(context.model_tokenizer);
