@@ -160,6 +160,13 @@ float* Tape::grad(Var v) {
   return n.grad.data();
 }
 
+float* Tape::grad_for_overwrite(Var v) {
+  Node& n = node(v);
+  check(n.grad.empty(), "tape: grad_for_overwrite on a gradient that already holds values");
+  n.grad = take_buffer(n.value.size(), /*zeroed=*/false);
+  return n.grad.data();
+}
+
 void Tape::backward(Var loss) {
   check(grad_enabled_, "tape: backward on a tape recorded with gradients disabled");
   check(size(loss) == 1, "tape: backward needs a 1 x 1 loss, got " + std::to_string(rows(loss)) + " x " +
@@ -234,7 +241,7 @@ Var embedding(Tape& tape, Parameter& table, const std::vector<int32_t>& ids, flo
   for (int32_t id : ids)
     check(id >= 0 && id < vocab, "embedding '" + table.name + "': id " + std::to_string(id) +
                                      " is outside the table's " + std::to_string(vocab) + " rows");
-  Var y = tape.make(n, width, table.trainable);
+  Var y = tape.make(n, width, table.trainable, /*overwritten=*/true);
   float* out = tape.value(y);
   for (int64_t i = 0; i < n; ++i) {
     std::memcpy(out + i * width, table.value.data() + ids[size_t(i)] * width, size_t(width) * sizeof(float));
@@ -322,7 +329,7 @@ Var linear(Tape& tape, Var x, Parameter& w, int64_t matrix) {
     if (tape.requires_grad(x)) {
       // dX [m, k] (+)= dY [m, n] W [n, k]; written, not added, when dX has no gradient yet.
       const bool add = tape.has_grad(x);
-      gemm(m, k, n, dy, n, 1, weights, k, tape.grad(x), k, add, pool);
+      gemm(m, k, n, dy, n, 1, weights, k, add ? tape.grad(x) : tape.grad_for_overwrite(x), k, add, pool);
     }
     if (wp->trainable) {
       // dW [n, k] += dY^T [n, m] X [m, k]: dY read transposed (row stride 1, column stride n).
@@ -338,7 +345,7 @@ Var add(Tape& tape, Var a, Var b) {
   check(tape.rows(a) == tape.rows(b) && tape.cols(a) == tape.cols(b),
         "add: shapes " + dims(tape, a) + " and " + dims(tape, b) + " differ");
   const int64_t n = tape.size(a);
-  Var y = tape.make(tape.rows(a), tape.cols(a), tape.requires_grad(a) || tape.requires_grad(b));
+  Var y = tape.make(tape.rows(a), tape.cols(a), tape.requires_grad(a) || tape.requires_grad(b), /*overwritten=*/true);
   const float *av = tape.value(a), *bv = tape.value(b);
   float* out = tape.value(y);
   for (int64_t i = 0; i < n; ++i) out[i] = av[i] + bv[i];
@@ -356,7 +363,7 @@ Var add_bias(Tape& tape, Var x, Parameter& bias) {
   const int64_t rows = tape.rows(x), width = tape.cols(x);
   check(bias.size() == width, "add_bias '" + bias.name + "': " + std::to_string(bias.size()) +
                                   " values for rows of " + std::to_string(width));
-  Var y = tape.make(rows, width, tape.requires_grad(x) || bias.trainable);
+  Var y = tape.make(rows, width, tape.requires_grad(x) || bias.trainable, /*overwritten=*/true);
   const float* xv = tape.value(x);
   const float* b = bias.value.data();
   float* out = tape.value(y);
@@ -384,7 +391,7 @@ Var rms_norm(Tape& tape, Var x, Parameter* weight, float eps) {
     check(weight->size() == width, "rms_norm '" + weight->name + "': " + std::to_string(weight->size()) +
                                        " weights for rows of " + std::to_string(width));
   const bool train_weight = weight && weight->trainable;
-  Var y = tape.make(rows, width, tape.requires_grad(x) || train_weight);
+  Var y = tape.make(rows, width, tape.requires_grad(x) || train_weight, /*overwritten=*/true);
   const float* xv = tape.value(x);
   float* out = tape.value(y);
   const float* w = weight ? weight->value.data() : nullptr;
@@ -437,7 +444,7 @@ Var rope(Tape& tape, Var x, int n_heads, const std::vector<int32_t>& positions, 
             std::to_string(p.head_dim));
   check(int64_t(positions.size()) == rows,
         "rope: " + std::to_string(positions.size()) + " positions for " + std::to_string(rows) + " rows");
-  Var y = tape.make(rows, tape.cols(x), tape.requires_grad(x));
+  Var y = tape.make(rows, tape.cols(x), tape.requires_grad(x), /*overwritten=*/true);
   std::memcpy(tape.value(y), tape.value(x), size_t(tape.size(x)) * sizeof(float));
   canvas::rope(tape.value(y), rows, n_heads, positions.data(), p);
   if (!tape.requires_grad(y)) return y;
@@ -721,7 +728,7 @@ Var gather_rows(Tape& tape, Var x, const std::vector<int32_t>& rows) {
   const int64_t n = int64_t(rows.size()), width = tape.cols(x), x_rows = tape.rows(x);
   for (int32_t r : rows)
     check(r >= 0 && r < x_rows, "gather_rows: row " + std::to_string(r) + " outside " + dims(tape, x));
-  Var y = tape.make(n, width, tape.requires_grad(x));
+  Var y = tape.make(n, width, tape.requires_grad(x), /*overwritten=*/true);
   for (int64_t i = 0; i < n; ++i)
     std::memcpy(tape.value(y) + i * width, tape.value(x) + rows[size_t(i)] * width,
                 size_t(width) * sizeof(float));

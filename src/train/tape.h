@@ -78,6 +78,9 @@ class Tape {
   bool has_grad(Var v) const { return !node(v).grad.empty(); }
   // v's gradient buffer, allocated zeroed on first use.
   float* grad(Var v);
+  // v's gradient buffer, not zeroed, for a caller that writes every element of it before anything reads
+  // it; only while no gradient has reached v (has_grad false).
+  float* grad_for_overwrite(Var v);
   // v's gradient, or null when none reached it.
   const float* grad_or_null(Var v) const { return has_grad(v) ? node(v).grad.data() : nullptr; }
 
