@@ -310,12 +310,13 @@ std::string lines_file(const test::TempDir& dir, const std::string& text) {
   return path;
 }
 
-TEST(CliChat, DefaultModelSystemPromptAndDroppedTurns) {
+TEST(CliChat, SystemPromptAndDroppedTurns) {
   test::TempDir dir;
   const std::string input =
       lines_file(dir, "In the beginning\nAnd God said\nLet there be light\nAnd there was light\n");
   // The shipped text model has a context of 128 tokens: the third exchange no longer fits.
-  const auto r = run_canvas("chat -n 8 -t 1 --system 'You answer briefly.' < " + input);
+  const auto r = run_canvas("chat -m " + test::source_path("models/text-masked.gguf") +
+                            " -n 8 -t 1 --system 'You answer briefly.' < " + input);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r.output, "models/text-masked.gguf")) << r.output;
   EXPECT_TRUE(has(r.output, "masked diffusion decoding")) << r.output;
@@ -426,6 +427,7 @@ TEST(CliInstall, InstalledBinaryFindsItsModels) {
   ASSERT_EQ(std::system(("cmake --install " + build + " --prefix " + prefix + " >/dev/null").c_str()), 0);
   EXPECT_TRUE(std::filesystem::exists(prefix + "/bin/canvas"));
   EXPECT_TRUE(std::filesystem::exists(prefix + "/share/canvas/models/text-masked.gguf"));
+  EXPECT_TRUE(std::filesystem::exists(prefix + "/share/canvas/models/text-dg.gguf"));
   EXPECT_TRUE(std::filesystem::exists(prefix + "/share/bash-completion/completions/canvas"));
   const std::string cmd = "cd / && echo hi | " + prefix + "/bin/canvas chat -n 4 -t 1 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
@@ -435,7 +437,7 @@ TEST(CliInstall, InstalledBinaryFindsItsModels) {
   size_t got;
   while ((got = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, got);
   EXPECT_EQ(pclose(pipe), 0) << out;
-  EXPECT_TRUE(has(out, prefix + "/share/canvas/models/text-masked.gguf")) << out;
+  EXPECT_TRUE(has(out, prefix + "/share/canvas/models/text-dg.gguf")) << out;
   // Completion offers the options of the subcommand being typed, read from the binary's own --help.
   const std::string complete = "bash -c 'source " + prefix +
                                "/share/bash-completion/completions/canvas; COMP_WORDS=(" + prefix +
@@ -507,6 +509,29 @@ TEST(CliFiles, QuantizeReportsExactlyWhatItWroteAndEveryFallback) {
     const auto r = run_canvas(bad);
     EXPECT_EQ(r.exit_code, 1) << bad << ": " << r.output;
   }
+}
+
+// --set writes metadata keys: an existing key keeps its type (a value that does not parse as it is an
+// error naming the key), a new key takes the first type its text parses as.
+TEST(CliFiles, QuantizeSetsMetadataKeys) {
+  test::TempDir dir;
+  const std::string out = dir.path("s.gguf");
+  const auto r = run_canvas("quantize " + llada() + " " + out +
+                            " f16 --set general.name=renamed --set diffusion.eb_entropy_bound=1.5 "
+                            "--set diffusion.eb_max_steps=12 --set canvas.flag=true");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string meta = run_canvas("inspect " + out, false).output;
+  EXPECT_TRUE(std::regex_search(meta, std::regex("general\\.name +string +\"renamed\"\n"))) << meta;
+  EXPECT_TRUE(std::regex_search(meta, std::regex("diffusion\\.eb_entropy_bound +float32 +1\\.5\n"))) << meta;
+  EXPECT_TRUE(std::regex_search(meta, std::regex("diffusion\\.eb_max_steps +uint32 +12\n"))) << meta;
+  EXPECT_TRUE(std::regex_search(meta, std::regex("canvas\\.flag +bool +true\n"))) << meta;
+  // An existing float key refuses text; a missing '=' is an error.
+  const auto bad = run_canvas("quantize " + out + " " + dir.path("t.gguf") + " f16 --set diffusion.eb_entropy_bound=abc");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_TRUE(has(bad.output, "--set diffusion.eb_entropy_bound: 'abc' is not a finite number")) << bad.output;
+  const auto no_eq = run_canvas("quantize " + llada() + " " + dir.path("t.gguf") + " f16 --set general.name");
+  EXPECT_EQ(no_eq.exit_code, 1) << no_eq.output;
+  EXPECT_TRUE(has(no_eq.output, "expected KEY=VALUE")) << no_eq.output;
 }
 
 TEST(CliFiles, ConvertReportsExactlyWhatItWrote) {

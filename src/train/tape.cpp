@@ -71,25 +71,22 @@ class BufferCache {
     return *cache;
   }
   // A buffer of n floats, zeroed unless the caller overwrites every element anyway.
-  std::vector<float> take(size_t n, bool zeroed) {
+  FloatBuffer take(size_t n, bool zeroed) {
+    FloatBuffer v;
     if (n >= kMinCached) {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = free_.lower_bound(n);
       if (it != free_.end() && it->first <= 2 * n) {  // never hand a huge buffer to a small request
-        std::vector<float> v = std::move(it->second);
+        v = std::move(it->second);
         bytes_ -= it->first * sizeof(float);
         free_.erase(it);
-        if (zeroed) {
-          v.assign(n, 0.f);  // within capacity: no reallocation
-        } else {
-          v.resize(n);  // keeps stale values (the caller overwrites them); no pass over the memory
-        }
-        return v;
       }
     }
-    return std::vector<float>(n, 0.f);
+    v.resize(n);  // within capacity for a cached buffer: no reallocation; new elements uninitialised
+    if (zeroed) std::fill(v.begin(), v.end(), 0.f);
+    return v;
   }
-  void give(std::vector<float>&& v) {
+  void give(FloatBuffer&& v) {
     const size_t capacity = v.capacity();
     if (capacity < kMinCached) return;
     std::lock_guard<std::mutex> lock(mutex_);
@@ -102,14 +99,14 @@ class BufferCache {
   static constexpr size_t kMinCached = 16384;           // floats (64 KiB); smaller ones malloc serves well
   static constexpr size_t kMaxBytes = size_t(8) << 30;  // cache at most 8 GiB of idle buffers
   std::mutex mutex_;
-  std::multimap<size_t, std::vector<float>> free_;  // by capacity
+  std::multimap<size_t, FloatBuffer> free_;  // by capacity
   size_t bytes_ = 0;
 };
 
-std::vector<float> take_buffer(size_t n, bool zeroed = true) {
+FloatBuffer take_buffer(size_t n, bool zeroed = true) {
   return BufferCache::instance().take(n, zeroed);
 }
-void give_buffer(std::vector<float>&& v) {
+void give_buffer(FloatBuffer&& v) {
   BufferCache::instance().give(std::move(v));
 }
 
@@ -121,7 +118,7 @@ struct Scratch {
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   float* data() { return v.data(); }
-  std::vector<float> v;
+  FloatBuffer v;
 };
 
 }  // namespace
@@ -193,6 +190,15 @@ std::string dims(const Tape& t, Var v) {
 
 void add_into(float* dst, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+// Adds src into v's gradient; the first gradient to reach v is copied in instead of added to zeros.
+void accumulate_grad(Tape& tape, Var v, const float* src, int64_t n) {
+  if (tape.has_grad(v)) {
+    add_into(tape.grad(v), src, n);
+  } else {
+    std::memcpy(tape.grad_for_overwrite(v), src, size_t(n) * sizeof(float));
+  }
 }
 
 // dst [cols, rows] = src^T, src rows of `cols` floats at stride ld. Large ones are split over the pool
@@ -353,8 +359,8 @@ Var add(Tape& tape, Var a, Var b) {
   tape.record([&tape, a, b, y, n] {
     if (!tape.has_grad(y)) return;
     const float* dy = tape.grad_or_null(y);
-    if (tape.requires_grad(a)) add_into(tape.grad(a), dy, n);
-    if (tape.requires_grad(b)) add_into(tape.grad(b), dy, n);
+    if (tape.requires_grad(a)) accumulate_grad(tape, a, dy, n);
+    if (tape.requires_grad(b)) accumulate_grad(tape, b, dy, n);
   });
   return y;
 }
@@ -374,7 +380,7 @@ Var add_bias(Tape& tape, Var x, Parameter& bias) {
   tape.record([&tape, x, y, bp, rows, width] {
     if (!tape.has_grad(y)) return;
     const float* dy = tape.grad_or_null(y);
-    if (tape.requires_grad(x)) add_into(tape.grad(x), dy, rows * width);
+    if (tape.requires_grad(x)) accumulate_grad(tape, x, dy, rows * width);
     if (bp->trainable) {
       float* db = bp->grad_data();
       for (int64_t r = 0; r < rows; ++r) add_into(db, dy + r * width, width);
@@ -645,8 +651,13 @@ Var gated_activation(Tape& tape, Var gate, Var up, Activation activation) {
   tape.record([&tape, gate, up, y, n, activation] {
     if (!tape.has_grad(y)) return;
     const float *dy = tape.grad_or_null(y), *gv = tape.value(gate), *uv = tape.value(up);
-    float* dg = tape.requires_grad(gate) ? tape.grad(gate) : nullptr;
-    float* du = tape.requires_grad(up) ? tape.grad(up) : nullptr;
+    // A gradient nothing has reached yet is written instead of added to zeros (not when gate and up are
+    // one node: both products then add into the one buffer).
+    const bool distinct = gate.id != up.id;
+    const bool dg_fresh = distinct && tape.requires_grad(gate) && !tape.has_grad(gate);
+    const bool du_fresh = distinct && tape.requires_grad(up) && !tape.has_grad(up);
+    float* dg = !tape.requires_grad(gate) ? nullptr : dg_fresh ? tape.grad_for_overwrite(gate) : tape.grad(gate);
+    float* du = !tape.requires_grad(up) ? nullptr : du_fresh ? tape.grad_for_overwrite(up) : tape.grad(up);
     parallel_for(tape.pool(), n, 4096, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         // Both activations are x * sigmoid(z(x)): silu z = x; gelu_tanh z = 2 sqrt(2/pi) (x + 0.044715 x^3).
@@ -660,8 +671,8 @@ Var gated_activation(Tape& tape, Var gate, Var up, Activation activation) {
         // Saturated (sig 0 or 1): the derivative is sig itself; this also keeps 0 * inf out when x^3
         // overflows a float.
         const float act = x * sig, dact = (sig == 0.f || sig == 1.f) ? sig : sig + x * sig * (1 - sig) * dz;
-        if (dg) dg[i] += float(dy[i] * uv[i] * dact);
-        if (du) du[i] += float(dy[i] * act);
+        if (dg) dg[i] = (dg_fresh ? 0.f : dg[i]) + dy[i] * uv[i] * dact;
+        if (du) du[i] = (du_fresh ? 0.f : du[i]) + dy[i] * act;
       }
     });
   });

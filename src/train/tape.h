@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <utility>
 #include <string>
 #include <vector>
@@ -40,6 +41,30 @@ struct Parameter {
   // Matrix i of a stack (shape[2] index) as a 2-D view.
   TensorView matrix_view(int64_t i) const;
 };
+
+// The float storage of tape nodes: a vector whose resize leaves new elements uninitialised (its
+// allocator default-initialises), so a buffer an op overwrites is never zeroed first.
+template <class T>
+struct UninitializedAllocator : std::allocator<T> {
+  using value_type = T;
+  template <class U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <class U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) {}
+  template <class U, class... A>
+  void construct(U* p, A&&... args) {
+    if constexpr (sizeof...(A) == 0) {
+      ::new (static_cast<void*>(p)) U;
+    } else {
+      ::new (static_cast<void*>(p)) U(std::forward<A>(args)...);
+    }
+  }
+  friend bool operator==(const UninitializedAllocator&, const UninitializedAllocator&) { return true; }
+};
+using FloatBuffer = std::vector<float, UninitializedAllocator<float>>;
 
 // A node of a tape: an index, meaningful only with the tape that made it.
 struct Var {
@@ -98,7 +123,7 @@ class Tape {
  private:
   struct Node {
     int64_t rows = 0, cols = 0;
-    std::vector<float> value, grad;
+    FloatBuffer value, grad;
     bool requires_grad = false;
   };
   Node& node(Var v);
