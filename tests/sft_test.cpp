@@ -387,3 +387,30 @@ TEST(Train, SftRunTrainsOnChatExamplesAndReportsChatAccuracy) {
 
 }  // namespace
 }  // namespace canvas
+
+namespace canvas {
+namespace {
+
+// Not a check: how long chat examples are under the shipped tokenizer (docs/experiments.md). Run with
+// --gtest_also_run_disabled_tests --gtest_filter=SftStats.*
+TEST(SftStats, DISABLED_ChatTurnLengths) {
+  const HfTokenizer& tok = *kjv_vocabulary().tokenizer;
+  const train::KjvChatTasks tasks(train::load_corpus("kjv"));
+  Rng rng(1);
+  const int n = 20000;
+  int fit = 0, fit_short_prompt = 0;
+  int64_t longest_prompt = 0;
+  for (int i = 0; i < n; ++i) {
+    train::Example e;
+    train::chat_example(tasks.draw(rng), tok, 1024, e);
+    const int64_t length = std::find(e.tokens.begin() + e.prompt_len, e.tokens.end(), 106) - e.tokens.begin() + 1;
+    longest_prompt = std::max(longest_prompt, e.prompt_len);
+    fit += length <= 128;
+    fit_short_prompt += length <= 128 && e.prompt_len <= 64;
+  }
+  std::printf("%d turns: %.1f%% fit in 128 tokens, %.1f%% of those with a prompt of at most 64; longest prompt %lld\n",
+              n, 100.0 * fit / n, 100.0 * fit_short_prompt / fit, (long long)longest_prompt);
+}
+
+}  // namespace
+}  // namespace canvas
