@@ -381,8 +381,20 @@ TEST(Train, SftRunTrainsOnChatExamplesAndReportsChatAccuracy) {
     if (!line.empty()) last = line;
   EXPECT_EQ(std::count(last.begin(), last.end(), ','), std::count(header.begin(), header.end(), ',')) << last;
   EXPECT_EQ(last.find("nan"), std::string::npos) << last;
-  EXPECT_TRUE(std::filesystem::exists(out + "/model.gguf"));
-  std::system(("rm -rf " + out).c_str());
+  ASSERT_TRUE(std::filesystem::exists(out + "/model.gguf"));
+  // Stage 3 of the recipe: from a model (its own tokenizer then makes the chat examples), as
+  // configs/text-dg-chat.cfg does.
+  const std::string tuned = out + "-tuned";
+  std::system(("rm -rf " + tuned).c_str());
+  train::run_training(
+      train::parse_run_config("task = text\nobjective = uniform\nself_conditioning = true\ninit_from = " + out +
+                                  "/model.gguf\nseq_len = 96\nblock_length = 16\ntext_corpus = kjv\nsft = 0.7\n"
+                                  "eval_examples = 2\nbatch_size = 2\nsteps = 1\neval_every = 1\nthreads = 1\n",
+                              "chat.cfg"),
+      tuned, nullptr);
+  EXPECT_NE(test::read_text(tuned + "/train.csv").find("chat_accuracy"), std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(tuned + "/model.gguf"));
+  std::system(("rm -rf " + out + " " + tuned).c_str());
 }
 
 }  // namespace
