@@ -223,7 +223,7 @@ TEST(Sft, HeldOutChaptersNeverAppearInTrainingChatExamples) {
     if (e.prompt_len == 0) continue;  // a plain window
     ++chat;
     for (const std::string& tag : tags_in(text_of(e), docs)) {
-      EXPECT_EQ(held.count(tag), 0u) << tag << " in " << text_of(e);
+      ASSERT_EQ(held.count(tag), 0u) << tag << " in " << text_of(e);
       seen.insert(tag);
     }
   }
@@ -328,8 +328,8 @@ TEST(Sft, ExamplesDependOnlyOnTheSeed) {
   std::set<std::string> openings;
   for (int i = 0; i < 200; ++i) {
     const ChatTurn t1 = tasks.draw(r1), t2 = tasks.draw(r2);
-    EXPECT_EQ(t1.request, t2.request);
-    EXPECT_EQ(t1.answer, t2.answer);
+    ASSERT_EQ(t1.request, t2.request);
+    ASSERT_EQ(t1.answer, t2.answer);
     openings.insert(t1.request.substr(0, 12));
   }
   EXPECT_GE(openings.size(), 12u);  // 4 kinds x 3 phrasings
