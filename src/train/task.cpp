@@ -1,6 +1,7 @@
 // The task registry, range-checked config values, and the text task (byte or token windows of a corpus).
 #include "train/task.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include "core/error.h"
 #include "train/corpus.h"
 #include "train/model_text.h"
+#include "train/sft.h"
 #include "train/sudoku_task.h"
 
 namespace canvas::train {
@@ -42,6 +44,8 @@ class TextTask : public Task {
       corpus_ = value;
     } else if (key == "tokenizer") {
       tokenizer_ = value;  // empty: bytes
+    } else if (key == "sft") {
+      sft_ = config_number(value, where, key, 0, 1);
     } else if (key == "val_fraction") {
       // Stored as a float, as it always was, so the train/validation split stays where it was.
       val_fraction_ = float(config_number(value, where, key, 0, 1, false, true));
@@ -53,25 +57,51 @@ class TextTask : public Task {
   void finish(const std::string&, const std::string& origin) override {
     check(!corpus_.empty(), origin + ": text_corpus is empty (bible, or a path to a text file; with a tokenizer, a "
                                      "corpus spec such as kjv,fortunes)");
+    if (sft_ > 0) {
+      bool has_kjv = false;
+      for (const std::string& part : config_list(corpus_)) has_kjv |= part == "kjv";
+      check(is_named_corpus(corpus_) && has_kjv,
+            origin + ": sft makes its chat examples from the King James Bible: text_corpus must be a named corpus "
+                     "that includes kjv (e.g. kjv or kjv,fortunes), got '" + corpus_ + "'");
+    }
   }
   std::vector<std::pair<std::string, std::string>> settings() const override {
-    return {{"seq_len", std::to_string(seq_len_)},
-            {"text_corpus", corpus_},
-            {"tokenizer", tokenizer_},
-            {"val_fraction", format_setting(val_fraction_)}};
+    std::vector<std::pair<std::string, std::string>> s = {{"seq_len", std::to_string(seq_len_)},
+                                                          {"text_corpus", corpus_},
+                                                          {"tokenizer", tokenizer_},
+                                                          {"val_fraction", format_setting(val_fraction_)}};
+    // Listed only when on, so that runs made before the key existed keep their identity (and resume).
+    if (sft_ > 0) s.emplace_back("sft", format_setting(sft_));
+    return s;
   }
   std::unique_ptr<DataSource> make_source(const TaskContext& context) const override {
-    if (!tokenizer_.empty())
-      return make_corpus_source(corpus_, tokenizer_, seq_len_, val_fraction_, context.eval_examples);
-    if (!context.model_tokenizer.empty() && is_named_corpus(corpus_)) {
+    std::string vocabulary;  // a tokenizer file for a named-corpus spec, else empty
+    if (!tokenizer_.empty()) {
+      vocabulary = tokenizer_;
+    } else if (!context.model_tokenizer.empty() && is_named_corpus(corpus_)) {
       // init_from / model_config with a named corpus: the same documents and held-out split as a run with
       // `tokenizer = FILE` (stage 2 of a recipe holds out what stage 1 held out), in the model's vocabulary.
       model_tokens_ = true;
       const std::filesystem::path dir(context.model_tokenizer);
-      const std::string vocabulary = std::filesystem::is_directory(dir) ? (dir / "tokenizer.json").string()
-                                                                         : context.model_tokenizer;
-      return make_corpus_source(load_corpus(corpus_), load_training_vocabulary(vocabulary), seq_len_, val_fraction_,
-                                context.eval_examples);
+      vocabulary = std::filesystem::is_directory(dir) ? (dir / "tokenizer.json").string() : context.model_tokenizer;
+    }
+    check(sft_ == 0 || !vocabulary.empty(),
+          "sft needs a tokenizer with the Gemma chat tokens: tokenizer = FILE, or init_from / model_config with a "
+          "named text_corpus");
+    if (!vocabulary.empty()) {
+      const std::vector<CorpusDocument> documents = load_corpus(corpus_);
+      const TrainingVocabulary v = load_training_vocabulary(vocabulary);
+      std::unique_ptr<DataSource> plain =
+          make_corpus_source(documents, v, seq_len_, val_fraction_, context.eval_examples);
+      if (sft_ == 0) return plain;
+      // Chat examples from the training split's chapters; validation adds chat examples from the held-out
+      // ones, as many as sft's share of eval_examples (at least one).
+      const CorpusSplit split = split_corpus(documents, val_fraction_);
+      plain_validation_ = plain->validation().size();
+      const int64_t n_chat =
+          context.eval_examples > 0 ? std::max<int64_t>(1, std::llround(sft_ * double(context.eval_examples))) : 0;
+      chat_pad_ = chat_pad_id(*v.tokenizer);
+      return make_sft_source(std::move(plain), split.train, split.held_out, v.tokenizer, sft_, n_chat);
     }
     if (!context.model_tokenizer.empty()) {  // init_from / model_config with the model's own vocabulary
       model_tokens_ = true;
@@ -88,11 +118,24 @@ class TextTask : public Task {
     return make_text_source(load_text_corpus(corpus_), seq_len_, val_fraction_, context.eval_examples);
   }
   // What the accuracy counts: bytes, or the tokenizer's tokens.
+  // With sft, token_accuracy counts the plain windows only and chat_accuracy the chat examples' answer
+  // tokens (the answer and its <turn|>, not the padding after it).
   std::vector<std::string> metric_names() const override {
-    return {tokenizer_.empty() && !model_tokens_ ? "byte_accuracy" : "token_accuracy"};
+    std::vector<std::string> names = {tokenizer_.empty() && !model_tokens_ ? "byte_accuracy" : "token_accuracy"};
+    if (sft_ > 0) names.push_back("chat_accuracy");
+    return names;
   }
   std::vector<TaskMetric> validation_metrics(const std::vector<ScoredSequence>& scored) const override {
-    return {{metric_names()[0], scored_accuracy(scored)}};
+    if (sft_ == 0) return {{metric_names()[0], scored_accuracy(scored)}};
+    // The source's validation is the plain windows, then the chat examples.
+    const size_t plain = std::min(plain_validation_, scored.size());
+    const std::vector<ScoredSequence> windows(scored.begin(), scored.begin() + int64_t(plain));
+    int64_t right = 0, total = 0;
+    for (size_t s = plain; s < scored.size(); ++s)
+      for (size_t i = 0; i < scored[s].targets.size(); ++i)
+        if (scored[s].targets[i] != chat_pad_) right += scored[s].predicted[i] == scored[s].targets[i], ++total;
+    return {{metric_names()[0], scored_accuracy(windows)},
+            {metric_names()[1], total ? double(right) / double(total) : 0.0}};
   }
 
  private:
@@ -100,8 +143,13 @@ class TextTask : public Task {
   std::string corpus_ = "bible";
   std::string tokenizer_;  // a trained tokenizer (GGUF or tokenizer.json); empty: bytes
   float val_fraction_ = 0.02f;
+  double sft_ = 0;  // the fraction of training examples that are chat examples (train/sft.h)
   // Whether make_source tokenized with a model file's tokenizer (the trainer asks for metric names after).
   mutable bool model_tokens_ = false;
+  // With sft, what make_source built: the number of plain validation windows (the chat examples follow
+  // them) and the pad id that fills a chat example after its answer.
+  mutable size_t plain_validation_ = 0;
+  mutable int32_t chat_pad_ = -1;
 };
 
 std::map<std::string, TaskFactory>& registry() {
