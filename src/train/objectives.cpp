@@ -90,7 +90,10 @@ ObjectiveBatch uniform_state_batch(const std::vector<Example>& examples, const U
     const Example& e = examples[s];
     const int64_t P = std::min(e.prompt_len, L - 1);
     const int64_t B = std::min(o.block_length, L - P);
-    const int64_t b = P + int64_t(rng.below(uint64_t(L - P - B + 1)));
+    // An example with a prompt (SFT) puts its block right after the prompt half of the time, where
+    // decoding puts the first canvas of a reply; otherwise, and for plain text, anywhere after it.
+    const bool at_prompt = P > 0 && rng.below(2) == 0;
+    const int64_t b = at_prompt ? P : P + int64_t(rng.below(uint64_t(L - P - B + 1)));
     const double t = o.eps + (1.0 - o.eps) * (1.0 - rng.uniform());  // (eps, 1]
     const size_t base = s * size_t(L) + size_t(L - b - B);  // row of clean token 0
     for (int64_t i = 0; i < b + B; ++i) {

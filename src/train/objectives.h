@@ -41,7 +41,8 @@ ObjectiveBatch autoregressive_batch(const std::vector<Example>& examples);
 // Uniform-state block diffusion as DiffusionGemma trains (docs/diffusiongemma.md section 4), laid out so
 // that one forward pass holds both of its views of an example:
 //   - a block of `block_length` response positions starting at b (uniform over [prompt_len, L - block],
-//     so the model sees every context length it meets when decoding), corrupted with probability
+//     so the model sees every context length it meets when decoding; for an example with a prompt,
+//     b = prompt_len half of the time, where a reply's first canvas starts), corrupted with probability
 //     t ~ U(eps, 1] per example by uniformly random tokens from [0, vocab); givens are never corrupted;
 //   - the clean tokens before b, causal (the encoder's view, whose K/V the decoder reads from the cache).
 // Row layout per sequence of length L: [unused rows ; clean 0..b-1 ; corrupted block b..b+B-1], at RoPE
