@@ -20,6 +20,7 @@
 #include "io/json.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
+#include "io/tokenizer.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "train/data.h"
@@ -313,6 +314,29 @@ TEST(HardenLlamaCpp, WrittenModelFilesCarryLlamaCppGeneralKeys) {
       EXPECT_EQ(value.to_string(8), "\"gpt-2\"");
     }
   }
+}
+
+TEST(HardenLlamaCpp, LegacyPreTokenizerSpellingIsWrittenAsLlamaCppsAndStillRead) {
+  test::TempDir dir;
+  // A file from before canvas used llama.cpp's spelling (models/text-ar.gguf has tokenizer.ggml.pre "gpt2",
+  // which llama.cpp refuses: "unknown pre-tokenizer type").
+  const auto old_file = GgufFile::open(test::source_path("models/text-ar.gguf"));
+  ASSERT_EQ(old_file->get_string("tokenizer.ggml.pre", ""), "gpt2");
+  const Tokenizer old_tok = Tokenizer::from_gguf(*old_file);
+  GgufWriter w;
+  for (const auto& [k, v] : old_file->metadata()) w.set(k, v);
+  std::vector<float> weights(64, 0.f);
+  w.add_tensor("blk.0.attn_q.weight", DType::F32, {8, 8}, weights.data(), weights.size() * 4);
+  w.write(dir.path("m.gguf"));
+  const auto f = GgufFile::open(dir.path("m.gguf"));
+  EXPECT_EQ(f->get_string("tokenizer.ggml.pre", ""), "gpt-2");
+  EXPECT_EQ(f->get_int("general.file_type", -1), 0);             // LLAMA_FTYPE_ALL_F32
+  EXPECT_EQ(f->get_int("general.quantization_version", -1), 2);  // GGML_QUANT_VERSION
+  EXPECT_EQ(f->get_string("general.name", ""), "canvas text ar");
+  // Both spellings tokenize the same way.
+  const Tokenizer new_tok = Tokenizer::from_gguf(*f);
+  const std::string text = "In the beginning, 1:1 God's  \xc3\xa9\n";
+  EXPECT_EQ(new_tok.encode(text), old_tok.encode(text));
 }
 
 }  // namespace
