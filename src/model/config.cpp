@@ -492,8 +492,9 @@ void config_to_gguf(const ModelConfig& c, GgufWriter& w) {
   check_expressible(c.rope.active_pairs == 0, c, "RoPE active pairs (proportional RoPE)");
   check_expressible(c.activation == Activation::Silu, c, "activation");
   check_expressible(c.embedding_scale == 1.f, c, "embedding scale");
-  check_expressible(!c.qk_norm && !c.v_norm && c.sliding_window == 0 && !c.dense_and_moe && !c.router_norm &&
-                        !c.has_decoder,
+  // Q/K norms are stored as tensors (attn_q_norm / attn_k_norm), which llama.cpp reads for llada-moe only.
+  check_expressible((!c.qk_norm || c.arch == "llada-moe") && !c.v_norm && c.sliding_window == 0 &&
+                        !c.dense_and_moe && !c.router_norm && !c.has_decoder,
                     c, "q/k/v norms, sliding window, dense-and-experts MLP, router norm or decoder");
   check_expressible(c.attention_scale == 0 || c.attention_scale == 1.f / std::sqrt(float(c.head_dim)), c,
                     "attention scale");
