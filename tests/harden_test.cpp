@@ -412,5 +412,32 @@ TEST(HardenLlamaCpp, LladaMoeQkNormTensorsAreReadAndApplied) {
   EXPECT_NO_THROW(config_to_gguf(normed.config, w));
 }
 
+// Gemma 4 keys as llama.cpp's gemma4 loader reads them: it requires ARCH.embedding_length_per_layer_input
+// (canvas writes 0, as llama.cpp's converter does for models without per-layer inputs); canvas refuses the
+// E2B / E4B features it does not run (per-layer inputs, KV sharing), naming the key.
+TEST(HardenLlamaCpp, GemmaFilesCarryLlamaCppsPerLayerInputKeyAndRefuseWhatCanvasCannotRun) {
+  test::TempDir dir;
+  ModelConfig c = config_from_hf(test::fixture("tiny-diffusion-gemma/config.json"));
+  for (const char* arch : {"gemma4", "diffusion-gemma"}) {
+    SCOPED_TRACE(arch);
+    c.arch = arch;
+    c.has_decoder = c.uniform_state = c.arch == "diffusion-gemma";
+    c.causal = c.shift_logits = c.arch == "gemma4";
+    GgufWriter w;
+    config_to_gguf(c, w);
+    w.write(dir.path("g.gguf"));
+    const auto f = GgufFile::open(dir.path("g.gguf"));
+    EXPECT_EQ(f->get_int(std::string(arch) + ".embedding_length_per_layer_input", -1), 0);
+    EXPECT_NO_THROW(config_from_gguf(*f));
+    for (const char* key : {".embedding_length_per_layer_input", ".attention.shared_kv_layers"}) {
+      GgufWriter bad = w;
+      bad.set(std::string(arch) + key, GgufValue::u32(256));
+      bad.write(dir.path("bad.gguf"));
+      expect_error([&] { config_from_gguf(*GgufFile::open(dir.path("bad.gguf"))); },
+                   {"bad.gguf", std::string(arch) + key, "not supported"});
+    }
+  }
+}
+
 }  // namespace
 }  // namespace canvas
