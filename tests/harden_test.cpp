@@ -347,9 +347,9 @@ TEST(HardenLlamaCpp, LegacyPreTokenizerSpellingIsWrittenAsLlamaCppsAndStillRead)
 TEST(HardenLlamaCpp, LladaMoeQkNormTensorsAreReadAndApplied) {
   test::TempDir dir;
   std::vector<std::vector<float>> keep;  // the edited tensors' data, alive until written
-  auto variant = [&](const std::string& name, bool norms, float q_scale, float k_scale) {
+  auto variant = [&](const std::string& name, float q_scale, float k_scale) {
     return edited_gguf("tiny-llada-moe.gguf", dir.path(name), [](GgufWriter&) {},
-                       [&, norms, q_scale, k_scale](const TensorView& t, const void*& data) {
+                       [&, q_scale, k_scale](const TensorView& t, const void*& data) {
                          const bool q = t.name.ends_with(".attn_q.weight"), k = t.name.ends_with(".attn_k.weight");
                          if (q || k) {
                            keep.emplace_back(t.f32(), t.f32() + t.elements());
@@ -360,7 +360,7 @@ TEST(HardenLlamaCpp, LladaMoeQkNormTensorsAreReadAndApplied) {
                        });
   };
   auto with_norms = [&](const std::string& name, float q_scale, float k_scale) {
-    const std::string plain = variant(name + ".plain.gguf", true, q_scale, k_scale);
+    const std::string plain = variant(name + ".plain.gguf", q_scale, k_scale);
     auto file = GgufFile::open(plain);
     GgufWriter w;
     for (const auto& [k, v] : file->metadata()) w.set(k, v);
@@ -401,11 +401,11 @@ TEST(HardenLlamaCpp, LladaMoeQkNormTensorsAreReadAndApplied) {
   };
   const Model normed = Model::load(with_norms("normed.gguf", 1.f, 1.f));
   EXPECT_TRUE(normed.config.qk_norm);
-  EXPECT_FALSE(Model::load(variant("plain.gguf", false, 1.f, 1.f)).config.qk_norm);
+  EXPECT_FALSE(Model::load(variant("plain.gguf", 1.f, 1.f)).config.qk_norm);
   const std::vector<float> base = logits(dir.path("normed.gguf"));
   const std::vector<float> scaled = logits(with_norms("normed-scaled.gguf", 3.f, 2.f));
   EXPECT_LT(max_diff(base, scaled), 1e-4f);
-  EXPECT_GT(max_diff(logits(dir.path("plain.gguf")), logits(variant("plain-scaled.gguf", false, 3.f, 2.f))), 1e-2f);
+  EXPECT_GT(max_diff(logits(dir.path("plain.gguf")), logits(variant("plain-scaled.gguf", 3.f, 2.f))), 1e-2f);
   EXPECT_GT(max_diff(base, logits(dir.path("plain.gguf"))), 1e-2f);
   // canvas writes the model back with the norms (the trainer's export and convert go through config_to_gguf).
   GgufWriter w;
