@@ -18,5 +18,11 @@ fi
 # The openai npm client and playwright-core (drives Debian's chromium) for tests/node, at the versions
 # package-lock.json pins.
 (cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
+# llama.cpp for the compatibility tests (tests/llamacpp): node-llama-cpp with its prebuilt CPU binaries for
+# x86-64 Linux only (--omit=optional skips the CUDA/Vulkan/other-platform builds; --ignore-scripts and
+# NODE_LLAMA_CPP_SKIP_DOWNLOAD: it never downloads or compiles llama.cpp). Elsewhere the test is skipped.
+if [ "$(uname -s)-$(uname -m)" = "Linux-x86_64" ]; then
+  (cd tests/llamacpp && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --omit=optional --ignore-scripts --no-audit --no-fund --loglevel=error)
+fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"

@@ -20,7 +20,9 @@
 #include "io/json.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
+#include "io/tokenizer.h"
 #include "model/config.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 #include "train/data.h"
 #include "test_util.h"
@@ -311,6 +313,128 @@ TEST(HardenLlamaCpp, WrittenModelFilesCarryLlamaCppGeneralKeys) {
   for (const auto& [key, value] : train::byte_tokenizer_metadata(false)) {
     if (key == "tokenizer.ggml.pre") {
       EXPECT_EQ(value.to_string(8), "\"gpt-2\"");
+    }
+  }
+}
+
+TEST(HardenLlamaCpp, LegacyPreTokenizerSpellingIsWrittenAsLlamaCppsAndStillRead) {
+  test::TempDir dir;
+  // A file from before canvas used llama.cpp's spelling (models/text-ar.gguf has tokenizer.ggml.pre "gpt2",
+  // which llama.cpp refuses: "unknown pre-tokenizer type").
+  const auto old_file = GgufFile::open(test::source_path("models/text-ar.gguf"));
+  ASSERT_EQ(old_file->get_string("tokenizer.ggml.pre", ""), "gpt2");
+  const Tokenizer old_tok = Tokenizer::from_gguf(*old_file);
+  GgufWriter w;
+  for (const auto& [k, v] : old_file->metadata()) w.set(k, v);
+  std::vector<float> weights(64, 0.f);
+  w.add_tensor("blk.0.attn_q.weight", DType::F32, {8, 8}, weights.data(), weights.size() * 4);
+  w.write(dir.path("m.gguf"));
+  const auto f = GgufFile::open(dir.path("m.gguf"));
+  EXPECT_EQ(f->get_string("tokenizer.ggml.pre", ""), "gpt-2");
+  EXPECT_EQ(f->get_int("general.file_type", -1), 0);             // LLAMA_FTYPE_ALL_F32
+  EXPECT_EQ(f->get_int("general.quantization_version", -1), 2);  // GGML_QUANT_VERSION
+  EXPECT_EQ(f->get_string("general.name", ""), "canvas text ar");
+  // Both spellings tokenize the same way.
+  const Tokenizer new_tok = Tokenizer::from_gguf(*f);
+  const std::string text = "In the beginning, 1:1 God's  \xc3\xa9\n";
+  EXPECT_EQ(new_tok.encode(text), old_tok.encode(text));
+}
+
+// LLaDA-MoE as llama.cpp's converter writes it: per-head RMSNorm weights blk.N.attn_{q,k}_norm.weight
+// ({head_dim}), applied to Q and K before RoPE. A per-head RMSNorm makes attention independent of the
+// scale of each head's Q and K, so scaling attn_q / attn_k changes the logits without the norms and
+// leaves them unchanged with them: that shows canvas binds the norms and applies them per head.
+TEST(HardenLlamaCpp, LladaMoeQkNormTensorsAreReadAndApplied) {
+  test::TempDir dir;
+  std::vector<std::vector<float>> keep;  // the edited tensors' data, alive until written
+  auto variant = [&](const std::string& name, float q_scale, float k_scale) {
+    return edited_gguf("tiny-llada-moe.gguf", dir.path(name), [](GgufWriter&) {},
+                       [&, q_scale, k_scale](const TensorView& t, const void*& data) {
+                         const bool q = t.name.ends_with(".attn_q.weight"), k = t.name.ends_with(".attn_k.weight");
+                         if (q || k) {
+                           keep.emplace_back(t.f32(), t.f32() + t.elements());
+                           for (float& v : keep.back()) v *= q ? q_scale : k_scale;
+                           data = keep.back().data();
+                         }
+                         return true;
+                       });
+  };
+  auto with_norms = [&](const std::string& name, float q_scale, float k_scale) {
+    const std::string plain = variant(name + ".plain.gguf", q_scale, k_scale);
+    auto file = GgufFile::open(plain);
+    GgufWriter w;
+    for (const auto& [k, v] : file->metadata()) w.set(k, v);
+    for (const TensorView& t : file->tensors())
+      w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims), t.data,
+                   uint64_t(t.bytes()));
+    const int64_t layers = file->require_int("llada-moe.block_count"), head_dim = 16;
+    keep.emplace_back(size_t(head_dim), 0.f);
+    for (int64_t i = 0; i < head_dim; ++i) keep.back()[size_t(i)] = 0.5f + 0.1f * float(i);  // not all ones
+    for (int64_t l = 0; l < layers; ++l)
+      for (const char* which : {"attn_q_norm", "attn_k_norm"})
+        w.add_tensor("blk." + std::to_string(l) + "." + which + ".weight", DType::F32, {head_dim},
+                     keep.back().data(), uint64_t(head_dim) * 4);
+    w.write(dir.path(name));
+    return dir.path(name);
+  };
+  const std::vector<int32_t> ids = {5, 17, 42, 99, 3, 250, 7, 318, 318, 12};
+  std::vector<int32_t> rows(ids.size());
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = int32_t(i);
+  auto logits = [&](const std::string& path) {
+    const Model m = Model::load(path);
+    KvCache cache(m.config, int64_t(ids.size()));
+    std::vector<int32_t> groups(ids.size(), 0);
+    std::vector<float> out(rows.size() * size_t(m.config.vocab));
+    ForwardRequest req;
+    req.tokens = ids.data();
+    req.n = int64_t(ids.size());
+    req.groups = groups.data();
+    req.logit_rows = rows;
+    req.logits = out.data();
+    forward(m, cache, req, nullptr);
+    return out;
+  };
+  auto max_diff = [](const std::vector<float>& a, const std::vector<float>& b) {
+    float d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+    return d;
+  };
+  const Model normed = Model::load(with_norms("normed.gguf", 1.f, 1.f));
+  EXPECT_TRUE(normed.config.qk_norm);
+  EXPECT_FALSE(Model::load(variant("plain.gguf", 1.f, 1.f)).config.qk_norm);
+  const std::vector<float> base = logits(dir.path("normed.gguf"));
+  const std::vector<float> scaled = logits(with_norms("normed-scaled.gguf", 3.f, 2.f));
+  EXPECT_LT(max_diff(base, scaled), 1e-4f);
+  EXPECT_GT(max_diff(logits(dir.path("plain.gguf")), logits(variant("plain-scaled.gguf", 3.f, 2.f))), 1e-2f);
+  EXPECT_GT(max_diff(base, logits(dir.path("plain.gguf"))), 1e-2f);
+  // canvas writes the model back with the norms (the trainer's export and convert go through config_to_gguf).
+  GgufWriter w;
+  EXPECT_NO_THROW(config_to_gguf(normed.config, w));
+}
+
+// Gemma 4 keys as llama.cpp's gemma4 loader reads them: it requires ARCH.embedding_length_per_layer_input
+// (canvas writes 0, as llama.cpp's converter does for models without per-layer inputs); canvas refuses the
+// E2B / E4B features it does not run (per-layer inputs, KV sharing), naming the key.
+TEST(HardenLlamaCpp, GemmaFilesCarryLlamaCppsPerLayerInputKeyAndRefuseWhatCanvasCannotRun) {
+  test::TempDir dir;
+  ModelConfig c = config_from_hf(test::fixture("tiny-diffusion-gemma/config.json"));
+  for (const char* arch : {"gemma4", "diffusion-gemma"}) {
+    SCOPED_TRACE(arch);
+    c.arch = arch;
+    c.has_decoder = c.uniform_state = c.arch == "diffusion-gemma";
+    c.causal = c.shift_logits = c.arch == "gemma4";
+    GgufWriter w;
+    config_to_gguf(c, w);
+    w.write(dir.path("g.gguf"));
+    const auto f = GgufFile::open(dir.path("g.gguf"));
+    EXPECT_EQ(f->get_int(std::string(arch) + ".embedding_length_per_layer_input", -1), 0);
+    EXPECT_NO_THROW(config_from_gguf(*f));
+    for (const char* key : {".embedding_length_per_layer_input", ".attention.shared_kv_layers"}) {
+      GgufWriter bad = w;
+      bad.set(std::string(arch) + key, GgufValue::u32(256));
+      bad.write(dir.path("bad.gguf"));
+      expect_error([&] { config_from_gguf(*GgufFile::open(dir.path("bad.gguf"))); },
+                   {"bad.gguf", std::string(arch) + key, "not supported"});
     }
   }
 }

@@ -206,7 +206,7 @@ TEST_F(TokenizerTest, Gpt2PreTokenizerSplits) {
 
 TEST_F(TokenizerTest, Llama3AndQwen2PreTokenizerSplits) {
   using W = std::vector<std::string>;
-  for (const char* pre : {"llama-bpe", "llama3", "qwen2"}) {
+  for (const char* pre : {"llama-bpe", "llama3", "qwen2", "llada-moe"}) {
     SCOPED_TRACE(pre);
     const Tokenizer t = make(pre);
     EXPECT_FALSE(t.pre_is_fallback());
@@ -224,6 +224,9 @@ TEST_F(TokenizerTest, Llama3AndQwen2PreTokenizerSplits) {
   EXPECT_EQ(make("llama-bpe").pre_tokenize("12345 6"), (W{"123", "45", " ", "6"}));
   EXPECT_EQ(make("qwen2").pre_tokenize("12345 6"), (W{"1", "2", "3", "4", "5", " ", "6"}));
   EXPECT_EQ(make("qwen2").pre_tokenize("\u6570\u5B57123"), (W{"\u6570\u5B57", "1", "2", "3"}));
+  // llama.cpp reads "llada-moe" (what its converter writes for LLaDA-MoE) with the BAILINGMOE regex:
+  // `\p{N}`, one digit per word, as Qwen2.
+  EXPECT_EQ(make("llada-moe").pre_tokenize("12345 6"), (W{"1", "2", "3", "4", "5", " ", "6"}));
 }
 
 TEST_F(TokenizerTest, UnknownPreTokenizerFallsBackToGpt2Rules) {

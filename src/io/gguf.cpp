@@ -686,8 +686,9 @@ int64_t llama_file_type(DType type) {
 }  // namespace
 
 // A model file (one with general.architecture) gets the general keys llama.cpp's converters always write
-// when the writer did not set them: general.name (the architecture) and general.file_type (from the
-// type most matrix elements are stored in). Vocabulary-only and other files are left as they are.
+// when the writer did not set them: general.name (the architecture), general.file_type (from the type
+// most matrix elements are stored in) and general.quantization_version. Every file gets tokenizer.ggml.pre
+// in llama.cpp's spelling.
 void GgufWriter::add_llama_cpp_general_keys(std::vector<std::pair<std::string, GgufValue>>& metadata,
                                             const std::vector<PendingTensor>& tensors) {
   auto find = [&](const std::string& key) -> const GgufValue* {
@@ -695,6 +696,9 @@ void GgufWriter::add_llama_cpp_general_keys(std::vector<std::pair<std::string, G
       if (k == key) return &v;
     return nullptr;
   };
+  // canvas wrote "gpt2" before; llama.cpp accepts only its own spelling "gpt-2" (the same regex).
+  for (auto& [k, v] : metadata)
+    if (k == "tokenizer.ggml.pre" && v.type == GgufType::String && v.s == "gpt2") v.s = "gpt-2";
   const GgufValue* arch = find("general.architecture");
   if (!arch || arch->type != GgufType::String) return;
   if (!find("general.name")) metadata.emplace_back("general.name", *arch);
@@ -717,6 +721,8 @@ void GgufWriter::add_llama_cpp_general_keys(std::vector<std::pair<std::string, G
     if (const int64_t ftype = llama_file_type(most); ftype >= 0)
       metadata.emplace_back("general.file_type", GgufValue::u32(uint32_t(ftype)));
   }
+  // llama.cpp's converters write the ggml block-format version (GGML_QUANT_VERSION, 2) into every model.
+  if (!find("general.quantization_version")) metadata.emplace_back("general.quantization_version", GgufValue::u32(2));
 }
 
 void GgufWriter::write(const std::string& path, uint64_t alignment) const {

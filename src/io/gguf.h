@@ -113,7 +113,8 @@ class GgufWriter {
   void add_tensor(const std::string& name, DType type, const std::vector<int64_t>& shape, const void* data,
                   uint64_t bytes);
   // Writes to path + ".tmp" and renames, so a crash never leaves a half-written file at `path`. A file
-  // with general.architecture also gets general.name and general.file_type (llama.cpp's values) unless set.
+  // with general.architecture also gets general.name, general.file_type and general.quantization_version
+  // (llama.cpp's values) unless set; tokenizer.ggml.pre "gpt2" (canvas's old spelling) is written "gpt-2".
   void write(const std::string& path, uint64_t alignment = 32) const;
 
  private:

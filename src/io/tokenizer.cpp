@@ -270,14 +270,18 @@ struct PreName {
   bool ignore_merges;
 };
 // Names llama.cpp writes into tokenizer.ggml.pre, mapped to the rule set their regex matches.
-// "llada"/"llada-moe" are assumed to use the cl100k-style (Llama-3) rules.
+// "llada-moe" is llama.cpp's BAILINGMOE regex (one digit per word; its `\s*[\r\n]` ends where Qwen2's
+// `\s*[\r\n]+` does, at the run's last newline), so the Qwen2 rules. "gpt2", "llada" and "dream" are not
+// llama.cpp names (canvas's older spelling and guesses), kept so such files still load; "llada" is
+// assumed to use the cl100k-style (Llama-3) rules.
 constexpr PreName kPreNames[] = {
     {"default", PreTokenizer::Gpt2, false},     {"gpt2", PreTokenizer::Gpt2, false},
     {"gpt-2", PreTokenizer::Gpt2, false},       {"olmo", PreTokenizer::Gpt2, false},
     {"llama3", PreTokenizer::Llama3, true},     {"llama-bpe", PreTokenizer::Llama3, true},
     {"llama-v3", PreTokenizer::Llama3, true},   {"dbrx", PreTokenizer::Llama3, false},
     {"smaug-bpe", PreTokenizer::Llama3, false}, {"llada", PreTokenizer::Llama3, false},
-    {"llada-moe", PreTokenizer::Llama3, false}, {"qwen2", PreTokenizer::Qwen2, false},
+    {"llada-moe", PreTokenizer::Qwen2, false},  {"bailingmoe", PreTokenizer::Qwen2, false},
+    {"bailingmoe2", PreTokenizer::Qwen2, false}, {"qwen2", PreTokenizer::Qwen2, false},
     {"dream", PreTokenizer::Qwen2, false},      {"deepseek-r1-qwen", PreTokenizer::Qwen2, false},
 };
 

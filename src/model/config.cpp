@@ -123,6 +123,11 @@ ModelConfig gemma_config_from_gguf(const GgufFile& file, ModelConfig c) {
   c.rms_eps = float(file.get_float(p + "attention.layer_norm_rms_epsilon", 1e-6));
   c.logit_softcap = float(file.get_float(p + "final_logit_softcapping", 0.0));
   c.sliding_window = file.get_int(p + "attention.sliding_window", 0);
+  // Gemma 4 E2B / E4B features (llama.cpp's keys) that this forward does not implement.
+  for (const char* key : {"embedding_length_per_layer_input", "attention.shared_kv_layers"})
+    check(file.get_int(p + key, 0) == 0, file.path() + ": key " + p + key + " = " +
+                                             std::to_string(file.get_int(p + key, 0)) +
+                                             " (per-layer inputs / KV sharing between layers) is not supported");
   set_gemma_constants(c);
   if (file.find(p + "embedding_scale")) {
     // canvas's converter records the scale the source checkpoint's reference used.
@@ -435,6 +440,8 @@ void gemma_config_to_gguf(const ModelConfig& c, GgufWriter& w) {
   if (!c.name.empty()) w.set("general.name", GgufValue::string(c.name));
   w.set(p + "context_length", u32(c.context_length));
   w.set(p + "embedding_length", u32(c.hidden));
+  // llama.cpp's gemma4 loader requires it (0: no per-layer inputs, as its converter writes for 26B-A4B / 31B).
+  w.set(p + "embedding_length_per_layer_input", u32(0));
   w.set(p + "block_count", u32(c.n_layers));
   w.set(p + "feed_forward_length", u32(c.ffn));
   if (c.is_moe()) {
@@ -492,8 +499,9 @@ void config_to_gguf(const ModelConfig& c, GgufWriter& w) {
   check_expressible(c.rope.active_pairs == 0, c, "RoPE active pairs (proportional RoPE)");
   check_expressible(c.activation == Activation::Silu, c, "activation");
   check_expressible(c.embedding_scale == 1.f, c, "embedding scale");
-  check_expressible(!c.qk_norm && !c.v_norm && c.sliding_window == 0 && !c.dense_and_moe && !c.router_norm &&
-                        !c.has_decoder,
+  // Q/K norms are stored as tensors (attn_q_norm / attn_k_norm), which llama.cpp reads for llada-moe only.
+  check_expressible((!c.qk_norm || c.arch == "llada-moe") && !c.v_norm && c.sliding_window == 0 &&
+                        !c.dense_and_moe && !c.router_norm && !c.has_decoder,
                     c, "q/k/v norms, sliding window, dense-and-experts MLP, router norm or decoder");
   check_expressible(c.attention_scale == 0 || c.attention_scale == 1.f / std::sqrt(float(c.head_dim)), c,
                     "attention scale");

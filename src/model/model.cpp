@@ -361,6 +361,8 @@ Model bind_gguf(const std::string& path) {
       c.context_length = std::min(c.context_length, pe->ne[1]);
     }
     c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+    // llama.cpp's LLaDA-MoE files hold per-head Q/K RMSNorm weights (attn_q_norm / attn_k_norm).
+    c.qk_norm = f.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
   }
   bind_tensors(m, source_of(f), [](const TensorSpec& t) { return t.gguf; });
   check_every_tensor_bound(m, f);

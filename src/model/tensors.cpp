@@ -70,6 +70,10 @@ void llama_tensors(const ModelConfig& c, std::vector<TensorSpec>& out) {
       s.add(TensorRole::Bk, b + "attn_k.bias", "", {kv_width}, K::Vector, I::Zero);
       s.add(TensorRole::Bv, b + "attn_v.bias", "", {kv_width}, K::Vector, I::Zero);
     }
+    if (c.qk_norm) {  // LLaDA-MoE: RMSNorm of each Q and K head before RoPE
+      s.add(TensorRole::QNorm, b + "attn_q_norm.weight", "", {a.head_dim}, K::Vector, I::One);
+      s.add(TensorRole::KNorm, b + "attn_k_norm.weight", "", {a.head_dim}, K::Vector, I::One);
+    }
     s.add(TensorRole::Wo, b + "attn_output.weight", "", {q_width, H}, K::Matrix, I::Residual);
     s.add(TensorRole::FfnNorm, b + "ffn_norm.weight", "", {H}, K::Vector, I::One);
     if (c.is_moe()) {
