@@ -437,7 +437,7 @@ TEST(CliInstall, InstalledBinaryFindsItsModels) {
   size_t got;
   while ((got = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, got);
   EXPECT_EQ(pclose(pipe), 0) << out;
-  EXPECT_TRUE(has(out, prefix + "/share/canvas/models/text-dg.gguf")) << out;
+  EXPECT_TRUE(has(out, prefix + "/share/canvas/models/text-dg-chat.gguf")) << out;
   // Completion offers the options of the subcommand being typed, read from the binary's own --help.
   const std::string complete = "bash -c 'source " + prefix +
                                "/share/bash-completion/completions/canvas; COMP_WORDS=(" + prefix +

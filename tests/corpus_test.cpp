@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "test_util.h"
 #include "train/corpus.h"
+#include "train/task.h"
 #include "train/trainer.h"
 
 namespace canvas {
@@ -200,6 +201,29 @@ TEST(Train, TokenizedCorpusRunSavesTheTokenizersVocabulary) {
   }
   std::remove(text.c_str());
   std::remove(vocab.c_str());
+}
+
+
+// A run that takes its vocabulary from a model (init_from / model_config) and names a corpus (kjv) holds
+// out the same chapters, as the same token windows, as a run with `tokenizer = FILE`: stage 2 of a recipe
+// never trains on what stage 1 held out.
+TEST(TextTask, NamedCorpusWithModelTokenizerHoldsOutTheSameChapters) {
+  const std::string tokenizer = test::source_path("models/tokenizer-kjv.gguf");
+  const std::string common = "task = text\ntext_corpus = kjv\nseq_len = 64\neval_examples = 16\n";
+  const train::RunConfig named = train::parse_run_config(common + "tokenizer = " + tokenizer + "\n", "a.cfg");
+  const train::RunConfig from_model = train::parse_run_config(common, "b.cfg");
+  train::TaskContext context;
+  context.objective = "ar";
+  context.eval_examples = 16;
+  const auto a = named.task_module->make_source(context);
+  context.model_tokenizer = tokenizer;
+  context.model_vocab = 8192;
+  const auto b = from_model.task_module->make_source(context);
+  ASSERT_EQ(a->validation().size(), 16u);
+  ASSERT_EQ(b->validation().size(), a->validation().size());
+  for (size_t i = 0; i < a->validation().size(); ++i)
+    EXPECT_EQ(b->validation()[i].tokens, a->validation()[i].tokens) << "validation window " << i;
+  EXPECT_EQ(b->vocab_size(), 8192);
 }
 
 }  // namespace

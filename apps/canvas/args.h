@@ -79,6 +79,11 @@ std::string data_dir();
 // `help_command` --help when none has it.
 std::string shipped_model_path(const std::string& name, const std::string& help_command);
 
+// The model generate and serve use without -m: canvas's DiffusionGemma-architecture text model; chat uses
+// its instruction-tuned variant.
+inline constexpr const char* kDefaultTextModel = "text-dg.gguf";
+inline constexpr const char* kDefaultChatModel = "text-dg-chat.gguf";
+
 // Thread count of -t/--threads (0 or absent: all cores), range-checked; warns on stderr when it exceeds
 // the machine's cores (oversubscribed threads make every pass wait on descheduled workers).
 int thread_count(const Args& args);

@@ -42,7 +42,8 @@ Decodes uniform-state models (DiffusionGemma) with the entropy-bound sampler, ma
 autoregressively.)",
     {
         {"-m,--model", "MODEL", "GGUF file, or a Hugging Face safetensors directory\n"
-                                "(default: the shipped text model, models/text-masked.gguf)"},
+                                "(default: the shipped instruction-tuned model,\n"
+                                "models/text-dg-chat.gguf)"},
         {"--tokenizer", "FILE", "tokenizer.json or a GGUF with a tokenizer (default: the model's own)"},
         {"--system,-sys,--system-prompt", "TEXT", "system prompt, kept at the start of the conversation"},
         {"--template", "NAME", "chat format: auto (the model's tokenizer.chat_template, default) | gemma4 | gemma |\n"
@@ -130,7 +131,7 @@ int cmd_chat(int argc, char** argv) {
   Args args(kChat, argc, argv, 2);
   check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
   const std::string model_path =
-      args.has("model") ? args.get("model", "") : shipped_model_path("text-masked.gguf", "canvas chat");
+      args.has("model") ? args.get("model", "") : shipped_model_path(kDefaultChatModel, "canvas chat");
   const Model model = Model::load(model_path);
   const ModelConfig& c = model.config;
   const TextTokenizer tokenizer = TextTokenizer::for_model(model, model_path, args.get("tokenizer", ""));

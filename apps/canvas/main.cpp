@@ -67,7 +67,7 @@ position before them is committed), then one stats line goes to stderr; with --j
 instead.)",
     {
         {"-m,--model", "MODEL", "GGUF file, or a Hugging Face safetensors directory (DiffusionGemma / Gemma 4)\n"
-                                "(default: the shipped text model, models/text-masked.gguf)"},
+                                "(default: the shipped text model, models/text-dg.gguf)"},
         {"-p,--prompt", "TEXT", "prompt text (encoded with the model's tokenizer); '-' reads it from stdin"},
         {"-f,--file", "FILE", "read the prompt from a file (one trailing newline dropped); without -p and -f,\n"
                               "a prompt piped into stdin is read"},
@@ -198,7 +198,7 @@ int cmd_generate(int argc, char** argv) {
   Args args(kGenerate, argc, argv, 2);
   check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
   const std::string prompt_text = cli::read_prompt(args, "canvas generate");
-  const std::string model_path = args.has("model") ? args.get("model", "") : cli::shipped_model_path("text-masked.gguf", "canvas generate");
+  const std::string model_path = args.has("model") ? args.get("model", "") : cli::shipped_model_path(cli::kDefaultTextModel, "canvas generate");
   const Model model = Model::load(model_path);
   const ModelConfig& c = model.config;
   const TextTokenizer tokenizer = TextTokenizer::for_model(model, model_path, args.get("tokenizer", ""));

@@ -31,7 +31,7 @@ Requests take OpenAI's fields (max_tokens, temperature, top_p, seed, stop, n = 1
 stream_options.include_usage) and canvas's knobs (steps, block_length, threshold, entropy_bound,
 cache, mode, canvas_draft). docs/serving.md has the details and measurements.)",
     {
-        {"-m,--model", "MODEL", "GGUF file or safetensors directory (default: models/text-masked.gguf)"},
+        {"-m,--model", "MODEL", "GGUF file or safetensors directory (default: models/text-dg.gguf)"},
         {"--host", "HOST", "address to listen on (default 127.0.0.1: this machine only)"},
         {"--port", "N", "TCP port (default 8080; 0: any free port, printed at start)"},
         {"--parallel", "N", "requests decoded at once, their steps batched (default: 4, or 2 x the cores if more)"},
@@ -51,7 +51,7 @@ int cmd_serve(int argc, char** argv) {
   Args args(kServe, argc, argv, 2);
   check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
   const std::string model_path =
-      args.has("model") ? args.get("model", "") : shipped_model_path("text-masked.gguf", "canvas serve");
+      args.has("model") ? args.get("model", "") : shipped_model_path(kDefaultTextModel, "canvas serve");
   const int64_t port = args.get_int("port", 8080);
   check(port >= 0 && port <= 65535, "--port must be between 0 and 65535");
   const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
