@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "io/gguf.h"
 #include "io/json.h"
+#include "io/tokenizer.h"
 
 namespace canvas {
 namespace {
@@ -141,6 +142,22 @@ BpeVocab bpe_vocab_from_json(const std::string& path, int64_t min_size) {
     if (post->contains("single") && (*post)["single"].is_array() && !(*post)["single"].empty())
       v.add_bos = (*post)["single"][0].contains("SpecialToken");
   return v;
+}
+
+Tokenizer bpe_tokenizer_from_json(const std::string& path, int32_t bos, int32_t eos, int32_t pad, int32_t mask) {
+  BpeVocab v = bpe_vocab_from_json(path);
+  if (mask < 0)
+    for (size_t i = 0; i < v.tokens.size(); ++i)
+      if (v.tokens[i] == "<|mdm_mask|>" && v.token_types[i] == 3) mask = int32_t(i);
+  const int64_t n = int64_t(v.tokens.size());
+  auto in_range = [n](int32_t id) { return id < n ? id : -1; };  // a config id past the tokenizer's tokens
+  std::vector<int32_t> types = v.token_types;
+  try {
+    return Tokenizer::from_vocab("gpt2", v.pre, std::move(v.tokens), std::move(types), std::move(v.merges),
+                                 in_range(bos), in_range(eos), in_range(pad), in_range(mask), v.add_bos);
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
 }
 
 std::string bpe_json_from_gguf(const GgufFile& file) {

@@ -8,6 +8,7 @@
 namespace canvas {
 
 class GgufFile;
+class Tokenizer;
 
 // The arrays tokenizer.ggml.* holds for a "gpt2" (byte-level BPE) tokenizer.
 struct BpeVocab {
@@ -31,6 +32,12 @@ bool is_byte_level_tokenizer_json(const std::string& path);
 // Error naming the file and the key for anything else (another pre-tokenizer regex, gaps in the ids, a
 // normalizer that changes text).
 BpeVocab bpe_vocab_from_json(const std::string& path, int64_t min_size = 0);
+
+// A byte-level tokenizer.json as a Tokenizer (io/tokenizer.h), with the special ids a model's config
+// gives (-1: none; the mask id is also looked up as the added token "<|mdm_mask|>" when -1). Errors as
+// bpe_vocab_from_json, and Tokenizer::from_vocab's.
+Tokenizer bpe_tokenizer_from_json(const std::string& path, int32_t bos = -1, int32_t eos = -1, int32_t pad = -1,
+                                  int32_t mask = -1);
 
 // The tokenizer.json text for a GGUF's "gpt2" tokenizer (tokenizer.ggml.{pre,tokens,token_type,merges}):
 // control and user-defined tokens become added_tokens; unused padding tokens are left out. Throws Error
