@@ -2,6 +2,8 @@
 #include "model/hf_families.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -51,6 +53,16 @@ struct Reader {
     check(ok, path + ": " + key + " = " + json_excerpt(*v) + " is not supported (" + why + ")");
   }
 };
+
+// The shortest decimal that reads back as `v` (1e-05, not 9.999999747378752e-06) for config.json.
+double short_decimal(float v) {
+  char buf[32];
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, double(v));
+    if (std::strtof(buf, nullptr) == v) break;
+  }
+  return std::strtod(buf, nullptr);
+}
 
 }  // namespace
 
@@ -240,8 +252,8 @@ Json hf_config_json(const ModelConfig& c) {
     j["embedding_size"] = c.vocab;
     j["max_sequence_length"] = c.context_length > 0 ? c.context_length : 4096;
     j["rope"] = true;
-    j["rope_theta"] = c.rope.theta;
-    j["rms_norm_eps"] = c.rms_eps;
+    j["rope_theta"] = short_decimal(c.rope.theta);
+    j["rms_norm_eps"] = short_decimal(c.rms_eps);
     j["weight_tying"] = c.tied_output;
     j["include_bias"] = false;
     j["include_qkv_bias"] = false;
@@ -291,8 +303,8 @@ Json hf_config_json(const ModelConfig& c) {
     j["hidden_act"] = "silu";
     j["vocab_size"] = c.vocab;
     j["max_position_embeddings"] = c.context_length > 0 ? c.context_length : 4096;
-    j["rms_norm_eps"] = c.rms_eps;
-    j["rope_theta"] = c.rope.theta;
+    j["rms_norm_eps"] = short_decimal(c.rms_eps);
+    j["rope_theta"] = short_decimal(c.rope.theta);
     j["rope_scaling"] = nullptr;
     j["tie_word_embeddings"] = c.tied_output;
   }
