@@ -307,6 +307,89 @@ TEST(HfFamilyLoad, ConfigValues) {
   EXPECT_NE(load_error(tmp.path("m")).find("missing tensor 'model.layers.0.self_attn.q_norm.weight'"), std::string::npos);
 }
 
+// LLaDA-MoE's qk_layernorm (per-head RMSNorm of q and k before RoPE): the directory, its GGUF and its
+// re-export give the same logits, and the norms change them (they are read, not ignored).
+TEST(HfQkNormCli, LladaMoeQkNormSurvivesConvertAndExport) {
+  test::TempDir tmp;
+  const std::string dir = tmp.path("qknorm");
+  write_variant("llada-moe", dir, [](auto& entries, auto& storage) {
+    for (int l = 0; l < 2; ++l)
+      for (const char* which : {"q_norm", "k_norm"}) {
+        storage.emplace_back(16 * 4);
+        float* w = reinterpret_cast<float*>(storage.back().data());
+        for (int i = 0; i < 16; ++i) w[i] = 1.f + 0.5f * float((i * 7 + l * 3 + (which[0] == 'k')) % 5) - 1.f;
+        entries.push_back({"model.layers." + std::to_string(l) + ".self_attn." + which + ".weight", DType::F32, {16},
+                           storage.back().data(), 16 * 4});
+      }
+  }, [](nlohmann::json& c) { c["qk_layernorm"] = true; });
+  const std::string ids = ids_of("llada-moe");
+  auto logits = [&](const std::string& model, const std::string& out) {
+    const auto r = test::run_canvas("logits -m " + model + " --ids " + ids + " --out " + out + " -t 2");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return read_npy(out);
+  };
+  const NpyArray a = logits(dir, tmp.path("a.npy"));
+  auto r = test::run_canvas("convert " + dir + " " + tmp.path("m.gguf"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(GgufFile::open(tmp.path("m.gguf"))->find_tensor("blk.1.attn_k_norm.weight"), nullptr);
+  const NpyArray b = logits(tmp.path("m.gguf"), tmp.path("b.npy"));
+  r = test::run_canvas("convert " + tmp.path("m.gguf") + " " + tmp.path("back") + " --to hf");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_same_safetensors(tmp.path("back"), dir);
+  const NpyArray want = read_npy(test::fixture("tiny-llada-moe.bidirectional.npy"));
+  EXPECT_LT(test::relative_error(b.data, a.data), 1e-6);
+  EXPECT_GT(test::relative_error(a.data, want.data), 1e-3);
+}
+
+// tokenizer.json pre-tokenizers: the Llama 3 and Qwen2 regexes select their rules, anything else is named.
+TEST(HfTokenizerJson, PreTokenizerRegexes) {
+  test::TempDir tmp;
+  nlohmann::json base = load_json_file(hf_dir("dream") + "/tokenizer.json");
+  auto variant = [&](const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = base;
+    edit(j);
+    std::ofstream(tmp.path(name)) << j.dump();
+    return tmp.path(name);
+  };
+  auto split = [](const std::string& regex) {
+    return nlohmann::json{{"type", "Sequence"},
+                          {"pretokenizers",
+                           {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
+                            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+  };
+  const std::string qwen2 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const std::string& qwen2_value = qwen2;  // as the parsed file holds it: single backslashes
+  EXPECT_EQ(bpe_vocab_from_json(hf_dir("dream") + "/tokenizer.json").pre, "gpt2");
+  EXPECT_EQ(bpe_vocab_from_json(variant("q.json", [&](auto& j) { j["pre_tokenizer"] = split(qwen2_value); })).pre, "qwen2");
+  std::string llama3 = qwen2_value;
+  llama3.replace(llama3.find("\\p{N}|"), 6, "\\p{N}{1,3}|");
+  EXPECT_EQ(bpe_vocab_from_json(variant("l.json", [&](auto& j) {
+              j["pre_tokenizer"] = split(llama3);
+              j["model"]["ignore_merges"] = true;
+            })).pre,
+            "llama-bpe");
+  auto error = [&](const std::string& path) {
+    try {
+      bpe_vocab_from_json(path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error(variant("x.json", [&](auto& j) { j["pre_tokenizer"] = split("\\w+"); })).find("regex"),
+            std::string::npos);
+  EXPECT_NE(error(variant("n.json", [&](auto& j) { j["normalizer"] = {{"type", "NFD"}}; })).find("normalizer"),
+            std::string::npos);
+  EXPECT_FALSE(is_byte_level_tokenizer_json(test::fixture("tiny-diffusion-gemma/tokenizer.json")));
+  EXPECT_TRUE(is_byte_level_tokenizer_json(hf_dir("llada") + "/tokenizer.json"));
+  // Ids past the file's tokens (a checkpoint's padded vocabulary) are unused padding.
+  const BpeVocab padded = bpe_vocab_from_json(hf_dir("llada") + "/tokenizer.json", 330);
+  ASSERT_EQ(padded.tokens.size(), 330u);
+  EXPECT_EQ(padded.tokens[325], "[PAD325]");
+  EXPECT_EQ(padded.token_types[325], 5);
+}
+
 TEST(HfRopeRows, PermutationRoundTrips) {
   std::vector<float> rows(2 * 8 * 3);  // 2 heads of 8 rows, 3 columns
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = float(i);

@@ -72,6 +72,8 @@ std::string hf_llama_family(const JsonDocument& doc) {
   if (lists_architecture(doc, "DreamModel")) return "dream";
   if (lists_architecture(doc, "Qwen2ForCausalLM")) return "qwen2";
   if (lists_architecture(doc, "LlamaForCausalLM")) return "llama";
+  // A config that names another class (e.g. a Gemma 4 one) is not one of these, whatever model_type says.
+  if (const nlohmann::json* a = doc.find("architectures"); a && a->is_array() && !a->empty()) return "";
   const std::string type = doc.get_string("model_type", "");
   if (type == "llada") return doc.has("d_model") ? "llada" : doc.has("num_experts") ? "llada-moe" : "";
   if (type == "lladamoe" || type == "llada_moe" || type == "llada-moe") return "llada-moe";

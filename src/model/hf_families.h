@@ -15,7 +15,8 @@ class JsonDocument;
 
 // The canvas architecture of a config.json in one of these layouts ("llada", "llada-moe", "dream",
 // "qwen2", "llama"), from `architectures` (LLaDAModelLM, LLaDAMoEModelLM, DreamModel, Qwen2ForCausalLM,
-// LlamaForCausalLM) or else `model_type`; "" when it is none of them (e.g. Gemma 4).
+// LlamaForCausalLM), or from `model_type` when `architectures` is absent or empty; "" when it is none of
+// them (e.g. Gemma 4).
 std::string hf_llama_family(const JsonDocument& doc);
 
 // Reads such a config.json (keys per family in docs/formats.md). The result describes the checkpoint as
