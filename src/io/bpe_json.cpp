@@ -20,6 +20,14 @@ constexpr const char* kLlama3Regex =
 constexpr const char* kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// j[key] when it is a string (else `fallback`); never throws, whatever the file holds.
+std::string string_or(const Json& j, const char* key, const std::string& fallback) {
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : fallback;
+}
+bool bool_or(const Json& j, const char* key, bool fallback) {
+  return j.is_object() && j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : fallback;
+}
+
 bool is_type(const Json& j, const char* type) {
   return j.is_object() && j.contains("type") && j["type"].is_string() && j["type"].get<std::string>() == type;
 }
@@ -52,8 +60,8 @@ std::string pre_name_of(const Json& pre, bool ignore_merges, const std::string& 
   check(is_type(bytes, "ByteLevel") && (!bytes.contains("use_regex") || !bytes["use_regex"].is_boolean() ||
                                         !bytes["use_regex"].get<bool>()),
         path + ": pre_tokenizer.pretokenizers.1 must be a ByteLevel with use_regex false, is " + json_excerpt(bytes));
-  const std::string behavior = split.value("behavior", std::string());
-  check(behavior == "Isolated" && !split.value("invert", false),
+  const std::string behavior = string_or(split, "behavior", "");
+  check(behavior == "Isolated" && !bool_or(split, "invert", false),
         path + ": pre_tokenizer Split must have behavior Isolated and invert false");
   const std::string regex = split["pattern"]["Regex"].get<std::string>();
   if (regex == kLlama3Regex) return ignore_merges ? "llama-bpe" : "smaug-bpe";
@@ -116,7 +124,7 @@ BpeVocab bpe_vocab_from_json(const std::string& path, int64_t min_size) {
       const int64_t id = t["id"].get<int64_t>();
       check(id >= 0 && id < (int64_t(1) << 31), path + ": added_tokens id " + std::to_string(id) + " is invalid");
       const std::string text = t["content"].get<std::string>();
-      const int32_t type = t.value("special", false) ? 3 : 4;
+      const int32_t type = bool_or(t, "special", false) ? 3 : 4;
       auto it = by_id.find(id);
       check(it == by_id.end() || it->second.first == text,
             path + ": added token " + std::to_string(id) + " '" + text + "' disagrees with model.vocab ('" +
@@ -252,7 +260,11 @@ std::string bpe_json_from_gguf(const GgufFile& file) {
                               {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}})},
         {"special_tokens", {{b, {{"id", b}, {"ids", Json::array({bos})}, {"tokens", Json::array({b})}}}}}};
   }
-  return root.dump(1) + "\n";
+  try {
+    return root.dump(1) + "\n";
+  } catch (const nlohmann::json::exception& e) {  // a token that is not valid UTF-8
+    throw Error(file.path() + ": tokenizer.ggml.tokens cannot be written as tokenizer.json: " + e.what());
+  }
 }
 
 }  // namespace canvas

@@ -28,7 +28,8 @@ int32_t added_token_id(const std::string& tokenizer_json, const std::string& tex
   const nlohmann::json root = load_json_file(tokenizer_json);
   if (!root.is_object() || !root.contains("added_tokens") || !root["added_tokens"].is_array()) return -1;
   for (const auto& t : root["added_tokens"])
-    if (t.is_object() && t.value("content", std::string()) == text && t.contains("id") && t["id"].is_number_integer())
+    if (t.is_object() && t.contains("content") && t["content"].is_string() && t["content"].get<std::string>() == text &&
+        t.contains("id") && t["id"].is_number_integer())
       return int32_t(t["id"].get<int64_t>());
   return -1;
 }
