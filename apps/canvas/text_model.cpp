@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "io/bpe_json.h"
 #include "io/gguf.h"
 #include "io/hf_tokenizer.h"
 #include "io/json.h"
@@ -186,12 +187,23 @@ TextTokenizer TextTokenizer::for_model(const Model& model, const std::string& mo
     }
     t.origin_ = file.path();
   };
+  // Byte-level BPE (LLaDA, Dream, LLaDA-MoE) or Gemma's SentencePiece-style BPE; the special ids of a
+  // byte-level file come from the model's config.
+  auto from_json = [&](const std::string& path) {
+    if (is_byte_level_tokenizer_json(path)) {
+      const ModelConfig& c = model.config;
+      t.bpe_ = std::make_shared<const Tokenizer>(
+          bpe_tokenizer_from_json(path, c.bos_token, c.eos_token, c.pad_token, c.mask_token));
+    } else {
+      t.sentencepiece_ = std::make_shared<const HfTokenizer>(HfTokenizer::from_json(path));
+    }
+    t.origin_ = path;
+  };
   if (!explicit_path.empty()) {
     if (fs::path(explicit_path).extension() == ".gguf") {
       from_gguf(*GgufFile::open(explicit_path));
     } else {
-      t.sentencepiece_ = std::make_shared<const HfTokenizer>(HfTokenizer::from_json(explicit_path));
-      t.origin_ = explicit_path;
+      from_json(explicit_path);
     }
   } else if (model.file) {
     from_gguf(*model.file);
@@ -199,8 +211,7 @@ TextTokenizer TextTokenizer::for_model(const Model& model, const std::string& mo
     const std::string json = (fs::path(checkpoint_directory(model, model_path)) / "tokenizer.json").string();
     check(fs::exists(json), "the checkpoint has no tokenizer: " + json + " does not exist (give --tokenizer FILE: a "
                                                                        "tokenizer.json or a GGUF with a tokenizer)");
-    t.sentencepiece_ = std::make_shared<const HfTokenizer>(HfTokenizer::from_json(json));
-    t.origin_ = json;
+    from_json(json);
   }
   const int64_t size = t.bpe_ ? t.bpe_->vocab_size() : t.sentencepiece_->vocab_size();
   check(size <= model.config.vocab, t.origin_ + ": the tokenizer has " + std::to_string(size) +

@@ -11,6 +11,7 @@
 #include "args.h"
 #include "commands.h"
 #include "core/error.h"
+#include "io/bpe_json.h"
 #include "io/gguf.h"
 #include "io/hf_tokenizer.h"
 #include "io/json.h"
@@ -79,7 +80,11 @@ AnyTokenizer open_tokenizer(const std::string& path) {
   } else if (fs::path(path).extension() == ".json") {
     json_path = path;
   }
-  if (!json_path.empty()) return wrap(std::make_shared<const HfTokenizer>(HfTokenizer::from_json(json_path)));
+  if (!json_path.empty()) {
+    if (is_byte_level_tokenizer_json(json_path))
+      return wrap(std::make_shared<const Tokenizer>(bpe_tokenizer_from_json(json_path)));
+    return wrap(std::make_shared<const HfTokenizer>(HfTokenizer::from_json(json_path)));
+  }
   const auto file = GgufFile::open(path);
   const std::string model = file->get_string("tokenizer.ggml.model", "");
   check(!model.empty(), path + ": no tokenizer.ggml.model: the file holds no vocabulary");

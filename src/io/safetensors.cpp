@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -287,6 +288,47 @@ const std::string& SafetensorsModel::file_of(const std::string& name) const {
 const std::map<std::string, std::string>& SafetensorsModel::metadata() const {
   static const std::map<std::string, std::string> empty;
   return files_.empty() ? empty : files_.front()->metadata();
+}
+
+void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  Json header = Json::object();
+  if (!metadata.empty()) {
+    Json meta = Json::object();
+    for (const auto& [k, v] : metadata) meta[k] = v;
+    header["__metadata__"] = meta;
+  }
+  uint64_t offset = 0;
+  for (const SafetensorsEntry& t : tensors) {
+    const char* dtype = t.type == DType::F32 ? "F32" : t.type == DType::F16 ? "F16" : t.type == DType::BF16 ? "BF16" : nullptr;
+    check(dtype != nullptr, path + ": tensor '" + t.name + "' has dtype " + dtype_name(t.type) +
+                                "; safetensors export writes F32, F16 and BF16");
+    check(!header.contains(t.name), path + ": tensor '" + t.name + "' is written twice");
+    uint64_t n = t.type == DType::F32 ? 4 : 2;
+    for (int64_t d : t.shape) n *= uint64_t(d);
+    check(n == t.bytes, path + ": tensor '" + t.name + "' has " + std::to_string(t.bytes) + " bytes for a shape of " +
+                            std::to_string(n) + " bytes");
+    header[t.name] = {{"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + n}}};
+    offset += n;
+  }
+  // nlohmann orders object keys; the data follows the order of `tensors`, which the offsets record.
+  std::string text = header.dump();
+  while (text.size() % 8 != 0) text += ' ';
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  check(f != nullptr, path + ": cannot open " + tmp + " for writing");
+  const uint64_t n = text.size();
+  bool ok = std::fwrite(&n, 8, 1, f) == 1 && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  for (const SafetensorsEntry& t : tensors)
+    ok = ok && (t.bytes == 0 || std::fwrite(t.data, 1, t.bytes, f) == t.bytes);
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    throw Error(path + ": write failed");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  check(!ec, path + ": cannot rename " + tmp + ": " + ec.message());
 }
 
 }  // namespace canvas

@@ -80,6 +80,23 @@ class SafetensorsModel {
   std::unordered_map<std::string, size_t> index_;
 };
 
+// One tensor to write: shape in safetensors order (outermost first, the reverse of ggml's ne); data
+// holds exactly dtype x shape bytes.
+struct SafetensorsEntry {
+  std::string name;
+  DType type = DType::F32;  // F32, F16 or BF16
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  size_t bytes = 0;
+};
+
+// Writes one .safetensors file (to path + ".tmp", then renamed): the header lists the tensors in the
+// given order, packed without gaps, padded with spaces to a multiple of 8 bytes; `metadata` becomes
+// __metadata__. Throws Error naming the tensor for another dtype, a duplicate name or a byte count that
+// does not match its shape, and naming the path when it cannot be written.
+void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
+                       const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+
 // "F32", "F16", "BF16" -> DType; every other safetensors dtype name gives Error (the message says
 // which ones are read), naming `what` (e.g. "tensor 'x' in model.safetensors").
 DType safetensors_dtype(const std::string& name, const std::string& what);

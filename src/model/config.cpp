@@ -2,10 +2,12 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <filesystem>
 
 #include "core/error.h"
 #include "io/gguf.h"
 #include "io/json.h"
+#include "model/hf_families.h"
 
 namespace canvas {
 namespace {
@@ -204,6 +206,10 @@ ModelConfig gemma_config_from_gguf(const GgufFile& file, ModelConfig c) {
 
 ModelConfig config_from_hf(const std::string& path) {
   const JsonDocument doc = JsonDocument::load(path);
+  if (const std::string family = hf_llama_family(doc); !family.empty()) {
+    const std::filesystem::path tokenizer = std::filesystem::path(path).parent_path() / "tokenizer.json";
+    return llama_family_config_from_hf(doc, family, std::filesystem::exists(tokenizer) ? tokenizer.string() : "");
+  }
   ModelConfig c;
   const std::string model_type = doc.get_string("model_type", "");
   if (model_type.find("diffusion") != std::string::npos && model_type.find("gemma") != std::string::npos) {
@@ -211,8 +217,10 @@ ModelConfig config_from_hf(const std::string& path) {
   } else if (model_type.rfind("gemma4", 0) == 0) {
     c.arch = "gemma4";
   } else {
-    throw Error(path + ": model_type '" + model_type +
-                "' is not supported from safetensors (supported: diffusion_gemma, gemma4, gemma4_text)");
+    const nlohmann::json* archs = doc.find("architectures");
+    throw Error(path + ": model_type '" + model_type + "' (architectures " + (archs ? json_excerpt(*archs) : "absent") +
+                ") is not supported from safetensors (supported: LLaDAModelLM / llada, LLaDAMoEModelLM, DreamModel / "
+                "Dream, Qwen2ForCausalLM / qwen2, LlamaForCausalLM / llama, diffusion_gemma, gemma4, gemma4_text)");
   }
   const std::string t = doc.has("text_config") ? "text_config." : "";
   auto key = [&](const char* k) { return t + k; };
@@ -499,10 +507,11 @@ void config_to_gguf(const ModelConfig& c, GgufWriter& w) {
   check_expressible(c.rope.active_pairs == 0, c, "RoPE active pairs (proportional RoPE)");
   check_expressible(c.activation == Activation::Silu, c, "activation");
   check_expressible(c.embedding_scale == 1.f, c, "embedding scale");
-  // Q/K norms are stored as tensors (attn_q_norm / attn_k_norm), which llama.cpp reads for llada-moe only.
-  check_expressible((!c.qk_norm || c.arch == "llada-moe") && !c.v_norm && c.sliding_window == 0 &&
-                        !c.dense_and_moe && !c.router_norm && !c.has_decoder,
-                    c, "q/k/v norms, sliding window, dense-and-experts MLP, router norm or decoder");
+  // llama.cpp's llada-moe holds LLaDA-MoE's per-head q/k norms (attn_q_norm / attn_k_norm, found by presence).
+  check_expressible(c.arch == "llada-moe" || !c.qk_norm, c, "q/k norms");
+  check_expressible(!c.v_norm && c.sliding_window == 0 && !c.dense_and_moe && !c.router_norm &&
+                        !c.has_decoder,
+                    c, "v norm, sliding window, dense-and-experts MLP, router norm or decoder");
   check_expressible(c.attention_scale == 0 || c.attention_scale == 1.f / std::sqrt(float(c.head_dim)), c,
                     "attention scale");
   check_expressible(!c.causal || c.shift_logits, c, "shift_logits (causal models always shift)");

@@ -108,8 +108,9 @@ void config_to_gguf(const ModelConfig& config, GgufWriter& writer);
 // config, or empty when every pair rotates (or the family has no such tensor).
 std::vector<float> gguf_rope_freqs(const ModelConfig& config);
 
-// Reads a Hugging Face config.json (Gemma 4 / DiffusionGemma text config, nested under "text_config" or
-// at the top level). `path` is the config.json itself; errors name it and the key at fault.
+// Reads a Hugging Face config.json: LLaDA, LLaDA-MoE, Dream, Qwen2 or Llama in their published layouts
+// (model/hf_families.h, docs/formats.md), or a Gemma 4 / DiffusionGemma text config (nested under
+// "text_config" or at the top level). `path` is the config.json itself; errors name it and the key at fault.
 ModelConfig config_from_hf(const std::string& path);
 
 }  // namespace canvas

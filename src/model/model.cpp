@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <unordered_set>
@@ -13,6 +14,7 @@
 #include "io/gguf.h"
 #include "io/safetensors.h"
 #include "model/gemma_names.h"
+#include "model/hf_families.h"
 #include "model/tensors.h"
 #include "ops/lm_head.h"
 #include "ops/matmul.h"
@@ -275,6 +277,96 @@ void bind_tensors(Model& m, const TensorSource& src, const std::function<std::st
   if (c.tied_output) m.output = m.token_embd;
 }
 
+// A stack of per-expert 2-D tensors ("...experts.*.gate_proj.weight" names expert e's with e for *) as
+// one [cols, rows, E] tensor the model owns; a missing or mismatched expert throws Error naming it.
+const TensorView* stacked_experts(Model& m, const SafetensorsModel& st, const std::string& pattern, int64_t experts,
+                                  std::deque<TensorView>& views) {
+  const size_t star = pattern.find('*');
+  auto name_of = [&](int64_t e) { return pattern.substr(0, star) + std::to_string(e) + pattern.substr(star + 1); };
+  const TensorView* first = st.find_tensor(name_of(0));
+  check(first != nullptr, st.path() + ": missing tensor '" + name_of(0) + "'");
+  check(first->n_dims == 2, st.path() + ": tensor '" + first->name + "' has shape " + first->shape_string() +
+                                ", expected a 2-D expert matrix");
+  const size_t bytes = size_t(first->bytes());
+  m.converted->emplace_back((bytes * size_t(experts) + 3) / 4);
+  uint8_t* out = reinterpret_cast<uint8_t*>(m.converted->back().data());
+  for (int64_t e = 0; e < experts; ++e) {
+    const TensorView* t = st.find_tensor(name_of(e));
+    check(t != nullptr, st.path() + ": missing tensor '" + name_of(e) + "' (expert " + std::to_string(e) + " of " +
+                            std::to_string(experts) + ")");
+    check(t->type == first->type && t->ne == first->ne,
+          st.path() + ": tensor '" + t->name + "' is " + dtype_name(t->type) + " " + t->shape_string() +
+              ", unlike expert 0 (" + dtype_name(first->type) + " " + first->shape_string() + ")");
+    std::memcpy(out + size_t(e) * bytes, t->data, bytes);
+  }
+  TensorView v = *first;
+  v.name = pattern;
+  v.n_dims = 3;
+  v.ne = {first->ne[0], first->ne[1], experts, 1};
+  v.data = out;
+  views.push_back(v);
+  return &views.back();
+}
+
+// LLaDA / LLaDA-MoE / Dream / Qwen2 / Llama checkpoints in their published layouts (model/tensors.h hf
+// names): experts are stacked, and LLaDA's / Llama's Q/K rows are put in GGUF order (llama.cpp's
+// conversion) so the model is the one its GGUF gives. Every tensor of the checkpoint must be read.
+void bind_llama_family(Model& m) {
+  const SafetensorsModel& st = *m.safetensors;
+  ModelConfig& c = m.config;
+  // The embedding's rows are the vocabulary (checkpoints pad it past the tokenizer's size).
+  TensorSpec embd;
+  for (const TensorSpec& spec : model_tensors(c))
+    if (spec.role == TensorRole::TokenEmbd) embd = spec;
+  const TensorView* e = st.find_tensor(embd.hf);
+  check(e != nullptr, st.path() + ": missing tensor '" + embd.hf + "' (the token embedding of a '" + c.arch + "' model)");
+  check(e->n_dims == 2 && e->ne[0] == c.hidden,
+        st.path() + ": tensor '" + embd.hf + "' has shape " + e->shape_string() + ", expected [" +
+            std::to_string(c.hidden) + ", vocabulary]");
+  check(e->ne[1] >= c.vocab, st.path() + ": tensor '" + embd.hf + "' has " + std::to_string(e->ne[1]) +
+                                 " rows, fewer than config.json's " + std::to_string(c.vocab) + " tokens");
+  c.vocab = e->ne[1];
+  check(c.mask_token < c.vocab, st.path() + ": mask token " + std::to_string(c.mask_token) + " is outside the " +
+                                    std::to_string(c.vocab) + "-row embedding");
+
+  auto stacks = std::make_shared<std::deque<TensorView>>();
+  const TensorSource src{st.path(), [&m, &st, stacks, experts = c.n_experts](const std::string& name) -> const TensorView* {
+                           if (name.find('*') != std::string::npos) return stacked_experts(m, st, name, experts, *stacks);
+                           return st.find_tensor(name);
+                         }};
+  std::unordered_set<std::string> read;
+  bind_tensors(m, src, [&read, experts = c.n_experts](const TensorSpec& t) {
+    check(!t.hf.empty(), "tensor '" + t.gguf + "' has no Hugging Face name");
+    if (t.hf.find('*') == std::string::npos) {
+      read.insert(t.hf);
+    } else {
+      const size_t star = t.hf.find('*');
+      for (int64_t e = 0; e < experts; ++e)
+        read.insert(t.hf.substr(0, star) + std::to_string(e) + t.hf.substr(star + 1));
+    }
+    return t.hf;
+  });
+  // A tensor nothing reads means a model this configuration does not describe (biases, q/k norms the config
+  // turns off, more layers or experts): refuse it rather than run another function.
+  for (const TensorView& t : st.tensors()) {
+    if (read.count(t.name) || t.name.find("rotary_emb.inv_freq") != std::string::npos) continue;
+    throw Error(st.path() + ": tensor '" + t.name + "' is not used by a '" + c.arch + "' model with " +
+                std::to_string(c.n_layers) + " layers and " + std::to_string(c.n_experts) +
+                " experts as config.json describes it; refusing to run without it");
+  }
+  if (hf_rope_permuted(c.arch)) {
+    for (LayerWeights& w : m.layers) {
+      for (auto [view, heads] : {std::pair<TensorView*, int64_t>{&w.wq, c.n_heads}, {&w.wk, c.n_kv_heads},
+                                 {&w.bq, c.n_heads}, {&w.bk, c.n_kv_heads}}) {
+        if (!view->data) continue;
+        m.converted->emplace_back(size_t((view->bytes() + 3) / 4));
+        permute_rope_rows(*view, heads, c.head_dim, /*to_gguf=*/true, m.converted->back().data());
+        view->data = m.converted->back().data();
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Model Model::load(const std::string& path) {
@@ -295,6 +387,10 @@ Model Model::load_safetensors(const std::string& path) {
   m.config = config_from_hf((dir / "config.json").string());
   m.safetensors = SafetensorsModel::open(dir.string());
   const SafetensorsModel& st = *m.safetensors;
+  if (m.config.layer_style != LayerStyle::Gemma4) {
+    bind_llama_family(m);
+    return m;
+  }
   // DiffusionGemma keeps its stack under model.decoder.; the multimodal and text-only Gemma 4 releases
   // under model.language_model. and model.
   const std::string prefix =
@@ -361,8 +457,7 @@ Model bind_gguf(const std::string& path) {
       c.context_length = std::min(c.context_length, pe->ne[1]);
     }
     c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
-    // llama.cpp's LLaDA-MoE files hold per-head Q/K RMSNorm weights (attn_q_norm / attn_k_norm).
-    c.qk_norm = f.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
+    c.qk_norm = f.find_tensor("blk.0.attn_q_norm.weight") != nullptr;  // LLaDA-MoE's qk_layernorm
   }
   bind_tensors(m, source_of(f), [](const TensorSpec& t) { return t.gguf; });
   check_every_tensor_bound(m, f);
@@ -411,6 +506,8 @@ void interleave_weights(Model& model, const std::function<uint8_t*(const TensorV
     done.emplace_back(original, *t);
   }
 }
+
+Model Model::load_gguf_as_stored(const std::string& path) { return bind_gguf(path); }
 
 Model Model::load_gguf(const std::string& path) {
   Model m = bind_gguf(path);

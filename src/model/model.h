@@ -52,10 +52,14 @@ struct Model {
   SelfConditioningWeights self_conditioning;
 
   // A directory (or its config.json) is a Hugging Face safetensors checkpoint (Gemma 4 /
-  // DiffusionGemma); anything else is read as GGUF. Checks every tensor's presence, dtype and shape
+  // DiffusionGemma, or LLaDA / LLaDA-MoE / Dream / Qwen2 / Llama in their published layouts,
+  // docs/formats.md); anything else is read as GGUF. Checks every tensor's presence, dtype and shape
   // against the config.
   static Model load(const std::string& path);
   static Model load_gguf(const std::string& path);
+  // As load_gguf, but every view points at the file's bytes as stored (no rearranging for the matmul
+  // kernels): for exporters that copy tensors out.
+  static Model load_gguf_as_stored(const std::string& path);
   static Model load_safetensors(const std::string& path);  // a directory or its config.json
   int64_t parameter_count() const;
   int64_t weight_bytes() const;

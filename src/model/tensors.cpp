@@ -42,12 +42,32 @@ struct SpecList {
   }
 };
 
+// Hugging Face names of the llama-style families, per published layout (docs/formats.md): LLaDA keeps
+// OLMo's names, Dream / Qwen2 / Llama / LLaDA-MoE the transformers Llama names.
+struct HfNames {
+  enum class Layout { None, Olmo, Llama } layout = Layout::None;
+  explicit HfNames(const std::string& arch) {
+    if (arch == "llada") layout = Layout::Olmo;
+    if (arch == "dream" || arch == "qwen2" || arch == "llama" || arch == "llada-moe") layout = Layout::Llama;
+  }
+  std::string global(const char* olmo, const char* llama) const {
+    return layout == Layout::Olmo ? olmo : layout == Layout::Llama ? llama : "";
+  }
+  std::string layer(int64_t l, const char* olmo, const char* llama) const {
+    if (layout == Layout::None) return "";
+    const std::string n = std::to_string(l);
+    return layout == Layout::Olmo ? "model.transformer.blocks." + n + "." + olmo : "model.layers." + n + "." + llama;
+  }
+};
+
 void llama_tensors(const ModelConfig& c, std::vector<TensorSpec>& out) {
   const int64_t H = c.hidden;
   using K = TensorKind;
   using I = TensorInit;
   SpecList s{out};
-  s.add(TensorRole::TokenEmbd, "token_embd.weight", "", {H, c.vocab}, K::Matrix, I::Normal);
+  const HfNames hf(c.arch);
+  s.add(TensorRole::TokenEmbd, "token_embd.weight", hf.global("model.transformer.wte.weight", "model.embed_tokens.weight"),
+        {H, c.vocab}, K::Matrix, I::Normal);
   if (c.n_positions > 0)
     s.add(TensorRole::PositionEmbd, "position_embd.weight", "", {H, c.n_positions}, K::F32Matrix, I::Normal);
   if (c.self_conditioning) {
@@ -61,36 +81,60 @@ void llama_tensors(const ModelConfig& c, std::vector<TensorSpec>& out) {
     const int64_t q_width = c.n_heads * a.head_dim, kv_width = a.n_kv_heads * a.head_dim;
     const std::string b = "blk." + std::to_string(l) + ".";
     s.layer = l;
-    s.add(TensorRole::AttnNorm, b + "attn_norm.weight", "", {H}, K::Vector, I::One);
-    s.add(TensorRole::Wq, b + "attn_q.weight", "", {H, q_width}, K::Matrix, I::Normal);
-    s.add(TensorRole::Wk, b + "attn_k.weight", "", {H, kv_width}, K::Matrix, I::Normal);
-    s.add(TensorRole::Wv, b + "attn_v.weight", "", {H, kv_width}, K::Matrix, I::Normal);
+    s.add(TensorRole::AttnNorm, b + "attn_norm.weight", hf.layer(l, "attn_norm.weight", "input_layernorm.weight"), {H},
+          K::Vector, I::One);
+    s.add(TensorRole::Wq, b + "attn_q.weight", hf.layer(l, "q_proj.weight", "self_attn.q_proj.weight"), {H, q_width},
+          K::Matrix, I::Normal);
+    s.add(TensorRole::Wk, b + "attn_k.weight", hf.layer(l, "k_proj.weight", "self_attn.k_proj.weight"), {H, kv_width},
+          K::Matrix, I::Normal);
+    s.add(TensorRole::Wv, b + "attn_v.weight", hf.layer(l, "v_proj.weight", "self_attn.v_proj.weight"), {H, kv_width},
+          K::Matrix, I::Normal);
     if (c.qkv_bias) {
-      s.add(TensorRole::Bq, b + "attn_q.bias", "", {q_width}, K::Vector, I::Zero);
-      s.add(TensorRole::Bk, b + "attn_k.bias", "", {kv_width}, K::Vector, I::Zero);
-      s.add(TensorRole::Bv, b + "attn_v.bias", "", {kv_width}, K::Vector, I::Zero);
+      s.add(TensorRole::Bq, b + "attn_q.bias", hf.layer(l, "q_proj.bias", "self_attn.q_proj.bias"), {q_width},
+            K::Vector, I::Zero);
+      s.add(TensorRole::Bk, b + "attn_k.bias", hf.layer(l, "k_proj.bias", "self_attn.k_proj.bias"), {kv_width},
+            K::Vector, I::Zero);
+      s.add(TensorRole::Bv, b + "attn_v.bias", hf.layer(l, "v_proj.bias", "self_attn.v_proj.bias"), {kv_width},
+            K::Vector, I::Zero);
     }
-    if (c.qk_norm) {  // LLaDA-MoE: RMSNorm of each Q and K head before RoPE
-      s.add(TensorRole::QNorm, b + "attn_q_norm.weight", "", {a.head_dim}, K::Vector, I::One);
-      s.add(TensorRole::KNorm, b + "attn_k_norm.weight", "", {a.head_dim}, K::Vector, I::One);
+    if (c.qk_norm) {  // LLaDA-MoE's qk_layernorm: one RMSNorm weight per head dim, shared by the heads
+      s.add(TensorRole::QNorm, b + "attn_q_norm.weight", hf.layer(l, "q_norm.weight", "self_attn.q_norm.weight"),
+            {a.head_dim}, K::Vector, I::One);
+      s.add(TensorRole::KNorm, b + "attn_k_norm.weight", hf.layer(l, "k_norm.weight", "self_attn.k_norm.weight"),
+            {a.head_dim}, K::Vector, I::One);
     }
-    s.add(TensorRole::Wo, b + "attn_output.weight", "", {q_width, H}, K::Matrix, I::Residual);
-    s.add(TensorRole::FfnNorm, b + "ffn_norm.weight", "", {H}, K::Vector, I::One);
+    s.add(TensorRole::Wo, b + "attn_output.weight", hf.layer(l, "attn_out.weight", "self_attn.o_proj.weight"),
+          {q_width, H}, K::Matrix, I::Residual);
+    s.add(TensorRole::FfnNorm, b + "ffn_norm.weight", hf.layer(l, "ff_norm.weight", "post_attention_layernorm.weight"),
+          {H}, K::Vector, I::One);
     if (c.is_moe()) {
       const int64_t E = c.n_experts, F = c.expert_ffn;
-      s.add(TensorRole::Router, b + "ffn_gate_inp.weight", "", {H, E}, K::Matrix, I::Normal);
-      s.add(TensorRole::GateExps, b + "ffn_gate_exps.weight", "", {H, F, E}, K::Matrix, I::Normal);
-      s.add(TensorRole::UpExps, b + "ffn_up_exps.weight", "", {H, F, E}, K::Matrix, I::Normal);
-      s.add(TensorRole::DownExps, b + "ffn_down_exps.weight", "", {F, H, E}, K::Matrix, I::Residual);
+      s.add(TensorRole::Router, b + "ffn_gate_inp.weight", hf.layer(l, "mlp.gate.weight", "mlp.gate.weight"), {H, E},
+            K::Matrix, I::Normal);
+      s.add(TensorRole::GateExps, b + "ffn_gate_exps.weight",
+            hf.layer(l, "mlp.experts.*.gate_proj.weight", "mlp.experts.*.gate_proj.weight"), {H, F, E}, K::Matrix,
+            I::Normal);
+      s.add(TensorRole::UpExps, b + "ffn_up_exps.weight",
+            hf.layer(l, "mlp.experts.*.up_proj.weight", "mlp.experts.*.up_proj.weight"), {H, F, E}, K::Matrix,
+            I::Normal);
+      s.add(TensorRole::DownExps, b + "ffn_down_exps.weight",
+            hf.layer(l, "mlp.experts.*.down_proj.weight", "mlp.experts.*.down_proj.weight"), {F, H, E}, K::Matrix,
+            I::Residual);
     } else {
-      s.add(TensorRole::Gate, b + "ffn_gate.weight", "", {H, c.ffn}, K::Matrix, I::Normal);
-      s.add(TensorRole::Up, b + "ffn_up.weight", "", {H, c.ffn}, K::Matrix, I::Normal);
-      s.add(TensorRole::Down, b + "ffn_down.weight", "", {c.ffn, H}, K::Matrix, I::Residual);
+      s.add(TensorRole::Gate, b + "ffn_gate.weight", hf.layer(l, "ff_proj.weight", "mlp.gate_proj.weight"), {H, c.ffn},
+            K::Matrix, I::Normal);
+      s.add(TensorRole::Up, b + "ffn_up.weight", hf.layer(l, "up_proj.weight", "mlp.up_proj.weight"), {H, c.ffn},
+            K::Matrix, I::Normal);
+      s.add(TensorRole::Down, b + "ffn_down.weight", hf.layer(l, "ff_out.weight", "mlp.down_proj.weight"), {c.ffn, H},
+            K::Matrix, I::Residual);
     }
   }
   s.layer = -1;
-  s.add(TensorRole::OutputNorm, "output_norm.weight", "", {H}, K::Vector, I::One);
-  if (!c.tied_output) s.add(TensorRole::Output, "output.weight", "", {H, c.vocab}, K::Matrix, I::Normal);
+  s.add(TensorRole::OutputNorm, "output_norm.weight", hf.global("model.transformer.ln_f.weight", "model.norm.weight"),
+        {H}, K::Vector, I::One);
+  if (!c.tied_output)
+    s.add(TensorRole::Output, "output.weight", hf.global("model.transformer.ff_out.weight", "lm_head.weight"),
+          {H, c.vocab}, K::Matrix, I::Normal);
 }
 
 // Gemma 4 (diffusiongemma.md section 5): tied head, no biases, no learned positions.

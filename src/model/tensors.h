@@ -40,7 +40,13 @@ struct TensorSpec {
   TensorRole role = TensorRole::Count;
   int64_t layer = -1;
   std::string gguf;            // GGUF name, e.g. "blk.3.attn_q.weight"
-  std::string hf;              // canonical Hugging Face name (model/gemma_names.h), "" outside Gemma 4
+  // Hugging Face name. Gemma 4: the canonical name (model/gemma_names.h adds the checkpoint's prefix).
+  // llama-style families: the full name in the family's published layout (LLaDA's
+  // "model.transformer.blocks.N.q_proj.weight", Dream's / Llama's "model.layers.N.self_attn.q_proj.weight");
+  // an expert stack holds "*" where its per-expert 2-D tensors have the expert index
+  // ("model.layers.N.mlp.experts.*.gate_proj.weight"). "" for a tensor the family's layout has no name for
+  // (canvas's self-conditioning MLP and learned positions).
+  std::string hf;
   std::vector<int64_t> shape;  // ggml order: shape[0] is contiguous
   TensorKind kind = TensorKind::Matrix;
   TensorInit init = TensorInit::Normal;
