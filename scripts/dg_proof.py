@@ -39,6 +39,7 @@ DEFAULT_SETTINGS = [
     ("diffusion C=32, bound 1.0", ["--block-length", "32", "--entropy-bound", "1.0"]),
     ("diffusion C=32, 8 steps", ["--block-length", "32", "--steps", "8"]),
     ("diffusion C=64, T 0.2-0.4", ["--t-min", "0.2", "--t-max", "0.4"]),
+    ("diffusion C=64, 8 steps, streaming head", ["--steps", "8", "--stream-head"]),
 ]
 
 
