@@ -120,5 +120,44 @@ TEST(ChatTemplate, UnsupportedConstructsAreNamed) {
   }
 }
 
+
+// A template from a model file nested or chained thousands deep is an error, not a stack overflow.
+TEST(ChatTemplate, DeepNestingIsAnErrorNotACrash) {
+  ChatTemplateInputs in;
+  in.messages = {{"user", "hi"}};
+  const std::string deep_parens = "{{" + std::string(20000, '(') + "1" + std::string(20000, ')') + "}}";
+  std::string deep_blocks, deep_not = "{{", chain = "{{1";
+  for (int i = 0; i < 5000; ++i) deep_blocks += "{% if 1 %}";
+  deep_blocks += "x";
+  for (int i = 0; i < 5000; ++i) deep_blocks += "{% endif %}";
+  for (int i = 0; i < 20000; ++i) deep_not += "not ";
+  deep_not += "1}}";
+  for (int i = 0; i < 30000; ++i) chain += "+1";
+  chain += "}}";
+  for (const std::string& t : {deep_parens, deep_blocks, deep_not, chain}) {
+    try {
+      render_chat_template(t, in);
+      ADD_FAILURE() << "rendered a template nested too deep";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_TRUE(what.find("nested more than") != std::string::npos ||
+                  what.find("tokens") != std::string::npos) << what;
+    }
+  }
+  // Nested loops that would run for hours stop at the iteration budget.
+  std::string loops;
+  for (int i = 0; i < 8; ++i) loops += "{% for x" + std::to_string(i) + " in 'abcdefghijklmnopqrst' %}";
+  loops += "x";
+  for (int i = 0; i < 8; ++i) loops += "{% endfor %}";
+  try {
+    render_chat_template(loops, in);
+    ADD_FAILURE() << "20^8 loop iterations rendered";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("iterations"), std::string::npos) << e.what();
+  }
+  // Ordinary nesting still renders.
+  EXPECT_EQ(render_chat_template("{{ ((((1 + 2)))) }}{% if 1 %}{% if not not 1 %}ok{% endif %}{% endif %}", in), "3ok");
+}
+
 }  // namespace
 }  // namespace canvas

@@ -665,12 +665,12 @@ TEST(Infill, UniformStateModelFillsHolesAndSchemas) {
 // ---- the CLI -----------------------------------------------------------------------------------------
 
 TEST(InfillCli, SuffixAndHolesOnTheShippedModel) {
-  auto r = test::run_canvas("generate -p 'In the beginning God ' --suffix ' the earth.' -n 12 -t 2", false);
+  auto r = test::run_canvas("generate -m " + shipped("text-masked.gguf") + " -p 'In the beginning God ' --suffix ' the earth.' -n 12 -t 2", false);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.rfind("In the beginning God ", 0), 0u) << r.output;
   EXPECT_NE(r.output.find(" the earth.\n"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.size(), std::string("In the beginning God  the earth.\n").size() + 12) << r.output;
-  r = test::run_canvas("generate -p 'And <|hole:4|> said, Let <|hole:5|> be light' --json -t 2", false);
+  r = test::run_canvas("generate -m " + shipped("text-masked.gguf") + " -p 'And <|hole:4|> said, Let <|hole:5|> be light' --json -t 2", false);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json j = json::parse(r.output);
   ASSERT_EQ(j["fills"].size(), 2u);

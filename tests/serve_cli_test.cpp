@@ -136,7 +136,8 @@ TEST(ServeCli, EndpointsAndCompletions) {
   EXPECT_EQ(j["canvas"]["mode"], "diffusion");
 
   // The same request decoded by `canvas generate` gives the same text (temperature 0).
-  const auto generated = canvas::test::run_canvas("generate -p 'And God said' -n 16 --block-length 16 --json", false);
+  const auto generated = canvas::test::run_canvas("generate -m " + canvas::test::source_path("models/text-masked.gguf") +
+                                                    " -p 'And God said' -n 16 --block-length 16 --json", false);
   ASSERT_EQ(generated.exit_code, 0);
   const json g = json::parse(generated.output);
   std::string expected = g["text"];
@@ -183,6 +184,8 @@ TEST(ServeCli, BadInputGivesOpenAiErrors) {
   ServerProcess server("--parallel 1");
   ASSERT_NE(server.port(), 0) << server.log();
   expect_error(post(server, "/v1/completions", "{\"prompt\": "), 400, "malformed JSON");
+  // A body nested far deeper than any request: refused before parsing, the server stays up.
+  expect_error(post(server, "/v1/completions", std::string(100000, '[')), 400, "nested more than");
   expect_error(post(server, "/v1/completions", R"({"prompt": 5})"), 400, "'prompt'");
   expect_error(post(server, "/v1/completions", R"({"prompt": "a", "colour": "blue"})"), 400, "unknown field 'colour'");
   expect_error(post(server, "/v1/completions", R"({"prompt": "a", "max_tokens": 0})"), 400, "max_tokens");

@@ -280,9 +280,30 @@ ExprPtr node(Expr::Kind kind, std::string name = "", std::vector<ExprPtr> args =
   return e;
 }
 
+// Nesting bounds: the parser and the evaluator recurse, so a template from a model file nested (or
+// chained) thousands deep would exhaust the stack; past these depths it is an error instead.
+constexpr int kMaxTemplateNesting = 128;   // {% if %} / {% for %} blocks, parentheses, unary operators
+constexpr int kMaxExpressionDepth = 4096;  // evaluation of operator chains such as 1 + 1 + ... + 1
+constexpr int kMaxExpressionTokens = 4096;
+constexpr int64_t kMaxLoopIterations = 1000000;  // in all, over one render
+struct DepthGuard {
+  DepthGuard(int& depth, int limit, const char* what) : depth_(depth) {
+    check(++depth_ <= limit, std::string("chat template: ") + what + " nested more than " + std::to_string(limit) + " deep");
+  }
+  ~DepthGuard() { --depth_; }
+  DepthGuard(const DepthGuard&) = delete;
+  DepthGuard& operator=(const DepthGuard&) = delete;
+  int& depth_;
+};
+
 class ExprParser {
  public:
-  explicit ExprParser(const std::string& src) : tokens_(lex_expression(src)), src_(src) {}
+  explicit ExprParser(const std::string& src) : tokens_(lex_expression(src)), src_(src) {
+    // A tree is at most as deep as its expression has tokens; this bounds every recursion over it
+    // (evaluation, destruction) for operator chains that the nesting guards do not see.
+    check(tokens_.size() <= size_t(kMaxExpressionTokens),
+          "chat template: an expression of more than " + std::to_string(kMaxExpressionTokens) + " tokens");
+  }
   ExprPtr parse_all() {
     ExprPtr e = parse();
     expect_end();
@@ -307,6 +328,7 @@ class ExprParser {
   const Token& peek() const { return tokens_[pos_]; }
 
   ExprPtr conditional() {
+    const DepthGuard guard(depth_, kMaxTemplateNesting, "expressions");
     ExprPtr a = or_expr();
     if (at_name("if")) {
       ++pos_;
@@ -340,6 +362,7 @@ class ExprParser {
     return a;
   }
   ExprPtr not_expr() {
+    const DepthGuard guard(depth_, kMaxTemplateNesting, "expressions");
     if (at_name("not")) {
       ++pos_;
       return node(Expr::Unary, "not", {not_expr()});
@@ -398,6 +421,7 @@ class ExprParser {
     return a;
   }
   ExprPtr unary() {
+    const DepthGuard guard(depth_, kMaxTemplateNesting, "expressions");
     if (at_op("-")) {
       ++pos_;
       return node(Expr::Unary, "-", {unary()});
@@ -515,6 +539,7 @@ class ExprParser {
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   std::string src_;
+  int depth_ = 0;
 };
 
 // ---- statements -------------------------------------------------------------------------------------
@@ -596,6 +621,7 @@ class TemplateParser {
   explicit TemplateParser(std::vector<Piece> pieces) : pieces_(std::move(pieces)) {}
 
   Body parse_body(const std::vector<std::string>& terminators, std::string* ended_by) {
+    const DepthGuard guard(depth_, kMaxTemplateNesting, "blocks");
     Body body;
     while (pos_ < pieces_.size()) {
       const Piece& p = pieces_[pos_++];
@@ -704,6 +730,7 @@ class TemplateParser {
   std::vector<Piece> pieces_;
   size_t pos_ = 0;
   std::string statement_;  // the statement that ended the last body
+  int depth_ = 0;
 };
 
 // ---- evaluation -------------------------------------------------------------------------------------
@@ -754,6 +781,8 @@ class Renderer {
   }
 
  private:
+  int eval_depth_ = 0;      // recursion depth of eval (DepthGuard)
+  int64_t iterations_ = 0;  // loop iterations of the whole render
   void run_for(const Node& n, std::string& out) {
     const Value seq = eval(*n.expr);
     List items;
@@ -773,6 +802,9 @@ class Renderer {
     }
     const int64_t count = int64_t(items.size());
     for (int64_t k = 0; k < count; ++k) {
+      // Nested loops multiply: a template from a model file must not run for hours.
+      check(++iterations_ <= kMaxLoopIterations, "chat template: loops ran more than " +
+                                                      std::to_string(kMaxLoopIterations) + " iterations in all");
       std::map<std::string, Value> scope;
       const Value& item = items[size_t(k)];
       if (n.vars.size() == 1) {
@@ -824,6 +856,7 @@ class Renderer {
   }
 
   Value eval(const Expr& e) {
+    const DepthGuard guard(eval_depth_, kMaxExpressionDepth, "expressions");
     switch (e.kind) {
       case Expr::Literal:
         return e.literal;

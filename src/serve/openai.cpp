@@ -4,6 +4,9 @@
 #include <cmath>
 #include <set>
 
+#include "core/error.h"
+#include "io/json.h"
+
 namespace canvas::serve {
 
 using nlohmann::json;
@@ -68,9 +71,10 @@ std::string content_text(const json& v, const std::string& field) {
 ApiRequest parse_api_request(const std::string& body, bool chat) {
   json root;
   try {
-    root = json::parse(body);
-  } catch (const json::parse_error& e) {
-    throw ApiError(400, std::string("malformed JSON in the request body: ") + e.what());
+    // Depth-checked before parsing (io/json.h): a body nested thousands deep is a 400, not a stack overflow.
+    root = parse_json(body, "the request body");
+  } catch (const Error& e) {
+    throw ApiError(400, e.what());
   }
   if (!root.is_object()) throw ApiError(400, "the request body must be a JSON object");
   ApiRequest r;

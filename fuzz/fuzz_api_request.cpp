@@ -1,0 +1,18 @@
+// Fuzz harness: an HTTP request body of canvas serve (/v1/completions and /v1/chat/completions) parsed
+// into a request; every rejection must be an ApiError (the server's 400), never a crash.
+#include <cstdint>
+#include <string>
+
+#include "serve/openai.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string body(reinterpret_cast<const char*>(data), size);
+  for (bool chat : {false, true}) {
+    try {
+      const canvas::serve::ApiRequest r = canvas::serve::parse_api_request(body, chat);
+      if (chat) canvas::serve::render_chat(r.messages);
+    } catch (const canvas::serve::ApiError&) {
+    }
+  }
+  return 0;
+}
