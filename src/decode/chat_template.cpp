@@ -285,6 +285,7 @@ ExprPtr node(Expr::Kind kind, std::string name = "", std::vector<ExprPtr> args =
 constexpr int kMaxTemplateNesting = 128;   // {% if %} / {% for %} blocks, parentheses, unary operators
 constexpr int kMaxExpressionDepth = 4096;  // evaluation of operator chains such as 1 + 1 + ... + 1
 constexpr int kMaxExpressionTokens = 4096;
+constexpr int kMaxExpressionBytes = 8192;
 constexpr int64_t kMaxLoopIterations = 1000000;  // in all, over one render
 struct DepthGuard {
   DepthGuard(int& depth, int limit, const char* what) : depth_(depth) {
@@ -296,9 +297,16 @@ struct DepthGuard {
   int& depth_;
 };
 
+// An expression's tokens, refusing sources far longer than any real template's expressions before lexing.
+std::vector<Token> lex_bounded(const std::string& src) {
+  check(src.size() <= size_t(kMaxExpressionBytes),
+        "chat template: an expression longer than " + std::to_string(kMaxExpressionBytes) + " bytes");
+  return lex_expression(src);
+}
+
 class ExprParser {
  public:
-  explicit ExprParser(const std::string& src) : tokens_(lex_expression(src)), src_(src) {
+  explicit ExprParser(const std::string& src) : tokens_(lex_bounded(src)), src_(src) {
     // A tree is at most as deep as its expression has tokens; this bounds every recursion over it
     // (evaluation, destruction) for operator chains that the nesting guards do not see.
     check(tokens_.size() <= size_t(kMaxExpressionTokens),
