@@ -145,6 +145,23 @@ TEST(ChatTemplate, DeepNestingIsAnErrorNotACrash) {
           << what;
     }
   }
+  // The deepest template within every bound at once (blocks 127 deep in all around a long operator chain) is
+  // an error or output, never a stack overflow (a libFuzzer find; this is the case under ASan).
+  for (int terms : {200, 2000}) {
+    std::string worst = "{% for m in messages %}";
+    for (int i = 0; i < 126; ++i) worst += "{% if 1 %}";
+    worst += "{{ 1";
+    for (int i = 0; i < terms; ++i) worst += "+1";
+    worst += " }}";
+    for (int i = 0; i < 126; ++i) worst += "{% endif %}";
+    worst += "{% endfor %}";
+    try {
+      EXPECT_EQ(render_chat_template(worst, in), std::to_string(terms + 1)) << terms;
+    } catch (const Error& e) {
+      EXPECT_EQ(terms, 2000) << e.what();
+      EXPECT_NE(std::string(e.what()).find("nested more than"), std::string::npos) << e.what();
+    }
+  }
   // Nested loops that would run for hours stop at the iteration budget.
   std::string loops;
   for (int i = 0; i < 8; ++i) loops += "{% for x" + std::to_string(i) + " in 'abcdefghijklmnopqrst' %}";

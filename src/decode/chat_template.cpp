@@ -283,7 +283,8 @@ ExprPtr node(Expr::Kind kind, std::string name = "", std::vector<ExprPtr> args =
 // Nesting bounds: the parser and the evaluator recurse, so a template from a model file nested (or
 // chained) thousands deep would exhaust the stack; past these depths it is an error instead.
 constexpr int kMaxTemplateNesting = 128;   // {% if %} / {% for %} blocks, parentheses, unary operators
-constexpr int kMaxExpressionDepth = 4096;  // evaluation of operator chains such as 1 + 1 + ... + 1
+constexpr int kMaxExpressionDepth = 256;  // evaluation of operator chains such as 1 + 1 + ... + 1 (inside the
+                                          // blocks above, so both together must fit an ASan build's 8 MB stack)
 constexpr int kMaxExpressionTokens = 4096;
 constexpr int kMaxExpressionBytes = 8192;
 constexpr int64_t kMaxLoopIterations = 1000000;  // in all, over one render
