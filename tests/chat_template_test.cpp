@@ -162,6 +162,13 @@ TEST(ChatTemplate, DeepNestingIsAnErrorNotACrash) {
       EXPECT_NE(std::string(e.what()).find("nested more than"), std::string::npos) << e.what();
     }
   }
+  // An integer literal past int64 is an error (it was an uncaught std::out_of_range).
+  try {
+    render_chat_template("{{ 1" + std::string(40, '1') + " }}", in);
+    ADD_FAILURE() << "rendered an integer past int64";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
+  }
   // Nested loops that would run for hours stop at the iteration budget.
   std::string loops;
   for (int i = 0; i < 8; ++i) loops += "{% for x" + std::to_string(i) + " in 'abcdefghijklmnopqrst' %}";

@@ -2,6 +2,7 @@
 #include "decode/chat_template.h"
 
 #include <cctype>
+#include <charconv>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -494,7 +495,11 @@ class ExprParser {
     const Token t = next();
     if (t.kind == Token::Number) {
       auto e = node(Expr::Literal);
-      e->literal = Value::integer(std::stoll(t.text));
+      int64_t v = 0;
+      const auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), v);
+      check(ec == std::errc() && end == t.text.data() + t.text.size(),
+            "chat template: the integer " + t.text.substr(0, 32) + " is out of range");
+      e->literal = Value::integer(v);
       return e;
     }
     if (t.kind == Token::String) {

@@ -1,6 +1,7 @@
 // Strict JSON parsing (duplicate keys rejected) and typed look-ups by dotted key path.
 #include "io/json.h"
 
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -202,8 +203,9 @@ const nlohmann::json* JsonDocument::find(std::string_view path) const {
       if (it == node->end()) return nullptr;
       node = &*it;
     } else if (node->is_array() && all_digits(part)) {
-      const size_t index = std::stoull(std::string(part));
-      if (index >= node->size()) return nullptr;
+      size_t index = 0;
+      const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), index);
+      if (ec != std::errc() || index >= node->size()) return nullptr;
       node = &(*node)[index];
     } else {
       return nullptr;
