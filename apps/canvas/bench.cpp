@@ -14,6 +14,7 @@
 #include "bench/stats.h"
 #include "bench/synthetic.h"
 #include "commands.h"
+#include "device.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
@@ -59,6 +60,7 @@ measured in the same run, and each diffusion row's decode speed over AR's ("vs A
          "the roofs are then cache rates, not DRAM roofs"},
         {"--no-roofs", "", "skip the roofs (fractions are then absent)"},
         {"--json", "FILE", "write the report as one JSON object (machine, model, settings, roofs, rows)"},
+        {"--device", "NAME", kDeviceHelp},
         {"--plot", "FILE.png",
          "plot decode tokens/s against tokens per pass, AR as a horizontal line\n"
          "(needs Debian's python3-matplotlib)"},
@@ -268,6 +270,18 @@ int bench_decoder_passes(const Model& model, const std::string& source, int64_t 
   line("decoder, canvas " + std::to_string(canvas) + ", stream head + soft emb", streamed);
   line("AR step (encoder, 1 token + logits)", ar);
   std::printf("peak RSS %.0f MiB; weights %.2f GiB\n", peak_mib, double(weight_bytes) / 1073741824.0);
+  // What the passes imply for decoding: a canvas of `canvas` tokens denoised in S decoder passes gives
+  // canvas / (S x pass) tokens/s (the prompt's one encoder pass left out), against one AR step per token.
+  const std::vector<double>& pass = !streamed.empty() ? streamed : !plain.empty() ? plain : conditioned;
+  if (!pass.empty() && !ar.empty()) {
+    const double ar_tps = 1000.0 / bench::median(ar), pass_ms = bench::median(pass);
+    std::printf("AR: %.1f tokens/s (median step %.2f ms)\n", ar_tps, bench::median(ar));
+    for (int steps : {8, 16, 32}) {
+      const double tps = double(canvas) * 1000.0 / (double(steps) * pass_ms);
+      std::printf("diffusion, canvas %lld in %d steps (%s passes): %.1f tokens/s, %.2fx AR\n", (long long)canvas, steps,
+                  !streamed.empty() ? "stream" : !plain.empty() ? "diffusion" : "self-cond", tps, tps / ar_tps);
+    }
+  }
   return 0;
 }
 
@@ -353,6 +367,13 @@ int cmd_bench(int argc, char** argv) {
     model = &file_model;
   }
 
+  if (args.get("device", "cpu") != "cpu") {
+    Model* device_model = synthetic ? &synthetic->model : &file_model;
+    const double t0 = now_ms();
+    use_device(*device_model, args.get("device", "cpu"));
+    std::fprintf(stderr, "canvas bench: weights on the device in %.1f s\n", (now_ms() - t0) / 1000);
+    info.source += " on " + args.get("device", "cpu");
+  }
   if (model->config.has_decoder)
     return bench_decoder_passes(*model, info.source, synthetic ? synthetic->bytes : model->weight_bytes(),
                                 options.prompt_tokens,

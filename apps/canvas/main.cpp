@@ -12,6 +12,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "device.h"
 #include "infill.h"
 #include "core/cpu.h"
 #include "core/error.h"
@@ -93,6 +94,7 @@ instead.)",
         {"-s,--seed", "N", "random seed; -1 or absent: a random one, reported in the stats line and JSON;\n"
                            "the same seed gives the same tokens at any thread count"},
         {"-t,--threads", "N", "threads (default: all cores; more than the cores warns)"},
+        {"--device", "NAME", cli::kDeviceHelp},
         {"--no-stream", "", "print the text only when generation has finished"},
         {"--visual", "", "redraw the canvas on stderr at every step (masked positions shown as a shaded\n"
                          "block, control characters escaped); only when stderr is a terminal"},
@@ -199,7 +201,8 @@ int cmd_generate(int argc, char** argv) {
   check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
   const std::string prompt_text = cli::read_prompt(args, "canvas generate");
   const std::string model_path = args.has("model") ? args.get("model", "") : cli::shipped_model_path(cli::kDefaultTextModel, "canvas generate");
-  const Model model = Model::load(model_path);
+  Model model = Model::load(model_path);
+  cli::use_device(model, args.get("device", "cpu"));
   const ModelConfig& c = model.config;
   const TextTokenizer tokenizer = TextTokenizer::for_model(model, model_path, args.get("tokenizer", ""));
   // Infilling (--suffix, <|hole:N|>) and schema-constrained output (--json-schema): apps/canvas/infill.cpp.

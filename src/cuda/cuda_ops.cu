@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "core/dtype.h"
@@ -140,43 +141,6 @@ __device__ Top2 merge_top2(Top2 a, Top2 b) {
   return r;
 }
 
-__global__ void row_stats_kernel(const float* logits, int64_t vocab, RowStats* out) {
-  __shared__ Top2 shared_top[kBlock];
-  __shared__ double shared[kBlock / 32];
-  const float* x = logits + blockIdx.x * vocab;
-  Top2 t{-INFINITY, -INFINITY, INT64_MAX};
-  for (int64_t i = threadIdx.x; i < vocab; i += kBlock) {
-    Top2 one{x[i], -INFINITY, i};
-    t = merge_top2(t, one);
-  }
-  shared_top[threadIdx.x] = t;
-  __syncthreads();
-  for (int stride = kBlock / 2; stride > 0; stride /= 2) {
-    if (int(threadIdx.x) < stride) shared_top[threadIdx.x] = merge_top2(shared_top[threadIdx.x], shared_top[threadIdx.x + stride]);
-    __syncthreads();
-  }
-  const Top2 best = shared_top[0];
-  const double m = best.v1;
-  double sum = 0, moment = 0;
-  for (int64_t i = threadIdx.x; i < vocab; i += kBlock) {
-    const double d = double(x[i]) - m, e = exp(d);
-    sum += e;
-    if (e > 0) moment += e * d;
-  }
-  sum = block_sum_double(sum, shared);
-  moment = block_sum_double(moment, shared);
-  if (threadIdx.x == 0) {
-    RowStats st;
-    st.argmax = int32_t(best.i1);
-    st.max = float(m);
-    st.logsumexp = float(m + log(sum));
-    st.p_top1 = float(1.0 / sum);
-    st.p_top2 = vocab > 1 ? float(exp(double(best.v2) - m) / sum) : 0.f;
-    st.entropy = float(log(sum) - moment / sum);
-    out[blockIdx.x] = st;
-  }
-}
-
 __device__ bool visible_device(const int32_t* key_group, const int32_t* query_group, const int32_t* window_start,
                                int64_t i, int64_t j) {
   if (key_group && key_group[j] > query_group[i]) return false;
@@ -232,6 +196,196 @@ __global__ void attention_kernel(const float* q, int64_t ldq, const float* k, co
     for (int64_t j = 0; j < n_keys; ++j)
       if (visible_device(key_group, query_group, window_start, i, j)) acc += scores[j] * vh[j * head_dim + d];
     oh[d] = acc / sum;
+  }
+}
+
+// ---- forward-pass kernels ----
+
+template <typename T> __device__ float to_float(T v);
+template <> __device__ float to_float<float>(float v) { return v; }
+template <> __device__ float to_float<__half>(__half v) { return __half2float(v); }
+template <> __device__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__global__ void embed_kernel(const T* table, int64_t cols, const int32_t* rows, int64_t n, float scale, float* out) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n * cols) return;
+  const int64_t i = t / cols, j = t % cols;
+  out[t] = to_float(table[int64_t(rows[i]) * cols + j]) * scale;
+}
+
+__global__ void add_kernel(float* x, const float* y, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += y[i];
+}
+__global__ void add_then_scale_kernel(float* x, const float* y, int64_t n, float s) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = (x[i] + y[i]) * s;
+}
+__global__ void add_to_rows_kernel(float* x, const float* bias, int64_t n, int64_t width) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += bias[i % width];
+}
+__global__ void scale_columns_kernel(float* x, const float* scale, int64_t n, int64_t width, float s) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= (scale ? scale[i % width] : 1.f) * s;
+}
+__global__ void scatter_heads_kernel(const float* src, int64_t n, int64_t heads, int64_t head_dim, const int32_t* pos,
+                                     int64_t pos0, float* dst, int64_t head_stride) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n * heads * head_dim) return;
+  const int64_t d = t % head_dim, h = (t / head_dim) % heads, i = t / (head_dim * heads);
+  const int64_t p = pos ? int64_t(pos[i]) : pos0 + i;
+  dst[h * head_stride + p * head_dim + d] = src[t];
+}
+__global__ void gather_rows_kernel(const float* src, int64_t width, const int32_t* rows, int64_t n, float* dst) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n * width) return;
+  dst[t] = src[int64_t(rows[t / width]) * width + t % width];
+}
+__global__ void combine_rows_kernel(const float* results, int64_t width, const int32_t* begin, const int32_t* slot,
+                                    const float* weight, int64_t n_rows, float* out) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n_rows * width) return;
+  const int64_t r = t / width, j = t % width;
+  float acc = 0;
+  for (int32_t k = begin[r]; k < begin[r + 1]; ++k) acc += weight[k] * results[int64_t(slot[k]) * width + j];
+  out[t] = acc;
+}
+__global__ void glu_halves_kernel(const float* gu, int64_t rows, int64_t width, bool gelu, float* out) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= rows * width) return;
+  const int64_t r = t / width, j = t % width;
+  const float g = gu[r * 2 * width + j];
+  out[t] = (gelu ? gelu_tanh_device(g) : silu_device(g)) * gu[r * 2 * width + width + j];
+}
+
+// Block-wide maximum (blockDim.x == kBlock); every thread gets it.
+__device__ float block_max(float v, float* shared) {
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, offset));
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < kBlock / 32 ? shared[lane] : -INFINITY;
+    for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, offset));
+    if (lane == 0) shared[0] = v;
+  }
+  __syncthreads();
+  const float total = shared[0];
+  __syncthreads();
+  return total;
+}
+
+__global__ void softmax_rows_kernel(const float* x, int64_t n, float inv_t, float* p) {
+  __shared__ float shared_f[kBlock / 32];
+  __shared__ double shared_d[kBlock / 32];
+  const float* xr = x + blockIdx.x * n;
+  float* pr = p + blockIdx.x * n;
+  float m = -INFINITY;
+  for (int64_t i = threadIdx.x; i < n; i += kBlock) m = fmaxf(m, xr[i] * inv_t);
+  m = block_max(m, shared_f);
+  double sum = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kBlock) sum += exp(double(xr[i] * inv_t - m));
+  sum = block_sum_double(sum, shared_d);
+  for (int64_t i = threadIdx.x; i < n; i += kBlock) pr[i] = float(exp(double(xr[i] * inv_t - m)) / sum);
+}
+
+// The CPU's noise (ops/lm_head.h): splitmix64 streams keyed by (seed, row id), one uniform per index.
+__device__ uint64_t noise_mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Row statistics of x * scale (RowStats' meaning), computed by the whole block; thread 0's is valid.
+__device__ RowStats block_row_stats(const float* x, int64_t vocab, float scale, Top2* shared_top, double* shared) {
+  Top2 t{-INFINITY, -INFINITY, INT64_MAX};
+  for (int64_t i = threadIdx.x; i < vocab; i += kBlock) {
+    Top2 one{x[i] * scale, -INFINITY, i};
+    t = merge_top2(t, one);
+  }
+  shared_top[threadIdx.x] = t;
+  __syncthreads();
+  for (int stride = kBlock / 2; stride > 0; stride /= 2) {
+    if (int(threadIdx.x) < stride) shared_top[threadIdx.x] = merge_top2(shared_top[threadIdx.x], shared_top[threadIdx.x + stride]);
+    __syncthreads();
+  }
+  const Top2 best = shared_top[0];
+  __syncthreads();
+  const double m = best.v1;
+  double sum = 0, moment = 0;
+  for (int64_t i = threadIdx.x; i < vocab; i += kBlock) {
+    const double d = double(x[i] * scale) - m, e = exp(d);
+    sum += e;
+    if (e > 0) moment += e * d;
+  }
+  sum = block_sum_double(sum, shared);
+  moment = block_sum_double(moment, shared);
+  RowStats st;
+  st.argmax = int32_t(best.i1);
+  st.max = float(m);
+  st.logsumexp = float(m + log(sum));
+  st.p_top1 = float(1.0 / sum);
+  st.p_top2 = vocab > 1 ? float(exp(double(best.v2) - m) / sum) : 0.f;
+  st.entropy = float(log(sum) - moment / sum);
+  return st;
+}
+
+__global__ void row_stats_kernel(const float* logits, int64_t vocab, RowStats* out) {
+  __shared__ Top2 shared_top[kBlock];
+  __shared__ double shared[kBlock / 32];
+  const RowStats st = block_row_stats(logits + blockIdx.x * vocab, vocab, 1.f, shared_top, shared);
+  if (threadIdx.x == 0) out[blockIdx.x] = st;
+}
+
+__global__ void head_stats_kernel(const float* logits, int64_t vocab, float temperature, uint64_t seed,
+                                  const uint64_t* row_ids, HeadRowStats* out) {
+  __shared__ Top2 shared_top[kBlock];
+  __shared__ double shared[kBlock / 32];
+  __shared__ double best_score[kBlock];
+  __shared__ int64_t best_index[kBlock];
+  const float* x = logits + blockIdx.x * vocab;
+  const RowStats plain = block_row_stats(x, vocab, 1.f, shared_top, shared);
+  HeadRowStats st;
+  st.plain = plain;
+  if (temperature == 0.f) {
+    st.tempered = plain;
+    st.sample = plain.argmax;
+  } else {
+    st.tempered = block_row_stats(x, vocab, 1.f / temperature, shared_top, shared);
+    const uint64_t row = row_ids ? row_ids[blockIdx.x] : uint64_t(blockIdx.x);
+    const uint64_t key = noise_mix(seed ^ noise_mix(row + 0x9e3779b97f4a7c15ull));
+    double score = -INFINITY;
+    int64_t index = INT64_MAX;
+    for (int64_t v = threadIdx.x; v < vocab; v += kBlock) {
+      const uint64_t bits = noise_mix(key + uint64_t(v + 1) * 0x9e3779b97f4a7c15ull);
+      const double u = (double(bits >> 12) + 0.5) * 0x1.0p-52;
+      const double s = double(x[v] / temperature) - log(-log(u));
+      if (s > score) {
+        score = s;
+        index = v;
+      }
+    }
+    best_score[threadIdx.x] = score;
+    best_index[threadIdx.x] = index;
+    __syncthreads();
+    for (int stride = kBlock / 2; stride > 0; stride /= 2) {
+      if (int(threadIdx.x) < stride) {
+        const double s2 = best_score[threadIdx.x + stride];
+        const int64_t i2 = best_index[threadIdx.x + stride];
+        if (s2 > best_score[threadIdx.x] || (s2 == best_score[threadIdx.x] && i2 < best_index[threadIdx.x])) {
+          best_score[threadIdx.x] = s2;
+          best_index[threadIdx.x] = i2;
+        }
+      }
+      __syncthreads();
+    }
+    st.sample = int32_t(best_index[0]);
+  }
+  if (threadIdx.x == 0) {
+    st.p_sample = float(exp(double(x[st.sample]) - double(plain.logsumexp)));
+    out[blockIdx.x] = st;
   }
 }
 
@@ -331,19 +485,29 @@ DeviceMatrix DeviceMatrix::upload(const TensorView& w) {
     m.buffer_.upload(w.data, size_t(w.elements()) * 2);
     return m;
   }
-  // Everything else: dequantise on the host, one row at a time, to f16.
+  // Everything else: dequantise on the host, row by row (threads take rows in turn), to f16, and upload
+  // in chunks of about 64 M values.
   m.storage_ = Storage::F16;
   m.buffer_ = DeviceBuffer(size_t(w.elements()) * 2);
-  std::vector<float> row(size_t(m.cols_));
+  const int64_t rows_per_upload = std::max<int64_t>(1, (int64_t(1) << 26) / std::max<int64_t>(1, m.cols_));
+  const int64_t chunk_rows = std::min(rows_per_upload, m.rows_);
+  const int threads = int(std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(),
+                                                                   chunk_rows * m.cols_ / (int64_t(1) << 20) + 1)));
   std::vector<__half> half_rows;
-  const int64_t rows_per_upload = std::max<int64_t>(1, (int64_t(1) << 22) / std::max<int64_t>(1, m.cols_));
   for (int64_t r0 = 0; r0 < m.rows_; r0 += rows_per_upload) {
     const int64_t n = std::min(rows_per_upload, m.rows_ - r0);
     half_rows.resize(size_t(n * m.cols_));
-    for (int64_t r = 0; r < n; ++r) {
-      get_row(w, r0 + r, row.data());
-      for (int64_t c = 0; c < m.cols_; ++c) half_rows[size_t(r * m.cols_ + c)] = __float2half_rn(row[size_t(c)]);
-    }
+    auto convert = [&](int t) {
+      std::vector<float> row(size_t(m.cols_));
+      for (int64_t r = t; r < n; r += threads) {
+        get_row(w, r0 + r, row.data());
+        for (int64_t c = 0; c < m.cols_; ++c) half_rows[size_t(r * m.cols_ + c)] = __float2half_rn(row[size_t(c)]);
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(convert, t);
+    convert(0);
+    for (std::thread& t : pool) t.join();
     m.buffer_.upload(half_rows.data(), half_rows.size() * 2, size_t(r0 * m.cols_) * 2);
   }
   return m;
@@ -435,6 +599,123 @@ void attention(const float* q, int64_t n_q, int64_t ldq, const float* k, const f
                                                  mask.window_start, shape.n_heads, shape.n_heads / shape.n_kv_heads,
                                                  shape.head_dim, shape.scale, shape.softcap, out, ldo, scores);
   check_launch("attention");
+}
+
+void embed_rows(const DeviceMatrix& table, const int32_t* rows, int64_t n, float scale, float* out) {
+  const int64_t count = n * table.cols();
+  if (count == 0) return;
+  switch (table.storage()) {
+    case DeviceMatrix::Storage::F32:
+      embed_kernel<<<blocks_for(count), kBlock>>>(static_cast<const float*>(table.data()), table.cols(), rows, n, scale, out);
+      break;
+    case DeviceMatrix::Storage::F16:
+      embed_kernel<<<blocks_for(count), kBlock>>>(static_cast<const __half*>(table.data()), table.cols(), rows, n, scale, out);
+      break;
+    case DeviceMatrix::Storage::BF16:
+      embed_kernel<<<blocks_for(count), kBlock>>>(static_cast<const __nv_bfloat16*>(table.data()), table.cols(), rows, n,
+                                                  scale, out);
+      break;
+  }
+  check_launch("embed_rows");
+}
+
+void add(float* x, const float* y, int64_t n) {
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n), kBlock>>>(x, y, n);
+  check_launch("add");
+}
+void add_then_scale(float* x, const float* y, int64_t n, float s) {
+  if (n == 0) return;
+  add_then_scale_kernel<<<blocks_for(n), kBlock>>>(x, y, n, s);
+  check_launch("add_then_scale");
+}
+void add_to_rows(float* x, const float* bias, int64_t rows, int64_t width) {
+  if (rows * width == 0) return;
+  add_to_rows_kernel<<<blocks_for(rows * width), kBlock>>>(x, bias, rows * width, width);
+  check_launch("add_to_rows");
+}
+void scale_columns(float* x, const float* scale, int64_t rows, int64_t width, float s) {
+  if (rows * width == 0) return;
+  scale_columns_kernel<<<blocks_for(rows * width), kBlock>>>(x, scale, rows * width, width, s);
+  check_launch("scale_columns");
+}
+void scatter_heads(const float* src, int64_t n, int64_t heads, int64_t head_dim, const int32_t* pos, int64_t pos0,
+                   float* dst, int64_t head_stride) {
+  const int64_t count = n * heads * head_dim;
+  if (count == 0) return;
+  scatter_heads_kernel<<<blocks_for(count), kBlock>>>(src, n, heads, head_dim, pos, pos0, dst, head_stride);
+  check_launch("scatter_heads");
+}
+void copy_head_positions(const float* src, int64_t src_stride, int64_t first, int64_t count, int64_t heads,
+                         int64_t head_dim, float* dst, int64_t dst_stride) {
+  if (count == 0 || heads == 0) return;
+  check_cuda(cudaMemcpy2D(dst, size_t(dst_stride) * 4, src + first * head_dim, size_t(src_stride) * 4,
+                          size_t(count * head_dim) * 4, size_t(heads), cudaMemcpyDeviceToDevice),
+             "copy_head_positions");
+}
+void gather_rows(const float* src, int64_t width, const int32_t* rows, int64_t n, float* dst) {
+  if (n * width == 0) return;
+  gather_rows_kernel<<<blocks_for(n * width), kBlock>>>(src, width, rows, n, dst);
+  check_launch("gather_rows");
+}
+void combine_rows(const float* results, int64_t width, const int32_t* begin, const int32_t* slot, const float* weight,
+                  int64_t n_rows, float* out) {
+  if (n_rows * width == 0) return;
+  combine_rows_kernel<<<blocks_for(n_rows * width), kBlock>>>(results, width, begin, slot, weight, n_rows, out);
+  check_launch("combine_rows");
+}
+void glu_halves(const float* gu, int64_t rows, int64_t width, bool gelu, float* out) {
+  if (rows * width == 0) return;
+  glu_halves_kernel<<<blocks_for(rows * width), kBlock>>>(gu, rows, width, gelu, out);
+  check_launch("glu_halves");
+}
+void softmax_rows(const float* x, int64_t rows, int64_t n, float inv_temperature, float* p) {
+  if (rows == 0) return;
+  check(n > 0, "cuda softmax_rows: empty rows");
+  softmax_rows_kernel<<<unsigned(rows), kBlock>>>(x, n, inv_temperature, p);
+  check_launch("softmax_rows");
+}
+void head_stats(const float* logits, int64_t rows, int64_t vocab, float temperature, uint64_t seed,
+                const uint64_t* row_ids, HeadRowStats* out) {
+  if (rows == 0) return;
+  check(vocab > 0 && temperature >= 0.f, "cuda head_stats: empty rows or a negative temperature");
+  head_stats_kernel<<<unsigned(rows), kBlock>>>(logits, vocab, temperature, seed, row_ids, out);
+  check_launch("head_stats");
+}
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes) check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "copy to device");
+}
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes) check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "copy to host");
+}
+void copy_on_device(void* dst, const void* src, size_t bytes) {
+  if (bytes) check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "copy on device");
+}
+
+void matmul_transposed(const DeviceMatrix& w, const float* x, int64_t m, float* y) {
+  if (m == 0 || w.cols() == 0) return;
+  // Row-major y[m x n] = x[m x k] w[k x n] (w row-major k x n, n = cols): column-major
+  // y^T(n x m) = w^T(n x k, = w as column-major with ld n) x^T(k x m, ld k).
+  const int n = int(w.cols()), k = int(w.rows()), mm = int(m);
+  const float one = 1.f, zero = 0.f;
+  if (w.storage() == DeviceMatrix::Storage::F32) {
+    check_cublas(cublasSgemm(cublas(), CUBLAS_OP_N, CUBLAS_OP_N, n, mm, k, &one, static_cast<const float*>(w.data()), n,
+                             x, k, &zero, y, n),
+                 "cublasSgemm");
+    return;
+  }
+  const bool half = w.storage() == DeviceMatrix::Storage::F16;
+  void* xr = scratch(matmul_scratch(), size_t(m) * size_t(k) * 2);
+  const int64_t count = m * int64_t(k);
+  if (half)
+    to_half_kernel<<<blocks_for(count), kBlock>>>(x, count, static_cast<__half*>(xr));
+  else
+    to_bf16_kernel<<<blocks_for(count), kBlock>>>(x, count, static_cast<__nv_bfloat16*>(xr));
+  check_launch("convert activations");
+  const cudaDataType_t type = half ? CUDA_R_16F : CUDA_R_16BF;
+  check_cublas(cublasGemmEx(cublas(), CUBLAS_OP_N, CUBLAS_OP_N, n, mm, k, &one, w.data(), type, n, xr, type, k, &zero, y,
+                            CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx");
 }
 
 }  // namespace canvas::cuda

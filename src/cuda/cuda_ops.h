@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "ops/lm_head.h"
 #include "ops/ops.h"
 
 namespace canvas::cuda {
@@ -83,5 +84,48 @@ void row_stats(const float* logits, int64_t rows, int64_t vocab, RowStats* out);
 void attention(const float* q, int64_t n_q, int64_t ldq, const float* k, const float* v, int64_t n_keys,
                int64_t kv_head_stride, const AttentionMask& mask, const AttentionShape& shape, float* out,
                int64_t ldo);
+
+// ---- the forward pass's data movement and element-wise steps (cuda/cuda_backend.cpp) ----
+// Device pointers throughout; "rows" are row-major f32 rows.
+
+// out[i] = row rows[i] of table (any storage) as f32, times scale.
+void embed_rows(const DeviceMatrix& table, const int32_t* rows, int64_t n, float scale, float* out);
+// x += y over n elements.
+void add(float* x, const float* y, int64_t n);
+// x = (x + y) * s over n elements.
+void add_then_scale(float* x, const float* y, int64_t n, float s);
+// x[r][j] += bias[j] for rows rows of width elements.
+void add_to_rows(float* x, const float* bias, int64_t rows, int64_t width);
+// x[r][j] *= scale[j] * s (scale null: x *= s).
+void scale_columns(float* x, const float* scale, int64_t rows, int64_t width, float s);
+// Rows of heads x head_dim into the KV-cache layout: dst[h * head_stride + p * head_dim + d] =
+// src[i][h * head_dim + d] with p = pos[i] (device int32), or pos0 + i when pos is null.
+void scatter_heads(const float* src, int64_t n, int64_t heads, int64_t head_dim, const int32_t* pos, int64_t pos0,
+                   float* dst, int64_t head_stride);
+// count positions from first of every head of a KV-cache layer (head stride src_stride) into dst's
+// heads (stride dst_stride), positions 0 .. count-1 there.
+void copy_head_positions(const float* src, int64_t src_stride, int64_t first, int64_t count, int64_t heads,
+                         int64_t head_dim, float* dst, int64_t dst_stride);
+// dst[i] = src[rows[i]] for rows of width floats.
+void gather_rows(const float* src, int64_t width, const int32_t* rows, int64_t n, float* dst);
+// Mixture-of-experts output: out[r] = sum over k in [begin[r], begin[r+1]) of weight[k] * results[slot[k]],
+// in that order (the CPU's ascending expert order).
+void combine_rows(const float* results, int64_t width, const int32_t* begin, const int32_t* slot, const float* weight,
+                  int64_t n_rows, float* out);
+// out[r][j] = act(gu[r][j]) * gu[r][width + j] (act: GELU-tanh if gelu, else SiLU): an expert's fused [gate; up] product split and gated.
+void glu_halves(const float* gu, int64_t rows, int64_t width, bool gelu, float* out);
+// p[r] = softmax(x[r] * inv_temperature), in place allowed.
+void softmax_rows(const float* x, int64_t rows, int64_t n, float inv_temperature, float* p);
+// y[m x w.cols()] = x[m x w.rows()] @ w (w not transposed): softmax(logits) @ E, the soft embedding.
+void matmul_transposed(const DeviceMatrix& w, const float* x, int64_t m, float* y);
+// The fused head's statistics (ops/lm_head.h HeadRowStats) of rows rows of final logits (soft-cap
+// already applied): plain and tempered row statistics, the Gumbel-max sample with the CPU's noise
+// (seed, row_ids[i] (device; null: i), vocabulary index) and its plain probability.
+void head_stats(const float* logits, int64_t rows, int64_t vocab, float temperature, uint64_t seed,
+                const uint64_t* row_ids, HeadRowStats* out);
+// Synchronous copies between host and device memory, and within the device.
+void copy_to_device(void* dst, const void* src, size_t bytes);
+void copy_to_host(void* dst, const void* src, size_t bytes);
+void copy_on_device(void* dst, const void* src, size_t bytes);
 
 }  // namespace canvas::cuda

@@ -7,6 +7,7 @@
 namespace canvas {
 
 KvCache::KvCache(const ModelConfig& config, int64_t capacity) : capacity_(capacity) {
+
   check(capacity > 0, "KV cache capacity must be positive");
   for (int64_t l = 0; l < config.n_layers; ++l) {
     const LayerAttention a = config.attention_of(l);

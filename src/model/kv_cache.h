@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace canvas {
@@ -24,6 +25,13 @@ class KvCache {
   const float* values(int64_t layer) const { return v_[size_t(layer)].data(); }
   int32_t* groups() { return groups_.data(); }
   int64_t bytes() const;
+  // A forward backend's own copy of this cache (e.g. its K/V in device memory, which then hold the K/V
+  // instead of the host arrays here), created by the backend on first use and freed with the cache.
+  std::shared_ptr<void> backend_state;
+  KvCache(KvCache&&) = default;
+  KvCache& operator=(KvCache&&) = default;
+  KvCache(const KvCache&) = delete;  // a copy would share backend_state
+  KvCache& operator=(const KvCache&) = delete;
 
  private:
   int64_t capacity_;

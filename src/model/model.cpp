@@ -641,17 +641,18 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& req, Thre
   forward_batch(model, caches, std::span<const ForwardRequest>(&req, 1), pool);
 }
 
-void forward_batch(const Model& model, std::span<KvCache* const> caches, std::span<const ForwardRequest> requests,
-                   ThreadPool* pool) {
+ForwardPlan plan_forward(const Model& model, std::span<KvCache* const> caches, std::span<const ForwardRequest> requests) {
   const ModelConfig& c = model.config;
-  const int64_t H = c.hidden;
   const int64_t segments = int64_t(requests.size());
   check(segments > 0, "forward: no requests");
   check(caches.size() == requests.size(), "forward_batch: one KV cache per request");
   // Rows of all requests are stacked: segment s holds rows [row0[s], row0[s] + requests[s].n).
-  std::vector<int64_t> row0(size_t(segments + 1), 0);
-  std::vector<int32_t> pos;
-  std::vector<int64_t> key_ends(static_cast<size_t>(segments));
+  ForwardPlan plan;
+  std::vector<int64_t>& row0 = plan.row0;
+  std::vector<int32_t>& pos = plan.pos;
+  std::vector<int64_t>& key_ends = plan.key_ends;
+  row0.assign(size_t(segments + 1), 0);
+  key_ends.resize(size_t(segments));
   for (int64_t s = 0; s < segments; ++s) {
     const ForwardRequest& req = requests[size_t(s)];
     const KvCache& cache = *caches[size_t(s)];
@@ -695,6 +696,23 @@ void forward_batch(const Model& model, std::span<KvCache* const> caches, std::sp
     check(decoder == requests[0].decoder, "forward_batch: decoder and encoder passes cannot share a batch");
     row0[size_t(s + 1)] = row0[size_t(s)] + n;
   }
+  plan.n = row0[size_t(segments)];
+  return plan;
+}
+
+void forward_batch(const Model& model, std::span<KvCache* const> caches, std::span<const ForwardRequest> requests,
+                   ThreadPool* pool) {
+  ForwardPlan plan = plan_forward(model, caches, requests);
+  if (model.backend) {
+    model.backend->forward_batch(model, caches, requests, plan);
+    return;
+  }
+  const ModelConfig& c = model.config;
+  const int64_t H = c.hidden;
+  const int64_t segments = int64_t(requests.size());
+  const std::vector<int64_t>& row0 = plan.row0;
+  const std::vector<int32_t>& pos = plan.pos;
+  const std::vector<int64_t>& key_ends = plan.key_ends;
   const int64_t n = row0[size_t(segments)];  // rows of the whole batch
 
   // Keeps the pool's workers spinning between this pass's parallel loops instead of sleeping.

@@ -39,8 +39,34 @@ struct SelfConditioningWeights {
   TensorView pre_norm, gate, up, down;
 };
 
+struct Model;
+struct ForwardRequest;
+
+// A checked batch of forward requests (plan_forward): rows of all requests stacked (request s holds
+// rows [row0[s], row0[s+1])), each row's position, and each request's key_end as attention reads it.
+struct ForwardPlan {
+  std::vector<int64_t> row0;
+  std::vector<int32_t> pos;
+  std::vector<int64_t> key_ends;
+  int64_t n = 0;
+};
+
+// Another device's forward (the CUDA backend, src/cuda/): when a Model has one, forward() and
+// forward_batch() run there with the same meaning, the decode loops above unchanged. The backend
+// holds its own copy of the weights and keeps each KvCache's K/V on its device (KvCache::id).
+class ForwardBackend {
+ public:
+  virtual ~ForwardBackend() = default;
+  virtual std::string name() const = 0;
+  // Called by forward_batch() after plan_forward() checked the requests.
+  virtual void forward_batch(const Model& model, std::span<KvCache* const> caches,
+                             std::span<const ForwardRequest> requests, const ForwardPlan& plan) = 0;
+};
+
 struct Model {
   ModelConfig config;
+  // Where forward passes run: null for this CPU code; otherwise e.g. the CUDA backend (--device cuda).
+  std::shared_ptr<ForwardBackend> backend;
   std::shared_ptr<GgufFile> file;                  // the GGUF the weights map (null for safetensors)
   std::shared_ptr<SafetensorsModel> safetensors;   // the safetensors checkpoint (null for GGUF)
   // f32 copies of small tensors whose stored type the kernels do not take (e.g. bf16 norms), made once
@@ -118,6 +144,10 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& request, 
 // All requests must be encoder passes, or all decoder passes. forward() is this with one request.
 void forward_batch(const Model& model, std::span<KvCache* const> caches, std::span<const ForwardRequest> requests,
                    ThreadPool* pool);
+
+// Checks a batch of requests against the model and their caches (throws Error naming what is wrong)
+// and lays out its rows: what every backend's forward starts from.
+ForwardPlan plan_forward(const Model& model, std::span<KvCache* const> caches, std::span<const ForwardRequest> requests);
 
 // The bound tensor a description of model_tensors(model.config) names (model/tensors.h): the weight's
 // view, or a one-value f32 view of a layer scalar (the encoder's equals the decoder's when the file has

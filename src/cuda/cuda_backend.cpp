@@ -1,0 +1,480 @@
+// The CUDA forward pass: model/model.cpp's forward_batch step for step, on device buffers. Each step is
+// the kernel twin of the CPU op it replaces (tests/cuda_test.cpp compares whole forwards with the CPU's).
+#include "cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "cuda/cuda_ops.h"
+#include "model/kv_cache.h"
+#include "ops/ops.h"
+
+namespace canvas::cuda {
+namespace {
+
+// An f32 vector (norm weight, bias, scale) on the device; empty when the model has none.
+DeviceBuffer upload_vector(const TensorView& v) {
+  if (!v.data) return {};
+  check(v.type == DType::F32, "cuda: vector '" + v.name + "' is not f32");
+  DeviceBuffer b(size_t(v.elements()) * 4);
+  b.upload(v.data, size_t(v.elements()) * 4);
+  return b;
+}
+const float* ptr(const DeviceBuffer& b) { return b.bytes() ? b.as<float>() : nullptr; }
+DeviceMatrix upload_matrix(const TensorView& w) { return w.data ? DeviceMatrix::upload(w) : DeviceMatrix{}; }
+std::vector<DeviceMatrix> upload_experts(const TensorView& w, int64_t n_experts) {
+  std::vector<DeviceMatrix> out;
+  if (!w.data) return out;
+  for (int64_t e = 0; e < n_experts; ++e) out.push_back(DeviceMatrix::upload(w.matrix(e)));
+  return out;
+}
+
+struct DeviceLayer {
+  DeviceMatrix wq, wk, wv, wo, gate, up, down, router;
+  DeviceBuffer attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm, post_attn_norm, post_ffn_norm, post_ffn_norm_1,
+      pre_ffn_norm_2, post_ffn_norm_2, router_scale;
+  std::vector<DeviceMatrix> gate_exps, up_exps, down_exps, gate_up_exps;
+  std::vector<float> per_expert_scale;  // host: routing runs there
+};
+
+// A KvCache's device copy: per layer K and V in the host cache's layout, and the visibility groups.
+struct DeviceCache {
+  std::vector<DeviceBuffer> k, v;
+  DeviceBuffer groups;
+};
+
+// A device buffer that grows to the largest size asked of it.
+struct Scratch {
+  DeviceBuffer b;
+  float* f(int64_t n) {
+    if (b.bytes() < size_t(n) * 4) b = DeviceBuffer(size_t(std::max<int64_t>(n, 1)) * 4);
+    return b.as<float>();
+  }
+  template <typename T> T* as(int64_t n) {
+    if (b.bytes() < size_t(n) * sizeof(T)) b = DeviceBuffer(size_t(std::max<int64_t>(n, 1)) * sizeof(T));
+    return b.as<T>();
+  }
+};
+
+template <typename T> T* upload_into(Scratch& s, const T* host, int64_t n) {
+  T* d = s.as<T>(n);
+  copy_to_device(d, host, size_t(n) * sizeof(T));
+  return d;
+}
+
+class CudaBackend final : public ForwardBackend {
+ public:
+  explicit CudaBackend(const Model& model);
+  std::string name() const override { return "cuda: " + device_description(); }
+  void forward_batch(const Model& model, std::span<KvCache* const> caches, std::span<const ForwardRequest> requests,
+                     const ForwardPlan& plan) override;
+
+ private:
+  DeviceCache& device_cache(const ModelConfig& c, KvCache& cache);
+  void gated_mlp(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, bool gelu, const float* x,
+                 int64_t n, float* out);
+  void moe(const ModelConfig& c, const DeviceLayer& w, const float* router_in, const float* expert_in, int64_t n,
+           float* out);
+  void self_conditioning(const Model& model, const ForwardRequest& req, float* x, bool decoder_norm);
+  void gemma_layer_rest(const ModelConfig& c, const DeviceLayer& w, float layer_scalar, int64_t n, float* x,
+                        float* proj, float* h);
+
+  DeviceMatrix token_embd_, output_, position_embd_;
+  bool tied_ = false;
+  DeviceBuffer output_norm_;
+  DeviceMatrix sc_gate_, sc_up_, sc_down_;
+  DeviceBuffer sc_norm_;
+  std::vector<DeviceLayer> layers_;
+  // Per-pass buffers, reused.
+  Scratch x_, h_, q_, k_, v_, attn_, proj_, g_, u_, pos_, tokens_, qgroups_, window_, canvas_k_, canvas_v_, sel_,
+      sel_rows_, logits_, probs_, soft_, mlp_, stats_, row_ids_, router_in_, experts_out_, router_logits_, gathered_,
+      expert_act_, expert_res_, expert_gu_, moe_rows_, moe_begin_, moe_slot_, moe_weight_, prev_;
+};
+
+const DeviceMatrix& output_of(const DeviceMatrix& own, const DeviceMatrix& embd, bool tied) { return tied ? embd : own; }
+
+CudaBackend::CudaBackend(const Model& model) {
+  std::string why;
+  check(available(&why), "--device cuda: " + why);
+  const ModelConfig& c = model.config;
+  token_embd_ = DeviceMatrix::upload(model.token_embd);
+  tied_ = model.output.data == model.token_embd.data && model.output.type == model.token_embd.type;
+  if (!tied_) output_ = DeviceMatrix::upload(model.output);
+  output_norm_ = upload_vector(model.output_norm);
+  position_embd_ = upload_matrix(model.position_embd);
+  const SelfConditioningWeights& sc = model.self_conditioning;
+  sc_gate_ = upload_matrix(sc.gate);
+  sc_up_ = upload_matrix(sc.up);
+  sc_down_ = upload_matrix(sc.down);
+  sc_norm_ = upload_vector(sc.pre_norm);
+  for (const LayerWeights& w : model.layers) {
+    DeviceLayer d;
+    d.wq = upload_matrix(w.wq);
+    d.wk = upload_matrix(w.wk);
+    d.wv = upload_matrix(w.wv);
+    d.wo = upload_matrix(w.wo);
+    d.gate = upload_matrix(w.gate);
+    d.up = upload_matrix(w.up);
+    d.down = upload_matrix(w.down);
+    d.router = upload_matrix(w.router);
+    d.attn_norm = upload_vector(w.attn_norm);
+    d.ffn_norm = upload_vector(w.ffn_norm);
+    d.bq = upload_vector(w.bq);
+    d.bk = upload_vector(w.bk);
+    d.bv = upload_vector(w.bv);
+    d.q_norm = upload_vector(w.q_norm);
+    d.k_norm = upload_vector(w.k_norm);
+    d.post_attn_norm = upload_vector(w.post_attn_norm);
+    d.post_ffn_norm = upload_vector(w.post_ffn_norm);
+    d.post_ffn_norm_1 = upload_vector(w.post_ffn_norm_1);
+    d.pre_ffn_norm_2 = upload_vector(w.pre_ffn_norm_2);
+    d.post_ffn_norm_2 = upload_vector(w.post_ffn_norm_2);
+    d.router_scale = upload_vector(w.router_scale);
+    d.gate_exps = upload_experts(w.gate_exps, c.n_experts);
+    d.up_exps = upload_experts(w.up_exps, c.n_experts);
+    d.down_exps = upload_experts(w.down_exps, c.n_experts);
+    d.gate_up_exps = upload_experts(w.gate_up_exps, c.n_experts);
+    if (w.per_expert_scale.data)
+      d.per_expert_scale.assign(w.per_expert_scale.f32(), w.per_expert_scale.f32() + w.per_expert_scale.elements());
+    layers_.push_back(std::move(d));
+  }
+  synchronize();
+}
+
+DeviceCache& CudaBackend::device_cache(const ModelConfig& c, KvCache& cache) {
+  if (!cache.backend_state) {
+    auto d = std::make_shared<DeviceCache>();
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const LayerAttention a = c.attention_of(l);
+      const size_t bytes = size_t(a.n_kv_heads * cache.capacity() * a.head_dim) * 4;
+      d->k.emplace_back(bytes);
+      d->v.emplace_back(bytes);
+    }
+    d->groups = DeviceBuffer(size_t(cache.capacity()) * 4);
+    cache.backend_state = d;
+  }
+  return *static_cast<DeviceCache*>(cache.backend_state.get());
+}
+
+void CudaBackend::gated_mlp(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, bool gelu,
+                            const float* x, int64_t n, float* out) {
+  const int64_t width = gate.rows();
+  float* g = g_.f(n * width);
+  float* u = u_.f(n * width);
+  matmul(gate, x, n, g);
+  matmul(up, x, n, u);
+  if (gelu) {
+    geglu(g, u, n * width, g);
+  } else {
+    swiglu(g, u, n * width, g);
+  }
+  matmul(down, g, n, out);
+}
+
+// Routing on the host with the CPU's code (softmax, top_k, the weights), so the choice of experts is
+// the CPU's for the same router logits; then every row goes once to each of its experts, which run one
+// after the other on contiguous slices of the gathered rows, and combine_rows sums each row's results
+// in ascending expert order.
+void CudaBackend::moe(const ModelConfig& c, const DeviceLayer& w, const float* router_in, const float* expert_in,
+                      int64_t n, float* out) {
+  const int64_t E = c.n_experts, K = c.n_experts_used, H = c.hidden;
+  float* logits_d = router_logits_.f(n * E);
+  matmul(w.router, router_in, n, logits_d);
+  std::vector<float> logits(static_cast<size_t>(n * E)), probs(static_cast<size_t>(E));
+  copy_to_host(logits.data(), logits_d, logits.size() * 4);
+  const float* expert_scale = w.per_expert_scale.empty() ? nullptr : w.per_expert_scale.data();
+  std::vector<std::vector<std::pair<int32_t, float>>> of_row(static_cast<size_t>(n));  // (expert, weight)
+  std::vector<int64_t> count(static_cast<size_t>(E), 0);
+  for (int64_t r = 0; r < n; ++r) {
+    canvas::softmax(&logits[size_t(r * E)], E, probs.data());
+    std::vector<int32_t> top = canvas::top_k(probs.data(), E, K);
+    float total = 0;
+    for (int32_t e : top) total += probs[size_t(e)];
+    std::sort(top.begin(), top.end());
+    for (int32_t e : top) {
+      float weight = c.expert_weights_norm ? probs[size_t(e)] / total : probs[size_t(e)];
+      if (expert_scale) weight *= expert_scale[e];
+      of_row[size_t(r)].push_back({e, weight});
+      ++count[size_t(e)];
+    }
+  }
+  // Slots: the gathered rows in expert order; each row's entries point at its slots.
+  std::vector<int64_t> first(static_cast<size_t>(E + 1), 0);
+  for (int64_t e = 0; e < E; ++e) first[size_t(e + 1)] = first[size_t(e)] + count[size_t(e)];
+  const int64_t slots = first[size_t(E)];
+  std::vector<int32_t> slot_row(static_cast<size_t>(slots)), begin(static_cast<size_t>(n + 1), 0), slot_of;
+  std::vector<float> weight_of;
+  std::vector<int64_t> fill(first.begin(), first.end() - 1);
+  for (int64_t r = 0; r < n; ++r) {
+    for (const auto& [e, weight] : of_row[size_t(r)]) {
+      const int64_t s = fill[size_t(e)]++;
+      slot_row[size_t(s)] = int32_t(r);
+      slot_of.push_back(int32_t(s));
+      weight_of.push_back(weight);
+    }
+    begin[size_t(r + 1)] = int32_t(slot_of.size());
+  }
+  const int32_t* rows_d = upload_into(moe_rows_, slot_row.data(), slots);
+  float* gathered = gathered_.f(slots * H);
+  gather_rows(expert_in, H, rows_d, slots, gathered);
+  const int64_t I = c.expert_ffn;
+  float* act = expert_act_.f(slots * I);
+  if (!w.gate_up_exps.empty()) {
+    float* gu = expert_gu_.f(slots * 2 * I);
+    for (int64_t e = 0; e < E; ++e)
+      if (count[size_t(e)])
+        matmul(w.gate_up_exps[size_t(e)], gathered + first[size_t(e)] * H, count[size_t(e)], gu + first[size_t(e)] * 2 * I);
+    glu_halves(gu, slots, I, c.activation == Activation::GeluTanh, act);
+  } else {
+    float* u = expert_gu_.f(slots * I);
+    for (int64_t e = 0; e < E; ++e)
+      if (count[size_t(e)]) {
+        matmul(w.gate_exps[size_t(e)], gathered + first[size_t(e)] * H, count[size_t(e)], act + first[size_t(e)] * I);
+        matmul(w.up_exps[size_t(e)], gathered + first[size_t(e)] * H, count[size_t(e)], u + first[size_t(e)] * I);
+      }
+    if (c.activation == Activation::GeluTanh) {
+      geglu(act, u, slots * I, act);
+    } else {
+      swiglu(act, u, slots * I, act);
+    }
+  }
+  float* res = expert_res_.f(slots * H);
+  for (int64_t e = 0; e < E; ++e)
+    if (count[size_t(e)])
+      matmul(w.down_exps[size_t(e)], act + first[size_t(e)] * I, count[size_t(e)], res + first[size_t(e)] * H);
+  const int32_t* begin_d = upload_into(moe_begin_, begin.data(), n + 1);
+  const int32_t* slot_d = upload_into(moe_slot_, slot_of.data(), int64_t(slot_of.size()));
+  const float* weight_d = upload_into(moe_weight_, weight_of.data(), int64_t(weight_of.size()));
+  combine_rows(res, H, begin_d, slot_d, weight_d, n, out);
+}
+
+// model.cpp's self_conditioning_input on the device: x += mlp(pre_norm(softmax(prev) @ E * scale)), then
+// (decoder) a weightless RMSNorm.
+void CudaBackend::self_conditioning(const Model& model, const ForwardRequest& req, float* x, bool decoder_norm) {
+  const ModelConfig& c = model.config;
+  const int64_t H = c.hidden, n = req.n;
+  if (req.self_cond || req.self_cond_soft) {
+    float* soft = soft_.f(n * H);
+    if (req.self_cond) {
+      float* p = upload_into(prev_, req.self_cond, n * c.vocab);
+      softmax_rows(p, n, c.vocab, 1.f, p);
+      matmul_transposed(token_embd_, p, n, soft);
+    } else {
+      copy_to_device(soft, req.self_cond_soft, size_t(n * H) * 4);
+    }
+    scale_columns(soft, nullptr, n, H, c.embedding_scale);
+    rms_norm(soft, ptr(sc_norm_), n, H, c.rms_eps, soft);
+    float* mlp = mlp_.f(n * H);
+    gated_mlp(sc_gate_, sc_up_, sc_down_, c.activation == Activation::GeluTanh, soft, n, mlp);
+    add(x, mlp, n * H);
+  }
+  if (decoder_norm) rms_norm(x, nullptr, n, H, c.rms_eps, x);
+}
+
+void CudaBackend::gemma_layer_rest(const ModelConfig& c, const DeviceLayer& w, float layer_scalar, int64_t n, float* x,
+                                   float* proj, float* h) {
+  const int64_t H = c.hidden;
+  const bool gelu = c.activation == Activation::GeluTanh;
+  rms_norm(proj, ptr(w.post_attn_norm), n, H, c.rms_eps, proj);
+  add(x, proj, n * H);
+  rms_norm(x, ptr(w.ffn_norm), n, H, c.rms_eps, h);
+  gated_mlp(w.gate, w.up, w.down, gelu, h, n, proj);
+  if (c.dense_and_moe) {
+    rms_norm(proj, ptr(w.post_ffn_norm_1), n, H, c.rms_eps, proj);
+    float* router_in = router_in_.f(n * H);
+    float* experts_out = experts_out_.f(n * H);
+    rms_norm(x, nullptr, n, H, c.rms_eps, router_in);
+    if (c.router_norm) scale_columns(router_in, ptr(w.router_scale), n, H, 1.f / std::sqrt(float(H)));
+    rms_norm(x, ptr(w.pre_ffn_norm_2), n, H, c.rms_eps, h);
+    moe(c, w, router_in, h, n, experts_out);
+    rms_norm(experts_out, ptr(w.post_ffn_norm_2), n, H, c.rms_eps, experts_out);
+    add(proj, experts_out, n * H);
+  }
+  rms_norm(proj, ptr(w.post_ffn_norm), n, H, c.rms_eps, proj);
+  add_then_scale(x, proj, n * H, layer_scalar);
+}
+
+void CudaBackend::forward_batch(const Model& model, std::span<KvCache* const> caches,
+                                std::span<const ForwardRequest> requests, const ForwardPlan& plan) {
+  const ModelConfig& c = model.config;
+  const int64_t H = c.hidden, n = plan.n, segments = int64_t(requests.size());
+  const bool gelu = c.activation == Activation::GeluTanh;
+  const std::vector<int64_t>& row0 = plan.row0;
+  int64_t max_q_width = 0, max_kv_width = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerAttention a = c.attention_of(l);
+    max_q_width = std::max(max_q_width, c.n_heads * a.head_dim);
+    max_kv_width = std::max(max_kv_width, a.n_kv_heads * a.head_dim);
+  }
+  float* x = x_.f(n * H);
+  float* h = h_.f(n * H);
+  float* q = q_.f(n * max_q_width);
+  float* k = k_.f(n * max_kv_width);
+  float* v = v_.f(n * max_kv_width);
+  float* attn = attn_.f(n * max_q_width);
+  float* proj = proj_.f(n * H);
+  const int32_t* pos = upload_into(pos_, plan.pos.data(), n);
+
+  // Embeddings of every row, then each request's own input steps and cache groups.
+  std::vector<int32_t> tokens, qgroups(static_cast<size_t>(n), 0);
+  for (const ForwardRequest& req : requests) tokens.insert(tokens.end(), req.tokens, req.tokens + req.n);
+  embed_rows(token_embd_, upload_into(tokens_, tokens.data(), n), n, c.embedding_scale, x);
+  if (model.position_embd.data) {
+    for (int64_t i = 0; i < n; ++i)
+      check(plan.pos[size_t(i)] < model.position_embd.ne[1],
+            "position " + std::to_string(plan.pos[size_t(i)]) + " is beyond the model's position embeddings (" +
+                std::to_string(model.position_embd.ne[1]) + ")");
+    embed_rows(position_embd_, pos, n, 1.f, h);
+    add(x, h, n * H);
+  }
+  std::vector<DeviceCache*> dcaches;
+  for (int64_t s = 0; s < segments; ++s) {
+    const ForwardRequest& req = requests[size_t(s)];
+    float* xs = x + row0[size_t(s)] * H;
+    if (req.decoder || req.self_cond || req.self_cond_soft) self_conditioning(model, req, xs, req.decoder);
+    KvCache& cache = *caches[size_t(s)];
+    DeviceCache& dc = device_cache(c, cache);
+    dcaches.push_back(&dc);
+    if (!req.decoder) {
+      int32_t* groups = cache.groups();
+      for (int64_t i = 0; i < req.n; ++i) {
+        groups[plan.pos[size_t(row0[size_t(s)] + i)]] = req.groups[i];
+        qgroups[size_t(row0[size_t(s)] + i)] = req.groups[i];
+      }
+      const int64_t key_end = plan.key_ends[size_t(s)];
+      copy_to_device(dc.groups.data(), groups, size_t(key_end) * 4);
+    }
+  }
+  const int32_t* qgroups_d = upload_into(qgroups_, qgroups.data(), n);
+  const int32_t* window_d = nullptr;
+  if (c.sliding_window > 0) {
+    std::vector<int32_t> window_start(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) window_start[size_t(i)] = int32_t(plan.pos[size_t(i)] - c.sliding_window + 1);
+    window_d = upload_into(window_, window_start.data(), n);
+  }
+
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const DeviceLayer& w = layers_[size_t(l)];
+    const LayerAttention la = c.attention_of(l);
+    const int64_t D = la.head_dim, q_width = c.n_heads * D, kv_width = la.n_kv_heads * D;
+    const bool sliding = la.kind == AttentionKind::Sliding;
+    rms_norm(x, ptr(w.attn_norm), n, H, c.rms_eps, h);
+    matmul(w.wq, h, n, q);
+    matmul(w.wk, h, n, k);
+    if (la.value_from_key) {
+      copy_on_device(v, k, size_t(n * kv_width) * 4);
+    } else {
+      matmul(w.wv, h, n, v);
+    }
+    if (w.bq.bytes()) add_to_rows(q, ptr(w.bq), n, q_width);
+    if (w.bk.bytes()) add_to_rows(k, ptr(w.bk), n, kv_width);
+    if (w.bv.bytes()) add_to_rows(v, ptr(w.bv), n, kv_width);
+    if (c.qk_norm) {
+      rms_norm(q, ptr(w.q_norm), n * c.n_heads, D, c.rms_eps, q);
+      rms_norm(k, ptr(w.k_norm), n * la.n_kv_heads, D, c.rms_eps, k);
+    }
+    if (c.v_norm) rms_norm(v, nullptr, n * la.n_kv_heads, D, c.rms_eps, v);
+    cuda::rope(q, n, int(c.n_heads), pos, la.rope);
+    cuda::rope(k, n, int(la.n_kv_heads), pos, la.rope);
+
+    AttentionShape shape;
+    shape.n_heads = int(c.n_heads);
+    shape.n_kv_heads = int(la.n_kv_heads);
+    shape.head_dim = int(D);
+    shape.scale = c.attention_scale > 0 ? c.attention_scale : 1.f / std::sqrt(float(D));
+    for (int64_t s = 0; s < segments; ++s) {
+      const ForwardRequest& req = requests[size_t(s)];
+      DeviceCache& dc = *dcaches[size_t(s)];
+      const int64_t r0 = row0[size_t(s)], ns = req.n;
+      const int64_t stride = caches[size_t(s)]->head_stride(l);
+      float* kc = dc.k[size_t(l)].as<float>();
+      float* vc = dc.v[size_t(l)].as<float>();
+      if (!req.decoder) {
+        scatter_heads(k + r0 * kv_width, ns, la.n_kv_heads, D, pos + r0, 0, kc, stride);
+        scatter_heads(v + r0 * kv_width, ns, la.n_kv_heads, D, pos + r0, 0, vc, stride);
+        AttentionMask mask;
+        mask.key_group = dc.groups.as<int32_t>();
+        mask.query_group = qgroups_d + r0;
+        if (sliding) mask.window_start = window_d + r0;
+        cuda::attention(q + r0 * q_width, ns, q_width, kc, vc, plan.key_ends[size_t(s)], stride, mask, shape,
+                  attn + r0 * q_width, q_width);
+      } else {
+        // The canvas sees the cache (sliding layers: its last window - 1 positions) and itself, both ways.
+        const int64_t first = sliding ? std::max<int64_t>(0, req.pos0 - (c.sliding_window - 1)) : 0;
+        const int64_t cached = req.pos0 - first, keys = cached + ns;
+        float* ck = canvas_k_.f(la.n_kv_heads * keys * D);
+        float* cv = canvas_v_.f(la.n_kv_heads * keys * D);
+        copy_head_positions(kc, stride, first, cached, la.n_kv_heads, D, ck, keys * D);
+        copy_head_positions(vc, stride, first, cached, la.n_kv_heads, D, cv, keys * D);
+        scatter_heads(k + r0 * kv_width, ns, la.n_kv_heads, D, nullptr, cached, ck, keys * D);
+        scatter_heads(v + r0 * kv_width, ns, la.n_kv_heads, D, nullptr, cached, cv, keys * D);
+        cuda::attention(q + r0 * q_width, ns, q_width, ck, cv, keys, keys * D, AttentionMask{}, shape, attn + r0 * q_width,
+                  q_width);
+      }
+    }
+    matmul(w.wo, attn, n, proj);
+
+    if (c.layer_style == LayerStyle::Gemma4) {
+      gemma_layer_rest(c, w, requests[0].decoder ? model.layers[size_t(l)].layer_scalar_decoder
+                                                 : model.layers[size_t(l)].layer_scalar_encoder,
+                       n, x, proj, h);
+      continue;
+    }
+    add(x, proj, n * H);
+    rms_norm(x, ptr(w.ffn_norm), n, H, c.rms_eps, h);
+    if (c.is_moe()) {
+      moe(c, w, h, h, n, proj);
+    } else {
+      gated_mlp(w.gate, w.up, w.down, gelu, h, n, proj);
+    }
+    add(x, proj, n * H);
+  }
+
+  // The head, request by request: the wanted rows, the final norm, the logits (soft-capped), then either
+  // the logits themselves or the fused head's statistics (and soft embedding).
+  const DeviceMatrix& head = output_of(output_, token_embd_, tied_);
+  for (int64_t s = 0; s < segments; ++s) {
+    const ForwardRequest& req = requests[size_t(s)];
+    const int64_t rows = int64_t(req.logit_rows.size());
+    if (rows == 0) continue;
+    check(!req.soft_embedding_out || tied_,
+          "forward: a soft embedding output needs a head tied to the token embedding; '" + c.arch +
+              "' has its own output matrix");
+    std::vector<int32_t> wanted(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) wanted[size_t(i)] = int32_t(row0[size_t(s)] + req.logit_rows[size_t(i)]);
+    float* sel = sel_.f(rows * H);
+    gather_rows(x, H, upload_into(sel_rows_, wanted.data(), rows), rows, sel);
+    rms_norm(sel, ptr(output_norm_), rows, H, c.rms_eps, sel);
+    float* logits = logits_.f(rows * c.vocab);
+    matmul(head, sel, rows, logits);
+    if (c.logit_softcap > 0) softcap(logits, rows * c.vocab, c.logit_softcap);
+    if (!req.head_stats) {
+      copy_to_host(req.logits, logits, size_t(rows * c.vocab) * 4);
+      continue;
+    }
+    const float T = req.head.temperature;
+    check(T >= 0 && !std::isnan(T), "lm_head_stream: temperature must be >= 0");
+    const uint64_t* ids = req.head.row_ids ? upload_into(row_ids_, req.head.row_ids, rows) : nullptr;
+    HeadRowStats* stats = stats_.as<HeadRowStats>(rows);
+    head_stats(logits, rows, c.vocab, T, req.head.seed, ids, stats);
+    copy_to_host(req.head_stats, stats, size_t(rows) * sizeof(HeadRowStats));
+    if (req.soft_embedding_out) {
+      float* p = probs_.f(rows * c.vocab);
+      softmax_rows(logits, rows, c.vocab, T > 0 ? 1.f / T : 1.f, p);
+      float* soft = soft_.f(rows * H);
+      matmul_transposed(token_embd_, p, rows, soft);
+      copy_to_host(req.soft_embedding_out, soft, size_t(rows * H) * 4);
+    }
+  }
+  synchronize();
+}
+
+}  // namespace
+
+std::shared_ptr<ForwardBackend> make_backend(const Model& model) { return std::make_shared<CudaBackend>(model); }
+
+}  // namespace canvas::cuda
