@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -26,10 +27,24 @@ DeviceBuffer upload_vector(const TensorView& v) {
 }
 const float* ptr(const DeviceBuffer& b) { return b.bytes() ? b.as<float>() : nullptr; }
 DeviceMatrix upload_matrix(const TensorView& w) { return w.data ? DeviceMatrix::upload(w) : DeviceMatrix{}; }
+// Experts are converted and uploaded by several threads at once (each matrix is small).
 std::vector<DeviceMatrix> upload_experts(const TensorView& w, int64_t n_experts) {
   std::vector<DeviceMatrix> out;
   if (!w.data) return out;
-  for (int64_t e = 0; e < n_experts; ++e) out.push_back(DeviceMatrix::upload(w.matrix(e)));
+  out.resize(size_t(n_experts));
+  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(n_experts, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  std::vector<std::string> errors(static_cast<size_t>(threads));
+  for (int64_t t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      try {
+        for (int64_t e = t; e < n_experts; e += threads) out[size_t(e)] = DeviceMatrix::upload(w.matrix(e));
+      } catch (const std::exception& ex) {
+        errors[size_t(t)] = ex.what();
+      }
+    });
+  for (std::thread& th : pool) th.join();
+  for (const std::string& e : errors) check(e.empty(), e);
   return out;
 }
 
@@ -92,7 +107,7 @@ class CudaBackend final : public ForwardBackend {
   // Per-pass buffers, reused.
   Scratch x_, h_, q_, k_, v_, attn_, proj_, g_, u_, pos_, tokens_, qgroups_, window_, canvas_k_, canvas_v_, sel_,
       sel_rows_, logits_, probs_, soft_, mlp_, stats_, row_ids_, router_in_, experts_out_, router_logits_, gathered_,
-      expert_act_, expert_res_, expert_gu_, moe_rows_, moe_begin_, moe_slot_, moe_weight_, prev_;
+      expert_act_, expert_res_, expert_gu_, expert_x16_, moe_rows_, moe_begin_, moe_slot_, moe_weight_, prev_;
 };
 
 const DeviceMatrix& output_of(const DeviceMatrix& own, const DeviceMatrix& embd, bool tied) { return tied ? embd : own; }
@@ -223,11 +238,24 @@ void CudaBackend::moe(const ModelConfig& c, const DeviceLayer& w, const float* r
   gather_rows(expert_in, H, rows_d, slots, gathered);
   const int64_t I = c.expert_ffn;
   float* act = expert_act_.f(slots * I);
+  // f16/bf16 experts: the gathered rows (and the gated activations) are rounded once for all experts.
+  const DeviceMatrix::Storage storage =
+      (w.gate_up_exps.empty() ? w.gate_exps : w.gate_up_exps).front().storage();
+  const bool rounded = storage != DeviceMatrix::Storage::F32;
+  uint16_t* x16 = rounded ? expert_x16_.as<uint16_t>(slots * std::max(H, I)) : nullptr;
   if (!w.gate_up_exps.empty()) {
     float* gu = expert_gu_.f(slots * 2 * I);
-    for (int64_t e = 0; e < E; ++e)
-      if (count[size_t(e)])
-        matmul(w.gate_up_exps[size_t(e)], gathered + first[size_t(e)] * H, count[size_t(e)], gu + first[size_t(e)] * 2 * I);
+    if (rounded) to_input_type(gathered, slots * H, storage, x16);
+    for (int64_t e = 0; e < E; ++e) {
+      if (!count[size_t(e)]) continue;
+      const DeviceMatrix& m = w.gate_up_exps[size_t(e)];
+      float* out_e = gu + first[size_t(e)] * 2 * I;
+      if (rounded) {
+        matmul_rounded(m, x16 + first[size_t(e)] * H, count[size_t(e)], out_e);
+      } else {
+        matmul(m, gathered + first[size_t(e)] * H, count[size_t(e)], out_e);
+      }
+    }
     glu_halves(gu, slots, I, c.activation == Activation::GeluTanh, act);
   } else {
     float* u = expert_gu_.f(slots * I);
@@ -243,9 +271,16 @@ void CudaBackend::moe(const ModelConfig& c, const DeviceLayer& w, const float* r
     }
   }
   float* res = expert_res_.f(slots * H);
-  for (int64_t e = 0; e < E; ++e)
-    if (count[size_t(e)])
+  const bool down_rounded = w.down_exps.front().storage() != DeviceMatrix::Storage::F32;
+  if (down_rounded) to_input_type(act, slots * I, w.down_exps.front().storage(), x16);
+  for (int64_t e = 0; e < E; ++e) {
+    if (!count[size_t(e)]) continue;
+    if (down_rounded) {
+      matmul_rounded(w.down_exps[size_t(e)], x16 + first[size_t(e)] * I, count[size_t(e)], res + first[size_t(e)] * H);
+    } else {
       matmul(w.down_exps[size_t(e)], act + first[size_t(e)] * I, count[size_t(e)], res + first[size_t(e)] * H);
+    }
+  }
   const int32_t* begin_d = upload_into(moe_begin_, begin.data(), n + 1);
   const int32_t* slot_d = upload_into(moe_slot_, slot_of.data(), int64_t(slot_of.size()));
   const float* weight_d = upload_into(moe_weight_, weight_of.data(), int64_t(weight_of.size()));

@@ -527,17 +527,29 @@ void matmul(const DeviceMatrix& w, const float* x, int64_t m, float* y) {
                  "cublasSgemm");
     return;
   }
-  const bool half = w.storage() == DeviceMatrix::Storage::F16;
   void* xr = scratch(matmul_scratch(), size_t(m) * size_t(k) * 2);
-  const int64_t count = m * int64_t(k);
-  if (half)
-    to_half_kernel<<<blocks_for(count), kBlock>>>(x, count, static_cast<__half*>(xr));
+  to_input_type(x, m * int64_t(k), w.storage(), xr);
+  matmul_rounded(w, xr, m, y);
+}
+
+void to_input_type(const float* x, int64_t n, DeviceMatrix::Storage storage, void* out) {
+  check(storage != DeviceMatrix::Storage::F32, "cuda to_input_type: f32 weights take f32 activations");
+  if (n == 0) return;
+  if (storage == DeviceMatrix::Storage::F16)
+    to_half_kernel<<<blocks_for(n), kBlock>>>(x, n, static_cast<__half*>(out));
   else
-    to_bf16_kernel<<<blocks_for(count), kBlock>>>(x, count, static_cast<__nv_bfloat16*>(xr));
+    to_bf16_kernel<<<blocks_for(n), kBlock>>>(x, n, static_cast<__nv_bfloat16*>(out));
   check_launch("convert activations");
-  const cudaDataType_t type = half ? CUDA_R_16F : CUDA_R_16BF;
-  check_cublas(cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, n, mm, k, &one, w.data(), type, k, xr, type, k, &zero, y,
-                            CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+}
+
+void matmul_rounded(const DeviceMatrix& w, const void* x16, int64_t m, float* y) {
+  check(w.storage() != DeviceMatrix::Storage::F32, "cuda matmul_rounded: f32 weights take f32 activations");
+  if (m == 0 || w.rows() == 0) return;
+  const int n = int(w.rows()), k = int(w.cols()), mm = int(m);
+  const float one = 1.f, zero = 0.f;
+  const cudaDataType_t type = w.storage() == DeviceMatrix::Storage::F16 ? CUDA_R_16F : CUDA_R_16BF;
+  check_cublas(cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, n, mm, k, &one, w.data(), type, k, x16, type, k, &zero,
+                            y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "cublasGemmEx");
 }
 

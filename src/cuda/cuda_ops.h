@@ -67,6 +67,12 @@ class DeviceMatrix {
 // rounded to the weight's type (a scratch buffer the call owns), then multiplied with f32 accumulation.
 void matmul(const DeviceMatrix& w, const float* x, int64_t m, float* y);
 
+// Activations rounded once to a f16/bf16 weight's input type, for several products with weights of that
+// storage (an MoE layer's experts): to_input_type writes n values as storage's type (F16 or BF16) into
+// out (2 bytes each), and matmul_rounded multiplies such rows, y[m x w.rows()] = x16[m x w.cols()] @ w^T.
+void to_input_type(const float* x, int64_t n, DeviceMatrix::Storage storage, void* out);
+void matmul_rounded(const DeviceMatrix& w, const void* x16, int64_t m, float* y);
+
 // ---- element-wise and row-wise ops: device pointers, same meaning as ops/ops.h ----
 // rows rows of n elements: y = x * rsqrt(mean(x^2) + eps) * w (w may be null). In place allowed.
 void rms_norm(const float* x, const float* w, int64_t rows, int64_t n, float eps, float* y);
