@@ -613,5 +613,24 @@ TEST(CliProgress, BenchAndQuantizeReportCountRateAndEta) {
       << quantize.output;
 }
 
+// --device: cpu is the default; an unknown name is refused; cuda either runs (a build with the backend on a
+// machine with a GPU) or says why not (no backend in this build, or no usable device), never a crash.
+TEST(CliDevice, UnknownDevicesAreRefusedAndCudaSaysWhyNot) {
+  const auto tpu = run_canvas("generate -m " + llada() + " -p hi -n 2 --device tpu");
+  EXPECT_EQ(tpu.exit_code, 1);
+  EXPECT_NE(tpu.output.find("--device: unknown device 'tpu' (cpu or cuda)"), std::string::npos) << tpu.output;
+  const auto cpu = run_canvas("generate -m " + llada() + " -p hi -n 2 --device cpu -t 1");
+  EXPECT_EQ(cpu.exit_code, 0) << cpu.output;
+  for (const std::string& command : {"generate -m " + llada() + " -p hi -n 2", "score -m " + llada() + " -p hello",
+                                     "bench -m " + llada() + " --quick --no-roofs"}) {
+    const auto cuda = run_canvas(command + " --device cuda -t 1");
+    if (cuda.exit_code == 0) continue;  // a GPU is here
+    EXPECT_EQ(cuda.exit_code, 1) << command << ": " << cuda.output;
+    const size_t at = cuda.output.find("--device cuda: ");
+    ASSERT_NE(at, std::string::npos) << command << ": " << cuda.output;
+    EXPECT_GT(cuda.output.find('\n', at), at + 16) << "no reason given: " << cuda.output;
+  }
+}
+
 }  // namespace
 }  // namespace canvas

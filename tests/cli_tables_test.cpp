@@ -56,13 +56,13 @@ struct CommandFlags {
 const std::vector<CommandFlags>& commands() {
   static const std::vector<CommandFlags> all = {
       {"train", {"--config", "--out", "--steps", "--stop-after", "-t", "--threads"}},
-      {"serve", {"-m", "--model", "--host", "--port", "--parallel", "--queue", "--mode", "--api-key"}},
+      {"serve", {"-m", "--model", "--host", "--port", "--parallel", "--queue", "--mode", "--api-key", "--device"}},
       {"tokenize", {"-m", "--model", "-p", "--prompt", "-f", "--file", "--json", "--bos"}},
       {"detokenize", {"-m", "--model", "--ids"}},
       {"bench",
        {"-m", "--model", "--synthetic", "--type", "--layers", "--list", "-p", "--n-prompt", "-n", "--n-gen",
         "--modes", "--cache", "--block-length", "--steps", "--threshold", "-t", "--threads", "--warmup",
-        "--repeats", "-s", "--seed", "--quick", "--no-roofs", "--json", "--plot", "--train"}},
+        "--repeats", "-s", "--seed", "--quick", "--no-roofs", "--json", "--plot", "--train", "--device"}},
       {"bench --train x.cfg", {"--train", "--steps", "--warmup", "-t", "--threads", "--json"}},
       {"tokenizer train",
        {"--corpus", "--vocab-size", "--out", "--json", "--val-fraction", "--character-coverage",

@@ -363,6 +363,23 @@ TEST(TrainCli, ResumeUnderOtherStepsIsRefusedAndAResumeSaysFromWhere) {
   std::remove(config.c_str());
 }
 
+// --stop-after between two checkpoints still leaves one at the step it stopped, and the run resumes there.
+TEST(TrainCli, StopAfterBetweenCheckpointsSavesWhereItStopped) {
+  test::TempDir dir;
+  std::string text = kTiny;
+  const std::string every = "checkpoint_every = 2";
+  text.replace(text.find(every), every.size(), "checkpoint_every = 10");
+  const std::string config = test::temp_path("stop-between.cfg");
+  std::ofstream(config) << text;
+  const std::string run = "train --config " + config + " --out " + dir.path("run");
+  auto r = test::run_canvas(run + " --stop-after 3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_canvas(run + " --stop-after 5");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from step 3 of 24"), std::string::npos) << r.output;
+  std::remove(config.c_str());
+}
+
 // Rewrites a checkpoint as an older canvas wrote it: an identity that does not list every setting.
 void make_legacy_checkpoint(const std::string& path) {
   auto file = GgufFile::open(path);

@@ -12,6 +12,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "device.h"
 #include "core/error.h"
 #include "decode/ar.h"
 #include "decode/chat_template.h"
@@ -65,6 +66,7 @@ autoregressively.)",
         {"--repeat-penalty", "R", "masked / AR repetition penalty (1 = off)"},
         {"-s,--seed", "N", "random seed (-1 or absent: random, reported on stderr)"},
         {"-t,--threads", "N", "threads (default: all cores)"},
+        {"--device", "NAME", kDeviceHelp},
         {"--no-stream", "", "print each reply only when it is finished"},
         {"--visual", "", "redraw the canvas on stderr at every step (only when stderr is a terminal)"},
         {"--visual-delay", "MS", "with --visual: wait MS milliseconds after each redraw"},
@@ -132,7 +134,8 @@ int cmd_chat(int argc, char** argv) {
   check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
   const std::string model_path =
       args.has("model") ? args.get("model", "") : shipped_model_path(kDefaultChatModel, "canvas chat");
-  const Model model = Model::load(model_path);
+  Model model = Model::load(model_path);
+  use_device(model, args.get("device", "cpu"));
   const ModelConfig& c = model.config;
   const TextTokenizer tokenizer = TextTokenizer::for_model(model, model_path, args.get("tokenizer", ""));
   const SamplerDefaults defaults = sampler_defaults(model, model_path);

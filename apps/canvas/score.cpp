@@ -8,6 +8,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "device.h"
 #include "core/error.h"
 #include "decode/score.h"
 #include "io/gguf.h"
@@ -37,6 +38,7 @@ bits_per_byte, windows, stride.)",
         {"--stride", "N", "tokens a window advances when the text exceeds the context\n"
                           "(default: half the context length; below the context length)"},
         {"-t,--threads", "N", "threads (default: all cores)"},
+        {"--device", "NAME", kDeviceHelp},
     },
     ""};
 
@@ -55,7 +57,8 @@ int cmd_score(int argc, char** argv) {
     ss << in.rdbuf();
     text = ss.str();
   }
-  const Model model = Model::load(args.get("model", ""));
+  Model model = Model::load(args.get("model", ""));
+  use_device(model, args.get("device", "cpu"));
   check(model.file != nullptr, "canvas score needs a GGUF model (its tokenizer is read from the file)");
   // The model's own tokenizer, either kind (byte-level BPE, or Gemma-style SentencePiece BPE).
   const TextTokenizer tokenizer = TextTokenizer::for_model(model, args.get("model", ""), "");

@@ -9,6 +9,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "device.h"
 #include "core/error.h"
 #include "model/model.h"
 #include "serve/engine.h"
@@ -34,6 +35,7 @@ cache, mode, canvas_draft). docs/serving.md has the details and measurements.)",
         {"-m,--model", "MODEL", "GGUF file or safetensors directory (default: models/text-dg.gguf)"},
         {"--host", "HOST", "address to listen on (default 127.0.0.1: this machine only)"},
         {"--port", "N", "TCP port (default 8080; 0: any free port, printed at start)"},
+        {"--device", "NAME", kDeviceHelp},
         {"--parallel", "N", "requests decoded at once, their steps batched (default: 4, or 2 x the cores if more)"},
         {"--queue", "N", "requests waiting for a slot beyond those; more get 503 + Retry-After (default 64)"},
         {"--mode", "MODE",
@@ -93,7 +95,8 @@ int cmd_serve(int argc, char** argv) {
 
   std::unique_ptr<serve::Engine> engine;
   try {
-    const Model model = Model::load(model_path);
+    Model model = Model::load(model_path);
+    use_device(model, args.get("device", "cpu"));
     tokenizer = std::make_shared<const TextTokenizer>(TextTokenizer::for_model(model, model_path, ""));
     const SamplerDefaults defaults = sampler_defaults(model, model_path);
     const ModelConfig& c = model.config;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -104,6 +105,7 @@ class CudaBackend final : public ForwardBackend {
   DeviceMatrix sc_gate_, sc_up_, sc_down_;
   DeviceBuffer sc_norm_;
   std::vector<DeviceLayer> layers_;
+  std::mutex mutex_;
   // Per-pass buffers, reused.
   Scratch x_, h_, q_, k_, v_, attn_, proj_, g_, u_, pos_, tokens_, qgroups_, window_, canvas_k_, canvas_v_, sel_,
       sel_rows_, logits_, probs_, soft_, mlp_, stats_, row_ids_, router_in_, experts_out_, router_logits_, gathered_,
@@ -114,7 +116,7 @@ const DeviceMatrix& output_of(const DeviceMatrix& own, const DeviceMatrix& embd,
 
 CudaBackend::CudaBackend(const Model& model) {
   std::string why;
-  check(available(&why), "--device cuda: " + why);
+  if (!available(&why)) throw Error("--device cuda: " + why);  // why is set by the call
   const ModelConfig& c = model.config;
   token_embd_ = DeviceMatrix::upload(model.token_embd);
   tied_ = model.output.data == model.token_embd.data && model.output.type == model.token_embd.type;
@@ -335,6 +337,7 @@ void CudaBackend::gemma_layer_rest(const ModelConfig& c, const DeviceLayer& w, f
 
 void CudaBackend::forward_batch(const Model& model, std::span<KvCache* const> caches,
                                 std::span<const ForwardRequest> requests, const ForwardPlan& plan) {
+  const std::lock_guard<std::mutex> lock(mutex_);  // one pass at a time: the scratch buffers are shared
   const ModelConfig& c = model.config;
   const int64_t H = c.hidden, n = plan.n, segments = int64_t(requests.size());
   const bool gelu = c.activation == Activation::GeluTanh;
@@ -416,11 +419,7 @@ void CudaBackend::forward_batch(const Model& model, std::span<KvCache* const> ca
     cuda::rope(q, n, int(c.n_heads), pos, la.rope);
     cuda::rope(k, n, int(la.n_kv_heads), pos, la.rope);
 
-    AttentionShape shape;
-    shape.n_heads = int(c.n_heads);
-    shape.n_kv_heads = int(la.n_kv_heads);
-    shape.head_dim = int(D);
-    shape.scale = c.attention_scale > 0 ? c.attention_scale : 1.f / std::sqrt(float(D));
+    const AttentionShape shape = attention_shape(c, la);
     for (int64_t s = 0; s < segments; ++s) {
       const ForwardRequest& req = requests[size_t(s)];
       DeviceCache& dc = *dcaches[size_t(s)];

@@ -641,6 +641,15 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& req, Thre
   forward_batch(model, caches, std::span<const ForwardRequest>(&req, 1), pool);
 }
 
+AttentionShape attention_shape(const ModelConfig& c, const LayerAttention& la) {
+  AttentionShape shape;
+  shape.n_heads = int(c.n_heads);
+  shape.n_kv_heads = int(la.n_kv_heads);
+  shape.head_dim = int(la.head_dim);
+  shape.scale = c.attention_scale > 0 ? c.attention_scale : 1.f / std::sqrt(float(la.head_dim));
+  return shape;
+}
+
 ForwardPlan plan_forward(const Model& model, std::span<KvCache* const> caches, std::span<const ForwardRequest> requests) {
   const ModelConfig& c = model.config;
   const int64_t segments = int64_t(requests.size());
@@ -782,11 +791,7 @@ void forward_batch(const Model& model, std::span<KvCache* const> caches, std::sp
     rope(q.data(), n, int(c.n_heads), pos.data(), la.rope);
     rope(k.data(), n, int(la.n_kv_heads), pos.data(), la.rope);
 
-    AttentionShape shape;
-    shape.n_heads = int(c.n_heads);
-    shape.n_kv_heads = int(la.n_kv_heads);
-    shape.head_dim = int(D);
-    shape.scale = c.attention_scale > 0 ? c.attention_scale : 1.f / std::sqrt(float(D));
+    const AttentionShape shape = attention_shape(c, la);
     // Attention is the one per-request part of a layer: each request reads its own cache.
     for (int64_t s = 0; s < segments; ++s) {
       const ForwardRequest& req = requests[size_t(s)];

@@ -145,6 +145,10 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& request, 
 void forward_batch(const Model& model, std::span<KvCache* const> caches, std::span<const ForwardRequest> requests,
                    ThreadPool* pool);
 
+// The attention geometry of a layer: heads, KV heads, head dim and the q.k scale (the config's, or
+// 1/sqrt(head_dim)).
+AttentionShape attention_shape(const ModelConfig& c, const LayerAttention& la);
+
 // Checks a batch of requests against the model and their caches (throws Error naming what is wrong)
 // and lays out its rows: what every backend's forward starts from.
 ForwardPlan plan_forward(const Model& model, std::span<KvCache* const> caches, std::span<const ForwardRequest> requests);

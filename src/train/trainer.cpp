@@ -683,7 +683,8 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
       rep.val_loss = v.loss;
       rep.val_metrics = std::move(v.metrics);
     }
-    const bool save = step % r.checkpoint_every == 0 || step == r.steps;
+    // Also where --stop-after stops, so the run resumes from there rather than from the last multiple.
+    const bool save = step % r.checkpoint_every == 0 || step == r.steps || step == stop_after;
     if (save) stop_if_diverged(all_finite(params), step, "a weight");
     {
       std::ofstream log(csv, std::ios::app);
