@@ -170,8 +170,11 @@ DeviceCache& CudaBackend::device_cache(const ModelConfig& c, KvCache& cache) {
       const size_t bytes = size_t(a.n_kv_heads * cache.capacity() * a.head_dim) * 4;
       d->k.emplace_back(bytes);
       d->v.emplace_back(bytes);
+      fill_zero(d->k.back().data(), bytes);  // as the host cache starts: zeros
+      fill_zero(d->v.back().data(), bytes);
     }
     d->groups = DeviceBuffer(size_t(cache.capacity()) * 4);
+    fill_zero(d->groups.data(), size_t(cache.capacity()) * 4);
     cache.backend_state = d;
   }
   return *static_cast<DeviceCache*>(cache.backend_state.get());

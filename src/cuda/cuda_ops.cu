@@ -700,6 +700,9 @@ void copy_to_device(void* dst, const void* src, size_t bytes) {
 void copy_to_host(void* dst, const void* src, size_t bytes) {
   if (bytes) check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "copy to host");
 }
+void fill_zero(void* dst, size_t bytes) {
+  if (bytes) check_cuda(cudaMemset(dst, 0, bytes), "fill_zero");
+}
 void copy_on_device(void* dst, const void* src, size_t bytes) {
   if (bytes) check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "copy on device");
 }

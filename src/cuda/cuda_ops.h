@@ -133,5 +133,6 @@ void head_stats(const float* logits, int64_t rows, int64_t vocab, float temperat
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
 void copy_on_device(void* dst, const void* src, size_t bytes);
+void fill_zero(void* dst, size_t bytes);
 
 }  // namespace canvas::cuda
