@@ -45,7 +45,8 @@ const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval|probe> [
       Exact-solve rate and cell accuracy (over the blank cells) per difficulty, per number of
       denoising steps (or per --threshold: commit every cell whose probability reaches it, at least one
       per pass; or per --beam width, shown as b=W; or per --views count, v=K) and per unmasking order (AR: one row per
-      difficulty), with forward passes and token rows computed per puzzle.
+      difficulty), with forward passes, cells committed per forward pass (cells_per_pass) and token
+      rows computed per puzzle, and whether the rule mask was on.
 
   canvas sudoku probe [-m MODEL] --data FILE [--limit N] [-s SEED] [-t N]
       How the model reads the states a cell-by-cell decoder goes through when it deduces correctly: along
@@ -107,7 +108,7 @@ const Command kSudokuGenerate{
 const Command kSudokuSolve{
     "sudoku solve",
     "canvas sudoku solve [-m MODEL] [--mode diffusion|ar] [--steps S] [--algorithm A] [--threshold P] [--beam W]\n"
-    "                    [--views K] [--freeze] [-t N] < PUZZLES",
+    "                    [--views K] [--rules|--no-rules] [--freeze] [-t N] < PUZZLES",
     "Reads puzzles from stdin, one per line (81 chars, '0' or '.' for blanks), writes one 81-digit solution\n"
     "per line (non-digit outputs as 0); progress (count, rate) on stderr.",
     {
@@ -115,7 +116,7 @@ const Command kSudokuSolve{
         {"--mode", "MODE", "diffusion | ar (default: ar for causal models)"},
         {"--steps", "S", "passes at most (81: one cell per pass; default: --threshold 0.99 with the rule mask)"},
         {"--algorithm", "A", "unmasking order: confidence | margin | entropy | random | origin"},
-        {"--threshold", "P", "commit every cell whose probability reaches P (at least one per pass)"},
+        {"--threshold", "P", "commit every cell whose (rule-masked) probability reaches P (at least one per pass)"},
         {"--beam", "W", "beam search over commits with W beams"},
         {"--views", "K", "average the model over K symmetric views of the grid"},
         kRulesOption,
@@ -129,9 +130,11 @@ const Command kSudokuSolve{
 const Command kSudokuEval{
     "sudoku eval",
     "canvas sudoku eval [-m MODEL] --data FILE [--mode diffusion|ar] [--steps 81,27,9] [--algorithm A,B]\n"
-    "                   [--threshold 0.9,0.7] [--beam 1,4] [--views 1,8] [--freeze] [--limit N] [-t N] [--json]",
+    "                   [--threshold 0.9,0.7] [--beam 1,4] [--views 1,8] [--rules|--no-rules] [--freeze] [--limit N]\n"
+    "                   [-t N] [--json]",
     "Exact-solve rate and cell accuracy (over the blank cells) per difficulty, per setting and per unmasking\n"
-    "order, with forward passes and token rows per puzzle; progress (count, rate, ETA) on stderr.",
+    "order, with forward passes, cells committed per forward and token rows per puzzle; progress (count, rate,\n"
+    "ETA) on stderr.",
     {
         kModelOption,
         {"--data", "FILE", "puzzle file (lines \"PUZZLE SOLUTION DIFFICULTY\")"},
