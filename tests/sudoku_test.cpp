@@ -219,5 +219,129 @@ TEST(Sudoku, DecoderStatesMaskEveryOtherBlank) {
   EXPECT_THROW(train::make_sudoku_source("sequence", 24, 30, {}, 2, 1, "decoder"), Error);
 }
 
+// True when no row, column or box of the grid holds a digit twice (blanks ignored).
+bool consistent(const SudokuGrid& g) {
+  for (int u = 0; u < 27; ++u) {
+    int seen[10] = {};
+    for (int k = 0; k < 9; ++k) {
+      const int c = u < 9 ? u * 9 + k : u < 18 ? k * 9 + (u - 9) : ((u - 18) / 3) * 27 + ((u - 18) % 3) * 3 + (k / 3) * 9 + k % 3;
+      if (g[size_t(c)] && ++seen[g[size_t(c)]] > 1) return false;
+    }
+  }
+  return true;
+}
+
+// The candidates are the digits no filled cell of the row, column or box holds: checked cell by cell
+// against a brute-force scan, and the solution's digit is always among them.
+TEST(SudokuRules, CandidatesAreTheDigitsTheRulesAllow) {
+  const SudokuGrid puzzle = parse_sudoku(kPuzzle), solution = parse_sudoku(kSolution);
+  const std::array<uint16_t, 81> cand = sudoku_candidates(puzzle);
+  for (int c = 0; c < 81; ++c) {
+    if (puzzle[size_t(c)]) {
+      EXPECT_EQ(cand[size_t(c)], 0) << c;
+      continue;
+    }
+    EXPECT_TRUE(cand[size_t(c)] & (1u << solution[size_t(c)])) << c;
+    for (int d = 1; d <= 9; ++d) {
+      bool clash = false;
+      for (int o = 0; o < 81; ++o)
+        if (o != c && puzzle[size_t(o)] == d &&
+            (o / 9 == c / 9 || o % 9 == c % 9 || (o / 27 == c / 27 && (o % 9) / 3 == (c % 9) / 3)))
+          clash = true;
+      EXPECT_EQ(bool(cand[size_t(c)] & (1u << d)), !clash) << "cell " << c << " digit " << d;
+    }
+  }
+  EXPECT_EQ(sudoku_candidates(solution), (std::array<uint16_t, 81>{}));
+}
+
+// Adversarial "model" probabilities that put most of the mass on a digit a filled cell of the same row
+// already holds: with the rule mask no pass ever commits a conflict (not even among the several cells
+// one threshold pass commits), and each pass commits at least one cell until the grid is full or no
+// blank cell has a digit left (the decoder is stuck, as wrong earlier commits can leave it);
+// without the mask the same probabilities do commit conflicts (the mask is what prevents them).
+TEST(SudokuRules, TheRuleMaskNeverCommitsAConflict) {
+  Rng rng(5);
+  int unmasked_conflicts = 0, stuck = 0, filled = 0;
+  for (int trial = 0; trial < 20; ++trial) {
+    const SudokuGrid solution = random_solution(rng);
+    const SudokuGrid puzzle = make_puzzle(solution, 26, rng);
+    for (const bool rules : {true, false}) {
+      SudokuGrid grid = puzzle;
+      const double threshold = trial % 2 ? 0.3 : 0.0;
+      int passes = 0;
+      while (std::count(grid.begin(), grid.end(), 0) > 0) {
+        std::vector<double> probs(81 * 10, 0.0);
+        for (int c = 0; c < 81; ++c) {
+          if (grid[size_t(c)]) continue;
+          int bad = 0;  // a digit of a filled cell of c's row
+          for (int k = 0; k < 9 && !bad; ++k) bad = grid[size_t(c / 9 * 9 + k)];
+          for (int d = 1; d <= 9; ++d) probs[size_t(c * 10 + d)] = 0.05 * rng.uniform();
+          if (bad) probs[size_t(c * 10 + bad)] = 0.6;
+        }
+        const int blanks = int(std::count(grid.begin(), grid.end(), 0));
+        const int n = commit_sudoku_cells(grid, probs, rules, threshold);
+        if (n == 0) {  // stuck: with the mask only, and only when no blank cell has a digit left
+          ASSERT_TRUE(rules);
+          const std::array<uint16_t, 81> cand = sudoku_candidates(grid);
+          for (int c = 0; c < 81; ++c) ASSERT_TRUE(grid[size_t(c)] || !cand[size_t(c)]) << c;
+          ++stuck;
+          break;
+        }
+        ASSERT_EQ(int(std::count(grid.begin(), grid.end(), 0)), blanks - n);
+        ++passes;
+        if (rules) {
+          filled += std::count(grid.begin(), grid.end(), 0) == 0;
+          ASSERT_TRUE(consistent(grid)) << "trial " << trial << " pass " << passes << ": " << format_sudoku(grid);
+        } else if (!consistent(grid)) {
+          ++unmasked_conflicts;
+          break;
+        }
+      }
+    }
+  }
+  EXPECT_GE(unmasked_conflicts, 10);
+  EXPECT_EQ(stuck + filled, 20);
+}
+
+// Commits per pass: at least min_commits (and at least one, even when nothing reaches the threshold),
+// every cell reaching the threshold, in order of confidence; a cell with one digit left is certain
+// (probability 1 after renormalisation) whatever the model gives it.
+TEST(SudokuRules, ThresholdCommitsAndCertainSingles) {
+  const SudokuGrid solution = parse_sudoku(kSolution);
+  SudokuGrid puzzle = parse_sudoku(kPuzzle);
+  for (int c = 0, filled = 0; c < 81 && filled < 25; ++c)  // 25 more givens: some naked singles appear
+    if (!puzzle[size_t(c)]) puzzle[size_t(c)] = solution[size_t(c)], ++filled;
+  const std::array<uint16_t, 81> cand = sudoku_candidates(puzzle);
+  std::vector<double> probs(81 * 10, 0.0);
+  int naked = 0;
+  for (int c = 0; c < 81; ++c)
+    if (!puzzle[size_t(c)]) {
+      for (int d = 1; d <= 9; ++d) probs[size_t(c * 10 + d)] = 0.1;  // uniform
+      probs[size_t(c * 10 + solution[size_t(c)])] = 0.1 + 0.001 * c;  // slightly preferred
+      naked += __builtin_popcount(cand[size_t(c)]) == 1;
+    }
+  ASSERT_GE(naked, 1);
+  int last = 80;  // the most confident cell: the last blank one
+  while (puzzle[size_t(last)]) --last;
+  SudokuGrid one = puzzle;  // no threshold: exactly one commit, the most confident cell
+  EXPECT_EQ(commit_sudoku_cells(one, probs, false, 0.0), 1);
+  SudokuGrid expected = puzzle;
+  expected[size_t(last)] = solution[size_t(last)];
+  EXPECT_EQ(format_sudoku(one), format_sudoku(expected));
+  SudokuGrid several = puzzle;
+  EXPECT_EQ(commit_sudoku_cells(several, probs, false, 0.0, 5), 5);
+  SudokuGrid none_sure = puzzle;  // nothing reaches 0.99 without the mask: still one commit
+  EXPECT_EQ(commit_sudoku_cells(none_sure, probs, false, 0.99), 1);
+  SudokuGrid masked = puzzle;  // with the mask every naked single is certain
+  const int n = commit_sudoku_cells(masked, probs, true, 0.99);
+  EXPECT_EQ(n, naked);  // the others keep several digits: about 1/k each, below 0.99
+  for (int c = 0; c < 81; ++c)
+    if (!puzzle[size_t(c)] && __builtin_popcount(cand[size_t(c)]) == 1) {
+      EXPECT_EQ(masked[size_t(c)], solution[size_t(c)]) << c;
+    }
+  EXPECT_TRUE(consistent(masked));
+  EXPECT_THROW(commit_sudoku_cells(masked, std::vector<double>(10), true, 0.5), Error);
+}
+
 }  // namespace
 }  // namespace canvas

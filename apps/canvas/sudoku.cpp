@@ -35,17 +35,18 @@ const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval|probe> [
       overlap training data.
 
   canvas sudoku solve [-m MODEL] [--mode diffusion|ar (default: ar for causal models)] [--steps S] [--algorithm A]
-                      [--threshold P] [--beam W] [--views K] [--freeze] [-t N]
+                      [--threshold P] [--beam W] [--views K] [--rules|--no-rules] [--freeze] [-t N]
       Reads puzzles from stdin, one per line (81 chars, '0' or '.' for blanks), writes one 81-digit
       solution per line. Non-digit outputs are written as 0.
 
   canvas sudoku eval [-m MODEL] --data FILE [--mode diffusion|ar] [--steps 81,27,9]
-                     [--algorithm confidence,margin] [--threshold 0.9,0.7] [--beam 1,4] [--views 1,8] [--freeze]
-                     [--limit N] [-t N] [--json]
+                     [--algorithm confidence,margin] [--threshold 0.9,0.7] [--beam 1,4] [--views 1,8]
+                     [--rules|--no-rules] [--freeze] [--limit N] [-t N] [--json]
       Exact-solve rate and cell accuracy (over the blank cells) per difficulty, per number of
       denoising steps (or per --threshold: commit every cell whose probability reaches it, at least one
       per pass; or per --beam width, shown as b=W; or per --views count, v=K) and per unmasking order (AR: one row per
-      difficulty), with forward passes and token rows computed per puzzle.
+      difficulty), with forward passes, cells committed per forward pass (cells_per_pass) and token
+      rows computed per puzzle, and whether the rule mask was on.
 
   canvas sudoku probe [-m MODEL] --data FILE [--limit N] [-s SEED] [-t N]
       How the model reads the states a cell-by-cell decoder goes through when it deduces correctly: along
@@ -59,19 +60,34 @@ const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval|probe> [
   MODEL defaults to the shipped masked-diffusion solver, models/sudoku-masked.gguf.
   `canvas sudoku SUBCOMMAND --help` lists a subcommand's options.
 
+  The default decoder of solve and eval (models that fill the grid in place): rule-masked threshold
+  decoding. Each pass, the probabilities of the digits that conflict with a filled cell of the same
+  row, column or box (givens and cells already committed) are set to zero and each blank cell's
+  distribution is renormalised: the model chooses among the digits the Sudoku rules still allow (a
+  cell with one digit left is certain), as constrained decoding masks the tokens a grammar forbids.
+  Then every blank cell whose constrained probability reaches --threshold (default 0.99) is committed,
+  at least one per pass. No search, no backtracking: a committed cell stays. --rules is on wherever it
+  applies (diffusion mode, confidence order, no --beam or --freeze) and combines with --steps,
+  --threshold and --views; --no-rules turns it off (--no-rules --steps 81 is the former default: one
+  cell per pass, the model's own most probable cell and digit).
+
   Diffusion options: --freeze recomputes only the blank cells and the cells committed by the previous
   step (an approximation that cuts work per pass; see docs/performance.md); --freeze-refresh N (implies
   --freeze) also recomputes every cell every N steps. --beam W (W > 1) searches instead: one cell per
   pass in each of W beams, ranked by the model's log-likelihood of the cells they committed; the
   likeliest completed grid wins (W passes per cell; no Sudoku rule is used). --views K (K >= 1) averages
   the model over K symmetric presentations of the grid (the identity and K-1 fixed random row, column,
-  band and digit permutations and transpositions) and commits the most probable cell each pass (K
-  passes per cell; the best solve rates, docs/training.md; no Sudoku rule is used).
+  band and digit permutations and transpositions), K forward passes per pass; which cells a pass
+  commits follows the other options as without --views (the default rule mask and threshold;
+  --steps 81 for one cell per pass, --no-rules for the model's own choices).
 )";
 
 // One option table per subcommand (the overview above is `canvas sudoku --help`).
 const Option kModelOption{"-m,--model", "MODEL", "GGUF model (default: the shipped solver, models/sudoku-masked.gguf)"};
 const Option kThreadsOption{"-t,--threads", "N", "threads (default: all cores)"};
+const Option kRulesOption{"--rules", "",
+                          "the model chooses among the digits the Sudoku rules still allow (default where it applies)"};
+const Option kNoRulesOption{"--no-rules", "", "the model's own choices, no rule mask (with --steps 81: the old greedy default)"};
 const Option kFreezeOption{"--freeze", "", "recompute only blank cells and those committed by the previous step"};
 const Option kFreezeRefreshOption{"--freeze-refresh", "N", "with --freeze (implied): recompute every cell every N steps"};
 
@@ -92,17 +108,19 @@ const Command kSudokuGenerate{
 const Command kSudokuSolve{
     "sudoku solve",
     "canvas sudoku solve [-m MODEL] [--mode diffusion|ar] [--steps S] [--algorithm A] [--threshold P] [--beam W]\n"
-    "                    [--views K] [--freeze] [-t N] < PUZZLES",
+    "                    [--views K] [--rules|--no-rules] [--freeze] [-t N] < PUZZLES",
     "Reads puzzles from stdin, one per line (81 chars, '0' or '.' for blanks), writes one 81-digit solution\n"
     "per line (non-digit outputs as 0); progress (count, rate) on stderr.",
     {
         kModelOption,
         {"--mode", "MODE", "diffusion | ar (default: ar for causal models)"},
-        {"--steps", "S", "denoising steps (default 81: one cell per pass)"},
+        {"--steps", "S", "passes at most (81: one cell per pass; default: --threshold 0.99 with the rule mask)"},
         {"--algorithm", "A", "unmasking order: confidence | margin | entropy | random | origin"},
-        {"--threshold", "P", "commit every cell whose probability reaches P (at least one per pass)"},
+        {"--threshold", "P", "commit every cell whose (rule-masked) probability reaches P (at least one per pass)"},
         {"--beam", "W", "beam search over commits with W beams"},
         {"--views", "K", "average the model over K symmetric views of the grid"},
+        kRulesOption,
+        kNoRulesOption,
         kFreezeOption,
         kFreezeRefreshOption,
         kThreadsOption,
@@ -112,18 +130,22 @@ const Command kSudokuSolve{
 const Command kSudokuEval{
     "sudoku eval",
     "canvas sudoku eval [-m MODEL] --data FILE [--mode diffusion|ar] [--steps 81,27,9] [--algorithm A,B]\n"
-    "                   [--threshold 0.9,0.7] [--beam 1,4] [--views 1,8] [--freeze] [--limit N] [-t N] [--json]",
+    "                   [--threshold 0.9,0.7] [--beam 1,4] [--views 1,8] [--rules|--no-rules] [--freeze] [--limit N]\n"
+    "                   [-t N] [--json]",
     "Exact-solve rate and cell accuracy (over the blank cells) per difficulty, per setting and per unmasking\n"
-    "order, with forward passes and token rows per puzzle; progress (count, rate, ETA) on stderr.",
+    "order, with forward passes, cells committed per forward and token rows per puzzle; progress (count, rate,\n"
+    "ETA) on stderr.",
     {
         kModelOption,
         {"--data", "FILE", "puzzle file (lines \"PUZZLE SOLUTION DIFFICULTY\")"},
         {"--mode", "MODE", "diffusion | ar (default: ar for causal models)"},
-        {"--steps", "LIST", "comma-separated step counts (default 81)"},
+        {"--steps", "LIST", "comma-separated step counts (default: t=0.99 with the rule mask)"},
         {"--algorithm", "LIST", "comma-separated unmasking orders (default confidence)"},
         {"--threshold", "LIST", "comma-separated thresholds, each a row t=P (instead of --steps)"},
         {"--beam", "LIST", "comma-separated beam widths, each a row b=W"},
-        {"--views", "LIST", "comma-separated view counts, each a row v=K"},
+        {"--views", "LIST", "comma-separated view counts, each a row v=K (with one --threshold P: v=K,t=P)"},
+        kRulesOption,
+        kNoRulesOption,
         kFreezeOption,
         kFreezeRefreshOption,
         {"--limit", "N", "the first N puzzles of the file"},
@@ -154,7 +176,12 @@ struct SolveSettings {
   int64_t views = 0;    // > 0: average over this many symmetric views of the grid (solve_with_views)
   bool freeze = false;  // compute-aware decoding (MaskedDiffusionParams::freeze)
   int64_t freeze_refresh = 0;
+  bool rules = false;   // the model chooses among the digits the Sudoku rules still allow (solve_in_place)
 };
+
+// The default decoder of solve and eval (the best measured, docs/training.md): the rule mask, and
+// every cell whose constrained probability reaches this threshold committed each pass.
+constexpr float kDefaultThreshold = 0.99f;
 
 struct Solution {
   SudokuGrid grid{};
@@ -188,15 +215,18 @@ std::vector<int32_t> forward_grid(const Model& model, KvCache& cache, const Sudo
   return req.logit_rows;
 }
 
-// Test-time augmentation with the puzzle's symmetries: each pass runs the model on `views` transformed
-// copies of the grid (the first the identity; the others fixed random symmetries: row and column
-// permutations within bands, band swaps, transposition, digit relabelling), maps each blank cell's
-// digit probabilities back to the original grid, averages them over the views and commits the one
-// most probable (cell, digit). No Sudoku rule is used: the views are the same puzzle presented
-// differently, and averaging cancels errors of the model that depend on the presentation.
-Solution solve_with_views(const Model& model, const SudokuGrid& puzzle, int64_t views, ThreadPool* pool) {
+// The in-place decoder of canvas's own loop (forward_grid): each pass runs the model on `views` copies
+// of the grid (the first the identity; the others fixed random symmetries: row and column permutations
+// within bands, band swaps, transposition, digit relabelling), maps each blank cell's digit
+// probabilities back to the original grid and averages them over the views (test-time augmentation:
+// averaging cancels errors of the model that depend on the presentation), then commit_sudoku_cells
+// commits cells: with `rules` the model chooses among the digits the Sudoku rules still allow; with
+// `threshold` every cell whose confidence reaches it; with `steps` < the blanks at least enough cells per
+// pass to finish in that many passes. No search and no backtracking.
+Solution solve_in_place(const Model& model, const SudokuGrid& puzzle, const SolveSettings& s, ThreadPool* pool) {
   const ModelConfig& c = model.config;
   check(c.mask_token >= 0 && c.vocab > kSudokuDigitToken + 9, "this model has no mask token or digit tokens");
+  const int64_t views = std::max<int64_t>(s.views, 1);
   std::vector<SudokuSymmetry> syms{identity_symmetry()};
   Rng rng(0x5eed);  // fixed: every run uses the same views
   while (int64_t(syms.size()) < views) syms.push_back(random_symmetry(rng));
@@ -205,34 +235,37 @@ Solution solve_with_views(const Model& model, const SudokuGrid& puzzle, int64_t 
   KvCache cache(c, 81);
   std::vector<float> logits;
   std::vector<double> avg;  // [81][10]: mean probability of digit d at original cell i
-  while (std::count(grid.begin(), grid.end(), 0) > 0) {
+  int64_t steps_left = std::max<int64_t>(s.steps, 1);
+  for (int64_t blanks = std::count(grid.begin(), grid.end(), 0); blanks > 0;
+       blanks = std::count(grid.begin(), grid.end(), 0)) {
     avg.assign(81 * 10, 0.0);
     for (const SudokuSymmetry& sym : syms) {
-      const std::vector<int32_t> blanks = forward_grid(model, cache, apply_symmetry(sym, grid), logits, pool);
+      const std::vector<int32_t> rows = forward_grid(model, cache, apply_symmetry(sym, grid), logits, pool);
       ++out.passes;
       out.rows += 81;
-      for (size_t r = 0; r < blanks.size(); ++r) {
+      for (size_t r = 0; r < rows.size(); ++r) {
         const float* x = &logits[r * size_t(c.vocab)];
         const double lse = row_stats(x, c.vocab).logsumexp;
-        const size_t cell = sym.source[size_t(blanks[r])];
+        const size_t cell = sym.source[size_t(rows[r])];
         for (size_t d = 1; d <= 9; ++d)
           avg[cell * 10 + d] += std::exp(double(x[kSudokuDigitToken + sym.relabel[d]]) - lse) / double(views);
       }
     }
-    size_t best = 0;  // (cell, digit) as cell * 10 + digit, over blank cells and digits 1..9
-    double best_p = -1;
-    for (size_t k = 0; k < avg.size(); ++k)
-      if (!grid[k / 10] && k % 10 != 0 && avg[k] > best_p) best = k, best_p = avg[k];
-    grid[best / 10] = uint8_t(best % 10);
+    const int64_t min_commits = (blanks + steps_left - 1) / steps_left;  // finish within --steps passes
+    steps_left = std::max<int64_t>(steps_left - 1, 1);
+    if (commit_sudoku_cells(grid, avg, s.rules, s.threshold, int(min_commits)) == 0) break;  // stuck: blanks stay 0
   }
   out.grid = grid;
   return out;
 }
 
 Solution solve_one(const Model& model, const SudokuGrid& puzzle, const SolveSettings& s, ThreadPool* pool) {
-  if (s.views > 0) {
-    check(s.mode != "ar" && is_infill(model), "--views needs a masked-diffusion Sudoku model that fills the grid in place");
-    return solve_with_views(model, puzzle, s.views, pool);
+  if (s.views > 0 || s.rules) {
+    check(s.mode != "ar" && is_infill(model),
+          std::string(s.rules ? "--rules" : "--views") + " needs a masked-diffusion Sudoku model that fills the grid in place");
+    check(s.order == UnmaskOrder::Confidence && s.beam == 0 && !s.freeze,
+          "--rules and --views decode in confidence order, without --beam or --freeze (add --no-rules for those)");
+    return solve_in_place(model, puzzle, s, pool);
   }
   GenerationResult r;
   auto solution = [&r] { return Solution{sudoku_from_tokens(r.tokens), r.passes, r.rows_computed}; };
@@ -369,11 +402,26 @@ int sudoku_generate(int argc, char** argv) {
 // AR models (causal attention) decode autoregressively unless told otherwise.
 std::string default_mode(const Model& model) { return model.config.causal ? "ar" : "diffusion"; }
 
+// The rule mask is on where it applies (in-place models, diffusion mode, confidence order, no --beam or
+// --freeze) unless --no-rules; --rules asks for it explicitly (an error where it does not apply). With
+// the mask on and no decoder option given, the default threshold applies.
+void resolve_rules(const Args& args, const Model& model, SolveSettings& s, bool decoder_given) {
+  check(!(args.has("rules") && args.has("no-rules")), "--rules and --no-rules contradict each other");
+  const bool applies = s.mode != "ar" && is_infill(model) && s.order == UnmaskOrder::Confidence && s.beam == 0 &&
+                       !s.freeze;
+  s.rules = args.has("rules") || (applies && !args.has("no-rules"));
+  if (!decoder_given && applies) s.threshold = kDefaultThreshold;
+}
+
+// Options that set how many cells a pass commits (--views only changes how the probabilities are made).
+bool decoder_given(const Args& args) { return args.has("steps") || args.has("threshold") || args.has("beam"); }
+
 SolveSettings solve_settings(const Args& args, const Model& model) {
   SolveSettings s;
   s.mode = args.get("mode", default_mode(model));
   check(s.mode == "diffusion" || s.mode == "ar", "--mode must be diffusion or ar");
   s.steps = args.get_int("steps", 81);
+  check(s.steps >= 1, "--steps must be >= 1");
   s.order = parse_unmask_order(args.get("algorithm", "confidence"));
   s.threshold = float(args.get_float("threshold", 0));
   check(s.threshold >= 0 && s.threshold <= 1, "--threshold must be in [0, 1]");
@@ -384,8 +432,8 @@ SolveSettings solve_settings(const Args& args, const Model& model) {
   check(s.beam >= 0 && s.beam <= 256, "--beam must be in 0..256");
   s.views = args.get_int("views", 0);
   check(s.views >= 0 && s.views <= 64, "--views must be in 0..64");
-  check((s.threshold > 0) + (s.beam > 0) + (s.views > 0) <= 1,
-        "--threshold, --beam and --views are separate decoders: give one of them");
+  check(s.beam == 0 || (s.threshold == 0 && s.views == 0), "--beam is a separate decoder: not with --threshold or --views");
+  resolve_rules(args, model, s, decoder_given(args));
   return s;
 }
 
@@ -434,10 +482,18 @@ int sudoku_eval(int argc, char** argv) {
   std::vector<std::string> orders = split_list(args.get("algorithm", "confidence"));
   // Another decoder replaces the step counts: each threshold, beam width or number of views is one
   // configuration, "t=P", "b=W" or "v=K".
-  check(args.has("threshold") + args.has("beam") + args.has("views") <= 1,
-        "--threshold, --beam and --views are separate decoders: give one of them");
+  // --views with one --threshold value: each views row commits every cell reaching it.
+  const bool views_threshold = args.has("views") && args.has("threshold");
+  float views_p = 0;
+  if (views_threshold) {
+    check(split_list(args.get("threshold", "")).size() == 1, "with --views, --threshold takes one value");
+    views_p = float(args.get_float("threshold", 0));
+    check(views_p > 0 && views_p <= 1, "--threshold values must be in (0, 1]");
+  }
+  check(args.has("threshold") + args.has("beam") + args.has("views") <= 1 + views_threshold,
+        "eval compares one list at a time: give one of --threshold, --beam and --views");
   for (const auto& [option, prefix] : {std::pair{"threshold", "t="}, {"beam", "b="}, {"views", "v="}}) {
-    if (!args.has(option)) continue;
+    if (!args.has(option) || (views_threshold && std::string(option) == "threshold")) continue;
     steps_list.clear();
     for (const std::string& value : split_list(args.get(option, ""))) steps_list.push_back(prefix + value);
   }
@@ -450,8 +506,8 @@ int sudoku_eval(int argc, char** argv) {
 
   const bool json = args.has("json");
   if (!json)
-    std::printf("%-13s %-6s %-11s %6s %9s %9s %9s %9s %9s\n", "difficulty", "steps", "order", "n", "solved%", "cells%",
-                "passes", "rows", "ms/puzzle");
+    std::printf("%-13s %-10s %-11s %-5s %6s %9s %9s %9s %10s %9s %9s\n", "difficulty", "steps", "order", "rules", "n",
+                "solved%", "cells%", "passes", "cells/pass", "rows", "ms/puzzle");
   std::string json_rows;
   for (const std::string& steps_text : steps_list)
     for (const std::string& order : orders) {
@@ -465,6 +521,7 @@ int sudoku_eval(int argc, char** argv) {
       } else if (steps_text.rfind("v=", 0) == 0) {
         s.views = std::stoll(steps_text.substr(2));
         check(s.views >= 1 && s.views <= 64, "--views values must be in 1..64");
+        s.threshold = views_p;
       } else if (steps_text.rfind("b=", 0) == 0) {
         s.beam = std::stoll(steps_text.substr(2));
         check(s.beam >= 1 && s.beam <= 256, "--beam values must be in 1..256");
@@ -472,8 +529,9 @@ int sudoku_eval(int argc, char** argv) {
         s.steps = std::stoll(steps_text);
       }
       if (mode != "ar") s.order = parse_unmask_order(order);
+      resolve_rules(args, model, s, decoder_given(args));
       struct Tally {
-        int64_t n = 0, solved = 0, blanks = 0, correct = 0, passes = 0, rows = 0;
+        int64_t n = 0, solved = 0, blanks = 0, correct = 0, filled = 0, passes = 0, rows = 0;
         double ms = 0;
       };
       std::map<std::string, Tally> tallies;
@@ -494,6 +552,7 @@ int sudoku_eval(int argc, char** argv) {
             if (!e.puzzle[i]) {
               ++t.blanks;
               t.correct += got[i] == e.solution[i] ? 1 : 0;
+              t.filled += got[i] != 0;  // a stuck decoder leaves blanks
             }
         }
       }
@@ -502,23 +561,30 @@ int sudoku_eval(int argc, char** argv) {
         const double cells = 100.0 * double(t.correct) / double(std::max<int64_t>(t.blanks, 1));
         const double passes = double(t.passes) / double(t.n), rows = double(t.rows) / double(t.n);
         const bool by_text = s.threshold > 0 || s.beam > 0 || s.views > 0;  // these rows show their setting
-        const std::string steps_col = by_text ? steps_text : std::to_string(s.steps);
+        char threshold_text[32];
+        std::snprintf(threshold_text, sizeof threshold_text, "t=%g", double(s.threshold));
+        const std::string steps_col = s.threshold > 0 && s.views == 0 ? threshold_text
+                                      : s.views > 0 && s.threshold > 0 ? steps_text + "," + threshold_text
+                                      : by_text                        ? steps_text
+                                                                       : std::to_string(s.steps);
+        const double cells_per_pass = double(t.filled) / double(std::max<int64_t>(t.passes, 1));  // per forward
         if (json) {
-          char buf[520];
+          char buf[640];
           std::snprintf(buf, sizeof buf,
                         "%s{\"difficulty\": \"%s\", \"mode\": \"%s\", \"steps\": %lld, \"threshold\": %g, "
-                        "\"beam\": %lld, \"views\": %lld, \"order\": \"%s\", \"freeze\": %s, \"n\": %lld, "
-                        "\"solved\": %.4f, \"cell_accuracy\": %.4f, "
-                        "\"passes_per_puzzle\": %.3f, \"rows_per_puzzle\": %.3f, \"ms_per_puzzle\": %.3f}",
+                        "\"beam\": %lld, \"views\": %lld, \"order\": \"%s\", \"rules\": %s, \"freeze\": %s, "
+                        "\"n\": %lld, \"solved\": %.4f, \"cell_accuracy\": %.4f, \"passes_per_puzzle\": %.3f, "
+                        "\"cells_per_pass\": %.3f, \"rows_per_puzzle\": %.3f, \"ms_per_puzzle\": %.3f}",
                         json_rows.empty() ? "" : ", ", difficulty.c_str(), mode.c_str(),
                         (long long)(by_text ? 0 : s.steps), double(s.threshold), (long long)s.beam,
-                        (long long)s.views, order.c_str(),
-                        s.freeze ? "true" : "false", (long long)t.n, solved / 100.0, cells / 100.0, passes, rows,
-                        t.ms / double(t.n));
+                        (long long)s.views, order.c_str(), s.rules ? "true" : "false",
+                        s.freeze ? "true" : "false", (long long)t.n, solved / 100.0, cells / 100.0, passes,
+                        cells_per_pass, rows, t.ms / double(t.n));
           json_rows += buf;
         } else {
-          std::printf("%-13s %-6s %-11s %6lld %9.2f %9.2f %9.1f %9.1f %9.2f\n", difficulty.c_str(), steps_col.c_str(),
-                      order.c_str(), (long long)t.n, solved, cells, passes, rows, t.ms / double(t.n));
+          std::printf("%-13s %-10s %-11s %-5s %6lld %9.2f %9.2f %9.1f %10.2f %9.1f %9.2f\n", difficulty.c_str(),
+                      steps_col.c_str(), order.c_str(), s.rules ? "yes" : "no", (long long)t.n, solved, cells, passes,
+                      cells_per_pass, rows, t.ms / double(t.n));
         }
       }
       std::fflush(stdout);

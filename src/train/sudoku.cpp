@@ -265,6 +265,69 @@ std::vector<int> singles_path(const SudokuGrid& puzzle, const SudokuGrid& soluti
   }
 }
 
+std::array<uint16_t, 81> sudoku_candidates(const SudokuGrid& grid) {
+  uint16_t rows[9] = {}, cols[9] = {}, boxes[9] = {};
+  for (int c = 0; c < 81; ++c)
+    if (const int d = grid[size_t(c)]) {
+      const uint16_t bit = uint16_t(1u << d);
+      rows[c / 9] |= bit, cols[c % 9] |= bit, boxes[box_of(c)] |= bit;
+    }
+  std::array<uint16_t, 81> out{};
+  for (int c = 0; c < 81; ++c)
+    if (!grid[size_t(c)]) out[size_t(c)] = uint16_t(~(rows[c / 9] | cols[c % 9] | boxes[box_of(c)]) & 0x3fe);
+  return out;
+}
+
+namespace {
+// A digit conflicts with a filled cell of c's row, column or box.
+bool conflicts(const SudokuGrid& grid, int c, int d) {
+  for (int k = 0; k < 9; ++k)
+    if (grid[size_t(unit_cell(c / 9, k))] == d || grid[size_t(unit_cell(9 + c % 9, k))] == d ||
+        grid[size_t(unit_cell(18 + box_of(c), k))] == d)
+      return true;
+  return false;
+}
+}  // namespace
+
+int commit_sudoku_cells(SudokuGrid& grid, const std::vector<double>& probs, bool rules, double threshold,
+                        int min_commits) {
+  check(probs.size() == 81 * 10, "commit_sudoku_cells: probs must hold 81 x 10 values");
+  const std::array<uint16_t, 81> allowed = rules ? sudoku_candidates(grid) : std::array<uint16_t, 81>{};
+  struct Choice {
+    int cell, digit;
+    double p;
+  };
+  std::vector<Choice> choices;
+  for (int c = 0; c < 81; ++c) {
+    if (grid[size_t(c)]) continue;
+    if (rules && !allowed[size_t(c)]) continue;  // no digit left: never committed (a dead end)
+    const bool masked = rules;
+    double total = 0, best_p = -1;
+    int best = 1;
+    for (int d = 1; d <= 9; ++d) {
+      const double p = masked && !(allowed[size_t(c)] & (1u << d)) ? 0.0 : std::max(probs[size_t(c * 10 + d)], 0.0);
+      total += p;
+      if (p > best_p) best_p = p, best = d;
+    }
+    // With one digit left the renormalised probability is 1 whatever the model says.
+    // Without the mask the confidence is the model's probability as given.
+    const double p = !masked                                       ? best_p
+                     : __builtin_popcount(allowed[size_t(c)]) == 1 ? 1.0
+                     : total > 0                                   ? best_p / total
+                                                                   : 0.0;
+    choices.push_back({c, best, p});
+  }
+  std::stable_sort(choices.begin(), choices.end(), [](const Choice& a, const Choice& b) { return a.p > b.p; });
+  int committed = 0;
+  for (const Choice& ch : choices) {
+    if (committed >= std::max(min_commits, 1) && !(threshold > 0 && ch.p >= threshold)) break;
+    if (rules && conflicts(grid, ch.cell, ch.digit)) continue;  // made conflicting by this pass's commits
+    grid[size_t(ch.cell)] = uint8_t(ch.digit);
+    ++committed;
+  }
+  return committed;
+}
+
 std::vector<SudokuExample> read_sudoku_file(const std::string& path) {
   std::ifstream in(path);
   check(bool(in), "cannot open Sudoku file " + path);

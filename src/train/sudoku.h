@@ -58,6 +58,26 @@ std::array<uint8_t, 81> single_kinds(const SudokuGrid& grid, std::array<uint8_t,
 // puzzles need naked singles only, its easy ones hidden singles too (docs/training.md).
 std::vector<int> singles_path(const SudokuGrid& puzzle, const SudokuGrid& solution, Rng& rng);
 
+// The digits the Sudoku rules still allow in each cell of a grid: bit d (1..9) is set when no filled
+// cell of the same row, column or box holds d. Filled cells get 0.
+std::array<uint16_t, 81> sudoku_candidates(const SudokuGrid& grid);
+
+// One pass of a decoder that fills a grid in place. `probs` holds, per cell, the model's probability of
+// each digit (81 x 10, index cell * 10 + digit; digit 0 ignored); only blank cells are read. With
+// `rules`, each blank cell's digits that conflict with a filled cell of its row, column or box (givens
+// and cells committed before, including earlier in this pass) get probability 0 and the rest are
+// renormalised over digits 1..9: the model chooses among the digits the rules still allow, so a cell
+// with one digit left is certain (probability 1). No search and no backtracking: a cell with no digit
+// left (an earlier commit was wrong) is never committed. Without `rules` the probabilities are used as
+// given. Each blank cell's most probable digit is its choice and that probability its confidence;
+// cells are committed in order of confidence: at least `min_commits` (>= 1), then every one whose
+// confidence reaches `threshold` (0: none more). With `rules` a choice that a commit of this pass has
+// made conflicting is skipped (it is reconsidered next pass). Writes the commits into `grid` and
+// returns how many there were: >= 1 while the grid has a blank, except with `rules` when no blank cell
+// has a digit left (0: the decoder is stuck).
+int commit_sudoku_cells(SudokuGrid& grid, const std::vector<double>& probs, bool rules, double threshold,
+                        int min_commits = 1);
+
 struct SudokuExample {
   SudokuGrid puzzle, solution;
   std::string difficulty;  // qqwing rating or "generated"
