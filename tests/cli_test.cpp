@@ -135,8 +135,8 @@ TEST(Cli, SudokuProbeScoresEveryStateOfTheSinglesPath) {
       << r.output;
 }
 
-// Decoding over symmetric views: one view is the plain confidence-order decoder (the same grids, so
-// the same scores), and eight views still solve the simple puzzles the shipped solver solves.
+// Decoding over symmetric views: one view is the default decoder (the same commits, so the same
+// scores), and eight views still solve the simple puzzles the shipped solver solves.
 TEST(Cli, SudokuViewsOneIsGreedyAndEightSolve) {
   const std::string data = canvas::test::source_path("data/sudoku/heldout-easy.txt");
   const auto greedy = canvas::test::run_canvas("sudoku eval --data " + data + " --limit 12 -t 2 --json", false);
