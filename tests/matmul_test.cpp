@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -914,6 +915,26 @@ TEST(ThreadPoolTest, BusyScopeRunsLoopsAndReleases) {
     for (int64_t i = b; i < e; ++i) out[size_t(i)] = 0;
   });
   for (int64_t v : out) ASSERT_EQ(v, 0);
+}
+
+// Two threads sharing one pool (a server's engine and another caller) take turns: every loop of each
+// runs whole (before, the second caller overwrote the first's job and both could spin forever).
+TEST(ThreadPoolTest, TwoCallersTakeTurns) {
+  ThreadPool pool(2);
+  std::vector<int64_t> a(4096, 0), b(4096, 0);
+  auto loops = [&pool](std::vector<int64_t>& out) {
+    for (int rep = 0; rep < 300; ++rep)
+      pool.parallel_for(int64_t(out.size()), 8, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) out[size_t(i)] += 1;
+      });
+  };
+  std::thread other([&] { loops(b); });
+  loops(a);
+  other.join();
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i], 300);
+    ASSERT_EQ(b[i], 300);
+  }
 }
 
 TEST(MatmulTest, EmptyShapesAndOverride) {

@@ -171,8 +171,9 @@ TEST(ServeEngine, BatchedGenerationsEqualDecodingAlone) {
     job->changed.wait(lock, [&] { return job->finished; });
     EXPECT_EQ(job->error, "");
   }
+  ThreadPool alone_pool(2);  // not the engine's pool, which its thread may still hold
   for (size_t i = 0; i < cases.size(); ++i)
-    EXPECT_EQ(jobs[i]->canvas, decode_alone(m, cases[i], &pool)) << "request " << i;
+    EXPECT_EQ(jobs[i]->canvas, decode_alone(m, cases[i], &alone_pool)) << "request " << i;
   EXPECT_GT(engine.batcher().largest_batch(), 1);  // the steps did share passes
   EXPECT_LT(engine.batcher().batches(), engine.batcher().passes());
 }
@@ -279,22 +280,25 @@ TEST(ServeEngine, UniformStateBatchedEqualsDecodingAlone) {
     ASSERT_TRUE(engine.submit(job));
     jobs.push_back(job);
   }
+  // Every job first: the engine's thread runs passes on `pool` while any job is left, and a pool serves one
+  // caller at a time (decoding the references on it meanwhile could hang both).
+  for (auto& job : jobs) {
+    std::unique_lock<std::mutex> lock(job->mutex);
+    job->changed.wait(lock, [&] { return job->finished; });
+  }
+  ThreadPool alone_pool(2);
   for (size_t i = 0; i < jobs.size(); ++i) {
     auto& job = jobs[i];
-    {
-      std::unique_lock<std::mutex> lock(job->mutex);
-      job->changed.wait(lock, [&] { return job->finished; });
-    }
     EXPECT_EQ(job->error, "");
     if (i == 2) {
       ArParams p;
       p.max_new_tokens = 8;
       p.sampling.seed = 7;
-      EXPECT_EQ(job->canvas, generate_ar(m, prompts[i], p, &pool).tokens);
+      EXPECT_EQ(job->canvas, generate_ar(m, prompts[i], p, &alone_pool).tokens);
     } else {
       EntropyBoundParams p = test::small_entropy_bound_params();
       p.seed = 5 + i;
-      EXPECT_EQ(job->canvas, generate_uniform_state(m, prompts[i], p, &pool).tokens) << "request " << i;
+      EXPECT_EQ(job->canvas, generate_uniform_state(m, prompts[i], p, &alone_pool).tokens) << "request " << i;
     }
   }
   EXPECT_GT(engine.batcher().largest_batch(), 1);

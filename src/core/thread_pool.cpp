@@ -67,6 +67,9 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     fn(0, 1);
     return;
   }
+  // One loop at a time: a second thread calling in (e.g. a server's engine and another caller sharing the
+  // pool) waits here instead of overwriting the running loop's job and counter.
+  const std::lock_guard<std::mutex> one_caller(run_mutex_);
   job_ = &fn;
   pending_.store(int(workers_.size()), std::memory_order_relaxed);
   {

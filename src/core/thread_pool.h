@@ -39,7 +39,8 @@ class ThreadPool {
     ThreadPool* pool_;
   };
 
-  // Runs fn(thread_index, n_threads) once on every thread (the caller is index 0) and waits.
+  // Runs fn(thread_index, n_threads) once on every thread (the caller is index 0) and waits. Callers on
+  // several threads take turns; fn must not call back into the same pool.
   void run(const std::function<void(int, int)>& fn);
 
   // Splits [0, n) into contiguous chunks of at least `grain` items, one per thread, and runs
@@ -60,6 +61,7 @@ class ThreadPool {
   // futex sleep/wake per loop would cost more than the loop itself.
   std::vector<std::thread> workers_;
   std::mutex mutex_;
+  std::mutex run_mutex_;  // held by the thread whose loop is running (run() serves one caller at a time)
   std::condition_variable start_cv_;
   const std::function<void(int, int)>* job_ = nullptr;
   std::atomic<uint64_t> generation_{0};
