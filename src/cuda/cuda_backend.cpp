@@ -63,21 +63,8 @@ struct DeviceCache {
   DeviceBuffer groups;
 };
 
-// A device buffer that grows to the largest size asked of it.
-struct Scratch {
-  DeviceBuffer b;
-  float* f(int64_t n) {
-    if (b.bytes() < size_t(n) * 4) b = DeviceBuffer(size_t(std::max<int64_t>(n, 1)) * 4);
-    return b.as<float>();
-  }
-  template <typename T> T* as(int64_t n) {
-    if (b.bytes() < size_t(n) * sizeof(T)) b = DeviceBuffer(size_t(std::max<int64_t>(n, 1)) * sizeof(T));
-    return b.as<T>();
-  }
-};
-
-template <typename T> T* upload_into(Scratch& s, const T* host, int64_t n) {
-  T* d = s.as<T>(n);
+template <typename T> T* upload_into(DeviceBuffer& s, const T* host, int64_t n) {
+  T* d = s.reserve<T>(n);
   copy_to_device(d, host, size_t(n) * sizeof(T));
   return d;
 }
@@ -107,7 +94,7 @@ class CudaBackend final : public ForwardBackend {
   std::vector<DeviceLayer> layers_;
   std::mutex mutex_;
   // Per-pass buffers, reused.
-  Scratch x_, h_, q_, k_, v_, attn_, proj_, g_, u_, pos_, tokens_, qgroups_, window_, canvas_k_, canvas_v_, sel_,
+  DeviceBuffer x_, h_, q_, k_, v_, attn_, proj_, g_, u_, pos_, tokens_, qgroups_, window_, canvas_k_, canvas_v_, sel_,
       sel_rows_, logits_, probs_, soft_, mlp_, stats_, row_ids_, router_in_, experts_out_, router_logits_, gathered_,
       expert_act_, expert_res_, expert_gu_, expert_x16_, moe_rows_, moe_begin_, moe_slot_, moe_weight_, prev_;
 };
@@ -183,8 +170,8 @@ DeviceCache& CudaBackend::device_cache(const ModelConfig& c, KvCache& cache) {
 void CudaBackend::gated_mlp(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, bool gelu,
                             const float* x, int64_t n, float* out) {
   const int64_t width = gate.rows();
-  float* g = g_.f(n * width);
-  float* u = u_.f(n * width);
+  float* g = g_.reserve<float>(n * width);
+  float* u = u_.reserve<float>(n * width);
   matmul(gate, x, n, g);
   matmul(up, x, n, u);
   if (gelu) {
@@ -202,7 +189,7 @@ void CudaBackend::gated_mlp(const DeviceMatrix& gate, const DeviceMatrix& up, co
 void CudaBackend::moe(const ModelConfig& c, const DeviceLayer& w, const float* router_in, const float* expert_in,
                       int64_t n, float* out) {
   const int64_t E = c.n_experts, K = c.n_experts_used, H = c.hidden;
-  float* logits_d = router_logits_.f(n * E);
+  float* logits_d = router_logits_.reserve<float>(n * E);
   matmul(w.router, router_in, n, logits_d);
   std::vector<float> logits(static_cast<size_t>(n * E)), probs(static_cast<size_t>(E));
   copy_to_host(logits.data(), logits_d, logits.size() * 4);
@@ -239,17 +226,17 @@ void CudaBackend::moe(const ModelConfig& c, const DeviceLayer& w, const float* r
     begin[size_t(r + 1)] = int32_t(slot_of.size());
   }
   const int32_t* rows_d = upload_into(moe_rows_, slot_row.data(), slots);
-  float* gathered = gathered_.f(slots * H);
+  float* gathered = gathered_.reserve<float>(slots * H);
   gather_rows(expert_in, H, rows_d, slots, gathered);
   const int64_t I = c.expert_ffn;
-  float* act = expert_act_.f(slots * I);
+  float* act = expert_act_.reserve<float>(slots * I);
   // f16/bf16 experts: the gathered rows (and the gated activations) are rounded once for all experts.
   const DeviceMatrix::Storage storage =
       (w.gate_up_exps.empty() ? w.gate_exps : w.gate_up_exps).front().storage();
   const bool rounded = storage != DeviceMatrix::Storage::F32;
-  uint16_t* x16 = rounded ? expert_x16_.as<uint16_t>(slots * std::max(H, I)) : nullptr;
+  uint16_t* x16 = rounded ? expert_x16_.reserve<uint16_t>(slots * std::max(H, I)) : nullptr;
   if (!w.gate_up_exps.empty()) {
-    float* gu = expert_gu_.f(slots * 2 * I);
+    float* gu = expert_gu_.reserve<float>(slots * 2 * I);
     if (rounded) to_input_type(gathered, slots * H, storage, x16);
     for (int64_t e = 0; e < E; ++e) {
       if (!count[size_t(e)]) continue;
@@ -263,7 +250,7 @@ void CudaBackend::moe(const ModelConfig& c, const DeviceLayer& w, const float* r
     }
     glu_halves(gu, slots, I, c.activation == Activation::GeluTanh, act);
   } else {
-    float* u = expert_gu_.f(slots * I);
+    float* u = expert_gu_.reserve<float>(slots * I);
     for (int64_t e = 0; e < E; ++e)
       if (count[size_t(e)]) {
         matmul(w.gate_exps[size_t(e)], gathered + first[size_t(e)] * H, count[size_t(e)], act + first[size_t(e)] * I);
@@ -275,7 +262,7 @@ void CudaBackend::moe(const ModelConfig& c, const DeviceLayer& w, const float* r
       swiglu(act, u, slots * I, act);
     }
   }
-  float* res = expert_res_.f(slots * H);
+  float* res = expert_res_.reserve<float>(slots * H);
   const bool down_rounded = w.down_exps.front().storage() != DeviceMatrix::Storage::F32;
   if (down_rounded) to_input_type(act, slots * I, w.down_exps.front().storage(), x16);
   for (int64_t e = 0; e < E; ++e) {
@@ -298,7 +285,7 @@ void CudaBackend::self_conditioning(const Model& model, const ForwardRequest& re
   const ModelConfig& c = model.config;
   const int64_t H = c.hidden, n = req.n;
   if (req.self_cond || req.self_cond_soft) {
-    float* soft = soft_.f(n * H);
+    float* soft = soft_.reserve<float>(n * H);
     if (req.self_cond) {
       float* p = upload_into(prev_, req.self_cond, n * c.vocab);
       softmax_rows(p, n, c.vocab, 1.f, p);
@@ -308,7 +295,7 @@ void CudaBackend::self_conditioning(const Model& model, const ForwardRequest& re
     }
     scale_columns(soft, nullptr, n, H, c.embedding_scale);
     rms_norm(soft, ptr(sc_norm_), n, H, c.rms_eps, soft);
-    float* mlp = mlp_.f(n * H);
+    float* mlp = mlp_.reserve<float>(n * H);
     gated_mlp(sc_gate_, sc_up_, sc_down_, c.activation == Activation::GeluTanh, soft, n, mlp);
     add(x, mlp, n * H);
   }
@@ -325,8 +312,8 @@ void CudaBackend::gemma_layer_rest(const ModelConfig& c, const DeviceLayer& w, f
   gated_mlp(w.gate, w.up, w.down, gelu, h, n, proj);
   if (c.dense_and_moe) {
     rms_norm(proj, ptr(w.post_ffn_norm_1), n, H, c.rms_eps, proj);
-    float* router_in = router_in_.f(n * H);
-    float* experts_out = experts_out_.f(n * H);
+    float* router_in = router_in_.reserve<float>(n * H);
+    float* experts_out = experts_out_.reserve<float>(n * H);
     rms_norm(x, nullptr, n, H, c.rms_eps, router_in);
     if (c.router_norm) scale_columns(router_in, ptr(w.router_scale), n, H, 1.f / std::sqrt(float(H)));
     rms_norm(x, ptr(w.pre_ffn_norm_2), n, H, c.rms_eps, h);
@@ -351,13 +338,13 @@ void CudaBackend::forward_batch(const Model& model, std::span<KvCache* const> ca
     max_q_width = std::max(max_q_width, c.n_heads * a.head_dim);
     max_kv_width = std::max(max_kv_width, a.n_kv_heads * a.head_dim);
   }
-  float* x = x_.f(n * H);
-  float* h = h_.f(n * H);
-  float* q = q_.f(n * max_q_width);
-  float* k = k_.f(n * max_kv_width);
-  float* v = v_.f(n * max_kv_width);
-  float* attn = attn_.f(n * max_q_width);
-  float* proj = proj_.f(n * H);
+  float* x = x_.reserve<float>(n * H);
+  float* h = h_.reserve<float>(n * H);
+  float* q = q_.reserve<float>(n * max_q_width);
+  float* k = k_.reserve<float>(n * max_kv_width);
+  float* v = v_.reserve<float>(n * max_kv_width);
+  float* attn = attn_.reserve<float>(n * max_q_width);
+  float* proj = proj_.reserve<float>(n * H);
   const int32_t* pos = upload_into(pos_, plan.pos.data(), n);
 
   // Embeddings of every row, then each request's own input steps and cache groups.
@@ -443,8 +430,8 @@ void CudaBackend::forward_batch(const Model& model, std::span<KvCache* const> ca
         // The canvas sees the cache (sliding layers: its last window - 1 positions) and itself, both ways.
         const int64_t first = sliding ? std::max<int64_t>(0, req.pos0 - (c.sliding_window - 1)) : 0;
         const int64_t cached = req.pos0 - first, keys = cached + ns;
-        float* ck = canvas_k_.f(la.n_kv_heads * keys * D);
-        float* cv = canvas_v_.f(la.n_kv_heads * keys * D);
+        float* ck = canvas_k_.reserve<float>(la.n_kv_heads * keys * D);
+        float* cv = canvas_v_.reserve<float>(la.n_kv_heads * keys * D);
         copy_head_positions(kc, stride, first, cached, la.n_kv_heads, D, ck, keys * D);
         copy_head_positions(vc, stride, first, cached, la.n_kv_heads, D, cv, keys * D);
         scatter_heads(k + r0 * kv_width, ns, la.n_kv_heads, D, nullptr, cached, ck, keys * D);
@@ -483,26 +470,25 @@ void CudaBackend::forward_batch(const Model& model, std::span<KvCache* const> ca
               "' has its own output matrix");
     std::vector<int32_t> wanted(static_cast<size_t>(rows));
     for (int64_t i = 0; i < rows; ++i) wanted[size_t(i)] = int32_t(row0[size_t(s)] + req.logit_rows[size_t(i)]);
-    float* sel = sel_.f(rows * H);
+    float* sel = sel_.reserve<float>(rows * H);
     gather_rows(x, H, upload_into(sel_rows_, wanted.data(), rows), rows, sel);
     rms_norm(sel, ptr(output_norm_), rows, H, c.rms_eps, sel);
-    float* logits = logits_.f(rows * c.vocab);
+    float* logits = logits_.reserve<float>(rows * c.vocab);
     matmul(head, sel, rows, logits);
     if (c.logit_softcap > 0) softcap(logits, rows * c.vocab, c.logit_softcap);
     if (!req.head_stats) {
       copy_to_host(req.logits, logits, size_t(rows * c.vocab) * 4);
       continue;
     }
-    const float T = req.head.temperature;
-    check(T >= 0 && !std::isnan(T), "lm_head_stream: temperature must be >= 0");
+    const float T = req.head.temperature;  // head_stats refuses a negative or NaN one
     const uint64_t* ids = req.head.row_ids ? upload_into(row_ids_, req.head.row_ids, rows) : nullptr;
-    HeadRowStats* stats = stats_.as<HeadRowStats>(rows);
+    HeadRowStats* stats = stats_.reserve<HeadRowStats>(rows);
     head_stats(logits, rows, c.vocab, T, req.head.seed, ids, stats);
     copy_to_host(req.head_stats, stats, size_t(rows) * sizeof(HeadRowStats));
     if (req.soft_embedding_out) {
-      float* p = probs_.f(rows * c.vocab);
+      float* p = probs_.reserve<float>(rows * c.vocab);
       softmax_rows(logits, rows, c.vocab, T > 0 ? 1.f / T : 1.f, p);
-      float* soft = soft_.f(rows * H);
+      float* soft = soft_.reserve<float>(rows * H);
       matmul_transposed(token_embd_, p, rows, soft);
       copy_to_host(req.soft_embedding_out, soft, size_t(rows * H) * 4);
     }

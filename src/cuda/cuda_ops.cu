@@ -141,6 +141,23 @@ __device__ Top2 merge_top2(Top2 a, Top2 b) {
   return r;
 }
 
+// Block-wide maximum (blockDim.x == kBlock); every thread gets it.
+__device__ float block_max(float v, float* shared) {
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, offset));
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < kBlock / 32 ? shared[lane] : -INFINITY;
+    for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, offset));
+    if (lane == 0) shared[0] = v;
+  }
+  __syncthreads();
+  const float total = shared[0];
+  __syncthreads();
+  return total;
+}
+
 __device__ bool visible_device(const int32_t* key_group, const int32_t* query_group, const int32_t* window_start,
                                int64_t i, int64_t j) {
   if (key_group && key_group[j] > query_group[i]) return false;
@@ -154,7 +171,6 @@ __global__ void attention_kernel(const float* q, int64_t ldq, const float* k, co
                                  const int32_t* window_start, int n_heads, int group, int head_dim, float scale,
                                  float softcap, float* out, int64_t ldo, float* scores_all) {
   __shared__ float shared[kBlock / 32];
-  __shared__ float shared_max[kBlock];
   const int64_t i = blockIdx.x / n_heads;
   const int h = int(blockIdx.x % n_heads);
   const float* qh = q + i * ldq + int64_t(h) * head_dim;
@@ -171,13 +187,7 @@ __global__ void attention_kernel(const float* q, int64_t ldq, const float* k, co
     scores[j] = s;
     m = fmaxf(m, s);
   }
-  shared_max[threadIdx.x] = m;
-  __syncthreads();
-  for (int stride = kBlock / 2; stride > 0; stride /= 2) {
-    if (int(threadIdx.x) < stride) shared_max[threadIdx.x] = fmaxf(shared_max[threadIdx.x], shared_max[threadIdx.x + stride]);
-    __syncthreads();
-  }
-  m = shared_max[0];
+  m = block_max(m, shared);
   float* oh = out + i * ldo + int64_t(h) * head_dim;
   if (m == -INFINITY) {  // no visible key: zeros, as on the CPU
     for (int d = threadIdx.x; d < head_dim; d += kBlock) oh[d] = 0.f;
@@ -258,23 +268,6 @@ __global__ void glu_halves_kernel(const float* gu, int64_t rows, int64_t width, 
   const int64_t r = t / width, j = t % width;
   const float g = gu[r * 2 * width + j];
   out[t] = (gelu ? gelu_tanh_device(g) : silu_device(g)) * gu[r * 2 * width + width + j];
-}
-
-// Block-wide maximum (blockDim.x == kBlock); every thread gets it.
-__device__ float block_max(float v, float* shared) {
-  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, offset));
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < kBlock / 32 ? shared[lane] : -INFINITY;
-    for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, offset));
-    if (lane == 0) shared[0] = v;
-  }
-  __syncthreads();
-  const float total = shared[0];
-  __syncthreads();
-  return total;
 }
 
 __global__ void softmax_rows_kernel(const float* x, int64_t n, float inv_t, float* p) {
@@ -399,10 +392,6 @@ __global__ void to_bf16_kernel(const float* x, int64_t n, __nv_bfloat16* y) {
 }
 
 // A growing device scratch buffer per purpose (the backend runs on one stream, one call at a time).
-void* scratch(DeviceBuffer& buffer, size_t bytes) {
-  if (buffer.bytes() < bytes) buffer = DeviceBuffer(bytes);
-  return buffer.data();
-}
 DeviceBuffer& attention_scratch() {
   static DeviceBuffer b;
   return b;
@@ -527,7 +516,7 @@ void matmul(const DeviceMatrix& w, const float* x, int64_t m, float* y) {
                  "cublasSgemm");
     return;
   }
-  void* xr = scratch(matmul_scratch(), size_t(m) * size_t(k) * 2);
+  void* xr = matmul_scratch().reserve<uint16_t>(m * k);
   to_input_type(x, m * int64_t(k), w.storage(), xr);
   matmul_rounded(w, xr, m, y);
 }
@@ -606,7 +595,7 @@ void attention(const float* q, int64_t n_q, int64_t ldq, const float* k, const f
         "cuda attention: key_group and query_group must both be set or both be null");
   if (n_q == 0) return;
   const int64_t blocks = n_q * shape.n_heads;
-  float* scores = static_cast<float*>(scratch(attention_scratch(), size_t(blocks) * size_t(std::max<int64_t>(1, n_keys)) * 4));
+  float* scores = attention_scratch().reserve<float>(int64_t(blocks) * std::max<int64_t>(1, n_keys));
   attention_kernel<<<unsigned(blocks), kBlock>>>(q, ldq, k, v, n_keys, kv_head_stride, mask.key_group, mask.query_group,
                                                  mask.window_start, shape.n_heads, shape.n_heads / shape.n_kv_heads,
                                                  shape.head_dim, shape.scale, shape.softcap, out, ldo, scores);
@@ -690,7 +679,7 @@ void softmax_rows(const float* x, int64_t rows, int64_t n, float inv_temperature
 void head_stats(const float* logits, int64_t rows, int64_t vocab, float temperature, uint64_t seed,
                 const uint64_t* row_ids, HeadRowStats* out) {
   if (rows == 0) return;
-  check(vocab > 0 && temperature >= 0.f, "cuda head_stats: empty rows or a negative temperature");
+  check(vocab > 0 && temperature >= 0.f, "cuda head_stats: empty rows, or a temperature that is negative or NaN");
   head_stats_kernel<<<unsigned(rows), kBlock>>>(logits, vocab, temperature, seed, row_ids, out);
   check_launch("head_stats");
 }
@@ -720,7 +709,7 @@ void matmul_transposed(const DeviceMatrix& w, const float* x, int64_t m, float* 
     return;
   }
   const bool half = w.storage() == DeviceMatrix::Storage::F16;
-  void* xr = scratch(matmul_scratch(), size_t(m) * size_t(k) * 2);
+  void* xr = matmul_scratch().reserve<uint16_t>(m * k);
   const int64_t count = m * int64_t(k);
   if (half)
     to_half_kernel<<<blocks_for(count), kBlock>>>(x, count, static_cast<__half*>(xr));

@@ -38,6 +38,12 @@ class DeviceBuffer {
   const void* data() const { return ptr_; }
   template <typename T> T* as() { return static_cast<T*>(ptr_); }
   template <typename T> const T* as() const { return static_cast<const T*>(ptr_); }
+  // A scratch buffer's use: grows (contents not kept) to hold at least count T (at least one) and returns it.
+  template <typename T> T* reserve(int64_t count) {
+    const size_t bytes = size_t(count > 1 ? count : 1) * sizeof(T);
+    if (bytes_ < bytes) *this = DeviceBuffer(bytes);
+    return as<T>();
+  }
 
  private:
   void* ptr_ = nullptr;
