@@ -2,16 +2,15 @@
 #include "bench/synthetic.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
-#include <unordered_map>
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/tensors.h"
 #include "ops/matmul.h"
 
 namespace canvas::bench {
@@ -185,157 +184,31 @@ int64_t available_memory_bytes() {
   return -1;  // unknown: do not refuse
 }
 
-// Visits every tensor of the model as (name, dtype, ne) without allocating, so that sizing and
-// building cannot disagree.
+// Every tensor of the model (model_tensors, the same list the loaders bind) with the dtype it gets here,
+// without allocating, so that sizing and building cannot disagree. Matrices take the chosen type, except
+// the router, which stays f32 as converters leave it; norms, scales and biases are f32 vectors; layer
+// scalars are floats in the model (left at 1).
 struct TensorPlan {
-  std::string name;
+  TensorSpec spec;
   DType type;
-  std::array<int64_t, 4> ne;
-  int n_dims;
-  enum Fill { Random, Ones } fill;
-  float stddev;
+  bool ones;  // filled with 1 (norms, scales); otherwise random with standard deviation 0.02
 };
 
-// Gemma 4 / DiffusionGemma: canonical names (model/gemma_names.h), per-layer attention widths, the
-// norms around attention and both MLPs, the router's scales, fused expert [gate; up] matrices, and the
-// decoder's self-conditioning MLP.
-std::vector<TensorPlan> gemma_plan(const ModelConfig& c, DType type) {
-  const int64_t H = c.hidden, F = c.ffn, E = c.n_experts, I = c.expert_ffn;
-  std::vector<TensorPlan> out;
-  auto matrix = [&](const std::string& name, int64_t cols, int64_t rows) {
-    out.push_back({name, type, {cols, rows, 1, 1}, 2, TensorPlan::Random, 0.02f});
-  };
-  auto vec = [&](const std::string& name, int64_t n) {
-    out.push_back({name, DType::F32, {n, 1, 1, 1}, 1, TensorPlan::Ones, 0.02f});
-  };
-  matrix("embed_tokens.weight", H, c.vocab);
-  vec("norm.weight", H);
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const LayerAttention a = c.attention_of(l);
-    const int64_t D = a.head_dim;
-    const std::string b = "layers." + std::to_string(l) + ".";
-    vec(b + "input_layernorm.weight", H);
-    matrix(b + "self_attn.q_proj.weight", H, c.n_heads * D);
-    matrix(b + "self_attn.k_proj.weight", H, a.n_kv_heads * D);
-    if (!a.value_from_key) matrix(b + "self_attn.v_proj.weight", H, a.n_kv_heads * D);
-    matrix(b + "self_attn.o_proj.weight", c.n_heads * D, H);
-    vec(b + "self_attn.q_norm.weight", D);
-    vec(b + "self_attn.k_norm.weight", D);
-    for (const char* norm : {"post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm",
-                             "post_feedforward_layernorm_1", "pre_feedforward_layernorm_2",
-                             "post_feedforward_layernorm_2"})
-      vec(b + norm + ".weight", H);
-    matrix(b + "mlp.gate_proj.weight", H, F);
-    matrix(b + "mlp.up_proj.weight", H, F);
-    matrix(b + "mlp.down_proj.weight", F, H);
-    // The router stays f32, as converters leave it.
-    out.push_back({b + "router.proj.weight", DType::F32, {H, E, 1, 1}, 2, TensorPlan::Random, 0.02f});
-    vec(b + "router.scale", H);
-    vec(b + "router.per_expert_scale", E);
-    out.push_back({b + "experts.gate_up_proj", type, {H, 2 * I, E, 1}, 3, TensorPlan::Random, 0.02f});
-    out.push_back({b + "experts.down_proj", type, {I, H, E, 1}, 3, TensorPlan::Random, 0.02f});
-  }
-  if (c.has_decoder) {
-    vec("self_conditioning.pre_norm.weight", H);
-    matrix("self_conditioning.gate_proj.weight", H, F);
-    matrix("self_conditioning.up_proj.weight", H, F);
-    matrix("self_conditioning.down_proj.weight", F, H);
-  }
-  return out;
-}
-
-// Binds gemma_plan's views by name the way Model::load does (layer scalars stay 1).
-void bind_gemma(Model& m, const std::vector<TensorView>& views) {
-  const ModelConfig& c = m.config;
-  std::unordered_map<std::string, TensorView> by_name;
-  for (const TensorView& v : views) by_name[v.name] = v;
-  auto get = [&](const std::string& name) {
-    const auto it = by_name.find(name);
-    check(it != by_name.end(), "synthetic " + c.name + ": internal error: no tensor '" + name + "'");
-    return it->second;
-  };
-  m.token_embd = get("embed_tokens.weight");
-  m.output_norm = get("norm.weight");
-  m.output = m.token_embd;
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const std::string b = "layers." + std::to_string(l) + ".";
-    LayerWeights w;
-    w.attn_norm = get(b + "input_layernorm.weight");
-    w.wq = get(b + "self_attn.q_proj.weight");
-    w.wk = get(b + "self_attn.k_proj.weight");
-    if (!c.attention_of(l).value_from_key) w.wv = get(b + "self_attn.v_proj.weight");
-    w.wo = get(b + "self_attn.o_proj.weight");
-    w.q_norm = get(b + "self_attn.q_norm.weight");
-    w.k_norm = get(b + "self_attn.k_norm.weight");
-    w.post_attn_norm = get(b + "post_attention_layernorm.weight");
-    w.ffn_norm = get(b + "pre_feedforward_layernorm.weight");
-    w.post_ffn_norm = get(b + "post_feedforward_layernorm.weight");
-    w.post_ffn_norm_1 = get(b + "post_feedforward_layernorm_1.weight");
-    w.pre_ffn_norm_2 = get(b + "pre_feedforward_layernorm_2.weight");
-    w.post_ffn_norm_2 = get(b + "post_feedforward_layernorm_2.weight");
-    w.gate = get(b + "mlp.gate_proj.weight");
-    w.up = get(b + "mlp.up_proj.weight");
-    w.down = get(b + "mlp.down_proj.weight");
-    w.router = get(b + "router.proj.weight");
-    w.router_scale = get(b + "router.scale");
-    w.per_expert_scale = get(b + "router.per_expert_scale");
-    w.gate_up_exps = get(b + "experts.gate_up_proj");
-    w.down_exps = get(b + "experts.down_proj");
-    m.layers.push_back(w);
-  }
-  if (c.has_decoder) {
-    m.self_conditioning.pre_norm = get("self_conditioning.pre_norm.weight");
-    m.self_conditioning.gate = get("self_conditioning.gate_proj.weight");
-    m.self_conditioning.up = get("self_conditioning.up_proj.weight");
-    m.self_conditioning.down = get("self_conditioning.down_proj.weight");
-  }
-}
-
 std::vector<TensorPlan> plan(const ModelConfig& c, DType type) {
-  if (c.layer_style == LayerStyle::Gemma4) return gemma_plan(c, type);
-  const int64_t H = c.hidden, D = c.head_dim;
   std::vector<TensorPlan> out;
-  auto matrix = [&](const std::string& name, int64_t cols, int64_t rows, float stddev) {
-    out.push_back({name, type, {cols, rows, 1, 1}, 2, TensorPlan::Random, stddev});
-  };
-  auto experts = [&](const std::string& name, int64_t cols, int64_t rows, int64_t n) {
-    out.push_back({name, type, {cols, rows, n, 1}, 3, TensorPlan::Random, 0.02f});
-  };
-  auto vec = [&](const std::string& name, int64_t n, TensorPlan::Fill fill) {
-    out.push_back({name, DType::F32, {n, 1, 1, 1}, 1, fill, 0.02f});
-  };
-  matrix("token_embd.weight", H, c.vocab, 0.02f);
-  vec("output_norm.weight", H, TensorPlan::Ones);
-  if (!c.tied_output) matrix("output.weight", H, c.vocab, 0.02f);
-  for (int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string b = "blk." + std::to_string(i) + ".";
-    vec(b + "attn_norm.weight", H, TensorPlan::Ones);
-    matrix(b + "attn_q.weight", H, c.n_heads * D, 0.02f);
-    matrix(b + "attn_k.weight", H, c.n_kv_heads * D, 0.02f);
-    matrix(b + "attn_v.weight", H, c.n_kv_heads * D, 0.02f);
-    matrix(b + "attn_output.weight", c.n_heads * D, H, 0.02f);
-    if (c.qkv_bias) {
-      vec(b + "attn_q.bias", c.n_heads * D, TensorPlan::Random);
-      vec(b + "attn_k.bias", c.n_kv_heads * D, TensorPlan::Random);
-      vec(b + "attn_v.bias", c.n_kv_heads * D, TensorPlan::Random);
-    }
-    vec(b + "ffn_norm.weight", H, TensorPlan::Ones);
-    if (c.is_moe()) {
-      // The router stays f32, as converters leave it.
-      out.push_back({b + "ffn_gate_inp.weight", DType::F32, {H, c.n_experts, 1, 1}, 2, TensorPlan::Random, 0.02f});
-      experts(b + "ffn_gate_exps.weight", H, c.expert_ffn, c.n_experts);
-      experts(b + "ffn_up_exps.weight", H, c.expert_ffn, c.n_experts);
-      experts(b + "ffn_down_exps.weight", c.expert_ffn, H, c.n_experts);
-    } else {
-      matrix(b + "ffn_gate.weight", H, c.ffn, 0.02f);
-      matrix(b + "ffn_up.weight", H, c.ffn, 0.02f);
-      matrix(b + "ffn_down.weight", c.ffn, H, 0.02f);
-    }
+  for (const TensorSpec& spec : model_tensors(c)) {
+    if (spec.kind == TensorKind::Scalar) continue;
+    const bool matrix = spec.kind == TensorKind::Matrix && spec.role != TensorRole::Router;
+    out.push_back({spec, matrix ? type : DType::F32, spec.init == TensorInit::One});
   }
   return out;
 }
 
-int64_t plan_bytes(const TensorPlan& t) { return row_bytes(t.type, t.ne[0]) * t.ne[1] * t.ne[2] * t.ne[3]; }
+int64_t plan_bytes(const TensorPlan& t) {
+  int64_t rows = 1;
+  for (size_t d = 1; d < t.spec.shape.size(); ++d) rows *= t.spec.shape[d];
+  return row_bytes(t.type, t.spec.shape[0]) * rows;
+}
 
 ModelConfig cut_config(const SyntheticShape& shape, const SyntheticOptions& options) {
   ModelConfig c = shape.config;
@@ -434,69 +307,36 @@ std::unique_ptr<SyntheticModel> build_synthetic_model(const SyntheticShape& shap
   auto out = std::make_unique<SyntheticModel>();
   out->model.config = config;
   out->bytes = total;
-  std::vector<TensorView> views;
+  Model& m = out->model;
+  m.layers.assign(size_t(config.n_layers), LayerWeights{});
   uint64_t index = 0;
   for (const TensorPlan& t : tensors) {
     const int64_t bytes = plan_bytes(t);
     void* p = std::aligned_alloc(64, size_t((bytes + 63) / 64 * 64));
     check(p != nullptr, "synthetic " + shape.name + ": cannot allocate " + std::to_string(bytes) + " bytes for '" +
-                            t.name + "'");
+                            t.spec.gguf + "'");
     out->storage.emplace_back(static_cast<uint8_t*>(p));
-    const int64_t elements = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
-    if (t.fill == TensorPlan::Ones) {
+    const int64_t elements = t.spec.elements();
+    if (t.ones) {
       float* f = static_cast<float*>(p);
       std::fill(f, f + elements, 1.f);
     } else {
-      fill_random(t.type, p, elements, t.stddev, options.seed * 1000003 + index, pool);
+      fill_random(t.type, p, elements, 0.02f, options.seed * 1000003 + index, pool);
     }
     ++index;
     TensorView v;
-    v.name = t.name;
+    v.name = t.spec.gguf;
     v.type = t.type;
-    v.ne = t.ne;
-    v.n_dims = t.n_dims;
+    v.n_dims = int(t.spec.shape.size());
+    for (size_t d = 0; d < t.spec.shape.size(); ++d) v.ne[d] = t.spec.shape[d];
     v.data = p;
-    views.push_back(v);
+    TensorView* slot = weight_slot(m, t.spec.role, t.spec.layer);
+    check(slot != nullptr, "synthetic " + shape.name + ": internal error: no place for '" + t.spec.gguf + "'");
+    *slot = v;
   }
-  // Bind the views the way Model::load does (the plan's order is fixed above).
-  Model& m = out->model;
+  if (config.tied_output) m.output = m.token_embd;
   // As Model::load_gguf leaves a loaded model: matrices in the layout the kernels read fastest.
   const auto writable = [](const TensorView& t) { return static_cast<uint8_t*>(const_cast<void*>(t.data)); };
-  if (config.layer_style == LayerStyle::Gemma4) {
-    bind_gemma(m, views);
-    interleave_weights(m, writable, pool);
-    return out;
-  }
-  size_t i = 0;
-  m.token_embd = views[i++];
-  m.output_norm = views[i++];
-  m.output = config.tied_output ? m.token_embd : views[i++];
-  for (int64_t l = 0; l < config.n_layers; ++l) {
-    LayerWeights w;
-    w.attn_norm = views[i++];
-    w.wq = views[i++];
-    w.wk = views[i++];
-    w.wv = views[i++];
-    w.wo = views[i++];
-    if (config.qkv_bias) {
-      w.bq = views[i++];
-      w.bk = views[i++];
-      w.bv = views[i++];
-    }
-    w.ffn_norm = views[i++];
-    if (config.is_moe()) {
-      w.router = views[i++];
-      w.gate_exps = views[i++];
-      w.up_exps = views[i++];
-      w.down_exps = views[i++];
-    } else {
-      w.gate = views[i++];
-      w.up = views[i++];
-      w.down = views[i++];
-    }
-    m.layers.push_back(w);
-  }
-  check(i == views.size(), "synthetic " + shape.name + ": internal error binding tensors");
   interleave_weights(m, writable, pool);
   return out;
 }

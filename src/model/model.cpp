@@ -179,51 +179,6 @@ float read_scalar(Model& m, const TensorSource& src, const std::string& name) {
   return bind_f32_vector(m, src, name, 1).f32()[0];
 }
 
-// Where each described tensor (model/tensors.h) lands in a Model.
-TensorView* slot(Model& m, TensorRole role, int64_t layer) {
-  SelfConditioningWeights& s = m.self_conditioning;
-  switch (role) {
-    case TensorRole::TokenEmbd: return &m.token_embd;
-    case TensorRole::PositionEmbd: return &m.position_embd;
-    case TensorRole::OutputNorm: return &m.output_norm;
-    case TensorRole::Output: return &m.output;
-    case TensorRole::SelfCondNorm: return &s.pre_norm;
-    case TensorRole::SelfCondGate: return &s.gate;
-    case TensorRole::SelfCondUp: return &s.up;
-    case TensorRole::SelfCondDown: return &s.down;
-    default: break;
-  }
-  LayerWeights& w = m.layers.at(size_t(layer));
-  switch (role) {
-    case TensorRole::AttnNorm: return &w.attn_norm;
-    case TensorRole::Wq: return &w.wq;
-    case TensorRole::Wk: return &w.wk;
-    case TensorRole::Wv: return &w.wv;
-    case TensorRole::Wo: return &w.wo;
-    case TensorRole::Bq: return &w.bq;
-    case TensorRole::Bk: return &w.bk;
-    case TensorRole::Bv: return &w.bv;
-    case TensorRole::QNorm: return &w.q_norm;
-    case TensorRole::KNorm: return &w.k_norm;
-    case TensorRole::PostAttnNorm: return &w.post_attn_norm;
-    case TensorRole::FfnNorm: return &w.ffn_norm;
-    case TensorRole::Gate: return &w.gate;
-    case TensorRole::Up: return &w.up;
-    case TensorRole::Down: return &w.down;
-    case TensorRole::PostFfnNorm: return &w.post_ffn_norm;
-    case TensorRole::PostFfnNorm1: return &w.post_ffn_norm_1;
-    case TensorRole::PreFfnNorm2: return &w.pre_ffn_norm_2;
-    case TensorRole::PostFfnNorm2: return &w.post_ffn_norm_2;
-    case TensorRole::Router: return &w.router;
-    case TensorRole::RouterScale: return &w.router_scale;
-    case TensorRole::PerExpertScale: return &w.per_expert_scale;
-    case TensorRole::GateExps: return &w.gate_exps;
-    case TensorRole::UpExps: return &w.up_exps;
-    case TensorRole::DownExps: return &w.down_exps;
-    case TensorRole::GateUpExps: return &w.gate_up_exps;
-    default: return nullptr;  // the scalars are floats (layer_scalar_*)
-  }
-}
 
 // Binds every tensor model_tensors(m.config) describes; `stored` gives a description's name in the
 // source (its GGUF name, or its Hugging Face name).
@@ -235,16 +190,16 @@ void bind_tensors(Model& m, const TensorSource& src, const std::function<std::st
     const std::string name = stored(spec);
     switch (spec.kind) {
       case TensorKind::Matrix:
-        *slot(m, spec.role, spec.layer) = bind_tensor(src, name, spec.shape, !spec.optional);
+        *weight_slot(m, spec.role, spec.layer) = bind_tensor(src, name, spec.shape, !spec.optional);
         break;
       case TensorKind::F32Matrix: {
         TensorView t = bind_tensor(src, name, spec.shape, !spec.optional);
         check(!t.data || t.type == DType::F32, src.path + ": tensor '" + name + "' must be f32");
-        *slot(m, spec.role, spec.layer) = t;
+        *weight_slot(m, spec.role, spec.layer) = t;
         break;
       }
       case TensorKind::Vector:
-        *slot(m, spec.role, spec.layer) = bind_f32_vector(m, src, name, spec.shape[0], !spec.optional);
+        *weight_slot(m, spec.role, spec.layer) = bind_f32_vector(m, src, name, spec.shape[0], !spec.optional);
         break;
       case TensorKind::Scalar: {
         LayerWeights& w = m.layers[size_t(spec.layer)];
@@ -416,7 +371,7 @@ namespace {
 std::vector<TensorView*> weight_views(Model& m) {
   std::vector<TensorView*> v;
   for (const TensorSpec& spec : model_tensors(m.config))
-    if (spec.kind == TensorKind::Matrix) v.push_back(slot(m, spec.role, spec.layer));
+    if (spec.kind == TensorKind::Matrix) v.push_back(weight_slot(m, spec.role, spec.layer));
   if (m.config.tied_output) v.push_back(&m.output);
   return v;
 }
@@ -466,8 +421,53 @@ Model bind_gguf(const std::string& path) {
 
 }  // namespace
 
+TensorView* weight_slot(Model& m, TensorRole role, int64_t layer) {
+  SelfConditioningWeights& s = m.self_conditioning;
+  switch (role) {
+    case TensorRole::TokenEmbd: return &m.token_embd;
+    case TensorRole::PositionEmbd: return &m.position_embd;
+    case TensorRole::OutputNorm: return &m.output_norm;
+    case TensorRole::Output: return &m.output;
+    case TensorRole::SelfCondNorm: return &s.pre_norm;
+    case TensorRole::SelfCondGate: return &s.gate;
+    case TensorRole::SelfCondUp: return &s.up;
+    case TensorRole::SelfCondDown: return &s.down;
+    default: break;
+  }
+  LayerWeights& w = m.layers.at(size_t(layer));
+  switch (role) {
+    case TensorRole::AttnNorm: return &w.attn_norm;
+    case TensorRole::Wq: return &w.wq;
+    case TensorRole::Wk: return &w.wk;
+    case TensorRole::Wv: return &w.wv;
+    case TensorRole::Wo: return &w.wo;
+    case TensorRole::Bq: return &w.bq;
+    case TensorRole::Bk: return &w.bk;
+    case TensorRole::Bv: return &w.bv;
+    case TensorRole::QNorm: return &w.q_norm;
+    case TensorRole::KNorm: return &w.k_norm;
+    case TensorRole::PostAttnNorm: return &w.post_attn_norm;
+    case TensorRole::FfnNorm: return &w.ffn_norm;
+    case TensorRole::Gate: return &w.gate;
+    case TensorRole::Up: return &w.up;
+    case TensorRole::Down: return &w.down;
+    case TensorRole::PostFfnNorm: return &w.post_ffn_norm;
+    case TensorRole::PostFfnNorm1: return &w.post_ffn_norm_1;
+    case TensorRole::PreFfnNorm2: return &w.pre_ffn_norm_2;
+    case TensorRole::PostFfnNorm2: return &w.post_ffn_norm_2;
+    case TensorRole::Router: return &w.router;
+    case TensorRole::RouterScale: return &w.router_scale;
+    case TensorRole::PerExpertScale: return &w.per_expert_scale;
+    case TensorRole::GateExps: return &w.gate_exps;
+    case TensorRole::UpExps: return &w.up_exps;
+    case TensorRole::DownExps: return &w.down_exps;
+    case TensorRole::GateUpExps: return &w.gate_up_exps;
+    default: return nullptr;  // the scalars are floats (layer_scalar_*)
+  }
+}
+
 TensorView model_weight(const Model& model, const TensorSpec& spec) {
-  Model& m = const_cast<Model&>(model);  // slot() only locates; nothing is written
+  Model& m = const_cast<Model&>(model);  // weight_slot() only locates; nothing is written
   if (spec.kind == TensorKind::Scalar) {
     const LayerWeights& w = model.layers.at(size_t(spec.layer));
     TensorView v;
@@ -479,7 +479,7 @@ TensorView model_weight(const Model& model, const TensorSpec& spec) {
     return v;
   }
   if (spec.layer >= int64_t(model.layers.size())) return TensorView{};
-  return *slot(m, spec.role, spec.layer);
+  return *weight_slot(m, spec.role, spec.layer);
 }
 
 void interleave_weights(Model& model, const std::function<uint8_t*(const TensorView&)>& writable, ThreadPool* pool) {

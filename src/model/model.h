@@ -11,13 +11,13 @@
 #include "core/thread_pool.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
+#include "model/tensors.h"
 #include "ops/lm_head.h"
 
 namespace canvas {
 
 class GgufFile;
 class SafetensorsModel;
-struct TensorSpec;
 
 struct LayerWeights {
   TensorView attn_norm, wq, wk, wv, wo;  // wv.data == nullptr when V comes from wk (value_from_key)
@@ -157,6 +157,9 @@ ForwardPlan plan_forward(const Model& model, std::span<KvCache* const> caches, s
 // view, or a one-value f32 view of a layer scalar (the encoder's equals the decoder's when the file has
 // none); an empty view (data null) for a tensor the model lacks.
 TensorView model_weight(const Model& model, const TensorSpec& spec);
+// Where the tensor of `role` (of `layer`, -1 for global roles) lives in a Model, for binders: the loaders
+// and the synthetic bench models. Null for the layer scalars, which are floats (LayerWeights).
+TensorView* weight_slot(Model& m, TensorRole role, int64_t layer);
 
 // Rearranges the model's Q4_0 / Q8_0 matrices into the layout the AVX-512 kernels read fastest
 // (ops/matmul.h, interleave_for_matmul: the results stay bit for bit the same): in place, or for a
