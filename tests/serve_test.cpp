@@ -303,3 +303,42 @@ TEST(ServeEngine, UniformStateBatchedEqualsDecodingAlone) {
   }
   EXPECT_GT(engine.batcher().largest_batch(), 1);
 }
+
+TEST(ServeRouting, UniformStateCostCountsWholeCanvasesAndLearnsPassesPerCanvas) {
+  serve::CostModel cost;
+  cost.fixed_ms = 1;
+  cost.per_row_ms = 0.01;
+  // 300 tokens need two 256-token canvases; 10 passes each over 2 requests x 256 rows.
+  EXPECT_DOUBLE_EQ(cost.uniform_ms(300, 256, 10, 2), 2 * 10 * (1 + 0.01 * 512));
+  EXPECT_DOUBLE_EQ(cost.uniform_ms(256, 256, 3, 1), 3 * (1 + 0.01 * 256));
+
+  const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
+  ThreadPool pool(2);
+  serve::EngineOptions options;
+  options.parallel = 1;
+  options.uniform = test::small_entropy_bound_params();
+  options.detokenize = [](const std::vector<int32_t>& ids) { return std::string(ids.size(), 'x'); };
+  serve::Engine engine(m, &pool, options);
+  EXPECT_EQ(engine.cost_model().uniform_passes_per_canvas, 0);  // nothing measured yet
+  auto job = std::make_shared<serve::Job>();
+  job->prompt = {2, 105, 17, 250};
+  job->settings.mode = serve::DecodeMode::Diffusion;
+  job->settings.max_tokens = 2 * options.uniform.canvas_length;
+  ASSERT_TRUE(engine.submit(job));
+  {
+    std::unique_lock<std::mutex> lock(job->mutex);
+    job->changed.wait(lock, [&] { return job->finished; });
+  }
+  ASSERT_EQ(job->error, "");
+  ASSERT_GT(job->passes, 0);
+  EXPECT_DOUBLE_EQ(engine.cost_model().uniform_passes_per_canvas, double(job->passes) / 2);
+  // With auto, the request goes where the estimate (learned passes, whole canvases) is lower.
+  serve::GenerationSettings s;
+  s.mode = serve::DecodeMode::Auto;
+  s.max_tokens = options.uniform.canvas_length;
+  const serve::CostModel c = engine.cost_model();
+  const bool diffusion_cheaper = c.uniform_ms(s.max_tokens, options.uniform.canvas_length,
+                                              c.uniform_passes_per_canvas, 1) <= c.ar_ms(s.max_tokens, 1, 1);
+  EXPECT_EQ(engine.route(s, 4), diffusion_cheaper ? serve::DecodeMode::Diffusion : serve::DecodeMode::Ar);
+  engine.shutdown(false);
+}

@@ -50,6 +50,11 @@ double CostModel::diffusion_ms(int64_t tokens, int64_t block, int64_t passes, in
   return double(passes) * pass_ms(double(load) * rows);
 }
 
+double CostModel::uniform_ms(int64_t tokens, int64_t canvas, double passes_per_canvas, int64_t load) const {
+  const int64_t canvases = (tokens + canvas - 1) / canvas;
+  return double(canvases) * passes_per_canvas * pass_ms(double(load * canvas));
+}
+
 std::string CostModel::describe() const {
   char buf[160];
   std::snprintf(buf, sizeof buf, "pass = %.3f ms + %.4f ms/row; threshold decoding %.2f tokens/pass", fixed_ms,

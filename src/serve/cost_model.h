@@ -16,6 +16,10 @@ struct CostModel {
   // requests; 1 until one has finished).
   double threshold_tokens_per_pass = 1;
   int64_t threshold_observations = 0;  // finished threshold-decoding requests behind that average
+  // Uniform-state models (DiffusionGemma): measured denoising passes per canvas (the entropy-bound
+  // sampler stops a canvas early once it is stable); 0 until a request has finished (then the
+  // configured maximum is assumed).
+  double uniform_passes_per_canvas = 0;
 
   // Times passes of 1 and `rows` rows (a few repeats each, the minimum kept) and fits the line.
   static CostModel measure(const Model& model, ThreadPool* pool, int64_t rows);
@@ -28,6 +32,9 @@ struct CostModel {
   // Masked diffusion with the prefix cache: `passes` passes; a pass in block b recomputes the region
   // from the block's start to the end of the canvas, (tokens + block) / 2 rows on average.
   double diffusion_ms(int64_t tokens, int64_t block, int64_t passes, int64_t load) const;
+  // Uniform-state diffusion: ceil(tokens / canvas) canvases of `passes_per_canvas` passes, each pass
+  // over the whole canvas (canvas rows per request).
+  double uniform_ms(int64_t tokens, int64_t canvas, double passes_per_canvas, int64_t load) const;
   std::string describe() const;
 };
 

@@ -118,12 +118,20 @@ DecodeMode Engine::route(const GenerationSettings& s, int64_t prompt_tokens) con
   }
   load = std::clamp<int64_t>(load, 1, options_.parallel);
   const CostModel cost = cost_model();
-  // Threshold decoding's tokens per pass is only known once some requests used it: until then, requests
-  // that arrive at light load (where diffusion is the candidate) go to diffusion so that it is measured.
-  if (s.threshold > 0 && cost.threshold_observations < 3 && load == 1) return DecodeMode::Diffusion;
   const ModelConfig& c = model_.config;
   const int64_t ar_rows = (!c.shift_logits && !c.uniform_state && !c.causal) ? 2 : 1;
   const int64_t n = s.max_tokens;
+  if (c.uniform_state) {
+    const int64_t canvas = s.block_length > 0 ? s.block_length : options_.uniform.canvas_length;
+    const double passes = s.steps > 0                          ? double(s.steps)
+                          : cost.uniform_passes_per_canvas > 0 ? cost.uniform_passes_per_canvas
+                                                               : double(options_.uniform.max_denoising_steps);
+    return cost.uniform_ms(n, canvas, passes, load) <= cost.ar_ms(n, load, ar_rows) ? DecodeMode::Diffusion
+                                                                                    : DecodeMode::Ar;
+  }
+  // Threshold decoding's tokens per pass is only known once some requests used it: until then, requests
+  // that arrive at light load (where diffusion is the candidate) go to diffusion so that it is measured.
+  if (s.threshold > 0 && cost.threshold_observations < 3 && load == 1) return DecodeMode::Diffusion;
   const int64_t block = default_block_length(s);
   const int64_t passes = s.threshold > 0 ? int64_t(std::ceil(double(n) / std::max(1.0, cost.threshold_tokens_per_pass)))
                                          : (s.steps > 0 ? s.steps : n);
@@ -267,6 +275,15 @@ void Engine::run(Job& job) {
                                           ? observed
                                           : 0.8 * cost_.threshold_tokens_per_pass + 0.2 * observed;
     ++cost_.threshold_observations;
+  }
+  if (complete && job.uniform_state && s.steps <= 0 && job.passes > 0) {
+    // Learn the entropy-bound sampler's passes per canvas (its adaptive stop) for routing.
+    const int64_t canvas = s.block_length > 0 ? s.block_length : options_.uniform.canvas_length;
+    const int64_t canvases = std::max<int64_t>(1, (s.max_tokens + canvas - 1) / canvas);
+    const double observed = double(job.passes) / double(canvases);
+    std::lock_guard<std::mutex> engine_lock(mutex_);
+    cost_.uniform_passes_per_canvas =
+        cost_.uniform_passes_per_canvas == 0 ? observed : 0.8 * cost_.uniform_passes_per_canvas + 0.2 * observed;
   }
   job.finished = true;
   ++job.version;
