@@ -4,8 +4,8 @@
 # at concurrency 1, 4, 16 and 64, and writes one JSON per configuration under OUT (default runs/serve-bench).
 # Usage: scripts/serve_bench.sh [OUT] [REQUESTS_PER_LEVEL] [MAX_TOKENS] [CONFIG ...]
 # CONFIG names one of the configurations below (default: all but auto-batched); ROUNDS=N runs the given
-# configurations N times in turn (files NAME-rK.json), so that fixed modes and auto share the machine's
-# moods; MODEL=FILE serves another model (default: the server's default).
+# configurations N times, every other round in reverse order (files NAME-rK.json), so that fixed modes
+# and auto share the machine's moods; MODEL=FILE serves another model (default: the server's default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-runs/serve-bench}"; requests="${2:-64}"; tokens="${3:-32}"
@@ -45,7 +45,11 @@ configs=("$@")
                                      auto-threshold-batched)
 rounds=${ROUNDS:-1}
 for round in $(seq 1 "$rounds"); do
-  for c in "${configs[@]}"; do
+  order=("${configs[@]}")
+  if [ $((round % 2)) -eq 0 ]; then  # every other round in reverse (A B, B A, ...): drift hits all alike
+    order=(); for ((i = ${#configs[@]} - 1; i >= 0; i--)); do order+=("${configs[i]}"); done
+  fi
+  for c in "${order[@]}"; do
     if [ "$rounds" -gt 1 ]; then label_suffix="-r$round"; else label_suffix=""; fi
     config "$c"
   done

@@ -343,5 +343,59 @@ TEST(SudokuRules, ThresholdCommitsAndCertainSingles) {
   EXPECT_THROW(commit_sudoku_cells(masked, std::vector<double>(10), true, 0.5), Error);
 }
 
+
+// The search (search_sudoku) on a model that is sure of nothing and always prefers a wrong digit: it
+// prefers the correct digit least among those the rules allow. Without returns the rule-masked decoder
+// reaches a dead end; with them the search is a depth-first search over its guesses (naked singles are
+// certain, so committed between passes) and must reach the unique solution, with every pass counted.
+TEST(SudokuSearch, ReturnsToGuessesUntilSolvedAndCountsEveryPass) {
+  Rng rng(11);
+  int solved_plain = 0;
+  for (int trial = 0; trial < 8; ++trial) {
+    const SudokuGrid solution = random_solution(rng);
+    const SudokuGrid puzzle = make_puzzle(solution, 28, rng);
+    int64_t calls = 0;
+    auto wrong_first = [&](const SudokuGrid& grid) {
+      ++calls;
+      std::vector<double> probs(81 * 10, 0.0);
+      for (int c = 0; c < 81; ++c)
+        if (!grid[size_t(c)])
+          for (int d = 1; d <= 9; ++d) probs[size_t(c * 10 + d)] = d == solution[size_t(c)] ? 0.01 : 0.1 + 0.01 * d;
+      return probs;
+    };
+    const SudokuSearchResult plain = search_sudoku(puzzle, wrong_first, 0.99, 0);
+    EXPECT_EQ(plain.backtracks, 0);
+    EXPECT_EQ(plain.evaluations, calls);
+    solved_plain += solves(puzzle, plain.grid);
+    if (!solves(puzzle, plain.grid)) EXPECT_TRUE(plain.dead_end);
+    calls = 0;
+    const SudokuSearchResult found = search_sudoku(puzzle, wrong_first, 0.99, 1000000);
+    ASSERT_TRUE(solves(puzzle, found.grid)) << "trial " << trial << ": " << format_sudoku(found.grid);
+    EXPECT_FALSE(found.dead_end);
+    EXPECT_EQ(found.evaluations, calls);
+    EXPECT_EQ(format_sudoku(found.grid), format_sudoku(solution));
+    // Each stretch between returns commits at least one cell per pass.
+    EXPECT_LE(found.evaluations, (found.backtracks + 1) * std::count(puzzle.begin(), puzzle.end(), 0));
+    if (!solves(puzzle, plain.grid)) EXPECT_GT(found.backtracks, 0);
+  }
+  EXPECT_LT(solved_plain, 8);  // the wrong-first model does mislead the plain decoder
+}
+
+// A model that is right and sure needs neither guesses nor returns: the search is the plain decoder.
+TEST(SudokuSearch, ASureCorrectModelNeverReturns) {
+  const SudokuGrid solution = parse_sudoku(kSolution);
+  const SudokuGrid puzzle = parse_sudoku(kPuzzle);
+  auto oracle = [&](const SudokuGrid& grid) {
+    std::vector<double> probs(81 * 10, 0.0);
+    for (int c = 0; c < 81; ++c)
+      if (!grid[size_t(c)]) probs[size_t(c * 10 + solution[size_t(c)])] = 1.0;
+    return probs;
+  };
+  const SudokuSearchResult r = search_sudoku(puzzle, oracle, 0.99, 100);
+  EXPECT_EQ(format_sudoku(r.grid), format_sudoku(solution));
+  EXPECT_EQ(r.backtracks, 0);
+  EXPECT_EQ(r.evaluations, 1);  // every blank is sure on the first pass
+  EXPECT_THROW(search_sudoku(puzzle, oracle, 0.0, 1), Error);
+}
 }  // namespace
 }  // namespace canvas

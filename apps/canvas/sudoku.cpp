@@ -66,7 +66,11 @@ const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval|probe> [
   distribution is renormalised: the model chooses among the digits the Sudoku rules still allow (a
   cell with one digit left is certain), as constrained decoding masks the tokens a grammar forbids.
   Then every blank cell whose constrained probability reaches --threshold (default 0.99) is committed,
-  at least one per pass. No search, no backtracking: a committed cell stays. --rules is on wherever it
+  at least one per pass. By default there is no search: a committed cell stays. --search N makes it a
+  search: a pass whose best cell falls short of the threshold commits that cell alone as a guess; when
+  a blank cell has no digit left, the decoder returns to the latest guess (no forward pass: the
+  probabilities there are kept), rules out the digit it tried and decides again, at most N times
+  (more puzzles solved, more passes per puzzle: docs/training.md). --rules is on wherever it
   applies (diffusion mode, confidence order, no --beam or --freeze) and combines with --steps,
   --threshold and --views; --no-rules turns it off (--no-rules --steps 81 is the former default: one
   cell per pass, the model's own most probable cell and digit).
@@ -87,6 +91,9 @@ const Option kModelOption{"-m,--model", "MODEL", "GGUF model (default: the shipp
 const Option kThreadsOption{"-t,--threads", "N", "threads (default: all cores)"};
 const Option kRulesOption{"--rules", "",
                           "the model chooses among the digits the Sudoku rules still allow (default where it applies)"};
+const Option kSearchOption{"--search", "N",
+                           "with the rule mask: return to the latest guess at a dead end, at most N times "
+                           "(0: never)"};
 const Option kNoRulesOption{"--no-rules", "", "the model's own choices, no rule mask (with --steps 81: the old greedy default)"};
 const Option kFreezeOption{"--freeze", "", "recompute only blank cells and those committed by the previous step"};
 const Option kFreezeRefreshOption{"--freeze-refresh", "N", "with --freeze (implied): recompute every cell every N steps"};
@@ -121,6 +128,7 @@ const Command kSudokuSolve{
         {"--views", "K", "average the model over K symmetric views of the grid"},
         kRulesOption,
         kNoRulesOption,
+        kSearchOption,
         kFreezeOption,
         kFreezeRefreshOption,
         kThreadsOption,
@@ -146,6 +154,7 @@ const Command kSudokuEval{
         {"--views", "LIST", "comma-separated view counts, each a row v=K (with one --threshold P: v=K,t=P)"},
         kRulesOption,
         kNoRulesOption,
+        kSearchOption,
         kFreezeOption,
         kFreezeRefreshOption,
         {"--limit", "N", "the first N puzzles of the file"},
@@ -177,6 +186,7 @@ struct SolveSettings {
   bool freeze = false;  // compute-aware decoding (MaskedDiffusionParams::freeze)
   int64_t freeze_refresh = 0;
   bool rules = false;   // the model chooses among the digits the Sudoku rules still allow (solve_in_place)
+  int64_t search = 0;   // > 0: search_sudoku with at most this many returns to an earlier guess
 };
 
 // The default decoder of solve and eval (the best measured, docs/training.md): the rule mask, and
@@ -186,6 +196,7 @@ constexpr float kDefaultThreshold = 0.99f;
 struct Solution {
   SudokuGrid grid{};
   int64_t passes = 0, rows = 0;  // forward passes and token rows they computed
+  int64_t backtracks = 0;        // --search: returns to an earlier guess
 };
 
 // Models trained by canvas record their layout: "infill" models fill the blanks of the 81 cells in
@@ -230,15 +241,12 @@ Solution solve_in_place(const Model& model, const SudokuGrid& puzzle, const Solv
   std::vector<SudokuSymmetry> syms{identity_symmetry()};
   Rng rng(0x5eed);  // fixed: every run uses the same views
   while (int64_t(syms.size()) < views) syms.push_back(random_symmetry(rng));
-  SudokuGrid grid = puzzle;
   Solution out;
   KvCache cache(c, 81);
   std::vector<float> logits;
-  std::vector<double> avg;  // [81][10]: mean probability of digit d at original cell i
-  int64_t steps_left = std::max<int64_t>(s.steps, 1);
-  for (int64_t blanks = std::count(grid.begin(), grid.end(), 0); blanks > 0;
-       blanks = std::count(grid.begin(), grid.end(), 0)) {
-    avg.assign(81 * 10, 0.0);
+  // [81][10]: the mean probability of digit d at original cell i over the views.
+  auto probs_of = [&](const SudokuGrid& grid) {
+    std::vector<double> avg(81 * 10, 0.0);
     for (const SudokuSymmetry& sym : syms) {
       const std::vector<int32_t> rows = forward_grid(model, cache, apply_symmetry(sym, grid), logits, pool);
       ++out.passes;
@@ -251,6 +259,19 @@ Solution solve_in_place(const Model& model, const SudokuGrid& puzzle, const Solv
           avg[cell * 10 + d] += std::exp(double(x[kSudokuDigitToken + sym.relabel[d]]) - lse) / double(views);
       }
     }
+    return avg;
+  };
+  if (s.search > 0) {
+    const SudokuSearchResult r = search_sudoku(puzzle, probs_of, s.threshold, s.search);
+    out.grid = r.grid;
+    out.backtracks = r.backtracks;
+    return out;
+  }
+  SudokuGrid grid = puzzle;
+  int64_t steps_left = std::max<int64_t>(s.steps, 1);
+  for (int64_t blanks = std::count(grid.begin(), grid.end(), 0); blanks > 0;
+       blanks = std::count(grid.begin(), grid.end(), 0)) {
+    const std::vector<double> avg = probs_of(grid);
     const int64_t min_commits = (blanks + steps_left - 1) / steps_left;  // finish within --steps passes
     steps_left = std::max<int64_t>(steps_left - 1, 1);
     if (commit_sudoku_cells(grid, avg, s.rules, s.threshold, int(min_commits)) == 0) break;  // stuck: blanks stay 0
@@ -413,6 +434,15 @@ void resolve_rules(const Args& args, const Model& model, SolveSettings& s, bool 
   if (!decoder_given && applies) s.threshold = kDefaultThreshold;
 }
 
+// --search N: the rule-masked threshold decoder as a search (search_sudoku); needs the rule mask and a
+// threshold.
+void resolve_search(const Args& args, SolveSettings& s) {
+  s.search = args.get_int("search", 0);
+  check(s.search >= 0 && s.search <= 100000, "--search must be in 0..100000");
+  check(s.search == 0 || (s.rules && s.threshold > 0),
+        "--search needs the rule mask and a --threshold (it searches over rule-masked threshold decoding)");
+}
+
 // Options that set how many cells a pass commits (--views only changes how the probabilities are made).
 bool decoder_given(const Args& args) { return args.has("steps") || args.has("threshold") || args.has("beam"); }
 
@@ -434,6 +464,7 @@ SolveSettings solve_settings(const Args& args, const Model& model) {
   check(s.views >= 0 && s.views <= 64, "--views must be in 0..64");
   check(s.beam == 0 || (s.threshold == 0 && s.views == 0), "--beam is a separate decoder: not with --threshold or --views");
   resolve_rules(args, model, s, decoder_given(args));
+  resolve_search(args, s);
   return s;
 }
 
@@ -530,8 +561,9 @@ int sudoku_eval(int argc, char** argv) {
       }
       if (mode != "ar") s.order = parse_unmask_order(order);
       resolve_rules(args, model, s, decoder_given(args));
+      resolve_search(args, s);
       struct Tally {
-        int64_t n = 0, solved = 0, blanks = 0, correct = 0, filled = 0, passes = 0, rows = 0;
+        int64_t n = 0, solved = 0, blanks = 0, correct = 0, filled = 0, passes = 0, rows = 0, backtracks = 0;
         double ms = 0;
       };
       std::map<std::string, Tally> tallies;
@@ -547,6 +579,7 @@ int sudoku_eval(int argc, char** argv) {
           t.ms += ms;
           t.passes += sol.passes;
           t.rows += sol.rows;
+          t.backtracks += sol.backtracks;
           t.solved += solves(e.puzzle, got) ? 1 : 0;
           for (size_t i = 0; i < 81; ++i)
             if (!e.puzzle[i]) {
@@ -574,12 +607,14 @@ int sudoku_eval(int argc, char** argv) {
                         "%s{\"difficulty\": \"%s\", \"mode\": \"%s\", \"steps\": %lld, \"threshold\": %g, "
                         "\"beam\": %lld, \"views\": %lld, \"order\": \"%s\", \"rules\": %s, \"freeze\": %s, "
                         "\"n\": %lld, \"solved\": %.4f, \"cell_accuracy\": %.4f, \"passes_per_puzzle\": %.3f, "
-                        "\"cells_per_pass\": %.3f, \"rows_per_puzzle\": %.3f, \"ms_per_puzzle\": %.3f}",
+                        "\"cells_per_pass\": %.3f, \"rows_per_puzzle\": %.3f, \"ms_per_puzzle\": %.3f, \"search\": %lld, "
+                        "\"backtracks_per_puzzle\": %.3f}",
                         json_rows.empty() ? "" : ", ", difficulty.c_str(), mode.c_str(),
                         (long long)(by_text ? 0 : s.steps), double(s.threshold), (long long)s.beam,
                         (long long)s.views, order.c_str(), s.rules ? "true" : "false",
                         s.freeze ? "true" : "false", (long long)t.n, solved / 100.0, cells / 100.0, passes,
-                        cells_per_pass, rows, t.ms / double(t.n));
+                        cells_per_pass, rows, t.ms / double(t.n), (long long)s.search,
+                        double(t.backtracks) / double(t.n));
           json_rows += buf;
         } else {
           std::printf("%-13s %-10s %-11s %-5s %6lld %9.2f %9.2f %9.1f %10.2f %9.1f %9.2f\n", difficulty.c_str(),

@@ -289,35 +289,46 @@ bool conflicts(const SudokuGrid& grid, int c, int d) {
 }
 }  // namespace
 
-int commit_sudoku_cells(SudokuGrid& grid, const std::vector<double>& probs, bool rules, double threshold,
-                        int min_commits) {
+namespace {
+struct Choice {
+  int cell, digit;
+  double p;
+};
+
+// Each blank cell's most probable digit and its confidence, most confident first (commit_sudoku_cells).
+// With `allowed` (the rules' candidates, less any digits a search ruled out) only those digits count and
+// the probabilities are renormalised over them; a cell with none is left out.
+std::vector<Choice> ranked_choices(const SudokuGrid& grid, const std::vector<double>& probs,
+                                   const std::array<uint16_t, 81>* allowed) {
   check(probs.size() == 81 * 10, "commit_sudoku_cells: probs must hold 81 x 10 values");
-  const std::array<uint16_t, 81> allowed = rules ? sudoku_candidates(grid) : std::array<uint16_t, 81>{};
-  struct Choice {
-    int cell, digit;
-    double p;
-  };
   std::vector<Choice> choices;
   for (int c = 0; c < 81; ++c) {
     if (grid[size_t(c)]) continue;
-    if (rules && !allowed[size_t(c)]) continue;  // no digit left: never committed (a dead end)
-    const bool masked = rules;
+    const uint16_t mask = allowed ? (*allowed)[size_t(c)] : uint16_t(0x3fe);
+    if (!mask) continue;  // no digit left: never committed (a dead end)
     double total = 0, best_p = -1;
-    int best = 1;
+    int best = 0;
     for (int d = 1; d <= 9; ++d) {
-      const double p = masked && !(allowed[size_t(c)] & (1u << d)) ? 0.0 : std::max(probs[size_t(c * 10 + d)], 0.0);
+      if (!(mask & (1u << d))) continue;
+      const double p = std::max(probs[size_t(c * 10 + d)], 0.0);
       total += p;
       if (p > best_p) best_p = p, best = d;
     }
     // With one digit left the renormalised probability is 1 whatever the model says.
     // Without the mask the confidence is the model's probability as given.
-    const double p = !masked                                       ? best_p
-                     : __builtin_popcount(allowed[size_t(c)]) == 1 ? 1.0
-                     : total > 0                                   ? best_p / total
-                                                                   : 0.0;
+    const double p = !allowed                                 ? best_p
+                     : __builtin_popcount(mask) == 1 ? 1.0
+                     : total > 0                              ? best_p / total
+                                                              : 0.0;
     choices.push_back({c, best, p});
   }
   std::stable_sort(choices.begin(), choices.end(), [](const Choice& a, const Choice& b) { return a.p > b.p; });
+  return choices;
+}
+
+// Commits ranked choices: at least min_commits, then every one at or above threshold (0: none more);
+// with `rules` a choice that an earlier commit of this call made conflicting is skipped.
+int commit_choices(SudokuGrid& grid, const std::vector<Choice>& choices, bool rules, double threshold, int min_commits) {
   int committed = 0;
   for (const Choice& ch : choices) {
     if (committed >= std::max(min_commits, 1) && !(threshold > 0 && ch.p >= threshold)) break;
@@ -326,6 +337,62 @@ int commit_sudoku_cells(SudokuGrid& grid, const std::vector<double>& probs, bool
     ++committed;
   }
   return committed;
+}
+}  // namespace
+
+int commit_sudoku_cells(SudokuGrid& grid, const std::vector<double>& probs, bool rules, double threshold,
+                        int min_commits) {
+  const std::array<uint16_t, 81> allowed = rules ? sudoku_candidates(grid) : std::array<uint16_t, 81>{};
+  return commit_choices(grid, ranked_choices(grid, probs, rules ? &allowed : nullptr), rules, threshold, min_commits);
+}
+
+SudokuSearchResult search_sudoku(const SudokuGrid& puzzle,
+                                 const std::function<std::vector<double>(const SudokuGrid&)>& probs_of,
+                                 double threshold, int64_t max_backtracks) {
+  check(threshold > 0 && threshold <= 1, "search_sudoku: the threshold must be in (0, 1]");
+  struct State {
+    SudokuGrid grid{};
+    std::array<uint16_t, 81> ruled_out{};  // digits a return to this state excluded, per cell
+    std::vector<double> probs;             // the model's probabilities at this grid (empty: not computed)
+  };
+  SudokuSearchResult out;
+  State state{puzzle, {}, {}};
+  std::vector<State> guesses;  // the states before each guess, the guessed digit already ruled out
+  for (;;) {
+    std::array<uint16_t, 81> allowed = sudoku_candidates(state.grid);
+    bool blank = false, dead = false;
+    for (int c = 0; c < 81; ++c) {
+      if (state.grid[size_t(c)]) continue;
+      blank = true;
+      allowed[size_t(c)] &= uint16_t(~state.ruled_out[size_t(c)]);
+      dead = dead || !allowed[size_t(c)];
+    }
+    if (!blank) break;
+    if (dead) {
+      if (guesses.empty() || out.backtracks >= max_backtracks) {
+        out.dead_end = true;
+        break;
+      }
+      state = std::move(guesses.back());
+      guesses.pop_back();
+      ++out.backtracks;
+      continue;
+    }
+    if (state.probs.empty()) {
+      state.probs = probs_of(state.grid);
+      ++out.evaluations;
+    }
+    const std::vector<Choice> choices = ranked_choices(state.grid, state.probs, &allowed);
+    if (choices.front().p < threshold && max_backtracks > 0) {
+      State before = state;  // a guess: remember the state with this digit ruled out there
+      before.ruled_out[size_t(choices.front().cell)] |= uint16_t(1u << choices.front().digit);
+      guesses.push_back(std::move(before));
+    }
+    commit_choices(state.grid, choices, true, threshold, 1);
+    state.probs.clear();
+  }
+  out.grid = state.grid;
+  return out;
 }
 
 std::vector<SudokuExample> read_sudoku_file(const std::string& path) {

@@ -2,6 +2,7 @@
 // augmentations, and the token layout the Sudoku models use.
 #pragma once
 #include <array>
+#include <functional>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -77,6 +78,26 @@ std::array<uint16_t, 81> sudoku_candidates(const SudokuGrid& grid);
 // has a digit left (0: the decoder is stuck).
 int commit_sudoku_cells(SudokuGrid& grid, const std::vector<double>& probs, bool rules, double threshold,
                         int min_commits = 1);
+
+// Rule-masked threshold decoding (commit_sudoku_cells with the rules) made a search: a pass whose best
+// cell falls short of `threshold` commits only that cell, a guess, and remembers the state before it
+// (with the pass's probabilities, so returning costs no forward pass). When a blank cell has no digit
+// left (a dead end, known at once from the rules), the search returns to the latest guess, rules out the
+// digit it tried there, and decides that state again with the model's probabilities for the other
+// digits. Commits at or above the threshold are not revisited: a wrong one among them can leave the
+// search without a way back. A complete grid is a solution (every commit keeps the rules, and a
+// puzzle's solution is unique). `probs_of` gives the 81 x 10 digit probabilities of a grid (one or more
+// forward passes, counted by the caller). Stops after `max_backtracks` returns (0: never returns, the
+// plain decoder) or when no guess is left to revisit, with the grid reached so far.
+struct SudokuSearchResult {
+  SudokuGrid grid{};
+  int64_t evaluations = 0;  // calls of probs_of
+  int64_t backtracks = 0;   // returns to an earlier guess
+  bool dead_end = false;    // stopped at a grid with a cell no digit fits
+};
+SudokuSearchResult search_sudoku(const SudokuGrid& puzzle,
+                                 const std::function<std::vector<double>(const SudokuGrid&)>& probs_of,
+                                 double threshold, int64_t max_backtracks);
 
 struct SudokuExample {
   SudokuGrid puzzle, solution;
