@@ -61,16 +61,17 @@ const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval|probe> [
   `canvas sudoku SUBCOMMAND --help` lists a subcommand's options.
 
   The default decoder of solve and eval (models that fill the grid in place): rule-masked threshold
-  decoding. Each pass, the probabilities of the digits that conflict with a filled cell of the same
+  decoding (threshold 0.999) with search (--search 1000). Each pass, the probabilities of the digits that conflict with a filled cell of the same
   row, column or box (givens and cells already committed) are set to zero and each blank cell's
   distribution is renormalised: the model chooses among the digits the Sudoku rules still allow (a
   cell with one digit left is certain), as constrained decoding masks the tokens a grammar forbids.
-  Then every blank cell whose constrained probability reaches --threshold (default 0.99) is committed,
-  at least one per pass. By default there is no search: a committed cell stays. --search N makes it a
-  search: a pass whose best cell falls short of the threshold commits that cell alone as a guess; when
-  a blank cell has no digit left, the decoder returns to the latest guess (no forward pass: the
-  probabilities there are kept), rules out the digit it tried and decides again, at most N times
-  (more puzzles solved, more passes per puzzle: docs/training.md). --rules is on wherever it
+  Then every blank cell whose constrained probability reaches --threshold (default 0.999) is committed,
+  at least one per pass. The search: a pass whose best cell falls short of the threshold commits that
+  cell alone as a guess; when a blank cell has no digit left, the decoder returns to the latest guess
+  (no forward pass: the probabilities there are kept), rules out the digit it tried and decides again,
+  at most --search N times (default 1000). --search 0 turns it off (a committed cell stays; with
+  --threshold 0.99 that commits the most cells per pass, and solves fewer puzzles: docs/training.md).
+  --rules is on wherever it
   applies (diffusion mode, confidence order, no --beam or --freeze) and combines with --steps,
   --threshold and --views; --no-rules turns it off (--no-rules --steps 81 is the former default: one
   cell per pass, the model's own most probable cell and digit).
@@ -92,8 +93,8 @@ const Option kThreadsOption{"-t,--threads", "N", "threads (default: all cores)"}
 const Option kRulesOption{"--rules", "",
                           "the model chooses among the digits the Sudoku rules still allow (default where it applies)"};
 const Option kSearchOption{"--search", "N",
-                           "with the rule mask: return to the latest guess at a dead end, at most N times "
-                           "(0: never)"};
+                           "with the rule mask and a threshold: return to the latest guess at a dead end, at "
+                           "most N times (default 1000; 0: never)"};
 const Option kNoRulesOption{"--no-rules", "", "the model's own choices, no rule mask (with --steps 81: the old greedy default)"};
 const Option kFreezeOption{"--freeze", "", "recompute only blank cells and those committed by the previous step"};
 const Option kFreezeRefreshOption{"--freeze-refresh", "N", "with --freeze (implied): recompute every cell every N steps"};
@@ -121,7 +122,7 @@ const Command kSudokuSolve{
     {
         kModelOption,
         {"--mode", "MODE", "diffusion | ar (default: ar for causal models)"},
-        {"--steps", "S", "passes at most (81: one cell per pass; default: --threshold 0.99 with the rule mask)"},
+        {"--steps", "S", "passes at most (81: one cell per pass; default: --threshold 0.999 with the rule mask)"},
         {"--algorithm", "A", "unmasking order: confidence | margin | entropy | random | origin"},
         {"--threshold", "P", "commit every cell whose (rule-masked) probability reaches P (at least one per pass)"},
         {"--beam", "W", "beam search over commits with W beams"},
@@ -147,7 +148,7 @@ const Command kSudokuEval{
         kModelOption,
         {"--data", "FILE", "puzzle file (lines \"PUZZLE SOLUTION DIFFICULTY\")"},
         {"--mode", "MODE", "diffusion | ar (default: ar for causal models)"},
-        {"--steps", "LIST", "comma-separated step counts (default: t=0.99 with the rule mask)"},
+        {"--steps", "LIST", "comma-separated step counts (default: t=0.999 with the rule mask and search)"},
         {"--algorithm", "LIST", "comma-separated unmasking orders (default confidence)"},
         {"--threshold", "LIST", "comma-separated thresholds, each a row t=P (instead of --steps)"},
         {"--beam", "LIST", "comma-separated beam widths, each a row b=W"},
@@ -189,9 +190,12 @@ struct SolveSettings {
   int64_t search = 0;   // > 0: search_sudoku with at most this many returns to an earlier guess
 };
 
-// The default decoder of solve and eval (the best measured, docs/training.md): the rule mask, and
-// every cell whose constrained probability reaches this threshold committed each pass.
-constexpr float kDefaultThreshold = 0.99f;
+// The default decoder of solve and eval (the most puzzles solved, docs/training.md): the rule mask,
+// every cell whose constrained probability reaches this threshold committed each pass, and the search
+// (search_sudoku) with at most this many returns to an earlier guess. Without the search (--search 0)
+// 0.99 commits more cells per pass.
+constexpr float kDefaultThreshold = 0.999f;
+constexpr int64_t kDefaultSearch = 1000;
 
 struct Solution {
   SudokuGrid grid{};
@@ -437,7 +441,7 @@ void resolve_rules(const Args& args, const Model& model, SolveSettings& s, bool 
 // --search N: the rule-masked threshold decoder as a search (search_sudoku); needs the rule mask and a
 // threshold.
 void resolve_search(const Args& args, SolveSettings& s) {
-  s.search = args.get_int("search", 0);
+  s.search = args.get_int("search", s.rules && s.threshold > 0 ? kDefaultSearch : 0);
   check(s.search >= 0 && s.search <= 100000, "--search must be in 0..100000");
   check(s.search == 0 || (s.rules && s.threshold > 0),
         "--search needs the rule mask and a --threshold (it searches over rule-masked threshold decoding)");

@@ -56,10 +56,15 @@ double CostModel::uniform_ms(int64_t tokens, int64_t canvas, double passes_per_c
 }
 
 std::string CostModel::describe() const {
-  char buf[160];
+  char buf[200];
   std::snprintf(buf, sizeof buf, "pass = %.3f ms + %.4f ms/row; threshold decoding %.2f tokens/pass", fixed_ms,
                 per_row_ms, threshold_tokens_per_pass);
-  return buf;
+  std::string out = buf;
+  if (uniform_passes_per_canvas > 0) {
+    std::snprintf(buf, sizeof buf, "; uniform-state %.1f passes/canvas", uniform_passes_per_canvas);
+    out += buf;
+  }
+  return out;
 }
 
 }  // namespace canvas::serve
