@@ -61,20 +61,20 @@ const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval|probe> [
   `canvas sudoku SUBCOMMAND --help` lists a subcommand's options.
 
   The default decoder of solve and eval (models that fill the grid in place): rule-masked threshold
-  decoding (threshold 0.999) with search (--search 1000). Each pass, the probabilities of the digits that conflict with a filled cell of the same
-  row, column or box (givens and cells already committed) are set to zero and each blank cell's
-  distribution is renormalised: the model chooses among the digits the Sudoku rules still allow (a
-  cell with one digit left is certain), as constrained decoding masks the tokens a grammar forbids.
+  decoding (threshold 0.999) with search (--search 1000). Each pass, the probabilities of the digits
+  that conflict with a filled cell of the same row, column or box (givens and cells already committed)
+  are set to zero and each blank cell's distribution is renormalised: the model chooses among the
+  digits the Sudoku rules still allow (a cell with one digit left is certain), as constrained decoding
+  masks the tokens a grammar forbids.
   Then every blank cell whose constrained probability reaches --threshold (default 0.999) is committed,
   at least one per pass. The search: a pass whose best cell falls short of the threshold commits that
   cell alone as a guess; when a blank cell has no digit left, the decoder returns to the latest guess
   (no forward pass: the probabilities there are kept), rules out the digit it tried and decides again,
   at most --search N times (default 1000). --search 0 turns it off (a committed cell stays; with
   --threshold 0.99 that commits the most cells per pass, and solves fewer puzzles: docs/training.md).
-  --rules is on wherever it
-  applies (diffusion mode, confidence order, no --beam or --freeze) and combines with --steps,
-  --threshold and --views; --no-rules turns it off (--no-rules --steps 81 is the former default: one
-  cell per pass, the model's own most probable cell and digit).
+  --rules is on wherever it applies (diffusion mode, confidence order, no --beam or --freeze) and
+  combines with --steps, --threshold and --views; --no-rules turns it off (--no-rules --steps 81 is the
+  first default: one cell per pass, the model's own most probable cell and digit).
 
   Diffusion options: --freeze recomputes only the blank cells and the cells committed by the previous
   step (an approximation that cuts work per pass; see docs/performance.md); --freeze-refresh N (implies

@@ -15,6 +15,11 @@ namespace {
 // Thrown out of a generation loop's callbacks: the client is gone, or the text is complete already.
 struct Cancelled {};
 struct TextComplete {};
+
+// A uniform-state request's canvas: its block_length when given, else the sampler's.
+int64_t uniform_canvas_length(const GenerationSettings& s, const EntropyBoundParams& sampler) {
+  return s.block_length > 0 ? s.block_length : sampler.canvas_length;
+}
 }  // namespace
 
 int64_t default_block_length(const GenerationSettings& s) {
@@ -122,7 +127,7 @@ DecodeMode Engine::route(const GenerationSettings& s, int64_t prompt_tokens) con
   const int64_t ar_rows = (!c.shift_logits && !c.uniform_state && !c.causal) ? 2 : 1;
   const int64_t n = s.max_tokens;
   if (c.uniform_state) {
-    const int64_t canvas = s.block_length > 0 ? s.block_length : options_.uniform.canvas_length;
+    const int64_t canvas = uniform_canvas_length(s, options_.uniform);
     const double passes = s.steps > 0                          ? double(s.steps)
                           : cost.uniform_passes_per_canvas > 0 ? cost.uniform_passes_per_canvas
                                                                : double(options_.uniform.max_denoising_steps);
@@ -224,7 +229,7 @@ void Engine::run(Job& job) {
       EntropyBoundParams p = options_.uniform;
       p.max_new_tokens = s.max_tokens;
       p.seed = s.sampling.seed;
-      if (s.block_length > 0) p.canvas_length = s.block_length;
+      p.canvas_length = uniform_canvas_length(s, options_.uniform);
       if (s.steps > 0) p.max_denoising_steps = s.steps;
       if (s.entropy_bound > 0) p.entropy_bound = s.entropy_bound;
       result = generate_uniform_state(model_, job.prompt, p, nullptr, callbacks);
@@ -278,7 +283,7 @@ void Engine::run(Job& job) {
   }
   if (complete && job.uniform_state && s.steps <= 0 && job.passes > 0) {
     // Learn the entropy-bound sampler's passes per canvas (its adaptive stop) for routing.
-    const int64_t canvas = s.block_length > 0 ? s.block_length : options_.uniform.canvas_length;
+    const int64_t canvas = uniform_canvas_length(s, options_.uniform);
     const int64_t canvases = std::max<int64_t>(1, (s.max_tokens + canvas - 1) / canvas);
     const double observed = double(job.passes) / double(canvases);
     std::lock_guard<std::mutex> engine_lock(mutex_);

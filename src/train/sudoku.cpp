@@ -287,9 +287,7 @@ bool conflicts(const SudokuGrid& grid, int c, int d) {
       return true;
   return false;
 }
-}  // namespace
 
-namespace {
 struct Choice {
   int cell, digit;
   double p;
@@ -316,10 +314,10 @@ std::vector<Choice> ranked_choices(const SudokuGrid& grid, const std::vector<dou
     }
     // With one digit left the renormalised probability is 1 whatever the model says.
     // Without the mask the confidence is the model's probability as given.
-    const double p = !allowed                                 ? best_p
+    const double p = !allowed                        ? best_p
                      : __builtin_popcount(mask) == 1 ? 1.0
-                     : total > 0                              ? best_p / total
-                                                              : 0.0;
+                     : total > 0                     ? best_p / total
+                                                     : 0.0;
     choices.push_back({c, best, p});
   }
   std::stable_sort(choices.begin(), choices.end(), [](const Choice& a, const Choice& b) { return a.p > b.p; });
