@@ -14,7 +14,10 @@ the split `canvas train` holds out), one verse per chapter in turn. Standard lib
 canvas binary. Timings are medians; run on a quiet machine.
 
 usage: /usr/bin/python3 scripts/dg_proof.py --model models/text-dg.gguf --judge models/text-ar.gguf \
-           [--prompts 24] [-n 128] [-t 2] [--settings FILE] [--json OUT]
+           [--prompts 24] [-n 128] [-t 2] [--device cuda] [--settings FILE] [--only 1,3] [--json OUT]
+
+--settings FILE replaces the rows above: a JSON list of [label, [generate flags...]] pairs. --device is passed
+to every `canvas generate` (the scoring runs on the CPU).
 """
 import argparse
 import json
@@ -29,6 +32,7 @@ import tempfile
 DEFAULT_SETTINGS = [
     ("AR greedy", ["--mode", "ar"]),
     ("AR T=0.6", ["--mode", "ar", "--temp", "0.6"]),
+    ("AR greedy, repeat penalty 1.15", ["--mode", "ar", "--repeat-penalty", "1.15"]),
     ("diffusion C=64 (defaults)", []),
     ("diffusion C=64, bound 0.5", ["--entropy-bound", "0.5"]),
     ("diffusion C=64, bound 1.0", ["--entropy-bound", "1.0"]),
@@ -94,15 +98,19 @@ def main():
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--only", default="", help="comma-separated setting numbers (1-based) to run")
+    ap.add_argument("--settings", default="", help="a JSON list of [label, [flags]] rows instead of the defaults")
+    ap.add_argument("--device", default="", help="passed to canvas generate (e.g. cuda)")
     ap.add_argument("--json", default="", help="also write every sample and the summary here")
     args = ap.parse_args()
     prompts, vocab = held_out_prompts(args.canvas, args.prompts, args.prompt_words)
     settings = DEFAULT_SETTINGS
+    if args.settings:
+        settings = [(label, list(flags)) for label, flags in json.load(open(args.settings))]
     if args.only:
         keep = {int(x) for x in args.only.split(",")}
         settings = [s for i, s in enumerate(settings, 1) if i in keep]
     print(f"{len(prompts)} held-out prompts of {args.prompt_words} words, -n {args.n}, seed {args.seed}, "
-          f"-t {args.threads}; model {args.model}; judge {args.judge}")
+          f"-t {args.threads}{'; device ' + args.device if args.device else ''}; model {args.model}; judge {args.judge}")
     print("| decoding | tokens | decoder passes | tokens per forward | decode ms (median) | tokens/s (median) | "
           "judge bits/byte | self nats/token | rep4 | valid words |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -111,7 +119,8 @@ def main():
         rows = []
         for k, prompt in enumerate(prompts):
             out = json.loads(run([args.canvas, "generate", "-m", args.model, "-p", prompt, "-n", str(args.n),
-                                  "-t", str(args.threads), "-s", str(args.seed + k), "--json"] + extra))
+                                  "-t", str(args.threads), "-s", str(args.seed + k), "--json"] + extra +
+                                 (["--device", args.device] if args.device else [])))
             text = out["text"]
             new = out.get("new_tokens", len(out["tokens"]))
             row = {"prompt": prompt, "text": text, "passes": out["passes"], "new_tokens": new,

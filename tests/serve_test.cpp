@@ -232,6 +232,10 @@ TEST(ServeApi, BadRequestsAreFieldErrors) {
   EXPECT_EQ(status_of(R"({"prompt": "hi", "n": 2})"), 400);
   EXPECT_EQ(status_of(R"({"prompt": "hi", "top_p": 0})"), 400);
   EXPECT_EQ(status_of(R"({"prompt": "hi", "cache": "all"})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "repeat_penalty": 0})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "repeat_penalty": 11})"), 400);
+  EXPECT_EQ(serve::parse_api_request(R"({"prompt": "hi", "repeat_penalty": 1.15})", false).settings.sampling.repeat_penalty,
+            1.15f);
   EXPECT_EQ(status_of(R"({"prompt": "hi", "stream_options": {"include_usage": true}})"), 400);
   EXPECT_EQ(status_of(R"({"max_tokens": 4})"), 400);                      // no prompt
   EXPECT_EQ(status_of(R"({"messages": []})", true), 400);

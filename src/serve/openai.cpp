@@ -82,7 +82,7 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
   static const std::set<std::string> common = {
       "model", "max_tokens", "temperature", "top_p", "seed", "stop", "n", "stream", "stream_options", "user",
       "frequency_penalty", "presence_penalty", "steps", "block_length", "threshold", "entropy_bound", "cache",
-      "mode", "canvas_draft"};
+      "mode", "canvas_draft", "repeat_penalty"};
   bool has_input = false;
   GenerationSettings& s = r.settings;
   for (const auto& [key, value] : root.items()) {
@@ -127,6 +127,10 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
       const double p = get_number(value, key);
       if (!(p > 0 && p <= 1)) throw bad(key, "'top_p' must be in (0, 1]");
       s.sampling.top_p = float(p);
+    } else if (key == "repeat_penalty") {
+      const double r = get_number(value, key);
+      if (!(r > 0 && r <= 10)) throw bad(key, "'repeat_penalty' must be in (0, 10]");
+      s.sampling.repeat_penalty = float(r);
     } else if (key == "seed") {
       s.sampling.seed = uint64_t(get_int(value, key, INT64_MIN, INT64_MAX));
     } else if (key == "stop") {
