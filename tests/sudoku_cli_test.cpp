@@ -123,7 +123,9 @@ TEST(SudokuCli, SearchReturnsToGuessesAndReportsThem) {
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   EXPECT_EQ(field(plain.output, "search"), "0") << plain.output;
   EXPECT_EQ(field(plain.output, "backtracks_per_puzzle"), "0.000") << plain.output;
-  const auto search = test::run_canvas("sudoku eval --data " + expert + " --threshold 0.999 --search 1000 -t 2 --json", false);
+  const auto search = test::run_canvas(
+      "sudoku eval --data " + expert + " --threshold 0.999 --search 1000 --guess confident --no-propagate -t 2 --json",
+      false);
   ASSERT_EQ(search.exit_code, 0) << search.output;
   EXPECT_EQ(field(search.output, "search"), "1000") << search.output;
   EXPECT_GT(std::stod(field(search.output, "backtracks_per_puzzle")), 0) << search.output;
@@ -132,6 +134,36 @@ TEST(SudokuCli, SearchReturnsToGuessesAndReportsThem) {
   const auto no_rules = test::run_canvas("sudoku solve --no-rules --search 5 < " + expert);
   EXPECT_NE(no_rules.exit_code, 0);
   EXPECT_NE(no_rules.output.find("--search needs the rule mask"), std::string::npos) << no_rules.output;
+}
+TEST(SudokuCli, DefaultSearchPropagatesAndGuessesWhereFewestDigitsAreLeft) {
+  test::TempDir dir;
+  const std::string expert = first_lines(dir, "expert", 8);
+  const auto run = [&](const std::string& options) {
+    const auto r = test::run_canvas("sudoku eval --data " + expert + " -t 2 --json" + options, false);
+    EXPECT_EQ(r.exit_code, 0) << options << "\n" << r.output;
+    return r.output;
+  };
+  const std::string fresh = run("");
+  EXPECT_EQ(field(fresh, "propagate"), "true") << fresh;
+  EXPECT_EQ(field(fresh, "guess"), "\"fewest\"") << fresh;
+  EXPECT_EQ(field(fresh, "uniform"), "false") << fresh;
+  EXPECT_GT(std::stod(field(fresh, "propagated_per_puzzle")), 0) << fresh;
+  EXPECT_GE(std::stod(field(fresh, "solved")), 0.875) << fresh;
+  // Propagation commits the cells the rules force without a pass of their own: fewer passes.
+  const std::string one_set = run(" --no-propagate");
+  EXPECT_EQ(field(one_set, "propagated_per_puzzle"), "0.000") << one_set;
+  EXPECT_LT(std::stod(field(fresh, "passes_per_puzzle")), std::stod(field(one_set, "passes_per_puzzle")));
+  // The baseline without the model's probabilities needs more passes (more guesses, more returns).
+  const std::string uniform = run(" --uniform");
+  EXPECT_EQ(field(uniform, "uniform"), "true") << uniform;
+  EXPECT_GT(std::stod(field(uniform, "passes_per_puzzle")), std::stod(field(fresh, "passes_per_puzzle")));
+  EXPECT_GT(std::stod(field(uniform, "backtracks_per_puzzle")), std::stod(field(fresh, "backtracks_per_puzzle")));
+  const auto no_search = test::run_canvas("sudoku eval --data " + expert + " --search 0 --propagate -t 1 --json");
+  EXPECT_NE(no_search.exit_code, 0);
+  EXPECT_NE(no_search.output.find("need the search"), std::string::npos) << no_search.output;
+  const auto bad_guess = test::run_canvas("sudoku solve --guess first < " + expert);
+  EXPECT_NE(bad_guess.exit_code, 0);
+  EXPECT_NE(bad_guess.output.find("--guess must be"), std::string::npos) << bad_guess.output;
 }
 }  // namespace
 }  // namespace canvas

@@ -397,5 +397,47 @@ TEST(SudokuSearch, ASureCorrectModelNeverReturns) {
   EXPECT_EQ(r.evaluations, 1);  // every blank is sure on the first pass
   EXPECT_THROW(search_sudoku(puzzle, oracle, 0.0, 1), Error);
 }
+
+// Naked-single waves: how many rounds of filling every cell with one candidate left complete the grid (0:
+// they do not).
+int naked_single_waves(SudokuGrid g) {
+  for (int wave = 1; wave <= 81; ++wave) {
+    const std::array<uint16_t, 81> cand = sudoku_candidates(g);
+    int filled = 0;
+    for (int c = 0; c < 81; ++c)
+      if (!g[size_t(c)] && __builtin_popcount(cand[size_t(c)]) == 1) g[size_t(c)] = uint8_t(__builtin_ctz(cand[size_t(c)])), ++filled;
+    if (std::count(g.begin(), g.end(), 0) == 0) return wave;
+    if (filled == 0) return 0;
+  }
+  return 0;
+}
+
+TEST(SudokuSearch, PropagationCommitsWhatTheRulesForceWithoutAnotherPass) {
+  Rng rng(5);
+  SudokuGrid solution{}, puzzle{};
+  int waves = 0;
+  while (waves < 3) {  // a puzzle that naked singles solve, in several waves
+    solution = random_solution(rng);
+    puzzle = make_puzzle(solution, 40, rng);
+    waves = naked_single_waves(puzzle);
+  }
+  auto uniform = [](const SudokuGrid&) { return std::vector<double>(81 * 10, 1.0 / 9); };  // knows nothing
+  const SudokuSearchResult plain = search_sudoku(puzzle, uniform, 0.999, 0);
+  EXPECT_EQ(format_sudoku(plain.grid), format_sudoku(solution));
+  EXPECT_EQ(plain.evaluations, waves);  // one pass per wave: only the rules are sure
+  EXPECT_EQ(plain.propagated, 0);
+  const SudokuSearchResult propagated = search_sudoku(puzzle, uniform, 0.999, 0, {.propagate = true});
+  EXPECT_EQ(format_sudoku(propagated.grid), format_sudoku(solution));
+  EXPECT_EQ(propagated.evaluations, 1);  // every later wave follows from the rules without a pass
+  const SudokuGrid first_wave = [&] {
+    SudokuGrid g = puzzle;
+    const std::array<uint16_t, 81> cand = sudoku_candidates(g);
+    for (int c = 0; c < 81; ++c)
+      if (!g[size_t(c)] && __builtin_popcount(cand[size_t(c)]) == 1) g[size_t(c)] = 1;
+    return g;
+  }();
+  EXPECT_EQ(propagated.propagated, std::count(first_wave.begin(), first_wave.end(), 0));
+  EXPECT_EQ(propagated.backtracks, 0);
+}
 }  // namespace
 }  // namespace canvas

@@ -67,11 +67,16 @@ const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval|probe> [
   digits the Sudoku rules still allow (a cell with one digit left is certain), as constrained decoding
   masks the tokens a grammar forbids.
   Then every blank cell whose constrained probability reaches --threshold (default 0.999) is committed,
-  at least one per pass. The search: a pass whose best cell falls short of the threshold commits that
-  cell alone as a guess; when a blank cell has no digit left, the decoder returns to the latest guess
-  (no forward pass: the probabilities there are kept), rules out the digit it tried and decides again,
-  at most --search N times (default 1000). --search 0 turns it off (a committed cell stays; with
-  --threshold 0.99 that commits the most cells per pass, and solves fewer puzzles: docs/training.md).
+  at least one per pass; with propagation (default; --no-propagate turns it off) the same probabilities
+  are renormalised again over the digits these commits leave, and cells reaching the threshold are
+  committed too, until none does, before the next forward pass. The search: a pass with no cell at the
+  threshold commits one guess, in a cell with the fewest digits left (--guess fewest, default; of those
+  the most confident) or in the most confident cell (--guess confident); when a blank cell has no digit
+  left, the decoder returns to the latest guess (no forward pass: the probabilities there are kept),
+  rules out the digit it tried and decides again, at most --search N times (default 1000). --search 0
+  turns it off (a committed cell stays; with --threshold 0.99 that commits the most cells per pass, and
+  solves fewer puzzles: docs/training.md). --uniform replaces the model's probabilities by 1/9 each: a
+  baseline showing what the rules and the search do without the model.
   --rules is on wherever it applies (diffusion mode, confidence order, no --beam or --freeze) and
   combines with --steps, --threshold and --views; --no-rules turns it off (--no-rules --steps 81 is the
   first default: one cell per pass, the model's own most probable cell and digit).
@@ -95,6 +100,17 @@ const Option kRulesOption{"--rules", "",
 const Option kSearchOption{"--search", "N",
                            "with the rule mask and a threshold: return to the latest guess at a dead end, at "
                            "most N times (default 1000; 0: never)"};
+const Option kPropagateOption{"--propagate", "",
+                              "with the search: after a pass's commits, commit every cell that the kept probabilities, "
+                              "renormalised over the digits the rules then allow, put at or above the threshold, "
+                              "again and again before the next pass (default with the search)"};
+const Option kNoPropagateOption{"--no-propagate", "", "with the search: one set of commits per forward pass"};
+const Option kGuessOption{"--guess", "RULE",
+                          "with the search, where a guess goes: fewest (a cell with the fewest digits left, the "
+                          "most confident of those; default) | confident (the most confident cell)"};
+const Option kUniformOption{"--uniform", "",
+                            "baseline: every digit equally likely instead of the model's probabilities (what the "
+                            "rules and the search do alone; the passes still run)"};
 const Option kNoRulesOption{"--no-rules", "", "the model's own choices, no rule mask (with --steps 81: the old greedy default)"};
 const Option kFreezeOption{"--freeze", "", "recompute only blank cells and those committed by the previous step"};
 const Option kFreezeRefreshOption{"--freeze-refresh", "N", "with --freeze (implied): recompute every cell every N steps"};
@@ -130,6 +146,10 @@ const Command kSudokuSolve{
         kRulesOption,
         kNoRulesOption,
         kSearchOption,
+        kPropagateOption,
+        kNoPropagateOption,
+        kGuessOption,
+        kUniformOption,
         kFreezeOption,
         kFreezeRefreshOption,
         kThreadsOption,
@@ -156,6 +176,10 @@ const Command kSudokuEval{
         kRulesOption,
         kNoRulesOption,
         kSearchOption,
+        kPropagateOption,
+        kNoPropagateOption,
+        kGuessOption,
+        kUniformOption,
         kFreezeOption,
         kFreezeRefreshOption,
         {"--limit", "N", "the first N puzzles of the file"},
@@ -188,6 +212,8 @@ struct SolveSettings {
   int64_t freeze_refresh = 0;
   bool rules = false;   // the model chooses among the digits the Sudoku rules still allow (solve_in_place)
   int64_t search = 0;   // > 0: search_sudoku with at most this many returns to an earlier guess
+  SudokuSearchOptions search_options;  // propagation, where guesses go
+  bool uniform = false;  // baseline: every digit 1/9 instead of the model's probabilities
 };
 
 // The default decoder of solve and eval (the most puzzles solved, docs/training.md): the rule mask,
@@ -201,6 +227,7 @@ struct Solution {
   SudokuGrid grid{};
   int64_t passes = 0, rows = 0;  // forward passes and token rows they computed
   int64_t backtracks = 0;        // --search: returns to an earlier guess
+  int64_t propagated = 0;        // --propagate: cells committed by propagation
 };
 
 // Models trained by canvas record their layout: "infill" models fill the blanks of the 81 cells in
@@ -260,15 +287,17 @@ Solution solve_in_place(const Model& model, const SudokuGrid& puzzle, const Solv
         const double lse = row_stats(x, c.vocab).logsumexp;
         const size_t cell = sym.source[size_t(rows[r])];
         for (size_t d = 1; d <= 9; ++d)
-          avg[cell * 10 + d] += std::exp(double(x[kSudokuDigitToken + sym.relabel[d]]) - lse) / double(views);
+          avg[cell * 10 + d] +=
+              (s.uniform ? 1.0 / 9 : std::exp(double(x[kSudokuDigitToken + sym.relabel[d]]) - lse)) / double(views);
       }
     }
     return avg;
   };
   if (s.search > 0) {
-    const SudokuSearchResult r = search_sudoku(puzzle, probs_of, s.threshold, s.search);
+    const SudokuSearchResult r = search_sudoku(puzzle, probs_of, s.threshold, s.search, s.search_options);
     out.grid = r.grid;
     out.backtracks = r.backtracks;
+    out.propagated = r.propagated;
     return out;
   }
   SudokuGrid grid = puzzle;
@@ -445,6 +474,14 @@ void resolve_search(const Args& args, SolveSettings& s) {
   check(s.search >= 0 && s.search <= 100000, "--search must be in 0..100000");
   check(s.search == 0 || (s.rules && s.threshold > 0),
         "--search needs the rule mask and a --threshold (it searches over rule-masked threshold decoding)");
+  check(!(args.has("propagate") && args.has("no-propagate")), "--propagate and --no-propagate contradict each other");
+  s.search_options.propagate = s.search > 0 && !args.has("no-propagate");
+  const std::string guess = args.get("guess", "fewest");
+  check(guess == "fewest" || guess == "confident", "--guess must be fewest or confident");
+  s.search_options.guess_fewest = guess == "fewest";
+  check(s.search > 0 || !(args.has("propagate") || args.has("guess")), "--propagate and --guess need the search");
+  s.uniform = args.has("uniform");
+  check(!s.uniform || s.rules, "--uniform needs the rule mask (it is a baseline for the rule-masked decoders)");
 }
 
 // Options that set how many cells a pass commits (--views only changes how the probabilities are made).
@@ -567,7 +604,8 @@ int sudoku_eval(int argc, char** argv) {
       resolve_rules(args, model, s, decoder_given(args));
       resolve_search(args, s);
       struct Tally {
-        int64_t n = 0, solved = 0, blanks = 0, correct = 0, filled = 0, passes = 0, rows = 0, backtracks = 0;
+        int64_t n = 0, solved = 0, blanks = 0, correct = 0, filled = 0, passes = 0, rows = 0, backtracks = 0,
+                propagated = 0;
         double ms = 0;
       };
       std::map<std::string, Tally> tallies;
@@ -584,6 +622,7 @@ int sudoku_eval(int argc, char** argv) {
           t.passes += sol.passes;
           t.rows += sol.rows;
           t.backtracks += sol.backtracks;
+          t.propagated += sol.propagated;
           t.solved += solves(e.puzzle, got) ? 1 : 0;
           for (size_t i = 0; i < 81; ++i)
             if (!e.puzzle[i]) {
@@ -606,19 +645,22 @@ int sudoku_eval(int argc, char** argv) {
                                                                        : std::to_string(s.steps);
         const double cells_per_pass = double(t.filled) / double(std::max<int64_t>(t.passes, 1));  // per forward
         if (json) {
-          char buf[640];
+          char buf[768];
           std::snprintf(buf, sizeof buf,
                         "%s{\"difficulty\": \"%s\", \"mode\": \"%s\", \"steps\": %lld, \"threshold\": %g, "
                         "\"beam\": %lld, \"views\": %lld, \"order\": \"%s\", \"rules\": %s, \"freeze\": %s, "
                         "\"n\": %lld, \"solved\": %.4f, \"cell_accuracy\": %.4f, \"passes_per_puzzle\": %.3f, "
                         "\"cells_per_pass\": %.3f, \"rows_per_puzzle\": %.3f, \"ms_per_puzzle\": %.3f, \"search\": %lld, "
-                        "\"backtracks_per_puzzle\": %.3f}",
+                        "\"backtracks_per_puzzle\": %.3f, \"propagate\": %s, \"propagated_per_puzzle\": %.3f, "
+                        "\"guess\": \"%s\", \"uniform\": %s}",
                         json_rows.empty() ? "" : ", ", difficulty.c_str(), mode.c_str(),
                         (long long)(by_text ? 0 : s.steps), double(s.threshold), (long long)s.beam,
                         (long long)s.views, order.c_str(), s.rules ? "true" : "false",
                         s.freeze ? "true" : "false", (long long)t.n, solved / 100.0, cells / 100.0, passes,
                         cells_per_pass, rows, t.ms / double(t.n), (long long)s.search,
-                        double(t.backtracks) / double(t.n));
+                        double(t.backtracks) / double(t.n), s.search_options.propagate ? "true" : "false",
+                        double(t.propagated) / double(t.n), s.search_options.guess_fewest ? "fewest" : "confident",
+                        s.uniform ? "true" : "false");
           json_rows += buf;
         } else {
           std::printf("%-13s %-10s %-11s %-5s %6lld %9.2f %9.2f %9.1f %10.2f %9.1f %9.2f\n", difficulty.c_str(),

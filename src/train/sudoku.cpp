@@ -346,7 +346,7 @@ int commit_sudoku_cells(SudokuGrid& grid, const std::vector<double>& probs, bool
 
 SudokuSearchResult search_sudoku(const SudokuGrid& puzzle,
                                  const std::function<std::vector<double>(const SudokuGrid&)>& probs_of,
-                                 double threshold, int64_t max_backtracks) {
+                                 double threshold, int64_t max_backtracks, const SudokuSearchOptions& options) {
   check(threshold > 0 && threshold <= 1, "search_sudoku: the threshold must be in (0, 1]");
   struct State {
     SudokuGrid grid{};
@@ -356,15 +356,22 @@ SudokuSearchResult search_sudoku(const SudokuGrid& puzzle,
   SudokuSearchResult out;
   State state{puzzle, {}, {}};
   std::vector<State> guesses;  // the states before each guess, the guessed digit already ruled out
-  for (;;) {
-    std::array<uint16_t, 81> allowed = sudoku_candidates(state.grid);
-    bool blank = false, dead = false;
+  // The digits each blank cell may still take (the rules, less what returns ruled out), and whether the
+  // grid has a blank and whether some blank has no digit left.
+  std::array<uint16_t, 81> allowed{};
+  bool blank = false, dead = false;
+  auto update_allowed = [&] {
+    allowed = sudoku_candidates(state.grid);
+    blank = dead = false;
     for (int c = 0; c < 81; ++c) {
       if (state.grid[size_t(c)]) continue;
       blank = true;
       allowed[size_t(c)] &= uint16_t(~state.ruled_out[size_t(c)]);
       dead = dead || !allowed[size_t(c)];
     }
+  };
+  for (;;) {
+    update_allowed();
     if (!blank) break;
     if (dead) {
       if (guesses.empty() || out.backtracks >= max_backtracks) {
@@ -380,13 +387,31 @@ SudokuSearchResult search_sudoku(const SudokuGrid& puzzle,
       state.probs = probs_of(state.grid);
       ++out.evaluations;
     }
-    const std::vector<Choice> choices = ranked_choices(state.grid, state.probs, &allowed);
+    std::vector<Choice> choices = ranked_choices(state.grid, state.probs, &allowed);
+    if (choices.front().p < threshold && options.guess_fewest) {
+      // A guess in a cell with the fewest digits left (the most confident such cell): the model picks
+      // among two or three digits there, and a wrong pick is found soon.
+      const auto fewest = std::min_element(choices.begin(), choices.end(), [&](const Choice& a, const Choice& b) {
+        const int na = __builtin_popcount(allowed[size_t(a.cell)]), nb = __builtin_popcount(allowed[size_t(b.cell)]);
+        return na != nb ? na < nb : a.p > b.p;
+      });
+      std::rotate(choices.begin(), fewest, fewest + 1);
+    }
     if (choices.front().p < threshold && max_backtracks > 0) {
       State before = state;  // a guess: remember the state with this digit ruled out there
       before.ruled_out[size_t(choices.front().cell)] |= uint16_t(1u << choices.front().digit);
       guesses.push_back(std::move(before));
     }
     commit_choices(state.grid, choices, true, threshold, 1);
+    // Propagation: the same probabilities, renormalised over the digits the rules allow after these
+    // commits, until no cell reaches the threshold (a cell left with one digit is certain).
+    while (options.propagate) {
+      update_allowed();
+      if (!blank || dead) break;
+      const std::vector<Choice> more = ranked_choices(state.grid, state.probs, &allowed);
+      if (more.front().p < threshold) break;
+      out.propagated += commit_choices(state.grid, more, true, threshold, 1);
+    }
     state.probs.clear();
   }
   out.grid = state.grid;

@@ -89,15 +89,26 @@ int commit_sudoku_cells(SudokuGrid& grid, const std::vector<double>& probs, bool
 // puzzle's solution is unique). `probs_of` gives the 81 x 10 digit probabilities of a grid (one or more
 // forward passes, counted by the caller). Stops after `max_backtracks` returns (0: never returns, the
 // plain decoder) or when no guess is left to revisit, with the grid reached so far.
+struct SudokuSearchOptions {
+  // After a pass's commits, the same probabilities renormalised over the digits the rules then allow, and
+  // every cell reaching the threshold committed too, repeatedly, before the next forward pass (constraint
+  // propagation on the kept probabilities: a cell left with one digit is committed without asking the
+  // model again). Those cells are counted in SudokuSearchResult::propagated.
+  bool propagate = false;
+  // A guess goes to a cell with the fewest digits left (of those, the most confident) instead of the most
+  // confident cell.
+  bool guess_fewest = false;
+};
 struct SudokuSearchResult {
   SudokuGrid grid{};
   int64_t evaluations = 0;  // calls of probs_of
   int64_t backtracks = 0;   // returns to an earlier guess
+  int64_t propagated = 0;   // cells committed by propagation, over the whole search (also those undone)
   bool dead_end = false;    // stopped at a grid with a cell no digit fits
 };
 SudokuSearchResult search_sudoku(const SudokuGrid& puzzle,
                                  const std::function<std::vector<double>(const SudokuGrid&)>& probs_of,
-                                 double threshold, int64_t max_backtracks);
+                                 double threshold, int64_t max_backtracks, const SudokuSearchOptions& options = {});
 
 struct SudokuExample {
   SudokuGrid puzzle, solution;
