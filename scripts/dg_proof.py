@@ -28,21 +28,20 @@ import subprocess
 import tempfile
 
 # (label, extra generate flags). Diffusion rows vary the canvas length (--block-length), the most steps
-# per canvas, the entropy bound and the temperature schedule; AR rows decode through the encoder.
+# per canvas, the entropy bound and the temperature schedule from the model's own defaults (its GGUF
+# diffusion.eb_* keys, else the release's); AR rows decode through the encoder.
 DEFAULT_SETTINGS = [
     ("AR greedy", ["--mode", "ar"]),
     ("AR T=0.6", ["--mode", "ar", "--temp", "0.6"]),
     ("AR greedy, repeat penalty 1.15", ["--mode", "ar", "--repeat-penalty", "1.15"]),
-    ("diffusion C=64 (defaults)", []),
+    ("diffusion C=64 (the model's defaults)", []),
+    ("diffusion C=64, the release's temperatures (T 0.8 -> 0.4)", ["--t-min", "0.4", "--t-max", "0.8"]),
     ("diffusion C=64, bound 0.5", ["--entropy-bound", "0.5"]),
     ("diffusion C=64, bound 1.0", ["--entropy-bound", "1.0"]),
-    ("diffusion C=64, bound 2.0", ["--entropy-bound", "2.0"]),
     ("diffusion C=64, 16 steps", ["--steps", "16"]),
     ("diffusion C=64, 8 steps", ["--steps", "8"]),
     ("diffusion C=32 (defaults)", ["--block-length", "32"]),
-    ("diffusion C=32, bound 1.0", ["--block-length", "32", "--entropy-bound", "1.0"]),
     ("diffusion C=32, 8 steps", ["--block-length", "32", "--steps", "8"]),
-    ("diffusion C=64, T 0.2-0.4", ["--t-min", "0.2", "--t-max", "0.4"]),
     ("diffusion C=64, 8 steps, streaming head", ["--steps", "8", "--stream-head"]),
 ]
 
