@@ -398,17 +398,20 @@ TEST(SudokuSearch, ASureCorrectModelNeverReturns) {
   EXPECT_THROW(search_sudoku(puzzle, oracle, 0.0, 1), Error);
 }
 
-// Naked-single waves: how many rounds of filling every cell with one candidate left complete the grid (0:
-// they do not).
+// One wave of naked singles: fills every blank cell with one candidate left; returns how many it filled.
+int fill_naked_singles(SudokuGrid& g) {
+  const std::array<uint16_t, 81> cand = sudoku_candidates(g);
+  int filled = 0;
+  for (int c = 0; c < 81; ++c)
+    if (!g[size_t(c)] && __builtin_popcount(cand[size_t(c)]) == 1)
+      g[size_t(c)] = uint8_t(__builtin_ctz(cand[size_t(c)])), ++filled;
+  return filled;
+}
+
+// Naked-single waves: how many rounds of fill_naked_singles complete the grid (0: they do not).
 int naked_single_waves(SudokuGrid g) {
-  for (int wave = 1; wave <= 81; ++wave) {
-    const std::array<uint16_t, 81> cand = sudoku_candidates(g);
-    int filled = 0;
-    for (int c = 0; c < 81; ++c)
-      if (!g[size_t(c)] && __builtin_popcount(cand[size_t(c)]) == 1) g[size_t(c)] = uint8_t(__builtin_ctz(cand[size_t(c)])), ++filled;
+  for (int wave = 1; fill_naked_singles(g) > 0; ++wave)
     if (std::count(g.begin(), g.end(), 0) == 0) return wave;
-    if (filled == 0) return 0;
-  }
   return 0;
 }
 
@@ -429,15 +432,49 @@ TEST(SudokuSearch, PropagationCommitsWhatTheRulesForceWithoutAnotherPass) {
   const SudokuSearchResult propagated = search_sudoku(puzzle, uniform, 0.999, 0, {.propagate = true});
   EXPECT_EQ(format_sudoku(propagated.grid), format_sudoku(solution));
   EXPECT_EQ(propagated.evaluations, 1);  // every later wave follows from the rules without a pass
-  const SudokuGrid first_wave = [&] {
-    SudokuGrid g = puzzle;
-    const std::array<uint16_t, 81> cand = sudoku_candidates(g);
-    for (int c = 0; c < 81; ++c)
-      if (!g[size_t(c)] && __builtin_popcount(cand[size_t(c)]) == 1) g[size_t(c)] = 1;
-    return g;
-  }();
-  EXPECT_EQ(propagated.propagated, std::count(first_wave.begin(), first_wave.end(), 0));
+  SudokuGrid first_wave = puzzle;
+  const int blanks = int(std::count(puzzle.begin(), puzzle.end(), 0));
+  EXPECT_EQ(propagated.propagated, blanks - fill_naked_singles(first_wave));  // all but the pass's own commits
   EXPECT_EQ(propagated.backtracks, 0);
+}
+
+TEST(SudokuSearch, GuessFewestGuessesInACellWithTheFewestDigitsLeft) {
+  Rng rng(7);
+  SudokuGrid solution{}, puzzle{};
+  std::array<uint16_t, 81> cand{};
+  int fewest = 0, most = 0, most_cell = -1;
+  do {  // no naked single, and cells with more and fewer digits left
+    solution = random_solution(rng);
+    puzzle = make_puzzle(solution, 24, rng);
+    cand = sudoku_candidates(puzzle);
+    fewest = 10, most = 0;
+    for (int c = 0; c < 81; ++c) {
+      if (puzzle[size_t(c)]) continue;
+      const int n = __builtin_popcount(cand[size_t(c)]);
+      fewest = std::min(fewest, n);
+      if (n > most) most = n, most_cell = c;
+    }
+  } while (fewest == 1 || fewest == most);
+  // A model that is fairly sure (0.9, below the threshold) of the right digit in the cell with the most
+  // digits left, and knows nothing elsewhere.
+  std::vector<SudokuGrid> seen;
+  auto model = [&](const SudokuGrid& grid) {
+    seen.push_back(grid);
+    std::vector<double> probs(81 * 10, 0.01);
+    probs[size_t(most_cell * 10 + solution[size_t(most_cell)])] = 0.9;
+    return probs;
+  };
+  auto first_guess = [&](const SudokuSearchOptions& options) {
+    seen.clear();
+    search_sudoku(puzzle, model, 0.999, 1000, options);
+    for (int c = 0; c < 81; ++c)
+      if (seen.size() > 1 && seen[1][size_t(c)] != puzzle[size_t(c)]) return c;
+    return -1;
+  };
+  EXPECT_EQ(first_guess({}), most_cell);  // the most confident cell
+  const int c = first_guess({.guess_fewest = true});
+  ASSERT_GE(c, 0);
+  EXPECT_EQ(__builtin_popcount(cand[size_t(c)]), fewest);
 }
 }  // namespace
 }  // namespace canvas
