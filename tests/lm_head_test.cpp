@@ -192,7 +192,7 @@ TEST(LmHeadStream, PlainStatsEqualRowStatsOfMatmul) {
     std::vector<float> logits(size_t(m * V));
     matmul(head.view, x.data(), m, logits.data(), nullptr);
     if (softcap > 0)
-      for (float& z : logits) z = softcap * std::tanh(z / softcap);
+      for (int64_t i = 0; i < int64_t(logits.size()); i += V) canvas::softcap(logits.data() + i, V, softcap);
     HeadStreamOptions opt;
     opt.softcap = softcap;
     opt.temperature = 0.9f;

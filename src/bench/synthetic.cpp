@@ -338,6 +338,7 @@ std::unique_ptr<SyntheticModel> build_synthetic_model(const SyntheticShape& shap
   // As Model::load_gguf leaves a loaded model: matrices in the layout the kernels read fastest.
   const auto writable = [](const TensorView& t) { return static_cast<uint8_t*>(const_cast<void*>(t.data)); };
   interleave_weights(m, writable, pool);
+  prepare_embedding_columns(m, pool);
   return out;
 }
 

@@ -361,6 +361,8 @@ Model Model::load_safetensors(const std::string& path) {
                 "(enable_moe_block / num_experts)");
   // The bf16 reference rounds its embedding scale to bf16 (53.0 for hidden 2816).
   if (m.token_embd.type == DType::BF16) m.config.embedding_scale = bf16_to_f32(f32_to_bf16(m.config.embedding_scale));
+  ThreadPool pool(std::max(1u, std::thread::hardware_concurrency()));
+  prepare_embedding_columns(m, &pool);
   return m;
 }
 
@@ -514,7 +516,29 @@ Model Model::load_gguf(const std::string& path) {
   GgufFile& file = *m.file;
   ThreadPool pool(std::max(1u, std::thread::hardware_concurrency()));
   interleave_weights(m, [&file](const TensorView& t) { return file.writable(t); }, &pool);
+  prepare_embedding_columns(m, &pool);
   return m;
+}
+
+void prepare_embedding_columns(Model& model, ThreadPool* pool) {
+  const ModelConfig& c = model.config;
+  model.embedding_columns.reset();
+  model.embedding_columns_of = nullptr;
+  const int64_t H = c.hidden, V = c.vocab;
+  if (!(c.has_decoder || c.self_conditioning) || !model.token_embd.data || H <= 0 || V <= 0 ||
+      V * H * int64_t(sizeof(float)) > kMaxEmbeddingColumnsBytes)
+    return;
+  auto columns = std::make_shared<std::vector<float>>(size_t(V * H));
+  float* out = columns->data();
+  parallel_for(pool, V, 64, [&](int64_t b, int64_t e) {
+    std::vector<float> row(static_cast<size_t>(H));
+    for (int64_t r = b; r < e; ++r) {
+      get_row(model.token_embd, r, row.data());
+      for (int64_t j = 0; j < H; ++j) out[j * V + r] = row[size_t(j)];
+    }
+  });
+  model.embedding_columns = std::move(columns);
+  model.embedding_columns_of = model.token_embd.data;
 }
 
 int64_t Model::parameter_count() const {
@@ -536,10 +560,31 @@ namespace {
 // probabilities by the f32 matmul kernel, so E streams through memory once per pass instead of once per
 // canvas row, and no [n, vocab] probability array is stored. The sum over tiles runs in a fixed order,
 // so the result does not depend on the thread count.
+// With model.embedding_columns (E transposed to f32 [H x V], made at load) it is softmax row by row and
+// one matmul per chunk of rows instead: nothing is dequantised or transposed per pass.
 void soft_embedding_of_logits(const Model& model, const float* prev_logits, int64_t n, std::vector<float>& soft,
                               ThreadPool* pool) {
   const ModelConfig& c = model.config;
   const int64_t H = c.hidden, V = c.vocab;
+  if (model.embedding_columns && model.embedding_columns_of == model.token_embd.data) {
+    TensorView w;
+    w.type = DType::F32;
+    w.data = model.embedding_columns->data();
+    w.n_dims = 2;
+    w.ne[0] = V;
+    w.ne[1] = H;
+    const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 22) / V);  // <= 16 MiB of probabilities
+    soft.resize(size_t(n * H));
+    std::vector<float> probs(size_t(std::min(n, chunk) * V));
+    for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+      const int64_t rows = std::min(chunk, n - r0);
+      parallel_for(pool, rows, 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) softmax(prev_logits + (r0 + i) * V, V, &probs[size_t(i * V)]);
+      });
+      matmul(w, probs.data(), V, rows, soft.data() + r0 * H, H, pool);
+    }
+    return;
+  }
   std::vector<float> log_sum(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) log_sum[size_t(i)] = row_stats(prev_logits + i * V, V).logsumexp;
   constexpr int64_t kTile = 1024;
@@ -895,7 +940,10 @@ void forward_batch(const Model& model, std::span<KvCache* const> caches, std::sp
   matmul(model.output, selected.data(), plain_rows, logits, pool);
   if (c.logit_softcap > 0) {
     const float cap = c.logit_softcap;
-    for (int64_t i = 0; i < plain_rows * c.vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+    const int64_t V = c.vocab;
+    parallel_for(pool, plain_rows, std::max<int64_t>(1, 16384 / V), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) softcap(logits + i * V, V, cap);
+    });
   }
   if (direct) return;
   r = 0;

@@ -76,6 +76,12 @@ struct Model {
   TensorView position_embd;  // optional learned absolute positions [hidden, n_positions] (GPT-2 style)
   std::vector<LayerWeights> layers;
   SelfConditioningWeights self_conditioning;
+  // The token embedding transposed to f32 [hidden rows x vocab columns], so that the self-conditioning
+  // soft embedding softmax(logits) @ E is one f32 matmul per pass (prepare_embedding_columns; absent for
+  // models without self-conditioning or whose table would exceed kMaxEmbeddingColumnsBytes). Valid only
+  // while token_embd.data == embedding_columns_of: a model whose embedding is swapped does not use it.
+  std::shared_ptr<const std::vector<float>> embedding_columns;
+  const void* embedding_columns_of = nullptr;
 
   // A directory (or its config.json) is a Hugging Face safetensors checkpoint (Gemma 4 /
   // DiffusionGemma, or LLaDA / LLaDA-MoE / Dream / Qwen2 / Llama in their published layouts,
@@ -166,6 +172,12 @@ TensorView* weight_slot(Model& m, TensorRole role, int64_t layer);
 // matrix whose rows are not a multiple of 16 into a padded copy the model owns (`converted`); views
 // that share bytes (a tied head) follow. `writable` gives a view's bytes as writable memory. Model::load_gguf does this;
 // builders of in-memory models call it themselves.
+// Builds model.embedding_columns when the model reads self-conditioning logits (a decoder or canvas's own
+// self-conditioning) and the f32 table fits kMaxEmbeddingColumnsBytes; the load functions and the
+// synthetic builder call it once the weights are final.
+constexpr int64_t kMaxEmbeddingColumnsBytes = int64_t(256) << 20;
+void prepare_embedding_columns(Model& model, ThreadPool* pool);
+
 void interleave_weights(Model& model, const std::function<uint8_t*(const TensorView&)>& writable, ThreadPool* pool);
 
 }  // namespace canvas

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "ops/matmul.h"
+#include "ops/ops.h"
 
 // The row kernel uses GCC vector types wider than the baseline ISA. Every helper taking them is always
 // inlined into a function compiled for the instruction set in use, so none passes them across a call
@@ -176,8 +177,7 @@ double lane_sum(V v) {
 [[gnu::always_inline]] inline RowState tile_state_body(float* z, int64_t n, int64_t v0, const TileParams& p,
                                                        uint64_t key, double best, float* probs) {
   const int64_t n_pad = (n + kLanes - 1) / kLanes * kLanes;
-  if (p.softcap > 0)  // the same expression as the materialised head in model.cpp, so logits agree bitwise
-    for (int64_t i = 0; i < n; ++i) z[i] = p.softcap * std::tanh(z[i] / p.softcap);
+  if (p.softcap > 0) softcap(z, n, p.softcap);  // as the materialised head in model.cpp: logits agree bitwise
   std::fill(z + n, z + n_pad, -kInf);  // padding: never a max, e^-inf = 0
 
   // Max, its first index and the runner-up: per lane the two largest values and the first index of the

@@ -63,6 +63,13 @@ void geglu(const float* gate, const float* up, int64_t n, float* out) {
     default: return reference::geglu(gate, up, n, out);
   }
 }
+void softcap(float* x, int64_t n, float cap) {
+  switch (ops_simd_level()) {
+    case SimdLevel::Avx512: return kernels::avx512::softcap(x, n, cap);
+    case SimdLevel::Avx2: return kernels::avx2::softcap(x, n, cap);
+    default: return reference::softcap(x, n, cap);
+  }
+}
 void softmax(const float* x, int64_t n, float* out) {
   switch (ops_simd_level()) {
     case SimdLevel::Avx512: return kernels::avx512::softmax(x, n, out);
@@ -368,6 +375,9 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out) {
 }
 void geglu(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(gate[i]) * up[i];
+}
+void softcap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = float(double(cap) * std::tanh(double(x[i]) / double(cap)));
 }
 
 namespace {

@@ -46,6 +46,13 @@ float gelu_tanh(float x);  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
 void geglu(const float* gate, const float* up, int64_t n, float* out);
 
+// ---- logit soft-capping ------------------------------------------------------------------------
+// x[i] = cap * tanh(x[i] / cap) over n elements, in place (Gemma's final_logit_softcapping). The SIMD
+// paths compute tanh as 1 - 2 / (exp(2y) + 1): within ~2e-7 * cap of the reference (absolute), NaN stays
+// NaN and +-inf becomes +-cap. Every caller that must agree bitwise with another (the materialised head
+// and the streamed one) goes through this one function.
+void softcap(float* x, int64_t n, float cap);
+
 // ---- softmax family (one row of n values) ------------------------------------------------------
 void softmax(const float* x, int64_t n, float* out);
 void log_softmax(const float* x, int64_t n, float* out);
@@ -105,6 +112,7 @@ void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y);
 void rope(float* x, int64_t n_rows, int n_heads, const int32_t* pos, const RopeParams& p);
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
 void geglu(const float* gate, const float* up, int64_t n, float* out);
+void softcap(float* x, int64_t n, float cap);
 void softmax(const float* x, int64_t n, float* out);
 void log_softmax(const float* x, int64_t n, float* out);
 float entropy(const float* x, int64_t n);

@@ -74,6 +74,7 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out) {
 void geglu(const float* gate, const float* up, int64_t n, float* out) {
   simd::gated<V>(gate, up, n, out, [](V::F g, V::F u) { return simd::geglu_vec<V>(g, u); });
 }
+void softcap(float* x, int64_t n, float cap) { simd::softcap<V>(x, n, cap); }
 void softmax(const float* x, int64_t n, float* out) { simd::softmax<V>(x, n, out); }
 void log_softmax(const float* x, int64_t n, float* out) { simd::log_softmax<V>(x, n, out); }
 float entropy(const float* x, int64_t n) { return simd::entropy<V>(x, n); }

@@ -28,6 +28,7 @@ namespace avx2 {
 void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y);
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
 void geglu(const float* gate, const float* up, int64_t n, float* out);
+void softcap(float* x, int64_t n, float cap);
 void softmax(const float* x, int64_t n, float* out);
 void log_softmax(const float* x, int64_t n, float* out);
 float entropy(const float* x, int64_t n);
@@ -42,6 +43,7 @@ namespace avx512 {
 void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y);
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
 void geglu(const float* gate, const float* up, int64_t n, float* out);
+void softcap(float* x, int64_t n, float cap);
 void softmax(const float* x, int64_t n, float* out);
 void log_softmax(const float* x, int64_t n, float* out);
 float entropy(const float* x, int64_t n);

@@ -107,6 +107,30 @@ void gated(const float* gate, const float* up, int64_t n, float* out, Op op) {
   }
 }
 
+// ---- logit soft-capping -------------------------------------------------------------------------
+// cap * tanh(y), y = x / cap, as cap * (1 - 2 / (exp(2y) + 1)) with y clamped to [-44, 44] (where tanh
+// is +-1 in float). The clamp keeps NaN (max/min return their second operand when either is NaN) and
+// the final + y * 0 puts it back after exp, which does not propagate it.
+template <class V>
+typename V::F softcap_vec(typename V::F x, typename V::F cap, typename V::F inv_cap) {
+  const auto y = V::min(V::set1(44.0f), V::max(V::set1(-44.0f), V::mul(x, inv_cap)));
+  const auto e = exp<V>(V::add(y, y));
+  const auto t = V::sub(V::set1(1.0f), V::div(V::set1(2.0f), V::add(e, V::set1(1.0f))));
+  return V::mul(cap, V::fmadd(y, V::zero(), t));
+}
+
+template <class V>
+void softcap(float* x, int64_t n, float cap) {
+  constexpr int W = V::W;
+  const auto c = V::set1(cap), inv = V::set1(1.0f / cap);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) V::store(x + i, softcap_vec<V>(V::load(x + i), c, inv));
+  if (i < n) {
+    const int r = int(n - i);
+    V::store_n(x + i, softcap_vec<V>(V::load_n(x + i, r, 0.f), c, inv), r);
+  }
+}
+
 // ---- softmax family ------------------------------------------------------------------------------
 template <class V>
 float max_of(const float* x, int64_t n) {
