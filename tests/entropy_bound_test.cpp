@@ -389,6 +389,62 @@ TEST(EntropyBoundCommit, CommitsAndEncodesTheArgmaxCanvas) {
   EXPECT_EQ(snapshots[3].size(), 12u);
 }
 
+// Every row peaks at token 2 (logit 10), token 1 next (8), token 3 (6). Penalty 10: row 0's left
+// neighbour is left_context (3, not its argmax: row 0 keeps 2); row 1's is row 0's 2 (10 -> 1, so 1
+// wins); row 2's is row 1's 1 (8 -> 0.8, 2 still wins); and so on, alternating. Penalty 1 (off) leaves
+// every row at 2.
+TEST(EntropyBoundCommit, NeighborPenaltyActsOnTheLeftNeighboursArgmax) {
+  FakeModel m;
+  m.length = 5;
+  m.vocab = 4;
+  m.make = [&](int64_t, int64_t, const std::vector<int32_t>&, std::vector<float>& l) {
+    for (int64_t i = 0; i < m.length; ++i) {
+      l[size_t(i * m.vocab + 2)] = 10.f;
+      l[size_t(i * m.vocab + 1)] = 8.f;
+      l[size_t(i * m.vocab + 3)] = 6.f;
+    }
+  };
+  EntropyBoundParams p = small_params(m.length, 4);
+  p.t_min = p.t_max = 0.05f;
+  p.pad_id = -1;
+  p.left_context = 3;
+  EXPECT_EQ(generate_entropy_bound(m.hooks(), p).tokens, (std::vector<int32_t>{2, 2, 2, 2, 2}));
+  p.neighbor_penalty = 10.f;
+  EXPECT_EQ(generate_entropy_bound(m.hooks(), p).tokens, (std::vector<int32_t>{2, 1, 2, 1, 2}));
+  p.left_context = 2;  // now row 0 is penalised too
+  EXPECT_EQ(generate_entropy_bound(m.hooks(), p).tokens, (std::vector<int32_t>{1, 2, 1, 2, 1}));
+
+  // Negative logits are multiplied: token 0 at -1 beats 2 at -0.5 once 2 is penalised (-5).
+  m.make = [&](int64_t, int64_t, const std::vector<int32_t>&, std::vector<float>& l) {
+    for (int64_t i = 0; i < m.length; ++i) {
+      l[size_t(i * m.vocab + 0)] = -1.f;
+      l[size_t(i * m.vocab + 1)] = -9.f;
+      l[size_t(i * m.vocab + 2)] = -0.5f;
+      l[size_t(i * m.vocab + 3)] = -9.f;
+    }
+  };
+  p.left_context = 3;
+  EXPECT_EQ(generate_entropy_bound(m.hooks(), p).tokens, (std::vector<int32_t>{2, 0, 2, 0, 2}));
+
+  // The streamed head has no logits to penalise: a clear error, as is a penalty that is not positive.
+  const auto error_of = [&](const EntropyBoundParams& params) -> std::string {
+    DiffusionModelHooks hooks = m.hooks();
+    hooks.decode_stream = [](const std::vector<int32_t>&, const std::vector<float>*, const HeadStreamOptions&,
+                             std::vector<HeadRowStats>&, std::vector<float>&) {};
+    try {
+      generate_entropy_bound(hooks, params);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  p.stream_head = true;
+  EXPECT_NE(error_of(p).find("neighbor_penalty"), std::string::npos) << error_of(p);
+  p.stream_head = false;
+  p.neighbor_penalty = 0.f;
+  EXPECT_NE(error_of(p).find("neighbor_penalty must be positive"), std::string::npos) << error_of(p);
+}
+
 // ---- (e) EOS, pad, continuation ----------------------------------------------------------------
 
 // Argmax canvases given per (call); rows have peak 30 at the given token.

@@ -109,6 +109,10 @@ instead.)",
         {"--t-max", "T", "(default 0.8)"},
         {"--stability", "K", "the argmax canvas must repeat K times before the adaptive stop (default 1)"},
         {"--confidence-threshold", "C", "adaptive stop when the mean entropy is below C (default 0.005)"},
+        {"--neighbor-penalty", "P", "penalise, at each canvas position, the token its left neighbour takes, as a\n"
+                                    "repetition penalty does (logit / P): against adjacent repeats (\"thy thy\")\n"
+                                    "of parallel decoding. Default: the file's diffusion.eb_neighbor_penalty (not with\n"
+                                    "--stream-head), else 1 (off)"},
         {"--stream-head", "", "fused streaming LM head (off by default): each decoder pass reduces its logits\n"
                               "tile by tile to entropies, argmax and a Gumbel-max sample, and hands the next\n"
                               "step softmax(logits / T) @ E instead of [canvas x vocab] logits. Same sampler\n"

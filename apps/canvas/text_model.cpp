@@ -39,6 +39,8 @@ void check_file_sampler_params(const EntropyBoundParams& p, const std::string& f
   check(std::isfinite(p.t_min) && std::isfinite(p.t_max) && p.t_min > 0 && p.t_max >= p.t_min,
         file + ": the temperatures need 0 < t_min <= t_max");
   check(std::isfinite(p.entropy_bound) && p.entropy_bound >= 0, file + ": entropy_bound must be finite and >= 0");
+  check(std::isfinite(p.neighbor_penalty) && p.neighbor_penalty > 0,
+        file + ": diffusion.eb_neighbor_penalty must be finite and > 0");
 }
 
 }  // namespace
@@ -253,6 +255,7 @@ SamplerDefaults sampler_defaults(const Model& model, const std::string& model_pa
     p.entropy_bound = float(f.get_float("diffusion.eb_entropy_bound", p.entropy_bound));
     p.stability_threshold = f.get_int("diffusion.eb_stability_threshold", p.stability_threshold);
     p.confidence_threshold = float(f.get_float("diffusion.eb_confidence_threshold", p.confidence_threshold));
+    p.neighbor_penalty = float(f.get_float("diffusion.eb_neighbor_penalty", p.neighbor_penalty));
     check_file_sampler_params(p, f.path(), "diffusion.eb_max_steps", "diffusion.canvas_length");
     d.source = f.path();
     return d;
@@ -296,6 +299,11 @@ EntropyBoundParams uniform_state_params(const Args& args, const SamplerDefaults&
   p.confidence_threshold = float(args.get_float("confidence-threshold", p.confidence_threshold));
   p.seed = seed;
   p.stream_head = args.has("stream-head");
+  // The streamed head has no logits to penalise: it drops the file's default, and only an explicit
+  // --neighbor-penalty with it is an error.
+  p.neighbor_penalty = float(args.get_float("neighbor-penalty", p.stream_head ? 1.0 : p.neighbor_penalty));
+  check(p.neighbor_penalty > 0 && std::isfinite(p.neighbor_penalty), "--neighbor-penalty must be positive (1: off)");
+  check(p.neighbor_penalty == 1.f || !p.stream_head, "--neighbor-penalty needs the materialised head: not with --stream-head");
   check(p.canvas_length > 0 && p.max_denoising_steps > 0, "--block-length and --steps must be positive");
   check(p.entropy_bound >= 0 && p.t_min > 0 && p.t_max >= p.t_min,
         "need --entropy-bound >= 0 and 0 < --t-min <= --t-max");

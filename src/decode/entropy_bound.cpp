@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "decode/sampling.h"
 #include "ops/ops.h"
 
 namespace canvas {
@@ -95,6 +96,24 @@ PositionResult reduce_row(const float* row, float* z_row, int64_t vocab, double 
   return r;
 }
 
+// EntropyBoundParams::neighbor_penalty over the [L x V] logits, in place: row i's logit of row i-1's
+// argmax (after its own penalty; `left` before row 0) penalised, left to right. A row's argmax moves
+// only when the penalised token was its argmax, so only those rows are searched again.
+void penalize_neighbors(float* logits, int64_t L, int64_t V, int32_t left, float penalty, ThreadPool* pool) {
+  std::vector<int32_t> top(static_cast<size_t>(L));
+  parallel_for(pool, L, std::max<int64_t>(1, 65536 / V), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) top[size_t(i)] = row_stats(logits + i * V, V).argmax;
+  });
+  for (int64_t i = 0; i < L; ++i) {
+    float* row = logits + i * V;
+    if (left >= 0 && left < V) {
+      row[left] = penalize_logit(row[left], penalty);
+      if (top[size_t(i)] == left) top[size_t(i)] = row_stats(row, V).argmax;
+    }
+    left = top[size_t(i)];
+  }
+}
+
 void check_params(const DiffusionModelHooks& hooks, const EntropyBoundParams& p) {
   check(hooks.vocab > 0 && hooks.vocab <= INT32_MAX,
         "entropy-bound sampler: vocabulary size must be in [1, 2^31), got " + std::to_string(hooks.vocab));
@@ -117,6 +136,11 @@ void check_params(const DiffusionModelHooks& hooks, const EntropyBoundParams& p)
   check(!std::isnan(p.entropy_bound), "entropy-bound sampler: entropy_bound is NaN");
   check(p.stability_threshold >= 0, "entropy-bound sampler: stability_threshold must be >= 0, got " +
                                         std::to_string(p.stability_threshold));
+  check(p.neighbor_penalty > 0.f && std::isfinite(p.neighbor_penalty),
+        "entropy-bound sampler: neighbor_penalty must be positive and finite (1: off), got " +
+            std::to_string(p.neighbor_penalty));
+  check(p.neighbor_penalty == 1.f || !p.stream_head,
+        "entropy-bound sampler: neighbor_penalty needs the materialised logits; it does not work with stream_head");
 }
 
 }  // namespace
@@ -186,6 +210,9 @@ EntropyBoundResult generate_entropy_bound(const DiffusionModelHooks& hooks, cons
         check(logits.size() == logits_size, "entropy-bound sampler: decode wrote " + std::to_string(logits.size()) +
                                                 " logits, expected canvas_length x vocab = " +
                                                 std::to_string(logits_size));
+        if (params.neighbor_penalty != 1.f)
+          penalize_neighbors(logits.data(), L, V, result.tokens.empty() ? params.left_context : result.tokens.back(),
+                             params.neighbor_penalty, pool);
 
         // The previous z has been consumed by decode: overwrite it with this step's z row by row.
         parallel_for(pool, L, grain, [&](int64_t begin, int64_t end) {

@@ -30,6 +30,13 @@ struct EntropyBoundParams {
   // a different random stream than decode's inverse CDF, so one seed gives different (equally
   // distributed) tokens on the two paths. See generate_entropy_bound.
   bool stream_head = false;
+  // 1: off. Otherwise, before a step's rows are reduced, position i's logit of the token its left
+  // neighbour's row now peaks at (position i-1's argmax after its own penalty; for i = 0 the last
+  // committed token, or left_context when nothing is committed yet) is penalised as repeat_penalty does
+  // (divided by it, multiplied when negative), left to right. It discourages the adjacent repeats
+  // ("thy thy") that parallel decoding makes when two positions take the same word. Not with stream_head.
+  float neighbor_penalty = 1.f;
+  int32_t left_context = -1;  // the token before the first canvas (e.g. the prompt's last), or -1
 };
 
 // The model as the sampler sees it. The caller has already encoded the prompt into its KV cache.

@@ -30,7 +30,7 @@ TokenChoice choose_token(const float* raw_logits, int64_t vocab, const SamplingP
     for (int32_t id : ids) {
       if (id < 0 || id >= vocab) continue;
       float& v = penalized[size_t(id)];
-      v = v > 0 ? v / params.repeat_penalty : v * params.repeat_penalty;
+      v = penalize_logit(v, params.repeat_penalty);
     }
     logits = penalized.data();
   }

@@ -19,6 +19,10 @@ struct SamplingParams {
   int64_t repeat_last_n = 64;  // how many recent tokens the penalty looks at (the decode loop picks them)
 };
 
+// The repetition penalty applied to one logit: divided by the penalty, multiplied when negative (as
+// llama.cpp and CTRL do).
+inline float penalize_logit(float v, float penalty) { return v > 0 ? v / penalty : v * penalty; }
+
 // The chosen token and the untempered softmax statistics of its row (so that confidence, margin and
 // entropy scores stay meaningful at temperature 0, as in the reference implementations).
 struct TokenChoice {

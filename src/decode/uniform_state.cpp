@@ -141,7 +141,9 @@ EntropyBoundResult generate_uniform_state(const Model& model, const std::vector<
   const double t0 = now_ms();
   session.encode(prompt);
   const double t_prompt = now_ms();
-  EntropyBoundResult result = generate_entropy_bound(session.hooks(), params, callbacks, pool);
+  EntropyBoundParams run = params;
+  if (run.left_context < 0) run.left_context = prompt.back();
+  EntropyBoundResult result = generate_entropy_bound(session.hooks(), run, callbacks, pool);
   result.prompt_tokens = P;
   result.prompt_ms = t_prompt - t0;
   result.decode_ms = now_ms() - t_prompt;

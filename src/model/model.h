@@ -167,17 +167,17 @@ TensorView model_weight(const Model& model, const TensorSpec& spec);
 // and the synthetic bench models. Null for the layer scalars, which are floats (LayerWeights).
 TensorView* weight_slot(Model& m, TensorRole role, int64_t layer);
 
-// Rearranges the model's Q4_0 / Q8_0 matrices into the layout the AVX-512 kernels read fastest
-// (ops/matmul.h, interleave_for_matmul: the results stay bit for bit the same): in place, or for a
-// matrix whose rows are not a multiple of 16 into a padded copy the model owns (`converted`); views
-// that share bytes (a tied head) follow. `writable` gives a view's bytes as writable memory. Model::load_gguf does this;
-// builders of in-memory models call it themselves.
 // Builds model.embedding_columns when the model reads self-conditioning logits (a decoder or canvas's own
 // self-conditioning) and the f32 table fits kMaxEmbeddingColumnsBytes; the load functions and the
 // synthetic builder call it once the weights are final.
 constexpr int64_t kMaxEmbeddingColumnsBytes = int64_t(256) << 20;
 void prepare_embedding_columns(Model& model, ThreadPool* pool);
 
+// Rearranges the model's Q4_0 / Q8_0 matrices into the layout the AVX-512 kernels read fastest
+// (ops/matmul.h, interleave_for_matmul: the results stay bit for bit the same): in place, or for a
+// matrix whose rows are not a multiple of 16 into a padded copy the model owns (`converted`); views
+// that share bytes (a tied head) follow. `writable` gives a view's bytes as writable memory. Model::load_gguf does this;
+// builders of in-memory models call it themselves.
 void interleave_weights(Model& model, const std::function<uint8_t*(const TensorView&)>& writable, ThreadPool* pool);
 
 }  // namespace canvas
