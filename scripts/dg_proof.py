@@ -7,6 +7,9 @@ each measured for speed (decoder passes, tokens per forward, wall-clock decode t
                     per UTF-8 byte, so that models with other tokenizers are comparable
   self nats/token   the same under the model's own causal encoder (canvas score on the model)
   rep4              fraction of word 4-grams of a continuation that repeat an earlier 4-gram of it
+  rows per token    token rows the passes ran through the model (canvas rows of decoder passes, 1 per AR step)
+                    per new token: the work; --freeze skips the rows of settled positions
+  adjacent repeats  fraction of a continuation's words equal to the word just before them ("thy thy")
   valid words       fraction of the continuation's words that occur in the training documents
 
 Prompts: the first --prompt-words words of verses from the held-out chapters (`canvas tokenizer split`,
@@ -35,6 +38,7 @@ DEFAULT_SETTINGS = [
     ("AR T=0.6", ["--mode", "ar", "--temp", "0.6"]),
     ("AR greedy, repeat penalty 1.15", ["--mode", "ar", "--repeat-penalty", "1.15"]),
     ("diffusion C=64 (the model's defaults)", []),
+    ("diffusion C=64, no neighbour penalty", ["--neighbor-penalty", "1"]),
     ("diffusion C=64, the release's temperatures (T 0.8 -> 0.4)", ["--t-min", "0.4", "--t-max", "0.8"]),
     ("diffusion C=64, bound 0.5", ["--entropy-bound", "0.5"]),
     ("diffusion C=64, bound 1.0", ["--entropy-bound", "1.0"]),
@@ -42,7 +46,7 @@ DEFAULT_SETTINGS = [
     ("diffusion C=64, 8 steps", ["--steps", "8"]),
     ("diffusion C=32 (defaults)", ["--block-length", "32"]),
     ("diffusion C=32, 8 steps", ["--block-length", "32", "--steps", "8"]),
-    ("diffusion C=64, 8 steps, streaming head", ["--steps", "8", "--stream-head"]),
+    ("diffusion C=64, 8 steps, streaming head (no neighbour penalty)", ["--steps", "8", "--stream-head"]),
 ]
 
 
@@ -89,6 +93,11 @@ def rep4(text):
     return repeats / len(grams) if grams else 0.0
 
 
+def adjacent_repeats(text):
+    w = words_of(text)
+    return sum(a == b for a, b in zip(w, w[1:])) / len(w) if w else 0.0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--canvas", default="build/canvas")
@@ -115,9 +124,9 @@ def main():
         settings = [s for i, s in enumerate(settings, 1) if i in keep]
     print(f"{len(prompts)} held-out prompts of {args.prompt_words} words, -n {args.n}, seed {args.seed}, "
           f"-t {args.threads}{'; device ' + args.device if args.device else ''}; model {args.model}; judge {args.judge}")
-    print("| decoding | tokens | decoder passes | tokens per forward | decode ms (median) | tokens/s (median) | "
-          "judge bits/byte | self nats/token | rep4 | valid words |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| decoding | tokens | decoder passes | tokens per forward | rows per token | decode ms (median) | tokens/s (median) | "
+          "judge bits/byte | self nats/token | rep4 | adjacent repeats | valid words |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     report = []
     for label, extra in settings:
         rows = []
@@ -128,7 +137,9 @@ def main():
             text = out["text"]
             new = out.get("new_tokens", len(out["tokens"]))
             row = {"prompt": prompt, "text": text, "passes": out["passes"], "new_tokens": new,
-                   "decode_ms": out["decode_ms"], "rep4": rep4(text)}
+                   "rows_computed": out.get("rows_computed") or out["passes"],
+                   "decode_ms": out["decode_ms"], "rep4": rep4(text),
+                   "adjacent_repeats": adjacent_repeats(text)}
             w = words_of(text)
             row["valid_words"] = sum(x in vocab for x in w) / len(w) if w else 0.0
             if text.strip():
@@ -142,23 +153,26 @@ def main():
         scored = [r for r in rows if "judge_bpb" in r]
         tokens = sum(r["new_tokens"] for r in rows)
         passes = sum(r["passes"] for r in rows)
+        computed = sum(r["rows_computed"] for r in rows)
         summary = {
             "setting": label, "flags": extra, "samples": len(rows), "tokens": tokens, "passes": passes,
             "tokens_per_forward": tokens / passes if passes else 0.0,
+            "rows_computed": computed, "rows_per_token": computed / tokens if tokens else 0.0,
             "decode_ms_median": statistics.median(r["decode_ms"] for r in rows),
             "tokens_per_second_median": statistics.median(
                 r["new_tokens"] / (r["decode_ms"] / 1000) for r in rows if r["decode_ms"] > 0),
             "judge_bits_per_byte": statistics.mean(r["judge_bpb"] for r in scored) if scored else None,
             "self_nats_per_token": statistics.mean(r["self_nats"] for r in scored) if scored else None,
             "rep4": statistics.mean(r["rep4"] for r in rows),
+            "adjacent_repeats": statistics.mean(r["adjacent_repeats"] for r in rows),
             "valid_words": statistics.mean(r["valid_words"] for r in rows),
         }
         report.append({"summary": summary, "samples": rows})
         s = summary
         fmt = lambda v, f: (f % v) if v is not None else "-"
-        print(f"| {label} | {tokens} | {passes} | {s['tokens_per_forward']:.2f} | {s['decode_ms_median']:.0f} | "
+        print(f"| {label} | {tokens} | {passes} | {s['tokens_per_forward']:.2f} | {s['rows_per_token']:.1f} | {s['decode_ms_median']:.0f} | "
               f"{s['tokens_per_second_median']:.1f} | {fmt(s['judge_bits_per_byte'], '%.3f')} | "
-              f"{fmt(s['self_nats_per_token'], '%.3f')} | {s['rep4']:.3f} | {s['valid_words']:.3f} |", flush=True)
+              f"{fmt(s['self_nats_per_token'], '%.3f')} | {s['rep4']:.3f} | {s['adjacent_repeats']:.3f} | {s['valid_words']:.3f} |", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"prompts": prompts, "n": args.n, "settings": report}, f, indent=1)

@@ -26,20 +26,31 @@ std::string model_dir() { return test::fixture("tiny-diffusion-gemma"); }
 
 const std::vector<int32_t> kPrompt = {2, 105, 17, 250, 33, 4, 198, 61, 77, 120, 9, 286};  // longer than the window
 
-// Causal encoder logits of the last row of `tokens`, computed from scratch.
-std::vector<float> encoder_last_row(const Model& m, const std::vector<int32_t>& tokens) {
+// A cache of `capacity` positions holding `tokens` encoded causally; the last row's logits into
+// *last_logits when given.
+KvCache encoded(const Model& m, const std::vector<int32_t>& tokens, int64_t capacity,
+                std::vector<float>* last_logits = nullptr) {
   const int64_t n = int64_t(tokens.size());
-  KvCache cache(m.config, n);
+  KvCache cache(m.config, capacity);
   std::vector<int32_t> groups(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) groups[size_t(i)] = int32_t(i);
-  ForwardRequest req;
-  req.tokens = tokens.data();
-  req.n = n;
-  req.groups = groups.data();
-  req.logit_rows = {int32_t(n - 1)};
-  std::vector<float> logits(size_t(m.config.vocab));
-  req.logits = logits.data();
-  forward(m, cache, req, nullptr);
+  ForwardRequest enc;
+  enc.tokens = tokens.data();
+  enc.n = n;
+  enc.groups = groups.data();
+  if (last_logits) {
+    last_logits->assign(size_t(m.config.vocab), 0.f);
+    enc.logit_rows = {int32_t(n - 1)};
+    enc.logits = last_logits->data();
+  }
+  forward(m, cache, enc, nullptr);
+  return cache;
+}
+
+// Causal encoder logits of the last row of `tokens`, computed from scratch.
+std::vector<float> encoder_last_row(const Model& m, const std::vector<int32_t>& tokens) {
+  std::vector<float> logits;
+  encoded(m, tokens, int64_t(tokens.size()), &logits);
   return logits;
 }
 
@@ -53,14 +64,7 @@ EntropyBoundResult generate_by_recomputation(const Model& m, const std::vector<i
   hooks.decode = [&](const std::vector<int32_t>& canvas, const std::vector<float>* self_cond,
                      std::vector<float>& logits) {
     const int64_t n = int64_t(committed.size()), C = int64_t(canvas.size());
-    KvCache cache(m.config, n);
-    std::vector<int32_t> groups(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) groups[size_t(i)] = int32_t(i);
-    ForwardRequest enc;
-    enc.tokens = committed.data();
-    enc.n = n;
-    enc.groups = groups.data();
-    forward(m, cache, enc, nullptr);
+    KvCache cache = encoded(m, committed, n);
     ForwardRequest dec;
     dec.tokens = canvas.data();
     dec.n = C;
@@ -94,6 +98,72 @@ TEST(DiffusionGemmaDecode, CachedDecodingEqualsRecomputation) {
   EXPECT_EQ(cached.encoder_passes, 2);
   ThreadPool one(1);
   EXPECT_EQ(generate_uniform_state(model, kPrompt, p, &one).tokens, cached.tokens);  // any thread count
+}
+
+// Kept canvas K/V (ForwardRequest::canvas_kv, what --freeze decodes with): a full pass through them
+// equals the plain pass bit for bit; a pass over some rows of the unchanged canvas gives exactly the
+// full pass's rows; a row left out keeps the K/V its last pass computed, so changing its token does not
+// reach the rows computed (while a full pass would see it).
+TEST(DiffusionGemmaFreeze, KeptCanvasKvGiveTheFullPassRows) {
+  const Model model = Model::load(model_dir());
+  const ModelConfig& c = model.config;
+  const int64_t P = int64_t(kPrompt.size()), C = 8, V = c.vocab;
+  KvCache cache = encoded(model, kPrompt, P + C);
+  std::vector<int32_t> canvas = {7, 299, 41, 41, 5, 150, 99, 2};
+  std::vector<float> self_cond(size_t(C * V));
+  for (size_t i = 0; i < self_cond.size(); ++i) self_cond[i] = float((i * 2654435761u) % 1000) / 100.f - 5.f;
+  KvCache kept(c, C);
+  const auto decode = [&](const std::vector<int32_t>& rows, KvCache* store) {
+    std::vector<int32_t> tokens;
+    std::vector<float> sc;
+    for (int32_t r = 0; r < (rows.empty() ? int32_t(C) : int32_t(rows.size())); ++r) {
+      const int32_t row = rows.empty() ? r : rows[size_t(r)];
+      tokens.push_back(canvas[size_t(row)]);
+      sc.insert(sc.end(), self_cond.begin() + row * V, self_cond.begin() + (row + 1) * V);
+    }
+    ForwardRequest dec;
+    dec.tokens = tokens.data();
+    dec.n = int64_t(tokens.size());
+    dec.pos0 = P;
+    dec.decoder = true;
+    dec.self_cond = sc.data();
+    dec.canvas_kv = store;
+    dec.canvas_rows = rows.empty() ? nullptr : rows.data();
+    for (int32_t i = 0; i < dec.n; ++i) dec.logit_rows.push_back(i);
+    std::vector<float> out(size_t(dec.n * V));
+    dec.logits = out.data();
+    forward(model, cache, dec, nullptr);
+    return out;
+  };
+  const auto rows_of = [&](const std::vector<float>& full, const std::vector<int32_t>& rows) {
+    std::vector<float> out;
+    for (int32_t r : rows) out.insert(out.end(), full.begin() + r * V, full.begin() + (r + 1) * V);
+    return out;
+  };
+  const std::vector<float> plain = decode({}, nullptr);
+  EXPECT_EQ(decode({}, &kept), plain);
+  const std::vector<int32_t> some = {1, 4, 6};
+  const std::vector<float> part = decode(some, &kept);
+  EXPECT_EQ(part, rows_of(plain, some));
+  canvas[2] = 200;  // row 2 is not recomputed: its kept K/V still hold token 41
+  EXPECT_EQ(decode(some, &kept), part);
+  EXPECT_NE(rows_of(decode({}, nullptr), some), part);
+}
+
+// Through the session: --freeze with a refresh every step is the plain decoder, token for token.
+TEST(DiffusionGemmaFreeze, RefreshEveryStepEqualsPlainDecoding) {
+  const Model model = Model::load(model_dir());
+  EntropyBoundParams p = test::small_entropy_bound_params();
+  const EntropyBoundResult plain = generate_uniform_state(model, kPrompt, p, nullptr);
+  p.freeze = true;
+  p.freeze_refresh = 1;
+  const EntropyBoundResult refreshed = generate_uniform_state(model, kPrompt, p, nullptr);
+  EXPECT_EQ(refreshed.tokens, plain.tokens);
+  EXPECT_EQ(refreshed.passes, plain.passes);
+  p.freeze_refresh = 0;
+  const EntropyBoundResult frozen = generate_uniform_state(model, kPrompt, p, nullptr);
+  EXPECT_EQ(frozen.tokens.size(), plain.tokens.size());
+  EXPECT_LE(frozen.rows_computed, plain.rows_computed);
 }
 
 // Records the decoder logits of every step; optionally hides the self-conditioning input.

@@ -27,6 +27,7 @@ struct FakeModel {
   std::vector<std::vector<float>> logits_out;    // logits written at each call
   std::vector<std::vector<int32_t>> encoded;
   std::vector<char> log;                         // 'D' decode, 'E' encode, in call order
+  std::vector<std::vector<int32_t>> rows_requested;  // decode_rows calls' rows (empty: all)
   int64_t step_in_canvas = 0;
 
   DiffusionModelHooks hooks() {
@@ -46,6 +47,25 @@ struct FakeModel {
       logits_out.push_back(logits);
       log.push_back('D');
       ++step_in_canvas;
+    };
+    // Freeze: the same logits, cut to the requested rows (empty: all), and the rows recorded.
+    h.decode_rows = [this, h](const std::vector<int32_t>& canvas, const std::vector<int32_t>& rows,
+                              const std::vector<float>* self_cond, std::vector<float>& logits) {
+      rows_requested.push_back(rows);
+      std::vector<float> full(size_t(length * vocab)), full_self_cond;
+      if (self_cond && !rows.empty()) {  // the fake model reads self_cond only to record it
+        full_self_cond.assign(size_t(length * vocab), 0.f);
+        for (size_t k = 0; k < rows.size(); ++k)
+          std::copy_n(&(*self_cond)[k * size_t(vocab)], vocab, &full_self_cond[size_t(rows[k]) * size_t(vocab)]);
+      }
+      h.decode(canvas, self_cond == nullptr ? nullptr : rows.empty() ? self_cond : &full_self_cond, full);
+      if (rows.empty()) {
+        logits = full;
+        return;
+      }
+      logits.resize(rows.size() * size_t(vocab));
+      for (size_t k = 0; k < rows.size(); ++k)
+        std::copy_n(&full[size_t(rows[k]) * size_t(vocab)], vocab, &logits[k * size_t(vocab)]);
     };
     h.encode = [this](const std::vector<int32_t>& tokens) {
       encoded.push_back(tokens);
@@ -443,6 +463,64 @@ TEST(EntropyBoundCommit, NeighborPenaltyActsOnTheLeftNeighboursArgmax) {
   p.stream_head = false;
   p.neighbor_penalty = 0.f;
   EXPECT_NE(error_of(p).find("neighbor_penalty must be positive"), std::string::npos) << error_of(p);
+}
+
+// Freeze: rows 0-3 peak hard at a fixed token (accepted every step), rows 4-7 are flat (accepted at
+// most a few at a time). Step 0 and 1 compute every row (step 0's input was noise: with seed 3 no row
+// of it holds the token that row will be accepted with, so none is accepted unchanged); from step 2 on, rows 0-3 are frozen and only 4-7 are computed, until
+// a refresh step computes all again.
+TEST(EntropyBoundFreeze, SettledRowsAreSkippedUntilARefresh) {
+  FakeModel m;
+  m.length = 8;
+  m.make = [&](int64_t, int64_t, const std::vector<int32_t>&, std::vector<float>& l) {
+    for (int64_t i = 0; i < 4; ++i) l[size_t(i * m.vocab + 12 + i)] = 40.f;
+  };
+  EntropyBoundParams p = small_params(m.length, 5);
+  p.confidence_threshold = 0.f;  // no early stop
+  p.pad_id = -1;
+  p.freeze = true;
+  const EntropyBoundResult r = generate_entropy_bound(m.hooks(), p);
+  const std::vector<int32_t> flat = {4, 5, 6, 7};
+  ASSERT_EQ(m.rows_requested.size(), 5u);
+  EXPECT_TRUE(m.rows_requested[0].empty());
+  EXPECT_TRUE(m.rows_requested[1].empty());
+  for (size_t k = 2; k < 5; ++k) EXPECT_EQ(m.rows_requested[k], flat) << "step " << k;
+  EXPECT_TRUE(m.log.size() == 5u);  // every pass went through decode_rows (which records through decode)
+  EXPECT_EQ(r.rows_computed, 8 + 8 + 3 * 4);
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(r.tokens[size_t(i)], 12 + i);
+
+  FakeModel again;
+  again.length = 8;
+  again.make = m.make;
+  p.freeze_refresh = 2;
+  generate_entropy_bound(again.hooks(), p);
+  ASSERT_EQ(again.rows_requested.size(), 5u);
+  EXPECT_TRUE(again.rows_requested[2].empty());  // refresh
+  EXPECT_EQ(again.rows_requested[3], flat);
+  EXPECT_TRUE(again.rows_requested[4].empty());  // refresh
+}
+
+// Refreshing every step is a full pass every step: the tokens, passes and RNG stream of no freeze.
+TEST(EntropyBoundFreeze, RefreshEveryStepEqualsNoFreeze) {
+  FakeModel a, b;
+  auto make = [](FakeModel& m) {
+    m.make = [&m](int64_t call, int64_t, const std::vector<int32_t>& canvas, std::vector<float>& l) {
+      for (int64_t i = 0; i < m.length; ++i)
+        l[size_t(i * m.vocab + (canvas[size_t(i)] + call + i) % m.vocab)] = 2.f + float(i % 3);
+    };
+  };
+  make(a);
+  make(b);
+  EntropyBoundParams p = small_params(a.length, 6);
+  p.max_new_tokens = 2 * a.length;
+  const EntropyBoundResult plain = generate_entropy_bound(a.hooks(), p);
+  p.freeze = true;
+  p.freeze_refresh = 1;
+  const EntropyBoundResult refreshed = generate_entropy_bound(b.hooks(), p);
+  EXPECT_EQ(refreshed.tokens, plain.tokens);
+  EXPECT_EQ(refreshed.passes, plain.passes);
+  EXPECT_EQ(b.canvases, a.canvases);
+  for (const auto& rows : b.rows_requested) EXPECT_TRUE(rows.empty());
 }
 
 // ---- (e) EOS, pad, continuation ----------------------------------------------------------------

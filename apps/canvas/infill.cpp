@@ -165,7 +165,11 @@ int run_infill(const Args& args, const Model& model, const std::string& model_pa
   m.freeze = args.has("freeze") || args.has("freeze-refresh");
   m.freeze_refresh = args.get_int("freeze-refresh", 0);
   m.sampling = sampling;
-  if (c.uniform_state) params.uniform = uniform_state_params(args, defaults, int64_t(plan.canvas.size()), seed);
+  if (c.uniform_state) {
+    params.uniform = uniform_state_params(args, defaults, int64_t(plan.canvas.size()), seed);
+    check(!params.uniform.freeze, "--freeze is for plain generation with a uniform-state model, not with --suffix, "
+                                  "<|hole:N|> or --json-schema");
+  }
   const FillResult r = fill(model, plan, params, codec, pool.get(), callbacks);
   if (args.has("visual")) view.finish();
   const int64_t filled = std::count(plan.canvas.begin(), plan.canvas.end(), plan.mask_id);

@@ -129,7 +129,9 @@ instead.)",
                             "block; approximate). Default prefix."},
         {"--freeze", "", "compute-aware decoding (approximate, off by default): after a block's first\n"
                          "pass, recompute only its masked positions and those committed by the previous\n"
-                         "step; other positions keep their cached K/V (docs/performance.md)"},
+                         "step; other positions keep their cached K/V (docs/performance.md). Uniform-state\n"
+                         "too: a position accepted as its argmax with the same token two steps in a row is\n"
+                         "frozen (its row skipped, its K/V kept) for the rest of the canvas"},
         {"--freeze-refresh", "N", "with --freeze (implied): also recompute everything every N steps of a block"},
         cli::heading("Infilling and structured output (diffusion models fill holes; AR models only do --json-schema):"),
         {"--suffix", "TEXT", "fill -n tokens between the prompt and TEXT; the prompt may instead (or also) hold\n"

@@ -303,6 +303,10 @@ EntropyBoundParams uniform_state_params(const Args& args, const SamplerDefaults&
   // --neighbor-penalty with it is an error.
   p.neighbor_penalty = float(args.get_float("neighbor-penalty", p.stream_head ? 1.0 : p.neighbor_penalty));
   check(p.neighbor_penalty > 0 && std::isfinite(p.neighbor_penalty), "--neighbor-penalty must be positive (1: off)");
+  p.freeze = args.has("freeze") || args.has("freeze-refresh");
+  p.freeze_refresh = args.get_int("freeze-refresh", 0);
+  check(p.freeze_refresh >= 0, "--freeze-refresh must be >= 0");
+  check(!p.freeze || !p.stream_head, "--freeze needs the materialised head: not with --stream-head");
   check(p.neighbor_penalty == 1.f || !p.stream_head, "--neighbor-penalty needs the materialised head: not with --stream-head");
   check(p.canvas_length > 0 && p.max_denoising_steps > 0, "--block-length and --steps must be positive");
   check(p.entropy_bound >= 0 && p.t_min > 0 && p.t_max >= p.t_min,

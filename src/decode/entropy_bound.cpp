@@ -99,14 +99,18 @@ PositionResult reduce_row(const float* row, float* z_row, int64_t vocab, double 
 // EntropyBoundParams::neighbor_penalty over the [L x V] logits, in place: row i's logit of row i-1's
 // argmax (after its own penalty; `left` before row 0) penalised, left to right. A row's argmax moves
 // only when the penalised token was its argmax, so only those rows are searched again.
-void penalize_neighbors(float* logits, int64_t L, int64_t V, int32_t left, float penalty, ThreadPool* pool) {
+// Rows with computed[i] == 0 (frozen: stale and already penalised) are left alone; their argmax
+// (known_argmax) still penalises the row after them.
+void penalize_neighbors(float* logits, int64_t L, int64_t V, int32_t left, float penalty, const uint8_t* computed,
+                        const int32_t* known_argmax, ThreadPool* pool) {
   std::vector<int32_t> top(static_cast<size_t>(L));
   parallel_for(pool, L, std::max<int64_t>(1, 65536 / V), [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) top[size_t(i)] = row_stats(logits + i * V, V).argmax;
+    for (int64_t i = begin; i < end; ++i)
+      top[size_t(i)] = computed[i] ? row_stats(logits + i * V, V).argmax : known_argmax[i];
   });
   for (int64_t i = 0; i < L; ++i) {
     float* row = logits + i * V;
-    if (left >= 0 && left < V) {
+    if (computed[i] && left >= 0 && left < V) {
       row[left] = penalize_logit(row[left], penalty);
       if (top[size_t(i)] == left) top[size_t(i)] = row_stats(row, V).argmax;
     }
@@ -141,6 +145,11 @@ void check_params(const DiffusionModelHooks& hooks, const EntropyBoundParams& p)
             std::to_string(p.neighbor_penalty));
   check(p.neighbor_penalty == 1.f || !p.stream_head,
         "entropy-bound sampler: neighbor_penalty needs the materialised logits; it does not work with stream_head");
+  check(!p.freeze || !p.stream_head, "entropy-bound sampler: freeze does not work with stream_head");
+  check(!p.freeze || bool(hooks.decode_rows),
+        "entropy-bound sampler: freeze is set but the model hooks have no decode_rows function");
+  check(p.freeze_refresh >= 0, "entropy-bound sampler: freeze_refresh must be >= 0, got " +
+                                   std::to_string(p.freeze_refresh));
 }
 
 }  // namespace
@@ -167,6 +176,12 @@ EntropyBoundResult generate_entropy_bound(const DiffusionModelHooks& hooks, cons
   std::vector<float> entropies(positions);
   std::vector<uint8_t> accepted_mask(positions);
   const int64_t grain = std::max<int64_t>(1, 65536 / V);
+  // Freeze (compute-aware decoding): which rows this pass computes, which are frozen, and for how many
+  // consecutive steps each was accepted unchanged as its argmax.
+  std::vector<uint8_t> computed(positions, 1), frozen(positions);
+  std::vector<int32_t> active, streak(positions), canvas_in;
+  std::vector<float> part, z_part;
+  std::vector<int64_t> computed_rows;
 
   const double t0 = now_ms();
   for (int64_t block = 0; int64_t(result.tokens.size()) < params.max_new_tokens; ++block) {
@@ -174,6 +189,8 @@ EntropyBoundResult generate_entropy_bound(const DiffusionModelHooks& hooks, cons
     for (auto& t : canvas) t = int32_t(rng.below(uint64_t(V)));
     region = result.tokens;
     region.insert(region.end(), canvas.begin(), canvas.end());
+    std::fill(frozen.begin(), frozen.end(), uint8_t(0));
+    std::fill(streak.begin(), streak.end(), 0);
     int64_t stable = 0, steps = 0;
     for (int64_t step = 0; step < N; ++step) {
       const int64_t s = N - step;
@@ -203,22 +220,58 @@ EntropyBoundResult generate_entropy_bound(const DiffusionModelHooks& hooks, cons
         }
         soft_in.swap(soft_out);  // the next step's self-conditioning input
       } else {
+        // Freeze: the rows not frozen, unless this is a full pass (a canvas's first step, a refresh, or
+        // every row frozen, or none).
+        active.clear();
+        const bool refresh = step == 0 || (params.freeze_refresh > 0 && step % params.freeze_refresh == 0);
+        if (params.freeze && !refresh)
+          for (int64_t i = 0; i < L; ++i)
+            if (!frozen[size_t(i)]) active.push_back(int32_t(i));
+        if (int64_t(active.size()) == L) active.clear();  // nothing frozen: a full pass
         logits.resize(logits_size);
-        hooks.decode(canvas, step == 0 ? nullptr : &z, logits);
+        if (active.empty()) {  // a full pass also thaws every position (the rule re-freezes them)
+          std::fill(computed.begin(), computed.end(), uint8_t(1));
+          std::fill(frozen.begin(), frozen.end(), uint8_t(0));
+          if (params.freeze) {
+            hooks.decode_rows(canvas, active, step == 0 ? nullptr : &z, logits);
+          } else {
+            hooks.decode(canvas, step == 0 ? nullptr : &z, logits);
+          }
+          check(logits.size() == logits_size, "entropy-bound sampler: decode wrote " + std::to_string(logits.size()) +
+                                                  " logits, expected canvas_length x vocab = " +
+                                                  std::to_string(logits_size));
+          result.rows_computed += L;
+        } else {  // only the active rows: their self-conditioning rows in, their logits out
+          const size_t n = active.size(), row = size_t(V);
+          std::fill(computed.begin(), computed.end(), uint8_t(0));
+          z_part.resize(n * row);
+          for (size_t k = 0; k < n; ++k) {
+            computed[size_t(active[k])] = 1;
+            std::copy_n(&z[size_t(active[k]) * row], row, &z_part[k * row]);
+          }
+          hooks.decode_rows(canvas, active, &z_part, part);
+          check(part.size() == n * row, "entropy-bound sampler: decode_rows wrote " + std::to_string(part.size()) +
+                                            " logits, expected " + std::to_string(n) + " rows x vocab");
+          for (size_t k = 0; k < n; ++k) std::copy_n(&part[k * row], row, &logits[size_t(active[k]) * row]);
+          result.rows_computed += int64_t(n);
+        }
         ++result.passes;
         ++steps;
-        check(logits.size() == logits_size, "entropy-bound sampler: decode wrote " + std::to_string(logits.size()) +
-                                                " logits, expected canvas_length x vocab = " +
-                                                std::to_string(logits_size));
-        if (params.neighbor_penalty != 1.f)
+        if (params.neighbor_penalty != 1.f) {
+          for (int64_t i = 0; i < L; ++i) argmax[size_t(i)] = rows[size_t(i)].argmax;  // frozen rows' own
           penalize_neighbors(logits.data(), L, V, result.tokens.empty() ? params.left_context : result.tokens.back(),
-                             params.neighbor_penalty, pool);
+                             params.neighbor_penalty, computed.data(), argmax.data(), pool);
+        }
 
-        // The previous z has been consumed by decode: overwrite it with this step's z row by row.
-        parallel_for(pool, L, grain, [&](int64_t begin, int64_t end) {
-          for (int64_t i = begin; i < end; ++i)
-            rows[size_t(i)] = reduce_row(&logits[size_t(i) * size_t(V)], &z[size_t(i) * size_t(V)], V, T,
-                                         uniforms[size_t(i)]);
+        // The previous z has been consumed by decode: overwrite this step's rows of it row by row.
+        computed_rows.clear();
+        for (int64_t i = 0; i < L; ++i)
+          if (computed[size_t(i)]) computed_rows.push_back(i);
+        parallel_for(pool, int64_t(computed_rows.size()), grain, [&](int64_t begin, int64_t end) {
+          for (int64_t k = begin; k < end; ++k) {
+            const size_t i = size_t(computed_rows[size_t(k)]);
+            rows[i] = reduce_row(&logits[i * size_t(V)], &z[i * size_t(V)], V, T, uniforms[i]);
+          }
         });
       }
       double entropy_sum = 0;
@@ -232,11 +285,24 @@ EntropyBoundResult generate_entropy_bound(const DiffusionModelHooks& hooks, cons
         entropy_sum += r.entropy;
       }
 
-      const std::vector<int64_t> accepted = entropy_bound_accept(entropies, params.entropy_bound);
+      std::vector<int64_t> accepted = entropy_bound_accept(entropies, params.entropy_bound);
       std::fill(accepted_mask.begin(), accepted_mask.end(), uint8_t(0));
       for (int64_t i : accepted) accepted_mask[size_t(i)] = 1;
+      for (int64_t i = 0; i < L; ++i)  // frozen positions stay accepted
+        if (frozen[size_t(i)] && !accepted_mask[size_t(i)]) {
+          accepted_mask[size_t(i)] = 1;
+          accepted.push_back(i);
+        }
+      canvas_in = canvas;
       for (int64_t i = 0; i < L; ++i)  // re-noise in position order (fixes the RNG sequence)
         canvas[size_t(i)] = accepted_mask[size_t(i)] ? rows[size_t(i)].sample : int32_t(rng.below(uint64_t(V)));
+      if (params.freeze)
+        for (size_t i = 0; i < positions; ++i) {
+          if (!computed[i]) continue;  // frozen: unchanged
+          const bool same = accepted_mask[i] && canvas[i] == canvas_in[i] && rows[i].argmax == canvas[i];
+          streak[i] = same ? streak[i] + 1 : 0;
+          frozen[i] = streak[i] >= 1;
+        }
 
       if (callbacks.on_step) {
         std::copy(canvas.begin(), canvas.end(), region.begin() + offset);

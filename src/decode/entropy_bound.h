@@ -37,6 +37,14 @@ struct EntropyBoundParams {
   // ("thy thy") that parallel decoding makes when two positions take the same word. Not with stream_head.
   float neighbor_penalty = 1.f;
   int32_t left_context = -1;  // the token before the first canvas (e.g. the prompt's last), or -1
+  // Compute-aware decoding (approximate, off by default; needs DiffusionModelHooks::decode_rows, not
+  // stream_head). A position is frozen once two consecutive steps accepted it with the same token that
+  // is also its argmax: later passes skip its row (its input token no longer changes; its K/V stay as
+  // its last pass computed them, and its argmax, sample and entropy as that pass reduced them), and it
+  // stays accepted. The first step of a canvas is a full pass, and so is every freeze_refresh-th step
+  // (0: never), which thaws the positions that no longer meet the rule.
+  bool freeze = false;
+  int64_t freeze_refresh = 0;
 };
 
 // The model as the sampler sees it. The caller has already encoded the prompt into its KV cache.
@@ -62,6 +70,14 @@ struct DiffusionModelHooks {
                      const HeadStreamOptions& head, std::vector<HeadRowStats>& stats,
                      std::vector<float>& soft_embedding)>
       decode_stream;
+  // Compute-aware decoding (EntropyBoundParams::freeze): a pass over the canvas rows `rows` (strictly
+  // increasing) only, the other rows' K/V as the last pass computing them left them; an empty `rows`
+  // is a pass over every row that also (re)starts the kept K/V of this canvas. self_cond: the previous
+  // step's temperature-scaled logits of those rows ([rows x vocab], every row when `rows` is empty) or
+  // nullptr; writes their logits (resized to [rows x vocab]).
+  std::function<void(const std::vector<int32_t>& canvas, const std::vector<int32_t>& rows,
+                     const std::vector<float>* self_cond, std::vector<float>& logits)>
+      decode_rows;
   // Appends a committed canvas (argmax tokens) to the KV cache with the causal encoder. Called before
   // every canvas after the first, never after the last (nothing reads the cache then; a caller that
   // keeps the cache for a next turn encodes the tail of `tokens` itself).

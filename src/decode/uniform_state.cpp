@@ -25,11 +25,7 @@ void UniformStateSession::encode(const std::vector<int32_t>& tokens) {
   req.n = n;
   req.pos0 = cached_;
   req.groups = groups_.data();
-  if (forward_) {
-    forward_(model_, cache_, req, pool_);
-  } else {
-    forward(model_, cache_, req, pool_);
-  }
+  run(req);
   cached_ += n;
 }
 
@@ -58,10 +54,17 @@ bool UniformStateSession::self_conditioned() const {
   return model_.config.has_decoder || model_.config.self_conditioning;
 }
 
-void UniformStateSession::decode(const std::vector<int32_t>& canvas, const std::vector<float>* self_cond,
-                                 std::vector<float>& logits) {
-  ForwardRequest req = canvas_request(canvas);
-  logits.resize(canvas.size() * size_t(model_.config.vocab));
+void UniformStateSession::run(const ForwardRequest& req) {
+  if (forward_) {
+    forward_(model_, cache_, req, pool_);
+  } else {
+    forward(model_, cache_, req, pool_);
+  }
+}
+
+void UniformStateSession::run_for_logits(ForwardRequest& req, const std::vector<float>* self_cond,
+                                         std::vector<float>& logits) {
+  logits.resize(size_t(req.n) * size_t(model_.config.vocab));
   req.logits = logits.data();
   if (self_cond && self_conditioned()) {
     check(self_cond->size() == logits.size(), "uniform-state decoding: self-conditioning logits have " +
@@ -69,11 +72,46 @@ void UniformStateSession::decode(const std::vector<int32_t>& canvas, const std::
                                                   std::to_string(logits.size()));
     req.self_cond = self_cond->data();
   }
-  if (forward_) {
-    forward_(model_, cache_, req, pool_);
-  } else {
-    forward(model_, cache_, req, pool_);
+  run(req);
+}
+
+void UniformStateSession::decode(const std::vector<int32_t>& canvas, const std::vector<float>* self_cond,
+                                 std::vector<float>& logits) {
+  ForwardRequest req = canvas_request(canvas);
+  run_for_logits(req, self_cond, logits);
+}
+
+void UniformStateSession::decode_rows(const std::vector<int32_t>& canvas, const std::vector<int32_t>& rows,
+                                      const std::vector<float>* self_cond, std::vector<float>& logits) {
+  const ModelConfig& c = model_.config;
+  const int64_t L = int64_t(canvas.size());
+  ForwardRequest req = canvas_request(canvas);
+  if (c.has_decoder) {
+    if (!canvas_kv_ || canvas_kv_->capacity() != L) canvas_kv_ = std::make_unique<KvCache>(c, L);
+    req.canvas_kv = canvas_kv_.get();
   }
+  if (!rows.empty()) {
+    const int64_t n = int64_t(rows.size());
+    row_tokens_.resize(size_t(n));
+    for (int64_t k = 0; k < n; ++k) {
+      check(rows[size_t(k)] >= 0 && rows[size_t(k)] < L, "uniform-state decoding: canvas row out of range");
+      row_tokens_[size_t(k)] = canvas[size_t(rows[size_t(k)])];
+    }
+    req.tokens = row_tokens_.data();
+    req.n = n;
+    req.logit_rows.resize(size_t(n));
+    if (c.has_decoder) {
+      req.canvas_rows = rows.data();
+    } else {  // the canvas's K/V live in the cache rows past the committed tokens
+      row_positions_.resize(size_t(n));
+      for (int64_t k = 0; k < n; ++k) row_positions_[size_t(k)] = int32_t(cached_ + rows[size_t(k)]);
+      req.positions = row_positions_.data();
+      req.key_end = cached_ + L;
+      groups_.assign(size_t(n), int32_t(cached_));
+      req.groups = groups_.data();
+    }
+  }
+  run_for_logits(req, self_cond, logits);
 }
 
 void UniformStateSession::decode_stream(const std::vector<int32_t>& canvas, const std::vector<float>* self_cond_soft,
@@ -96,11 +134,7 @@ void UniformStateSession::decode_stream(const std::vector<int32_t>& canvas, cons
   } else {
     soft_embedding.clear();  // nothing would read it
   }
-  if (forward_) {
-    forward_(model_, cache_, req, pool_);
-  } else {
-    forward(model_, cache_, req, pool_);
-  }
+  run(req);
 }
 
 DiffusionModelHooks UniformStateSession::hooks() {
@@ -113,6 +147,9 @@ DiffusionModelHooks UniformStateSession::hooks() {
                            std::vector<float>& soft_embedding) {
     decode_stream(canvas, self_cond_soft, head, stats, soft_embedding);
   };
+  h.decode_rows = [this](const std::vector<int32_t>& canvas, const std::vector<int32_t>& rows,
+                         const std::vector<float>* self_cond,
+                         std::vector<float>& logits) { decode_rows(canvas, rows, self_cond, logits); };
   h.encode = [this](const std::vector<int32_t>& tokens) { encode(tokens); };
   return h;
 }

@@ -4,6 +4,7 @@
 // bidirectional decoder passes over [cache ; canvas].
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "decode/entropy_bound.h"
@@ -39,6 +40,13 @@ class UniformStateSession {
   void decode_stream(const std::vector<int32_t>& canvas, const std::vector<float>* self_cond_soft,
                      const HeadStreamOptions& head, std::vector<HeadRowStats>& stats,
                      std::vector<float>& soft_embedding);
+  // Compute-aware decoding (DiffusionModelHooks::decode_rows): the rows `rows` of the canvas only
+  // (logits resized to [rows x vocab]; self_cond: those rows' previous logits, or nullptr), the other
+  // rows' K/V as their last pass left them: a decoder model keeps the canvas's K/V in a store of its
+  // own (ForwardRequest::canvas_kv), other models in the cache rows past the committed tokens. An empty
+  // `rows` is a pass over the whole canvas (as decode) that restarts those K/V.
+  void decode_rows(const std::vector<int32_t>& canvas, const std::vector<int32_t>& rows,
+                   const std::vector<float>* self_cond, std::vector<float>& logits);
   int64_t cached() const { return cached_; }  // committed positions in the cache
   int64_t capacity() const { return cache_.capacity(); }
   // Hooks calling this session's decode, decode_stream and encode; the session must outlive them.
@@ -50,6 +58,9 @@ class UniformStateSession {
 
  private:
   ForwardRequest canvas_request(const std::vector<int32_t>& canvas);
+  void run(const ForwardRequest& req);  // through forward_ when set, else forward()
+  // Sizes logits to the request's rows, hands over self_cond (checked) and runs the pass.
+  void run_for_logits(ForwardRequest& req, const std::vector<float>* self_cond, std::vector<float>& logits);
   bool self_conditioned() const;  // the model reads the previous step's distribution
 
   const Model& model_;
@@ -57,6 +68,8 @@ class UniformStateSession {
   ThreadPool* pool_;
   int64_t cached_ = 0;
   std::vector<int32_t> groups_;
+  std::unique_ptr<KvCache> canvas_kv_;  // decode_rows on a decoder model: the canvas's K/V
+  std::vector<int32_t> row_tokens_, row_positions_;
   std::function<void(const Model&, KvCache&, const ForwardRequest&, ThreadPool*)> forward_;
 };
 

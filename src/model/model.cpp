@@ -716,8 +716,21 @@ ForwardPlan plan_forward(const Model& model, std::span<KvCache* const> caches, s
     check(!decoder || c.has_decoder, "forward: decoder mode needs a model with a decoder (diffusion-gemma); '" +
                                          c.arch + "' has none");
     check(!decoder || !req.positions, "forward: explicit positions are for encoder passes only");
+    check(decoder || (!req.canvas_kv && !req.canvas_rows), "forward: canvas K/V are for decoder passes only");
+    check(!req.canvas_rows || req.canvas_kv, "forward: canvas rows need canvas_kv");
+    if (req.canvas_kv) {
+      check(!model.backend, "forward: kept canvas K/V (freezing settled positions) are not supported on this device");
+      const int64_t length = req.canvas_kv->capacity();
+      check(req.canvas_rows ? n <= length : n == length,
+            "forward: " + std::to_string(n) + " canvas rows for a canvas K/V store of " + std::to_string(length));
+      for (int64_t i = 0; req.canvas_rows && i < n; ++i)
+        check(req.canvas_rows[i] >= 0 && req.canvas_rows[i] < length && (i == 0 || req.canvas_rows[i] > req.canvas_rows[i - 1]),
+              "forward: canvas rows must be strictly increasing and inside the canvas");
+    }
     for (int64_t i = 0; i < n; ++i) {
-      pos.push_back(req.positions ? req.positions[i] : int32_t(req.pos0 + i));
+      pos.push_back(req.positions     ? req.positions[i]
+                    : req.canvas_rows ? int32_t(req.pos0 + req.canvas_rows[i])
+                                      : int32_t(req.pos0 + i));
       check(i == 0 || pos.back() > pos[pos.size() - 2], "forward: positions must be strictly increasing");
     }
     check(!req.positions || req.key_end > 0, "forward: explicit positions need key_end");
@@ -863,9 +876,20 @@ void forward_batch(const Model& model, std::span<KvCache* const> caches, std::sp
         attention(qs, ns, q_width, kc, vc, key_ends[size_t(s)], stride, mask, shape, out, q_width, pool);
       } else {
         // The canvas sees the cache (sliding layers: its last window - 1 positions) and itself, both ways;
-        // its own K/V go to scratch so the cache stays as the encoder left it.
+        // its own K/V go to scratch (or to the kept canvas K/V) so the cache stays as the encoder left it.
         const int64_t first = sliding ? std::max<int64_t>(0, req.pos0 - (c.sliding_window - 1)) : 0;
-        const int64_t cached = req.pos0 - first, keys = cached + ns;
+        KvCache* kept = req.canvas_kv;
+        const int64_t canvas_rows = kept ? kept->capacity() : ns;
+        const int64_t cached = req.pos0 - first, keys = cached + canvas_rows;
+        if (kept)
+          for (int64_t i = 0; i < ns; ++i) {
+            const int64_t row = req.canvas_rows ? req.canvas_rows[i] : i;
+            for (int64_t hh = 0; hh < la.n_kv_heads; ++hh) {
+              const int64_t dst = hh * kept->head_stride(l) + row * D;
+              std::memcpy(kept->keys(l) + dst, &ks_new[size_t(i * kv_width + hh * D)], size_t(D) * 4);
+              std::memcpy(kept->values(l) + dst, &vs_new[size_t(i * kv_width + hh * D)], size_t(D) * 4);
+            }
+          }
         canvas_keys.resize(size_t(la.n_kv_heads * keys * D));
         canvas_values.resize(size_t(la.n_kv_heads * keys * D));
         for (int64_t hh = 0; hh < la.n_kv_heads; ++hh) {
@@ -873,6 +897,11 @@ void forward_batch(const Model& model, std::span<KvCache* const> caches, std::sp
           float* vs = &canvas_values[size_t(hh * keys * D)];
           std::memcpy(ks, kc + hh * stride + first * D, size_t(cached * D) * 4);
           std::memcpy(vs, vc + hh * stride + first * D, size_t(cached * D) * 4);
+          if (kept) {
+            std::memcpy(ks + cached * D, kept->keys(l) + hh * kept->head_stride(l), size_t(canvas_rows * D) * 4);
+            std::memcpy(vs + cached * D, kept->values(l) + hh * kept->head_stride(l), size_t(canvas_rows * D) * 4);
+            continue;
+          }
           for (int64_t i = 0; i < ns; ++i) {
             std::memcpy(ks + (cached + i) * D, &ks_new[size_t(i * kv_width + hh * D)], size_t(D) * 4);
             std::memcpy(vs + (cached + i) * D, &vs_new[size_t(i * kv_width + hh * D)], size_t(D) * 4);

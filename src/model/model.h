@@ -138,6 +138,14 @@ struct ForwardRequest {
   // previous step), which is what self_cond's logits are reduced to first. Same use, same rules; at
   // most one of the two.
   const float* self_cond_soft = nullptr;
+  // Decoder passes only (compute-aware decoding, approximate): the K/V of the whole canvas kept across
+  // passes in a KvCache of its own (capacity = canvas length, positions = canvas rows). The n tokens are
+  // the canvas rows canvas_rows[0..n) (strictly increasing; null: rows 0..n-1, then n must be the whole
+  // canvas), at positions pos0 + row. Their K/V are written into canvas_kv; attention reads the visible
+  // cache and every canvas row's K/V as the last pass computing that row left them. A pass over every
+  // row gives exactly what the same pass without canvas_kv gives.
+  KvCache* canvas_kv = nullptr;
+  const int32_t* canvas_rows = nullptr;
 };
 
 void forward(const Model& model, KvCache& cache, const ForwardRequest& request, ThreadPool* pool);
