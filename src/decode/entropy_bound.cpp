@@ -213,12 +213,13 @@ EntropyBoundResult generate_entropy_bound(const DiffusionModelHooks& hooks, cons
                                                   " rows of statistics, expected canvas_length = " + std::to_string(L));
         for (size_t i = 0; i < positions; ++i) {
           const int32_t sample = head_stats[i].sample, top = head_stats[i].plain.argmax;
-          check(sample >= 0 && sample < V && top >= 0 && top < V,
-                "entropy-bound sampler: decode_stream returned a token outside the vocabulary at canvas position " +
-                    std::to_string(i));
+          if (!(sample >= 0 && sample < V && top >= 0 && top < V))
+            check(false, "entropy-bound sampler: decode_stream returned a token outside the vocabulary at canvas "
+                         "position " + std::to_string(i));
           rows[i] = reduce_streamed(head_stats[i]);
         }
         soft_in.swap(soft_out);  // the next step's self-conditioning input
+        result.rows_computed += L;
       } else {
         // Freeze: the rows not frozen, unless this is a full pass (a canvas's first step, a refresh, or
         // every row frozen, or none).
@@ -277,9 +278,9 @@ EntropyBoundResult generate_entropy_bound(const DiffusionModelHooks& hooks, cons
       double entropy_sum = 0;
       for (int64_t i = 0; i < L; ++i) {
         const PositionResult& r = rows[size_t(i)];
-        check(r.finite, "entropy-bound sampler: decoder logits at canvas position " + std::to_string(i) +
-                            " (canvas " + std::to_string(block) + ", step " + std::to_string(step) +
-                            ") are not finite");
+        if (!r.finite)  // (the message is built only when needed: this runs for every row of every step)
+          check(false, "entropy-bound sampler: decoder logits at canvas position " + std::to_string(i) + " (canvas " +
+                           std::to_string(block) + ", step " + std::to_string(step) + ") are not finite");
         argmax[size_t(i)] = r.argmax;
         entropies[size_t(i)] = r.entropy;
         entropy_sum += r.entropy;

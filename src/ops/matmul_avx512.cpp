@@ -153,7 +153,18 @@ void matmul_float_typed(const FloatArgs& a, int64_t j0, int64_t j1) {
       int64_t j = jp;
       for (; j + kFloatCols <= je; j += kFloatCols)
         float_tile_rows<L, kFloatCols>(r, x, a.ldx, a.w + j * wrb, wrb, a.k, y + j, a.ldy);
-      for (; j < je; ++j) float_tile_rows<L, 1>(r, x, a.ldx, a.w + j * wrb, wrb, a.k, y + j, a.ldy);
+      // The last je - j < 6 columns in one tile as wide as they are (a chunk of 16 columns leaves 4;
+      // one column at a time reads each x vector once per column). Each output sums in the same order
+      // whatever the tile's width, so the results are the same bit for bit.
+      const uint8_t* wj = a.w + j * wrb;
+      switch (je - j) {
+        case 5: float_tile_rows<L, 5>(r, x, a.ldx, wj, wrb, a.k, y + j, a.ldy); break;
+        case 4: float_tile_rows<L, 4>(r, x, a.ldx, wj, wrb, a.k, y + j, a.ldy); break;
+        case 3: float_tile_rows<L, 3>(r, x, a.ldx, wj, wrb, a.k, y + j, a.ldy); break;
+        case 2: float_tile_rows<L, 2>(r, x, a.ldx, wj, wrb, a.k, y + j, a.ldy); break;
+        case 1: float_tile_rows<L, 1>(r, x, a.ldx, wj, wrb, a.k, y + j, a.ldy); break;
+        default: break;
+      }
     }
   }
 }
