@@ -163,7 +163,7 @@ TEST(DiffusionGemmaFreeze, RefreshEveryStepEqualsPlainDecoding) {
   p.freeze_refresh = 0;
   const EntropyBoundResult frozen = generate_uniform_state(model, kPrompt, p, nullptr);
   EXPECT_EQ(frozen.tokens.size(), plain.tokens.size());
-  EXPECT_LE(frozen.rows_computed, plain.rows_computed);
+  EXPECT_LT(frozen.rows_computed, plain.rows_computed);  // something was frozen
 }
 
 // Records the decoder logits of every step; optionally hides the self-conditioning input.

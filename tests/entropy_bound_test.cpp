@@ -485,7 +485,7 @@ TEST(EntropyBoundFreeze, SettledRowsAreSkippedUntilARefresh) {
   EXPECT_TRUE(m.rows_requested[0].empty());
   EXPECT_TRUE(m.rows_requested[1].empty());
   for (size_t k = 2; k < 5; ++k) EXPECT_EQ(m.rows_requested[k], flat) << "step " << k;
-  EXPECT_TRUE(m.log.size() == 5u);  // every pass went through decode_rows (which records through decode)
+  EXPECT_EQ(m.log.size(), 5u);  // every pass went through decode_rows (which records through decode)
   EXPECT_EQ(r.rows_computed, 8 + 8 + 3 * 4);
   for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(r.tokens[size_t(i)], 12 + i);
 

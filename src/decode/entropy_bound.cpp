@@ -99,14 +99,14 @@ PositionResult reduce_row(const float* row, float* z_row, int64_t vocab, double 
 // EntropyBoundParams::neighbor_penalty over the [L x V] logits, in place: row i's logit of row i-1's
 // argmax (after its own penalty; `left` before row 0) penalised, left to right. A row's argmax moves
 // only when the penalised token was its argmax, so only those rows are searched again.
-// Rows with computed[i] == 0 (frozen: stale and already penalised) are left alone; their argmax
-// (known_argmax) still penalises the row after them.
+// Rows with computed[i] == 0 (frozen: stale and already penalised) are left alone; the argmax their
+// last reduction found (last[i]) still penalises the row after them.
 void penalize_neighbors(float* logits, int64_t L, int64_t V, int32_t left, float penalty, const uint8_t* computed,
-                        const int32_t* known_argmax, ThreadPool* pool) {
+                        const PositionResult* last, ThreadPool* pool) {
   std::vector<int32_t> top(static_cast<size_t>(L));
   parallel_for(pool, L, std::max<int64_t>(1, 65536 / V), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i)
-      top[size_t(i)] = computed[i] ? row_stats(logits + i * V, V).argmax : known_argmax[i];
+      top[size_t(i)] = computed[i] ? row_stats(logits + i * V, V).argmax : last[i].argmax;
   });
   for (int64_t i = 0; i < L; ++i) {
     float* row = logits + i * V;
@@ -258,11 +258,9 @@ EntropyBoundResult generate_entropy_bound(const DiffusionModelHooks& hooks, cons
         }
         ++result.passes;
         ++steps;
-        if (params.neighbor_penalty != 1.f) {
-          for (int64_t i = 0; i < L; ++i) argmax[size_t(i)] = rows[size_t(i)].argmax;  // frozen rows' own
+        if (params.neighbor_penalty != 1.f)
           penalize_neighbors(logits.data(), L, V, result.tokens.empty() ? params.left_context : result.tokens.back(),
-                             params.neighbor_penalty, computed.data(), argmax.data(), pool);
-        }
+                             params.neighbor_penalty, computed.data(), rows.data(), pool);
 
         // The previous z has been consumed by decode: overwrite this step's rows of it row by row.
         computed_rows.clear();

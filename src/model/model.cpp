@@ -520,6 +520,22 @@ Model Model::load_gguf(const std::string& path) {
   return m;
 }
 
+namespace {
+// The token embedding's rows v0 .. v0 + count dequantised and written transposed: out[j * ld + r] =
+// E[v0 + r][j] (ld >= count).
+void transpose_embedding_rows(const Model& model, int64_t v0, int64_t count, float* out, int64_t ld,
+                              ThreadPool* pool) {
+  const int64_t H = model.config.hidden;
+  parallel_for(pool, count, 64, [&](int64_t b, int64_t e) {
+    std::vector<float> row(static_cast<size_t>(H));
+    for (int64_t r = b; r < e; ++r) {
+      get_row(model.token_embd, v0 + r, row.data());
+      for (int64_t j = 0; j < H; ++j) out[j * ld + r] = row[size_t(j)];
+    }
+  });
+}
+}  // namespace
+
 void prepare_embedding_columns(Model& model, ThreadPool* pool) {
   const ModelConfig& c = model.config;
   model.embedding_columns.reset();
@@ -529,14 +545,7 @@ void prepare_embedding_columns(Model& model, ThreadPool* pool) {
       V * H * int64_t(sizeof(float)) > kMaxEmbeddingColumnsBytes)
     return;
   auto columns = std::make_shared<std::vector<float>>(size_t(V * H));
-  float* out = columns->data();
-  parallel_for(pool, V, 64, [&](int64_t b, int64_t e) {
-    std::vector<float> row(static_cast<size_t>(H));
-    for (int64_t r = b; r < e; ++r) {
-      get_row(model.token_embd, r, row.data());
-      for (int64_t j = 0; j < H; ++j) out[j * V + r] = row[size_t(j)];
-    }
-  });
+  transpose_embedding_rows(model, 0, V, columns->data(), V, pool);
   model.embedding_columns = std::move(columns);
   model.embedding_columns_of = model.token_embd.data;
 }
@@ -566,13 +575,18 @@ void soft_embedding_of_logits(const Model& model, const float* prev_logits, int6
                               ThreadPool* pool) {
   const ModelConfig& c = model.config;
   const int64_t H = c.hidden, V = c.vocab;
-  if (model.embedding_columns && model.embedding_columns_of == model.token_embd.data) {
+  // An f32 [H x cols] matrix (H rows of cols values) as a matmul weight.
+  const auto columns_view = [H](const float* data, int64_t cols) {
     TensorView w;
     w.type = DType::F32;
-    w.data = model.embedding_columns->data();
+    w.data = data;
     w.n_dims = 2;
-    w.ne[0] = V;
+    w.ne[0] = cols;
     w.ne[1] = H;
+    return w;
+  };
+  if (model.embedding_columns && model.embedding_columns_of == model.token_embd.data) {
+    const TensorView w = columns_view(model.embedding_columns->data(), V);
     const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 22) / V);  // <= 16 MiB of probabilities
     soft.resize(size_t(n * H));
     std::vector<float> probs(size_t(std::min(n, chunk) * V));
@@ -590,29 +604,17 @@ void soft_embedding_of_logits(const Model& model, const float* prev_logits, int6
   constexpr int64_t kTile = 1024;
   soft.assign(size_t(n * H), 0.f);
   std::vector<float> partial(size_t(n * H));
-  std::vector<float> rows_tile(size_t(kTile * H)), columns_tile(size_t(kTile * H)), probs(size_t(n * kTile));
+  std::vector<float> columns_tile(size_t(kTile * H)), probs(size_t(n * kTile));
   for (int64_t v0 = 0; v0 < V; v0 += kTile) {
     const int64_t rows = std::min(kTile, V - v0);
-    parallel_for(pool, rows, 16, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) get_row(model.token_embd, v0 + r, &rows_tile[size_t(r * H)]);
-    });
-    parallel_for(pool, H, 64, [&](int64_t b, int64_t e) {  // [rows, H] -> [H, rows]
-      for (int64_t j = b; j < e; ++j)
-        for (int64_t r = 0; r < rows; ++r) columns_tile[size_t(j * rows + r)] = rows_tile[size_t(r * H + j)];
-    });
+    transpose_embedding_rows(model, v0, rows, columns_tile.data(), rows, pool);  // [H, rows]
     parallel_for(pool, n, 8, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         const float* z = prev_logits + i * V + v0;
         for (int64_t r = 0; r < rows; ++r) probs[size_t(i * rows + r)] = std::exp(z[r] - log_sum[size_t(i)]);
       }
     });
-    TensorView w;
-    w.type = DType::F32;
-    w.data = columns_tile.data();
-    w.n_dims = 2;
-    w.ne[0] = rows;
-    w.ne[1] = H;
-    matmul(w, probs.data(), rows, n, partial.data(), H, pool);
+    matmul(columns_view(columns_tile.data(), rows), probs.data(), rows, n, partial.data(), H, pool);
     for (int64_t i = 0; i < n * H; ++i) soft[size_t(i)] += partial[size_t(i)];
   }
 }
@@ -723,9 +725,9 @@ ForwardPlan plan_forward(const Model& model, std::span<KvCache* const> caches, s
       const int64_t length = req.canvas_kv->capacity();
       check(req.canvas_rows ? n <= length : n == length,
             "forward: " + std::to_string(n) + " canvas rows for a canvas K/V store of " + std::to_string(length));
+      // (Increasing rows are increasing positions, which the loop below checks.)
       for (int64_t i = 0; req.canvas_rows && i < n; ++i)
-        check(req.canvas_rows[i] >= 0 && req.canvas_rows[i] < length && (i == 0 || req.canvas_rows[i] > req.canvas_rows[i - 1]),
-              "forward: canvas rows must be strictly increasing and inside the canvas");
+        check(req.canvas_rows[i] >= 0 && req.canvas_rows[i] < length, "forward: canvas rows must be inside the canvas");
     }
     for (int64_t i = 0; i < n; ++i) {
       pos.push_back(req.positions     ? req.positions[i]
