@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "decode/text_model.h"
 #include "serve/openai.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -10,7 +11,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (bool chat : {false, true}) {
     try {
       const canvas::serve::ApiRequest r = canvas::serve::parse_api_request(body, chat);
-      if (chat) canvas::serve::render_chat(r.messages);
+      if (chat) {
+        canvas::ChatFormat format;  // the built-in Gemma 4 format, as a model without a template gets
+        format.name = "gemma4";
+        format.render(r.messages);
+      }
     } catch (const canvas::serve::ApiError&) {
     }
   }

@@ -1,6 +1,7 @@
 // The Jinja subset for chat templates: templates written the way the Gemma, LLaDA and Dream (ChatML)
 // templates are, rendered to the exact text transformers' apply_chat_template gives.
 #include "decode/chat_template.h"
+#include "decode/text_model.h"
 
 #include <gtest/gtest.h>
 
@@ -185,4 +186,25 @@ TEST(ChatTemplate, DeepNestingIsAnErrorNotACrash) {
 }
 
 }  // namespace
+}  // namespace canvas
+
+namespace canvas {
+
+// The built-in formats ChatFormat renders when a model has no usable template (chat, generate --chat and
+// serve all render through it).
+TEST(ChatFormat, BuiltInFormats) {
+  ChatFormat f;
+  f.name = "gemma4";
+  EXPECT_EQ(f.render({{"user", "Hi"}}), "<bos><|turn>user\nHi<turn|>\n<|turn>model\n");
+  EXPECT_EQ(f.render({{"system", "S"}, {"user", "A"}, {"assistant", "B"}, {"user", "C"}}),
+            "<bos><|turn>system\nS<turn|>\n<|turn>user\nA<turn|>\n<|turn>model\nB<turn|>\n<|turn>user\nC<turn|>\n"
+            "<|turn>model\n");
+  f.name = "chatml";
+  EXPECT_EQ(f.render({{"user", "Hi"}}), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  f.name = "gemma";
+  EXPECT_EQ(f.render({{"system", "S"}, {"user", "Hi"}}), "<bos><start_of_turn>user\nS\n\nHi<end_of_turn>\n<start_of_turn>model\n");
+  f.jinja = "{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}";
+  EXPECT_EQ(f.render({{"user", "Hi"}}), "[user:Hi]");  // the model's own template wins
+}
+
 }  // namespace canvas

@@ -236,18 +236,8 @@ TEST(DiffusionGemmaDecode, ArStopsAtAnyStopId) {
   EXPECT_EQ(stopped.tokens, std::vector<int32_t>(all.tokens.begin(), all.tokens.begin() + first + 1));
 }
 
-// The "tokens": [...] part of a --json line.
-std::string json_tokens(const std::string& s) {
-  const size_t begin = s.find("\"tokens\"");
-  return begin == std::string::npos ? "" : s.substr(begin, s.find(']', begin) - begin);
-}
-
-std::string json_number(const std::string& json, const std::string& key) {
-  const size_t at = json.find("\"" + key + "\": ");
-  if (at == std::string::npos) return "";
-  const size_t begin = at + key.size() + 4;
-  return json.substr(begin, json.find_first_of(",}", begin) - begin);
-}
+using test::json_number;
+using test::json_tokens;
 
 TEST(DiffusionGemmaCli, GenerateFromTheCheckpointDirectory) {
   auto r = test::run_canvas("generate -s 0 -m " + model_dir() + " -p 'the sea' -n 20 --block-length 10 --steps 4 -t 2 "
@@ -277,7 +267,8 @@ TEST(DiffusionGemmaCli, ArModeDecodesThroughTheEncoder) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(json_number(r.output, "prompt_tokens"), "6") << r.output;
   EXPECT_FALSE(json_number(r.output, "passes").empty());
-  EXPECT_EQ(json_number(r.output, "tokens_per_forward"), "") << "AR runs have no decoder passes";
+  EXPECT_EQ(json_number(r.output, "encoder_passes"), "0") << "AR runs have no canvases to encode";
+  EXPECT_EQ(test::json_of(r.output)["mode"], "ar");
 }
 
 TEST(DiffusionGemmaCli, ConvertCopiesTheTokenizer) {

@@ -10,74 +10,15 @@
 #include <regex>
 #include <thread>
 
+#include "serve_process.h"
 #include "test_util.h"
 
 using nlohmann::json;
 
 namespace {
 
-// A `canvas serve` child process; killed (SIGKILL) on destruction unless it already exited.
-class ServerProcess {
- public:
-  explicit ServerProcess(const std::string& extra_args, const std::string& model = "models/text-masked.gguf") {
-    log_ = std::filesystem::temp_directory_path() / ("canvas-serve-" + std::to_string(getpid()) + "-" +
-                                                     std::to_string(counter_++) + ".log");
-    const std::string cmd = "exec " + std::string(CANVAS_BINARY) + " serve -m " +
-                            canvas::test::source_path(model) + " --port 0 " + extra_args + " 2>" + log_.string();
-    pid_ = fork();
-    if (pid_ == 0) {
-      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    // The port is printed at start; ready when /health says ok.
-    const std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)/");
-    for (int i = 0; i < 600 && port_ == 0; ++i) {
-      std::smatch m;
-      const std::string text = canvas::test::read_text(log_.string());
-      if (std::regex_search(text, m, listening)) port_ = std::stoi(m[1]);
-      else std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    for (int i = 0; i < 600 && port_ != 0; ++i) {
-      auto res = client().Get("/health");
-      if (res && res->status == 200) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  ~ServerProcess() {
-    if (pid_ > 0 && !exited_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    std::filesystem::remove(log_);
-  }
-  int port() const { return port_; }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(60, 0);
-    return c;
-  }
-  // Sends SIGTERM and waits (up to 30 s) for the exit status; -1 if it did not exit.
-  int terminate() {
-    kill(pid_, SIGTERM);
-    for (int i = 0; i < 600; ++i) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        exited_ = true;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return -1;
-  }
-  std::string log() const { return canvas::test::read_text(log_.string()); }
+using canvas::test::ServerProcess;
 
- private:
-  static inline int counter_ = 0;
-  std::filesystem::path log_;
-  pid_t pid_ = -1;
-  int port_ = 0;
-  bool exited_ = false;
-};
 
 httplib::Result post(const ServerProcess& s, const std::string& path, const std::string& body,
                      const httplib::Headers& headers = {}) {
@@ -193,8 +134,12 @@ TEST(ServeCli, BadInputGivesOpenAiErrors) {
   expect_error(post(server, "/v1/completions", "{\"prompt\": \"" + std::string(300, 'a') + "\"}"), 400,
                "context length");
   expect_error(post(server, "/v1/chat/completions", R"({"messages": "hi"})"), 400, "'messages'");
-  expect_error(post(server, "/v1/completions", R"({"prompt": "a", "max_tokens": 12, "block_length": 8})"), 400,
-               "multiple of block_length");
+  // Any max_tokens: a masked canvas is padded to whole blocks and cut back, as canvas generate does.
+  {
+    auto res = post(server, "/v1/completions", R"({"prompt": "a", "max_tokens": 12, "block_length": 8, "mode": "diffusion"})");
+    ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
+    EXPECT_LE(json::parse(res->body)["usage"]["completion_tokens"].get<int>(), 12);
+  }
   expect_error(server.client().Get("/v1/nothing"), 404);
   // Bodies over the limit (1 MiB) are refused before they are parsed.
   expect_error(post(server, "/v1/completions", "{\"prompt\": \"" + std::string(2 << 20, 'a') + "\"}"), 413);

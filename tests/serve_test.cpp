@@ -116,15 +116,15 @@ std::vector<int32_t> decode_alone(const Model& m, const EngineCase& c, ThreadPoo
   const serve::GenerationSettings& s = c.settings;
   if (s.mode == serve::DecodeMode::Ar) {
     ArParams p;
-    p.max_new_tokens = s.max_tokens;
+    p.max_new_tokens = s.max_new_tokens;
     p.sampling = s.sampling;
     // No stop ids: the model's EOS ends it, as in the engine below (which has no stop ids either).
     return generate_ar(m, c.prompt, p, pool).tokens;
   }
   MaskedDiffusionParams p;
-  p.gen_length = s.max_tokens;
-  p.block_length = serve::default_block_length(s);
-  p.steps = s.steps > 0 ? s.steps : s.max_tokens;
+  p.gen_length = s.max_new_tokens;
+  p.block_length = std::min<int64_t>(s.block_length > 0 ? s.block_length : 32, s.max_new_tokens);
+  p.steps = s.steps > 0 ? s.steps : s.max_new_tokens;
   p.threshold = s.threshold;
   p.cache = s.cache;
   p.sampling = s.sampling;
@@ -143,7 +143,7 @@ TEST(ServeEngine, BatchedGenerationsEqualDecodingAlone) {
   for (size_t i = 0; i < cases.size(); ++i) {
     EngineCase& c = cases[i];
     c.prompt = prompts[i % prompts.size()];
-    c.settings.max_tokens = 8;
+    c.settings.max_new_tokens = 8;
     c.settings.block_length = 4;
     c.settings.mode = i % 3 == 2 ? serve::DecodeMode::Ar : serve::DecodeMode::Diffusion;
     c.settings.cache = i == 0 ? CacheMode::None : i == 1 ? CacheMode::Dual : CacheMode::Prefix;
@@ -156,7 +156,6 @@ TEST(ServeEngine, BatchedGenerationsEqualDecodingAlone) {
   serve::EngineOptions options;
   options.parallel = int64_t(cases.size());
   options.queue = 0;
-  options.detokenize = [](const std::vector<int32_t>& ids) { return std::string(ids.size(), 'x'); };
   serve::Engine engine(m, &pool, options);
   std::vector<std::shared_ptr<serve::Job>> jobs;
   for (const EngineCase& c : cases) {
@@ -184,13 +183,12 @@ TEST(ServeEngine, QueueIsBoundedAndCancelFreesTheSlot) {
   serve::EngineOptions options;
   options.parallel = 1;
   options.queue = 1;
-  options.detokenize = [](const std::vector<int32_t>& ids) { return std::string(ids.size(), 'x'); };
   serve::Engine engine(m, &pool, options);
-  auto make = [] {
+  auto make = [&] {
     auto job = std::make_shared<serve::Job>();
     job->prompt = {73, 110};
     job->settings.mode = serve::DecodeMode::Ar;
-    job->settings.max_tokens = 1000;  // long enough to still run when cancelled
+    job->settings.max_new_tokens = m.config.context_length - 2;  // long enough to still run when cancelled
     return job;
   };
   auto running = make(), waiting = make(), refused = make();
@@ -208,7 +206,8 @@ TEST(ServeEngine, QueueIsBoundedAndCancelFreesTheSlot) {
     job->changed.wait(lock, [&] { return job->finished; });
     EXPECT_TRUE(job->cancelled_by_client);
   }
-  EXPECT_LT(int64_t(running->canvas.size()), 1000);
+  EXPECT_LT(int64_t(running->canvas.size()), m.config.context_length - 2);
+  EXPECT_EQ(running->finish_reason, "cancelled");
 }
 
 TEST(ServeApi, BadRequestsAreFieldErrors) {
@@ -253,13 +252,6 @@ TEST(ServeApi, BadRequestsAreFieldErrors) {
   }
 }
 
-TEST(ServeApi, ChatTemplateIsCanvasChats) {
-  EXPECT_EQ(serve::render_chat({{"user", "Hi"}}), "<bos><|turn>user\nHi<turn|>\n<|turn>model\n");
-  EXPECT_EQ(serve::render_chat({{"system", "S"}, {"user", "A"}, {"assistant", "B"}, {"user", "C"}}),
-            "<bos><|turn>system\nS<turn|>\n<|turn>user\nA<turn|>\n<|turn>model\nB<turn|>\n<|turn>user\nC<turn|>\n"
-            "<|turn>model\n");
-}
-
 // DiffusionGemma (uniform-state: encoder passes and decoder passes, batched separately) and its AR mode,
 // three requests at once through the engine: each gives the tokens of decoding it alone.
 TEST(ServeEngine, UniformStateBatchedEqualsDecodingAlone) {
@@ -268,8 +260,7 @@ TEST(ServeEngine, UniformStateBatchedEqualsDecodingAlone) {
   serve::EngineOptions options;
   options.parallel = 3;
   options.queue = 0;
-  options.uniform = test::small_entropy_bound_params();
-  options.detokenize = [](const std::vector<int32_t>& ids) { return std::string(ids.size(), 'x'); };
+  options.defaults.params = test::small_entropy_bound_params();
   serve::Engine engine(m, &pool, options);
   const std::vector<std::vector<int32_t>> prompts = {{2, 105, 17, 250, 33, 4, 198, 61, 77, 120, 9, 286},
                                                      {2, 105, 17, 250},
@@ -279,7 +270,7 @@ TEST(ServeEngine, UniformStateBatchedEqualsDecodingAlone) {
     auto job = std::make_shared<serve::Job>();
     job->prompt = prompts[i];
     job->settings.mode = i == 2 ? serve::DecodeMode::Ar : serve::DecodeMode::Diffusion;
-    job->settings.max_tokens = i == 2 ? 8 : 40;
+    job->settings.max_new_tokens = i == 2 ? 8 : 40;
     job->settings.sampling.seed = 5 + i;
     ASSERT_TRUE(engine.submit(job));
     jobs.push_back(job);
@@ -320,14 +311,13 @@ TEST(ServeRouting, UniformStateCostCountsWholeCanvasesAndLearnsPassesPerCanvas) 
   ThreadPool pool(2);
   serve::EngineOptions options;
   options.parallel = 1;
-  options.uniform = test::small_entropy_bound_params();
-  options.detokenize = [](const std::vector<int32_t>& ids) { return std::string(ids.size(), 'x'); };
+  options.defaults.params = test::small_entropy_bound_params();
   serve::Engine engine(m, &pool, options);
   EXPECT_EQ(engine.cost_model().uniform_passes_per_canvas, 0);  // nothing measured yet
   auto job = std::make_shared<serve::Job>();
   job->prompt = {2, 105, 17, 250};
   job->settings.mode = serve::DecodeMode::Diffusion;
-  job->settings.max_tokens = 2 * options.uniform.canvas_length;
+  job->settings.max_new_tokens = 2 * options.defaults.params.canvas_length;
   ASSERT_TRUE(engine.submit(job));
   {
     std::unique_lock<std::mutex> lock(job->mutex);
@@ -339,10 +329,10 @@ TEST(ServeRouting, UniformStateCostCountsWholeCanvasesAndLearnsPassesPerCanvas) 
   // With auto, the request goes where the estimate (learned passes, whole canvases) is lower.
   serve::GenerationSettings s;
   s.mode = serve::DecodeMode::Auto;
-  s.max_tokens = options.uniform.canvas_length;
+  s.max_new_tokens = options.defaults.params.canvas_length;
   const serve::CostModel c = engine.cost_model();
-  const bool diffusion_cheaper = c.uniform_ms(s.max_tokens, options.uniform.canvas_length,
-                                              c.uniform_passes_per_canvas, 1) <= c.ar_ms(s.max_tokens, 1, 1);
+  const bool diffusion_cheaper = c.uniform_ms(s.max_new_tokens, options.defaults.params.canvas_length,
+                                              c.uniform_passes_per_canvas, 1) <= c.ar_ms(s.max_new_tokens, 1, 1);
   EXPECT_EQ(engine.route(s, 4), diffusion_cheaper ? serve::DecodeMode::Diffusion : serve::DecodeMode::Ar);
   engine.shutdown(false);
 }

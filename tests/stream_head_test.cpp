@@ -312,11 +312,8 @@ TEST(StreamHead, StreamWithoutTheHookIsAClearError) {
   }
 }
 
-// The "tokens": [...] part of a --json line.
-std::string json_tokens(const std::string& s) {
-  const size_t begin = s.find("\"tokens\"");
-  return begin == std::string::npos ? "" : s.substr(begin, s.find(']', begin) - begin);
-}
+using test::json_number;
+using test::json_tokens;
 
 TEST(StreamHeadCli, GenerateChatAndBench) {
   auto r = test::run_canvas("generate --help");

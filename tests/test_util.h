@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -77,6 +78,26 @@ class TempDir {
  private:
   std::filesystem::path dir_;
 };
+
+// The JSON object of a `canvas generate --json` run (an empty object when the output holds none).
+inline nlohmann::json json_of(const std::string& out) {
+  const size_t a = out.find('{');
+  if (a == std::string::npos) return nlohmann::json::object();
+  try {
+    return nlohmann::json::parse(out.substr(a, out.rfind('}') + 1 - a));
+  } catch (const std::exception&) {
+    return nlohmann::json::object();
+  }
+}
+// Its "tokens" list as text ("" when absent), and a number field as text ("" when absent).
+inline std::string json_tokens(const std::string& out) {
+  const nlohmann::json j = json_of(out);
+  return j.contains("tokens") ? j["tokens"].dump() : "";
+}
+inline std::string json_number(const std::string& out, const std::string& key) {
+  const nlohmann::json j = json_of(out);
+  return j.contains(key) && j[key].is_number() ? j[key].dump() : "";
+}
 
 inline std::string temp_path(const std::string& name) {
   return "/tmp/canvas_test_" + std::to_string(::getpid()) + "_" + name;

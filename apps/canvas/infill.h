@@ -5,14 +5,14 @@
 
 #include "args.h"
 #include "model/model.h"
-#include "text_model.h"
+#include "decode/generation.h"
 
 namespace canvas::cli {
 
 // The generate flags this mode adds (value flags): suffix, json-schema.
 bool infill_requested(const Args& args);
 // Runs generate with holes or a schema; prints the result like generate does. Returns the exit code.
-int run_infill(const Args& args, const Model& model, const std::string& model_path,
-               const TextTokenizer& tokenizer);
+// `request` holds generate's decoding options and prompt text.
+int run_infill(const Args& args, const TextModel& m, GenerationRequest request);
 
 }  // namespace canvas::cli

@@ -13,7 +13,7 @@
 #include "decode/score.h"
 #include "io/gguf.h"
 #include "io/tokenizer.h"
-#include "text_model.h"
+#include "decode/text_model.h"
 #include "progress.h"
 
 namespace canvas::cli {
@@ -61,7 +61,7 @@ int cmd_score(int argc, char** argv) {
   use_device(model, args.get("device", "cpu"));
   check(model.file != nullptr, "canvas score needs a GGUF model (its tokenizer is read from the file)");
   // The model's own tokenizer, either kind (byte-level BPE, or Gemma-style SentencePiece BPE).
-  const TextTokenizer tokenizer = TextTokenizer::for_model(model, args.get("model", ""), "");
+  const TextTokenizer tokenizer = tokenizer_for_model(model, args.get("model", ""), "");
   const std::string context = args.get("context", "");
   std::vector<int32_t> tokens = tokenizer.encode(context, true);
   const std::vector<int32_t> scored = tokenizer.encode(text, false);

@@ -14,7 +14,7 @@
 #include "model/model.h"
 #include "serve/engine.h"
 #include "serve/http_server.h"
-#include "text_model.h"
+#include "decode/text_model.h"
 
 namespace canvas::cli {
 
@@ -25,7 +25,7 @@ const Command kServe{
     "canvas serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue N]\n"
     "                    [--mode auto|diffusion|ar] [--api-key KEY]",
     R"(Serves a model over HTTP with OpenAI's API: POST /v1/completions, POST /v1/chat/completions (messages
-through the Gemma chat template, as canvas chat), GET /v1/models, GET /health (200 when ready, 503 while
+in the model's chat format, as canvas chat renders them), GET /v1/models, GET /health (200 when ready, 503 while
 loading or stopping), and a web page at / that draws the canvas live as it is denoised. The decoding
 steps of all running requests share one batched forward pass; requests join and leave between steps.
 Requests take OpenAI's fields (max_tokens, temperature, top_p, seed, stop, n = 1, stream,
@@ -78,10 +78,6 @@ int cmd_serve(int argc, char** argv) {
   options.port = int(port);
   options.api_key = args.get("api-key", "");
   options.http_threads = int(engine_options.parallel + engine_options.queue + 8);
-  std::shared_ptr<const TextTokenizer> tokenizer;
-  options.encode_prompt = [&](const std::string& text) { return tokenizer->encode(text, true); };
-  options.encode_chat = [&](const std::string& text) { return tokenizer->encode(text, false); };
-  options.detokenize = [&](const std::vector<int32_t>& ids) { return tokenizer->decode(ids); };
   {
     const size_t slash = model_path.find_last_of('/');
     options.model_name = slash == std::string::npos ? model_path : model_path.substr(slash + 1);
@@ -95,16 +91,15 @@ int cmd_serve(int argc, char** argv) {
 
   std::unique_ptr<serve::Engine> engine;
   try {
-    Model model = Model::load(model_path);
-    use_device(model, args.get("device", "cpu"));
-    tokenizer = std::make_shared<const TextTokenizer>(TextTokenizer::for_model(model, model_path, ""));
-    const SamplerDefaults defaults = sampler_defaults(model, model_path);
-    const ModelConfig& c = model.config;
-    engine_options.stop_ids = c.uniform_state ? defaults.params.eos_ids : std::vector<int32_t>{c.eos_token};
-    engine_options.uniform = defaults.params;
-    engine_options.detokenize = options.detokenize;
+    Model loaded = Model::load(model_path);
+    use_device(loaded, args.get("device", "cpu"));
+    const TextModel m = TextModel::from(std::move(loaded), model_path);
+    const ModelConfig& c = m.model.config;
+    engine_options.tokenizer = &m.tokenizer;
+    engine_options.chat = &m.chat;
+    engine_options.defaults = m.defaults;
     auto pool = std::make_unique<ThreadPool>(0);
-    engine = std::make_unique<serve::Engine>(model, pool.get(), engine_options);
+    engine = std::make_unique<serve::Engine>(m.model, pool.get(), engine_options);
     check(engine->has_diffusion() || engine_options.default_mode != serve::DecodeMode::Diffusion,
           "--mode diffusion: model '" + c.arch + "' cannot decode by diffusion");
     check(engine->has_ar() || engine_options.default_mode != serve::DecodeMode::Ar,

@@ -16,6 +16,7 @@
 #include "io/hf_tokenizer.h"
 #include "io/json.h"
 #include "io/spm_tokenizer.h"
+#include "io/text_tokenizer.h"
 #include "io/tokenizer.h"
 
 namespace canvas::cli {
@@ -50,49 +51,6 @@ const Command kDetokenize{
     },
     ""};
 
-// One interface over the three vocabulary kinds.
-struct AnyTokenizer {
-  std::function<std::vector<int32_t>(const std::string&, bool)> encode;
-  std::function<std::string(const std::vector<int32_t>&)> decode;
-  std::function<std::string(int32_t)> piece;
-  int32_t bos = -1;
-};
-
-template <class T>
-AnyTokenizer wrap(std::shared_ptr<const T> t) {
-  AnyTokenizer a;
-  a.encode = [t](const std::string& text, bool bos) { return t->encode(text, bos, true); };
-  a.decode = [t](const std::vector<int32_t>& ids) { return t->decode(ids, false); };
-  a.piece = [t](int32_t id) { return t->token_piece(id); };
-  a.bos = t->bos_id();
-  return a;
-}
-
-AnyTokenizer open_tokenizer(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  std::string json_path;
-  if (fs::is_directory(path, ec)) {
-    json_path = (fs::path(path) / "tokenizer.json").string();
-    check(fs::exists(json_path, ec), path + ": the directory holds no tokenizer.json");
-  } else if (fs::path(path).filename() == "config.json") {
-    json_path = (fs::path(path).parent_path() / "tokenizer.json").string();
-  } else if (fs::path(path).extension() == ".json") {
-    json_path = path;
-  }
-  if (!json_path.empty()) {
-    if (is_byte_level_tokenizer_json(json_path))
-      return wrap(std::make_shared<const Tokenizer>(bpe_tokenizer_from_json(json_path)));
-    return wrap(std::make_shared<const HfTokenizer>(HfTokenizer::from_json(json_path)));
-  }
-  const auto file = GgufFile::open(path);
-  const std::string model = file->get_string("tokenizer.ggml.model", "");
-  check(!model.empty(), path + ": no tokenizer.ggml.model: the file holds no vocabulary");
-  if (model == "gpt2") return wrap(std::make_shared<const Tokenizer>(Tokenizer::from_gguf(*file)));
-  if (SpmTokenizer::describes(*file)) return wrap(std::make_shared<const SpmTokenizer>(SpmTokenizer::from_gguf(*file)));
-  return wrap(std::make_shared<const HfTokenizer>(HfTokenizer::from_gguf(*file)));
-}
-
 }  // namespace
 
 int cmd_tokenize(int argc, char** argv) {
@@ -101,12 +59,12 @@ int cmd_tokenize(int argc, char** argv) {
   check(args.has("model"), "no model given (-m MODEL)");
   check(args.has("prompt") != args.has("file"), "give the text with exactly one of -p TEXT or -f FILE");
   const std::string text = args.has("file") ? read_text_file(args.get("file", "")) : args.get("prompt", "");
-  const AnyTokenizer t = open_tokenizer(args.get("model", ""));
-  check(!args.has("bos") || t.bos >= 0, "--bos: the vocabulary has no BOS token");
+  const TextTokenizer t = TextTokenizer::open(args.get("model", ""));
+  check(!args.has("bos") || t.bos_id() >= 0, "--bos: the vocabulary has no BOS token");
   const std::vector<int32_t> ids = t.encode(text, args.has("bos"));
   if (args.has("json")) {
     nlohmann::json out = {{"ids", ids}, {"pieces", nlohmann::json::array()}};
-    for (int32_t id : ids) out["pieces"].push_back(t.piece(id));
+    for (int32_t id : ids) out["pieces"].push_back(t.token_piece(id));
     std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
@@ -121,7 +79,7 @@ int cmd_detokenize(int argc, char** argv) {
   Args args(kDetokenize, argc, argv, 2);
   check(args.has("model"), "no model given (-m MODEL)");
   check(args.has("ids"), "no token ids given (--ids 1,2,3)");
-  const AnyTokenizer t = open_tokenizer(args.get("model", ""));
+  const TextTokenizer t = TextTokenizer::open(args.get("model", ""));
   const std::string text = t.decode(parse_id_list(args.get("ids", ""), "--ids"));
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fputc('\n', stdout);

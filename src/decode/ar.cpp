@@ -24,7 +24,7 @@ GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& pro
   Rng rng(params.sampling.seed);
   GenerationResult result;
   result.prompt_tokens = P;
-  std::vector<float> logits(size_t(c.vocab));
+  std::vector<float> logits(static_cast<size_t>(c.vocab));
   std::vector<int32_t> generated;
   std::vector<int32_t> tokens(prompt), groups, recent;
   std::vector<char> allowed;

@@ -60,9 +60,41 @@ PositionResult reduce_streamed(const HeadRowStats& st) {
   return r;
 }
 
+// EntropyBoundParams' top_k / top_p / min_p: the candidates of an accepted position's draw.
+struct CandidateFilter {
+  int64_t top_k = 0;
+  double top_p = 1, min_p = 0;
+  bool active() const { return top_k > 0 || top_p < 1 || min_p > 0; }
+  // One inverse-CDF draw (uniform u) from softmax(z) restricted to the candidates, renormalised; the
+  // candidates in descending probability (ties: lower id first), so the draw does not depend on threads.
+  int32_t draw(const float* z, int64_t vocab, double lse, int32_t argmax, double u) const {
+    std::vector<int32_t> order(static_cast<size_t>(vocab));
+    for (int64_t j = 0; j < vocab; ++j) order[size_t(j)] = int32_t(j);
+    const int64_t keep = top_k > 0 ? std::min(top_k, vocab) : vocab;
+    auto before = [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); };
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(), before);
+    const double p_max = std::exp(double(z[argmax]) - lse);
+    std::vector<double> p;
+    double mass = 0;
+    for (int64_t k = 0; k < keep; ++k) {
+      const double pk = std::exp(double(z[order[size_t(k)]]) - lse);
+      if (k > 0 && (pk < min_p * p_max || mass >= top_p)) break;
+      p.push_back(pk);
+      mass += pk;
+    }
+    double cum = 0;
+    for (size_t k = 0; k < p.size(); ++k) {
+      cum += p[k] / mass;
+      if (cum > u) return order[k];
+    }
+    return order[p.size() - 1];
+  }
+};
+
 // z = row / T (written to z_row), then argmax, entropy and one inverse-CDF draw from softmax(z),
 // reading the row a few times without storing probabilities.
-PositionResult reduce_row(const float* row, float* z_row, int64_t vocab, double temperature, double u) {
+PositionResult reduce_row(const float* row, float* z_row, int64_t vocab, double temperature, double u,
+                          const CandidateFilter* filter) {
   PositionResult r;
   // NaN or +inf anywhere poisons the row (the SIMD reductions need not propagate them); -inf is a
   // legitimate zero probability as long as some logit is finite.
@@ -80,6 +112,10 @@ PositionResult reduce_row(const float* row, float* z_row, int64_t vocab, double 
   r.argmax = st.argmax;
   r.entropy = std::max(st.entropy, 0.f);
   const double lse = st.logsumexp;
+  if (filter && filter->active()) {
+    r.sample = filter->draw(z_row, vocab, lse, st.argmax, u);
+    return r;
+  }
   double cum = 0;
   int32_t pick = -1, last_positive = st.argmax;
   for (int64_t j = 0; j < vocab; ++j) {
@@ -146,6 +182,10 @@ void check_params(const DiffusionModelHooks& hooks, const EntropyBoundParams& p)
   check(p.neighbor_penalty == 1.f || !p.stream_head,
         "entropy-bound sampler: neighbor_penalty needs the materialised logits; it does not work with stream_head");
   check(!p.freeze || !p.stream_head, "entropy-bound sampler: freeze does not work with stream_head");
+  check(p.top_k >= 0 && p.top_p > 0 && p.top_p <= 1 && p.min_p >= 0 && p.min_p <= 1,
+        "entropy-bound sampler: need top_k >= 0, top_p in (0, 1] and min_p in [0, 1]");
+  check(!p.stream_head || (!p.greedy && p.top_k == 0 && p.top_p == 1 && p.min_p == 0),
+        "entropy-bound sampler: greedy, top_k, top_p and min_p need the materialised head, not stream_head");
   check(!p.freeze || bool(hooks.decode_rows),
         "entropy-bound sampler: freeze is set but the model hooks have no decode_rows function");
   check(p.freeze_refresh >= 0, "entropy-bound sampler: freeze_refresh must be >= 0, got " +
@@ -170,6 +210,10 @@ EntropyBoundResult generate_entropy_bound(const DiffusionModelHooks& hooks, cons
   std::vector<float> soft_in, soft_out;
   std::vector<uint64_t> row_ids(streamed ? positions : 0);
   std::vector<int32_t> canvas(positions), argmax(positions), prev_argmax(positions);
+  CandidateFilter filter;
+  filter.top_k = params.top_k;
+  filter.top_p = params.top_p;
+  filter.min_p = params.min_p;
   std::vector<int32_t> region;  // committed tokens followed by the current canvas (for events)
   std::vector<double> uniforms(positions);
   std::vector<PositionResult> rows(positions);
@@ -269,7 +313,7 @@ EntropyBoundResult generate_entropy_bound(const DiffusionModelHooks& hooks, cons
         parallel_for(pool, int64_t(computed_rows.size()), grain, [&](int64_t begin, int64_t end) {
           for (int64_t k = begin; k < end; ++k) {
             const size_t i = size_t(computed_rows[size_t(k)]);
-            rows[i] = reduce_row(&logits[i * size_t(V)], &z[i * size_t(V)], V, T, uniforms[i]);
+            rows[i] = reduce_row(&logits[i * size_t(V)], &z[i * size_t(V)], V, T, uniforms[i], &filter);
           }
         });
       }
@@ -294,7 +338,9 @@ EntropyBoundResult generate_entropy_bound(const DiffusionModelHooks& hooks, cons
         }
       canvas_in = canvas;
       for (int64_t i = 0; i < L; ++i)  // re-noise in position order (fixes the RNG sequence)
-        canvas[size_t(i)] = accepted_mask[size_t(i)] ? rows[size_t(i)].sample : int32_t(rng.below(uint64_t(V)));
+        canvas[size_t(i)] = !accepted_mask[size_t(i)] ? int32_t(rng.below(uint64_t(V)))
+                            : params.greedy                ? rows[size_t(i)].argmax
+                                                           : rows[size_t(i)].sample;
       if (params.freeze)
         for (size_t i = 0; i < positions; ++i) {
           if (!computed[i]) continue;  // frozen: unchanged

@@ -45,6 +45,13 @@ struct EntropyBoundParams {
   // (0: never), which thaws the positions that no longer meet the rule.
   bool freeze = false;
   int64_t freeze_refresh = 0;
+  // Token choice of an accepted position (materialised head only; the entropies and the acceptance always
+  // read the full tempered distribution). greedy: its argmax. Otherwise a draw from softmax(z) restricted to
+  // the top_k most likely tokens (0: all), the smallest set holding top_p of the mass (1: all) and those
+  // with probability >= min_p times the most likely one's (0: all), renormalised.
+  bool greedy = false;
+  int64_t top_k = 0;
+  float top_p = 1.f, min_p = 0.f;
 };
 
 // The model as the sampler sees it. The caller has already encoded the prompt into its KV cache.

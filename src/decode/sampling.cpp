@@ -10,6 +10,61 @@
 
 namespace canvas {
 
+const float* penalized_row(const float* raw_logits, int64_t vocab, const SamplingParams& params,
+                           const std::vector<int32_t>* recent) {
+  if (params.repeat_penalty == 1.f || !recent || recent->empty()) return raw_logits;
+  thread_local std::vector<float> penalized;
+  penalized.assign(raw_logits, raw_logits + vocab);
+  std::vector<int32_t> ids(*recent);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab) continue;
+    float& v = penalized[size_t(id)];
+    v = penalize_logit(v, params.repeat_penalty);
+  }
+  return penalized.data();
+}
+
+std::vector<int32_t> sampling_candidates(const float* logits, int64_t vocab, const SamplingParams& params) {
+  const double T = params.temperature;
+  const int64_t k = params.top_k > 0 ? std::min<int64_t>(params.top_k, vocab) : vocab;
+  std::vector<int32_t> candidates = top_k(logits, vocab, k);
+  if (params.top_p < 1.f) {
+    // Keep the smallest prefix (by descending probability at temperature T) whose mass reaches top_p.
+    const double top = logits[candidates[0]];
+    double total = 0;
+    for (int32_t id : candidates) total += std::exp((double(logits[id]) - top) / T);
+    double mass = 0;
+    size_t keep = 0;
+    while (keep < candidates.size()) {
+      mass += std::exp((double(logits[candidates[keep]]) - top) / T) / total;
+      ++keep;
+      if (mass >= params.top_p) break;
+    }
+    candidates.resize(keep);
+  }
+  if (params.min_p > 0.f) {
+    // p(id) >= min_p * p(top)  <=>  logit(id) >= logit(top) + log(min_p), on the untempered logits.
+    const double floor = double(logits[candidates[0]]) + std::log(double(params.min_p));
+    size_t keep = 1;
+    while (keep < candidates.size() && double(logits[candidates[keep]]) >= floor) ++keep;
+    candidates.resize(keep);
+  }
+  return candidates;
+}
+
+std::vector<double> sampling_distribution(const float* logits, int64_t vocab, const SamplingParams& params) {
+  check(params.temperature > 0.f, "sampling_distribution needs a temperature above 0");
+  const std::vector<int32_t> candidates = sampling_candidates(logits, vocab, params);
+  std::vector<double> p(size_t(vocab), 0.0);
+  const double top = logits[candidates[0]], T = params.temperature;
+  double total = 0;
+  for (int32_t id : candidates) total += p[size_t(id)] = std::exp((double(logits[id]) - top) / T);
+  for (int32_t id : candidates) p[size_t(id)] /= total;
+  return p;
+}
+
 TokenChoice choose_token(const float* raw_logits, int64_t vocab, const SamplingParams& params, Rng& rng,
                          const std::vector<int32_t>* recent) {
   // NaN or +inf anywhere means broken weights or hyper-parameters (a NaN embedding, rms_eps = nan): fail
@@ -20,20 +75,7 @@ TokenChoice choose_token(const float* raw_logits, int64_t vocab, const SamplingP
   for (int64_t i = 0; i < vocab; ++i) poisoned |= !(raw_logits[i] < std::numeric_limits<float>::infinity());
   check(!poisoned, "sampling: the model's logits are not finite (NaN or +inf): its weights or hyper-parameters "
                    "are broken");
-  const float* logits = raw_logits;
-  thread_local std::vector<float> penalized;
-  if (params.repeat_penalty != 1.f && recent && !recent->empty()) {
-    penalized.assign(raw_logits, raw_logits + vocab);
-    std::vector<int32_t> ids(*recent);
-    std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    for (int32_t id : ids) {
-      if (id < 0 || id >= vocab) continue;
-      float& v = penalized[size_t(id)];
-      v = penalize_logit(v, params.repeat_penalty);
-    }
-    logits = penalized.data();
-  }
+  const float* logits = penalized_row(raw_logits, vocab, params, recent);
   TokenChoice choice;
   choice.stats = row_stats(logits, vocab);
   check(std::isfinite(choice.stats.logsumexp), "sampling: the model's logits are all -inf or overflow");
@@ -51,29 +93,7 @@ TokenChoice choose_token(const float* raw_logits, int64_t vocab, const SamplingP
         }
       }
     } else {
-      const int64_t k = params.top_k > 0 ? std::min<int64_t>(params.top_k, vocab) : vocab;
-      std::vector<int32_t> candidates = top_k(logits, vocab, k);
-      if (params.top_p < 1.f) {
-        // Keep the smallest prefix (by descending probability at temperature T) whose mass reaches top_p.
-        const double top = logits[candidates[0]];
-        double total = 0;
-        for (int32_t id : candidates) total += std::exp((double(logits[id]) - top) / T);
-        double mass = 0;
-        size_t keep = 0;
-        while (keep < candidates.size()) {
-          mass += std::exp((double(logits[candidates[keep]]) - top) / T) / total;
-          ++keep;
-          if (mass >= params.top_p) break;
-        }
-        candidates.resize(keep);
-      }
-      if (params.min_p > 0.f) {
-        // p(id) >= min_p * p(top)  <=>  logit(id) >= logit(top) + log(min_p), on the untempered logits.
-        const double floor = double(logits[candidates[0]]) + std::log(double(params.min_p));
-        size_t keep = 1;
-        while (keep < candidates.size() && double(logits[candidates[keep]]) >= floor) ++keep;
-        candidates.resize(keep);
-      }
+      const std::vector<int32_t> candidates = sampling_candidates(logits, vocab, params);
       for (int32_t id : candidates) {
         const double v = double(logits[id]) + T * rng.gumbel();
         if (v > best) {

@@ -36,6 +36,16 @@ struct TokenChoice {
 // precision. With repeat_penalty != 1, the logits of the distinct ids in `recent` are first divided by
 // the penalty (multiplied when negative, as llama.cpp and CTRL do) and everything, greedy included, reads
 // the penalised row.
+// The row choose_token reads: `raw_logits` itself, or (repeat_penalty != 1 and recent ids given) a
+// thread-local copy with the penalty applied, valid until the next call on this thread.
+const float* penalized_row(const float* raw_logits, int64_t vocab, const SamplingParams& params,
+                           const std::vector<int32_t>* recent);
+// The ids choose_token draws among at a temperature above 0 with top-k, top-p or min-p on (descending).
+std::vector<int32_t> sampling_candidates(const float* logits, int64_t vocab, const SamplingParams& params);
+// The distribution choose_token draws from at a temperature above 0: softmax(logits / T) over the
+// candidates (every id when no filter is on), zeros elsewhere; [vocab] probabilities in double.
+std::vector<double> sampling_distribution(const float* logits, int64_t vocab, const SamplingParams& params);
+
 TokenChoice choose_token(const float* logits, int64_t vocab, const SamplingParams& params, Rng& rng,
                          const std::vector<int32_t>* recent = nullptr);
 

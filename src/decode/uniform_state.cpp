@@ -29,25 +29,29 @@ void UniformStateSession::encode(const std::vector<int32_t>& tokens) {
   cached_ += n;
 }
 
-// The request both decode kinds share: the canvas after the committed tokens, every row's head wanted.
-ForwardRequest UniformStateSession::canvas_request(const std::vector<int32_t>& canvas) {
-  const ModelConfig& c = model_.config;
+ForwardRequest canvas_forward_request(const ModelConfig& c, const std::vector<int32_t>& canvas, int64_t cached,
+                                      std::vector<int32_t>& groups) {
   const int64_t n = int64_t(canvas.size());
   check(n > 0, "uniform-state decoding: empty canvas");
-  check(cached_ + n <= cache_.capacity(), "uniform-state decoding: the canvas does not fit the KV cache");
   ForwardRequest req;
   req.tokens = canvas.data();
   req.n = n;
-  req.pos0 = cached_;
+  req.pos0 = cached;
   req.logit_rows.resize(size_t(n));
   for (int64_t i = 0; i < n; ++i) req.logit_rows[size_t(i)] = int32_t(i);
   if (c.has_decoder) {
     req.decoder = true;
   } else {
-    groups_.assign(size_t(n), int32_t(cached_));  // sees every committed row and the whole canvas
-    req.groups = groups_.data();
+    groups.assign(size_t(n), int32_t(cached));  // sees every committed row and the whole canvas
+    req.groups = groups.data();
   }
   return req;
+}
+
+// The request both decode kinds share: the canvas after the committed tokens, every row's head wanted.
+ForwardRequest UniformStateSession::canvas_request(const std::vector<int32_t>& canvas) {
+  check(cached_ + int64_t(canvas.size()) <= cache_.capacity(), "uniform-state decoding: the canvas does not fit the KV cache");
+  return canvas_forward_request(model_.config, canvas, cached_, groups_);
 }
 
 bool UniformStateSession::self_conditioned() const {

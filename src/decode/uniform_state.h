@@ -73,6 +73,13 @@ class UniformStateSession {
   std::function<void(const Model&, KvCache&, const ForwardRequest&, ThreadPool*)> forward_;
 };
 
+// A pass over a canvas after the first `cached` positions, every row's logits wanted: a decoder-mode pass
+// (DiffusionGemma: bidirectional over the cache and the canvas, never writing the cache), or for a model
+// without a decoder one visibility group holding the whole canvas (its K/V land in the rows past `cached`).
+// `groups` holds the group ids the request points to. The caller sets logits, self_cond, and so on.
+ForwardRequest canvas_forward_request(const ModelConfig& config, const std::vector<int32_t>& canvas, int64_t cached,
+                                      std::vector<int32_t>& groups);
+
 // Cache positions generate_uniform_state needs: the prompt and every canvas it may decode.
 int64_t uniform_state_capacity(int64_t prompt_tokens, const EntropyBoundParams& params);
 

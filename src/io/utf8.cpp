@@ -54,4 +54,32 @@ size_t decode_utf8(std::string_view s, size_t i, uint32_t& cp) {
   return 1;
 }
 
+std::string sanitize_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    uint32_t cp;
+    const size_t len = decode_utf8(s, i, cp);
+    if (cp == kInvalidCodePoint) {
+      out += "\xEF\xBF\xBD";
+    } else {
+      out.append(s, i, len);
+    }
+    i += len;
+  }
+  return out;
+}
+
+size_t complete_utf8_prefix(std::string_view text) {
+  const size_t end = text.size();
+  for (size_t i = end, back = 0; i > 0 && back < 4; --i, ++back) {
+    const unsigned char c = static_cast<unsigned char>(text[i - 1]);
+    if ((c & 0xC0) != 0x80) {  // the last character's first byte
+      const size_t need = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+      return end - (i - 1) >= need ? end : i - 1;
+    }
+  }
+  return end;
+}
+
 }  // namespace canvas

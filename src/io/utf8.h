@@ -1,4 +1,5 @@
-// UTF-8 helpers shared by the tokenizers: encode one code point, decode one character strictly.
+// UTF-8 helpers shared by the tokenizers and the text front ends: encode one code point, decode one character
+// strictly, make bytes safe to print, find where the last whole character ends.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,5 +27,12 @@ inline size_t utf8_length(std::string_view s, size_t i) {
   uint32_t cp;
   return decode_utf8(s, i, cp);
 }
+
+// Bytes that are not valid UTF-8 become U+FFFD (for terminals and JSON).
+std::string sanitize_utf8(std::string_view s);
+
+// The length of the longest prefix of `text` that does not end inside an unfinished multi-byte character
+// (a byte-level model's text streamed token by token can stop mid-character).
+size_t complete_utf8_prefix(std::string_view text);
 
 }  // namespace canvas

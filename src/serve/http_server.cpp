@@ -27,22 +27,6 @@ void send_error(httplib::Response& res, int status, const std::string& message, 
   res.set_content(dump(error_json(status, message, param, code)), "application/json");
 }
 
-// The longest prefix of `text` that ends on a whole UTF-8 character.
-size_t complete_utf8_prefix(const std::string& text) {
-  size_t end = text.size(), i = end;
-  int back = 0;
-  while (i > 0 && back < 4) {
-    const unsigned char c = static_cast<unsigned char>(text[i - 1]);
-    if ((c & 0xC0) != 0x80) {  // the last character's first byte
-      const size_t need = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-      return (end - (i - 1)) >= need ? end : i - 1;
-    }
-    --i;
-    ++back;
-  }
-  return end;
-}
-
 std::atomic<int64_t> next_id{1};
 
 }  // namespace
@@ -201,45 +185,51 @@ void HttpServer::routes() {
     }
     const Model& model = engine->model();
     const ModelConfig& c = model.config;
+    const Generator& generator = engine->generator();
+    GenerationSettings& s = r.settings;
+    if (chat) s.messages = r.messages;
+    else s.text = r.prompt;
     std::vector<int32_t> prompt;
     try {
-      prompt = chat ? options_.encode_chat(render_chat(r.messages)) : options_.encode_prompt(r.prompt);
+      prompt = generator.prompt_of(s);
     } catch (const std::exception& e) {
       return send_error(res, 400, std::string("cannot tokenize the prompt: ") + e.what(), chat ? "messages" : "prompt");
     }
     const int64_t P = int64_t(prompt.size());
     if (P == 0) return send_error(res, 400, "the prompt encodes to no tokens", chat ? "messages" : "prompt");
-    GenerationSettings& s = r.settings;
     const int64_t ctx = c.context_length > 0 ? c.context_length : (int64_t(1) << 30);
     if (P >= ctx)
       return send_error(res, 400, "the prompt (" + std::to_string(P) + " tokens) does not fit the model's context length " +
                                       std::to_string(ctx) + " with room for one new token",
                         chat ? "messages" : "prompt", "context_length_exceeded");
-    if (!r.max_tokens_given) s.max_tokens = std::min<int64_t>(64, ctx - P);
-    if (P + s.max_tokens > ctx)
+    if (P + s.max_new_tokens > ctx)
       return send_error(res, 400, "the prompt (" + std::to_string(P) + " tokens) + max_tokens (" +
-                                      std::to_string(s.max_tokens) + ") exceed the model's context length " +
+                                      std::to_string(s.max_new_tokens) + ") exceed the model's context length " +
                                       std::to_string(ctx),
                         "max_tokens", "context_length_exceeded");
     if (s.mode == DecodeMode::Diffusion && !engine->has_diffusion())
       return send_error(res, 400, "this model cannot decode by diffusion (no mask token); use 'mode': 'ar'", "mode");
     if (s.mode == DecodeMode::Ar && !engine->has_ar())
       return send_error(res, 400, "this model cannot decode autoregressively; use 'mode': 'diffusion'", "mode");
-    if (c.uniform_state) {
-      const int64_t canvas = s.block_length > 0 ? s.block_length : engine->options().uniform.canvas_length;
-      if (P + (s.max_tokens + canvas - 1) / canvas * canvas > ctx && s.mode != DecodeMode::Ar)
-        return send_error(res, 400, "the prompt + max_tokens rounded up to whole canvases of " + std::to_string(canvas) +
-                                        " exceed the model's context length " + std::to_string(ctx),
-                          "max_tokens", "context_length_exceeded");
-    } else {
-      const int64_t block = default_block_length(s);
-      if (s.max_tokens % block != 0)
-        return send_error(res, 400, "max_tokens (" + std::to_string(s.max_tokens) + ") must be a multiple of block_length (" +
-                                        std::to_string(block) + ")", "block_length");
-      const int64_t blocks = s.max_tokens / block;
-      if (s.steps > 0 && s.threshold == 0 && s.steps % blocks != 0)
-        return send_error(res, 400, "steps (" + std::to_string(s.steps) + ") must be a multiple of the number of blocks (" +
-                                        std::to_string(blocks) + ")", "steps");
+    try {
+      // The request as it would run in the mode it asks for (auto: each mode the router may pick).
+      GenerationSettings probe = s;
+      if (s.mode == DecodeMode::Auto) {
+        if (engine->has_diffusion()) {
+          probe.mode = DecodeMode::Diffusion;
+          generator.check(probe, P);
+        }
+        if (engine->has_ar()) {
+          probe.mode = DecodeMode::Ar;
+          generator.check(probe, P);
+        }
+      } else {
+        generator.check(probe, P);
+      }
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      const bool context = message.find("context length") != std::string::npos;
+      return send_error(res, 400, message, context ? "max_tokens" : "", context ? "context_length_exceeded" : "");
     }
 
     auto job = std::make_shared<Job>();
@@ -285,18 +275,17 @@ void HttpServer::routes() {
                    {"choices", json::array({choice})},
                    {"usage", usage_json(P, *job)},
                    {"canvas", {{"mode", decode_mode_name(job->mode_used)}, {"queue_ms", job->queued_ms},
-                               {"decode_ms", job->decode_ms}}}};
+                               {"decode_ms", job->decode_ms}, {"tokens", job->tokens},
+                               {"finish", job->ended}, {"seed", job->settings.sampling.seed}}}};
       res.set_content(dump(body), "application/json");
       return;
     }
 
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");  // nginx: pass events through as they come
-    size_t hold = 0;  // bytes held back so that no part of a stop string is sent
-    for (const std::string& stop : s.stop) hold = std::max(hold, stop.size() - 1);
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, job, engine, chat, id, created, model_name, P, hold, draft = r.canvas_draft,
+        [job, engine, chat, id, created, model_name, P, draft = r.canvas_draft,
          usage = r.include_usage](size_t, httplib::DataSink& sink) {
           std::string sent;
           int64_t seen = -1;
@@ -347,7 +336,7 @@ void HttpServer::routes() {
               finished = job->finished;
               uniform = job->uniform_state;
               error = job->error;
-              final_text = job->text;
+              final_text = finished ? job->text : job->committed_text;
               finish_reason = job->finish_reason;
               passes = job->passes;
               steps = job->steps;
@@ -359,15 +348,7 @@ void HttpServer::routes() {
               sink.done();
               return true;
             }
-            std::string text;
-            if (finished) {
-              text = final_text;
-            } else if (!uniform) {
-              bool stopped = false;
-              text = engine->visible_text(canvas, job->settings.stop, &stopped);
-              text.resize(text.size() > hold ? text.size() - hold : 0);
-              text.resize(complete_utf8_prefix(text));
-            }
+            const std::string& text = final_text;
             std::string delta;
             if (text.size() > sent.size() && text.compare(0, sent.size(), sent) == 0) {
               delta = text.substr(sent.size());
@@ -382,7 +363,8 @@ void HttpServer::routes() {
                   if (mask >= 0 && t == mask) {
                     pieces.push_back(nullptr);
                   } else {
-                    pieces.push_back(options_.detokenize({t}));
+                    pieces.push_back(engine->generator().tokenizer() ? engine->generator().tokenizer()->decode({t})
+                                                                     : std::string());
                   }
                 }
                 j["canvas"] = {{"mode", decode_mode_name(mode)}, {"step", steps}, {"passes", passes},

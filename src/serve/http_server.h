@@ -25,9 +25,6 @@ struct ServerOptions {
   std::string model_name = "canvas";
   size_t body_limit = 1 << 20;    // bytes of a request body
   int http_threads = 0;           // 0: parallel + queue + 8 (every waiting request holds a connection)
-  // Text to token ids: a completion prompt (with the model's BOS when it wants one), and a rendered chat.
-  std::function<std::vector<int32_t>(const std::string&)> encode_prompt, encode_chat;
-  std::function<std::string(const std::vector<int32_t>&)> detokenize;
 };
 
 class HttpServer {

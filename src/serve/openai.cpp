@@ -1,7 +1,8 @@
-// OpenAI request parsing, the chat template and response JSON for canvas serve.
+// OpenAI request parsing and response JSON for canvas serve.
 #include "serve/openai.h"
 
 #include <cmath>
+#include <random>
 #include <set>
 
 #include "core/error.h"
@@ -80,9 +81,9 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
   ApiRequest r;
   r.chat = chat;
   static const std::set<std::string> common = {
-      "model", "max_tokens", "temperature", "top_p", "seed", "stop", "n", "stream", "stream_options", "user",
+      "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "stream", "stream_options", "user",
       "frequency_penalty", "presence_penalty", "steps", "block_length", "threshold", "entropy_bound", "cache",
-      "mode", "canvas_draft", "repeat_penalty"};
+      "mode", "canvas_draft", "repeat_penalty", "draft_length", "draft_steps"};
   bool has_input = false;
   GenerationSettings& s = r.settings;
   for (const auto& [key, value] : root.items()) {
@@ -117,22 +118,30 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
       }
       has_input = true;
     } else if (key == "max_tokens" || key == "max_completion_tokens") {
-      s.max_tokens = get_int(value, key, 1, 1 << 20);
+      s.max_new_tokens = get_int(value, key, 1, 1 << 20);
       r.max_tokens_given = true;
     } else if (key == "temperature") {
       const double t = get_number(value, key);
       if (t < 0 || t > 100) throw bad(key, "'temperature' must be between 0 and 100");
       s.sampling.temperature = float(t);
+      s.temperature_given = true;
     } else if (key == "top_p") {
       const double p = get_number(value, key);
       if (!(p > 0 && p <= 1)) throw bad(key, "'top_p' must be in (0, 1]");
       s.sampling.top_p = float(p);
+    } else if (key == "top_k") {
+      s.sampling.top_k = get_int(value, key, 0, 1 << 30);
+    } else if (key == "min_p") {
+      const double p = get_number(value, key);
+      if (!(p >= 0 && p <= 1)) throw bad(key, "'min_p' must be in [0, 1]");
+      s.sampling.min_p = float(p);
     } else if (key == "repeat_penalty") {
       const double r = get_number(value, key);
       if (!(r > 0 && r <= 10)) throw bad(key, "'repeat_penalty' must be in (0, 10]");
       s.sampling.repeat_penalty = float(r);
     } else if (key == "seed") {
       s.sampling.seed = uint64_t(get_int(value, key, INT64_MIN, INT64_MAX));
+      r.seed_given = true;
     } else if (key == "stop") {
       if (value.is_string()) {
         s.stop = {value.get<std::string>()};
@@ -177,22 +186,26 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
       else throw bad(key, "'cache' must be none, prefix or dual");
     } else if (key == "mode") {
       const std::string m = get_string(value, key);
-      if (m != "auto" && m != "diffusion" && m != "ar") throw bad(key, "'mode' must be auto, diffusion or ar");
+      if (m != "auto" && m != "diffusion" && m != "ar" && m != "verify")
+        throw bad(key, "'mode' must be auto, diffusion, ar or verify");
       s.mode = parse_decode_mode(m);
+    } else if (key == "draft_length") {
+      s.draft_length = get_int(value, key, 1, 1024);
+    } else if (key == "draft_steps") {
+      s.draft_steps = get_int(value, key, 1, 64);
     } else if (key == "canvas_draft") {
       r.canvas_draft = get_bool(value, key);
     }
   }
+  if (!r.seed_given) {
+    // A fresh seed per request (reported in the response), so that a temperature above 0 samples anew each
+    // time; kept below 2^53 so that JSON readers holding numbers as doubles read it back exactly.
+    std::random_device device;
+    s.sampling.seed = ((uint64_t(device()) << 32) | device()) & ((uint64_t(1) << 53) - 1);
+  }
   if (!has_input) throw bad(chat ? "messages" : "prompt", chat ? "'messages' is required" : "'prompt' is required");
   if (r.include_usage && !r.stream) throw bad("stream_options", "'stream_options' is only allowed with 'stream': true");
   return r;
-}
-
-std::string render_chat(const std::vector<ChatMessage>& messages) {
-  std::string text = "<bos>";
-  for (const ChatMessage& m : messages)
-    text += "<|turn>" + std::string(m.role == "assistant" ? "model" : m.role) + "\n" + m.content + "<turn|>\n";
-  return text + "<|turn>model\n";
 }
 
 json usage_json(int64_t prompt_tokens, const Job& job) {
@@ -200,7 +213,7 @@ json usage_json(int64_t prompt_tokens, const Job& job) {
               {"completion_tokens", job.completion_tokens},
               {"total_tokens", prompt_tokens + job.completion_tokens},
               {"forward_passes", job.passes},
-              {"tokens_per_pass", job.passes > 0 ? double(job.canvas.size()) / double(job.passes) : 0.0}};
+              {"tokens_per_pass", job.passes > 0 ? double(job.completion_tokens) / double(job.passes) : 0.0}};
 }
 
 }  // namespace canvas::serve

@@ -1,5 +1,5 @@
 // The OpenAI API surface of canvas serve: request parsing and checking (every bad input a 400 with a
-// message naming the field), the chat template, and the JSON of responses, stream chunks and errors.
+// message naming the field) and the JSON of responses, stream chunks and errors.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -22,10 +22,7 @@ struct ApiError : std::runtime_error {
 nlohmann::json error_json(int status, const std::string& message, const std::string& param = "",
                           const std::string& code = "");
 
-struct ChatMessage {
-  std::string role;  // system | user | assistant
-  std::string content;
-};
+using canvas::ChatMessage;
 
 struct ApiRequest {
   bool chat = false;
@@ -34,16 +31,13 @@ struct ApiRequest {
   std::vector<ChatMessage> messages;  // /v1/chat/completions
   GenerationSettings settings;
   bool max_tokens_given = false;
+  bool seed_given = false;            // else settings.sampling.seed is a fresh random one
   bool stream = false, include_usage = false;
   bool canvas_draft = false;          // each stream chunk carries the canvas ("canvas" field)
 };
 
 // Parses a request body. Unknown fields, wrong types, out-of-range values, n != 1: ApiError 400.
 ApiRequest parse_api_request(const std::string& body, bool chat);
-
-// The Gemma chat template canvas chat uses: "<bos>" then per message "<|turn>ROLE\n{content}<turn|>\n"
-// (assistant is "model"), then "<|turn>model\n" for the reply.
-std::string render_chat(const std::vector<ChatMessage>& messages);
 
 // Usage with canvas's extras: forward_passes and tokens_per_pass.
 nlohmann::json usage_json(int64_t prompt_tokens, const Job& job);

@@ -1,0 +1,287 @@
+// Decoding options, requests from flags, loading, stats and the live view shared by generate and chat.
+#include "generation_options.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "core/cpu.h"
+#include "core/error.h"
+#include "device.h"
+#include "io/utf8.h"
+
+namespace canvas::cli {
+
+std::vector<Option> decoding_options() {
+  return {
+        {"-n,--n-predict", "N", "tokens to generate (default 64; generation_config.json's max_new_tokens); any N:\n"
+                                "masked diffusion pads the last block and cuts it; prompt + N must fit the\n"
+                                "model's context length"},
+        {"--mode", "MODE", "diffusion | ar | verify (default diffusion for diffusion models, ar otherwise);\n"
+                           "diffusion on an autoregressive model is refused, ar on a masked-diffusion model\n"
+                           "warns. verify (uniform-state models, DiffusionGemma): the decoder drafts\n"
+                           "--draft-length tokens, one causal pass verifies them: exactly --mode ar's text\n"
+                           "(greedy: the same tokens; sampling: the same distribution), several tokens per pass"},
+        {"--draft-length", "K", "verify: tokens drafted per cycle (default 8)"},
+        {"--draft-steps", "S", "verify: decoder passes per draft, self-conditioned after the first (default 1)"},
+        {"--steps", "S", "masked: denoising steps in total (default = N: one token per step), a multiple\n"
+                         "of the number of blocks; uniform-state: the most steps per canvas (default 48)"},
+        {"--block-length", "B", "masked: block length of the semi-autoregressive schedule (default 32, or N if\n"
+                                "smaller); uniform-state: the canvas length (default: the model's)"},
+        {"--stop,-r,--reverse-prompt", "STR", "end the text (and generation) at the first occurrence of STR", true},
+        {"--temp,--temperature", "T", "temperature (default 0 = greedy); sampling is Gumbel-max"},
+        {"--top-k", "K", "keep the K most likely tokens before sampling (0 = off)"},
+        {"--top-p", "P", "nucleus sampling mass (1 = off)"},
+        {"--min-p", "P", "keep tokens whose probability is at least P times the most likely one's (0 = off)"},
+        {"--repeat-penalty", "R", "divide the logits of the last 64 tokens (masked: those before the block and\n"
+                                  "every committed one) by R, as llama.cpp does (default 1 = off)"},
+        {"-s,--seed", "N", "random seed; -1 or absent: a random one, reported in the stats line and JSON;\n"
+                           "the same seed gives the same tokens at any thread count"},
+        {"-t,--threads", "N", "threads (default: all cores; more than the cores warns)"},
+        {"--device", "NAME", kDeviceHelp},
+        {"--no-stream", "", "print the text only when generation has finished"},
+        {"--visual", "", "redraw the canvas on stderr at every step (masked positions shown as a shaded\n"
+                         "block, control characters escaped); only when stderr is a terminal"},
+        {"--visual-delay", "MS", "with --visual: wait MS milliseconds after each redraw, to watch it"},
+        heading("Uniform-state diffusion only (defaults: the checkpoint's generation_config.json or GGUF diffusion.*\n"
+                     "keys, else DiffusionGemma's release values; EOS ids from there too, else {1, 106, 50} for Gemma):"),
+        {"--entropy-bound", "E", "entropy budget (nats) of the positions accepted per step (default 0.1)"},
+        {"--t-min", "T", "temperature schedule T = t_min + (t_max - t_min) * s / steps (default 0.4)"},
+        {"--t-max", "T", "(default 0.8)"},
+        {"--stability", "K", "the argmax canvas must repeat K times before the adaptive stop (default 1)"},
+        {"--confidence-threshold", "C", "adaptive stop when the mean entropy is below C (default 0.005)"},
+        {"--neighbor-penalty", "P", "penalise, at each canvas position, the token its left neighbour takes, as a\n"
+                                    "repetition penalty does (logit / P): against adjacent repeats (\"thy thy\")\n"
+                                    "of parallel decoding. Default: the file's diffusion.eb_neighbor_penalty (not with\n"
+                                    "--stream-head), else 1 (off)"},
+        {"--stream-head", "", "fused streaming LM head (off by default): each decoder pass reduces its logits\n"
+                              "tile by tile to entropies, argmax and a Gumbel-max sample, and hands the next\n"
+                              "step softmax(logits / T) @ E instead of [canvas x vocab] logits. Same sampler\n"
+                              "and distribution, a different random stream: the same seed gives other tokens"},
+        heading("Masked diffusion only:"),
+        {"--schedule", "NAME", "llada (tokens per step from the block's mask count, default for llada)\n"
+                               "| dream (timestep schedule t: 1 -> eps, default for dream)"},
+        {"--algorithm", "NAME", "unmasking order: confidence | margin | entropy | random | origin\n"
+                                "(default confidence; scores use the softmax of the untempered logits)"},
+        {"--threshold", "T", "Fast-dLLM parallel decoding: commit every masked position of the block with\n"
+                             "confidence >= T (at least one per step); overrides --steps"},
+        {"--cache", "KIND", "none (recompute everything; the reference) | prefix (exact: prompt and\n"
+                            "finished blocks computed once) | dual (also reuse the masked suffix within a\n"
+                            "block; approximate). Default prefix."},
+        {"--freeze", "", "compute-aware decoding (approximate, off by default): after a block's first\n"
+                         "pass, recompute only its masked positions and those committed by the previous\n"
+                         "step; other positions keep their cached K/V (docs/performance.md). Uniform-state\n"
+                         "too: a position accepted as its argmax with the same token two steps in a row is\n"
+                         "frozen (its row skipped, its K/V kept) for the rest of the canvas"},
+        {"--freeze-refresh", "N", "with --freeze (implied): also recompute everything every N steps of a block"},
+  };
+}
+
+std::unique_ptr<ThreadPool> make_pool(const Args& args) { return std::make_unique<ThreadPool>(thread_count(args)); }
+
+uint64_t resolve_seed(const Args& args) {
+  const int64_t seed = args.get_int("seed", -1);
+  check(seed >= -1, "--seed must be >= 0, or -1 for a random seed");
+  if (seed >= 0) return uint64_t(seed);
+  std::random_device device;
+  // Kept below 2^53 so that JSON readers that hold numbers as doubles read it back exactly.
+  return ((uint64_t(device()) << 32) | device()) & ((uint64_t(1) << 53) - 1);
+}
+
+GenerationRequest request_from_args(const Args& args) {
+  GenerationRequest r;
+  if (args.has("n-predict")) {
+    r.max_new_tokens = args.get_int("n-predict", 0);
+    check(r.max_new_tokens > 0 && r.max_new_tokens <= 1 << 20, "-n must be between 1 and 1048576");
+  }
+  const std::string mode = args.get("mode", "auto");
+  check(mode == "auto" || mode == "diffusion" || mode == "ar" || mode == "verify",
+        "--mode must be diffusion, ar or verify (or auto)");
+  r.mode = parse_decode_mode(mode);
+  r.draft_length = args.get_int("draft-length", 0);
+  check(!args.has("draft-length") || (r.draft_length >= 1 && r.draft_length <= 1024),
+        "--draft-length must be between 1 and 1024");
+  r.draft_steps = args.get_int("draft-steps", 1);
+  auto positive = [&](const char* name) {
+    const int64_t v = args.get_int(name, 0);
+    check(!args.has(name) || v > 0, std::string("--") + name + " must be positive");
+    return v;
+  };
+  r.steps = positive("steps");
+  r.block_length = positive("block-length");
+  r.schedule = args.get("schedule", "");
+  r.order = parse_unmask_order(args.get("algorithm", "confidence"));
+  r.threshold = float(args.get_float("threshold", 0.0));
+  r.cache = parse_cache_mode(args.get("cache", "prefix"));
+  r.freeze = args.has("freeze") || args.has("freeze-refresh");
+  r.freeze_refresh = args.get_int("freeze-refresh", 0);
+  auto non_negative = [&](const char* name) {
+    const double v = args.get_float(name, -1.0);
+    check(!args.has(name) || (std::isfinite(v) && v >= 0), std::string("--") + name + " must be finite and >= 0");
+    return float(v);
+  };
+  r.entropy_bound = non_negative("entropy-bound");
+  r.t_min = non_negative("t-min");
+  r.t_max = non_negative("t-max");
+  r.confidence_threshold = non_negative("confidence-threshold");
+  r.neighbor_penalty = non_negative("neighbor-penalty");
+  r.stability = args.get_int("stability", -1);
+  check(!args.has("stability") || r.stability >= 0, "--stability must be >= 0");
+  r.stream_head = args.has("stream-head");
+  r.stop = args.get_all("stop");
+  SamplingParams& s = r.sampling;
+  s.temperature = float(args.get_float("temp", 0.0));
+  r.temperature_given = args.has("temp");
+  s.top_k = args.get_int("top-k", 0);
+  s.top_p = float(args.get_float("top-p", 1.0));
+  s.min_p = float(args.get_float("min-p", 0.0));
+  s.repeat_penalty = float(args.get_float("repeat-penalty", 1.0));
+  s.seed = resolve_seed(args);
+  return r;
+}
+
+TextModel load_text_model(const Args& args, const std::string& default_model, const std::string& command) {
+  const std::string path = args.has("model") ? args.get("model", "") : shipped_model_path(default_model, command);
+  Model model = Model::load(path);
+  use_device(model, args.get("device", "cpu"));
+  return TextModel::from(std::move(model), path, args.get("tokenizer", ""), args.get("template", "auto"));
+}
+
+namespace {
+
+std::string read_stream(std::istream& in) {
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  if (!text.empty() && text.back() == '\r') text.pop_back();
+  return text;
+}
+
+}  // namespace
+
+std::string read_prompt(const Args& args, const std::string& help_command) {
+  check(!(args.has("prompt") && args.has("file")), "give one of -p TEXT and -f FILE, not both");
+  if (args.has("file")) {
+    const std::string path = args.get("file", "");
+    std::ifstream in(path, std::ios::binary);
+    check(bool(in), "cannot open prompt file " + path);
+    return read_stream(in);
+  }
+  if (args.has("prompt") && args.get("prompt", "") != "-") return args.get("prompt", "");
+  const bool asked = args.has("prompt");  // -p -
+  check(asked || !isatty(STDIN_FILENO),
+        "no prompt given (-p TEXT, -f FILE, or text piped into stdin); see " + help_command + " --help");
+  std::string text = read_stream(std::cin);
+  check(!text.empty() || asked, "no prompt given (-p TEXT, -f FILE, or text piped into stdin; stdin was empty); see " +
+                                    help_command + " --help");
+  return text;
+}
+
+std::string stats_line(const GenerationOutput& out, int threads) {
+  char buf[512];
+  std::string canvases;
+  if (!out.steps_per_canvas.empty()) {
+    canvases = ", " + std::to_string(out.encoder_passes) + " encoder passes, steps per canvas ";
+    for (size_t i = 0; i < out.steps_per_canvas.size(); ++i)
+      canvases += (i ? "," : "") + std::to_string(out.steps_per_canvas[i]);
+  }
+  if (out.mode == DecodeMode::Verify && out.encoder_passes > 0)
+    canvases = ", " + std::to_string(out.encoder_passes) + " verify passes, " + std::to_string(out.accepted) + "/" +
+               std::to_string(out.drafted) + " drafted tokens kept";
+  std::snprintf(buf, sizeof buf,
+                "[%s, %lld new tokens, finish %s, %lld passes, tokens_per_forward %.2f%s, prompt %lld tokens %.1f ms, "
+                "decode %.1f ms, %.2f tokens/s, seed %llu, %s, %d threads]",
+                decode_mode_name(out.mode), (long long)out.tokens.size(), out.finish_reason.c_str(),
+                (long long)out.passes, out.tokens_per_forward(), canvases.c_str(), (long long)out.prompt.size(),
+                out.prompt_ms, out.decode_ms, out.tokens_per_second(), (unsigned long long)out.seed,
+                simd_level_name(simd_level()), threads);
+  return buf;
+}
+
+std::string result_json(const GenerationOutput& out) {
+  nlohmann::ordered_json j;
+  j["text"] = sanitize_utf8(out.text);
+  j["tokens"] = out.tokens;
+  j["mode"] = decode_mode_name(out.mode);
+  j["finish_reason"] = out.finish_reason;
+  j["prompt_tokens"] = out.prompt.size();
+  j["new_tokens"] = out.tokens.size();
+  j["pad_tokens"] = out.pad_tokens;
+  j["passes"] = out.passes;
+  j["encoder_passes"] = out.encoder_passes;
+  j["tokens_per_pass"] = out.tokens_per_forward();
+  j["tokens_per_forward"] = out.tokens_per_forward();
+  j["prompt_ms"] = out.prompt_ms;
+  j["decode_ms"] = out.decode_ms;
+  j["tokens_per_second"] = out.tokens_per_second();
+  j["rows_computed"] = out.rows_computed;
+  j["seed"] = out.seed;
+  if (!out.steps_per_canvas.empty()) j["steps_per_canvas"] = out.steps_per_canvas;
+  if (out.mode == DecodeMode::Verify) {
+    j["drafted"] = out.drafted;
+    j["accepted"] = out.accepted;
+  }
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+std::string escape_controls(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    switch (ch) {
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (ch < 0x20 || ch == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+          out += buf;
+        } else {
+          out += char(ch);
+        }
+    }
+  }
+  return out;
+}
+
+bool visual_enabled(const Args& args) {
+  const int64_t delay = args.get_int("visual-delay", 0);
+  check(delay >= 0 && delay <= 60000, "--visual-delay must be between 0 and 60000 ms");
+  if (!args.has("visual")) return false;
+  if (isatty(STDERR_FILENO)) return true;
+  std::fputs("canvas: --visual ignored: stderr is not a terminal\n", stderr);
+  return false;
+}
+
+void CanvasView::draw(const StepEvent& e) {
+  std::string text;
+  for (int32_t id : *e.canvas) {
+    if (id == mask_) {
+      text += "\x1b[2m\xE2\x96\x91\x1b[0m";
+    } else if (tokenizer_) {
+      text += escape_controls(sanitize_utf8(tokenizer_->token_piece(id)));
+    } else {
+      text += "<" + std::to_string(id) + ">";
+    }
+  }
+  std::fprintf(stderr, "\x1b[s\x1b[J[block %lld step %lld, %lld passes]\n%s\x1b[u", (long long)e.block,
+               (long long)e.step, (long long)e.passes, text.c_str());
+  std::fflush(stderr);
+  if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
+}
+
+void CanvasView::finish() {
+  std::fprintf(stderr, "\x1b[J");
+  std::fflush(stderr);
+}
+
+}  // namespace canvas::cli

@@ -1,0 +1,359 @@
+// The one generation path: a request's prompt, defaults and checks, its decoding method, streamed text with
+// stop ids and strings, and one result schema for every mode.
+#include "decode/generation.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "decode/ar.h"
+#include "decode/text_stream.h"
+#include "decode/uniform_state.h"
+#include "decode/verify.h"
+
+namespace canvas {
+
+namespace {
+// Thrown out of the decoding loop's callbacks when the request is cancelled.
+struct Cancelled {};
+constexpr int64_t kMaxNewTokens = int64_t(1) << 20;
+}  // namespace
+
+DecodeMode parse_decode_mode(const std::string& name) {
+  if (name == "auto") return DecodeMode::Auto;
+  if (name == "diffusion") return DecodeMode::Diffusion;
+  if (name == "ar") return DecodeMode::Ar;
+  if (name == "verify") return DecodeMode::Verify;
+  throw Error("unknown mode '" + name + "' (auto, diffusion, ar, verify)");
+}
+
+const char* decode_mode_name(DecodeMode mode) {
+  switch (mode) {
+    case DecodeMode::Auto: return "auto";
+    case DecodeMode::Diffusion: return "diffusion";
+    case DecodeMode::Ar: return "ar";
+    case DecodeMode::Verify: return "verify";
+  }
+  return "?";
+}
+
+Generator::Generator(const Model& model, const TextTokenizer* tokenizer, SamplerDefaults defaults,
+                     const ChatFormat* chat)
+    : model_(model),
+      tokenizer_(tokenizer),
+      defaults_(std::move(defaults)),
+      chat_(chat),
+      codec_(std::make_shared<CodecCache>()) {
+  const ModelConfig& c = model_.config;
+  auto add = [&](int32_t id) {
+    if (id >= 0 && id != c.mask_token && std::find(stop_ids_.begin(), stop_ids_.end(), id) == stop_ids_.end())
+      stop_ids_.push_back(id);
+  };
+  if (c.uniform_state) {
+    for (int32_t id : defaults_.params.eos_ids) add(id);
+    add(defaults_.params.pad_id);
+  } else {
+    add(c.eos_token);
+    add(c.pad_token);
+  }
+  if (chat_ && tokenizer_ && !chat_->turn_end.empty()) {
+    const std::vector<int32_t> end = tokenizer_->encode(chat_->turn_end, false);
+    if (end.size() == 1) add(end[0]);
+  }
+}
+
+bool Generator::has_diffusion() const {
+  const ModelConfig& c = model_.config;
+  return c.uniform_state || (!c.causal && c.mask_token >= 0);
+}
+
+bool Generator::has_ar() const {
+  const ModelConfig& c = model_.config;
+  return c.causal || c.shift_logits || c.uniform_state || c.mask_token >= 0;
+}
+
+DecodeMode Generator::resolve(DecodeMode mode) const {
+  if (mode != DecodeMode::Auto) return mode;
+  return model_.config.is_diffusion() ? DecodeMode::Diffusion : DecodeMode::Ar;
+}
+
+std::string Generator::mode_notice(DecodeMode mode) const {
+  const ModelConfig& c = model_.config;
+  if (resolve(mode) == DecodeMode::Ar && c.is_diffusion() && !c.uniform_state && !c.shift_logits)
+    return "'" + c.arch + "' was trained as a masked-diffusion model, not left to right; --mode ar decodes it one "
+           "[MASK] at a time (a comparison mode: expect weaker text than --mode diffusion)";
+  return "";
+}
+
+std::vector<int32_t> Generator::prompt_of(const GenerationRequest& r) const {
+  if (!r.prompt.empty()) return r.prompt;
+  canvas::check(tokenizer_ != nullptr, "this generator has no tokenizer: give the prompt as token ids");
+  if (!r.messages.empty()) {
+    canvas::check(chat_ != nullptr, "this generator has no chat format");
+    return tokenizer_->encode(chat_->render(r.messages), chat_->add_bos);
+  }
+  if (r.chat) {
+    canvas::check(chat_ != nullptr, "this generator has no chat format");
+    return tokenizer_->encode(chat_->render({{"user", r.text}}), chat_->add_bos);
+  }
+  return tokenizer_->encode(r.text, true);
+}
+
+int64_t Generator::new_tokens_of(const GenerationRequest& r, int64_t prompt_tokens, bool* clipped) const {
+  if (clipped) *clipped = false;
+  if (r.max_new_tokens > 0) return r.max_new_tokens;
+  const ModelConfig& c = model_.config;
+  const int64_t n = c.uniform_state ? defaults_.max_new_tokens : 64;
+  const int64_t room = c.context_length - prompt_tokens;
+  if (room > 0 && room < n) {
+    if (clipped) *clipped = true;
+    return room;
+  }
+  return n;
+}
+
+int64_t Generator::masked_block_length(const GenerationRequest& r, int64_t n, int64_t prompt_tokens) const {
+  if (r.block_length > 0) return std::min(r.block_length, n);
+  // 32, the canvas padded to whole blocks and cut back; when the padding would not fit the context, one block.
+  const int64_t block = std::min<int64_t>(32, n);
+  const int64_t padded = (n + block - 1) / block * block;
+  return prompt_tokens + padded > model_.config.context_length ? n : block;
+}
+
+EntropyBoundParams Generator::uniform_params(const GenerationRequest& r, int64_t n) const {
+  EntropyBoundParams p = defaults_.params;
+  p.max_new_tokens = n;
+  p.canvas_length = std::min<int64_t>(r.block_length > 0 ? r.block_length : p.canvas_length, n);
+  if (r.steps > 0) p.max_denoising_steps = r.steps;
+  if (r.entropy_bound >= 0) p.entropy_bound = r.entropy_bound;
+  if (r.t_min >= 0) p.t_min = r.t_min;
+  if (r.t_max >= 0) p.t_max = r.t_max;
+  if (r.stability >= 0) p.stability_threshold = r.stability;
+  if (r.confidence_threshold >= 0) p.confidence_threshold = r.confidence_threshold;
+  p.seed = r.sampling.seed;
+  p.stream_head = r.stream_head;
+  if (r.temperature_given && r.sampling.temperature == 0) {
+    p.greedy = true;
+  } else if (r.temperature_given) {
+    p.t_min *= r.sampling.temperature;
+    p.t_max *= r.sampling.temperature;
+  }
+  p.top_k = r.sampling.top_k;
+  p.top_p = r.sampling.top_p;
+  p.min_p = r.sampling.min_p;
+  // The streamed head has no logits to penalise: it drops the file's default, and only an explicit
+  // neighbour penalty with it is an error.
+  if (r.neighbor_penalty >= 0) p.neighbor_penalty = r.neighbor_penalty;
+  else if (p.stream_head) p.neighbor_penalty = 1.f;
+  p.freeze = r.freeze || r.freeze_refresh > 0;
+  p.freeze_refresh = r.freeze_refresh;
+  return p;
+}
+
+void Generator::check(const GenerationRequest& r, int64_t P) const {
+  const ModelConfig& c = model_.config;
+  const DecodeMode mode = resolve(r.mode);
+  canvas::check(P > 0, "the prompt encodes to no tokens");
+  canvas::check(r.max_new_tokens >= 0 && r.max_new_tokens <= kMaxNewTokens, "-n must be between 1 and 1048576");
+  const int64_t n = new_tokens_of(r, P);
+  canvas::check(P + n <= c.context_length,
+                "prompt (" + std::to_string(P) + " tokens) + " + std::to_string(n) +
+                    " new tokens exceed the model's context length " + std::to_string(c.context_length) + " (at most " +
+                    std::to_string(std::max<int64_t>(0, c.context_length - P)) + " new tokens after this prompt)");
+  canvas::check(mode == DecodeMode::Ar || c.is_diffusion(),
+                "--mode diffusion: '" + c.arch + "' is an autoregressive model without a diffusion objective; use --mode ar");
+  canvas::check(mode == DecodeMode::Diffusion || has_ar(),
+                "--mode ar: '" + c.arch + "' cannot decode autoregressively; use --mode diffusion");
+  canvas::check(mode != DecodeMode::Verify || supports_verify(c),
+                "--mode verify needs a diffusion decoder and a causal path on the same weights (DiffusionGemma, or a "
+                "uniform-state model); '" + c.arch + "' has not: use --mode ar or --mode diffusion");
+  canvas::check(r.draft_length >= 0 && r.draft_length <= 1024, "--draft-length must be between 1 and 1024");
+  canvas::check(r.draft_steps >= 1 && r.draft_steps <= 64, "--draft-steps must be between 1 and 64");
+  const bool uniform = mode == DecodeMode::Diffusion && c.uniform_state;
+  const SamplingParams& s = r.sampling;
+  canvas::check(std::isfinite(s.temperature) && s.temperature >= 0, "--temp must be finite and >= 0");
+  canvas::check(s.top_k >= 0, "--top-k must be >= 0");
+  canvas::check(s.top_p > 0 && s.top_p <= 1, "--top-p must be in (0, 1]");
+  canvas::check(s.min_p >= 0 && s.min_p <= 1, "--min-p must be in [0, 1]");
+  canvas::check(std::isfinite(s.repeat_penalty) && s.repeat_penalty > 0, "--repeat-penalty must be > 0");
+  canvas::check(r.steps >= 0 && r.block_length >= 0, "--steps and --block-length must be positive");
+  canvas::check(r.freeze_refresh >= 0, "--freeze-refresh must be >= 0");
+  canvas::check(!r.stream_head || uniform,
+                "--stream-head applies to uniform-state diffusion decoding (DiffusionGemma's entropy-bound sampler) only");
+  for (const std::string& stop : r.stop) canvas::check(!stop.empty(), "--stop needs a non-empty string");
+  if (uniform) {
+    canvas::check(s.repeat_penalty == 1,
+                  "--repeat-penalty applies to masked diffusion and --mode ar; the uniform-state sampler's repetition "
+                  "control is --neighbor-penalty");
+    const EntropyBoundParams p = uniform_params(r, n);
+    canvas::check(!p.stream_head || (!p.greedy && p.top_k == 0 && p.top_p == 1 && p.min_p == 0),
+                  "--temp 0, --top-k, --top-p and --min-p need the materialised head: not with --stream-head");
+    canvas::check(p.neighbor_penalty > 0 && std::isfinite(p.neighbor_penalty),
+                  "--neighbor-penalty must be positive (1: off)");
+    canvas::check(!p.freeze || !p.stream_head, "--freeze needs the materialised head: not with --stream-head");
+    canvas::check(p.neighbor_penalty == 1.f || !p.stream_head,
+                  "--neighbor-penalty needs the materialised head: not with --stream-head");
+    canvas::check(p.canvas_length > 0 && p.max_denoising_steps > 0, "--block-length and --steps must be positive");
+    canvas::check(std::isfinite(p.entropy_bound) && std::isfinite(p.t_min) && std::isfinite(p.t_max) &&
+                      p.entropy_bound >= 0 && p.t_min > 0 && p.t_max >= p.t_min,
+                  "need --entropy-bound >= 0 and 0 < --t-min <= --t-max");
+    canvas::check(p.stability_threshold >= 0 && p.confidence_threshold >= 0,
+                  "--stability and --confidence-threshold must be >= 0");
+  } else if (mode == DecodeMode::Diffusion) {
+    canvas::check(c.mask_token >= 0, "model has no mask token: use --mode ar");
+    canvas::check(r.threshold >= 0 && r.threshold <= 1, "--threshold must be in [0, 1]");
+    if (!r.schedule.empty()) parse_step_schedule(r.schedule);
+    const int64_t block = masked_block_length(r, n, P);
+    const int64_t padded = (n + block - 1) / block * block;
+    canvas::check(P + padded <= c.context_length,
+                  "-n " + std::to_string(n) + " rounded up to whole blocks of " + std::to_string(block) + " is " +
+                      std::to_string(padded) + " tokens, which with the prompt (" + std::to_string(P) +
+                      " tokens) exceeds the model's context length " + std::to_string(c.context_length) +
+                      "; give -n a multiple of --block-length or a smaller --block-length");
+    const int64_t blocks = padded / block;
+    canvas::check(r.steps == 0 || r.threshold > 0 || r.steps % blocks == 0,
+                  "--steps (" + std::to_string(r.steps) + ") must be a multiple of the number of blocks (" +
+                      std::to_string(blocks) + ")");
+  }
+}
+
+namespace {
+
+// How many of `tokens` the text needs: the fewest whose text is at least `text_bytes` long.
+int64_t tokens_covering(const TextTokenizer& tokenizer, const std::vector<int32_t>& tokens, size_t text_bytes) {
+  int64_t lo = 0, hi = int64_t(tokens.size());
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    const std::vector<int32_t> prefix(tokens.begin(), tokens.begin() + mid);
+    if (tokenizer.decode(prefix).size() >= text_bytes) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+}  // namespace
+
+GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) const {
+  if (fills_holes(r)) return run_fill(r, pool);
+  const ModelConfig& c = model_.config;
+  GenerationOutput out;
+  out.mode = resolve(r.mode);
+  out.prompt = prompt_of(r);
+  out.seed = r.sampling.seed;
+  const int64_t P = int64_t(out.prompt.size());
+  this->check(r, P);
+  bool clipped = false;
+  const int64_t n = new_tokens_of(r, P, &clipped);
+  const bool uniform = out.mode == DecodeMode::Diffusion && c.uniform_state;
+  const bool masked = out.mode == DecodeMode::Diffusion && !c.uniform_state;
+
+  // A chat turn also ends at the format's end-of-turn text (as a token id it is a stop id already).
+  std::vector<std::string> stops = r.stop;
+  if ((r.chat || !r.messages.empty()) && chat_ && !chat_->turn_end.empty() &&
+      std::find(stops.begin(), stops.end(), chat_->turn_end) == stops.end())
+    stops.push_back(chat_->turn_end);
+  TextStream stream(tokenizer_, stop_ids_, stops, r.on_text);
+  int64_t canvas_length = 0;
+  std::vector<int32_t> last_region, final_prefix;
+  DecodeCallbacks callbacks;
+  if (r.forward || r.cancelled) {
+    callbacks.forward = [&](const Model& m, KvCache& cache, const ForwardRequest& req, ThreadPool* p) {
+      if (r.cancelled && r.cancelled()) throw Cancelled{};
+      if (r.forward) r.forward(m, cache, req, p);
+      else forward(m, cache, req, p);
+    };
+  }
+  callbacks.on_step = [&](const StepEvent& e) {
+    if (r.on_step) r.on_step(e);
+    // The finished prefix of the generated region: AR tokens are final at once, a masked canvas up to its
+    // first masked position, a uniform-state run up to the canvas being denoised.
+    const std::vector<int32_t>& region = *e.canvas;
+    last_region = region;
+    int64_t end = int64_t(region.size());
+    if (uniform) end = std::min<int64_t>(end, e.block * canvas_length);
+    else if (masked) end = std::find(region.begin(), region.end(), c.mask_token) - region.begin();
+    end = std::min(end, n);
+    final_prefix.assign(region.begin(), region.begin() + end);
+    stream.update(final_prefix);
+    if (r.cancelled && r.cancelled()) throw Cancelled{};
+  };
+  callbacks.should_stop = [&] { return stream.stop_string_seen() || stream.stop_id_seen(); };
+
+  GenerationResult result;
+  bool cancelled = false;
+  try {
+    if (uniform) {
+      const EntropyBoundParams p = uniform_params(r, n);
+      canvas_length = p.canvas_length;
+      const EntropyBoundResult u = generate_uniform_state(model_, out.prompt, p, pool, callbacks);
+      result = u;
+      out.encoder_passes = u.encoder_passes;
+      out.steps_per_canvas = u.steps_per_canvas;
+      out.decode_tokens = u.new_tokens;
+    } else if (masked) {
+      MaskedDiffusionParams p;
+      p.block_length = masked_block_length(r, n, int64_t(out.prompt.size()));
+      // Any N: the canvas is padded to whole blocks, and the text cut back to N tokens.
+      p.gen_length = (n + p.block_length - 1) / p.block_length * p.block_length;
+      p.steps = r.steps > 0 ? r.steps : p.gen_length;
+      p.schedule = parse_step_schedule(!r.schedule.empty() ? r.schedule : c.arch == "dream" ? "dream" : "llada");
+      p.order = r.order;
+      p.threshold = r.threshold;
+      p.cache = r.cache;
+      p.freeze = r.freeze || r.freeze_refresh > 0;
+      p.freeze_refresh = r.freeze_refresh;
+      p.sampling = r.sampling;
+      result = generate_masked(model_, out.prompt, p, pool, callbacks);
+      if (int64_t(result.tokens.size()) > n) result.tokens.resize(size_t(n));
+      out.decode_tokens = int64_t(result.tokens.size());
+    } else if (out.mode == DecodeMode::Verify) {
+      VerifyParams p;
+      p.max_new_tokens = n;
+      p.draft_length = r.draft_length > 0 ? r.draft_length : 8;
+      p.draft_steps = r.draft_steps;
+      p.sampling = r.sampling;
+      p.draft_temperature = defaults_.params.t_min;
+      p.stop_ids = stop_ids_;
+      const VerifyResult v = generate_verify(model_, out.prompt, p, pool, callbacks);
+      result = v;
+      out.encoder_passes = v.encoder_passes;
+      out.drafted = v.drafted;
+      out.accepted = v.accepted;
+      out.decode_tokens = std::max<int64_t>(0, int64_t(v.tokens.size()) - 1);  // the first comes with the prompt
+    } else {
+      ArParams p;
+      p.max_new_tokens = n;
+      p.sampling = r.sampling;
+      p.stop_ids = stop_ids_;
+      result = generate_ar(model_, out.prompt, p, pool, callbacks);
+      out.decode_tokens = std::max<int64_t>(0, int64_t(result.tokens.size()) - 1);  // the first comes with the prompt
+    }
+  } catch (const Cancelled&) {
+    cancelled = true;
+    result.tokens = last_region;
+    if (masked) result.tokens.resize(size_t(std::find(last_region.begin(), last_region.end(), c.mask_token) -
+                                            last_region.begin()));
+    if (int64_t(result.tokens.size()) > n) result.tokens.resize(size_t(n));
+  }
+  out.region = std::move(result.tokens);
+  out.passes = result.passes;
+  out.rows_computed = result.rows_computed;
+  out.prompt_ms = result.prompt_ms;
+  out.decode_ms = result.decode_ms;
+
+  out.text = stream.finish(out.region);
+  const auto stop = std::find_first_of(out.region.begin(), out.region.end(), stop_ids_.begin(), stop_ids_.end());
+  out.tokens.assign(out.region.begin(), stop);
+  if (stream.stop_string_seen() && tokenizer_)
+    out.tokens.resize(size_t(tokens_covering(*tokenizer_, out.tokens, out.text.size())));
+  const int32_t pad = uniform ? defaults_.params.pad_id : c.pad_token;
+  out.pad_tokens = pad >= 0 ? std::count(out.region.begin(), out.region.end(), pad) : 0;
+  out.finish_reason = cancelled                  ? "cancelled"
+                      : stream.stop_string_seen() ? "stop"
+                      : stop != out.region.end()  ? "eos"
+                      : clipped                   ? "context"
+                                                  : "length";
+  return out;
+}
+
+}  // namespace canvas

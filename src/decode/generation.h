@@ -1,0 +1,167 @@
+// One generation request and its result, and the one dispatcher over the decoding methods (AR, masked
+// diffusion, uniform-state diffusion). generate, chat, serve and the tests fill a GenerationRequest and read
+// a GenerationOutput; the same request gives the same tokens from every front end.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "decode/chat_template.h"
+#include "decode/events.h"
+#include "decode/infill.h"
+#include "decode/json_schema.h"
+#include "decode/masked.h"
+#include "decode/sampling.h"
+#include "decode/text_model.h"
+#include "model/model.h"
+
+namespace canvas {
+
+// auto: the model's own way (diffusion for diffusion models, AR otherwise); a server resolves auto by its
+// cost model before it runs a request. verify: the diffusion decoder drafts and the causal path verifies
+// (decode/verify.h): AR's text, several tokens per causal pass.
+enum class DecodeMode { Auto, Diffusion, Ar, Verify };
+DecodeMode parse_decode_mode(const std::string& name);  // auto | diffusion | ar | verify; Error otherwise
+const char* decode_mode_name(DecodeMode mode);
+
+struct GenerationRequest {
+  // The prompt: `prompt` ids when non-empty; else `messages` rendered by the model's chat format; else
+  // `text`, encoded with the vocabulary's BOS (as one user turn of the chat format when `chat`).
+  std::vector<int32_t> prompt;
+  std::string text;
+  bool chat = false;
+  std::vector<ChatMessage> messages;
+
+  DecodeMode mode = DecodeMode::Auto;
+  // 0: the default (a uniform-state model's max_new_tokens, else 64), cut to what the context leaves.
+  int64_t max_new_tokens = 0;
+  // Masked and AR: as SamplingParams says. Uniform-state models map them onto the entropy-bound sampler:
+  // temperature 0 (when given) makes an accepted position take its argmax, T > 0 scales both ends of the
+  // temperature ramp (t_min * T, t_max * T; not given: the ramp as it is); top_k, top_p and min_p restrict
+  // the token an accepted position draws; repeat_penalty does not apply (its neighbour penalty does).
+  SamplingParams sampling;
+  bool temperature_given = false;
+
+  // Masked diffusion (0 / empty: defaults). The block length is min(block_length or 32, N) (Generator::
+  // masked_block_length); the canvas is padded to whole blocks and cut back to N tokens; steps default to
+  // the padded length (one per step).
+  int64_t steps = 0;
+  int64_t block_length = 0;       // uniform-state: the canvas length (default: the model's)
+  std::string schedule;           // llada | dream ("": dream for Dream models, llada otherwise)
+  UnmaskOrder order = UnmaskOrder::Confidence;
+  float threshold = 0.f;
+  CacheMode cache = CacheMode::Prefix;
+  bool freeze = false;            // masked and uniform-state
+  int64_t freeze_refresh = 0;
+
+  // Uniform-state sampler settings; a negative value keeps the model's default (SamplerDefaults).
+  float entropy_bound = -1, t_min = -1, t_max = -1, confidence_threshold = -1, neighbor_penalty = -1;
+  int64_t stability = -1;
+  bool stream_head = false;
+
+  // Draft-and-verify: tokens drafted per cycle (0: the default, 8) and decoder passes per draft.
+  int64_t draft_length = 0;
+  int64_t draft_steps = 1;
+
+  std::vector<std::string> stop;  // the text ends before the first of these (and generation stops)
+
+  // Infilling and structured output (diffusion models fill holes; AR models only take a schema). With a
+  // suffix, N tokens are filled between `text` and it; holes written <|hole:N|> in `text` are filled at once;
+  // with a schema the output is a JSON document valid for it (diffusion: the scaffold is given and the value
+  // holes decoded under per-hole token masks; AR: the same constraint masks tokens left to right).
+  std::optional<std::string> suffix;
+  std::shared_ptr<const JsonTemplate> json_schema;
+
+  // Each decoding step (the canvas as it stands), and each new piece of final text, in order.
+  std::function<void(const StepEvent&)> on_step;
+  std::function<void(const std::string&)> on_text;
+  // Runs the forward passes instead of forward() (DecodeCallbacks::forward): a server's batcher.
+  std::function<void(const Model&, KvCache&, const ForwardRequest&, ThreadPool*)> forward;
+  // Polled before every pass; true abandons the run (finish_reason "cancelled").
+  std::function<bool()> cancelled;
+};
+
+struct GenerationOutput {
+  DecodeMode mode = DecodeMode::Ar;  // the mode that ran (never Auto)
+  std::vector<int32_t> prompt;
+  // Every id the decoder left in the generated region (EOS and padding included; a masked canvas cut to N).
+  std::vector<int32_t> region;
+  // The text's tokens: those before the first EOS / pad / end-of-turn id, and only as many as the text
+  // needs when a stop string cut it.
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::string finish_reason;  // eos | stop | length | context | cancelled
+  int64_t pad_tokens = 0;     // region positions holding the pad id
+  int64_t passes = 0;         // decoder passes (AR: steps) that produced logits
+  int64_t encoder_passes = 0; // uniform-state: passes of the causal encoder over committed canvases; verify:
+                              // the verifying causal passes (passes counts them too)
+  int64_t drafted = 0, accepted = 0;  // verify: draft tokens proposed and kept
+  int64_t rows_computed = 0;
+  std::vector<int64_t> steps_per_canvas;  // uniform-state
+  int64_t decode_tokens = 0;  // tokens produced after the prompt pass (AR: the first comes with it)
+  std::vector<std::string> fills;  // infilling: each hole's text, in order
+  int64_t filled_tokens = 0;       // infilling and schemas: canvas positions the model decided
+  double prompt_ms = 0, decode_ms = 0;
+  uint64_t seed = 0;
+
+  double tokens_per_forward() const { return passes > 0 ? double(tokens.size()) / double(passes) : 0.0; }
+  double tokens_per_second() const { return decode_ms > 0 ? double(decode_tokens) * 1000.0 / decode_ms : 0.0; }
+};
+
+class Generator {
+ public:
+  // tokenizer and chat may be null (token-level use: no text, no messages).
+  Generator(const Model& model, const TextTokenizer* tokenizer, SamplerDefaults defaults,
+            const ChatFormat* chat = nullptr);
+  explicit Generator(const TextModel& m) : Generator(m.model, &m.tokenizer, m.defaults, &m.chat) {}
+
+  const Model& model() const { return model_; }
+  const TextTokenizer* tokenizer() const { return tokenizer_; }
+  const SamplerDefaults& defaults() const { return defaults_; }
+  bool has_diffusion() const;  // the model decodes by diffusion (uniform-state, or masked with a mask token)
+  bool has_ar() const;         // ... and left to right
+  DecodeMode resolve(DecodeMode mode) const;  // auto -> the model's own mode
+  // A notice for a mode that runs but is not what the model was trained for ("" when none).
+  std::string mode_notice(DecodeMode mode) const;
+  // Ids that end the text: the EOS ids, the pad id and the chat format's end-of-turn token.
+  const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
+
+  std::vector<int32_t> prompt_of(const GenerationRequest& request) const;
+  // N for a request with `prompt_tokens` prompt tokens (the default cut to the context); sets *clipped when
+  // the context cut the default.
+  int64_t new_tokens_of(const GenerationRequest& request, int64_t prompt_tokens, bool* clipped = nullptr) const;
+  // Masked diffusion's block length for N new tokens after `prompt_tokens`: the request's (cut to N), else 32
+  // (the canvas padded to whole blocks and cut back to N) or, where that padding would overflow the context,
+  // N (one block).
+  int64_t masked_block_length(const GenerationRequest& request, int64_t n, int64_t prompt_tokens) const;
+  // The uniform-state sampler's settings for a request (N new tokens).
+  EntropyBoundParams uniform_params(const GenerationRequest& request, int64_t n) const;
+  // Throws Error naming the option when the request cannot run on this model (mode, context, settings).
+  void check(const GenerationRequest& request, int64_t prompt_tokens) const;
+
+  // Infilling or a schema: the request has a suffix, holes in its text or a JSON schema.
+  static bool fills_holes(const GenerationRequest& request);
+  GenerationOutput run(const GenerationRequest& request, ThreadPool* pool) const;
+
+ private:
+  GenerationOutput run_fill(const GenerationRequest& request, ThreadPool* pool) const;
+  const TextCodec& codec() const;  // the tokenizer as the infilling code sees it (built on first use)
+
+  const Model& model_;
+  const TextTokenizer* tokenizer_;
+  SamplerDefaults defaults_;
+  const ChatFormat* chat_;
+  std::vector<int32_t> stop_ids_;
+  struct CodecCache {
+    std::once_flag built;
+    TextCodec codec;
+  };
+  std::shared_ptr<CodecCache> codec_;
+};
+
+}  // namespace canvas

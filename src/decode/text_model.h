@@ -1,0 +1,71 @@
+// A model with what text generation needs beside its weights: its tokenizer (the GGUF's, the tokenizer.json
+// beside a checkpoint, or one given), its sampler defaults (GGUF diffusion.* keys or generation_config.json)
+// and its chat format (the model's chat template through the Jinja subset, else a built-in format).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "decode/chat_template.h"
+#include "decode/entropy_bound.h"
+#include "io/text_tokenizer.h"
+#include "model/model.h"
+
+namespace canvas {
+
+// The directory of a safetensors checkpoint given as a directory or its config.json ("" for a GGUF).
+std::string checkpoint_directory(const Model& model, const std::string& model_path);
+
+// The model's tokenizer: explicit_path ("" = none) is a tokenizer.json or a GGUF holding tokenizer.ggml.*;
+// without it the GGUF's own vocabulary, or tokenizer.json beside a safetensors checkpoint. Throws Error
+// saying what is missing; also when the tokenizer has more tokens than the model's vocabulary.
+TextTokenizer tokenizer_for_model(const Model& model, const std::string& model_path, const std::string& explicit_path);
+
+// Sampler defaults of a model: generation_config.json beside a safetensors checkpoint (max_denoising_steps,
+// entropy_bound, t_min, t_max, stability_threshold, confidence_threshold, eos_token_id, pad_token_id,
+// max_new_tokens, canvas_length), or a GGUF's diffusion.canvas_length and diffusion.eb_* keys. Absent values
+// keep the release's defaults; EOS ids are the file's list, else {1, 106, 50} for Gemma models (the
+// release's list; GGUF stores one id) and the config's EOS otherwise.
+struct SamplerDefaults {
+  EntropyBoundParams params;
+  int64_t max_new_tokens = 64;  // the default number of new tokens of a uniform-state model
+  std::string source;           // where the values came from (for messages)
+};
+SamplerDefaults sampler_defaults(const Model& model, const std::string& model_path);
+
+// How a conversation becomes the model's prompt. `jinja` holds the model's own template (rendered by
+// chat_template.h); empty: the built-in format `name` (gemma4, gemma, chatml, llama3).
+struct ChatFormat {
+  std::string name;
+  std::string turn_end;  // the text that closes a model turn ("" when unknown); it also ends a reply
+  std::string jinja;
+  std::string origin;    // where the format came from (for the chat banner)
+  std::string bos, eos;  // the template's bos_token / eos_token
+  bool add_bos = false;  // the tokenizer's BOS goes before the rendered text (formats that do not write it)
+  bool model_has_template = false;
+
+  // name "auto": the model's tokenizer.chat_template (a GGUF key, or tokenizer_config.json's chat_template
+  // beside a checkpoint) when the Jinja subset renders it, else the built-in Gemma 4 format; any other
+  // name: that built-in format (Error for an unknown one).
+  static ChatFormat for_model(const Model& model, const std::string& model_path, const TextTokenizer& tokenizer,
+                              const std::string& name = "auto");
+  // The conversation ending with an open model turn.
+  std::string render(const std::vector<ChatMessage>& messages) const;
+};
+
+// A loaded model and what generating text with it needs. The Model is owned (it is a set of shared handles
+// to mapped weights, cheap to move).
+struct TextModel {
+  std::string path;
+  Model model;
+  TextTokenizer tokenizer;
+  SamplerDefaults defaults;
+  ChatFormat chat;
+
+  // Reads the tokenizer (explicit_tokenizer: "" = the model's own), the sampler defaults and the chat
+  // format (chat_template: auto or a built-in name) of a loaded model.
+  static TextModel from(Model model, const std::string& path, const std::string& explicit_tokenizer = "",
+                        const std::string& chat_template = "auto");
+};
+
+}  // namespace canvas

@@ -1,0 +1,39 @@
+// Generated tokens to text as they become final: the text ends before the first stop id and the first stop
+// string, and what might still turn into a stop string (or is an unfinished UTF-8 character) is held back.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "io/text_tokenizer.h"
+
+namespace canvas {
+
+class TextStream {
+ public:
+  // sink receives each new piece of final text (may be empty: nothing is sent). Throws Error for an
+  // empty stop string.
+  TextStream(const TextTokenizer* tokenizer, std::vector<int32_t> stop_ids, std::vector<std::string> stop_strings,
+             std::function<void(const std::string&)> sink = {});
+  // The finished prefix of the generated tokens (it only grows).
+  void update(const std::vector<int32_t>& final_prefix);
+  // All generated tokens: returns the whole text and sends what was not sent yet.
+  std::string finish(const std::vector<int32_t>& tokens);
+  bool stop_string_seen() const { return stop_string_seen_; }
+  bool stop_id_seen() const { return stop_id_seen_; }
+  const std::string& sent() const { return sent_; }
+
+ private:
+  std::string text_of(const std::vector<int32_t>& tokens, bool* cut);
+  void emit(const std::string& text, size_t end);
+
+  const TextTokenizer* tokenizer_;
+  std::vector<int32_t> stop_ids_;
+  std::vector<std::string> stop_strings_;
+  std::function<void(const std::string&)> sink_;
+  std::string sent_;
+  bool stop_string_seen_ = false, stop_id_seen_ = false;
+};
+
+}  // namespace canvas

@@ -1,0 +1,45 @@
+// Draft-and-verify decoding on one set of weights: the diffusion decoder drafts the next k tokens in one or
+// a few passes, and one causal (AR) pass over them verifies: the longest prefix AR agrees with is kept, plus
+// AR's own token where they first differ. The text is exactly what AR decoding writes (greedy: the same
+// tokens; sampling: the same distribution, by speculative rejection sampling), with several tokens committed
+// per AR pass.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "decode/events.h"
+#include "decode/sampling.h"
+#include "model/model.h"
+
+namespace canvas {
+
+struct VerifyParams {
+  int64_t max_new_tokens = 64;
+  int64_t draft_length = 8;  // k: tokens drafted per cycle
+  int64_t draft_steps = 1;   // decoder passes per draft (self-conditioned after the first)
+  // The verifier's sampling (as generate_ar's): temperature 0 is greedy; otherwise speculative rejection
+  // sampling with the drafter's softmax(logits / draft_temperature) as the proposal. Repeat penalty, top-k,
+  // top-p and min-p shape the verifier's distribution exactly as they shape AR's.
+  SamplingParams sampling;
+  float draft_temperature = 1.f;  // sampling only: the proposal's temperature
+  std::vector<int32_t> stop_ids;  // tokens that end generation (kept as the last token)
+};
+
+struct VerifyResult : GenerationResult {
+  // passes counts every pass after the prompt's (decoder drafts and verifying encoder passes);
+  // encoder_passes the verifying ones.
+  int64_t encoder_passes = 0;
+  int64_t cycles = 0;
+  int64_t drafted = 0, accepted = 0;  // draft tokens proposed and kept
+};
+
+// Models with a uniform-state diffusion path and a causal path on the same weights (DiffusionGemma:
+// decoder + encoder; canvas's own uniform-state models). Throws Error for others.
+bool supports_verify(const ModelConfig& config);
+
+// StepEvent per cycle: canvas = the generated tokens, committed = the positions this cycle added.
+VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& prompt, const VerifyParams& params,
+                             ThreadPool* pool, const DecodeCallbacks& callbacks = {});
+
+}  // namespace canvas
