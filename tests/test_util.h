@@ -32,9 +32,11 @@ struct CommandResult {
   std::string output;  // stdout (stderr too when merge_stderr)
 };
 
-// Runs the canvas binary with the given argument string through the shell.
-inline CommandResult run_canvas(const std::string& args, bool merge_stderr = true) {
-  const std::string cmd = std::string(CANVAS_BINARY) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+// Runs the canvas binary with the given argument string through the shell; `env` (e.g.
+// "CANVAS_SIMD=avx2") is set for that command only.
+inline CommandResult run_canvas(const std::string& args, bool merge_stderr = true, const std::string& env = "") {
+  const std::string cmd = (env.empty() ? "" : env + " ") + std::string(CANVAS_BINARY) + " " + args +
+                          (merge_stderr ? " 2>&1" : " 2>/dev/null");
   CommandResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return r;
