@@ -91,8 +91,10 @@ TEST(TrainConfig, EveryKeyHasARange) {
       {"position_embedding", "yes"},
   };
   for (const auto& [key, value] : bad) {
-    const std::string error = parse_error(std::string(kTiny) + key + " = " + value + "\n");
-    EXPECT_NE(error.find("x.cfg:15: " + key), std::string::npos) << key << " = " << value << ": " << error;
+    const std::string text = test::with_settings(kTiny, key + " = " + value + "\n");  // the last line
+    const std::string error = parse_error(text);
+    const std::string line = std::to_string(std::count(text.begin(), text.end(), '\n'));
+    EXPECT_NE(error.find("x.cfg:" + line + ": " + key), std::string::npos) << key << " = " << value << ": " << error;
   }
   // The text task's keys; val_fraction must leave some text for training.
   for (const std::string line : {"val_fraction = 1", "val_fraction = -0.1", "val_fraction = 1.5",
@@ -111,7 +113,7 @@ TEST(TrainConfig, EveryKeyHasARange) {
   EXPECT_NE(parse_error(std::string(kTiny) + "lr = 1e-4\nmin_lr = 1e-3\n").find("min_lr"), std::string::npos);
   // Values at the edges of their ranges are accepted.
   const train::RunConfig edge = train::parse_run_config(
-      std::string(kTiny) + "lr = 0\nbeta1 = 0\nthreads = 0\nseed = 9223372036854775807\n", "x.cfg");
+      test::with_settings(kTiny, "lr = 0\nbeta1 = 0\nthreads = 0\nseed = 9223372036854775807\n"), "x.cfg");
   EXPECT_EQ(edge.optimizer.lr, 0.f);
   EXPECT_EQ(edge.optimizer.min_lr, 0.f);  // without its own min_lr, lr = 0 stays 0
   EXPECT_EQ(edge.seed, 9223372036854775807ull);
@@ -120,7 +122,7 @@ TEST(TrainConfig, EveryKeyHasARange) {
 TEST(TrainConfig, AMicroBatchTooLargeForMemoryIsRefused) {
   test::TempDir dir;
   try {
-    train::run_training(train::parse_run_config(std::string(kTiny) + "batch_size = 65536\n", "x.cfg"),
+    train::run_training(train::parse_run_config(test::with_settings(kTiny, "batch_size = 65536\n"), "x.cfg"),
                         dir.path("run"), nullptr);
     FAIL() << "a micro-batch of 65536 Sudoku sequences was accepted";
   } catch (const Error& e) {
@@ -130,6 +132,22 @@ TEST(TrainConfig, AMicroBatchTooLargeForMemoryIsRefused) {
 
 TEST(TrainConfig, EmptyConfigIsAnError) {
   EXPECT_NE(parse_error("").find("no settings"), std::string::npos);
+// A key set twice used to take its last value without a word; it is an error naming the key and both lines,
+// for the generic keys, the task's keys and `task` itself, however the two lines are spelled.
+TEST(TrainConfig, AKeySetTwiceIsAnErrorNamingBothLines) {
+  const std::string twice = std::string(kTiny) + "# a comment line\n\nlr = 2e-3\n   lr=1e-3   # again\n";
+  const std::string error = parse_error(twice);
+  EXPECT_NE(error.find("x.cfg:18: key 'lr' is set twice, on lines 17 and 18"), std::string::npos) << error;
+  EXPECT_EQ(std::count(error.begin(), error.end(), '\n'), 0) << error;
+  EXPECT_NE(parse_error(std::string(kTiny) + "steps = 30\n").find("key 'steps' is set twice, on lines 10 and 15"),
+            std::string::npos);
+  EXPECT_NE(parse_error(std::string(kTiny) + "task = sudoku\n").find("key 'task' is set twice, on lines 1 and 15"),
+            std::string::npos);
+  EXPECT_NE(parse_error("task = text\nseq_len = 64\nseq_len = 64\n").find("key 'seq_len' is set twice, on lines 2 and 3"),
+            std::string::npos);
+  EXPECT_EQ(parse_error(kTiny), "");
+}
+
   EXPECT_NE(parse_error("# only a comment\n\n").find("no settings"), std::string::npos);
   test::TempDir dir;
   std::ofstream(dir.path("empty.cfg")).flush();
@@ -192,7 +210,7 @@ std::set<std::string> identity_keys(const std::string& identity) {
 }
 
 TEST(TrainConfig, ResumeIdentityCoversEveryKeyThatChangesTheRun) {
-  const std::string base = std::string(kTiny) + "objective = uniform\n";  // block_length and ar_weight count
+  const std::string base = test::with_settings(kTiny, "objective = uniform\n");  // block_length and ar_weight count
   const std::string id = train::run_identity(train::parse_run_config(base, "x.cfg"));
   for (const auto& [key, value] : kOtherValues) {
     std::string extra = key + " = " + value + "\n";
@@ -200,10 +218,11 @@ TEST(TrainConfig, ResumeIdentityCoversEveryKeyThatChangesTheRun) {
     if (key == "sudoku_states")
       extra += "objective = masked\n";  // singles needs infill, which needs diffusion
     if (key == "sudoku_hidden_weight") extra = "objective = masked\nsudoku_states = decoder\n";
-    const std::string with = train::run_identity(train::parse_run_config(base + extra, "x.cfg"));
+    const std::string with = train::run_identity(train::parse_run_config(test::with_settings(base, extra), "x.cfg"));
     if (key == "sudoku_hidden_weight") {  // decoder states, then the weight changes the run
       EXPECT_NE(
-          train::run_identity(train::parse_run_config(base + extra + "sudoku_hidden_weight = 3\n", "x.cfg")),
+          train::run_identity(
+              train::parse_run_config(test::with_settings(base, extra + "sudoku_hidden_weight = 3\n"), "x.cfg")),
           with);
       continue;
     }
@@ -223,7 +242,8 @@ TEST(TrainConfig, ResumeIdentityCoversEveryKeyThatChangesTheRun) {
   const std::string text_id = train::run_identity(train::parse_run_config(text, "x.cfg"));
   for (const char* extra :
        {"seq_len = 65\n", "text_corpus = other.txt\n", "val_fraction = 0.1\n", "tokenizer = vocab.gguf\n"})
-    EXPECT_NE(train::run_identity(train::parse_run_config(text + extra, "x.cfg")), text_id) << extra;
+    EXPECT_NE(train::run_identity(train::parse_run_config(test::with_settings(text, extra), "x.cfg")), text_id)
+        << extra;
   EXPECT_NE(text_id, id);
 }
 
@@ -322,7 +342,7 @@ TEST(TrainConfig, ARegisteredTaskTrainsAndReportsItsMetric) {
 
 std::string write_config(const std::string& name, const std::string& extra) {
   const std::string path = test::temp_path(name + ".cfg");
-  std::ofstream(path) << kTiny << extra;
+  std::ofstream(path) << test::with_settings(kTiny, extra);
   return path;
 }
 

@@ -394,14 +394,19 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
     const size_t eq = line.find('=');
     const std::string where = origin + ":" + std::to_string(line_no);
     check(eq != std::string::npos, where + ": expected 'key = value'");
-    lines.push_back({config_trim(line.substr(0, eq)), config_trim(line.substr(eq + 1)), where});
+    const std::string key = config_trim(line.substr(0, eq));
+    // A repeated key would silently take its last value: say where both are instead.
+    const auto [it, fresh] = first_line.emplace(key, line_no);
+    check(fresh, where + ": key '" + key + "' is set twice, on lines " + std::to_string(it->second) + " and " +
+                     std::to_string(line_no) + " (keep one)");
+    lines.push_back({key, config_trim(line.substr(eq + 1)), where});
   }
   check(!lines.empty(), origin + ": no settings (an empty config would silently train the defaults)");
 
   RunConfig r;
   r.source_text = text;
   std::set<std::string> seen;
-  for (const Line& l : lines) {  // the task first: it decides which other keys exist (a later line wins)
+  for (const Line& l : lines) {  // the task first: it decides which other keys exist
     seen.insert(l.key);
     if (l.key == "task") r.task = l.value;
   }
@@ -409,6 +414,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
   for (const Line& l : lines) {
     if (l.key == "task") continue;
     const RunKey* k = find_run_key(l.key);
+  std::map<std::string, int> first_line;  // key -> the line that set it
     if (k) k->set(r, l.value, l.where);
     else if (!task->set(l.key, l.value, l.where))
       throw Error(l.where + ": unknown key '" + l.key + "' (for task = " + r.task + ")");

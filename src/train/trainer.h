@@ -51,8 +51,9 @@ struct RunConfig {
 };
 
 // Parses "key = value" lines ('#' starts a comment). `task` picks the task (whatever line it is on);
-// keys the generic part does not know go to the task. Unknown keys, values out of range (every key
-// has one) and a config without any key are errors naming the file and line. A warm-up longer than
+// keys the generic part does not know go to the task. Unknown keys, a key set twice (naming both
+// lines), values out of range (every key has one) and a config without any key are errors naming the
+// file and line. A warm-up longer than
 // the run is shortened to a tenth of it, with a notice in `notices`.
 RunConfig parse_run_config(const std::string& text, const std::string& origin);
 // The same from a file, which must be a regular, non-empty file.
