@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -130,8 +132,6 @@ TEST(TrainConfig, AMicroBatchTooLargeForMemoryIsRefused) {
   }
 }
 
-TEST(TrainConfig, EmptyConfigIsAnError) {
-  EXPECT_NE(parse_error("").find("no settings"), std::string::npos);
 // A key set twice used to take its last value without a word; it is an error naming the key and both lines,
 // for the generic keys, the task's keys and `task` itself, however the two lines are spelled.
 TEST(TrainConfig, AKeySetTwiceIsAnErrorNamingBothLines) {
@@ -148,6 +148,8 @@ TEST(TrainConfig, AKeySetTwiceIsAnErrorNamingBothLines) {
   EXPECT_EQ(parse_error(kTiny), "");
 }
 
+TEST(TrainConfig, EmptyConfigIsAnError) {
+  EXPECT_NE(parse_error("").find("no settings"), std::string::npos);
   EXPECT_NE(parse_error("# only a comment\n\n").find("no settings"), std::string::npos);
   test::TempDir dir;
   std::ofstream(dir.path("empty.cfg")).flush();
@@ -398,6 +400,72 @@ TEST(TrainCli, StopAfterBetweenCheckpointsSavesWhereItStopped) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("resumed from step 3 of 24"), std::string::npos) << r.output;
   std::remove(config.c_str());
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Issue 35: `canvas train --out DIR` onto a folder holding another run's model.gguf overwrote it without a
+// word. Another run's files (a model.gguf without a checkpoint, from another config or from elsewhere; a
+// checkpoint under other settings) are refused before anything is written unless --force, which starts
+// this run afresh in their place; the same run still resumes, or restarts over its own model.gguf.
+TEST(TrainCli, OutDirHoldingAnotherRunIsRefusedUnlessForced) {
+  test::TempDir dir;
+  const std::string a = write_config("force-a", ""), b = write_config("force-b", "hidden = 64\n");
+  const std::string run = dir.path("run");
+  auto train = [&](const std::string& config, const std::string& extra) {
+    return test::run_canvas("train --config " + config + " --out " + run + " --steps 2 " + extra);
+  };
+  auto identity = [](const std::string& config) {  // of a run of `config` with --steps 2
+    train::RunConfig r = train::load_run_config(config);
+    train::set_total_steps(r, 2);
+    return train::run_identity(r);
+  };
+  ASSERT_EQ(train(a, "").exit_code, 0);
+  std::remove((run + "/checkpoint.gguf").c_str());  // a finished run whose checkpoint was deleted
+  const std::string model_a = file_bytes(run + "/model.gguf"), csv_a = file_bytes(run + "/train.csv");
+  auto r = train(b, "");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(run + "/model.gguf belongs to another run (hidden: its run has '32', this run '64')"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("--force"), std::string::npos) << r.output;
+  EXPECT_EQ(file_bytes(run + "/model.gguf"), model_a);
+  EXPECT_EQ(file_bytes(run + "/train.csv"), csv_a);
+  // The same run over its own model.gguf goes ahead, as before.
+  r = train(a, "");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // A model that no canvas train run wrote.
+  const std::string other = dir.path("other");
+  std::filesystem::create_directories(other);
+  std::filesystem::copy_file(test::fixture("tiny-llada.gguf"), other + "/model.gguf");
+  r = test::run_canvas("train --config " + a + " --out " + other + " --steps 2");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("belongs to another run (it records no canvas train run)"), std::string::npos) << r.output;
+  EXPECT_EQ(file_bytes(other + "/model.gguf"), file_bytes(test::fixture("tiny-llada.gguf")));
+  // --force replaces it with this run's.
+  r = test::run_canvas("train --config " + a + " --out " + other + " --steps 2 --force");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--force: replacing"), std::string::npos) << r.output;
+  EXPECT_EQ(GgufFile::open(other + "/model.gguf")->get_string("training.identity", ""), identity(a));
+  // A checkpoint under other settings: refused (as before), and --force starts the new run from step 0.
+  r = train(b, "");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("different configuration"), std::string::npos) << r.output;
+  r = train(b, "--force");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("resumed"), std::string::npos) << r.output;
+  EXPECT_EQ(GgufFile::open(run + "/checkpoint.gguf")->require_int("training.step"), 2);
+  EXPECT_EQ(GgufFile::open(run + "/model.gguf")->get_string("training.identity", ""), identity(b));
+  // The same run resumes, --force or not.
+  r = train(b, "--force");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from step 2 of 2"), std::string::npos) << r.output;
+  EXPECT_NE(test::run_canvas("train --help").output.find("--force"), std::string::npos);
+  std::remove(a.c_str());
+  std::remove(b.c_str());
 }
 
 // Rewrites a checkpoint as an older canvas wrote it: an identity that does not list every setting.
