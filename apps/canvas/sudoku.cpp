@@ -20,6 +20,7 @@
 #include "io/gguf.h"
 #include "model/model.h"
 #include "ops/ops.h"
+#include "output_paths.h"
 #include "train/sudoku.h"
 
 namespace canvas::cli {
@@ -396,6 +397,11 @@ int sudoku_generate(int argc, char** argv) {
   int64_t written = 0;
   if (source == "canvas") {
     Rng rng(uint64_t(args.get_int("seed", 0)));
+    // `generate --exclude F > F`: the shell emptied F before canvas started, so nothing would be excluded
+    // and F would end up holding only the new puzzles. Appending (>> F) keeps F and is fine.
+    check(!stdout_is_file(file) || stdout_appends(),
+          "standard output is --exclude file " + file + ", which the shell's '>' has just emptied; write the "
+          "puzzles to another file (or append with '>>')");
     const int min_clues = int(args.get_int("min-clues", 24));
     check(min_clues >= 17 && min_clues <= 80, "--min-clues must be in 17..80");
     while (written < n) {
