@@ -55,7 +55,7 @@ struct CommandFlags {
 // Every spelling each command accepted before its options moved into a table (flags are interfaces).
 const std::vector<CommandFlags>& commands() {
   static const std::vector<CommandFlags> all = {
-      {"train", {"--config", "--out", "--steps", "--stop-after", "-t", "--threads"}},
+      {"train", {"--config", "--out", "--steps", "--stop-after", "-t", "--threads", "--force"}},
       {"serve", {"-m", "--model", "--host", "--port", "--parallel", "--queue", "--mode", "--api-key", "--device"}},
       {"tokenize", {"-m", "--model", "-p", "--prompt", "-f", "--file", "--json", "--bos"}},
       {"detokenize", {"-m", "--model", "--ids"}},

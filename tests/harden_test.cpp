@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "io/gguf.h"
@@ -194,21 +195,57 @@ TEST(HardenModel, NonFiniteHyperParametersAreRefusedAtLoad) {
   }
 }
 
+// A copy of tiny-llada.gguf at `out` whose f32 tensor `name` holds NaN: in every element, or in one.
+std::string nan_gguf(const std::string& out, const std::string& name, bool every_element) {
+  std::vector<float> poisoned;
+  return edited_gguf("tiny-llada.gguf", out, [](GgufWriter&) {}, [&](const TensorView& t, const void*& data) {
+    if (t.name == name) {
+      poisoned.assign(t.f32(), t.f32() + t.elements());
+      for (size_t i = 0; i < poisoned.size(); ++i)
+        if (every_element || i == 5) poisoned[i] = std::numeric_limits<float>::quiet_NaN();
+      data = poisoned.data();
+    }
+    return true;
+  });
+}
+
 TEST(HardenCli, NaNWeightsFailBeforeSampling) {
   test::TempDir dir;
-  std::vector<float> poisoned;
-  const std::string path = edited_gguf("tiny-llada.gguf", dir.path("nan.gguf"), [](GgufWriter&) {},
-                                       [&](const TensorView& t, const void*& data) {
-                                         if (t.name == "token_embd.weight") {
-                                           poisoned.assign(t.f32(), t.f32() + t.elements());
-                                           for (float& v : poisoned) v = std::numeric_limits<float>::quiet_NaN();
-                                           data = poisoned.data();
-                                         }
-                                         return true;
-                                       });
+  const std::string path = nan_gguf(dir.path("nan.gguf"), "token_embd.weight", true);
   const test::CommandResult r = test::run_canvas("generate -m " + path + " -p 'And God' -n 4 --seed 1");
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("not finite"), std::string::npos) << r.output;
+}
+
+// One NaN in blk.0.attn_q (issue 35): scalar stopped with "logits are not finite" while avx2 and avx512
+// printed text, their vector exp having turned the NaN attention scores into finite weights. Every SIMD
+// level the machine has must stop the same way, for f32 weights and for block-quantized ones (whose
+// activation quantization used to skip NaN as well), autoregressive and diffusion decoding alike.
+TEST(HardenCli, OneNaNWeightFailsOnEverySimdLevel) {
+  test::TempDir dir;
+  const std::string path = nan_gguf(dir.path("nan-q.gguf"), "blk.0.attn_q.weight", false);
+  const std::string q8 = dir.path("nan-q8.gguf");
+  const test::CommandResult quantized = test::run_canvas("quantize " + path + " " + q8 + " q8_0");
+  ASSERT_EQ(quantized.exit_code, 0) << quantized.output;
+  int levels = 0;
+  for (const SimdLevel level : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
+    if (int(level) > int(simd_level())) continue;  // not on this CPU
+    ++levels;
+    const std::string name = simd_level_name(level);
+    for (const std::string& model : {path, q8})
+      for (const char* mode : {"", " --mode ar"}) {
+        const test::CommandResult r = test::run_canvas("generate -m " + model + " -p 'And God' -n 4 --seed 1" + mode,
+                                                       true, "CANVAS_SIMD=" + name);
+        EXPECT_EQ(r.exit_code, 1) << name << " " << model << mode << ": " << r.output;
+        EXPECT_NE(r.output.find("not finite"), std::string::npos) << name << " " << model << mode << ": " << r.output;
+      }
+    // The level was in force: the clean model's stats line names it.
+    const test::CommandResult clean = test::run_canvas(
+        "generate -m " + test::fixture("tiny-llada.gguf") + " -p 'And God' -n 4 --seed 1", true, "CANVAS_SIMD=" + name);
+    ASSERT_EQ(clean.exit_code, 0) << clean.output;
+    EXPECT_NE(clean.output.find(", " + name + ","), std::string::npos) << clean.output;
+  }
+  EXPECT_GE(levels, 1);
 }
 
 TEST(HardenModel, UnusedTensorsAreReported) {

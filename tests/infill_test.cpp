@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -211,6 +212,107 @@ TEST(ByteAutomaton, PatternSubset) {
       EXPECT_NE(std::string(e.what()).find("schema.json"), std::string::npos) << e.what();
     }
   }
+}
+
+// The message of the Error `fn` throws ("" when it throws none).
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Patterns nested past kMaxPatternNesting (issue 33: 20,000 nested groups, 40,000 stacked '*', 100,000
+// stacked '+' or 50,000 '{1}' crashed canvas with a stack overflow, in the parser or in the automaton
+// build) are a one-line Error naming the limit and quoting the pattern cut short; at 10x the limit and at
+// the sizes that crashed. Just under the limit they compile.
+TEST(ByteAutomaton, DeepPatternsAreOneLineErrors) {
+  const int limit = kMaxPatternNesting;
+  auto nest = [](size_t n) { return std::string(n, '(') + "a" + std::string(n, ')'); };
+  auto stack = [](const std::string& q, size_t n) {
+    std::string p = "a";
+    for (size_t i = 0; i < n; ++i) p += q;
+    return p;
+  };
+  for (size_t n : {size_t(10 * limit), size_t(20000), size_t(40000), size_t(100000)}) {
+    for (const std::string& pattern : {nest(n), stack("*", n), stack("+", n), stack("{1}", n), stack("?", n)}) {
+      const std::string error = error_of([&] { ByteDfa::compile(parse_pattern(pattern, "schema.json")); });
+      const std::string what = pattern.substr(0, 8) + "... (" + std::to_string(pattern.size()) + " bytes)";
+      EXPECT_NE(error.find("schema.json: pattern '"), std::string::npos) << what << ": " << error;
+      EXPECT_NE(error.find("nested more than " + std::to_string(limit) + " deep (kMaxPatternNesting)"),
+                std::string::npos)
+          << what << ": " << error;
+      EXPECT_EQ(error.find('\n'), std::string::npos) << what;
+      EXPECT_LT(error.size(), 400u) << what << ": " << error;
+    }
+  }
+  // At the limit: groups, stacked quantifiers and both along one path.
+  const std::string half(limit / 2, '(');
+  for (const std::string& ok : {nest(limit), stack("*", limit), half + "a" + std::string(limit / 2, '*') + std::string(limit / 2, ')')}) {
+    const ByteDfa d = ByteDfa::compile(parse_pattern("^" + ok + "$", "test"));
+    EXPECT_TRUE(d.matches("a")) << ok;
+  }
+  for (const std::string& bad : {nest(limit + 1), stack("*", limit + 1), half + "a" + std::string(limit / 2 + 1, '*') + std::string(limit / 2, ')')})
+    EXPECT_NE(error_of([&] { parse_pattern(bad, "test"); }).find("kMaxPatternNesting"), std::string::npos) << bad;
+}
+
+// Through the schema compiler: a deep pattern and schemas nested past kMaxSchemaNesting are one-line
+// errors naming their limit, also for a document built in memory (not limited by the JSON reader).
+TEST(JsonSchema, DeepPatternsAndSchemasAreOneLineErrors) {
+  const json deep_pattern = {{"type", "string"}, {"pattern", std::string(20000, '(') + "a" + std::string(20000, ')')}};
+  const std::string error = error_of([&] { compile_json_schema(deep_pattern, "s.json"); });
+  EXPECT_NE(error.find("s.json at the root: pattern '(((("), std::string::npos) << error;
+  EXPECT_NE(error.find("kMaxPatternNesting"), std::string::npos) << error;
+  EXPECT_LT(error.size(), 400u) << error;
+  for (const char* key : {"items", "properties", "anyOf"}) {
+    json schema = {{"type", "integer"}};
+    for (int i = 0; i < 10 * kMaxSchemaNesting; ++i) {
+      if (std::string(key) == "items") schema = {{"type", "array"}, {"items", schema}};
+      if (std::string(key) == "properties") schema = {{"type", "object"}, {"properties", {{"p", schema}}}};
+      if (std::string(key) == "anyOf") schema = {{"anyOf", json::array({schema})}};
+    }
+    const std::string e = error_of([&] { compile_json_schema(schema, "s.json"); });
+    EXPECT_NE(e.find("schemas nested more than " + std::to_string(kMaxSchemaNesting) + " deep (kMaxSchemaNesting)"),
+              std::string::npos)
+        << key << ": " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << key;
+    EXPECT_LT(e.size(), 400u) << key << ": " << e;
+  }
+  json ok = {{"type", "integer"}};
+  for (int i = 0; i < kMaxSchemaNesting; ++i) ok = {{"type", "array"}, {"items", ok}, {"maxItems", 1}};
+  EXPECT_NO_THROW(compile_json_schema(ok, "s.json"));
+}
+
+// Issue 34: a schema of 100,000 properties ran for minutes (nlohmann's callback parser rescanned the
+// properties object each time a member closed, and the compiler's optional-property list is quadratic).
+// Read from text as `--json-schema` reads it, it must end within 5 s with a one-line error naming
+// kMaxSchemaProperties; at the limit it compiles.
+TEST(JsonSchema, ManyPropertiesLongInputsAreFast) {
+  auto schema_text = [](int n, bool required) {
+    std::string props, names;
+    for (int i = 0; i < n; ++i) {
+      props += std::string(i ? "," : "") + "\"p" + std::to_string(i) + "\":{\"type\":\"integer\"}";
+      names += std::string(i ? "," : "") + "\"p" + std::to_string(i) + "\"";
+    }
+    return "{\"type\":\"object\",\"properties\":{" + props + "}" + (required ? ",\"required\":[" + names + "]" : "") + "}";
+  };
+  for (bool required : {false, true}) {
+    const std::string text = schema_text(100000, required);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string e = error_of([&] { compile_json_schema(parse_json(text, "big.json"), "big.json"); });
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(seconds, 5.0) << (required ? "required" : "optional");
+    EXPECT_NE(e.find("big.json: more than " + std::to_string(kMaxSchemaProperties) + " properties"), std::string::npos) << e;
+    EXPECT_NE(e.find("(kMaxSchemaProperties)"), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos);
+  }
+  const JsonTemplate at_limit = compile_json_schema(parse_json(schema_text(int(kMaxSchemaProperties), true), "ok.json"), "ok.json");
+  EXPECT_EQ(at_limit.holes(), kMaxSchemaProperties);
+  EXPECT_NE(error_of([&] { compile_json_schema(parse_json(schema_text(int(kMaxSchemaProperties) + 1, true), "x"), "x"); })
+                .find("kMaxSchemaProperties"),
+            std::string::npos);
 }
 
 // ---- numbers ---------------------------------------------------------------------------------------

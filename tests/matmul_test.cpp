@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -784,6 +786,34 @@ Weights interleaved_copy(const Weights& w) {
   r.view.data = r.bytes.data();
   interleave_for_matmul(r.view, r.bytes.data(), nullptr);
   return r;
+}
+
+// An activation row holding NaN or an infinity gives outputs that are not finite at every level, as in
+// f32 arithmetic (issue 35): the int8 activation quantization took max|x| with a max that skips NaN and
+// turned the NaN into a finite value, so a broken model's logits looked fine. Other rows are unaffected.
+TEST(MatmulTest, NonFiniteActivationsGiveNonFiniteOutputsAtEveryLevel) {
+  const int64_t n = 16, k = 512, m = 3;  // whole 256-blocks for the K-quants
+  std::vector<float> x = random_vector(m * k, 41);
+  x[size_t(k + 40)] = std::numeric_limits<float>::quiet_NaN();    // row 1, second 32-block
+  x[size_t(2 * k + 300)] = std::numeric_limits<float>::infinity();  // row 2, in the second 256-block
+  for (DType type : kAllTypes) {
+    Weights w = make_weights(type, n, k, 42);
+    std::vector<const Weights*> layouts{&w};
+    Weights interleaved;
+    if (type == DType::Q8_0 || type == DType::Q4_0) layouts.push_back(&(interleaved = interleaved_copy(w)));
+    for (const Weights* layout : layouts)
+      for (SimdLevel level : available_levels()) {
+        LevelGuard guard(level);
+        std::vector<float> y(size_t(m * n));
+        matmul(layout->view, x.data(), m, y.data(), nullptr);
+        const std::string what = std::string(dtype_name(layout->view.type)) + " " + simd_level_name(level);
+        for (int64_t j = 0; j < n; ++j) {
+          EXPECT_TRUE(std::isfinite(y[size_t(j)])) << what << " row 0, column " << j;
+          EXPECT_TRUE(std::isnan(y[size_t(n + j)])) << what << " row 1, column " << j;
+          EXPECT_FALSE(std::isfinite(y[size_t(2 * n + j)])) << what << " row 2, column " << j;
+        }
+      }
+  }
 }
 
 // Rows read back through get_row are the file layout's; the bytes are a permutation of the same size.

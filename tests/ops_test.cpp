@@ -668,6 +668,41 @@ TEST_P(OpsLevel, AttentionMatchesReferenceOnRandomShapes) {
   }
 }
 
+// NaN in, NaN out, at every level as in the scalar code (issue 35): the vector exp clamped NaN to a
+// finite value, so a NaN score got a finite softmax weight and a NaN logit vanished from the sums, and
+// avx2 / avx512 printed text where scalar stopped with "logits are not finite". Rows of every tail
+// length, with the NaN in the vector body and in the tail.
+TEST_P(OpsLevel, NaNPropagatesThroughEveryReduction) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Rng rng(12);
+  for (int64_t n : {1, 7, 16, 33, 300}) {
+    for (int64_t at : {int64_t(0), n / 2, n - 1}) {
+      auto x = random_vector(rng, n, 3.0);
+      x[size_t(at)] = nan;
+      const std::string what = "n=" + std::to_string(n) + " NaN at " + std::to_string(at);
+      std::vector<float> out(static_cast<size_t>(n));
+      softmax(x.data(), n, out.data());
+      EXPECT_TRUE(std::isnan(out[0])) << "softmax " << what;
+      log_softmax(x.data(), n, out.data());
+      EXPECT_TRUE(std::isnan(out[0])) << "log_softmax " << what;
+      EXPECT_FALSE(std::isfinite(logsumexp(x.data(), n))) << "logsumexp " << what;  // -inf for a row of NaN alone
+      EXPECT_TRUE(std::isnan(entropy(x.data(), n))) << "entropy " << what;
+      EXPECT_FALSE(std::isfinite(row_stats(x.data(), n).logsumexp)) << "row_stats " << what;
+    }
+  }
+  // One NaN in one query head: that head's output is NaN (its scores all are), the other head's is not.
+  for (int64_t n_keys : {1, 5, 40}) {
+    AttnCase c = make_case(rng, 2, 1, 24, 1, n_keys);
+    c.q[3] = nan;  // head 0
+    const auto out = c.run(nullptr), ref = c.run_reference();
+    for (int e = 0; e < 24; ++e) {
+      EXPECT_TRUE(std::isnan(out[size_t(e)])) << "keys " << n_keys << " dim " << e;
+      EXPECT_TRUE(std::isnan(ref[size_t(e)])) << "reference, keys " << n_keys << " dim " << e;
+      EXPECT_TRUE(std::isfinite(out[size_t(24 + e)])) << "keys " << n_keys << " dim " << e;
+    }
+  }
+}
+
 TEST(Ops, AttentionRejectsBadShapes) {
   AttentionShape s;
   s.n_heads = 6;

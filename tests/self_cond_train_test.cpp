@@ -299,8 +299,7 @@ TEST(SelfCondTrain, ShortRunLowersTheLossAndDecodesThroughThePath) {
 
 TEST(SelfCondTrain, ResumeRefusesAChangedSelfConditioningSetting) {
   test::TempDir dir;
-  std::string base = kTinyRun;
-  base += "steps = 2\n";
+  const std::string base = test::with_settings(kTinyRun, "steps = 2\n");
   train::run_training(train::parse_run_config(base, "tiny"), dir.path("run"), nullptr);
   try {
     train::run_training(train::parse_run_config(base + "self_conditioning = true\n", "tiny"), dir.path("run"),

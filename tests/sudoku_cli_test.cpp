@@ -3,6 +3,8 @@
 // greedy default still reachable by flags.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -113,6 +115,79 @@ TEST(SudokuCli, DefaultSolveNeverOutputsAConflict) {
   EXPECT_GE(conflicts[0], 1);
 }
 
+
+// Issue 35: a contradictory or unsolvable puzzle used to run the search for seconds and print a grid with
+// duplicates and blanks, exit 0; it is an error naming its line and why, before the model runs on it.
+// 9-line grids and one-line puzzles give the same solutions, --pretty prints grids that read back, and
+// an 8 MB line is quoted cut short.
+TEST(SudokuCli, SolveReadsGridsRefusesUnsolvablePuzzlesAndPrintsPretty) {
+  test::TempDir dir;
+  const std::string easy = first_lines(dir, "easy", 2);
+  const std::vector<SudokuExample> data = read_sudoku_file(easy);
+  ASSERT_EQ(data.size(), 2u);
+  std::string one_line, grids;
+  for (const SudokuExample& e : data) {
+    std::string dots = format_sudoku(e.puzzle);
+    std::replace(dots.begin(), dots.end(), '0', '.');
+    one_line += dots + "\n";
+    for (int r = 0; r < 9; ++r) grids += format_sudoku(e.puzzle).substr(size_t(r * 9), 9) + "\n";  // '0' blanks
+    grids += "\n";
+  }
+  std::ofstream(dir.path("one-line.txt")) << one_line;
+  std::ofstream(dir.path("grids.txt")) << grids;
+  const auto a = test::run_canvas("sudoku solve -t 2 < " + dir.path("one-line.txt"), false);
+  const auto b = test::run_canvas("sudoku solve -t 2 < " + dir.path("grids.txt"), false);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_EQ(a.output, b.output);
+  std::istringstream lines(a.output);
+  for (const SudokuExample& e : data) {
+    std::string line;
+    ASSERT_TRUE(std::getline(lines, line)) << a.output;
+    EXPECT_TRUE(solves(e.puzzle, parse_sudoku(line))) << line;
+  }
+  // --pretty: 9 lines in boxes and an empty line per puzzle, which solve reads back as puzzles (solved).
+  const auto pretty = test::run_canvas("sudoku solve -t 2 --pretty < " + dir.path("one-line.txt"), false);
+  ASSERT_EQ(pretty.exit_code, 0) << pretty.output;
+  EXPECT_EQ(std::count(pretty.output.begin(), pretty.output.end(), '\n'), 24) << pretty.output;
+  EXPECT_NE(pretty.output.find("------+-------+------\n"), std::string::npos) << pretty.output;
+  std::ofstream(dir.path("pretty.txt")) << pretty.output;
+  const auto again = test::run_canvas("sudoku solve -t 2 < " + dir.path("pretty.txt"), false);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(again.output, a.output);
+
+  // Two 5s in row 1 (line 2 of the input), then a puzzle with no contradiction and no solution.
+  std::string clash = format_sudoku(data[0].puzzle);
+  const size_t given = clash.find_first_not_of('0'), blank = clash.find('0');
+  ASSERT_TRUE(given < 9 && blank < 9) << "row 1 has a given and a blank: " << clash;
+  clash[blank] = clash[given];
+  std::string stuck = "12345678." + std::string(72, '.');
+  stuck[9 * 5 + 8] = '9';
+  for (const auto& [input, message] :
+       {std::pair{one_line.substr(0, 82) + clash + "\n", std::string("stdin line 2: the puzzle cannot be solved: row 1 holds two ")},
+        std::pair{stuck + "\n", std::string("stdin line 1: the puzzle cannot be solved: it has no solution")}}) {
+    std::ofstream(dir.path("bad.txt")) << input;
+    const auto start = std::chrono::steady_clock::now();
+    const auto r = test::run_canvas("sudoku solve -t 2 < " + dir.path("bad.txt"));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    EXPECT_LT(seconds, 5.0) << r.output;
+  }
+  // An 8 MB line: a short error that quotes its start.
+  {
+    std::ofstream big(dir.path("big.txt"));
+    big << std::string(8 << 20, '1') << "\n";
+  }
+  const auto big = test::run_canvas("sudoku solve -t 2 < " + dir.path("big.txt"));
+  EXPECT_EQ(big.exit_code, 1);
+  EXPECT_LT(big.output.size(), 400u) << big.output.substr(0, 400);
+  EXPECT_NE(big.output.find("stdin line 1: expected a puzzle of 81 cells"), std::string::npos) << big.output.substr(0, 400);
+  EXPECT_NE(big.output.find("'" + std::string(60, '1') + "'... (8388608 characters)"), std::string::npos)
+      << big.output.substr(0, 400);
+  // The help lists --pretty.
+  EXPECT_NE(test::run_canvas("sudoku solve --help").output.find("--pretty"), std::string::npos);
+}
 
 // --search: the rule-masked threshold decoder returns to its guesses at dead ends. On expert puzzles it
 // solves at least as many as the plain decoder, reports its returns, and needs the rule mask.

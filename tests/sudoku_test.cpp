@@ -1,10 +1,13 @@
 // Sudoku data: solver, generator uniqueness, augmentation validity, parsing errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <numeric>
 #include <set>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "test_util.h"
@@ -84,6 +87,88 @@ TEST(Sudoku, BadLinesAreClearErrors) {
   EXPECT_THROW(parse_sudoku("123"), Error);
   EXPECT_THROW(parse_sudoku(std::string(80, '1') + "x"), Error);
   EXPECT_EQ(format_sudoku(parse_sudoku(std::string(81, '.'))), std::string(81, '0'));
+  // A huge line is quoted cut short, not whole (issue 35: an 8 MB line became an 8 MB message).
+  try {
+    parse_sudoku(std::string(8 << 20, '7') + "\x01");
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_LT(what.size(), 200u) << what.substr(0, 300);
+    EXPECT_NE(what.find("got 8388609: '" + std::string(60, '7') + "'... (8388609 characters)"), std::string::npos) << what;
+  }
+}
+
+// One-line puzzles and 9-line grids, '.' or '0' for blanks, read alike; format_sudoku_pretty reads back;
+// bad lines name their line and quote at most 60 characters of it.
+TEST(SudokuReader, ReadsOneLineAndNineLineGrids) {
+  const SudokuGrid puzzle = parse_sudoku(kPuzzle);
+  std::string grid;  // the puzzle as 9 rows of 9, '0' for blanks, spaces between some cells
+  for (int r = 0; r < 9; ++r) {
+    for (int c = 0; c < 9; ++c) grid += std::string(c == 4 ? " " : "") + char('0' + puzzle[size_t(r * 9 + c)]);
+    grid += "\n";
+  }
+  std::istringstream in(std::string(kPuzzle) + "\n\n" + grid + "\n" + format_sudoku_pretty(puzzle) + "\n# comment\n" +
+                        std::string(kPuzzle) + " " + kSolution + " easy\r\n");
+  SudokuReader reader(in, "stdin");
+  std::vector<std::string> where;
+  SudokuGrid got;
+  int n = 0;
+  while (reader.next(got)) {
+    EXPECT_EQ(got, puzzle) << reader.where();
+    where.push_back(reader.where());
+    ++n;
+  }
+  EXPECT_EQ(n, 4);
+  EXPECT_EQ(where, (std::vector<std::string>{"stdin line 1", "stdin lines 3-11", "stdin lines 13-23", "stdin line 26"}));
+  const std::string pretty = format_sudoku_pretty(parse_sudoku(kSolution));
+  EXPECT_EQ(pretty.substr(0, 44), "2 5 1 | 9 7 4 | 3 8 6\n8 9 3 | 6 2 1 | 5 4 7\n");
+  EXPECT_EQ(std::count(pretty.begin(), pretty.end(), '\n'), 11);
+  EXPECT_NE(pretty.find("------+-------+------\n"), std::string::npos);
+  EXPECT_NE(format_sudoku_pretty(puzzle).find(". . . | . . ."), std::string::npos);  // row 2 is blank
+
+  auto error_of = [](const std::string& text) {
+    std::istringstream bad(text);
+    SudokuReader reader(bad, "stdin");
+    SudokuGrid g;
+    try {
+      while (reader.next(g)) {
+      }
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string five_rows = error_of(grid.substr(0, 55) + "\n" + kPuzzle + "\n");  // rows are 11 bytes
+  EXPECT_NE(five_rows.find("stdin line 6: a grid needs 9 rows of 9 cells; this one ends after 5 rows (it began on line 1)"),
+            std::string::npos)
+      << five_rows;
+  EXPECT_NE(error_of(grid.substr(0, 33)).find("the input ends after 3 rows"), std::string::npos);
+  EXPECT_NE(error_of("123456789\n12345678x\n").find("stdin line 2: invalid Sudoku character 'x'"), std::string::npos);
+  const std::string long_line = error_of(std::string(8 << 20, '5') + "\n");
+  EXPECT_NE(long_line.find("stdin line 1: expected a puzzle of 81 cells"), std::string::npos) << long_line.substr(0, 300);
+  EXPECT_NE(long_line.find("'... (8388608 characters)"), std::string::npos) << long_line.substr(0, 300);
+  EXPECT_LT(long_line.size(), 300u);
+  EXPECT_NE(error_of(std::string(80, '1') + "\x1b\n").find("'\\x1b'"), std::string::npos) << error_of(std::string(80, '1') + "\x1b\n");
+}
+
+// Contradictory givens are named (unit, digit, cells); a puzzle without contradictions but no solution
+// is told apart; a solvable one passes.
+TEST(Sudoku, UnsolvablePuzzlesAreExplained) {
+  EXPECT_EQ(sudoku_unsolvable_reason(parse_sudoku(kPuzzle)), "");
+  EXPECT_EQ(sudoku_unsolvable_reason(SudokuGrid{}), "");
+  std::string row = kPuzzle;
+  row[5] = '5';  // row 1 already has 5 in its 2nd cell
+  EXPECT_EQ(sudoku_unsolvable_reason(parse_sudoku(row)), "row 1 holds two 5s (cells 2 and 6 of that row)");
+  std::string column(81, '.');
+  column[4] = '3', column[76] = '3';  // column 5, rows 1 and 9
+  EXPECT_EQ(sudoku_unsolvable_reason(parse_sudoku(column)), "column 5 holds two 3s (cells 1 and 9 of that column)");
+  std::string box(81, '.');
+  box[0] = '8', box[20] = '8';  // box 1: its cells 1 and 9
+  EXPECT_EQ(sudoku_unsolvable_reason(parse_sudoku(box)), "box 1 holds two 8s (cells 1 and 9 of that box)");
+  // Row 1 holds 1-8, column 9 a 9 further down: the last cell of row 1 has no digit left.
+  std::string stuck = "12345678." + std::string(72, '.');
+  stuck[9 * 5 + 8] = '9';
+  EXPECT_EQ(sudoku_unsolvable_reason(parse_sudoku(stuck)), "it has no solution");
 }
 
 // qqwing's ratings (docs/training.md): singles (naked and hidden) solve every held-out simple and easy
@@ -367,7 +452,9 @@ TEST(SudokuSearch, ReturnsToGuessesUntilSolvedAndCountsEveryPass) {
     EXPECT_EQ(plain.backtracks, 0);
     EXPECT_EQ(plain.evaluations, calls);
     solved_plain += solves(puzzle, plain.grid);
-    if (!solves(puzzle, plain.grid)) EXPECT_TRUE(plain.dead_end);
+    if (!solves(puzzle, plain.grid)) {
+      EXPECT_TRUE(plain.dead_end);
+    }
     calls = 0;
     const SudokuSearchResult found = search_sudoku(puzzle, wrong_first, 0.99, 1000000);
     ASSERT_TRUE(solves(puzzle, found.grid)) << "trial " << trial << ": " << format_sudoku(found.grid);
@@ -376,7 +463,9 @@ TEST(SudokuSearch, ReturnsToGuessesUntilSolvedAndCountsEveryPass) {
     EXPECT_EQ(format_sudoku(found.grid), format_sudoku(solution));
     // Each stretch between returns commits at least one cell per pass.
     EXPECT_LE(found.evaluations, (found.backtracks + 1) * std::count(puzzle.begin(), puzzle.end(), 0));
-    if (!solves(puzzle, plain.grid)) EXPECT_GT(found.backtracks, 0);
+    if (!solves(puzzle, plain.grid)) {
+      EXPECT_GT(found.backtracks, 0);
+    }
   }
   EXPECT_LT(solved_plain, 8);  // the wrong-first model does mislead the plain decoder
 }

@@ -33,9 +33,11 @@ struct CommandResult {
   std::string output;  // stdout (stderr too when merge_stderr)
 };
 
-// Runs the canvas binary with the given argument string through the shell.
-inline CommandResult run_canvas(const std::string& args, bool merge_stderr = true) {
-  const std::string cmd = std::string(CANVAS_BINARY) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+// Runs the canvas binary with the given argument string through the shell; `env` (e.g.
+// "CANVAS_SIMD=avx2") is set for that command only.
+inline CommandResult run_canvas(const std::string& args, bool merge_stderr = true, const std::string& env = "") {
+  const std::string cmd = (env.empty() ? "" : env + " ") + std::string(CANVAS_BINARY) + " " + args +
+                          (merge_stderr ? " 2>&1" : " 2>/dev/null");
   CommandResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return r;
@@ -45,6 +47,28 @@ inline CommandResult run_canvas(const std::string& args, bool merge_stderr = tru
   const int status = pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// A training config's text with `settings` ("key = value" lines) in place of the lines of `base` that set
+// the same keys, appended at the end (a config refuses a key set twice).
+inline std::string with_settings(const std::string& base, const std::string& settings) {
+  auto key_of = [](const std::string& line) {
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) return std::string();
+    std::string key = line.substr(0, eq);
+    while (!key.empty() && key.back() == ' ') key.pop_back();
+    return key;
+  };
+  std::vector<std::string> replaced;
+  std::istringstream new_lines(settings);
+  for (std::string line; std::getline(new_lines, line);)
+    if (!key_of(line).empty()) replaced.push_back(key_of(line));
+  std::string out;
+  std::istringstream old_lines(base);
+  for (std::string line; std::getline(old_lines, line);)
+    if (std::find(replaced.begin(), replaced.end(), key_of(line)) == replaced.end() || key_of(line).empty())
+      out += line + "\n";
+  return out + settings;
 }
 
 // max |a - b| / max |b|: the error relative to the reference's scale.

@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -91,8 +93,10 @@ TEST(TrainConfig, EveryKeyHasARange) {
       {"position_embedding", "yes"},
   };
   for (const auto& [key, value] : bad) {
-    const std::string error = parse_error(std::string(kTiny) + key + " = " + value + "\n");
-    EXPECT_NE(error.find("x.cfg:15: " + key), std::string::npos) << key << " = " << value << ": " << error;
+    const std::string text = test::with_settings(kTiny, key + " = " + value + "\n");  // the last line
+    const std::string error = parse_error(text);
+    const std::string line = std::to_string(std::count(text.begin(), text.end(), '\n'));
+    EXPECT_NE(error.find("x.cfg:" + line + ": " + key), std::string::npos) << key << " = " << value << ": " << error;
   }
   // The text task's keys; val_fraction must leave some text for training.
   for (const std::string line : {"val_fraction = 1", "val_fraction = -0.1", "val_fraction = 1.5",
@@ -111,7 +115,7 @@ TEST(TrainConfig, EveryKeyHasARange) {
   EXPECT_NE(parse_error(std::string(kTiny) + "lr = 1e-4\nmin_lr = 1e-3\n").find("min_lr"), std::string::npos);
   // Values at the edges of their ranges are accepted.
   const train::RunConfig edge = train::parse_run_config(
-      std::string(kTiny) + "lr = 0\nbeta1 = 0\nthreads = 0\nseed = 9223372036854775807\n", "x.cfg");
+      test::with_settings(kTiny, "lr = 0\nbeta1 = 0\nthreads = 0\nseed = 9223372036854775807\n"), "x.cfg");
   EXPECT_EQ(edge.optimizer.lr, 0.f);
   EXPECT_EQ(edge.optimizer.min_lr, 0.f);  // without its own min_lr, lr = 0 stays 0
   EXPECT_EQ(edge.seed, 9223372036854775807ull);
@@ -120,12 +124,28 @@ TEST(TrainConfig, EveryKeyHasARange) {
 TEST(TrainConfig, AMicroBatchTooLargeForMemoryIsRefused) {
   test::TempDir dir;
   try {
-    train::run_training(train::parse_run_config(std::string(kTiny) + "batch_size = 65536\n", "x.cfg"),
+    train::run_training(train::parse_run_config(test::with_settings(kTiny, "batch_size = 65536\n"), "x.cfg"),
                         dir.path("run"), nullptr);
     FAIL() << "a micro-batch of 65536 Sudoku sequences was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("tokens a micro-batch may hold"), std::string::npos) << e.what();
   }
+}
+
+// A key set twice used to take its last value without a word; it is an error naming the key and both lines,
+// for the generic keys, the task's keys and `task` itself, however the two lines are spelled.
+TEST(TrainConfig, AKeySetTwiceIsAnErrorNamingBothLines) {
+  const std::string twice = std::string(kTiny) + "# a comment line\n\nlr = 2e-3\n   lr=1e-3   # again\n";
+  const std::string error = parse_error(twice);
+  EXPECT_NE(error.find("x.cfg:18: key 'lr' is set twice, on lines 17 and 18"), std::string::npos) << error;
+  EXPECT_EQ(std::count(error.begin(), error.end(), '\n'), 0) << error;
+  EXPECT_NE(parse_error(std::string(kTiny) + "steps = 30\n").find("key 'steps' is set twice, on lines 10 and 15"),
+            std::string::npos);
+  EXPECT_NE(parse_error(std::string(kTiny) + "task = sudoku\n").find("key 'task' is set twice, on lines 1 and 15"),
+            std::string::npos);
+  EXPECT_NE(parse_error("task = text\nseq_len = 64\nseq_len = 64\n").find("key 'seq_len' is set twice, on lines 2 and 3"),
+            std::string::npos);
+  EXPECT_EQ(parse_error(kTiny), "");
 }
 
 TEST(TrainConfig, EmptyConfigIsAnError) {
@@ -192,7 +212,7 @@ std::set<std::string> identity_keys(const std::string& identity) {
 }
 
 TEST(TrainConfig, ResumeIdentityCoversEveryKeyThatChangesTheRun) {
-  const std::string base = std::string(kTiny) + "objective = uniform\n";  // block_length and ar_weight count
+  const std::string base = test::with_settings(kTiny, "objective = uniform\n");  // block_length and ar_weight count
   const std::string id = train::run_identity(train::parse_run_config(base, "x.cfg"));
   for (const auto& [key, value] : kOtherValues) {
     std::string extra = key + " = " + value + "\n";
@@ -200,10 +220,11 @@ TEST(TrainConfig, ResumeIdentityCoversEveryKeyThatChangesTheRun) {
     if (key == "sudoku_states")
       extra += "objective = masked\n";  // singles needs infill, which needs diffusion
     if (key == "sudoku_hidden_weight") extra = "objective = masked\nsudoku_states = decoder\n";
-    const std::string with = train::run_identity(train::parse_run_config(base + extra, "x.cfg"));
+    const std::string with = train::run_identity(train::parse_run_config(test::with_settings(base, extra), "x.cfg"));
     if (key == "sudoku_hidden_weight") {  // decoder states, then the weight changes the run
       EXPECT_NE(
-          train::run_identity(train::parse_run_config(base + extra + "sudoku_hidden_weight = 3\n", "x.cfg")),
+          train::run_identity(
+              train::parse_run_config(test::with_settings(base, extra + "sudoku_hidden_weight = 3\n"), "x.cfg")),
           with);
       continue;
     }
@@ -223,7 +244,8 @@ TEST(TrainConfig, ResumeIdentityCoversEveryKeyThatChangesTheRun) {
   const std::string text_id = train::run_identity(train::parse_run_config(text, "x.cfg"));
   for (const char* extra :
        {"seq_len = 65\n", "text_corpus = other.txt\n", "val_fraction = 0.1\n", "tokenizer = vocab.gguf\n"})
-    EXPECT_NE(train::run_identity(train::parse_run_config(text + extra, "x.cfg")), text_id) << extra;
+    EXPECT_NE(train::run_identity(train::parse_run_config(test::with_settings(text, extra), "x.cfg")), text_id)
+        << extra;
   EXPECT_NE(text_id, id);
 }
 
@@ -322,7 +344,7 @@ TEST(TrainConfig, ARegisteredTaskTrainsAndReportsItsMetric) {
 
 std::string write_config(const std::string& name, const std::string& extra) {
   const std::string path = test::temp_path(name + ".cfg");
-  std::ofstream(path) << kTiny << extra;
+  std::ofstream(path) << test::with_settings(kTiny, extra);
   return path;
 }
 
@@ -378,6 +400,72 @@ TEST(TrainCli, StopAfterBetweenCheckpointsSavesWhereItStopped) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("resumed from step 3 of 24"), std::string::npos) << r.output;
   std::remove(config.c_str());
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Issue 35: `canvas train --out DIR` onto a folder holding another run's model.gguf overwrote it without a
+// word. Another run's files (a model.gguf without a checkpoint, from another config or from elsewhere; a
+// checkpoint under other settings) are refused before anything is written unless --force, which starts
+// this run afresh in their place; the same run still resumes, or restarts over its own model.gguf.
+TEST(TrainCli, OutDirHoldingAnotherRunIsRefusedUnlessForced) {
+  test::TempDir dir;
+  const std::string a = write_config("force-a", ""), b = write_config("force-b", "hidden = 64\n");
+  const std::string run = dir.path("run");
+  auto train = [&](const std::string& config, const std::string& extra) {
+    return test::run_canvas("train --config " + config + " --out " + run + " --steps 2 " + extra);
+  };
+  auto identity = [](const std::string& config) {  // of a run of `config` with --steps 2
+    train::RunConfig r = train::load_run_config(config);
+    train::set_total_steps(r, 2);
+    return train::run_identity(r);
+  };
+  ASSERT_EQ(train(a, "").exit_code, 0);
+  std::remove((run + "/checkpoint.gguf").c_str());  // a finished run whose checkpoint was deleted
+  const std::string model_a = file_bytes(run + "/model.gguf"), csv_a = file_bytes(run + "/train.csv");
+  auto r = train(b, "");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(run + "/model.gguf belongs to another run (hidden: its run has '32', this run '64')"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("--force"), std::string::npos) << r.output;
+  EXPECT_EQ(file_bytes(run + "/model.gguf"), model_a);
+  EXPECT_EQ(file_bytes(run + "/train.csv"), csv_a);
+  // The same run over its own model.gguf goes ahead, as before.
+  r = train(a, "");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // A model that no canvas train run wrote.
+  const std::string other = dir.path("other");
+  std::filesystem::create_directories(other);
+  std::filesystem::copy_file(test::fixture("tiny-llada.gguf"), other + "/model.gguf");
+  r = test::run_canvas("train --config " + a + " --out " + other + " --steps 2");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("belongs to another run (it records no canvas train run)"), std::string::npos) << r.output;
+  EXPECT_EQ(file_bytes(other + "/model.gguf"), file_bytes(test::fixture("tiny-llada.gguf")));
+  // --force replaces it with this run's.
+  r = test::run_canvas("train --config " + a + " --out " + other + " --steps 2 --force");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--force: replacing"), std::string::npos) << r.output;
+  EXPECT_EQ(GgufFile::open(other + "/model.gguf")->get_string("training.identity", ""), identity(a));
+  // A checkpoint under other settings: refused (as before), and --force starts the new run from step 0.
+  r = train(b, "");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("different configuration"), std::string::npos) << r.output;
+  r = train(b, "--force");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("resumed"), std::string::npos) << r.output;
+  EXPECT_EQ(GgufFile::open(run + "/checkpoint.gguf")->require_int("training.step"), 2);
+  EXPECT_EQ(GgufFile::open(run + "/model.gguf")->get_string("training.identity", ""), identity(b));
+  // The same run resumes, --force or not.
+  r = train(b, "--force");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from step 2 of 2"), std::string::npos) << r.output;
+  EXPECT_NE(test::run_canvas("train --help").output.find("--force"), std::string::npos);
+  std::remove(a.c_str());
+  std::remove(b.c_str());
 }
 
 // Rewrites a checkpoint as an older canvas wrote it: an identity that does not list every setting.

@@ -150,7 +150,8 @@ TEST(Train, ResumingWithAnotherConfigIsRefused) {
   const std::string dir = test::temp_path("mismatch");
   std::system(("rm -rf " + dir).c_str());
   ASSERT_EQ(test::run_canvas("train --config " + config + " --out " + dir + " --steps 2").exit_code, 0);
-  std::ofstream(config, std::ios::app) << "hidden = 64\n";
+  const std::string changed = test::with_settings(test::read_text(config), "hidden = 64\n");
+  std::ofstream(config, std::ios::trunc) << changed;
   const auto r = test::run_canvas("train --config " + config + " --out " + dir);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("different configuration"), std::string::npos) << r.output;

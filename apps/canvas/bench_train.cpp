@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "core/cpu.h"
 #include "core/error.h"
+#include "output_paths.h"
 #include "train/trainer.h"
 
 namespace canvas::cli {
@@ -69,6 +70,7 @@ int cmd_bench_train(int argc, char** argv) {
                                        "'; see canvas bench --help");
   const std::string config_path = args.get("train", "");
   check(!config_path.empty(), "--train needs a config file (e.g. configs/bench-train-256.cfg)");
+  check_output_is_not_input({"--json", args.get("json", "")}, {{"--train", config_path}});
   const int64_t steps = args.get_int("steps", 5), warmup = args.get_int("warmup", 2);
   check(steps > 0, "--steps must be positive, got " + std::to_string(steps));
   check(warmup >= 0, "--warmup must be >= 0, got " + std::to_string(warmup));

@@ -24,6 +24,7 @@
 #include "model/model.h"
 #include "model/tensors.h"
 #include "ops/matmul.h"
+#include "output_paths.h"
 
 namespace canvas::cli {
 namespace {
@@ -120,6 +121,21 @@ std::string copy_tokenizer(const std::filesystem::path& dir, const ModelConfig& 
   }
   return "tokenizer " + std::to_string(vocab.tokens.size()) + " tokens, " + std::to_string(vocab.merges.size()) +
          " merges";
+}
+
+// The files a conversion to GGUF may read: IN itself and the checkpoint directory's .json and
+// .safetensors files (config, generation config, tokenizer, weights and their shard index).
+std::vector<NamedPath> checkpoint_files(const std::string& in_path) {
+  std::vector<NamedPath> files{{"--in", in_path}};
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::is_directory(in_path, ec)
+                                        ? std::filesystem::path(in_path)
+                                        : std::filesystem::path(in_path).parent_path();
+  for (const auto& entry : std::filesystem::directory_iterator(dir.empty() ? "." : dir, ec)) {
+    const std::string ext = entry.path().extension().string();
+    if (ext == ".json" || ext == ".safetensors") files.push_back({"the checkpoint's", entry.path().string()});
+  }
+  return files;
 }
 
 int convert_to_gguf(const std::string& in_path, const std::string& out_path, DType requested) {
@@ -282,10 +298,13 @@ int cmd_convert(int argc, char** argv) {
   const DType type = dtype_from_name(args.get("type", "f32"));
   if (to == "hf") {
     check(gguf_input, "--to hf reads a .gguf model; " + in + " is not one");
+    for (const char* name : {"model.safetensors", "config.json", "tokenizer.json"})
+      check_output_is_not_input({"--out", (std::filesystem::path(out) / name).string()}, {{"--in", in}});
     return convert_to_hf(in, out, type);
   }
   check(!gguf_input, in + " is a GGUF file; to write a Hugging Face directory use --to hf (to re-type a GGUF, see "
                          "canvas quantize)");
+  check_output_is_not_input({"--out", out}, checkpoint_files(in));
   return convert_to_gguf(in, out, type);
 }
 

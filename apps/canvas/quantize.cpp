@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "io/gguf.h"
 #include "ops/matmul.h"
+#include "output_paths.h"
 #include "progress.h"
 #include "retype.h"
 
@@ -36,7 +37,8 @@ TYPE: f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_k | q5_k | q6_k)"
       "diffusion.eb_entropy_bound=1.0; an existing key keeps its type (VALUE parsed as it), a new key is\n"
       "an integer, a float, true/false, or else a string",
       true}},
-    "OUT.gguf is written to OUT.gguf.tmp, then renamed; IN and OUT must differ."};
+    "OUT.gguf is written to OUT.gguf.tmp, then renamed; OUT must not be IN (by another path, a symlink or a\n"
+    "hard link either): that is refused before anything is written."};
 
 // VALUE of --set KEY=VALUE: of the existing value's type when the key exists, else the first of integer,
 // float, boolean and string that parses.
@@ -93,7 +95,7 @@ int cmd_quantize(int argc, char** argv) {
   const DType requested = dtype_from_name(args.positional()[2]);
   check(matmul_supports(requested),
         "TYPE must be one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k");
-  check(in != out, "IN and OUT are the same file (" + in + ")");
+  check_output_is_not_input({"OUT", out}, {{"IN", in}});
   auto file = GgufFile::open(in);
   GgufWriter w;
   for (const auto& [key, value] : file->metadata()) w.set(key, value);

@@ -20,6 +20,7 @@
 #include "io/gguf.h"
 #include "model/model.h"
 #include "ops/ops.h"
+#include "output_paths.h"
 #include "train/sudoku.h"
 
 namespace canvas::cli {
@@ -35,9 +36,10 @@ const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval|probe> [
       overlap training data.
 
   canvas sudoku solve [-m MODEL] [--mode diffusion|ar (default: ar for causal models)] [--steps S] [--algorithm A]
-                      [--threshold P] [--beam W] [--views K] [--rules|--no-rules] [--freeze] [-t N]
-      Reads puzzles from stdin, one per line (81 chars, '0' or '.' for blanks), writes one 81-digit
-      solution per line. Non-digit outputs are written as 0.
+                      [--threshold P] [--beam W] [--views K] [--rules|--no-rules] [--freeze] [--pretty] [-t N]
+      Reads puzzles from stdin, one per line (81 chars, '0' or '.' for blanks) or as 9-line grids, writes
+      one 81-digit solution per line (--pretty: a 9-line grid). Non-digit outputs are written as 0. A
+      puzzle whose givens contradict each other, or that has no solution, is an error (exit status 1).
 
   canvas sudoku eval [-m MODEL] --data FILE [--mode diffusion|ar] [--steps 81,27,9]
                      [--algorithm confidence,margin] [--threshold 0.9,0.7] [--beam 1,4] [--views 1,8]
@@ -132,9 +134,13 @@ const Command kSudokuGenerate{
 const Command kSudokuSolve{
     "sudoku solve",
     "canvas sudoku solve [-m MODEL] [--mode diffusion|ar] [--steps S] [--algorithm A] [--threshold P] [--beam W]\n"
-    "                    [--views K] [--rules|--no-rules] [--freeze] [-t N] < PUZZLES",
-    "Reads puzzles from stdin, one per line (81 chars, '0' or '.' for blanks), writes one 81-digit solution\n"
-    "per line (non-digit outputs as 0); progress (count, rate) on stderr.",
+    "                    [--views K] [--rules|--no-rules] [--freeze] [--pretty] [-t N] < PUZZLES",
+    "Reads puzzles from stdin, one per line (81 chars, '0' or '.' for blanks; the first field of a line) or as\n"
+    "grids of 9 lines of 9 cells ('|', spaces and lines of '-' and '+' between rows are ignored, so --pretty\n"
+    "output reads back; blank lines separate grids), writes one 81-digit solution per line (non-digit outputs\n"
+    "as 0); progress (count, rate) on stderr. A puzzle whose givens contradict each other (two equal digits in\n"
+    "a row, column or box) or that has no solution stops the command with an error naming its line (exit\n"
+    "status 1) before the model runs on it.",
     {
         kModelOption,
         {"--mode", "MODE", "diffusion | ar (default: ar for causal models)"},
@@ -152,6 +158,7 @@ const Command kSudokuSolve{
         kUniformOption,
         kFreezeOption,
         kFreezeRefreshOption,
+        {"--pretty", "", "write each solution as a 9-line grid in boxes ('.' for a cell left blank), then an empty line"},
         kThreadsOption,
     },
     ""};
@@ -390,6 +397,11 @@ int sudoku_generate(int argc, char** argv) {
   const std::string difficulty = args.get("difficulty", "easy");
   std::set<std::string> exclude;
   for (const std::string& file : args.get_all("exclude")) {
+    // `generate --exclude F > F`: the shell emptied F before canvas started, so nothing would be excluded
+    // and F would end up holding only the new puzzles. Appending (>> F) keeps F and is fine.
+    check(!stdout_is_file(file) || stdout_appends(),
+          "standard output is --exclude file " + file + ", which the shell's '>' has just emptied; write the "
+          "puzzles to another file (or append with '>>')");
     const std::set<std::string> more = read_puzzle_set(file);
     exclude.insert(more.begin(), more.end());
   }
@@ -520,21 +532,20 @@ int sudoku_solve(int argc, char** argv) {
   Args args(kSudokuSolve, argc, argv, 3);
   const Model model = load_solver(args);
   const SolveSettings s = solve_settings(args, model);
+  const bool pretty = args.has("pretty");
   ThreadPool pool(thread_count(args));
-  std::string line;
-  int64_t line_no = 0;
+  SudokuReader reader(std::cin, "stdin");
+  SudokuGrid puzzle;
   Progress progress("puzzles", 0);  // stdin: the total is unknown
-  while (std::getline(std::cin, line)) {
-    ++line_no;
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-    if (line.empty()) continue;
-    SudokuGrid puzzle;
-    try {
-      puzzle = parse_sudoku(line.substr(0, line.find(' ')));  // the first field; "PUZZLE SOLUTION" lines work too
-    } catch (const Error& e) {
-      throw Error("stdin line " + std::to_string(line_no) + ": " + e.what());
-    }
-    std::printf("%s\n", format_sudoku(solve_one(model, puzzle, s, &pool).grid).c_str());
+  while (reader.next(puzzle)) {
+    // The decoders would search for long and then print a grid that breaks the rules: say why instead.
+    const std::string reason = sudoku_unsolvable_reason(puzzle);
+    check(reason.empty(), reader.where() + ": the puzzle cannot be solved: " + reason);
+    const SudokuGrid solution = solve_one(model, puzzle, s, &pool).grid;
+    if (pretty)
+      std::printf("%s\n", format_sudoku_pretty(solution).c_str());
+    else
+      std::printf("%s\n", format_sudoku(solution).c_str());
     std::fflush(stdout);
     progress.add();
   }

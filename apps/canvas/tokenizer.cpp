@@ -12,6 +12,7 @@
 #include "io/bpe_trainer.h"
 #include "io/gguf.h"
 #include "io/hf_tokenizer.h"
+#include "output_paths.h"
 #include "train/corpus.h"
 
 namespace canvas::cli {
@@ -132,6 +133,13 @@ void print_measure(const char* name, const SplitMeasure& m) {
               (long long)m.bytes, (long long)m.tokens, m.bytes_per_token());
 }
 
+// The corpus spec's text files, as inputs an output must not overwrite.
+std::vector<NamedPath> corpus_inputs(const std::string& spec) {
+  std::vector<NamedPath> inputs;
+  for (const std::string& file : train::corpus_files(spec)) inputs.push_back({"corpus file", file});
+  return inputs;
+}
+
 double held_out_fraction(const Args& args) {
   const double f = args.get_float("val-fraction", 0.02);
   check(f >= 0 && f < 1, "--val-fraction must be in [0, 1)");
@@ -154,6 +162,10 @@ int train_command(int argc, char** argv) {
   check(o.min_frequency >= 1, "--min-frequency must be at least 1");
   const double fraction = held_out_fraction(args);
   const std::string spec = args.get("corpus", ""), out = args.get("out", "");
+  std::vector<NamedPath> inputs = corpus_inputs(spec);
+  check_output_is_not_input({"--out", out}, inputs);
+  inputs.push_back({"--out", out});
+  check_output_is_not_input({"--json", args.get("json", "")}, inputs);
 
   const double t0 = now_ms();
   const train::CorpusSplit split = train::split_corpus(train::load_corpus(spec), fraction);
@@ -197,6 +209,7 @@ int export_command(int argc, char** argv) {
   Args args(kTokenizerExport, argc, argv, 3);
   check(args.has("tokenizer"), "no tokenizer given (--tokenizer FILE.gguf)");
   check(args.has("out"), "no output file given (--out tokenizer.json)");
+  check_output_is_not_input({"--out", args.get("out", "")}, {{"--tokenizer", args.get("tokenizer", "")}});
   const auto file = GgufFile::open(args.get("tokenizer", ""));
   const std::string text = tokenizer_json_text(HfTokenizer::vocab_from_gguf(*file));
   std::ofstream json(args.get("out", ""), std::ios::binary | std::ios::trunc);
@@ -249,6 +262,10 @@ int split_command(int argc, char** argv) {
   Args args(kTokenizerSplit, argc, argv, 3);
   check(args.has("corpus"), "no corpus given (--corpus SPEC)");
   check(args.has("train") || args.has("held-out"), "nothing to write (--train FILE and/or --held-out FILE)");
+  std::vector<NamedPath> inputs = corpus_inputs(args.get("corpus", ""));
+  check_output_is_not_input({"--train", args.get("train", "")}, inputs);
+  inputs.push_back({"--train", args.get("train", "")});
+  check_output_is_not_input({"--held-out", args.get("held-out", "")}, inputs);
   const train::CorpusSplit split = train::split_corpus(train::load_corpus(args.get("corpus", "")), held_out_fraction(args));
   for (const auto& [flag, docs] : {std::pair<const char*, const std::vector<train::CorpusDocument>*>{"train", &split.train},
                                    {"held-out", &split.held_out}}) {

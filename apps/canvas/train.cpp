@@ -13,7 +13,7 @@ namespace {
 
 const Command kTrain{
     "train",
-    "canvas train --config FILE.cfg --out DIR [--steps N] [-t THREADS] [--stop-after N]",
+    "canvas train --config FILE.cfg --out DIR [--steps N] [-t THREADS] [--stop-after N] [--force]",
     R"(Trains a small diffusion (objective = masked or uniform) or autoregressive (objective = ar) model on a
 task (task = sudoku or text) as the config file describes (see configs/ and docs/training.md). Writes
 into DIR:
@@ -21,9 +21,11 @@ into DIR:
   model.gguf        weights only, for canvas generate / canvas sudoku
   train.csv         step, lr, loss, grad_norm, val_loss, tokens_per_second, elapsed_s, task metrics
   curves.png        loss curves (made at the end when Debian's python3-matplotlib is installed)
-Running the same command again resumes from DIR/checkpoint.gguf (and says from which step); a
-checkpoint made under other settings (--steps included) is refused. A step whose loss or weights are
-not finite stops the run with an error, leaving the last good checkpoint.)",
+Running the same command again resumes from DIR/checkpoint.gguf (and says from which step). Another
+run's files in DIR are refused before anything is written: a checkpoint made under other settings
+(--steps included), or a model.gguf (with no checkpoint) that this run did not write; --force replaces
+them, starting this run afresh. A step whose loss or weights are not finite stops the run with an
+error, leaving the last good checkpoint.)",
     {
         {"--config", "FILE", "run configuration (key = value lines)"},
         {"--out", "DIR", "output directory"},
@@ -32,6 +34,9 @@ not finite stops the run with an error, leaving the last good checkpoint.)",
          "that no longer fits is shortened in proportion, with a note)"},
         {"--stop-after", "N", "stop after step N (the run can be resumed later)"},
         {"-t,--threads", "N", "threads (default: the config's, else all cores)"},
+        {"--force", "",
+         "replace another run's files in DIR (a checkpoint under other settings, a model.gguf this\n"
+         "run did not write) instead of refusing; the run starts from step 0"},
     },
     ""};
 
@@ -89,7 +94,8 @@ int cmd_train(int argc, char** argv) {
           std::fprintf(stderr, "\n");
         }
       },
-      stop_after, [](const std::string& notice) { std::fprintf(stderr, "%s\n", notice.c_str()); });
+      stop_after, [](const std::string& notice) { std::fprintf(stderr, "%s\n", notice.c_str()); },
+      args.has("force"));
   std::fprintf(stderr, "\nsaved %s/model.gguf and %s/checkpoint.gguf\n", out.c_str(), out.c_str());
   const std::string plot = "/usr/bin/python3 -c 'import matplotlib' 2>/dev/null && /usr/bin/python3 \"" +
                            std::string(CANVAS_SCRIPTS_DIR) + "/plot_training.py\" \"" + out + "/train.csv\" \"" + out +

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/excerpt.h"
 
 namespace canvas {
 
@@ -101,7 +102,9 @@ struct Nfa {
     states.emplace_back();
     return int32_t(states.size() - 1);
   }
-  // Builds r between a fresh entry and exit state; returns {entry, exit}.
+  // Builds r between a fresh entry and exit state; returns {entry, exit}. Recursive over the tree: the
+  // trees made here are shallow (parse_pattern holds patterns to kMaxPatternNesting, compile_json_schema
+  // schemas to kMaxSchemaNesting).
   std::pair<int32_t, int32_t> build(const ByteRegex& r) {
     using K = ByteRegex::Kind;
     const int32_t in = add(), out = add();
@@ -172,16 +175,21 @@ struct Nfa {
     }
     return {in, out};
   }
-  std::vector<int32_t> closure(std::vector<int32_t> set) const {
-    std::vector<char> seen(states.size(), 0);
+  // Marks of the closure being computed: state s is in it when seen[s] == pass. One array for every call,
+  // so a closure costs what it visits, not the size of the whole automaton.
+  std::vector<uint32_t> seen;
+  uint32_t pass = 0;
+  std::vector<int32_t> closure(std::vector<int32_t> set) {
+    if (seen.size() != states.size()) seen.assign(states.size(), 0), pass = 0;
+    if (++pass == 0) std::fill(seen.begin(), seen.end(), 0), pass = 1;
     std::vector<int32_t> stack = set;
-    for (int32_t s : set) seen[size_t(s)] = 1;
+    for (int32_t s : set) seen[size_t(s)] = pass;
     while (!stack.empty()) {
       const int32_t s = stack.back();
       stack.pop_back();
       for (int32_t t : states[size_t(s)].eps)
-        if (!seen[size_t(t)]) {
-          seen[size_t(t)] = 1;
+        if (seen[size_t(t)] != pass) {
+          seen[size_t(t)] = pass;
           set.push_back(t);
           stack.push_back(t);
         }
@@ -429,8 +437,15 @@ int first_byte(const ByteSet& set) {
   return -1;
 }
 
+// A parsed piece of a pattern and how many levels of groups and quantifiers it nests.
+struct Parsed {
+  RegexPtr re;
+  int depth = 0;
+};
+
 // Recursive-descent parser of the pattern subset; builds character sets over printable ASCII and turns
-// them into JSON string bytes as it goes.
+// them into JSON string bytes as it goes. Recursion follows open groups only, and both they and the
+// depth of the tree built are held to kMaxPatternNesting.
 class PatternParser {
  public:
   PatternParser(std::string_view text, const std::string& origin) : s_(text), origin_(origin) {}
@@ -441,7 +456,7 @@ class PatternParser {
       anchored_start = true;
       ++i_;
     }
-    RegexPtr body = alternation();
+    RegexPtr body = alternation().re;
     if (i_ < s_.size() && s_[i_] == '$') {
       anchored_end = true;
       ++i_;
@@ -458,26 +473,38 @@ class PatternParser {
  private:
   [[noreturn]] void fail(const std::string& what) const {
     throw Error(
-        origin_ + ": pattern '" + std::string(s_) + "': " + what + " at offset " + std::to_string(i_) +
+        origin_ + ": pattern " + quoted_excerpt(s_) + ": " + what + " at offset " + std::to_string(i_) +
         " (supported: literals, ., \\d \\w \\s, [classes], groups, |, * + ? {n,m}, ^ and $ at the ends)");
+  }
+  void check_depth(int depth) const {
+    if (depth > kMaxPatternNesting)
+      fail("groups and quantifiers nested more than " + std::to_string(kMaxPatternNesting) +
+           " deep (kMaxPatternNesting)");
   }
   bool at(char c) const { return i_ < s_.size() && s_[i_] == c; }
 
-  RegexPtr alternation() {
-    std::vector<RegexPtr> alts{sequence()};
+  Parsed alternation() {
+    Parsed first = sequence();
+    int depth = first.depth;
+    std::vector<RegexPtr> alts{std::move(first.re)};
     while (at('|')) {
       ++i_;
-      alts.push_back(sequence());
+      Parsed next = sequence();
+      depth = std::max(depth, next.depth);
+      alts.push_back(std::move(next.re));
     }
-    return re_alt(std::move(alts));
+    return {re_alt(std::move(alts)), depth};
   }
-  RegexPtr sequence() {
+  Parsed sequence() {
     std::vector<RegexPtr> parts;
+    int depth = 0;
     while (i_ < s_.size() && !at('|') && !at(')')) {
       if (at('$') && i_ + 1 == s_.size()) break;
-      parts.push_back(quantified());
+      Parsed part = quantified();
+      depth = std::max(depth, part.depth);
+      parts.push_back(std::move(part.re));
     }
-    return re_concat(std::move(parts));
+    return {re_concat(std::move(parts)), depth};
   }
   int64_t number() {
     const size_t begin = i_;
@@ -485,8 +512,8 @@ class PatternParser {
     if (begin == i_ || i_ - begin > 5) fail("bad repetition count");
     return std::stoll(std::string(s_.substr(begin, i_ - begin)));
   }
-  RegexPtr quantified() {
-    RegexPtr atom_re = atom();
+  Parsed quantified() {
+    Parsed p = atom();
     for (;;) {
       int64_t lo = -1, hi = -1;
       if (at('*'))
@@ -507,10 +534,11 @@ class PatternParser {
         ++i_;
         if (hi >= 0 && hi < lo) fail("{n,m} with m < n");
       } else {
-        return atom_re;
+        return p;
       }
       if (at('?')) ++i_;  // lazy: the same language
-      atom_re = re_repeat(atom_re, lo, hi);
+      check_depth(++p.depth);
+      p.re = re_repeat(p.re, lo, hi);
     }
   }
   ByteSet escape_set(char c) {
@@ -537,10 +565,11 @@ class PatternParser {
     set.set(size_t(uint8_t(c)));
     return set;
   }
-  RegexPtr atom() {
+  Parsed atom() {
     if (i_ >= s_.size()) fail("unexpected end");
     const char c = s_[i_];
     if (c == '(') {
+      check_depth(++open_groups_);  // before recursing: the parser's own stack is what this guards
       ++i_;
       if (at('?')) {
         if (i_ + 1 < s_.size() && s_[i_ + 1] == ':')
@@ -548,15 +577,17 @@ class PatternParser {
         else
           fail("lookaround and named groups are unsupported");
       }
-      RegexPtr inner = alternation();
+      Parsed inner = alternation();
       if (!at(')')) fail("unbalanced '('");
       ++i_;
+      --open_groups_;
+      check_depth(++inner.depth);
       return inner;
     }
-    if (c == '[') return json_string_chars(char_class());
+    if (c == '[') return {json_string_chars(char_class()), 0};
     if (c == '.') {
       ++i_;
-      return json_string_chars(printable_ascii());
+      return {json_string_chars(printable_ascii()), 0};
     }
     if (c == '\\') {
       if (i_ + 1 >= s_.size()) fail("trailing backslash");
@@ -564,7 +595,7 @@ class PatternParser {
       if (e == 'b' || e == 'B') fail("word boundaries are unsupported");
       if (std::isdigit(static_cast<unsigned char>(e)) && e != '0') fail("backreferences are unsupported");
       i_ += 2;
-      return json_string_chars(escape_set(e));
+      return {json_string_chars(escape_set(e)), 0};
     }
     if (c == '^' || c == '$') fail("anchors are supported only at the ends");
     if (c == '*' || c == '+' || c == '?' || c == ')')
@@ -574,7 +605,7 @@ class PatternParser {
     ++i_;
     ByteSet set;
     set.set(size_t(uint8_t(c)));
-    return json_string_chars(set);
+    return {json_string_chars(set), 0};
   }
   ByteSet char_class() {
     ++i_;  // '['
@@ -626,6 +657,7 @@ class PatternParser {
   std::string_view s_;
   std::string origin_;
   size_t i_ = 0;
+  int open_groups_ = 0;  // groups entered and not yet closed: the parser's recursion depth
 };
 
 }  // namespace

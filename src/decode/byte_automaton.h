@@ -76,12 +76,19 @@ class ByteDfa {
 ByteSet printable_ascii();
 RegexPtr json_string_chars(const ByteSet& chars);
 
+// How deep a pattern may nest: groups inside groups and quantifiers stacked on one atom (`a**`,
+// `a{1}{1}`) each add a level along a path. Real patterns nest a handful of levels; the bound keeps the
+// parser and every recursive walk of the tree it builds (compilation, destruction) off the end of the
+// stack, whatever the pattern holds.
+inline constexpr int kMaxPatternNesting = 100;
+
 // An ECMAScript regular expression (the JSON Schema `pattern` dialect) over printable ASCII, as the JSON
 // string bytes of every string it matches (unanchored unless written ^...$, as JSON Schema says).
 // Supported: literals, '.', escapes \d \D \w \W \s \S and escaped punctuation, classes [...] with
 // ranges and negation, groups (...) and (?:...), '|', quantifiers * + ? {n} {n,} {n,m} (a trailing '?'
 // for laziness is accepted and ignored), ^ at the start and $ at the end. Anything else (backreferences,
-// lookaround, \b, non-ASCII) throws Error naming the construct and `origin`.
+// lookaround, \b, non-ASCII) and nesting deeper than kMaxPatternNesting throw a one-line Error naming
+// the construct and `origin`, quoting at most the pattern's first 60 characters.
 RegexPtr parse_pattern(std::string_view pattern, const std::string& origin);
 
 }  // namespace canvas

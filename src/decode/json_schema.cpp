@@ -123,7 +123,31 @@ class Compiler {
   explicit Compiler(std::string origin) : origin_(std::move(origin)) {}
 
   [[noreturn]] void fail(const std::string& path, const std::string& what) const {
-    throw Error(origin_ + ": " + what + " at " + (path.empty() ? "the root" : path));
+    // Property names may be long: the path is shown cut short, so the message stays one readable line.
+    constexpr size_t kShown = 160;
+    const std::string where = path.size() > kShown ? path.substr(0, kShown) + "..." : path;
+    throw Error(origin_ + ": " + what + " at " + (where.empty() ? "the root" : where));
+  }
+
+  // The size limits (json_schema.h), checked over the whole schema before anything is compiled; the
+  // compiling walks (value, emit) follow the same keys, so their recursion is bounded too.
+  void check_size(const json& s, const std::string& path, int depth, int64_t& properties) const {
+    if (depth > kMaxSchemaNesting)
+      fail(path, "schemas nested more than " + std::to_string(kMaxSchemaNesting) + " deep (kMaxSchemaNesting)");
+    if (!s.is_object()) return;  // what is wrong with it is reported by the compiling walk
+    if (s.contains("properties") && s["properties"].is_object()) {
+      const json& props = s["properties"];
+      properties += int64_t(props.size());
+      if (properties > kMaxSchemaProperties)
+        fail(path, "more than " + std::to_string(kMaxSchemaProperties) +
+                       " properties in the schema (kMaxSchemaProperties): too large to compile");
+      for (auto it = props.begin(); it != props.end(); ++it)
+        check_size(it.value(), path + "/properties/" + it.key(), depth + 1, properties);
+    }
+    if (s.contains("items")) check_size(s["items"], path + "/items", depth + 1, properties);
+    if (s.contains("anyOf") && s["anyOf"].is_array())
+      for (size_t i = 0; i < s["anyOf"].size(); ++i)
+        check_size(s["anyOf"][i], path + "/anyOf/" + std::to_string(i), depth + 1, properties);
   }
 
   void check_keywords(const json& s, const std::string& path) const {
@@ -209,7 +233,8 @@ class Compiler {
     RegexPtr length = re_repeat(chars, min_len, max_len);
     if (!s.contains("pattern")) return length;
     if (!s["pattern"].is_string()) fail(path, "'pattern' must be a string");
-    const RegexPtr pattern = parse_pattern(s["pattern"].get<std::string>(), origin_ + " at " + path);
+    const RegexPtr pattern = parse_pattern(s["pattern"].get<std::string>(),
+                                           origin_ + " at " + (path.empty() ? "the root" : path));
     if (min_len == 0 && max_len < 0) return pattern;
     auto both = std::make_shared<const ByteDfa>(
         ByteDfa::intersect(ByteDfa::compile(pattern), ByteDfa::compile(length)));
@@ -229,6 +254,12 @@ class Compiler {
 
   static std::string key_text(const std::string& key) { return json(key).dump() + ":"; }
 
+  // The schema's "properties" (an empty object when absent).
+  static const json& properties_of(const json& s) {
+    static const json none = json::object();
+    return s.contains("properties") ? s["properties"] : none;
+  }
+
   // Required property names in properties order; checks that each is listed.
   std::vector<std::string> required_of(const json& s, const std::string& path) const {
     std::set<std::string> required;
@@ -239,7 +270,7 @@ class Compiler {
         required.insert(r.get<std::string>());
       }
     }
-    const json props = s.value("properties", json::object());
+    const json& props = properties_of(s);
     if (!props.is_object()) fail(path, "'properties' must be an object");
     for (const std::string& r : required)
       if (!props.contains(r))
@@ -337,7 +368,8 @@ class Compiler {
     }
     // object
     const std::vector<std::string> required = required_of(s, path);
-    const json props = s.value("properties", json::object());
+    const std::set<std::string> is_required(required.begin(), required.end());
+    const json& props = properties_of(s);
     std::vector<RegexPtr> parts{re_byte('{')};
     for (size_t i = 0; i < required.size(); ++i) {
       if (i) parts.push_back(re_byte(','));
@@ -346,7 +378,7 @@ class Compiler {
     }
     std::vector<RegexPtr> optional;
     for (auto it = props.begin(); it != props.end(); ++it)
-      if (std::find(required.begin(), required.end(), it.key()) == required.end())
+      if (!is_required.count(it.key()))
         optional.push_back(
             re_concat({re_literal(key_text(it.key())), value(it.value(), path + "/properties/" + it.key())}));
     if (!required.empty()) {
@@ -367,7 +399,8 @@ class Compiler {
             : "";
     if (type == "object") {
       const std::vector<std::string> required = required_of(s, path);
-      const json props = s.value("properties", json::object());
+      const std::set<std::string> is_required(required.begin(), required.end());
+      const json& props = properties_of(s);
       fixed("{", out);
       for (size_t i = 0; i < required.size(); ++i) {
         fixed((i ? "," : "") + key_text(required[i]), out);
@@ -375,7 +408,7 @@ class Compiler {
       }
       std::vector<RegexPtr> optional;
       for (auto it = props.begin(); it != props.end(); ++it)
-        if (std::find(required.begin(), required.end(), it.key()) == required.end())
+        if (!is_required.count(it.key()))
           optional.push_back(re_concat(
               {re_literal(key_text(it.key())), value(it.value(), path + "/properties/" + it.key())}));
       if (!required.empty()) {
@@ -473,6 +506,8 @@ int64_t JsonTemplate::holes() const {
 
 JsonTemplate compile_json_schema(const nlohmann::json& schema, const std::string& origin) {
   Compiler compiler(origin);
+  int64_t properties = 0;
+  compiler.check_size(schema, "", 0, properties);
   JsonTemplate t;
   compiler.emit(schema, "", t);
   return t;

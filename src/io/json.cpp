@@ -94,60 +94,104 @@ std::string json_excerpt(const nlohmann::json& value, size_t max_chars) {
   return shown;
 }
 
+namespace {
+
+// Builds the document from the parser's events, tracking the keys of every open object to find a repeated
+// one (nlohmann would silently keep the last). nlohmann's own callback parser is not used: each time a
+// member object closes it rescans the enclosing object, which is quadratic in the members (a 100,000-key
+// JSON Schema took a minute to parse).
+class StrictDomBuilder : public nlohmann::json_sax<Json> {
+ public:
+  explicit StrictDomBuilder(Json& root) : root_(root) {}
+
+  bool null() override { return add(nullptr); }
+  bool boolean(bool v) override { return add(v); }
+  bool number_integer(number_integer_t v) override { return add(v); }
+  bool number_unsigned(number_unsigned_t v) override { return add(v); }
+  bool number_float(number_float_t v, const string_t&) override { return add(v); }
+  bool string(string_t& v) override { return add(std::move(v)); }
+  bool binary(binary_t& v) override { return add(Json::binary(std::move(v))); }
+  bool start_object(std::size_t) override { return open(Json::object(), true); }
+  bool start_array(std::size_t) override { return open(Json::array(), false); }
+  bool key(string_t& k) override {
+    Frame& f = frames_.back();
+    f.key = k;
+    if (!f.keys.insert(f.key).second && duplicate_.empty()) duplicate_ = frames_path(frames_);
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
+    std::string what = e.what();
+    if (e.id >= 100 && e.id < 200) {  // a syntax error: "[json.exception.parse_error.101] parse error at line 1,
+      const size_t close = what.find("] ");  // column 5: ..." -> without the bracketed id, with the byte
+      if (!what.empty() && what[0] == '[' && close != std::string::npos) what = what.substr(close + 2);
+      error_ = what + " (byte " + std::to_string(position) + ")";
+    } else {  // e.g. out_of_range.406, a number too large for a double: the message quotes the whole number
+      error_ = what.size() > 160 ? what.substr(0, 160) + "..." : what;
+    }
+    return false;
+  }
+
+  const std::string& error() const { return error_; }
+  const std::string& duplicate() const { return duplicate_; }  // path of the first repeated key, or ""
+
+ private:
+  // Places a value where the parser is: the root, the current key of the innermost object, or the end of
+  // the innermost array. Containers on the stack are never moved: an enclosing container grows only
+  // after the inner one has closed.
+  Json* place(Json&& value) {
+    if (stack_.empty()) {
+      root_ = std::move(value);
+      return &root_;
+    }
+    Json& parent = *stack_.back();
+    if (parent.is_object()) {
+      Json& slot = parent[frames_.back().key];
+      slot = std::move(value);
+      return &slot;
+    }
+    parent.push_back(std::move(value));
+    return &parent.back();
+  }
+  bool add(Json&& value) {
+    place(std::move(value));
+    element_done();
+    return true;
+  }
+  bool open(Json&& container, bool is_object) {
+    stack_.push_back(place(std::move(container)));
+    frames_.push_back(Frame{is_object, {}, {}, 0});
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    frames_.pop_back();
+    element_done();
+    return true;
+  }
+  // Called once an element of the innermost array is complete.
+  void element_done() {
+    if (!frames_.empty() && !frames_.back().is_object) ++frames_.back().index;
+  }
+
+  Json& root_;
+  std::vector<Json*> stack_;   // the open containers, innermost last
+  std::vector<Frame> frames_;  // and where the parser is inside each
+  std::string duplicate_, error_;
+};
+
+}  // namespace
+
 nlohmann::json parse_json(std::string_view text, const std::string& origin) {
   if (const size_t at = too_deep_at(text); at != std::string_view::npos)
     throw Error(origin + ": malformed JSON: arrays/objects nested more than " + std::to_string(kMaxJsonDepth) +
                 " deep (byte " + std::to_string(at) + ")");
-  std::vector<Frame> frames;
-  std::string duplicate;  // path of the first repeated key (reported after parsing: never throw inside it)
-  // Called once an element of the innermost array is complete.
-  auto element_done = [&] {
-    if (!frames.empty() && !frames.back().is_object) ++frames.back().index;
-  };
-  auto callback = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) -> bool {
-    switch (event) {
-      case Json::parse_event_t::object_start:
-        frames.push_back(Frame{true, {}, {}, 0});
-        break;
-      case Json::parse_event_t::array_start:
-        frames.push_back(Frame{false, {}, {}, 0});
-        break;
-      case Json::parse_event_t::key:
-        if (!frames.empty()) {
-          Frame& f = frames.back();
-          f.key = parsed.get<std::string>();
-          if (!f.keys.insert(f.key).second && duplicate.empty()) duplicate = frames_path(frames);
-        }
-        break;
-      case Json::parse_event_t::object_end:
-      case Json::parse_event_t::array_end:
-        if (!frames.empty()) frames.pop_back();
-        element_done();
-        break;
-      case Json::parse_event_t::value:
-        element_done();
-        break;
-    }
-    return true;
-  };
   Json root;
-  try {
-    root = Json::parse(text.begin(), text.end(), callback);
-  } catch (const Json::parse_error& e) {
-    std::string what = e.what();
-    // "[json.exception.parse_error.101] parse error at line 1, column 5: ..." -> drop the bracketed id.
-    if (!what.empty() && what[0] == '[') {
-      const size_t close = what.find("] ");
-      if (close != std::string::npos) what = what.substr(close + 2);
-    }
-    throw Error(origin + ": malformed JSON: " + what + " (byte " + std::to_string(e.byte) + ")");
-  } catch (const Json::exception& e) {
-    // e.g. out_of_range.406, a number too large for a double: the message quotes the whole number.
-    std::string what = e.what();
-    if (what.size() > 160) what = what.substr(0, 160) + "...";
-    throw Error(origin + ": malformed JSON: " + what);
-  }
-  if (!duplicate.empty()) throw Error(origin + ": malformed JSON: key '" + duplicate + "' appears twice");
+  StrictDomBuilder builder(root);
+  if (!Json::sax_parse(text.begin(), text.end(), &builder)) throw Error(origin + ": malformed JSON: " + builder.error());
+  if (!builder.duplicate().empty())
+    throw Error(origin + ": malformed JSON: key '" + builder.duplicate() + "' appears twice");
   return root;
 }
 

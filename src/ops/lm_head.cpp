@@ -143,10 +143,13 @@ MergeScales merge_into(RowState& a, const RowState& later, const TileParams& p) 
   return __builtin_convertvector(v, Doubles);
 }
 
-// exp(x) for x <= 0 with ~1 ulp error, 0 below -87.3: Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2,
-// and Cephes' degree-6 polynomial for e^r (the same as ops_simd.h's exp).
+// exp(x) for x <= 0 with ~1 ulp error, 0 below -87.3, NaN for NaN: Cody-Waite reduction x = n ln2 + r,
+// |r| <= ln2/2, and Cephes' degree-6 polynomial for e^r (the same as ops_simd.h's exp, which says why
+// NaN must come through).
 [[gnu::always_inline]] inline Floats vexp(Floats x) {
   const Floats lo = splat(-87.33654f), magic = splat(12582912.f);  // 1.5 * 2^23: adding it rounds
+  const Floats input = x;
+  const auto nan = x != x;
   const auto under = x < lo;
   x = vmax(x, lo);
   const Floats n = (x * 1.44269504088896341f + magic) - magic;
@@ -160,7 +163,7 @@ MergeScales merge_into(RowState& a, const RowState& later, const TileParams& p) 
   p = p * (r * r) + (r + 1.f);
   const Ints pow2n = (__builtin_convertvector(n, Ints) + 127) << 23;  // n >= -126: a normal float
   const Floats y = p * std::bit_cast<Floats>(pow2n);
-  return under ? Floats{} : y;
+  return nan ? input : under ? Floats{} : y;
 }
 
 template <class V>

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <new>
 
@@ -17,7 +18,15 @@ namespace matmul_detail {
 
 float quantize_act_block(const float* x, int8_t* q) {
   float amax = 0.f;
-  for (int i = 0; i < kQK; ++i) amax = std::max(amax, std::fabs(x[i]));
+  bool finite = true;
+  for (int i = 0; i < kQK; ++i) {
+    amax = std::max(amax, std::fabs(x[i]));
+    finite = finite && std::isfinite(x[i]);
+  }
+  if (!finite) {
+    std::fill(q, q + kQK, int8_t(0));
+    return std::numeric_limits<float>::quiet_NaN();
+  }
   const float d = amax / 127.f;
   const float id = d != 0.f ? 1.f / d : 0.f;
   for (int i = 0; i < kQK; ++i) q[i] = int8_t(std::roundf(x[i] * id));

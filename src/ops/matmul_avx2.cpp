@@ -8,8 +8,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cstddef>
 #include <cstring>
+#include <limits>
 
 #include "ops/matmul_kernels.h"
 
@@ -144,10 +146,16 @@ int64_t act_row_bytes(int64_t k) { return k / kQK * kActBlockBytes; }
 float quantize_block_avx2(const float* x, int8_t* q) {
   const __m256 sign = _mm256_set1_ps(-0.f);
   __m256 v[4];
-  __m256 m = _mm256_setzero_ps();
+  __m256 m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
   for (int i = 0; i < 4; ++i) {
     v[i] = _mm256_loadu_ps(x + 8 * i);
-    m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
+    const __m256 a = _mm256_andnot_ps(sign, v[i]);
+    m = _mm256_max_ps(m, a);
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, _mm256_set1_ps(FLT_MAX), _CMP_NLE_UQ));  // NaN or an infinity
+  }
+  if (_mm256_movemask_ps(bad)) {  // as quantize_act_block: q = 0, d = NaN
+    std::memset(q, 0, kQK);
+    return std::numeric_limits<float>::quiet_NaN();
   }
   __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
   m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));

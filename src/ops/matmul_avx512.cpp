@@ -19,8 +19,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cstddef>
 #include <cstring>
+#include <limits>
 
 #include "ops/matmul_kernels.h"
 
@@ -208,6 +210,12 @@ inline int pair_byte(DType wtype, int h, int e) { return pair_lane(wtype, h, e /
 // Vector form of quantize_act_block (same IEEE operations; roundf emulated exactly: half away from 0).
 float quantize_block_avx512(const float* x, int8_t* q) {
   const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+  const __m512 largest = _mm512_set1_ps(FLT_MAX);
+  if (_mm512_cmp_ps_mask(_mm512_abs_ps(x0), largest, _CMP_NLE_UQ) |
+      _mm512_cmp_ps_mask(_mm512_abs_ps(x1), largest, _CMP_NLE_UQ)) {  // NaN or an infinity: as quantize_act_block
+    std::memset(q, 0, kQK);
+    return std::numeric_limits<float>::quiet_NaN();
+  }
   const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
   const float d = amax / 127.f;
   const float id = d != 0.f ? 1.f / d : 0.f;

@@ -112,7 +112,9 @@ const KernelSet& kernels_avx2();
 const KernelSet& kernels_avx512();
 
 // The activation quantisation every kernel set must reproduce bit for bit (ggml's Q8_0 rounding with
-// the scale kept in f32): d = max|x| / 127, q = roundf(x * (1 / d)). Returns d.
+// the scale kept in f32): d = max|x| / 127, q = roundf(x * (1 / d)). Returns d. A block holding NaN or
+// an infinity gets q = 0 and d = NaN, so that the products it enters are NaN as in f32 arithmetic (a
+// max that skips NaN would quantize it to a finite value and hide broken weights from the logits check).
 float quantize_act_block(const float* x, int8_t* q);
 
 }  // namespace canvas::matmul_detail

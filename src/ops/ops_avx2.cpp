@@ -45,6 +45,7 @@ struct V {
 
   static M lt(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
   static M gt(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
+  static M unordered(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_UNORD_Q); }  // either is NaN
   static F select(M m, F if_true, F if_false) { return _mm256_blendv_ps(if_false, if_true, m); }
   static float reduce_add(F v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

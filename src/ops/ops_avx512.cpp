@@ -46,6 +46,7 @@ struct V {
 
   static M lt(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
   static M gt(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+  static M unordered(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q); }  // either is NaN
   static F select(M m, F if_true, F if_false) { return _mm512_mask_blend_ps(m, if_false, if_true); }
   static float reduce_add(F v) { return _mm512_reduce_add_ps(v); }
   static float reduce_max(F v) { return _mm512_reduce_max_ps(v); }

@@ -21,12 +21,17 @@ struct Consts {
 };
 
 // ---- exp ---------------------------------------------------------------------------------------
-// exp(x) with ~1 ulp error on [-87.3, 88.3]; 0 below (denormal results are flushed), +inf above.
-// Cody-Waite range reduction x = n ln2 + r, |r| <= ln2/2, then Cephes' degree-6 polynomial for e^r.
+// exp(x) with ~1 ulp error on [-87.3, 88.3]; 0 below (denormal results are flushed), +inf above, NaN for
+// NaN. Cody-Waite range reduction x = n ln2 + r, |r| <= ln2/2, then Cephes' degree-6 polynomial for e^r.
+// The range clamp (max/min) would turn NaN into a finite value, and every softmax built on this exp
+// (attention, softmax, row_stats) would then drop a NaN that the scalar code (std::exp) keeps: a model
+// with one NaN weight printed text at avx2 / avx512 where scalar stopped with "logits are not finite".
 template <class V>
 typename V::F exp(typename V::F x) {
   using F = typename V::F;
   const F lo = V::set1(-87.33654f), hi = V::set1(88.37f);
+  const F input = x;
+  const auto nan = V::unordered(x, x);
   const auto under = V::lt(x, lo);
   const auto over = V::gt(x, hi);
   x = V::min(V::max(x, lo), hi);
@@ -43,7 +48,7 @@ typename V::F exp(typename V::F x) {
   F y = V::mul(p, V::pow2i(n));  // n in [-126, 127]: 2^n is a normal float
   y = V::select(under, V::zero(), y);
   y = V::select(over, V::set1(Consts<V>::inf), y);
-  return y;
+  return V::select(nan, input, y);
 }
 
 // ---- norms ---------------------------------------------------------------------------------------

@@ -198,14 +198,28 @@ std::vector<CorpusDocument> load_corpus_part(const std::string& part, const std:
   return docs;
 }
 
-std::vector<CorpusDocument> load_corpus(const std::string& spec) {
-  std::vector<CorpusDocument> docs;
+std::vector<std::string> corpus_parts(const std::string& spec) {
+  std::vector<std::string> parts;
   std::stringstream ss(spec);
   std::string part;
-  std::map<std::string, bool> seen;
   while (std::getline(ss, part, ',')) {
     const size_t b = part.find_first_not_of(" \t"), e = part.find_last_not_of(" \t");
-    part = b == std::string::npos ? "" : part.substr(b, e - b + 1);
+    parts.push_back(b == std::string::npos ? "" : part.substr(b, e - b + 1));
+  }
+  return parts;
+}
+
+std::vector<std::string> corpus_files(const std::string& spec) {
+  std::vector<std::string> files;
+  for (const std::string& part : corpus_parts(spec))
+    if (!part.empty() && part != "kjv" && part != "bible" && part != "fortunes") files.push_back(part);
+  return files;
+}
+
+std::vector<CorpusDocument> load_corpus(const std::string& spec) {
+  std::vector<CorpusDocument> docs;
+  std::map<std::string, bool> seen;
+  for (const std::string& part : corpus_parts(spec)) {
     const std::string canonical = part == "bible" ? "kjv" : part;
     check(!seen[canonical], "corpus spec '" + spec + "' names '" + part + "' twice");
     seen[canonical] = true;

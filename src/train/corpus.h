@@ -32,6 +32,11 @@ struct CorpusDocument {
 // Documents come in corpus order (the Bible's verse order, the files' order). Throws Error naming the
 // part when it cannot be read (e.g. the Debian package is not installed) or holds no document.
 std::vector<CorpusDocument> load_corpus(const std::string& spec);
+// The parts of a spec, trimmed, in order ("kjv", "fortunes" and file paths as written).
+std::vector<std::string> corpus_parts(const std::string& spec);
+// The parts of a spec that are text files (not kjv, bible or fortunes), e.g. for commands that must not
+// write over their own corpus.
+std::vector<std::string> corpus_files(const std::string& spec);
 // The documents of one part (a name or a path, as above); fortunes_dir is where the fortune files are.
 std::vector<CorpusDocument> load_corpus_part(const std::string& part,
                                              const std::string& fortunes_dir = "/usr/share/games/fortunes");

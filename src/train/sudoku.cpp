@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/excerpt.h"
 
 namespace canvas {
 namespace {
@@ -20,6 +21,8 @@ struct Solver {
   SudokuGrid grid{};
   int solutions = 0, limit = 1;
   SudokuGrid first{};
+  int64_t nodes = 0, max_nodes = 0;  // max_nodes > 0: give up (out_of_budget) after that many
+  bool out_of_budget = false;
 
   // The digits still possible in blank cell c, as bits 1..9.
   uint16_t candidates(int c) const { return uint16_t(~(rows[c / 9] | cols[c % 9] | boxes[box_of(c)]) & 0x3fe); }
@@ -46,6 +49,10 @@ struct Solver {
   }
 
   void search() {
+    if (max_nodes > 0 && ++nodes > max_nodes) {
+      out_of_budget = true;
+      return;
+    }
     int best = -1, best_count = 10;
     uint16_t best_free = 0;
     for (int c = 0; c < 81; ++c) {
@@ -61,7 +68,7 @@ struct Solver {
       if (solutions++ == 0) first = grid;
       return;
     }
-    for (int d = 1; d <= 9 && solutions < limit; ++d) {
+    for (int d = 1; d <= 9 && solutions < limit && !out_of_budget; ++d) {
       if (!(best_free & (1u << d))) continue;
       set(best, d);
       search();
@@ -83,15 +90,17 @@ void shuffle(std::vector<T>& v, Rng& rng) {
   for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[size_t(rng.below(i))]);
 }
 
+bool is_cell(char ch) { return ch == '.' || (ch >= '0' && ch <= '9'); }
+
 }  // namespace
 
 SudokuGrid parse_sudoku(const std::string& line) {
-  check(line.size() == 81, "a Sudoku needs 81 characters, got " + std::to_string(line.size()) + ": '" + line + "'");
+  check(line.size() == 81, "a Sudoku needs 81 characters, got " + std::to_string(line.size()) + ": " + quoted_excerpt(line));
   SudokuGrid g{};
   for (size_t i = 0; i < 81; ++i) {
     const char ch = line[i];
     if (ch == '.' || ch == '0') continue;
-    check(ch >= '1' && ch <= '9', "invalid Sudoku character '" + std::string(1, ch) + "' at position " + std::to_string(i));
+    check(ch >= '1' && ch <= '9', "invalid Sudoku character " + quoted_excerpt(std::string(1, ch)) + " at position " + std::to_string(i));
     g[i] = uint8_t(ch - '0');
   }
   return g;
@@ -122,13 +131,103 @@ bool solves(const SudokuGrid& puzzle, const SudokuGrid& solution) {
   return true;
 }
 
-int count_solutions(const SudokuGrid& puzzle, int limit, SudokuGrid* first) {
+int count_solutions(const SudokuGrid& puzzle, int limit, SudokuGrid* first, int64_t max_nodes) {
   Solver s;
   s.limit = limit;
+  s.max_nodes = max_nodes;
   if (!s.place_givens(puzzle)) return 0;
   s.search();
   if (first && s.solutions > 0) *first = s.first;
-  return s.solutions;
+  return s.out_of_budget && s.solutions < limit ? -1 : s.solutions;
+}
+
+std::string sudoku_unsolvable_reason(const SudokuGrid& puzzle) {
+  static const char* kUnit[3] = {"row", "column", "box"};
+  for (int u = 0; u < 27; ++u) {
+    int at[10] = {};  // digit -> 1 + its cell's index in the unit
+    for (int k = 0; k < 9; ++k) {
+      const int d = puzzle[size_t(unit_cell(u, k))];
+      if (!d) continue;
+      if (at[d])
+        return std::string(kUnit[u / 9]) + " " + std::to_string(u % 9 + 1) + " holds two " + std::to_string(d) +
+               "s (cells " + std::to_string(at[d]) + " and " + std::to_string(k + 1) + " of that " + kUnit[u / 9] +
+               ")";
+      at[d] = k + 1;
+    }
+  }
+  // Bitmask search with the fewest-candidates rule settles real puzzles in far fewer steps than this.
+  constexpr int64_t kMaxNodes = 2000000;
+  if (count_solutions(puzzle, 1, nullptr, kMaxNodes) == 0) return "it has no solution";
+  return "";
+}
+
+std::string format_sudoku_pretty(const SudokuGrid& grid) {
+  std::string out;
+  for (int r = 0; r < 9; ++r) {
+    if (r == 3 || r == 6) out += "------+-------+------\n";
+    for (int c = 0; c < 9; ++c) {
+      if (c) out += (c == 3 || c == 6) ? " | " : " ";
+      const int d = grid[size_t(r * 9 + c)];
+      out += d ? char('0' + d) : '.';
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+void SudokuReader::fail(int64_t line, const std::string& what) const {
+  throw Error(origin_ + " line " + std::to_string(line) + ": " + what);
+}
+
+std::string SudokuReader::where() const {
+  return origin_ + (first_ == last_ ? " line " + std::to_string(first_)
+                                    : " lines " + std::to_string(first_) + "-" + std::to_string(last_));
+}
+
+bool SudokuReader::next(SudokuGrid& puzzle) {
+  std::string cells;  // of a 9-line grid read so far
+  std::string line;
+  while (std::getline(in_, line)) {
+    ++line_;
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    if (line.empty() || line[0] == '#') {
+      if (cells.empty()) continue;
+      fail(line_, "a grid needs 9 rows of 9 cells; this one ends after " + std::to_string(cells.size() / 9) +
+                      " rows (it began on line " + std::to_string(first_) + ")");
+    }
+    if (line.find_first_not_of("-+=| ") == std::string::npos) continue;  // a box separator
+    std::string row;  // the line without the separators a grid row may hold
+    for (char ch : line)
+      if (ch != ' ' && ch != '|' && ch != '\t') row += ch;
+    const std::string field = line.substr(0, line.find(' '));
+    if (cells.empty() && (field.size() == 81 || row.size() == 81)) {  // a one-line puzzle
+      first_ = last_ = line_;
+      try {
+        puzzle = parse_sudoku(field.size() == 81 ? field : row);
+      } catch (const Error& e) {
+        fail(line_, e.what());
+      }
+      return true;
+    }
+    if (row.size() != 9)
+      fail(line_, "expected a puzzle of 81 cells on one line, or a row of 9 cells of a 9-line grid; got " +
+                      std::to_string(row.size()) + " characters: " + quoted_excerpt(line));
+    for (size_t i = 0; i < 9; ++i)
+      if (!is_cell(row[i]))
+        fail(line_, "invalid Sudoku character " + quoted_excerpt(std::string(1, row[i])) + " in row " +
+                        quoted_excerpt(line) + " ('1'-'9', or '.' or '0' for a blank)");
+    if (cells.empty()) first_ = line_;
+    cells += row;
+    if (cells.size() == 81) {
+      last_ = line_;
+      puzzle = parse_sudoku(cells);
+      return true;
+    }
+  }
+  if (!cells.empty())
+    fail(line_, "a grid needs 9 rows of 9 cells; the input ends after " + std::to_string(cells.size() / 9) +
+                    " rows (it began on line " + std::to_string(first_) + ")");
+  return false;
 }
 
 int count_clues(const SudokuGrid& grid) {

@@ -2,8 +2,9 @@
 // augmentations, and the token layout the Sudoku models use.
 #pragma once
 #include <array>
-#include <functional>
 #include <cstdint>
+#include <functional>
+#include <istream>
 #include <string>
 #include <vector>
 
@@ -13,16 +14,46 @@ namespace canvas {
 
 using SudokuGrid = std::array<uint8_t, 81>;  // row-major, 0 = blank, 1..9 digits
 
-// Parses 81 characters ('1'-'9', '0' or '.' for blank); throws Error naming the problem.
+// Parses 81 characters ('1'-'9', '0' or '.' for blank); throws Error naming the problem (quoting at most
+// the line's first 60 characters).
 SudokuGrid parse_sudoku(const std::string& line);
 std::string format_sudoku(const SudokuGrid& grid);  // 81 chars, '0' for blank
+// 9 lines of 9 digits ('.' for blank) in boxes: "5 3 . | . 7 . | . . .", a "------+-------+------" line
+// after the third and sixth rows; each line ends with '\n'. SudokuReader reads it back.
+std::string format_sudoku_pretty(const SudokuGrid& grid);
+
+// Puzzles from a text stream, in either layout: one puzzle a line (81 cells; the line's first field, so
+// "PUZZLE SOLUTION" lines work too), or a grid of 9 lines of 9 cells ('|' and spaces ignored, lines of
+// '-', '+', '=' and spaces skipped, so format_sudoku_pretty's output reads back). '.' or '0' is a
+// blank; blank lines and '#' comment lines separate puzzles. A bad line is an Error naming the origin
+// and the line, quoting at most its first 60 characters.
+class SudokuReader {
+ public:
+  SudokuReader(std::istream& in, std::string origin) : in_(in), origin_(std::move(origin)) {}
+  // The next puzzle; false at the end of the stream.
+  bool next(SudokuGrid& puzzle);
+  // "stdin line 4" or "stdin lines 4-12": where the puzzle next() returned was.
+  std::string where() const;
+
+ private:
+  [[noreturn]] void fail(int64_t line, const std::string& what) const;
+  std::istream& in_;
+  std::string origin_;
+  int64_t line_ = 0, first_ = 0, last_ = 0;
+};
+
+// Why no grid can complete a puzzle: two equal givens in one row, column or box (named, 1-based), or no
+// solution at all (an exact search of at most a few million steps; a puzzle it cannot settle in that
+// budget passes as solvable). "" when the puzzle has a solution.
+std::string sudoku_unsolvable_reason(const SudokuGrid& puzzle);
 
 // True when every row, column and box of a full grid holds 1..9 once.
 bool is_valid_solution(const SudokuGrid& grid);
 // True when the solution is valid and agrees with every given of the puzzle.
 bool solves(const SudokuGrid& puzzle, const SudokuGrid& solution);
-// Number of solutions, counting no further than `limit`; fills `first` with the first one found.
-int count_solutions(const SudokuGrid& puzzle, int limit, SudokuGrid* first = nullptr);
+// Number of solutions, counting no further than `limit`; fills `first` with the first one found. With
+// max_nodes > 0, -1 when the search visits that many cells before it can say.
+int count_solutions(const SudokuGrid& puzzle, int limit, SudokuGrid* first = nullptr, int64_t max_nodes = 0);
 int count_clues(const SudokuGrid& grid);
 
 // A uniformly shuffled valid full grid.

@@ -294,8 +294,9 @@ void save_checkpoint(const RunConfig& r, const DataSource& source, const TrainMo
   w.write(out_dir + "/checkpoint.gguf");  // atomic: temporary file + rename
 }
 
-// "key: the checkpoint's run has A, this run B; ..." for every key the two identities disagree on.
-std::string identity_difference(const std::string& stored, const std::string& current) {
+// "key: <whose> has A, this run B; ..." for every key the two identities disagree on.
+std::string identity_difference(const std::string& stored, const std::string& current,
+                                const std::string& whose = "the checkpoint's run") {
   auto settings = [](const std::string& id) {
     std::map<std::string, std::string> m;
     std::istringstream in(id);
@@ -315,31 +316,55 @@ std::string identity_difference(const std::string& stored, const std::string& cu
     const auto x = a.find(k), y = b.find(k);
     const std::string was = x == a.end() ? "(not set)" : "'" + x->second + "'";
     const std::string now = y == b.end() ? "(not set)" : "'" + y->second + "'";
-    if (was != now) out += (out.empty() ? "" : "; ") + k + ": the checkpoint's run has " + was + ", this run " + now;
+    if (was != now) out += (out.empty() ? "" : "; ") + k + ": " + whose + " has " + was + ", this run " + now;
   }
   return out.empty() ? "settings differ" : out;
 }
 
-// Checkpoints written before the identity listed every setting hold a shorter one; theirs is rebuilt
-// from the config text they stored. A --steps given to the run that wrote such a checkpoint was not
-// recorded, so loading one adds a notice saying what could not be checked.
+// The identity of the run that wrote a checkpoint or model.gguf. Files written before the identity listed
+// every setting hold a shorter one; theirs is rebuilt from the config text they stored, and `notice` says
+// what could not be checked (a --steps given to that run was not recorded).
+std::string stored_identity(const GgufFile& file, const std::string& path, std::string& notice) {
+  std::string stored = file.get_string("training.identity", "");
+  if (stored.rfind(kIdentityHeader, 0) == 0) return stored;
+  try {
+    stored = run_identity(parse_run_config(file.get_string("training.config", ""), path + " (its stored config)"));
+  } catch (const Error& e) {
+    throw Error(path + " was made by an older canvas and its settings cannot be checked (" + e.what() +
+                "); train into a new --out directory (init_from = its model.gguf keeps the weights)");
+  }
+  notice = path + " predates checkpoints that record every setting; checked against the config it stored "
+                  "(a --steps given to the run that wrote it was not recorded)";
+  return stored;
+}
+
+// True when `path` (a checkpoint or model.gguf in --out) was written by the run `id`; else `why` says
+// how it differs, or that it records no run of canvas train (a model from elsewhere, an unreadable file).
+bool written_by_run(const std::string& path, const std::string& id, std::string& why) {
+  try {
+    const auto file = GgufFile::open(path);
+    if (!file->find("training.identity") && !file->find("training.config")) {
+      why = "it records no canvas train run";
+      return false;
+    }
+    std::string notice;
+    const std::string stored = stored_identity(*file, path, notice);
+    if (stored == id) return true;
+    why = identity_difference(stored, id, "its run");
+  } catch (const Error& e) {
+    why = e.what();
+  }
+  return false;
+}
+
 int64_t load_checkpoint(const RunConfig& r, std::vector<Parameter*>& params, AdamW& opt, const std::string& path,
                         std::string& notice) {
   auto file = GgufFile::open(path);
-  std::string stored = file->get_string("training.identity", "");
+  const std::string stored = stored_identity(*file, path, notice);
   const std::string id = run_identity(r);
-  if (stored.rfind(kIdentityHeader, 0) != 0) {
-    try {
-      stored = run_identity(parse_run_config(file->get_string("training.config", ""), path + " (its stored config)"));
-    } catch (const Error& e) {
-      throw Error(path + " was made by an older canvas and its settings cannot be checked (" + e.what() +
-                  "); train into a new --out directory (init_from = its model.gguf keeps the weights)");
-    }
-    notice = path + " predates checkpoints that record every setting; checked against the config it stored "
-                    "(a --steps given to the run that wrote it was not recorded)";
-  }
   check(stored == id, path + " was made with a different configuration: " + identity_difference(stored, id) +
-                          "; train into a new --out directory or delete the checkpoint");
+                          "; train into a new --out directory, delete the checkpoint, or replace the run with "
+                          "--force");
   const int64_t step = file->require_int("training.step");
   auto copy_in = [&](const std::string& name, std::vector<float>& dst) {
     const TensorView& t = file->require_tensor(name);
@@ -384,6 +409,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
     std::string key, value, where;
   };
   std::vector<Line> lines;
+  std::map<std::string, int> first_line;  // key -> the line that set it
   std::istringstream in(text);
   std::string line;
   for (int line_no = 1; std::getline(in, line); ++line_no) {
@@ -394,14 +420,19 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
     const size_t eq = line.find('=');
     const std::string where = origin + ":" + std::to_string(line_no);
     check(eq != std::string::npos, where + ": expected 'key = value'");
-    lines.push_back({config_trim(line.substr(0, eq)), config_trim(line.substr(eq + 1)), where});
+    const std::string key = config_trim(line.substr(0, eq));
+    // A repeated key would silently take its last value: say where both are instead.
+    const auto [it, fresh] = first_line.emplace(key, line_no);
+    check(fresh, where + ": key '" + key + "' is set twice, on lines " + std::to_string(it->second) + " and " +
+                     std::to_string(line_no) + " (keep one)");
+    lines.push_back({key, config_trim(line.substr(eq + 1)), where});
   }
   check(!lines.empty(), origin + ": no settings (an empty config would silently train the defaults)");
 
   RunConfig r;
   r.source_text = text;
   std::set<std::string> seen;
-  for (const Line& l : lines) {  // the task first: it decides which other keys exist (a later line wins)
+  for (const Line& l : lines) {  // the task first: it decides which other keys exist
     seen.insert(l.key);
     if (l.key == "task") r.task = l.value;
   }
@@ -603,10 +634,23 @@ bool all_finite(const std::vector<Parameter*>& params) {
 }  // namespace
 
 void run_training(const RunConfig& r, const std::string& out_dir, const std::function<void(const StepReport&)>& on_step,
-                  int64_t stop_after, const std::function<void(const std::string&)>& on_notice) {
+                  int64_t stop_after, const std::function<void(const std::string&)>& on_notice, bool force) {
   check(r.task_module != nullptr, "run_training: the config has no task (use parse_run_config)");
   ::mkdir(out_dir.c_str(), 0755);
   check(file_exists(out_dir), "cannot create output directory " + out_dir);
+  const std::string ckpt = out_dir + "/checkpoint.gguf", model_file = out_dir + "/model.gguf";
+  // The same run resumes from its checkpoint. Another run's files (its checkpoint, or a model.gguf without
+  // one: a finished run whose checkpoint was deleted, a model copied there) are replaced only with force.
+  bool resume = file_exists(ckpt);
+  std::string why;
+  if (resume && force && !written_by_run(ckpt, run_identity(r), why)) {
+    resume = false;
+    if (on_notice) on_notice("--force: replacing the run in " + out_dir + " (" + why + ")");
+  } else if (!resume && file_exists(model_file) && !written_by_run(model_file, run_identity(r), why)) {
+    check(force, model_file + " belongs to another run (" + why + "); train into a new --out directory, or give "
+                 "--force to replace it");
+    if (on_notice) on_notice("--force: replacing " + model_file + " (" + why + ")");
+  }
   ThreadPool pool(r.threads);
 
   const std::unique_ptr<DataSource> source = make_run_source(r);
@@ -623,9 +667,15 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
   AdamW opt(r.optimizer, params);
 
   const std::vector<std::string> metric_names = r.task_module->metric_names();
-  const std::string ckpt = out_dir + "/checkpoint.gguf", csv = out_dir + "/train.csv";
+  // The replaced run's files go before this run writes any (after the model is built: init_from may be
+  // the very model.gguf being replaced), so that a run stopped early never leaves them mixed with its own.
+  if (!resume && force) {
+    std::remove(ckpt.c_str());
+    std::remove(model_file.c_str());
+  }
+  const std::string csv = out_dir + "/train.csv";
   int64_t step = 0;
-  if (file_exists(ckpt)) {
+  if (resume) {
     std::string legacy_notice;
     step = load_checkpoint(r, params, opt, ckpt, legacy_notice);
     truncate_log(csv, step);

@@ -51,8 +51,9 @@ struct RunConfig {
 };
 
 // Parses "key = value" lines ('#' starts a comment). `task` picks the task (whatever line it is on);
-// keys the generic part does not know go to the task. Unknown keys, values out of range (every key
-// has one) and a config without any key are errors naming the file and line. A warm-up longer than
+// keys the generic part does not know go to the task. Unknown keys, a key set twice (naming both
+// lines), values out of range (every key has one) and a config without any key are errors naming the
+// file and line. A warm-up longer than
 // the run is shortened to a tenth of it, with a notice in `notices`.
 RunConfig parse_run_config(const std::string& text, const std::string& origin);
 // The same from a file, which must be a regular, non-empty file.
@@ -90,11 +91,15 @@ struct StepReport {
 // written atomically), out_dir/model.gguf (weights only, loadable by `canvas generate`),
 // out_dir/train.csv (step, lr, loss, grad_norm, val_loss, tokens_per_second, elapsed_s, then the
 // task's validation metrics) and out_dir/config.cfg. An existing checkpoint in out_dir is resumed from (on_notice hears from which
-// step); the run then continues exactly as if it had not been interrupted. stop_after > 0 ends the run
-// after that step (for tests). A step whose loss, gradient norm or weights are not finite stops the run
-// with an error before anything is written, so the last checkpoint stays the last good one.
+// step); the run then continues exactly as if it had not been interrupted. Files of another run in
+// out_dir (a checkpoint under other settings; a model.gguf, without a checkpoint, that this run did not
+// write) are an Error before anything is written, unless `force`: then the run starts afresh and replaces
+// them (on_notice says so). stop_after > 0 ends the run after that step (for tests). A step whose loss,
+// gradient norm or weights are not finite stops the run with an error before anything is written, so
+// the last checkpoint stays the last good one.
 void run_training(const RunConfig& config, const std::string& out_dir, const std::function<void(const StepReport&)>& on_step,
-                  int64_t stop_after = 0, const std::function<void(const std::string&)>& on_notice = nullptr);
+                  int64_t stop_after = 0, const std::function<void(const std::string&)>& on_notice = nullptr,
+                  bool force = false);
 
 }  // namespace canvas::train
 

@@ -1,0 +1,36 @@
+// Output-path guards: identity comparisons of output and input files.
+#include "output_paths.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace canvas::cli {
+
+void check_output_is_not_input(const NamedPath& output, const std::vector<NamedPath>& inputs) {
+  if (output.path.empty()) return;
+  for (const NamedPath& input : inputs) {
+    if (input.path.empty()) continue;
+    std::error_code ec;  // set when either path does not exist: then they are not the same file
+    if (!std::filesystem::equivalent(output.path, input.path, ec) || ec) continue;
+    throw Error(output.label + " " + output.path + " is the same file as " + input.label + " " + input.path +
+                ": writing it would destroy the input; choose another output path");
+  }
+}
+
+bool stdout_is_file(const std::string& path) {
+  struct stat out{}, file{};
+  return ::fstat(STDOUT_FILENO, &out) == 0 && ::stat(path.c_str(), &file) == 0 && out.st_dev == file.st_dev &&
+         out.st_ino == file.st_ino;
+}
+
+bool stdout_appends() {
+  const int flags = ::fcntl(STDOUT_FILENO, F_GETFL);
+  return flags >= 0 && (flags & O_APPEND) != 0;
+}
+
+}  // namespace canvas::cli
