@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "args.h"
+#include "output_paths.h"
 #include "commands.h"
 #include "device.h"
 #include "infill.h"
@@ -183,6 +184,8 @@ int cmd_logits(int argc, char** argv) {
   check(args.has("model"), "no model given (-m MODEL)");
   check(args.has("ids"), "no token ids given (--ids 1,2,3)");
   check(args.has("out"), "no output file given (--out FILE.npy)");
+  cli::check_output_is_not_input({"--out", args.get("out", "")},
+                                 {{"-m", args.get("model", "")}, {"--self-cond", args.get("self-cond", "")}});
   const Model model = Model::load(args.get("model", ""));
   const ModelConfig& c = model.config;
   const std::vector<int32_t> ids = cli::parse_id_list(args.get("ids", ""), "--ids");
