@@ -142,10 +142,14 @@ TEST(CliGenerate, BeyondTheContextNamesTheLimit) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(has(r.output, "context length 256")) << r.output;
   EXPECT_TRUE(has(r.output, "at most")) << r.output;
-  // The padded canvas must fit too: 250 rounds up to 256 blocks of 32 and, with the prompt, exceeds 256.
-  const auto padded = run_canvas("generate -m " + llada() + " -p hi -n 250 -t 1");
+  // A padded canvas must fit too: 250 rounds up to 256 in blocks of 32 and, with the prompt, exceeds 256.
+  const auto padded = run_canvas("generate -m " + llada() + " -p hi -n 250 --block-length 32 -t 1");
   EXPECT_EQ(padded.exit_code, 1);
   EXPECT_TRUE(has(padded.output, "rounded up to whole blocks")) << padded.output;
+  // Without --block-length, the default (32) gives way to one block of N where its padding would not fit.
+  const auto one_block = run_canvas("generate -m " + llada() + " -p hi -n 250 -t 1 --json", false);
+  EXPECT_EQ(one_block.exit_code, 0) << one_block.output;
+  EXPECT_EQ(test::json_of(one_block.output)["passes"], 250) << one_block.output;
 }
 
 // Streaming writes the same text as waiting for the end, for every decoding mode.

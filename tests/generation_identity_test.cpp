@@ -31,8 +31,8 @@ json generate_json(const IdentityCase& c, const std::string& mode, const std::st
 
 TEST(GenerationIdentityCli, GenerateChatAndServeGiveTheSameTokens) {
   const std::vector<IdentityCase> cases = {
-      {"models/text-dg.gguf", {"diffusion", "ar"}},
-      {"models/text-dg-chat.gguf", {"diffusion", "ar"}},
+      {"models/text-dg.gguf", {"diffusion", "ar", "verify"}},
+      {"models/text-dg-chat.gguf", {"diffusion", "ar", "verify"}},
       {"models/text-masked.gguf", {"diffusion", "ar"}},
       {"models/text-ar.gguf", {"ar"}},
       {"tests/fixtures/tiny-llada.gguf", {"diffusion", "ar"}},

@@ -30,7 +30,7 @@ std::vector<Option> decoding_options() {
                            "warns. verify (uniform-state models, DiffusionGemma): the decoder drafts\n"
                            "--draft-length tokens, one causal pass verifies them: exactly --mode ar's text\n"
                            "(greedy: the same tokens; sampling: the same distribution), several tokens per pass"},
-        {"--draft-length", "K", "verify: tokens drafted per cycle (default 8)"},
+        {"--draft-length", "K", "verify: tokens drafted per cycle (default 4)"},
         {"--draft-steps", "S", "verify: decoder passes per draft, self-conditioned after the first (default 1)"},
         {"--steps", "S", "masked: denoising steps in total (default = N: one token per step), a multiple\n"
                          "of the number of blocks; uniform-state: the most steps per canvas (default 48)"},

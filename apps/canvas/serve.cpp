@@ -23,7 +23,7 @@ namespace {
 const Command kServe{
     "serve",
     "canvas serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue N]\n"
-    "                    [--mode auto|diffusion|ar] [--api-key KEY]",
+    "                    [--mode auto|diffusion|ar|verify] [--api-key KEY]",
     R"(Serves a model over HTTP with OpenAI's API: POST /v1/completions, POST /v1/chat/completions (messages
 in the model's chat format, as canvas chat renders them), GET /v1/models, GET /health (200 when ready, 503 while
 loading or stopping), and a web page at / that draws the canvas live as it is denoised. The decoding
@@ -40,7 +40,8 @@ cache, mode, canvas_draft). docs/serving.md has the details and measurements.)",
         {"--queue", "N", "requests waiting for a slot beyond those; more get 503 + Retry-After (default 64)"},
         {"--mode", "MODE",
          "auto (default for models with both modes: diffusion or AR per request, by a cost\n"
-         "model measured at start and the current load) | diffusion | ar. A request's\n"
+         "model measured at start and the current load) | diffusion | ar | verify (the\n"
+         "decoder drafts, AR verifies: AR's text). A request's\n"
          "\"mode\" field overrides it."},
         {"--api-key", "KEY", "require \"Authorization: Bearer KEY\" on /v1/* (401 otherwise)"},
     },

@@ -309,7 +309,7 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
     } else if (out.mode == DecodeMode::Verify) {
       VerifyParams p;
       p.max_new_tokens = n;
-      p.draft_length = r.draft_length > 0 ? r.draft_length : 8;
+      p.draft_length = r.draft_length > 0 ? r.draft_length : VerifyParams{}.draft_length;
       p.draft_steps = r.draft_steps;
       p.sampling = r.sampling;
       p.draft_temperature = defaults_.params.t_min;

@@ -64,7 +64,7 @@ struct GenerationRequest {
   int64_t stability = -1;
   bool stream_head = false;
 
-  // Draft-and-verify: tokens drafted per cycle (0: the default, 8) and decoder passes per draft.
+  // Draft-and-verify: tokens drafted per cycle (0: the default, 4) and decoder passes per draft.
   int64_t draft_length = 0;
   int64_t draft_steps = 1;
 

@@ -16,7 +16,7 @@ namespace canvas {
 
 struct VerifyParams {
   int64_t max_new_tokens = 64;
-  int64_t draft_length = 8;  // k: tokens drafted per cycle
+  int64_t draft_length = 4;  // k: tokens drafted per cycle
   int64_t draft_steps = 1;   // decoder passes per draft (self-conditioned after the first)
   // The verifier's sampling (as generate_ar's): temperature 0 is greedy; otherwise speculative rejection
   // sampling with the drafter's softmax(logits / draft_temperature) as the proposal. Repeat penalty, top-k,

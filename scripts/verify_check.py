@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Draft-and-verify against AR on the held-out prompts of scripts/dg_proof.py: for each prompt, `canvas
+generate --mode ar` and `--mode verify` (greedy, the same options) must give the same tokens; reports
+drafted tokens kept per cycle, new tokens per forward (counting the draft passes and the verifying causal
+passes: (decoder + encoder passes) after the prompt's), and the decode time of each mode (medians over
+the prompts, both modes timed in the same run, one after the other per prompt).
+
+usage: /usr/bin/python3 scripts/verify_check.py [--model models/text-dg.gguf] [--prompts 24] [-n 128]
+           [--draft-lengths 4,8] [--draft-steps 1] [-t 2]
+Exits 1 when any prompt's tokens differ.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dg_proof import held_out_prompts, run  # noqa: E402
+
+
+def generate(args, prompt, extra):
+    out = run([args.canvas, "generate", "-m", args.model, "-p", prompt, "-n", str(args.n), "-t", str(args.threads),
+               "-s", "1", "--json"] + extra)
+    return json.loads(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--canvas", default="build/canvas")
+    ap.add_argument("--model", default="models/text-dg.gguf")
+    ap.add_argument("--prompts", type=int, default=24)
+    ap.add_argument("--prompt-words", type=int, default=8)
+    ap.add_argument("-n", type=int, default=128)
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--draft-lengths", default="4,8")
+    ap.add_argument("--draft-steps", type=int, default=1)
+    args = ap.parse_args()
+    prompts, _ = held_out_prompts(args.canvas, args.prompts, args.prompt_words)
+    failed = False
+    for k in [int(x) for x in args.draft_lengths.split(",")]:
+        same = 0
+        per_forward, kept_per_cycle, ar_ms, verify_ms = [], [], [], []
+        for prompt in prompts:
+            ar = generate(args, prompt, ["--mode", "ar"])
+            v = generate(args, prompt, ["--mode", "verify", "--draft-length", str(k), "--draft-steps",
+                                        str(args.draft_steps)])
+            if v["tokens"] == ar["tokens"]:
+                same += 1
+            else:
+                failed = True
+                print(f"DIFFERENT: {prompt!r}\n  ar:     {ar['text']!r}\n  verify: {v['text']!r}")
+            forwards = v["passes"] - 1  # the prompt's pass is AR's too
+            per_forward.append((len(v["tokens"]) - 1) / max(1, forwards))
+            cycles = max(1, v["encoder_passes"])
+            kept_per_cycle.append(v["accepted"] / cycles)
+            ar_ms.append(ar["decode_ms"])
+            verify_ms.append(v["decode_ms"])
+        print(f"draft length {k}, draft steps {args.draft_steps}: identical to AR on {same}/{len(prompts)} prompts; "
+              f"kept drafts per cycle {statistics.median(kept_per_cycle):.2f}, "
+              f"new tokens per forward {statistics.median(per_forward):.2f} "
+              f"(per causal pass {statistics.median(per_forward) * (1 + args.draft_steps):.2f}); "
+              f"decode ms AR {statistics.median(ar_ms):.1f}, verify {statistics.median(verify_ms):.1f} "
+              f"(verify / AR {statistics.median(verify_ms) / statistics.median(ar_ms):.2f})")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
