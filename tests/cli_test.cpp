@@ -174,3 +174,25 @@ TEST(Cli, SudokuViewsOneIsGreedyAndEightSolve) {
 
 }  // namespace
 }  // namespace canvas
+
+namespace canvas {
+
+TEST(Cli, VocabularyOnlyGgufAsModelIsNamedAsSuch) {
+  const auto r = test::run_canvas("generate -m " + test::source_path("models/tokenizer-kjv.gguf") + " -p hi -n 4");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("vocabulary-only GGUF"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--tokenizer"), std::string::npos) << r.output;
+}
+
+TEST(Cli, InspectAllPrintsWholeStrings) {
+  const std::string out = test::temp_path("long-name.gguf");
+  const std::string name(300, 'x');
+  const auto q = test::run_canvas("quantize " + test::source_path("models/text-ar.gguf") + " " + out +
+                                  " f32 --set general.name=" + name);
+  ASSERT_EQ(q.exit_code, 0) << q.output;
+  EXPECT_NE(test::run_canvas("inspect " + out + " --all").output.find(name), std::string::npos);
+  EXPECT_EQ(test::run_canvas("inspect " + out).output.find(name), std::string::npos);  // abbreviated by default
+  std::filesystem::remove(out);
+}
+
+}  // namespace canvas

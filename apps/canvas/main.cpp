@@ -40,7 +40,7 @@ usage: canvas <command> [options]
 
 commands:
   generate   generate text from a prompt (masked diffusion or autoregressive)
-  chat       talk with a model (DiffusionGemma / Gemma chat template), one line per turn on stdin
+  chat       talk with a model in its chat format, one line per turn on stdin
   logits     write a model's logits for given token ids to a .npy file
   inspect    print a GGUF file's metadata and tensor table
   score      likelihood of a text under a left-to-right model (bits per byte)
@@ -48,7 +48,8 @@ commands:
   train      train a small diffusion or AR model from a config file (resumable)
   tokenizer  train a Gemma-style BPE tokenizer on a corpus; export it as tokenizer.json; measure it
   sudoku     generate Sudoku puzzle sets, solve puzzles with a model, evaluate solve rates
-  convert    convert a Hugging Face DiffusionGemma / Gemma 4 checkpoint to GGUF
+  convert    convert a Hugging Face checkpoint (DiffusionGemma, Gemma 4, LLaDA, Dream, LLaDA-MoE, Llama) to GGUF,
+             or a GGUF back to safetensors
   quantize   re-type a GGUF file's matrices (f16, bf16, q8_0, q4_0, ..., q6_k), reporting every fallback
   bench      measure roofs, then AR vs diffusion decoding speed over a grid (model or synthetic)
   serve      OpenAI-compatible HTTP server with step-level batching and a live web page

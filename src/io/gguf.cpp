@@ -244,7 +244,9 @@ std::string render_float(GgufType type, double f) {
 }  // namespace
 
 std::string GgufValue::to_string(size_t max_items) const {
-  if (type == GgufType::String) return "\"" + escape(s) + "\"";
+  // max_items = SIZE_MAX (inspect --all): every item and every string whole.
+  const bool whole = max_items == size_t(-1);
+  if (type == GgufType::String) return "\"" + escape(s, whole ? size_t(-1) : 120) + "\"";
   if (is_float()) return render_float(type, f);
   if (type != GgufType::Array) return render_int(type, i);
   const size_t n = size_t(array_size());
@@ -252,7 +254,7 @@ std::string GgufValue::to_string(size_t max_items) const {
   for (size_t k = 0; k < n && k < max_items; ++k) {
     if (k) out += ", ";
     if (array_type == GgufType::String)
-      out += "\"" + escape(strings[k], 40) + "\"";
+      out += "\"" + escape(strings[k], whole ? size_t(-1) : 40) + "\"";
     else if (is_float_type(array_type))
       out += render_float(array_type, floats[k]);
     else

@@ -319,6 +319,9 @@ ModelConfig config_from_hf(const std::string& path) {
 
 ModelConfig config_from_gguf(const GgufFile& file) {
   ModelConfig c;
+  check(file.find("general.architecture") || !file.find("tokenizer.ggml.model"),
+        file.path() + " is a vocabulary-only GGUF (tokenizer.ggml.* keys, no model): give it with --tokenizer, or "
+                      "to canvas tokenize / detokenize, and a model with -m");
   c.arch = file.require_string("general.architecture");
   if (is_gemma_arch(c.arch)) return gemma_config_from_gguf(file, c);
   const ArchTraits* traits = nullptr;
