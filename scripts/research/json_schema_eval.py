@@ -2,7 +2,7 @@
 """Schema-constrained output over data/json-schema/cases.jsonl: validity (python3-jsonschema) with and without
 constraints, decoder passes and wall-clock per output, for the shipped byte-level models.
 
-usage: /usr/bin/python3 scripts/json_schema_eval.py [--canvas build/canvas] [--limit N] [--out runs/json-schema.jsonl]
+usage: /usr/bin/python3 scripts/research/json_schema_eval.py [--canvas build/canvas] [--limit N] [--out runs/json-schema.jsonl]
 Prints a markdown table (per configuration: cases, valid %, mean passes, mean decode ms, mean total ms)."""
 import argparse, json, os, subprocess, sys, tempfile, time
 import jsonschema

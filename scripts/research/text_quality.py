@@ -3,7 +3,7 @@
 several step counts, judged by an AR model's likelihood (bits per byte of the continuation given its
 prompt; lower is more fluent under the judge). Standard library only; drives the canvas binary.
 
-usage: scripts/text_quality.py --canvas build/canvas --model models/text-masked.gguf \
+usage: scripts/research/text_quality.py --canvas build/canvas --model models/text-masked.gguf \
            --judge models/text-ar.gguf [--steps 64,32,16,8,4] [--prompts 20] [-n 64] [-t 2]
 """
 import argparse

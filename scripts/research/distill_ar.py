@@ -15,7 +15,7 @@ chapter, optionally preceded by the verse before it (--context-share of prompts)
 --mode ar` with --parallel requests batched per step, temperature 0 and a repetition penalty (default 1.15:
 greedy decoding of a small model alone falls into loops). Standard library only.
 
-usage: /usr/bin/python3 scripts/distill_ar.py --model models/text-dg.gguf --out runs/distill/kjv-ar.txt \
+usage: /usr/bin/python3 scripts/research/distill_ar.py --model models/text-dg.gguf --out runs/distill/kjv-ar.txt \
            [--docs 4000] [-n 240] [--parallel 64] [--repeat-penalty 1.15] [--seed 1]
 """
 import argparse

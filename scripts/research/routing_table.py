@@ -3,7 +3,7 @@
 
   ROUNDS=5 scripts/serve_bench.sh runs/route 256 32 ar-batched auto-batched
   scripts/serve_bench.sh runs/route 32 32 diffusion-batched
-  /usr/bin/python3 scripts/routing_table.py runs/route
+  /usr/bin/python3 scripts/research/routing_table.py runs/route
 
 Reads NAME-rK.json (or NAME.json, one round) for the fixed modes (ar-batched, diffusion-batched) and auto
 (auto-batched), and prints per concurrency level the median tokens/s and p50 latency of each, auto's

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Draft-and-verify against AR on the held-out prompts of scripts/dg_proof.py: for each prompt, `canvas
+"""Draft-and-verify against AR on the held-out prompts of scripts/research/dg_proof.py: for each prompt, `canvas
 generate --mode ar` and `--mode verify` (greedy, the same options) must give the same tokens; reports
 drafted tokens kept per cycle, new tokens per forward (counting the draft passes and the verifying causal
 passes: (decoder + encoder passes) after the prompt's), and the decode time of each mode (medians over
 the prompts, both modes timed in the same run, one after the other per prompt).
 
-usage: /usr/bin/python3 scripts/verify_check.py [--model models/text-dg.gguf] [--prompts 24] [-n 128]
+usage: /usr/bin/python3 scripts/research/verify_check.py [--model models/text-dg.gguf] [--prompts 24] [-n 128]
            [--draft-lengths 4,8] [--draft-steps 1] [-t 2]
 Exits 1 when any prompt's tokens differ.
 """

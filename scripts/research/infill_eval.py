@@ -3,7 +3,7 @@
 the shipped text models' validation split holds out), fill them, and score the fill by exact word match and
 under an AR judge (canvas score with models/text-ar.gguf: bits per byte of fill + suffix given the prefix).
 
-usage: /usr/bin/python3 scripts/infill_eval.py [--canvas build/canvas] [--verses 100] [--out runs/infill.jsonl]
+usage: /usr/bin/python3 scripts/research/infill_eval.py [--canvas build/canvas] [--verses 100] [--out runs/infill.jsonl]
 Prints a markdown table: per method, exact word match, whole-span match, judge bits/byte, passes."""
 import argparse, json, os, subprocess
 

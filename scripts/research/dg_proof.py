@@ -16,7 +16,7 @@ Prompts: the first --prompt-words words of verses from the held-out chapters (`c
 the split `canvas train` holds out), one verse per chapter in turn. Standard library only; drives the
 canvas binary. Timings are medians; run on a quiet machine.
 
-usage: /usr/bin/python3 scripts/dg_proof.py --model models/text-dg.gguf --judge models/text-ar.gguf \
+usage: /usr/bin/python3 scripts/research/dg_proof.py --model models/text-dg.gguf --judge models/text-ar.gguf \
            [--prompts 24] [-n 128] [-t 2] [--device cuda] [--settings FILE] [--only 1,3] [--json OUT]
 
 --settings FILE replaces the rows above: a JSON list of [label, [generate flags...]] pairs. --device is passed
