@@ -244,3 +244,48 @@ TEST(ServeCli, SigtermFinishesRunningRequestsAndExitsZero) {
   EXPECT_EQ(status, 200) << body;  // it finished rather than being dropped
   EXPECT_NE(server.log().find("stopped"), std::string::npos);
 }
+
+// What llama-server and OpenAI clients send beyond the basics: /tokenize, /detokenize, /props, /infill,
+// suffix, response_format, top_k and min_p, and a fresh seed (reported) when none is given.
+TEST(ServeCli, LlamaServerHelpersInfillAndStructuredOutput) {
+  ServerProcess server("--parallel 2");
+  ASSERT_NE(server.port(), 0) << server.log();
+  auto res = post(server, "/tokenize", R"({"content": "And God said"})");
+  ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "");
+  const json ids = json::parse(res->body)["tokens"];
+  ASSERT_FALSE(ids.empty());
+  res = post(server, "/detokenize", json{{"tokens", ids}}.dump());
+  ASSERT_TRUE(res && res->status == 200);
+  EXPECT_EQ(json::parse(res->body)["content"], "And God said");
+  expect_error(post(server, "/detokenize", R"({"tokens": [-1]})"), 400, "tokens");
+  auto props = server.client().Get("/props");
+  ASSERT_TRUE(props && props->status == 200);
+  EXPECT_EQ(json::parse(props->body)["n_ctx"], 128);
+
+  res = post(server, "/infill", R"({"input_prefix": "And God said, ", "input_suffix": " and it was so.", "n_predict": 8})");
+  ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "");
+  EXPECT_TRUE(json::parse(res->body)["content"].is_string());
+  res = post(server, "/v1/completions",
+             R"({"prompt": "And God said, ", "suffix": " and it was so.", "max_tokens": 8, "seed": 2})");
+  ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "");
+  const std::string fill = json::parse(res->body)["choices"][0]["text"];
+  EXPECT_EQ(fill.find("And God said"), std::string::npos) << "the completion is the inserted text only: " << fill;
+  EXPECT_EQ(json::parse(res->body)["usage"]["completion_tokens"], 8);
+
+  res = post(server, "/v1/completions",
+             R"({"prompt": "Record: ", "max_tokens": 40, "response_format": {"type": "json_schema", "json_schema":
+                 {"schema": {"type": "object", "properties": {"age": {"type": "integer"}, "ok": {"type": "boolean"}},
+                             "required": ["age", "ok"]}}}})");
+  ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "");
+  const json doc = json::parse(json::parse(res->body)["choices"][0]["text"].get<std::string>());
+  EXPECT_TRUE(doc["age"].is_number_integer() && doc["ok"].is_boolean()) << doc;
+  expect_error(post(server, "/v1/completions", R"({"prompt": "a", "response_format": {"type": "json_schema",
+                 "json_schema": {"schema": {"type": "object", "patternProperties": {}}}}})"), 400, "patternProperties");
+
+  res = post(server, "/v1/completions", R"({"prompt": "And", "max_tokens": 4, "temperature": 1, "top_k": 5, "min_p": 0.05})");
+  ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "");
+  auto again = post(server, "/v1/completions", R"({"prompt": "And", "max_tokens": 4, "temperature": 1, "top_k": 5})");
+  ASSERT_TRUE(again && again->status == 200);
+  EXPECT_NE(json::parse(res->body)["canvas"]["seed"], json::parse(again->body)["canvas"]["seed"]);
+  EXPECT_NE(server.log().find("canvas serve: request mode="), std::string::npos) << "one log line per request";
+}

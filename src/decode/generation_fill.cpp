@@ -44,7 +44,8 @@ std::string trim_right(std::string s) {
 
 GenerationOutput Generator::run_fill(const GenerationRequest& r, ThreadPool* pool) const {
   const ModelConfig& c = model_.config;
-  canvas::check(!r.chat && r.messages.empty(), "--chat cannot be combined with --suffix, <|hole:N|> or --json-schema");
+  canvas::check((!r.chat && r.messages.empty()) || r.json_schema,
+                "--chat cannot be combined with --suffix or <|hole:N|> holes");
   canvas::check(!r.stream_head, "--stream-head cannot be combined with --suffix, <|hole:N|> or --json-schema");
   canvas::check(r.prompt.empty(), "infilling takes the prompt as text");
   const bool schema_mode = r.json_schema != nullptr;
@@ -58,13 +59,27 @@ GenerationOutput Generator::run_fill(const GenerationRequest& r, ThreadPool* poo
   canvas::check(n <= (int64_t(1) << 20), "-n must be between 1 and 1048576");
   const std::vector<int32_t> bos = tokenizer_->wants_bos() ? tokenizer_->encode("", true) : std::vector<int32_t>{};
   DecodeCallbacks callbacks;
+  if (r.forward || r.cancelled) {
+    callbacks.forward = [&r](const Model& m, KvCache& cache, const ForwardRequest& req, ThreadPool* p) {
+      if (r.cancelled && r.cancelled()) throw Error("the request was cancelled");
+      if (r.forward) r.forward(m, cache, req, p);
+      else forward(m, cache, req, p);
+    };
+  }
   if (r.on_step) callbacks.on_step = r.on_step;
 
   FillPlan plan;
   if (schema_mode) {
+    // The text after the vocabulary's BOS, or a conversation in the model's chat format.
     std::vector<int32_t> prompt = bos;
-    const std::vector<int32_t> body = tokenizer_->encode(r.text, false);
-    prompt.insert(prompt.end(), body.begin(), body.end());
+    if (r.chat || !r.messages.empty()) {
+      canvas::check(chat_ != nullptr, "this generator has no chat format");
+      prompt = tokenizer_->encode(chat_->render(r.messages.empty() ? std::vector<ChatMessage>{{"user", r.text}} : r.messages),
+                                  chat_->add_bos);
+    } else {
+      const std::vector<int32_t> body = tokenizer_->encode(r.text, false);
+      prompt.insert(prompt.end(), body.begin(), body.end());
+    }
     if (out.mode == DecodeMode::Ar) {
       canvas::check(has_ar(), "--mode ar: '" + c.arch + "' cannot decode autoregressively");
       canvas::check(!prompt.empty(), "AR decoding needs a prompt (-p TEXT)");

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
 #include "core/timer.h"
@@ -76,6 +77,8 @@ DecodeMode Engine::route(const GenerationSettings& s, int64_t prompt_tokens) con
   DecodeMode mode = s.mode == DecodeMode::Auto ? options_.default_mode : s.mode;
   if (mode != DecodeMode::Auto) return mode;
   if (!has_diffusion()) return DecodeMode::Ar;
+  // Holes between fixed text are filled by diffusion only.
+  if (s.suffix || has_hole_marker(s.text)) return DecodeMode::Diffusion;
   if (!has_ar()) return DecodeMode::Diffusion;
   int64_t load = 0;
   {
@@ -128,7 +131,7 @@ void Engine::worker() {
 
 void Engine::run(Job& job) {
   GenerationRequest request = job.settings;
-  request.prompt = job.prompt;
+  if (!Generator::fills_holes(request)) request.prompt = job.prompt;  // infilling plans from the text
   request.mode = route(request, int64_t(job.prompt.size()));
   const bool uniform = request.mode == DecodeMode::Diffusion && model_.config.uniform_state;
   {
@@ -183,6 +186,15 @@ void Engine::run(Job& job) {
                                                                                   : "length";
     job.completion_tokens = int64_t(out.tokens.size());
     job.tokens = out.tokens;
+    job.fills = out.fills;
+    if (request.suffix) {
+      // OpenAI's suffix: the completion is the text inserted between the prompt and the suffix.
+      job.text.clear();
+      for (const std::string& f : out.fills) job.text += f;
+      job.committed_text = job.text;
+    }
+    if (Generator::fills_holes(request)) job.completion_tokens = out.filled_tokens;
+    if (job.prompt.empty()) job.prompt = out.prompt;  // infilling: the prompt its plan encoded
   }
   job.decode_ms = now_ms() - t0;
   job.error = error;
@@ -207,6 +219,11 @@ void Engine::run(Job& job) {
     cost_.uniform_passes_per_canvas =
         cost_.uniform_passes_per_canvas == 0 ? observed : 0.8 * cost_.uniform_passes_per_canvas + 0.2 * observed;
   }
+  // One line per request on stderr, for the operator (canvas serve's log).
+  std::fprintf(stderr, "canvas serve: request mode=%s prompt=%lld tokens=%lld passes=%lld queue_ms=%.1f decode_ms=%.1f finish=%s%s\n",
+               decode_mode_name(request.mode), (long long)(error.empty() ? out.prompt.size() : job.prompt.size()),
+               (long long)job.completion_tokens, (long long)job.passes, job.queued_ms, job.decode_ms,
+               error.empty() ? out.finish_reason.c_str() : "error", error.empty() ? "" : (" (" + error + ")").c_str());
   job.finished = true;
   ++job.version;
   job.changed.notify_all();

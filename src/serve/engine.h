@@ -51,6 +51,7 @@ struct Job {
   std::string text, finish_reason, ended;
   int64_t completion_tokens = 0;
   std::vector<int32_t> tokens;   // the text's tokens (no end token, no padding)
+  std::vector<std::string> fills;  // infilling: each hole's text
   double queued_ms = 0, decode_ms = 0;
 
   std::atomic<bool> cancel{false};  // set by the HTTP layer when the client is gone

@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "core/error.h"
+#include "decode/verify.h"
+#include "io/json.h"
 #include "serve/openai.h"
 
 namespace canvas::serve {
@@ -104,7 +106,8 @@ void HttpServer::stop(int64_t grace_ms) {
 
 void HttpServer::routes() {
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    const bool api = req.path.rfind("/v1/", 0) == 0;
+    const bool api = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize" ||
+                     req.path == "/props" || req.path == "/infill";
     if (api && !options_.api_key.empty()) {
       const std::string expected = "Bearer " + options_.api_key;
       if (req.get_header_value("Authorization") != expected) {
@@ -167,6 +170,59 @@ void HttpServer::routes() {
     json model = {{"id", options_.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "canvas"}};
     res.set_content(dump(json{{"object", "list"}, {"data", json::array({model})}}), "application/json");
   });
+  // llama-server's helpers: /tokenize, /detokenize, /props.
+  auto body_json = [](const httplib::Request& req, json& out) {
+    try {
+      out = parse_json(req.body, "the request body");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return out.is_object() ? std::string() : std::string("the request body must be a JSON object");
+  };
+  http_->Post("/tokenize", [this, body_json](const httplib::Request& req, httplib::Response& res) {
+    Engine* engine = engine_.load();
+    if (!engine || !engine->generator().tokenizer()) return send_error(res, 503, "the model is still loading");
+    json j;
+    if (const std::string e = body_json(req, j); !e.empty()) return send_error(res, 400, e);
+    if (!j.contains("content") || !j["content"].is_string()) return send_error(res, 400, "'content' must be a string", "content");
+    const bool special = j.value("add_special", false);
+    const std::vector<int32_t> ids = engine->generator().tokenizer()->encode(j["content"].get<std::string>(), special);
+    res.set_content(dump(json{{"tokens", ids}}), "application/json");
+  });
+  http_->Post("/detokenize", [this, body_json](const httplib::Request& req, httplib::Response& res) {
+    Engine* engine = engine_.load();
+    if (!engine || !engine->generator().tokenizer()) return send_error(res, 503, "the model is still loading");
+    json j;
+    if (const std::string e = body_json(req, j); !e.empty()) return send_error(res, 400, e);
+    if (!j.contains("tokens") || !j["tokens"].is_array()) return send_error(res, 400, "'tokens' must be an array", "tokens");
+    std::vector<int32_t> ids;
+    for (const json& t : j["tokens"]) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= engine->model().config.vocab)
+        return send_error(res, 400, "'tokens' must hold ids of the vocabulary", "tokens");
+      ids.push_back(t.get<int32_t>());
+    }
+    res.set_content(dump(json{{"content", engine->generator().tokenizer()->decode(ids)}}), "application/json");
+  });
+  http_->Get("/props", [this](const httplib::Request&, httplib::Response& res) {
+    Engine* engine = engine_.load();
+    if (!engine) return send_error(res, 503, "the model is still loading");
+    const ModelConfig& c = engine->model().config;
+    json modes = json::array();
+    if (engine->has_diffusion()) modes.push_back("diffusion");
+    if (engine->has_ar()) modes.push_back("ar");
+    if (supports_verify(c)) modes.push_back("verify");
+    json props = {{"model", options_.model_name},
+                  {"architecture", c.arch},
+                  {"n_ctx", c.context_length},
+                  {"n_vocab", c.vocab},
+                  {"modes", modes},
+                  {"default_mode", decode_mode_name(engine->options().default_mode)},
+                  {"total_slots", engine->options().parallel},
+                  {"chat_template", engine->options().chat ? engine->options().chat->jinja : std::string()},
+                  {"chat_format", engine->options().chat ? engine->options().chat->name : std::string()}};
+    res.set_content(dump(props), "application/json");
+  });
+
   http_->Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(web_page_html(), "text/html; charset=utf-8");
   });
@@ -189,49 +245,54 @@ void HttpServer::routes() {
     GenerationSettings& s = r.settings;
     if (chat) s.messages = r.messages;
     else s.text = r.prompt;
+    // Infilling (suffix) and structured output (response_format) take the prompt as text; the generator
+    // checks them when it plans the canvas.
+    const bool fills = Generator::fills_holes(s);
     std::vector<int32_t> prompt;
-    try {
-      prompt = generator.prompt_of(s);
-    } catch (const std::exception& e) {
-      return send_error(res, 400, std::string("cannot tokenize the prompt: ") + e.what(), chat ? "messages" : "prompt");
-    }
-    const int64_t P = int64_t(prompt.size());
-    if (P == 0) return send_error(res, 400, "the prompt encodes to no tokens", chat ? "messages" : "prompt");
-    const int64_t ctx = c.context_length > 0 ? c.context_length : (int64_t(1) << 30);
-    if (P >= ctx)
-      return send_error(res, 400, "the prompt (" + std::to_string(P) + " tokens) does not fit the model's context length " +
-                                      std::to_string(ctx) + " with room for one new token",
-                        chat ? "messages" : "prompt", "context_length_exceeded");
-    if (P + s.max_new_tokens > ctx)
-      return send_error(res, 400, "the prompt (" + std::to_string(P) + " tokens) + max_tokens (" +
-                                      std::to_string(s.max_new_tokens) + ") exceed the model's context length " +
-                                      std::to_string(ctx),
-                        "max_tokens", "context_length_exceeded");
-    if (s.mode == DecodeMode::Diffusion && !engine->has_diffusion())
-      return send_error(res, 400, "this model cannot decode by diffusion (no mask token); use 'mode': 'ar'", "mode");
-    if (s.mode == DecodeMode::Ar && !engine->has_ar())
-      return send_error(res, 400, "this model cannot decode autoregressively; use 'mode': 'diffusion'", "mode");
-    try {
-      // The request as it would run in the mode it asks for (auto: each mode the router may pick).
-      GenerationSettings probe = s;
-      if (s.mode == DecodeMode::Auto) {
-        if (engine->has_diffusion()) {
-          probe.mode = DecodeMode::Diffusion;
-          generator.check(probe, P);
-        }
-        if (engine->has_ar()) {
-          probe.mode = DecodeMode::Ar;
-          generator.check(probe, P);
-        }
-      } else {
-        generator.check(probe, P);
+    int64_t P = 0;
+    if (!fills) {
+      try {
+        prompt = generator.prompt_of(s);
+      } catch (const std::exception& e) {
+        return send_error(res, 400, std::string("cannot tokenize the prompt: ") + e.what(), chat ? "messages" : "prompt");
       }
-    } catch (const Error& e) {
-      const std::string message = e.what();
-      const bool context = message.find("context length") != std::string::npos;
-      return send_error(res, 400, message, context ? "max_tokens" : "", context ? "context_length_exceeded" : "");
+      P = int64_t(prompt.size());
+      if (P == 0) return send_error(res, 400, "the prompt encodes to no tokens", chat ? "messages" : "prompt");
+      const int64_t ctx = c.context_length > 0 ? c.context_length : (int64_t(1) << 30);
+      if (P >= ctx)
+        return send_error(res, 400, "the prompt (" + std::to_string(P) + " tokens) does not fit the model's context length " +
+                                        std::to_string(ctx) + " with room for one new token",
+                          chat ? "messages" : "prompt", "context_length_exceeded");
+      if (P + s.max_new_tokens > ctx)
+        return send_error(res, 400, "the prompt (" + std::to_string(P) + " tokens) + max_tokens (" +
+                                        std::to_string(s.max_new_tokens) + ") exceed the model's context length " +
+                                        std::to_string(ctx),
+                          "max_tokens", "context_length_exceeded");
+      if (s.mode == DecodeMode::Diffusion && !engine->has_diffusion())
+        return send_error(res, 400, "this model cannot decode by diffusion (no mask token); use 'mode': 'ar'", "mode");
+      if (s.mode == DecodeMode::Ar && !engine->has_ar())
+        return send_error(res, 400, "this model cannot decode autoregressively; use 'mode': 'diffusion'", "mode");
+      try {
+        // The request as it would run in the mode it asks for (auto: each mode the router may pick).
+        GenerationSettings probe = s;
+        if (s.mode == DecodeMode::Auto) {
+          if (engine->has_diffusion()) {
+            probe.mode = DecodeMode::Diffusion;
+            generator.check(probe, P);
+          }
+          if (engine->has_ar()) {
+            probe.mode = DecodeMode::Ar;
+            generator.check(probe, P);
+          }
+        } else {
+          generator.check(probe, P);
+        }
+      } catch (const Error& e) {
+        const std::string message = e.what();
+        const bool context = message.find("context length") != std::string::npos;
+        return send_error(res, 400, message, context ? "max_tokens" : "", context ? "context_length_exceeded" : "");
+      }
     }
-
     auto job = std::make_shared<Job>();
     job->prompt = std::move(prompt);
     job->settings = s;
@@ -260,7 +321,9 @@ void HttpServer::routes() {
         job->changed.wait(lock, [&] { return job->finished; });
       }
       untrack();
-      if (!job->error.empty()) return send_error(res, 500, "generation failed: " + job->error);
+      if (!job->error.empty())
+        return fills ? send_error(res, 400, job->error, chat ? "response_format" : "suffix")
+                     : send_error(res, 500, "generation failed: " + job->error);
       json choice = {{"index", 0}, {"finish_reason", job->finish_reason}};
       if (chat) {
         choice["message"] = {{"role", "assistant"}, {"content", job->text}};
@@ -273,7 +336,7 @@ void HttpServer::routes() {
                    {"created", created},
                    {"model", model_name},
                    {"choices", json::array({choice})},
-                   {"usage", usage_json(P, *job)},
+                   {"usage", usage_json(fills ? int64_t(job->prompt.size()) : P, *job)},
                    {"canvas", {{"mode", decode_mode_name(job->mode_used)}, {"queue_ms", job->queued_ms},
                                {"decode_ms", job->decode_ms}, {"tokens", job->tokens},
                                {"finish", job->ended}, {"seed", job->settings.sampling.seed}}}};
@@ -399,6 +462,55 @@ void HttpServer::routes() {
         },
         [untrack](bool) { untrack(); });
   };
+  // llama-server's /infill: input_prefix, input_suffix, n_predict (and the sampling fields of
+  // /v1/completions); answers {"content": the filled text, ...}.
+  http_->Post("/infill", [this, body_json](const httplib::Request& req, httplib::Response& res) {
+    Engine* engine = engine_.load();
+    if (!engine) return send_error(res, 503, "the model is still loading");
+    json j;
+    if (const std::string e = body_json(req, j); !e.empty()) return send_error(res, 400, e);
+    json completion = json::object();
+    for (const auto& [key, value] : j.items()) {
+      if (key == "input_prefix") completion["prompt"] = value;
+      else if (key == "input_suffix") completion["suffix"] = value;
+      else if (key == "n_predict") completion["max_tokens"] = value;
+      else if (key == "prompt" || key == "input_extra" || key == "stream") {
+        if (!(value.is_null() || value == "" || value == false || (value.is_array() && value.empty())))
+          return send_error(res, 400, "'" + key + "' is not supported by /infill here", key);
+      } else {
+        completion[key] = value;
+      }
+    }
+    if (!completion.contains("prompt")) completion["prompt"] = "";
+    if (!completion.contains("suffix")) completion["suffix"] = "";
+    ApiRequest r;
+    try {
+      r = parse_api_request(completion.dump(), false);
+    } catch (const ApiError& e) {
+      return send_error(res, e.status, e.what(), e.param, e.code);
+    }
+    GenerationSettings& s = r.settings;
+    s.text = r.prompt;
+    auto job = std::make_shared<Job>();
+    job->settings = s;
+    if (!engine->submit(job)) {
+      res.set_header("Retry-After", "1");
+      return send_error(res, 503, "the server is busy; retry later", "", "server_busy");
+    }
+    {
+      std::unique_lock<std::mutex> lock(job->mutex);
+      job->changed.wait(lock, [&] { return job->finished; });
+    }
+    if (!job->error.empty()) return send_error(res, 400, job->error);
+    std::string content;
+    for (const std::string& f : job->fills) content += f;
+    res.set_content(dump(json{{"content", content},
+                              {"tokens_predicted", job->completion_tokens},
+                              {"stop", true},
+                              {"canvas", {{"mode", decode_mode_name(job->mode_used)}, {"decode_ms", job->decode_ms},
+                                          {"seed", job->settings.sampling.seed}}}}),
+                    "application/json");
+  });
   http_->Post("/v1/completions",
               [handle](const httplib::Request& req, httplib::Response& res) { handle(req, res, false); });
   http_->Post("/v1/chat/completions",

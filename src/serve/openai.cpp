@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "decode/json_schema.h"
 #include "io/json.h"
 
 namespace canvas::serve {
@@ -83,11 +84,13 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
   static const std::set<std::string> common = {
       "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "stream", "stream_options", "user",
       "frequency_penalty", "presence_penalty", "steps", "block_length", "threshold", "entropy_bound", "cache",
-      "mode", "canvas_draft", "repeat_penalty", "draft_length", "draft_steps"};
+      "mode", "canvas_draft", "repeat_penalty", "draft_length", "draft_steps", "response_format", "logit_bias",
+      "tools", "tool_choice", "parallel_tool_calls", "metadata", "store", "service_tier"};
   bool has_input = false;
   GenerationSettings& s = r.settings;
   for (const auto& [key, value] : root.items()) {
-    if (!common.count(key) && !(chat ? (key == "messages" || key == "max_completion_tokens") : key == "prompt"))
+    if (!common.count(key) &&
+        !(chat ? (key == "messages" || key == "max_completion_tokens") : (key == "prompt" || key == "suffix")))
       throw bad(key, "unknown field '" + key + "'");
     if (value.is_null()) continue;  // null means "not set", as OpenAI reads it
     if (key == "model") {
@@ -193,6 +196,33 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
       s.draft_length = get_int(value, key, 1, 1024);
     } else if (key == "draft_steps") {
       s.draft_steps = get_int(value, key, 1, 64);
+    } else if (key == "suffix") {
+      s.suffix = get_string(value, key);
+    } else if (key == "response_format") {
+      if (!value.is_object() || !value.contains("type") || !value["type"].is_string())
+        throw bad(key, "'response_format' must be an object with a 'type'");
+      const std::string type = value["type"].get<std::string>();
+      try {
+        if (type == "json_object") {
+          s.json_schema = std::make_shared<const JsonTemplate>(json_object_template());
+        } else if (type == "json_schema") {
+          const json& spec = value.contains("json_schema") ? value["json_schema"] : json();
+          if (!spec.is_object() || !spec.contains("schema"))
+            throw bad(key, "'response_format.json_schema' must be an object with a 'schema'");
+          s.json_schema = std::make_shared<const JsonTemplate>(compile_json_schema(spec["schema"], "response_format"));
+        } else if (type != "text") {
+          throw bad(key, "'response_format.type' must be text, json_object or json_schema");
+        }
+      } catch (const Error& e) {
+        throw bad(key, e.what());
+      }
+    } else if (key == "logit_bias" || key == "tools" || key == "tool_choice" || key == "parallel_tool_calls" ||
+               key == "metadata" || key == "store" || key == "service_tier") {
+      // Accepted when they ask for nothing: OpenAI clients send their defaults.
+      const bool empty = value.is_null() || (value.is_object() && value.empty()) || (value.is_array() && value.empty()) ||
+                         (value.is_string() && (value == "none" || value == "auto" || value == "default")) ||
+                         value.is_boolean();
+      if (!empty) throw bad(key, "'" + key + "' is not supported");
     } else if (key == "canvas_draft") {
       r.canvas_draft = get_bool(value, key);
     }
