@@ -1,7 +1,11 @@
 // The canvas command line as users of llama.cpp and Hugging Face drive it: option tables, suggestions,
 // --version, help, prompts from files and stdin, any -n, streaming, stop strings, seeds, sampling flags,
 // chat formats and context overflow, --visual on terminals only, and the installed tree.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -628,4 +632,85 @@ TEST(CliDevice, UnknownDevicesAreRefusedAndCudaSaysWhyNot) {
 }
 
 }  // namespace
+}  // namespace canvas
+
+namespace canvas {
+
+TEST(CliChat, SlashCommandsSaveLoadAndHelp) {
+  test::TempDir dir;
+  const std::string saved = dir.path("conversation.json");
+  const std::string input = dir.path("input.txt");
+  std::ofstream(input) << "/help\n/system Be brief.\nIn the beginning\n/save " + saved + "\n/bogus\n/reset\n/load " +
+                              saved + "\n/exit\nnever read\n";
+  const auto r = test::run_canvas("chat -m " + test::source_path("models/text-masked.gguf") + " -n 4 -t 1 < " + input);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n') > 0, true);
+  EXPECT_NE(r.output.find("[system prompt set]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[saved 3 messages to"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[loaded 3 messages from"), std::string::npos) << r.output;
+  // /help and the unknown command print the commands; neither goes to the model (one reply in all).
+  size_t helps = 0;
+  for (size_t at = r.output.find("commands: /help"); at != std::string::npos; at = r.output.find("commands: /help", at + 1))
+    ++helps;
+  EXPECT_EQ(helps, 2u) << r.output;
+  size_t replies = 0;
+  for (size_t at = r.output.find("new tokens, finish"); at != std::string::npos; at = r.output.find("new tokens, finish", at + 1))
+    ++replies;
+  EXPECT_EQ(replies, 1u) << r.output;
+  const nlohmann::json messages = nlohmann::json::parse(test::read_text(saved));
+  ASSERT_EQ(messages.size(), 3u);
+  EXPECT_EQ(messages[0]["role"], "system");
+  EXPECT_EQ(messages[1]["content"], "In the beginning");
+}
+
+// Ctrl-C during a reply ends that reply and the chat goes on with the next line.
+TEST(CliChat, InterruptEndsTheReplyNotTheChat) {
+  int in[2], err[2];
+  ASSERT_EQ(pipe(in), 0);
+  ASSERT_EQ(pipe(err), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(in[0], 0);
+    dup2(err[1], 2);
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    close(in[1]);
+    close(err[0]);
+    const std::string model = test::source_path("models/text-dg.gguf");
+    execl(CANVAS_BINARY, CANVAS_BINARY, "chat", "-m", model.c_str(), "-n", "3000", "-t", "1", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(in[0]);
+  close(err[1]);
+  std::string log;
+  auto read_until = [&](const std::string& what) {
+    char buf[4096];
+    while (log.find(what) == std::string::npos) {
+      const ssize_t got = read(err[0], buf, sizeof buf);
+      if (got <= 0) return false;
+      log.append(buf, size_t(got));
+    }
+    return true;
+  };
+  ASSERT_TRUE(read_until("[chat:")) << log;
+  ASSERT_EQ(write(in[1], "In the beginning\n", 17), 17);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  kill(pid, SIGINT);
+  ASSERT_TRUE(read_until("[interrupted]")) << log;
+  const std::string next = "And God said\n/exit\n";
+  ASSERT_EQ(write(in[1], next.data(), next.size()), ssize_t(next.size()));
+  close(in[1]);
+  int status = 0;
+  std::string rest;
+  char buf[4096];
+  for (ssize_t got; (got = read(err[0], buf, sizeof buf)) > 0;) log.append(buf, size_t(got));
+  close(err[0]);
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log;
+  size_t replies = 0;
+  for (size_t at = log.find("new tokens, finish"); at != std::string::npos; at = log.find("new tokens, finish", at + 1))
+    ++replies;
+  EXPECT_EQ(replies, 2u) << log;  // the interrupted one and the next
+}
+
 }  // namespace canvas

@@ -1,9 +1,13 @@
 // canvas chat: an interactive conversation with a model, one stdin line per user turn, in the model's own
 // chat format; the conversation is re-rendered every turn and its oldest turns dropped when it outgrows
 // the context.
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -15,6 +19,7 @@
 #include "decode/chat_template.h"
 #include "model/model.h"
 #include "generation_options.h"
+#include "io/json.h"
 #include "io/utf8.h"
 
 namespace canvas::cli {
@@ -31,7 +36,10 @@ subset (what the Gemma, LLaDA and Dream templates use); without one, or when the
 than the subset, the built-in Gemma 4 format (a notice says so). The reply ends at the first EOS id (for
 DiffusionGemma {1, 106, 50}) or at the format's end-of-turn token or text. When the conversation no longer fits
 the model's context, the oldest turns are dropped (a notice on stderr) and the chat goes on. An empty
-line is skipped, "/reset" forgets the conversation, "/exit" or end of input ends.
+line is skipped. Commands: /help, /reset (forget the conversation), /system TEXT (set the system prompt),
+/save FILE and /load FILE (the conversation as JSON messages), /exit (or end of input); any other line
+starting with '/' prints the commands (start a message with a space to send a '/'). Ctrl-C interrupts a
+reply and returns to the prompt (what was written so far stays in the conversation).
 Decodes uniform-state models (DiffusionGemma) with the entropy-bound sampler, masked-diffusion models
 (LLaDA, Dream) with the masked block schedule, and, with --mode ar (the default for AR models),
 autoregressively. The decoding options are generate's: the first turn of a chat gives the tokens of
@@ -86,16 +94,60 @@ int cmd_chat(int argc, char** argv) {
 
   std::vector<ChatMessage> conversation;
   if (args.has("system")) conversation.push_back({"system", args.get("system", "")});
-  const size_t first_turn = conversation.size();  // the system prompt is never dropped
+  auto first_turn_of = [&] { return size_t(!conversation.empty() && conversation[0].role == "system"); };
+  size_t first_turn = first_turn_of();  // the system prompt is never dropped
+  // Ctrl-C while a reply is written ends that reply (the generator polls the flag before every pass).
+  static std::atomic<bool> interrupted{false};
+  request.cancelled = [] { return interrupted.load(); };
   std::string line;
   while (true) {
     if (interactive) std::fputs("> ", stderr);
-    if (!std::getline(std::cin, line) || line == "/exit") break;
+    if (!std::getline(std::cin, line)) {
+      if (interactive) std::fputs("\n", stderr);  // Ctrl-D: leave the shell's prompt on a line of its own
+      break;
+    }
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
-    if (line == "/reset") {
-      conversation.resize(first_turn);
-      std::fputs("[conversation reset]\n", stderr);
+    if (line[0] == '/') {
+      const size_t space = line.find(' ');
+      const std::string command = line.substr(0, space);
+      const std::string rest = space == std::string::npos ? "" : line.substr(space + 1);
+      if (command == "/exit" || command == "/quit") break;
+      if (command == "/reset") {
+        conversation.resize(first_turn);
+        std::fputs("[conversation reset]\n", stderr);
+      } else if (command == "/system") {
+        if (first_turn) conversation.erase(conversation.begin());
+        if (!rest.empty()) conversation.insert(conversation.begin(), {"system", rest});
+        first_turn = first_turn_of();
+        std::fputs(rest.empty() ? "[system prompt removed]\n" : "[system prompt set]\n", stderr);
+      } else if ((command == "/save" || command == "/load") && !rest.empty()) {
+        try {
+          if (command == "/save") {
+            nlohmann::json messages = nlohmann::json::array();
+            for (const ChatMessage& m : conversation) messages.push_back({{"role", m.role}, {"content", m.content}});
+            std::ofstream out(rest);
+            check(bool(out << messages.dump(1) << "\n"), "cannot write " + rest);
+          } else {
+            std::vector<ChatMessage> loaded;
+            for (const nlohmann::json& m : load_json_file(rest)) {
+              check(m.is_object() && m.value("role", "") != "" && m.contains("content") && m["content"].is_string(),
+                    rest + ": each message must be {\"role\": ..., \"content\": \"...\"}");
+              loaded.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+            }
+            conversation = std::move(loaded);
+            first_turn = first_turn_of();
+          }
+          std::fprintf(stderr, "[%s %zu messages %s %s]\n", command == "/save" ? "saved" : "loaded", conversation.size(),
+                       command == "/save" ? "to" : "from", rest.c_str());
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "canvas chat: %s\n", e.what());
+        }
+      } else {
+        std::fputs("commands: /help, /reset, /system TEXT, /save FILE, /load FILE, /exit; Ctrl-C interrupts a reply,\n"
+                   "Ctrl-D ends the chat; start a message with a space to send a '/'\n",
+                   stderr);
+      }
       continue;
     }
     conversation.push_back({"user", line});
@@ -127,12 +179,24 @@ int cmd_chat(int argc, char** argv) {
     if (dropped > 0)
       std::fprintf(stderr, "[the conversation outgrew the context of %lld tokens: dropped the %lld oldest turn%s]\n",
                    (long long)c.context_length, (long long)dropped, dropped == 1 ? "" : "s");
-    const GenerationOutput out = generator.run(turn, pool.get());
+    interrupted = false;
+    struct sigaction on_interrupt {}, previous {};
+    on_interrupt.sa_handler = [](int) { interrupted = true; };
+    sigaction(SIGINT, &on_interrupt, &previous);
+    GenerationOutput out;
+    try {
+      out = generator.run(turn, pool.get());
+    } catch (...) {
+      sigaction(SIGINT, &previous, nullptr);
+      throw;
+    }
+    sigaction(SIGINT, &previous, nullptr);
     if (visual) view.finish();
     if (!stream) std::fputs(sanitize_utf8(out.text).c_str(), stdout);
     std::fputs("\n", stdout);
     std::fflush(stdout);
-    std::fprintf(stderr, "%s\n", stats_line(out, pool->size()).c_str());
+    std::fprintf(stderr, "%s%s\n", out.finish_reason == "cancelled" ? "[interrupted] " : "",
+                 stats_line(out, pool->size()).c_str());
     conversation.push_back({"assistant", out.text});
   }
   return 0;
