@@ -118,3 +118,25 @@ TEST(Verify, SamplingFollowsTheArDistribution) {
 
 }  // namespace
 }  // namespace canvas
+
+namespace canvas {
+
+TEST(VerifyCli, GenerateAndBench) {
+  const std::string model = test::fixture("tiny-diffusion-gemma");
+  auto ar = test::run_canvas("generate -m " + model + " -p 'the sea' -n 12 --mode ar --json -t 2", false);
+  auto v = test::run_canvas("generate -m " + model + " -p 'the sea' -n 12 --mode verify --draft-length 3 --json -t 2", false);
+  ASSERT_EQ(v.exit_code, 0) << v.output;
+  EXPECT_EQ(test::json_tokens(v.output), test::json_tokens(ar.output));
+  EXPECT_EQ(test::json_of(v.output)["mode"], "verify");
+  EXPECT_FALSE(test::json_number(v.output, "accepted").empty()) << v.output;
+  const auto refused = test::run_canvas("generate -m " + test::fixture("tiny-llada.gguf") + " -p hi -n 4 --mode verify");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("--mode verify needs"), std::string::npos) << refused.output;
+  const auto bench = test::run_canvas("bench --synthetic diffusion-gemma:tiny --layers 2 -p 8 --block-length 16 --warmup 0 "
+                                      "--repeats 1 -t 2 --no-roofs --modes ar,verify --draft-length 3");
+  ASSERT_EQ(bench.exit_code, 0) << bench.output;
+  EXPECT_NE(bench.output.find("verify cycle (decoder + causal pass, 4 rows each)"), std::string::npos) << bench.output;
+  EXPECT_NE(bench.output.find("verify, draft 3, if 3 drafts are kept per cycle"), std::string::npos) << bench.output;
+}
+
+}  // namespace canvas

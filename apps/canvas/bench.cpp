@@ -43,7 +43,8 @@ measured in the same run, and each diffusion row's decode speed over AR's ("vs A
         heading("\ngrid (LIST = comma-separated values):"),
         {"-p,--n-prompt", "N", "prompt tokens (random ids; default 32)"},
         {"-n,--n-gen", "N", "tokens to generate (default 64)"},
-        {"--modes", "LIST", "ar, diffusion (default both)"},
+        {"--modes", "LIST", "ar, diffusion (default both); models with a decoder also self-cond, stream, verify"},
+        {"--draft-length", "K", "--modes verify: tokens drafted per cycle (default 4)"},
         {"--cache", "LIST", "none, prefix, dual (default all three)"},
         {"--block-length", "LIST", "block lengths (default 32; clamped to -n)"},
         {"--steps", "LIST", "total denoising steps (default -n: one token per pass)"},
@@ -78,9 +79,11 @@ the fused streaming LM head (stream: fed the previous streamed pass's soft embed
 row to entropies, argmax and a Gumbel sample and writing the next soft embedding, as --stream-head
 decodes; no [canvas x vocab] buffer), and one AR step (ar: a one-token encoder pass after the prompt,
 with its logits), each --repeats times after --warmup; medians, and the peak RSS (of the whole run:
-time --modes stream alone to see its own). --modes for these models: ar, diffusion, self-cond, stream
-(default ar, diffusion, self-cond). The closing lines turn the faster later-step pass (self-cond or
-stream) into tokens/s for a canvas denoised in 8, 16 and 32 passes, against AR.
+time --modes stream alone to see its own). verify: one draft-and-verify cycle (a decoder pass and a causal
+pass over --draft-length + 1 rows, default 4), turned into tokens/s for 1, 2 and all drafts kept per cycle.
+--modes for these models: ar, diffusion, self-cond, stream, verify (default ar, diffusion, self-cond). The
+closing lines turn the faster later-step pass (self-cond or stream) into tokens/s for a canvas denoised in
+8, 16 and 32 passes, against AR.
 
 training (--train CONFIG): builds the data, model and AdamW of a training config (configs/*.cfg) in
 memory and times --warmup (default 2) then --steps (default 5) full training steps (batch, forward,
@@ -158,11 +161,12 @@ void plot(const std::string& json_path, const std::string& png_path) {
 // and AR decoding through the encoder spend per forward.
 int bench_decoder_passes(const Model& model, const std::string& source, int64_t weight_bytes, int64_t prompt_tokens,
                          int64_t canvas, int warmup, int repeats, int threads, uint64_t seed,
-                         const std::vector<std::string>& modes) {
+                         const std::vector<std::string>& modes, int64_t draft_length) {
   auto wants = [&](const char* mode) { return std::find(modes.begin(), modes.end(), mode) != modes.end(); };
   for (const std::string& m : modes)
-    check(m == "ar" || m == "diffusion" || m == "self-cond" || m == "stream",
-          "--modes: unknown mode '" + m + "' for a model with a decoder (ar, diffusion, self-cond, stream)");
+    check(m == "ar" || m == "diffusion" || m == "self-cond" || m == "stream" || m == "verify",
+          "--modes: unknown mode '" + m + "' for a model with a decoder (ar, diffusion, self-cond, stream, verify)");
+  check(draft_length >= 1 && draft_length <= 1024, "--draft-length must be between 1 and 1024");
   const ModelConfig& c = model.config;
   check(prompt_tokens > 0 && canvas > 0 && repeats > 0 && warmup >= 0,
         "need -p > 0, --block-length > 0, --repeats > 0 and --warmup >= 0");
@@ -174,8 +178,9 @@ int bench_decoder_passes(const Model& model, const std::string& source, int64_t 
     return t;
   };
   const int64_t ar_steps = warmup + repeats;
-  KvCache cache(c, prompt_tokens + ar_steps);
-  std::vector<int32_t> groups(static_cast<size_t>(prompt_tokens + ar_steps));
+  const int64_t tail = std::max<int64_t>(ar_steps, draft_length + 1);
+  KvCache cache(c, prompt_tokens + tail);
+  std::vector<int32_t> groups(static_cast<size_t>(prompt_tokens + tail));
   for (size_t i = 0; i < groups.size(); ++i) groups[i] = int32_t(i);
   const std::vector<int32_t> prompt = random_tokens(prompt_tokens);
   ForwardRequest enc;
@@ -233,8 +238,30 @@ int bench_decoder_passes(const Model& model, const std::string& source, int64_t 
     soft_in.swap(soft_out);
     return ms;
   };
-  std::vector<double> plain, conditioned, streamed, ar;
+  // Draft-and-verify cycles: a decoder pass over [last token ; k drafts] and a causal pass over the same
+  // k + 1 rows after the prompt (the verify pass writes rows the AR steps below overwrite).
+  const std::vector<int32_t> draft = random_tokens(draft_length + 1);
+  std::vector<float> cycle_logits(wants("verify") ? size_t(draft_length + 1) * size_t(c.vocab) : 0);
+  auto verify_cycle = [&] {
+    ForwardRequest dec;
+    dec.tokens = draft.data();
+    dec.n = draft_length + 1;
+    dec.pos0 = prompt_tokens;
+    dec.decoder = true;
+    for (int64_t i = 0; i <= draft_length; ++i) dec.logit_rows.push_back(int32_t(i));
+    dec.logits = cycle_logits.data();
+    ForwardRequest check_pass = dec;
+    check_pass.decoder = false;
+    check_pass.groups = &groups[size_t(prompt_tokens)];
+    const double start = now_ms();
+    forward(model, cache, dec, &pool);
+    forward(model, cache, check_pass, &pool);
+    return now_ms() - start;
+  };
+  std::vector<double> plain, conditioned, streamed, ar, cycles;
   for (int r = 0; r < warmup + repeats; ++r) {
+    const double v = wants("verify") ? verify_cycle() : 0;
+    if (r >= warmup && wants("verify")) cycles.push_back(v);
     const double a = wants("diffusion") ? decoder_pass(nullptr) : 0;
     const double b = wants("self-cond") ? decoder_pass(self_cond.data()) : 0;
     const double d = wants("stream") ? stream_pass(r) : 0;
@@ -270,6 +297,7 @@ int bench_decoder_passes(const Model& model, const std::string& source, int64_t 
   line("decoder, canvas " + std::to_string(canvas) + ", self-cond logits", conditioned);
   line("decoder, canvas " + std::to_string(canvas) + ", stream head + soft emb", streamed);
   line("AR step (encoder, 1 token + logits)", ar);
+  line("verify cycle (decoder + causal pass, " + std::to_string(draft_length + 1) + " rows each)", cycles);
   std::printf("peak RSS %.0f MiB; weights %.2f GiB\n", peak_mib, double(weight_bytes) / 1073741824.0);
   // What the passes imply for decoding: a canvas of `canvas` tokens denoised in S decoder passes gives
   // canvas / (S x pass) tokens/s (the prompt's one encoder pass left out), against one AR step per token.
@@ -291,6 +319,16 @@ int bench_decoder_passes(const Model& model, const std::string& source, int64_t 
       const double tps = double(canvas) * 1000.0 / (double(steps) * pass_ms);
       std::printf("diffusion, canvas %lld in %d steps (%s passes): %.1f tokens/s, %.2fx AR\n", (long long)canvas, steps,
                   kind, tps, tps / ar_tps);
+    }
+  }
+  if (!cycles.empty() && !ar.empty()) {
+    // How many drafts a cycle keeps depends on the model's weights and the text (scripts/research/
+    // verify_check.py measures it); the pass costs give the speed at a given number.
+    const double ar_tps = 1000.0 / bench::median(ar);
+    for (int64_t kept : {int64_t(1), int64_t(2), draft_length}) {
+      const double tps = double(kept + 1) * 1000.0 / bench::median(cycles);
+      std::printf("verify, draft %lld, if %lld drafts are kept per cycle: %.1f tokens/s, %.2fx AR\n",
+                  (long long)draft_length, (long long)kept, tps, tps / ar_tps);
     }
   }
   return 0;
@@ -325,7 +363,7 @@ int cmd_bench(int argc, char** argv) {
   options.run_ar = options.run_diffusion = false;
   const std::vector<std::string> modes = split_list(args.get("modes", ""));
   for (const std::string& mode : modes.empty() ? std::vector<std::string>{"ar", "diffusion"} : modes) {
-    if (mode == "self-cond" || mode == "stream") continue;  // models with a decoder only; checked there
+    if (mode == "self-cond" || mode == "stream" || mode == "verify") continue;  // decoder models only; checked there
     check(mode == "ar" || mode == "diffusion", "--modes: unknown mode '" + mode + "' (ar, diffusion)");
     (mode == "ar" ? options.run_ar : options.run_diffusion) = true;
   }
@@ -390,8 +428,9 @@ int cmd_bench(int argc, char** argv) {
                                 options.prompt_tokens,
                                 args.has("block-length") ? options.block_lengths[0] : 256, options.warmup,
                                 options.repeats, options.threads[0], options.seed,
-                                modes.empty() ? std::vector<std::string>{"ar", "diffusion", "self-cond"} : modes);
-  for (const char* decoder_only : {"self-cond", "stream"})
+                                modes.empty() ? std::vector<std::string>{"ar", "diffusion", "self-cond"} : modes,
+                                args.get_int("draft-length", 4));
+  for (const char* decoder_only : {"self-cond", "stream", "verify"})
     check(std::find(modes.begin(), modes.end(), decoder_only) == modes.end(),
           std::string("--modes: ") + decoder_only + " applies to models with a decoder (DiffusionGemma) only");
 
