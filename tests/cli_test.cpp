@@ -196,3 +196,38 @@ TEST(Cli, InspectAllPrintsWholeStrings) {
 }
 
 }  // namespace canvas
+
+namespace canvas {
+
+// --visual through a pseudo-terminal (util-linux `script`): the frame lives on the alternate screen, which
+// is left at the end and on SIGINT; the text and the stats come after it; the redraw pauses are not
+// counted as decoding time.
+TEST(VisualCli, AlternateScreenIsLeftAndPausesAreNotDecodingTime) {
+  if (std::system("command -v script >/dev/null 2>&1") != 0) GTEST_SKIP() << "no `script` to make a terminal";
+  auto in_terminal = [](const std::string& args) {
+    const std::string cmd = "script -qec \"" + std::string(CANVAS_BINARY) + " " + args + "\" /dev/null 2>&1";
+    std::string out;
+    FILE* pipe = popen(cmd.c_str(), "r");
+    if (!pipe) return out;
+    char buf[4096];
+    for (size_t got; (got = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, got);
+    pclose(pipe);
+    return out;
+  };
+  const std::string enter = "\x1b[?1049h", leave = "\x1b[?1049l";
+  const std::string out = in_terminal("generate -p 'And God said' -n 16 --visual --visual-delay 50 --json -t 1");
+  ASSERT_NE(out.find(enter), std::string::npos) << out;
+  const size_t left = out.rfind(leave);
+  ASSERT_NE(left, std::string::npos) << out;
+  EXPECT_EQ(out.find("{\"text\""), out.find("{\"text\"", left)) << "the JSON is printed after the frame, not inside it";
+  const nlohmann::json j = test::json_of(out.substr(left));
+  ASSERT_TRUE(j.contains("passes")) << out;
+  EXPECT_LT(j["decode_ms"].get<double>(), 50.0 * j["passes"].get<double>()) << "the redraw pauses were counted";
+  const std::string interrupted =
+      in_terminal("generate -p 'And God said' -n 64 --visual --visual-delay 300 -t 1 & sleep 1; kill -INT \\$!; wait");
+  ASSERT_NE(interrupted.find(enter), std::string::npos) << interrupted;
+  EXPECT_GT(interrupted.rfind(leave), interrupted.rfind(enter)) << "the alternate screen was left on SIGINT";
+  EXPECT_EQ(interrupted.find("new tokens"), std::string::npos) << "the run was not interrupted: " << interrupted;
+}
+
+}  // namespace canvas

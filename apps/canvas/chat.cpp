@@ -82,7 +82,7 @@ int cmd_chat(int argc, char** argv) {
 
   auto pool = make_pool(args);
   const bool visual = visual_enabled(args);
-  const bool stream = !args.has("no-stream");
+  const bool stream = !args.has("no-stream") && !visual;  // nothing on stdout while the live view is up
   CanvasView view(&m.tokenizer, c.mask_token, args.get_int("visual-delay", 0));
   if (visual) request.on_step = [&](const StepEvent& e) { view.draw(e); };
   if (stream)

@@ -1,7 +1,10 @@
 // Decoding options, requests from flags, loading, stats and the live view shared by generate and chat.
 #include "generation_options.h"
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <atomic>
 
 #include <chrono>
 #include <cmath>
@@ -48,9 +51,12 @@ std::vector<Option> decoding_options() {
         {"-t,--threads", "N", "threads (default: all cores; more than the cores warns)"},
         {"--device", "NAME", kDeviceHelp},
         {"--no-stream", "", "print the text only when generation has finished"},
-        {"--visual", "", "redraw the canvas on stderr at every step (masked positions shown as a shaded\n"
-                         "block, control characters escaped); only when stderr is a terminal"},
-        {"--visual-delay", "MS", "with --visual: wait MS milliseconds after each redraw, to watch it"},
+        {"--visual", "", "redraw the canvas on stderr's alternate screen at every step: the prompt dim, final\n"
+                         "tokens plain, this step's commits bold green, masks as shaded blocks, noise and\n"
+                         "drafts dim; the text is printed once the view is gone (also on Ctrl-C); only\n"
+                         "when stderr is a terminal"},
+        {"--visual-delay", "MS", "with --visual: wait MS milliseconds after each redraw, to watch it (not counted\n"
+                                 "in the speed figures)"},
         heading("Uniform-state diffusion only (defaults: the checkpoint's generation_config.json or GGUF diffusion.*\n"
                      "keys, else DiffusionGemma's release values; EOS ids from there too, else {1, 106, 50} for Gemma):"),
         {"--entropy-bound", "E", "entropy budget (nats) of the positions accepted per step (default 0.1)"},
@@ -262,25 +268,59 @@ bool visual_enabled(const Args& args) {
   return false;
 }
 
+namespace {
+// The alternate screen is left on SIGINT / SIGTERM too, so that no frame stays on the user's terminal.
+std::atomic<bool> on_alternate_screen{false};
+constexpr char kEnterScreen[] = "\x1b[?1049h\x1b[H";
+constexpr char kLeaveScreen[] = "\x1b[?1049l";
+void leave_screen_and_die(int sig) {
+  if (on_alternate_screen.exchange(false)) {
+    const ssize_t ignored = write(STDERR_FILENO, kLeaveScreen, sizeof kLeaveScreen - 1);
+    (void)ignored;
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+}  // namespace
+
 void CanvasView::draw(const StepEvent& e) {
+  if (!on_alternate_screen.exchange(true)) {
+    std::fputs(kEnterScreen, stderr);
+    signal(SIGINT, leave_screen_and_die);
+    signal(SIGTERM, leave_screen_and_die);
+  }
+  // Final tokens plain, this step's commits bold green, masks as shaded blocks, noise and drafts dim.
   std::string text;
-  for (int32_t id : *e.canvas) {
+  std::vector<uint8_t> committed(e.canvas->size(), 0);
+  for (int64_t i : e.committed)
+    if (i >= 0 && i < int64_t(committed.size())) committed[size_t(i)] = 1;
+  const int64_t final_end = e.final_end >= 0 ? e.final_end : int64_t(e.canvas->size());
+  for (size_t i = 0; i < e.canvas->size(); ++i) {
+    const int32_t id = (*e.canvas)[i];
     if (id == mask_) {
       text += "\x1b[2m\xE2\x96\x91\x1b[0m";
-    } else if (tokenizer_) {
-      text += escape_controls(sanitize_utf8(tokenizer_->token_piece(id)));
-    } else {
-      text += "<" + std::to_string(id) + ">";
+      continue;
     }
+    const std::string piece = tokenizer_ ? escape_controls(sanitize_utf8(tokenizer_->token_piece(id)))
+                                         : "<" + std::to_string(id) + ">";
+    if (committed[i]) text += "\x1b[1;32m" + piece + "\x1b[0m";
+    else if (int64_t(i) >= final_end) text += "\x1b[2m" + piece + "\x1b[0m";
+    else text += piece;
   }
-  std::fprintf(stderr, "\x1b[s\x1b[J[block %lld step %lld, %lld passes]\n%s\x1b[u", (long long)e.block,
-               (long long)e.step, (long long)e.passes, text.c_str());
+  std::fprintf(stderr, "\x1b[H\x1b[J[block %lld step %lld, %lld passes] \x1b[1;32mcommitted\x1b[0m \x1b[2mnoise/draft\x1b[0m\n"
+                       "\x1b[2m%s\x1b[0m%s\n",
+               (long long)e.block, (long long)e.step, (long long)e.passes,
+               escape_controls(sanitize_utf8(prompt_)).c_str(), text.c_str());
   std::fflush(stderr);
   if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
 }
 
 void CanvasView::finish() {
-  std::fprintf(stderr, "\x1b[J");
+  if (on_alternate_screen.exchange(false)) {
+    std::fputs(kLeaveScreen, stderr);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+  }
   std::fflush(stderr);
 }
 

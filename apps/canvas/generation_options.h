@@ -41,12 +41,14 @@ std::string result_json(const GenerationOutput& out);
 // Control characters and DEL as visible escapes (\n, \t, \x1b, ...), so token text cannot move the cursor.
 std::string escape_controls(const std::string& s);
 
-// Live view: the generated region (masked positions as a shaded block, control characters escaped),
-// redrawn in place on stderr, then a pause of delay_ms.
+// Live view on stderr's alternate screen (left again by finish(), or on SIGINT / SIGTERM): the prompt
+// (dim), then the generated region with final tokens plain, this step's commits bold green, masked
+// positions as shaded blocks and noise or drafts dim (control characters escaped), redrawn every step,
+// then a pause of delay_ms (the generator leaves callback time out of its speed figures).
 class CanvasView {
  public:
-  CanvasView(const TextTokenizer* tokenizer, int32_t mask, int64_t delay_ms = 0)
-      : tokenizer_(tokenizer), mask_(mask), delay_ms_(delay_ms) {}
+  CanvasView(const TextTokenizer* tokenizer, int32_t mask, int64_t delay_ms = 0, std::string prompt = "")
+      : tokenizer_(tokenizer), mask_(mask), delay_ms_(delay_ms), prompt_(std::move(prompt)) {}
   void draw(const StepEvent& e);
   void finish();
 
@@ -54,6 +56,7 @@ class CanvasView {
   const TextTokenizer* tokenizer_;
   int32_t mask_;
   int64_t delay_ms_;
+  std::string prompt_;
 };
 
 // --visual and --visual-delay: true when --visual is given and stderr is a terminal; says on stderr

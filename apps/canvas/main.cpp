@@ -158,8 +158,9 @@ int cmd_generate(int argc, char** argv) {
   auto pool = make_pool(args);
   const bool visual = cli::visual_enabled(args);
   const bool json = args.has("json");
-  const bool stream = !json && !args.has("no-stream");
-  CanvasView view(&m.tokenizer, m.model.config.mask_token, args.get_int("visual-delay", 0));
+  // While the live view is on screen nothing goes to stdout: the text follows once it is gone.
+  const bool stream = !json && !args.has("no-stream") && !visual;
+  CanvasView view(&m.tokenizer, m.model.config.mask_token, args.get_int("visual-delay", 0), request.text);
   if (visual) request.on_step = [&](const StepEvent& e) { view.draw(e); };
   if (stream)
     request.on_text = [](const std::string& chunk) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/timer.h"
 #include "decode/ar.h"
 #include "decode/text_stream.h"
 #include "decode/uniform_state.h"
@@ -252,7 +253,16 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
   if ((r.chat || !r.messages.empty()) && chat_ && !chat_->turn_end.empty() &&
       std::find(stops.begin(), stops.end(), chat_->turn_end) == stops.end())
     stops.push_back(chat_->turn_end);
-  TextStream stream(tokenizer_, stop_ids_, stops, r.on_text);
+  // Time spent in the caller's callbacks (a live view's drawing and pauses, printing) is not decoding.
+  double callback_ms = 0;
+  std::function<void(const std::string&)> sink;
+  if (r.on_text)
+    sink = [&](const std::string& chunk) {
+      const double t0 = now_ms();
+      r.on_text(chunk);
+      callback_ms += now_ms() - t0;
+    };
+  TextStream stream(tokenizer_, stop_ids_, stops, sink);
   int64_t canvas_length = 0;
   std::vector<int32_t> last_region, final_prefix;
   DecodeCallbacks callbacks;
@@ -264,7 +274,6 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
     };
   }
   callbacks.on_step = [&](const StepEvent& e) {
-    if (r.on_step) r.on_step(e);
     // The finished prefix of the generated region: AR tokens are final at once, a masked canvas up to its
     // first masked position, a uniform-state run up to the canvas being denoised.
     const std::vector<int32_t>& region = *e.canvas;
@@ -273,6 +282,13 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
     if (uniform) end = std::min<int64_t>(end, e.block * canvas_length);
     else if (masked) end = std::find(region.begin(), region.end(), c.mask_token) - region.begin();
     end = std::min(end, n);
+    if (r.on_step) {
+      const double t0 = now_ms();
+      StepEvent shown = e;
+      shown.final_end = end;
+      r.on_step(shown);
+      callback_ms += now_ms() - t0;
+    }
     final_prefix.assign(region.begin(), region.begin() + end);
     stream.update(final_prefix);
     if (r.cancelled && r.cancelled()) throw Cancelled{};
@@ -339,7 +355,7 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
   out.passes = result.passes;
   out.rows_computed = result.rows_computed;
   out.prompt_ms = result.prompt_ms;
-  out.decode_ms = result.decode_ms;
+  out.decode_ms = std::max(0.0, result.decode_ms - callback_ms);
 
   out.text = stream.finish(out.region);
   const auto stop = std::find_first_of(out.region.begin(), out.region.end(), stop_ids_.begin(), stop_ids_.end());
