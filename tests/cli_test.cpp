@@ -57,6 +57,8 @@ TEST(Cli, BadInputGivesClearErrors) {
       {"generate -m " + model + " -p hi -n 100000", "context length"},
       {"generate -m " + model + " -p hi --bogus", "unknown option --bogus"},
       {"generate -m " + model + " -p hi -n abc", "not an integer"},
+      {"generate -m " + model + " -p hi --temp inf", "--temp must be between 0 and 100"},
+      {"generate -m " + model + " -p hi --temp 1e3", "--temp must be between 0 and 100"},
       {"logits -m " + model + " --ids 1,x --out /tmp/x.npy", "not a token id"},
       {"logits -m " + model + " --ids 1,999999 --out /tmp/x.npy", "outside the vocabulary"},
       {"inspect " + test::fixture("tiny-llada.ids.txt"), "tiny-llada.ids.txt"},

@@ -145,6 +145,7 @@ GenerationRequest request_from_args(const Args& args) {
   r.stop = args.get_all("stop");
   SamplingParams& s = r.sampling;
   s.temperature = float(args.get_float("temp", 0.0));
+  check(std::isfinite(s.temperature) && s.temperature >= 0 && s.temperature <= 100, "--temp must be between 0 and 100");
   r.temperature_given = args.has("temp");
   s.top_k = args.get_int("top-k", 0);
   s.top_p = float(args.get_float("top-p", 1.0));

@@ -172,7 +172,8 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
   canvas::check(r.draft_steps >= 1 && r.draft_steps <= 64, "--draft-steps must be between 1 and 64");
   const bool uniform = mode == DecodeMode::Diffusion && c.uniform_state;
   const SamplingParams& s = r.sampling;
-  canvas::check(std::isfinite(s.temperature) && s.temperature >= 0, "--temp must be finite and >= 0");
+  canvas::check(std::isfinite(s.temperature) && s.temperature >= 0 && s.temperature <= 100,
+                "--temp must be between 0 and 100");
   canvas::check(s.top_k >= 0, "--top-k must be >= 0");
   canvas::check(s.top_p > 0 && s.top_p <= 1, "--top-p must be in (0, 1]");
   canvas::check(s.min_p >= 0 && s.min_p <= 1, "--min-p must be in [0, 1]");
