@@ -401,7 +401,7 @@ TEST(CliVisual, OnlyOnATerminalWithControlCharactersEscaped) {
   const std::string cmd = "script -qec \"" + gen + " >/dev/null\" " + log + " >/dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   const std::string tty = test::read_text(log);
-  EXPECT_TRUE(has(tty, "\x1b[s")) << tty;
+  EXPECT_TRUE(has(tty, "\x1b[?1049h")) << tty;  // the alternate screen
   EXPECT_TRUE(has(tty, "[block 0 step 0")) << tty;
   for (unsigned char ch : tty)
     EXPECT_TRUE(ch >= 0x20 || ch == 0x1b || ch == '\n' || ch == '\r') << "raw control byte " << int(ch);
