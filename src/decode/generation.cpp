@@ -121,6 +121,20 @@ int64_t Generator::masked_block_length(const GenerationRequest& r, int64_t n, in
   return prompt_tokens + padded > model_.config.context_length ? n : block;
 }
 
+MaskedDiffusionParams Generator::masked_params(const GenerationRequest& r) const {
+  MaskedDiffusionParams p;
+  p.steps = r.steps;
+  p.schedule =
+      parse_step_schedule(!r.schedule.empty() ? r.schedule : model_.config.arch == "dream" ? "dream" : "llada");
+  p.order = r.order;
+  p.threshold = r.threshold;
+  p.cache = r.cache;
+  p.freeze = r.freeze || r.freeze_refresh > 0;
+  p.freeze_refresh = r.freeze_refresh;
+  p.sampling = r.sampling;
+  return p;
+}
+
 EntropyBoundParams Generator::uniform_params(const GenerationRequest& r, int64_t n) const {
   EntropyBoundParams p = defaults_.params;
   p.max_new_tokens = n;
@@ -308,18 +322,11 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
       out.steps_per_canvas = u.steps_per_canvas;
       out.decode_tokens = u.new_tokens;
     } else if (masked) {
-      MaskedDiffusionParams p;
+      MaskedDiffusionParams p = masked_params(r);
       p.block_length = masked_block_length(r, n, int64_t(out.prompt.size()));
       // Any N: the canvas is padded to whole blocks, and the text cut back to N tokens.
       p.gen_length = (n + p.block_length - 1) / p.block_length * p.block_length;
-      p.steps = r.steps > 0 ? r.steps : p.gen_length;
-      p.schedule = parse_step_schedule(!r.schedule.empty() ? r.schedule : c.arch == "dream" ? "dream" : "llada");
-      p.order = r.order;
-      p.threshold = r.threshold;
-      p.cache = r.cache;
-      p.freeze = r.freeze || r.freeze_refresh > 0;
-      p.freeze_refresh = r.freeze_refresh;
-      p.sampling = r.sampling;
+      if (p.steps == 0) p.steps = p.gen_length;
       result = generate_masked(model_, out.prompt, p, pool, callbacks);
       if (int64_t(result.tokens.size()) > n) result.tokens.resize(size_t(n));
       out.decode_tokens = int64_t(result.tokens.size());

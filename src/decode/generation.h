@@ -139,6 +139,8 @@ class Generator {
   // (the canvas padded to whole blocks and cut back to N) or, where that padding would overflow the context,
   // N (one block).
   int64_t masked_block_length(const GenerationRequest& request, int64_t n, int64_t prompt_tokens) const;
+  // Masked diffusion's settings of a request (steps 0: the caller's default; lengths left to the caller).
+  MaskedDiffusionParams masked_params(const GenerationRequest& request) const;
   // The uniform-state sampler's settings for a request (N new tokens).
   EntropyBoundParams uniform_params(const GenerationRequest& request, int64_t n) const;
   // Throws Error naming the option when the request cannot run on this model (mode, context, settings).

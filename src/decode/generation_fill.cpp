@@ -128,16 +128,8 @@ GenerationOutput Generator::run_fill(const GenerationRequest& r, ThreadPool* poo
                     std::to_string(c.context_length));
 
   FillParams params;
-  MaskedDiffusionParams& m = params.masked;
-  m.steps = r.steps;
-  m.schedule = parse_step_schedule(!r.schedule.empty() ? r.schedule : c.arch == "dream" ? "dream" : "llada");
-  m.order = r.order;
-  m.threshold = r.threshold;
-  canvas::check(m.threshold >= 0 && m.threshold <= 1, "--threshold must be in [0, 1]");
-  m.cache = r.cache;
-  m.freeze = r.freeze || r.freeze_refresh > 0;
-  m.freeze_refresh = r.freeze_refresh;
-  m.sampling = r.sampling;
+  params.masked = masked_params(r);
+  canvas::check(params.masked.threshold >= 0 && params.masked.threshold <= 1, "--threshold must be in [0, 1]");
   if (c.uniform_state) {
     params.uniform = uniform_params(r, int64_t(plan.canvas.size()));
     canvas::check(!params.uniform.freeze, "--freeze is for plain generation with a uniform-state model, not with "
