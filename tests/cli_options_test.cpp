@@ -669,7 +669,9 @@ TEST(CliChat, InterruptEndsTheReplyNotTheChat) {
     close(in[1]);
     close(err[0]);
     const std::string model = test::source_path("models/text-dg.gguf");
-    execl(CANVAS_BINARY, CANVAS_BINARY, "chat", "-m", model.c_str(), "-n", "3000", "-t", "1", static_cast<char*>(nullptr));
+    // Seed 1: a reply of 2,649 tokens (several seconds) before its EOS, so the interrupt lands inside it.
+    execl(CANVAS_BINARY, CANVAS_BINARY, "chat", "-m", model.c_str(), "-n", "3000", "-t", "1", "-s", "1",
+          static_cast<char*>(nullptr));
     _exit(127);
   }
   close(in[0]);
