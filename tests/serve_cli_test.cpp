@@ -274,11 +274,14 @@ TEST(ServeCli, LlamaServerHelpersInfillAndStructuredOutput) {
 
   res = post(server, "/v1/completions",
              R"({"prompt": "Record: ", "max_tokens": 40, "response_format": {"type": "json_schema", "json_schema":
-                 {"schema": {"type": "object", "properties": {"age": {"type": "integer"}, "ok": {"type": "boolean"}},
-                             "required": ["age", "ok"]}}}})");
+                 {"schema": {"type": "object", "properties": {"ok": {"type": "boolean"}, "age": {"type": "integer"}},
+                             "required": ["ok", "age"]}}}})");
   ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "");
-  const json doc = json::parse(json::parse(res->body)["choices"][0]["text"].get<std::string>());
+  const std::string doc_text = json::parse(res->body)["choices"][0]["text"].get<std::string>();
+  const json doc = json::parse(doc_text);
   EXPECT_TRUE(doc["age"].is_number_integer() && doc["ok"].is_boolean()) << doc;
+  EXPECT_EQ(doc_text.rfind("{\"ok\":", 0), 0u) << "properties in the schema's order, unpadded: " << doc_text;
+  EXPECT_EQ(doc_text.find(' '), std::string::npos) << doc_text;
   expect_error(post(server, "/v1/completions", R"({"prompt": "a", "response_format": {"type": "json_schema",
                  "json_schema": {"schema": {"type": "object", "patternProperties": {}}}}})"), 400, "patternProperties");
 

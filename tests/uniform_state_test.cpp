@@ -98,6 +98,47 @@ TEST(UniformStateBatch, LayoutGroupsPositionsAndLossWeights) {
   EXPECT_LT(changed, 0.65);
 }
 
+// Draft examples (draft_length k): [clean token ; k noise tokens] right after a clean prefix, the first
+// token given and unscored, the k others pure noise scored with weight block_length / k; the rest of the
+// batch keeps the ordinary layout.
+TEST(UniformStateBatch, DraftExamplesAreOneCleanTokenThenPureNoise) {
+  const int64_t L = 24, B = 8, K = 4, V = 5000;
+  const auto ex = examples(200, L, V, 0, 5);
+  UniformStateOptions o;
+  o.block_length = B;
+  o.vocab = V;
+  o.draft_length = K;
+  o.draft_share = 0.5f;
+  Rng rng(6);
+  const ObjectiveBatch b = train::uniform_state_batch(ex, o, rng);
+  int64_t drafts = 0, noise_kept = 0;
+  double block_weight = 0;
+  for (int64_t s = 0; s < 200; ++s) {
+    const int64_t start = block_start(b, s);
+    int64_t block_rows = 0;
+    for (int64_t r = 0; r < L; ++r) block_rows += b.input.groups[size_t(s * L + r)] == start;
+    ASSERT_TRUE(block_rows == B || block_rows == K + 1) << block_rows;
+    const size_t first = size_t((s + 1) * L - block_rows);  // the block's first row
+    for (int64_t i = 0; i < block_rows; ++i) block_weight += b.weights[first + size_t(i)];
+    if (block_rows == B) continue;
+    ++drafts;
+    ASSERT_GE(start, 1);
+    EXPECT_EQ(b.input.tokens[first], ex[size_t(s)].tokens[size_t(start)]);  // the given token
+    EXPECT_EQ(b.weights[first], 0.f);
+    for (int64_t i = 1; i <= K; ++i) {
+      const size_t row = first + size_t(i);
+      EXPECT_EQ(b.targets[row], ex[size_t(s)].tokens[size_t(start + i)]);
+      EXPECT_FLOAT_EQ(b.weights[row], float(B) / float(K));
+      noise_kept += b.input.tokens[row] == ex[size_t(s)].tokens[size_t(start + i)];
+    }
+  }
+  EXPECT_GT(drafts, 70);   // about half of 200
+  EXPECT_LT(drafts, 130);
+  EXPECT_LE(noise_kept, 2);  // pure noise: the clean token survives only by a 1-in-5000 draw
+  EXPECT_FLOAT_EQ(float(block_weight), b.normaliser);  // every example weighs one block
+  EXPECT_FLOAT_EQ(b.normaliser, float(200 * B));
+}
+
 TEST(UniformStateBatch, GivensAreNeverCorruptedNorScored) {
   auto ex = examples(32, 9, 30, 0, 3);
   for (Example& e : ex) e.fixed = {1, 0, 1, 0, 0, 1, 0, 0, 1};

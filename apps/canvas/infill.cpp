@@ -31,7 +31,7 @@ int run_infill(const Args& args, const TextModel& m, GenerationRequest request) 
     const bool inline_schema = args.has("json-schema") && first != std::string::npos && value[first] == '{';
     const std::string origin = inline_schema ? "--json-schema" : value;
     request.json_schema = std::make_shared<const JsonTemplate>(
-        compile_json_schema(inline_schema ? parse_json(value, origin) : load_json_file(value), origin));
+        compile_json_schema_text(inline_schema ? value : read_text_file(value), origin));
   }
   CanvasView view(&m.tokenizer, m.model.config.mask_token);
   if (args.has("visual")) request.on_step = [&](const StepEvent& e) { view.draw(e); };

@@ -25,6 +25,15 @@ const RegexPtr& any_text() {
   return r;
 }
 
+// Text written before a hole that ends with a space ("and <|hole:5|>") loses that space in the plan: the
+// model continues "and" with a word that carries its own leading space, as in its training text, where
+// after a lone space token it writes a second one. Returns whether a space was taken off.
+bool strip_seam_space(std::string& text) {
+  if (text.empty() || text.back() != ' ') return false;
+  text.pop_back();
+  return true;
+}
+
 void check_codec(const TextCodec& codec) {
   check(codec.encode != nullptr && codec.vocabulary != nullptr, "infill: the codec has no tokenizer");
 }
@@ -71,6 +80,7 @@ FillPlan plan_text_infill(const std::vector<TextPiece>& pieces, const std::vecto
   check(first_hole != pieces.end(), "infill: the text has no hole (write <|hole:N|> or give --suffix)");
   std::string lead;
   for (auto it = pieces.begin(); it != first_hole; ++it) lead += it->text;
+  bool space_before = strip_seam_space(lead);  // of the next hole
   if (!lead.empty()) {
     const std::vector<int32_t> ids = codec.encode(lead);
     plan.prompt.insert(plan.prompt.end(), ids.begin(), ids.end());
@@ -81,8 +91,12 @@ FillPlan plan_text_infill(const std::vector<TextPiece>& pieces, const std::vecto
       if (!any) any = automaton(any_text(), codec);
       plan.holes.push_back({int64_t(plan.canvas.size()), it->hole_tokens, any});
       plan.canvas.insert(plan.canvas.end(), size_t(it->hole_tokens), mask_id);
+      plan.space_before.push_back(space_before);
+      space_before = false;
     } else {
-      const std::vector<int32_t> ids = codec.encode(it->text);
+      std::string text = it->text;
+      space_before = std::next(it) != pieces.end() && std::next(it)->is_hole() && strip_seam_space(text);
+      const std::vector<int32_t> ids = codec.encode(text);
       plan.canvas.insert(plan.canvas.end(), ids.begin(), ids.end());
     }
   }
@@ -133,6 +147,7 @@ FillPlan plan_json(const JsonTemplate& schema, const std::vector<int32_t>& promp
   FillPlan plan;
   plan.mask_id = mask_id;
   plan.prompt = prompt;
+  plan.json = true;
   for (const Part& p : parts) {
     if (!p.language) {
       plan.canvas.insert(plan.canvas.end(), p.fixed.begin(), p.fixed.end());
@@ -154,12 +169,32 @@ std::string codec_text(const TextCodec& codec, const std::vector<int32_t>& ids) 
 
 namespace {
 
+// The canvas's text with each hole's fill cleaned at its seams: a JSON hole loses the spaces that pad its
+// value to the hole's length; a text hole gets back the space its plan took off before it (when the fill
+// does not begin with one) and drops trailing spaces where the text after it begins with a space.
 FillResult finish(FillResult r, const FillPlan& plan, const TextCodec& codec) {
   r.canvas = r.tokens;
-  r.text = codec_text(codec, r.canvas);
-  for (const CanvasHole& h : plan.holes)
-    r.fills.push_back(codec_text(
-        codec, std::vector<int32_t>(r.canvas.begin() + h.start, r.canvas.begin() + h.start + h.length)));
+  auto text_of = [&](int64_t from, int64_t to) {
+    return codec_text(codec, std::vector<int32_t>(r.canvas.begin() + from, r.canvas.begin() + to));
+  };
+  std::vector<std::string> fixed;  // the text before each hole, and after the last
+  int64_t at = 0;
+  for (const CanvasHole& h : plan.holes) {
+    fixed.push_back(text_of(at, h.start));
+    r.fills.push_back(text_of(h.start, h.start + h.length));
+    at = h.start + h.length;
+  }
+  fixed.push_back(text_of(at, int64_t(r.canvas.size())));
+  for (size_t i = 0; i < r.fills.size(); ++i) {
+    std::string& fill = r.fills[i];
+    const bool space_after = !fixed[i + 1].empty() && fixed[i + 1][0] == ' ';
+    if (plan.json || space_after)
+      while (!fill.empty() && fill.back() == ' ') fill.pop_back();
+    if (!plan.json && i < plan.space_before.size() && plan.space_before[i] && (fill.empty() || fill[0] != ' '))
+      fill.insert(fill.begin(), ' ');
+  }
+  r.text.clear();
+  for (size_t i = 0; i < fixed.size(); ++i) r.text += fixed[i] + (i < r.fills.size() ? r.fills[i] : "");
   return r;
 }
 

@@ -46,6 +46,10 @@ struct FillPlan {
   std::vector<int32_t> canvas;
   std::vector<CanvasHole> holes;
   int32_t mask_id = -1;
+  bool json = false;  // a JSON template: the spaces padding each hole's value are left out of the text
+  // Text infilling: per hole, whether the text before it ended with a space that the plan took off
+  // (the printed text puts it back when the fill does not begin with a space).
+  std::vector<bool> space_before;
 };
 
 // Text infilling: the prompt is `prefix_tokens` (e.g. BOS) followed by the pieces' leading fixed text;
@@ -74,8 +78,8 @@ struct FillParams {
 
 struct FillResult : GenerationResult {
   std::vector<int32_t> canvas;     // the filled canvas (tokens: the same)
-  std::vector<std::string> fills;  // the bytes of each hole, in order
-  std::string text;                // the bytes of the whole canvas
+  std::vector<std::string> fills;  // the bytes of each hole, in order, cleaned at the seams (FillPlan)
+  std::string text;                // the canvas's text: fixed text and the cleaned fills
 };
 
 // Fills the plan's holes with a masked-diffusion model (one block over the canvas, committed tokens

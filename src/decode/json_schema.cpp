@@ -7,12 +7,13 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/json.h"
 
 namespace canvas {
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // properties in the schema's order
 
 const RegexPtr& digit() {
   static const RegexPtr r = re_set(byte_range('0', '9'));
@@ -504,7 +505,7 @@ int64_t JsonTemplate::holes() const {
   return std::count_if(segments.begin(), segments.end(), [](const JsonSegment& s) { return s.is_hole(); });
 }
 
-JsonTemplate compile_json_schema(const nlohmann::json& schema, const std::string& origin) {
+JsonTemplate compile_json_schema(const nlohmann::ordered_json& schema, const std::string& origin) {
   Compiler compiler(origin);
   int64_t properties = 0;
   compiler.check_size(schema, "", 0, properties);
@@ -520,6 +521,18 @@ JsonTemplate json_object_template() {
   compiler.hole(compiler.any_members(), "", t);
   Compiler::fixed("}", t);
   return t;
+}
+
+}  // namespace canvas
+
+namespace canvas {
+
+JsonTemplate compile_json_schema(const nlohmann::json& schema, const std::string& origin) {
+  return compile_json_schema(nlohmann::ordered_json(schema), origin);
+}
+
+JsonTemplate compile_json_schema_text(std::string_view text, const std::string& origin) {
+  return compile_json_schema(parse_json_ordered(text, origin), origin);
 }
 
 }  // namespace canvas

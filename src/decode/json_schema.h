@@ -12,6 +12,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "decode/byte_automaton.h"
@@ -42,8 +43,12 @@ struct JsonTemplate {
 inline constexpr int kMaxSchemaNesting = 64;
 inline constexpr int64_t kMaxSchemaProperties = 1000;
 
-// Compiles a schema; origin names it in errors ("schema.json", "response_format").
+// Compiles a schema; origin names it in errors ("schema.json", "response_format"). Properties are written
+// in the order the schema lists them, so pass an ordered_json (compile_json_schema_text parses one);
+// a plain nlohmann::json has already sorted its keys.
+JsonTemplate compile_json_schema(const nlohmann::ordered_json& schema, const std::string& origin);
 JsonTemplate compile_json_schema(const nlohmann::json& schema, const std::string& origin);
+JsonTemplate compile_json_schema_text(std::string_view text, const std::string& origin);
 // OpenAI's response_format {"type": "json_object"}: any object whose values are scalars or flat
 // arrays / objects of scalars.
 JsonTemplate json_object_template();

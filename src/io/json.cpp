@@ -100,8 +100,15 @@ namespace {
 // one (nlohmann would silently keep the last). nlohmann's own callback parser is not used: each time a
 // member object closes it rescans the enclosing object, which is quadratic in the members (a 100,000-key
 // JSON Schema took a minute to parse).
+// Json is nlohmann::json (keys sorted) or nlohmann::ordered_json (keys in document order).
+template <class Json>
 class StrictDomBuilder : public nlohmann::json_sax<Json> {
  public:
+  using typename nlohmann::json_sax<Json>::number_integer_t;
+  using typename nlohmann::json_sax<Json>::number_unsigned_t;
+  using typename nlohmann::json_sax<Json>::number_float_t;
+  using typename nlohmann::json_sax<Json>::string_t;
+  using typename nlohmann::json_sax<Json>::binary_t;
   explicit StrictDomBuilder(Json& root) : root_(root) {}
 
   bool null() override { return add(nullptr); }
@@ -147,9 +154,18 @@ class StrictDomBuilder : public nlohmann::json_sax<Json> {
     }
     Json& parent = *stack_.back();
     if (parent.is_object()) {
-      Json& slot = parent[frames_.back().key];
-      slot = std::move(value);
-      return &slot;
+      auto& members = parent.template get_ref<typename Json::object_t&>();
+      if constexpr (std::is_same_v<Json, nlohmann::ordered_json>) {
+        // ordered_map's operator[] searches linearly (quadratic over an object); keys are known to be new
+        // here (duplicates are reported), so append to the underlying vector.
+        using Members = std::vector<typename Json::object_t::value_type>;
+        static_cast<Members&>(members).emplace_back(frames_.back().key, std::move(value));
+        return &members.back().second;
+      } else {
+        Json& slot = members[frames_.back().key];
+        slot = std::move(value);
+        return &slot;
+      }
     }
     parent.push_back(std::move(value));
     return &parent.back();
@@ -181,18 +197,27 @@ class StrictDomBuilder : public nlohmann::json_sax<Json> {
   std::string duplicate_, error_;
 };
 
-}  // namespace
-
-nlohmann::json parse_json(std::string_view text, const std::string& origin) {
+template <class Json>
+Json parse_strict(std::string_view text, const std::string& origin) {
   if (const size_t at = too_deep_at(text); at != std::string_view::npos)
     throw Error(origin + ": malformed JSON: arrays/objects nested more than " + std::to_string(kMaxJsonDepth) +
                 " deep (byte " + std::to_string(at) + ")");
   Json root;
-  StrictDomBuilder builder(root);
+  StrictDomBuilder<Json> builder(root);
   if (!Json::sax_parse(text.begin(), text.end(), &builder)) throw Error(origin + ": malformed JSON: " + builder.error());
   if (!builder.duplicate().empty())
     throw Error(origin + ": malformed JSON: key '" + builder.duplicate() + "' appears twice");
   return root;
+}
+
+}  // namespace
+
+nlohmann::json parse_json(std::string_view text, const std::string& origin) {
+  return parse_strict<nlohmann::json>(text, origin);
+}
+
+nlohmann::ordered_json parse_json_ordered(std::string_view text, const std::string& origin) {
+  return parse_strict<nlohmann::ordered_json>(text, origin);
 }
 
 std::string read_text_file(const std::string& path) {

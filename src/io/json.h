@@ -14,6 +14,9 @@ namespace canvas {
 // exhaust the stack) and a key repeated inside one object (which nlohmann would silently collapse),
 // naming the key path. `origin` names the source in messages (a file path, "safetensors header of X").
 nlohmann::json parse_json(std::string_view text, const std::string& origin);
+// The same, with object members kept in document order (JSON Schema: properties are written in the
+// order the schema lists them).
+nlohmann::ordered_json parse_json_ordered(std::string_view text, const std::string& origin);
 // Reads and parses a file; a missing or unreadable file gives Error naming it.
 nlohmann::json load_json_file(const std::string& path);
 // A whole file's bytes; a missing or unreadable file gives Error naming it.

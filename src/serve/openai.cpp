@@ -209,7 +209,10 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
           const json& spec = value.contains("json_schema") ? value["json_schema"] : json();
           if (!spec.is_object() || !spec.contains("schema"))
             throw bad(key, "'response_format.json_schema' must be an object with a 'schema'");
-          s.json_schema = std::make_shared<const JsonTemplate>(compile_json_schema(spec["schema"], "response_format"));
+          // The body again with members in document order: properties are written in the schema's order.
+          const nlohmann::ordered_json ordered = parse_json_ordered(body, "the request body");
+          s.json_schema = std::make_shared<const JsonTemplate>(
+              compile_json_schema(ordered["response_format"]["json_schema"]["schema"], "response_format"));
         } else if (type != "text") {
           throw bad(key, "'response_format.type' must be text, json_object or json_schema");
         }

@@ -85,16 +85,25 @@ ObjectiveBatch uniform_state_batch(const std::vector<Example>& examples, const U
   out.targets.assign(rows, 0);
   out.weights.assign(rows, 0.f);
   std::vector<size_t> ar_rows;
-  int64_t block_positions = 0;
+  double block_positions = 0;
   for (size_t s = 0; s < examples.size(); ++s) {
     const Example& e = examples[s];
     const int64_t P = std::min(e.prompt_len, L - 1);
-    const int64_t B = std::min(o.block_length, L - P);
-    // An example with a prompt (SFT) puts its block right after the prompt half of the time, where
-    // decoding puts the first canvas of a reply; otherwise, and for plain text, anywhere after it.
-    const bool at_prompt = P > 0 && rng.below(2) == 0;
-    const int64_t b = at_prompt ? P : P + int64_t(rng.below(uint64_t(L - P - B + 1)));
-    const double t = o.eps + (1.0 - o.eps) * (1.0 - rng.uniform());  // (eps, 1]
+    // A draft example: [clean token ; k noise tokens] after at least one clean token.
+    const int64_t first = std::max<int64_t>(P, 1);
+    const bool draft = o.draft_length > 0 && L - first >= 2 && rng.uniform() < o.draft_share;
+    const int64_t B = draft ? std::min(o.draft_length + 1, L - first) : std::min(o.block_length, L - P);
+    int64_t b = 0;
+    if (draft) {
+      b = first + int64_t(rng.below(uint64_t(L - first - B + 1)));
+    } else {
+      // An example with a prompt (SFT) puts its block right after the prompt half of the time, where
+      // decoding puts the first canvas of a reply; otherwise, and for plain text, anywhere after it.
+      const bool at_prompt = P > 0 && rng.below(2) == 0;
+      b = at_prompt ? P : P + int64_t(rng.below(uint64_t(L - P - B + 1)));
+    }
+    const double t = draft ? 1.0 : o.eps + (1.0 - o.eps) * (1.0 - rng.uniform());  // (eps, 1]
+    const float weight = draft ? float(o.block_length) / float(B - 1) : 1.f;
     const size_t base = s * size_t(L) + size_t(L - b - B);  // row of clean token 0
     for (int64_t i = 0; i < b + B; ++i) {
       const size_t r = base + size_t(i);
@@ -111,17 +120,17 @@ ObjectiveBatch uniform_state_batch(const std::vector<Example>& examples, const U
       } else {
         out.input.groups[r] = int32_t(b);
         if (o.decoder_view) out.input.decoder[r] = 1;
-        if (e.is_prompt(i)) continue;
+        if (e.is_prompt(i) || (draft && i == b)) continue;  // a draft's first token is given, not scored
         if (rng.uniform() < t) out.input.tokens[r] = int32_t(rng.below(uint64_t(o.vocab)));
         out.targets[r] = token;
-        out.weights[r] = 1.f;
-        ++block_positions;
+        out.weights[r] = weight;
+        block_positions += weight;
       }
     }
   }
   // normaliser = block positions, so the block term is a flat mean; AR rows carry weights that make
   // their term ar_weight times the mean next-token CE.
-  out.normaliser = float(std::max<int64_t>(block_positions, 1));
+  out.normaliser = float(std::max(block_positions, 1.0));
   if (!ar_rows.empty() && o.ar_weight > 0) {
     const float w = o.ar_weight * out.normaliser / float(ar_rows.size());
     for (size_t r : ar_rows) out.weights[r] = w;

@@ -51,12 +51,18 @@ ObjectiveBatch autoregressive_batch(const std::vector<Example>& examples);
 // unused rows have a group above every other and are never seen. Loss: the flat mean CE over the block
 // (corrupted and clean positions alike; no 1/t weight) plus ar_weight times the mean next-token CE of the
 // clean rows (the encoder loss). Both views share the weights and one backward pass.
+// With draft_length k > 0, a share `draft_share` of the examples is laid out as draft-and-verify drafts
+// (decode/verify.h): the block is [one clean token at b ; k positions of pure noise (t = 1)], b >= 1, and
+// only the k noise positions are scored, each with weight block_length / k so that a draft example
+// weighs as much as a full block.
 struct UniformStateOptions {
   int64_t block_length = 32;
   int64_t vocab = 0;        // noise tokens are uniform over [0, vocab)
   float eps = 1e-3f;        // t ~ U(eps, 1]
   float ar_weight = 1.f;    // weight of the encoder (next-token) loss
   bool decoder_view = false;  // DiffusionGemma: mark the block rows as the decoder's (TokenBatch::decoder)
+  int64_t draft_length = 0;   // 0: no draft examples
+  float draft_share = 0.5f;
 };
 ObjectiveBatch uniform_state_batch(const std::vector<Example>& examples, const UniformStateOptions& options, Rng& rng);
 

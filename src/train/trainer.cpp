@@ -115,6 +115,8 @@ const std::vector<RunKey>& run_keys() {
       number_key("mask_eps", [](RunConfig& r) -> auto& { return r.mask_eps; }, 0, 1, true, true),
       int_key("block_length", [](RunConfig& r) -> auto& { return r.block_length; }, 1, 1 << 20),
       number_key("ar_weight", [](RunConfig& r) -> auto& { return r.ar_weight; }, 0, 1000),
+      int_key("draft_length", [](RunConfig& r) -> auto& { return r.draft_length; }, 0, 1024),
+      number_key("draft_share", [](RunConfig& r) -> auto& { return r.draft_share; }, 0, 1),
       {"self_conditioning", true,
        [](RunConfig& r, const std::string& v, const std::string& where) {
          r.self_conditioning = config_bool(v, where, "self_conditioning");
@@ -173,6 +175,8 @@ ObjectiveBatch make_batch(const RunConfig& r, const ModelConfig& mc, const std::
     o.eps = r.mask_eps;
     o.ar_weight = r.ar_weight;
     o.decoder_view = mc.has_decoder;
+    o.draft_length = r.draft_length;
+    o.draft_share = r.draft_share;
     return uniform_state_batch(examples, o, rng);
   }
   return masked_diffusion_batch(examples, mc.mask_token, r.mask_eps, rng);

@@ -43,6 +43,9 @@ struct RunConfig {
   int64_t block_length = 32;         // uniform: the canvas the decoder denoises
   float ar_weight = 1.f;             // uniform: weight of the encoder's next-token loss
   bool self_conditioning = false;    // uniform: DiffusionGemma's two-pass self-conditioning
+  // uniform: the share of examples laid out as draft-and-verify's draft (objectives.h), and its length.
+  int64_t draft_length = 0;          // 0: no draft examples
+  float draft_share = 0.5f;
   uint64_t seed = 1;
   int64_t eval_every = 100, checkpoint_every = 100;
   int threads = 0;
