@@ -373,6 +373,27 @@ TEST(BenchCli, QuickSyntheticRunWritesJsonAndTable) {
   EXPECT_TRUE(std::filesystem::exists(png) || r.output.find("matplotlib") != std::string::npos) << r.output;
 }
 
+// A model with a decoder is timed pass by pass: --json gets those numbers, the canvas is the model's own
+// (64 for the shipped text model), and --plot (the masked grid's chart) is refused, not skipped silently.
+TEST(BenchCli, DecoderModelWritesJsonAtItsCanvasLength) {
+  test::TempDir dir;
+  const std::string json_path = dir.path("dg.json");
+  const auto r = test::run_canvas("bench -m " + test::source_path("models/text-dg.gguf") +
+                                  " --quick --no-roofs -t 2 --modes ar,diffusion,verify --json " + json_path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("decoder, canvas 64,"), std::string::npos) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(test::read_text(json_path));
+  EXPECT_EQ(j["canvas"], 64);
+  for (const char* pass : {"prompt", "diffusion", "ar", "verify"})
+    EXPECT_GT(j["passes"][pass]["median_ms"].get<double>(), 0.0) << pass;
+  EXPECT_EQ(j["verify_projection"].size(), 3u);
+  const auto plot = test::run_canvas("bench -m " + test::source_path("models/text-dg.gguf") + " --quick --plot " +
+                                     dir.path("p.png"));
+  EXPECT_EQ(plot.exit_code, 1) << plot.output;
+  EXPECT_NE(plot.output.find("--json FILE"), std::string::npos) << plot.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.path("p.png")));
+}
+
 TEST(BenchCli, BadInputGivesClearErrors) {
   struct Case {
     std::string args, message;

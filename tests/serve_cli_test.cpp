@@ -274,7 +274,7 @@ TEST(ServeCli, LlamaServerHelpersInfillAndStructuredOutput) {
 
   res = post(server, "/v1/completions",
              R"({"prompt": "Record: ", "max_tokens": 40, "response_format": {"type": "json_schema", "json_schema":
-                 {"schema": {"type": "object", "properties": {"ok": {"type": "boolean"}, "age": {"type": "integer"}},
+                 {"schema": {"type": "object", "properties": {"ok": {"type": "boolean"}, "age": {"type": "integer", "minimum": 0, "maximum": 999}},
                              "required": ["ok", "age"]}}}})");
   ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "");
   const std::string doc_text = json::parse(res->body)["choices"][0]["text"].get<std::string>();

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "decode/text_model.h"
 #include "model/kv_cache.h"
 
 namespace canvas::cli {
@@ -64,7 +66,7 @@ measured in the same run, and each diffusion row's decode speed over AR's ("vs A
         {"--device", "NAME", kDeviceHelp},
         {"--plot", "FILE.png",
          "plot decode tokens/s against tokens per pass, AR as a horizontal line\n"
-         "(needs Debian's python3-matplotlib)"},
+         "(the masked grid; needs Debian's python3-matplotlib). Models with a decoder: --json only"},
         heading("\ntraining:"),
         {"--train", "CONFIG", "time training steps of a config instead (canvas bench --train CONFIG --help)"},
     },
@@ -73,7 +75,7 @@ only ratios taken within one run (vs AR, fractions of roofs) compare fairly.
 
 Models with a decoder (DiffusionGemma, e.g. --synthetic diffusion-gemma:26b-a4b --layers N) are timed
 pass by pass instead of over the grid: the prompt's encoder pass (-p tokens), one decoder pass over a
-canvas of --block-length tokens (default 256) without (--modes diffusion) and with (self-cond)
+canvas of --block-length tokens (default: the model's canvas length, 256 for synthetic shapes) without (--modes diffusion) and with (self-cond)
 self-conditioning logits, all canvas rows' logits computed as the sampler needs, one decoder pass with
 the fused streaming LM head (stream: fed the previous streamed pass's soft embedding, reducing every
 row to entropies, argmax and a Gumbel sample and writing the next soft embedding, as --stream-head
@@ -161,7 +163,7 @@ void plot(const std::string& json_path, const std::string& png_path) {
 // and AR decoding through the encoder spend per forward.
 int bench_decoder_passes(const Model& model, const std::string& source, int64_t weight_bytes, int64_t prompt_tokens,
                          int64_t canvas, int warmup, int repeats, int threads, uint64_t seed,
-                         const std::vector<std::string>& modes, int64_t draft_length) {
+                         const std::vector<std::string>& modes, int64_t draft_length, const std::string& json_path) {
   auto wants = [&](const char* mode) { return std::find(modes.begin(), modes.end(), mode) != modes.end(); };
   for (const std::string& m : modes)
     check(m == "ar" || m == "diffusion" || m == "self-cond" || m == "stream" || m == "verify",
@@ -287,18 +289,30 @@ int bench_decoder_passes(const Model& model, const std::string& source, int64_t 
   const double peak_mib = double(bench::peak_rss_bytes()) / 1048576.0;
   std::printf("model: %s, %lld layers, %d threads\n", source.c_str(), (long long)c.n_layers, pool.size());
   std::printf("%-44s %10s %10s %10s\n", "pass", "median ms", "min ms", "max ms");
-  auto line = [](const std::string& what, const std::vector<double>& ms) {
+  nlohmann::ordered_json report;
+  report["model"] = source;
+  report["layers"] = c.n_layers;
+  report["threads"] = pool.size();
+  report["prompt_tokens"] = prompt_tokens;
+  report["canvas"] = canvas;
+  report["draft_length"] = draft_length;
+  report["repeats"] = repeats;
+  report["passes"] = nlohmann::ordered_json::object();
+  auto line = [&](const std::string& key, const std::string& what, const std::vector<double>& ms) {
     if (ms.empty()) return;
-    std::printf("%-44s %10.1f %10.1f %10.1f\n", what.c_str(), bench::median(ms),
-                *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()));
+    const double lo = *std::min_element(ms.begin(), ms.end()), hi = *std::max_element(ms.begin(), ms.end());
+    std::printf("%-44s %10.1f %10.1f %10.1f\n", what.c_str(), bench::median(ms), lo, hi);
+    report["passes"][key] = {{"what", what}, {"median_ms", bench::median(ms)}, {"min_ms", lo}, {"max_ms", hi}};
   };
-  line("encoder, prompt of " + std::to_string(prompt_tokens) + " (once)", {prompt_ms});
-  line("decoder, canvas " + std::to_string(canvas) + ", self-cond zeros", plain);
-  line("decoder, canvas " + std::to_string(canvas) + ", self-cond logits", conditioned);
-  line("decoder, canvas " + std::to_string(canvas) + ", stream head + soft emb", streamed);
-  line("AR step (encoder, 1 token + logits)", ar);
-  line("verify cycle (decoder + causal pass, " + std::to_string(draft_length + 1) + " rows each)", cycles);
+  line("prompt", "encoder, prompt of " + std::to_string(prompt_tokens) + " (once)", {prompt_ms});
+  line("diffusion", "decoder, canvas " + std::to_string(canvas) + ", self-cond zeros", plain);
+  line("self-cond", "decoder, canvas " + std::to_string(canvas) + ", self-cond logits", conditioned);
+  line("stream", "decoder, canvas " + std::to_string(canvas) + ", stream head + soft emb", streamed);
+  line("ar", "AR step (encoder, 1 token + logits)", ar);
+  line("verify", "verify cycle (decoder + causal pass, " + std::to_string(draft_length + 1) + " rows each)", cycles);
   std::printf("peak RSS %.0f MiB; weights %.2f GiB\n", peak_mib, double(weight_bytes) / 1073741824.0);
+  report["peak_rss_mib"] = peak_mib;
+  report["weight_bytes"] = weight_bytes;
   // What the passes imply for decoding: a canvas of `canvas` tokens denoised in S decoder passes gives
   // canvas / (S x pass) tokens/s (the prompt's one encoder pass left out), against one AR step per token.
   // The pass: the faster of the measured later-step kinds (self-conditioned, streamed), else zeros.
@@ -315,10 +329,13 @@ int bench_decoder_passes(const Model& model, const std::string& source, int64_t 
   if (!pass->empty() && !ar.empty()) {
     const double ar_tps = 1000.0 / bench::median(ar), pass_ms = bench::median(*pass);
     std::printf("AR: %.1f tokens/s (median step %.2f ms)\n", ar_tps, bench::median(ar));
+    report["ar_tokens_per_second"] = ar_tps;
+    report["diffusion_pass"] = kind;
     for (int steps : {8, 16, 32}) {
       const double tps = double(canvas) * 1000.0 / (double(steps) * pass_ms);
       std::printf("diffusion, canvas %lld in %d steps (%s passes): %.1f tokens/s, %.2fx AR\n", (long long)canvas, steps,
                   kind, tps, tps / ar_tps);
+      report["diffusion_projection"].push_back({{"steps", steps}, {"tokens_per_second", tps}, {"vs_ar", tps / ar_tps}});
     }
   }
   if (!cycles.empty() && !ar.empty()) {
@@ -329,7 +346,16 @@ int bench_decoder_passes(const Model& model, const std::string& source, int64_t 
       const double tps = double(kept + 1) * 1000.0 / bench::median(cycles);
       std::printf("verify, draft %lld, if %lld drafts are kept per cycle: %.1f tokens/s, %.2fx AR\n",
                   (long long)draft_length, (long long)kept, tps, tps / ar_tps);
+      report["verify_projection"].push_back({{"kept", kept}, {"tokens_per_second", tps}, {"vs_ar", tps / ar_tps}});
     }
+  }
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    check(bool(out), "cannot write " + json_path);
+    out << report.dump(2) << "\n";
+    out.close();
+    check(bool(out), "error writing " + json_path);
+    std::fprintf(stderr, "canvas bench: wrote %s\n", json_path.c_str());
   }
   return 0;
 }
@@ -423,13 +449,19 @@ int cmd_bench(int argc, char** argv) {
     std::fprintf(stderr, "canvas bench: weights on the device in %.1f s\n", (now_ms() - t0) / 1000);
     info.source += " on " + args.get("device", "cpu");
   }
-  if (model->config.has_decoder)
+  if (model->config.has_decoder) {
+    check(!args.has("plot"), "--plot draws the grid of masked-diffusion models; a model with a decoder is timed "
+                             "pass by pass: use --json FILE for its numbers");
+    // The canvas the model is decoded with (its diffusion.canvas_length; 256, the release's, otherwise).
+    const int64_t canvas = args.has("block-length") ? options.block_lengths[0]
+                           : synthetic               ? 256
+                                                     : sampler_defaults(*model, info.source).params.canvas_length;
     return bench_decoder_passes(*model, info.source, synthetic ? synthetic->bytes : model->weight_bytes(),
-                                options.prompt_tokens,
-                                args.has("block-length") ? options.block_lengths[0] : 256, options.warmup,
-                                options.repeats, options.threads[0], options.seed,
+                                options.prompt_tokens, canvas, options.warmup, options.repeats, options.threads[0],
+                                options.seed,
                                 modes.empty() ? std::vector<std::string>{"ar", "diffusion", "self-cond"} : modes,
-                                args.get_int("draft-length", 4));
+                                args.get_int("draft-length", 4), args.get("json", ""));
+  }
   for (const char* decoder_only : {"self-cond", "stream", "verify"})
     check(std::find(modes.begin(), modes.end(), decoder_only) == modes.end(),
           std::string("--modes: ") + decoder_only + " applies to models with a decoder (DiffusionGemma) only");
