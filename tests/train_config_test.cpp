@@ -80,6 +80,9 @@ TEST(TrainConfig, EveryKeyHasARange) {
       {"mask_eps", "1"},
       {"block_length", "0"},
       {"ar_weight", "-1"},
+      {"draft_length", "-1"},
+      {"draft_length", "1025"},
+      {"draft_share", "1.5"},
       {"seed", "-1"},
       {"eval_every", "0"},
       {"checkpoint_every", "0"},
@@ -188,6 +191,8 @@ const std::map<std::string, std::string> kOtherValues = {
     {"mask_eps", "0.01"},
     {"block_length", "16"},
     {"ar_weight", "0.5"},
+    {"draft_length", "4"},
+    {"draft_share", "0.25"},
     {"seed", "2"},
     {"self_conditioning", "true"},
     {"sudoku_format", "sequence"},
@@ -239,6 +244,14 @@ TEST(TrainConfig, ResumeIdentityCoversEveryKeyThatChangesTheRun) {
     EXPECT_TRUE(key == "task" || kOtherValues.count(key)) << "add " << key << " to kOtherValues";
   }
   EXPECT_EQ(identity_keys(id).size() + kNotInIdentity.size(), kOtherValues.size() + 1);  // + task
+  // A run whose architecture comes from a file does not record the (ignored) architecture keys.
+  const std::set<std::string> from_file =
+      identity_keys(train::run_identity(train::parse_run_config(test::with_settings(base, "init_from = x.gguf\n"), "x.cfg")));
+  for (const char* key : {"layers", "hidden", "heads", "kv_heads", "ffn", "position_embedding", "rope_theta"}) {
+    EXPECT_TRUE(identity_keys(id).count(key)) << key;
+    EXPECT_FALSE(from_file.count(key)) << key;
+  }
+  EXPECT_TRUE(from_file.count("init_from"));
   // The text task's keys, and the task itself.
   const std::string text = "task = text\nseq_len = 64\n";
   const std::string text_id = train::run_identity(train::parse_run_config(text, "x.cfg"));

@@ -38,7 +38,18 @@ constexpr int64_t kMaxSteps = 1000000000;
 constexpr int64_t kMaxParameters = int64_t(1) << 31;
 // Tokens in one micro-batch (batch_size x sequence length); its logits alone take 1 KiB a token.
 constexpr int64_t kMaxBatchTokens = int64_t(1) << 22;
-constexpr const char* kIdentityHeader = "canvas run identity 2\n";
+// 3: the architecture keys are left out of runs whose architecture comes from a file (init_from /
+// model_config), and the draft keys are in. Files with an older header are checked against the config
+// text they stored.
+constexpr const char* kIdentityHeader = "canvas run identity 3\n";
+// The keys of a run config that describe the architecture (ignored when a model file gives it).
+constexpr const char* kArchitectureKeys[] = {"layers", "hidden", "heads", "kv_heads", "ffn", "position_embedding",
+                                             "rope_theta"};
+bool is_architecture_key(const std::string& key) {
+  for (const char* k : kArchitectureKeys)
+    if (key == k) return true;
+  return false;
+}
 
 // A generic config key: how it is read (with its range) and printed, and whether it changes what the
 // run computes (then it is part of the resume identity).
@@ -199,15 +210,14 @@ ModelConfig source_config(const std::string& path) {
   return Model::load(path).config;
 }
 
-// The keys of a run config that describe the architecture (ignored when a model file gives it).
+// Whether a config's text sets an architecture key.
 bool names_architecture_key(const std::string& text) {
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
     line = config_trim(line.substr(0, line.find('#')));
     const std::string key = config_trim(line.substr(0, line.find('=')));
-    for (const char* k : {"layers", "hidden", "heads", "kv_heads", "ffn", "position_embedding", "rope_theta"})
-      if (key == k) return true;
+    if (is_architecture_key(key)) return true;
   }
   return false;
 }
@@ -517,8 +527,10 @@ std::string run_identity(const RunConfig& r) {
   check(r.task_module != nullptr, "run_identity: the config has no task (use parse_run_config)");
   std::string id = kIdentityHeader;
   id += "task = " + r.task + "\n";
+  // A model file's architecture wins over the keys (run_model_config): they would misdescribe the run.
+  const bool from_file = !r.init_from.empty() || !r.model_config.empty();
   for (const RunKey& k : run_keys())
-    if (k.defines_run) id += std::string(k.name) + " = " + k.get(r) + "\n";
+    if (k.defines_run && !(from_file && is_architecture_key(k.name))) id += std::string(k.name) + " = " + k.get(r) + "\n";
   for (const auto& [key, value] : r.task_module->settings()) id += key + " = " + value + "\n";
   return id;
 }
