@@ -126,3 +126,41 @@ for (const c of cases) {
     }
   });
 }
+
+// Every model shipped in models/ as it is committed: a file whose architecture llama.cpp knows must load
+// there with llama.cpp's keys; the others (DiffusionGemma, a vocabulary-only file) are listed as skipped
+// with the reason, so a new shipped file cannot go untested silently.
+const llamaCppArchitectures = new Set(["llama", "llada", "dream", "qwen2", "gemma4"]);
+test("llama.cpp loads every shipped model whose architecture it knows", async (t) => {
+  const models = fs.readdirSync(path.join(source, "models")).filter((f) => f.endsWith(".gguf")).sort();
+  let loaded = 0;
+  for (const f of models) {
+    const file = path.join(source, "models", f);
+    const table = run("inspect", file);
+    const arch = (table.match(/general\.architecture\s+string\s+"([^"]*)"/) || [])[1];
+    if (!llamaCppArchitectures.has(arch)) {
+      t.diagnostic(`${f}: skipped (${arch === undefined ? "a vocabulary-only file" : `architecture ${arch}`})`);
+      continue;
+    }
+    // Learned absolute positions (the Sudoku model's 81 cells) are canvas's own: llama.cpp's graphs for
+    // these architectures have no such tensor and refuse the file on its tensor count.
+    if (/position_embd\.weight/.test(table)) {
+      await assert.rejects(llama.loadModel({modelPath: file}), undefined, `${f}: expected llama.cpp to refuse position_embd`);
+      t.diagnostic(`${f}: refused by llama.cpp as expected (position_embd.weight, learned positions)`);
+      continue;
+    }
+    const model = await llama.loadModel({modelPath: file});
+    try {
+      const md = model.fileInfo.metadata;
+      assert.equal(md.general.architecture, arch, f);
+      assert.equal(md.general.quantization_version, 2, f);
+      assert.ok(Number.isInteger(md.general.file_type), `${f}: general.file_type`);
+      assert.ok(model.tokenize("In the beginning", false).length > 0, f);
+      loaded += 1;
+    } finally {
+      await model.dispose();
+    }
+  }
+  assert.ok(loaded >= 2, `only ${loaded} shipped models loaded`);  // text-ar and text-masked
+  t.diagnostic(`${loaded} of ${models.length} shipped files loaded by llama.cpp`);
+});
