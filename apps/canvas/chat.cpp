@@ -92,6 +92,7 @@ int cmd_chat(int argc, char** argv) {
     };
   const bool interactive = isatty(STDIN_FILENO);
 
+  PrefixCache kept;  // K/V of the conversation's tokens, from turn to turn
   std::vector<ChatMessage> conversation;
   if (args.has("system")) conversation.push_back({"system", args.get("system", "")});
   auto first_turn_of = [&] { return size_t(!conversation.empty() && conversation[0].role == "system"); };
@@ -152,6 +153,7 @@ int cmd_chat(int argc, char** argv) {
     }
     conversation.push_back({"user", line});
     GenerationRequest turn = request;
+    turn.prefix_cache = &kept;  // the conversation so far is not encoded again
     int64_t dropped = 0;
     std::string skipped;
     while (true) {

@@ -204,12 +204,14 @@ std::string stats_line(const GenerationOutput& out, int threads) {
   if (out.mode == DecodeMode::Verify && out.encoder_passes > 0)
     canvases = ", " + std::to_string(out.encoder_passes) + " verify passes, " + std::to_string(out.accepted) + "/" +
                std::to_string(out.drafted) + " drafted tokens kept";
+  const std::string cached =
+      out.cached_prompt_tokens > 0 ? " (" + std::to_string(out.cached_prompt_tokens) + " cached)" : "";
   std::snprintf(buf, sizeof buf,
-                "[%s, %lld new tokens, finish %s, %lld passes, tokens_per_forward %.2f%s, prompt %lld tokens %.1f ms, "
+                "[%s, %lld new tokens, finish %s, %lld passes, tokens_per_forward %.2f%s, prompt %lld tokens%s %.1f ms, "
                 "decode %.1f ms, %.2f tokens/s, seed %llu, %s, %d threads]",
                 decode_mode_name(out.mode), (long long)out.tokens.size(), out.finish_reason.c_str(),
                 (long long)out.passes, out.tokens_per_forward(), canvases.c_str(), (long long)out.prompt.size(),
-                out.prompt_ms, out.decode_ms, out.tokens_per_second(), (unsigned long long)out.seed,
+                cached.c_str(), out.prompt_ms, out.decode_ms, out.tokens_per_second(), (unsigned long long)out.seed,
                 simd_level_name(simd_level()), threads);
   return buf;
 }

@@ -2,6 +2,7 @@
 #include "decode/ar.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -20,7 +21,10 @@ GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& pro
   // (encoder) rows predict the next token, as an AR model's do.
   const bool feed_mask = !c.shift_logits && !c.uniform_state;
   check(!feed_mask || c.mask_token >= 0, "model predicts unshifted logits but has no mask token");
-  KvCache cache(c, P + N + 1);
+  std::unique_ptr<KvCache> own;
+  int64_t reused = 0;
+  KvCache& cache = params.prefix_cache ? params.prefix_cache->acquire(model, prompt, P + N + 1, &reused)
+                                       : *(own = std::make_unique<KvCache>(c, P + N + 1));
   Rng rng(params.sampling.seed);
   GenerationResult result;
   result.prompt_tokens = P;
@@ -37,7 +41,7 @@ GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& pro
   }
 
   const double t0 = now_ms();
-  int64_t pos0 = 0;
+  int64_t pos0 = reused;  // the cached prompt tokens are not run again
   double t_first = 0;
   while (int64_t(generated.size()) < N) {
     // New rows: the prompt on the first pass, then the last generated token; plus a [MASK] if needed.
@@ -98,6 +102,10 @@ GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& pro
     if (callbacks.should_stop && callbacks.should_stop()) break;
   }
   const double t_end = now_ms();
+  // Every token but the last generated one has its K/V in the cache (an unshifted model's [MASK] row sits
+  // where the last one goes, and is overwritten when it is run).
+  if (params.prefix_cache) params.prefix_cache->keep(std::vector<int32_t>(tokens.begin(), tokens.end() - 1));
+  result.cached_prompt_tokens = reused;
   result.prompt_ms = t_first - t0;
   result.decode_ms = t_end - t_first;
   result.tokens = generated;

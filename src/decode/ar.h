@@ -5,6 +5,7 @@
 #include "core/thread_pool.h"
 #include "decode/constraint.h"
 #include "decode/events.h"
+#include "decode/prefix_cache.h"
 #include "decode/sampling.h"
 #include "model/model.h"
 
@@ -20,6 +21,9 @@ struct ArParams {
   // is allowed only where the text is complete, and generation ends once nothing may follow. Throws
   // Error when no text of the language fits max_new_tokens.
   const PrefixConstraint* constraint = nullptr;
+  // K/V kept between generations (a chat): the prompt's leading tokens found there are not run again,
+  // and the run leaves its own tokens' K/V there. Null: a cache of the run's own.
+  PrefixCache* prefix_cache = nullptr;
 };
 
 // For models whose row p predicts token p + 1 (AR models, Dream, and the causal encoder of a uniform-state

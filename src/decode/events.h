@@ -41,6 +41,7 @@ void run_forward(const DecodeCallbacks& callbacks, const Model& model, KvCache& 
 struct GenerationResult {
   std::vector<int32_t> tokens;  // generated ids (the whole generated region)
   int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // prompt tokens whose K/V came from a PrefixCache (not run again)
   int64_t passes = 0;           // forward passes that produced logits during decoding
   int64_t rows_computed = 0;    // token rows those passes ran through the model (the work they did)
   double prompt_ms = 0;         // time to the first decoder pass (prompt processing; 0 when fused)

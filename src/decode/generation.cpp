@@ -316,7 +316,7 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
     if (uniform) {
       const EntropyBoundParams p = uniform_params(r, n);
       canvas_length = p.canvas_length;
-      const EntropyBoundResult u = generate_uniform_state(model_, out.prompt, p, pool, callbacks);
+      const EntropyBoundResult u = generate_uniform_state(model_, out.prompt, p, pool, callbacks, r.prefix_cache);
       result = u;
       out.encoder_passes = u.encoder_passes;
       out.steps_per_canvas = u.steps_per_canvas;
@@ -349,6 +349,7 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
       p.max_new_tokens = n;
       p.sampling = r.sampling;
       p.stop_ids = stop_ids_;
+      p.prefix_cache = r.prefix_cache;
       result = generate_ar(model_, out.prompt, p, pool, callbacks);
       out.decode_tokens = std::max<int64_t>(0, int64_t(result.tokens.size()) - 1);  // the first comes with the prompt
     }
@@ -363,6 +364,7 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
   out.passes = result.passes;
   out.rows_computed = result.rows_computed;
   out.prompt_ms = result.prompt_ms;
+  out.cached_prompt_tokens = result.cached_prompt_tokens;
   out.decode_ms = std::max(0.0, result.decode_ms - callback_ms);
 
   out.text = stream.finish(out.region);

@@ -13,6 +13,7 @@
 #include "core/thread_pool.h"
 #include "decode/chat_template.h"
 #include "decode/events.h"
+#include "decode/prefix_cache.h"
 #include "decode/infill.h"
 #include "decode/json_schema.h"
 #include "decode/masked.h"
@@ -84,6 +85,9 @@ struct GenerationRequest {
   std::function<void(const Model&, KvCache&, const ForwardRequest&, ThreadPool*)> forward;
   // Polled before every pass; true abandons the run (finish_reason "cancelled").
   std::function<bool()> cancelled;
+  // K/V kept from one request to the next (a chat's turns): AR and uniform-state runs encode only the
+  // prompt tokens after those the cache holds, and leave theirs there. Null: nothing kept.
+  PrefixCache* prefix_cache = nullptr;
 };
 
 struct GenerationOutput {
@@ -107,6 +111,7 @@ struct GenerationOutput {
   std::vector<std::string> fills;  // infilling: each hole's text, in order
   int64_t filled_tokens = 0;       // infilling and schemas: canvas positions the model decided
   double prompt_ms = 0, decode_ms = 0;
+  int64_t cached_prompt_tokens = 0;  // prompt tokens whose K/V a PrefixCache held (not run again)
   uint64_t seed = 0;
 
   double tokens_per_forward() const { return passes > 0 ? double(tokens.size()) / double(passes) : 0.0; }

@@ -7,9 +7,17 @@
 namespace canvas {
 
 UniformStateSession::UniformStateSession(const Model& model, int64_t capacity, ThreadPool* pool)
-    : model_(model), cache_(model.config, capacity), pool_(pool) {
+    : model_(model), own_cache_(std::make_unique<KvCache>(model.config, capacity)), cache_(*own_cache_), pool_(pool) {
   check(model.config.uniform_state, "uniform-state decoding: model '" + model.config.arch +
                                         "' is not a uniform-state diffusion model");
+}
+
+UniformStateSession::UniformStateSession(const Model& model, KvCache& cache, std::vector<int32_t> tokens,
+                                         ThreadPool* pool)
+    : model_(model), cache_(cache), pool_(pool), cached_(int64_t(tokens.size())), cached_tokens_(std::move(tokens)) {
+  check(model.config.uniform_state, "uniform-state decoding: model '" + model.config.arch +
+                                        "' is not a uniform-state diffusion model");
+  check(cached_ <= cache.capacity(), "uniform-state decoding: more cached tokens than the cache holds");
 }
 
 void UniformStateSession::encode(const std::vector<int32_t>& tokens) {
@@ -27,6 +35,7 @@ void UniformStateSession::encode(const std::vector<int32_t>& tokens) {
   req.groups = groups_.data();
   run(req);
   cached_ += n;
+  cached_tokens_.insert(cached_tokens_.end(), tokens.begin(), tokens.end());
 }
 
 ForwardRequest canvas_forward_request(const ModelConfig& c, const std::vector<int32_t>& canvas, int64_t cached,
@@ -166,7 +175,7 @@ int64_t uniform_state_capacity(int64_t prompt_tokens, const EntropyBoundParams& 
 
 EntropyBoundResult generate_uniform_state(const Model& model, const std::vector<int32_t>& prompt,
                                           const EntropyBoundParams& params, ThreadPool* pool,
-                                          const DecodeCallbacks& callbacks) {
+                                          const DecodeCallbacks& callbacks, PrefixCache* prefix_cache) {
   const ModelConfig& c = model.config;
   const int64_t P = int64_t(prompt.size());
   const int64_t C = params.canvas_length;
@@ -176,16 +185,27 @@ EntropyBoundResult generate_uniform_state(const Model& model, const std::vector<
   check(c.context_length <= 0 || capacity <= c.context_length,
         "prompt (" + std::to_string(P) + " tokens) + " + std::to_string((capacity - P) / C) + " canvas(es) of " +
             std::to_string(C) + " exceed the model's context length " + std::to_string(c.context_length));
-  UniformStateSession session(model, capacity, pool);
+  int64_t reused = 0;
+  std::unique_ptr<UniformStateSession> made;
+  if (prefix_cache) {
+    KvCache& cache = prefix_cache->acquire(model, prompt, capacity, &reused);
+    made = std::make_unique<UniformStateSession>(
+        model, cache, std::vector<int32_t>(prompt.begin(), prompt.begin() + reused), pool);
+  } else {
+    made = std::make_unique<UniformStateSession>(model, capacity, pool);
+  }
+  UniformStateSession& session = *made;
   session.set_forward(callbacks.forward);
 
   const double t0 = now_ms();
-  session.encode(prompt);
+  session.encode(std::vector<int32_t>(prompt.begin() + reused, prompt.end()));
   const double t_prompt = now_ms();
   EntropyBoundParams run = params;
   if (run.left_context < 0) run.left_context = prompt.back();
   EntropyBoundResult result = generate_entropy_bound(session.hooks(), run, callbacks, pool);
   result.prompt_tokens = P;
+  result.cached_prompt_tokens = reused;
+  if (prefix_cache) prefix_cache->keep(session.cached_tokens());
   result.prompt_ms = t_prompt - t0;
   result.decode_ms = now_ms() - t_prompt;
   return result;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "decode/entropy_bound.h"
+#include "decode/prefix_cache.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 
@@ -27,6 +28,8 @@ class UniformStateSession {
  public:
   // capacity: the most positions the cache holds ([prompt ; committed canvases ; one canvas]).
   UniformStateSession(const Model& model, int64_t capacity, ThreadPool* pool);
+  // The same over a cache kept elsewhere (a PrefixCache) whose first `tokens` already hold their K/V.
+  UniformStateSession(const Model& model, KvCache& cache, std::vector<int32_t> tokens, ThreadPool* pool);
 
   void encode(const std::vector<int32_t>& tokens);
   // Writes [canvas.size() x vocab] logits into `logits` (resized). self_cond: [canvas.size() x vocab]
@@ -48,6 +51,7 @@ class UniformStateSession {
   void decode_rows(const std::vector<int32_t>& canvas, const std::vector<int32_t>& rows,
                    const std::vector<float>* self_cond, std::vector<float>& logits);
   int64_t cached() const { return cached_; }  // committed positions in the cache
+  const std::vector<int32_t>& cached_tokens() const { return cached_tokens_; }  // their tokens
   int64_t capacity() const { return cache_.capacity(); }
   // Hooks calling this session's decode, decode_stream and encode; the session must outlive them.
   DiffusionModelHooks hooks();
@@ -64,9 +68,11 @@ class UniformStateSession {
   bool self_conditioned() const;  // the model reads the previous step's distribution
 
   const Model& model_;
-  KvCache cache_;
+  std::unique_ptr<KvCache> own_cache_;
+  KvCache& cache_;
   ThreadPool* pool_;
   int64_t cached_ = 0;
+  std::vector<int32_t> cached_tokens_;
   std::vector<int32_t> groups_;
   std::unique_ptr<KvCache> canvas_kv_;  // decode_rows on a decoder model: the canvas's K/V
   std::vector<int32_t> row_tokens_, row_positions_;
@@ -85,9 +91,10 @@ int64_t uniform_state_capacity(int64_t prompt_tokens, const EntropyBoundParams& 
 
 // Encodes the prompt, then generates with generate_entropy_bound() through a UniformStateSession.
 // Throws Error when the prompt is empty or prompt + canvases exceed the model's context length.
-// prompt_ms covers the prompt's encoder pass; decode_ms the rest.
+// prompt_ms covers the prompt's encoder pass; decode_ms the rest. With a prefix_cache, the prompt's leading
+// tokens found there are not encoded again, and the run leaves its encoded tokens' K/V there.
 EntropyBoundResult generate_uniform_state(const Model& model, const std::vector<int32_t>& prompt,
                                           const EntropyBoundParams& params, ThreadPool* pool,
-                                          const DecodeCallbacks& callbacks = {});
+                                          const DecodeCallbacks& callbacks = {}, PrefixCache* prefix_cache = nullptr);
 
 }  // namespace canvas

@@ -1,6 +1,8 @@
 // KvCache storage.
 #include "model/kv_cache.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "model/config.h"
 
@@ -17,6 +19,24 @@ KvCache::KvCache(const ModelConfig& config, int64_t capacity) : capacity_(capaci
     v_.emplace_back(per_layer);
   }
   groups_.assign(size_t(capacity), 0);
+}
+
+void KvCache::grow(int64_t capacity, int64_t keep) {
+  check(capacity >= capacity_ && keep >= 0 && keep <= capacity_, "KvCache::grow: bad sizes");
+  check(backend_state == nullptr, "KvCache::grow: the cache's K/V live on a device");
+  if (capacity == capacity_) return;
+  for (size_t l = 0; l < k_.size(); ++l) {
+    const int64_t d = head_dim_[l], heads = int64_t(k_[l].size()) / (capacity_ * d);
+    for (std::vector<float>* side : {&k_[l], &v_[l]}) {
+      std::vector<float> grown(size_t(heads * capacity * d));
+      for (int64_t h = 0; h < heads; ++h)
+        std::copy(side->begin() + h * capacity_ * d, side->begin() + (h * capacity_ + keep) * d,
+                  grown.begin() + h * capacity * d);
+      side->swap(grown);
+    }
+  }
+  groups_.resize(size_t(capacity), 0);
+  capacity_ = capacity;
 }
 
 int64_t KvCache::bytes() const {

@@ -25,6 +25,9 @@ class KvCache {
   const float* values(int64_t layer) const { return v_[size_t(layer)].data(); }
   int32_t* groups() { return groups_.data(); }
   int64_t bytes() const;
+  // More positions, keeping the K/V and groups of positions [0, keep). Host caches only (throws when a
+  // backend holds the K/V).
+  void grow(int64_t capacity, int64_t keep);
   // A forward backend's own copy of this cache (e.g. its K/V in device memory, which then hold the K/V
   // instead of the host arrays here), created by the backend on first use and freed with the cache.
   std::shared_ptr<void> backend_state;
