@@ -11,6 +11,7 @@
 #include "decode/ar.h"
 #include "decode/prefix_cache.h"
 #include "decode/uniform_state.h"
+#include "decode/verify.h"
 #include "entropy_bound_test_util.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -102,6 +103,26 @@ TEST(PrefixCache, UniformStateTurnsEqualFreshRuns) {
   EXPECT_EQ(two.tokens, generate_uniform_state(m, second, p, &pool).tokens);
 }
 
+TEST(PrefixCache, VerifyTurnsEqualFreshRuns) {
+  const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
+  ThreadPool pool(2);
+  VerifyParams v;
+  v.max_new_tokens = 12;
+  v.draft_length = 3;
+  PrefixCache kept;
+  VerifyParams with_cache = v;
+  with_cache.prefix_cache = &kept;
+  const std::vector<int32_t> first = {2, 105, 17, 250, 33, 4, 198, 61, 77, 120, 9, 286};
+  const VerifyResult one = generate_verify(m, first, with_cache, &pool);
+  EXPECT_EQ(one.tokens, generate_verify(m, first, v, &pool).tokens);
+  std::vector<int32_t> second = first;
+  second.insert(second.end(), one.tokens.begin(), one.tokens.end());
+  for (int32_t t : {44, 97}) second.push_back(t);
+  const VerifyResult two = generate_verify(m, second, with_cache, &pool);
+  EXPECT_EQ(two.cached_prompt_tokens, int64_t(first.size() + one.tokens.size()) - 1);
+  EXPECT_EQ(two.tokens, generate_verify(m, second, v, &pool).tokens);
+}
+
 // canvas chat keeps the conversation's K/V: from the second turn on, the prompt's earlier turns are cached.
 TEST(CliChat, EachTurnEncodesOnlyItsNewTokens) {
   test::TempDir dir;
@@ -110,7 +131,7 @@ TEST(CliChat, EachTurnEncodesOnlyItsNewTokens) {
     std::ofstream out(input);
     for (int i = 0; i < 5; ++i) out << "Who was Moses, and what did he say unto the people?\n";
   }
-  for (const char* mode : {"ar", "diffusion"}) {
+  for (const char* mode : {"ar", "diffusion", "verify"}) {
     const auto r = test::run_canvas(std::string("chat --mode ") + mode + " -n 24 -t 2 -s 1 < " + input);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const std::regex stats("prompt (\\d+) tokens(?: \\((\\d+) cached\\))?");

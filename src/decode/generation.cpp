@@ -338,6 +338,7 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
       p.sampling = r.sampling;
       p.draft_temperature = defaults_.params.t_min;
       p.stop_ids = stop_ids_;
+      p.prefix_cache = r.prefix_cache;
       const VerifyResult v = generate_verify(model_, out.prompt, p, pool, callbacks);
       result = v;
       out.encoder_passes = v.encoder_passes;

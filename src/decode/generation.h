@@ -85,7 +85,7 @@ struct GenerationRequest {
   std::function<void(const Model&, KvCache&, const ForwardRequest&, ThreadPool*)> forward;
   // Polled before every pass; true abandons the run (finish_reason "cancelled").
   std::function<bool()> cancelled;
-  // K/V kept from one request to the next (a chat's turns): AR and uniform-state runs encode only the
+  // K/V kept from one request to the next (a chat's turns): AR, verify and uniform-state runs encode only the
   // prompt tokens after those the cache holds, and leave theirs there. Null: nothing kept.
   PrefixCache* prefix_cache = nullptr;
 };

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -90,7 +91,10 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
   check(std::isfinite(params.draft_temperature) && params.draft_temperature > 0, "the draft temperature must be > 0");
   const int64_t V = c.vocab;
   const bool sampled = params.sampling.temperature > 0.f;
-  KvCache cache(c, P + N + K + 2);
+  std::unique_ptr<KvCache> own;
+  int64_t reused = 0;
+  KvCache& cache = params.prefix_cache ? params.prefix_cache->acquire(model, prompt, P + N + K + 2, &reused)
+                                       : *(own = std::make_unique<KvCache>(c, P + N + K + 2));
   Rng rng(params.sampling.seed);                       // the verifier's draws (as generate_ar's)
   Rng draft_rng(params.sampling.seed ^ 0x9e3779b97f4a7c15ull);  // the drafter's noise and proposals
   VerifyResult result;
@@ -115,10 +119,11 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
 
   const double t0 = now_ms();
   std::vector<float> logits, draft_logits, self_cond;
-  causal_pass(model, cache, prompt, 0, logits, pool, callbacks);
+  causal_pass(model, cache, std::vector<int32_t>(prompt.begin() + reused, prompt.end()), reused, logits, pool,
+              callbacks);
   ++result.passes;
   const double t_first = now_ms();
-  commit(choose_token(&logits[size_t(P - 1) * size_t(V)], V, params.sampling, rng, recent_of()).token);
+  commit(choose_token(&logits[size_t(P - 1 - reused) * size_t(V)], V, params.sampling, rng, recent_of()).token);
   int64_t cached = P;  // positions whose K/V are final; the last generated token is not among them yet
   std::vector<int32_t> canvas, verify_tokens;
   std::vector<std::vector<double>> proposal;
@@ -201,6 +206,8 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
   result.prompt_ms = t_first - t0;
   result.decode_ms = now_ms() - t_first;
   result.tokens = generated;
+  result.cached_prompt_tokens = reused;
+  if (params.prefix_cache) params.prefix_cache->keep(std::vector<int32_t>(tokens.begin(), tokens.begin() + cached));
   return result;
 }
 

@@ -9,6 +9,7 @@
 
 #include "core/thread_pool.h"
 #include "decode/events.h"
+#include "decode/prefix_cache.h"
 #include "decode/sampling.h"
 #include "model/model.h"
 
@@ -24,6 +25,7 @@ struct VerifyParams {
   SamplingParams sampling;
   float draft_temperature = 1.f;  // sampling only: the proposal's temperature
   std::vector<int32_t> stop_ids;  // tokens that end generation (kept as the last token)
+  PrefixCache* prefix_cache = nullptr;  // K/V kept between generations (decode/prefix_cache.h)
 };
 
 struct VerifyResult : GenerationResult {
