@@ -19,6 +19,7 @@
 #include "decode/chat_template.h"
 #include "model/model.h"
 #include "generation_options.h"
+#include "line_editor.h"
 #include "io/json.h"
 #include "io/utf8.h"
 
@@ -91,6 +92,7 @@ int cmd_chat(int argc, char** argv) {
       std::fflush(stdout);
     };
   const bool interactive = isatty(STDIN_FILENO);
+  LineEditor editor(STDIN_FILENO, STDERR_FILENO);  // line editing and history on a terminal
 
   PrefixCache kept;  // K/V of the conversation's tokens, from turn to turn
   std::vector<ChatMessage> conversation;
@@ -102,12 +104,11 @@ int cmd_chat(int argc, char** argv) {
   request.cancelled = [] { return interrupted.load(); };
   std::string line;
   while (true) {
-    if (interactive) std::fputs("> ", stderr);
-    if (!std::getline(std::cin, line)) {
-      if (interactive) std::fputs("\n", stderr);  // Ctrl-D: leave the shell's prompt on a line of its own
+    if (!editor.read("> ", line)) {
+      if (interactive && !editor.interactive()) std::fputs("\n", stderr);  // Ctrl-D: a line of its own
       break;
     }
-    if (!line.empty() && line.back() == '\r') line.pop_back();
+    editor.add_history(line);
     if (line.empty()) continue;
     if (line[0] == '/') {
       const size_t space = line.find(' ');
