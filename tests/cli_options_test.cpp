@@ -669,8 +669,8 @@ TEST(CliChat, InterruptEndsTheReplyNotTheChat) {
     close(in[1]);
     close(err[0]);
     const std::string model = test::source_path("models/text-dg.gguf");
-    // Seed 1: a reply of 2,649 tokens (several seconds) before its EOS, so the interrupt lands inside it.
-    execl(CANVAS_BINARY, CANVAS_BINARY, "chat", "-m", model.c_str(), "-n", "3000", "-t", "1", "-s", "1",
+    // Seed 2: a reply that runs to the 3,000-token limit (several seconds), so the interrupt lands inside it.
+    execl(CANVAS_BINARY, CANVAS_BINARY, "chat", "-m", model.c_str(), "-n", "3000", "-t", "1", "-s", "2",
           static_cast<char*>(nullptr));
     _exit(127);
   }
