@@ -228,6 +228,38 @@ TEST(CliGenerate, PromptFromFileDashAndPipe) {
   EXPECT_TRUE(has(missing.output, "/nonexistent/prompt.txt")) << missing.output;
 }
 
+// Prompt input is bounded (kMaxPromptBytes, 16 MiB): an endless device, a huge sparse file or an endless
+// pipe ends at once with an error naming the limit; a directory is named as such; a FIFO is read with a
+// notice (and gives the same tokens as the file).
+TEST(CliGenerate, PromptInputIsBounded) {
+  test::TempDir dir;
+  const std::string base = "generate -m " + llada() + " -n 8 --json -t 1";
+  const auto started = std::chrono::steady_clock::now();
+  const auto zero = run_canvas(base + " -f /dev/zero");
+  EXPECT_EQ(zero.exit_code, 1);
+  EXPECT_TRUE(has(zero.output, "longer than 16 MiB (kMaxPromptBytes)")) << zero.output;
+  EXPECT_TRUE(has(zero.output, "not a regular file")) << zero.output;
+  const std::string sparse = dir.path("sparse.txt");
+  ASSERT_EQ(truncate((std::ofstream(sparse), sparse.c_str()), off_t(4) << 30), 0);
+  const auto huge = run_canvas(base + " -f " + sparse);
+  EXPECT_EQ(huge.exit_code, 1);
+  EXPECT_TRUE(has(huge.output, "more than 16 MiB (kMaxPromptBytes)")) << huge.output;
+  const auto piped = run_canvas("generate -m " + llada() + " -n 8 -t 1 < /dev/zero");
+  EXPECT_EQ(piped.exit_code, 1);
+  EXPECT_TRUE(has(piped.output, "the prompt on stdin is longer than 16 MiB")) << piped.output;
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
+  const auto directory = run_canvas(base + " -f " + dir.path(""));
+  EXPECT_EQ(directory.exit_code, 1);
+  EXPECT_TRUE(has(directory.output, "is a directory")) << directory.output;
+  const std::string fifo = dir.path("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  // A writer in the background (the shell runs it before canvas), canvas reading the FIFO.
+  const auto fed = run_canvas(base + " -f " + fifo, true, "(echo 'In the beginning' > " + fifo + ") &");
+  EXPECT_TRUE(has(fed.output, "a FIFO: waiting for a writer")) << fed.output;
+  EXPECT_EQ(json_tokens(fed.output.substr(fed.output.find('{'))),
+            json_tokens(run_canvas(base + " -p 'In the beginning'", false).output));
+}
+
 TEST(CliGenerate, StopStringEndsTheTextAndTheGeneration) {
   const std::string base =
       "generate -m " + test::source_path("models/text-ar.gguf") + " -p 'And God said' -n 40 -t 1";

@@ -19,6 +19,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "device.h"
+#include "io/input_file.h"
 #include "io/utf8.h"
 
 namespace canvas::cli {
@@ -164,10 +165,8 @@ TextModel load_text_model(const Args& args, const std::string& default_model, co
 
 namespace {
 
-std::string read_stream(std::istream& in) {
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
+// The text without one trailing newline (as a file or a pipe usually ends).
+std::string without_final_newline(std::string text) {
   if (!text.empty() && text.back() == '\n') text.pop_back();
   if (!text.empty() && text.back() == '\r') text.pop_back();
   return text;
@@ -178,16 +177,14 @@ std::string read_stream(std::istream& in) {
 std::string read_prompt(const Args& args, const std::string& help_command) {
   check(!(args.has("prompt") && args.has("file")), "give one of -p TEXT and -f FILE, not both");
   if (args.has("file")) {
-    const std::string path = args.get("file", "");
-    std::ifstream in(path, std::ios::binary);
-    check(bool(in), "cannot open prompt file " + path);
-    return read_stream(in);
+    return without_final_newline(
+        read_file_bounded(args.get("file", ""), kMaxPromptBytes, "prompt file", "kMaxPromptBytes"));
   }
   if (args.has("prompt") && args.get("prompt", "") != "-") return args.get("prompt", "");
   const bool asked = args.has("prompt");  // -p -
   check(asked || !isatty(STDIN_FILENO),
         "no prompt given (-p TEXT, -f FILE, or text piped into stdin); see " + help_command + " --help");
-  std::string text = read_stream(std::cin);
+  std::string text = without_final_newline(read_bounded(std::cin, kMaxPromptBytes, "the prompt on stdin", "kMaxPromptBytes"));
   check(!text.empty() || asked, "no prompt given (-p TEXT, -f FILE, or text piped into stdin; stdin was empty); see " +
                                     help_command + " --help");
   return text;

@@ -1,0 +1,52 @@
+// Bounded reads of input files.
+#include "io/input_file.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
+#include <vector>
+
+#include "core/error.h"
+
+namespace canvas {
+
+namespace {
+
+std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+}  // namespace
+
+std::string read_bounded(std::istream& in, size_t max_bytes, const std::string& what, const std::string& limit_name) {
+  std::string text;
+  std::vector<char> chunk(size_t(1) << 16);
+  while (in) {
+    in.read(chunk.data(), std::streamsize(chunk.size()));
+    const size_t got = size_t(in.gcount());
+    check(text.size() + got <= max_bytes,
+          what + " is longer than " + mib(max_bytes) + " (" + limit_name + "): not read further");
+    text.append(chunk.data(), got);
+  }
+  check(!in.bad(), what + ": read error");
+  return text;
+}
+
+std::string read_file_bounded(const std::string& path, size_t max_bytes, const std::string& what,
+                              const std::string& limit_name) {
+  struct stat st {};
+  check(::stat(path.c_str(), &st) == 0, what + " " + path + " does not exist or cannot be read");
+  check(!S_ISDIR(st.st_mode), what + " " + path + " is a directory, not a file");
+  if (S_ISREG(st.st_mode)) {
+    check(uint64_t(st.st_size) <= max_bytes, what + " " + path + " has " + std::to_string(st.st_size) +
+                                                 " bytes, more than " + mib(max_bytes) + " (" + limit_name + ")");
+  } else {
+    std::fprintf(stderr, "canvas: %s %s is not a regular file (%s); reading it as a stream, at most %s\n",
+                 what.c_str(), path.c_str(), S_ISFIFO(st.st_mode) ? "a FIFO: waiting for a writer" : "a device or socket",
+                 mib(max_bytes).c_str());
+  }
+  std::ifstream in(path, std::ios::binary);
+  check(bool(in), "cannot open " + what + " " + path);
+  return read_bounded(in, max_bytes, what + " " + path, limit_name);
+}
+
+}  // namespace canvas

@@ -1,0 +1,24 @@
+// Reading whole input files (prompts, corpora) with a bound: no file, stream or device can make canvas
+// allocate without limit or wait without a word.
+#pragma once
+#include <cstddef>
+#include <istream>
+#include <string>
+
+namespace canvas {
+
+// The most bytes a prompt may have (-f FILE, -p -, stdin): 16 MiB, some 4 million tokens of text, far
+// beyond any context canvas runs.
+inline constexpr size_t kMaxPromptBytes = size_t(16) << 20;
+
+// Reads `in` to its end, at most max_bytes; more throws Error naming `what` and the limit (`limit_name`,
+// e.g. "kMaxPromptBytes").
+std::string read_bounded(std::istream& in, size_t max_bytes, const std::string& what, const std::string& limit_name);
+
+// Reads the file at `path` with that bound. A regular file larger than max_bytes is refused before it is
+// read; a directory or a missing file is an Error naming it; anything else (a FIFO, /dev/stdin, a device)
+// is read as a stream up to the bound, after a notice on stderr that says so (a FIFO waits for a writer).
+std::string read_file_bounded(const std::string& path, size_t max_bytes, const std::string& what,
+                              const std::string& limit_name);
+
+}  // namespace canvas
