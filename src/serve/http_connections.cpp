@@ -652,12 +652,15 @@ void HttpConnections::close_connection(Connection& c) {
 }
 
 bool HttpConnections::evict_one() {
+  // Closing ones first, then those waiting for a request, then those still sending an answer; the one that
+  // has waited longest among them.
+  auto rank = [](const Connection& c) {
+    return c.phase == Connection::Phase::Lingering ? 0 : c.phase == Connection::Phase::Reading ? 1 : 2;
+  };
   Connection* victim = nullptr;
   for (auto& [fd, c] : connections_) {
     if (c->phase == Connection::Phase::Busy) continue;
-    const bool lingering = c->phase == Connection::Phase::Lingering;
-    if (!victim || (lingering && victim->phase != Connection::Phase::Lingering) ||
-        (lingering == (victim->phase == Connection::Phase::Lingering) && c->since < victim->since))
+    if (!victim || rank(*c) < rank(*victim) || (rank(*c) == rank(*victim) && c->since < victim->since))
       victim = c.get();
   }
   if (!victim) return false;
