@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -271,6 +272,40 @@ TEST(HttpFraming, MalformedAndOversizedRequestsAreRefused) {
   EXPECT_EQ(failure_of("GET / HTTP/1.1\r\nHost: a\r\nX: " + std::string(20000, 'a') + "\r\n\r\n"), 431);
   EXPECT_EQ(failure_of("GET / HTTP/1.1\r\nHost: a\r\nX: " + std::string(20000, 'a')), 431);  // no end yet
   EXPECT_EQ(failure_of("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"), 400);
+}
+
+// Random damage to valid requests, fed whole and cut anywhere: the same requests or the same failure.
+TEST(HttpFraming, WhereTheBytesAreCutChangesNothing) {
+  const std::vector<std::string> seeds = {
+      "GET /health HTTP/1.1\r\nHost: a\r\n\r\nPOST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc",
+      "POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3;e\r\nabc\r\n0\r\nT: 1\r\n\r\n"
+      "GET / HTTP/1.0\n\n",
+      "\r\n\r\nPUT /y HTTP/1.1\nHost: b\nExpect: 100-continue\nContent-Length: 1\n\nz"};
+  ConnectionLimits limits;
+  limits.head_limit = 96;
+  limits.body_limit = 8;
+  std::mt19937 rng(7);
+  auto outcome = [&](const std::string& bytes, size_t step) {
+    RequestReader::Status last;
+    int failure = 0;
+    std::string out;
+    for (const FramedRequest& r : frame(bytes, step, last, &failure, limits)) out += r.text() + "|";
+    return out + std::to_string(failure);
+  };
+  const char alphabet[] = "\r\n :;0aF-";
+  for (int i = 0; i < 3000; ++i) {
+    std::string bytes = seeds[size_t(i) % seeds.size()];
+    for (int k = int(rng() % 4); k >= 0; --k) {
+      const size_t at = rng() % (bytes.size() + 1);
+      const unsigned what = rng() % 3;
+      if (what == 0) bytes.insert(at, 1, alphabet[rng() % (sizeof alphabet - 1)]);
+      else if (what == 1 && at < bytes.size()) bytes.erase(at, 1);
+      else if (what == 2) bytes.insert(at, std::string(rng() % 120, 'x'));
+    }
+    const std::string whole = outcome(bytes, bytes.size());
+    for (size_t step : {size_t(1), size_t(2), size_t(5), size_t(13)})
+      ASSERT_EQ(outcome(bytes, step), whole) << "step " << step << " of " << json(bytes).dump();
+  }
 }
 
 TEST(HttpFraming, CompressedBodiesAreLimitedWhenDecompressed) {

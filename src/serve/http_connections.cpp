@@ -248,20 +248,19 @@ RequestReader::Status RequestReader::advance(std::string& in) {
             end = p + 3;
           if (end != std::string::npos) break;
         }
+        // Too large: 414 when the request line alone is over the target limit, else 431 (the same answer
+        // whether the head has ended yet or not).
+        auto too_large = [&] {
+          const size_t line_end = in.find('\n');
+          return (line_end == std::string::npos ? in.size() : line_end) > kTargetLimit
+                     ? fail(414, "the request line is longer than 8 KiB")
+                     : fail(431, "the request head is larger than " + std::to_string(limits_.head_limit) + " bytes");
+        };
         if (end == std::string::npos) {
           scanned_ = p == std::string::npos ? in.size() : p;
-          if (in.size() > limits_.head_limit) {
-            const bool no_line = in.find('\n') == std::string::npos;
-            return no_line && in.size() > kTargetLimit
-                       ? fail(414, "the request line is longer than 8 KiB")
-                       : fail(431, "the request head is larger than " + std::to_string(limits_.head_limit) +
-                                       " bytes");
-          }
-          return Status::NeedMore;
+          return in.size() > limits_.head_limit ? too_large() : Status::NeedMore;
         }
-        if (end > limits_.head_limit)
-          return fail(431,
-                      "the request head is larger than " + std::to_string(limits_.head_limit) + " bytes");
+        if (end > limits_.head_limit) return too_large();
         const std::string head = in.substr(0, end);
         in.erase(0, end);
         if (parse_head(head) == Status::Failed) return Status::Failed;
@@ -279,11 +278,9 @@ RequestReader::Status RequestReader::advance(std::string& in) {
       }
       case State::ChunkSize: {
         const size_t p = in.find('\n');
-        if (p == std::string::npos) {
-          if (in.size() > kChunkLineLimit)
-            return fail(400, "malformed chunked body (a chunk-size line over 1 KiB)");
-          return Status::NeedMore;
-        }
+        if (p == std::string::npos ? in.size() > kChunkLineLimit : p > kChunkLineLimit)
+          return fail(400, "malformed chunked body (a chunk-size line over 1 KiB)");
+        if (p == std::string::npos) return Status::NeedMore;
         std::string line = in.substr(0, p);
         in.erase(0, p + 1);
         if (!line.empty() && line.back() == '\r') line.pop_back();
