@@ -39,7 +39,7 @@ for i in $(seq 1 "$replicas"); do
   pids+=($!)
   rport=""
   for _ in $(seq 1 600); do
-    rport="$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$dir/replica$i.log")"
+    rport="$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$dir/replica$i.log" 2>/dev/null || true)"
     [ -n "$rport" ] && break
     sleep 0.05
   done

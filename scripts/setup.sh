@@ -3,7 +3,7 @@
 # in ./build. Safe to run again (it only rebuilds what changed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-packages=(build-essential clang cmake ccache libgtest-dev libbenchmark-dev libopenblas-dev nlohmann-json3-dev libcpp-httplib-dev
+packages=(build-essential clang cmake ccache libgtest-dev libbenchmark-dev libopenblas-dev nlohmann-json3-dev libcpp-httplib-dev zlib1g-dev
           qqwing bible-kjv fortunes chromium nginx-light curl python3-jsonschema)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -56,7 +56,8 @@ struct CommandFlags {
 const std::vector<CommandFlags>& commands() {
   static const std::vector<CommandFlags> all = {
       {"train", {"--config", "--out", "--steps", "--stop-after", "-t", "--threads", "--force"}},
-      {"serve", {"-m", "--model", "--host", "--port", "--parallel", "--queue", "--mode", "--api-key", "--device"}},
+      {"serve", {"-m", "--model", "--host", "--port", "--parallel", "--queue", "--mode", "--api-key", "--device",
+                 "--allowed-hosts", "--cors", "--max-connections"}},
       {"tokenize", {"-m", "--model", "-p", "--prompt", "-f", "--file", "--json", "--bos"}},
       {"detokenize", {"-m", "--model", "--ids"}},
       {"bench",

@@ -157,6 +157,14 @@ TEST(ServeCli, ApiKeyIsRequiredWhenSet) {
   auto health = server.client().Get("/health");  // load balancers probe without a key
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(json::parse(health->body), json({{"status", "ok"}}));  // the details are for key holders
+  health = server.client().Get("/health", {{"Authorization", "Bearer sesame"}});
+  ASSERT_TRUE(health);
+  EXPECT_TRUE(json::parse(health->body).contains("running")) << health->body;
+  // With a key, any Host name may reach the server (a proxy's name, say): the key guards it.
+  auto proxied = server.client().Get("/health", {{"Host", "canvas.internal"}});
+  ASSERT_TRUE(proxied);
+  EXPECT_EQ(proxied->status, 200);
 }
 
 // One slot, no queue: while a long stream holds the slot, another request gets 503 + Retry-After; when

@@ -2,19 +2,24 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "args.h"
 #include "commands.h"
-#include "device.h"
 #include "core/error.h"
+#include "decode/text_model.h"
+#include "device.h"
 #include "model/model.h"
 #include "serve/engine.h"
 #include "serve/http_server.h"
-#include "decode/text_model.h"
 
 namespace canvas::cli {
 
@@ -23,7 +28,8 @@ namespace {
 const Command kServe{
     "serve",
     "canvas serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue N]\n"
-    "                    [--mode auto|diffusion|ar|verify] [--api-key KEY]",
+    "                    [--mode auto|diffusion|ar|verify] [--api-key KEY] [--allowed-hosts NAMES]\n"
+    "                    [--cors ORIGIN] [--max-connections N]",
     R"(Serves a model over HTTP with OpenAI's API: POST /v1/completions, POST /v1/chat/completions (messages
 in the model's chat format, as canvas chat renders them), GET /v1/models, GET /health (200 when ready, 503 while
 loading or stopping), and a web page at / that draws the canvas live as it is denoised. The decoding
@@ -36,7 +42,8 @@ cache, mode, canvas_draft). docs/serving.md has the details and measurements.)",
         {"--host", "HOST", "address to listen on (default 127.0.0.1: this machine only)"},
         {"--port", "N", "TCP port (default 8080; 0: any free port, printed at start)"},
         {"--device", "NAME", kDeviceHelp},
-        {"--parallel", "N", "requests decoded at once, their steps batched (default: 4, or 2 x the cores if more)"},
+        {"--parallel", "N",
+         "requests decoded at once, their steps batched (default: 4, or 2 x the cores if more)"},
         {"--queue", "N", "requests waiting for a slot beyond those; more get 503 + Retry-After (default 64)"},
         {"--mode", "MODE",
          "auto (default for models with both modes: diffusion or AR per request, by a cost\n"
@@ -44,15 +51,53 @@ cache, mode, canvas_draft). docs/serving.md has the details and measurements.)",
          "decoder drafts, AR verifies: AR's text). A request's\n"
          "\"mode\" field overrides it."},
         {"--api-key", "KEY", "require \"Authorization: Bearer KEY\" on /v1/* (401 otherwise)"},
+        {"--allowed-hosts", "NAMES",
+         "comma-separated Host names accepted beside the bound address (\"*\": any); without\n"
+         "--api-key other Host headers get 403 (DNS rebinding)",
+         true},
+        {"--cors", "ORIGIN",
+         "let browser pages of ORIGIN (e.g. http://localhost:3000; \"*\": any; comma-separated)\n"
+         "call the server; other cross-origin requests get 403 (default: none)",
+         true},
+        {"--max-connections", "N",
+         "open connections (default 1024, cut to the file limit); at the limit a new one\n"
+         "replaces the connection waiting longest"},
     },
-    "SIGTERM or SIGINT: stop taking requests, let running ones finish (up to 5 s, then cancel them), exit 0."};
+    "SIGTERM or SIGINT: new and queued requests get 503 + Retry-After, running ones may finish for 4 s,\n"
+    "then are cancelled (finish_reason \"cancelled\"); the process exits 0 within 5 s.\n"
+    "docs/serving.md: connection limits and deadlines, threads, the Host / Origin rules."};
+
+// Shutdown: running requests may finish until kFinishMs after the signal; every connection is closed by
+// kCloseMs; the process is gone by kExitMs (a watchdog ends it there if a forward pass still runs).
+constexpr int64_t kFinishMs = 4000, kCloseMs = 4800, kExitMs = 5000;
+
+std::vector<std::string> comma_list(const std::vector<std::string>& values) {
+  std::vector<std::string> out;
+  for (const std::string& value : values) {
+    for (size_t at = 0; at <= value.size();) {
+      size_t comma = value.find(',', at);
+      if (comma == std::string::npos) comma = value.size();
+      std::string item = value.substr(at, comma - at);
+      while (!item.empty() && item.back() == ' ') item.pop_back();
+      while (!item.empty() && item.front() == ' ') item.erase(0, 1);
+      if (!item.empty()) out.push_back(item);
+      at = comma + 1;
+    }
+  }
+  return out;
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
 
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
   if (print_help_if_asked(kServe, argc, argv)) return 0;
   Args args(kServe, argc, argv, 2);
-  check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
+  check(args.positional().empty(),
+        "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
   const std::string model_path =
       args.has("model") ? args.get("model", "") : shipped_model_path(kDefaultTextModel, "canvas serve");
   const int64_t port = args.get_int("port", 8080);
@@ -61,7 +106,8 @@ int cmd_serve(int argc, char** argv) {
   serve::EngineOptions engine_options;
   engine_options.parallel = args.get_int("parallel", std::max<int64_t>(4, 2 * cores));
   engine_options.queue = args.get_int("queue", 64);
-  check(engine_options.parallel >= 1 && engine_options.parallel <= 1024, "--parallel must be between 1 and 1024");
+  check(engine_options.parallel >= 1 && engine_options.parallel <= 1024,
+        "--parallel must be between 1 and 1024");
   check(engine_options.queue >= 0 && engine_options.queue <= 100000, "--queue must be between 0 and 100000");
   engine_options.default_mode = serve::parse_decode_mode(args.get("mode", "auto"));
   check(!args.has("api-key") || !args.get("api-key", "").empty(), "--api-key must not be empty");
@@ -78,7 +124,18 @@ int cmd_serve(int argc, char** argv) {
   options.host = args.get("host", "127.0.0.1");
   options.port = int(port);
   options.api_key = args.get("api-key", "");
+  // Every request that waits for a generation holds a thread: running + queued ones, and 8 more.
   options.http_threads = int(engine_options.parallel + engine_options.queue + 8);
+  const int64_t max_connections = args.get_int("max-connections", 1024);
+  check(max_connections >= 1 && max_connections <= 1000000,
+        "--max-connections must be between 1 and 1000000");
+  options.max_connections = size_t(max_connections);
+  options.allowed_hosts = comma_list(args.get_all("allowed-hosts"));
+  options.cors_origins = comma_list(args.get_all("cors"));
+  for (const std::string& origin : options.cors_origins)
+    check(origin == "*" || origin.find("://") != std::string::npos,
+          "--cors takes origins such as http://localhost:3000 (scheme://host[:port]) or *, not '" + origin +
+              "'");
   {
     const size_t slash = model_path.find_last_of('/');
     options.model_name = slash == std::string::npos ? model_path : model_path.substr(slash + 1);
@@ -87,8 +144,13 @@ int cmd_serve(int argc, char** argv) {
   std::string error;
   check(server.bind(error), error);
   std::thread http([&] { server.serve(); });
-  std::fprintf(stderr, "canvas serve: listening on http://%s:%d/ (loading %s)\n", options.host.c_str(), server.port(),
-               model_path.c_str());
+  std::fprintf(stderr, "canvas serve: listening on http://%s:%d/ (loading %s; at most %zu connections)\n",
+               options.host.c_str(), server.port(), model_path.c_str(), server.max_connections());
+  if (options.api_key.empty() && !is_loopback(options.host))
+    std::fprintf(stderr,
+                 "canvas serve: warning: no --api-key, and %s is reachable beyond this machine: anyone who "
+                 "can reach it can use the model\n",
+                 options.host.c_str());
 
   std::unique_ptr<serve::Engine> engine;
   try {
@@ -106,20 +168,42 @@ int cmd_serve(int argc, char** argv) {
     check(engine->has_ar() || engine_options.default_mode != serve::DecodeMode::Ar,
           "--mode ar: model '" + c.arch + "' cannot decode autoregressively");
     server.set_engine(engine.get());
-    std::fprintf(stderr, "canvas serve: ready: %s (%s), --parallel %lld, --queue %lld, --mode %s; cost model: %s\n",
+    std::fprintf(stderr,
+                 "canvas serve: ready: %s (%s), --parallel %lld, --queue %lld, --mode %s; cost model: %s\n",
                  options.model_name.c_str(), c.arch.c_str(), (long long)engine_options.parallel,
                  (long long)engine_options.queue, serve::decode_mode_name(engine_options.default_mode),
                  engine->cost_model().describe().c_str());
 
     int received = 0;
     sigwait(&signals, &received);
-    std::fprintf(stderr, "canvas serve: %s: finishing running requests\n", received == SIGTERM ? "SIGTERM" : "SIGINT");
-    server.stop(5000);
+    std::fprintf(stderr, "canvas serve: %s: finishing running requests (cancelled after %.0f s)\n",
+                 received == SIGTERM ? "SIGTERM" : "SIGINT", kFinishMs / 1000.0);
+    const auto signalled = std::chrono::steady_clock::now();
+    std::mutex stopped_mutex;
+    std::condition_variable stopped_cv;
+    bool stopped = false;
+    std::thread watchdog([&] {
+      std::unique_lock<std::mutex> lock(stopped_mutex);
+      if (!stopped_cv.wait_until(lock, signalled + std::chrono::milliseconds(kExitMs),
+                                 [&] { return stopped; })) {
+        std::fprintf(stderr,
+                     "canvas serve: still stopping after %.0f s (a forward pass is running); exiting now\n",
+                     kExitMs / 1000.0);
+        std::_Exit(1);
+      }
+    });
+    server.stop(kFinishMs, kCloseMs);
     http.join();
     engine->shutdown(true);
     engine.reset();
+    {
+      std::lock_guard<std::mutex> lock(stopped_mutex);
+      stopped = true;
+    }
+    stopped_cv.notify_all();
+    watchdog.join();
   } catch (...) {
-    server.stop(0);
+    server.stop(0, 0);
     http.join();
     throw;
   }

@@ -89,15 +89,12 @@ std::string Generator::mode_notice(DecodeMode mode) const {
 std::vector<int32_t> Generator::prompt_of(const GenerationRequest& r) const {
   if (!r.prompt.empty()) return r.prompt;
   canvas::check(tokenizer_ != nullptr, "this generator has no tokenizer: give the prompt as token ids");
-  if (!r.messages.empty()) {
+  if (!r.messages.empty() || r.chat) {
     canvas::check(chat_ != nullptr, "this generator has no chat format");
-    return tokenizer_->encode(chat_->render(r.messages), chat_->add_bos);
+    return chat_->encode(*tokenizer_, r.messages.empty() ? std::vector<ChatMessage>{{"user", r.text}} : r.messages,
+                         r.parse_special.value_or(false));
   }
-  if (r.chat) {
-    canvas::check(chat_ != nullptr, "this generator has no chat format");
-    return tokenizer_->encode(chat_->render({{"user", r.text}}), chat_->add_bos);
-  }
-  return tokenizer_->encode(r.text, true);
+  return tokenizer_->encode(r.text, true, r.parse_special.value_or(true));
 }
 
 int64_t Generator::new_tokens_of(const GenerationRequest& r, int64_t prompt_tokens, bool* clipped) const {

@@ -38,6 +38,11 @@ struct GenerationRequest {
   bool chat = false;
   std::vector<ChatMessage> messages;
 
+  // Special-token text the client wrote (e.g. "<|turn>"): parsed as special tokens, or encoded as the
+  // characters it is. Unset: message contents (and `text` with `chat`) are plain, so a client cannot open
+  // or close turns, while a plain `text` prompt is parsed (it is the whole prompt, markers and all).
+  std::optional<bool> parse_special;
+
   DecodeMode mode = DecodeMode::Auto;
   // 0: the default (a uniform-state model's max_new_tokens, else 64), cut to what the context leaves.
   int64_t max_new_tokens = 0;

@@ -74,8 +74,8 @@ GenerationOutput Generator::run_fill(const GenerationRequest& r, ThreadPool* poo
     std::vector<int32_t> prompt = bos;
     if (r.chat || !r.messages.empty()) {
       canvas::check(chat_ != nullptr, "this generator has no chat format");
-      prompt = tokenizer_->encode(chat_->render(r.messages.empty() ? std::vector<ChatMessage>{{"user", r.text}} : r.messages),
-                                  chat_->add_bos);
+      prompt = chat_->encode(*tokenizer_, r.messages.empty() ? std::vector<ChatMessage>{{"user", r.text}} : r.messages,
+                             r.parse_special.value_or(false));
     } else {
       const std::vector<int32_t> body = tokenizer_->encode(r.text, false);
       prompt.insert(prompt.end(), body.begin(), body.end());

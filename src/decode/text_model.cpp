@@ -52,6 +52,12 @@ std::string turn_end_of(const std::string& tmpl) {
   return "";
 }
 
+// What a template's `| trim` leaves of a text.
+std::string trim_like_jinja(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t\r\n");
+  return a == std::string::npos ? "" : s.substr(a, s.find_last_not_of(" \t\r\n") - a + 1);
+}
+
 ChatFormat builtin_format(const std::string& name) {
   ChatFormat f;
   f.name = name;
@@ -171,29 +177,133 @@ std::string ChatFormat::render(const std::vector<ChatMessage>& messages) const {
     return render_chat_template(jinja, in);
   }
   std::string out;
-  std::string pending_system;  // Gemma (2/3) has no system role: it prefixes the first user turn
+  for (const ChatPiece& piece : render_pieces(messages)) out += piece.text;
+  return out;
+}
+
+std::vector<ChatPiece> ChatFormat::render_pieces(const std::vector<ChatMessage>& messages) const {
+  std::vector<ChatPiece> out;
+  auto text = [&](const std::string& s) {
+    if (s.empty()) return;
+    if (!out.empty() && out.back().message < 0) out.back().text += s;
+    else out.push_back({s, -1});
+  };
+  auto content = [&](size_t i) { out.push_back({messages[i].content, int64_t(i)}); };
+  if (!jinja.empty()) {
+    // The template rendered over numbered marks in place of the contents, then cut at the marks. The
+    // marks use control characters no template writes and no trim removes.
+    const std::string open = "\x02" "canvas-message-", close = "\x03";
+    ChatTemplateInputs in;
+    in.messages = messages;
+    for (size_t i = 0; i < messages.size(); ++i) in.messages[i].content = open + std::to_string(i) + close;
+    in.bos_token = bos;
+    in.eos_token = eos;
+    const std::string rendered = render_chat_template(jinja, in);
+    size_t at = 0;
+    for (size_t mark = rendered.find(open); mark != std::string::npos; mark = rendered.find(open, at)) {
+      const size_t end = rendered.find(close, mark);
+      const std::string digits = rendered.substr(mark + open.size(), end - mark - open.size());
+      if (end == std::string::npos || digits.empty() || digits.size() > 9 ||
+          digits.find_first_not_of("0123456789") != std::string::npos || std::stoul(digits) >= messages.size())
+        break;  // not a whole mark: the rest is template text
+      text(rendered.substr(at, mark - at));
+      content(std::stoul(digits));
+      at = end + close.size();
+    }
+    text(rendered.substr(at));
+    return out;
+  }
   const bool gemma = name == "gemma4" || name == "gemma";
-  for (const ChatMessage& m : messages) {
+  if (gemma) text("<bos>");
+  int64_t pending_system = -1;  // Gemma (2/3) has no system role: it prefixes the first user turn
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
     const std::string role = m.role == "assistant" ? (gemma ? "model" : "assistant") : m.role;
     if (name == "gemma4") {
-      out += "<|turn>" + role + "\n" + m.content + "<turn|>\n";
+      text("<|turn>" + role + "\n");
+      content(i);
+      text("<turn|>\n");
     } else if (name == "gemma") {
       if (role == "system") {
-        pending_system = m.content + "\n\n";
+        pending_system = int64_t(i);
         continue;
       }
-      out += "<start_of_turn>" + role + "\n" + pending_system + m.content + "<end_of_turn>\n";
-      pending_system.clear();
+      text("<start_of_turn>" + role + "\n");
+      if (pending_system >= 0) {
+        content(size_t(pending_system));
+        text("\n\n");
+        pending_system = -1;
+      }
+      content(i);
+      text("<end_of_turn>\n");
     } else if (name == "chatml") {
-      out += "<|im_start|>" + role + "\n" + m.content + "<|im_end|>\n";
+      text("<|im_start|>" + role + "\n");
+      content(i);
+      text("<|im_end|>\n");
     } else {  // llama3
-      out += "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
+      text("<|start_header_id|>" + role + "<|end_header_id|>\n\n");
+      content(i);
+      text("<|eot_id|>");
     }
   }
-  if (name == "gemma4") return "<bos>" + out + "<|turn>model\n";
-  if (name == "gemma") return "<bos>" + out + "<start_of_turn>model\n";
-  if (name == "chatml") return out + "<|im_start|>assistant\n";
-  return out + "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  if (name == "gemma4") text("<|turn>model\n");
+  else if (name == "gemma") text("<start_of_turn>model\n");
+  else if (name == "chatml") text("<|im_start|>assistant\n");
+  else text("<|start_header_id|>assistant<|end_header_id|>\n\n");
+  return out;
+}
+
+std::vector<int32_t> ChatFormat::encode(const TextTokenizer& tokenizer, const std::vector<ChatMessage>& messages,
+                                        bool parse_special) const {
+  // Only contents that special parsing would read differently need keeping apart; the others stay in the
+  // template's text, so a conversation without such text encodes exactly as its rendering always has.
+  std::vector<bool> guarded(messages.size(), false);
+  bool any = false;
+  for (size_t i = 0; i < messages.size() && !parse_special; ++i) {
+    const std::string& c = messages[i].content;
+    guarded[i] = tokenizer.encode(c, false, true) != tokenizer.encode(c, false, false);
+    any = any || guarded[i];
+  }
+  if (!any) return tokenizer.encode(render(messages), add_bos);
+  std::vector<ChatPiece> pieces = render_pieces(messages);
+  if (!jinja.empty()) {
+    // The pieces must put together the template's own text: with the contents as written, or trimmed (a
+    // template's `| trim`); a template that changes message text otherwise cannot be cut safely.
+    const std::string rendered = render(messages);
+    auto joined = [&](bool trimmed) {
+      std::string out;
+      for (const ChatPiece& p : pieces) out += p.message >= 0 && trimmed ? trim_like_jinja(p.text) : p.text;
+      return out;
+    };
+    const bool as_written = joined(false) == rendered;
+    check(as_written || joined(true) == rendered,
+          "a message holds special-token text (such as a turn marker) and the model's chat template rewrites "
+          "message text, so it cannot be kept apart from the template's markers; remove it, or send "
+          "\"parse_special\": true to let it act as special tokens");
+    if (!as_written)
+      for (ChatPiece& p : pieces)
+        if (p.message >= 0) p.text = trim_like_jinja(p.text);
+  }
+  // Runs of template text and unguarded contents are encoded with special tokens; guarded contents as text.
+  std::vector<int32_t> ids;
+  std::string run;
+  bool first = true;
+  auto flush = [&](const std::string& piece, bool special) {
+    const std::vector<int32_t> part = tokenizer.encode(piece, first && add_bos, special);
+    ids.insert(ids.end(), part.begin(), part.end());
+    first = false;
+  };
+  for (const ChatPiece& p : pieces) {
+    if (p.message >= 0 && guarded[size_t(p.message)]) {
+      if (!run.empty() || first) flush(run, true);
+      run.clear();
+      flush(p.text, false);
+    } else {
+      run += p.text;
+    }
+  }
+  if (!run.empty()) flush(run, true);
+  return ids;
 }
 
 TextModel TextModel::from(Model model, const std::string& path, const std::string& explicit_tokenizer,

@@ -33,6 +33,13 @@ struct SamplerDefaults {
 };
 SamplerDefaults sampler_defaults(const Model& model, const std::string& model_path);
 
+// A piece of a rendered conversation: the format's own text (its markers are special tokens), or the
+// content of messages[message] as the client wrote it.
+struct ChatPiece {
+  std::string text;
+  int64_t message = -1;  // -1: the format's text
+};
+
 // How a conversation becomes the model's prompt. `jinja` holds the model's own template (rendered by
 // chat_template.h); empty: the built-in format `name` (gemma4, gemma, chatml, llama3).
 struct ChatFormat {
@@ -51,6 +58,15 @@ struct ChatFormat {
                               const std::string& name = "auto");
   // The conversation ending with an open model turn.
   std::string render(const std::vector<ChatMessage>& messages) const;
+  // The same text cut into the format's text and the messages' contents (in order; a content may appear
+  // more than once or not at all, as the template writes it).
+  std::vector<ChatPiece> render_pieces(const std::vector<ChatMessage>& messages) const;
+  // The conversation's prompt ids. Special-token text in a message's content (e.g. "<|turn>") is encoded
+  // as the characters it is unless parse_special, so a client cannot open or close turns; the format's
+  // own markers are special tokens. Throws Error when a content holding special-token text cannot be told
+  // apart from the template's text (a template that rewrites message text).
+  std::vector<int32_t> encode(const TextTokenizer& tokenizer, const std::vector<ChatMessage>& messages,
+                              bool parse_special) const;
 };
 
 // A loaded model and what generating text with it needs. The Model is owned (it is a set of shared handles

@@ -18,10 +18,13 @@ Engine::Engine(const Model& model, ThreadPool* pool, EngineOptions options)
   check(options_.parallel >= 1, "--parallel must be at least 1");
   check(options_.queue >= 0, "--queue must be >= 0");
   cost_ = CostModel::measure(model, pool, std::min<int64_t>(64, std::max<int64_t>(2, model.config.context_length)));
-  for (int64_t i = 0; i < options_.parallel; ++i) workers_.emplace_back([this] { worker(); });
+  slots_ = std::make_unique<WorkerThreads>("canvas-slot", size_t(options_.parallel));
 }
 
-Engine::~Engine() { shutdown(true); }
+Engine::~Engine() {
+  shutdown(true);
+  slots_.reset();
+}
 
 CostModel Engine::cost_model() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -46,31 +49,33 @@ bool Engine::submit(const std::shared_ptr<Job>& job) {
     job->queued_ms = now_ms();
     queue_.push_back(job);
   }
-  wake_.notify_one();
+  slots_->post([this] { run_next(); });
   return true;
 }
 
-void Engine::shutdown(bool cancel_running) {
+void Engine::drain() {
   std::deque<std::shared_ptr<Job>> dropped;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
     dropped.swap(queue_);
   }
-  wake_.notify_all();
   for (auto& job : dropped) {
     std::lock_guard<std::mutex> lock(job->mutex);
     job->error = "the server is shutting down";
+    job->dropped = true;
     job->finished = true;
     ++job->version;
     job->changed.notify_all();
   }
-  if (cancel_running) {
-    std::lock_guard<std::mutex> lock(mutex_);
+}
+
+void Engine::shutdown(bool cancel_running) {
+  drain();
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (cancel_running)
     for (Job* job : running_jobs_) job->cancel = true;
-  }
-  for (std::thread& t : workers_)
-    if (t.joinable()) t.join();
+  slot_freed_.wait(lock, [&] { return running_ == 0; });
 }
 
 DecodeMode Engine::route(const GenerationSettings& s, int64_t prompt_tokens) const {
@@ -108,25 +113,23 @@ DecodeMode Engine::route(const GenerationSettings& s, int64_t prompt_tokens) con
                                                                                       : DecodeMode::Ar;
 }
 
-void Engine::worker() {
-  for (;;) {
-    std::shared_ptr<Job> job;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping
-      job = queue_.front();
-      queue_.pop_front();
-      ++running_;
-      running_jobs_.push_back(job.get());
-    }
-    run(*job);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      --running_;
-      running_jobs_.erase(std::find(running_jobs_.begin(), running_jobs_.end(), job.get()));
-    }
+void Engine::run_next() {
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (queue_.empty()) return;  // dropped by drain()
+    job = queue_.front();
+    queue_.pop_front();
+    ++running_;
+    running_jobs_.push_back(job.get());
   }
+  run(*job);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --running_;
+    running_jobs_.erase(std::find(running_jobs_.begin(), running_jobs_.end(), job.get()));
+  }
+  slot_freed_.notify_all();
 }
 
 void Engine::run(Job& job) {

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/worker_threads.h"
 #include "decode/events.h"
 #include "decode/generation.h"
 #include "model/model.h"
@@ -45,6 +46,7 @@ struct Job {
   int64_t steps = 0;
   std::string error;             // set when the generation failed
   bool cancelled_by_client = false;
+  bool dropped = false;          // never ran: the engine stopped before a slot took it (an HTTP 503)
   bool uniform_state = false;    // the canvas holds noise, not masks
   // The final text and why it ended (OpenAI's words: "stop" for an end token or a stop string, "length"
   // for max_tokens or the context, "cancelled"); `ended` is the generator's own reason (eos, stop, ...).
@@ -70,15 +72,18 @@ struct EngineOptions {
 
 class Engine {
  public:
+  // Generation threads start when requests need them (at most `parallel`) and leave after 10 s idle.
   Engine(const Model& model, ThreadPool* pool, EngineOptions options);
-  ~Engine();  // cancels what is queued, finishes what runs
+  ~Engine();  // drops what is queued, cancels what runs
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   // False when the queue is full (the caller answers 503) or the engine is stopping.
   bool submit(const std::shared_ptr<Job>& job);
-  // Stops taking requests; queued ones are cancelled, running ones finish (or are cancelled when
-  // cancel_running), then the workers exit.
+  // Stops taking requests and drops the queued ones (finished with `dropped` and an error, never
+  // started); running ones go on.
+  void drain();
+  // drain(), then waits for the running ones to finish (cancelled first when cancel_running).
   void shutdown(bool cancel_running);
 
   const Model& model() const { return model_; }
@@ -95,7 +100,7 @@ class Engine {
   const StepBatcher& batcher() const { return batcher_; }
 
  private:
-  void worker();
+  void run_next();  // one slot's task: the oldest queued job, if any is left
   void run(Job& job);
 
   const Model& model_;
@@ -104,12 +109,12 @@ class Engine {
   StepBatcher batcher_;
   CostModel cost_;
   mutable std::mutex mutex_;
-  std::condition_variable wake_;
+  std::condition_variable slot_freed_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::vector<Job*> running_jobs_;
   int64_t running_ = 0;
   bool stopping_ = false;
-  std::vector<std::thread> workers_;
+  std::unique_ptr<WorkerThreads> slots_;  // last: its destructor joins threads that use the members above
 };
 
 }  // namespace canvas::serve

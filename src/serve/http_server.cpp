@@ -1,10 +1,12 @@
-// HTTP endpoints of canvas serve over cpp-httplib.
+// HTTP endpoints of canvas serve: cpp-httplib routes the complete requests serve/http_connections.h reads.
 #include "serve/http_server.h"
 
 #include <httplib.h>
-
+#include <ifaddrs.h>
+#include <netdb.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <thread>
@@ -18,10 +20,21 @@ namespace canvas::serve {
 
 using nlohmann::json;
 
+// cpp-httplib's server used as a router: it parses the framed request it is given, runs the handler and
+// writes the answer. Its chunked (SSE) writer runs only while the server "listens", so it is told the
+// listening socket, though the event loop does the listening.
+class Router : public httplib::Server {
+ public:
+  using httplib::Server::process_request;
+  void serving(int listen_socket) { svr_sock_ = listen_socket; }
+};
+
 namespace {
 
 // JSON text; invalid UTF-8 (a byte-level model can emit any byte) becomes U+FFFD instead of an exception.
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param = "",
                 const std::string& code = "") {
@@ -29,111 +42,292 @@ void send_error(httplib::Response& res, int status, const std::string& message, 
   res.set_content(dump(error_json(status, message, param, code)), "application/json");
 }
 
+void send_unavailable(httplib::Response& res, const std::string& message, const std::string& code = "") {
+  res.set_header("Retry-After", "1");
+  send_error(res, 503, message, "", code);
+}
+
 std::atomic<int64_t> next_id{1};
 
-}  // namespace
+// The exchange this thread is answering (handlers look at their client's connection through it).
+thread_local Exchange* current_exchange = nullptr;
 
-HttpServer::HttpServer(ServerOptions options) : options_(std::move(options)), http_(new httplib::Server) {}
+bool client_gone() {
+  return current_exchange && current_exchange->client_gone();
+}
 
-HttpServer::~HttpServer() = default;
+// A framed request as a cpp-httplib stream: reads come from the request's bytes, writes go to the client.
+class ExchangeStream final : public httplib::Stream {
+ public:
+  explicit ExchangeStream(Exchange& exchange) : exchange_(exchange) {}
+  bool is_readable() const override { return offset_ < exchange_.request().size(); }
+  bool is_writable() const override { return exchange_.writable(); }
+  ssize_t read(char* ptr, size_t size) override {
+    const size_t n = std::min(size, exchange_.request().size() - offset_);
+    std::copy_n(exchange_.request().data() + offset_, n, ptr);
+    offset_ += n;
+    return ssize_t(n);
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    return exchange_.write(ptr, size) ? ssize_t(size) : -1;
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = exchange_.peer_ip();
+    port = exchange_.peer_port();
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    ip = exchange_.local_ip();
+    port = exchange_.local_port();
+  }
+  socket_t socket() const override { return exchange_.socket(); }
 
-void HttpServer::set_engine(Engine* engine) { engine_.store(engine); }
+ private:
+  Exchange& exchange_;
+  size_t offset_ = 0;
+};
 
-bool HttpServer::bind(std::string& error) {
-  Engine* engine = engine_.load();
-  const int threads = options_.http_threads > 0 ? options_.http_threads : 72;
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-  (void)engine;
-  http_->set_payload_max_length(options_.body_limit);
-  // Generous socket timeouts: on a loaded machine a client may be slow to send its request, and a
-  // connection waits idle between requests.
-  http_->set_keep_alive_timeout(30);
-  http_->set_read_timeout(30, 0);
-  http_->set_write_timeout(30, 0);
-  routes();
-  // cpp-httplib's listen backlog is compiled in as 5: a burst of clients connecting at once (a load
-  // balancer, 64 closed-loop clients) overflows it while the accept thread waits for a core, and the
-  // kernel then drops handshakes, which clients see as resets. The listening socket is captured while
-  // binding and given a deeper backlog.
-  int listen_fd = -1;
-  http_->set_socket_options([&listen_fd](int sock) {
-    httplib::default_socket_options(sock);
-    if (listen_fd < 0) listen_fd = sock;
-  });
-  auto deepen_backlog = [&] {
-    if (listen_fd >= 0) ::listen(listen_fd, 1024);
-    http_->set_socket_options(httplib::default_socket_options);
-  };
-  if (options_.port == 0) {
-    port_ = http_->bind_to_any_port(options_.host);
-    deepen_backlog();
-    if (port_ <= 0) {
-      error = "cannot bind " + options_.host + " to any port";
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+  return s;
+}
+
+// The host name of a Host header or of an origin's authority, without the port ("[::1]:80" -> "::1").
+std::string host_name(const std::string& authority) {
+  if (!authority.empty() && authority[0] == '[') {
+    const size_t close = authority.find(']');
+    return lower(authority.substr(1, close == std::string::npos ? std::string::npos : close - 1));
+  }
+  return lower(authority.substr(0, authority.find(':')));
+}
+
+bool is_loopback_name(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+// The addresses of this machine's interfaces (for a server bound to every interface).
+std::set<std::string> interface_addresses() {
+  std::set<std::string> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* a = list; a; a = a->ifa_next) {
+    if (!a->ifa_addr || (a->ifa_addr->sa_family != AF_INET && a->ifa_addr->sa_family != AF_INET6)) continue;
+    char text[NI_MAXHOST];
+    const socklen_t length = a->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    if (getnameinfo(a->ifa_addr, length, text, sizeof text, nullptr, 0, NI_NUMERICHOST) == 0) {
+      std::string address = text;
+      out.insert(lower(address.substr(0, address.find('%'))));  // without an IPv6 zone
+    }
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+// Waits until `done` holds for the job, checking every 200 ms that the client is still there; a client
+// that went away cancels the job (false).
+template <class Done>
+bool wait_for_job(Job& job, Done done) {
+  std::unique_lock<std::mutex> lock(job.mutex);
+  while (!job.changed.wait_for(lock, std::chrono::milliseconds(200), [&] { return done(job); })) {
+    lock.unlock();
+    const bool gone = client_gone();
+    lock.lock();
+    if (gone) {
+      job.cancel = true;
       return false;
     }
-    return true;
   }
-  const bool bound = http_->bind_to_port(options_.host, options_.port);
-  deepen_backlog();
-  if (!bound) {
-    error = "cannot bind " + options_.host + ":" + std::to_string(options_.port) + " (in use, or not an address here)";
-    return false;
-  }
-  port_ = options_.port;
   return true;
 }
 
-void HttpServer::serve() { http_->listen_after_bind(); }
+}  // namespace
 
-void HttpServer::stop(int64_t grace_ms) {
-  draining_ = true;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
+HttpServer::HttpServer(ServerOptions options) : options_(std::move(options)), router_(new Router) {}
+
+HttpServer::~HttpServer() = default;
+
+void HttpServer::set_engine(Engine* engine) {
+  engine_.store(engine);
+}
+
+size_t HttpServer::max_connections() const {
+  return connections_ ? connections_->limits().max_connections : 0;
+}
+
+bool HttpServer::bind(std::string& error) {
+  ConnectionLimits limits;
+  limits.body_limit = options_.body_limit;
+  limits.max_connections = options_.max_connections;
+  limits.post_threads = size_t(options_.http_threads > 0 ? options_.http_threads : 72);
+  connections_ =
+      std::make_unique<HttpConnections>(limits, [this](Exchange& exchange) { return handle(exchange); });
+  if (!connections_->bind(options_.host, options_.port, error)) return false;
+  port_ = connections_->port();
+  router_->set_payload_max_length(options_.body_limit);
+  // What the Keep-Alive header of an answer says.
+  router_->set_keep_alive_timeout(limits.idle_timeout_ms / 1000);
+  router_->set_keep_alive_max_count(limits.requests_per_connection);
+  // The names a Host header may use for this server: its address, loopback names when it listens on
+  // loopback, every interface's address when it listens on all of them.
+  const std::string host =
+      host_name(options_.host.find(':') != std::string::npos ? "[" + options_.host + "]" : options_.host);
+  bound_names_.insert(host);
+  if (is_loopback_name(host) || host == "0.0.0.0" || host == "::" || host.empty())
+    bound_names_.insert({"localhost", "127.0.0.1", "::1"});
+  if (host == "0.0.0.0" || host == "::" || host.empty())
+    for (const std::string& address : interface_addresses()) bound_names_.insert(address);
+  for (const std::string& name : options_.allowed_hosts) bound_names_.insert(host_name(name));
+  check_host_ = options_.api_key.empty() || !options_.allowed_hosts.empty();
+  routes();
+  return true;
+}
+
+void HttpServer::serve() {
+  router_->serving(connections_->listen_socket());
+  connections_->run();
+}
+
+void HttpServer::track(const std::shared_ptr<Job>& job) {
+  std::lock_guard<std::mutex> lock(jobs_mutex_);
+  jobs_.insert(job);
+}
+
+void HttpServer::untrack(const std::shared_ptr<Job>& job) {
+  job->cancel = true;  // no effect once finished; stops a generation whose client is gone
+  std::lock_guard<std::mutex> lock(jobs_mutex_);
+  jobs_.erase(job);
+}
+
+void HttpServer::stop(int64_t finish_ms, int64_t close_ms) {
+  const auto start = std::chrono::steady_clock::now();
+  auto wait_until = [&](int64_t ms, auto done) {
+    while (!done() && std::chrono::steady_clock::now() < start + std::chrono::milliseconds(ms))
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  };
   auto in_flight = [&] {
     std::lock_guard<std::mutex> lock(jobs_mutex_);
     return jobs_.size();
   };
-  while (in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  draining_ = true;
+  if (Engine* engine = engine_.load()) engine->drain();  // the queued ones: 503, they never ran
+  if (connections_) connections_->drain();
+  wait_until(finish_ms, [&] { return in_flight() == 0; });
   {
     std::lock_guard<std::mutex> lock(jobs_mutex_);
     for (const auto& job : jobs_) job->cancel = true;
   }
-  const auto cancel_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (in_flight() > 0 && std::chrono::steady_clock::now() < cancel_deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  http_->stop();
+  if (connections_) {
+    // The cancelled requests end within a step and send their last answer (finish_reason "cancelled").
+    wait_until(close_ms, [&] { return in_flight() == 0 && connections_->busy_connections() == 0; });
+    connections_->close();
+  }
+}
+
+bool HttpServer::handle(Exchange& exchange) {
+  ExchangeStream stream(exchange);
+  bool connection_closed = false;
+  current_exchange = &exchange;
+  const bool ok = router_->process_request(stream, exchange.must_close(), connection_closed, nullptr);
+  current_exchange = nullptr;
+  return ok && !connection_closed;
+}
+
+bool HttpServer::host_allowed(const std::string& host) const {
+  if (!check_host_ || host.empty()) return true;  // HTTP/1.0 may omit Host (HTTP/1.1 must send it)
+  return bound_names_.count(host_name(host)) > 0 || bound_names_.count("*") > 0;
+}
+
+bool HttpServer::origin_allowed_by_cors(const std::string& origin) const {
+  const auto& list = options_.cors_origins;
+  return std::find(list.begin(), list.end(), "*") != list.end() ||
+         std::find(list.begin(), list.end(), origin) != list.end();
+}
+
+bool HttpServer::authorized(const httplib::Request& req) const {
+  return options_.api_key.empty() || req.get_header_value("Authorization") == "Bearer " + options_.api_key;
+}
+
+bool HttpServer::gate(const httplib::Request& req, httplib::Response& res) const {
+  // DNS rebinding: a page of another site whose name resolves to this machine sends that name as Host.
+  const std::string host = req.get_header_value("Host");
+  if (!host_allowed(host)) {
+    send_error(res, 403,
+               "Host '" + host + "' is not this server's address (start canvas serve with --allowed-hosts " +
+                   host_name(host) + " to accept it)",
+               "", "host_not_allowed");
+    return true;
+  }
+  // Browsers send Origin with cross-origin requests (and with same-origin POSTs): a page of another origin
+  // runs nothing here unless --cors lets it, even a "simple" text/plain POST that needs no preflight.
+  const std::string origin = req.get_header_value("Origin");
+  if (!origin.empty()) {
+    const size_t scheme = origin.find("://");
+    const bool same_origin = scheme != std::string::npos && lower(origin.substr(scheme + 3)) == lower(host);
+    if (!same_origin && !origin_allowed_by_cors(origin)) {
+      send_error(res, 403,
+                 "cross-origin request from '" + origin + "' refused (start canvas serve with --cors " +
+                     origin + " to allow it)",
+                 "", "origin_not_allowed");
+      return true;
+    }
+  }
+  const auto route = allow_.find(req.path);
+  if (route == allow_.end()) {
+    send_error(res, 404, "no such endpoint: " + req.method + " " + req.path);
+    return true;
+  }
+  const std::string& allowed = route->second;
+  if (req.method == "OPTIONS") {  // what the path takes; a CORS preflight when --cors allows the origin
+    res.status = 204;
+    res.set_header("Allow", allowed);
+    if (!origin.empty() && origin_allowed_by_cors(origin)) {
+      res.set_header("Access-Control-Allow-Methods", allowed);
+      res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+      res.set_header("Access-Control-Max-Age", "600");
+    }
+    return true;
+  }
+  const std::string padded = ", " + allowed + ",";
+  if (padded.find(", " + req.method + ",") == std::string::npos) {
+    res.set_header("Allow", allowed);
+    send_error(res, 405, req.method + " is not allowed on " + req.path + " (allowed: " + allowed + ")");
+    return true;
+  }
+  const bool api = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize" ||
+                   req.path == "/props" || req.path == "/infill";
+  if (api && !authorized(req)) {
+    send_error(res, 401, "missing or wrong API key (send 'Authorization: Bearer KEY')", "",
+               "invalid_api_key");
+    return true;
+  }
+  if (draining_ && req.method == "POST") {
+    send_unavailable(res, "the server is shutting down");
+    return true;
+  }
+  return false;
 }
 
 void HttpServer::routes() {
-  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    const bool api = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize" ||
-                     req.path == "/props" || req.path == "/infill";
-    if (api && !options_.api_key.empty()) {
-      const std::string expected = "Bearer " + options_.api_key;
-      if (req.get_header_value("Authorization") != expected) {
-        send_error(res, 401, "missing or wrong API key (send 'Authorization: Bearer KEY')", "", "invalid_api_key");
-        return httplib::Server::HandlerResponse::Handled;
-      }
-    }
-    if (draining_ && req.method == "POST") {
-      res.set_header("Retry-After", "1");
-      send_error(res, 503, "the server is shutting down");
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
+  router_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    return gate(req, res) ? httplib::Server::HandlerResponse::Handled
+                          : httplib::Server::HandlerResponse::Unhandled;
   });
-  http_->set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    if (res.status == 413) {
-      send_error(res, 413, "the request body is larger than the server's limit");
-    } else if (res.status == 404) {
-      send_error(res, 404, "no such endpoint: " + req.method + " " + req.path);
-    } else {
-      send_error(res, res.status, "HTTP error " + std::to_string(res.status));
+  router_->set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    const std::string origin = req.get_header_value("Origin");
+    if (!origin.empty() && origin_allowed_by_cors(origin)) {
+      res.set_header("Access-Control-Allow-Origin", origin);
+      res.set_header("Vary", "Origin");
     }
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+  });
+  router_->set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        if (res.status == 404)
+          send_error(res, 404, "no such endpoint: " + req.method + " " + req.path);
+        else
+          send_error(res, res.status, "HTTP error " + std::to_string(res.status));
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  router_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     try {
       std::rethrow_exception(ep);
     } catch (const std::exception& e) {
@@ -142,12 +336,25 @@ void HttpServer::routes() {
       send_error(res, 500, "internal error");
     }
   });
+  // Every route is registered through these, so that 405 and OPTIONS know each path's methods.
+  auto get = [this](const std::string& path, httplib::Server::Handler handler) {
+    allow_[path] = "GET, HEAD, OPTIONS";
+    router_->Get(path, std::move(handler));
+  };
+  auto post = [this](const std::string& path, httplib::Server::Handler handler) {
+    allow_[path] = "POST, OPTIONS";
+    router_->Post(path, std::move(handler));
+  };
 
-  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  get("/health", [this](const httplib::Request& req, httplib::Response& res) {
     Engine* engine = engine_.load();
     if (!engine || draining_) {
       res.status = 503;
       res.set_content(dump(json{{"status", engine ? "stopping" : "loading"}}), "application/json");
+      return;
+    }
+    if (!authorized(req)) {  // with --api-key, the details are for callers that hold it
+      res.set_content(dump(json{{"status", "ok"}}), "application/json");
       return;
     }
     const StepBatcher& b = engine->batcher();
@@ -166,7 +373,7 @@ void HttpServer::routes() {
     if (engine->has_ar()) j["modes"].push_back("ar");
     res.set_content(dump(j), "application/json");
   });
-  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     json model = {{"id", options_.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "canvas"}};
     res.set_content(dump(json{{"object", "list"}, {"data", json::array({model})}}), "application/json");
   });
@@ -179,31 +386,37 @@ void HttpServer::routes() {
     }
     return out.is_object() ? std::string() : std::string("the request body must be a JSON object");
   };
-  http_->Post("/tokenize", [this, body_json](const httplib::Request& req, httplib::Response& res) {
+  post("/tokenize", [this, body_json](const httplib::Request& req, httplib::Response& res) {
     Engine* engine = engine_.load();
-    if (!engine || !engine->generator().tokenizer()) return send_error(res, 503, "the model is still loading");
+    if (!engine || !engine->generator().tokenizer())
+      return send_error(res, 503, "the model is still loading");
     json j;
     if (const std::string e = body_json(req, j); !e.empty()) return send_error(res, 400, e);
-    if (!j.contains("content") || !j["content"].is_string()) return send_error(res, 400, "'content' must be a string", "content");
+    if (!j.contains("content") || !j["content"].is_string())
+      return send_error(res, 400, "'content' must be a string", "content");
     const bool special = j.value("add_special", false);
-    const std::vector<int32_t> ids = engine->generator().tokenizer()->encode(j["content"].get<std::string>(), special);
+    const std::vector<int32_t> ids =
+        engine->generator().tokenizer()->encode(j["content"].get<std::string>(), special);
     res.set_content(dump(json{{"tokens", ids}}), "application/json");
   });
-  http_->Post("/detokenize", [this, body_json](const httplib::Request& req, httplib::Response& res) {
+  post("/detokenize", [this, body_json](const httplib::Request& req, httplib::Response& res) {
     Engine* engine = engine_.load();
-    if (!engine || !engine->generator().tokenizer()) return send_error(res, 503, "the model is still loading");
+    if (!engine || !engine->generator().tokenizer())
+      return send_error(res, 503, "the model is still loading");
     json j;
     if (const std::string e = body_json(req, j); !e.empty()) return send_error(res, 400, e);
-    if (!j.contains("tokens") || !j["tokens"].is_array()) return send_error(res, 400, "'tokens' must be an array", "tokens");
+    if (!j.contains("tokens") || !j["tokens"].is_array())
+      return send_error(res, 400, "'tokens' must be an array", "tokens");
     std::vector<int32_t> ids;
     for (const json& t : j["tokens"]) {
       if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= engine->model().config.vocab)
         return send_error(res, 400, "'tokens' must hold ids of the vocabulary", "tokens");
       ids.push_back(t.get<int32_t>());
     }
-    res.set_content(dump(json{{"content", engine->generator().tokenizer()->decode(ids)}}), "application/json");
+    res.set_content(dump(json{{"content", engine->generator().tokenizer()->decode(ids)}}),
+                    "application/json");
   });
-  http_->Get("/props", [this](const httplib::Request&, httplib::Response& res) {
+  get("/props", [this](const httplib::Request&, httplib::Response& res) {
     Engine* engine = engine_.load();
     if (!engine) return send_error(res, 503, "the model is still loading");
     const ModelConfig& c = engine->model().config;
@@ -223,16 +436,13 @@ void HttpServer::routes() {
     res.set_content(dump(props), "application/json");
   });
 
-  http_->Get("/", [](const httplib::Request&, httplib::Response& res) {
+  get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(web_page_html(), "text/html; charset=utf-8");
   });
 
-  auto handle = [this](const httplib::Request& req, httplib::Response& res, bool chat) {
+  auto complete = [this](const httplib::Request& req, httplib::Response& res, bool chat) {
     Engine* engine = engine_.load();
-    if (!engine) {
-      res.set_header("Retry-After", "1");
-      return send_error(res, 503, "the model is still loading");
-    }
+    if (!engine) return send_unavailable(res, "the model is still loading");
     ApiRequest r;
     try {
       r = parse_api_request(req.body, chat);
@@ -243,8 +453,10 @@ void HttpServer::routes() {
     const ModelConfig& c = model.config;
     const Generator& generator = engine->generator();
     GenerationSettings& s = r.settings;
-    if (chat) s.messages = r.messages;
-    else s.text = r.prompt;
+    if (chat)
+      s.messages = r.messages;
+    else
+      s.text = r.prompt;
     // Infilling (suffix) and structured output (response_format) take the prompt as text; the generator
     // checks them when it plans the canvas.
     const bool fills = Generator::fills_holes(s);
@@ -254,24 +466,31 @@ void HttpServer::routes() {
       try {
         prompt = generator.prompt_of(s);
       } catch (const std::exception& e) {
-        return send_error(res, 400, std::string("cannot tokenize the prompt: ") + e.what(), chat ? "messages" : "prompt");
+        return send_error(res, 400, std::string("cannot tokenize the prompt: ") + e.what(),
+                          chat ? "messages" : "prompt");
       }
       P = int64_t(prompt.size());
-      if (P == 0) return send_error(res, 400, "the prompt encodes to no tokens", chat ? "messages" : "prompt");
+      if (P == 0)
+        return send_error(res, 400, "the prompt encodes to no tokens", chat ? "messages" : "prompt");
       const int64_t ctx = c.context_length > 0 ? c.context_length : (int64_t(1) << 30);
       if (P >= ctx)
-        return send_error(res, 400, "the prompt (" + std::to_string(P) + " tokens) does not fit the model's context length " +
-                                        std::to_string(ctx) + " with room for one new token",
+        return send_error(res, 400,
+                          "the prompt (" + std::to_string(P) +
+                              " tokens) does not fit the model's context length " + std::to_string(ctx) +
+                              " with room for one new token",
                           chat ? "messages" : "prompt", "context_length_exceeded");
       if (P + s.max_new_tokens > ctx)
-        return send_error(res, 400, "the prompt (" + std::to_string(P) + " tokens) + max_tokens (" +
-                                        std::to_string(s.max_new_tokens) + ") exceed the model's context length " +
-                                        std::to_string(ctx),
+        return send_error(res, 400,
+                          "the prompt (" + std::to_string(P) + " tokens) + max_tokens (" +
+                              std::to_string(s.max_new_tokens) + ") exceed the model's context length " +
+                              std::to_string(ctx),
                           "max_tokens", "context_length_exceeded");
       if (s.mode == DecodeMode::Diffusion && !engine->has_diffusion())
-        return send_error(res, 400, "this model cannot decode by diffusion (no mask token); use 'mode': 'ar'", "mode");
+        return send_error(res, 400, "this model cannot decode by diffusion (no mask token); use 'mode': 'ar'",
+                          "mode");
       if (s.mode == DecodeMode::Ar && !engine->has_ar())
-        return send_error(res, 400, "this model cannot decode autoregressively; use 'mode': 'diffusion'", "mode");
+        return send_error(res, 400, "this model cannot decode autoregressively; use 'mode': 'diffusion'",
+                          "mode");
       try {
         // The request as it would run in the mode it asks for (auto: each mode the router may pick).
         GenerationSettings probe = s;
@@ -290,37 +509,39 @@ void HttpServer::routes() {
       } catch (const Error& e) {
         const std::string message = e.what();
         const bool context = message.find("context length") != std::string::npos;
-        return send_error(res, 400, message, context ? "max_tokens" : "", context ? "context_length_exceeded" : "");
+        return send_error(res, 400, message, context ? "max_tokens" : "",
+                          context ? "context_length_exceeded" : "");
       }
     }
     auto job = std::make_shared<Job>();
     job->prompt = std::move(prompt);
     job->settings = s;
+    track(job);
     if (!engine->submit(job)) {
-      res.set_header("Retry-After", "1");
-      return send_error(res, 503, "the server is busy: " + std::to_string(engine->queued()) +
-                                      " requests are waiting (--queue " + std::to_string(engine->options().queue) +
-                                      "); retry later", "", "server_busy");
+      untrack(job);
+      if (draining_) return send_unavailable(res, "the server is shutting down");
+      return send_unavailable(res,
+                              "the server is busy: " + std::to_string(engine->queued()) +
+                                  " requests are waiting (--queue " +
+                                  std::to_string(engine->options().queue) + "); retry later",
+                              "server_busy");
     }
-    {
-      std::lock_guard<std::mutex> lock(jobs_mutex_);
-      jobs_.insert(job);
+    // Until the job runs, no answer has begun: a job the shutdown drops from the queue gets a 503.
+    if (!wait_for_job(*job, [&](const Job& j) { return j.started || j.finished; }) ||
+        (!r.stream && !wait_for_job(*job, [](const Job& j) { return j.finished; }))) {
+      untrack(job);
+      return send_error(res, 400, "the client went away");  // nobody reads it
     }
-    auto untrack = [this, job] {
-      job->cancel = true;  // no effect once finished; stops a generation whose client is gone
-      std::lock_guard<std::mutex> lock(jobs_mutex_);
-      jobs_.erase(job);
-    };
+    if (job->dropped) {
+      untrack(job);
+      return send_unavailable(res, "the server is shutting down; the request did not run");
+    }
     const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
     const int64_t created = int64_t(std::time(nullptr));
     const std::string model_name = r.model.empty() ? options_.model_name : r.model;
 
     if (!r.stream) {
-      {
-        std::unique_lock<std::mutex> lock(job->mutex);
-        job->changed.wait(lock, [&] { return job->finished; });
-      }
-      untrack();
+      untrack(job);
       if (!job->error.empty())
         return fills ? send_error(res, 400, job->error, chat ? "response_format" : "suffix")
                      : send_error(res, 500, "generation failed: " + job->error);
@@ -337,9 +558,13 @@ void HttpServer::routes() {
                    {"model", model_name},
                    {"choices", json::array({choice})},
                    {"usage", usage_json(fills ? int64_t(job->prompt.size()) : P, *job)},
-                   {"canvas", {{"mode", decode_mode_name(job->mode_used)}, {"queue_ms", job->queued_ms},
-                               {"decode_ms", job->decode_ms}, {"tokens", job->tokens},
-                               {"finish", job->ended}, {"seed", job->settings.sampling.seed}}}};
+                   {"canvas",
+                    {{"mode", decode_mode_name(job->mode_used)},
+                     {"queue_ms", job->queued_ms},
+                     {"decode_ms", job->decode_ms},
+                     {"tokens", job->tokens},
+                     {"finish", job->ended},
+                     {"seed", job->settings.sampling.seed}}}};
       res.set_content(dump(body), "application/json");
       return;
     }
@@ -348,8 +573,8 @@ void HttpServer::routes() {
     res.set_header("X-Accel-Buffering", "no");  // nginx: pass events through as they come
     res.set_chunked_content_provider(
         "text/event-stream",
-        [job, engine, chat, id, created, model_name, P, draft = r.canvas_draft,
-         usage = r.include_usage](size_t, httplib::DataSink& sink) {
+        [job, engine, chat, id, created, model_name, P, draft = r.canvas_draft, usage = r.include_usage](
+            size_t, httplib::DataSink& sink) {
           std::string sent;
           int64_t seen = -1;
           bool first = true;
@@ -383,8 +608,8 @@ void HttpServer::routes() {
             DecodeMode mode = DecodeMode::Diffusion;
             {
               std::unique_lock<std::mutex> lock(job->mutex);
-              const bool changed =
-                  job->changed.wait_for(lock, std::chrono::milliseconds(500), [&] { return job->version != seen; });
+              const bool changed = job->changed.wait_for(lock, std::chrono::milliseconds(500),
+                                                         [&] { return job->version != seen; });
               if (!changed) {
                 lock.unlock();
                 // Nothing new (queued): a comment line finds out whether the client is still there.
@@ -426,12 +651,16 @@ void HttpServer::routes() {
                   if (mask >= 0 && t == mask) {
                     pieces.push_back(nullptr);
                   } else {
-                    pieces.push_back(engine->generator().tokenizer() ? engine->generator().tokenizer()->decode({t})
-                                                                     : std::string());
+                    pieces.push_back(engine->generator().tokenizer()
+                                         ? engine->generator().tokenizer()->decode({t})
+                                         : std::string());
                   }
                 }
-                j["canvas"] = {{"mode", decode_mode_name(mode)}, {"step", steps}, {"passes", passes},
-                               {"tokens", pieces}, {"noise", uniform && !finished}};
+                j["canvas"] = {{"mode", decode_mode_name(mode)},
+                               {"step", steps},
+                               {"passes", passes},
+                               {"tokens", pieces},
+                               {"noise", uniform && !finished}};
               }
               if (!send(j)) {
                 job->cancel = true;
@@ -460,20 +689,23 @@ void HttpServer::routes() {
             }
           }
         },
-        [untrack](bool) { untrack(); });
+        [this, job](bool) { untrack(job); });
   };
   // llama-server's /infill: input_prefix, input_suffix, n_predict (and the sampling fields of
   // /v1/completions); answers {"content": the filled text, ...}.
-  http_->Post("/infill", [this, body_json](const httplib::Request& req, httplib::Response& res) {
+  post("/infill", [this, body_json](const httplib::Request& req, httplib::Response& res) {
     Engine* engine = engine_.load();
     if (!engine) return send_error(res, 503, "the model is still loading");
     json j;
     if (const std::string e = body_json(req, j); !e.empty()) return send_error(res, 400, e);
     json completion = json::object();
     for (const auto& [key, value] : j.items()) {
-      if (key == "input_prefix") completion["prompt"] = value;
-      else if (key == "input_suffix") completion["suffix"] = value;
-      else if (key == "n_predict") completion["max_tokens"] = value;
+      if (key == "input_prefix")
+        completion["prompt"] = value;
+      else if (key == "input_suffix")
+        completion["suffix"] = value;
+      else if (key == "n_predict")
+        completion["max_tokens"] = value;
       else if (key == "prompt" || key == "input_extra" || key == "stream") {
         if (!(value.is_null() || value == "" || value == false || (value.is_array() && value.empty())))
           return send_error(res, 400, "'" + key + "' is not supported by /infill here", key);
@@ -493,28 +725,33 @@ void HttpServer::routes() {
     s.text = r.prompt;
     auto job = std::make_shared<Job>();
     job->settings = s;
+    track(job);
     if (!engine->submit(job)) {
-      res.set_header("Retry-After", "1");
-      return send_error(res, 503, "the server is busy; retry later", "", "server_busy");
+      untrack(job);
+      return send_unavailable(res,
+                              draining_ ? "the server is shutting down" : "the server is busy; retry later",
+                              draining_ ? "" : "server_busy");
     }
-    {
-      std::unique_lock<std::mutex> lock(job->mutex);
-      job->changed.wait(lock, [&] { return job->finished; });
-    }
+    const bool waited = wait_for_job(*job, [](const Job& j) { return j.finished; });
+    untrack(job);
+    if (!waited) return send_error(res, 400, "the client went away");
+    if (job->dropped) return send_unavailable(res, "the server is shutting down; the request did not run");
     if (!job->error.empty()) return send_error(res, 400, job->error);
     std::string content;
     for (const std::string& f : job->fills) content += f;
     res.set_content(dump(json{{"content", content},
                               {"tokens_predicted", job->completion_tokens},
                               {"stop", true},
-                              {"canvas", {{"mode", decode_mode_name(job->mode_used)}, {"decode_ms", job->decode_ms},
-                                          {"seed", job->settings.sampling.seed}}}}),
+                              {"canvas",
+                               {{"mode", decode_mode_name(job->mode_used)},
+                                {"decode_ms", job->decode_ms},
+                                {"seed", job->settings.sampling.seed}}}}),
                     "application/json");
   });
-  http_->Post("/v1/completions",
-              [handle](const httplib::Request& req, httplib::Response& res) { handle(req, res, false); });
-  http_->Post("/v1/chat/completions",
-              [handle](const httplib::Request& req, httplib::Response& res) { handle(req, res, true); });
+  post("/v1/completions",
+       [complete](const httplib::Request& req, httplib::Response& res) { complete(req, res, false); });
+  post("/v1/chat/completions",
+       [complete](const httplib::Request& req, httplib::Response& res) { complete(req, res, true); });
 }
 
 }  // namespace canvas::serve

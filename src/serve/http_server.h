@@ -1,9 +1,11 @@
 // canvas serve's HTTP front: the OpenAI endpoints, /health, the web page, API keys, body limits,
-// 503 with Retry-After on a full queue, SSE streaming and graceful shutdown (cpp-httplib).
+// 503 with Retry-After on a full queue, SSE streaming and graceful shutdown. Connections, deadlines and
+// framing are serve/http_connections.h; cpp-httplib routes each complete request and writes its answer.
 #pragma once
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -11,21 +13,31 @@
 #include <vector>
 
 #include "serve/engine.h"
+#include "serve/http_connections.h"
 
 namespace httplib {
-class Server;
-}
+struct Request;
+struct Response;
+}  // namespace httplib
 
 namespace canvas::serve {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
-  std::string api_key;            // non-empty: /v1/* needs "Authorization: Bearer KEY"
+  std::string api_key;  // non-empty: the API endpoints need "Authorization: Bearer KEY"
   std::string model_name = "canvas";
-  size_t body_limit = 1 << 20;    // bytes of a request body
-  int http_threads = 0;           // 0: parallel + queue + 8 (every waiting request holds a connection)
+  size_t body_limit = 1 << 20;    // bytes of a request body, as sent and decompressed
+  int http_threads = 0;           // threads answering POSTs; 0: 72 (serve sets parallel + queue + 8)
+  size_t max_connections = 1024;  // open connections (cut to the process's file limit)
+  // Host header names accepted beside the bound address ("*": any). The Host check is on when there is no
+  // API key, or when this list is given.
+  std::vector<std::string> allowed_hosts;
+  // Origins whose browser pages may call the server (CORS; "*": any). Other cross-origin requests: 403.
+  std::vector<std::string> cors_origins;
 };
+
+class Router;  // cpp-httplib's router (http_server.cpp)
 
 class HttpServer {
  public:
@@ -36,25 +48,39 @@ class HttpServer {
   // "loading" until set_engine is called.
   bool bind(std::string& error);
   int port() const { return port_; }
+  size_t max_connections() const;
   void set_engine(Engine* engine);
   // Serves until stop(); call from one thread.
   void serve();
-  // Stops taking requests (new ones get 503), lets in-flight ones finish for up to grace_ms, cancels
-  // the rest, then stops the listener (serve() returns).
-  void stop(int64_t grace_ms);
+  // Shutdown: at once, new requests get 503 + Retry-After, queued ones (never started) get 503 +
+  // Retry-After, idle connections close and every answer closes its connection; running requests may
+  // finish until finish_ms after the call, then they are cancelled (finish_reason "cancelled"); at
+  // close_ms every connection is closed and serve() returns.
+  void stop(int64_t finish_ms, int64_t close_ms);
 
  private:
-  struct Tracked;
   void routes();
-  std::shared_ptr<Job> start_job(const struct ApiRequest& request, int64_t& prompt_tokens);
+  bool handle(Exchange& exchange);
+  // The checks every request passes before its handler (Host, Origin, path and method, key, shutdown);
+  // true when they answered it.
+  bool gate(const httplib::Request& req, httplib::Response& res) const;
+  bool authorized(const httplib::Request& req) const;
+  bool host_allowed(const std::string& host) const;
+  bool origin_allowed_by_cors(const std::string& origin) const;
+  void track(const std::shared_ptr<Job>& job);
+  void untrack(const std::shared_ptr<Job>& job);
 
   ServerOptions options_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<Router> router_;
+  std::unique_ptr<HttpConnections> connections_;
+  std::map<std::string, std::string> allow_;  // path -> its methods (the Allow header of 405 and OPTIONS)
+  std::set<std::string> bound_names_;         // Host names that mean this server
+  bool check_host_ = false;
   std::atomic<Engine*> engine_{nullptr};
   std::atomic<bool> draining_{false};
   int port_ = 0;
   std::mutex jobs_mutex_;
-  std::set<std::shared_ptr<Job>> jobs_;  // in flight, for shutdown
+  std::set<std::shared_ptr<Job>> jobs_;  // submitted and not yet answered, for shutdown
 };
 
 // The web page served at "/" (built in: no CDN, no build step).

@@ -85,7 +85,7 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
       "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "stream", "stream_options", "user",
       "frequency_penalty", "presence_penalty", "steps", "block_length", "threshold", "entropy_bound", "cache",
       "mode", "canvas_draft", "repeat_penalty", "draft_length", "draft_steps", "response_format", "logit_bias",
-      "tools", "tool_choice", "parallel_tool_calls", "metadata", "store", "service_tier"};
+      "tools", "tool_choice", "parallel_tool_calls", "metadata", "store", "service_tier", "parse_special"};
   bool has_input = false;
   GenerationSettings& s = r.settings;
   for (const auto& [key, value] : root.items()) {
@@ -228,6 +228,8 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
       if (!empty) throw bad(key, "'" + key + "' is not supported");
     } else if (key == "canvas_draft") {
       r.canvas_draft = get_bool(value, key);
+    } else if (key == "parse_special") {
+      s.parse_special = get_bool(value, key);
     }
   }
   if (!r.seed_given) {
