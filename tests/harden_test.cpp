@@ -354,23 +354,45 @@ TEST(HardenLlamaCpp, WrittenModelFilesCarryLlamaCppGeneralKeys) {
   }
 }
 
+// A GGUF string as stored: its length (uint64, little-endian) then its bytes.
+std::string gguf_string(const std::string& s) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[size_t(i)] = char((uint64_t(s.size()) >> (8 * i)) & 0xff);
+  return out + s;
+}
+
 TEST(HardenLlamaCpp, LegacyPreTokenizerSpellingIsWrittenAsLlamaCppsAndStillRead) {
   test::TempDir dir;
-  // A file from before canvas used llama.cpp's spelling (models/text-ar.gguf has tokenizer.ggml.pre "gpt2",
-  // which llama.cpp refuses: "unknown pre-tokenizer type").
-  const auto old_file = GgufFile::open(test::source_path("models/text-ar.gguf"));
+  // A file as canvas wrote it before it used llama.cpp's spelling: tokenizer.ggml.pre "gpt2", which
+  // llama.cpp refuses ("unknown pre-tokenizer type"). The writer no longer writes it, so the test makes
+  // one: the byte vocabulary of models/text-ar.gguf written now ("gpt-2"), then the two strings edited in
+  // place, the name one byte longer so that everything after the metadata stays where it was.
+  const auto shipped = GgufFile::open(test::source_path("models/text-ar.gguf"));
+  GgufWriter w0;
+  for (const auto& [k, v] : shipped->metadata()) w0.set(k, v);
+  w0.set("general.name", GgufValue::string("legacy-pre-x"));
+  std::vector<float> weights(64, 0.f);
+  w0.add_tensor("blk.0.attn_q.weight", DType::F32, {8, 8}, weights.data(), weights.size() * 4);
+  w0.write(dir.path("new.gguf"));
+  std::string bytes = test::read_text(dir.path("new.gguf"));
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"gpt-2", "gpt2"}, {"legacy-pre-x", "legacy-pre-xy"}}) {
+    const size_t at = bytes.find(gguf_string(from));
+    ASSERT_NE(at, std::string::npos) << from;
+    bytes.replace(at, gguf_string(from).size(), gguf_string(to));
+  }
+  std::ofstream(dir.path("old.gguf"), std::ios::binary) << bytes;
+  const auto old_file = GgufFile::open(dir.path("old.gguf"));
   ASSERT_EQ(old_file->get_string("tokenizer.ggml.pre", ""), "gpt2");
   const Tokenizer old_tok = Tokenizer::from_gguf(*old_file);
   GgufWriter w;
   for (const auto& [k, v] : old_file->metadata()) w.set(k, v);
-  std::vector<float> weights(64, 0.f);
   w.add_tensor("blk.0.attn_q.weight", DType::F32, {8, 8}, weights.data(), weights.size() * 4);
   w.write(dir.path("m.gguf"));
   const auto f = GgufFile::open(dir.path("m.gguf"));
   EXPECT_EQ(f->get_string("tokenizer.ggml.pre", ""), "gpt-2");
   EXPECT_EQ(f->get_int("general.file_type", -1), 0);             // LLAMA_FTYPE_ALL_F32
   EXPECT_EQ(f->get_int("general.quantization_version", -1), 2);  // GGML_QUANT_VERSION
-  EXPECT_EQ(f->get_string("general.name", ""), "canvas text ar");
+  EXPECT_EQ(f->get_string("general.name", ""), "legacy-pre-xy");
   // Both spellings tokenize the same way.
   const Tokenizer new_tok = Tokenizer::from_gguf(*f);
   const std::string text = "In the beginning, 1:1 God's  \xc3\xa9\n";
