@@ -260,6 +260,19 @@ TEST(CliGenerate, PromptInputIsBounded) {
             json_tokens(run_canvas(base + " -p 'In the beginning'", false).output));
 }
 
+// Training data and Sudoku files are bounded too (kMaxCorpusBytes, 256 MiB): an endless device ends with an
+// error naming the limit.
+TEST(CliTrain, DataFilesAreBounded) {
+  test::TempDir dir;
+  std::ofstream(dir.path("z.cfg")) << "task = text\ntext_corpus = /dev/zero\nseq_len = 32\nsteps = 1\n";
+  const auto corpus = run_canvas("train --config " + dir.path("z.cfg") + " --out " + dir.path("run"));
+  EXPECT_EQ(corpus.exit_code, 1) << corpus.output;
+  EXPECT_TRUE(has(corpus.output, "text corpus /dev/zero is longer than 256 MiB (kMaxCorpusBytes)")) << corpus.output;
+  const auto sudoku = run_canvas("sudoku eval -m " + test::source_path("models/sudoku-masked.gguf") + " --data /dev/zero");
+  EXPECT_EQ(sudoku.exit_code, 1) << sudoku.output;
+  EXPECT_TRUE(has(sudoku.output, "Sudoku file /dev/zero is longer than 256 MiB (kMaxCorpusBytes)")) << sudoku.output;
+}
+
 TEST(CliGenerate, StopStringEndsTheTextAndTheGeneration) {
   const std::string base =
       "generate -m " + test::source_path("models/text-ar.gguf") + " -p 'And God said' -n 40 -t 1";

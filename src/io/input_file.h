@@ -10,6 +10,9 @@ namespace canvas {
 // The most bytes a prompt may have (-f FILE, -p -, stdin): 16 MiB, some 4 million tokens of text, far
 // beyond any context canvas runs.
 inline constexpr size_t kMaxPromptBytes = size_t(16) << 20;
+// The most bytes one training data file may have (text_corpus, each file of a corpus folder, Sudoku
+// files): 256 MiB, some 60 times the King James Bible.
+inline constexpr size_t kMaxCorpusBytes = size_t(256) << 20;
 
 // Reads `in` to its end, at most max_bytes; more throws Error naming `what` and the limit (`limit_name`,
 // e.g. "kMaxPromptBytes").

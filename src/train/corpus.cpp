@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "io/bpe_trainer.h"
 #include "io/gguf.h"
+#include "io/input_file.h"
 #include "io/hf_tokenizer.h"
 
 namespace canvas::train {
@@ -20,11 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string read_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  check(bool(in), "cannot open " + what + " " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_file_bounded(path, kMaxCorpusBytes, what, "kMaxCorpusBytes");
 }
 
 // Lines of text without their '\n' (a final line without one counts too; '\r' is kept).

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "io/input_file.h"
 #include "io/tokenizer.h"
 
 namespace canvas::train {
@@ -88,11 +89,7 @@ std::string load_text_corpus(const std::string& name) {
     check(status == 0 && text.size() > 1000000, "`bible` printed too little text (is bible-kjv installed?)");
     return text;
   }
-  std::ifstream in(name, std::ios::binary);
-  check(bool(in), "cannot open text corpus " + name);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_file_bounded(name, kMaxCorpusBytes, "text corpus", "kMaxCorpusBytes");
 }
 
 }  // namespace canvas::train

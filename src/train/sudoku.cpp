@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/input_file.h"
 #include "core/excerpt.h"
 
 namespace canvas {
@@ -518,8 +519,7 @@ SudokuSearchResult search_sudoku(const SudokuGrid& puzzle,
 }
 
 std::vector<SudokuExample> read_sudoku_file(const std::string& path) {
-  std::ifstream in(path);
-  check(bool(in), "cannot open Sudoku file " + path);
+  std::istringstream in(read_file_bounded(path, kMaxCorpusBytes, "Sudoku file", "kMaxCorpusBytes"));
   std::vector<SudokuExample> out;
   std::string line;
   int line_no = 0;
