@@ -104,6 +104,7 @@ TEST(CliChat, LineEditingAndHistoryOnATerminal) {
   // A half-typed line dropped by Ctrl-C, then /save, then Ctrl-D on an empty line ends the chat.
   t.type("never sent\x03/save " + saved + "\r");
   ASSERT_TRUE(t.wait_for("[saved 4 messages")) << t.screen();
+  ASSERT_TRUE(t.wait_for("> ", t.screen().find("[saved 4 messages"))) << t.screen();
   t.type("\x04");
   EXPECT_EQ(t.exit_code(), 0) << t.screen();
   const nlohmann::json messages = nlohmann::json::parse(test::read_text(saved));

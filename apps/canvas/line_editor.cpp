@@ -23,10 +23,11 @@ class RawMode {
     raw.c_iflag &= ~tcflag_t(IXON | ICRNL | INLCR | ISTRIP);
     raw.c_cc[VMIN] = 1;
     raw.c_cc[VTIME] = 0;
-    ok_ = tcsetattr(fd_, TCSAFLUSH, &raw) == 0;
+    // TCSANOW, not TCSAFLUSH: keys typed while a reply was being written are kept, not thrown away.
+    ok_ = tcsetattr(fd_, TCSANOW, &raw) == 0;
   }
   ~RawMode() {
-    if (ok_) tcsetattr(fd_, TCSAFLUSH, &saved_);
+    if (ok_) tcsetattr(fd_, TCSANOW, &saved_);
   }
   bool ok() const { return ok_; }
 
