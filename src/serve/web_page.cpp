@@ -41,6 +41,7 @@ const $ = (id) => document.getElementById(id);
 function num(id) { const v = $(id).value; return v === "" ? undefined : Number(v); }
 function draw(draft, previous) {
   const box = $("canvas"); box.textContent = "";
+  document.body.dataset.drafts = String(Number(document.body.dataset.drafts || 0) + 1);  // drafts drawn
   draft.tokens.forEach((piece, i) => {
     const cell = document.createElement("span");
     cell.className = "cell";

@@ -25,8 +25,12 @@ try {
   await page.click("#go");
   await page.waitForFunction(() => document.body.dataset.done, null, { timeout: 60_000 });
   assert.equal(await page.evaluate(() => document.body.dataset.done), "1", await page.textContent("#stats"));
+  // The page counts the drafts it draws; the observer sees batches of them (a batch per delivery of
+  // stream chunks, which the network may group), so only the page's count is exact.
+  const drawn = Number(await page.evaluate(() => document.body.dataset.drafts));
+  assert.ok(drawn >= 8, `drafts drawn: ${drawn}`);
   const masked = await page.evaluate(() => window.maskedPerDraft);
-  assert.ok(masked.length >= 8, `drafts drawn: ${masked.length}`);
+  assert.ok(masked.length >= 1, "the canvas was drawn");
   assert.ok(masked[0] > 0, "the first draft shows masked positions");
   assert.equal(masked[masked.length - 1], 0, "the last draft is fully committed");
   const cells = await page.locator("#canvas .cell").count();
@@ -49,7 +53,7 @@ try {
     await page.screenshot({ path: screenshot, fullPage: true });
     await page.waitForFunction(() => document.body.dataset.done, null, { timeout: 60_000 });
   }
-  console.log(`page test passed: ${masked.length} drafts drawn, masked cells ${masked[0]} -> 0; ${stats}`);
+  console.log(`page test passed: ${drawn} drafts drawn, masked cells ${masked[0]} -> 0; ${stats}`);
 } finally {
   await browser.close();
 }
