@@ -16,6 +16,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "io/bpe_json.h"
 #include "io/gguf.h"
 #include "io/hf_tokenizer.h"
 #include "io/json.h"
@@ -275,12 +276,13 @@ TEST(HardenModel, UnusedTensorsAreReported) {
 }
 
 // Copies the tiny DiffusionGemma checkpoint with config.json edited.
-std::string edited_checkpoint(const test::TempDir& dir, const std::function<void(nlohmann::json&)>& edit) {
-  const std::filesystem::path src = test::fixture("tiny-diffusion-gemma"), dst = dir.path("ckpt");
+std::string edited_checkpoint(const test::TempDir& dir, const std::function<void(nlohmann::json&)>& edit,
+                              const std::string& fixture = "tiny-diffusion-gemma") {
+  const std::filesystem::path src = test::fixture(fixture), dst = dir.path("ckpt");
   std::filesystem::remove_all(dst);
   std::filesystem::create_directories(dst);
   for (const char* name : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"})
-    std::filesystem::copy_file(src / name, dst / name);
+    if (std::filesystem::exists(src / name)) std::filesystem::copy_file(src / name, dst / name);
   nlohmann::json config = load_json_file((src / "config.json").string());
   edit(config);
   std::ofstream(dst / "config.json") << config.dump(2);
@@ -303,6 +305,46 @@ TEST(HardenModel, SilentlyIgnoredHfConfigIsAnError) {
   expect_error([&] {
     Model::load(edited_checkpoint(dir, [](nlohmann::json& j) { text_config(j)["rms_norm_eps"] = -1; }));
   }, {"config.json", "rms_norm_eps"});
+}
+
+// Counts a config claims are bounded by the tensors present before anything is sized by them: a claimed
+// 10^9 layers once listed 10^9 layers of tensor names (a hang, then gigabytes).
+TEST(HardenModel, LayerCountsAreBoundedByTheTensorsPresent) {
+  test::TempDir dir;
+  expect_error([&] {
+    Model::load(edited_checkpoint(dir, [](nlohmann::json& j) { j["n_layers"] = 1000000000; }, "tiny-llada-hf"));
+  }, {"1000000000 layers", "tensors"});
+  expect_error([&] {
+    Model::load(edited_checkpoint(dir, [](nlohmann::json& j) {
+      text_config(j)["num_hidden_layers"] = 99999;
+      text_config(j).erase("layer_types");
+    }));
+  }, {"99999 layers", "tensors"});
+  // LLaDA's vocab_size beyond its embedding_size: tokens without an embedding row.
+  expect_error([&] {
+    Model::load(edited_checkpoint(dir, [](nlohmann::json& j) { j["vocab_size"] = int64_t(INT32_MAX); }, "tiny-llada-hf"));
+  }, {"vocab_size 2147483647", "embedding_size"});
+  EXPECT_NO_THROW(Model::load(edited_checkpoint(dir, [](nlohmann::json&) {}, "tiny-llada-hf")));
+}
+
+// The byte-level reader (bpe_json.h) sized its table by the highest id: one added token with id 5e7 in a
+// 4 KB tokenizer.json reached gigabytes. Ids must now be dense, checked before allocating.
+TEST(HardenTokenizerJson, ByteLevelReaderRefusesIdGaps) {
+  test::TempDir dir;
+  const std::string ckpt = edited_checkpoint(dir, [](nlohmann::json&) {}, "tiny-llada-hf");
+  const std::string path = ckpt + "/tokenizer.json";
+  EXPECT_NO_THROW(bpe_vocab_from_json(path));
+  nlohmann::json doc = load_json_file(path);
+  for (const int64_t id : {int64_t(50000000), int64_t(INT32_MAX) - 1}) {
+    nlohmann::json edited = doc;
+    edited["added_tokens"].push_back({{"id", id}, {"content", "<huge>"}, {"special", true}});
+    std::ofstream(path) << edited.dump();
+    expect_error([&] { bpe_vocab_from_json(path); }, {"tokenizer.json", std::to_string(id), "names only"});
+    edited = doc;
+    edited["model"]["vocab"]["zzz-huge"] = id;
+    std::ofstream(path) << edited.dump();
+    expect_error([&] { bpe_vocab_from_json(path); }, {std::to_string(id), "without gaps"});
+  }
 }
 
 TEST(HardenCli, GenerationConfigStepsNamesTheFile) {

@@ -133,6 +133,12 @@ BpeVocab bpe_vocab_from_json(const std::string& path, int64_t min_size) {
     }
   }
   check(!by_id.empty(), path + ": the vocabulary is empty");
+  // Ids are dense: the highest is below the number of distinct ids named, so nothing is sized by an id a
+  // small file merely claims (one added token with id 5e8 must not allocate 5e8 strings).
+  check(by_id.rbegin()->first < int64_t(by_id.size()),
+        path + ": token id " + std::to_string(by_id.rbegin()->first) + " but the file names only " +
+            std::to_string(by_id.size()) + " tokens (ids must be 0.." + std::to_string(by_id.size() - 1) +
+            " without gaps)");
   const int64_t size = std::max<int64_t>(by_id.rbegin()->first + 1, min_size);
   v.tokens.resize(size_t(size));
   v.token_types.assign(size_t(size), 5);

@@ -100,6 +100,10 @@ ModelConfig llama_family_config_from_hf(const JsonDocument& doc, const std::stri
     c.n_kv_heads = doc.get_int("n_kv_heads", c.n_heads);
     c.ffn = doc.require_int("mlp_hidden_size");
     c.vocab = doc.get_int("embedding_size", doc.require_int("vocab_size"));
+    // OLMo pads the embedding (embedding_size) past the tokenizer's vocab_size, never the other way.
+    check(doc.require_int("vocab_size") <= c.vocab,
+          path + ": vocab_size " + std::to_string(doc.require_int("vocab_size")) + " exceeds embedding_size " +
+              std::to_string(c.vocab) + " (the embedding must have a row for every token)");
     c.context_length = doc.get_int("max_sequence_length", 4096);
     c.rms_eps = float(doc.get_float("rms_norm_eps", 1e-5));
     c.rope.theta = float(doc.get_float("rope_theta", 10000.0));

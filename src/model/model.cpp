@@ -180,6 +180,15 @@ float read_scalar(Model& m, const TensorSource& src, const std::string& name) {
 }
 
 
+// A count a config claims (layers, experts) is bounded by the tensors actually present before anything is
+// sized by it: every layer and every stored expert holds at least one tensor, so a config claiming 10^9
+// layers over a file of 20 tensors is refused at once instead of listing 10^9 layers of tensor names.
+void check_counts_against_tensors(const ModelConfig& c, size_t n_tensors, const std::string& path) {
+  check(c.n_layers <= int64_t(n_tensors), path + ": the config claims " + std::to_string(c.n_layers) +
+                                              " layers but the weights hold only " + std::to_string(n_tensors) +
+                                              " tensors (at least one per layer)");
+}
+
 // Binds every tensor model_tensors(m.config) describes; `stored` gives a description's name in the
 // source (its GGUF name, or its Hugging Face name).
 void bind_tensors(Model& m, const TensorSource& src, const std::function<std::string(const TensorSpec&)>& stored) {
@@ -341,6 +350,7 @@ Model Model::load_safetensors(const std::string& path) {
   m.converted = std::make_shared<std::deque<std::vector<float>>>();
   m.config = config_from_hf((dir / "config.json").string());
   m.safetensors = SafetensorsModel::open(dir.string());
+  check_counts_against_tensors(m.config, m.safetensors->tensors().size(), m.safetensors->path());
   const SafetensorsModel& st = *m.safetensors;
   if (m.config.layer_style != LayerStyle::Gemma4) {
     bind_llama_family(m);
@@ -402,6 +412,7 @@ Model bind_gguf(const std::string& path) {
   const GgufFile& f = *m.file;
   ModelConfig& c = m.config;
   c = config_from_gguf(f);
+  check_counts_against_tensors(c, f.tensors().size(), path);
   const TensorView* embd = f.find_tensor("token_embd.weight");
   check(embd != nullptr, path + ": missing tensor 'token_embd.weight'");
   c.vocab = embd->ne[1];
