@@ -26,6 +26,7 @@
 #include "model/config.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "model/weight_check.h"
 #include "train/data.h"
 #include "test_util.h"
 
@@ -196,50 +197,81 @@ TEST(HardenModel, NonFiniteHyperParametersAreRefusedAtLoad) {
   }
 }
 
-// A copy of tiny-llada.gguf at `out` whose f32 tensor `name` holds NaN: in every element, or in one.
-std::string nan_gguf(const std::string& out, const std::string& name, bool every_element) {
+// A copy of tiny-llada.gguf at `out` whose f32 tensor `name` holds `value` (NaN by default): in every
+// element, or in one.
+std::string nan_gguf(const std::string& out, const std::string& name, bool every_element,
+                     float value = std::numeric_limits<float>::quiet_NaN()) {
   std::vector<float> poisoned;
   return edited_gguf("tiny-llada.gguf", out, [](GgufWriter&) {}, [&](const TensorView& t, const void*& data) {
     if (t.name == name) {
       poisoned.assign(t.f32(), t.f32() + t.elements());
       for (size_t i = 0; i < poisoned.size(); ++i)
-        if (every_element || i == 5) poisoned[i] = std::numeric_limits<float>::quiet_NaN();
+        if (every_element || i == 5) poisoned[i] = value;
       data = poisoned.data();
     }
     return true;
   });
 }
 
-TEST(HardenCli, NaNWeightsFailBeforeSampling) {
+// NaN or Inf in a weight is refused at load, naming the file, the tensor and the row; the sampled check of
+// a large tensor reads its first and last rows, --check-weights every row.
+TEST(HardenCli, NonFiniteWeightsAreRefusedAtLoad) {
   test::TempDir dir;
-  const std::string path = nan_gguf(dir.path("nan.gguf"), "token_embd.weight", true);
-  const test::CommandResult r = test::run_canvas("generate -m " + path + " -p 'And God' -n 4 --seed 1");
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("not finite"), std::string::npos) << r.output;
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    const std::string path = nan_gguf(dir.path("bad.gguf"), "blk.1.ffn_down.weight", false, bad);
+    expect_error([&] { Model::load(path); }, {"bad.gguf", "blk.1.ffn_down.weight", "row 0", "NaN or Inf"});
+    const test::CommandResult r = test::run_canvas("generate -m " + path + " -p 'And God' -n 4 --seed 1");
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("blk.1.ffn_down.weight"), std::string::npos) << r.output;
+  }
+  // A finite model passes both scans, the full one reading every element of every weight.
+  const Model clean = Model::load(test::fixture("tiny-llada.gguf"));
+  const int64_t sampled = check_weights_finite(clean, WeightScan::Sampled);
+  EXPECT_EQ(check_weights_finite(clean, WeightScan::Full), sampled);  // every tensor is small: read whole
+  EXPECT_GT(sampled, clean.config.vocab * clean.config.hidden);
+  const test::CommandResult ok = test::run_canvas("generate -m " + test::fixture("tiny-llada.gguf") +
+                                                  " -p 'And God' -n 4 --seed 1 --check-weights");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
 }
 
-// One NaN in blk.0.attn_q (issue 35): scalar stopped with "logits are not finite" while avx2 and avx512
-// printed text, their vector exp having turned the NaN attention scores into finite weights. Every SIMD
-// level the machine has must stop the same way, for f32 weights and for block-quantized ones (whose
-// activation quantization used to skip NaN as well), autoregressive and diffusion decoding alike.
+// Weights that are finite but overflow the forward (3e38) reach the sampler as NaN/Inf logits: the run
+// stops with an error naming the position instead of printing tokens picked from garbage.
+TEST(HardenCli, NaNWeightsFailBeforeSampling) {
+  test::TempDir dir;
+  const std::string path = nan_gguf(dir.path("nan.gguf"), "output.weight", true, 3e38f);
+  // Masked diffusion and AR stop alike, naming the sequence position of the bad row.
+  for (const char* mode : {"", " --mode ar"}) {
+    const test::CommandResult r = test::run_canvas("generate -m " + path + " -p 'And God' -n 4 --seed 1" + mode);
+    EXPECT_NE(r.exit_code, 0) << mode << ": " << r.output;
+    EXPECT_NE(r.output.find("not finite"), std::string::npos) << mode << ": " << r.output;
+    EXPECT_NE(r.output.find("at position "), std::string::npos) << mode << ": " << r.output;
+  }
+}
+
+// NaN in attention (issue 35): with one NaN weight in blk.0.attn_q, scalar stopped with "logits are not
+// finite" while avx2 and avx512 printed text, their vector exp having turned the NaN attention scores into
+// finite weights. NaN weights are now refused at load, so the scores are poisoned the way a forward can
+// still poison them: attn_q weights of 3e38, finite, whose products overflow to inf - inf. Every SIMD level
+// the machine has must stop the same way, autoregressive and diffusion decoding alike. Quantizing those
+// weights overflows q8_0's f16 block scales, and the quantized file is refused at load.
 TEST(HardenCli, OneNaNWeightFailsOnEverySimdLevel) {
   test::TempDir dir;
-  const std::string path = nan_gguf(dir.path("nan-q.gguf"), "blk.0.attn_q.weight", false);
+  const std::string path = nan_gguf(dir.path("nan-q.gguf"), "blk.0.attn_q.weight", true, 3e38f);
   const std::string q8 = dir.path("nan-q8.gguf");
   const test::CommandResult quantized = test::run_canvas("quantize " + path + " " + q8 + " q8_0");
   ASSERT_EQ(quantized.exit_code, 0) << quantized.output;
+  expect_error([&] { Model::load(q8); }, {"nan-q8.gguf", "blk.0.attn_q.weight", "NaN or Inf"});
   int levels = 0;
   for (const SimdLevel level : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
     if (int(level) > int(simd_level())) continue;  // not on this CPU
     ++levels;
     const std::string name = simd_level_name(level);
-    for (const std::string& model : {path, q8})
-      for (const char* mode : {"", " --mode ar"}) {
-        const test::CommandResult r = test::run_canvas("generate -m " + model + " -p 'And God' -n 4 --seed 1" + mode,
-                                                       true, "CANVAS_SIMD=" + name);
-        EXPECT_EQ(r.exit_code, 1) << name << " " << model << mode << ": " << r.output;
-        EXPECT_NE(r.output.find("not finite"), std::string::npos) << name << " " << model << mode << ": " << r.output;
-      }
+    for (const char* mode : {"", " --mode ar"}) {
+      const test::CommandResult r = test::run_canvas("generate -m " + path + " -p 'And God' -n 4 --seed 1" + mode,
+                                                     true, "CANVAS_SIMD=" + name);
+      EXPECT_EQ(r.exit_code, 1) << name << mode << ": " << r.output;
+      EXPECT_NE(r.output.find("not finite"), std::string::npos) << name << mode << ": " << r.output;
+    }
     // The level was in force: the clean model's stats line names it.
     const test::CommandResult clean = test::run_canvas(
         "generate -m " + test::fixture("tiny-llada.gguf") + " -p 'And God' -n 4 --seed 1", true, "CANVAS_SIMD=" + name);

@@ -3,11 +3,25 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/timer.h"
+#include "model/weight_check.h"
 #if CANVAS_HAVE_CUDA
 #include "cuda/cuda_backend.h"
 #endif
 
 namespace canvas::cli {
+
+void check_all_weights(const Model& model, const std::string& path) {
+  const double t0 = now_ms();
+  int64_t read = 0;
+  try {
+    read = check_weights_finite(model, WeightScan::Full);
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+  std::fprintf(stderr, "--check-weights: %lld weights finite (%.0f ms)\n", static_cast<long long>(read),
+               now_ms() - t0);
+}
 
 void use_device(Model& model, const std::string& device) {
   if (device == "cpu") return;

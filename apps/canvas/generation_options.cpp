@@ -51,6 +51,7 @@ std::vector<Option> decoding_options() {
                            "the same seed gives the same tokens at any thread count"},
         {"-t,--threads", "N", "threads (default: all cores; more than the cores warns)"},
         {"--device", "NAME", kDeviceHelp},
+        {"--check-weights", "", kCheckWeightsHelp},
         {"--no-stream", "", "print the text only when generation has finished"},
         {"--visual", "", "redraw the canvas on stderr's alternate screen at every step: the prompt dim, final\n"
                          "tokens plain, this step's commits bold green, masks as shaded blocks, noise and\n"
@@ -159,6 +160,7 @@ GenerationRequest request_from_args(const Args& args) {
 TextModel load_text_model(const Args& args, const std::string& default_model, const std::string& command) {
   const std::string path = args.has("model") ? args.get("model", "") : shipped_model_path(default_model, command);
   Model model = Model::load(path);
+  if (args.has("check-weights")) check_all_weights(model, path);
   use_device(model, args.get("device", "cpu"));
   return TextModel::from(std::move(model), path, args.get("tokenizer", ""), args.get("template", "auto"));
 }

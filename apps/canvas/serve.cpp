@@ -42,6 +42,7 @@ cache, mode, canvas_draft). docs/serving.md has the details and measurements.)",
         {"--host", "HOST", "address to listen on (default 127.0.0.1: this machine only)"},
         {"--port", "N", "TCP port (default 8080; 0: any free port, printed at start)"},
         {"--device", "NAME", kDeviceHelp},
+        {"--check-weights", "", kCheckWeightsHelp},
         {"--parallel", "N",
          "requests decoded at once, their steps batched (default: 4, or 2 x the cores if more)"},
         {"--queue", "N", "requests waiting for a slot beyond those; more get 503 + Retry-After (default 64)"},
@@ -155,6 +156,7 @@ int cmd_serve(int argc, char** argv) {
   std::unique_ptr<serve::Engine> engine;
   try {
     Model loaded = Model::load(model_path);
+    if (args.has("check-weights")) check_all_weights(loaded, model_path);
     use_device(loaded, args.get("device", "cpu"));
     const TextModel m = TextModel::from(std::move(loaded), model_path);
     const ModelConfig& c = m.model.config;

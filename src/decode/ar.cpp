@@ -74,7 +74,7 @@ GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& pro
       const int64_t from = std::max<int64_t>(0, int64_t(tokens.size()) - params.sampling.repeat_last_n);
       recent.assign(tokens.begin() + from, tokens.end());
     }
-    const TokenChoice choice = choose_token(logits.data(), c.vocab, params.sampling, rng, &recent);
+    const TokenChoice choice = choose_token(logits.data(), c.vocab, params.sampling, rng, &recent, int64_t(tokens.size()));
     const int32_t token = choice.token;
     pos0 = int64_t(tokens.size());
     tokens.push_back(token);

@@ -66,15 +66,17 @@ std::vector<double> sampling_distribution(const float* logits, int64_t vocab, co
 }
 
 TokenChoice choose_token(const float* raw_logits, int64_t vocab, const SamplingParams& params, Rng& rng,
-                         const std::vector<int32_t>* recent) {
+                         const std::vector<int32_t>* recent, int64_t position) {
   // NaN or +inf anywhere means broken weights or hyper-parameters (a NaN embedding, rms_eps = nan): fail
   // rather than print tokens picked from garbage. The SIMD reductions need not propagate NaN, so look at
   // the row itself: one pass, cheap next to the head's matmul that produced it. -inf is a legitimate zero
   // probability.
   bool poisoned = false;
   for (int64_t i = 0; i < vocab; ++i) poisoned |= !(raw_logits[i] < std::numeric_limits<float>::infinity());
-  check(!poisoned, "sampling: the model's logits are not finite (NaN or +inf): its weights or hyper-parameters "
-                   "are broken");
+  if (poisoned)  // (the message is built only when needed)
+    check(false, "sampling: the model's logits" +
+                     (position >= 0 ? " at position " + std::to_string(position) : std::string()) +
+                     " are not finite (NaN or +inf): its weights or hyper-parameters are broken");
   const float* logits = penalized_row(raw_logits, vocab, params, recent);
   TokenChoice choice;
   choice.stats = row_stats(logits, vocab);

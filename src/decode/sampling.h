@@ -46,7 +46,9 @@ std::vector<int32_t> sampling_candidates(const float* logits, int64_t vocab, con
 // candidates (every id when no filter is on), zeros elsewhere; [vocab] probabilities in double.
 std::vector<double> sampling_distribution(const float* logits, int64_t vocab, const SamplingParams& params);
 
+// `position` (the sequence position the row predicts, prompt included; -1 when unknown) is named in the
+// error raised for a row holding NaN or +inf.
 TokenChoice choose_token(const float* logits, int64_t vocab, const SamplingParams& params, Rng& rng,
-                         const std::vector<int32_t>* recent = nullptr);
+                         const std::vector<int32_t>* recent = nullptr, int64_t position = -1);
 
 }  // namespace canvas

@@ -123,7 +123,7 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
               callbacks);
   ++result.passes;
   const double t_first = now_ms();
-  commit(choose_token(&logits[size_t(P - 1 - reused) * size_t(V)], V, params.sampling, rng, recent_of()).token);
+  commit(choose_token(&logits[size_t(P - 1 - reused) * size_t(V)], V, params.sampling, rng, recent_of(), P).token);
   int64_t cached = P;  // positions whose K/V are final; the last generated token is not among them yet
   std::vector<int32_t> canvas, verify_tokens;
   std::vector<std::vector<double>> proposal;
@@ -164,12 +164,12 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     for (int64_t i = 0; i <= k && !done; ++i) {
       const float* row = &logits[size_t(i) * size_t(V)];
       if (i == k) {  // every draft kept: AR's next token comes free
-        commit(choose_token(row, V, params.sampling, rng, recent_of()).token);
+        commit(choose_token(row, V, params.sampling, rng, recent_of(), P + int64_t(generated.size())).token);
         break;
       }
       const int32_t d = canvas[size_t(i + 1)];
       if (!sampled) {
-        const int32_t t = choose_token(row, V, params.sampling, rng, recent_of()).token;
+        const int32_t t = choose_token(row, V, params.sampling, rng, recent_of(), P + int64_t(generated.size())).token;
         commit(t);
         if (t != d) break;
         ++kept;

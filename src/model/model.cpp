@@ -1,5 +1,6 @@
 // Weight binding and the transformer forward pass (one code path for every family and mode).
 #include "model/model.h"
+#include "model/weight_check.h"
 
 #include <algorithm>
 #include <cmath>
@@ -340,7 +341,19 @@ Model Model::load(const std::string& path) {
   return load_gguf(path);
 }
 
-Model Model::load_safetensors(const std::string& path) {
+namespace {
+
+// The sampled finiteness check every load runs (model/weight_check.h), its error naming the file.
+void check_loaded_weights(const Model& m, const std::string& path) {
+  try {
+    check_weights_finite(m, WeightScan::Sampled);
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what() + " (canvas reads a sample of each large tensor at load; "
+                "--check-weights reads every weight)");
+  }
+}
+
+Model bind_safetensors(const std::string& path) {
   std::error_code ec;
   const bool is_dir = std::filesystem::is_directory(std::filesystem::path(path), ec);
   check(is_dir || std::filesystem::path(path).filename() == "config.json",
@@ -373,6 +386,14 @@ Model Model::load_safetensors(const std::string& path) {
   if (m.token_embd.type == DType::BF16) m.config.embedding_scale = bf16_to_f32(f32_to_bf16(m.config.embedding_scale));
   ThreadPool pool(std::max(1u, std::thread::hardware_concurrency()));
   prepare_embedding_columns(m, &pool);
+  return m;
+}
+
+}  // namespace
+
+Model Model::load_safetensors(const std::string& path) {
+  Model m = bind_safetensors(path);
+  check_loaded_weights(m, path);
   return m;
 }
 
@@ -429,6 +450,7 @@ Model bind_gguf(const std::string& path) {
   }
   bind_tensors(m, source_of(f), [](const TensorSpec& t) { return t.gguf; });
   check_every_tensor_bound(m, f);
+  check_loaded_weights(m, path);
   return m;
 }
 
