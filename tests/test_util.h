@@ -81,13 +81,14 @@ inline double relative_error(const std::vector<float>& a, const std::vector<floa
   return scale > 0 ? diff / scale : diff;
 }
 
-// A fresh directory per test (named after the test), removed with everything in it at scope exit.
+// A fresh directory per test (named after the test, and `suffix` for a second one alive at the same
+// time), removed with everything in it at scope exit.
 class TempDir {
  public:
-  TempDir() {
+  explicit TempDir(const std::string& suffix = "") {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     dir_ = std::filesystem::temp_directory_path() / ("canvas_test_" + std::to_string(::getpid()) + "_" +
-                                                     info->test_suite_name() + "_" + info->name());
+                                                     info->test_suite_name() + "_" + info->name() + suffix);
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }

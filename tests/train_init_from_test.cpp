@@ -4,12 +4,17 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "io/json.h"
+#include "io/safetensors.h"
+#include "ops/matmul.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "test_util.h"
@@ -95,6 +100,66 @@ void expect_lr0_export_equals_source(const std::string& source, const std::strin
 
 TEST(TrainInitFrom, DiffusionGemmaDirectoryWithLrZeroExportsTheSameModel) {
   expect_lr0_export_equals_source(test::fixture(kGemmaDir), "uniform", "self_conditioning = true\n");
+}
+
+// tiny-diffusion-gemma with its embedding padded by `extra` rows past its tokenizer's tokens, as Qwen2.5
+// and Dream release theirs (151,665 tokens in 152,064 rows); the padding rows hold distinct values.
+std::string padded_gemma_dir(const test::TempDir& dir, int64_t extra) {
+  const std::filesystem::path src = test::fixture(kGemmaDir), dst = dir.path("padded");
+  std::filesystem::create_directories(dst);
+  for (const char* name : {"generation_config.json", "tokenizer.json"})
+    std::filesystem::copy_file(src / name, dst / name, std::filesystem::copy_options::overwrite_existing);
+  nlohmann::json config = load_json_file((src / "config.json").string());
+  nlohmann::json& text = config.contains("text_config") ? config["text_config"] : config;
+  text["vocab_size"] = text["vocab_size"].get<int64_t>() + extra;
+  std::ofstream(dst / "config.json") << config.dump(2);
+  const auto st = SafetensorsModel::open(src.string());
+  std::vector<SafetensorsEntry> entries;
+  std::vector<float> padded;
+  for (const TensorView& t : st->tensors()) {
+    SafetensorsEntry e{t.name, t.type, {}, t.data, size_t(t.bytes())};
+    for (int d = t.n_dims - 1; d >= 0; --d) e.shape.push_back(t.ne[d]);
+    if (t.name.find("embed_tokens.weight") != std::string::npos) {
+      EXPECT_EQ(t.type, DType::F32);
+      padded.assign(t.f32(), t.f32() + t.elements());
+      for (int64_t i = 0; i < extra * t.ne[0]; ++i) padded.push_back(0.01f * float(i % 97) - 0.5f);
+      e.shape[0] += extra;
+      e.data = padded.data();
+      e.bytes = padded.size() * sizeof(float);
+    }
+    entries.push_back(e);
+  }
+  write_safetensors((dst / "model.safetensors").string(), entries);
+  return dst.string();
+}
+
+// Fine-tuning a released checkpoint whose embedding has more rows than its tokenizer has tokens: it trains,
+// at lr 0 it exports the source's function, and with lr > 0 the padding rows stay exactly as they were.
+TEST(TrainInitFrom, PaddedEmbeddingTrainsAndKeepsItsPaddingRows) {
+  test::TempDir dir("_source");  // expect_lr0_export_equals_source makes (and removes) the test's own
+  const std::string source = padded_gemma_dir(dir, 20);
+  const Model original = Model::load(source);
+  ASSERT_EQ(original.config.vocab, 320);
+  expect_lr0_export_equals_source(source, "uniform", "self_conditioning = true\n");
+
+  const RunConfig r = config_of("task = text\ntext_corpus = " + write_corpus(dir) + "\nobjective = uniform\n" +
+                                "self_conditioning = true\ninit_from = " + source +
+                                "\nseq_len = 24\nblock_length = 8\nbatch_size = 2\nsteps = 3\nlr = 0.01\n"
+                                "warmup = 0\neval_every = 3\ncheckpoint_every = 3\nthreads = 2\n");
+  const std::vector<float> losses = train(r, dir.path("run"));
+  ASSERT_EQ(losses.size(), 3u);
+  const Model tuned = Model::load(dir.path("run/model.gguf"));
+  ASSERT_EQ(tuned.config.vocab, 320);
+  const int64_t H = original.config.hidden;
+  std::vector<float> a(static_cast<size_t>(H)), b(static_cast<size_t>(H));
+  int64_t changed = 0;
+  for (int64_t row = 0; row < 320; ++row) {
+    get_row(original.token_embd, row, a.data());
+    get_row(tuned.token_embd, row, b.data());
+    if (row >= 300) EXPECT_EQ(a, b) << "padding row " << row << " changed";
+    else changed += a != b;
+  }
+  EXPECT_GT(changed, 0) << "the run trained nothing";
 }
 
 TEST(TrainInitFrom, GgufWithLrZeroExportsTheSameModel) {

@@ -65,6 +65,7 @@ ModelTokenizer load_model_tokenizer(const std::string& path) {
     const HfVocab vocab = HfTokenizer::vocab_from_json(json);
     auto tokenizer = std::make_shared<const HfTokenizer>(HfTokenizer::from_vocab(vocab));
     t.encode = [tokenizer](std::string_view text) { return tokenizer->encode(text, false, false); };
+    t.tokens = tokenizer->vocab_size();
     if (HfTokenizer::gguf_problem(vocab).empty()) {
       // The GGUF form of the tokenizer, read back from a scratch file (GgufWriter keeps its keys private).
       GgufWriter w;
@@ -87,9 +88,11 @@ ModelTokenizer load_model_tokenizer(const std::string& path) {
   if (model == "gemma4") {
     auto tokenizer = std::make_shared<const HfTokenizer>(HfTokenizer::from_gguf(*file));
     t.encode = [tokenizer](std::string_view text) { return tokenizer->encode(text, false, false); };
+    t.tokens = tokenizer->vocab_size();
   } else {
     auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::from_gguf(*file));
     t.encode = [tokenizer](std::string_view text) { return tokenizer->encode(text, false, false); };
+    t.tokens = tokenizer->vocab_size();
   }
   for (const auto& kv : file->metadata())
     if (kv.first.rfind("tokenizer.", 0) == 0) t.gguf_metadata.push_back(kv);

@@ -16,6 +16,7 @@ namespace canvas::train {
 
 struct ModelTokenizer {
   std::function<std::vector<int32_t>(std::string_view)> encode;
+  int64_t tokens = 0;  // the tokenizer's vocabulary (a checkpoint's embedding may have more rows: padding)
   // The tokenizer as GGUF metadata, for the models the run exports (empty when the source has none the
   // GGUF form holds).
   std::vector<std::pair<std::string, GgufValue>> gguf_metadata;

@@ -107,7 +107,9 @@ class TextTask : public Task {
       model_tokens_ = true;
       const ModelTokenizer t = load_model_tokenizer(context.model_tokenizer);
       TokenVocabulary v;
-      v.vocab = context.model_vocab;
+      // The data's vocabulary is the tokenizer's; a checkpoint's embedding may pad past it (init_from
+      // keeps those rows as they are).
+      v.vocab = t.tokens > 0 ? int32_t(t.tokens) : context.model_vocab;
       v.mask_token = context.model_mask_token;
       v.eos_token = context.model_eos_token;
       v.bytes = false;

@@ -578,10 +578,12 @@ ModelConfig run_model_config(const RunConfig& r, const DataSource& source) {
     check(r.objective != "masked" || c.mask_token >= 0,
           "the tokenizer has no mask token, which objective = " + r.objective + " needs");
   } else {
-    // The donor's embeddings fix the vocabulary; the data must be in it.
-    check(source.vocab_size() == c.vocab,
-          where + ": its vocabulary has " + std::to_string(c.vocab) + " tokens, the task's data " +
-              std::to_string(source.vocab_size()) + " (" + r.task +
+    // The donor's embeddings fix the vocabulary; the data must be in it. Released checkpoints pad their
+    // embedding past the tokenizer (Qwen2.5 / Dream: 151,665 tokens in 152,064 rows): more rows than the
+    // data's tokens is normal, and those rows are kept as they are (PaddingRows).
+    check(source.vocab_size() <= c.vocab,
+          where + ": its embedding has " + std::to_string(c.vocab) + " rows, fewer than the task data's " +
+              std::to_string(source.vocab_size()) + " tokens (" + r.task +
               " data is tokenized with the source's tokenizer only for task = text without a tokenizer key)");
   }
   c.context_length = std::max(c.context_length, seq_len);
@@ -609,6 +611,36 @@ std::unique_ptr<DataSource> make_run_source(const RunConfig& r) {
   }
   return r.task_module->make_source(context);
 }
+}  // namespace
+
+namespace {
+// The embedding and head rows past the data's vocabulary (a donor's padding) restored after every
+// optimizer step, so that fine-tuning leaves them exactly as the source had them: no token of the data
+// reaches them as input, and the softmax's push on them as outputs (and weight decay) would otherwise
+// drift rows the source's tokenizer never produces.
+class PaddingRows {
+ public:
+  PaddingRows(const std::vector<Parameter*>& params, int64_t data_vocab) {
+    for (Parameter* p : params) {
+      if ((p->name != "token_embd.weight" && p->name != "output.weight") || p->shape.size() != 2) continue;
+      const int64_t rows = p->shape[1], cols = p->shape[0];
+      if (data_vocab >= rows) continue;
+      const size_t from = size_t(data_vocab * cols);
+      saved_.push_back({p, std::vector<float>(p->value.begin() + std::ptrdiff_t(from), p->value.end()), from});
+    }
+  }
+  void restore() const {
+    for (const Saved& s : saved_) std::copy(s.values.begin(), s.values.end(), s.param->value.begin() + std::ptrdiff_t(s.from));
+  }
+
+ private:
+  struct Saved {
+    Parameter* param;
+    std::vector<float> values;
+    size_t from;
+  };
+  std::vector<Saved> saved_;
+};
 }  // namespace
 
 TrainModel initial_model(const RunConfig& r, const ModelConfig& mc) {
@@ -681,6 +713,7 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
   TrainModel model = initial_model(r, mc);
   std::vector<Parameter*> params = model.parameters();
   AdamW opt(r.optimizer, params);
+  const PaddingRows padding(params, source->vocab_size());
 
   const std::vector<std::string> metric_names = r.task_module->metric_names();
   // The replaced run's files go before this run writes any (after the model is built: init_from may be
@@ -733,6 +766,7 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
     stop_if_diverged(std::isfinite(loss_sum), step + 1, "the loss");
     StepReport rep;
     rep.grad_norm = opt.step(1.f / float(r.accumulation), &pool);
+    padding.restore();
     stop_if_diverged(std::isfinite(rep.grad_norm), step + 1, "the gradient norm");
     rep.lr = opt.last_lr();
     ++step;
@@ -791,6 +825,7 @@ TrainingTiming time_training_steps(const RunConfig& r, int64_t steps, ThreadPool
       out.matmul_weights_per_token += p->size();
   }
   AdamW opt(r.optimizer, params);
+  const PaddingRows padding(params, source->vocab_size());
   for (int64_t step = 0; step < steps; ++step) {
     if (before_step) before_step(step);
     const std::clock_t cpu0 = std::clock();
@@ -812,6 +847,7 @@ TrainingTiming time_training_steps(const RunConfig& r, int64_t steps, ThreadPool
       pairs += double(ob.input.n_sequences) * double(ob.input.length) * double(ob.input.length);
     }
     opt.step(1.f / float(r.accumulation), &pool);
+    padding.restore();
     out.step_ms.push_back(now_ms() - t0);
     out.step_cpu_ms.push_back(double(std::clock() - cpu0) * 1000.0 / CLOCKS_PER_SEC);
     out.step_tokens.push_back(tokens);
