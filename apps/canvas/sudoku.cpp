@@ -1,6 +1,9 @@
 // canvas sudoku: the option tables and output of generate, solve, eval and probe (the logic is in
 // src/train/sudoku_solver.h and sudoku_generate.h).
+#include <signal.h>
+
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -29,7 +32,8 @@ const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval|probe> [
       asks Debian's qqwing for puzzles rated D (simple, easy, intermediate, expert, any); --source canvas
       uses canvas's own generator (unique solutions, down to --min-clues givens, default 24), rated
       "generated". --exclude FILE (repeatable) skips puzzles present in FILE, so held-out sets never
-      overlap training data.
+      overlap training data. Progress (count, rate, ETA) on stderr; Ctrl-C (SIGINT) or SIGTERM stops it
+      after the puzzle in hand: the lines written stay whole, and it says how many (exit status 130).
 
   canvas sudoku solve [-m MODEL] [--mode diffusion|ar (default: ar for causal models)] [--steps S] [--algorithm A]
                       [--threshold P] [--beam W] [--views K] [--rules|--no-rules] [--freeze] [--pretty] [-t N]
@@ -116,7 +120,9 @@ const Option kFreezeRefreshOption{"--freeze-refresh", "N", "with --freeze (impli
 const Command kSudokuGenerate{
     "sudoku generate",
     "canvas sudoku generate -n N [--difficulty D] [--source qqwing|canvas] [--min-clues C] [-s SEED] [--exclude FILE]",
-    "Writes N lines \"PUZZLE SOLUTION DIFFICULTY\" (81 digits each, 0 = blank).",
+    "Writes N lines \"PUZZLE SOLUTION DIFFICULTY\" (81 digits each, 0 = blank); progress (count, rate, ETA) on\n"
+    "stderr. Ctrl-C (SIGINT) or SIGTERM stops it after the puzzle in hand: every line written stays whole, and\n"
+    "it says how many it wrote (exit status 130).",
     {
         {"-n", "N", "puzzles to write (default 100)"},
         {"--difficulty", "D", "qqwing rating: simple | easy | intermediate | expert | any (default easy)"},
@@ -222,6 +228,32 @@ std::vector<SudokuExample> read_data(const Args& args) {
   return data;
 }
 
+// While alive, SIGINT and SIGTERM ask a long loop to stop (requested()) instead of ending the process, so
+// that it can keep what it has written whole and say how far it got.
+class InterruptRequest {
+ public:
+  InterruptRequest() {
+    struct sigaction action {};
+    action.sa_handler = [](int) { requested_ = 1; };
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;  // writes in progress are not cut short
+    requested_ = 0;
+    sigaction(SIGINT, &action, &old_int_);
+    sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~InterruptRequest() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  InterruptRequest(const InterruptRequest&) = delete;
+  InterruptRequest& operator=(const InterruptRequest&) = delete;
+  static bool requested() { return requested_ != 0; }
+
+ private:
+  static inline volatile std::sig_atomic_t requested_ = 0;
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
 int sudoku_generate(int argc, char** argv) {
   if (print_help_if_asked(kSudokuGenerate, argc, argv, 3)) return 0;
   Args args(kSudokuGenerate, argc, argv, 3);
@@ -241,10 +273,23 @@ int sudoku_generate(int argc, char** argv) {
     const std::set<std::string> more = read_sudoku_puzzle_set(file);
     options.exclude.insert(more.begin(), more.end());
   }
-  generate_sudoku(options, [](const SudokuExample& e) {
-    std::printf("%s %s %s\n", format_sudoku(e.puzzle).c_str(), format_sudoku(e.solution).c_str(),
-                e.difficulty.c_str());
-  });
+  // Ctrl-C ends a long run cleanly: every line written so far stays whole, and the count is reported.
+  const InterruptRequest interrupt;
+  Progress progress("puzzles", options.count);
+  const int64_t written = generate_sudoku(
+      options,
+      [&progress](const SudokuExample& e) {
+        std::printf("%s %s %s\n", format_sudoku(e.puzzle).c_str(), format_sudoku(e.solution).c_str(),
+                    e.difficulty.c_str());
+        progress.add();
+      },
+      &InterruptRequest::requested);
+  progress.finish();
+  check(std::fflush(stdout) == 0, "writing the puzzles to standard output failed");
+  if (written < options.count) {
+    std::fprintf(stderr, "interrupted: wrote %lld of %lld puzzles\n", (long long)written, (long long)options.count);
+    return 130;  // the shell's status for a command ended by SIGINT
+  }
   return 0;
 }
 
