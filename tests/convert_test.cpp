@@ -1,6 +1,8 @@
 // The conversion library (src/model/convert.h, quantize.h, retype.h) called directly: a tiny Hugging Face
 // checkpoint to GGUF and back, a tiny tensor set re-typed against the row kernels' own round trip, and the
 // fallbacks and metadata parsing the CLI reports.
+#include "model/convert.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,7 +14,6 @@
 #include "core/rng.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
-#include "model/convert.h"
 #include "model/quantize.h"
 #include "model/retype.h"
 #include "ops/matmul.h"
@@ -58,18 +59,18 @@ TEST(ConvertLibrary, HfCheckpointToGgufMatchesTheFixture) {
   EXPECT_EQ(r.tokenizer.rfind("tokenizer ", 0), 0u) << r.tokenizer;
   const auto got = GgufFile::open(out), want = GgufFile::open(test::fixture("tiny-llada.gguf"));
   EXPECT_EQ(r.report.tensors(), int64_t(want->tensors().size()));
-  EXPECT_EQ(r.report.summary(), std::to_string(want->tensors().size()) + " tensors: " +
-                                    std::to_string(want->tensors().size()) + " f32");
+  EXPECT_EQ(r.report.summary(), std::to_string(want->tensors().size()) +
+                                    " tensors: " + std::to_string(want->tensors().size()) + " f32");
   EXPECT_EQ(got->get_string_array("tokenizer.ggml.tokens"), want->get_string_array("tokenizer.ggml.tokens"));
   expect_same_tensors(*got, *want);
   // The files it may read are the checkpoint's own .json and .safetensors files.
   const std::vector<std::string> files = hf_checkpoint_files(test::fixture("tiny-llada-hf"));
   EXPECT_FALSE(files.empty());
-  for (const std::string& f : files)
-    EXPECT_TRUE(f.ends_with(".json") || f.ends_with(".safetensors")) << f;
+  for (const std::string& f : files) EXPECT_TRUE(f.ends_with(".json") || f.ends_with(".safetensors")) << f;
 }
 
-// Exporting the fixture GGUF writes the fixture directory's tensors byte for byte; a non-float type is refused.
+// Exporting the fixture GGUF writes the fixture directory's tensors byte for byte; a non-float type is
+// refused.
 TEST(ConvertLibrary, GgufToHfMatchesTheFixtureDirectory) {
   test::TempDir tmp;
   const std::string out = tmp.path("export");
@@ -87,8 +88,10 @@ TEST(ConvertLibrary, GgufToHfMatchesTheFixtureDirectory) {
 // only and one of neither.
 struct TensorSet {
   std::vector<std::vector<float>> data;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> specs{
-      {"norm.weight", {64}}, {"blocks256.weight", {256, 3}}, {"blocks32.weight", {96, 2}}, {"odd.weight", {40, 2}}};
+  std::vector<std::pair<std::string, std::vector<int64_t>>> specs{{"norm.weight", {64}},
+                                                                  {"blocks256.weight", {256, 3}},
+                                                                  {"blocks32.weight", {96, 2}},
+                                                                  {"odd.weight", {40, 2}}};
   void write(const std::string& path) {
     Rng rng(7);
     GgufWriter w;
@@ -126,7 +129,8 @@ TEST(QuantizeLibrary, RetypesEachTensorLikeTheRowKernels) {
   EXPECT_EQ(calls, 4);
   EXPECT_EQ(report.summary(), "4 tensors: 1 f16, 1 f32, 1 q4_k, 1 q8_0");
   const std::string fallbacks = report.fallbacks();
-  EXPECT_NE(fallbacks.find("  blocks32.weight: q8_0 instead of q4_k (rows of 96 values"), std::string::npos) << fallbacks;
+  EXPECT_NE(fallbacks.find("  blocks32.weight: q8_0 instead of q4_k (rows of 96 values"), std::string::npos)
+      << fallbacks;
   EXPECT_NE(fallbacks.find("  odd.weight: f16 instead of q4_k"), std::string::npos) << fallbacks;
   EXPECT_EQ(fallbacks.find("norm.weight"), std::string::npos) << fallbacks;  // vectors are not listed
 
@@ -155,7 +159,8 @@ TEST(QuantizeLibrary, RetypesEachTensorLikeTheRowKernels) {
 
 // Metadata values parse as the existing key's type, else as the first of u32, f32, bool and string.
 TEST(QuantizeLibrary, MetadataValues) {
-  const GgufValue f = GgufValue::f32(0.5f), b = GgufValue::boolean(false), i = GgufValue::integer(GgufType::Int32, 3);
+  const GgufValue f = GgufValue::f32(0.5f), b = GgufValue::boolean(false),
+                  i = GgufValue::integer(GgufType::Int32, 3);
   EXPECT_EQ(parse_metadata_value("2", &f, "k").type, GgufType::Float32);
   EXPECT_EQ(parse_metadata_value("-7", &i, "k").i, -7);
   EXPECT_EQ(parse_metadata_value("true", &b, "k").i, 1);

@@ -1,6 +1,8 @@
 // The Sudoku library behind `canvas sudoku` called directly: solving, evaluating and probing with the
 // shipped solver (src/train/sudoku_solver.h), and generating puzzle sets that stop when asked
 // (src/train/sudoku_generate.h).
+#include "train/sudoku_solver.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -15,7 +17,6 @@
 #include "test_util.h"
 #include "train/sudoku.h"
 #include "train/sudoku_generate.h"
-#include "train/sudoku_solver.h"
 
 namespace canvas {
 namespace {
@@ -26,7 +27,8 @@ const Model& shipped_solver() {
 }
 
 std::vector<SudokuExample> held_out(const std::string& rating, size_t n) {
-  std::vector<SudokuExample> data = read_sudoku_file(test::source_path("data/sudoku/heldout-" + rating + ".txt"));
+  std::vector<SudokuExample> data =
+      read_sudoku_file(test::source_path("data/sudoku/heldout-" + rating + ".txt"));
   if (data.size() > n) data.resize(n);
   return data;
 }
@@ -159,7 +161,8 @@ TEST(SudokuGenerate, CanvasSourceIsValidRepeatableAndStops) {
 
   o.count = 1000000;
   int64_t emitted = 0;
-  const int64_t n = generate_sudoku(o, [&](const SudokuExample&) { ++emitted; }, [&] { return emitted >= 4; });
+  const int64_t n = generate_sudoku(
+      o, [&](const SudokuExample&) { ++emitted; }, [&] { return emitted >= 4; });
   EXPECT_EQ(n, 4);
   EXPECT_EQ(emitted, 4);
   o.min_clues = 10;
@@ -189,8 +192,8 @@ TEST(SudokuGenerate, QqwingSourceStreamsAndStopsAtOnce) {
   o.difficulty = "simple";
   const auto start = std::chrono::steady_clock::now();
   const auto elapsed = [&] { return std::chrono::steady_clock::now() - start; };
-  const int64_t n = generate_sudoku(o, [](const SudokuExample&) {},
-                                    [&] { return elapsed() > std::chrono::milliseconds(300); });
+  const int64_t n = generate_sudoku(
+      o, [](const SudokuExample&) {}, [&] { return elapsed() > std::chrono::milliseconds(300); });
   EXPECT_LT(n, 500);
   EXPECT_LT(elapsed(), std::chrono::seconds(3));
 }

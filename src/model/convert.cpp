@@ -28,7 +28,8 @@ std::string copy_byte_level_tokenizer(const std::string& path, const ModelConfig
   if (int64_t(v.tokens.size()) > c.vocab) {
     if (callbacks.on_tokenizer_skipped)
       callbacks.on_tokenizer_skipped(path, "it has " + std::to_string(v.tokens.size()) +
-                                               " tokens, more than the model's vocabulary of " + std::to_string(c.vocab));
+                                               " tokens, more than the model's vocabulary of " +
+                                               std::to_string(c.vocab));
     return "tokenizer not copied";
   }
   std::vector<int64_t> types(v.token_types.begin(), v.token_types.end());
@@ -58,11 +59,11 @@ std::string copy_tokenizer(const std::filesystem::path& dir, const ModelConfig& 
         {"eos", c.eos_token, vocab.eos_id},
         {"pad", c.pad_token, vocab.pad_id}})
     if (problem.empty() && vocab_id >= 0 && vocab_id != config_id)
-      problem = std::string("its ") + name + " token is " + std::to_string(vocab_id) + " but config.json's is " +
-                std::to_string(config_id);
+      problem = std::string("its ") + name + " token is " + std::to_string(vocab_id) +
+                " but config.json's is " + std::to_string(config_id);
   if (problem.empty() && int64_t(vocab.tokens.size()) > c.vocab)
-    problem = "it has " + std::to_string(vocab.tokens.size()) + " tokens, more than the model's vocabulary of " +
-              std::to_string(c.vocab);
+    problem = "it has " + std::to_string(vocab.tokens.size()) +
+              " tokens, more than the model's vocabulary of " + std::to_string(c.vocab);
   if (!problem.empty()) {
     if (callbacks.on_tokenizer_skipped) callbacks.on_tokenizer_skipped(path.string(), problem);
     return "tokenizer not copied";
@@ -72,8 +73,8 @@ std::string copy_tokenizer(const std::filesystem::path& dir, const ModelConfig& 
   } catch (const Error& e) {
     throw Error(path.string() + ": " + e.what());
   }
-  return "tokenizer " + std::to_string(vocab.tokens.size()) + " tokens, " + std::to_string(vocab.merges.size()) +
-         " merges";
+  return "tokenizer " + std::to_string(vocab.tokens.size()) + " tokens, " +
+         std::to_string(vocab.merges.size()) + " merges";
 }
 
 // The checkpoint directory of IN (a directory, or a file in it).
@@ -123,8 +124,9 @@ std::vector<std::string> hf_checkpoint_files(const std::string& in_path) {
 
 GgufConversion convert_hf_to_gguf(const std::string& in_path, const std::string& out_path, DType requested,
                                   const ConversionCallbacks& callbacks) {
-  check(matmul_supports(requested), std::string("cannot convert to ") + dtype_name(requested) +
-                                        ": the types are f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k");
+  check(matmul_supports(requested),
+        std::string("cannot convert to ") + dtype_name(requested) +
+            ": the types are f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k");
   // Loading binds and checks every tensor against the config before anything is written.
   const Model model = Model::load_safetensors(in_path);
   const ModelConfig& c = model.config;
@@ -147,7 +149,8 @@ GgufConversion convert_hf_to_gguf(const std::string& in_path, const std::string&
     w.set("diffusion.eb_t_max", GgufValue::f32(float(g.get_float("t_max", 0.8))));
     w.set("diffusion.eb_entropy_bound", GgufValue::f32(float(g.get_float("entropy_bound", 0.1))));
     w.set("diffusion.eb_stability_threshold", GgufValue::u32(uint32_t(g.get_int("stability_threshold", 1))));
-    w.set("diffusion.eb_confidence_threshold", GgufValue::f32(float(g.get_float("confidence_threshold", 0.005))));
+    w.set("diffusion.eb_confidence_threshold",
+          GgufValue::f32(float(g.get_float("confidence_threshold", 0.005))));
   }
 
   const std::vector<float> rope_freqs = gguf_rope_freqs(c);
@@ -159,9 +162,10 @@ GgufConversion convert_hf_to_gguf(const std::string& in_path, const std::string&
   // vision tower) is skipped. llama-style families come from the bound model (experts stacked, Q/K rows
   // in GGUF order); Gemma's straight from the checkpoint.
   const bool gemma = c.layer_style == LayerStyle::Gemma4;
-  const std::string prefix =
-      gemma ? gemma_names::decoder_prefix([&st](const std::string& name) { return st.find_tensor(name) != nullptr; })
-            : "";
+  const std::string prefix = gemma ? gemma_names::decoder_prefix([&st](const std::string& name) {
+    return st.find_tensor(name) != nullptr;
+  })
+                                   : "";
   std::deque<std::vector<uint8_t>> converted;  // re-typed tensors, alive until write()
   int64_t written = 0;
   if (!rope_freqs.empty()) out.report.note("rope_freqs.weight", TensorView{}, DType::F32, DType::F32, "");
@@ -170,8 +174,10 @@ GgufConversion convert_hf_to_gguf(const std::string& in_path, const std::string&
   for (const TensorSpec& spec : specs) {
     if (callbacks.on_tensor) callbacks.on_tensor(++done, int64_t(specs.size()));
     TensorView bound;
-    const TensorView* found = gemma ? st.find_tensor(gemma_names::to_hf(spec.hf, prefix)) : &(bound = model_weight(model, spec));
-    if (!found || !found->data) continue;  // optional (e.g. the encoder's layer scalars); Model::load checked the rest
+    const TensorView* found =
+        gemma ? st.find_tensor(gemma_names::to_hf(spec.hf, prefix)) : &(bound = model_weight(model, spec));
+    if (!found || !found->data)
+      continue;  // optional (e.g. the encoder's layer scalars); Model::load checked the rest
     const TensorView& t = *found;
     std::string reason;
     const DType type = stored_type(t, requested, &reason);
@@ -218,8 +224,11 @@ HfExport convert_gguf_to_hf(const std::string& in_path, const std::string& out_d
     // An expert stack [cols, rows, E] -> E tensors [rows, cols] named with the expert's index.
     const size_t one = bytes.size() / size_t(t.ne[2]);
     for (int64_t x = 0; x < t.ne[2]; ++x)
-      entries.push_back({spec.hf.substr(0, star) + std::to_string(x) + spec.hf.substr(star + 1), type,
-                         {t.ne[1], t.ne[0]}, bytes.data() + size_t(x) * one, one});
+      entries.push_back({spec.hf.substr(0, star) + std::to_string(x) + spec.hf.substr(star + 1),
+                         type,
+                         {t.ne[1], t.ne[0]},
+                         bytes.data() + size_t(x) * one,
+                         one});
   }
   write_safetensors((dir / "model.safetensors").string(), entries);
   write_text_file(dir / "config.json", config.dump(2) + "\n");
@@ -230,8 +239,8 @@ HfExport convert_gguf_to_hf(const std::string& in_path, const std::string& out_d
   out.tokenizer = "no tokenizer in the GGUF";
   if (model.file->find("tokenizer.ggml.model")) {
     write_text_file(dir / "tokenizer.json", bpe_json_from_gguf(*model.file));
-    out.tokenizer =
-        "tokenizer.json " + std::to_string(model.file->get_string_array("tokenizer.ggml.tokens").size()) + " tokens";
+    out.tokenizer = "tokenizer.json " +
+                    std::to_string(model.file->get_string_array("tokenizer.ggml.tokens").size()) + " tokens";
   }
   return out;
 }

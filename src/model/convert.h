@@ -12,10 +12,10 @@ namespace canvas {
 
 // What convert_hf_to_gguf wrote.
 struct GgufConversion {
-  std::string arch;         // the GGUF architecture (llada, dream, gemma4, ...)
-  RetypeReport report;      // tensors per stored type, and every fallback from the requested type
-  int64_t skipped = 0;      // checkpoint tensors outside the text stack (e.g. a vision tower)
-  std::string tokenizer;    // what became of tokenizer.json, e.g. "tokenizer 320 tokens, 60 merges"
+  std::string arch;       // the GGUF architecture (llada, dream, gemma4, ...)
+  RetypeReport report;    // tensors per stored type, and every fallback from the requested type
+  int64_t skipped = 0;    // checkpoint tensors outside the text stack (e.g. a vision tower)
+  std::string tokenizer;  // what became of tokenizer.json, e.g. "tokenizer 320 tokens, 60 merges"
 };
 
 // Writes the checkpoint at `in_path` (a directory, or its config.json) as one GGUF file `out_path`

@@ -48,7 +48,8 @@ GgufValue parse_metadata_value(const std::string& text, const GgufValue* existin
     throw Error(what + ": the existing key is an array, which --set does not write");
   }
   if (const auto v = as_int(false)) {
-    check(*v >= 0 && *v <= int64_t(UINT32_MAX), what + ": " + text + " is outside u32 (the type of new integer keys)");
+    check(*v >= 0 && *v <= int64_t(UINT32_MAX),
+          what + ": " + text + " is outside u32 (the type of new integer keys)");
     return GgufValue::u32(uint32_t(*v));
   }
   if (const auto v = as_float(false)) return GgufValue::f32(float(*v));
@@ -59,8 +60,9 @@ GgufValue parse_metadata_value(const std::string& text, const GgufValue* existin
 RetypeReport quantize_gguf(const GgufFile& in, const std::string& out_path, const QuantizeOptions& options,
                            const ConversionCallbacks& callbacks) {
   const DType requested = options.type;
-  check(matmul_supports(requested), std::string("cannot quantize to ") + dtype_name(requested) +
-                                        ": the types are f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k");
+  check(matmul_supports(requested),
+        std::string("cannot quantize to ") + dtype_name(requested) +
+            ": the types are f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k");
   GgufWriter w;
   for (const auto& [key, value] : in.metadata()) w.set(key, value);
   w.set("general.file_type", GgufValue::u32(llama_file_type(requested)));

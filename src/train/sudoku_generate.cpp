@@ -24,8 +24,8 @@ namespace {
 class QqwingProcess {
  public:
   QqwingProcess(int64_t count, const std::string& difficulty) {
-    const std::vector<std::string> args{"qqwing",    "--generate", std::to_string(count), "--difficulty",
-                                        difficulty,  "--one-line", "--solution",          "--stats"};
+    const std::vector<std::string> args{"qqwing",   "--generate", std::to_string(count), "--difficulty",
+                                        difficulty, "--one-line", "--solution",          "--stats"};
     std::vector<char*> argv;
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -77,11 +77,13 @@ class QqwingProcess {
       }
       pollfd p{fd_, POLLIN, 0};
       const int ready = poll(&p, 1, 100);  // wakes to look at `stop` even while qqwing is silent
-      if (ready < 0 && errno != EINTR) throw Error(std::string("reading qqwing's output: ") + std::strerror(errno));
+      if (ready < 0 && errno != EINTR)
+        throw Error(std::string("reading qqwing's output: ") + std::strerror(errno));
       if (ready <= 0) continue;
       char chunk[4096];
       const ssize_t got = read(fd_, chunk, sizeof chunk);
-      if (got < 0 && errno != EINTR) throw Error(std::string("reading qqwing's output: ") + std::strerror(errno));
+      if (got < 0 && errno != EINTR)
+        throw Error(std::string("reading qqwing's output: ") + std::strerror(errno));
       if (got == 0) eof_ = true;
       if (got > 0) buffer_.append(chunk, size_t(got));
     }
@@ -104,7 +106,8 @@ class QqwingProcess {
 };
 
 int64_t generate_with_canvas(const SudokuGenerateOptions& o, std::set<std::string>& exclude,
-                             const std::function<void(const SudokuExample&)>& emit, const std::function<bool()>& stop) {
+                             const std::function<void(const SudokuExample&)>& emit,
+                             const std::function<bool()>& stop) {
   check(o.min_clues >= 17 && o.min_clues <= 80, "--min-clues must be in 17..80");
   Rng rng(o.seed);
   int64_t written = 0;
@@ -121,9 +124,11 @@ int64_t generate_with_canvas(const SudokuGenerateOptions& o, std::set<std::strin
 }
 
 int64_t generate_with_qqwing(const SudokuGenerateOptions& o, std::set<std::string>& exclude,
-                             const std::function<void(const SudokuExample&)>& emit, const std::function<bool()>& stop) {
+                             const std::function<void(const SudokuExample&)>& emit,
+                             const std::function<bool()>& stop) {
   static const std::set<std::string> kDifficulties{"simple", "easy", "intermediate", "expert", "any"};
-  check(kDifficulties.count(o.difficulty) > 0, "--difficulty must be simple, easy, intermediate, expert or any");
+  check(kDifficulties.count(o.difficulty) > 0,
+        "--difficulty must be simple, easy, intermediate, expert or any");
   int64_t written = 0;
   while (written < o.count) {
     QqwingProcess qqwing(std::min<int64_t>(o.count - written, 500), o.difficulty);
@@ -161,7 +166,8 @@ int64_t generate_with_qqwing(const SudokuGenerateOptions& o, std::set<std::strin
 
 }  // namespace
 
-int64_t generate_sudoku(const SudokuGenerateOptions& options, const std::function<void(const SudokuExample&)>& emit,
+int64_t generate_sudoku(const SudokuGenerateOptions& options,
+                        const std::function<void(const SudokuExample&)>& emit,
                         const std::function<bool()>& stop) {
   check(options.count > 0, "-n must be positive");
   std::set<std::string> exclude = options.exclude;

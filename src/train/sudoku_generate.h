@@ -22,7 +22,8 @@ struct SudokuGenerateOptions {
 // Produces `options.count` distinct puzzles with their solutions, handing each to `emit` as soon as it is
 // made, until all are made or `stop` (optional, polled at least every 100 ms, also while qqwing runs)
 // returns true; returns how many were emitted. A qqwing that cannot run or fails is an Error.
-int64_t generate_sudoku(const SudokuGenerateOptions& options, const std::function<void(const SudokuExample&)>& emit,
+int64_t generate_sudoku(const SudokuGenerateOptions& options,
+                        const std::function<void(const SudokuExample&)>& emit,
                         const std::function<bool()>& stop = {});
 
 // The puzzles of a "PUZZLE SOLUTION [DIFFICULTY]" file, as format_sudoku strings (an exclude set).

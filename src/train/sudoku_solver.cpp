@@ -37,7 +37,8 @@ SudokuSolution solve_in_place(const Model& model, const SudokuGrid& puzzle, cons
   auto probs_of = [&](const SudokuGrid& grid) {
     std::vector<double> avg(81 * 10, 0.0);
     for (const SudokuSymmetry& sym : syms) {
-      const std::vector<int32_t> rows = sudoku_forward_grid(model, cache, apply_symmetry(sym, grid), logits, pool);
+      const std::vector<int32_t> rows =
+          sudoku_forward_grid(model, cache, apply_symmetry(sym, grid), logits, pool);
       ++out.passes;
       out.rows += 81;
       for (size_t r = 0; r < rows.size(); ++r) {
@@ -46,7 +47,8 @@ SudokuSolution solve_in_place(const Model& model, const SudokuGrid& puzzle, cons
         const size_t cell = sym.source[size_t(rows[r])];
         for (size_t d = 1; d <= 9; ++d)
           avg[cell * 10 + d] +=
-              (s.uniform ? 1.0 / 9 : std::exp(double(x[kSudokuDigitToken + sym.relabel[d]]) - lse)) / double(views);
+              (s.uniform ? 1.0 / 9 : std::exp(double(x[kSudokuDigitToken + sym.relabel[d]]) - lse)) /
+              double(views);
       }
     }
     return avg;
@@ -65,7 +67,8 @@ SudokuSolution solve_in_place(const Model& model, const SudokuGrid& puzzle, cons
     const std::vector<double> avg = probs_of(grid);
     const int64_t min_commits = (blanks + steps_left - 1) / steps_left;  // finish within `steps` passes
     steps_left = std::max<int64_t>(steps_left - 1, 1);
-    if (commit_sudoku_cells(grid, avg, s.rules, s.threshold, int(min_commits)) == 0) break;  // stuck: blanks stay 0
+    if (commit_sudoku_cells(grid, avg, s.rules, s.threshold, int(min_commits)) == 0)
+      break;  // stuck: blanks stay 0
   }
   out.grid = grid;
   return out;
@@ -77,11 +80,13 @@ bool sudoku_fills_in_place(const Model& model) {
   return model.file && model.file->get_string("canvas.sudoku.format", "sequence") == "infill";
 }
 
-std::string default_sudoku_mode(const Model& model) { return model.config.causal ? "ar" : "diffusion"; }
+std::string default_sudoku_mode(const Model& model) {
+  return model.config.causal ? "ar" : "diffusion";
+}
 
 bool sudoku_rules_apply(const Model& model, const SudokuSolverSettings& s) {
-  return s.mode != "ar" && sudoku_fills_in_place(model) && s.order == UnmaskOrder::Confidence && s.beam == 0 &&
-         !s.freeze;
+  return s.mode != "ar" && sudoku_fills_in_place(model) && s.order == UnmaskOrder::Confidence &&
+         s.beam == 0 && !s.freeze;
 }
 
 std::vector<int32_t> sudoku_forward_grid(const Model& model, KvCache& cache, const SudokuGrid& grid,
@@ -105,13 +110,16 @@ std::vector<int32_t> sudoku_forward_grid(const Model& model, KvCache& cache, con
 
 SudokuSolution solve_sudoku(const Model& model, const SudokuGrid& puzzle, const SudokuSolverSettings& s,
                             ThreadPool* pool) {
-  check(s.mode == "diffusion" || s.mode == "ar", "the Sudoku mode must be diffusion or ar, not '" + s.mode + "'");
+  check(s.mode == "diffusion" || s.mode == "ar",
+        "the Sudoku mode must be diffusion or ar, not '" + s.mode + "'");
   const bool in_place = sudoku_fills_in_place(model);
   if (s.views > 0 || s.rules) {
-    check(s.mode != "ar" && in_place, std::string(s.rules ? "--rules" : "--views") +
-                                          " needs a masked-diffusion Sudoku model that fills the grid in place");
+    check(s.mode != "ar" && in_place,
+          std::string(s.rules ? "--rules" : "--views") +
+              " needs a masked-diffusion Sudoku model that fills the grid in place");
     check(s.order == UnmaskOrder::Confidence && s.beam == 0 && !s.freeze,
-          "--rules and --views decode in confidence order, without --beam or --freeze (add --no-rules for those)");
+          "--rules and --views decode in confidence order, without --beam or --freeze (add --no-rules for "
+          "those)");
     return solve_in_place(model, puzzle, s, pool);
   }
   GenerationResult r;
@@ -181,8 +189,8 @@ std::map<std::string, SudokuTally> evaluate_sudoku(const Model& model, const std
 }
 
 const char* SudokuProbe::group_name(int group) {
-  static const char* names[kGroups] = {"naked single",    "hidden: row",     "hidden: column",
-                                       "hidden: row+col", "hidden: box",     "hidden: row+box",
+  static const char* names[kGroups] = {"naked single",    "hidden: row",       "hidden: column",
+                                       "hidden: row+col", "hidden: box",       "hidden: row+box",
                                        "hidden: col+box", "hidden: all three", "neither"};
   return group >= 0 && group < kGroups ? names[group] : "?";
 }

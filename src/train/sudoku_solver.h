@@ -26,10 +26,10 @@ struct SudokuSolverSettings {
   int64_t views = 0;    // > 0: average over this many symmetric views of the grid
   bool freeze = false;  // compute-aware decoding (MaskedDiffusionParams::freeze)
   int64_t freeze_refresh = 0;
-  bool rules = false;   // the model chooses among the digits the Sudoku rules still allow
-  int64_t search = 0;   // > 0: search_sudoku with at most this many returns to an earlier guess
+  bool rules = false;  // the model chooses among the digits the Sudoku rules still allow
+  int64_t search = 0;  // > 0: search_sudoku with at most this many returns to an earlier guess
   SudokuSearchOptions search_options;  // propagation, where guesses go
-  bool uniform = false;  // baseline: every digit 1/9 instead of the model's probabilities
+  bool uniform = false;                // baseline: every digit 1/9 instead of the model's probabilities
 };
 
 // The default decoder of solve and eval (the most puzzles solved, docs/training.md): the rule mask,
@@ -84,12 +84,12 @@ std::map<std::string, SudokuTally> evaluate_sudoku(const Model& model, const std
 // what decides them: 0 a naked single, 1..7 a hidden single by its unit bits (row 1, column 2, box 4),
 // 8 neither.
 struct SudokuProbeGroup {
-  double ce = 0;  // summed cross-entropy of the solution digit
+  double ce = 0;             // summed cross-entropy of the solution digit
   int64_t n = 0, right = 0;  // cells, and cells whose most probable digit is the solution's
 };
 struct SudokuProbe {
   static constexpr int kGroups = 9;
-  static const char* group_name(int group);  // "naked single", "hidden: row", ..., "neither"
+  static const char* group_name(int group);              // "naked single", "hidden: row", ..., "neither"
   std::array<SudokuProbeGroup, kGroups> all{}, stuck{};  // stuck: states with no naked single left
   int64_t puzzles = 0, states = 0, top_right = 0;        // top: the most probable (cell, digit)
   int64_t stuck_states = 0, stuck_top_right = 0, stuck_top_hidden = 0;
