@@ -1,13 +1,18 @@
 // canvas sudoku solve/eval with the default decoder (the rule mask and threshold commits) against the
 // shipped solver: its JSON fields, several cells per forward, no conflicting output, and the former
 // greedy default still reachable by flags.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_util.h"
@@ -240,5 +245,73 @@ TEST(SudokuCli, DefaultSearchPropagatesAndGuessesWhereFewestDigitsAreLeft) {
   EXPECT_NE(bad_guess.exit_code, 0);
   EXPECT_NE(bad_guess.output.find("--guess must be"), std::string::npos) << bad_guess.output;
 }
+
+// The lines of a puzzle file that are whole "PUZZLE SOLUTION generated" lines whose solution solves the
+// puzzle; every line must be one.
+int64_t valid_generated_lines(const std::string& text) {
+  std::istringstream lines(text);
+  std::string line;
+  int64_t n = 0;
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    std::string puzzle, solution, rating;
+    fields >> puzzle >> solution >> rating;
+    EXPECT_EQ(rating, "generated") << line;
+    EXPECT_TRUE(solves(parse_sudoku(puzzle), parse_sudoku(solution))) << line;
+    ++n;
+  }
+  EXPECT_TRUE(text.empty() || text.back() == '\n') << "the last line is cut short";
+  return n;
+}
+
+// generate shows its progress on stderr, and SIGINT (Ctrl-C) in the middle of a huge run stops it
+// cleanly: exit status 130, a message with the count, and exactly that many whole, valid lines written.
+TEST(SudokuCli, GenerateShowsProgressAndStopsCleanlyOnSigint) {
+  test::TempDir dir;
+  const std::string small = dir.path("small.txt"), small_err = dir.path("small.err");
+  ASSERT_EQ(std::system((std::string(CANVAS_BINARY) + " sudoku generate --source canvas -n 20 -s 1 > " + small +
+                         " 2> " + small_err).c_str()), 0);
+  EXPECT_EQ(valid_generated_lines(test::read_text(small)), 20);
+  const std::string progress = test::read_text(small_err);
+  EXPECT_NE(progress.find("[10/20 puzzles"), std::string::npos) << progress;  // a line per tenth in a file
+  EXPECT_NE(progress.find("[20 puzzles in"), std::string::npos) << progress;
+
+  const std::string out = dir.path("puzzles.txt");
+  int err[2];
+  ASSERT_EQ(pipe(err), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int file = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(file, 1);
+    dup2(err[1], 2);
+    close(err[0]);
+    execl(CANVAS_BINARY, CANVAS_BINARY, "sudoku", "generate", "--source", "canvas", "-n", "100000000", "-s", "2",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(err[1]);
+  // Until a few puzzles have reached the file (stdout to a file is written a buffer at a time).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (test::read_text(out).size() < 8192 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_GE(test::read_text(out).size(), 8192u) << "generate wrote too little in 60 s";
+  kill(pid, SIGINT);
+  std::string log;
+  char buf[4096];
+  for (ssize_t got; (got = read(err[0], buf, sizeof buf)) > 0;) log.append(buf, size_t(got));
+  close(err[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "ended by a signal, not by itself\n" << log;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << log;
+  const size_t at = log.find("interrupted: wrote ");
+  ASSERT_NE(at, std::string::npos) << log;
+  const int64_t reported = std::stoll(log.substr(at + 19));
+  EXPECT_NE(log.find("wrote " + std::to_string(reported) + " of 100000000 puzzles"), std::string::npos) << log;
+  EXPECT_NE(log.find("[" + std::to_string(reported) + " puzzles in"), std::string::npos) << log;  // the final line
+  EXPECT_EQ(valid_generated_lines(test::read_text(out)), reported);
+  EXPECT_GE(reported, 40);  // 8 KiB of 174-byte lines
+}
+
 }  // namespace
 }  // namespace canvas

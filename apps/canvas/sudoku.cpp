@@ -1,27 +1,26 @@
-// canvas sudoku: generate puzzle sets, solve puzzles with a model, evaluate solve rates.
+// canvas sudoku: the option tables and output of generate, solve, eval and probe (the logic is in
+// src/train/sudoku_solver.h and sudoku_generate.h).
+#include <signal.h>
+
 #include <algorithm>
-#include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <map>
-#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
 #include <utility>
 
 #include "args.h"
-#include "progress.h"
 #include "commands.h"
 #include "core/error.h"
-#include "core/timer.h"
-#include "decode/ar.h"
-#include "decode/masked.h"
-#include "io/gguf.h"
 #include "model/model.h"
-#include "ops/ops.h"
 #include "output_paths.h"
+#include "progress.h"
 #include "train/sudoku.h"
+#include "train/sudoku_generate.h"
+#include "train/sudoku_solver.h"
 
 namespace canvas::cli {
 namespace {
@@ -33,7 +32,8 @@ const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval|probe> [
       asks Debian's qqwing for puzzles rated D (simple, easy, intermediate, expert, any); --source canvas
       uses canvas's own generator (unique solutions, down to --min-clues givens, default 24), rated
       "generated". --exclude FILE (repeatable) skips puzzles present in FILE, so held-out sets never
-      overlap training data.
+      overlap training data. Progress (count, rate, ETA) on stderr; Ctrl-C (SIGINT) or SIGTERM stops it
+      after the puzzle in hand: the lines written stay whole, and it says how many (exit status 130).
 
   canvas sudoku solve [-m MODEL] [--mode diffusion|ar (default: ar for causal models)] [--steps S] [--algorithm A]
                       [--threshold P] [--beam W] [--views K] [--rules|--no-rules] [--freeze] [--pretty] [-t N]
@@ -120,7 +120,9 @@ const Option kFreezeRefreshOption{"--freeze-refresh", "N", "with --freeze (impli
 const Command kSudokuGenerate{
     "sudoku generate",
     "canvas sudoku generate -n N [--difficulty D] [--source qqwing|canvas] [--min-clues C] [-s SEED] [--exclude FILE]",
-    "Writes N lines \"PUZZLE SOLUTION DIFFICULTY\" (81 digits each, 0 = blank).",
+    "Writes N lines \"PUZZLE SOLUTION DIFFICULTY\" (81 digits each, 0 = blank); progress (count, rate, ETA) on\n"
+    "stderr. Ctrl-C (SIGINT) or SIGTERM stops it after the puzzle in hand: every line written stays whole, and\n"
+    "it says how many it wrote (exit status 130).",
     {
         {"-n", "N", "puzzles to write (default 100)"},
         {"--difficulty", "D", "qqwing rating: simple | easy | intermediate | expert | any (default easy)"},
@@ -208,174 +210,12 @@ const Command kSudokuProbe{
     },
     ""};
 
-struct SolveSettings {
-  std::string mode = "diffusion";
-  int64_t steps = 81;
-  UnmaskOrder order = UnmaskOrder::Confidence;
-  float threshold = 0;  // > 0: threshold parallel decoding instead of a fixed number of steps
-  int64_t beam = 0;     // > 1: beam search (generate_masked_beam)
-  int64_t views = 0;    // > 0: average over this many symmetric views of the grid (solve_with_views)
-  bool freeze = false;  // compute-aware decoding (MaskedDiffusionParams::freeze)
-  int64_t freeze_refresh = 0;
-  bool rules = false;   // the model chooses among the digits the Sudoku rules still allow (solve_in_place)
-  int64_t search = 0;   // > 0: search_sudoku with at most this many returns to an earlier guess
-  SudokuSearchOptions search_options;  // propagation, where guesses go
-  bool uniform = false;  // baseline: every digit 1/9 instead of the model's probabilities
-};
-
-// The default decoder of solve and eval (the most puzzles solved, docs/training.md): the rule mask,
-// every cell whose constrained probability reaches this threshold committed each pass, and the search
-// (search_sudoku) with at most this many returns to an earlier guess. Without the search (--search 0)
-// 0.99 commits more cells per pass.
-constexpr float kDefaultThreshold = 0.999f;
-constexpr int64_t kDefaultSearch = 1000;
-
-struct Solution {
-  SudokuGrid grid{};
-  int64_t passes = 0, rows = 0;  // forward passes and token rows they computed
-  int64_t backtracks = 0;        // --search: returns to an earlier guess
-  int64_t propagated = 0;        // --propagate: cells committed by propagation
-};
-
-// Models trained by canvas record their layout: "infill" models fill the blanks of the 81 cells in
-// place; "sequence" models (AR, and the default for other files) read the puzzle, then write 81 digits.
-bool is_infill(const Model& model) {
-  return model.file->get_string("canvas.sudoku.format", "sequence") == "infill";
-}
-
-// One pass of an in-place Sudoku model over a grid: blanks become the mask token; returns the blank
-// cells (in order) and fills `logits` with one row of c.vocab logits per blank.
-std::vector<int32_t> forward_grid(const Model& model, KvCache& cache, const SudokuGrid& grid, std::vector<float>& logits,
-                                  ThreadPool* pool) {
-  const ModelConfig& c = model.config;
-  const std::vector<int32_t> groups(81, 1);
-  std::vector<int32_t> tokens(81);
-  ForwardRequest req;
-  for (int32_t j = 0; j < 81; ++j) {
-    tokens[size_t(j)] = grid[size_t(j)] ? kSudokuDigitToken + grid[size_t(j)] : c.mask_token;
-    if (!grid[size_t(j)]) req.logit_rows.push_back(j);
-  }
-  req.tokens = tokens.data();
-  req.n = 81;
-  req.groups = groups.data();
-  logits.resize(req.logit_rows.size() * size_t(c.vocab));
-  req.logits = logits.data();
-  forward(model, cache, req, pool);
-  return req.logit_rows;
-}
-
-// The in-place decoder of canvas's own loop (forward_grid): each pass runs the model on `views` copies
-// of the grid (the first the identity; the others fixed random symmetries: row and column permutations
-// within bands, band swaps, transposition, digit relabelling), maps each blank cell's digit
-// probabilities back to the original grid and averages them over the views (test-time augmentation:
-// averaging cancels errors of the model that depend on the presentation), then commit_sudoku_cells
-// commits cells: with `rules` the model chooses among the digits the Sudoku rules still allow; with
-// `threshold` every cell whose confidence reaches it; with `steps` < the blanks at least enough cells per
-// pass to finish in that many passes. No search and no backtracking.
-Solution solve_in_place(const Model& model, const SudokuGrid& puzzle, const SolveSettings& s, ThreadPool* pool) {
-  const ModelConfig& c = model.config;
-  check(c.mask_token >= 0 && c.vocab > kSudokuDigitToken + 9, "this model has no mask token or digit tokens");
-  const int64_t views = std::max<int64_t>(s.views, 1);
-  std::vector<SudokuSymmetry> syms{identity_symmetry()};
-  Rng rng(0x5eed);  // fixed: every run uses the same views
-  while (int64_t(syms.size()) < views) syms.push_back(random_symmetry(rng));
-  Solution out;
-  KvCache cache(c, 81);
-  std::vector<float> logits;
-  // [81][10]: the mean probability of digit d at original cell i over the views.
-  auto probs_of = [&](const SudokuGrid& grid) {
-    std::vector<double> avg(81 * 10, 0.0);
-    for (const SudokuSymmetry& sym : syms) {
-      const std::vector<int32_t> rows = forward_grid(model, cache, apply_symmetry(sym, grid), logits, pool);
-      ++out.passes;
-      out.rows += 81;
-      for (size_t r = 0; r < rows.size(); ++r) {
-        const float* x = &logits[r * size_t(c.vocab)];
-        const double lse = row_stats(x, c.vocab).logsumexp;
-        const size_t cell = sym.source[size_t(rows[r])];
-        for (size_t d = 1; d <= 9; ++d)
-          avg[cell * 10 + d] +=
-              (s.uniform ? 1.0 / 9 : std::exp(double(x[kSudokuDigitToken + sym.relabel[d]]) - lse)) / double(views);
-      }
-    }
-    return avg;
-  };
-  if (s.search > 0) {
-    const SudokuSearchResult r = search_sudoku(puzzle, probs_of, s.threshold, s.search, s.search_options);
-    out.grid = r.grid;
-    out.backtracks = r.backtracks;
-    out.propagated = r.propagated;
-    return out;
-  }
-  SudokuGrid grid = puzzle;
-  int64_t steps_left = std::max<int64_t>(s.steps, 1);
-  for (int64_t blanks = std::count(grid.begin(), grid.end(), 0); blanks > 0;
-       blanks = std::count(grid.begin(), grid.end(), 0)) {
-    const std::vector<double> avg = probs_of(grid);
-    const int64_t min_commits = (blanks + steps_left - 1) / steps_left;  // finish within --steps passes
-    steps_left = std::max<int64_t>(steps_left - 1, 1);
-    if (commit_sudoku_cells(grid, avg, s.rules, s.threshold, int(min_commits)) == 0) break;  // stuck: blanks stay 0
-  }
-  out.grid = grid;
-  return out;
-}
-
-Solution solve_one(const Model& model, const SudokuGrid& puzzle, const SolveSettings& s, ThreadPool* pool) {
-  if (s.views > 0 || s.rules) {
-    check(s.mode != "ar" && is_infill(model),
-          std::string(s.rules ? "--rules" : "--views") + " needs a masked-diffusion Sudoku model that fills the grid in place");
-    check(s.order == UnmaskOrder::Confidence && s.beam == 0 && !s.freeze,
-          "--rules and --views decode in confidence order, without --beam or --freeze (add --no-rules for those)");
-    return solve_in_place(model, puzzle, s, pool);
-  }
-  GenerationResult r;
-  auto solution = [&r] { return Solution{sudoku_from_tokens(r.tokens), r.passes, r.rows_computed}; };
-  auto masked_params = [&s] {
-    MaskedDiffusionParams p;
-    p.gen_length = 81;
-    p.block_length = 81;
-    p.steps = s.steps;
-    p.order = s.order;
-    p.threshold = s.threshold;
-    p.freeze = s.freeze;
-    p.freeze_refresh = s.freeze_refresh;
-    p.beam_width = s.beam;
-    return p;
-  };
-  if (s.mode != "ar" && is_infill(model)) {
-    MaskedDiffusionParams p = masked_params();
-    p.initial_canvas = sudoku_prompt_tokens(puzzle);
-    for (size_t i = 0; i < 81; ++i)
-      if (!puzzle[i]) p.initial_canvas[i] = model.config.mask_token;
-    r = generate_masked(model, {}, p, pool);
-    return solution();
-  }
-  const std::vector<int32_t> prompt = sudoku_prompt_tokens(puzzle);
-  if (s.mode == "ar") {
-    ArParams p;
-    p.max_new_tokens = 81;
-    p.stop_at_eos = false;
-    r = generate_ar(model, prompt, p, pool);
-  } else {
-    MaskedDiffusionParams p = masked_params();
-    p.cache = CacheMode::Prefix;
-    r = generate_masked(model, prompt, p, pool);
-  }
-  return solution();
-}
-
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ','))
     if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-std::set<std::string> read_puzzle_set(const std::string& path) {
-  std::set<std::string> out;
-  for (const SudokuExample& e : read_sudoku_file(path)) out.insert(format_sudoku(e.puzzle));
   return out;
 }
 
@@ -388,101 +228,85 @@ std::vector<SudokuExample> read_data(const Args& args) {
   return data;
 }
 
+// While alive, SIGINT and SIGTERM ask a long loop to stop (requested()) instead of ending the process, so
+// that it can keep what it has written whole and say how far it got.
+class InterruptRequest {
+ public:
+  InterruptRequest() {
+    struct sigaction action {};
+    action.sa_handler = [](int) { requested_ = 1; };
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;  // writes in progress are not cut short
+    requested_ = 0;
+    sigaction(SIGINT, &action, &old_int_);
+    sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~InterruptRequest() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  InterruptRequest(const InterruptRequest&) = delete;
+  InterruptRequest& operator=(const InterruptRequest&) = delete;
+  static bool requested() { return requested_ != 0; }
+
+ private:
+  static inline volatile std::sig_atomic_t requested_ = 0;
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
 int sudoku_generate(int argc, char** argv) {
   if (print_help_if_asked(kSudokuGenerate, argc, argv, 3)) return 0;
   Args args(kSudokuGenerate, argc, argv, 3);
-  const int64_t n = args.get_int("n", 100);
-  check(n > 0, "-n must be positive");
-  const std::string source = args.get("source", "qqwing");
-  const std::string difficulty = args.get("difficulty", "easy");
-  std::set<std::string> exclude;
+  SudokuGenerateOptions options;
+  options.count = args.get_int("n", 100);
+  check(options.count > 0, "-n must be positive");
+  options.source = args.get("source", "qqwing");
+  options.difficulty = args.get("difficulty", "easy");
+  options.min_clues = int(args.get_int("min-clues", 24));
+  options.seed = uint64_t(args.get_int("seed", 0));
   for (const std::string& file : args.get_all("exclude")) {
     // `generate --exclude F > F`: the shell emptied F before canvas started, so nothing would be excluded
     // and F would end up holding only the new puzzles. Appending (>> F) keeps F and is fine.
     check(!stdout_is_file(file) || stdout_appends(),
           "standard output is --exclude file " + file + ", which the shell's '>' has just emptied; write the "
           "puzzles to another file (or append with '>>')");
-    const std::set<std::string> more = read_puzzle_set(file);
-    exclude.insert(more.begin(), more.end());
+    const std::set<std::string> more = read_sudoku_puzzle_set(file);
+    options.exclude.insert(more.begin(), more.end());
   }
-  int64_t written = 0;
-  if (source == "canvas") {
-    Rng rng(uint64_t(args.get_int("seed", 0)));
-    const int min_clues = int(args.get_int("min-clues", 24));
-    check(min_clues >= 17 && min_clues <= 80, "--min-clues must be in 17..80");
-    while (written < n) {
-      const SudokuGrid solution = random_solution(rng);
-      const SudokuGrid puzzle = make_puzzle(solution, min_clues, rng);
-      const std::string p = format_sudoku(puzzle);
-      if (exclude.count(p)) continue;
-      std::printf("%s %s generated\n", p.c_str(), format_sudoku(solution).c_str());
-      ++written;
-    }
-    return 0;
-  }
-  check(source == "qqwing", "--source must be qqwing or canvas");
-  static const std::set<std::string> kDifficulties{"simple", "easy", "intermediate", "expert", "any"};
-  check(kDifficulties.count(difficulty) > 0, "--difficulty must be simple, easy, intermediate, expert or any");
-  while (written < n) {
-    const int64_t batch = std::min<int64_t>(n - written, 500);
-    const std::string cmd = "qqwing --generate " + std::to_string(batch) + " --difficulty " + difficulty +
-                            " --one-line --solution --stats 2>/dev/null";
-    FILE* pipe = popen(cmd.c_str(), "r");
-    check(pipe != nullptr, "cannot run qqwing (install Debian's qqwing package)");
-    char buf[512];
-    std::vector<std::string> lines;
-    while (std::fgets(buf, sizeof buf, pipe)) lines.emplace_back(buf);
-    const int status = pclose(pipe);
-    check(status == 0 && !lines.empty(), "qqwing failed (is Debian's qqwing package installed?)");
-    // With --stats qqwing prints puzzle, solution and a block of statistics including "Difficulty: X".
-    std::string puzzle, solution, rating = difficulty;
-    for (std::string line : lines) {
-      while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
-      if (line.size() == 81 && line.find_first_not_of(".0123456789") == std::string::npos) {
-        if (puzzle.empty()) {
-          puzzle = line;
-        } else {
-          solution = line;
-        }
-      } else if (line.rfind("Difficulty: ", 0) == 0) {
-        rating = line.substr(12);
-        std::transform(rating.begin(), rating.end(), rating.begin(), ::tolower);
-      }
-      if (!puzzle.empty() && !solution.empty() && line.rfind("Difficulty: ", 0) == 0) {
-        const SudokuGrid pz = parse_sudoku(puzzle), sol = parse_sudoku(solution);
-        const std::string key = format_sudoku(pz);
-        if (!exclude.count(key) && written < n && solves(pz, sol)) {
-          std::printf("%s %s %s\n", key.c_str(), format_sudoku(sol).c_str(), rating.c_str());
-          exclude.insert(key);
-          ++written;
-        }
-        puzzle.clear();
-        solution.clear();
-      }
-    }
-    std::fflush(stdout);
+  // Ctrl-C ends a long run cleanly: every line written so far stays whole, and the count is reported.
+  const InterruptRequest interrupt;
+  Progress progress("puzzles", options.count);
+  const int64_t written = generate_sudoku(
+      options,
+      [&progress](const SudokuExample& e) {
+        std::printf("%s %s %s\n", format_sudoku(e.puzzle).c_str(), format_sudoku(e.solution).c_str(),
+                    e.difficulty.c_str());
+        progress.add();
+      },
+      &InterruptRequest::requested);
+  progress.finish();
+  check(std::fflush(stdout) == 0, "writing the puzzles to standard output failed");
+  if (written < options.count) {
+    std::fprintf(stderr, "interrupted: wrote %lld of %lld puzzles\n", (long long)written, (long long)options.count);
+    return 130;  // the shell's status for a command ended by SIGINT
   }
   return 0;
 }
 
-// AR models (causal attention) decode autoregressively unless told otherwise.
-std::string default_mode(const Model& model) { return model.config.causal ? "ar" : "diffusion"; }
-
 // The rule mask is on where it applies (in-place models, diffusion mode, confidence order, no --beam or
 // --freeze) unless --no-rules; --rules asks for it explicitly (an error where it does not apply). With
 // the mask on and no decoder option given, the default threshold applies.
-void resolve_rules(const Args& args, const Model& model, SolveSettings& s, bool decoder_given) {
+void resolve_rules(const Args& args, const Model& model, SudokuSolverSettings& s, bool decoder_given) {
   check(!(args.has("rules") && args.has("no-rules")), "--rules and --no-rules contradict each other");
-  const bool applies = s.mode != "ar" && is_infill(model) && s.order == UnmaskOrder::Confidence && s.beam == 0 &&
-                       !s.freeze;
+  const bool applies = sudoku_rules_apply(model, s);
   s.rules = args.has("rules") || (applies && !args.has("no-rules"));
-  if (!decoder_given && applies) s.threshold = kDefaultThreshold;
+  if (!decoder_given && applies) s.threshold = kSudokuDefaultThreshold;
 }
 
 // --search N: the rule-masked threshold decoder as a search (search_sudoku); needs the rule mask and a
 // threshold.
-void resolve_search(const Args& args, SolveSettings& s) {
-  s.search = args.get_int("search", s.rules && s.threshold > 0 ? kDefaultSearch : 0);
+void resolve_search(const Args& args, SudokuSolverSettings& s) {
+  s.search = args.get_int("search", s.rules && s.threshold > 0 ? kSudokuDefaultSearch : 0);
   check(s.search >= 0 && s.search <= 100000, "--search must be in 0..100000");
   check(s.search == 0 || (s.rules && s.threshold > 0),
         "--search needs the rule mask and a --threshold (it searches over rule-masked threshold decoding)");
@@ -499,9 +323,9 @@ void resolve_search(const Args& args, SolveSettings& s) {
 // Options that set how many cells a pass commits (--views only changes how the probabilities are made).
 bool decoder_given(const Args& args) { return args.has("steps") || args.has("threshold") || args.has("beam"); }
 
-SolveSettings solve_settings(const Args& args, const Model& model) {
-  SolveSettings s;
-  s.mode = args.get("mode", default_mode(model));
+SudokuSolverSettings solve_settings(const Args& args, const Model& model) {
+  SudokuSolverSettings s;
+  s.mode = args.get("mode", default_sudoku_mode(model));
   check(s.mode == "diffusion" || s.mode == "ar", "--mode must be diffusion or ar");
   s.steps = args.get_int("steps", 81);
   check(s.steps >= 1, "--steps must be >= 1");
@@ -531,7 +355,7 @@ int sudoku_solve(int argc, char** argv) {
   if (print_help_if_asked(kSudokuSolve, argc, argv, 3)) return 0;
   Args args(kSudokuSolve, argc, argv, 3);
   const Model model = load_solver(args);
-  const SolveSettings s = solve_settings(args, model);
+  const SudokuSolverSettings s = solve_settings(args, model);
   const bool pretty = args.has("pretty");
   ThreadPool pool(thread_count(args));
   SudokuReader reader(std::cin, "stdin");
@@ -541,7 +365,7 @@ int sudoku_solve(int argc, char** argv) {
     // The decoders would search for long and then print a grid that breaks the rules: say why instead.
     const std::string reason = sudoku_unsolvable_reason(puzzle);
     check(reason.empty(), reader.where() + ": the puzzle cannot be solved: " + reason);
-    const SudokuGrid solution = solve_one(model, puzzle, s, &pool).grid;
+    const SudokuGrid solution = solve_sudoku(model, puzzle, s, &pool).grid;
     if (pretty)
       std::printf("%s\n", format_sudoku_pretty(solution).c_str());
     else
@@ -559,7 +383,7 @@ int sudoku_eval(int argc, char** argv) {
   check(args.has("data"), "no puzzle file given (--data FILE)");
   const Model model = load_solver(args);
   const std::vector<SudokuExample> data = read_data(args);
-  const std::string mode = args.get("mode", default_mode(model));
+  const std::string mode = args.get("mode", default_sudoku_mode(model));
   check(mode == "diffusion" || mode == "ar", "--mode must be diffusion or ar");
   std::vector<std::string> steps_list = split_list(args.get("steps", "81"));
   std::vector<std::string> orders = split_list(args.get("algorithm", "confidence"));
@@ -594,7 +418,7 @@ int sudoku_eval(int argc, char** argv) {
   std::string json_rows;
   for (const std::string& steps_text : steps_list)
     for (const std::string& order : orders) {
-      SolveSettings s;
+      SudokuSolverSettings s;
       s.mode = mode;
       s.freeze = freeze;
       s.freeze_refresh = freeze_refresh;
@@ -614,35 +438,8 @@ int sudoku_eval(int argc, char** argv) {
       if (mode != "ar") s.order = parse_unmask_order(order);
       resolve_rules(args, model, s, decoder_given(args));
       resolve_search(args, s);
-      struct Tally {
-        int64_t n = 0, solved = 0, blanks = 0, correct = 0, filled = 0, passes = 0, rows = 0, backtracks = 0,
-                propagated = 0;
-        double ms = 0;
-      };
-      std::map<std::string, Tally> tallies;
-      for (const SudokuExample& e : data) {
-        const double t0 = now_ms();
-        const Solution sol = solve_one(model, e.puzzle, s, &pool);
-        const SudokuGrid& got = sol.grid;
-        const double ms = now_ms() - t0;
-        progress.add();
-        for (const std::string& key : {e.difficulty, std::string("all")}) {
-          Tally& t = tallies[key];
-          ++t.n;
-          t.ms += ms;
-          t.passes += sol.passes;
-          t.rows += sol.rows;
-          t.backtracks += sol.backtracks;
-          t.propagated += sol.propagated;
-          t.solved += solves(e.puzzle, got) ? 1 : 0;
-          for (size_t i = 0; i < 81; ++i)
-            if (!e.puzzle[i]) {
-              ++t.blanks;
-              t.correct += got[i] == e.solution[i] ? 1 : 0;
-              t.filled += got[i] != 0;  // a stuck decoder leaves blanks
-            }
-        }
-      }
+      const std::map<std::string, SudokuTally> tallies =
+          evaluate_sudoku(model, data, s, &pool, [&progress] { progress.add(); });
       for (const auto& [difficulty, t] : tallies) {
         const double solved = 100.0 * double(t.solved) / double(t.n);
         const double cells = 100.0 * double(t.correct) / double(std::max<int64_t>(t.blanks, 1));
@@ -691,76 +488,26 @@ int sudoku_probe(int argc, char** argv) {
   Args args(kSudokuProbe, argc, argv, 3);
   check(args.has("data"), "no puzzle file given (--data FILE)");
   const Model model = load_solver(args);
-  const ModelConfig& c = model.config;
-  check(is_infill(model) && c.mask_token >= 0, "sudoku probe needs a masked-diffusion model that fills the grid in place");
+  check(sudoku_fills_in_place(model) && model.config.mask_token >= 0,
+        "sudoku probe needs a masked-diffusion model that fills the grid in place");
   const std::vector<SudokuExample> data = read_data(args);
   ThreadPool pool(int(args.get_int("threads", 0)));
-  Rng rng(uint64_t(args.get_int("seed", 1)));
-
-  // Groups: 0 naked single, 1..7 hidden single by its unit bits (row 1, column 2, box 4), 8 neither.
-  struct Group {
-    double ce = 0;
-    int64_t n = 0, right = 0;
-  };
-  Group all[9], stuck[9];  // stuck: states with no naked single left
-  int64_t states = 0, top_right = 0, stuck_states = 0, stuck_top_right = 0, stuck_top_hidden = 0;
-  KvCache cache(c, 81);
-  std::vector<float> logits;
-  for (const SudokuExample& e : data) {
-    const std::vector<int> path = singles_path(e.puzzle, e.solution, rng);
-    SudokuGrid grid = e.puzzle;
-    for (size_t k = 0; k < path.size(); grid[size_t(path[k])] = e.solution[size_t(path[k])], ++k) {
-      std::array<uint8_t, 81> units{};
-      const std::array<uint8_t, 81> kind = single_kinds(grid, &units);
-      const bool no_naked = std::find(kind.begin(), kind.end(), uint8_t(kNakedSingle)) == kind.end();
-      const std::vector<int32_t> blanks = forward_grid(model, cache, grid, logits, &pool);
-      double best_p = -1;
-      int best_cell = 0, best_digit = 0;
-      for (size_t r = 0; r < blanks.size(); ++r) {
-        const float* x = &logits[r * size_t(c.vocab)];
-        const double lse = row_stats(x, c.vocab).logsumexp;
-        const size_t cell = size_t(blanks[r]);
-        int argmax = 1;
-        for (int d = 1; d <= 9; ++d) {
-          if (x[kSudokuDigitToken + d] > x[kSudokuDigitToken + argmax]) argmax = d;
-          const double p = std::exp(double(x[kSudokuDigitToken + d]) - lse);
-          if (p > best_p) best_p = p, best_cell = int(cell), best_digit = d;
-        }
-        const size_t g = kind[cell] == kNakedSingle ? 0 : kind[cell] == kHiddenSingle ? units[cell] : 8;
-        const double ce = lse - double(x[kSudokuDigitToken + e.solution[cell]]);
-        for (Group* groups_of : {all, no_naked ? stuck : nullptr})
-          if (groups_of) {
-            groups_of[g].ce += ce;
-            ++groups_of[g].n;
-            groups_of[g].right += argmax == e.solution[cell];
-          }
-      }
-      const bool right = e.solution[size_t(best_cell)] == best_digit;
-      ++states;
-      top_right += right;
-      if (no_naked) {
-        ++stuck_states;
-        stuck_top_right += right;
-        stuck_top_hidden += kind[size_t(best_cell)] == kHiddenSingle;
-      }
-    }
-  }
-  const char* names[9] = {"naked single", "hidden: row",     "hidden: column",   "hidden: row+col", "hidden: box",
-                          "hidden: row+box", "hidden: col+box", "hidden: all three", "neither"};
-  std::printf("%d puzzles, %lld states along singles paths\n", int(data.size()), (long long)states);
+  const SudokuProbe r = probe_sudoku(model, data, uint64_t(args.get_int("seed", 1)), &pool);
+  std::printf("%d puzzles, %lld states along singles paths\n", int(data.size()), (long long)r.states);
   std::printf("%-18s %9s %9s %9s | %-24s\n", "blank cell", "cells", "CE", "argmax%", "no naked single left:");
-  for (int g = 0; g < 9; ++g) {
-    if (!all[g].n) continue;
-    const auto pct = [](const Group& x) { return x.n ? 100.0 * double(x.right) / double(x.n) : 0.0; };
-    std::printf("%-18s %9lld %9.4f %9.2f | %9lld %9.4f %9.2f\n", names[g], (long long)all[g].n,
-                all[g].ce / double(all[g].n), pct(all[g]), (long long)stuck[g].n,
-                stuck[g].n ? stuck[g].ce / double(stuck[g].n) : 0.0, pct(stuck[g]));
+  const auto pct = [](const SudokuProbeGroup& x) { return x.n ? 100.0 * double(x.right) / double(x.n) : 0.0; };
+  for (int g = 0; g < SudokuProbe::kGroups; ++g) {
+    const SudokuProbeGroup &all = r.all[size_t(g)], &stuck = r.stuck[size_t(g)];
+    if (!all.n) continue;
+    std::printf("%-18s %9lld %9.4f %9.2f | %9lld %9.4f %9.2f\n", SudokuProbe::group_name(g), (long long)all.n,
+                all.ce / double(all.n), pct(all), (long long)stuck.n, stuck.n ? stuck.ce / double(stuck.n) : 0.0,
+                pct(stuck));
   }
   std::printf("most probable (cell, digit) right: %.2f%% of %lld states; with no naked single left %.2f%% of %lld "
               "(a hidden single in %.2f%%)\n",
-              100.0 * double(top_right) / double(std::max<int64_t>(states, 1)), (long long)states,
-              100.0 * double(stuck_top_right) / double(std::max<int64_t>(stuck_states, 1)), (long long)stuck_states,
-              100.0 * double(stuck_top_hidden) / double(std::max<int64_t>(stuck_states, 1)));
+              100.0 * double(r.top_right) / double(std::max<int64_t>(r.states, 1)), (long long)r.states,
+              100.0 * double(r.stuck_top_right) / double(std::max<int64_t>(r.stuck_states, 1)),
+              (long long)r.stuck_states, 100.0 * double(r.stuck_top_hidden) / double(std::max<int64_t>(r.stuck_states, 1)));
   return 0;
 }
 

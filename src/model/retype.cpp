@@ -1,10 +1,10 @@
 // Tensor re-typing shared by convert and quantize, and the report of what was written.
-#include "retype.h"
+#include "model/retype.h"
 
 #include "core/error.h"
 #include "ops/matmul.h"
 
-namespace canvas::cli {
+namespace canvas {
 
 DType stored_type(const TensorView& t, DType requested, std::string* reason) {
   reason->clear();
@@ -96,4 +96,4 @@ std::string RetypeReport::fallbacks() const {
   return out;
 }
 
-}  // namespace canvas::cli
+}  // namespace canvas

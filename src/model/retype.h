@@ -1,8 +1,9 @@
 // Re-typing tensors for convert and quantize: the type a tensor can be stored as under a requested type,
-// why it differs, and a report of exactly what was written.
+// why it differs, a report of exactly what was written, and the callbacks a conversion reports through.
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -11,7 +12,7 @@
 #include "core/tensor.h"
 #include "io/gguf.h"
 
-namespace canvas::cli {
+namespace canvas {
 
 // Vectors (1-D) stay f32; block types need rows of whole blocks: rows a 256-block K-quant cannot hold fall
 // back to q8_0 (32-blocks), as llama.cpp's quantizer falls back to a 32-block type; rows no block type
@@ -46,4 +47,13 @@ class RetypeReport {
   int64_t tensors_ = 0;
 };
 
-}  // namespace canvas::cli
+// What a conversion tells its caller while it runs; every member may be left empty.
+struct ConversionCallbacks {
+  // One tensor more is being written: `done` counts it, of `total`.
+  std::function<void(int64_t done, int64_t total)> on_tensor;
+  // tokenizer.json at `path` was not copied because the GGUF form cannot hold it exactly (`problem` says
+  // why); the GGUF then needs that file as its tokenizer.
+  std::function<void(const std::string& path, const std::string& problem)> on_tokenizer_skipped;
+};
+
+}  // namespace canvas

@@ -1,0 +1,251 @@
+// Solving, evaluating and probing Sudoku puzzles with canvas's models.
+#include "train/sudoku_solver.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "decode/ar.h"
+#include "io/gguf.h"
+#include "ops/ops.h"
+
+namespace canvas {
+namespace {
+
+// The in-place decoder of canvas's own loop (sudoku_forward_grid): each pass runs the model on `views`
+// copies of the grid (the first the identity; the others fixed random symmetries: row and column
+// permutations within bands, band swaps, transposition, digit relabelling), maps each blank cell's digit
+// probabilities back to the original grid and averages them over the views (test-time augmentation:
+// averaging cancels errors of the model that depend on the presentation), then commit_sudoku_cells
+// commits cells: with `rules` the model chooses among the digits the Sudoku rules still allow; with
+// `threshold` every cell whose confidence reaches it; with `steps` < the blanks at least enough cells per
+// pass to finish in that many passes. With `search`, search_sudoku decides instead.
+SudokuSolution solve_in_place(const Model& model, const SudokuGrid& puzzle, const SudokuSolverSettings& s,
+                              ThreadPool* pool) {
+  const ModelConfig& c = model.config;
+  check(c.mask_token >= 0 && c.vocab > kSudokuDigitToken + 9, "this model has no mask token or digit tokens");
+  const int64_t views = std::max<int64_t>(s.views, 1);
+  std::vector<SudokuSymmetry> syms{identity_symmetry()};
+  Rng rng(0x5eed);  // fixed: every run uses the same views
+  while (int64_t(syms.size()) < views) syms.push_back(random_symmetry(rng));
+  SudokuSolution out;
+  KvCache cache(c, 81);
+  std::vector<float> logits;
+  // [81][10]: the mean probability of digit d at original cell i over the views.
+  auto probs_of = [&](const SudokuGrid& grid) {
+    std::vector<double> avg(81 * 10, 0.0);
+    for (const SudokuSymmetry& sym : syms) {
+      const std::vector<int32_t> rows =
+          sudoku_forward_grid(model, cache, apply_symmetry(sym, grid), logits, pool);
+      ++out.passes;
+      out.rows += 81;
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const float* x = &logits[r * size_t(c.vocab)];
+        const double lse = row_stats(x, c.vocab).logsumexp;
+        const size_t cell = sym.source[size_t(rows[r])];
+        for (size_t d = 1; d <= 9; ++d)
+          avg[cell * 10 + d] +=
+              (s.uniform ? 1.0 / 9 : std::exp(double(x[kSudokuDigitToken + sym.relabel[d]]) - lse)) /
+              double(views);
+      }
+    }
+    return avg;
+  };
+  if (s.search > 0) {
+    const SudokuSearchResult r = search_sudoku(puzzle, probs_of, s.threshold, s.search, s.search_options);
+    out.grid = r.grid;
+    out.backtracks = r.backtracks;
+    out.propagated = r.propagated;
+    return out;
+  }
+  SudokuGrid grid = puzzle;
+  int64_t steps_left = std::max<int64_t>(s.steps, 1);
+  for (int64_t blanks = std::count(grid.begin(), grid.end(), 0); blanks > 0;
+       blanks = std::count(grid.begin(), grid.end(), 0)) {
+    const std::vector<double> avg = probs_of(grid);
+    const int64_t min_commits = (blanks + steps_left - 1) / steps_left;  // finish within `steps` passes
+    steps_left = std::max<int64_t>(steps_left - 1, 1);
+    if (commit_sudoku_cells(grid, avg, s.rules, s.threshold, int(min_commits)) == 0)
+      break;  // stuck: blanks stay 0
+  }
+  out.grid = grid;
+  return out;
+}
+
+}  // namespace
+
+bool sudoku_fills_in_place(const Model& model) {
+  return model.file && model.file->get_string("canvas.sudoku.format", "sequence") == "infill";
+}
+
+std::string default_sudoku_mode(const Model& model) {
+  return model.config.causal ? "ar" : "diffusion";
+}
+
+bool sudoku_rules_apply(const Model& model, const SudokuSolverSettings& s) {
+  return s.mode != "ar" && sudoku_fills_in_place(model) && s.order == UnmaskOrder::Confidence &&
+         s.beam == 0 && !s.freeze;
+}
+
+std::vector<int32_t> sudoku_forward_grid(const Model& model, KvCache& cache, const SudokuGrid& grid,
+                                         std::vector<float>& logits, ThreadPool* pool) {
+  const ModelConfig& c = model.config;
+  const std::vector<int32_t> groups(81, 1);
+  std::vector<int32_t> tokens(81);
+  ForwardRequest req;
+  for (int32_t j = 0; j < 81; ++j) {
+    tokens[size_t(j)] = grid[size_t(j)] ? kSudokuDigitToken + grid[size_t(j)] : c.mask_token;
+    if (!grid[size_t(j)]) req.logit_rows.push_back(j);
+  }
+  req.tokens = tokens.data();
+  req.n = 81;
+  req.groups = groups.data();
+  logits.resize(req.logit_rows.size() * size_t(c.vocab));
+  req.logits = logits.data();
+  forward(model, cache, req, pool);
+  return req.logit_rows;
+}
+
+SudokuSolution solve_sudoku(const Model& model, const SudokuGrid& puzzle, const SudokuSolverSettings& s,
+                            ThreadPool* pool) {
+  check(s.mode == "diffusion" || s.mode == "ar",
+        "the Sudoku mode must be diffusion or ar, not '" + s.mode + "'");
+  const bool in_place = sudoku_fills_in_place(model);
+  if (s.views > 0 || s.rules) {
+    check(s.mode != "ar" && in_place,
+          std::string(s.rules ? "--rules" : "--views") +
+              " needs a masked-diffusion Sudoku model that fills the grid in place");
+    check(s.order == UnmaskOrder::Confidence && s.beam == 0 && !s.freeze,
+          "--rules and --views decode in confidence order, without --beam or --freeze (add --no-rules for "
+          "those)");
+    return solve_in_place(model, puzzle, s, pool);
+  }
+  GenerationResult r;
+  auto solution = [&r] { return SudokuSolution{sudoku_from_tokens(r.tokens), r.passes, r.rows_computed}; };
+  auto masked_params = [&s] {
+    MaskedDiffusionParams p;
+    p.gen_length = 81;
+    p.block_length = 81;
+    p.steps = s.steps;
+    p.order = s.order;
+    p.threshold = s.threshold;
+    p.freeze = s.freeze;
+    p.freeze_refresh = s.freeze_refresh;
+    p.beam_width = s.beam;
+    return p;
+  };
+  if (s.mode != "ar" && in_place) {
+    MaskedDiffusionParams p = masked_params();
+    p.initial_canvas = sudoku_prompt_tokens(puzzle);
+    for (size_t i = 0; i < 81; ++i)
+      if (!puzzle[i]) p.initial_canvas[i] = model.config.mask_token;
+    r = generate_masked(model, {}, p, pool);
+    return solution();
+  }
+  const std::vector<int32_t> prompt = sudoku_prompt_tokens(puzzle);
+  if (s.mode == "ar") {
+    ArParams p;
+    p.max_new_tokens = 81;
+    p.stop_at_eos = false;
+    r = generate_ar(model, prompt, p, pool);
+  } else {
+    MaskedDiffusionParams p = masked_params();
+    p.cache = CacheMode::Prefix;
+    r = generate_masked(model, prompt, p, pool);
+  }
+  return solution();
+}
+
+void SudokuTally::add(const SudokuExample& e, const SudokuSolution& got, double elapsed_ms) {
+  ++n;
+  ms += elapsed_ms;
+  passes += got.passes;
+  rows += got.rows;
+  backtracks += got.backtracks;
+  propagated += got.propagated;
+  solved += solves(e.puzzle, got.grid) ? 1 : 0;
+  for (size_t i = 0; i < 81; ++i)
+    if (!e.puzzle[i]) {
+      ++blanks;
+      correct += got.grid[i] == e.solution[i] ? 1 : 0;
+      filled += got.grid[i] != 0;  // a stuck decoder leaves blanks
+    }
+}
+
+std::map<std::string, SudokuTally> evaluate_sudoku(const Model& model, const std::vector<SudokuExample>& data,
+                                                   const SudokuSolverSettings& s, ThreadPool* pool,
+                                                   const std::function<void()>& on_puzzle) {
+  std::map<std::string, SudokuTally> tallies;
+  for (const SudokuExample& e : data) {
+    const double t0 = now_ms();
+    const SudokuSolution got = solve_sudoku(model, e.puzzle, s, pool);
+    const double ms = now_ms() - t0;
+    if (on_puzzle) on_puzzle();
+    for (const std::string& key : {e.difficulty, std::string("all")}) tallies[key].add(e, got, ms);
+  }
+  return tallies;
+}
+
+const char* SudokuProbe::group_name(int group) {
+  static const char* names[kGroups] = {"naked single",    "hidden: row",       "hidden: column",
+                                       "hidden: row+col", "hidden: box",       "hidden: row+box",
+                                       "hidden: col+box", "hidden: all three", "neither"};
+  return group >= 0 && group < kGroups ? names[group] : "?";
+}
+
+SudokuProbe probe_sudoku(const Model& model, const std::vector<SudokuExample>& data, uint64_t seed,
+                         ThreadPool* pool) {
+  const ModelConfig& c = model.config;
+  check(sudoku_fills_in_place(model) && c.mask_token >= 0,
+        "sudoku probe needs a masked-diffusion model that fills the grid in place");
+  Rng rng(seed);
+  SudokuProbe out;
+  out.puzzles = int64_t(data.size());
+  KvCache cache(c, 81);
+  std::vector<float> logits;
+  for (const SudokuExample& e : data) {
+    const std::vector<int> path = singles_path(e.puzzle, e.solution, rng);
+    SudokuGrid grid = e.puzzle;
+    for (size_t k = 0; k < path.size(); grid[size_t(path[k])] = e.solution[size_t(path[k])], ++k) {
+      std::array<uint8_t, 81> units{};
+      const std::array<uint8_t, 81> kind = single_kinds(grid, &units);
+      const bool no_naked = std::find(kind.begin(), kind.end(), uint8_t(kNakedSingle)) == kind.end();
+      const std::vector<int32_t> blanks = sudoku_forward_grid(model, cache, grid, logits, pool);
+      double best_p = -1;
+      int best_cell = 0, best_digit = 0;
+      for (size_t r = 0; r < blanks.size(); ++r) {
+        const float* x = &logits[r * size_t(c.vocab)];
+        const double lse = row_stats(x, c.vocab).logsumexp;
+        const size_t cell = size_t(blanks[r]);
+        int argmax = 1;
+        for (int d = 1; d <= 9; ++d) {
+          if (x[kSudokuDigitToken + d] > x[kSudokuDigitToken + argmax]) argmax = d;
+          const double p = std::exp(double(x[kSudokuDigitToken + d]) - lse);
+          if (p > best_p) best_p = p, best_cell = int(cell), best_digit = d;
+        }
+        const size_t g = kind[cell] == kNakedSingle ? 0 : kind[cell] == kHiddenSingle ? units[cell] : 8;
+        const double ce = lse - double(x[kSudokuDigitToken + e.solution[cell]]);
+        for (auto* groups : {&out.all, no_naked ? &out.stuck : nullptr})
+          if (groups) {
+            SudokuProbeGroup& group = (*groups)[g];
+            group.ce += ce;
+            ++group.n;
+            group.right += argmax == e.solution[cell];
+          }
+      }
+      const bool right = e.solution[size_t(best_cell)] == best_digit;
+      ++out.states;
+      out.top_right += right;
+      if (no_naked) {
+        ++out.stuck_states;
+        out.stuck_top_right += right;
+        out.stuck_top_hidden += kind[size_t(best_cell)] == kHiddenSingle;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace canvas

@@ -1,0 +1,202 @@
+// The Sudoku library behind `canvas sudoku` called directly: solving, evaluating and probing with the
+// shipped solver (src/train/sudoku_solver.h), and generating puzzle sets that stop when asked
+// (src/train/sudoku_generate.h).
+#include "train/sudoku_solver.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+#include "test_util.h"
+#include "train/sudoku.h"
+#include "train/sudoku_generate.h"
+
+namespace canvas {
+namespace {
+
+const Model& shipped_solver() {
+  static const Model model = Model::load(test::source_path("models/sudoku-masked.gguf"));
+  return model;
+}
+
+std::vector<SudokuExample> held_out(const std::string& rating, size_t n) {
+  std::vector<SudokuExample> data =
+      read_sudoku_file(test::source_path("data/sudoku/heldout-" + rating + ".txt"));
+  if (data.size() > n) data.resize(n);
+  return data;
+}
+
+// The CLI's default decoder: the rule mask, the default threshold and the search with propagation,
+// guesses where the fewest digits are left.
+SudokuSolverSettings default_settings() {
+  SudokuSolverSettings s;
+  s.rules = true;
+  s.threshold = kSudokuDefaultThreshold;
+  s.search = kSudokuDefaultSearch;
+  s.search_options.propagate = true;
+  s.search_options.guess_fewest = true;
+  return s;
+}
+
+// The shipped solver fills the grid in place; with the default decoder it solves held-out easy puzzles,
+// committing several cells per forward pass.
+TEST(SudokuSolver, ShippedModelSolvesEasyPuzzles) {
+  const Model& model = shipped_solver();
+  EXPECT_TRUE(sudoku_fills_in_place(model));
+  EXPECT_EQ(default_sudoku_mode(model), "diffusion");
+  const SudokuSolverSettings s = default_settings();
+  EXPECT_TRUE(sudoku_rules_apply(model, s));
+  SudokuSolverSettings beam = s;
+  beam.beam = 4;
+  EXPECT_FALSE(sudoku_rules_apply(model, beam));
+  ThreadPool pool(2);
+  int solved = 0;
+  for (const SudokuExample& e : held_out("easy", 4)) {
+    const SudokuSolution got = solve_sudoku(model, e.puzzle, s, &pool);
+    solved += solves(e.puzzle, got.grid);
+    const int blanks = 81 - count_clues(e.puzzle);
+    EXPECT_GT(got.passes, 0);
+    EXPECT_LT(got.passes, blanks);  // several cells per pass
+    EXPECT_EQ(got.rows, 81 * got.passes);
+  }
+  EXPECT_GE(solved, 3);
+}
+
+// Without the rules, one cell per pass: as many passes as blanks; the greedy decoder keeps the givens.
+TEST(SudokuSolver, OneCellPerPassWithoutRules) {
+  const Model& model = shipped_solver();
+  ThreadPool pool(2);
+  const SudokuExample e = held_out("easy", 1)[0];
+  SudokuSolverSettings s;  // steps 81, confidence order, no rules
+  const SudokuSolution got = solve_sudoku(model, e.puzzle, s, &pool);
+  EXPECT_EQ(got.passes, 81 - count_clues(e.puzzle));
+  for (size_t i = 0; i < 81; ++i) {
+    if (e.puzzle[i]) {
+      EXPECT_EQ(got.grid[i], e.puzzle[i]) << "cell " << i;
+    }
+  }
+  s.mode = "ar";
+  s.rules = true;
+  EXPECT_THROW(solve_sudoku(model, e.puzzle, s, &pool), Error);  // the rule mask is an in-place decoder
+  s.mode = "sideways";
+  EXPECT_THROW(solve_sudoku(model, e.puzzle, s, &pool), Error);
+}
+
+// evaluate_sudoku tallies per difficulty and over "all"; its counts agree with solving one by one.
+TEST(SudokuSolver, EvaluateTalliesEveryPuzzle) {
+  const Model& model = shipped_solver();
+  ThreadPool pool(2);
+  std::vector<SudokuExample> data = held_out("easy", 3);
+  data[2].difficulty = "other";
+  int64_t calls = 0;
+  const auto tallies = evaluate_sudoku(model, data, default_settings(), &pool, [&calls] { ++calls; });
+  EXPECT_EQ(calls, 3);
+  ASSERT_EQ(tallies.size(), 3u);  // "all", the file's rating and "other"
+  const SudokuTally& all = tallies.at("all");
+  EXPECT_EQ(all.n, 3);
+  EXPECT_EQ(tallies.at("other").n, 1);
+  int64_t blanks = 0, solved = 0;
+  for (const SudokuExample& e : data) {
+    blanks += 81 - count_clues(e.puzzle);
+    solved += solves(e.puzzle, solve_sudoku(model, e.puzzle, default_settings(), &pool).grid);
+  }
+  EXPECT_EQ(all.blanks, blanks);
+  EXPECT_EQ(all.solved, solved);  // the decoder is deterministic
+  EXPECT_LE(all.correct, all.filled);
+  EXPECT_GT(all.passes, 0);
+}
+
+// probe_sudoku scores every blank cell of every state along a singles path: the groups' cells add up to
+// the blanks of those states, and the shipped model reads most naked singles right.
+TEST(SudokuSolver, ProbeCountsEveryStateOfTheSinglesPath) {
+  const Model& model = shipped_solver();
+  ThreadPool pool(2);
+  const std::vector<SudokuExample> data = held_out("easy", 2);
+  const SudokuProbe r = probe_sudoku(model, data, 1, &pool);
+  EXPECT_EQ(r.puzzles, 2);
+  int64_t states = 0, cells = 0;
+  Rng rng(1);
+  for (const SudokuExample& e : data) {
+    const std::vector<int> path = singles_path(e.puzzle, e.solution, rng);
+    states += int64_t(path.size());
+    for (size_t k = 0; k < path.size(); ++k) cells += 81 - count_clues(e.puzzle) - int64_t(k);
+  }
+  EXPECT_EQ(r.states, states);
+  int64_t grouped = 0;
+  for (const SudokuProbeGroup& g : r.all) grouped += g.n;
+  EXPECT_EQ(grouped, cells);
+  ASSERT_GT(r.all[0].n, 0);
+  EXPECT_GT(double(r.all[0].right) / double(r.all[0].n), 0.5);
+  EXPECT_STREQ(SudokuProbe::group_name(0), "naked single");
+  EXPECT_STREQ(SudokuProbe::group_name(8), "neither");
+}
+
+// canvas's generator: valid puzzles with unique solutions and at least min_clues givens, the same for the
+// same seed, never one of the exclude set, and it stops as soon as `stop` says so.
+TEST(SudokuGenerate, CanvasSourceIsValidRepeatableAndStops) {
+  SudokuGenerateOptions o;
+  o.source = "canvas";
+  o.count = 6;
+  o.min_clues = 30;
+  o.seed = 3;
+  std::vector<SudokuExample> first, second;
+  EXPECT_EQ(generate_sudoku(o, [&](const SudokuExample& e) { first.push_back(e); }), 6);
+  for (const SudokuExample& e : first) {
+    EXPECT_TRUE(solves(e.puzzle, e.solution));
+    EXPECT_EQ(count_solutions(e.puzzle, 2), 1);
+    EXPECT_GE(count_clues(e.puzzle), 30);
+    EXPECT_EQ(e.difficulty, "generated");
+  }
+  o.exclude = {format_sudoku(first[0].puzzle)};
+  EXPECT_EQ(generate_sudoku(o, [&](const SudokuExample& e) { second.push_back(e); }), 6);
+  EXPECT_EQ(format_sudoku(second[0].puzzle), format_sudoku(first[1].puzzle));  // the same stream, one skipped
+  for (const SudokuExample& e : second) EXPECT_NE(format_sudoku(e.puzzle), format_sudoku(first[0].puzzle));
+
+  o.count = 1000000;
+  int64_t emitted = 0;
+  const int64_t n = generate_sudoku(
+      o, [&](const SudokuExample&) { ++emitted; }, [&] { return emitted >= 4; });
+  EXPECT_EQ(n, 4);
+  EXPECT_EQ(emitted, 4);
+  o.min_clues = 10;
+  EXPECT_THROW(generate_sudoku(o, [](const SudokuExample&) {}), Error);
+  o.source = "elsewhere";
+  EXPECT_THROW(generate_sudoku(o, [](const SudokuExample&) {}), Error);
+}
+
+// qqwing's puzzles come as qqwing writes them, rated; a stop request ends qqwing at once instead of
+// waiting for the rest of its batch of up to 500 puzzles.
+TEST(SudokuGenerate, QqwingSourceStreamsAndStopsAtOnce) {
+  if (std::system("command -v qqwing > /dev/null 2>&1") != 0) GTEST_SKIP() << "qqwing is not installed";
+  SudokuGenerateOptions o;
+  o.count = 3;
+  o.difficulty = "any";
+  std::vector<SudokuExample> got;
+  EXPECT_EQ(generate_sudoku(o, [&](const SudokuExample& e) { got.push_back(e); }), 3);
+  std::set<std::string> distinct;
+  for (const SudokuExample& e : got) {
+    EXPECT_TRUE(solves(e.puzzle, e.solution));
+    EXPECT_FALSE(e.difficulty.empty());
+    distinct.insert(format_sudoku(e.puzzle));
+  }
+  EXPECT_EQ(distinct.size(), 3u);
+  // "simple" is qqwing's slowest rating (a few puzzles a second): a batch of 500 would take minutes.
+  o.count = 500;
+  o.difficulty = "simple";
+  const auto start = std::chrono::steady_clock::now();
+  const auto elapsed = [&] { return std::chrono::steady_clock::now() - start; };
+  const int64_t n = generate_sudoku(
+      o, [](const SudokuExample&) {}, [&] { return elapsed() > std::chrono::milliseconds(300); });
+  EXPECT_LT(n, 500);
+  EXPECT_LT(elapsed(), std::chrono::seconds(3));
+}
+
+}  // namespace
+}  // namespace canvas
