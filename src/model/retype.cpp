@@ -1,6 +1,8 @@
 // Tensor re-typing shared by convert and quantize, and the report of what was written.
 #include "model/retype.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "ops/matmul.h"
 
@@ -34,10 +36,20 @@ void add_retyped(GgufWriter& w, const std::string& name, const TensorView& t, DT
         "tensor " + t.name + " is stored as " + dtype_name(t.type) + ", which canvas cannot convert");
   const int64_t cols = t.ne[0], rows = t.rows(), out_row = row_bytes(type, cols);
   storage.emplace_back(size_t(out_row * rows));
-  std::vector<float> row(static_cast<size_t>(cols));
+  std::vector<float> row(static_cast<size_t>(cols)), back(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
     dequantize_row(t.type, t.row(r), row.data(), cols);
-    quantize_row(type, row.data(), storage.back().data() + r * out_row, cols);
+    uint8_t* out = storage.back().data() + r * out_row;
+    quantize_row(type, row.data(), out, cols);
+    // Read the row back: a value beyond what the type's f16 (block) scales hold (|x| above 65504, or
+    // ~8e6 for q8_0) would otherwise be written as Inf or NaN and make a file every load refuses.
+    dequantize_row(type, out, back.data(), cols);
+    for (int64_t j = 0; j < cols; ++j)
+      if (!std::isfinite(back[size_t(j)]))
+        throw Error("tensor " + t.name + " row " + std::to_string(r) + ": value " + std::to_string(row[size_t(j)]) +
+                    (std::isfinite(row[size_t(j)]) ? " does not fit " + std::string(dtype_name(type)) +
+                                                         " (its f16 scales overflow); keep this tensor in f32"
+                                                   : " is not finite in the source"));
   }
   w.add_tensor(name, type, shape, storage.back().data(), storage.back().size());
 }
