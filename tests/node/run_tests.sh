@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts `canvas serve` on a free port of 127.0.0.1 and runs the openai-client tests (and, with --page,
-# the headless-Chromium page test) against it. Usage: run_tests.sh CANVAS_BINARY MODEL [--page]
+# the headless-Chromium page test, or its conversation with --page-chat) against it.
+# Usage: run_tests.sh CANVAS_BINARY MODEL [--page | --page-chat]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 binary="$1"; model="$2"; what="${3:-}"
@@ -22,6 +23,8 @@ done
 cd "$here"
 if [ "$what" = "--page" ]; then
   node page.test.mjs "http://127.0.0.1:$port" "${CANVAS_SCREENSHOT:-}"
+elif [ "$what" = "--page-chat" ]; then
+  node page.test.mjs "http://127.0.0.1:$port" --chat
 else
   node openai_client.test.mjs "http://127.0.0.1:$port"
 fi
