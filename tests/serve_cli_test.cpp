@@ -300,3 +300,38 @@ TEST(ServeCli, LlamaServerHelpersInfillAndStructuredOutput) {
   EXPECT_NE(json::parse(res->body)["canvas"]["seed"], json::parse(again->body)["canvas"]["seed"]);
   EXPECT_NE(server.log().find("canvas serve: request mode="), std::string::npos) << "one log line per request";
 }
+
+namespace canvas {
+namespace {
+
+// --cost-model: the first start measures the routing cost model and writes it; a restart reads the same
+// line back (so auto routes as before), and a file measured for another model is measured again.
+TEST(ServeCli, CostModelIsStoredAndReadBackAcrossRestarts) {
+  test::TempDir dir;
+  const std::string file = dir.path("cost.json");
+  std::string first_line;
+  {
+    test::ServerProcess server("--cost-model " + file);
+    ASSERT_NE(server.port(), 0) << server.log();
+    EXPECT_NE(server.log().find("measured and written to " + file), std::string::npos) << server.log();
+    const nlohmann::json stored = nlohmann::json::parse(test::read_text(file));
+    EXPECT_GT(stored["per_row_ms"].get<double>() + stored["fixed_ms"].get<double>(), 0.0);
+    EXPECT_NE(stored["key"].get<std::string>().find("text-masked.gguf"), std::string::npos);
+    const std::string log = server.log();
+    first_line = log.substr(log.find("cost model: "), log.find('\n', log.find("cost model: ")) - log.find("cost model: "));
+  }
+  {
+    test::ServerProcess server("--cost-model " + file);
+    ASSERT_NE(server.port(), 0) << server.log();
+    EXPECT_NE(server.log().find("read from " + file), std::string::npos) << server.log();
+    EXPECT_NE(server.log().find(first_line), std::string::npos) << "expected " << first_line << " in " << server.log();
+  }
+  {
+    test::ServerProcess server("--cost-model " + file, "models/text-ar.gguf");  // another model's file
+    ASSERT_NE(server.port(), 0) << server.log();
+    EXPECT_NE(server.log().find("measured and written to"), std::string::npos) << server.log();
+  }
+}
+
+}  // namespace
+}  // namespace canvas

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "core/cpu.h"
 #include "core/error.h"
 #include "decode/text_model.h"
 #include "device.h"
@@ -51,6 +53,10 @@ cache, mode, canvas_draft). docs/serving.md has the details and measurements.)",
          "model measured at start and the current load) | diffusion | ar | verify (the\n"
          "decoder drafts, AR verifies: AR's text). A request's\n"
          "\"mode\" field overrides it."},
+        {"--cost-model", "FILE",
+         "keep auto's cost model in FILE: read when it was measured for this model file,\n"
+         "thread count, SIMD level and device; measured (medians of 9 passes) and written\n"
+         "otherwise, so that auto routes a request the same way after a restart"},
         {"--api-key", "KEY", "require \"Authorization: Bearer KEY\" on /v1/* (401 otherwise)"},
         {"--allowed-hosts", "NAMES",
          "comma-separated Host names accepted beside the bound address (\"*\": any); without\n"
@@ -111,6 +117,19 @@ int cmd_serve(int argc, char** argv) {
         "--parallel must be between 1 and 1024");
   check(engine_options.queue >= 0 && engine_options.queue <= 100000, "--queue must be between 0 and 100000");
   engine_options.default_mode = serve::parse_decode_mode(args.get("mode", "auto"));
+  if (args.has("cost-model")) {
+    engine_options.cost_model_file = args.get("cost-model", "");
+    check(!engine_options.cost_model_file.empty(), "--cost-model needs a file name");
+    // What the timings depend on: the model's bytes (path, size, modification time), the cores, the SIMD
+    // level and the device.
+    std::error_code ec;
+    const std::filesystem::path model_file = std::filesystem::absolute(model_path, ec);
+    const auto size = std::filesystem::is_regular_file(model_file, ec) ? std::filesystem::file_size(model_file, ec) : 0;
+    const auto mtime = std::filesystem::last_write_time(model_file, ec).time_since_epoch().count();
+    engine_options.cost_model_key = model_file.string() + " " + std::to_string(size) + " " + std::to_string(mtime) +
+                                    " threads " + std::to_string(cores) + " " + simd_level_name(simd_level()) +
+                                    " " + args.get("device", "cpu");
+  }
   check(!args.has("api-key") || !args.get("api-key", "").empty(), "--api-key must not be empty");
 
   // Signals go to one thread that waits for them (blocked here before any other thread starts).
@@ -175,6 +194,10 @@ int cmd_serve(int argc, char** argv) {
                  options.model_name.c_str(), c.arch.c_str(), (long long)engine_options.parallel,
                  (long long)engine_options.queue, serve::decode_mode_name(engine_options.default_mode),
                  engine->cost_model().describe().c_str());
+    if (!engine_options.cost_model_file.empty())
+      std::fprintf(stderr, "canvas serve: cost model %s %s\n",
+                   engine->cost_model_stored() ? "read from" : "measured and written to",
+                   engine_options.cost_model_file.c_str());
 
     int received = 0;
     sigwait(&signals, &received);

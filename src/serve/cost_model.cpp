@@ -2,10 +2,15 @@
 #include "serve/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <vector>
 
+#include "core/error.h"
 #include "core/timer.h"
+#include "io/json.h"
 
 namespace canvas::serve {
 
@@ -22,23 +27,61 @@ double time_pass(const Model& model, ThreadPool* pool, int64_t rows) {
   req.groups = groups.data();
   req.logit_rows = {int32_t(rows - 1)};
   req.logits = logits.data();
-  double best = 1e30;
-  for (int repeat = 0; repeat < 7; ++repeat) {  // the minimum: other work on the cores only adds time
+  forward(model, cache, req, pool);  // warm-up: first-touch of buffers and weights
+  // The median: one slow repeat (another process on the cores) or one lucky one does not move it, so
+  // restarts measure the same line and route the same way.
+  std::vector<double> times;
+  for (int repeat = 0; repeat < CostModel::kMeasureRepeats; ++repeat) {
     const double t0 = now_ms();
     forward(model, cache, req, pool);
-    best = std::min(best, now_ms() - t0);
+    times.push_back(now_ms() - t0);
   }
-  return best;
+  std::nth_element(times.begin(), times.begin() + std::ptrdiff_t(times.size() / 2), times.end());
+  return times[times.size() / 2];
 }
 }  // namespace
 
 CostModel CostModel::measure(const Model& model, ThreadPool* pool, int64_t rows) {
   CostModel cost;
   rows = std::max<int64_t>(2, std::min(rows, model.config.context_length > 0 ? model.config.context_length : rows));
-  const double one = time_pass(model, pool, 1), many = time_pass(model, pool, rows);
-  cost.per_row_ms = std::max(0.0, (many - one) / double(rows - 1));
-  cost.fixed_ms = std::max(0.0, one - cost.per_row_ms);
+  const int64_t sizes[] = {1, std::max<int64_t>(2, rows / 2), rows};
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const int64_t r : sizes) {
+    const double t = time_pass(model, pool, r), x = double(r);
+    sx += x, sy += t, sxx += x * x, sxy += x * t;
+  }
+  const double n = 3, denominator = n * sxx - sx * sx;
+  cost.per_row_ms = std::max(0.0, denominator > 0 ? (n * sxy - sx * sy) / denominator : 0.0);
+  cost.fixed_ms = std::max(0.0, (sy - cost.per_row_ms * sx) / n);
   return cost;
+}
+
+void CostModel::save(const std::string& path, const std::string& key) const {
+  const nlohmann::json j = {{"key", key}, {"fixed_ms", fixed_ms}, {"per_row_ms", per_row_ms}};
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << j.dump(2) << "\n";
+    check(bool(out), "--cost-model: cannot write " + tmp);
+  }
+  check(std::rename(tmp.c_str(), path.c_str()) == 0, "--cost-model: cannot write " + path);
+}
+
+std::optional<CostModel> CostModel::load(const std::string& path, const std::string& key) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return std::nullopt;
+  try {
+    const JsonDocument doc = JsonDocument::load(path);
+    if (doc.get_string("key", "") != key) return std::nullopt;
+    CostModel cost;
+    cost.fixed_ms = doc.get_float("fixed_ms", -1);
+    cost.per_row_ms = doc.get_float("per_row_ms", -1);
+    if (!(std::isfinite(cost.fixed_ms) && cost.fixed_ms >= 0 && std::isfinite(cost.per_row_ms) && cost.per_row_ms >= 0))
+      return std::nullopt;
+    return cost;
+  } catch (const Error&) {
+    return std::nullopt;  // a damaged file is measured again and rewritten
+  }
 }
 
 double CostModel::ar_ms(int64_t tokens, int64_t load, int64_t ar_rows) const {

@@ -2,6 +2,7 @@
 // measured on this machine at start-up, and the estimated latency of a request in each mode at a load.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/thread_pool.h"
@@ -21,8 +22,14 @@ struct CostModel {
   // configured maximum is assumed).
   double uniform_passes_per_canvas = 0;
 
-  // Times passes of 1 and `rows` rows (a few repeats each, the minimum kept) and fits the line.
+  // Times passes of 1, rows / 2 and `rows` rows (kMeasureRepeats each, the median kept) and fits the
+  // line by least squares.
   static CostModel measure(const Model& model, ThreadPool* pool, int64_t rows);
+  static constexpr int kMeasureRepeats = 9;
+  // The measured line as a JSON file tagged with `key` (what it was measured for: the model file, the
+  // threads, the device), and read back: nullopt when the file is absent, unreadable or has another key.
+  void save(const std::string& path, const std::string& key) const;
+  static std::optional<CostModel> load(const std::string& path, const std::string& key);
 
   double pass_ms(double rows) const { return fixed_ms + per_row_ms * rows; }
   // Estimated latency (ms) of a request of `prompt` tokens and `tokens` new ones, when `load` requests

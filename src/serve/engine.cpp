@@ -17,7 +17,16 @@ Engine::Engine(const Model& model, ThreadPool* pool, EngineOptions options)
       batcher_(model, pool) {
   check(options_.parallel >= 1, "--parallel must be at least 1");
   check(options_.queue >= 0, "--queue must be >= 0");
-  cost_ = CostModel::measure(model, pool, std::min<int64_t>(64, std::max<int64_t>(2, model.config.context_length)));
+  const std::optional<CostModel> stored = options_.cost_model_file.empty()
+                                              ? std::nullopt
+                                              : CostModel::load(options_.cost_model_file, options_.cost_model_key);
+  if (stored) {
+    cost_ = *stored;
+  } else {
+    cost_ = CostModel::measure(model, pool, std::min<int64_t>(64, std::max<int64_t>(2, model.config.context_length)));
+    if (!options_.cost_model_file.empty()) cost_.save(options_.cost_model_file, options_.cost_model_key);
+  }
+  cost_model_stored_ = stored.has_value();
   slots_ = std::make_unique<WorkerThreads>("canvas-slot", size_t(options_.parallel));
 }
 

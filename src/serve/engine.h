@@ -68,6 +68,9 @@ struct EngineOptions {
   const TextTokenizer* tokenizer = nullptr;
   const ChatFormat* chat = nullptr;
   SamplerDefaults defaults;
+  // --cost-model: the routing cost model read from this file when it was measured for `cost_model_key`
+  // (the model file, threads, device), measured and written to it otherwise; empty: measured each start.
+  std::string cost_model_file, cost_model_key;
 };
 
 class Engine {
@@ -91,6 +94,8 @@ class Engine {
   const Generator& generator() const { return generator_; }
   bool has_diffusion() const { return generator_.has_diffusion(); }
   bool has_ar() const { return generator_.has_ar(); }
+  // True when the cost model was read from --cost-model's file rather than measured at start-up.
+  bool cost_model_stored() const { return cost_model_stored_; }
   // The mode a request would get now (auto resolved by the cost model at the current load).
   DecodeMode route(const GenerationSettings& settings, int64_t prompt_tokens) const;
   CostModel cost_model() const;  // a copy (finished requests update it)
@@ -108,6 +113,7 @@ class Engine {
   Generator generator_;
   StepBatcher batcher_;
   CostModel cost_;
+  bool cost_model_stored_ = false;  // read from options_.cost_model_file rather than measured
   mutable std::mutex mutex_;
   std::condition_variable slot_freed_;
   std::deque<std::shared_ptr<Job>> queue_;
