@@ -1,17 +1,19 @@
 // report/: PNG encoding read back by an independent decoder, the bitmap font, axis ticks, and charts
-// checked pixel by pixel.
+// checked pixel by pixel; the bench and training charts built from their data.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <fstream>
 #include <set>
 
+#include "bench/plot.h"
 #include "core/error.h"
 #include "png_test_util.h"
 #include "report/bitmap_font.h"
 #include "report/line_chart.h"
 #include "report/png.h"
 #include "test_util.h"
+#include "train/curves.h"
 
 namespace canvas {
 namespace {
@@ -192,6 +194,84 @@ TEST(LineChart, LegendGoesWhereItHidesLeastAndPointsCarryLabels) {
   for (int y = py - 20; y < py; ++y)
     for (int x = px + 5; x < px + 40; ++x) label_ink += dots.at(x, y) == report::kBlack;
   EXPECT_GT(label_ink, 10);
+}
+
+TEST(BenchPlot, ChartHasAMarkerSeriesPerCacheAndArAsALine) {
+  bench::BenchReport r;
+  r.model_info.source = "synthetic llada:8b";
+  r.footprint.weight_type = DType::Q4_0;
+  r.config.n_layers = 32;
+  r.machine.cpu = "AMD EPYC";
+  auto row = [](const char* mode, const char* cache, int64_t steps, double tpp, double speed) {
+    bench::BenchRow b;
+    b.mode = mode;
+    b.cache = cache;
+    b.block_length = 32;
+    b.steps = steps;
+    b.threads = 2;
+    b.tokens_per_pass = tpp;
+    b.decode_tokens_per_s = speed;
+    return b;
+  };
+  r.rows = {row("ar", "", 0, 1, 11.1), row("diffusion", "prefix", 2, 16, 30),
+            row("diffusion", "prefix", 4, 8, 15.7), row("diffusion", "dual", 8, 4, 7.8),
+            row("diffusion", "none", 8, 4, NAN)};
+  r.rows.back().threshold = 0.9f;
+  const report::LineChart c = bench::bench_chart(r);
+  EXPECT_EQ(c.title, "synthetic llada:8b (q4_0, 32 layers) on AMD EPYC");
+  EXPECT_EQ(c.x.label, "tokens fixed per pass");
+  EXPECT_EQ(c.y.label, "decode tokens/s");
+  EXPECT_EQ(c.x.min, 0);
+  EXPECT_DOUBLE_EQ(c.x.max, 16 * 1.15);
+  EXPECT_EQ(c.y.min, 0);
+  ASSERT_EQ(c.series.size(), 2u);  // the row without a speed draws nothing
+  EXPECT_EQ(c.series[0].name, "diffusion, cache prefix");
+  EXPECT_EQ(c.series[0].colour, report::kBlue);
+  EXPECT_EQ(c.series[0].line_width, 0);
+  EXPECT_EQ(c.series[0].point_labels, (std::vector<std::string>{"B=32 s=2", "B=32 s=4"}));
+  EXPECT_EQ(c.series[1].colour, report::kGreen);
+  ASSERT_EQ(c.reference_lines.size(), 1u);
+  EXPECT_EQ(c.reference_lines[0].name, "AR (2 threads)");
+  EXPECT_DOUBLE_EQ(c.reference_lines[0].y, 11.1);
+
+  r.rows.back().decode_tokens_per_s = 5;  // the threshold row, and a second thread count
+  r.rows[1].threads = 4;
+  const report::LineChart t = bench::bench_chart(r);
+  EXPECT_EQ(t.series.back().point_labels, (std::vector<std::string>{"B=32 thr=0.90 t=2"}));
+  EXPECT_EQ(t.series.back().colour, report::kRed);
+}
+
+TEST(TrainingCurves, ChartReadsTrainCsvAndNamesABadLine) {
+  test::TempDir dir;
+  const std::string csv = dir.path("train.csv");
+  std::ofstream(csv) << "step,lr,loss,grad_norm,val_loss,tokens_per_second,elapsed_s,accuracy\n"
+                        "1,0.001,2.5,1,,100,0.1,\n"
+                        "2,0.001,2.0,1,2.2,100,0.2,0.1\n"
+                        "3,0.001,1.5,1,,100,0.3,\n";
+  const report::LineChart c = train::training_chart(csv);
+  EXPECT_EQ(c.title, csv);
+  EXPECT_TRUE(c.y.log);
+  EXPECT_EQ(c.x.label, "step");
+  EXPECT_EQ(c.y.label, "loss (nats per scored token)");
+  ASSERT_EQ(c.series.size(), 2u);
+  EXPECT_EQ(c.series[0].x, (std::vector<double>{1, 2, 3}));
+  EXPECT_EQ(c.series[0].y, (std::vector<double>{2.5, 2.0, 1.5}));
+  EXPECT_EQ(c.series[1].name, "validation loss");
+  EXPECT_EQ(c.series[1].y, (std::vector<double>{2.2}));
+  train::write_training_plot(csv, dir.path("curves.png"));
+  const test::DecodedPng png = test::decode_png(test::read_text(dir.path("curves.png")));
+  ASSERT_EQ(png.error, "");
+  EXPECT_EQ(png.width, 880);
+  EXPECT_EQ(png.height, 495);
+
+  std::ofstream(csv, std::ios::app) << "4,0.001,oops,1,,100,0.4,\n";
+  try {
+    train::training_chart(csv);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("line 5"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(train::training_chart(dir.path("missing.csv")), Error);
 }
 
 }  // namespace
