@@ -16,6 +16,7 @@
 #include "bench/synthetic.h"
 #include "commands.h"
 #include "device.h"
+#include "output_paths.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
@@ -360,6 +361,9 @@ int cmd_bench(int argc, char** argv) {
   check(args.has("model") != args.has("synthetic"),
         "give exactly one of -m MODEL.gguf and --synthetic ARCH:SIZE; see canvas bench --help");
   const bool quick = args.has("quick");
+  // Before the (possibly long) run: the files it writes at the end must not be the model it reads.
+  for (const char* output : {"json", "plot"})
+    check_output_is_not_input({std::string("--") + output, args.get(output, "")}, {{"-m", args.get("model", "")}});
 
   bench::BenchOptions options;
   options.prompt_tokens = args.get_int("n-prompt", quick ? 8 : 32);
