@@ -114,6 +114,17 @@ TEST(OutputPathsCli, BenchTrainJsonNeverWritesOverTheConfig) {
     expect_refused("bench --train " + dir.path("bench.cfg") + " --json " + out, dir.path("bench.cfg"), before);
 }
 
+// bench writes --json and --plot after the run: both are checked against -m first.
+TEST(OutputPathsCli, BenchJsonAndPlotNeverWriteOverTheModel) {
+  test::TempDir dir;
+  fs::copy_file(test::fixture("tiny-llada.gguf"), dir.path("in.gguf"));
+  const std::string before = bytes_of(dir.path("in.gguf"));
+  const std::vector<std::string> outputs = aliases(dir, "in.gguf");
+  for (const char* flag : {" --json ", " --plot "})
+    for (const std::string& out : outputs)
+      expect_refused("bench -m " + dir.path("in.gguf") + " --quick --no-roofs" + flag + out, dir.path("in.gguf"), before);
+}
+
 // `sudoku generate --exclude F > F`: the shell empties F before canvas starts, so nothing would be
 // excluded; refused. Appending (>> F) keeps F and works.
 TEST(OutputPathsCli, SudokuGenerateRefusesAnExcludeFileEmptiedByItsOwnRedirect) {

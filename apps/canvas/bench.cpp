@@ -7,15 +7,16 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "args.h"
 #include "bench/harness.h"
+#include "bench/plot.h"
 #include "bench/stats.h"
 #include "bench/synthetic.h"
 #include "commands.h"
 #include "device.h"
+#include "output_paths.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
@@ -66,7 +67,7 @@ measured in the same run, and each diffusion row's decode speed over AR's ("vs A
         {"--device", "NAME", kDeviceHelp},
         {"--plot", "FILE.png",
          "plot decode tokens/s against tokens per pass, AR as a horizontal line\n"
-         "(the masked grid; needs Debian's python3-matplotlib). Models with a decoder: --json only"},
+         "(the masked grid, drawn by canvas itself). Models with a decoder: --json only"},
         heading("\ntraining:"),
         {"--train", "CONFIG", "time training steps of a config instead (canvas bench --train CONFIG --help)"},
     },
@@ -139,23 +140,6 @@ void list_shapes() {
     std::printf("%-18s %10.2f %10.2f  %s\n", s.name.c_str(),
                 double(bench::synthetic_model_bytes(s, q4)) / 1073741824.0,
                 double(bench::synthetic_model_bytes(s, q8)) / 1073741824.0, s.description.c_str());
-  }
-}
-
-// Plots through scripts/plot_bench.py; a missing matplotlib is reported, not fatal.
-void plot(const std::string& json_path, const std::string& png_path) {
-  if (std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
-    std::fprintf(stderr,
-                 "canvas bench: --plot skipped: /usr/bin/python3 has no matplotlib "
-                 "(sudo apt-get install -y python3-matplotlib)\n");
-    return;
-  }
-  const std::string command = "/usr/bin/python3 \"" + std::string(CANVAS_SCRIPTS_DIR) + "/plot_bench.py\" \"" +
-                              json_path + "\" \"" + png_path + "\"";
-  if (std::system(command.c_str()) == 0) {
-    std::fprintf(stderr, "canvas bench: plotted %s\n", png_path.c_str());
-  } else {
-    std::fprintf(stderr, "canvas bench: the plot script failed (%s)\n", command.c_str());
   }
 }
 
@@ -377,6 +361,9 @@ int cmd_bench(int argc, char** argv) {
   check(args.has("model") != args.has("synthetic"),
         "give exactly one of -m MODEL.gguf and --synthetic ARCH:SIZE; see canvas bench --help");
   const bool quick = args.has("quick");
+  // Before the (possibly long) run: the files it writes at the end must not be the model it reads.
+  for (const char* output : {"json", "plot"})
+    check_output_is_not_input({std::string("--") + output, args.get(output, "")}, {{"-m", args.get("model", "")}});
 
   bench::BenchOptions options;
   options.prompt_tokens = args.get_int("n-prompt", quick ? 8 : 32);
@@ -473,22 +460,19 @@ int cmd_bench(int argc, char** argv) {
   std::fputs(bench::report_table(report).c_str(), stdout);
   std::fflush(stdout);
 
-  std::string json_path = args.get("json", "");
-  std::string temp_json;
-  if (json_path.empty() && args.has("plot")) {
-    temp_json = "/tmp/canvas_bench_" + std::to_string(::getpid()) + ".json";
-    json_path = temp_json;
-  }
+  const std::string json_path = args.get("json", "");
   if (!json_path.empty()) {
     std::ofstream out(json_path);
     check(bool(out), "cannot write " + json_path);
     out << bench::report_json(report).dump(2) << "\n";
     out.close();
     check(bool(out), "error writing " + json_path);
-    if (temp_json.empty()) std::fprintf(stderr, "canvas bench: wrote %s\n", json_path.c_str());
+    std::fprintf(stderr, "canvas bench: wrote %s\n", json_path.c_str());
   }
-  if (args.has("plot")) plot(json_path, args.get("plot", ""));
-  if (!temp_json.empty()) std::remove(temp_json.c_str());
+  if (args.has("plot")) {
+    bench::write_bench_plot(report, args.get("plot", ""));
+    std::fprintf(stderr, "canvas bench: plotted %s\n", args.get("plot", "").c_str());
+  }
   return 0;
 }
 

@@ -1,11 +1,12 @@
 // canvas train: run (or resume) a training run described by a config file.
 #include <cstdio>
-#include <cstdlib>
+#include <exception>
 #include <string>
 
 #include "args.h"
 #include "commands.h"
 #include "core/error.h"
+#include "train/curves.h"
 #include "train/trainer.h"
 
 namespace canvas::cli {
@@ -20,7 +21,7 @@ into DIR:
   checkpoint.gguf   weights + AdamW state + step (atomic; a killed run resumes from it exactly)
   model.gguf        weights only, for canvas generate / canvas sudoku
   train.csv         step, lr, loss, grad_norm, val_loss, tokens_per_second, elapsed_s, task metrics
-  curves.png        loss curves (made at the end when Debian's python3-matplotlib is installed)
+  curves.png        loss curves: training and validation loss per step (drawn at the end)
 Running the same command again resumes from DIR/checkpoint.gguf (and says from which step). Another
 run's files in DIR are refused before anything is written: a checkpoint made under other settings
 (--steps included), or a model.gguf (with no checkpoint) that this run did not write; --force replaces
@@ -97,10 +98,13 @@ int cmd_train(int argc, char** argv) {
       stop_after, [](const std::string& notice) { std::fprintf(stderr, "%s\n", notice.c_str()); },
       args.has("force"));
   std::fprintf(stderr, "\nsaved %s/model.gguf and %s/checkpoint.gguf\n", out.c_str(), out.c_str());
-  const std::string plot = "/usr/bin/python3 -c 'import matplotlib' 2>/dev/null && /usr/bin/python3 \"" +
-                           std::string(CANVAS_SCRIPTS_DIR) + "/plot_training.py\" \"" + out + "/train.csv\" \"" + out +
-                           "/curves.png\" >/dev/null 2>&1";
-  if (std::system(plot.c_str()) == 0) std::fprintf(stderr, "plotted %s/curves.png\n", out.c_str());
+  // The run is saved by now: a chart that cannot be drawn (a full disk) is reported, not a failed run.
+  try {
+    train::write_training_plot(out + "/train.csv", out + "/curves.png");
+    std::fprintf(stderr, "plotted %s/curves.png\n", out.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "canvas train: no curves.png: %s\n", e.what());
+  }
   return 0;
 }
 
