@@ -59,7 +59,9 @@ TEST(ShippedDgCli, DefaultModelDenoisesSeveralCanvases) {
   int64_t steps = 0;
   for (const auto& s : canvases) steps += int64_t(s);
   EXPECT_EQ(steps, passes);
-  if (new_tokens == 100) EXPECT_EQ(canvases.size(), 2u);  // no EOS: both canvases were denoised
+  if (new_tokens == 100) {
+    EXPECT_EQ(canvases.size(), 2u);  // no EOS: both canvases were denoised
+  }
   EXPECT_GT(kjv_word_fraction(out["text"]), 0.2) << out["text"];
 }
 
