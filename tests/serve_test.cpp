@@ -333,6 +333,44 @@ TEST(ServeRouting, UniformStateCostCountsWholeCanvasesAndLearnsPassesPerCanvas) 
   const serve::CostModel c = engine.cost_model();
   const bool diffusion_cheaper = c.uniform_ms(s.max_new_tokens, options.defaults.params.canvas_length,
                                               c.uniform_passes_per_canvas, 1) <= c.ar_ms(s.max_new_tokens, 1, 1);
-  EXPECT_EQ(engine.route(s, 4), diffusion_cheaper ? serve::DecodeMode::Diffusion : serve::DecodeMode::Ar);
+  // Where AR would win, draft-and-verify (AR's text) is explored until 3 verify requests have finished.
+  EXPECT_EQ(engine.route(s, 4), diffusion_cheaper ? serve::DecodeMode::Diffusion : serve::DecodeMode::Verify);
+  engine.shutdown(false);
+}
+
+// Draft-and-verify in auto's cost model: a pass over the last token and k drafts per request, tokens per
+// pass learned from finished verify requests; after 3 of them the cheaper of AR and verify is chosen.
+TEST(ServeRouting, VerifyIsExploredThenChosenByLearnedTokensPerPass) {
+  serve::CostModel cost;
+  cost.fixed_ms = 1;
+  cost.per_row_ms = 0.01;
+  EXPECT_DOUBLE_EQ(cost.verify_ms(40, 4, 2.0, 3), 20 * (1 + 0.01 * 15));
+
+  const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
+  ThreadPool pool(2);
+  serve::EngineOptions options;
+  options.parallel = 1;
+  options.defaults.params = test::small_entropy_bound_params();
+  serve::Engine engine(m, &pool, options);
+  serve::GenerationSettings s;
+  s.mode = serve::DecodeMode::Auto;
+  s.max_new_tokens = 12;
+  s.steps = 1000;  // a uniform-state canvas of many passes: diffusion is never the cheaper
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(engine.route(s, 4), serve::DecodeMode::Verify) << i;
+    auto job = std::make_shared<serve::Job>();
+    job->prompt = {2, 105, 17, 250};
+    job->settings = s;
+    ASSERT_TRUE(engine.submit(job));
+    std::unique_lock<std::mutex> lock(job->mutex);
+    job->changed.wait(lock, [&] { return job->finished; });
+    ASSERT_EQ(job->error, "");
+    EXPECT_EQ(job->mode_used, serve::DecodeMode::Verify);
+  }
+  const serve::CostModel c = engine.cost_model();
+  EXPECT_EQ(c.verify_observations, 3);
+  EXPECT_GT(c.verify_tokens_per_pass, 0);
+  const bool verify_cheaper = c.verify_ms(12, 4, c.verify_tokens_per_pass, 1) < c.ar_ms(12, 1, 1);
+  EXPECT_EQ(engine.route(s, 4), verify_cheaper ? serve::DecodeMode::Verify : serve::DecodeMode::Ar);
   engine.shutdown(false);
 }

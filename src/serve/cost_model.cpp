@@ -98,6 +98,10 @@ double CostModel::uniform_ms(int64_t tokens, int64_t canvas, double passes_per_c
   return double(canvases) * passes_per_canvas * pass_ms(double(load * canvas));
 }
 
+double CostModel::verify_ms(int64_t tokens, int64_t draft_length, double tokens_per_pass, int64_t load) const {
+  return double(tokens) / std::max(tokens_per_pass, 1e-3) * pass_ms(double(load * (draft_length + 1)));
+}
+
 std::string CostModel::describe() const {
   char buf[200];
   std::snprintf(buf, sizeof buf, "pass = %.3f ms + %.4f ms/row; threshold decoding %.2f tokens/pass", fixed_ms,
@@ -105,6 +109,10 @@ std::string CostModel::describe() const {
   std::string out = buf;
   if (uniform_passes_per_canvas > 0) {
     std::snprintf(buf, sizeof buf, "; uniform-state %.1f passes/canvas", uniform_passes_per_canvas);
+    out += buf;
+  }
+  if (verify_observations > 0) {
+    std::snprintf(buf, sizeof buf, "; verify %.2f tokens/pass", verify_tokens_per_pass);
     out += buf;
   }
   return out;

@@ -21,6 +21,10 @@ struct CostModel {
   // sampler stops a canvas early once it is stable); 0 until a request has finished (then the
   // configured maximum is assumed).
   double uniform_passes_per_canvas = 0;
+  // Draft-and-verify: measured new tokens per forward pass (decoder drafts and verifying encoder passes
+  // together), learned from finished verify requests.
+  double verify_tokens_per_pass = 0;
+  int64_t verify_observations = 0;
 
   // Times passes of 1, rows / 2 and `rows` rows (kMeasureRepeats each, the median kept) and fits the
   // line by least squares.
@@ -42,6 +46,9 @@ struct CostModel {
   // Uniform-state diffusion: ceil(tokens / canvas) canvases of `passes_per_canvas` passes, each pass
   // over the whole canvas (canvas rows per request).
   double uniform_ms(int64_t tokens, int64_t canvas, double passes_per_canvas, int64_t load) const;
+  // Draft-and-verify: tokens / tokens_per_pass passes, each over the last token and the k drafted ones
+  // (draft_length + 1 rows per request; draft and verify passes have the same shape).
+  double verify_ms(int64_t tokens, int64_t draft_length, double tokens_per_pass, int64_t load) const;
   std::string describe() const;
 };
 

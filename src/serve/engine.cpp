@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "decode/verify.h"
 
 namespace canvas::serve {
 
@@ -109,8 +110,15 @@ DecodeMode Engine::route(const GenerationSettings& s, int64_t prompt_tokens) con
     const double passes = s.steps > 0                          ? double(s.steps)
                           : cost.uniform_passes_per_canvas > 0 ? cost.uniform_passes_per_canvas
                                                                : double(p.max_denoising_steps);
-    return cost.uniform_ms(n, p.canvas_length, passes, load) <= cost.ar_ms(n, load, ar_rows) ? DecodeMode::Diffusion
-                                                                                             : DecodeMode::Ar;
+    const double diffusion = cost.uniform_ms(n, p.canvas_length, passes, load), ar = cost.ar_ms(n, load, ar_rows);
+    if (diffusion <= ar) return DecodeMode::Diffusion;
+    if (!supports_verify(c)) return DecodeMode::Ar;
+    // Draft-and-verify writes AR's text, so where AR wins it is the other candidate. Its tokens per pass
+    // are only known once some requests used it: until 3 have finished, light-load requests go to verify
+    // so that it is measured (their text is AR's under greedy decoding, AR's distribution when sampled).
+    if (cost.verify_observations < 3) return load == 1 ? DecodeMode::Verify : DecodeMode::Ar;
+    const int64_t k = s.draft_length > 0 ? s.draft_length : VerifyParams{}.draft_length;
+    return cost.verify_ms(n, k, cost.verify_tokens_per_pass, load) < ar ? DecodeMode::Verify : DecodeMode::Ar;
   }
   // Threshold decoding's tokens per pass is only known once some requests used it: until then, requests
   // that arrive at light load (where diffusion is the candidate) go to diffusion so that it is measured.
@@ -220,6 +228,14 @@ void Engine::run(Job& job) {
                                           ? observed
                                           : 0.8 * cost_.threshold_tokens_per_pass + 0.2 * observed;
     ++cost_.threshold_observations;
+  }
+  if (complete && request.mode == DecodeMode::Verify && job.passes > 0 && job.completion_tokens > 0) {
+    // Learn draft-and-verify's tokens per pass for routing (a running average).
+    std::lock_guard<std::mutex> engine_lock(mutex_);
+    const double observed = double(job.completion_tokens) / double(job.passes);
+    cost_.verify_tokens_per_pass =
+        cost_.verify_observations == 0 ? observed : 0.8 * cost_.verify_tokens_per_pass + 0.2 * observed;
+    ++cost_.verify_observations;
   }
   if (complete && uniform && request.steps <= 0 && job.passes > 0) {
     // Learn the entropy-bound sampler's passes per canvas (its adaptive stop) for routing.
