@@ -752,4 +752,25 @@ TEST(CliChat, InterruptEndsTheReplyNotTheChat) {
   EXPECT_EQ(replies, 2u) << log;  // the interrupted one and the next
 }
 
+// --canvas-length names the uniform-state canvas; --block-length stays its old name there (same tokens),
+// and a model without a uniform-state canvas refuses it instead of reading it as a block length.
+TEST(CliOptions, CanvasLengthNamesTheUniformStateCanvas) {
+  const std::string dg = test::source_path("models/text-dg.gguf");
+  const auto canvas = run_canvas("generate -m " + dg + " -p 'And God said' -n 24 --canvas-length 16 --seed 3 --json");
+  const auto block = run_canvas("generate -m " + dg + " -p 'And God said' -n 24 --block-length 16 --seed 3 --json");
+  const auto model = run_canvas("generate -m " + dg + " -p 'And God said' -n 24 --seed 3 --json");
+  ASSERT_EQ(canvas.exit_code, 0) << canvas.output;
+  ASSERT_EQ(block.exit_code, 0) << block.output;
+  EXPECT_EQ(json_tokens(canvas.output), json_tokens(block.output));
+  // Two canvases of 16 rather than the model's one of 64: a canvas is encoded between them.
+  EXPECT_GE(json_of(canvas.output)["steps_per_canvas"].size(), 2u) << canvas.output;
+  EXPECT_EQ(json_of(model.output)["steps_per_canvas"].size(), 1u) << model.output;
+  const auto masked = run_canvas("generate -m " + llada() + " -p 'And God said' -n 8 --canvas-length 16");
+  EXPECT_EQ(masked.exit_code, 1) << masked.output;
+  EXPECT_TRUE(has(masked.output, "--canvas-length is the canvas of uniform-state diffusion")) << masked.output;
+  const auto both = run_canvas("generate -m " + dg + " -p 'And God said' -n 8 --canvas-length 16 --block-length 8");
+  EXPECT_EQ(both.exit_code, 1) << both.output;
+  EXPECT_TRUE(has(both.output, "disagree")) << both.output;
+}
+
 }  // namespace canvas

@@ -39,7 +39,9 @@ std::vector<Option> decoding_options() {
         {"--steps", "S", "masked: denoising steps in total (default = N: one token per step), a multiple\n"
                          "of the number of blocks; uniform-state: the most steps per canvas (default 48)"},
         {"--block-length", "B", "masked: block length of the semi-autoregressive schedule (default 32, or N if\n"
-                                "smaller); uniform-state: the canvas length (default: the model's)"},
+                                "smaller); uniform-state: its old name for --canvas-length"},
+        {"--canvas-length", "L", "uniform-state: the canvas length, positions denoised together (default: the\n"
+                                 "model's)"},
         {"--stop,-r,--reverse-prompt", "STR", "end the text (and generation) at the first occurrence of STR", true},
         {"--temp,--temperature", "T", "temperature (default 0 = greedy); sampling is Gumbel-max"},
         {"--top-k", "K", "keep the K most likely tokens before sampling (0 = off)"},
@@ -125,6 +127,7 @@ GenerationRequest request_from_args(const Args& args) {
   };
   r.steps = positive("steps");
   r.block_length = positive("block-length");
+  r.canvas_length = positive("canvas-length");
   r.schedule = args.get("schedule", "");
   r.order = parse_unmask_order(args.get("algorithm", "confidence"));
   r.threshold = float(args.get_float("threshold", 0.0));

@@ -135,7 +135,8 @@ MaskedDiffusionParams Generator::masked_params(const GenerationRequest& r) const
 EntropyBoundParams Generator::uniform_params(const GenerationRequest& r, int64_t n) const {
   EntropyBoundParams p = defaults_.params;
   p.max_new_tokens = n;
-  p.canvas_length = std::min<int64_t>(r.block_length > 0 ? r.block_length : p.canvas_length, n);
+  const int64_t canvas = r.canvas_length > 0 ? r.canvas_length : r.block_length;
+  p.canvas_length = std::min<int64_t>(canvas > 0 ? canvas : p.canvas_length, n);
   if (r.steps > 0) p.max_denoising_steps = r.steps;
   if (r.entropy_bound >= 0) p.entropy_bound = r.entropy_bound;
   if (r.t_min >= 0) p.t_min = r.t_min;
@@ -190,6 +191,12 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
   canvas::check(s.min_p >= 0 && s.min_p <= 1, "--min-p must be in [0, 1]");
   canvas::check(std::isfinite(s.repeat_penalty) && s.repeat_penalty > 0, "--repeat-penalty must be > 0");
   canvas::check(r.steps >= 0 && r.block_length >= 0, "--steps and --block-length must be positive");
+  canvas::check(r.canvas_length >= 0, "--canvas-length must be positive");
+  canvas::check(r.canvas_length == 0 || uniform,
+                "--canvas-length is the canvas of uniform-state diffusion (DiffusionGemma); masked diffusion takes "
+                "--block-length, and AR has no canvas");
+  canvas::check(r.canvas_length == 0 || r.block_length == 0 || r.canvas_length == r.block_length,
+                "--canvas-length and --block-length (its old name for uniform-state models) disagree");
   canvas::check(r.freeze_refresh >= 0, "--freeze-refresh must be >= 0");
   canvas::check(!r.stream_head || uniform,
                 "--stream-head applies to uniform-state diffusion decoding (DiffusionGemma's entropy-bound sampler) only");

@@ -57,7 +57,8 @@ struct GenerationRequest {
   // masked_block_length); the canvas is padded to whole blocks and cut back to N tokens; steps default to
   // the padded length (one per step).
   int64_t steps = 0;
-  int64_t block_length = 0;       // uniform-state: the canvas length (default: the model's)
+  int64_t block_length = 0;       // uniform-state: the canvas length, as canvas_length (its old name)
+  int64_t canvas_length = 0;      // uniform-state: the canvas length (default: the model's)
   std::string schedule;           // llada | dream ("": dream for Dream models, llada otherwise)
   UnmaskOrder order = UnmaskOrder::Confidence;
   float threshold = 0.f;
