@@ -11,6 +11,7 @@
 #include "bench/stats.h"
 #include "bench/synthetic.h"
 #include "core/error.h"
+#include "decode/generation.h"
 #include "ops/matmul.h"
 #include "test_util.h"
 
@@ -242,7 +243,7 @@ void expect_sane_rows(const BenchReport& report) {
     const std::string l = r.label();
     for (auto [v, what] : std::initializer_list<std::pair<double, const char*>>{
              {r.passes, "passes"}, {r.decode_tokens_per_s, "decode tok/s"}, {r.ms_per_pass, "ms/pass"},
-             {r.tokens_per_pass, "tokens/pass"}, {r.rows_per_pass, "rows/pass"}, {r.latency_p50_ms, "p50"},
+             {r.tokens_per_forward, "tokens/pass"}, {r.rows_per_pass, "rows/pass"}, {r.latency_p50_ms, "p50"},
              {r.latency_p95_ms, "p95"}, {r.peak_rss_mib, "peak RSS"}, {r.gbs, "GB/s"},
              {r.gbs_fraction, "GB/s fraction"}, {r.gflops, "GFLOP/s"}, {r.gflops_fraction, "GFLOP/s fraction"},
              {r.speedup_vs_ar, "vs AR"}})
@@ -252,7 +253,8 @@ void expect_sane_rows(const BenchReport& report) {
     // With one repeat the medians are the sample itself, and the speeds agree exactly:
     // tokens/s = tokens per pass / seconds per pass.
     if (report.options.repeats == 1) {
-      EXPECT_NEAR(r.decode_tokens_per_s, r.tokens_per_pass * 1000.0 / r.ms_per_pass, 1e-9 * r.decode_tokens_per_s)
+      EXPECT_NEAR(r.decode_tokens_per_s, r.tokens_per_forward * 1000.0 / r.ms_per_pass,
+                  1e-9 * r.decode_tokens_per_s)
           << l;
     }
   }
@@ -270,7 +272,7 @@ TEST(BenchHarness, QuickGridOnTinyLladaFile) {
   const BenchRow* ar = find_row(report, "ar");
   ASSERT_NE(ar, nullptr);
   EXPECT_EQ(ar->passes, 7);  // 8 tokens: the first comes from the prompt pass
-  EXPECT_DOUBLE_EQ(ar->tokens_per_pass, 1);
+  EXPECT_DOUBLE_EQ(ar->tokens_per_forward, 1);
   EXPECT_DOUBLE_EQ(ar->rows_per_pass, 2);  // LLaDA AR: [token, MASK]
   EXPECT_DOUBLE_EQ(ar->speedup_vs_ar, 1);
   // Rows forwarded per pass, from the caches' definitions (P = 8, N = 8, two blocks of 4, 8 passes):
@@ -284,7 +286,7 @@ TEST(BenchHarness, QuickGridOnTinyLladaFile) {
   EXPECT_DOUBLE_EQ(none->rows_per_pass, 16);
   EXPECT_DOUBLE_EQ(prefix->rows_per_pass, 6.5);
   EXPECT_DOUBLE_EQ(dual->rows_per_pass, 5);
-  EXPECT_DOUBLE_EQ(prefix->tokens_per_pass, 1);
+  EXPECT_DOUBLE_EQ(prefix->tokens_per_forward, 1);
   EXPECT_FALSE(std::isfinite(none->prompt_tokens_per_s));  // no separate prompt pass without a cache
   ASSERT_NE(find_row(report, "diffusion dual B=4 threshold=0.90"), nullptr);
 
@@ -298,9 +300,10 @@ TEST(BenchHarness, QuickGridOnTinyLladaFile) {
   EXPECT_FALSE(j["roofs"][0]["matmul"].empty());
   ASSERT_EQ(j["rows"].size(), report.rows.size());
   for (const auto& row : j["rows"]) {
-    for (const char* key : {"label", "mode", "threads", "passes", "decode_tokens_per_s", "ms_per_pass",
-                            "tokens_per_pass", "latency_p50_ms", "latency_p95_ms", "peak_rss_mib", "gbs",
-                            "gbs_fraction", "gflops", "gflops_fraction", "speedup_vs_ar", "prompt_tokens_per_s"})
+    for (const char* key :
+         {"label", "mode", "threads", "passes", "decode_tokens_per_s", "ms_per_pass", "tokens_per_pass",
+          "tokens_per_forward", "latency_p50_ms", "latency_p95_ms", "peak_rss_mib", "gbs", "gbs_fraction",
+          "gflops", "gflops_fraction", "speedup_vs_ar", "prompt_tokens_per_s"})
       EXPECT_TRUE(row.contains(key)) << key;
     EXPECT_GT(row["decode_tokens_per_s"].get<double>(), 0);
   }
@@ -344,6 +347,47 @@ TEST(BenchHarness, SyntheticAndShiftedModelsAndSkippedPoints) {
   BenchOptions bad = quick_options();
   bad.new_tokens = 1000;  // beyond the 256-token context
   EXPECT_THROW(bench::run_bench(dream, {"tiny-dream.gguf", 2}, bad), Error);
+}
+
+// The bench runs the one generation path: each row's tokens are the Generator's for the request `canvas
+// generate` fills from the same options (--mode, -n, --cache, --block-length, --steps, --threshold, --seed;
+// EOS ignored) on the bench's prompt, and its passes are the output's (AR's prompt pass left out). Dream's
+// rows decode with Dream's own step schedule, as generate does.
+TEST(BenchHarness, RowsGenerateWhatTheGeneratorGenerates) {
+  ThreadPool pool(2);
+  for (const char* file : {"tiny-llada.gguf", "tiny-dream.gguf"}) {
+    const Model model = Model::load(test::fixture(file));
+    BenchOptions o = quick_options();
+    o.repeats = 1;
+    o.measure_roofs = false;
+    o.steps = {8, 4};
+    o.thresholds = {0.5f};
+    o.seed = 3;
+    const BenchReport report = bench::run_bench(model, {file, 2}, o);
+    ASSERT_EQ(report.prompt.size(), 8u);
+    EXPECT_EQ(report.rows.size(), 10u) << file;  // AR + 3 caches x (steps 8, steps 4, threshold 0.5)
+    const Generator generator(model, nullptr, SamplerDefaults{});
+    for (const BenchRow& row : report.rows) {
+      GenerationRequest r;
+      r.prompt = report.prompt;
+      r.max_new_tokens = 8;
+      r.ignore_eos = true;
+      r.sampling.seed = 3;
+      r.mode = row.mode == "ar" ? DecodeMode::Ar : DecodeMode::Diffusion;
+      if (row.mode == "diffusion") {
+        r.cache = parse_cache_mode(row.cache);
+        r.block_length = row.block_length;
+        if (row.threshold > 0)
+          r.threshold = row.threshold;
+        else
+          r.steps = row.steps;
+      }
+      const GenerationOutput out = generator.run(r, &pool);
+      EXPECT_EQ(row.tokens.size(), 8u) << file << " " << row.label();
+      EXPECT_EQ(row.tokens, out.tokens) << file << " " << row.label();
+      EXPECT_EQ(row.passes, double(out.passes - (row.mode == "ar" ? 1 : 0))) << file << " " << row.label();
+    }
+  }
 }
 
 TEST(BenchHarness, PeakRssCanBeResetAndRead) {

@@ -144,7 +144,11 @@ void list_shapes() {
 }
 
 // Pass-by-pass timing of a model with a decoder (see the usage text): what the entropy-bound sampler
-// and AR decoding through the encoder spend per forward.
+// and AR decoding through the encoder spend per forward. These are single forward passes, not generations,
+// so they do not go through the Generator (the grid of bench::run_bench does): how many passes a
+// uniform-state generation takes depends on its weights (the adaptive stop, the drafts a verify cycle keeps),
+// which random synthetic weights do not show, so the passes are timed one kind at a time and turned into
+// tokens/s at given pass counts.
 int bench_decoder_passes(const Model& model, const std::string& source, int64_t weight_bytes, int64_t prompt_tokens,
                          int64_t canvas, int warmup, int repeats, int threads, uint64_t seed,
                          const std::vector<std::string>& modes, int64_t draft_length, const std::string& json_path) {

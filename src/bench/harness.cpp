@@ -19,7 +19,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
-#include "decode/ar.h"
+#include "decode/generation.h"
 
 namespace canvas::bench {
 namespace {
@@ -52,85 +52,66 @@ struct GridPoint {
   int64_t block_length = 0, steps = 0;
   float threshold = 0;
   int threads = 0;  // the pool's actual size
+  GenerationRequest request;
   std::vector<Sample> warmups, samples;
+  std::vector<int32_t> tokens;  // the last run's
 };
 
-Sample run_ar(const Model& model, const ModelFootprint& fp, const std::vector<int32_t>& prompt, int64_t n,
-              ThreadPool* pool) {
-  ArParams p;
-  p.max_new_tokens = n;
-  p.stop_at_eos = false;  // random weights may pick EOS at any step; the bench wants all n tokens
-  const double t0 = now_ms();
-  const GenerationResult r = generate_ar(model, prompt, p, pool);
-  Sample s;
-  s.wall_ms = now_ms() - t0;
-  s.prompt_ms = r.prompt_ms;
-  s.decode_ms = r.decode_ms;
-  // The first pass forwards the prompt and yields the first token (it is the prompt time); every
-  // later pass forwards one token (plus a [MASK] row for unshifted models) and yields one.
-  const double rows_per_step = model.config.shift_logits ? 1 : 2;
-  s.passes = double(r.passes - 1);
-  s.decode_tokens = double(r.tokens.size()) - 1;
-  s.fixed_tokens = s.decode_tokens;
-  s.rows = s.passes * rows_per_step;
-  s.bytes = s.passes * fp.pass_bytes(rows_per_step, 1);
-  s.flops = s.passes * fp.pass_flops(rows_per_step, 1);
-  return s;
+// The request a grid point runs: what `canvas generate` runs with the same options (--mode, -n, --cache,
+// --block-length, --steps, --threshold, --seed), on the prompt's ids.
+GenerationRequest request_of(const GridPoint& g, const std::vector<int32_t>& prompt, int64_t n,
+                             uint64_t seed) {
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.mode = g.ar ? DecodeMode::Ar : DecodeMode::Diffusion;
+  r.max_new_tokens = n;
+  r.ignore_eos = true;  // random weights may pick EOS at any step; the bench wants all n tokens
+  r.sampling.seed = seed;
+  if (!g.ar) {
+    r.cache = g.cache;
+    r.block_length = g.block_length;
+    r.steps = g.threshold > 0 ? 0 : g.steps;
+    r.threshold = g.threshold;
+  }
+  return r;
 }
 
-// Re-derives, from each step event, the rows the masked-diffusion loop forwarded in that pass (the
-// cache policy of decode/masked.cpp: none = everything, prefix = from the first stale position to the
-// end, dual = the whole active region on a block's first step and the block alone after it) and
-// the rows whose logits it asked for. A hook in GenerationResult would make this bookkeeping
-// unnecessary; until then it must follow masked.cpp.
-Sample run_diffusion(const Model& model, const ModelFootprint& fp, const std::vector<int32_t>& prompt,
-                     const GridPoint& g, int64_t n, ThreadPool* pool) {
-  const ModelConfig& c = model.config;
-  MaskedDiffusionParams p;
-  p.gen_length = n;
-  p.block_length = g.block_length;
-  p.steps = g.steps;
-  p.threshold = g.threshold;
-  p.cache = g.cache;
-  const int64_t P = int64_t(prompt.size()), B = g.block_length, total = P + n;
-  int64_t forward_from = (g.cache != CacheMode::None && P > 0) ? P : 0;
-  double rows = 0, bytes = 0, flops = 0;
-  DecodeCallbacks callbacks;
-  callbacks.on_step = [&](const StepEvent& e) {
-    const int64_t s0 = P + e.block * B, s1 = s0 + B;
-    int64_t start = 0, end = total;
-    if (g.cache == CacheMode::Prefix) start = forward_from;
-    if (g.cache == CacheMode::Dual) {
-      start = e.step == 0 ? forward_from : s0;
-      end = e.step == 0 ? total : s1;
-    }
-    forward_from = s0;
-    // Masked positions of the block before this step's commits.
-    int64_t masked = int64_t(e.committed.size());
-    for (int64_t q = s0 - P; q < s1 - P; ++q) masked += (*e.canvas)[size_t(q)] == c.mask_token;
-    double logit_rows = double(masked);
-    if (c.shift_logits) {
-      // Row s0 - 1 (the boundary) is refreshed when forwarded; position s0 is predicted from it.
-      bool first_masked = (*e.canvas)[size_t(s0 - P)] == c.mask_token;
-      for (int64_t q : e.committed) first_masked = first_masked || q == s0 - P;
-      logit_rows = double(masked - (first_masked ? 1 : 0)) + (s0 - 1 >= start ? 1 : 0);
-    }
-    rows += double(end - start);
-    bytes += fp.pass_bytes(double(end - start), logit_rows);
-    flops += fp.pass_flops(double(end - start), logit_rows);
+// One request through the Generator. Its forward hook counts what each pass forwards (rows) and asks logits
+// of (logit rows), from which the pass's weight bytes and FLOPs follow; passes, tokens and times are the
+// GenerationOutput's.
+Sample run_request(const Generator& generator, const ModelFootprint& fp, const GenerationRequest& request,
+                   ThreadPool* pool, std::vector<int32_t>* tokens) {
+  struct Pass {
+    int64_t rows = 0, logit_rows = 0;
+  };
+  std::vector<Pass> forwarded;
+  GenerationRequest r = request;
+  r.forward = [&forwarded](const Model& m, KvCache& cache, const ForwardRequest& req, ThreadPool* p) {
+    forwarded.push_back({req.n, int64_t(req.logit_rows.size())});
+    forward(m, cache, req, p);
   };
   const double t0 = now_ms();
-  const GenerationResult r = generate_masked(model, prompt, p, pool, callbacks);
+  GenerationOutput out = generator.run(r, pool);
   Sample s;
   s.wall_ms = now_ms() - t0;
-  s.prompt_ms = r.prompt_ms;
-  s.decode_ms = r.decode_ms;
-  s.passes = double(r.passes);
-  s.decode_tokens = double(r.tokens.size());
+  s.prompt_ms = out.prompt_ms;
+  s.decode_ms = out.decode_ms;
+  // The decoding passes are the last ones: the prompt's pass comes first (a masked run with a cache) or is
+  // AR's first pass, which also yields the first token and is timed as the prompt (decode_tokens leaves its
+  // token out).
+  const int64_t decoding = out.mode == DecodeMode::Ar ? out.passes - 1 : out.passes;
+  check(decoding >= 0 && decoding <= int64_t(forwarded.size()),
+        "bench: the run's passes and its forwards disagree");
+  for (size_t i = forwarded.size() - size_t(decoding); i < forwarded.size(); ++i) {
+    const Pass& pass = forwarded[i];
+    s.rows += double(pass.rows);
+    s.bytes += fp.pass_bytes(double(pass.rows), double(pass.logit_rows));
+    s.flops += fp.pass_flops(double(pass.rows), double(pass.logit_rows));
+  }
+  s.passes = double(decoding);
+  s.decode_tokens = double(out.decode_tokens);
   s.fixed_tokens = s.decode_tokens;
-  s.rows = rows;
-  s.bytes = bytes;
-  s.flops = flops;
+  *tokens = std::move(out.tokens);
   return s;
 }
 
@@ -322,7 +303,12 @@ BenchReport run_bench(const Model& model, const BenchModelInfo& info, const Benc
     do id = int32_t(rng.below(uint64_t(c.vocab)));
     while (id == c.mask_token && c.vocab > 1);
   }
+  report.prompt = prompt;
 
+  // The one generation path: every grid point is a GenerationRequest the Generator runs, as `canvas generate`
+  // runs it. No tokenizer (the prompt is ids) and the default sampler settings (the grid runs AR and masked
+  // diffusion, which read none of them).
+  const Generator generator(model, nullptr, SamplerDefaults{});
   std::vector<GridPoint> grid;
   // Points given twice (e.g. two block lengths that both clamp to -n) are run once.
   auto add = [&grid](const GridPoint& g) {
@@ -332,11 +318,34 @@ BenchReport run_bench(const Model& model, const BenchModelInfo& info, const Benc
         return;
     grid.push_back(g);
   };
+  // A diffusion point as the Generator will run it (its block length and steps resolved by the Generator's
+  // rules), or a note saying why the Generator refuses it.
+  auto add_diffusion = [&](GridPoint g) {
+    g.request = request_of(g, prompt, N, options.seed);
+    try {
+      generator.check(g.request, P);
+    } catch (const Error& e) {
+      BenchRow row;
+      row.mode = "diffusion";
+      row.cache = cache_name(g.cache);
+      row.block_length = g.block_length;
+      row.steps = g.steps;
+      row.threshold = g.threshold;
+      report.notes.push_back(row.label() + " skipped: " + e.what());
+      return;
+    }
+    const MaskedDiffusionParams plan = generator.masked_params(g.request, N, P);
+    g.block_length = plan.block_length;
+    g.steps = plan.steps;
+    add(g);
+  };
   for (int t : thread_counts) {
     if (options.run_ar) {
       GridPoint g;
       g.ar = true;
       g.threads = t;
+      g.request = request_of(g, prompt, N, options.seed);
+      generator.check(g.request, P);  // a bad -p / -n is an error, not a skipped point
       add(g);
     }
     if (!options.run_diffusion) continue;
@@ -347,37 +356,31 @@ BenchReport run_bench(const Model& model, const BenchModelInfo& info, const Benc
     for (CacheMode cache : options.caches)
       for (int64_t block : options.block_lengths) {
         check(block > 0, "block lengths must be positive");
+        // The grid keeps to whole blocks (generate would pad the last one and decode the padding too, which
+        // the -n tokens the speeds count leave out).
         const int64_t B = std::min(block, N);
         if (N % B != 0) {
           report.notes.push_back("block length " + std::to_string(B) + " skipped: " + std::to_string(N) +
                                  " new tokens are not a multiple of it");
           continue;
         }
-        const int64_t n_blocks = N / B;
-        std::vector<int64_t> steps = options.steps.empty() ? std::vector<int64_t>{N} : options.steps;
+        std::vector<int64_t> steps = options.steps.empty() ? std::vector<int64_t>{0} : options.steps;
         for (int64_t s : steps) {
-          if (s < n_blocks || s % n_blocks != 0) {
-            report.notes.push_back("steps " + std::to_string(s) + " with block length " + std::to_string(B) +
-                                   " skipped: not a positive multiple of the " + std::to_string(n_blocks) +
-                                   " blocks");
-            continue;
-          }
           GridPoint g;
           g.cache = cache;
           g.block_length = B;
-          g.steps = s;
+          g.steps = s;  // 0: the Generator's default (one token per step)
           g.threads = t;
-          add(g);
+          add_diffusion(g);
         }
         for (float th : options.thresholds) {
           check(th > 0 && th <= 1, "thresholds must be in (0, 1]");
           GridPoint g;
           g.cache = cache;
           g.block_length = B;
-          g.steps = N;
           g.threshold = th;
           g.threads = t;
-          add(g);
+          add_diffusion(g);
         }
       }
   }
@@ -388,7 +391,7 @@ BenchReport run_bench(const Model& model, const BenchModelInfo& info, const Benc
   auto run_point = [&](GridPoint& g) {
     ThreadPool* pool = pools[g.threads].get();
     reset_peak_rss();
-    Sample s = g.ar ? run_ar(model, fp, prompt, N, pool) : run_diffusion(model, fp, prompt, g, N, pool);
+    Sample s = run_request(generator, fp, g.request, pool, &g.tokens);
     s.peak_rss = double(peak_rss_bytes());
     return s;
   };
@@ -430,6 +433,7 @@ BenchReport run_bench(const Model& model, const BenchModelInfo& info, const Benc
     row.steps = g.steps;
     row.threshold = g.threshold;
     row.threads = g.threads;
+    row.tokens = g.tokens;
     const auto& s = g.samples;
     row.passes = median_of(s, [](const Sample& x) { return x.passes; });
     const bool has_prompt_pass = g.ar || g.cache != CacheMode::None;
@@ -439,7 +443,8 @@ BenchReport run_bench(const Model& model, const BenchModelInfo& info, const Benc
     row.decode_tokens_per_s =
         median_of(s, [](const Sample& x) { return x.decode_ms > 0 ? x.decode_tokens * 1000.0 / x.decode_ms : kNaN; });
     row.ms_per_pass = median_of(s, [](const Sample& x) { return x.passes > 0 ? x.decode_ms / x.passes : kNaN; });
-    row.tokens_per_pass = median_of(s, [](const Sample& x) { return x.passes > 0 ? x.fixed_tokens / x.passes : kNaN; });
+    row.tokens_per_forward =
+        median_of(s, [](const Sample& x) { return x.passes > 0 ? x.fixed_tokens / x.passes : kNaN; });
     row.rows_per_pass = median_of(s, [](const Sample& x) { return x.passes > 0 ? x.rows / x.passes : kNaN; });
     std::vector<double> latency, rss;
     for (const Sample& x : s) {
@@ -522,7 +527,8 @@ nlohmann::json report_json(const BenchReport& report) {
                 {"prompt_tokens_per_s", num(r.prompt_tokens_per_s)},
                 {"decode_tokens_per_s", num(r.decode_tokens_per_s)},
                 {"ms_per_pass", num(r.ms_per_pass)},
-                {"tokens_per_pass", num(r.tokens_per_pass)},
+                {"tokens_per_pass", num(r.tokens_per_forward)},  // the older name, kept for readers of it
+                {"tokens_per_forward", num(r.tokens_per_forward)},
                 {"rows_per_pass", num(r.rows_per_pass)},
                 {"latency_p50_ms", num(r.latency_p50_ms)},
                 {"latency_p95_ms", num(r.latency_p95_ms)},
@@ -592,9 +598,10 @@ std::string report_table(const BenchReport& report) {
   std::vector<std::vector<std::string>> cells;
   for (const BenchRow& r : report.rows) {
     cells.push_back({r.label(), std::to_string(r.threads), format_double(r.passes, 0),
-                     format_double(r.tokens_per_pass, 2), format_double(r.rows_per_pass, 1),
+                     format_double(r.tokens_per_forward, 2), format_double(r.rows_per_pass, 1),
                      format_double(r.ms_per_pass, 2), format_double(r.prompt_tokens_per_s, 1),
-                     format_double(r.decode_tokens_per_s, 2), std::isfinite(r.speedup_vs_ar) ? format_double(r.speedup_vs_ar, 2) + "x" : "-",
+                     format_double(r.decode_tokens_per_s, 2),
+                     std::isfinite(r.speedup_vs_ar) ? format_double(r.speedup_vs_ar, 2) + "x" : "-",
                      format_double(r.latency_p50_ms, 1), format_double(r.latency_p95_ms, 1),
                      with_fraction(r.gbs, r.gbs_fraction, 1), with_fraction(r.gflops, r.gflops_fraction, 1),
                      format_double(r.peak_rss_mib, 0)});

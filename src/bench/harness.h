@@ -1,6 +1,7 @@
 // The model benchmark: AR and diffusion decoding over a grid of settings on one model, medians over
 // repeats, achieved bandwidth and compute as fractions of roofs measured in the same run, the
-// diffusion/AR speed ratio, and the report as a table or JSON.
+// diffusion/AR speed ratio, and the report as a table or JSON. Every grid point is a GenerationRequest run
+// by the Generator (decode/generation.h): the bench times exactly what `canvas generate` runs.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -73,7 +74,7 @@ struct BenchRow {
   double prompt_tokens_per_s = 0;
   double decode_tokens_per_s = 0;
   double ms_per_pass = 0;
-  double tokens_per_pass = 0;   // tokens fixed per decoding pass
+  double tokens_per_forward = 0;  // tokens fixed per decoding pass (JSON: also as tokens_per_pass)
   double rows_per_pass = 0;     // positions forwarded per decoding pass
   double latency_p50_ms = 0, latency_p95_ms = 0;  // one request: prompt + decode, wall clock
   double peak_rss_mib = 0;      // the process's peak resident memory during this row's requests
@@ -81,6 +82,7 @@ struct BenchRow {
   double gflops = 0, gflops_fraction = 0;  // matmul FLOPs / decode time; / the matmul roof
   double gflops_roof = 0;                  // the matmul roof used (its dtype, nearest row count)
   double speedup_vs_ar = 0;     // decode tokens/s over the AR row's at the same thread count
+  std::vector<int32_t> tokens;  // the tokens of the row's last run (for checks; not in the reports)
   std::string label() const;    // "diffusion prefix B=32 steps=64" / "ar"
 };
 
@@ -91,6 +93,7 @@ struct BenchReport {
   ModelFootprint footprint;
   BenchOptions options;
   std::vector<Roofs> roofs;  // one per thread count
+  std::vector<int32_t> prompt;  // the random prompt every row decodes after
   std::vector<BenchRow> rows;
   std::vector<std::string> notes;  // grid points skipped and why
 };

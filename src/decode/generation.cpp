@@ -132,6 +132,16 @@ MaskedDiffusionParams Generator::masked_params(const GenerationRequest& r) const
   return p;
 }
 
+MaskedDiffusionParams Generator::masked_params(const GenerationRequest& r, int64_t n,
+                                               int64_t prompt_tokens) const {
+  MaskedDiffusionParams p = masked_params(r);
+  p.block_length = masked_block_length(r, n, prompt_tokens);
+  // Any N: the canvas is padded to whole blocks, and the text cut back to N tokens.
+  p.gen_length = (n + p.block_length - 1) / p.block_length * p.block_length;
+  if (p.steps == 0) p.steps = p.gen_length;
+  return p;
+}
+
 EntropyBoundParams Generator::uniform_params(const GenerationRequest& r, int64_t n) const {
   EntropyBoundParams p = defaults_.params;
   p.max_new_tokens = n;
@@ -144,6 +154,7 @@ EntropyBoundParams Generator::uniform_params(const GenerationRequest& r, int64_t
   if (r.stability >= 0) p.stability_threshold = r.stability;
   if (r.confidence_threshold >= 0) p.confidence_threshold = r.confidence_threshold;
   p.seed = r.sampling.seed;
+  if (r.ignore_eos) p.eos_ids.clear();
   p.stream_head = r.stream_head;
   if (r.temperature_given && r.sampling.temperature == 0) {
     p.greedy = true;
@@ -281,7 +292,8 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
       r.on_text(chunk);
       callback_ms += now_ms() - t0;
     };
-  TextStream stream(tokenizer_, stop_ids_, stops, sink);
+  const std::vector<int32_t> stop_ids = r.ignore_eos ? std::vector<int32_t>{} : stop_ids_;
+  TextStream stream(tokenizer_, stop_ids, stops, sink);
   int64_t canvas_length = 0;
   std::vector<int32_t> last_region, final_prefix;
   DecodeCallbacks callbacks;
@@ -326,11 +338,7 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
       out.steps_per_canvas = u.steps_per_canvas;
       out.decode_tokens = u.new_tokens;
     } else if (masked) {
-      MaskedDiffusionParams p = masked_params(r);
-      p.block_length = masked_block_length(r, n, int64_t(out.prompt.size()));
-      // Any N: the canvas is padded to whole blocks, and the text cut back to N tokens.
-      p.gen_length = (n + p.block_length - 1) / p.block_length * p.block_length;
-      if (p.steps == 0) p.steps = p.gen_length;
+      const MaskedDiffusionParams p = masked_params(r, n, P);
       result = generate_masked(model_, out.prompt, p, pool, callbacks);
       if (int64_t(result.tokens.size()) > n) result.tokens.resize(size_t(n));
       out.decode_tokens = int64_t(result.tokens.size());
@@ -342,6 +350,7 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
       p.sampling = r.sampling;
       p.draft_temperature = defaults_.params.t_min;
       p.stop_ids = stop_ids_;
+      p.stop_at_eos = !r.ignore_eos;
       p.prefix_cache = r.prefix_cache;
       const VerifyResult v = generate_verify(model_, out.prompt, p, pool, callbacks);
       result = v;
@@ -354,6 +363,7 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
       p.max_new_tokens = n;
       p.sampling = r.sampling;
       p.stop_ids = stop_ids_;
+      p.stop_at_eos = !r.ignore_eos;
       p.prefix_cache = r.prefix_cache;
       result = generate_ar(model_, out.prompt, p, pool, callbacks);
       out.decode_tokens = std::max<int64_t>(0, int64_t(result.tokens.size()) - 1);  // the first comes with the prompt
@@ -373,7 +383,8 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
   out.decode_ms = std::max(0.0, result.decode_ms - callback_ms);
 
   out.text = stream.finish(out.region);
-  const auto stop = std::find_first_of(out.region.begin(), out.region.end(), stop_ids_.begin(), stop_ids_.end());
+  const auto stop =
+      std::find_first_of(out.region.begin(), out.region.end(), stop_ids.begin(), stop_ids.end());
   out.tokens.assign(out.region.begin(), stop);
   if (stream.stop_string_seen() && tokenizer_)
     out.tokens.resize(size_t(tokens_covering(*tokenizer_, out.tokens, out.text.size())));

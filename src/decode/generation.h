@@ -76,6 +76,9 @@ struct GenerationRequest {
   int64_t draft_steps = 1;
 
   std::vector<std::string> stop;  // the text ends before the first of these (and generation stops)
+  // Decode all N tokens: EOS, pad and end-of-turn ids neither end generation nor cut the text (stop strings
+  // still do). For timing runs (random weights may pick EOS at any step); not with infilling or a schema.
+  bool ignore_eos = false;
 
   // Infilling and structured output (diffusion models fill holes; AR models only take a schema). With a
   // suffix, N tokens are filled between `text` and it; holes written <|hole:N|> in `text` are filled at once;
@@ -87,7 +90,8 @@ struct GenerationRequest {
   // Each decoding step (the canvas as it stands), and each new piece of final text, in order.
   std::function<void(const StepEvent&)> on_step;
   std::function<void(const std::string&)> on_text;
-  // Runs the forward passes instead of forward() (DecodeCallbacks::forward): a server's batcher.
+  // Runs the forward passes instead of forward() (DecodeCallbacks::forward): a server's batcher, or a
+  // benchmark that counts each pass's rows before calling forward().
   std::function<void(const Model&, KvCache&, const ForwardRequest&, ThreadPool*)> forward;
   // Polled before every pass; true abandons the run (finish_reason "cancelled").
   std::function<bool()> cancelled;
@@ -152,6 +156,11 @@ class Generator {
   int64_t masked_block_length(const GenerationRequest& request, int64_t n, int64_t prompt_tokens) const;
   // Masked diffusion's settings of a request (steps 0: the caller's default; lengths left to the caller).
   MaskedDiffusionParams masked_params(const GenerationRequest& request) const;
+  // ... and as run() decodes N new tokens after `prompt_tokens`: the block length (masked_block_length), the
+  // canvas padded to whole blocks (gen_length) and the steps' default (the padded length: one token per
+  // step).
+  MaskedDiffusionParams masked_params(const GenerationRequest& request, int64_t n,
+                                      int64_t prompt_tokens) const;
   // The uniform-state sampler's settings for a request (N new tokens).
   EntropyBoundParams uniform_params(const GenerationRequest& request, int64_t n) const;
   // Throws Error naming the option when the request cannot run on this model (mode, context, settings).

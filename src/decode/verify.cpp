@@ -114,7 +114,7 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
   auto commit = [&](int32_t t) {
     tokens.push_back(t);
     generated.push_back(t);
-    done = is_stop(t) || int64_t(generated.size()) >= N;
+    done = (params.stop_at_eos && is_stop(t)) || int64_t(generated.size()) >= N;
   };
 
   const double t0 = now_ms();

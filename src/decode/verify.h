@@ -25,6 +25,7 @@ struct VerifyParams {
   SamplingParams sampling;
   float draft_temperature = 1.f;  // sampling only: the proposal's temperature
   std::vector<int32_t> stop_ids;  // tokens that end generation (kept as the last token)
+  bool stop_at_eos = true;        // false: the stop ids do not end generation (all max_new_tokens decoded)
   PrefixCache* prefix_cache = nullptr;  // K/V kept between generations (decode/prefix_cache.h)
 };
 
