@@ -209,7 +209,7 @@ TEST(BenchPlot, ChartHasAMarkerSeriesPerCacheAndArAsALine) {
     b.block_length = 32;
     b.steps = steps;
     b.threads = 2;
-    b.tokens_per_pass = tpp;
+    b.tokens_per_forward = tpp;
     b.decode_tokens_per_s = speed;
     return b;
   };

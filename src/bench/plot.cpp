@@ -20,7 +20,7 @@ report::LineChart bench_chart(const BenchReport& report) {
   double most = 1;
   for (const BenchRow& row : report.rows) {
     thread_counts.insert(row.threads);
-    if (std::isfinite(row.tokens_per_pass)) most = std::max(most, row.tokens_per_pass);
+    if (std::isfinite(row.tokens_per_forward)) most = std::max(most, row.tokens_per_forward);
   }
   chart.x.min = 0;
   chart.x.max = most * 1.15;
@@ -32,7 +32,7 @@ report::LineChart bench_chart(const BenchReport& report) {
           {"AR (" + std::to_string(row.threads) + " threads)", row.decode_tokens_per_s});
       continue;
     }
-    if (row.mode != "diffusion" || !std::isfinite(row.tokens_per_pass)) continue;
+    if (row.mode != "diffusion" || !std::isfinite(row.tokens_per_forward)) continue;
     report::ChartSeries* series = nullptr;
     const std::string name = "diffusion, cache " + row.cache;
     for (report::ChartSeries& s : chart.series)
@@ -56,7 +56,7 @@ report::LineChart bench_chart(const BenchReport& report) {
       std::snprintf(tag, sizeof tag, "B=%lld s=%lld", (long long)row.block_length, (long long)row.steps);
     std::string label = tag;
     if (thread_counts.size() > 1) label += " t=" + std::to_string(row.threads);
-    series->x.push_back(row.tokens_per_pass);
+    series->x.push_back(row.tokens_per_forward);
     series->y.push_back(row.decode_tokens_per_s);
     series->point_labels.push_back(label);
   }
