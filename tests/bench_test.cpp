@@ -6,12 +6,14 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "bench/decoder_passes.h"
 #include "bench/harness.h"
 #include "bench/roofs.h"
 #include "bench/stats.h"
 #include "bench/synthetic.h"
 #include "core/error.h"
 #include "decode/generation.h"
+#include "model/model.h"
 #include "ops/matmul.h"
 #include "test_util.h"
 
@@ -23,6 +25,31 @@ using bench::BenchReport;
 using bench::BenchRow;
 
 // ---- statistics ------------------------------------------------------------------------------------
+
+// The decoder-pass timer of models with a decoder: every asked kind timed `repeats` times (positive
+// milliseconds), the others not at all; an unknown kind is refused.
+TEST(BenchDecoderPasses, TimesTheAskedKindsOnly) {
+  const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
+  bench::DecoderPassOptions o;
+  o.prompt_tokens = 6;
+  o.canvas = 8;
+  o.warmup = 1;
+  o.repeats = 3;
+  o.threads = 2;
+  o.modes = {"ar", "self-cond", "verify"};
+  o.draft_length = 3;
+  const bench::DecoderPassTimes t = bench::time_decoder_passes(m, o);
+  EXPECT_GT(t.prompt_ms, 0);
+  for (const auto* timed : {&t.ar, &t.self_cond, &t.verify}) {
+    ASSERT_EQ(timed->size(), 3u);
+    for (double ms : *timed) EXPECT_GT(ms, 0);
+  }
+  EXPECT_TRUE(t.diffusion.empty());
+  EXPECT_TRUE(t.stream.empty());
+  EXPECT_EQ(t.threads, 2);
+  o.modes = {"masked"};
+  EXPECT_THROW(bench::time_decoder_passes(m, o), Error);
+}
 
 TEST(BenchStats, MedianAndPercentilesOfKnownArrays) {
   EXPECT_DOUBLE_EQ(bench::median({5, 1, 3}), 3);

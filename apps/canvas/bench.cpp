@@ -13,6 +13,7 @@
 #include "bench/harness.h"
 #include "bench/plot.h"
 #include "bench/stats.h"
+#include "bench/decoder_passes.h"
 #include "bench/synthetic.h"
 #include "commands.h"
 #include "device.h"
@@ -143,144 +144,32 @@ void list_shapes() {
   }
 }
 
-// Pass-by-pass timing of a model with a decoder (see the usage text): what the entropy-bound sampler
-// and AR decoding through the encoder spend per forward. These are single forward passes, not generations,
-// so they do not go through the Generator (the grid of bench::run_bench does): how many passes a
-// uniform-state generation takes depends on its weights (the adaptive stop, the drafts a verify cycle keeps),
-// which random synthetic weights do not show, so the passes are timed one kind at a time and turned into
-// tokens/s at given pass counts.
+// Prints (and with --json writes) bench::time_decoder_passes's timings for a model with a decoder, and what
+// they imply for decoding at given pass counts.
 int bench_decoder_passes(const Model& model, const std::string& source, int64_t weight_bytes, int64_t prompt_tokens,
                          int64_t canvas, int warmup, int repeats, int threads, uint64_t seed,
                          const std::vector<std::string>& modes, int64_t draft_length, const std::string& json_path) {
-  auto wants = [&](const char* mode) { return std::find(modes.begin(), modes.end(), mode) != modes.end(); };
-  for (const std::string& m : modes)
-    check(m == "ar" || m == "diffusion" || m == "self-cond" || m == "stream" || m == "verify",
-          "--modes: unknown mode '" + m + "' for a model with a decoder (ar, diffusion, self-cond, stream, verify)");
-  check(draft_length >= 1 && draft_length <= 1024, "--draft-length must be between 1 and 1024");
+  bench::DecoderPassOptions options;
+  options.prompt_tokens = prompt_tokens;
+  options.canvas = canvas;
+  options.warmup = warmup;
+  options.repeats = repeats;
+  options.threads = threads;
+  options.seed = seed;
+  options.modes = modes;
+  options.draft_length = draft_length;
+  const bench::DecoderPassTimes t = bench::time_decoder_passes(model, options);
   const ModelConfig& c = model.config;
-  check(prompt_tokens > 0 && canvas > 0 && repeats > 0 && warmup >= 0,
-        "need -p > 0, --block-length > 0, --repeats > 0 and --warmup >= 0");
-  ThreadPool pool(threads);
-  Rng rng(seed);
-  auto random_tokens = [&](int64_t n) {
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (int32_t& id : t) id = int32_t(rng.below(uint64_t(c.vocab)));
-    return t;
-  };
-  const int64_t ar_steps = warmup + repeats;
-  const int64_t tail = std::max<int64_t>(ar_steps, draft_length + 1);
-  KvCache cache(c, prompt_tokens + tail);
-  std::vector<int32_t> groups(static_cast<size_t>(prompt_tokens + tail));
-  for (size_t i = 0; i < groups.size(); ++i) groups[i] = int32_t(i);
-  const std::vector<int32_t> prompt = random_tokens(prompt_tokens);
-  ForwardRequest enc;
-  enc.tokens = prompt.data();
-  enc.n = prompt_tokens;
-  enc.groups = groups.data();
-  double t0 = now_ms();
-  forward(model, cache, enc, &pool);
-  const double prompt_ms = now_ms() - t0;
-
-  const std::vector<int32_t> tokens = random_tokens(canvas);
-  // The [canvas x vocab] buffers only when a materialising mode runs, so that a stream-only run's peak
-  // RSS shows what the streamed path needs.
-  const bool materialised = wants("diffusion") || wants("self-cond");
-  std::vector<float> logits(materialised ? size_t(canvas) * size_t(c.vocab) : 0), self_cond(logits.size());
-  for (float& v : self_cond) v = float(rng.uniform() * 4.0);
-  // A decoder pass over the canvas after the prompt, every row's head wanted; the modes add their inputs
-  // and outputs. timed() runs one and returns its milliseconds.
-  auto canvas_request = [&] {
-    ForwardRequest dec;
-    dec.tokens = tokens.data();
-    dec.n = canvas;
-    dec.pos0 = prompt_tokens;
-    dec.decoder = true;
-    for (int64_t i = 0; i < canvas; ++i) dec.logit_rows.push_back(int32_t(i));
-    return dec;
-  };
-  auto timed = [&](const ForwardRequest& dec) {
-    const double start = now_ms();
-    forward(model, cache, dec, &pool);
-    return now_ms() - start;
-  };
-  auto decoder_pass = [&](const float* prev) {
-    ForwardRequest dec = canvas_request();
-    dec.self_cond = prev;
-    dec.logits = logits.data();
-    return timed(dec);
-  };
-  // Streamed passes: each reads the previous one's soft embedding (the first a random one; the cost does
-  // not depend on the values) and writes the next, at the sampler's first temperature.
-  std::vector<HeadRowStats> head_stats(wants("stream") ? size_t(canvas) : 0);
-  std::vector<float> soft_in(wants("stream") ? size_t(canvas * c.hidden) : 0), soft_out(soft_in.size());
-  for (float& v : soft_in) v = float(rng.uniform() * 0.02 - 0.01);
-  std::vector<uint64_t> row_ids(head_stats.size());
-  auto stream_pass = [&](int64_t r) {
-    ForwardRequest dec = canvas_request();
-    dec.self_cond_soft = soft_in.data();
-    for (int64_t i = 0; i < canvas; ++i) row_ids[size_t(i)] = uint64_t(r * canvas + i);
-    dec.head_stats = head_stats.data();
-    dec.head.temperature = 0.8f;
-    dec.head.seed = seed;
-    dec.head.row_ids = row_ids.data();
-    dec.soft_embedding_out = soft_out.data();
-    const double ms = timed(dec);
-    soft_in.swap(soft_out);
-    return ms;
-  };
-  // Draft-and-verify cycles: a decoder pass over [last token ; k drafts] and a causal pass over the same
-  // k + 1 rows after the prompt (the verify pass writes rows the AR steps below overwrite).
-  const std::vector<int32_t> draft = random_tokens(draft_length + 1);
-  std::vector<float> cycle_logits(wants("verify") ? size_t(draft_length + 1) * size_t(c.vocab) : 0);
-  auto verify_cycle = [&] {
-    ForwardRequest dec;
-    dec.tokens = draft.data();
-    dec.n = draft_length + 1;
-    dec.pos0 = prompt_tokens;
-    dec.decoder = true;
-    for (int64_t i = 0; i <= draft_length; ++i) dec.logit_rows.push_back(int32_t(i));
-    dec.logits = cycle_logits.data();
-    ForwardRequest check_pass = dec;
-    check_pass.decoder = false;
-    check_pass.groups = &groups[size_t(prompt_tokens)];
-    const double start = now_ms();
-    forward(model, cache, dec, &pool);
-    forward(model, cache, check_pass, &pool);
-    return now_ms() - start;
-  };
-  std::vector<double> plain, conditioned, streamed, ar, cycles;
-  for (int r = 0; r < warmup + repeats; ++r) {
-    const double v = wants("verify") ? verify_cycle() : 0;
-    if (r >= warmup && wants("verify")) cycles.push_back(v);
-    const double a = wants("diffusion") ? decoder_pass(nullptr) : 0;
-    const double b = wants("self-cond") ? decoder_pass(self_cond.data()) : 0;
-    const double d = wants("stream") ? stream_pass(r) : 0;
-    if (r >= warmup && wants("diffusion")) plain.push_back(a);
-    if (r >= warmup && wants("self-cond")) conditioned.push_back(b);
-    if (r >= warmup && wants("stream")) streamed.push_back(d);
-  }
-  // AR steps through the encoder: each appends one token after the prompt and reads its logits.
-  std::vector<float> row(size_t(c.vocab));
-  for (int64_t r = 0; r < (wants("ar") ? ar_steps : 0); ++r) {
-    const int32_t token = int32_t(rng.below(uint64_t(c.vocab)));
-    ForwardRequest step;
-    step.tokens = &token;
-    step.n = 1;
-    step.pos0 = prompt_tokens + r;
-    step.groups = &groups[size_t(prompt_tokens + r)];
-    step.logit_rows = {0};
-    step.logits = row.data();
-    const double start = now_ms();
-    forward(model, cache, step, &pool);
-    if (r >= warmup) ar.push_back(now_ms() - start);
-  }
+  const std::vector<double>&plain = t.diffusion, &conditioned = t.self_cond, &streamed = t.stream, &ar = t.ar,
+                    &cycles = t.verify;
+  const double prompt_ms = t.prompt_ms;
   const double peak_mib = double(bench::peak_rss_bytes()) / 1048576.0;
-  std::printf("model: %s, %lld layers, %d threads\n", source.c_str(), (long long)c.n_layers, pool.size());
+  std::printf("model: %s, %lld layers, %d threads\n", source.c_str(), (long long)c.n_layers, t.threads);
   std::printf("%-44s %10s %10s %10s\n", "pass", "median ms", "min ms", "max ms");
   nlohmann::ordered_json report;
   report["model"] = source;
   report["layers"] = c.n_layers;
-  report["threads"] = pool.size();
+  report["threads"] = t.threads;
   report["prompt_tokens"] = prompt_tokens;
   report["canvas"] = canvas;
   report["draft_length"] = draft_length;

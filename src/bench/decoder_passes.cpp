@@ -1,0 +1,150 @@
+#include "bench/decoder_passes.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/thread_pool.h"
+#include "core/timer.h"
+#include "model/kv_cache.h"
+
+namespace canvas::bench {
+
+DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOptions& o) {
+  const int64_t prompt_tokens = o.prompt_tokens, canvas = o.canvas, draft_length = o.draft_length;
+  const int warmup = o.warmup, repeats = o.repeats;
+  const uint64_t seed = o.seed;
+  auto wants = [&](const char* mode) { return std::find(o.modes.begin(), o.modes.end(), mode) != o.modes.end(); };
+  for (const std::string& m : o.modes)
+    check(m == "ar" || m == "diffusion" || m == "self-cond" || m == "stream" || m == "verify",
+          "--modes: unknown mode '" + m + "' for a model with a decoder (ar, diffusion, self-cond, stream, verify)");
+  check(draft_length >= 1 && draft_length <= 1024, "--draft-length must be between 1 and 1024");
+  const ModelConfig& c = model.config;
+  check(prompt_tokens > 0 && canvas > 0 && repeats > 0 && warmup >= 0,
+        "need -p > 0, --block-length > 0, --repeats > 0 and --warmup >= 0");
+  ThreadPool pool(o.threads);
+  Rng rng(seed);
+  auto random_tokens = [&](int64_t n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int32_t& id : t) id = int32_t(rng.below(uint64_t(c.vocab)));
+    return t;
+  };
+  const int64_t ar_steps = warmup + repeats;
+  const int64_t tail = std::max<int64_t>(ar_steps, draft_length + 1);
+  KvCache cache(c, prompt_tokens + tail);
+  std::vector<int32_t> groups(static_cast<size_t>(prompt_tokens + tail));
+  for (size_t i = 0; i < groups.size(); ++i) groups[i] = int32_t(i);
+  const std::vector<int32_t> prompt = random_tokens(prompt_tokens);
+  ForwardRequest enc;
+  enc.tokens = prompt.data();
+  enc.n = prompt_tokens;
+  enc.groups = groups.data();
+  double t0 = now_ms();
+  forward(model, cache, enc, &pool);
+  const double prompt_ms = now_ms() - t0;
+
+  const std::vector<int32_t> tokens = random_tokens(canvas);
+  // The [canvas x vocab] buffers only when a materialising mode runs, so that a stream-only run's peak
+  // RSS shows what the streamed path needs.
+  const bool materialised = wants("diffusion") || wants("self-cond");
+  std::vector<float> logits(materialised ? size_t(canvas) * size_t(c.vocab) : 0), self_cond(logits.size());
+  for (float& v : self_cond) v = float(rng.uniform() * 4.0);
+  // A decoder pass over the canvas after the prompt, every row's head wanted; the modes add their inputs
+  // and outputs. timed() runs one and returns its milliseconds.
+  auto canvas_request = [&] {
+    ForwardRequest dec;
+    dec.tokens = tokens.data();
+    dec.n = canvas;
+    dec.pos0 = prompt_tokens;
+    dec.decoder = true;
+    for (int64_t i = 0; i < canvas; ++i) dec.logit_rows.push_back(int32_t(i));
+    return dec;
+  };
+  auto timed = [&](const ForwardRequest& dec) {
+    const double start = now_ms();
+    forward(model, cache, dec, &pool);
+    return now_ms() - start;
+  };
+  auto decoder_pass = [&](const float* prev) {
+    ForwardRequest dec = canvas_request();
+    dec.self_cond = prev;
+    dec.logits = logits.data();
+    return timed(dec);
+  };
+  // Streamed passes: each reads the previous one's soft embedding (the first a random one; the cost does
+  // not depend on the values) and writes the next, at the sampler's first temperature.
+  std::vector<HeadRowStats> head_stats(wants("stream") ? size_t(canvas) : 0);
+  std::vector<float> soft_in(wants("stream") ? size_t(canvas * c.hidden) : 0), soft_out(soft_in.size());
+  for (float& v : soft_in) v = float(rng.uniform() * 0.02 - 0.01);
+  std::vector<uint64_t> row_ids(head_stats.size());
+  auto stream_pass = [&](int64_t r) {
+    ForwardRequest dec = canvas_request();
+    dec.self_cond_soft = soft_in.data();
+    for (int64_t i = 0; i < canvas; ++i) row_ids[size_t(i)] = uint64_t(r * canvas + i);
+    dec.head_stats = head_stats.data();
+    dec.head.temperature = 0.8f;
+    dec.head.seed = seed;
+    dec.head.row_ids = row_ids.data();
+    dec.soft_embedding_out = soft_out.data();
+    const double ms = timed(dec);
+    soft_in.swap(soft_out);
+    return ms;
+  };
+  // Draft-and-verify cycles: a decoder pass over [last token ; k drafts] and a causal pass over the same
+  // k + 1 rows after the prompt (the verify pass writes rows the AR steps below overwrite).
+  const std::vector<int32_t> draft = random_tokens(draft_length + 1);
+  std::vector<float> cycle_logits(wants("verify") ? size_t(draft_length + 1) * size_t(c.vocab) : 0);
+  auto verify_cycle = [&] {
+    ForwardRequest dec;
+    dec.tokens = draft.data();
+    dec.n = draft_length + 1;
+    dec.pos0 = prompt_tokens;
+    dec.decoder = true;
+    for (int64_t i = 0; i <= draft_length; ++i) dec.logit_rows.push_back(int32_t(i));
+    dec.logits = cycle_logits.data();
+    ForwardRequest check_pass = dec;
+    check_pass.decoder = false;
+    check_pass.groups = &groups[size_t(prompt_tokens)];
+    const double start = now_ms();
+    forward(model, cache, dec, &pool);
+    forward(model, cache, check_pass, &pool);
+    return now_ms() - start;
+  };
+  std::vector<double> plain, conditioned, streamed, ar, cycles;
+  for (int r = 0; r < warmup + repeats; ++r) {
+    const double v = wants("verify") ? verify_cycle() : 0;
+    if (r >= warmup && wants("verify")) cycles.push_back(v);
+    const double a = wants("diffusion") ? decoder_pass(nullptr) : 0;
+    const double b = wants("self-cond") ? decoder_pass(self_cond.data()) : 0;
+    const double d = wants("stream") ? stream_pass(r) : 0;
+    if (r >= warmup && wants("diffusion")) plain.push_back(a);
+    if (r >= warmup && wants("self-cond")) conditioned.push_back(b);
+    if (r >= warmup && wants("stream")) streamed.push_back(d);
+  }
+  // AR steps through the encoder: each appends one token after the prompt and reads its logits.
+  std::vector<float> row(size_t(c.vocab));
+  for (int64_t r = 0; r < (wants("ar") ? ar_steps : 0); ++r) {
+    const int32_t token = int32_t(rng.below(uint64_t(c.vocab)));
+    ForwardRequest step;
+    step.tokens = &token;
+    step.n = 1;
+    step.pos0 = prompt_tokens + r;
+    step.groups = &groups[size_t(prompt_tokens + r)];
+    step.logit_rows = {0};
+    step.logits = row.data();
+    const double start = now_ms();
+    forward(model, cache, step, &pool);
+    if (r >= warmup) ar.push_back(now_ms() - start);
+  }
+  DecoderPassTimes times;
+  times.prompt_ms = prompt_ms;
+  times.diffusion = std::move(plain);
+  times.self_cond = std::move(conditioned);
+  times.stream = std::move(streamed);
+  times.ar = std::move(ar);
+  times.verify = std::move(cycles);
+  times.threads = pool.size();
+  return times;
+}
+
+}  // namespace canvas::bench

@@ -1,0 +1,38 @@
+// Pass-by-pass timing of a model with a decoder (DiffusionGemma and canvas's uniform-state models): what
+// the entropy-bound sampler, AR decoding through the encoder and draft-and-verify cycles spend per forward.
+// These are single forward passes, not generations, so they do not go through the Generator (the grid of
+// run_bench does): how many passes a uniform-state generation takes depends on its weights (the adaptive
+// stop, the drafts a verify cycle keeps), which random synthetic weights do not show, so the passes are
+// timed one kind at a time and `canvas bench` turns them into tokens/s at given pass counts.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace canvas::bench {
+
+struct DecoderPassOptions {
+  int64_t prompt_tokens = 32;  // random prompt encoded once before the passes
+  int64_t canvas = 256;        // decoder canvas rows
+  int warmup = 1, repeats = 5;
+  int threads = 0;  // 0: all cores
+  uint64_t seed = 0;
+  // Kinds to time: ar, diffusion (self-conditioning zeros), self-cond (logits), stream (fused head and
+  // soft embedding), verify (a decoder and a causal pass over draft_length + 1 rows).
+  std::vector<std::string> modes = {"ar", "diffusion", "self-cond", "stream"};
+  int64_t draft_length = 4;
+};
+
+// Milliseconds of each timed pass (after the warm-up); an empty vector for a kind not asked for.
+struct DecoderPassTimes {
+  double prompt_ms = 0;  // the prompt's encoder pass (once)
+  std::vector<double> diffusion, self_cond, stream, ar, verify;
+  int threads = 0;
+};
+
+// Throws Error for an unknown mode or out-of-range options.
+DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOptions& options);
+
+}  // namespace canvas::bench
