@@ -57,7 +57,7 @@ const std::vector<CommandFlags>& commands() {
   static const std::vector<CommandFlags> all = {
       {"train", {"--config", "--out", "--steps", "--stop-after", "-t", "--threads", "--force"}},
       {"serve", {"-m", "--model", "--host", "--port", "--parallel", "--queue", "--mode", "--api-key", "--device",
-                 "--allowed-hosts", "--cors", "--max-connections"}},
+                 "--allowed-hosts", "--cors", "--max-connections", "--check-weights", "--cost-model"}},
       {"tokenize", {"-m", "--model", "-p", "--prompt", "-f", "--file", "--json", "--bos"}},
       {"detokenize", {"-m", "--model", "--ids"}},
       {"bench",
