@@ -226,8 +226,8 @@ TEST(HardenCli, NonFiniteWeightsAreRefusedAtLoad) {
   }
   // A finite model passes both scans, the full one reading every element of every weight.
   const Model clean = Model::load(test::fixture("tiny-llada.gguf"));
-  const int64_t sampled = check_weights_finite(clean, WeightScan::Sampled);
-  EXPECT_EQ(check_weights_finite(clean, WeightScan::Full), sampled);  // every tensor is small: read whole
+  const int64_t sampled = check_weights_finite(clean, WeightScan::Sampled, "clean");
+  EXPECT_EQ(check_weights_finite(clean, WeightScan::Full, "clean"), sampled);  // every tensor is small: read whole
   EXPECT_GT(sampled, clean.config.vocab * clean.config.hidden);
   const test::CommandResult ok = test::run_canvas("generate -m " + test::fixture("tiny-llada.gguf") +
                                                   " -p 'And God' -n 4 --seed 1 --check-weights");

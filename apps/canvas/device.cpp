@@ -13,12 +13,7 @@ namespace canvas::cli {
 
 void check_all_weights(const Model& model, const std::string& path) {
   const double t0 = now_ms();
-  int64_t read = 0;
-  try {
-    read = check_weights_finite(model, WeightScan::Full);
-  } catch (const Error& e) {
-    throw Error(path + ": " + e.what());
-  }
+  const int64_t read = check_weights_finite(model, WeightScan::Full, path);
   std::fprintf(stderr, "--check-weights: %lld weights finite (%.0f ms)\n", static_cast<long long>(read),
                now_ms() - t0);
 }

@@ -249,16 +249,6 @@ Model Model::load(const std::string& path) {
 
 namespace {
 
-// The sampled finiteness check every load runs (model/weight_check.h), its error naming the file.
-void check_loaded_weights(const Model& m, const std::string& path) {
-  try {
-    check_weights_finite(m, WeightScan::Sampled);
-  } catch (const Error& e) {
-    throw Error(path + ": " + e.what() + " (canvas reads a sample of each large tensor at load; "
-                "--check-weights reads every weight)");
-  }
-}
-
 Model bind_safetensors(const std::string& path) {
   std::error_code ec;
   const bool is_dir = std::filesystem::is_directory(std::filesystem::path(path), ec);
@@ -299,7 +289,7 @@ Model bind_safetensors(const std::string& path) {
 
 Model Model::load_safetensors(const std::string& path) {
   Model m = bind_safetensors(path);
-  check_loaded_weights(m, path);
+  check_weights_finite(m, WeightScan::Sampled, path);  // every load: a sample of each large tensor
   return m;
 }
 
@@ -356,7 +346,7 @@ Model bind_gguf(const std::string& path) {
   }
   bind_tensors(m, source_of(f), [](const TensorSpec& t) { return t.gguf; });
   check_every_tensor_bound(m, f);
-  check_loaded_weights(m, path);
+  check_weights_finite(m, WeightScan::Sampled, path);  // every load: a sample of each large tensor
   return m;
 }
 

@@ -24,7 +24,15 @@ std::vector<int64_t> rows_to_read(const TensorView& t, WeightScan scan) {
   return out;
 }
 
-int64_t check_tensor(const TensorView& t, WeightScan scan) {
+// The error of a non-finite weight: the file first; a sampled scan says what a full one would add.
+[[noreturn]] void broken(const std::string& path, WeightScan scan, const std::string& what) {
+  throw Error(path + ": " + what + ": the file's weights are broken (NaN or Inf)" +
+              (scan == WeightScan::Sampled
+                   ? " (canvas reads a sample of each large tensor at load; --check-weights reads every weight)"
+                   : ""));
+}
+
+int64_t check_tensor(const TensorView& t, WeightScan scan, const std::string& path) {
   if (!t.data) return 0;
   std::vector<float> row(size_t(t.cols()));
   int64_t read = 0;
@@ -33,26 +41,25 @@ int64_t check_tensor(const TensorView& t, WeightScan scan) {
     read += t.cols();
     for (int64_t j = 0; j < t.cols(); ++j)
       if (!std::isfinite(row[size_t(j)]))
-        throw Error("weight '" + t.name + "' (" + t.shape_string() + ") holds " + std::to_string(row[size_t(j)]) +
-                    " at row " + std::to_string(r) + ", column " + std::to_string(j) +
-                    ": the file's weights are broken (NaN or Inf)");
+        broken(path, scan, "weight '" + t.name + "' (" + t.shape_string() + ") holds " +
+                               std::to_string(row[size_t(j)]) + " at row " + std::to_string(r) + ", column " +
+                               std::to_string(j));
   }
   return read;
 }
 
 }  // namespace
 
-int64_t check_weights_finite(const Model& model, WeightScan scan) {
+int64_t check_weights_finite(const Model& model, WeightScan scan, const std::string& path) {
   Model& m = const_cast<Model&>(model);  // weight_slot only locates; nothing is written
   int64_t read = 0;
   for (const TensorSpec& spec : model_tensors(m.config)) {
     if (spec.kind == TensorKind::Scalar) continue;
-    read += check_tensor(*weight_slot(m, spec.role, spec.layer), scan);
+    read += check_tensor(*weight_slot(m, spec.role, spec.layer), scan, path);
   }
   for (size_t l = 0; l < m.layers.size(); ++l)
     for (const float s : {m.layers[l].layer_scalar_decoder, m.layers[l].layer_scalar_encoder})
-      check(std::isfinite(s), "layer " + std::to_string(l) + "'s layer scalar is " + std::to_string(s) +
-                                  ": the file's weights are broken (NaN or Inf)");
+      if (!std::isfinite(s)) broken(path, scan, "layer " + std::to_string(l) + "'s layer scalar is " + std::to_string(s));
   return read;
 }
 

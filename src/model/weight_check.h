@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "model/model.h"
 
@@ -14,9 +15,10 @@ enum class WeightScan { Sampled, Full };
 constexpr int64_t kFullScanBytes = int64_t(4) << 20;
 constexpr int64_t kSampledRows = 256;
 
-// Throws Error naming the tensor, its row and the value when a scanned element of a weight the model
-// binds (matrices of every storage type, dequantized row by row; vectors; layer scalars) is not finite.
+// Throws Error naming `path` (the file, for messages), the tensor, its row and the value when a scanned
+// element of a weight the model binds (matrices of every storage type, dequantized row by row; vectors;
+// layer scalars) is not finite; a sampled scan's error says that --check-weights reads every weight.
 // Returns the number of elements read.
-int64_t check_weights_finite(const Model& model, WeightScan scan);
+int64_t check_weights_finite(const Model& model, WeightScan scan, const std::string& path);
 
 }  // namespace canvas
