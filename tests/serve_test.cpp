@@ -299,6 +299,20 @@ TEST(ServeEngine, UniformStateBatchedEqualsDecodingAlone) {
   EXPECT_GT(engine.batcher().largest_batch(), 1);
 }
 
+// Blocks until the engine has finished `job`.
+void wait_finished(serve::Job& job) {
+  std::unique_lock<std::mutex> lock(job.mutex);
+  job.changed.wait(lock, [&] { return job.finished; });
+}
+
+// One generation at a time, with the small entropy-bound settings of the tiny DiffusionGemma fixture.
+serve::EngineOptions one_slot_small_sampler() {
+  serve::EngineOptions options;
+  options.parallel = 1;
+  options.defaults.params = test::small_entropy_bound_params();
+  return options;
+}
+
 TEST(ServeRouting, UniformStateCostCountsWholeCanvasesAndLearnsPassesPerCanvas) {
   serve::CostModel cost;
   cost.fixed_ms = 1;
@@ -309,9 +323,7 @@ TEST(ServeRouting, UniformStateCostCountsWholeCanvasesAndLearnsPassesPerCanvas) 
 
   const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
   ThreadPool pool(2);
-  serve::EngineOptions options;
-  options.parallel = 1;
-  options.defaults.params = test::small_entropy_bound_params();
+  const serve::EngineOptions options = one_slot_small_sampler();
   serve::Engine engine(m, &pool, options);
   EXPECT_EQ(engine.cost_model().uniform_passes_per_canvas, 0);  // nothing measured yet
   auto job = std::make_shared<serve::Job>();
@@ -319,10 +331,7 @@ TEST(ServeRouting, UniformStateCostCountsWholeCanvasesAndLearnsPassesPerCanvas) 
   job->settings.mode = serve::DecodeMode::Diffusion;
   job->settings.max_new_tokens = 2 * options.defaults.params.canvas_length;
   ASSERT_TRUE(engine.submit(job));
-  {
-    std::unique_lock<std::mutex> lock(job->mutex);
-    job->changed.wait(lock, [&] { return job->finished; });
-  }
+  wait_finished(*job);
   ASSERT_EQ(job->error, "");
   ASSERT_GT(job->passes, 0);
   EXPECT_DOUBLE_EQ(engine.cost_model().uniform_passes_per_canvas, double(job->passes) / 2);
@@ -348,9 +357,7 @@ TEST(ServeRouting, VerifyIsExploredThenChosenByLearnedTokensPerPass) {
 
   const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
   ThreadPool pool(2);
-  serve::EngineOptions options;
-  options.parallel = 1;
-  options.defaults.params = test::small_entropy_bound_params();
+  const serve::EngineOptions options = one_slot_small_sampler();
   serve::Engine engine(m, &pool, options);
   serve::GenerationSettings s;
   s.mode = serve::DecodeMode::Auto;
@@ -362,8 +369,7 @@ TEST(ServeRouting, VerifyIsExploredThenChosenByLearnedTokensPerPass) {
     job->prompt = {2, 105, 17, 250};
     job->settings = s;
     ASSERT_TRUE(engine.submit(job));
-    std::unique_lock<std::mutex> lock(job->mutex);
-    job->changed.wait(lock, [&] { return job->finished; });
+    wait_finished(*job);
     ASSERT_EQ(job->error, "");
     EXPECT_EQ(job->mode_used, serve::DecodeMode::Verify);
   }
