@@ -110,6 +110,10 @@ int64_t Generator::new_tokens_of(const GenerationRequest& r, int64_t prompt_toke
   return n;
 }
 
+int64_t Generator::verify_draft_length(const GenerationRequest& r) {
+  return r.draft_length > 0 ? r.draft_length : VerifyParams{}.draft_length;
+}
+
 int64_t Generator::masked_block_length(const GenerationRequest& r, int64_t n, int64_t prompt_tokens) const {
   if (r.block_length > 0) return std::min(r.block_length, n);
   // 32, the canvas padded to whole blocks and cut back; when the padding would not fit the context, one block.
@@ -345,7 +349,7 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
     } else if (out.mode == DecodeMode::Verify) {
       VerifyParams p;
       p.max_new_tokens = n;
-      p.draft_length = r.draft_length > 0 ? r.draft_length : VerifyParams{}.draft_length;
+      p.draft_length = verify_draft_length(r);
       p.draft_steps = r.draft_steps;
       p.sampling = r.sampling;
       p.draft_temperature = defaults_.params.t_min;

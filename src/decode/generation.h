@@ -154,6 +154,8 @@ class Generator {
   // (the canvas padded to whole blocks and cut back to N) or, where that padding would overflow the context,
   // N (one block).
   int64_t masked_block_length(const GenerationRequest& request, int64_t n, int64_t prompt_tokens) const;
+  // Draft-and-verify's k: the request's draft_length, else VerifyParams' default.
+  static int64_t verify_draft_length(const GenerationRequest& request);
   // Masked diffusion's settings of a request (steps 0: the caller's default; lengths left to the caller).
   MaskedDiffusionParams masked_params(const GenerationRequest& request) const;
   // ... and as run() decodes N new tokens after `prompt_tokens`: the block length (masked_block_length), the
