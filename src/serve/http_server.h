@@ -59,7 +59,19 @@ class HttpServer {
   void stop(int64_t finish_ms, int64_t close_ms);
 
  private:
+  // Registers the endpoints below, one handler per path.
   void routes();
+  void health(const httplib::Request& req, httplib::Response& res);
+  void models(const httplib::Request& req, httplib::Response& res);
+  void props(const httplib::Request& req, httplib::Response& res);
+  void page(const httplib::Request& req, httplib::Response& res);  // the web page at "/"
+  void tokenize(const httplib::Request& req, httplib::Response& res);
+  void detokenize(const httplib::Request& req, httplib::Response& res);
+  void infill(const httplib::Request& req, httplib::Response& res);
+  void completions(const httplib::Request& req, httplib::Response& res);
+  void chat_completions(const httplib::Request& req, httplib::Response& res);
+  // /v1/completions and /v1/chat/completions: checks, queues, waits, answers (streamed or not).
+  void complete(const httplib::Request& req, httplib::Response& res, bool chat);
   bool handle(Exchange& exchange);
   // The checks every request passes before its handler (Host, Origin, path and method, key, shutdown);
   // true when they answered it.

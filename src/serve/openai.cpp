@@ -122,7 +122,6 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
       has_input = true;
     } else if (key == "max_tokens" || key == "max_completion_tokens") {
       s.max_new_tokens = get_int(value, key, 1, 1 << 20);
-      r.max_tokens_given = true;
     } else if (key == "temperature") {
       const double t = get_number(value, key);
       if (t < 0 || t > 100) throw bad(key, "'temperature' must be between 0 and 100");

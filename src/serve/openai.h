@@ -30,7 +30,6 @@ struct ApiRequest {
   std::string prompt;                 // /v1/completions
   std::vector<ChatMessage> messages;  // /v1/chat/completions
   GenerationSettings settings;
-  bool max_tokens_given = false;
   bool seed_given = false;            // else settings.sampling.seed is a fresh random one
   bool stream = false, include_usage = false;
   bool canvas_draft = false;          // each stream chunk carries the canvas ("canvas" field)
