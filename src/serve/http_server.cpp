@@ -157,16 +157,89 @@ struct CompletionReply {
   int64_t prompt_tokens = 0;
   bool draft = false;          // stream chunks carry the canvas
   bool include_usage = false;  // a last stream chunk carries the usage
+  bool logprobs = false;       // choices carry the tokens' log-probabilities
+  std::string echo;            // /v1/completions with echo: the prompt, written before the completion
+  std::vector<int32_t> prompt;  // ... and its tokens (their log-probability entries are null)
+  const TextTokenizer* tokenizer = nullptr;
+  std::vector<int32_t> stop_ids;  // ids that end the text (a stream's entries stop before them)
 };
+
+// A token's text (its id when there is no tokenizer).
+std::string token_text(const TextTokenizer* tokenizer, int32_t id) {
+  return tokenizer ? tokenizer->decode({id}) : std::to_string(id);
+}
+
+json utf8_bytes(const std::string& text) {
+  json bytes = json::array();
+  for (unsigned char ch : text) bytes.push_back(int(ch));
+  return bytes;
+}
+
+// Chat's choices[].logprobs.content for lps[from, to): {token, logprob, bytes, top_logprobs}.
+json chat_logprobs(const TextTokenizer* tokenizer, const std::vector<TokenLogprob>& lps, size_t from, size_t to) {
+  json content = json::array();
+  for (size_t i = from; i < to; ++i) {
+    const TokenLogprob& lp = lps[i];
+    json top = json::array();
+    for (const auto& [id, logprob] : lp.top) {
+      const std::string text = token_text(tokenizer, id);
+      top.push_back({{"token", text}, {"logprob", logprob}, {"bytes", utf8_bytes(text)}});
+    }
+    const std::string text = token_text(tokenizer, lp.token);
+    content.push_back({{"token", text}, {"logprob", lp.logprob}, {"bytes", utf8_bytes(text)}, {"top_logprobs", top}});
+  }
+  return json{{"content", content}};
+}
+
+// The legacy /v1/completions logprobs of tokens[from, to): {tokens, token_logprobs, top_logprobs, text_offset}.
+// `lps` null: the tokens are the echoed prompt's, whose log-probabilities are null. Offsets count from `base`
+// plus the text of the tokens before each one.
+json legacy_logprobs(const TextTokenizer* tokenizer, const std::vector<int32_t>& tokens,
+                     const std::vector<TokenLogprob>* lps, size_t from, size_t to, size_t base) {
+  json out = {{"tokens", json::array()},
+              {"token_logprobs", json::array()},
+              {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+  for (size_t i = from; i < to; ++i) {
+    const size_t before =
+        tokenizer ? tokenizer->decode(std::vector<int32_t>(tokens.begin(), tokens.begin() + i)).size() : 0;
+    out["tokens"].push_back(token_text(tokenizer, tokens[i]));
+    out["text_offset"].push_back(base + before);
+    if (!lps) {
+      out["token_logprobs"].push_back(nullptr);
+      out["top_logprobs"].push_back(nullptr);
+      continue;
+    }
+    out["token_logprobs"].push_back((*lps)[i].logprob);
+    json top = json::object();
+    for (const auto& [id, logprob] : (*lps)[i].top) top[token_text(tokenizer, id)] = logprob;
+    out["top_logprobs"].push_back(top);
+  }
+  return out;
+}
+
+void append_legacy_logprobs(json& to, const json& more) {
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+    for (const json& v : more[key]) to[key].push_back(v);
+}
 
 // The non-streamed answer of a finished job.
 json completion_body(const CompletionReply& reply, const Job& job) {
   json choice = {{"index", 0}, {"finish_reason", job.finish_reason}};
   if (reply.chat) {
     choice["message"] = {{"role", "assistant"}, {"content", job.text}};
+    choice["logprobs"] = reply.logprobs ? chat_logprobs(reply.tokenizer, job.logprobs, 0, job.logprobs.size())
+                                        : json(nullptr);
   } else {
-    choice["text"] = job.text;
+    choice["text"] = reply.echo + job.text;
     choice["logprobs"] = nullptr;
+    if (reply.logprobs) {
+      const size_t n = std::min(job.tokens.size(), job.logprobs.size());
+      json lps = legacy_logprobs(reply.tokenizer, reply.prompt, nullptr, 0, reply.prompt.size(), 0);
+      append_legacy_logprobs(lps, legacy_logprobs(reply.tokenizer, job.tokens, &job.logprobs, 0, n,
+                                                  reply.echo.size()));
+      choice["logprobs"] = lps;
+    }
   }
   return json{{"id", reply.id},
               {"object", reply.chat ? "chat.completion" : "text_completion"},
@@ -216,7 +289,18 @@ bool stream_completion(Job& job, const Engine& engine, const CompletionReply& re
                 {"model", reply.model_name},
                 {"choices", std::move(choices)}};
   };
-  auto chunk = [&](const std::string& delta, const json& finish) {
+  // Log-probabilities: those of the first `logprobs_sent` tokens went out with earlier chunks; a chunk
+  // carries those of the tokens its text completes.
+  size_t logprobs_sent = 0;
+  std::vector<int32_t> final_tokens;    // the committed tokens in order (all of them once finished)
+  std::vector<TokenLogprob> final_lps;  // theirs
+  auto chunk_logprobs = [&](size_t to) -> json {
+    const size_t from = logprobs_sent;
+    logprobs_sent = std::max(from, to);
+    if (chat) return chat_logprobs(reply.tokenizer, final_lps, from, logprobs_sent);
+    return legacy_logprobs(reply.tokenizer, final_tokens, &final_lps, from, logprobs_sent, reply.echo.size());
+  };
+  auto chunk = [&](const std::string& delta, const json& finish, size_t logprobs_to) {
     json choice = {{"index", 0}, {"finish_reason", finish}};
     if (chat) {
       choice["delta"] = json::object();
@@ -224,8 +308,16 @@ bool stream_completion(Job& job, const Engine& engine, const CompletionReply& re
       if (!delta.empty() || !first) choice["delta"]["content"] = delta;
       if (first && delta.empty()) choice["delta"]["content"] = "";
     } else {
-      choice["text"] = delta;
+      choice["text"] = first ? reply.echo + delta : delta;
       choice["logprobs"] = nullptr;
+    }
+    if (reply.logprobs) {
+      choice["logprobs"] = chunk_logprobs(logprobs_to);
+      if (!chat && first && !reply.echo.empty()) {  // the echoed prompt's entries come first
+        json entries = legacy_logprobs(reply.tokenizer, reply.prompt, nullptr, 0, reply.prompt.size(), 0);
+        append_legacy_logprobs(entries, choice["logprobs"]);
+        choice["logprobs"] = entries;
+      }
     }
     first = false;
     return envelope(json::array({choice}));
@@ -259,6 +351,20 @@ bool stream_completion(Job& job, const Engine& engine, const CompletionReply& re
       passes = job.passes;
       steps = job.steps;
       mode = job.mode_used;
+      if (reply.logprobs) {
+        size_t known = 0;  // committed positions in order
+        if (finished) {
+          final_tokens = job.tokens;
+          known = std::min(job.tokens.size(), job.logprobs.size());
+        } else {
+          while (known < job.have_logprob.size() && known < canvas.size() && job.have_logprob[known] &&
+                 std::find(reply.stop_ids.begin(), reply.stop_ids.end(), canvas[known]) == reply.stop_ids.end())
+            ++known;
+          final_tokens.assign(canvas.begin(), canvas.begin() + known);
+        }
+        final_tokens.resize(known);
+        final_lps.assign(job.logprobs.begin(), job.logprobs.begin() + known);
+      }
     }
     if (finished && !error.empty()) {
       send(error_json(500, "generation failed: " + error));
@@ -271,8 +377,25 @@ bool stream_completion(Job& job, const Engine& engine, const CompletionReply& re
       delta = text.substr(sent.size());
       sent = text;
     }
+    // The tokens whose log-probabilities go with this text: all of them at the end, else those whose text
+    // has been sent (the last ones may still be held back, e.g. as the start of a stop string).
+    size_t logprobs_to = logprobs_sent;
+    if (reply.logprobs) {
+      if (finished) {
+        logprobs_to = final_tokens.size();
+      } else if (reply.tokenizer) {
+        size_t lo = logprobs_sent, hi = final_tokens.size();  // the most tokens whose text fits in `sent`
+        while (lo < hi) {
+          const size_t mid = (lo + hi + 1) / 2;
+          const std::vector<int32_t> prefix(final_tokens.begin(), final_tokens.begin() + mid);
+          if (reply.tokenizer->decode(prefix).size() <= sent.size()) lo = mid;
+          else hi = mid - 1;
+        }
+        logprobs_to = lo;
+      }
+    }
     if (!delta.empty() || reply.draft || first) {
-      json j = chunk(delta, nullptr);
+      json j = chunk(delta, nullptr, logprobs_to);
       if (reply.draft)
         j["canvas"] = {{"mode", decode_mode_name(mode)},
                        {"step", steps},
@@ -285,7 +408,7 @@ bool stream_completion(Job& job, const Engine& engine, const CompletionReply& re
       }
     }
     if (finished) {
-      json last = chunk("", finish_reason);
+      json last = chunk("", finish_reason, logprobs_to);
       if (chat) last["choices"][0]["delta"] = json::object();
       if (!send(last)) return false;
       if (reply.include_usage) {
@@ -354,6 +477,7 @@ HttpServer::HttpServer(ServerOptions options) : options_(std::move(options)), ro
 HttpServer::~HttpServer() = default;
 
 void HttpServer::set_engine(Engine* engine) {
+  if (engine) engine->set_metrics(&metrics_);
   engine_.store(engine);
 }
 
@@ -501,7 +625,7 @@ bool HttpServer::gate(const httplib::Request& req, httplib::Response& res) const
     return true;
   }
   const bool api = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize" ||
-                   req.path == "/props" || req.path == "/infill";
+                   req.path == "/props" || req.path == "/infill" || req.path == "/metrics";
   if (api && !authorized(req)) {
     send_error(res, 401, "missing or wrong API key (send 'Authorization: Bearer KEY')", "",
                "invalid_api_key");
@@ -520,6 +644,7 @@ void HttpServer::routes() {
                           : httplib::Server::HandlerResponse::Unhandled;
   });
   router_->set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    metrics_.request_answered(allow_.count(req.path) ? req.path : "other", res.status);
     const std::string origin = req.get_header_value("Origin");
     if (!origin.empty() && origin_allowed_by_cors(origin)) {
       res.set_header("Access-Control-Allow-Origin", origin);
@@ -553,6 +678,7 @@ void HttpServer::routes() {
       {false, "/health", &HttpServer::health},
       {false, "/v1/models", &HttpServer::models},
       {false, "/props", &HttpServer::props},
+      {false, "/metrics", &HttpServer::metrics},
       {false, "/", &HttpServer::page},
       {true, "/tokenize", &HttpServer::tokenize},
       {true, "/detokenize", &HttpServer::detokenize},
@@ -654,6 +780,12 @@ void HttpServer::props(const httplib::Request&, httplib::Response& res) {
   res.set_content(dump(props), "application/json");
 }
 
+void HttpServer::metrics(const httplib::Request&, httplib::Response& res) {
+  Engine* engine = engine_.load();
+  res.set_content(metrics_.text(engine ? engine->queued() : 0, engine ? engine->running() : 0),
+                  "text/plain; version=0.0.4; charset=utf-8");
+}
+
 void HttpServer::page(const httplib::Request&, httplib::Response& res) {
   res.set_content(web_page_html(), "text/html; charset=utf-8");
 }
@@ -679,6 +811,11 @@ void HttpServer::complete(const httplib::Request& req, httplib::Response& res, b
   // Infilling (suffix) and structured output (response_format) take the prompt as text; the generator
   // checks them when it plans the canvas.
   const bool fills = Generator::fills_holes(s);
+  if (fills && (r.logprobs || r.echo))
+    return send_error(res, 400,
+                      std::string("'") + (r.logprobs ? "logprobs" : "echo") +
+                          "' is not available with infilling ('suffix', holes) or 'response_format'",
+                      r.logprobs ? "logprobs" : "echo");
   std::vector<int32_t> prompt;
   int64_t P = 0;
   if (!fills) {
@@ -698,6 +835,7 @@ void HttpServer::complete(const httplib::Request& req, httplib::Response& res, b
   auto job = std::make_shared<Job>();
   job->prompt = std::move(prompt);
   job->settings = s;
+  job->model = r.model.empty() ? options_.model_name : r.model;
   track(job);
   if (!engine->submit(job)) {
     untrack(job);
@@ -726,6 +864,13 @@ void HttpServer::complete(const httplib::Request& req, httplib::Response& res, b
   reply.prompt_tokens = P;
   reply.draft = r.canvas_draft;
   reply.include_usage = r.include_usage;
+  reply.logprobs = r.logprobs;
+  if (r.echo) {
+    reply.echo = r.prompt;
+    reply.prompt = job->prompt;
+  }
+  reply.tokenizer = engine->generator().tokenizer();
+  if (r.logprobs) reply.stop_ids = engine->generator().stop_ids();
 
   if (!r.stream) {
     untrack(job);
@@ -774,10 +919,14 @@ void HttpServer::infill(const httplib::Request& req, httplib::Response& res) {
   } catch (const ApiError& e) {
     return send_error(res, e.status, e.what(), e.param, e.code);
   }
+  if (r.logprobs || r.echo)
+    return send_error(res, 400, std::string("'") + (r.logprobs ? "logprobs" : "echo") + "' is not supported by /infill",
+                      r.logprobs ? "logprobs" : "echo");
   GenerationSettings& s = r.settings;
   s.text = r.prompt;
   auto job = std::make_shared<Job>();
   job->settings = s;
+  job->model = options_.model_name;
   track(job);
   if (!engine->submit(job)) {
     untrack(job);

@@ -14,6 +14,7 @@
 
 #include "serve/engine.h"
 #include "serve/http_connections.h"
+#include "serve/metrics.h"
 
 namespace httplib {
 struct Request;
@@ -70,6 +71,7 @@ class HttpServer {
   void infill(const httplib::Request& req, httplib::Response& res);
   void completions(const httplib::Request& req, httplib::Response& res);
   void chat_completions(const httplib::Request& req, httplib::Response& res);
+  void metrics(const httplib::Request& req, httplib::Response& res);  // Prometheus text
   // /v1/completions and /v1/chat/completions: checks, queues, waits, answers (streamed or not).
   void complete(const httplib::Request& req, httplib::Response& res, bool chat);
   bool handle(Exchange& exchange);
@@ -93,6 +95,7 @@ class HttpServer {
   int port_ = 0;
   std::mutex jobs_mutex_;
   std::set<std::shared_ptr<Job>> jobs_;  // submitted and not yet answered, for shutdown
+  ServerMetrics metrics_;
 };
 
 // The web page served at "/" (built in: no CDN, no build step).
