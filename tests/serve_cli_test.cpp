@@ -1,6 +1,5 @@
 // canvas serve as a process: endpoints, OpenAI error shapes, limits, API key, full queue, client
 // disconnects, SIGTERM. Each test starts its own server on a free port of 127.0.0.1.
-#include <httplib.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,10 +19,7 @@ namespace {
 using canvas::test::ServerProcess;
 
 
-httplib::Result post(const ServerProcess& s, const std::string& path, const std::string& body,
-                     const httplib::Headers& headers = {}) {
-  return s.client().Post(path.c_str(), headers, body, "application/json");
-}
+using canvas::test::post;
 
 // The error JSON OpenAI's clients parse: {"error": {"message": string, "type": string, ...}}.
 void expect_error(const httplib::Result& res, int status, const std::string& message_part = "") {
@@ -39,17 +35,7 @@ void expect_error(const httplib::Result& res, int status, const std::string& mes
   }
 }
 
-// The data: payloads of an SSE body.
-std::vector<std::string> sse_events(const std::string& body) {
-  std::vector<std::string> events;
-  size_t at = 0;
-  while ((at = body.find("data: ", at)) != std::string::npos) {
-    const size_t end = body.find("\n\n", at);
-    events.push_back(body.substr(at + 6, end - at - 6));
-    at = end;
-  }
-  return events;
-}
+using canvas::test::sse_events;
 
 }  // namespace
 

@@ -1,5 +1,11 @@
 // A `canvas serve` child process for tests: started on a free port of 127.0.0.1, ready once /health says ok.
 #pragma once
+// Debian's libcpp-httplib is built with OpenSSL support, which adds members to httplib::Client and
+// httplib::Request: code that makes a Client must declare them too, or the library's constructor writes
+// past the object (a smashed stack). Tests include httplib.h through this header.
+#ifndef CPPHTTPLIB_OPENSSL_SUPPORT
+#define CPPHTTPLIB_OPENSSL_SUPPORT
+#endif
 #include <httplib.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -78,5 +84,32 @@ class ServerProcess {
   int port_ = 0;
   bool exited_ = false;
 };
+
+// POST of a JSON body to the server.
+inline httplib::Result post(const ServerProcess& s, const std::string& path, const std::string& body,
+                            const httplib::Headers& headers = {}) {
+  return s.client().Post(path.c_str(), headers, body, "application/json");
+}
+
+// The JSON answer of a POST that must succeed (a test failure otherwise).
+inline nlohmann::json post_json(const ServerProcess& s, const std::string& path, const std::string& body) {
+  auto res = post(s, path, body);
+  EXPECT_TRUE(res);
+  if (!res) return nlohmann::json();
+  EXPECT_EQ(res->status, 200) << res->body;
+  return nlohmann::json::parse(res->body);
+}
+
+// The data: payloads of an SSE body.
+inline std::vector<std::string> sse_events(const std::string& body) {
+  std::vector<std::string> events;
+  size_t at = 0;
+  while ((at = body.find("data: ", at)) != std::string::npos) {
+    const size_t end = body.find("\n\n", at);
+    events.push_back(body.substr(at + 6, end - at - 6));
+    at = end;
+  }
+  return events;
+}
 
 }  // namespace canvas::test

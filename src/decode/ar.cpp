@@ -32,6 +32,7 @@ GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& pro
   std::vector<int32_t> generated;
   std::vector<int32_t> tokens(prompt), groups, recent;
   std::vector<char> allowed;
+  std::vector<float> raw;  // the row before constraint masking, when log-probabilities are reported
   int32_t state = 0;
   if (params.constraint) {
     check(params.constraint->vocab_size() <= c.vocab, "the constraint's vocabulary is larger than the model's");
@@ -59,6 +60,7 @@ GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& pro
     run_forward(callbacks, model, cache, req, pool);
     ++result.passes;
     if (generated.empty()) t_first = now_ms();
+    if (params.constraint && callbacks.on_logprob) raw = logits;
     if (params.constraint) {
       params.constraint->allowed(state, N - int64_t(generated.size()), allowed);
       const bool may_end = params.constraint->complete(state);
@@ -79,6 +81,10 @@ GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& pro
     pos0 = int64_t(tokens.size());
     tokens.push_back(token);
     generated.push_back(token);
+    if (callbacks.on_logprob)
+      callbacks.on_logprob(int64_t(generated.size()) - 1,
+                           token_logprob(params.constraint ? raw.data() : logits.data(), c.vocab, token,
+                                         callbacks.logprobs_top));
     if (callbacks.on_step) {
       StepEvent event;
       event.step = int64_t(generated.size()) - 1;

@@ -393,6 +393,11 @@ EntropyBoundResult generate_entropy_bound(const DiffusionModelHooks& hooks, cons
         break;
       }
     }
+    // The committed tokens' log-probabilities under the last pass of the canvas (the materialised head only).
+    if (callbacks.on_logprob && !streamed)
+      for (int64_t i = 0; i < keep; ++i)
+        callbacks.on_logprob(offset + i, token_logprob(&logits[size_t(i) * size_t(V)], V, committed[size_t(i)],
+                                                       callbacks.logprobs_top));
     result.tokens.insert(result.tokens.end(), committed.begin(), committed.end());
     if (finished) break;
     hooks.encode(committed);

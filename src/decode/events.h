@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 namespace canvas {
@@ -23,6 +24,14 @@ struct StepEvent {
   int64_t final_end = -1;
 };
 
+// A generated token's log-probability: the log-softmax, at temperature 1, of the logits row of the pass that
+// committed it (before any sampling transform), and that row's most likely ids.
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // (id, logprob), most likely first
+};
+
 struct DecodeCallbacks {
   std::function<void(const StepEvent&)> on_step;  // may be empty
   // Runs each forward pass of the loop in place of model/model.h's forward() (empty: forward()). A server
@@ -32,6 +41,11 @@ struct DecodeCallbacks {
   // May be empty; returning true ends generation after the current step (AR) or block (masked
   // diffusion), e.g. once a stop string has appeared. The result then holds what was generated so far.
   std::function<bool()> should_stop;
+  // May be empty (then nothing is computed); called where a token is committed, before that step's
+  // on_step, with its position in the generated region and its TokenLogprob with `logprobs_top`
+  // alternatives. A uniform-state run reports a canvas when it commits it (with the materialised head only).
+  std::function<void(int64_t position, const TokenLogprob&)> on_logprob;
+  int64_t logprobs_top = 0;
 };
 
 // forward(), or the callbacks' replacement for it.

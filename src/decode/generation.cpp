@@ -213,6 +213,9 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
   canvas::check(r.canvas_length == 0 || r.block_length == 0 || r.canvas_length == r.block_length,
                 "--canvas-length and --block-length (its old name for uniform-state models) disagree");
   canvas::check(r.freeze_refresh >= 0, "--freeze-refresh must be >= 0");
+  canvas::check(r.logprobs < 0 || !(uniform && r.stream_head),
+                "log-probabilities need the materialised head: not with --stream-head");
+  canvas::check(r.logprobs <= 100, "at most 100 alternatives per token (logprobs)");
   canvas::check(!r.stream_head || uniform,
                 "--stream-head applies to uniform-state diffusion decoding (DiffusionGemma's entropy-bound sampler) only");
   for (const std::string& stop : r.stop) canvas::check(!stop.empty(), "--stop needs a non-empty string");
@@ -329,6 +332,20 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
     if (r.cancelled && r.cancelled()) throw Cancelled{};
   };
   callbacks.should_stop = [&] { return stream.stop_string_seen() || stream.stop_id_seen(); };
+  std::vector<TokenLogprob> logprobs;  // by position in the generated region
+  std::vector<char> have_logprob;
+  if (r.logprobs >= 0) {
+    callbacks.logprobs_top = r.logprobs;
+    callbacks.on_logprob = [&](int64_t position, const TokenLogprob& lp) {
+      if (int64_t(logprobs.size()) <= position) {
+        logprobs.resize(size_t(position + 1));
+        have_logprob.resize(size_t(position + 1), 0);
+      }
+      logprobs[size_t(position)] = lp;
+      have_logprob[size_t(position)] = 1;
+      if (r.on_logprob) r.on_logprob(position, lp);
+    };
+  }
 
   GenerationResult result;
   bool cancelled = false;
@@ -392,6 +409,11 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
   out.tokens.assign(out.region.begin(), stop);
   if (stream.stop_string_seen() && tokenizer_)
     out.tokens.resize(size_t(tokens_covering(*tokenizer_, out.tokens, out.text.size())));
+  if (r.logprobs >= 0) {
+    size_t known = 0;  // the text's tokens in order, up to the first one without a log-probability
+    while (known < out.tokens.size() && known < have_logprob.size() && have_logprob[known]) ++known;
+    out.logprobs.assign(logprobs.begin(), logprobs.begin() + known);
+  }
   const int32_t pad = uniform ? defaults_.params.pad_id : c.pad_token;
   out.pad_tokens = pad >= 0 ? std::count(out.region.begin(), out.region.end(), pad) : 0;
   out.finish_reason = cancelled                  ? "cancelled"

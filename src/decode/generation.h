@@ -80,6 +80,11 @@ struct GenerationRequest {
   // still do). For timing runs (random weights may pick EOS at any step); not with infilling or a schema.
   bool ignore_eos = false;
 
+  // >= 0: each generated token's log-probability and this many most likely alternatives
+  // (GenerationOutput::logprobs; TokenLogprob says which distribution). -1: off (nothing is computed).
+  // Not with infilling or schemas, nor with a streamed uniform-state head.
+  int64_t logprobs = -1;
+
   // Infilling and structured output (diffusion models fill holes; AR models only take a schema). With a
   // suffix, N tokens are filled between `text` and it; holes written <|hole:N|> in `text` are filled at once;
   // with a schema the output is a JSON document valid for it (diffusion: the scaffold is given and the value
@@ -90,6 +95,9 @@ struct GenerationRequest {
   // Each decoding step (the canvas as it stands), and each new piece of final text, in order.
   std::function<void(const StepEvent&)> on_step;
   std::function<void(const std::string&)> on_text;
+  // With logprobs >= 0: each token's log-probability as it is committed (its position in the generated
+  // region), before the text it belongs to is sent to on_text.
+  std::function<void(int64_t position, const TokenLogprob&)> on_logprob;
   // Runs the forward passes instead of forward() (DecodeCallbacks::forward): a server's batcher, or a
   // benchmark that counts each pass's rows before calling forward().
   std::function<void(const Model&, KvCache&, const ForwardRequest&, ThreadPool*)> forward;
@@ -109,6 +117,8 @@ struct GenerationOutput {
   // needs when a stop string cut it.
   std::vector<int32_t> tokens;
   std::string text;
+  // With request.logprobs >= 0: one per token of `tokens` (fewer when cancelled).
+  std::vector<TokenLogprob> logprobs;
   std::string finish_reason;  // eos | stop | length | context | cancelled
   int64_t pad_tokens = 0;     // region positions holding the pad id
   int64_t passes = 0;         // decoder passes (AR: steps) that produced logits

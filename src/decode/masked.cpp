@@ -138,6 +138,7 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
   std::vector<char> committed_last(size_t(total), 0);             // committed by the previous step
   std::vector<int64_t> masked_positions;
   std::vector<TokenChoice> choices;
+  std::vector<const float*> raw_rows;  // each masked position's logits row (log-probabilities reported)
   std::vector<double> scores;
   std::vector<int32_t> recent;  // ids the repetition penalty applies to (when on)
   std::vector<float> constrained_row;
@@ -214,9 +215,11 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
           if (seq[size_t(p)] != mask) recent.push_back(seq[size_t(p)]);
       }
       if (params.constraint) params.constraint->update(canvas);
+      if (callbacks.on_logprob) raw_rows.resize(masked_positions.size());
       for (size_t i = 0; i < masked_positions.size(); ++i) {
         const int64_t p = masked_positions[i];
         const float* row = (c.shift_logits && p == s0) ? boundary.data() : &logits[(next_row++) * size_t(V)];
+        if (callbacks.on_logprob) raw_rows[i] = row;
         if (params.constraint && params.constraint->constrained(p - P)) {
           constrained_row.assign(row, row + V);
           params.constraint->mask_logits(p - P, constrained_row.data());
@@ -276,6 +279,8 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
         }
         seq[size_t(p)] = choices[i].token;
         canvas[size_t(p - P)] = choices[i].token;
+        if (callbacks.on_logprob)
+          callbacks.on_logprob(p - P, token_logprob(raw_rows[i], V, choices[i].token, callbacks.logprobs_top));
         committed_last[size_t(p)] = 1;
         event.committed.push_back(p - P);
         event.confidence.push_back(choices[i].p_token);

@@ -109,4 +109,18 @@ TokenChoice choose_token(const float* raw_logits, int64_t vocab, const SamplingP
   return choice;
 }
 
+TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t token, int64_t top) {
+  double max = -INFINITY;
+  for (int64_t j = 0; j < vocab; ++j) max = std::max(max, double(logits[j]));
+  double total = 0;
+  for (int64_t j = 0; j < vocab; ++j) total += std::exp(double(logits[j]) - max);
+  const double log_total = max + std::log(total);
+  TokenLogprob out;
+  out.token = token;
+  out.logprob = float(double(logits[token]) - log_total);
+  for (int32_t id : top_k(logits, vocab, top))
+    out.top.emplace_back(id, float(double(logits[id]) - log_total));
+  return out;
+}
+
 }  // namespace canvas

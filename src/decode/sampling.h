@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "decode/events.h"
 #include "ops/ops.h"
 
 namespace canvas {
@@ -45,6 +46,10 @@ std::vector<int32_t> sampling_candidates(const float* logits, int64_t vocab, con
 // The distribution choose_token draws from at a temperature above 0: softmax(logits / T) over the
 // candidates (every id when no filter is on), zeros elsewhere; [vocab] probabilities in double.
 std::vector<double> sampling_distribution(const float* logits, int64_t vocab, const SamplingParams& params);
+
+// The log-probability of `token` under softmax(logits) (temperature 1) and the `top` most likely ids of the
+// row with theirs.
+TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t token, int64_t top);
 
 // `position` (the sequence position the row predicts, prompt included; -1 when unknown) is named in the
 // error raised for a row holding NaN or +inf.

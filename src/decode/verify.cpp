@@ -111,9 +111,12 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     return &recent;
   };
   bool done = false;
-  auto commit = [&](int32_t t) {
+  // Commits t, drawn from the verifier's `row` (or the draft it checked).
+  auto commit = [&](int32_t t, const float* row) {
     tokens.push_back(t);
     generated.push_back(t);
+    if (callbacks.on_logprob)
+      callbacks.on_logprob(int64_t(generated.size()) - 1, token_logprob(row, V, t, callbacks.logprobs_top));
     done = (params.stop_at_eos && is_stop(t)) || int64_t(generated.size()) >= N;
   };
 
@@ -123,7 +126,8 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
               callbacks);
   ++result.passes;
   const double t_first = now_ms();
-  commit(choose_token(&logits[size_t(P - 1 - reused) * size_t(V)], V, params.sampling, rng, recent_of(), P).token);
+  const float* first_row = &logits[size_t(P - 1 - reused) * size_t(V)];
+  commit(choose_token(first_row, V, params.sampling, rng, recent_of(), P).token, first_row);
   int64_t cached = P;  // positions whose K/V are final; the last generated token is not among them yet
   std::vector<int32_t> canvas, verify_tokens;
   std::vector<std::vector<double>> proposal;
@@ -164,13 +168,13 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     for (int64_t i = 0; i <= k && !done; ++i) {
       const float* row = &logits[size_t(i) * size_t(V)];
       if (i == k) {  // every draft kept: AR's next token comes free
-        commit(choose_token(row, V, params.sampling, rng, recent_of(), P + int64_t(generated.size())).token);
+        commit(choose_token(row, V, params.sampling, rng, recent_of(), P + int64_t(generated.size())).token, row);
         break;
       }
       const int32_t d = canvas[size_t(i + 1)];
       if (!sampled) {
         const int32_t t = choose_token(row, V, params.sampling, rng, recent_of(), P + int64_t(generated.size())).token;
-        commit(t);
+        commit(t, row);
         if (t != d) break;
         ++kept;
         continue;
@@ -181,13 +185,13 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
       const std::vector<double> p = sampling_distribution(shaped, V, params.sampling);
       const std::vector<double>& q = proposal[size_t(i)];
       if (rng.uniform() * q[size_t(d)] < p[size_t(d)]) {
-        commit(d);
+        commit(d, row);
         ++kept;
         continue;
       }
       std::vector<double> residual(static_cast<size_t>(V));
       for (int64_t j = 0; j < V; ++j) residual[size_t(j)] = std::max(0.0, p[size_t(j)] - q[size_t(j)]);
-      commit(draw(residual, rng.uniform()));
+      commit(draw(residual, rng.uniform()), row);
       break;
     }
     result.accepted += kept;

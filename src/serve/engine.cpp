@@ -187,6 +187,16 @@ void Engine::run(Job& job) {
     }
     job.changed.notify_all();
   };
+  if (request.logprobs >= 0)
+    request.on_logprob = [&](int64_t position, const TokenLogprob& lp) {
+      std::lock_guard<std::mutex> lock(job.mutex);  // readers see it with the next version
+      if (int64_t(job.logprobs.size()) <= position) {
+        job.logprobs.resize(size_t(position + 1));
+        job.have_logprob.resize(size_t(position + 1), 0);
+      }
+      job.logprobs[size_t(position)] = lp;
+      job.have_logprob[size_t(position)] = 1;
+    };
   GenerationOutput out;
   std::string error;
   try {
@@ -206,6 +216,10 @@ void Engine::run(Job& job) {
                                                                                   : "length";
     job.completion_tokens = int64_t(out.tokens.size());
     job.tokens = out.tokens;
+    if (request.logprobs >= 0) {
+      job.logprobs = out.logprobs;
+      job.have_logprob.assign(job.logprobs.size(), 1);
+    }
     job.fills = out.fills;
     if (request.suffix) {
       // OpenAI's suffix: the completion is the text inserted between the prompt and the suffix.
@@ -247,11 +261,19 @@ void Engine::run(Job& job) {
     cost_.uniform_passes_per_canvas =
         cost_.uniform_passes_per_canvas == 0 ? observed : 0.8 * cost_.uniform_passes_per_canvas + 0.2 * observed;
   }
+  const int64_t prompt_tokens = int64_t(error.empty() ? out.prompt.size() : job.prompt.size());
+  if (ServerMetrics* metrics = metrics_.load())  // before `finished`: an answered request is counted
+    metrics->generation_finished(prompt_tokens, job.completion_tokens, job.passes, job.queued_ms / 1000.0,
+                                 (job.queued_ms + job.decode_ms) / 1000.0);
   // One line per request on stderr, for the operator (canvas serve's log).
-  std::fprintf(stderr, "canvas serve: request mode=%s prompt=%lld tokens=%lld passes=%lld queue_ms=%.1f decode_ms=%.1f finish=%s%s\n",
-               decode_mode_name(request.mode), (long long)(error.empty() ? out.prompt.size() : job.prompt.size()),
+  const char* status = !error.empty() ? "error" : job.cancelled_by_client ? "cancelled" : "ok";
+  std::fprintf(stderr,
+               "canvas serve: request mode=%s model=%s prompt=%lld tokens=%lld passes=%lld queue_ms=%.1f "
+               "decode_ms=%.1f finish=%s status=%s%s\n",
+               decode_mode_name(request.mode), job.model.empty() ? "-" : job.model.c_str(), (long long)prompt_tokens,
                (long long)job.completion_tokens, (long long)job.passes, job.queued_ms, job.decode_ms,
-               error.empty() ? out.finish_reason.c_str() : "error", error.empty() ? "" : (" (" + error + ")").c_str());
+               error.empty() ? out.finish_reason.c_str() : "error", status,
+               error.empty() ? "" : (" (" + error + ")").c_str());
   job.finished = true;
   ++job.version;
   job.changed.notify_all();

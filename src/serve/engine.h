@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "serve/batcher.h"
 #include "serve/cost_model.h"
+#include "serve/metrics.h"
 
 namespace canvas::serve {
 
@@ -34,6 +35,7 @@ using GenerationSettings = GenerationRequest;
 struct Job {
   std::vector<int32_t> prompt;
   GenerationSettings settings;
+  std::string model;  // the model name the answer gives (for the log line)
 
   std::mutex mutex;
   std::condition_variable changed;
@@ -53,6 +55,10 @@ struct Job {
   std::string text, finish_reason, ended;
   int64_t completion_tokens = 0;
   std::vector<int32_t> tokens;   // the text's tokens (no end token, no padding)
+  // With settings.logprobs >= 0: by position in the generated region while it runs (have_logprob marks
+  // the committed positions), then one per token of `tokens`.
+  std::vector<TokenLogprob> logprobs;
+  std::vector<char> have_logprob;
   std::vector<std::string> fills;  // infilling: each hole's text
   double queued_ms = 0, decode_ms = 0;
 
@@ -103,6 +109,8 @@ class Engine {
   int64_t queued() const;
   int64_t running() const;
   const StepBatcher& batcher() const { return batcher_; }
+  // Where finished generations are counted (null: nowhere); it must outlive the engine's generations.
+  void set_metrics(ServerMetrics* metrics) { metrics_.store(metrics); }
 
  private:
   void run_next();  // one slot's task: the oldest queued job, if any is left
@@ -120,6 +128,7 @@ class Engine {
   std::vector<Job*> running_jobs_;
   int64_t running_ = 0;
   bool stopping_ = false;
+  std::atomic<ServerMetrics*> metrics_{nullptr};
   std::unique_ptr<WorkerThreads> slots_;  // last: its destructor joins threads that use the members above
 };
 

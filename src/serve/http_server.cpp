@@ -139,6 +139,337 @@ bool wait_for_job(Job& job, Done done) {
   return true;
 }
 
+// The request body as a JSON object; "" when it is one, else the message for a 400.
+std::string body_object(const httplib::Request& req, json& out) {
+  try {
+    out = parse_json(req.body, "the request body");
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  return out.is_object() ? std::string() : std::string("the request body must be a JSON object");
+}
+
+// What every answer to one completion request repeats (its id, model, ...) and how it is to be written.
+struct CompletionReply {
+  bool chat = false;
+  std::string id, model_name;
+  int64_t created = 0;
+  int64_t prompt_tokens = 0;
+  bool draft = false;          // stream chunks carry the canvas
+  bool include_usage = false;  // a last stream chunk carries the usage
+  bool logprobs = false;       // choices carry the tokens' log-probabilities
+  std::string echo;            // /v1/completions with echo: the prompt, written before the completion
+  std::vector<int32_t> prompt;  // ... and its tokens (their log-probability entries are null)
+  const TextTokenizer* tokenizer = nullptr;
+  std::vector<int32_t> stop_ids;  // ids that end the text (a stream's entries stop before them)
+};
+
+// A token's text (its id when there is no tokenizer).
+std::string token_text(const TextTokenizer* tokenizer, int32_t id) {
+  return tokenizer ? tokenizer->decode({id}) : std::to_string(id);
+}
+
+json utf8_bytes(const std::string& text) {
+  json bytes = json::array();
+  for (unsigned char ch : text) bytes.push_back(int(ch));
+  return bytes;
+}
+
+// Chat's choices[].logprobs.content for lps[from, to): {token, logprob, bytes, top_logprobs}.
+json chat_logprobs(const TextTokenizer* tokenizer, const std::vector<TokenLogprob>& lps, size_t from, size_t to) {
+  json content = json::array();
+  for (size_t i = from; i < to; ++i) {
+    const TokenLogprob& lp = lps[i];
+    json top = json::array();
+    for (const auto& [id, logprob] : lp.top) {
+      const std::string text = token_text(tokenizer, id);
+      top.push_back({{"token", text}, {"logprob", logprob}, {"bytes", utf8_bytes(text)}});
+    }
+    const std::string text = token_text(tokenizer, lp.token);
+    content.push_back({{"token", text}, {"logprob", lp.logprob}, {"bytes", utf8_bytes(text)}, {"top_logprobs", top}});
+  }
+  return json{{"content", content}};
+}
+
+// The legacy /v1/completions logprobs of tokens[from, to): {tokens, token_logprobs, top_logprobs, text_offset}.
+// `lps` null: the tokens are the echoed prompt's, whose log-probabilities are null. Offsets count from `base`
+// plus the text of the tokens before each one.
+json legacy_logprobs(const TextTokenizer* tokenizer, const std::vector<int32_t>& tokens,
+                     const std::vector<TokenLogprob>* lps, size_t from, size_t to, size_t base) {
+  json out = {{"tokens", json::array()},
+              {"token_logprobs", json::array()},
+              {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+  for (size_t i = from; i < to; ++i) {
+    const size_t before =
+        tokenizer ? tokenizer->decode(std::vector<int32_t>(tokens.begin(), tokens.begin() + i)).size() : 0;
+    out["tokens"].push_back(token_text(tokenizer, tokens[i]));
+    out["text_offset"].push_back(base + before);
+    if (!lps) {
+      out["token_logprobs"].push_back(nullptr);
+      out["top_logprobs"].push_back(nullptr);
+      continue;
+    }
+    out["token_logprobs"].push_back((*lps)[i].logprob);
+    json top = json::object();
+    for (const auto& [id, logprob] : (*lps)[i].top) top[token_text(tokenizer, id)] = logprob;
+    out["top_logprobs"].push_back(top);
+  }
+  return out;
+}
+
+void append_legacy_logprobs(json& to, const json& more) {
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+    for (const json& v : more[key]) to[key].push_back(v);
+}
+
+// The non-streamed answer of a finished job.
+json completion_body(const CompletionReply& reply, const Job& job) {
+  json choice = {{"index", 0}, {"finish_reason", job.finish_reason}};
+  if (reply.chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", job.text}};
+    choice["logprobs"] = reply.logprobs ? chat_logprobs(reply.tokenizer, job.logprobs, 0, job.logprobs.size())
+                                        : json(nullptr);
+  } else {
+    choice["text"] = reply.echo + job.text;
+    choice["logprobs"] = nullptr;
+    if (reply.logprobs) {
+      const size_t n = std::min(job.tokens.size(), job.logprobs.size());
+      json lps = legacy_logprobs(reply.tokenizer, reply.prompt, nullptr, 0, reply.prompt.size(), 0);
+      append_legacy_logprobs(lps, legacy_logprobs(reply.tokenizer, job.tokens, &job.logprobs, 0, n,
+                                                  reply.echo.size()));
+      choice["logprobs"] = lps;
+    }
+  }
+  return json{{"id", reply.id},
+              {"object", reply.chat ? "chat.completion" : "text_completion"},
+              {"created", reply.created},
+              {"model", reply.model_name},
+              {"choices", json::array({choice})},
+              {"usage", usage_json(reply.prompt_tokens, job)},
+              {"canvas",
+               {{"mode", decode_mode_name(job.mode_used)},
+                {"queue_ms", job.queued_ms},
+                {"decode_ms", job.decode_ms},
+                {"tokens", job.tokens},
+                {"finish", job.ended},
+                {"seed", job.settings.sampling.seed}}}};
+}
+
+// The canvas of a stream chunk with "canvas_draft": each position's text, null where it is masked.
+json draft_tokens(const Engine& engine, const std::vector<int32_t>& canvas) {
+  json pieces = json::array();
+  const int32_t mask = engine.model().config.mask_token;
+  const TextTokenizer* tokenizer = engine.generator().tokenizer();
+  for (int32_t t : canvas) {
+    if (mask >= 0 && t == mask)
+      pieces.push_back(nullptr);
+    else
+      pieces.push_back(tokenizer ? tokenizer->decode({t}) : std::string());
+  }
+  return pieces;
+}
+
+// Writes a streamed answer as the job progresses: a chunk per new piece of text (and per step with
+// canvas_draft), the last chunk with the finish reason, the usage when asked, then [DONE]. False when the
+// client is gone.
+bool stream_completion(Job& job, const Engine& engine, const CompletionReply& reply, httplib::DataSink& sink) {
+  const bool chat = reply.chat;
+  std::string sent;
+  int64_t seen = -1;
+  bool first = true;
+  auto send = [&](const json& j) {
+    const std::string line = "data: " + dump(j) + "\n\n";
+    return sink.write(line.data(), line.size());
+  };
+  auto envelope = [&](json choices) {
+    return json{{"id", reply.id},
+                {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", reply.created},
+                {"model", reply.model_name},
+                {"choices", std::move(choices)}};
+  };
+  // Log-probabilities: those of the first `logprobs_sent` tokens went out with earlier chunks; a chunk
+  // carries those of the tokens its text completes.
+  size_t logprobs_sent = 0;
+  std::vector<int32_t> final_tokens;    // the committed tokens in order (all of them once finished)
+  std::vector<TokenLogprob> final_lps;  // theirs
+  auto chunk_logprobs = [&](size_t to) -> json {
+    const size_t from = logprobs_sent;
+    logprobs_sent = std::max(from, to);
+    if (chat) return chat_logprobs(reply.tokenizer, final_lps, from, logprobs_sent);
+    return legacy_logprobs(reply.tokenizer, final_tokens, &final_lps, from, logprobs_sent, reply.echo.size());
+  };
+  auto chunk = [&](const std::string& delta, const json& finish, size_t logprobs_to) {
+    json choice = {{"index", 0}, {"finish_reason", finish}};
+    if (chat) {
+      choice["delta"] = json::object();
+      if (first) choice["delta"]["role"] = "assistant";
+      if (!delta.empty() || !first) choice["delta"]["content"] = delta;
+      if (first && delta.empty()) choice["delta"]["content"] = "";
+    } else {
+      choice["text"] = first ? reply.echo + delta : delta;
+      choice["logprobs"] = nullptr;
+    }
+    if (reply.logprobs) {
+      choice["logprobs"] = chunk_logprobs(logprobs_to);
+      if (!chat && first && !reply.echo.empty()) {  // the echoed prompt's entries come first
+        json entries = legacy_logprobs(reply.tokenizer, reply.prompt, nullptr, 0, reply.prompt.size(), 0);
+        append_legacy_logprobs(entries, choice["logprobs"]);
+        choice["logprobs"] = entries;
+      }
+    }
+    first = false;
+    return envelope(json::array({choice}));
+  };
+  for (;;) {
+    std::vector<int32_t> canvas;
+    bool finished = false, uniform = false;
+    std::string error, text, finish_reason;
+    int64_t passes = 0, steps = 0;
+    DecodeMode mode = DecodeMode::Diffusion;
+    {
+      std::unique_lock<std::mutex> lock(job.mutex);
+      const bool changed =
+          job.changed.wait_for(lock, std::chrono::milliseconds(500), [&] { return job.version != seen; });
+      if (!changed) {
+        lock.unlock();
+        // Nothing new (queued): a comment line finds out whether the client is still there.
+        if (!sink.write(": waiting\n\n", 11)) {
+          job.cancel = true;
+          return false;
+        }
+        continue;
+      }
+      seen = job.version;
+      canvas = job.canvas;
+      finished = job.finished;
+      uniform = job.uniform_state;
+      error = job.error;
+      text = finished ? job.text : job.committed_text;
+      finish_reason = job.finish_reason;
+      passes = job.passes;
+      steps = job.steps;
+      mode = job.mode_used;
+      if (reply.logprobs) {
+        size_t known = 0;  // committed positions in order
+        if (finished) {
+          final_tokens = job.tokens;
+          known = std::min(job.tokens.size(), job.logprobs.size());
+        } else {
+          while (known < job.have_logprob.size() && known < canvas.size() && job.have_logprob[known] &&
+                 std::find(reply.stop_ids.begin(), reply.stop_ids.end(), canvas[known]) == reply.stop_ids.end())
+            ++known;
+          final_tokens.assign(canvas.begin(), canvas.begin() + known);
+        }
+        final_tokens.resize(known);
+        final_lps.assign(job.logprobs.begin(), job.logprobs.begin() + known);
+      }
+    }
+    if (finished && !error.empty()) {
+      send(error_json(500, "generation failed: " + error));
+      sink.write("data: [DONE]\n\n", 14);
+      sink.done();
+      return true;
+    }
+    std::string delta;
+    if (text.size() > sent.size() && text.compare(0, sent.size(), sent) == 0) {
+      delta = text.substr(sent.size());
+      sent = text;
+    }
+    // The tokens whose log-probabilities go with this text: all of them at the end, else those whose text
+    // has been sent (the last ones may still be held back, e.g. as the start of a stop string).
+    size_t logprobs_to = logprobs_sent;
+    if (reply.logprobs) {
+      if (finished) {
+        logprobs_to = final_tokens.size();
+      } else if (reply.tokenizer) {
+        size_t lo = logprobs_sent, hi = final_tokens.size();  // the most tokens whose text fits in `sent`
+        while (lo < hi) {
+          const size_t mid = (lo + hi + 1) / 2;
+          const std::vector<int32_t> prefix(final_tokens.begin(), final_tokens.begin() + mid);
+          if (reply.tokenizer->decode(prefix).size() <= sent.size()) lo = mid;
+          else hi = mid - 1;
+        }
+        logprobs_to = lo;
+      }
+    }
+    if (!delta.empty() || reply.draft || first) {
+      json j = chunk(delta, nullptr, logprobs_to);
+      if (reply.draft)
+        j["canvas"] = {{"mode", decode_mode_name(mode)},
+                       {"step", steps},
+                       {"passes", passes},
+                       {"tokens", draft_tokens(engine, canvas)},
+                       {"noise", uniform && !finished}};
+      if (!send(j)) {
+        job.cancel = true;
+        return false;
+      }
+    }
+    if (finished) {
+      json last = chunk("", finish_reason, logprobs_to);
+      if (chat) last["choices"][0]["delta"] = json::object();
+      if (!send(last)) return false;
+      if (reply.include_usage) {
+        json u = envelope(json::array());
+        {
+          std::lock_guard<std::mutex> lock(job.mutex);
+          u["usage"] = usage_json(reply.prompt_tokens, job);
+        }
+        if (!send(u)) return false;
+      }
+      sink.write("data: [DONE]\n\n", 14);
+      sink.done();
+      return true;
+    }
+  }
+}
+
+// The checks a completion request passes before it is queued (the prompt, the context, the mode): ApiError
+// 400 when it fails one.
+void check_admissible(const Engine& engine, const GenerationSettings& s, int64_t P, bool chat) {
+  const ModelConfig& c = engine.model().config;
+  const char* input = chat ? "messages" : "prompt";
+  if (P == 0) throw ApiError(400, "the prompt encodes to no tokens", input);
+  const int64_t ctx = c.context_length > 0 ? c.context_length : (int64_t(1) << 30);
+  if (P >= ctx)
+    throw ApiError(400,
+                   "the prompt (" + std::to_string(P) + " tokens) does not fit the model's context length " +
+                       std::to_string(ctx) + " with room for one new token",
+                   input, "context_length_exceeded");
+  if (P + s.max_new_tokens > ctx)
+    throw ApiError(400,
+                   "the prompt (" + std::to_string(P) + " tokens) + max_tokens (" +
+                       std::to_string(s.max_new_tokens) + ") exceed the model's context length " +
+                       std::to_string(ctx),
+                   "max_tokens", "context_length_exceeded");
+  if (s.mode == DecodeMode::Diffusion && !engine.has_diffusion())
+    throw ApiError(400, "this model cannot decode by diffusion (no mask token); use 'mode': 'ar'", "mode");
+  if (s.mode == DecodeMode::Ar && !engine.has_ar())
+    throw ApiError(400, "this model cannot decode autoregressively; use 'mode': 'diffusion'", "mode");
+  try {
+    // The request as it would run in the mode it asks for (auto: each mode the router may pick).
+    GenerationSettings probe = s;
+    if (s.mode == DecodeMode::Auto) {
+      if (engine.has_diffusion()) {
+        probe.mode = DecodeMode::Diffusion;
+        engine.generator().check(probe, P);
+      }
+      if (engine.has_ar()) {
+        probe.mode = DecodeMode::Ar;
+        engine.generator().check(probe, P);
+      }
+    } else {
+      engine.generator().check(probe, P);
+    }
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    const bool context = message.find("context length") != std::string::npos;
+    throw ApiError(400, message, context ? "max_tokens" : "", context ? "context_length_exceeded" : "");
+  }
+}
+
 }  // namespace
 
 HttpServer::HttpServer(ServerOptions options) : options_(std::move(options)), router_(new Router) {}
@@ -146,6 +477,7 @@ HttpServer::HttpServer(ServerOptions options) : options_(std::move(options)), ro
 HttpServer::~HttpServer() = default;
 
 void HttpServer::set_engine(Engine* engine) {
+  if (engine) engine->set_metrics(&metrics_);
   engine_.store(engine);
 }
 
@@ -293,7 +625,7 @@ bool HttpServer::gate(const httplib::Request& req, httplib::Response& res) const
     return true;
   }
   const bool api = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize" ||
-                   req.path == "/props" || req.path == "/infill";
+                   req.path == "/props" || req.path == "/infill" || req.path == "/metrics";
   if (api && !authorized(req)) {
     send_error(res, 401, "missing or wrong API key (send 'Authorization: Bearer KEY')", "",
                "invalid_api_key");
@@ -312,6 +644,7 @@ void HttpServer::routes() {
                           : httplib::Server::HandlerResponse::Unhandled;
   });
   router_->set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    metrics_.request_answered(allow_.count(req.path) ? req.path : "other", res.status);
     const std::string origin = req.get_header_value("Origin");
     if (!origin.empty() && origin_allowed_by_cors(origin)) {
       res.set_header("Access-Control-Allow-Origin", origin);
@@ -336,422 +669,285 @@ void HttpServer::routes() {
       send_error(res, 500, "internal error");
     }
   });
-  // Every route is registered through these, so that 405 and OPTIONS know each path's methods.
-  auto get = [this](const std::string& path, httplib::Server::Handler handler) {
-    allow_[path] = "GET, HEAD, OPTIONS";
-    router_->Get(path, std::move(handler));
+  struct Route {
+    bool post;  // POST, else GET (with HEAD)
+    const char* path;
+    void (HttpServer::*handler)(const httplib::Request&, httplib::Response&);
   };
-  auto post = [this](const std::string& path, httplib::Server::Handler handler) {
-    allow_[path] = "POST, OPTIONS";
-    router_->Post(path, std::move(handler));
+  static const Route table[] = {
+      {false, "/health", &HttpServer::health},
+      {false, "/v1/models", &HttpServer::models},
+      {false, "/props", &HttpServer::props},
+      {false, "/metrics", &HttpServer::metrics},
+      {false, "/", &HttpServer::page},
+      {true, "/tokenize", &HttpServer::tokenize},
+      {true, "/detokenize", &HttpServer::detokenize},
+      {true, "/infill", &HttpServer::infill},
+      {true, "/v1/completions", &HttpServer::completions},
+      {true, "/v1/chat/completions", &HttpServer::chat_completions},
   };
-
-  get("/health", [this](const httplib::Request& req, httplib::Response& res) {
-    Engine* engine = engine_.load();
-    if (!engine || draining_) {
-      res.status = 503;
-      res.set_content(dump(json{{"status", engine ? "stopping" : "loading"}}), "application/json");
-      return;
-    }
-    if (!authorized(req)) {  // with --api-key, the details are for callers that hold it
-      res.set_content(dump(json{{"status", "ok"}}), "application/json");
-      return;
-    }
-    const StepBatcher& b = engine->batcher();
-    json j = {{"status", "ok"},
-              {"model", options_.model_name},
-              {"running", engine->running()},
-              {"queued", engine->queued()},
-              {"parallel", engine->options().parallel},
-              {"queue", engine->options().queue},
-              {"batches", b.batches()},
-              {"batched_passes", b.passes()},
-              {"largest_batch", b.largest_batch()},
-              {"modes", json::array()},
-              {"cost_model", engine->cost_model().describe()}};
-    if (engine->has_diffusion()) j["modes"].push_back("diffusion");
-    if (engine->has_ar()) j["modes"].push_back("ar");
-    res.set_content(dump(j), "application/json");
-  });
-  get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    json model = {{"id", options_.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "canvas"}};
-    res.set_content(dump(json{{"object", "list"}, {"data", json::array({model})}}), "application/json");
-  });
-  // llama-server's helpers: /tokenize, /detokenize, /props.
-  auto body_json = [](const httplib::Request& req, json& out) {
-    try {
-      out = parse_json(req.body, "the request body");
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return out.is_object() ? std::string() : std::string("the request body must be a JSON object");
-  };
-  post("/tokenize", [this, body_json](const httplib::Request& req, httplib::Response& res) {
-    Engine* engine = engine_.load();
-    if (!engine || !engine->generator().tokenizer())
-      return send_error(res, 503, "the model is still loading");
-    json j;
-    if (const std::string e = body_json(req, j); !e.empty()) return send_error(res, 400, e);
-    if (!j.contains("content") || !j["content"].is_string())
-      return send_error(res, 400, "'content' must be a string", "content");
-    const bool special = j.value("add_special", false);
-    const std::vector<int32_t> ids =
-        engine->generator().tokenizer()->encode(j["content"].get<std::string>(), special);
-    res.set_content(dump(json{{"tokens", ids}}), "application/json");
-  });
-  post("/detokenize", [this, body_json](const httplib::Request& req, httplib::Response& res) {
-    Engine* engine = engine_.load();
-    if (!engine || !engine->generator().tokenizer())
-      return send_error(res, 503, "the model is still loading");
-    json j;
-    if (const std::string e = body_json(req, j); !e.empty()) return send_error(res, 400, e);
-    if (!j.contains("tokens") || !j["tokens"].is_array())
-      return send_error(res, 400, "'tokens' must be an array", "tokens");
-    std::vector<int32_t> ids;
-    for (const json& t : j["tokens"]) {
-      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= engine->model().config.vocab)
-        return send_error(res, 400, "'tokens' must hold ids of the vocabulary", "tokens");
-      ids.push_back(t.get<int32_t>());
-    }
-    res.set_content(dump(json{{"content", engine->generator().tokenizer()->decode(ids)}}),
-                    "application/json");
-  });
-  get("/props", [this](const httplib::Request&, httplib::Response& res) {
-    Engine* engine = engine_.load();
-    if (!engine) return send_error(res, 503, "the model is still loading");
-    const ModelConfig& c = engine->model().config;
-    json modes = json::array();
-    if (engine->has_diffusion()) modes.push_back("diffusion");
-    if (engine->has_ar()) modes.push_back("ar");
-    if (supports_verify(c)) modes.push_back("verify");
-    json props = {{"model", options_.model_name},
-                  {"architecture", c.arch},
-                  {"n_ctx", c.context_length},
-                  {"n_vocab", c.vocab},
-                  {"modes", modes},
-                  {"default_mode", decode_mode_name(engine->options().default_mode)},
-                  {"total_slots", engine->options().parallel},
-                  {"chat_template", engine->options().chat ? engine->options().chat->jinja : std::string()},
-                  {"chat_format", engine->options().chat ? engine->options().chat->name : std::string()}};
-    res.set_content(dump(props), "application/json");
-  });
-
-  get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(web_page_html(), "text/html; charset=utf-8");
-  });
-
-  auto complete = [this](const httplib::Request& req, httplib::Response& res, bool chat) {
-    Engine* engine = engine_.load();
-    if (!engine) return send_unavailable(res, "the model is still loading");
-    ApiRequest r;
-    try {
-      r = parse_api_request(req.body, chat);
-    } catch (const ApiError& e) {
-      return send_error(res, e.status, e.what(), e.param, e.code);
-    }
-    const Model& model = engine->model();
-    const ModelConfig& c = model.config;
-    const Generator& generator = engine->generator();
-    GenerationSettings& s = r.settings;
-    if (chat)
-      s.messages = r.messages;
+  // allow_ holds each path's methods, for 405 and OPTIONS.
+  for (const Route& route : table) {
+    httplib::Server::Handler handler = [this, h = route.handler](const httplib::Request& req,
+                                                                 httplib::Response& res) { (this->*h)(req, res); };
+    allow_[route.path] = route.post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS";
+    if (route.post)
+      router_->Post(route.path, std::move(handler));
     else
-      s.text = r.prompt;
-    // Infilling (suffix) and structured output (response_format) take the prompt as text; the generator
-    // checks them when it plans the canvas.
-    const bool fills = Generator::fills_holes(s);
-    std::vector<int32_t> prompt;
-    int64_t P = 0;
-    if (!fills) {
-      try {
-        prompt = generator.prompt_of(s);
-      } catch (const std::exception& e) {
-        return send_error(res, 400, std::string("cannot tokenize the prompt: ") + e.what(),
-                          chat ? "messages" : "prompt");
-      }
-      P = int64_t(prompt.size());
-      if (P == 0)
-        return send_error(res, 400, "the prompt encodes to no tokens", chat ? "messages" : "prompt");
-      const int64_t ctx = c.context_length > 0 ? c.context_length : (int64_t(1) << 30);
-      if (P >= ctx)
-        return send_error(res, 400,
-                          "the prompt (" + std::to_string(P) +
-                              " tokens) does not fit the model's context length " + std::to_string(ctx) +
-                              " with room for one new token",
-                          chat ? "messages" : "prompt", "context_length_exceeded");
-      if (P + s.max_new_tokens > ctx)
-        return send_error(res, 400,
-                          "the prompt (" + std::to_string(P) + " tokens) + max_tokens (" +
-                              std::to_string(s.max_new_tokens) + ") exceed the model's context length " +
-                              std::to_string(ctx),
-                          "max_tokens", "context_length_exceeded");
-      if (s.mode == DecodeMode::Diffusion && !engine->has_diffusion())
-        return send_error(res, 400, "this model cannot decode by diffusion (no mask token); use 'mode': 'ar'",
-                          "mode");
-      if (s.mode == DecodeMode::Ar && !engine->has_ar())
-        return send_error(res, 400, "this model cannot decode autoregressively; use 'mode': 'diffusion'",
-                          "mode");
-      try {
-        // The request as it would run in the mode it asks for (auto: each mode the router may pick).
-        GenerationSettings probe = s;
-        if (s.mode == DecodeMode::Auto) {
-          if (engine->has_diffusion()) {
-            probe.mode = DecodeMode::Diffusion;
-            generator.check(probe, P);
-          }
-          if (engine->has_ar()) {
-            probe.mode = DecodeMode::Ar;
-            generator.check(probe, P);
-          }
-        } else {
-          generator.check(probe, P);
-        }
-      } catch (const Error& e) {
-        const std::string message = e.what();
-        const bool context = message.find("context length") != std::string::npos;
-        return send_error(res, 400, message, context ? "max_tokens" : "",
-                          context ? "context_length_exceeded" : "");
-      }
-    }
-    auto job = std::make_shared<Job>();
-    job->prompt = std::move(prompt);
-    job->settings = s;
-    track(job);
-    if (!engine->submit(job)) {
-      untrack(job);
-      if (draining_) return send_unavailable(res, "the server is shutting down");
-      return send_unavailable(res,
-                              "the server is busy: " + std::to_string(engine->queued()) +
-                                  " requests are waiting (--queue " +
-                                  std::to_string(engine->options().queue) + "); retry later",
-                              "server_busy");
-    }
-    // Until the job runs, no answer has begun: a job the shutdown drops from the queue gets a 503.
-    if (!wait_for_job(*job, [&](const Job& j) { return j.started || j.finished; }) ||
-        (!r.stream && !wait_for_job(*job, [](const Job& j) { return j.finished; }))) {
-      untrack(job);
-      return send_error(res, 400, "the client went away");  // nobody reads it
-    }
-    if (job->dropped) {
-      untrack(job);
-      return send_unavailable(res, "the server is shutting down; the request did not run");
-    }
-    const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
-    const int64_t created = int64_t(std::time(nullptr));
-    const std::string model_name = r.model.empty() ? options_.model_name : r.model;
+      router_->Get(route.path, std::move(handler));
+  }
+}
 
-    if (!r.stream) {
-      untrack(job);
-      if (!job->error.empty())
-        return fills ? send_error(res, 400, job->error, chat ? "response_format" : "suffix")
-                     : send_error(res, 500, "generation failed: " + job->error);
-      json choice = {{"index", 0}, {"finish_reason", job->finish_reason}};
-      if (chat) {
-        choice["message"] = {{"role", "assistant"}, {"content", job->text}};
-      } else {
-        choice["text"] = job->text;
-        choice["logprobs"] = nullptr;
-      }
-      json body = {{"id", id},
-                   {"object", chat ? "chat.completion" : "text_completion"},
-                   {"created", created},
-                   {"model", model_name},
-                   {"choices", json::array({choice})},
-                   {"usage", usage_json(fills ? int64_t(job->prompt.size()) : P, *job)},
-                   {"canvas",
-                    {{"mode", decode_mode_name(job->mode_used)},
-                     {"queue_ms", job->queued_ms},
-                     {"decode_ms", job->decode_ms},
-                     {"tokens", job->tokens},
-                     {"finish", job->ended},
-                     {"seed", job->settings.sampling.seed}}}};
-      res.set_content(dump(body), "application/json");
-      return;
-    }
+void HttpServer::health(const httplib::Request& req, httplib::Response& res) {
+  Engine* engine = engine_.load();
+  if (!engine || draining_) {
+    res.status = 503;
+    res.set_content(dump(json{{"status", engine ? "stopping" : "loading"}}), "application/json");
+    return;
+  }
+  if (!authorized(req)) {  // with --api-key, the details are for callers that hold it
+    res.set_content(dump(json{{"status", "ok"}}), "application/json");
+    return;
+  }
+  const StepBatcher& b = engine->batcher();
+  json j = {{"status", "ok"},
+            {"model", options_.model_name},
+            {"running", engine->running()},
+            {"queued", engine->queued()},
+            {"parallel", engine->options().parallel},
+            {"queue", engine->options().queue},
+            {"batches", b.batches()},
+            {"batched_passes", b.passes()},
+            {"largest_batch", b.largest_batch()},
+            {"modes", json::array()},
+            {"cost_model", engine->cost_model().describe()}};
+  if (engine->has_diffusion()) j["modes"].push_back("diffusion");
+  if (engine->has_ar()) j["modes"].push_back("ar");
+  res.set_content(dump(j), "application/json");
+}
 
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");  // nginx: pass events through as they come
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [job, engine, chat, id, created, model_name, P, draft = r.canvas_draft, usage = r.include_usage](
-            size_t, httplib::DataSink& sink) {
-          std::string sent;
-          int64_t seen = -1;
-          bool first = true;
-          auto send = [&](const json& j) {
-            const std::string line = "data: " + dump(j) + "\n\n";
-            return sink.write(line.data(), line.size());
-          };
-          auto chunk = [&](const std::string& delta, const json& finish) {
-            json choice = {{"index", 0}, {"finish_reason", finish}};
-            if (chat) {
-              choice["delta"] = json::object();
-              if (first) choice["delta"]["role"] = "assistant";
-              if (!delta.empty() || !first) choice["delta"]["content"] = delta;
-              if (first && delta.empty()) choice["delta"]["content"] = "";
-            } else {
-              choice["text"] = delta;
-              choice["logprobs"] = nullptr;
-            }
-            first = false;
-            return json{{"id", id},
-                        {"object", chat ? "chat.completion.chunk" : "text_completion"},
-                        {"created", created},
-                        {"model", model_name},
-                        {"choices", json::array({choice})}};
-          };
-          for (;;) {
-            std::vector<int32_t> canvas;
-            bool finished = false, uniform = false;
-            std::string error, final_text, finish_reason;
-            int64_t passes = 0, steps = 0;
-            DecodeMode mode = DecodeMode::Diffusion;
-            {
-              std::unique_lock<std::mutex> lock(job->mutex);
-              const bool changed = job->changed.wait_for(lock, std::chrono::milliseconds(500),
-                                                         [&] { return job->version != seen; });
-              if (!changed) {
-                lock.unlock();
-                // Nothing new (queued): a comment line finds out whether the client is still there.
-                if (!sink.write(": waiting\n\n", 11)) {
-                  job->cancel = true;
-                  return false;
-                }
-                continue;
-              }
-              seen = job->version;
-              canvas = job->canvas;
-              finished = job->finished;
-              uniform = job->uniform_state;
-              error = job->error;
-              final_text = finished ? job->text : job->committed_text;
-              finish_reason = job->finish_reason;
-              passes = job->passes;
-              steps = job->steps;
-              mode = job->mode_used;
-            }
-            if (finished && !error.empty()) {
-              send(error_json(500, "generation failed: " + error));
-              sink.write("data: [DONE]\n\n", 14);
-              sink.done();
-              return true;
-            }
-            const std::string& text = final_text;
-            std::string delta;
-            if (text.size() > sent.size() && text.compare(0, sent.size(), sent) == 0) {
-              delta = text.substr(sent.size());
-              sent = text;
-            }
-            if (!delta.empty() || draft || first) {
-              json j = chunk(delta, nullptr);
-              if (draft) {
-                json pieces = json::array();
-                const int32_t mask = engine->model().config.mask_token;
-                for (int32_t t : canvas) {
-                  if (mask >= 0 && t == mask) {
-                    pieces.push_back(nullptr);
-                  } else {
-                    pieces.push_back(engine->generator().tokenizer()
-                                         ? engine->generator().tokenizer()->decode({t})
-                                         : std::string());
-                  }
-                }
-                j["canvas"] = {{"mode", decode_mode_name(mode)},
-                               {"step", steps},
-                               {"passes", passes},
-                               {"tokens", pieces},
-                               {"noise", uniform && !finished}};
-              }
-              if (!send(j)) {
-                job->cancel = true;
-                return false;
-              }
-            }
-            if (finished) {
-              json last = chunk("", finish_reason);
-              if (chat) last["choices"][0]["delta"] = json::object();
-              if (!send(last)) return false;
-              if (usage) {
-                json u = {{"id", id},
-                          {"object", chat ? "chat.completion.chunk" : "text_completion"},
-                          {"created", created},
-                          {"model", model_name},
-                          {"choices", json::array()}};
-                {
-                  std::lock_guard<std::mutex> lock(job->mutex);
-                  u["usage"] = usage_json(P, *job);
-                }
-                if (!send(u)) return false;
-              }
-              sink.write("data: [DONE]\n\n", 14);
-              sink.done();
-              return true;
-            }
-          }
-        },
-        [this, job](bool) { untrack(job); });
-  };
-  // llama-server's /infill: input_prefix, input_suffix, n_predict (and the sampling fields of
-  // /v1/completions); answers {"content": the filled text, ...}.
-  post("/infill", [this, body_json](const httplib::Request& req, httplib::Response& res) {
-    Engine* engine = engine_.load();
-    if (!engine) return send_error(res, 503, "the model is still loading");
-    json j;
-    if (const std::string e = body_json(req, j); !e.empty()) return send_error(res, 400, e);
-    json completion = json::object();
-    for (const auto& [key, value] : j.items()) {
-      if (key == "input_prefix")
-        completion["prompt"] = value;
-      else if (key == "input_suffix")
-        completion["suffix"] = value;
-      else if (key == "n_predict")
-        completion["max_tokens"] = value;
-      else if (key == "prompt" || key == "input_extra" || key == "stream") {
-        if (!(value.is_null() || value == "" || value == false || (value.is_array() && value.empty())))
-          return send_error(res, 400, "'" + key + "' is not supported by /infill here", key);
-      } else {
-        completion[key] = value;
-      }
-    }
-    if (!completion.contains("prompt")) completion["prompt"] = "";
-    if (!completion.contains("suffix")) completion["suffix"] = "";
-    ApiRequest r;
+void HttpServer::models(const httplib::Request&, httplib::Response& res) {
+  json model = {{"id", options_.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "canvas"}};
+  res.set_content(dump(json{{"object", "list"}, {"data", json::array({model})}}), "application/json");
+}
+
+// llama-server's helpers: /tokenize, /detokenize, /props, /infill.
+void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
+  Engine* engine = engine_.load();
+  if (!engine || !engine->generator().tokenizer()) return send_error(res, 503, "the model is still loading");
+  json j;
+  if (const std::string e = body_object(req, j); !e.empty()) return send_error(res, 400, e);
+  if (!j.contains("content") || !j["content"].is_string())
+    return send_error(res, 400, "'content' must be a string", "content");
+  const bool special = j.value("add_special", false);
+  const std::vector<int32_t> ids = engine->generator().tokenizer()->encode(j["content"].get<std::string>(), special);
+  res.set_content(dump(json{{"tokens", ids}}), "application/json");
+}
+
+void HttpServer::detokenize(const httplib::Request& req, httplib::Response& res) {
+  Engine* engine = engine_.load();
+  if (!engine || !engine->generator().tokenizer()) return send_error(res, 503, "the model is still loading");
+  json j;
+  if (const std::string e = body_object(req, j); !e.empty()) return send_error(res, 400, e);
+  if (!j.contains("tokens") || !j["tokens"].is_array())
+    return send_error(res, 400, "'tokens' must be an array", "tokens");
+  std::vector<int32_t> ids;
+  for (const json& t : j["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= engine->model().config.vocab)
+      return send_error(res, 400, "'tokens' must hold ids of the vocabulary", "tokens");
+    ids.push_back(t.get<int32_t>());
+  }
+  res.set_content(dump(json{{"content", engine->generator().tokenizer()->decode(ids)}}), "application/json");
+}
+
+void HttpServer::props(const httplib::Request&, httplib::Response& res) {
+  Engine* engine = engine_.load();
+  if (!engine) return send_error(res, 503, "the model is still loading");
+  const ModelConfig& c = engine->model().config;
+  json modes = json::array();
+  if (engine->has_diffusion()) modes.push_back("diffusion");
+  if (engine->has_ar()) modes.push_back("ar");
+  if (supports_verify(c)) modes.push_back("verify");
+  json props = {{"model", options_.model_name},
+                {"architecture", c.arch},
+                {"n_ctx", c.context_length},
+                {"n_vocab", c.vocab},
+                {"modes", modes},
+                {"default_mode", decode_mode_name(engine->options().default_mode)},
+                {"total_slots", engine->options().parallel},
+                {"chat_template", engine->options().chat ? engine->options().chat->jinja : std::string()},
+                {"chat_format", engine->options().chat ? engine->options().chat->name : std::string()}};
+  res.set_content(dump(props), "application/json");
+}
+
+void HttpServer::metrics(const httplib::Request&, httplib::Response& res) {
+  Engine* engine = engine_.load();
+  res.set_content(metrics_.text(engine ? engine->queued() : 0, engine ? engine->running() : 0),
+                  "text/plain; version=0.0.4; charset=utf-8");
+}
+
+void HttpServer::page(const httplib::Request&, httplib::Response& res) {
+  res.set_content(web_page_html(), "text/html; charset=utf-8");
+}
+
+void HttpServer::completions(const httplib::Request& req, httplib::Response& res) { complete(req, res, false); }
+
+void HttpServer::chat_completions(const httplib::Request& req, httplib::Response& res) { complete(req, res, true); }
+
+void HttpServer::complete(const httplib::Request& req, httplib::Response& res, bool chat) {
+  Engine* engine = engine_.load();
+  if (!engine) return send_unavailable(res, "the model is still loading");
+  ApiRequest r;
+  try {
+    r = parse_api_request(req.body, chat);
+  } catch (const ApiError& e) {
+    return send_error(res, e.status, e.what(), e.param, e.code);
+  }
+  GenerationSettings& s = r.settings;
+  if (chat)
+    s.messages = r.messages;
+  else
+    s.text = r.prompt;
+  // Infilling (suffix) and structured output (response_format) take the prompt as text; the generator
+  // checks them when it plans the canvas.
+  const bool fills = Generator::fills_holes(s);
+  if (fills && (r.logprobs || r.echo))
+    return send_error(res, 400,
+                      std::string("'") + (r.logprobs ? "logprobs" : "echo") +
+                          "' is not available with infilling ('suffix', holes) or 'response_format'",
+                      r.logprobs ? "logprobs" : "echo");
+  std::vector<int32_t> prompt;
+  int64_t P = 0;
+  if (!fills) {
     try {
-      r = parse_api_request(completion.dump(), false);
+      prompt = engine->generator().prompt_of(s);
+    } catch (const std::exception& e) {
+      return send_error(res, 400, std::string("cannot tokenize the prompt: ") + e.what(),
+                        chat ? "messages" : "prompt");
+    }
+    P = int64_t(prompt.size());
+    try {
+      check_admissible(*engine, s, P, chat);
     } catch (const ApiError& e) {
       return send_error(res, e.status, e.what(), e.param, e.code);
     }
-    GenerationSettings& s = r.settings;
-    s.text = r.prompt;
-    auto job = std::make_shared<Job>();
-    job->settings = s;
-    track(job);
-    if (!engine->submit(job)) {
-      untrack(job);
-      return send_unavailable(res,
-                              draining_ ? "the server is shutting down" : "the server is busy; retry later",
-                              draining_ ? "" : "server_busy");
-    }
-    const bool waited = wait_for_job(*job, [](const Job& j) { return j.finished; });
+  }
+  auto job = std::make_shared<Job>();
+  job->prompt = std::move(prompt);
+  job->settings = s;
+  job->model = r.model.empty() ? options_.model_name : r.model;
+  track(job);
+  if (!engine->submit(job)) {
     untrack(job);
-    if (!waited) return send_error(res, 400, "the client went away");
-    if (job->dropped) return send_unavailable(res, "the server is shutting down; the request did not run");
-    if (!job->error.empty()) return send_error(res, 400, job->error);
-    std::string content;
-    for (const std::string& f : job->fills) content += f;
-    res.set_content(dump(json{{"content", content},
-                              {"tokens_predicted", job->completion_tokens},
-                              {"stop", true},
-                              {"canvas",
-                               {{"mode", decode_mode_name(job->mode_used)},
-                                {"decode_ms", job->decode_ms},
-                                {"seed", job->settings.sampling.seed}}}}),
-                    "application/json");
-  });
-  post("/v1/completions",
-       [complete](const httplib::Request& req, httplib::Response& res) { complete(req, res, false); });
-  post("/v1/chat/completions",
-       [complete](const httplib::Request& req, httplib::Response& res) { complete(req, res, true); });
+    if (draining_) return send_unavailable(res, "the server is shutting down");
+    return send_unavailable(res,
+                            "the server is busy: " + std::to_string(engine->queued()) +
+                                " requests are waiting (--queue " + std::to_string(engine->options().queue) +
+                                "); retry later",
+                            "server_busy");
+  }
+  // Until the job runs, no answer has begun: a job the shutdown drops from the queue gets a 503.
+  if (!wait_for_job(*job, [&](const Job& j) { return j.started || j.finished; }) ||
+      (!r.stream && !wait_for_job(*job, [](const Job& j) { return j.finished; }))) {
+    untrack(job);
+    return send_error(res, 400, "the client went away");  // nobody reads it
+  }
+  if (job->dropped) {
+    untrack(job);
+    return send_unavailable(res, "the server is shutting down; the request did not run");
+  }
+  CompletionReply reply;
+  reply.chat = chat;
+  reply.id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
+  reply.created = int64_t(std::time(nullptr));
+  reply.model_name = r.model.empty() ? options_.model_name : r.model;
+  reply.prompt_tokens = P;
+  reply.draft = r.canvas_draft;
+  reply.include_usage = r.include_usage;
+  reply.logprobs = r.logprobs;
+  if (r.echo) {
+    reply.echo = r.prompt;
+    reply.prompt = job->prompt;
+  }
+  reply.tokenizer = engine->generator().tokenizer();
+  if (r.logprobs) reply.stop_ids = engine->generator().stop_ids();
+
+  if (!r.stream) {
+    untrack(job);
+    if (!job->error.empty())
+      return fills ? send_error(res, 400, job->error, chat ? "response_format" : "suffix")
+                   : send_error(res, 500, "generation failed: " + job->error);
+    if (fills) reply.prompt_tokens = int64_t(job->prompt.size());
+    res.set_content(dump(completion_body(reply, *job)), "application/json");
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");  // nginx: pass events through as they come
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [job, engine, reply](size_t, httplib::DataSink& sink) { return stream_completion(*job, *engine, reply, sink); },
+      [this, job](bool) { untrack(job); });
+}
+
+// llama-server's /infill: input_prefix, input_suffix, n_predict (and the sampling fields of
+// /v1/completions); answers {"content": the filled text, ...}.
+void HttpServer::infill(const httplib::Request& req, httplib::Response& res) {
+  Engine* engine = engine_.load();
+  if (!engine) return send_error(res, 503, "the model is still loading");
+  json j;
+  if (const std::string e = body_object(req, j); !e.empty()) return send_error(res, 400, e);
+  json completion = json::object();
+  for (const auto& [key, value] : j.items()) {
+    if (key == "input_prefix")
+      completion["prompt"] = value;
+    else if (key == "input_suffix")
+      completion["suffix"] = value;
+    else if (key == "n_predict")
+      completion["max_tokens"] = value;
+    else if (key == "prompt" || key == "input_extra" || key == "stream") {
+      if (!(value.is_null() || value == "" || value == false || (value.is_array() && value.empty())))
+        return send_error(res, 400, "'" + key + "' is not supported by /infill here", key);
+    } else {
+      completion[key] = value;
+    }
+  }
+  if (!completion.contains("prompt")) completion["prompt"] = "";
+  if (!completion.contains("suffix")) completion["suffix"] = "";
+  ApiRequest r;
+  try {
+    r = parse_api_request(completion.dump(), false);
+  } catch (const ApiError& e) {
+    return send_error(res, e.status, e.what(), e.param, e.code);
+  }
+  if (r.logprobs || r.echo)
+    return send_error(res, 400, std::string("'") + (r.logprobs ? "logprobs" : "echo") + "' is not supported by /infill",
+                      r.logprobs ? "logprobs" : "echo");
+  GenerationSettings& s = r.settings;
+  s.text = r.prompt;
+  auto job = std::make_shared<Job>();
+  job->settings = s;
+  job->model = options_.model_name;
+  track(job);
+  if (!engine->submit(job)) {
+    untrack(job);
+    return send_unavailable(res, draining_ ? "the server is shutting down" : "the server is busy; retry later",
+                            draining_ ? "" : "server_busy");
+  }
+  const bool waited = wait_for_job(*job, [](const Job& j) { return j.finished; });
+  untrack(job);
+  if (!waited) return send_error(res, 400, "the client went away");
+  if (job->dropped) return send_unavailable(res, "the server is shutting down; the request did not run");
+  if (!job->error.empty()) return send_error(res, 400, job->error);
+  std::string content;
+  for (const std::string& f : job->fills) content += f;
+  res.set_content(dump(json{{"content", content},
+                            {"tokens_predicted", job->completion_tokens},
+                            {"stop", true},
+                            {"canvas",
+                             {{"mode", decode_mode_name(job->mode_used)},
+                              {"decode_ms", job->decode_ms},
+                              {"seed", job->settings.sampling.seed}}}}),
+                  "application/json");
 }
 
 }  // namespace canvas::serve

@@ -14,6 +14,7 @@
 
 #include "serve/engine.h"
 #include "serve/http_connections.h"
+#include "serve/metrics.h"
 
 namespace httplib {
 struct Request;
@@ -59,7 +60,20 @@ class HttpServer {
   void stop(int64_t finish_ms, int64_t close_ms);
 
  private:
+  // Registers the endpoints below, one handler per path.
   void routes();
+  void health(const httplib::Request& req, httplib::Response& res);
+  void models(const httplib::Request& req, httplib::Response& res);
+  void props(const httplib::Request& req, httplib::Response& res);
+  void page(const httplib::Request& req, httplib::Response& res);  // the web page at "/"
+  void tokenize(const httplib::Request& req, httplib::Response& res);
+  void detokenize(const httplib::Request& req, httplib::Response& res);
+  void infill(const httplib::Request& req, httplib::Response& res);
+  void completions(const httplib::Request& req, httplib::Response& res);
+  void chat_completions(const httplib::Request& req, httplib::Response& res);
+  void metrics(const httplib::Request& req, httplib::Response& res);  // Prometheus text
+  // /v1/completions and /v1/chat/completions: checks, queues, waits, answers (streamed or not).
+  void complete(const httplib::Request& req, httplib::Response& res, bool chat);
   bool handle(Exchange& exchange);
   // The checks every request passes before its handler (Host, Origin, path and method, key, shutdown);
   // true when they answered it.
@@ -81,6 +95,7 @@ class HttpServer {
   int port_ = 0;
   std::mutex jobs_mutex_;
   std::set<std::shared_ptr<Job>> jobs_;  // submitted and not yet answered, for shutdown
+  ServerMetrics metrics_;
 };
 
 // The web page served at "/" (built in: no CDN, no build step).

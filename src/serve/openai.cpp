@@ -1,6 +1,7 @@
 // OpenAI request parsing and response JSON for canvas serve.
 #include "serve/openai.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <set>
@@ -22,6 +23,9 @@ json error_json(int status, const std::string& message, const std::string& param
 }
 
 namespace {
+
+// OpenAI's limit on alternatives per token (chat's top_logprobs; the legacy logprobs allowed 5).
+constexpr int64_t kMaxTopLogprobs = 20;
 
 ApiError bad(const std::string& field, const std::string& message) { return ApiError(400, message, field); }
 
@@ -85,12 +89,15 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
       "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "stream", "stream_options", "user",
       "frequency_penalty", "presence_penalty", "steps", "block_length", "threshold", "entropy_bound", "cache",
       "mode", "canvas_draft", "repeat_penalty", "draft_length", "draft_steps", "response_format", "logit_bias",
-      "tools", "tool_choice", "parallel_tool_calls", "metadata", "store", "service_tier", "parse_special"};
+      "tools", "tool_choice", "parallel_tool_calls", "metadata", "store", "service_tier", "parse_special",
+      "logprobs"};
   bool has_input = false;
+  int64_t top_logprobs = -1;  // chat: given
   GenerationSettings& s = r.settings;
   for (const auto& [key, value] : root.items()) {
     if (!common.count(key) &&
-        !(chat ? (key == "messages" || key == "max_completion_tokens") : (key == "prompt" || key == "suffix")))
+        !(chat ? (key == "messages" || key == "max_completion_tokens" || key == "top_logprobs")
+               : (key == "prompt" || key == "suffix" || key == "echo")))
       throw bad(key, "unknown field '" + key + "'");
     if (value.is_null()) continue;  // null means "not set", as OpenAI reads it
     if (key == "model") {
@@ -122,7 +129,6 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
       has_input = true;
     } else if (key == "max_tokens" || key == "max_completion_tokens") {
       s.max_new_tokens = get_int(value, key, 1, 1 << 20);
-      r.max_tokens_given = true;
     } else if (key == "temperature") {
       const double t = get_number(value, key);
       if (t < 0 || t > 100) throw bad(key, "'temperature' must be between 0 and 100");
@@ -226,6 +232,17 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
                          (value.is_string() && (value == "none" || value == "auto" || value == "default")) ||
                          value.is_boolean();
       if (!empty) throw bad(key, "'" + key + "' is not supported");
+    } else if (key == "logprobs") {
+      if (chat) {
+        r.logprobs = get_bool(value, key);
+      } else {
+        s.logprobs = get_int(value, key, 0, kMaxTopLogprobs);
+        r.logprobs = true;
+      }
+    } else if (key == "top_logprobs") {
+      top_logprobs = get_int(value, key, 0, kMaxTopLogprobs);
+    } else if (key == "echo") {
+      r.echo = get_bool(value, key);
     } else if (key == "canvas_draft") {
       r.canvas_draft = get_bool(value, key);
     } else if (key == "parse_special") {
@@ -238,6 +255,9 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
     std::random_device device;
     s.sampling.seed = ((uint64_t(device()) << 32) | device()) & ((uint64_t(1) << 53) - 1);
   }
+  if (chat && top_logprobs >= 0 && !r.logprobs)
+    throw bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  if (chat && r.logprobs) s.logprobs = std::max<int64_t>(0, top_logprobs);
   if (!has_input) throw bad(chat ? "messages" : "prompt", chat ? "'messages' is required" : "'prompt' is required");
   if (r.include_usage && !r.stream) throw bad("stream_options", "'stream_options' is only allowed with 'stream': true");
   return r;

@@ -30,10 +30,13 @@ struct ApiRequest {
   std::string prompt;                 // /v1/completions
   std::vector<ChatMessage> messages;  // /v1/chat/completions
   GenerationSettings settings;
-  bool max_tokens_given = false;
   bool seed_given = false;            // else settings.sampling.seed is a fresh random one
   bool stream = false, include_usage = false;
   bool canvas_draft = false;          // each stream chunk carries the canvas ("canvas" field)
+  bool echo = false;                  // /v1/completions: the prompt is written before the completion
+  // Log-probabilities asked for (settings.logprobs holds how many alternatives): /v1/completions'
+  // integer `logprobs`, /v1/chat/completions' `logprobs: true` with `top_logprobs`.
+  bool logprobs = false;
 };
 
 // Parses a request body. Unknown fields, wrong types, out-of-range values, n != 1: ApiError 400.

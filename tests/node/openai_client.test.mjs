@@ -65,6 +65,29 @@ test("chat, streamed", async () => {
   assert.ok(finish === "stop" || finish === "length");
 });
 
+test("logprobs: chat (top_logprobs) and completions (legacy shape), AR at temperature 0", async () => {
+  const chat = await client.chat.completions.create({
+    model: "canvas", messages: [{ role: "user", content: "Hi" }], max_tokens: 6, mode: "ar", temperature: 0,
+    logprobs: true, top_logprobs: 3,
+  });
+  const content = chat.choices[0].logprobs.content;
+  assert.equal(content.length, chat.usage.completion_tokens);
+  for (const entry of content) {
+    assert.equal(entry.top_logprobs.length, 3);
+    assert.equal(entry.logprob, entry.top_logprobs[0].logprob);  // greedy: the most likely token
+    assert.deepEqual(entry.bytes, [...Buffer.from(entry.token, "utf8")]);
+  }
+  const r = await client.completions.create({
+    model: "canvas", prompt: "And God said", max_tokens: 6, mode: "ar", temperature: 0, logprobs: 2, echo: true,
+  });
+  const lp = r.choices[0].logprobs;
+  assert.ok(r.choices[0].text.startsWith("And God said"));
+  assert.equal(lp.tokens.length, lp.token_logprobs.length);
+  assert.equal(lp.tokens.length, lp.text_offset.length);
+  assert.equal(lp.token_logprobs[0], null);  // an echoed prompt token
+  assert.equal(lp.tokens.length, r.usage.prompt_tokens + r.usage.completion_tokens);
+});
+
 test("errors come back as OpenAI errors", async () => {
   await assert.rejects(
     client.completions.create({ model: "canvas", prompt: "a", max_tokens: 0 }),
