@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "decode/ar.h"
+#include "decode/events.h"
 #include "decode/masked.h"
 #include "decode/uniform_state.h"
 #include "model/model.h"
@@ -91,7 +92,7 @@ TEST(ForwardBatch, MatchesSeparatePassesLlada) { check_batch_matches("tiny-llada
 TEST(ForwardBatch, MatchesSeparatePassesDream) { check_batch_matches("tiny-dream"); }
 TEST(ForwardBatch, MatchesSeparatePassesMoe) { check_batch_matches("tiny-llada-moe"); }
 
-TEST(ForwardBatch, RejectsMixedDecoderAndEncoderPasses) {
+TEST(ForwardBatch, RejectsDecoderPassesOnModelsWithoutADecoder) {
   const Model m = Model::load(test::fixture("tiny-llada.gguf"));
   KvCache a(m.config, 8), b(m.config, 8);
   const std::vector<int32_t> tokens = {73, 110}, groups = {0, 0};
@@ -103,6 +104,65 @@ TEST(ForwardBatch, RejectsMixedDecoderAndEncoderPasses) {
   KvCache* caches[] = {&a, &b};
   const ForwardRequest requests[] = {r1, r2};
   EXPECT_THROW(forward_batch(m, caches, requests, nullptr), Error);
+}
+
+// An encoder request and decoder requests after it on the same cache, in one pass (draft-and-verify's
+// overlapped cycle): each decoder request sees the K/V the encoder request writes in that pass, and the
+// logits and cache are bit for bit those of running the requests one after the other.
+TEST(ForwardBatch, EncoderAndDecoderOnOneCacheMatchSeparatePasses) {
+  const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
+  const int64_t V = m.config.vocab;
+  ThreadPool pool(2);
+  const std::vector<int32_t> prompt = {5, 17, 3, 9, 11, 2}, more = {7, 8, 4};
+  const std::vector<int32_t> canvas_a = {1, 2, 3, 4}, canvas_b = {9, 8, 7};
+  auto requests_of = [&](const std::vector<int32_t>& tokens, int64_t pos0, std::vector<int32_t>& groups,
+                         std::vector<float>& enc, std::vector<float>& da, std::vector<float>& db) {
+    groups.resize(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) groups[i] = int32_t(pos0 + int64_t(i));
+    enc.assign(tokens.size() * size_t(V), 0.f);
+    da.assign(canvas_a.size() * size_t(V), 0.f);
+    db.assign(canvas_b.size() * size_t(V), 0.f);
+    std::vector<ForwardRequest> r(3);
+    r[0].tokens = tokens.data(), r[0].n = int64_t(tokens.size()), r[0].pos0 = pos0, r[0].groups = groups.data();
+    r[0].logits = enc.data();
+    for (size_t i = 0; i < tokens.size(); ++i) r[0].logit_rows.push_back(int32_t(i));
+    // One canvas after the first new token, one after all of them.
+    r[1].tokens = canvas_a.data(), r[1].n = int64_t(canvas_a.size()), r[1].pos0 = pos0 + 1, r[1].decoder = true;
+    r[1].logits = da.data();
+    for (size_t i = 0; i < canvas_a.size(); ++i) r[1].logit_rows.push_back(int32_t(i));
+    r[2].tokens = canvas_b.data(), r[2].n = int64_t(canvas_b.size()), r[2].pos0 = pos0 + int64_t(tokens.size());
+    r[2].decoder = true, r[2].logits = db.data();
+    for (size_t i = 0; i < canvas_b.size(); ++i) r[2].logit_rows.push_back(int32_t(i));
+    return r;
+  };
+  KvCache one(m.config, 32), apart(m.config, 32);
+  std::vector<int32_t> g1, g2;
+  std::vector<float> e1, a1, b1, e2, a2, b2;
+  // The prompt, then [more ; two canvases] in one pass or in three.
+  for (KvCache* c : {&one, &apart}) {
+    std::vector<int32_t> g;
+    std::vector<float> x, y, z;
+    forward_on(m, *c, requests_of(prompt, 0, g, x, y, z), &pool);
+  }
+  const std::vector<ForwardRequest> batched = requests_of(more, int64_t(prompt.size()), g1, e1, a1, b1);
+  forward_on(m, one, batched, &pool);
+  const std::vector<ForwardRequest> separate = requests_of(more, int64_t(prompt.size()), g2, e2, a2, b2);
+  for (const ForwardRequest& r : separate) forward(m, apart, r, &pool);
+  EXPECT_EQ(e1, e2);
+  EXPECT_EQ(a1, a2);
+  EXPECT_EQ(b1, b2);
+  // The decoders did see the new rows: a canvas after the prompt alone differs.
+  std::vector<float> before(canvas_b.size() * size_t(V));
+  ForwardRequest r = separate[2];
+  r.pos0 = int64_t(prompt.size());
+  r.logits = before.data();
+  forward(m, apart, r, &pool);
+  EXPECT_NE(before, b2);
+  for (int64_t l = 0; l < m.config.n_layers; ++l) {
+    const int64_t floats = one.head_stride(l) * m.config.attention_of(l).n_kv_heads;
+    EXPECT_TRUE(std::equal(one.keys(l), one.keys(l) + floats, apart.keys(l))) << "layer " << l;
+    EXPECT_TRUE(std::equal(one.values(l), one.values(l) + floats, apart.values(l))) << "layer " << l;
+  }
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "core/error.h"
@@ -46,6 +47,42 @@ TEST(Verify, GreedyEqualsArDecoding) {
         }
 }
 
+// The overlapped cycle (one pass verifies and drafts the next cycle for every kept count) writes AR's
+// text too, in one pass per cycle.
+TEST(Verify, OverlappedGreedyEqualsArDecoding) {
+  const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
+  ThreadPool pool(2);
+  for (const auto& prompt : kPrompts)
+    for (int64_t k : {1, 3, 8})
+      for (float penalty : {1.f, 1.3f}) {
+        ArParams ar;
+        ar.max_new_tokens = 40;
+        ar.sampling.repeat_penalty = penalty;
+        ar.stop_ids = {1, 106};
+        VerifyParams v;
+        v.max_new_tokens = 40;
+        v.draft_length = k;
+        v.overlap = true;
+        v.sampling = ar.sampling;
+        v.stop_ids = ar.stop_ids;
+        const GenerationResult a = generate_ar(m, prompt, ar, &pool);
+        const VerifyResult b = generate_verify(m, prompt, v, &pool);
+        EXPECT_EQ(b.tokens, a.tokens) << "k " << k << " penalty " << penalty;
+        EXPECT_EQ(b.cycles, b.encoder_passes);
+        EXPECT_EQ(b.passes, 1 + b.cycles);  // the prompt's pass, then one pass per cycle
+        EXPECT_LE(b.accepted, b.drafted);
+        EXPECT_LE(int64_t(b.tokens.size()), 1 + b.accepted + b.cycles);
+      }
+}
+
+TEST(Verify, OverlapNeedsADecoderAndOneDraftStep) {
+  VerifyParams v;
+  v.overlap = true;
+  v.draft_steps = 2;
+  const Model dg = Model::load(test::fixture("tiny-diffusion-gemma"));
+  EXPECT_THROW(generate_verify(dg, kPrompts[0], v, nullptr), Error);
+}
+
 TEST(Verify, RefusesModelsWithoutADiffusionDecoderPath) {
   const Model m = Model::load(test::fixture("tiny-llada.gguf"));
   VerifyParams v;
@@ -55,14 +92,18 @@ TEST(Verify, RefusesModelsWithoutADiffusionDecoderPath) {
 // The joint distribution of the first two tokens at T = 0.9 with top-k 4 (16 cells): the first comes from
 // the prompt pass, the second through a draft and its verification (the tiny random model's decoder
 // proposes nothing like the encoder's distribution, so rejections and residual draws are exercised).
-TEST(Verify, SamplingFollowsTheArDistribution) {
+// The joint distribution of the first `length` tokens at T = 0.9 with top-k 4 (4^length cells): the first
+// comes from the prompt pass, the others through drafts and their verification (the tiny random model's
+// decoder proposes nothing like the encoder's distribution, so rejections and residual draws are
+// exercised). With overlap, the third token's draft comes from a candidate of the first cycle's pass.
+void expect_ar_distribution(bool overlap, int length) {
   const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
   const ModelConfig& c = m.config;
   const std::vector<int32_t> prompt = kPrompts[0];
   SamplingParams s;
   s.temperature = 0.9f;
   s.top_k = 4;
-  // Exact p(t1) p(t2 | t1) from causal passes.
+  // Exact p(t1) p(t2 | t1) ... from causal passes.
   auto next_distribution = [&](const std::vector<int32_t>& ids) {
     KvCache cache(c, int64_t(ids.size()));
     std::vector<int32_t> groups(ids.size());
@@ -77,30 +118,39 @@ TEST(Verify, SamplingFollowsTheArDistribution) {
     forward(m, cache, req, nullptr);
     return sampling_distribution(logits.data(), c.vocab, s);
   };
-  std::map<std::pair<int32_t, int32_t>, double> expected;
-  const std::vector<double> p1 = next_distribution(prompt);
-  for (int32_t a = 0; a < c.vocab; ++a) {
-    if (p1[size_t(a)] == 0) continue;
+  std::map<std::vector<int32_t>, double> expected;
+  std::function<void(std::vector<int32_t>, double)> expand = [&](std::vector<int32_t> cell, double p) {
+    if (int(cell.size()) == length) {
+      expected[cell] = p;
+      return;
+    }
     std::vector<int32_t> ids = prompt;
-    ids.push_back(a);
-    const std::vector<double> p2 = next_distribution(ids);
-    for (int32_t b = 0; b < c.vocab; ++b)
-      if (p2[size_t(b)] > 0) expected[{a, b}] = p1[size_t(a)] * p2[size_t(b)];
-  }
-  ASSERT_EQ(expected.size(), 16u);
+    ids.insert(ids.end(), cell.begin(), cell.end());
+    const std::vector<double> next = next_distribution(ids);
+    for (int32_t t = 0; t < c.vocab; ++t) {
+      if (next[size_t(t)] == 0) continue;
+      cell.push_back(t);
+      expand(cell, p * next[size_t(t)]);
+      cell.pop_back();
+    }
+  };
+  expand({}, 1.0);
+  const size_t cells = size_t(std::pow(4, length));
+  ASSERT_EQ(expected.size(), cells);
   const int draws = 10000;
-  std::map<std::pair<int32_t, int32_t>, int> counts;
+  std::map<std::vector<int32_t>, int> counts;
   VerifyParams v;
-  v.max_new_tokens = 2;
+  v.max_new_tokens = length;
   v.draft_length = 2;
+  v.overlap = overlap;
   v.sampling = s;
   v.stop_ids = {-1};  // nothing stops the run early
   int64_t accepted = 0, drafted = 0;
   for (int i = 0; i < draws; ++i) {
     v.sampling.seed = uint64_t(i) + 1;
     const VerifyResult r = generate_verify(m, prompt, v, nullptr);
-    ASSERT_EQ(r.tokens.size(), 2u);
-    ++counts[{r.tokens[0], r.tokens[1]}];
+    ASSERT_EQ(r.tokens.size(), size_t(length));
+    ++counts[r.tokens];
     accepted += r.accepted;
     drafted += r.drafted;
   }
@@ -110,11 +160,17 @@ TEST(Verify, SamplingFollowsTheArDistribution) {
     chi2 += (o - e) * (o - e) / e;
   }
   for (const auto& [cell, o] : counts) EXPECT_TRUE(expected.count(cell)) << "a token outside top-k was drawn";
-  // 15 degrees of freedom: P(chi2 > 37.7) = 0.001 when the distributions agree.
-  EXPECT_LT(chi2, 37.7) << "chi-square " << chi2;
+  // P(chi2 > limit) = 0.001 when the distributions agree: 15 degrees of freedom 37.7, 63 ones 103.4.
+  const double limit = cells == 16 ? 37.7 : 103.4;
+  ASSERT_TRUE(cells == 16 || cells == 64);
+  EXPECT_LT(chi2, limit) << "chi-square " << chi2;
   EXPECT_GT(accepted, 0) << "no draft was ever kept: the acceptance path is untested";
   EXPECT_LT(accepted, drafted) << "every draft was kept: the residual path is untested";
 }
+
+TEST(Verify, SamplingFollowsTheArDistribution) { expect_ar_distribution(false, 2); }
+
+TEST(Verify, OverlappedSamplingFollowsTheArDistribution) { expect_ar_distribution(true, 3); }
 
 }  // namespace
 }  // namespace canvas

@@ -86,9 +86,11 @@ Sample run_request(const Generator& generator, const ModelFootprint& fp, const G
   };
   std::vector<Pass> forwarded;
   GenerationRequest r = request;
-  r.forward = [&forwarded](const Model& m, KvCache& cache, const ForwardRequest& req, ThreadPool* p) {
-    forwarded.push_back({req.n, int64_t(req.logit_rows.size())});
-    forward(m, cache, req, p);
+  r.forward = [&forwarded](const Model& m, KvCache& cache, std::span<const ForwardRequest> reqs, ThreadPool* p) {
+    Pass pass;
+    for (const ForwardRequest& req : reqs) pass.rows += req.n, pass.logit_rows += int64_t(req.logit_rows.size());
+    forwarded.push_back(pass);
+    forward_on(m, cache, reqs, p);
   };
   const double t0 = now_ms();
   GenerationOutput out = generator.run(r, pool);

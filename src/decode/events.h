@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -11,6 +12,13 @@ struct Model;
 class KvCache;
 struct ForwardRequest;
 class ThreadPool;
+
+// Runs `requests`, all on `cache`, in order, as one forward pass (forward_batch over that cache: a decoder
+// request sees the K/V an earlier encoder request of the group writes). One request is a plain forward().
+using ForwardFn = std::function<void(const Model&, KvCache&, std::span<const ForwardRequest>, ThreadPool*)>;
+
+// forward_batch with every request on `cache`.
+void forward_on(const Model& model, KvCache& cache, std::span<const ForwardRequest> requests, ThreadPool* pool);
 
 struct StepEvent {
   int64_t block = 0;                      // block index (0 for AR)
@@ -37,7 +45,7 @@ struct DecodeCallbacks {
   // Runs each forward pass of the loop in place of model/model.h's forward() (empty: forward()). A server
   // uses it to gather the passes of many concurrent generations into one batched pass; it must leave
   // exactly what forward() would in the cache and the outputs. It may throw to abandon the generation.
-  std::function<void(const Model&, KvCache&, const ForwardRequest&, ThreadPool*)> forward;
+  ForwardFn forward;
   // May be empty; returning true ends generation after the current step (AR) or block (masked
   // diffusion), e.g. once a stop string has appeared. The result then holds what was generated so far.
   std::function<bool()> should_stop;
@@ -48,9 +56,11 @@ struct DecodeCallbacks {
   int64_t logprobs_top = 0;
 };
 
-// forward(), or the callbacks' replacement for it.
+// forward() (or forward_on() for a group of requests on one cache), or the callbacks' replacement for it.
 void run_forward(const DecodeCallbacks& callbacks, const Model& model, KvCache& cache, const ForwardRequest& request,
                  ThreadPool* pool);
+void run_forward(const DecodeCallbacks& callbacks, const Model& model, KvCache& cache,
+                 std::span<const ForwardRequest> requests, ThreadPool* pool);
 
 struct GenerationResult {
   std::vector<int32_t> tokens;  // generated ids (the whole generated region)

@@ -305,10 +305,10 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
   std::vector<int32_t> last_region, final_prefix;
   DecodeCallbacks callbacks;
   if (r.forward || r.cancelled) {
-    callbacks.forward = [&](const Model& m, KvCache& cache, const ForwardRequest& req, ThreadPool* p) {
+    callbacks.forward = [&](const Model& m, KvCache& cache, std::span<const ForwardRequest> reqs, ThreadPool* p) {
       if (r.cancelled && r.cancelled()) throw Cancelled{};
-      if (r.forward) r.forward(m, cache, req, p);
-      else forward(m, cache, req, p);
+      if (r.forward) r.forward(m, cache, reqs, p);
+      else forward_on(m, cache, reqs, p);
     };
   }
   callbacks.on_step = [&](const StepEvent& e) {

@@ -100,7 +100,7 @@ struct GenerationRequest {
   std::function<void(int64_t position, const TokenLogprob&)> on_logprob;
   // Runs the forward passes instead of forward() (DecodeCallbacks::forward): a server's batcher, or a
   // benchmark that counts each pass's rows before calling forward().
-  std::function<void(const Model&, KvCache&, const ForwardRequest&, ThreadPool*)> forward;
+  ForwardFn forward;
   // Polled before every pass; true abandons the run (finish_reason "cancelled").
   std::function<bool()> cancelled;
   // K/V kept from one request to the next (a chat's turns): AR, verify and uniform-state runs encode only the

@@ -61,10 +61,10 @@ GenerationOutput Generator::run_fill(const GenerationRequest& r, ThreadPool* poo
   const std::vector<int32_t> bos = tokenizer_->wants_bos() ? tokenizer_->encode("", true) : std::vector<int32_t>{};
   DecodeCallbacks callbacks;
   if (r.forward || r.cancelled) {
-    callbacks.forward = [&r](const Model& m, KvCache& cache, const ForwardRequest& req, ThreadPool* p) {
+    callbacks.forward = [&r](const Model& m, KvCache& cache, std::span<const ForwardRequest> reqs, ThreadPool* p) {
       if (r.cancelled && r.cancelled()) throw Error("the request was cancelled");
-      if (r.forward) r.forward(m, cache, req, p);
-      else forward(m, cache, req, p);
+      if (r.forward) r.forward(m, cache, reqs, p);
+      else forward_on(m, cache, reqs, p);
     };
   }
   if (r.on_step) callbacks.on_step = r.on_step;

@@ -69,7 +69,7 @@ bool UniformStateSession::self_conditioned() const {
 
 void UniformStateSession::run(const ForwardRequest& req) {
   if (forward_) {
-    forward_(model_, cache_, req, pool_);
+    forward_(model_, cache_, std::span<const ForwardRequest>(&req, 1), pool_);
   } else {
     forward(model_, cache_, req, pool_);
   }

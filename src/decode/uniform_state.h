@@ -56,7 +56,7 @@ class UniformStateSession {
   // Hooks calling this session's decode, decode_stream and encode; the session must outlive them.
   DiffusionModelHooks hooks();
   // Runs the session's passes through this instead of forward() (DecodeCallbacks::forward; empty: forward()).
-  void set_forward(std::function<void(const Model&, KvCache&, const ForwardRequest&, ThreadPool*)> run) {
+  void set_forward(ForwardFn run) {
     forward_ = std::move(run);
   }
 
@@ -76,7 +76,7 @@ class UniformStateSession {
   std::vector<int32_t> groups_;
   std::unique_ptr<KvCache> canvas_kv_;  // decode_rows on a decoder model: the canvas's K/V
   std::vector<int32_t> row_tokens_, row_positions_;
-  std::function<void(const Model&, KvCache&, const ForwardRequest&, ThreadPool*)> forward_;
+  ForwardFn forward_;
 };
 
 // A pass over a canvas after the first `cached` positions, every row's logits wanted: a decoder-mode pass

@@ -89,6 +89,10 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
   check(K >= 1 && K <= 1024, "--draft-length must be between 1 and 1024");
   check(params.draft_steps >= 1 && params.draft_steps <= 64, "--draft-steps must be between 1 and 64");
   check(std::isfinite(params.draft_temperature) && params.draft_temperature > 0, "the draft temperature must be > 0");
+  check(!params.overlap || c.has_decoder,
+        "--overlap needs a decoder that reads the KV cache without writing it (DiffusionGemma); '" + c.arch +
+            "' drafts through its causal path");
+  check(!params.overlap || params.draft_steps == 1, "--overlap drafts in one decoder pass: --draft-steps must be 1");
   const int64_t V = c.vocab;
   const bool sampled = params.sampling.temperature > 0.f;
   std::unique_ptr<KvCache> own;
@@ -120,53 +124,14 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     done = (params.stop_at_eos && is_stop(t)) || int64_t(generated.size()) >= N;
   };
 
-  const double t0 = now_ms();
-  std::vector<float> logits, draft_logits, self_cond;
-  causal_pass(model, cache, std::vector<int32_t>(prompt.begin() + reused, prompt.end()), reused, logits, pool,
-              callbacks);
-  ++result.passes;
-  const double t_first = now_ms();
-  const float* first_row = &logits[size_t(P - 1 - reused) * size_t(V)];
-  commit(choose_token(first_row, V, params.sampling, rng, recent_of(), P).token, first_row);
-  int64_t cached = P;  // positions whose K/V are final; the last generated token is not among them yet
-  std::vector<int32_t> canvas, verify_tokens;
-  std::vector<std::vector<double>> proposal;
-  while (!done) {
-    const int64_t k = std::min<int64_t>(K, N - int64_t(generated.size()));
-    // Draft: [last token ; k noise tokens], the last token held fixed, refined by draft_steps passes.
-    canvas.assign(size_t(k + 1), 0);
-    canvas[0] = generated.back();
-    for (int64_t i = 1; i <= k; ++i) canvas[size_t(i)] = int32_t(draft_rng.below(uint64_t(V)));
-    for (int64_t s = 0; s < params.draft_steps; ++s) {
-      draft_pass(model, cache, canvas, cached, s == 0 ? nullptr : &self_cond, draft_logits, pool, callbacks);
-      ++result.passes;
-      const bool last = s + 1 == params.draft_steps;
-      if (last && sampled) proposal.assign(size_t(k), {});
-      for (int64_t i = 1; i <= k; ++i) {
-        const float* row = &draft_logits[size_t(i) * size_t(V)];
-        if (last && sampled) {
-          proposal[size_t(i - 1)] = softmax(row, V, params.draft_temperature);
-          canvas[size_t(i)] = draw(proposal[size_t(i - 1)], draft_rng.uniform());
-        } else {
-          canvas[size_t(i)] = int32_t(std::max_element(row, row + V) - row);
-        }
-      }
-      if (!last) {
-        self_cond.resize(draft_logits.size());
-        for (size_t j = 0; j < draft_logits.size(); ++j) self_cond[j] = draft_logits[j] / params.draft_temperature;
-      }
-    }
-    result.drafted += k;
-    // Verify: one causal pass over [last token ; draft]; row i is AR's distribution after canvas[0..i].
-    verify_tokens = canvas;
-    causal_pass(model, cache, verify_tokens, cached, logits, pool, callbacks);
-    ++result.passes;
-    ++result.encoder_passes;
-    ++result.cycles;
-    const int64_t before = int64_t(generated.size());
+  std::vector<int32_t> canvas;  // [the last generated token ; the drafts] of the cycle being verified
+  std::vector<std::vector<double>> proposal;  // sampling: each draft's proposal distribution
+  // Row i of `rows` is AR's distribution after canvas[0..i]: keeps the longest agreeing prefix of the k
+  // drafts canvas[1..k] and commits AR's own token after it (or after all k). Returns the drafts kept.
+  auto check_drafts = [&](const float* rows, int64_t k) -> int64_t {
     int64_t kept = 0;
     for (int64_t i = 0; i <= k && !done; ++i) {
-      const float* row = &logits[size_t(i) * size_t(V)];
+      const float* row = rows + size_t(i) * size_t(V);
       if (i == k) {  // every draft kept: AR's next token comes free
         commit(choose_token(row, V, params.sampling, rng, recent_of(), P + int64_t(generated.size())).token, row);
         break;
@@ -194,18 +159,151 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
       commit(draw(residual, rng.uniform()), row);
       break;
     }
-    result.accepted += kept;
-    cached += 1 + kept;  // the last token and the kept drafts; the token committed last is next cycle's first
-    if (callbacks.on_step) {
-      StepEvent event;
-      event.step = result.cycles - 1;
-      event.passes = result.passes;
-      event.canvas = &generated;
-      for (int64_t i = before; i < int64_t(generated.size()); ++i) event.committed.push_back(i);
-      event.confidence.assign(event.committed.size(), 1.f);
-      callbacks.on_step(event);
+    return kept;
+  };
+  // The drafts canvas[1..k] from the decoder's rows for them: greedy (argmax), or drawn from
+  // softmax(row / draft_temperature), kept as the proposal.
+  auto take_drafts = [&](const float* rows, int64_t k) {
+    if (sampled) proposal.assign(size_t(k), {});
+    for (int64_t i = 1; i <= k; ++i) {
+      const float* row = rows + size_t(i - 1) * size_t(V);
+      if (sampled) {
+        proposal[size_t(i - 1)] = softmax(row, V, params.draft_temperature);
+        canvas[size_t(i)] = draw(proposal[size_t(i - 1)], draft_rng.uniform());
+      } else {
+        canvas[size_t(i)] = int32_t(std::max_element(row, row + V) - row);
+      }
     }
-    if (!done && callbacks.should_stop && callbacks.should_stop()) break;
+  };
+  auto report_cycle = [&](int64_t before) {
+    if (!callbacks.on_step) return;
+    StepEvent event;
+    event.step = result.cycles - 1;
+    event.passes = result.passes;
+    event.canvas = &generated;
+    for (int64_t i = before; i < int64_t(generated.size()); ++i) event.committed.push_back(i);
+    event.confidence.assign(event.committed.size(), 1.f);
+    callbacks.on_step(event);
+  };
+
+  const double t0 = now_ms();
+  double t_first = t0;
+  std::vector<float> logits, draft_logits, self_cond;
+  const std::vector<int32_t> prompt_rows(prompt.begin() + reused, prompt.end());
+  int64_t cached = P;  // positions whose K/V are final; the last generated token is not among them yet
+  if (params.overlap) {
+    // Each pass: the causal rows (the prompt, then [last token ; drafts]) and, for every number j of
+    // drafts that may be kept, a decoder canvas after them: noise over AR's token at j + 1 and the k
+    // positions after it. The pass leaves AR's rows and every candidate's drafts; the kept count picks one.
+    struct Candidate {
+      std::vector<int32_t> tokens;
+      std::vector<float> logits;
+    };
+    std::vector<Candidate> candidates;
+    std::vector<ForwardRequest> requests;
+    std::vector<int32_t> groups;
+    // One overlapped pass over `rows` at pos0.., with candidates after each of its last `options` rows.
+    auto pass = [&](const std::vector<int32_t>& rows, int64_t pos0, int64_t options, int64_t logit_from) {
+      const int64_t n = int64_t(rows.size());
+      groups.resize(size_t(n));
+      for (int64_t i = 0; i < n; ++i) groups[size_t(i)] = int32_t(pos0 + i);
+      requests.assign(1, ForwardRequest{});
+      ForwardRequest& enc = requests[0];
+      enc.tokens = rows.data();
+      enc.n = n;
+      enc.pos0 = pos0;
+      enc.groups = groups.data();
+      for (int64_t i = logit_from; i < n; ++i) enc.logit_rows.push_back(int32_t(i));
+      logits.resize(enc.logit_rows.size() * size_t(V));
+      enc.logits = logits.data();
+      candidates.resize(size_t(options));
+      for (int64_t j = 0; j < options; ++j) {
+        // j of this pass's drafts kept: j + 1 tokens committed, AR's last at position pos0 + n - options + j + 1,
+        // and k drafts may follow it.
+        const int64_t k = std::min<int64_t>(K, N - int64_t(generated.size()) - j - 1);
+        Candidate& cand = candidates[size_t(j)];
+        cand.tokens.clear();
+        if (k <= 0) continue;
+        for (int64_t i = 0; i <= k; ++i) cand.tokens.push_back(int32_t(draft_rng.below(uint64_t(V))));
+        cand.logits.resize(size_t(k) * size_t(V));
+        ForwardRequest dec;
+        dec.tokens = cand.tokens.data();
+        dec.n = k + 1;
+        dec.pos0 = pos0 + n - options + j + 1;
+        dec.decoder = true;
+        for (int64_t i = 1; i <= k; ++i) dec.logit_rows.push_back(int32_t(i));
+        dec.logits = cand.logits.data();
+        requests.push_back(dec);
+      }
+      run_forward(callbacks, model, cache, std::span<const ForwardRequest>(requests), pool);
+      ++result.passes;
+      for (size_t r = 1; r < requests.size(); ++r) result.rows_computed += requests[r].n;
+    };
+    // The prompt's pass: AR's first token, and the drafts after it.
+    pass(prompt_rows, reused, 1, int64_t(prompt_rows.size()) - 1);
+    t_first = now_ms();
+    commit(choose_token(logits.data(), V, params.sampling, rng, recent_of(), P).token, logits.data());
+    int64_t kept = 0;
+    while (!done) {
+      const Candidate& next = candidates[size_t(kept)];
+      const int64_t k = int64_t(next.tokens.size()) - 1;
+      if (k <= 0) break;  // (only when N is reached, which ends the loop first)
+      canvas.assign(size_t(k + 1), 0);
+      canvas[0] = generated.back();
+      take_drafts(next.logits.data(), k);
+      result.drafted += k;
+      const int64_t before = int64_t(generated.size());
+      pass(canvas, cached, k + 1, 0);
+      result.rows_computed += k + 1;
+      ++result.encoder_passes;
+      ++result.cycles;
+      kept = check_drafts(logits.data(), k);
+      result.accepted += kept;
+      cached += 1 + kept;
+      report_cycle(before);
+      if (!done && callbacks.should_stop && callbacks.should_stop()) break;
+    }
+  } else {
+    causal_pass(model, cache, prompt_rows, reused, logits, pool, callbacks);
+    ++result.passes;
+    t_first = now_ms();
+    const float* first_row = &logits[size_t(P - 1 - reused) * size_t(V)];
+    commit(choose_token(first_row, V, params.sampling, rng, recent_of(), P).token, first_row);
+    while (!done) {
+      const int64_t k = std::min<int64_t>(K, N - int64_t(generated.size()));
+      // Draft: [last token ; k noise tokens], the last token held fixed, refined by draft_steps passes.
+      canvas.assign(size_t(k + 1), 0);
+      canvas[0] = generated.back();
+      for (int64_t i = 1; i <= k; ++i) canvas[size_t(i)] = int32_t(draft_rng.below(uint64_t(V)));
+      for (int64_t s = 0; s < params.draft_steps; ++s) {
+        draft_pass(model, cache, canvas, cached, s == 0 ? nullptr : &self_cond, draft_logits, pool, callbacks);
+        ++result.passes;
+        result.rows_computed += k + 1;
+        if (s + 1 == params.draft_steps) {
+          take_drafts(&draft_logits[size_t(V)], k);
+          break;
+        }
+        for (int64_t i = 1; i <= k; ++i) {
+          const float* row = &draft_logits[size_t(i) * size_t(V)];
+          canvas[size_t(i)] = int32_t(std::max_element(row, row + V) - row);
+        }
+        self_cond.resize(draft_logits.size());
+        for (size_t j = 0; j < draft_logits.size(); ++j) self_cond[j] = draft_logits[j] / params.draft_temperature;
+      }
+      result.drafted += k;
+      // Verify: one causal pass over [last token ; draft]; row i is AR's distribution after canvas[0..i].
+      const int64_t before = int64_t(generated.size());
+      causal_pass(model, cache, canvas, cached, logits, pool, callbacks);
+      ++result.passes;
+      result.rows_computed += k + 1;
+      ++result.encoder_passes;
+      ++result.cycles;
+      const int64_t kept = check_drafts(logits.data(), k);
+      result.accepted += kept;
+      cached += 1 + kept;  // the last token and the kept drafts; the token committed last is next cycle's first
+      report_cycle(before);
+      if (!done && callbacks.should_stop && callbacks.should_stop()) break;
+    }
   }
   result.prompt_ms = t_first - t0;
   result.decode_ms = now_ms() - t_first;

@@ -27,11 +27,17 @@ struct VerifyParams {
   std::vector<int32_t> stop_ids;  // tokens that end generation (kept as the last token)
   bool stop_at_eos = true;        // false: the stop ids do not end generation (all max_new_tokens decoded)
   PrefixCache* prefix_cache = nullptr;  // K/V kept between generations (decode/prefix_cache.h)
+  // One forward per cycle instead of two: the pass that verifies a cycle's drafts also drafts the next
+  // cycle, once for every number of drafts that may be kept (j = 0..k: the decoder reads the cache up to
+  // the j-th draft, which the same pass writes, and drafts the k positions after AR's token at j + 1, that
+  // token's own position held as noise). (k + 1) + (k + 1)^2 rows per pass. Needs a decoder that reads the
+  // cache without writing it (DiffusionGemma) and draft_steps 1.
+  bool overlap = false;
 };
 
 struct VerifyResult : GenerationResult {
-  // passes counts every pass after the prompt's (decoder drafts and verifying encoder passes);
-  // encoder_passes the verifying ones.
+  // passes counts every pass, the prompt's included (decoder drafts and verifying encoder passes; an
+  // overlapped cycle is one pass); encoder_passes the verifying ones.
   int64_t encoder_passes = 0;
   int64_t cycles = 0;
   int64_t drafted = 0, accepted = 0;  // draft tokens proposed and kept
@@ -42,6 +48,7 @@ struct VerifyResult : GenerationResult {
 bool supports_verify(const ModelConfig& config);
 
 // StepEvent per cycle: canvas = the generated tokens, committed = the positions this cycle added.
+// passes and rows_computed count the passes after the prompt's and the prompt pass's drafting rows.
 VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& prompt, const VerifyParams& params,
                              ThreadPool* pool, const DecodeCallbacks& callbacks = {});
 

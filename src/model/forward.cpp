@@ -238,7 +238,8 @@ void norm_heads(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const Te
 // the attention output; on return x is the layer output.
 //   h = x + post_attn_norm(a); m1 = post_ffn_norm_1(dense(pre_ffn_norm(h)));
 //   m2 = post_ffn_norm_2(experts(pre_ffn_norm_2(h), router(h)));  out = (h + post_ffn_norm(m1 + m2)) * scalar
-void gemma_layer_rest(const ModelConfig& c, const LayerWeights& w, float layer_scalar, int64_t n, float* x,
+// layer_scalar: one per row (encoder and decoder rows of a mixed batch scale by their own).
+void gemma_layer_rest(const ModelConfig& c, const LayerWeights& w, const float* layer_scalar, int64_t n, float* x,
                       float* proj, float* h, std::vector<float>& g, std::vector<float>& u, ThreadPool* pool) {
   const int64_t H = c.hidden;
   rms_norm_rows(proj, n, H, w.post_attn_norm, c.rms_eps, proj);
@@ -261,7 +262,8 @@ void gemma_layer_rest(const ModelConfig& c, const LayerWeights& w, float layer_s
     for (int64_t i = 0; i < n * H; ++i) proj[i] += experts_out[size_t(i)];
   }
   rms_norm_rows(proj, n, H, w.post_ffn_norm, c.rms_eps, proj);
-  for (int64_t i = 0; i < n * H; ++i) x[i] = (x[i] + proj[i]) * layer_scalar;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = r * H; j < (r + 1) * H; ++j) x[j] = (x[j] + proj[j]) * layer_scalar[r];
 }
 
 }  // namespace
@@ -345,7 +347,6 @@ ForwardPlan plan_forward(const Model& model, std::span<KvCache* const> caches, s
     check(req.logit_rows.empty() || req.logits != nullptr || req.head_stats != nullptr,
           "forward: logit rows requested without an output buffer");
     for (int32_t row : req.logit_rows) check(row >= 0 && row < n, "forward: logit row out of range");
-    check(decoder == requests[0].decoder, "forward_batch: decoder and encoder passes cannot share a batch");
     row0[size_t(s + 1)] = row0[size_t(s)] + n;
   }
   plan.n = row0[size_t(segments)];
@@ -370,6 +371,7 @@ struct Pass {
   std::vector<float> x, h, q, k, v, attn, proj, g, u;
   std::vector<float> canvas_keys, canvas_values;  // decoder: [visible cache ; canvas] K/V of one layer
   std::vector<int32_t> window_start;  // sliding layers: query at position p sees keys j >= p - window + 1
+  std::vector<float> row_scalar;      // Gemma 4: each row's layer scalar (encoder or decoder)
 
   Pass(const Model& m, std::span<KvCache* const> cs, std::span<const ForwardRequest> rs, const ForwardPlan& p,
        ThreadPool* tp)
@@ -537,9 +539,12 @@ void feed_forward(Pass& p, int64_t l) {
   const LayerWeights& w = p.model.layers[size_t(l)];
   const int64_t n = p.n, H = c.hidden;
   if (c.layer_style == LayerStyle::Gemma4) {
-    // The decoder's layer scalar belongs to decoder passes; a batch is all-decoder or all-encoder.
-    gemma_layer_rest(c, w, p.requests[0].decoder ? w.layer_scalar_decoder : w.layer_scalar_encoder, n, p.x.data(),
-                     p.proj.data(), p.h.data(), p.g, p.u, p.pool);
+    // The decoder's layer scalar belongs to decoder rows, the encoder's to encoder rows.
+    p.row_scalar.resize(size_t(n));
+    for (int64_t s = 0; s < p.segments(); ++s)
+      std::fill(p.row_scalar.begin() + p.plan.row0[size_t(s)], p.row_scalar.begin() + p.plan.row0[size_t(s + 1)],
+                p.requests[size_t(s)].decoder ? w.layer_scalar_decoder : w.layer_scalar_encoder);
+    gemma_layer_rest(c, w, p.row_scalar.data(), n, p.x.data(), p.proj.data(), p.h.data(), p.g, p.u, p.pool);
     return;
   }
   for (int64_t i = 0; i < n * H; ++i) p.x[size_t(i)] += p.proj[size_t(i)];
@@ -617,7 +622,21 @@ void forward_batch(const Model& model, std::span<KvCache* const> caches, std::sp
                    ThreadPool* pool) {
   const ForwardPlan plan = plan_forward(model, caches, requests);
   if (model.backend) {
-    model.backend->forward_batch(model, caches, requests, plan);
+    // Another device runs encoder and decoder requests in separate batches: a mixed batch is split into
+    // runs of one kind, in order, which leaves the same K/V and logits (a decoder request reads only the
+    // cache rows earlier requests wrote, and no request reads a decoder's rows).
+    size_t begin = 0;
+    for (size_t i = 1; i <= requests.size(); ++i) {
+      if (i < requests.size() && requests[i].decoder == requests[begin].decoder) continue;
+      if (begin == 0 && i == requests.size()) {
+        model.backend->forward_batch(model, caches, requests, plan);
+        return;
+      }
+      const auto part_caches = caches.subspan(begin, i - begin);
+      const auto part = requests.subspan(begin, i - begin);
+      model.backend->forward_batch(model, part_caches, part, plan_forward(model, part_caches, part));
+      begin = i;
+    }
     return;
   }
   // Keeps the pool's workers spinning between this pass's parallel loops instead of sleeping.

@@ -155,7 +155,10 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& request, 
 // rows of all requests stacked, so the weights stream through memory once per batch instead of once per
 // request. Only attention is per request. Each request's logits, cache writes and statistics are bit for
 // bit what forward() gives for it alone (matmul and attention rows do not depend on the other rows).
-// All requests must be encoder passes, or all decoder passes. forward() is this with one request.
+// Encoder and decoder requests may share a batch; requests attend in order, layer by layer, so a decoder
+// request over the same cache as an earlier encoder request of the batch sees the K/V that request writes
+// (one pass that extends the cache and drafts after it, as draft-and-verify's overlapped cycle does).
+// forward() is this with one request.
 void forward_batch(const Model& model, std::span<KvCache* const> caches, std::span<const ForwardRequest> requests,
                    ThreadPool* pool);
 

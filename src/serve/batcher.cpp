@@ -1,6 +1,8 @@
 // Step-level batching of concurrent generations' forward passes.
 #include "serve/batcher.h"
 
+#include "decode/events.h"
+
 namespace canvas::serve {
 
 StepBatcher::StepBatcher(const Model& model, ThreadPool* pool) : model_(model), pool_(pool) {
@@ -29,8 +31,8 @@ void StepBatcher::leave() {
   wake_batcher_.notify_all();  // the others may all be waiting for this one
 }
 
-void StepBatcher::forward(KvCache& cache, const ForwardRequest& request) {
-  Waiter waiter{&cache, &request, false, nullptr};
+void StepBatcher::forward(KvCache& cache, std::span<const ForwardRequest> requests) {
+  Waiter waiter{&cache, requests, false, nullptr};
   std::unique_lock<std::mutex> lock(mutex_);
   waiting_.push_back(&waiter);
   wake_batcher_.notify_all();
@@ -58,17 +60,18 @@ int64_t StepBatcher::largest_batch() const {
 void StepBatcher::run(std::vector<Waiter*>& group) {
   std::vector<KvCache*> caches;
   std::vector<ForwardRequest> requests;
-  for (Waiter* w : group) {
-    caches.push_back(w->cache);
-    requests.push_back(*w->request);
-  }
+  for (Waiter* w : group)
+    for (const ForwardRequest& r : w->requests) {
+      caches.push_back(w->cache);
+      requests.push_back(r);
+    }
   try {
     forward_batch(model_, caches, requests, pool_);
   } catch (...) {
     // Rerun one by one so that only the request at fault gets the error.
     for (Waiter* w : group) {
       try {
-        canvas::forward(model_, *w->cache, *w->request, pool_);
+        forward_on(model_, *w->cache, w->requests, pool_);
       } catch (...) {
         w->error = std::current_exception();
       }
@@ -86,14 +89,10 @@ void StepBatcher::loop() {
     std::vector<Waiter*> batch;
     batch.swap(waiting_);
     lock.unlock();
-    // Decoder passes (DiffusionGemma) and encoder passes go in separate batches.
-    std::vector<Waiter*> encoder, decoder;
-    for (Waiter* w : batch) (w->request->decoder ? decoder : encoder).push_back(w);
-    int64_t runs = 0;
-    if (!encoder.empty()) run(encoder), ++runs;
-    if (!decoder.empty()) run(decoder), ++runs;
+    // Decoder passes (DiffusionGemma) and encoder passes share the batch (forward_batch takes both).
+    run(batch);
     lock.lock();
-    batches_ += runs;
+    ++batches_;
     passes_ += int64_t(batch.size());
     largest_batch_ = std::max(largest_batch_, int64_t(batch.size()));
     for (Waiter* w : batch) w->done = true;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -39,9 +40,10 @@ class StepBatcher {
     StepBatcher& batcher_;
   };
 
-  // One pass of a joined generation; blocks until the batch holding it has run. Rethrows the pass's
-  // error (a batch that fails is rerun one request at a time, so an error reaches only its own request).
-  void forward(KvCache& cache, const ForwardRequest& request);
+  // One pass of a joined generation (several requests on its cache run in order within the batch, as
+  // forward_on runs them); blocks until the batch holding it has run. Rethrows the pass's error (a batch
+  // that fails is rerun one generation at a time, so an error reaches only its own generation).
+  void forward(KvCache& cache, std::span<const ForwardRequest> requests);
 
   // Counters since start (for /health and the tests).
   int64_t batches() const;
@@ -52,7 +54,7 @@ class StepBatcher {
  private:
   struct Waiter {
     KvCache* cache;
-    const ForwardRequest* request;
+    std::span<const ForwardRequest> requests;
     bool done = false;
     std::exception_ptr error;
   };

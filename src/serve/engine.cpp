@@ -165,8 +165,8 @@ void Engine::run(Job& job) {
   job.changed.notify_all();
   const double t0 = now_ms();
   StepBatcher::Membership member(batcher_);
-  request.forward = [&](const Model&, KvCache& cache, const ForwardRequest& req, ThreadPool*) {
-    batcher_.forward(cache, req);
+  request.forward = [&](const Model&, KvCache& cache, std::span<const ForwardRequest> reqs, ThreadPool*) {
+    batcher_.forward(cache, reqs);
   };
   request.cancelled = [&] { return job.cancel.load(); };
   request.on_step = [&](const StepEvent& e) {
