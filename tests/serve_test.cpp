@@ -413,7 +413,7 @@ TEST(ServeRouting, VerifyIsExploredThenChosenByLearnedTokensPerPass) {
   serve::CostModel cost;
   cost.fixed_ms = 1;
   cost.per_row_ms = 0.01;
-  EXPECT_DOUBLE_EQ(cost.verify_ms(40, 4, 2.0, 3), 20 * (1 + 0.01 * 15));
+  EXPECT_DOUBLE_EQ(cost.verify_ms(40, 5, 2.0, 3), 20 * (1 + 0.01 * 15));
 
   const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
   ThreadPool pool(2);
@@ -436,7 +436,7 @@ TEST(ServeRouting, VerifyIsExploredThenChosenByLearnedTokensPerPass) {
   const serve::CostModel c = engine.cost_model();
   EXPECT_EQ(c.verify_observations, 3);
   EXPECT_GT(c.verify_tokens_per_pass, 0);
-  const bool verify_cheaper = c.verify_ms(12, 4, c.verify_tokens_per_pass, 1) < c.ar_ms(12, 1, 1);
+  const bool verify_cheaper = c.verify_ms(12, 5, c.verify_tokens_per_pass, 1) < c.ar_ms(12, 1, 1);
   EXPECT_EQ(engine.route(s, 4), verify_cheaper ? serve::DecodeMode::Verify : serve::DecodeMode::Ar);
   engine.shutdown(false);
 }

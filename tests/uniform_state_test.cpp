@@ -139,6 +139,43 @@ TEST(UniformStateBatch, DraftExamplesAreOneCleanTokenThenPureNoise) {
   EXPECT_FLOAT_EQ(b.normaliser, float(200 * B));
 }
 
+// With draft_noisy_first, that share of the drafts has its first token noised and scored as well, all k + 1
+// positions weighted block_length / (k + 1).
+TEST(UniformStateBatch, OverlapDraftsNoiseAndScoreTheFirstToken) {
+  const int64_t L = 24, B = 8, K = 4, V = 5000;
+  const auto ex = examples(200, L, V, 0, 5);
+  UniformStateOptions o;
+  o.block_length = B;
+  o.vocab = V;
+  o.draft_length = K;
+  o.draft_share = 1.f;
+  o.draft_noisy_first = 0.5f;
+  Rng rng(7);
+  const ObjectiveBatch b = train::uniform_state_batch(ex, o, rng);
+  int64_t noisy = 0, given = 0;
+  double block_weight = 0;
+  for (int64_t s = 0; s < 200; ++s) {
+    const int64_t start = block_start(b, s);
+    const size_t first = size_t((s + 1) * L - (K + 1));
+    for (int64_t i = 0; i <= K; ++i) block_weight += b.weights[first + size_t(i)];
+    if (b.weights[first] == 0.f) {
+      ++given;
+      EXPECT_EQ(b.input.tokens[first], ex[size_t(s)].tokens[size_t(start)]);
+      for (int64_t i = 1; i <= K; ++i) EXPECT_FLOAT_EQ(b.weights[first + size_t(i)], float(B) / float(K));
+      continue;
+    }
+    ++noisy;
+    for (int64_t i = 0; i <= K; ++i) {
+      EXPECT_FLOAT_EQ(b.weights[first + size_t(i)], float(B) / float(K + 1));
+      EXPECT_EQ(b.targets[first + size_t(i)], ex[size_t(s)].tokens[size_t(start + i)]);
+    }
+  }
+  EXPECT_GT(noisy, 70);
+  EXPECT_GT(given, 70);
+  EXPECT_FLOAT_EQ(float(block_weight), b.normaliser);
+  EXPECT_FLOAT_EQ(b.normaliser, float(200 * B));
+}
+
 TEST(UniformStateBatch, GivensAreNeverCorruptedNorScored) {
   auto ex = examples(32, 9, 30, 0, 3);
   for (Example& e : ex) e.fixed = {1, 0, 1, 0, 0, 1, 0, 0, 1};

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "args.h"
@@ -47,7 +48,8 @@ measured in the same run, and each diffusion row's decode speed over AR's ("vs A
         heading("\ngrid (LIST = comma-separated values):"),
         {"-p,--n-prompt", "N", "prompt tokens (random ids; default 32)"},
         {"-n,--n-gen", "N", "tokens to generate (default 64)"},
-        {"--modes", "LIST", "ar, diffusion (default both); models with a decoder also self-cond, stream, verify"},
+        {"--modes", "LIST", "ar, diffusion (default both); models with a decoder also self-cond, stream, verify,\n"
+                            "verify-overlap"},
         {"--draft-length", "K", "--modes verify: tokens drafted per cycle (default 4)"},
         {"--cache", "LIST", "none, prefix, dual (default all three)"},
         {"--block-length", "LIST", "block lengths (default 32; clamped to -n)"},
@@ -84,8 +86,11 @@ row to entropies, argmax and a Gumbel sample and writing the next soft embedding
 decodes; no [canvas x vocab] buffer), and one AR step (ar: a one-token encoder pass after the prompt,
 with its logits), each --repeats times after --warmup; medians, and the peak RSS (of the whole run:
 time --modes stream alone to see its own). verify: one draft-and-verify cycle (a decoder pass and a causal
-pass over --draft-length + 1 rows, default 4), turned into tokens/s for 1, 2 and all drafts kept per cycle.
---modes for these models: ar, diffusion, self-cond, stream, verify (default ar, diffusion, self-cond). The
+pass over --draft-length + 1 rows, default 4), turned into tokens/s for 1, 2 and all drafts kept per cycle;
+verify-overlap: the one pass of an overlapped cycle (--overlap: the k + 1 causal rows and k + 1 decoder
+canvases of k + 1 rows), likewise.
+--modes for these models: ar, diffusion, self-cond, stream, verify, verify-overlap (default ar, diffusion,
+self-cond). The
 closing lines turn the faster later-step pass (self-cond or stream) into tokens/s for a canvas denoised in
 8, 16 and 32 passes, against AR.
 
@@ -161,7 +166,7 @@ int bench_decoder_passes(const Model& model, const std::string& source, int64_t 
   const bench::DecoderPassTimes t = bench::time_decoder_passes(model, options);
   const ModelConfig& c = model.config;
   const std::vector<double>&plain = t.diffusion, &conditioned = t.self_cond, &streamed = t.stream, &ar = t.ar,
-                    &cycles = t.verify;
+                    &cycles = t.verify, &overlapped = t.verify_overlap;
   const double prompt_ms = t.prompt_ms;
   const double peak_mib = double(bench::peak_rss_bytes()) / 1048576.0;
   std::printf("model: %s, %lld layers, %d threads\n", source.c_str(), (long long)c.n_layers, t.threads);
@@ -187,6 +192,9 @@ int bench_decoder_passes(const Model& model, const std::string& source, int64_t 
   line("stream", "decoder, canvas " + std::to_string(canvas) + ", stream head + soft emb", streamed);
   line("ar", "AR step (encoder, 1 token + logits)", ar);
   line("verify", "verify cycle (decoder + causal pass, " + std::to_string(draft_length + 1) + " rows each)", cycles);
+  line("verify-overlap",
+       "overlapped verify cycle (one pass, " + std::to_string((draft_length + 1) * (draft_length + 2)) + " rows)",
+       overlapped);
   std::printf("peak RSS %.0f MiB; weights %.2f GiB\n", peak_mib, double(weight_bytes) / 1073741824.0);
   report["peak_rss_mib"] = peak_mib;
   report["weight_bytes"] = weight_bytes;
@@ -215,15 +223,18 @@ int bench_decoder_passes(const Model& model, const std::string& source, int64_t 
       report["diffusion_projection"].push_back({{"steps", steps}, {"tokens_per_second", tps}, {"vs_ar", tps / ar_tps}});
     }
   }
-  if (!cycles.empty() && !ar.empty()) {
-    // How many drafts a cycle keeps depends on the model's weights and the text (scripts/research/
-    // verify_check.py measures it); the pass costs give the speed at a given number.
+  // How many drafts a cycle keeps depends on the model's weights and the text (scripts/research/
+  // verify_check.py measures it); the pass costs give the speed at a given number.
+  for (const auto& [name, key, times] : {std::tuple<const char*, const char*, const std::vector<double>*>{
+                                             "verify", "verify_projection", &cycles},
+                                         {"verify --overlap", "verify_overlap_projection", &overlapped}}) {
+    if (times->empty() || ar.empty()) continue;
     const double ar_tps = 1000.0 / bench::median(ar);
     for (int64_t kept : {int64_t(1), int64_t(2), draft_length}) {
-      const double tps = double(kept + 1) * 1000.0 / bench::median(cycles);
-      std::printf("verify, draft %lld, if %lld drafts are kept per cycle: %.1f tokens/s, %.2fx AR\n",
+      const double tps = double(kept + 1) * 1000.0 / bench::median(*times);
+      std::printf("%s, draft %lld, if %lld drafts are kept per cycle: %.1f tokens/s, %.2fx AR\n", name,
                   (long long)draft_length, (long long)kept, tps, tps / ar_tps);
-      report["verify_projection"].push_back({{"kept", kept}, {"tokens_per_second", tps}, {"vs_ar", tps / ar_tps}});
+      report[key].push_back({{"kept", kept}, {"tokens_per_second", tps}, {"vs_ar", tps / ar_tps}});
     }
   }
   if (!json_path.empty()) {
@@ -269,7 +280,8 @@ int cmd_bench(int argc, char** argv) {
   options.run_ar = options.run_diffusion = false;
   const std::vector<std::string> modes = split_list(args.get("modes", ""));
   for (const std::string& mode : modes.empty() ? std::vector<std::string>{"ar", "diffusion"} : modes) {
-    if (mode == "self-cond" || mode == "stream" || mode == "verify") continue;  // decoder models only; checked there
+    if (mode == "self-cond" || mode == "stream" || mode == "verify" || mode == "verify-overlap")
+      continue;  // decoder models only; checked there
     check(mode == "ar" || mode == "diffusion", "--modes: unknown mode '" + mode + "' (ar, diffusion)");
     (mode == "ar" ? options.run_ar : options.run_diffusion) = true;
   }
@@ -342,7 +354,7 @@ int cmd_bench(int argc, char** argv) {
                                 modes.empty() ? std::vector<std::string>{"ar", "diffusion", "self-cond"} : modes,
                                 args.get_int("draft-length", 4), args.get("json", ""));
   }
-  for (const char* decoder_only : {"self-cond", "stream", "verify"})
+  for (const char* decoder_only : {"self-cond", "stream", "verify", "verify-overlap"})
     check(std::find(modes.begin(), modes.end(), decoder_only) == modes.end(),
           std::string("--modes: ") + decoder_only + " applies to models with a decoder (DiffusionGemma) only");
 

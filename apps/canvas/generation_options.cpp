@@ -36,6 +36,9 @@ std::vector<Option> decoding_options() {
                            "(greedy: the same tokens; sampling: the same distribution), several tokens per pass"},
         {"--draft-length", "K", "verify: tokens drafted per cycle (default 4)"},
         {"--draft-steps", "S", "verify: decoder passes per draft, self-conditioned after the first (default 1)"},
+        {"--overlap", "", "verify: one forward per cycle: the pass that verifies the drafts also drafts the\n"
+                          "next cycle for every number of drafts that may be kept ((k+1)(k+2) rows per pass;\n"
+                          "models with a decoder, --draft-steps 1)"},
         {"--steps", "S", "masked: denoising steps in total (default = N: one token per step), a multiple\n"
                          "of the number of blocks; uniform-state: the most steps per canvas (default 48)"},
         {"--block-length", "B", "masked: block length of the semi-autoregressive schedule (default 32, or N if\n"
@@ -120,6 +123,8 @@ GenerationRequest request_from_args(const Args& args) {
   check(!args.has("draft-length") || (r.draft_length >= 1 && r.draft_length <= 1024),
         "--draft-length must be between 1 and 1024");
   r.draft_steps = args.get_int("draft-steps", 1);
+  r.overlap = args.has("overlap");
+  check(!r.overlap || (mode != "ar" && mode != "diffusion"), "--overlap applies to --mode verify");
   auto positive = [&](const char* name) {
     const int64_t v = args.get_int(name, 0);
     check(!args.has(name) || v > 0, std::string("--") + name + " must be positive");

@@ -2,11 +2,11 @@
 """Draft-and-verify against AR on the held-out prompts of scripts/research/dg_proof.py: for each prompt, `canvas
 generate --mode ar` and `--mode verify` (greedy, the same options) must give the same tokens; reports
 drafted tokens kept per cycle, new tokens per forward (counting the draft passes and the verifying causal
-passes: (decoder + encoder passes) after the prompt's), and the decode time of each mode (medians over
+passes: (decoder + encoder passes) after the prompt's; an overlapped cycle is one pass), and the decode time of each mode (medians over
 the prompts, both modes timed in the same run, one after the other per prompt).
 
 usage: /usr/bin/python3 scripts/research/verify_check.py [--model models/text-dg.gguf] [--prompts 24] [-n 128]
-           [--draft-lengths 4,8] [--draft-steps 1] [-t 2]
+           [--draft-lengths 4,8] [--draft-steps 1] [--variants plain,overlap] [-t 2]
 Exits 1 when any prompt's tokens differ.
 """
 import argparse
@@ -35,34 +35,44 @@ def main():
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--draft-lengths", default="4,8")
     ap.add_argument("--draft-steps", type=int, default=1)
+    ap.add_argument("--variants", default="plain",
+                    help="plain (a draft pass and a verify pass per cycle), overlap (--overlap: one pass per cycle)")
     args = ap.parse_args()
     prompts, _ = held_out_prompts(args.canvas, args.prompts, args.prompt_words)
+    variants = [v for v in args.variants.split(",") if v]
     failed = False
     for k in [int(x) for x in args.draft_lengths.split(",")]:
-        same = 0
-        per_forward, per_causal, kept_per_cycle, ar_ms, verify_ms = [], [], [], [], []
+        stats = {v: {"same": 0, "per_forward": [], "per_causal": [], "kept": [], "ms": []} for v in variants}
+        ar_ms = []
         for prompt in prompts:
             ar = generate(args, prompt, ["--mode", "ar"])
-            v = generate(args, prompt, ["--mode", "verify", "--draft-length", str(k), "--draft-steps",
-                                        str(args.draft_steps)])
-            if v["tokens"] == ar["tokens"]:
-                same += 1
-            else:
-                failed = True
-                print(f"DIFFERENT: {prompt!r}\n  ar:     {ar['text']!r}\n  verify: {v['text']!r}")
-            forwards = v["passes"] - 1  # the prompt's pass is AR's too
-            per_forward.append((len(v["tokens"]) - 1) / max(1, forwards))
-            cycles = max(1, v["encoder_passes"])
-            per_causal.append((len(v["tokens"]) - 1) / cycles)
-            kept_per_cycle.append(v["accepted"] / cycles)
             ar_ms.append(ar["decode_ms"])
-            verify_ms.append(v["decode_ms"])
-        print(f"draft length {k}, draft steps {args.draft_steps}: identical to AR on {same}/{len(prompts)} prompts; "
-              f"kept drafts per cycle {statistics.median(kept_per_cycle):.2f}, "
-              f"new tokens per forward {statistics.median(per_forward):.2f} "
-              f"(per causal pass {statistics.median(per_causal):.2f}); "
-              f"decode ms AR {statistics.median(ar_ms):.1f}, verify {statistics.median(verify_ms):.1f} "
-              f"(verify / AR {statistics.median(verify_ms) / statistics.median(ar_ms):.2f})")
+            for variant in variants:
+                extra = ["--mode", "verify", "--draft-length", str(k), "--draft-steps", str(args.draft_steps)]
+                if variant == "overlap":
+                    extra.append("--overlap")
+                v = generate(args, prompt, extra)
+                st = stats[variant]
+                if v["tokens"] == ar["tokens"]:
+                    st["same"] += 1
+                else:
+                    failed = True
+                    print(f"DIFFERENT ({variant}): {prompt!r}\n  ar:     {ar['text']!r}\n  verify: {v['text']!r}")
+                forwards = v["passes"] - 1  # the prompt's pass is AR's too
+                st["per_forward"].append((len(v["tokens"]) - 1) / max(1, forwards))
+                cycles = max(1, v["encoder_passes"])
+                st["per_causal"].append((len(v["tokens"]) - 1) / cycles)
+                st["kept"].append(v["accepted"] / cycles)
+                st["ms"].append(v["decode_ms"])
+        for variant in variants:
+            st = stats[variant]
+            print(f"{variant}: draft length {k}, draft steps {args.draft_steps}: identical to AR on "
+                  f"{st['same']}/{len(prompts)} prompts; "
+                  f"kept drafts per cycle {statistics.median(st['kept']):.2f}, "
+                  f"new tokens per forward {statistics.median(st['per_forward']):.2f} "
+                  f"(per causal pass {statistics.median(st['per_causal']):.2f}); "
+                  f"decode ms AR {statistics.median(ar_ms):.1f}, verify {statistics.median(st['ms']):.1f} "
+                  f"(verify / AR {statistics.median(st['ms']) / statistics.median(ar_ms):.2f})")
     sys.exit(1 if failed else 0)
 
 

@@ -1,5 +1,7 @@
 #include "bench/decoder_passes.h"
 
+#include "decode/events.h"
+
 #include <algorithm>
 
 #include "core/error.h"
@@ -16,8 +18,9 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
   const uint64_t seed = o.seed;
   auto wants = [&](const char* mode) { return std::find(o.modes.begin(), o.modes.end(), mode) != o.modes.end(); };
   for (const std::string& m : o.modes)
-    check(m == "ar" || m == "diffusion" || m == "self-cond" || m == "stream" || m == "verify",
-          "--modes: unknown mode '" + m + "' for a model with a decoder (ar, diffusion, self-cond, stream, verify)");
+    check(m == "ar" || m == "diffusion" || m == "self-cond" || m == "stream" || m == "verify" || m == "verify-overlap",
+          "--modes: unknown mode '" + m +
+              "' for a model with a decoder (ar, diffusion, self-cond, stream, verify, verify-overlap)");
   check(draft_length >= 1 && draft_length <= 1024, "--draft-length must be between 1 and 1024");
   const ModelConfig& c = model.config;
   check(prompt_tokens > 0 && canvas > 0 && repeats > 0 && warmup >= 0,
@@ -30,7 +33,7 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
     return t;
   };
   const int64_t ar_steps = warmup + repeats;
-  const int64_t tail = std::max<int64_t>(ar_steps, draft_length + 1);
+  const int64_t tail = std::max<int64_t>(ar_steps, 2 * draft_length + 2);
   KvCache cache(c, prompt_tokens + tail);
   std::vector<int32_t> groups(static_cast<size_t>(prompt_tokens + tail));
   for (size_t i = 0; i < groups.size(); ++i) groups[i] = int32_t(i);
@@ -110,10 +113,44 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
     forward(model, cache, check_pass, &pool);
     return now_ms() - start;
   };
-  std::vector<double> plain, conditioned, streamed, ar, cycles;
+  // The overlapped cycle: one pass over the same k + 1 causal rows and, for every kept count j = 0..k, a
+  // decoder canvas of k + 1 rows after the j-th of them (k logit rows each), as --overlap runs it.
+  std::vector<std::vector<int32_t>> candidates;
+  std::vector<std::vector<float>> candidate_logits;
+  for (int64_t j = 0; wants("verify-overlap") && j <= draft_length; ++j) {
+    candidates.push_back(random_tokens(draft_length + 1));
+    candidate_logits.emplace_back(size_t(draft_length) * size_t(c.vocab));
+  }
+  std::vector<float> overlap_logits(wants("verify-overlap") ? size_t(draft_length + 1) * size_t(c.vocab) : 0);
+  auto overlapped_cycle = [&] {
+    std::vector<ForwardRequest> requests(1);
+    ForwardRequest& check_pass = requests[0];
+    check_pass.tokens = draft.data();
+    check_pass.n = draft_length + 1;
+    check_pass.pos0 = prompt_tokens;
+    check_pass.groups = &groups[size_t(prompt_tokens)];
+    for (int64_t i = 0; i <= draft_length; ++i) check_pass.logit_rows.push_back(int32_t(i));
+    check_pass.logits = overlap_logits.data();
+    for (int64_t j = 0; j <= draft_length; ++j) {
+      ForwardRequest dec;
+      dec.tokens = candidates[size_t(j)].data();
+      dec.n = draft_length + 1;
+      dec.pos0 = prompt_tokens + j + 1;
+      dec.decoder = true;
+      for (int64_t i = 1; i <= draft_length; ++i) dec.logit_rows.push_back(int32_t(i));
+      dec.logits = candidate_logits[size_t(j)].data();
+      requests.push_back(dec);
+    }
+    const double start = now_ms();
+    forward_on(model, cache, requests, &pool);
+    return now_ms() - start;
+  };
+  std::vector<double> plain, conditioned, streamed, ar, cycles, overlapped;
   for (int r = 0; r < warmup + repeats; ++r) {
     const double v = wants("verify") ? verify_cycle() : 0;
     if (r >= warmup && wants("verify")) cycles.push_back(v);
+    const double o = wants("verify-overlap") ? overlapped_cycle() : 0;
+    if (r >= warmup && wants("verify-overlap")) overlapped.push_back(o);
     const double a = wants("diffusion") ? decoder_pass(nullptr) : 0;
     const double b = wants("self-cond") ? decoder_pass(self_cond.data()) : 0;
     const double d = wants("stream") ? stream_pass(r) : 0;
@@ -143,6 +180,7 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
   times.stream = std::move(streamed);
   times.ar = std::move(ar);
   times.verify = std::move(cycles);
+  times.verify_overlap = std::move(overlapped);
   times.threads = pool.size();
   return times;
 }

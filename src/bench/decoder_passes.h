@@ -20,7 +20,8 @@ struct DecoderPassOptions {
   int threads = 0;  // 0: all cores
   uint64_t seed = 0;
   // Kinds to time: ar, diffusion (self-conditioning zeros), self-cond (logits), stream (fused head and
-  // soft embedding), verify (a decoder and a causal pass over draft_length + 1 rows).
+  // soft embedding), verify (a decoder and a causal pass over draft_length + 1 rows), verify-overlap (one
+  // pass: the causal rows and draft_length + 1 decoder canvases of draft_length + 1 rows, as --overlap).
   std::vector<std::string> modes = {"ar", "diffusion", "self-cond", "stream"};
   int64_t draft_length = 4;
 };
@@ -28,7 +29,7 @@ struct DecoderPassOptions {
 // Milliseconds of each timed pass (after the warm-up); an empty vector for a kind not asked for.
 struct DecoderPassTimes {
   double prompt_ms = 0;  // the prompt's encoder pass (once)
-  std::vector<double> diffusion, self_cond, stream, ar, verify;
+  std::vector<double> diffusion, self_cond, stream, ar, verify, verify_overlap;
   int threads = 0;
 };
 

@@ -27,8 +27,9 @@ struct StepEvent {
   const std::vector<int32_t>* canvas;     // generated region; masked positions hold the mask id
   std::vector<int64_t> committed;         // positions (into the generated region) fixed by this step
   std::vector<float> confidence;          // softmax probability of each committed token (untempered)
-  // Set by Generator::run for its on_step: the generated positions that are final (everything before it
-  // can no longer change; after it: masks, noise or drafts). -1 when unknown.
+  // The generated positions that are final (everything before it can no longer change; after it: masks,
+  // noise or drafts). Set by a loop that shows drafts after its final tokens (verify), and by
+  // Generator::run for its on_step. -1 when unknown.
   int64_t final_end = -1;
 };
 

@@ -114,6 +114,11 @@ int64_t Generator::verify_draft_length(const GenerationRequest& r) {
   return r.draft_length > 0 ? r.draft_length : VerifyParams{}.draft_length;
 }
 
+int64_t Generator::verify_pass_rows(const GenerationRequest& r) {
+  const int64_t k = verify_draft_length(r);
+  return r.overlap ? (k + 1) * (k + 2) : k + 1;
+}
+
 int64_t Generator::masked_block_length(const GenerationRequest& r, int64_t n, int64_t prompt_tokens) const {
   if (r.block_length > 0) return std::min(r.block_length, n);
   // 32, the canvas padded to whole blocks and cut back; when the padding would not fit the context, one block.
@@ -315,10 +320,11 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
     // The finished prefix of the generated region: AR tokens are final at once, a masked canvas up to its
     // first masked position, a uniform-state run up to the canvas being denoised.
     const std::vector<int32_t>& region = *e.canvas;
-    last_region = region;
+    last_region.assign(region.begin(), region.begin() + (e.final_end >= 0 ? e.final_end : int64_t(region.size())));
     int64_t end = int64_t(region.size());
     if (uniform) end = std::min<int64_t>(end, e.block * canvas_length);
     else if (masked) end = std::find(region.begin(), region.end(), c.mask_token) - region.begin();
+    if (e.final_end >= 0) end = std::min(end, e.final_end);  // set by the loop (verify: drafts follow)
     end = std::min(end, n);
     if (r.on_step) {
       const double t0 = now_ms();
@@ -368,6 +374,7 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
       p.max_new_tokens = n;
       p.draft_length = verify_draft_length(r);
       p.draft_steps = r.draft_steps;
+      p.overlap = r.overlap;
       p.sampling = r.sampling;
       p.draft_temperature = defaults_.params.t_min;
       p.stop_ids = stop_ids_;

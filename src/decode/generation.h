@@ -74,6 +74,8 @@ struct GenerationRequest {
   // Draft-and-verify: tokens drafted per cycle (0: the default, 4) and decoder passes per draft.
   int64_t draft_length = 0;
   int64_t draft_steps = 1;
+  // verify: one pass per cycle that verifies the drafts and drafts the next cycle (VerifyParams::overlap).
+  bool overlap = false;
 
   std::vector<std::string> stop;  // the text ends before the first of these (and generation stops)
   // Decode all N tokens: EOS, pad and end-of-turn ids neither end generation nor cut the text (stop strings
@@ -166,6 +168,8 @@ class Generator {
   int64_t masked_block_length(const GenerationRequest& request, int64_t n, int64_t prompt_tokens) const;
   // Draft-and-verify's k: the request's draft_length, else VerifyParams' default.
   static int64_t verify_draft_length(const GenerationRequest& request);
+  // Rows per request of one of draft-and-verify's passes: k + 1, or (k + 1)(k + 2) when overlapped.
+  static int64_t verify_pass_rows(const GenerationRequest& request);
   // Masked diffusion's settings of a request (steps 0: the caller's default; lengths left to the caller).
   MaskedDiffusionParams masked_params(const GenerationRequest& request) const;
   // ... and as run() decodes N new tokens after `prompt_tokens`: the block length (masked_block_length), the

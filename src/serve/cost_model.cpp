@@ -98,8 +98,8 @@ double CostModel::uniform_ms(int64_t tokens, int64_t canvas, double passes_per_c
   return double(canvases) * passes_per_canvas * pass_ms(double(load * canvas));
 }
 
-double CostModel::verify_ms(int64_t tokens, int64_t draft_length, double tokens_per_pass, int64_t load) const {
-  return double(tokens) / std::max(tokens_per_pass, 1e-3) * pass_ms(double(load * (draft_length + 1)));
+double CostModel::verify_ms(int64_t tokens, int64_t pass_rows, double tokens_per_pass, int64_t load) const {
+  return double(tokens) / std::max(tokens_per_pass, 1e-3) * pass_ms(double(load * pass_rows));
 }
 
 std::string CostModel::describe() const {

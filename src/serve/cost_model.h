@@ -46,9 +46,10 @@ struct CostModel {
   // Uniform-state diffusion: ceil(tokens / canvas) canvases of `passes_per_canvas` passes, each pass
   // over the whole canvas (canvas rows per request).
   double uniform_ms(int64_t tokens, int64_t canvas, double passes_per_canvas, int64_t load) const;
-  // Draft-and-verify: tokens / tokens_per_pass passes, each over the last token and the k drafted ones
-  // (draft_length + 1 rows per request; draft and verify passes have the same shape).
-  double verify_ms(int64_t tokens, int64_t draft_length, double tokens_per_pass, int64_t load) const;
+  // Draft-and-verify: tokens / tokens_per_pass passes of `pass_rows` rows per request
+  // (Generator::verify_pass_rows: k + 1, the draft and verify passes having the same shape; or the
+  // overlapped cycle's (k + 1)(k + 2)).
+  double verify_ms(int64_t tokens, int64_t pass_rows, double tokens_per_pass, int64_t load) const;
   std::string describe() const;
 };
 

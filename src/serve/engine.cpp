@@ -117,8 +117,8 @@ DecodeMode Engine::route(const GenerationSettings& s, int64_t prompt_tokens) con
     // are only known once some requests used it: until 3 have finished, light-load requests go to verify
     // so that it is measured (their text is AR's under greedy decoding, AR's distribution when sampled).
     if (cost.verify_observations < 3) return load == 1 ? DecodeMode::Verify : DecodeMode::Ar;
-    const int64_t k = Generator::verify_draft_length(s);
-    return cost.verify_ms(n, k, cost.verify_tokens_per_pass, load) < ar ? DecodeMode::Verify : DecodeMode::Ar;
+    return cost.verify_ms(n, Generator::verify_pass_rows(s), cost.verify_tokens_per_pass, load) < ar ? DecodeMode::Verify
+                                                                                                      : DecodeMode::Ar;
   }
   // Threshold decoding's tokens per pass is only known once some requests used it: until then, requests
   // that arrive at light load (where diffusion is the candidate) go to diffusion so that it is measured.

@@ -93,6 +93,8 @@ ObjectiveBatch uniform_state_batch(const std::vector<Example>& examples, const U
     const int64_t first = std::max<int64_t>(P, 1);
     const bool draft = o.draft_length > 0 && L - first >= 2 && rng.uniform() < o.draft_share;
     const int64_t B = draft ? std::min(o.draft_length + 1, L - first) : std::min(o.block_length, L - P);
+    // An overlapped draft (verify --overlap): the first token is noise too, and scored.
+    const bool noisy_first = draft && o.draft_noisy_first > 0 && rng.uniform() < o.draft_noisy_first;
     int64_t b = 0;
     if (draft) {
       b = first + int64_t(rng.below(uint64_t(L - first - B + 1)));
@@ -103,7 +105,7 @@ ObjectiveBatch uniform_state_batch(const std::vector<Example>& examples, const U
       b = at_prompt ? P : P + int64_t(rng.below(uint64_t(L - P - B + 1)));
     }
     const double t = draft ? 1.0 : o.eps + (1.0 - o.eps) * (1.0 - rng.uniform());  // (eps, 1]
-    const float weight = draft ? float(o.block_length) / float(B - 1) : 1.f;
+    const float weight = draft ? float(o.block_length) / float(noisy_first ? B : B - 1) : 1.f;
     const size_t base = s * size_t(L) + size_t(L - b - B);  // row of clean token 0
     for (int64_t i = 0; i < b + B; ++i) {
       const size_t r = base + size_t(i);
@@ -120,7 +122,8 @@ ObjectiveBatch uniform_state_batch(const std::vector<Example>& examples, const U
       } else {
         out.input.groups[r] = int32_t(b);
         if (o.decoder_view) out.input.decoder[r] = 1;
-        if (e.is_prompt(i) || (draft && i == b)) continue;  // a draft's first token is given, not scored
+        // A draft's first token is given, not scored (unless noisy_first).
+        if (e.is_prompt(i) || (draft && !noisy_first && i == b)) continue;
         if (rng.uniform() < t) out.input.tokens[r] = int32_t(rng.below(uint64_t(o.vocab)));
         out.targets[r] = token;
         out.weights[r] = weight;

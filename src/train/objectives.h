@@ -54,7 +54,9 @@ ObjectiveBatch autoregressive_batch(const std::vector<Example>& examples);
 // With draft_length k > 0, a share `draft_share` of the examples is laid out as draft-and-verify drafts
 // (decode/verify.h): the block is [one clean token at b ; k positions of pure noise (t = 1)], b >= 1, and
 // only the k noise positions are scored, each with weight block_length / k so that a draft example
-// weighs as much as a full block.
+// weighs as much as a full block. A share `draft_noisy_first` of the draft examples has the first token
+// noised and scored too (weight block_length / (k + 1)): what an overlapped verify cycle's candidates see,
+// AR's token at that position being unknown when they draft.
 struct UniformStateOptions {
   int64_t block_length = 32;
   int64_t vocab = 0;        // noise tokens are uniform over [0, vocab)
@@ -63,6 +65,7 @@ struct UniformStateOptions {
   bool decoder_view = false;  // DiffusionGemma: mark the block rows as the decoder's (TokenBatch::decoder)
   int64_t draft_length = 0;   // 0: no draft examples
   float draft_share = 0.5f;
+  float draft_noisy_first = 0.f;
 };
 ObjectiveBatch uniform_state_batch(const std::vector<Example>& examples, const UniformStateOptions& options, Rng& rng);
 

@@ -128,6 +128,7 @@ const std::vector<RunKey>& run_keys() {
       number_key("ar_weight", [](RunConfig& r) -> auto& { return r.ar_weight; }, 0, 1000),
       int_key("draft_length", [](RunConfig& r) -> auto& { return r.draft_length; }, 0, 1024),
       number_key("draft_share", [](RunConfig& r) -> auto& { return r.draft_share; }, 0, 1),
+      number_key("draft_noisy_first", [](RunConfig& r) -> auto& { return r.draft_noisy_first; }, 0, 1),
       {"self_conditioning", true,
        [](RunConfig& r, const std::string& v, const std::string& where) {
          r.self_conditioning = config_bool(v, where, "self_conditioning");
@@ -188,6 +189,7 @@ ObjectiveBatch make_batch(const RunConfig& r, const ModelConfig& mc, const std::
     o.decoder_view = mc.has_decoder;
     o.draft_length = r.draft_length;
     o.draft_share = r.draft_share;
+    o.draft_noisy_first = r.draft_noisy_first;
     return uniform_state_batch(examples, o, rng);
   }
   return masked_diffusion_batch(examples, mc.mask_token, r.mask_eps, rng);

@@ -46,6 +46,7 @@ struct RunConfig {
   // uniform: the share of examples laid out as draft-and-verify's draft (objectives.h), and its length.
   int64_t draft_length = 0;          // 0: no draft examples
   float draft_share = 0.5f;
+  float draft_noisy_first = 0.f;     // share of draft examples whose first token is noise too (verify --overlap)
   uint64_t seed = 1;
   int64_t eval_every = 100, checkpoint_every = 100;
   int threads = 0;
