@@ -75,6 +75,40 @@ TEST(Verify, OverlappedGreedyEqualsArDecoding) {
       }
 }
 
+// Each cycle's event shows the committed tokens, then the drafts about to be verified after final_end:
+// --visual draws them dim, the committed ones bold. The last event has no drafts.
+TEST(Verify, StepEventsShowTheDraftsAfterTheCommittedTokens) {
+  const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
+  for (bool overlap : {false, true}) {
+    VerifyParams v;
+    v.max_new_tokens = 20;
+    v.draft_length = 3;
+    v.overlap = overlap;
+    v.stop_ids = {-1};
+    std::vector<StepEvent> events;
+    std::vector<std::vector<int32_t>> shown;
+    DecodeCallbacks callbacks;
+    callbacks.on_step = [&](const StepEvent& e) {
+      events.push_back(e);
+      shown.push_back(*e.canvas);
+    };
+    const VerifyResult r = generate_verify(m, kPrompts[0], v, nullptr, callbacks);
+    ASSERT_GE(events.size(), 2u);
+    int64_t committed = 0;
+    for (size_t i = 0; i < events.size(); ++i) {
+      const StepEvent& e = events[i];
+      ASSERT_GE(e.final_end, 0);
+      EXPECT_EQ(e.final_end, committed + int64_t(e.committed.size())) << i;
+      for (int64_t c : e.committed) EXPECT_EQ(c, committed++);
+      const int64_t drafts = int64_t(shown[i].size()) - e.final_end;
+      EXPECT_EQ(drafts, i + 1 < events.size() ? std::min<int64_t>(3, 20 - e.final_end) : 0) << i;
+      // The committed part is the run's text so far.
+      EXPECT_TRUE(std::equal(shown[i].begin(), shown[i].begin() + e.final_end, r.tokens.begin())) << i;
+    }
+    EXPECT_EQ(committed, int64_t(r.tokens.size()));
+  }
+}
+
 TEST(Verify, OverlapNeedsADecoderAndOneDraftStep) {
   VerifyParams v;
   v.overlap = true;

@@ -175,14 +175,22 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
       }
     }
   };
-  auto report_cycle = [&](int64_t before) {
-    if (!callbacks.on_step) return;
+  // A StepEvent once a cycle's drafts are taken: the tokens committed since the last one, and the region
+  // shown as the generated tokens followed by the k drafts about to be verified (final_end between them).
+  int64_t reported = 0;
+  std::vector<int32_t> shown;
+  auto report = [&](int64_t k) {
+    if (!callbacks.on_step || (reported == int64_t(generated.size()) && k == 0)) return;
     StepEvent event;
-    event.step = result.cycles - 1;
+    event.step = result.cycles;
     event.passes = result.passes;
-    event.canvas = &generated;
-    for (int64_t i = before; i < int64_t(generated.size()); ++i) event.committed.push_back(i);
+    shown = generated;
+    shown.insert(shown.end(), canvas.begin() + 1, canvas.begin() + 1 + k);
+    event.canvas = &shown;
+    event.final_end = int64_t(generated.size());
+    for (int64_t i = reported; i < int64_t(generated.size()); ++i) event.committed.push_back(i);
     event.confidence.assign(event.committed.size(), 1.f);
+    reported = int64_t(generated.size());
     callbacks.on_step(event);
   };
 
@@ -251,8 +259,8 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
       canvas.assign(size_t(k + 1), 0);
       canvas[0] = generated.back();
       take_drafts(next.logits.data(), k);
+      report(k);
       result.drafted += k;
-      const int64_t before = int64_t(generated.size());
       pass(canvas, cached, k + 1, 0);
       result.rows_computed += k + 1;
       ++result.encoder_passes;
@@ -260,7 +268,6 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
       kept = check_drafts(logits.data(), k);
       result.accepted += kept;
       cached += 1 + kept;
-      report_cycle(before);
       if (!done && callbacks.should_stop && callbacks.should_stop()) break;
     }
   } else {
@@ -281,6 +288,7 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
         result.rows_computed += k + 1;
         if (s + 1 == params.draft_steps) {
           take_drafts(&draft_logits[size_t(V)], k);
+          report(k);
           break;
         }
         for (int64_t i = 1; i <= k; ++i) {
@@ -292,7 +300,6 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
       }
       result.drafted += k;
       // Verify: one causal pass over [last token ; draft]; row i is AR's distribution after canvas[0..i].
-      const int64_t before = int64_t(generated.size());
       causal_pass(model, cache, canvas, cached, logits, pool, callbacks);
       ++result.passes;
       result.rows_computed += k + 1;
@@ -301,10 +308,10 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
       const int64_t kept = check_drafts(logits.data(), k);
       result.accepted += kept;
       cached += 1 + kept;  // the last token and the kept drafts; the token committed last is next cycle's first
-      report_cycle(before);
       if (!done && callbacks.should_stop && callbacks.should_stop()) break;
     }
   }
+  report(0);
   result.prompt_ms = t_first - t0;
   result.decode_ms = now_ms() - t_first;
   result.tokens = generated;
