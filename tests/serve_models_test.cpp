@@ -80,8 +80,13 @@ std::vector<std::string> logged_models(const std::string& log) {
 }
 
 TEST(ServeModelsCli, TwoModelsAreListedAndPickedByName) {
-  ServerProcess server("-m " + test::source_path("models/text-ar.gguf") + " --parallel 1");
+  ServerProcess server("-m " + test::source_path("models/text-ar.gguf") + " --parallel 1 --check-weights");
   ASSERT_NE(server.port(), 0) << server.log();
+  // --check-weights scans each model's weights.
+  const std::string log = server.log();
+  size_t scans = 0;
+  for (size_t at = 0; (at = log.find("--check-weights: ", at)) != std::string::npos; ++at) ++scans;
+  EXPECT_EQ(scans, 2u) << log;
   auto models = server.client().Get("/v1/models");
   ASSERT_TRUE(models && models->status == 200);
   const json list = json::parse(models->body);
@@ -141,6 +146,8 @@ TEST(ServeModelsCli, TwoModelsAreListedAndPickedByName) {
   const json h = json::parse(health->body);
   ASSERT_EQ(h["models"].size(), 2u);
   EXPECT_EQ(h["models"][1]["model"], "text-ar");
+  EXPECT_EQ(h["models"][0]["parallel"], 1);  // --parallel applies to each model
+  EXPECT_EQ(h["models"][1]["parallel"], 1);
   EXPECT_EQ(h["batched_passes"].get<int64_t>(),
             h["models"][0]["batched_passes"].get<int64_t>() + h["models"][1]["batched_passes"].get<int64_t>());
   EXPECT_GT(h["models"][1]["batched_passes"].get<int64_t>(), 0);
@@ -167,6 +174,7 @@ TEST(ServeModelsCli, DefaultServesTheBaseAndChatModels) {
   EXPECT_EQ(chat["canvas"]["mode"], "ar");
   const json completion = test::post_json(server, "/v1/completions", R"({"prompt": "And God said", "max_tokens": 8})");
   EXPECT_EQ(completion["model"], "text-dg");
+  EXPECT_EQ(completion["canvas"]["mode"], "ar");  // --mode applies to each model
   EXPECT_EQ(logged_models(server.log()), (std::vector<std::string>{"text-dg-chat", "text-dg"})) << server.log();
 
   auto refused = post(server, "/v1/chat/completions",
@@ -178,19 +186,23 @@ TEST(ServeModelsCli, DefaultServesTheBaseAndChatModels) {
   EXPECT_NE(error["message"].get<std::string>().find("text-dg-chat"), std::string::npos) << error;
 }
 
-// -m DIR serves the directory's *.gguf files by name; two files with one stem are refused at start.
+// -m DIR serves the directory's *.gguf models by name; two files with one stem are refused at start.
 TEST(ServeModelsCli, DirectoryOfModelsAndDuplicateIds) {
   test::TempDir dir;
   std::filesystem::create_directories(dir.path("models"));
   std::filesystem::create_symlink(test::source_path("models/text-masked.gguf"), dir.path("models/text-masked.gguf"));
   std::filesystem::create_symlink(test::source_path("models/text-ar.gguf"), dir.path("models/text-ar.gguf"));
+  // A tokenizer-only GGUF is no model: passed over.
+  std::filesystem::create_symlink(test::source_path("models/tokenizer-kjv.gguf"), dir.path("models/tokenizer-kjv.gguf"));
   const auto listed = [&] {
     ServerProcess server("-m " + dir.path("models") + " --parallel 1", "");
     EXPECT_NE(server.port(), 0) << server.log();
     auto models = server.client().Get("/v1/models");
     std::vector<std::string> ids;
-    if (models && models->status == 200)
-      for (const json& m : json::parse(models->body)["data"]) ids.push_back(m["id"]);
+    if (models && models->status == 200) {
+      const json list = json::parse(models->body);
+      for (const json& m : list["data"]) ids.push_back(m["id"]);
+    }
     return ids;
   }();
   EXPECT_EQ(listed, (std::vector<std::string>{"text-ar", "text-masked"}));
@@ -205,7 +217,7 @@ TEST(ServeModelsCli, DirectoryOfModelsAndDuplicateIds) {
   std::filesystem::create_directories(dir.path("empty"));
   const auto empty = test::run_canvas("serve --port 0 -m " + dir.path("empty"));
   EXPECT_NE(empty.exit_code, 0);
-  EXPECT_NE(empty.output.find("holds no *.gguf file"), std::string::npos) << empty.output;
+  EXPECT_NE(empty.output.find("holds no *.gguf model"), std::string::npos) << empty.output;
 }
 
 // --cost-model FILE with several models: one file per model, the id before the extension, each read back
@@ -261,7 +273,8 @@ TEST(ServeModelsCli, EveryStreamChunkCarriesTheMode) {
 TEST(ServeModelsCli, DraftsMarkTheirPadding) {
   ServerProcess server("--parallel 1", "models/text-dg-chat.gguf");
   ASSERT_NE(server.port(), 0) << server.log();
-  for (const char* mode : {"diffusion", "ar"}) {
+  {
+    const char* mode = "diffusion";  // the chat model's diffusion answers end within the canvas
     const std::string body = std::string(R"({"messages": [{"role": "user", "content": "Who made the light?"}],
                                               "max_tokens": 32, "seed": 7, "mode": ")") + mode + "\"";
     const json whole = test::post_json(server, "/v1/chat/completions", body + "}");
@@ -295,7 +308,7 @@ TEST(ServeModelsCli, DraftsMarkTheirPadding) {
     std::string committed;
     for (size_t i = 0; i < text_tokens; ++i) committed += last["tokens"][i].get<std::string>();
     EXPECT_EQ(committed, whole["choices"][0]["message"]["content"]) << last;
-    if (std::string(mode) == "diffusion") EXPECT_GT(noise_drafts, 0);
+    EXPECT_GT(noise_drafts, 0);
   }
 }
 

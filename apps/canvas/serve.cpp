@@ -19,6 +19,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "decode/text_model.h"
+#include "io/gguf.h"
 #include "device.h"
 #include "model/model.h"
 #include "serve/engine.h"
@@ -112,7 +113,9 @@ bool is_loopback(const std::string& host) {
 }
 
 // The models of -m: each value is one model, except a directory without config.json, which stands for
-// the *.gguf files in it (by name); without -m, the shipped base and chat models.
+// the *.gguf files in it (by name) that hold a model (a tokenizer-only GGUF such as
+// models/tokenizer-kjv.gguf has no general.architecture and is passed over); without -m, the shipped base
+// and chat models.
 std::vector<std::string> model_paths(const Args& args) {
   namespace fs = std::filesystem;
   if (!args.has("model"))
@@ -125,10 +128,16 @@ std::vector<std::string> model_paths(const Args& args) {
       continue;
     }
     std::vector<std::string> found;
-    for (const fs::directory_entry& entry : fs::directory_iterator(value, ec))
-      if (entry.path().extension() == ".gguf" && entry.is_regular_file(ec)) found.push_back(entry.path().string());
+    for (const fs::directory_entry& entry : fs::directory_iterator(value, ec)) {
+      if (entry.path().extension() != ".gguf" || !entry.is_regular_file(ec)) continue;
+      if (GgufFile::open(entry.path().string())->get_string("general.architecture", "").empty())
+        std::fprintf(stderr, "canvas serve: %s holds no model (no general.architecture); not served\n",
+                     entry.path().c_str());
+      else
+        found.push_back(entry.path().string());
+    }
     check(!ec, "-m " + value + ": cannot list the directory: " + ec.message());
-    check(!found.empty(), "-m " + value + ": the directory holds no *.gguf file and no config.json");
+    check(!found.empty(), "-m " + value + ": the directory holds no *.gguf model and no config.json");
     std::sort(found.begin(), found.end());
     paths.insert(paths.end(), found.begin(), found.end());
   }
