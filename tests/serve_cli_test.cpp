@@ -96,7 +96,8 @@ TEST(ServeCli, EndpointsAndCompletions) {
     const json e = json::parse(events[i]);
     if (e.contains("usage")) usage = e["usage"];
     if (!e["choices"].empty()) text += e["choices"][0]["text"].get<std::string>();
-    if (e["canvas"].contains("tokens")) {  // every chunk has canvas.mode; drafts also the tokens
+    // Every chunk has canvas.mode; drafts also the tokens (none in the one sent before the first step).
+    if (e["canvas"].contains("tokens") && !e["canvas"]["tokens"].empty()) {
       if (drafts++ == 0)  // the first step's draft: most positions still masked
         for (const json& t : e["canvas"]["tokens"]) masked_in_first += t.is_null();
     }
