@@ -151,6 +151,16 @@ TEST(ServeModelsCli, TwoModelsAreListedAndPickedByName) {
   EXPECT_EQ(h["batched_passes"].get<int64_t>(),
             h["models"][0]["batched_passes"].get<int64_t>() + h["models"][1]["batched_passes"].get<int64_t>());
   EXPECT_GT(h["models"][1]["batched_passes"].get<int64_t>(), 0);
+
+  // /metrics: the totals, and each model's own series.
+  auto metrics = server.client().Get("/metrics");
+  ASSERT_TRUE(metrics && metrics->status == 200);
+  for (const char* line : {"canvas_model_generations_total{model=\"text-masked\"} 2\n",
+                           "canvas_model_generations_total{model=\"text-ar\"} 1\n",
+                           "canvas_model_tokens_generated_total{model=\"text-ar\"} 12\n",
+                           "canvas_model_requests_running{model=\"text-ar\"} 0\n",
+                           "canvas_tokens_generated_total 36\n"})
+    EXPECT_NE(metrics->body.find(line), std::string::npos) << line << " in\n" << metrics->body;
 }
 
 // Without -m: the shipped base and chat models; chat goes to the chat model, completions to the base, and

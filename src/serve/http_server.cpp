@@ -493,7 +493,7 @@ HttpServer::~HttpServer() = default;
 
 void HttpServer::set_models(std::vector<ServedModel> models) {
   check(!models.empty() && !ready_.load(), "set_models: once, with at least one model");
-  for (ServedModel& m : models) m.engine->set_metrics(&metrics_);
+  for (ServedModel& m : models) m.engine->set_metrics(&metrics_, m.id);
   models_ = std::move(models);
   ready_.store(true);
 }
@@ -876,13 +876,10 @@ void HttpServer::props(const httplib::Request& req, httplib::Response& res) {
 }
 
 void HttpServer::metrics(const httplib::Request&, httplib::Response& res) {
-  int64_t queued = 0, running = 0;  // over all the models, as the counters are
+  std::vector<ModelLoad> loads;
   if (const auto* models = served())
-    for (const ServedModel& m : *models) {
-      queued += m.engine->queued();
-      running += m.engine->running();
-    }
-  res.set_content(metrics_.text(queued, running), "text/plain; version=0.0.4; charset=utf-8");
+    for (const ServedModel& m : *models) loads.push_back({m.id, m.engine->queued(), m.engine->running()});
+  res.set_content(metrics_.text(loads), "text/plain; version=0.0.4; charset=utf-8");
 }
 
 void HttpServer::page(const httplib::Request&, httplib::Response& res) {
