@@ -87,6 +87,7 @@ TEST(ServeModelsCli, TwoModelsAreListedAndPickedByName) {
   size_t scans = 0;
   for (size_t at = 0; (at = log.find("--check-weights: ", at)) != std::string::npos; ++at) ++scans;
   EXPECT_EQ(scans, 2u) << log;
+  EXPECT_NE(log.find("warning: no chat model"), std::string::npos) << log;  // chat falls back to a format
   auto models = server.client().Get("/v1/models");
   ASSERT_TRUE(models && models->status == 200);
   const json list = json::parse(models->body);
@@ -176,6 +177,7 @@ TEST(ServeModelsCli, DefaultServesTheBaseAndChatModels) {
   EXPECT_EQ(list["data"][0]["canvas"]["chat"], false);
   EXPECT_EQ(list["data"][1]["id"], "text-dg-chat");
   EXPECT_EQ(list["data"][1]["canvas"]["chat"], true);
+  EXPECT_EQ(server.log().find("warning: no chat model"), std::string::npos) << server.log();
 
   const json chat = test::post_json(server, "/v1/chat/completions",
                                     R"({"messages": [{"role": "user", "content": "Who made the light?"}],

@@ -284,6 +284,11 @@ int cmd_serve(int argc, char** argv) {
     }
     std::string ids;
     for (const serve::ServedModel& m : served_models) ids += (ids.empty() ? "" : ", ") + m.id;
+    if (std::none_of(served_models.begin(), served_models.end(), [](const serve::ServedModel& m) { return m.chat; }))
+      std::fprintf(stderr,
+                   "canvas serve: warning: no chat model (none has a chat template of its own or a -chat, -it or "
+                   "-instruct name): /v1/chat/completions renders messages in the built-in %s format\n",
+                   loaded_models.front()->text.chat.name.c_str());
     server.set_models(served_models);
     std::fprintf(stderr, "canvas serve: ready: %s\n", ids.c_str());
 
