@@ -164,6 +164,18 @@ TEST(ServeModelsCli, TwoModelsAreListedAndPickedByName) {
     EXPECT_NE(metrics->body.find(line), std::string::npos) << line << " in\n" << metrics->body;
 }
 
+// A server of one model answers any "model" (clients written for other servers send their own names):
+// the answer repeats the name, the log line names the model that ran.
+TEST(ServeModelsCli, OneModelAnswersAnyName) {
+  ServerProcess server("--parallel 1");
+  ASSERT_NE(server.port(), 0) << server.log();
+  const json j = test::post_json(server, "/v1/chat/completions",
+                                 R"({"model": "gpt-4o", "messages": [{"role": "user", "content": "Hi"}],
+                                     "max_tokens": 4, "mode": "ar"})");
+  EXPECT_EQ(j["model"], "gpt-4o");
+  EXPECT_EQ(logged_models(server.log()), std::vector<std::string>{"text-masked"}) << server.log();
+}
+
 // Without -m: the shipped base and chat models; chat goes to the chat model, completions to the base, and
 // chat naming the base model is refused (it has no chat template) rather than answered badly.
 TEST(ServeModelsCli, DefaultServesTheBaseAndChatModels) {

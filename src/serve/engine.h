@@ -35,7 +35,7 @@ using GenerationSettings = GenerationRequest;
 struct Job {
   std::vector<int32_t> prompt;
   GenerationSettings settings;
-  std::string model;  // the model name the answer gives (for the log line)
+  std::string model;  // the id of the model that decodes it (for the log line)
 
   std::mutex mutex;
   std::condition_variable changed;

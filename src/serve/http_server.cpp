@@ -901,8 +901,6 @@ void HttpServer::complete(const httplib::Request& req, httplib::Response& res, b
   const ServedModel* served_model = model_for(served(), r.model, chat, res);
   if (!served_model) return;
   Engine* engine = served_model->engine;
-  // The answer names the model as the request did (a single-model server accepts any name), else its id.
-  const std::string model_name = r.model.empty() ? served_model->id : r.model;
   GenerationSettings& s = r.settings;
   if (chat)
     s.messages = r.messages;
@@ -935,7 +933,7 @@ void HttpServer::complete(const httplib::Request& req, httplib::Response& res, b
   auto job = std::make_shared<Job>();
   job->prompt = std::move(prompt);
   job->settings = s;
-  job->model = model_name;
+  job->model = served_model->id;
   track(job);
   if (!engine->submit(job)) {
     untrack(job);
@@ -960,7 +958,8 @@ void HttpServer::complete(const httplib::Request& req, httplib::Response& res, b
   reply.chat = chat;
   reply.id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
   reply.created = int64_t(std::time(nullptr));
-  reply.model_name = model_name;
+  // The answer names the model as the request did (a single-model server accepts any name), else its id.
+  reply.model_name = r.model.empty() ? served_model->id : r.model;
   reply.prompt_tokens = P;
   reply.draft = r.canvas_draft;
   reply.include_usage = r.include_usage;
@@ -1028,7 +1027,7 @@ void HttpServer::infill(const httplib::Request& req, httplib::Response& res) {
   s.text = r.prompt;
   auto job = std::make_shared<Job>();
   job->settings = s;
-  job->model = r.model.empty() ? served_model->id : r.model;
+  job->model = served_model->id;
   track(job);
   if (!engine->submit(job)) {
     untrack(job);
