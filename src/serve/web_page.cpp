@@ -57,6 +57,7 @@ function headers() {
 async function loadModels() {
   try {
     const res = await fetch("/v1/models", { headers: headers() });
+    if (res.status === 503) setTimeout(loadModels, 1000);  // still loading the models
     if (!res.ok) return;
     const list = await res.json(), picker = $("model"), chosen = picker.value;
     picker.textContent = "";
