@@ -49,7 +49,8 @@ TEST(ServeModels, IdsAreFileStems) {
   EXPECT_FALSE(serve::is_chat_model_name("text-dg"));
   EXPECT_FALSE(serve::is_chat_model_name("chat"));
   EXPECT_FALSE(serve::is_chat_model_name("edit"));
-  EXPECT_THROW(serve::check_unique_ids(served({{"a", false}, {"b", false}, {"a", true}}), {"x/a.gguf", "b.gguf", "y/a.gguf"}),
+  EXPECT_THROW(serve::check_unique_ids(served({{"a", false}, {"b", false}, {"a", true}}),
+                                       {"x/a.gguf", "b.gguf", "y/a.gguf"}),
                Error);
   EXPECT_NO_THROW(serve::check_unique_ids(served({{"a", false}, {"b", false}}), {"a.gguf", "b.gguf"}));
 }
@@ -115,15 +116,16 @@ TEST(ServeModelsCli, TwoModelsAreListedAndPickedByName) {
   EXPECT_EQ(logged_models(server.log()), (std::vector<std::string>{"text-masked", "text-ar", "text-masked"}))
       << server.log();
   // The same prompt through the other model's weights: the text agrees with that model's own generate.
-  const auto generated = test::run_canvas("generate -m " + test::source_path("models/text-ar.gguf") +
-                                              " -p 'And God said' -n 12 --mode ar --json",
-                                          false);
+  const auto generated = test::run_canvas(
+      "generate -m " + test::source_path("models/text-ar.gguf") + " -p 'And God said' -n 12 --mode ar --json",
+      false);
   ASSERT_EQ(generated.exit_code, 0) << generated.output;
   EXPECT_EQ(ar["choices"][0]["text"], test::json_of(generated.output)["text"]);
 
   // An unknown model: 404 in OpenAI's shape.
-  auto unknown = post(server, "/v1/chat/completions",
-                      R"({"model": "gpt-4o", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})");
+  auto unknown =
+      post(server, "/v1/chat/completions",
+           R"({"model": "gpt-4o", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})");
   ASSERT_TRUE(unknown);
   EXPECT_EQ(unknown->status, 404) << unknown->body;
   const json error = json::parse(unknown->body)["error"];
@@ -149,18 +151,18 @@ TEST(ServeModelsCli, TwoModelsAreListedAndPickedByName) {
   EXPECT_EQ(h["models"][1]["model"], "text-ar");
   EXPECT_EQ(h["models"][0]["parallel"], 1);  // --parallel applies to each model
   EXPECT_EQ(h["models"][1]["parallel"], 1);
-  EXPECT_EQ(h["batched_passes"].get<int64_t>(),
-            h["models"][0]["batched_passes"].get<int64_t>() + h["models"][1]["batched_passes"].get<int64_t>());
+  EXPECT_EQ(h["batched_passes"].get<int64_t>(), h["models"][0]["batched_passes"].get<int64_t>() +
+                                                    h["models"][1]["batched_passes"].get<int64_t>());
   EXPECT_GT(h["models"][1]["batched_passes"].get<int64_t>(), 0);
 
   // /metrics: the totals, and each model's own series.
   auto metrics = server.client().Get("/metrics");
   ASSERT_TRUE(metrics && metrics->status == 200);
-  for (const char* line : {"canvas_model_generations_total{model=\"text-masked\"} 2\n",
-                           "canvas_model_generations_total{model=\"text-ar\"} 1\n",
-                           "canvas_model_tokens_generated_total{model=\"text-ar\"} 12\n",
-                           "canvas_model_requests_running{model=\"text-ar\"} 0\n",
-                           "canvas_tokens_generated_total 36\n"})
+  for (const char* line :
+       {"canvas_model_generations_total{model=\"text-masked\"} 2\n",
+        "canvas_model_generations_total{model=\"text-ar\"} 1\n",
+        "canvas_model_tokens_generated_total{model=\"text-ar\"} 12\n",
+        "canvas_model_requests_running{model=\"text-ar\"} 0\n", "canvas_tokens_generated_total 36\n"})
     EXPECT_NE(metrics->body.find(line), std::string::npos) << line << " in\n" << metrics->body;
 }
 
@@ -196,13 +198,16 @@ TEST(ServeModelsCli, DefaultServesTheBaseAndChatModels) {
                                         "max_tokens": 8})");
   EXPECT_EQ(chat["model"], "text-dg-chat");
   EXPECT_EQ(chat["canvas"]["mode"], "ar");
-  const json completion = test::post_json(server, "/v1/completions", R"({"prompt": "And God said", "max_tokens": 8})");
+  const json completion =
+      test::post_json(server, "/v1/completions", R"({"prompt": "And God said", "max_tokens": 8})");
   EXPECT_EQ(completion["model"], "text-dg");
   EXPECT_EQ(completion["canvas"]["mode"], "ar");  // --mode applies to each model
-  EXPECT_EQ(logged_models(server.log()), (std::vector<std::string>{"text-dg-chat", "text-dg"})) << server.log();
+  EXPECT_EQ(logged_models(server.log()), (std::vector<std::string>{"text-dg-chat", "text-dg"}))
+      << server.log();
 
-  auto refused = post(server, "/v1/chat/completions",
-                      R"({"model": "text-dg", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})");
+  auto refused =
+      post(server, "/v1/chat/completions",
+           R"({"model": "text-dg", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})");
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->status, 400) << refused->body;
   const json error = json::parse(refused->body)["error"];
@@ -214,10 +219,12 @@ TEST(ServeModelsCli, DefaultServesTheBaseAndChatModels) {
 TEST(ServeModelsCli, DirectoryOfModelsAndDuplicateIds) {
   test::TempDir dir;
   std::filesystem::create_directories(dir.path("models"));
-  std::filesystem::create_symlink(test::source_path("models/text-masked.gguf"), dir.path("models/text-masked.gguf"));
+  std::filesystem::create_symlink(test::source_path("models/text-masked.gguf"),
+                                  dir.path("models/text-masked.gguf"));
   std::filesystem::create_symlink(test::source_path("models/text-ar.gguf"), dir.path("models/text-ar.gguf"));
   // A tokenizer-only GGUF is no model: passed over.
-  std::filesystem::create_symlink(test::source_path("models/tokenizer-kjv.gguf"), dir.path("models/tokenizer-kjv.gguf"));
+  std::filesystem::create_symlink(test::source_path("models/tokenizer-kjv.gguf"),
+                                  dir.path("models/tokenizer-kjv.gguf"));
   const auto listed = [&] {
     ServerProcess server("-m " + dir.path("models") + " --parallel 1", "");
     EXPECT_NE(server.port(), 0) << server.log();
@@ -232,11 +239,13 @@ TEST(ServeModelsCli, DirectoryOfModelsAndDuplicateIds) {
   EXPECT_EQ(listed, (std::vector<std::string>{"text-ar", "text-masked"}));
 
   std::filesystem::create_directories(dir.path("other"));
-  std::filesystem::create_symlink(test::source_path("models/text-ar.gguf"), dir.path("other/text-masked.gguf"));
+  std::filesystem::create_symlink(test::source_path("models/text-ar.gguf"),
+                                  dir.path("other/text-masked.gguf"));
   const auto duplicate = test::run_canvas("serve --port 0 -m " + dir.path("models") + " -m " +
                                           dir.path("other/text-masked.gguf"));
   EXPECT_NE(duplicate.exit_code, 0);
-  EXPECT_NE(duplicate.output.find("two models have the id 'text-masked'"), std::string::npos) << duplicate.output;
+  EXPECT_NE(duplicate.output.find("two models have the id 'text-masked'"), std::string::npos)
+      << duplicate.output;
 
   std::filesystem::create_directories(dir.path("empty"));
   const auto empty = test::run_canvas("serve --port 0 -m " + dir.path("empty"));
@@ -249,7 +258,8 @@ TEST(ServeModelsCli, DirectoryOfModelsAndDuplicateIds) {
 TEST(ServeModelsCli, CostModelFilePerModel) {
   test::TempDir dir;
   const std::string file = dir.path("costs.json");
-  const std::string args = "-m " + test::source_path("models/text-ar.gguf") + " --parallel 1 --cost-model " + file;
+  const std::string args =
+      "-m " + test::source_path("models/text-ar.gguf") + " --parallel 1 --cost-model " + file;
   {
     ServerProcess server(args);
     ASSERT_NE(server.port(), 0) << server.log();
@@ -260,12 +270,14 @@ TEST(ServeModelsCli, CostModelFilePerModel) {
           << server.log();
   }
   EXPECT_FALSE(std::filesystem::exists(file));
-  EXPECT_NE(json::parse(test::read_text(dir.path("costs.text-ar.json")))["key"].get<std::string>().find("text-ar.gguf"),
+  EXPECT_NE(json::parse(test::read_text(dir.path("costs.text-ar.json")))["key"].get<std::string>().find(
+                "text-ar.gguf"),
             std::string::npos);
   ServerProcess again(args);
   ASSERT_NE(again.port(), 0) << again.log();
   for (const char* id : {"text-masked", "text-ar"})
-    EXPECT_NE(again.log().find(std::string("cost model of ") + id + " read from"), std::string::npos) << again.log();
+    EXPECT_NE(again.log().find(std::string("cost model of ") + id + " read from"), std::string::npos)
+        << again.log();
 }
 
 // Every chunk of a stream (deltas, the last one, the usage one) names the mode, as canvas.mode of the
@@ -275,7 +287,8 @@ TEST(ServeModelsCli, EveryStreamChunkCarriesTheMode) {
   ASSERT_NE(server.port(), 0) << server.log();
   for (const char* mode : {"ar", "diffusion"})
     for (const bool chat : {false, true}) {
-      const std::string input = chat ? R"("messages": [{"role": "user", "content": "Hi"}])" : R"("prompt": "And God said")";
+      const std::string input =
+          chat ? R"("messages": [{"role": "user", "content": "Hi"}])" : R"("prompt": "And God said")";
       auto res = post(server, chat ? "/v1/chat/completions" : "/v1/completions",
                       "{" + input + R"(, "max_tokens": 8, "stream": true, "mode": ")" + mode +
                           R"(", "stream_options": {"include_usage": true}})");
@@ -300,7 +313,8 @@ TEST(ServeModelsCli, DraftsMarkTheirPadding) {
   {
     const char* mode = "diffusion";  // the chat model's diffusion answers end within the canvas
     const std::string body = std::string(R"({"messages": [{"role": "user", "content": "Who made the light?"}],
-                                              "max_tokens": 32, "seed": 7, "mode": ")") + mode + "\"";
+                                              "max_tokens": 32, "seed": 7, "mode": ")") +
+                             mode + "\"";
     const json whole = test::post_json(server, "/v1/chat/completions", body + "}");
     ASSERT_EQ(whole["canvas"]["finish"], "eos") << "the answer ends itself within 32 tokens: " << whole;
     const size_t text_tokens = whole["canvas"]["tokens"].size();
@@ -321,7 +335,8 @@ TEST(ServeModelsCli, DraftsMarkTheirPadding) {
       }
       for (const json& i : draft["pad"]) {
         ASSERT_LT(i.get<size_t>(), draft["tokens"].size());
-        EXPECT_FALSE(draft["tokens"][i.get<size_t>()].is_null()) << "a masked position is not padding: " << event;
+        EXPECT_FALSE(draft["tokens"][i.get<size_t>()].is_null())
+            << "a masked position is not padding: " << event;
       }
       last = draft;
     }

@@ -19,8 +19,8 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "decode/text_model.h"
-#include "io/gguf.h"
 #include "device.h"
+#include "io/gguf.h"
 #include "model/model.h"
 #include "serve/engine.h"
 #include "serve/http_server.h"
@@ -119,7 +119,8 @@ bool is_loopback(const std::string& host) {
 std::vector<std::string> model_paths(const Args& args) {
   namespace fs = std::filesystem;
   if (!args.has("model"))
-    return {shipped_model_path(kDefaultTextModel, "canvas serve"), shipped_model_path(kDefaultChatModel, "canvas serve")};
+    return {shipped_model_path(kDefaultTextModel, "canvas serve"),
+            shipped_model_path(kDefaultChatModel, "canvas serve")};
   std::vector<std::string> paths;
   for (const std::string& value : args.get_all("model")) {
     std::error_code ec;
@@ -158,7 +159,8 @@ std::string cost_model_file_for(const std::string& file, const std::string& id, 
 std::string cost_model_key(const std::string& model_path, int64_t cores, const std::string& device) {
   std::error_code ec;
   const std::filesystem::path model_file = std::filesystem::absolute(model_path, ec);
-  const auto size = std::filesystem::is_regular_file(model_file, ec) ? std::filesystem::file_size(model_file, ec) : 0;
+  const auto size =
+      std::filesystem::is_regular_file(model_file, ec) ? std::filesystem::file_size(model_file, ec) : 0;
   const auto mtime = std::filesystem::last_write_time(model_file, ec).time_since_epoch().count();
   return model_file.string() + " " + std::to_string(size) + " " + std::to_string(mtime) + " threads " +
          std::to_string(cores) + " " + simd_level_name(simd_level()) + " " + device;
@@ -271,11 +273,12 @@ int cmd_serve(int argc, char** argv) {
             "--mode ar: model " + served.id + " ('" + c.arch + "') cannot decode autoregressively");
       served.engine = m->engine.get();
       served.chat = m->text.chat.model_has_template || serve::is_chat_model_name(served.id);
-      std::fprintf(stderr,
-                   "canvas serve: loaded %s (%s%s), --parallel %lld, --queue %lld, --mode %s; cost model: %s\n",
-                   served.id.c_str(), c.arch.c_str(), served.chat ? ", chat" : "", (long long)engine_options.parallel,
-                   (long long)engine_options.queue, serve::decode_mode_name(engine_options.default_mode),
-                   engine.cost_model().describe().c_str());
+      std::fprintf(
+          stderr,
+          "canvas serve: loaded %s (%s%s), --parallel %lld, --queue %lld, --mode %s; cost model: %s\n",
+          served.id.c_str(), c.arch.c_str(), served.chat ? ", chat" : "", (long long)engine_options.parallel,
+          (long long)engine_options.queue, serve::decode_mode_name(engine_options.default_mode),
+          engine.cost_model().describe().c_str());
       if (!model_options.cost_model_file.empty())
         std::fprintf(stderr, "canvas serve: cost model of %s %s %s\n", served.id.c_str(),
                      engine.cost_model_stored() ? "read from" : "measured and written to",
@@ -284,11 +287,13 @@ int cmd_serve(int argc, char** argv) {
     }
     std::string ids;
     for (const serve::ServedModel& m : served_models) ids += (ids.empty() ? "" : ", ") + m.id;
-    if (std::none_of(served_models.begin(), served_models.end(), [](const serve::ServedModel& m) { return m.chat; }))
-      std::fprintf(stderr,
-                   "canvas serve: warning: no chat model (none has a chat template of its own or a -chat, -it or "
-                   "-instruct name): /v1/chat/completions renders messages in the built-in %s format\n",
-                   loaded_models.front()->text.chat.name.c_str());
+    if (std::none_of(served_models.begin(), served_models.end(),
+                     [](const serve::ServedModel& m) { return m.chat; }))
+      std::fprintf(
+          stderr,
+          "canvas serve: warning: no chat model (none has a chat template of its own or a -chat, -it or "
+          "-instruct name): /v1/chat/completions renders messages in the built-in %s format\n",
+          loaded_models.front()->text.chat.name.c_str());
     server.set_models(served_models);
     std::fprintf(stderr, "canvas serve: ready: %s\n", ids.c_str());
 

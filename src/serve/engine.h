@@ -133,7 +133,7 @@ class Engine {
   int64_t running_ = 0;
   bool stopping_ = false;
   std::atomic<ServerMetrics*> metrics_{nullptr};
-  std::string metrics_model_;  // the id the metrics count this engine's generations under
+  std::string metrics_model_;             // the id the metrics count this engine's generations under
   std::unique_ptr<WorkerThreads> slots_;  // last: its destructor joins threads that use the members above
 };
 

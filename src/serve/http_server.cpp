@@ -806,7 +806,8 @@ const ServedModel* model_for(const std::vector<ServedModel>* models, const std::
 }
 
 // The model named by the "model" field of a helper endpoint's body (/tokenize, /detokenize).
-const ServedModel* body_model(const std::vector<ServedModel>* models, const json& body, httplib::Response& res) {
+const ServedModel* body_model(const std::vector<ServedModel>* models, const json& body,
+                              httplib::Response& res) {
   if (body.contains("model") && !body["model"].is_string()) {
     send_error(res, 400, "'model' must be a string", "model");
     return nullptr;
@@ -825,7 +826,8 @@ void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
   const ServedModel* m = body_model(served(), j, res);
   if (!m) return;
   const Engine* engine = m->engine;
-  if (!engine->generator().tokenizer()) return send_error(res, 400, "the model '" + m->id + "' has no tokenizer");
+  if (!engine->generator().tokenizer())
+    return send_error(res, 400, "the model '" + m->id + "' has no tokenizer");
   if (!j.contains("content") || !j["content"].is_string())
     return send_error(res, 400, "'content' must be a string", "content");
   const bool special = j.value("add_special", false);
@@ -840,7 +842,8 @@ void HttpServer::detokenize(const httplib::Request& req, httplib::Response& res)
   const ServedModel* m = body_model(served(), j, res);
   if (!m) return;
   const Engine* engine = m->engine;
-  if (!engine->generator().tokenizer()) return send_error(res, 400, "the model '" + m->id + "' has no tokenizer");
+  if (!engine->generator().tokenizer())
+    return send_error(res, 400, "the model '" + m->id + "' has no tokenizer");
   if (!j.contains("tokens") || !j["tokens"].is_array())
     return send_error(res, 400, "'tokens' must be an array", "tokens");
   std::vector<int32_t> ids;

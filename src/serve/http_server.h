@@ -27,7 +27,7 @@ namespace canvas::serve {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
-  std::string api_key;  // non-empty: the API endpoints need "Authorization: Bearer KEY"
+  std::string api_key;            // non-empty: the API endpoints need "Authorization: Bearer KEY"
   size_t body_limit = 1 << 20;    // bytes of a request body, as sent and decompressed
   int http_threads = 0;           // threads answering POSTs; 0: 72 (serve sets parallel + queue + 8)
   size_t max_connections = 1024;  // open connections (cut to the process's file limit)

@@ -68,8 +68,9 @@ void ServerMetrics::request_answered(const std::string& endpoint, int status) {
   ++requests_[{endpoint, status_class}];
 }
 
-void ServerMetrics::generation_finished(const std::string& model, int64_t prompt_tokens, int64_t generated_tokens,
-                                        int64_t passes, double queue_seconds, double latency_seconds) {
+void ServerMetrics::generation_finished(const std::string& model, int64_t prompt_tokens,
+                                        int64_t generated_tokens, int64_t passes, double queue_seconds,
+                                        double latency_seconds) {
   const uint64_t prompt = uint64_t(std::max<int64_t>(0, prompt_tokens));
   const uint64_t generated = uint64_t(std::max<int64_t>(0, generated_tokens));
   const uint64_t forward = uint64_t(std::max<int64_t>(0, passes));
@@ -122,8 +123,8 @@ std::string ServerMetrics::text(const std::vector<ModelLoad>& loads) const {
     int64_t ModelLoad::*load;
   };
   static const Series series[] = {
-      {"canvas_model_generations_total", "counter", "Generations finished, by model.", &ModelCounts::generations,
-       nullptr},
+      {"canvas_model_generations_total", "counter", "Generations finished, by model.",
+       &ModelCounts::generations, nullptr},
       {"canvas_model_tokens_generated_total", "counter", "Tokens generated, by model.",
        &ModelCounts::generated_tokens, nullptr},
       {"canvas_model_prompt_tokens_total", "counter", "Prompt tokens of the generations run, by model.",
@@ -132,14 +133,16 @@ std::string ServerMetrics::text(const std::vector<ModelLoad>& loads) const {
        &ModelCounts::forward_passes, nullptr},
       {"canvas_model_queue_depth", "gauge", "Requests waiting for a generation slot, by model.", nullptr,
        &ModelLoad::queued},
-      {"canvas_model_requests_running", "gauge", "Generations running, by model.", nullptr, &ModelLoad::running},
+      {"canvas_model_requests_running", "gauge", "Generations running, by model.", nullptr,
+       &ModelLoad::running},
   };
   for (const Series& s : series) {
     header(out, s.name, s.type, s.help);
     for (const ModelLoad& load : loads) {
       const auto counts = per_model_.find(load.model);
-      const std::string value = s.count ? std::to_string(counts == per_model_.end() ? 0 : counts->second.*s.count)
-                                        : std::to_string(load.*s.load);
+      const std::string value = s.count
+                                    ? std::to_string(counts == per_model_.end() ? 0 : counts->second.*s.count)
+                                    : std::to_string(load.*s.load);
       out += std::string(s.name) + "{model=\"" + label_value(load.model) + "\"} " + value + "\n";
     }
   }

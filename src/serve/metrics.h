@@ -39,8 +39,8 @@ class ServerMetrics {
   void request_answered(const std::string& endpoint, int status);
   // One finished generation of `model` (its id): its prompt and generated tokens, forward passes, seconds
   // waiting in the queue and seconds from entering the queue to the end of decoding.
-  void generation_finished(const std::string& model, int64_t prompt_tokens, int64_t generated_tokens, int64_t passes,
-                           double queue_seconds, double latency_seconds);
+  void generation_finished(const std::string& model, int64_t prompt_tokens, int64_t generated_tokens,
+                           int64_t passes, double queue_seconds, double latency_seconds);
   // The exposition text: the server's totals, then the canvas_model_* series labelled by model, with the
   // gauges of each model's engine read now.
   std::string text(const std::vector<ModelLoad>& loads) const;

@@ -23,9 +23,11 @@ std::string model_id_of(const std::string& path) {
 
 bool is_chat_model_name(const std::string& id) {
   std::string lower = id;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return char(std::tolower(c)); });
   for (const std::string suffix : {"-chat", "-it", "-instruct"})
-    if (lower.size() > suffix.size() && lower.compare(lower.size() - suffix.size(), suffix.size(), suffix) == 0)
+    if (lower.size() > suffix.size() &&
+        lower.compare(lower.size() - suffix.size(), suffix.size(), suffix) == 0)
       return true;
   return false;
 }
@@ -51,7 +53,8 @@ std::string id_list(const std::vector<ServedModel>& models, bool chat_only) {
 
 const ServedModel& pick_model(const std::vector<ServedModel>& models, const std::string& name, bool chat) {
   check(!models.empty(), "pick_model: no models");
-  const auto chat_model = std::find_if(models.begin(), models.end(), [](const ServedModel& m) { return m.chat; });
+  const auto chat_model =
+      std::find_if(models.begin(), models.end(), [](const ServedModel& m) { return m.chat; });
   if (name.empty()) return chat && chat_model != models.end() ? *chat_model : models.front();
   const auto named = std::find_if(models.begin(), models.end(),
                                   [&](const ServedModel& m) { return m.id == name || m.file_name == name; });
@@ -63,11 +66,13 @@ const ServedModel& pick_model(const std::vector<ServedModel>& models, const std:
                    "model", "model_not_found");
   }
   if (chat && !named->chat && chat_model != models.end())
-    throw ApiError(400,
-                   "the model '" + named->id +
-                       "' has no chat template (it is not a chat model); send its prompts to /v1/completions, "
-                       "or chat with " + id_list(models, true),
-                   "model", "model_not_chat");
+    throw ApiError(
+        400,
+        "the model '" + named->id +
+            "' has no chat template (it is not a chat model); send its prompts to /v1/completions, "
+            "or chat with " +
+            id_list(models, true),
+        "model", "model_not_chat");
   return *named;
 }
 
