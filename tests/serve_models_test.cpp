@@ -158,11 +158,16 @@ TEST(ServeModelsCli, TwoModelsAreListedAndPickedByName) {
   // /metrics: the totals, and each model's own series.
   auto metrics = server.client().Get("/metrics");
   ASSERT_TRUE(metrics && metrics->status == 200);
-  for (const char* line :
-       {"canvas_model_generations_total{model=\"text-masked\"} 2\n",
-        "canvas_model_generations_total{model=\"text-ar\"} 1\n",
-        "canvas_model_tokens_generated_total{model=\"text-ar\"} 12\n",
-        "canvas_model_requests_running{model=\"text-ar\"} 0\n", "canvas_tokens_generated_total 36\n"})
+  auto tokens_of = [](const json& answer) { return answer["usage"]["completion_tokens"].get<int64_t>(); };
+  const std::string masked_tokens = std::to_string(tokens_of(masked) + tokens_of(unnamed));
+  const std::string all_tokens = std::to_string(tokens_of(masked) + tokens_of(unnamed) + tokens_of(ar));
+  for (const std::string& line :
+       {std::string("canvas_model_generations_total{model=\"text-masked\"} 2\n"),
+        std::string("canvas_model_generations_total{model=\"text-ar\"} 1\n"),
+        "canvas_model_tokens_generated_total{model=\"text-masked\"} " + masked_tokens + "\n",
+        "canvas_model_tokens_generated_total{model=\"text-ar\"} " + std::to_string(tokens_of(ar)) + "\n",
+        std::string("canvas_model_requests_running{model=\"text-ar\"} 0\n"),
+        "canvas_tokens_generated_total " + all_tokens + "\n"})
     EXPECT_NE(metrics->body.find(line), std::string::npos) << line << " in\n" << metrics->body;
 }
 
