@@ -81,7 +81,8 @@ done
 curl -sfN "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt": "And", "max_tokens": 16, "stream": true}' | grep -q 'data: \[DONE\]' || { echo "stream failed" >&2; status=1; }
 for rport in "${ports[@]}"; do
-  passes="$(curl -sf "http://127.0.0.1:$rport/health" | sed -n 's/.*"batched_passes":\([0-9]*\).*/\1/p')"
+  # The replica's total over its models (/health's top-level count; "models" holds each model's own).
+  passes="$(curl -sf "http://127.0.0.1:$rport/health" | python3 -c 'import json, sys; print(json.load(sys.stdin)["batched_passes"])')"
   echo "replica on port $rport: $passes batched passes"
   [ "${passes:-0}" -gt 0 ] || { echo "replica on port $rport got no requests" >&2; status=1; }
 done

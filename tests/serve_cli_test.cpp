@@ -47,7 +47,7 @@ TEST(ServeCli, EndpointsAndCompletions) {
   EXPECT_EQ(json::parse(health->body)["status"], "ok");
   auto models = server.client().Get("/v1/models");
   ASSERT_TRUE(models);
-  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "text-masked.gguf");
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "text-masked");  // the file's stem
   auto page = server.client().Get("/");
   ASSERT_TRUE(page);
   EXPECT_NE(page->body.find("<textarea id=\"prompt\""), std::string::npos);
@@ -96,7 +96,8 @@ TEST(ServeCli, EndpointsAndCompletions) {
     const json e = json::parse(events[i]);
     if (e.contains("usage")) usage = e["usage"];
     if (!e["choices"].empty()) text += e["choices"][0]["text"].get<std::string>();
-    if (e.contains("canvas") && !e["canvas"]["tokens"].empty()) {
+    // Every chunk has canvas.mode; drafts also the tokens (none in the one sent before the first step).
+    if (e["canvas"].contains("tokens") && !e["canvas"]["tokens"].empty()) {
       if (drafts++ == 0)  // the first step's draft: most positions still masked
         for (const json& t : e["canvas"]["tokens"]) masked_in_first += t.is_null();
     }

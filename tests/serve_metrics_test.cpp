@@ -124,8 +124,8 @@ TEST(ServeCli, MetricsCountRequestsTokensAndPasses) {
   expect_histogram(after, "canvas_request_latency_seconds");
   expect_histogram(after, "canvas_queue_wait_seconds");
 
-  // One log line per request, with the model and the status.
-  EXPECT_NE(server.log().find("canvas serve: request mode=ar model=text-masked.gguf prompt=12 tokens="),
+  // One log line per request, with the model (its id: the file's stem) and the status.
+  EXPECT_NE(server.log().find("canvas serve: request mode=ar model=text-masked prompt=12 tokens="),
             std::string::npos)
       << server.log();
   EXPECT_NE(server.log().find("status=ok"), std::string::npos);

@@ -21,14 +21,16 @@
 
 namespace canvas::test {
 
-// A `canvas serve` child process; killed (SIGKILL) on destruction unless it already exited.
+// A `canvas serve` child process; killed (SIGKILL) on destruction unless it already exited. `model` is a
+// path under the source tree given as -m; "" gives no -m (the server's default models).
 class ServerProcess {
  public:
   explicit ServerProcess(const std::string& extra_args, const std::string& model = "models/text-masked.gguf") {
     log_ = std::filesystem::temp_directory_path() / ("canvas-serve-" + std::to_string(getpid()) + "-" +
                                                      std::to_string(counter_++) + ".log");
-    const std::string cmd = "exec " + std::string(CANVAS_BINARY) + " serve -m " +
-                            canvas::test::source_path(model) + " --port 0 " + extra_args + " 2>" + log_.string();
+    const std::string cmd = "exec " + std::string(CANVAS_BINARY) + " serve" +
+                            (model.empty() ? "" : " -m " + canvas::test::source_path(model)) + " --port 0 " +
+                            extra_args + " 2>" + log_.string();
     pid_ = fork();
     if (pid_ == 0) {
       execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));

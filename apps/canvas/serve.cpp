@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include "core/error.h"
 #include "decode/text_model.h"
 #include "device.h"
+#include "io/gguf.h"
 #include "model/model.h"
 #include "serve/engine.h"
 #include "serve/http_server.h"
@@ -29,18 +31,28 @@ namespace {
 
 const Command kServe{
     "serve",
-    "canvas serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue N]\n"
+    "canvas serve [-m MODEL]... [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue N]\n"
     "                    [--mode auto|diffusion|ar|verify] [--api-key KEY] [--allowed-hosts NAMES]\n"
     "                    [--cors ORIGIN] [--max-connections N]",
-    R"(Serves a model over HTTP with OpenAI's API: POST /v1/completions, POST /v1/chat/completions (messages
+    R"(Serves models over HTTP with OpenAI's API: POST /v1/completions, POST /v1/chat/completions (messages
 in the model's chat format, as canvas chat renders them), GET /v1/models, GET /health (200 when ready, 503 while
 loading or stopping), and a web page at / that draws the canvas live as it is denoised. The decoding
 steps of all running requests share one batched forward pass; requests join and leave between steps.
+Several models: -m once per model, or -m DIR for every *.gguf in DIR (a directory holding config.json is
+one safetensors model); without -m, models/text-dg.gguf and models/text-dg-chat.gguf. A model's id is its
+file's stem (text-dg); a request's "model" picks one (unknown: 404 model_not_found; with one model any
+name is accepted). Without "model", chat goes to the first chat model (a chat template of its own, or an
+id ending in -chat, -it or -instruct), completions to the first model; chat naming a model that is not a
+chat model while one is served is a 400. Each model has its own engine (--parallel, --queue, --mode,
+--check-weights, --device and --cost-model apply to each); the compute threads are shared.
 Requests take OpenAI's fields (max_tokens, temperature, top_p, seed, stop, n = 1, stream,
 stream_options.include_usage) and canvas's knobs (steps, block_length, threshold, entropy_bound,
 cache, mode, canvas_draft). docs/serving.md has the details and measurements.)",
     {
-        {"-m,--model", "MODEL", "GGUF file or safetensors directory (default: models/text-dg.gguf)"},
+        {"-m,--model", "MODEL",
+         "GGUF file, safetensors directory, or a directory of *.gguf files; repeat it to\n"
+         "serve several (default: models/text-dg.gguf and models/text-dg-chat.gguf)",
+         true},
         {"--host", "HOST", "address to listen on (default 127.0.0.1: this machine only)"},
         {"--port", "N", "TCP port (default 8080; 0: any free port, printed at start)"},
         {"--device", "NAME", kDeviceHelp},
@@ -56,7 +68,9 @@ cache, mode, canvas_draft). docs/serving.md has the details and measurements.)",
         {"--cost-model", "FILE",
          "keep auto's cost model in FILE: read when it was measured for this model file,\n"
          "thread count, SIMD level and device; measured (medians of 9 passes) and written\n"
-         "otherwise, so that auto routes a request the same way after a restart"},
+         "otherwise, so that auto routes a request the same way after a restart. With\n"
+         "several models, one file each: the model's id before FILE's extension\n"
+         "(costs.json -> costs.text-dg.json)"},
         {"--api-key", "KEY", "require \"Authorization: Bearer KEY\" on /v1/* (401 otherwise)"},
         {"--allowed-hosts", "NAMES",
          "comma-separated Host names accepted beside the bound address (\"*\": any); without\n"
@@ -98,6 +112,66 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
+// The models of -m: each value is one model, except a directory without config.json, which stands for
+// the *.gguf files in it (by name) that hold a model (a tokenizer-only GGUF such as
+// models/tokenizer-kjv.gguf has no general.architecture and is passed over); without -m, the shipped base
+// and chat models.
+std::vector<std::string> model_paths(const Args& args) {
+  namespace fs = std::filesystem;
+  if (!args.has("model"))
+    return {shipped_model_path(kDefaultTextModel, "canvas serve"),
+            shipped_model_path(kDefaultChatModel, "canvas serve")};
+  std::vector<std::string> paths;
+  for (const std::string& value : args.get_all("model")) {
+    std::error_code ec;
+    if (!fs::is_directory(value, ec) || fs::exists(fs::path(value) / "config.json", ec)) {
+      paths.push_back(value);
+      continue;
+    }
+    std::vector<std::string> found;
+    for (const fs::directory_entry& entry : fs::directory_iterator(value, ec)) {
+      if (entry.path().extension() != ".gguf" || !entry.is_regular_file(ec)) continue;
+      if (GgufFile::open(entry.path().string())->get_string("general.architecture", "").empty())
+        std::fprintf(stderr, "canvas serve: %s holds no model (no general.architecture); not served\n",
+                     entry.path().c_str());
+      else
+        found.push_back(entry.path().string());
+    }
+    check(!ec, "-m " + value + ": cannot list the directory: " + ec.message());
+    check(!found.empty(), "-m " + value + ": the directory holds no *.gguf model and no config.json");
+    std::sort(found.begin(), found.end());
+    paths.insert(paths.end(), found.begin(), found.end());
+  }
+  return paths;
+}
+
+// --cost-model FILE for one of `models` models: FILE itself for a single model, else with the model's id
+// before the extension ("costs.json" -> "costs.text-dg.json"), so that each model keeps its own line.
+std::string cost_model_file_for(const std::string& file, const std::string& id, size_t models) {
+  if (models <= 1) return file;
+  const std::filesystem::path path(file);
+  const std::string stem = path.stem().string(), extension = path.extension().string();
+  return (path.parent_path() / (stem + "." + id + extension)).string();
+}
+
+// What a cost model's timings depend on: the model's bytes (path, size, modification time), the cores,
+// the SIMD level and the device.
+std::string cost_model_key(const std::string& model_path, int64_t cores, const std::string& device) {
+  std::error_code ec;
+  const std::filesystem::path model_file = std::filesystem::absolute(model_path, ec);
+  const auto size =
+      std::filesystem::is_regular_file(model_file, ec) ? std::filesystem::file_size(model_file, ec) : 0;
+  const auto mtime = std::filesystem::last_write_time(model_file, ec).time_since_epoch().count();
+  return model_file.string() + " " + std::to_string(size) + " " + std::to_string(mtime) + " threads " +
+         std::to_string(cores) + " " + simd_level_name(simd_level()) + " " + device;
+}
+
+// A loaded model and the engine that serves it (kept at one address: the engine refers to the model).
+struct ServedText {
+  TextModel text;
+  std::unique_ptr<serve::Engine> engine;
+};
+
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
@@ -105,8 +179,15 @@ int cmd_serve(int argc, char** argv) {
   Args args(kServe, argc, argv, 2);
   check(args.positional().empty(),
         "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
-  const std::string model_path =
-      args.has("model") ? args.get("model", "") : shipped_model_path(kDefaultTextModel, "canvas serve");
+  const std::vector<std::string> model_files = model_paths(args);
+  std::vector<serve::ServedModel> served_models;
+  for (const std::string& path : model_files) {
+    serve::ServedModel m;
+    m.id = serve::model_id_of(path);
+    m.file_name = std::filesystem::path(path).filename().string();
+    served_models.push_back(m);
+  }
+  serve::check_unique_ids(served_models, model_files);
   const int64_t port = args.get_int("port", 8080);
   check(port >= 0 && port <= 65535, "--port must be between 0 and 65535");
   const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
@@ -117,19 +198,8 @@ int cmd_serve(int argc, char** argv) {
         "--parallel must be between 1 and 1024");
   check(engine_options.queue >= 0 && engine_options.queue <= 100000, "--queue must be between 0 and 100000");
   engine_options.default_mode = serve::parse_decode_mode(args.get("mode", "auto"));
-  if (args.has("cost-model")) {
-    engine_options.cost_model_file = args.get("cost-model", "");
-    check(!engine_options.cost_model_file.empty(), "--cost-model needs a file name");
-    // What the timings depend on: the model's bytes (path, size, modification time), the cores, the SIMD
-    // level and the device.
-    std::error_code ec;
-    const std::filesystem::path model_file = std::filesystem::absolute(model_path, ec);
-    const auto size = std::filesystem::is_regular_file(model_file, ec) ? std::filesystem::file_size(model_file, ec) : 0;
-    const auto mtime = std::filesystem::last_write_time(model_file, ec).time_since_epoch().count();
-    engine_options.cost_model_key = model_file.string() + " " + std::to_string(size) + " " + std::to_string(mtime) +
-                                    " threads " + std::to_string(cores) + " " + simd_level_name(simd_level()) +
-                                    " " + args.get("device", "cpu");
-  }
+  const std::string cost_model_file = args.get("cost-model", "");
+  check(!args.has("cost-model") || !cost_model_file.empty(), "--cost-model needs a file name");
   check(!args.has("api-key") || !args.get("api-key", "").empty(), "--api-key must not be empty");
 
   // Signals go to one thread that waits for them (blocked here before any other thread starts).
@@ -156,48 +226,76 @@ int cmd_serve(int argc, char** argv) {
     check(origin == "*" || origin.find("://") != std::string::npos,
           "--cors takes origins such as http://localhost:3000 (scheme://host[:port]) or *, not '" + origin +
               "'");
-  {
-    const size_t slash = model_path.find_last_of('/');
-    options.model_name = slash == std::string::npos ? model_path : model_path.substr(slash + 1);
-  }
   serve::HttpServer server(options);
   std::string error;
   check(server.bind(error), error);
   std::thread http([&] { server.serve(); });
+  std::string loading;
+  for (const std::string& path : model_files) loading += (loading.empty() ? "" : ", ") + path;
   std::fprintf(stderr, "canvas serve: listening on http://%s:%d/ (loading %s; at most %zu connections)\n",
-               options.host.c_str(), server.port(), model_path.c_str(), server.max_connections());
+               options.host.c_str(), server.port(), loading.c_str(), server.max_connections());
   if (options.api_key.empty() && !is_loopback(options.host))
     std::fprintf(stderr,
                  "canvas serve: warning: no --api-key, and %s is reachable beyond this machine: anyone who "
                  "can reach it can use the model\n",
                  options.host.c_str());
 
-  std::unique_ptr<serve::Engine> engine;
+  // One pool of compute threads for every model's passes (callers on several threads take turns).
+  auto pool = std::make_unique<ThreadPool>(0);
+  std::vector<std::unique_ptr<ServedText>> loaded_models;
+  auto stop_engines = [&] {
+    for (auto& m : loaded_models)
+      if (m->engine) m->engine->shutdown(true);
+    loaded_models.clear();
+  };
   try {
-    Model loaded = Model::load(model_path);
-    if (args.has("check-weights")) check_all_weights(loaded, model_path);
-    use_device(loaded, args.get("device", "cpu"));
-    const TextModel m = TextModel::from(std::move(loaded), model_path);
-    const ModelConfig& c = m.model.config;
-    engine_options.tokenizer = &m.tokenizer;
-    engine_options.chat = &m.chat;
-    engine_options.defaults = m.defaults;
-    auto pool = std::make_unique<ThreadPool>(0);
-    engine = std::make_unique<serve::Engine>(m.model, pool.get(), engine_options);
-    check(engine->has_diffusion() || engine_options.default_mode != serve::DecodeMode::Diffusion,
-          "--mode diffusion: model '" + c.arch + "' cannot decode by diffusion");
-    check(engine->has_ar() || engine_options.default_mode != serve::DecodeMode::Ar,
-          "--mode ar: model '" + c.arch + "' cannot decode autoregressively");
-    server.set_engine(engine.get());
-    std::fprintf(stderr,
-                 "canvas serve: ready: %s (%s), --parallel %lld, --queue %lld, --mode %s; cost model: %s\n",
-                 options.model_name.c_str(), c.arch.c_str(), (long long)engine_options.parallel,
-                 (long long)engine_options.queue, serve::decode_mode_name(engine_options.default_mode),
-                 engine->cost_model().describe().c_str());
-    if (!engine_options.cost_model_file.empty())
-      std::fprintf(stderr, "canvas serve: cost model %s %s\n",
-                   engine->cost_model_stored() ? "read from" : "measured and written to",
-                   engine_options.cost_model_file.c_str());
+    for (size_t i = 0; i < model_files.size(); ++i) {
+      const std::string& path = model_files[i];
+      serve::ServedModel& served = served_models[i];
+      Model loaded = Model::load(path);
+      if (args.has("check-weights")) check_all_weights(loaded, path);
+      use_device(loaded, args.get("device", "cpu"));
+      auto m = std::make_unique<ServedText>(ServedText{TextModel::from(std::move(loaded), path), nullptr});
+      const ModelConfig& c = m->text.model.config;
+      serve::EngineOptions model_options = engine_options;
+      model_options.tokenizer = &m->text.tokenizer;
+      model_options.chat = &m->text.chat;
+      model_options.defaults = m->text.defaults;
+      if (!cost_model_file.empty()) {
+        model_options.cost_model_file = cost_model_file_for(cost_model_file, served.id, model_files.size());
+        model_options.cost_model_key = cost_model_key(path, cores, args.get("device", "cpu"));
+      }
+      m->engine = std::make_unique<serve::Engine>(m->text.model, pool.get(), model_options);
+      const serve::Engine& engine = *m->engine;
+      check(engine.has_diffusion() || engine_options.default_mode != serve::DecodeMode::Diffusion,
+            "--mode diffusion: model " + served.id + " ('" + c.arch + "') cannot decode by diffusion");
+      check(engine.has_ar() || engine_options.default_mode != serve::DecodeMode::Ar,
+            "--mode ar: model " + served.id + " ('" + c.arch + "') cannot decode autoregressively");
+      served.engine = m->engine.get();
+      served.chat = m->text.chat.model_has_template || serve::is_chat_model_name(served.id);
+      std::fprintf(
+          stderr,
+          "canvas serve: loaded %s (%s%s), --parallel %lld, --queue %lld, --mode %s; cost model: %s\n",
+          served.id.c_str(), c.arch.c_str(), served.chat ? ", chat" : "", (long long)engine_options.parallel,
+          (long long)engine_options.queue, serve::decode_mode_name(engine_options.default_mode),
+          engine.cost_model().describe().c_str());
+      if (!model_options.cost_model_file.empty())
+        std::fprintf(stderr, "canvas serve: cost model of %s %s %s\n", served.id.c_str(),
+                     engine.cost_model_stored() ? "read from" : "measured and written to",
+                     model_options.cost_model_file.c_str());
+      loaded_models.push_back(std::move(m));
+    }
+    std::string ids;
+    for (const serve::ServedModel& m : served_models) ids += (ids.empty() ? "" : ", ") + m.id;
+    if (std::none_of(served_models.begin(), served_models.end(),
+                     [](const serve::ServedModel& m) { return m.chat; }))
+      std::fprintf(
+          stderr,
+          "canvas serve: warning: no chat model (none has a chat template of its own or a -chat, -it or "
+          "-instruct name): /v1/chat/completions renders messages in the built-in %s format\n",
+          loaded_models.front()->text.chat.name.c_str());
+    server.set_models(served_models);
+    std::fprintf(stderr, "canvas serve: ready: %s\n", ids.c_str());
 
     int received = 0;
     sigwait(&signals, &received);
@@ -219,8 +317,7 @@ int cmd_serve(int argc, char** argv) {
     });
     server.stop(kFinishMs, kCloseMs);
     http.join();
-    engine->shutdown(true);
-    engine.reset();
+    stop_engines();
     {
       std::lock_guard<std::mutex> lock(stopped_mutex);
       stopped = true;
@@ -230,6 +327,7 @@ int cmd_serve(int argc, char** argv) {
   } catch (...) {
     server.stop(0, 0);
     http.join();
+    stop_engines();
     throw;
   }
   std::fprintf(stderr, "canvas serve: stopped\n");

@@ -263,8 +263,8 @@ void Engine::run(Job& job) {
   }
   const int64_t prompt_tokens = int64_t(error.empty() ? out.prompt.size() : job.prompt.size());
   if (ServerMetrics* metrics = metrics_.load())  // before `finished`: an answered request is counted
-    metrics->generation_finished(prompt_tokens, job.completion_tokens, job.passes, job.queued_ms / 1000.0,
-                                 (job.queued_ms + job.decode_ms) / 1000.0);
+    metrics->generation_finished(metrics_model_, prompt_tokens, job.completion_tokens, job.passes,
+                                 job.queued_ms / 1000.0, (job.queued_ms + job.decode_ms) / 1000.0);
   // One line per request on stderr, for the operator (canvas serve's log).
   const char* status = !error.empty() ? "error" : job.cancelled_by_client ? "cancelled" : "ok";
   std::fprintf(stderr,

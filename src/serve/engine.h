@@ -35,7 +35,7 @@ using GenerationSettings = GenerationRequest;
 struct Job {
   std::vector<int32_t> prompt;
   GenerationSettings settings;
-  std::string model;  // the model name the answer gives (for the log line)
+  std::string model;  // the id of the model that decodes it (for the log line)
 
   std::mutex mutex;
   std::condition_variable changed;
@@ -109,8 +109,12 @@ class Engine {
   int64_t queued() const;
   int64_t running() const;
   const StepBatcher& batcher() const { return batcher_; }
-  // Where finished generations are counted (null: nowhere); it must outlive the engine's generations.
-  void set_metrics(ServerMetrics* metrics) { metrics_.store(metrics); }
+  // Where finished generations are counted, under the model id `model` (null: nowhere); call it before
+  // the first submit; the metrics must outlive the engine's generations.
+  void set_metrics(ServerMetrics* metrics, std::string model) {
+    metrics_model_ = std::move(model);
+    metrics_.store(metrics);
+  }
 
  private:
   void run_next();  // one slot's task: the oldest queued job, if any is left
@@ -129,6 +133,7 @@ class Engine {
   int64_t running_ = 0;
   bool stopping_ = false;
   std::atomic<ServerMetrics*> metrics_{nullptr};
+  std::string metrics_model_;             // the id the metrics count this engine's generations under
   std::unique_ptr<WorkerThreads> slots_;  // last: its destructor joins threads that use the members above
 };
 

@@ -270,6 +270,18 @@ json draft_tokens(const Engine& engine, const std::vector<int32_t>& canvas) {
   return pieces;
 }
 
+// The positions of a draft that hold an id ending the text (EOS, padding, end of turn): the page draws no
+// box for them and does not count them. None while the canvas is uniform-state noise (its ids are not
+// decisions yet).
+json draft_pad(const Engine& engine, const std::vector<int32_t>& canvas, bool noise) {
+  json pad = json::array();
+  if (noise) return pad;
+  const std::vector<int32_t>& ends = engine.generator().stop_ids();
+  for (size_t i = 0; i < canvas.size(); ++i)
+    if (std::find(ends.begin(), ends.end(), canvas[i]) != ends.end()) pad.push_back(i);
+  return pad;
+}
+
 // Writes a streamed answer as the job progresses: a chunk per new piece of text (and per step with
 // canvas_draft), the last chunk with the finish reason, the usage when asked, then [DONE]. False when the
 // client is gone.
@@ -282,12 +294,15 @@ bool stream_completion(Job& job, const Engine& engine, const CompletionReply& re
     const std::string line = "data: " + dump(j) + "\n\n";
     return sink.write(line.data(), line.size());
   };
+  DecodeMode mode = DecodeMode::Diffusion;  // the job's, read with each change (set before it started)
+  // Every chunk names the mode the request is decoded in, as the non-streamed answer's canvas.mode.
   auto envelope = [&](json choices) {
     return json{{"id", reply.id},
                 {"object", chat ? "chat.completion.chunk" : "text_completion"},
                 {"created", reply.created},
                 {"model", reply.model_name},
-                {"choices", std::move(choices)}};
+                {"choices", std::move(choices)},
+                {"canvas", {{"mode", decode_mode_name(mode)}}}};
   };
   // Log-probabilities: those of the first `logprobs_sent` tokens went out with earlier chunks; a chunk
   // carries those of the tokens its text completes.
@@ -327,7 +342,6 @@ bool stream_completion(Job& job, const Engine& engine, const CompletionReply& re
     bool finished = false, uniform = false;
     std::string error, text, finish_reason;
     int64_t passes = 0, steps = 0;
-    DecodeMode mode = DecodeMode::Diffusion;
     {
       std::unique_lock<std::mutex> lock(job.mutex);
       const bool changed =
@@ -401,6 +415,7 @@ bool stream_completion(Job& job, const Engine& engine, const CompletionReply& re
                        {"step", steps},
                        {"passes", passes},
                        {"tokens", draft_tokens(engine, canvas)},
+                       {"pad", draft_pad(engine, canvas, uniform && !finished)},
                        {"noise", uniform && !finished}};
       if (!send(j)) {
         job.cancel = true;
@@ -476,9 +491,11 @@ HttpServer::HttpServer(ServerOptions options) : options_(std::move(options)), ro
 
 HttpServer::~HttpServer() = default;
 
-void HttpServer::set_engine(Engine* engine) {
-  if (engine) engine->set_metrics(&metrics_);
-  engine_.store(engine);
+void HttpServer::set_models(std::vector<ServedModel> models) {
+  check(!models.empty() && !ready_.load(), "set_models: once, with at least one model");
+  for (ServedModel& m : models) m.engine->set_metrics(&metrics_, m.id);
+  models_ = std::move(models);
+  ready_.store(true);
 }
 
 size_t HttpServer::max_connections() const {
@@ -540,7 +557,8 @@ void HttpServer::stop(int64_t finish_ms, int64_t close_ms) {
     return jobs_.size();
   };
   draining_ = true;
-  if (Engine* engine = engine_.load()) engine->drain();  // the queued ones: 503, they never ran
+  if (const auto* models = served())
+    for (const ServedModel& m : *models) m.engine->drain();  // the queued ones: 503, they never ran
   if (connections_) connections_->drain();
   wait_until(finish_ms, [&] { return in_flight() == 0; });
   {
@@ -698,45 +716,118 @@ void HttpServer::routes() {
   }
 }
 
+namespace {
+
+// The decoding modes an engine's model has.
+json modes_of(const Engine& engine) {
+  json modes = json::array();
+  if (engine.has_diffusion()) modes.push_back("diffusion");
+  if (engine.has_ar()) modes.push_back("ar");
+  return modes;
+}
+
+// One model's part of /health: its load, its batcher's counts, its modes and cost model.
+json model_health(const ServedModel& m) {
+  const Engine& engine = *m.engine;
+  const StepBatcher& b = engine.batcher();
+  return json{{"model", m.id},
+              {"running", engine.running()},
+              {"queued", engine.queued()},
+              {"parallel", engine.options().parallel},
+              {"queue", engine.options().queue},
+              {"batches", b.batches()},
+              {"batched_passes", b.passes()},
+              {"largest_batch", b.largest_batch()},
+              {"modes", modes_of(engine)},
+              {"cost_model", engine.cost_model().describe()}};
+}
+
+}  // namespace
+
 void HttpServer::health(const httplib::Request& req, httplib::Response& res) {
-  Engine* engine = engine_.load();
-  if (!engine || draining_) {
+  const auto* models = served();
+  if (!models || draining_) {
     res.status = 503;
-    res.set_content(dump(json{{"status", engine ? "stopping" : "loading"}}), "application/json");
+    res.set_content(dump(json{{"status", models ? "stopping" : "loading"}}), "application/json");
     return;
   }
   if (!authorized(req)) {  // with --api-key, the details are for callers that hold it
     res.set_content(dump(json{{"status", "ok"}}), "application/json");
     return;
   }
-  const StepBatcher& b = engine->batcher();
-  json j = {{"status", "ok"},
-            {"model", options_.model_name},
-            {"running", engine->running()},
-            {"queued", engine->queued()},
-            {"parallel", engine->options().parallel},
-            {"queue", engine->options().queue},
-            {"batches", b.batches()},
-            {"batched_passes", b.passes()},
-            {"largest_batch", b.largest_batch()},
-            {"modes", json::array()},
-            {"cost_model", engine->cost_model().describe()}};
-  if (engine->has_diffusion()) j["modes"].push_back("diffusion");
-  if (engine->has_ar()) j["modes"].push_back("ar");
+  // The first model's fields at the top (what a single-model server answers), the counts summed over
+  // the models, and each model's own under "models".
+  json j = model_health(models->front());
+  j["status"] = "ok";
+  j["models"] = json::array();
+  for (const ServedModel& m : *models) {
+    json one = model_health(m);
+    if (&m != &models->front())
+      for (const char* key : {"running", "queued", "batches", "batched_passes"})
+        j[key] = j[key].get<int64_t>() + one[key].get<int64_t>();
+    j["largest_batch"] = std::max(j["largest_batch"].get<int64_t>(), one["largest_batch"].get<int64_t>());
+    j["models"].push_back(std::move(one));
+  }
   res.set_content(dump(j), "application/json");
 }
 
 void HttpServer::models(const httplib::Request&, httplib::Response& res) {
-  json model = {{"id", options_.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "canvas"}};
-  res.set_content(dump(json{{"object", "list"}, {"data", json::array({model})}}), "application/json");
+  const auto* models = served();
+  if (!models) return send_unavailable(res, "the models are still loading");
+  json data = json::array();
+  for (const ServedModel& m : *models)
+    data.push_back({{"id", m.id},
+                    {"object", "model"},
+                    {"created", 0},
+                    {"owned_by", "canvas"},
+                    {"canvas",
+                     {{"architecture", m.engine->model().config.arch},
+                      {"chat", m.chat},
+                      {"modes", modes_of(*m.engine)}}}});
+  res.set_content(dump(json{{"object", "list"}, {"data", data}}), "application/json");
 }
 
-// llama-server's helpers: /tokenize, /detokenize, /props, /infill.
+namespace {
+
+// The model a request names (pick_model; `name` "" for none): null after answering 503 while the models
+// load, or the pick's 404 / 400.
+const ServedModel* model_for(const std::vector<ServedModel>* models, const std::string& name, bool chat,
+                             httplib::Response& res) {
+  if (!models) {
+    send_unavailable(res, "the model is still loading");
+    return nullptr;
+  }
+  try {
+    return &pick_model(*models, name, chat);
+  } catch (const ApiError& e) {
+    send_error(res, e.status, e.what(), e.param, e.code);
+    return nullptr;
+  }
+}
+
+// The model named by the "model" field of a helper endpoint's body (/tokenize, /detokenize).
+const ServedModel* body_model(const std::vector<ServedModel>* models, const json& body,
+                              httplib::Response& res) {
+  if (body.contains("model") && !body["model"].is_string()) {
+    send_error(res, 400, "'model' must be a string", "model");
+    return nullptr;
+  }
+  return model_for(models, body.value("model", ""), false, res);
+}
+
+}  // namespace
+
+// llama-server's helpers: /tokenize, /detokenize, /props, /infill. They take "model" (/props: ?model=) as
+// the completions do; without it they answer for the first model.
 void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
-  Engine* engine = engine_.load();
-  if (!engine || !engine->generator().tokenizer()) return send_error(res, 503, "the model is still loading");
+  if (!served()) return send_unavailable(res, "the model is still loading");
   json j;
   if (const std::string e = body_object(req, j); !e.empty()) return send_error(res, 400, e);
+  const ServedModel* m = body_model(served(), j, res);
+  if (!m) return;
+  const Engine* engine = m->engine;
+  if (!engine->generator().tokenizer())
+    return send_error(res, 400, "the model '" + m->id + "' has no tokenizer");
   if (!j.contains("content") || !j["content"].is_string())
     return send_error(res, 400, "'content' must be a string", "content");
   const bool special = j.value("add_special", false);
@@ -745,10 +836,14 @@ void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
 }
 
 void HttpServer::detokenize(const httplib::Request& req, httplib::Response& res) {
-  Engine* engine = engine_.load();
-  if (!engine || !engine->generator().tokenizer()) return send_error(res, 503, "the model is still loading");
+  if (!served()) return send_unavailable(res, "the model is still loading");
   json j;
   if (const std::string e = body_object(req, j); !e.empty()) return send_error(res, 400, e);
+  const ServedModel* m = body_model(served(), j, res);
+  if (!m) return;
+  const Engine* engine = m->engine;
+  if (!engine->generator().tokenizer())
+    return send_error(res, 400, "the model '" + m->id + "' has no tokenizer");
   if (!j.contains("tokens") || !j["tokens"].is_array())
     return send_error(res, 400, "'tokens' must be an array", "tokens");
   std::vector<int32_t> ids;
@@ -760,15 +855,18 @@ void HttpServer::detokenize(const httplib::Request& req, httplib::Response& res)
   res.set_content(dump(json{{"content", engine->generator().tokenizer()->decode(ids)}}), "application/json");
 }
 
-void HttpServer::props(const httplib::Request&, httplib::Response& res) {
-  Engine* engine = engine_.load();
-  if (!engine) return send_error(res, 503, "the model is still loading");
+void HttpServer::props(const httplib::Request& req, httplib::Response& res) {
+  const ServedModel* m = model_for(served(), req.get_param_value("model"), false, res);
+  if (!m) return;
+  const Engine* engine = m->engine;
   const ModelConfig& c = engine->model().config;
-  json modes = json::array();
-  if (engine->has_diffusion()) modes.push_back("diffusion");
-  if (engine->has_ar()) modes.push_back("ar");
+  json modes = modes_of(*engine);
   if (supports_verify(c)) modes.push_back("verify");
-  json props = {{"model", options_.model_name},
+  json models = json::array();
+  for (const ServedModel& each : *served()) models.push_back(each.id);
+  json props = {{"model", m->id},
+                {"models", models},
+                {"chat", m->chat},
                 {"architecture", c.arch},
                 {"n_ctx", c.context_length},
                 {"n_vocab", c.vocab},
@@ -781,9 +879,10 @@ void HttpServer::props(const httplib::Request&, httplib::Response& res) {
 }
 
 void HttpServer::metrics(const httplib::Request&, httplib::Response& res) {
-  Engine* engine = engine_.load();
-  res.set_content(metrics_.text(engine ? engine->queued() : 0, engine ? engine->running() : 0),
-                  "text/plain; version=0.0.4; charset=utf-8");
+  std::vector<ModelLoad> loads;
+  if (const auto* models = served())
+    for (const ServedModel& m : *models) loads.push_back({m.id, m.engine->queued(), m.engine->running()});
+  res.set_content(metrics_.text(loads), "text/plain; version=0.0.4; charset=utf-8");
 }
 
 void HttpServer::page(const httplib::Request&, httplib::Response& res) {
@@ -795,14 +894,16 @@ void HttpServer::completions(const httplib::Request& req, httplib::Response& res
 void HttpServer::chat_completions(const httplib::Request& req, httplib::Response& res) { complete(req, res, true); }
 
 void HttpServer::complete(const httplib::Request& req, httplib::Response& res, bool chat) {
-  Engine* engine = engine_.load();
-  if (!engine) return send_unavailable(res, "the model is still loading");
+  if (!served()) return send_unavailable(res, "the model is still loading");
   ApiRequest r;
   try {
     r = parse_api_request(req.body, chat);
   } catch (const ApiError& e) {
     return send_error(res, e.status, e.what(), e.param, e.code);
   }
+  const ServedModel* served_model = model_for(served(), r.model, chat, res);
+  if (!served_model) return;
+  Engine* engine = served_model->engine;
   GenerationSettings& s = r.settings;
   if (chat)
     s.messages = r.messages;
@@ -835,7 +936,7 @@ void HttpServer::complete(const httplib::Request& req, httplib::Response& res, b
   auto job = std::make_shared<Job>();
   job->prompt = std::move(prompt);
   job->settings = s;
-  job->model = r.model.empty() ? options_.model_name : r.model;
+  job->model = served_model->id;
   track(job);
   if (!engine->submit(job)) {
     untrack(job);
@@ -860,7 +961,8 @@ void HttpServer::complete(const httplib::Request& req, httplib::Response& res, b
   reply.chat = chat;
   reply.id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
   reply.created = int64_t(std::time(nullptr));
-  reply.model_name = r.model.empty() ? options_.model_name : r.model;
+  // The answer names the model as the request did (a single-model server accepts any name), else its id.
+  reply.model_name = r.model.empty() ? served_model->id : r.model;
   reply.prompt_tokens = P;
   reply.draft = r.canvas_draft;
   reply.include_usage = r.include_usage;
@@ -892,8 +994,7 @@ void HttpServer::complete(const httplib::Request& req, httplib::Response& res, b
 // llama-server's /infill: input_prefix, input_suffix, n_predict (and the sampling fields of
 // /v1/completions); answers {"content": the filled text, ...}.
 void HttpServer::infill(const httplib::Request& req, httplib::Response& res) {
-  Engine* engine = engine_.load();
-  if (!engine) return send_error(res, 503, "the model is still loading");
+  if (!served()) return send_unavailable(res, "the model is still loading");
   json j;
   if (const std::string e = body_object(req, j); !e.empty()) return send_error(res, 400, e);
   json completion = json::object();
@@ -922,11 +1023,14 @@ void HttpServer::infill(const httplib::Request& req, httplib::Response& res) {
   if (r.logprobs || r.echo)
     return send_error(res, 400, std::string("'") + (r.logprobs ? "logprobs" : "echo") + "' is not supported by /infill",
                       r.logprobs ? "logprobs" : "echo");
+  const ServedModel* served_model = model_for(served(), r.model, false, res);
+  if (!served_model) return;
+  Engine* engine = served_model->engine;
   GenerationSettings& s = r.settings;
   s.text = r.prompt;
   auto job = std::make_shared<Job>();
   job->settings = s;
-  job->model = options_.model_name;
+  job->model = served_model->id;
   track(job);
   if (!engine->submit(job)) {
     untrack(job);

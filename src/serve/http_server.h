@@ -15,6 +15,7 @@
 #include "serve/engine.h"
 #include "serve/http_connections.h"
 #include "serve/metrics.h"
+#include "serve/served_models.h"
 
 namespace httplib {
 struct Request;
@@ -26,8 +27,7 @@ namespace canvas::serve {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
-  std::string api_key;  // non-empty: the API endpoints need "Authorization: Bearer KEY"
-  std::string model_name = "canvas";
+  std::string api_key;            // non-empty: the API endpoints need "Authorization: Bearer KEY"
   size_t body_limit = 1 << 20;    // bytes of a request body, as sent and decompressed
   int http_threads = 0;           // threads answering POSTs; 0: 72 (serve sets parallel + queue + 8)
   size_t max_connections = 1024;  // open connections (cut to the process's file limit)
@@ -46,11 +46,13 @@ class HttpServer {
   ~HttpServer();
 
   // Binds the port (false with a message in `error` when it cannot); the server answers /health with
-  // "loading" until set_engine is called.
+  // "loading" until set_models is called.
   bool bind(std::string& error);
   int port() const { return port_; }
   size_t max_connections() const;
-  void set_engine(Engine* engine);
+  // The models, loaded (at least one; the first is the default of completions): call once. Their engines
+  // must outlive the server's answers (stop() first).
+  void set_models(std::vector<ServedModel> models);
   // Serves until stop(); call from one thread.
   void serve();
   // Shutdown: at once, new requests get 503 + Retry-After, queued ones (never started) get 503 +
@@ -81,6 +83,8 @@ class HttpServer {
   bool authorized(const httplib::Request& req) const;
   bool host_allowed(const std::string& host) const;
   bool origin_allowed_by_cors(const std::string& origin) const;
+  // The served models once set_models was called, else null (the server is loading).
+  const std::vector<ServedModel>* served() const { return ready_.load() ? &models_ : nullptr; }
   void track(const std::shared_ptr<Job>& job);
   void untrack(const std::shared_ptr<Job>& job);
 
@@ -90,7 +94,8 @@ class HttpServer {
   std::map<std::string, std::string> allow_;  // path -> its methods (the Allow header of 405 and OPTIONS)
   std::set<std::string> bound_names_;         // Host names that mean this server
   bool check_host_ = false;
-  std::atomic<Engine*> engine_{nullptr};
+  std::vector<ServedModel> models_;  // written once, before ready_
+  std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};
   int port_ = 0;
   std::mutex jobs_mutex_;

@@ -52,18 +52,28 @@ function headers() {
   return h;
 }
 // The models the server serves (GET /v1/models), in the picker; the request names the one chosen.
+// Chat models (canvas.chat) are marked; ticking "chat" picks the first of them, unticking it the first
+// other model, as the server does for requests that name none.
 async function loadModels() {
   try {
     const res = await fetch("/v1/models", { headers: headers() });
+    if (res.status === 503) setTimeout(loadModels, 1000);  // still loading the models
     if (!res.ok) return;
     const list = await res.json(), picker = $("model"), chosen = picker.value;
     picker.textContent = "";
     for (const m of list.data || []) {
-      const o = document.createElement("option"); o.value = o.textContent = m.id; picker.appendChild(o);
+      const o = document.createElement("option"); o.value = o.textContent = m.id;
+      o.dataset.chat = m.canvas && m.canvas.chat ? "1" : ""; picker.appendChild(o);
     }
-    if (chosen) picker.value = chosen;
+    if (chosen) picker.value = chosen; else suitModel();
     document.body.dataset.models = String(picker.options.length);
   } catch (e) { /* the page still works without the list: the server's default model answers */ }
+}
+function suitModel() {
+  const picker = $("model"), want = $("chat").checked ? "1" : "", selected = picker.selectedOptions[0];
+  if (!selected || selected.dataset.chat === want) return;
+  const suited = [...picker.options].find((o) => o.dataset.chat === want);
+  if (suited) $("model").value = suited.value;
 }
 // The conversation so far (chat mode): the messages sent with each request, and their view.
 let messages = [];
@@ -139,7 +149,8 @@ async function generate() {
         if (chunk.usage) usage = chunk.usage;
         const c = chunk.choices && chunk.choices[0];
         if (c) { text += chat ? (c.delta.content || "") : (c.text || ""); show(); }
-        if (chunk.canvas) { draw(chunk.canvas, previous); previous = chunk.canvas.tokens; draft = chunk.canvas; drafts++; }
+        // Every chunk names its mode in chunk.canvas; drafts (canvas_draft) also carry the tokens.
+        if (chunk.canvas && chunk.canvas.tokens) { draw(chunk.canvas, previous); previous = chunk.canvas.tokens; draft = chunk.canvas; drafts++; }
         const secs = (performance.now() - t0) / 1000, kept = committed(draft);
         if (draft) $("stats").textContent = `${draft.mode} · step ${draft.step} · ${draft.passes} forward passes · ` +
           `${(kept / secs).toFixed(1)} tokens/s · ${draft.passes ? (kept / draft.passes).toFixed(2) : 0} tokens per forward`;
@@ -169,6 +180,7 @@ $("go").addEventListener("click", generate);
 $("stop").addEventListener("click", () => { if (controller) controller.abort(); });
 $("reset").addEventListener("click", resetConversation);
 $("key").addEventListener("change", loadModels);
+$("chat").addEventListener("change", suitModel);
 $("prompt").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && !e.shiftKey && $("chat").checked && !$("go").disabled) { e.preventDefault(); generate(); }
 });

@@ -8,10 +8,15 @@ const base = process.argv[2] || process.env.CANVAS_SERVE_URL;
 assert.ok(base, "give the server's URL (http://127.0.0.1:PORT)");
 const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0, timeout: 60_000 });
 
-test("models lists the served model", async () => {
+test("models lists the served model, and a request names it by its id", async () => {
   const models = await client.models.list();
   assert.equal(models.data.length, 1);
   assert.equal(models.data[0].object, "model");
+  const id = models.data[0].id;
+  assert.ok(!id.endsWith(".gguf"), `the id is the file's stem: ${id}`);
+  const r = await client.completions.create({ model: id, prompt: "And", max_tokens: 4, mode: "ar" });
+  assert.equal(r.model, id);
+  assert.equal(r.canvas.mode, "ar");
 });
 
 test("completion, not streamed", async () => {

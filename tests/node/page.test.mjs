@@ -3,8 +3,10 @@
 // - default (a masked model): the model picker lists the served model; a prompt is submitted, drafts of
 //   the canvas are drawn with masked cells, the final text and the speed line appear; a long generation is
 //   stopped with the Stop button and the page is ready again.
-// - --chat (a chat model): a two-turn conversation; the second request carries the first exchange, and
-//   "New conversation" clears it.
+// - --chat (a base and a chat model, in that order): ticking "chat" picks the chat model in the picker; a
+//   two-turn conversation, whose drafts draw a box for each token of the text and none for the end of
+//   turn or padding (draft.pad); the second request carries the first exchange, and "New conversation"
+//   clears it; unticking "chat" picks the base model again.
 import assert from "node:assert/strict";
 import { chromium } from "playwright-core";
 
@@ -29,10 +31,12 @@ try {
   assert.equal(await page.title(), "canvas serve");
   await page.waitForFunction(() => document.body.dataset.models, null, { timeout: 10_000 });
   const models = await page.locator("#model option").allTextContents();
-  assert.equal(models.length, 1, `models: ${models}`);
+  assert.equal(models.length, chatMode ? 2 : 1, `models: ${models}`);
 
   if (chatMode) {
+    assert.equal(await page.inputValue("#model"), models[0], "the base model is picked at first");
     await page.check("#chat");
+    assert.equal(await page.inputValue("#model"), models[1], "chat picks the chat model");
     await page.selectOption("#mode", "ar");
     await page.fill("#max_tokens", "24");
     await page.fill("#prompt", "Who made the light?");
@@ -42,14 +46,22 @@ try {
     assert.ok(first.length > 0, "the first reply is shown in the conversation");
     assert.equal(await page.inputValue("#prompt"), "", "the prompt box is cleared for the next turn");
     await page.fill("#prompt", "And then?");
+    await page.selectOption("#mode", "diffusion");  // its answers end within the canvas, then padding
     assert.equal(await run(page), "1", await page.textContent("#stats"));
+    // The last draft: a box per token of the text, none for the end of turn or the padding after it.
+    const stats = await page.textContent("#stats");
+    const tokens = Number(stats.match(/· (\d+) tokens ·/)[1]);
+    assert.equal(await page.locator("#canvas .cell").count(), tokens, stats);
+    assert.ok(tokens < 24, `the answer ended before max_tokens: ${stats}`);
     assert.equal(await page.locator("#conversation .turn").count(), 4);
     const second = sent[sent.length - 1];
-    assert.equal(second.model, models[0]);
+    assert.equal(second.model, models[1]);
     assert.deepEqual(second.messages.map((m) => m.role), ["user", "assistant", "user"]);
     assert.equal(second.messages[1].content, first, "the second request carries the first reply");
     await page.click("#reset");
     assert.equal(await page.locator("#conversation .turn").count(), 0);
+    await page.uncheck("#chat");
+    assert.equal(await page.inputValue("#model"), models[0], "unticking chat picks the base model");
     console.log(`page chat test passed: two turns; first reply ${JSON.stringify(first)}`);
   } else {
     await page.fill("#prompt", "And God said");

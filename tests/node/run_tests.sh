@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Starts `canvas serve` on a free port of 127.0.0.1 and runs the openai-client tests (and, with --page,
 # the headless-Chromium page test, or its conversation with --page-chat) against it.
-# Usage: run_tests.sh CANVAS_BINARY MODEL [--page | --page-chat]
+# Usage: run_tests.sh CANVAS_BINARY MODEL[,MODEL...] [--page | --page-chat] (several models: one -m each)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 binary="$1"; model="$2"; what="${3:-}"
@@ -10,7 +10,10 @@ if [ ! -d "$here/node_modules/openai" ]; then
   exit 1
 fi
 log="$(mktemp)"
-"$binary" serve -m "$model" --port 0 --parallel 4 2>"$log" &
+model_args=()
+IFS=, read -r -a models <<<"$model"
+for m in "${models[@]}"; do model_args+=(-m "$m"); done
+"$binary" serve "${model_args[@]}" --port 0 --parallel 4 2>"$log" &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -f "$log"' EXIT
 port=""

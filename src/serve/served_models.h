@@ -1,0 +1,41 @@
+// The models one canvas serve answers with: their ids, which one a request's "model" field picks, and
+// where chat and completions go when it names none.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "serve/engine.h"
+
+namespace canvas::serve {
+
+// One served model: its id, the engine that decodes it, and whether it is a chat model.
+struct ServedModel {
+  std::string id;         // the file's stem ("text-dg"); requests name it in "model"
+  std::string file_name;  // the file's name ("text-dg.gguf"), accepted in "model" as well
+  Engine* engine = nullptr;
+  // A chat model: a chat template of its own, or an instruction-tuned name (is_chat_model_name). Chat
+  // requests that name no model go to the first one.
+  bool chat = false;
+};
+
+// A model's id: the stem of its file ("models/text-dg.gguf" -> "text-dg"), or the name of a safetensors
+// checkpoint's directory ("ckpt/" and "ckpt/config.json" -> "ckpt").
+std::string model_id_of(const std::string& path);
+
+// True for the names instruction-tuned releases carry: the id ends in "-chat", "-it" or "-instruct" (any
+// case), as text-dg-chat, gemma-2b-it and Llama-3-8B-Instruct do. canvas's shipped chat model has no
+// tokenizer.chat_template (it speaks the built-in Gemma 4 format), so its name is what marks it.
+bool is_chat_model_name(const std::string& id);
+
+// Throws Error naming both files when two models share an id.
+void check_unique_ids(const std::vector<ServedModel>& models, const std::vector<std::string>& paths);
+
+// The model a request answers with (models must not be empty):
+// - `name` empty: chat -> the first chat model, else the first model; completions -> the first model;
+// - `name` an id or a file name: that model; chat to a model that is not a chat model while a chat model
+//   is served beside it: ApiError 400 (code "model_not_chat"), naming the chat models;
+// - `name` unknown: with one model, that model (any name is accepted, as a single-model server always
+//   did); with several, ApiError 404 (code "model_not_found") listing the ids.
+const ServedModel& pick_model(const std::vector<ServedModel>& models, const std::string& name, bool chat);
+
+}  // namespace canvas::serve
