@@ -356,5 +356,40 @@ TEST(ServeModelsCli, DraftsMarkTheirPadding) {
   }
 }
 
+// Verify mode's drafts: each streamed canvas is the kept tokens, then (from canvas.drafts on) the drafts
+// being checked; the kept part only grows and is the text's own tokens; the last canvas has no drafts.
+TEST(ServeModelsCli, VerifyDraftsSayWhereTheKeptTokensEnd) {
+  ServerProcess server("--parallel 1", "models/text-dg.gguf");
+  ASSERT_NE(server.port(), 0) << server.log();
+  for (const bool overlap : {false, true}) {
+    const std::string body = std::string(R"({"prompt": "And God said", "max_tokens": 24, "temperature": 0,
+                                              "mode": "verify", "stream": true, "canvas_draft": true, "overlap": )") +
+                             (overlap ? "true}" : "false}");
+    auto res = post(server, "/v1/completions", body);
+    ASSERT_TRUE(res && res->status == 200);
+    std::vector<json> canvases;
+    for (const std::string& event : sse_events(res->body)) {
+      if (event == "[DONE]") continue;
+      const json e = json::parse(event);
+      if (e["canvas"].contains("tokens")) canvases.push_back(e["canvas"]);
+    }
+    ASSERT_GT(canvases.size(), 3u) << res->body;
+    const json& last = canvases.back();
+    EXPECT_FALSE(last.contains("drafts")) << "the finished canvas has no drafts: " << last;
+    ASSERT_EQ(last["tokens"].size(), 24u) << last;
+    int64_t kept = 0, with_drafts = 0;
+    for (const json& c : canvases) {
+      if (!c.contains("drafts")) continue;
+      ++with_drafts;
+      const int64_t from = c["drafts"].get<int64_t>();
+      EXPECT_GE(from, kept) << c;
+      EXPECT_GT(int64_t(c["tokens"].size()), from) << "drafts follow the kept tokens: " << c;
+      for (int64_t i = 0; i < from; ++i) EXPECT_EQ(c["tokens"][size_t(i)], last["tokens"][size_t(i)]) << c;
+      kept = from;
+    }
+    EXPECT_GT(with_drafts, 2) << res->body;
+  }
+}
+
 }  // namespace
 }  // namespace canvas

@@ -208,9 +208,12 @@ std::string stats_line(const GenerationOutput& out, int threads) {
     for (size_t i = 0; i < out.steps_per_canvas.size(); ++i)
       canvases += (i ? "," : "") + std::to_string(out.steps_per_canvas[i]);
   }
-  if (out.mode == DecodeMode::Verify && out.encoder_passes > 0)
+  if (out.mode == DecodeMode::Verify && out.encoder_passes > 0) {
+    char rows[32];
+    std::snprintf(rows, sizeof rows, "%.1f", double(out.rows_computed) / double(std::max<size_t>(1, out.tokens.size())));
     canvases = ", " + std::to_string(out.encoder_passes) + " verify passes, " + std::to_string(out.accepted) + "/" +
-               std::to_string(out.drafted) + " drafted tokens kept";
+               std::to_string(out.drafted) + " drafted tokens kept, " + rows + " rows per token";
+  }
   const std::string cached =
       out.cached_prompt_tokens > 0 ? " (" + std::to_string(out.cached_prompt_tokens) + " cached)" : "";
   std::snprintf(buf, sizeof buf,

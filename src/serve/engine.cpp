@@ -173,6 +173,7 @@ void Engine::run(Job& job) {
     {
       std::lock_guard<std::mutex> lock(job.mutex);
       job.canvas = *e.canvas;
+      job.drafts_from = request.mode == DecodeMode::Verify ? e.final_end : -1;
       job.passes = e.passes;
       ++job.steps;
       ++job.version;
@@ -207,6 +208,7 @@ void Engine::run(Job& job) {
   std::lock_guard<std::mutex> lock(job.mutex);
   if (error.empty()) {
     job.canvas = out.region;
+    job.drafts_from = -1;
     job.passes = out.passes;
     job.text = out.text;
     job.committed_text = out.text;

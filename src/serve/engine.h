@@ -43,6 +43,7 @@ struct Job {
   bool started = false, finished = false;
   DecodeMode mode_used = DecodeMode::Diffusion;
   std::vector<int32_t> canvas;   // the generated region so far (masked positions hold the mask id)
+  int64_t drafts_from = -1;      // verify: canvas positions from here on are drafts being checked (else -1)
   std::string committed_text;    // the final text so far (grows as the generator commits it)
   int64_t passes = 0;            // forward passes that produced logits
   int64_t steps = 0;

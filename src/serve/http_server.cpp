@@ -341,7 +341,7 @@ bool stream_completion(Job& job, const Engine& engine, const CompletionReply& re
     std::vector<int32_t> canvas;
     bool finished = false, uniform = false;
     std::string error, text, finish_reason;
-    int64_t passes = 0, steps = 0;
+    int64_t passes = 0, steps = 0, drafts_from = -1;
     {
       std::unique_lock<std::mutex> lock(job.mutex);
       const bool changed =
@@ -357,6 +357,7 @@ bool stream_completion(Job& job, const Engine& engine, const CompletionReply& re
       }
       seen = job.version;
       canvas = job.canvas;
+      drafts_from = job.drafts_from;
       finished = job.finished;
       uniform = job.uniform_state;
       error = job.error;
@@ -410,13 +411,16 @@ bool stream_completion(Job& job, const Engine& engine, const CompletionReply& re
     }
     if (!delta.empty() || reply.draft || first) {
       json j = chunk(delta, nullptr, logprobs_to);
-      if (reply.draft)
+      if (reply.draft) {
         j["canvas"] = {{"mode", decode_mode_name(mode)},
                        {"step", steps},
                        {"passes", passes},
                        {"tokens", draft_tokens(engine, canvas)},
                        {"pad", draft_pad(engine, canvas, uniform && !finished)},
                        {"noise", uniform && !finished}};
+        // verify: the tokens from `drafts` on are drafts being checked, the ones before it are kept.
+        if (drafts_from >= 0 && !finished) j["canvas"]["drafts"] = drafts_from;
+      }
       if (!send(j)) {
         job.cancel = true;
         return false;

@@ -16,7 +16,7 @@ fieldset { border: 1px solid #ccc; margin: .8em 0; } label { margin-right: 1em; 
 input[type=number] { width: 5em; } #canvas { display: flex; flex-wrap: wrap; gap: 2px; margin: .8em 0; min-height: 2em; }
 .cell { font: 14px/1.6 monospace; min-width: .9em; padding: 0 2px; text-align: center; border-radius: 2px; background: #fff; border: 1px solid #ddd; white-space: pre; }
 .cell.masked { background: #9aa5b1; color: #9aa5b1; } .cell.noise { background: #f3e6c4; color: #8a6d1f; }
-.cell.new { background: #c7f0c2; } #stats { color: #555; font-size: .9em; } #output { white-space: pre-wrap; background: #fff; border: 1px solid #ddd; padding: .6em; min-height: 2em; }
+.cell.new { background: #c7f0c2; } .cell.drafted { background: #f4f4f4; color: #888; border-style: dashed; } #stats { color: #555; font-size: .9em; } #output { white-space: pre-wrap; background: #fff; border: 1px solid #ddd; padding: .6em; min-height: 2em; }
 #conversation:empty { display: none; } #conversation { margin: .8em 0; }
 .turn { white-space: pre-wrap; padding: .5em .7em; margin: .4em 0; border-radius: 6px; border: 1px solid #ddd; }
 .turn.user { background: #eef4ff; margin-left: 4em; } .turn.assistant { background: #fff; margin-right: 4em; }
@@ -84,7 +84,8 @@ function addTurn(role, text) {
   return div;
 }
 function resetConversation() { messages = []; $("conversation").textContent = ""; $("output").textContent = ""; }
-// Padding and end-of-text positions (draft.pad) get no box: only text the model keeps is drawn.
+// Padding and end-of-text positions (draft.pad) get no box: only text the model keeps is drawn. In verify
+// mode the positions from draft.drafts on are the drafts being checked (dashed), the ones before kept.
 function draw(draft, previous) {
   const box = $("canvas"); box.textContent = "";
   document.body.dataset.drafts = String(Number(document.body.dataset.drafts || 0) + 1);  // drafts drawn
@@ -97,6 +98,7 @@ function draw(draft, previous) {
     else {
       cell.textContent = piece === "\n" ? "\u21b5" : piece;
       if (draft.noise) cell.classList.add("noise");
+      else if (draft.drafts !== undefined && i >= draft.drafts) cell.classList.add("drafted");
       else if (previous && previous[i] === null) cell.classList.add("new");
     }
     box.appendChild(cell);
@@ -106,7 +108,8 @@ function draw(draft, previous) {
 function committed(draft) {
   if (!draft || draft.noise) return 0;
   const pad = new Set(draft.pad || []);
-  return draft.tokens.filter((p, i) => p !== null && !pad.has(i)).length;
+  const end = draft.drafts !== undefined ? draft.drafts : draft.tokens.length;
+  return draft.tokens.filter((p, i) => i < end && p !== null && !pad.has(i)).length;
 }
 let controller = null;
 async function generate() {
