@@ -76,7 +76,10 @@ int cmd_chat(int argc, char** argv) {
   const ModelConfig& c = m.model.config;
   const DecodeMode mode = generator.resolve(request.mode);
   std::fprintf(stderr, "[chat: %s, %s decoding, format %s (%s), seed %llu]\n", m.path.c_str(),
-               mode == DecodeMode::Ar ? "autoregressive" : c.uniform_state ? "uniform-state diffusion" : "masked diffusion",
+               mode == DecodeMode::Ar       ? "autoregressive"
+               : mode == DecodeMode::Verify ? (request.overlap ? "draft-and-verify (overlapped)" : "draft-and-verify")
+               : c.uniform_state            ? "uniform-state diffusion"
+                                            : "masked diffusion",
                m.chat.name.c_str(), m.chat.origin.c_str(), (unsigned long long)request.sampling.seed);
   const std::string notice = generator.mode_notice(mode);
   if (!notice.empty()) std::fprintf(stderr, "canvas: warning: %s\n", notice.c_str());
