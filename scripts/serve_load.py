@@ -65,7 +65,7 @@ def run_level(url, concurrency, requests, body, api_key, time_limit):
                     continue
                 latencies.append(latency)
                 tokens.append(answer["usage"]["completion_tokens"])
-                passes.append(answer["usage"]["forward_passes"])
+                passes.append(answer["usage"].get("forward_passes", 0))  # canvas's field (not llama-server's)
                 m = answer.get("canvas", {}).get("mode", "?")
                 modes[m] = modes.get(m, 0) + 1
 

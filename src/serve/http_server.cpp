@@ -419,7 +419,7 @@ bool stream_completion(Job& job, const Engine& engine, const CompletionReply& re
                        {"pad", draft_pad(engine, canvas, uniform && !finished)},
                        {"noise", uniform && !finished}};
         // verify: the tokens from `drafts` on are drafts being checked, the ones before it are kept.
-        if (drafts_from >= 0 && !finished) j["canvas"]["drafts"] = drafts_from;
+        if (drafts_from >= 0 && drafts_from < int64_t(canvas.size()) && !finished) j["canvas"]["drafts"] = drafts_from;
       }
       if (!send(j)) {
         job.cancel = true;
