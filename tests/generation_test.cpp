@@ -4,6 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include "core/cpu.h"
+#include "decode/generation_report.h"
+
 #include "test_util.h"
 
 namespace canvas {
@@ -66,6 +71,58 @@ TEST(Generation, IgnoreEosDecodesAllTokensOfUniformStateAndVerify) {
     EXPECT_EQ(all.pad_tokens, 0) << decode_mode_name(mode);
     EXPECT_EQ(all.finish_reason, "length") << decode_mode_name(mode);
   }
+}
+
+// The stats line and JSON of a result (generate, chat, infill print them): fixed text and fields, the
+// mode's own counts only where they apply.
+TEST(GenerationReport, StatsLineAndJsonOfEachMode) {
+  GenerationOutput out;
+  out.mode = DecodeMode::Verify;
+  out.prompt = {1, 2, 3};
+  out.tokens = {4, 5, 6, 7};
+  out.text = "abc\xff";  // invalid UTF-8 is replaced in the JSON
+  out.finish_reason = "length";
+  out.passes = 2;
+  out.encoder_passes = 2;
+  out.drafted = 6;
+  out.accepted = 3;
+  out.rows_computed = 10;
+  out.prompt_ms = 1.25;
+  out.decode_ms = 100;
+  out.decode_tokens = 4;
+  out.cached_prompt_tokens = 2;
+  out.seed = 42;
+  const std::string simd = simd_level_name(simd_level());
+  EXPECT_EQ(generation_stats_line(out, 3),
+            "[verify, 4 new tokens, finish length, 2 passes, tokens_per_forward 2.00, 2 verify passes, 3/6 drafted "
+            "tokens kept, 2.5 rows per token, prompt 3 tokens (2 cached) 1.2 ms, decode 100.0 ms, 40.00 tokens/s, "
+            "seed 42, " + simd + ", 3 threads]");
+  const nlohmann::json j = nlohmann::json::parse(generation_json(out));
+  EXPECT_EQ(j["text"], "abc\xEF\xBF\xBD");
+  EXPECT_EQ(j["mode"], "verify");
+  EXPECT_EQ(j["new_tokens"], 4);
+  EXPECT_EQ(j["tokens_per_forward"], 2.0);
+  EXPECT_EQ(j["tokens_per_second"], 40.0);
+  EXPECT_EQ(j["drafted"], 6);
+  EXPECT_EQ(j["accepted"], 3);
+  EXPECT_FALSE(j.contains("steps_per_canvas"));
+
+  out.mode = DecodeMode::Diffusion;
+  out.steps_per_canvas = {5, 7};
+  out.cached_prompt_tokens = 0;
+  EXPECT_EQ(generation_stats_line(out, 1),
+            "[diffusion, 4 new tokens, finish length, 2 passes, tokens_per_forward 2.00, 2 encoder passes, steps per "
+            "canvas 5,7, prompt 3 tokens 1.2 ms, decode 100.0 ms, 40.00 tokens/s, seed 42, " + simd + ", 1 threads]");
+  const nlohmann::json d = nlohmann::json::parse(generation_json(out));
+  EXPECT_EQ(d["steps_per_canvas"], nlohmann::json::array({5, 7}));
+  EXPECT_FALSE(d.contains("drafted"));
+
+  out.filled_tokens = 9;
+  out.fills = {"x", "y"};
+  EXPECT_EQ(infill_stats_line(out, 2), "[9 tokens filled, 2 passes, prompt 3 tokens 1.2 ms, decode 100.0 ms, 40.00 "
+                                       "tokens/s, seed 42, " + simd + ", 2 threads]");
+  EXPECT_EQ(nlohmann::json::parse(infill_json(out, false))["fills"], nlohmann::json::array({"x", "y"}));
+  EXPECT_FALSE(nlohmann::json::parse(infill_json(out, true)).contains("fills"));
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "decode/chat_template.h"
+#include "decode/generation_report.h"
 #include "model/model.h"
 #include "generation_options.h"
 #include "line_editor.h"
@@ -199,7 +200,7 @@ int cmd_chat(int argc, char** argv) {
     std::fputs("\n", stdout);
     std::fflush(stdout);
     std::fprintf(stderr, "%s%s\n", out.finish_reason == "cancelled" ? "[interrupted] " : "",
-                 stats_line(out, pool->size()).c_str());
+                 generation_stats_line(out, pool->size()).c_str());
     conversation.push_back({"assistant", out.text});
   }
   return 0;

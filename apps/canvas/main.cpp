@@ -18,6 +18,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "decode/ar.h"
+#include "decode/generation_report.h"
 #include "decode/masked.h"
 #include "decode/uniform_state.h"
 #include "io/gguf.h"
@@ -170,12 +171,12 @@ int cmd_generate(int argc, char** argv) {
   const GenerationOutput out = generator.run(request, pool.get());
   if (visual) view.finish();
   if (json) {
-    std::cout << cli::result_json(out) << std::endl;
+    std::cout << generation_json(out) << std::endl;
   } else {
     if (!stream) std::fwrite(out.text.data(), 1, out.text.size(), stdout);
     std::fputs("\n", stdout);
     std::fflush(stdout);
-    std::fprintf(stderr, "%s\n", cli::stats_line(out, pool->size()).c_str());
+    std::fprintf(stderr, "%s\n", generation_stats_line(out, pool->size()).c_str());
   }
   return 0;
 }
