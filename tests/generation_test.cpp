@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cpu.h"
+#include "decode/conversation.h"
 #include "decode/generation_report.h"
 
 #include "test_util.h"
@@ -123,6 +124,44 @@ TEST(GenerationReport, StatsLineAndJsonOfEachMode) {
                                        "tokens/s, seed 42, " + simd + ", 2 threads]");
   EXPECT_EQ(nlohmann::json::parse(infill_json(out, false))["fills"], nlohmann::json::array({"x", "y"}));
   EXPECT_FALSE(nlohmann::json::parse(infill_json(out, true)).contains("fills"));
+}
+
+// A chat conversation longer than the context loses its oldest exchanges, never the system prompt or the new
+// turn; a new turn too long even alone is refused with the reason, the conversation left as it was.
+TEST(Conversation, OldestExchangesAreDroppedUntilTheTurnFits) {
+  const std::string path = test::source_path("models/text-masked.gguf");
+  Model model = Model::load(path);
+  model.config.context_length = 160;
+  const TextModel m = TextModel::from(std::move(model), path);
+  const Generator generator(m);
+  std::string verse;
+  for (int i = 0; i < 3; ++i) verse += "And God said, Let there be light: and there was light. ";
+  std::vector<ChatMessage> conversation = {{"system", "Be brief."}};
+  for (int i = 0; i < 4; ++i) {
+    conversation.push_back({"user", verse});
+    conversation.push_back({"assistant", verse});
+  }
+  conversation.push_back({"user", "And the evening"});
+  GenerationRequest turn;
+  turn.mode = DecodeMode::Diffusion;
+  turn.max_new_tokens = 8;
+  turn.block_length = 8;
+  const FittedConversation fitted = fit_conversation(generator, conversation, 1, turn);
+  EXPECT_TRUE(fitted.error.empty()) << fitted.error;
+  EXPECT_GT(fitted.dropped, 0);
+  EXPECT_EQ(conversation.size(), 10u - size_t(fitted.dropped));
+  EXPECT_EQ(conversation.front().role, "system");
+  EXPECT_EQ(conversation.back().content, "And the evening");
+  EXPECT_EQ(turn.messages.size(), conversation.size());
+  EXPECT_FALSE(turn.prompt.empty());
+
+  std::string long_turn;
+  for (int i = 0; i < 10; ++i) long_turn += verse;
+  std::vector<ChatMessage> alone = {{"system", "Be brief."}, {"user", long_turn}};
+  const FittedConversation refused = fit_conversation(generator, alone, 1, turn);
+  EXPECT_FALSE(refused.error.empty());
+  EXPECT_EQ(refused.dropped, 0);
+  EXPECT_EQ(alone.size(), 2u);
 }
 
 }  // namespace
