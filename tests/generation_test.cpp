@@ -4,9 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/cpu.h"
+#include "core/error.h"
 #include "decode/conversation.h"
 #include "decode/generation_report.h"
 
@@ -162,6 +165,32 @@ TEST(Conversation, OldestExchangesAreDroppedUntilTheTurnFits) {
   EXPECT_FALSE(refused.error.empty());
   EXPECT_EQ(refused.dropped, 0);
   EXPECT_EQ(alone.size(), 2u);
+}
+
+// chat's /save and /load: the conversation reads back as it was written; a message without its role or its
+// string content is refused with the file's name.
+TEST(Conversation, SavedConversationLoadsBack) {
+  const std::string path = test::temp_path("conversation.json");
+  const std::vector<ChatMessage> conversation = {{"system", "Be brief."}, {"user", "In the \"beginning\"\n"},
+                                                 {"assistant", "God created"}};
+  save_conversation(conversation, path);
+  const std::vector<ChatMessage> loaded = load_conversation(path);
+  ASSERT_EQ(loaded.size(), conversation.size());
+  for (size_t i = 0; i < loaded.size(); ++i) {
+    EXPECT_EQ(loaded[i].role, conversation[i].role);
+    EXPECT_EQ(loaded[i].content, conversation[i].content);
+  }
+  {
+    std::ofstream out(path);
+    out << R"([{"role": "user", "content": 3}])";
+  }
+  try {
+    load_conversation(path);
+    ADD_FAILURE() << "a message with a number for content was loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ": each message must be"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -22,7 +20,6 @@
 #include "model/model.h"
 #include "generation_options.h"
 #include "line_editor.h"
-#include "io/json.h"
 #include "io/utf8.h"
 
 namespace canvas::cli {
@@ -128,18 +125,9 @@ int cmd_chat(int argc, char** argv) {
       } else if ((command == "/save" || command == "/load") && !rest.empty()) {
         try {
           if (command == "/save") {
-            nlohmann::json messages = nlohmann::json::array();
-            for (const ChatMessage& m : conversation) messages.push_back({{"role", m.role}, {"content", m.content}});
-            std::ofstream out(rest);
-            check(bool(out << messages.dump(1) << "\n"), "cannot write " + rest);
+            save_conversation(conversation, rest);
           } else {
-            std::vector<ChatMessage> loaded;
-            for (const nlohmann::json& m : load_json_file(rest)) {
-              check(m.is_object() && m.value("role", "") != "" && m.contains("content") && m["content"].is_string(),
-                    rest + ": each message must be {\"role\": ..., \"content\": \"...\"}");
-              loaded.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
-            }
-            conversation = std::move(loaded);
+            conversation = load_conversation(rest);
             first_turn = first_turn_of();
           }
           std::fprintf(stderr, "[%s %zu messages %s %s]\n", command == "/save" ? "saved" : "loaded", conversation.size(),

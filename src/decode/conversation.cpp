@@ -1,7 +1,11 @@
 // A chat conversation fitted to the model's context (conversation.h).
 #include "decode/conversation.h"
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
+#include "io/json.h"
 
 namespace canvas {
 
@@ -26,6 +30,23 @@ FittedConversation fit_conversation(const Generator& generator, std::vector<Chat
     fitted.error.clear();
   }
   return fitted;
+}
+
+void save_conversation(const std::vector<ChatMessage>& conversation, const std::string& path) {
+  nlohmann::json messages = nlohmann::json::array();
+  for (const ChatMessage& m : conversation) messages.push_back({{"role", m.role}, {"content", m.content}});
+  std::ofstream out(path);
+  check(bool(out << messages.dump(1) << "\n"), "cannot write " + path);
+}
+
+std::vector<ChatMessage> load_conversation(const std::string& path) {
+  std::vector<ChatMessage> loaded;
+  for (const nlohmann::json& m : load_json_file(path)) {
+    check(m.is_object() && m.value("role", "") != "" && m.contains("content") && m["content"].is_string(),
+          path + ": each message must be {\"role\": ..., \"content\": \"...\"}");
+    loaded.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return loaded;
 }
 
 }  // namespace canvas

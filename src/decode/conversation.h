@@ -1,5 +1,5 @@
-// A chat conversation fitted to the model's context, turn by turn (`canvas chat`): when the rendered
-// conversation is too long, its oldest exchanges are dropped (never a system prompt) until it fits.
+// A chat conversation (`canvas chat`): fitted to the model's context turn by turn (when the rendered
+// conversation is too long, its oldest exchanges are dropped, never a system prompt), saved and loaded.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -21,5 +21,11 @@ struct FittedConversation {
 // dropped: when it cannot be sent even alone, the result's error says why and `conversation` keeps it.
 FittedConversation fit_conversation(const Generator& generator, std::vector<ChatMessage>& conversation,
                                     size_t first_turn, GenerationRequest& turn);
+
+// A conversation as a JSON array of {"role": ..., "content": "..."} objects (chat's /save and /load). Saving
+// throws Error when the file cannot be written; loading, when it is not JSON or a message lacks its role or
+// its string content.
+void save_conversation(const std::vector<ChatMessage>& conversation, const std::string& path);
+std::vector<ChatMessage> load_conversation(const std::string& path);
 
 }  // namespace canvas
