@@ -5,9 +5,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "args.h"
@@ -103,15 +101,6 @@ Reports medians over the measured steps: train_tokens_per_second, train_gflops (
 12 x layers x heads x head_dim x sum of sequence_length^2 for attention's q.k and PV products forward and
 backward; norms, activations, softmax, loss and optimizer not counted), fp32_roof_gflops (median of the
 roof samples) and fraction_of_roof = train_gflops / fp32_roof_gflops.)"};
-
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 std::vector<int64_t> int_list(const Args& args, const std::string& name, std::vector<int64_t> fallback) {
   if (!args.has(name)) return fallback;

@@ -8,7 +8,6 @@
 #include <iostream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 
@@ -209,15 +208,6 @@ const Command kSudokuProbe{
         kThreadsOption,
     },
     ""};
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 // The puzzles of --data, the first --limit of them when given.
 std::vector<SudokuExample> read_data(const Args& args) {
