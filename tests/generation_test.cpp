@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "decode/conversation.h"
 #include "decode/generation_report.h"
+#include "decode/random_seed.h"
 
 #include "test_util.h"
 
@@ -191,6 +192,15 @@ TEST(Conversation, SavedConversationLoadsBack) {
     EXPECT_NE(std::string(e.what()).find(path + ": each message must be"), std::string::npos) << e.what();
   }
   std::remove(path.c_str());
+}
+
+// A request without a seed gets a fresh one below 2^53 (JSON readers holding numbers as doubles read it back).
+TEST(Generation, RandomSeedsAreFreshAndExactInJson) {
+  const uint64_t a = random_seed(), b = random_seed();
+  EXPECT_LT(a, uint64_t(1) << 53);
+  EXPECT_LT(b, uint64_t(1) << 53);
+  EXPECT_NE(a, b);  // equal with probability 2^-53
+  EXPECT_EQ(uint64_t(double(a)), a);
 }
 
 }  // namespace

@@ -11,11 +11,11 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <random>
 #include <sstream>
 #include <thread>
 
 #include "core/error.h"
+#include "decode/random_seed.h"
 #include "device.h"
 #include "io/input_file.h"
 #include "io/utf8.h"
@@ -101,10 +101,7 @@ std::unique_ptr<ThreadPool> make_pool(const Args& args) { return std::make_uniqu
 uint64_t resolve_seed(const Args& args) {
   const int64_t seed = args.get_int("seed", -1);
   check(seed >= -1, "--seed must be >= 0, or -1 for a random seed");
-  if (seed >= 0) return uint64_t(seed);
-  std::random_device device;
-  // Kept below 2^53 so that JSON readers that hold numbers as doubles read it back exactly.
-  return ((uint64_t(device()) << 32) | device()) & ((uint64_t(1) << 53) - 1);
+  return seed >= 0 ? uint64_t(seed) : random_seed();
 }
 
 GenerationRequest request_from_args(const Args& args) {
