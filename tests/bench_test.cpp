@@ -24,6 +24,56 @@ using bench::BenchOptions;
 using bench::BenchReport;
 using bench::BenchRow;
 
+// The decoder-pass report from known timings: the table's lines, and the projections' arithmetic (AR one
+// step a token; a canvas in S passes of the faster later-step kind; verify cycles keeping 1, 2, all drafts).
+TEST(BenchDecoderPasses, ReportProjectsTokensPerSecondFromThePasses) {
+  bench::DecoderPassTimes t;
+  t.prompt_ms = 5;
+  t.ar = {10, 8, 12};             // median 10 ms: 100 tokens/s
+  t.diffusion = {50};
+  t.self_cond = {40, 40, 40};
+  t.stream = {20, 30, 10};       // median 20 ms: faster than self-cond, so the projections use it
+  t.verify = {25};               // k + 1 tokens per 25 ms cycle
+  t.threads = 2;
+  bench::DecoderPassRun run;
+  run.source = "synthetic x";
+  run.layers = 3;
+  run.prompt_tokens = 6;
+  run.canvas = 256;
+  run.draft_length = 4;
+  run.repeats = 3;
+  run.weight_bytes = 1073741824;
+  run.peak_rss_mib = 100;
+  const bench::DecoderPassReport r = bench::decoder_pass_report(t, run);
+  EXPECT_EQ(r.text.substr(0, r.text.find('\n')), "model: synthetic x, 3 layers, 2 threads");
+  EXPECT_NE(r.text.find("peak RSS 100 MiB; weights 1.00 GiB\n"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("AR: 100.0 tokens/s (median step 10.00 ms)\n"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("diffusion, canvas 256 in 8 steps (stream passes): 1600.0 tokens/s, 16.00x AR\n"),
+            std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("verify, draft 4, if 4 drafts are kept per cycle: 200.0 tokens/s, 2.00x AR\n"),
+            std::string::npos) << r.text;
+  EXPECT_EQ(r.text.find("verify --overlap"), std::string::npos) << r.text;  // not timed
+  EXPECT_EQ(r.json["diffusion_pass"], "stream");
+  EXPECT_DOUBLE_EQ(r.json["ar_tokens_per_second"].get<double>(), 100.0);
+  ASSERT_EQ(r.json["diffusion_projection"].size(), 3u);
+  EXPECT_DOUBLE_EQ(r.json["diffusion_projection"][2]["tokens_per_second"].get<double>(), 400.0);  // 32 steps
+  ASSERT_EQ(r.json["verify_projection"].size(), 3u);
+  EXPECT_DOUBLE_EQ(r.json["verify_projection"][0]["tokens_per_second"].get<double>(), 80.0);  // 1 kept: 2 tokens
+  EXPECT_DOUBLE_EQ(r.json["verify_projection"][1]["vs_ar"].get<double>(), 1.2);
+  EXPECT_FALSE(r.json.contains("verify_overlap_projection"));
+  EXPECT_DOUBLE_EQ(r.json["passes"]["stream"]["min_ms"].get<double>(), 10.0);
+  EXPECT_FALSE(r.json["passes"].contains("verify-overlap"));
+
+  // Without AR there is nothing to project against; without later-step kinds the zeros pass is used.
+  t.self_cond.clear();
+  t.stream.clear();
+  EXPECT_EQ(bench::decoder_pass_report(t, run).json["diffusion_pass"], "diffusion");
+  t.ar.clear();
+  const bench::DecoderPassReport no_ar = bench::decoder_pass_report(t, run);
+  EXPECT_FALSE(no_ar.json.contains("ar_tokens_per_second"));
+  EXPECT_EQ(no_ar.text.find("tokens/s"), std::string::npos) << no_ar.text;
+}
+
 // ---- statistics ------------------------------------------------------------------------------------
 
 // The decoder-pass timer of models with a decoder: every asked kind timed `repeats` times (positive

@@ -138,6 +138,21 @@ TEST(Corpus, TokenStreamFramesDocumentsWithBosAndEos) {
   std::remove(path.c_str());
 }
 
+// Bytes per token of a split: every document encoded alone, without <bos>/<eos>.
+TEST(Corpus, TokenizationMeasureCountsDocumentsBytesAndTokens) {
+  const std::string path = test::temp_path("corpus-measure-vocab.gguf");
+  const train::TrainingVocabulary v = sample_vocabulary(synthetic_documents(50), path);
+  const std::vector<CorpusDocument> docs = {{"a:0", "let there be light.\n"}, {"a:1", "literal <eos> stays text\n"}};
+  const train::TokenizationMeasure m = train::measure_tokenization(docs, *v.tokenizer);
+  EXPECT_EQ(m.documents, 2);
+  EXPECT_EQ(m.bytes, int64_t(docs[0].text.size() + docs[1].text.size()));
+  EXPECT_EQ(m.tokens, int64_t(v.tokenizer->encode(docs[0].text, false, false).size() +
+                              v.tokenizer->encode(docs[1].text, false, false).size()));
+  EXPECT_DOUBLE_EQ(m.bytes_per_token(), double(m.bytes) / double(m.tokens));
+  EXPECT_EQ(train::measure_tokenization({}, *v.tokenizer).bytes_per_token(), 0.0);
+  std::remove(path.c_str());
+}
+
 TEST(Corpus, SourceTrainsOnTrainingDocumentsAndValidatesOnHeldOut) {
   const std::vector<CorpusDocument> docs = synthetic_documents(400);
   const std::string path = test::temp_path("corpus-source-vocab.gguf");

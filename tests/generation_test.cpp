@@ -4,6 +4,16 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/cpu.h"
+#include "core/error.h"
+#include "decode/conversation.h"
+#include "decode/generation_report.h"
+#include "decode/random_seed.h"
+
 #include "test_util.h"
 
 namespace canvas {
@@ -66,6 +76,131 @@ TEST(Generation, IgnoreEosDecodesAllTokensOfUniformStateAndVerify) {
     EXPECT_EQ(all.pad_tokens, 0) << decode_mode_name(mode);
     EXPECT_EQ(all.finish_reason, "length") << decode_mode_name(mode);
   }
+}
+
+// The stats line and JSON of a result (generate, chat, infill print them): fixed text and fields, the
+// mode's own counts only where they apply.
+TEST(GenerationReport, StatsLineAndJsonOfEachMode) {
+  GenerationOutput out;
+  out.mode = DecodeMode::Verify;
+  out.prompt = {1, 2, 3};
+  out.tokens = {4, 5, 6, 7};
+  out.text = "abc\xff";  // invalid UTF-8 is replaced in the JSON
+  out.finish_reason = "length";
+  out.passes = 2;
+  out.encoder_passes = 2;
+  out.drafted = 6;
+  out.accepted = 3;
+  out.rows_computed = 10;
+  out.prompt_ms = 1.25;
+  out.decode_ms = 100;
+  out.decode_tokens = 4;
+  out.cached_prompt_tokens = 2;
+  out.seed = 42;
+  const std::string simd = simd_level_name(simd_level());
+  EXPECT_EQ(generation_stats_line(out, 3),
+            "[verify, 4 new tokens, finish length, 2 passes, tokens_per_forward 2.00, 2 verify passes, 3/6 drafted "
+            "tokens kept, 2.5 rows per token, prompt 3 tokens (2 cached) 1.2 ms, decode 100.0 ms, 40.00 tokens/s, "
+            "seed 42, " + simd + ", 3 threads]");
+  const nlohmann::json j = nlohmann::json::parse(generation_json(out));
+  EXPECT_EQ(j["text"], "abc\xEF\xBF\xBD");
+  EXPECT_EQ(j["mode"], "verify");
+  EXPECT_EQ(j["new_tokens"], 4);
+  EXPECT_EQ(j["tokens_per_forward"], 2.0);
+  EXPECT_EQ(j["tokens_per_second"], 40.0);
+  EXPECT_EQ(j["drafted"], 6);
+  EXPECT_EQ(j["accepted"], 3);
+  EXPECT_FALSE(j.contains("steps_per_canvas"));
+
+  out.mode = DecodeMode::Diffusion;
+  out.steps_per_canvas = {5, 7};
+  out.cached_prompt_tokens = 0;
+  EXPECT_EQ(generation_stats_line(out, 1),
+            "[diffusion, 4 new tokens, finish length, 2 passes, tokens_per_forward 2.00, 2 encoder passes, steps per "
+            "canvas 5,7, prompt 3 tokens 1.2 ms, decode 100.0 ms, 40.00 tokens/s, seed 42, " + simd + ", 1 threads]");
+  const nlohmann::json d = nlohmann::json::parse(generation_json(out));
+  EXPECT_EQ(d["steps_per_canvas"], nlohmann::json::array({5, 7}));
+  EXPECT_FALSE(d.contains("drafted"));
+
+  out.filled_tokens = 9;
+  out.fills = {"x", "y"};
+  EXPECT_EQ(infill_stats_line(out, 2), "[9 tokens filled, 2 passes, prompt 3 tokens 1.2 ms, decode 100.0 ms, 40.00 "
+                                       "tokens/s, seed 42, " + simd + ", 2 threads]");
+  EXPECT_EQ(nlohmann::json::parse(infill_json(out, false))["fills"], nlohmann::json::array({"x", "y"}));
+  EXPECT_FALSE(nlohmann::json::parse(infill_json(out, true)).contains("fills"));
+}
+
+// A chat conversation longer than the context loses its oldest exchanges, never the system prompt or the new
+// turn; a new turn too long even alone is refused with the reason, the conversation left as it was.
+TEST(Conversation, OldestExchangesAreDroppedUntilTheTurnFits) {
+  const std::string path = test::source_path("models/text-masked.gguf");
+  Model model = Model::load(path);
+  model.config.context_length = 160;
+  const TextModel m = TextModel::from(std::move(model), path);
+  const Generator generator(m);
+  std::string verse;
+  for (int i = 0; i < 3; ++i) verse += "And God said, Let there be light: and there was light. ";
+  std::vector<ChatMessage> conversation = {{"system", "Be brief."}};
+  for (int i = 0; i < 4; ++i) {
+    conversation.push_back({"user", verse});
+    conversation.push_back({"assistant", verse});
+  }
+  conversation.push_back({"user", "And the evening"});
+  GenerationRequest turn;
+  turn.mode = DecodeMode::Diffusion;
+  turn.max_new_tokens = 8;
+  turn.block_length = 8;
+  const FittedConversation fitted = fit_conversation(generator, conversation, 1, turn);
+  EXPECT_TRUE(fitted.error.empty()) << fitted.error;
+  EXPECT_GT(fitted.dropped, 0);
+  EXPECT_EQ(conversation.size(), 10u - size_t(fitted.dropped));
+  EXPECT_EQ(conversation.front().role, "system");
+  EXPECT_EQ(conversation.back().content, "And the evening");
+  EXPECT_EQ(turn.messages.size(), conversation.size());
+  EXPECT_FALSE(turn.prompt.empty());
+
+  std::string long_turn;
+  for (int i = 0; i < 10; ++i) long_turn += verse;
+  std::vector<ChatMessage> alone = {{"system", "Be brief."}, {"user", long_turn}};
+  const FittedConversation refused = fit_conversation(generator, alone, 1, turn);
+  EXPECT_FALSE(refused.error.empty());
+  EXPECT_EQ(refused.dropped, 0);
+  EXPECT_EQ(alone.size(), 2u);
+}
+
+// chat's /save and /load: the conversation reads back as it was written; a message without its role or its
+// string content is refused with the file's name.
+TEST(Conversation, SavedConversationLoadsBack) {
+  const std::string path = test::temp_path("conversation.json");
+  const std::vector<ChatMessage> conversation = {{"system", "Be brief."}, {"user", "In the \"beginning\"\n"},
+                                                 {"assistant", "God created"}};
+  save_conversation(conversation, path);
+  const std::vector<ChatMessage> loaded = load_conversation(path);
+  ASSERT_EQ(loaded.size(), conversation.size());
+  for (size_t i = 0; i < loaded.size(); ++i) {
+    EXPECT_EQ(loaded[i].role, conversation[i].role);
+    EXPECT_EQ(loaded[i].content, conversation[i].content);
+  }
+  {
+    std::ofstream out(path);
+    out << R"([{"role": "user", "content": 3}])";
+  }
+  try {
+    load_conversation(path);
+    ADD_FAILURE() << "a message with a number for content was loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ": each message must be"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
+// A request without a seed gets a fresh one below 2^53 (JSON readers holding numbers as doubles read it back).
+TEST(Generation, RandomSeedsAreFreshAndExactInJson) {
+  const uint64_t a = random_seed(), b = random_seed();
+  EXPECT_LT(a, uint64_t(1) << 53);
+  EXPECT_LT(b, uint64_t(1) << 53);
+  EXPECT_NE(a, b);  // equal with probability 2^-53
+  EXPECT_EQ(uint64_t(double(a)), a);
 }
 
 }  // namespace

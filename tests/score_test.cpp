@@ -42,6 +42,29 @@ TEST(Score, EqualsTheChainOfArTokenProbabilities) {
   EXPECT_NEAR(s.nll_nats - later.nll_nats, first_term, 1e-4 * std::fabs(expected));
 }
 
+// A text longer than the window: every token after `first` is scored exactly once, in the windows
+// score_window_count says; a text that fits is one score_causal pass.
+TEST(Score, WindowsScoreEveryTokenOnce) {
+  const Model model = Model::load(test::fixture("tiny-dream.gguf"));
+  ThreadPool pool(2);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 40; ++i) tokens.push_back(int32_t(5 + (i * 7) % 90));
+  int64_t windows = 0, calls = 0;
+  const SequenceScore one = score_causal_windows(model, tokens, 3, 40, 20, &pool, &windows, [&] { ++calls; });
+  const SequenceScore direct = score_causal(model, tokens, 3, &pool);
+  EXPECT_EQ(windows, 1);
+  EXPECT_EQ(one.scored, direct.scored);
+  EXPECT_DOUBLE_EQ(one.nll_nats, direct.nll_nats);
+  for (int64_t stride : {5, 7, 15}) {
+    const SequenceScore w = score_causal_windows(model, tokens, 3, 16, stride, &pool, &windows, [&] { ++calls; });
+    EXPECT_EQ(w.scored, 37) << stride;
+    EXPECT_EQ(windows, score_window_count(40, 16, stride)) << stride;
+    EXPECT_GT(w.nll_nats, 0) << stride;
+  }
+  EXPECT_EQ(calls, score_window_count(40, 16, 5) + score_window_count(40, 16, 7) + score_window_count(40, 16, 15));
+  EXPECT_THROW(score_causal_windows(model, tokens, 3, 16, 16, &pool), Error);
+}
+
 TEST(Score, MaskedDiffusionModelsAreRefused) {
   const Model model = Model::load(test::fixture("tiny-llada.gguf"));
   EXPECT_THROW(score_causal(model, {1, 2, 3}, 1, nullptr), Error);

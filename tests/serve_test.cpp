@@ -440,3 +440,18 @@ TEST(ServeRouting, VerifyIsExploredThenChosenByLearnedTokensPerPass) {
   EXPECT_EQ(engine.route(s, 4), verify_cheaper ? serve::DecodeMode::Verify : serve::DecodeMode::Ar);
   engine.shutdown(false);
 }
+
+// The cost-model file of each served model, and the key a stored line is checked against: another model
+// file, core count or device is another key.
+TEST(ServeRouting, CostModelFilesAndKeys) {
+  EXPECT_EQ(serve::cost_model_file_for("dir/costs.json", "text-dg", 1), "dir/costs.json");
+  EXPECT_EQ(serve::cost_model_file_for("dir/costs.json", "text-dg", 2), "dir/costs.text-dg.json");
+  EXPECT_EQ(serve::cost_model_file_for("costs", "text-ar", 3), "costs.text-ar");
+  const std::string model = test::fixture("tiny-llada.gguf");
+  const std::string key = serve::cost_model_key(model, 4, "cpu");
+  EXPECT_EQ(key, serve::cost_model_key(model, 4, "cpu"));
+  EXPECT_NE(key, serve::cost_model_key(model, 8, "cpu"));
+  EXPECT_NE(key, serve::cost_model_key(model, 4, "cuda"));
+  EXPECT_NE(key, serve::cost_model_key(test::fixture("tiny-dream.gguf"), 4, "cpu"));
+  EXPECT_NE(key.find("threads 4"), std::string::npos) << key;
+}

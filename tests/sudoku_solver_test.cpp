@@ -113,6 +113,41 @@ TEST(SudokuSolver, EvaluateTalliesEveryPuzzle) {
   EXPECT_GT(all.passes, 0);
 }
 
+// Eval's figures of a tally and its --json row: percentages, means per puzzle and per pass; steps 0 in a
+// row named by its setting.
+TEST(SudokuSolver, EvalFiguresAndJsonRowOfATally) {
+  SudokuTally t;
+  t.n = 4;
+  t.solved = 3;
+  t.blanks = 200;
+  t.correct = 150;
+  t.filled = 180;
+  t.passes = 60;
+  t.rows = 400;
+  t.ms = 10;
+  t.backtracks = 2;
+  t.propagated = 8;
+  EXPECT_DOUBLE_EQ(t.solved_percent(), 75.0);
+  EXPECT_DOUBLE_EQ(t.cell_percent(), 75.0);
+  EXPECT_DOUBLE_EQ(t.passes_per_puzzle(), 15.0);
+  EXPECT_DOUBLE_EQ(t.rows_per_puzzle(), 100.0);
+  EXPECT_DOUBLE_EQ(t.ms_per_puzzle(), 2.5);
+  EXPECT_DOUBLE_EQ(t.cells_per_pass(), 3.0);
+  SudokuSolverSettings s;
+  s.steps = 27;
+  s.threshold = 0.9f;
+  s.rules = true;
+  s.search = 5;
+  s.search_options.propagate = true;
+  EXPECT_EQ(sudoku_eval_json_row("easy", "confidence", s, true, t),
+            "{\"difficulty\": \"easy\", \"mode\": \"diffusion\", \"steps\": 0, \"threshold\": 0.9, \"beam\": 0, "
+            "\"views\": 0, \"order\": \"confidence\", \"rules\": true, \"freeze\": false, \"n\": 4, \"solved\": 0.7500, "
+            "\"cell_accuracy\": 0.7500, \"passes_per_puzzle\": 15.000, \"cells_per_pass\": 3.000, "
+            "\"rows_per_puzzle\": 100.000, \"ms_per_puzzle\": 2.500, \"search\": 5, \"backtracks_per_puzzle\": 0.500, "
+            "\"propagate\": true, \"propagated_per_puzzle\": 2.000, \"guess\": \"confident\", \"uniform\": false}");
+  EXPECT_NE(sudoku_eval_json_row("all", "ar", s, false, t).find("\"steps\": 27,"), std::string::npos);
+}
+
 // probe_sudoku scores every blank cell of every state along a singles path: the groups' cells add up to
 // the blanks of those states, and the shipped model reads most naked singles right.
 TEST(SudokuSolver, ProbeCountsEveryStateOfTheSinglesPath) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <thread>
 
 #include "core/error.h"
@@ -260,6 +261,15 @@ double Args::get_float(const std::string& name, double fallback) const {
   check(errno == 0 && end != text.c_str() && *end == 0,
         "option " + name + ": '" + text + "' is not a number");
   return v;
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
 }
 
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag) {

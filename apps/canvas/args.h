@@ -70,6 +70,9 @@ std::string unknown_option_message(const std::string& option, const std::vector<
 
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);
 
+// The items of a comma-separated option value ("81,27,9"), empty items skipped.
+std::vector<std::string> split_list(const std::string& text);
+
 // The installed data directory (models/ lives there), set at build time; "" when not installed.
 std::string data_dir();
 

@@ -5,9 +5,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "args.h"
@@ -104,15 +102,6 @@ Reports medians over the measured steps: train_tokens_per_second, train_gflops (
 backward; norms, activations, softmax, loss and optimizer not counted), fp32_roof_gflops (median of the
 roof samples) and fraction_of_roof = train_gflops / fp32_roof_gflops.)"};
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 std::vector<int64_t> int_list(const Args& args, const std::string& name, std::vector<int64_t> fallback) {
   if (!args.has(name)) return fallback;
   std::vector<int64_t> out;
@@ -150,7 +139,7 @@ void list_shapes() {
 }
 
 // Prints (and with --json writes) bench::time_decoder_passes's timings for a model with a decoder, and what
-// they imply for decoding at given pass counts.
+// they imply for decoding at given pass counts (bench::decoder_pass_report).
 int bench_decoder_passes(const Model& model, const std::string& source, int64_t weight_bytes, int64_t prompt_tokens,
                          int64_t canvas, int warmup, int repeats, int threads, uint64_t seed,
                          const std::vector<std::string>& modes, int64_t draft_length, const std::string& json_path) {
@@ -164,83 +153,21 @@ int bench_decoder_passes(const Model& model, const std::string& source, int64_t 
   options.modes = modes;
   options.draft_length = draft_length;
   const bench::DecoderPassTimes t = bench::time_decoder_passes(model, options);
-  const ModelConfig& c = model.config;
-  const std::vector<double>&plain = t.diffusion, &conditioned = t.self_cond, &streamed = t.stream, &ar = t.ar,
-                    &cycles = t.verify, &overlapped = t.verify_overlap;
-  const double prompt_ms = t.prompt_ms;
-  const double peak_mib = double(bench::peak_rss_bytes()) / 1048576.0;
-  std::printf("model: %s, %lld layers, %d threads\n", source.c_str(), (long long)c.n_layers, t.threads);
-  std::printf("%-44s %10s %10s %10s\n", "pass", "median ms", "min ms", "max ms");
-  nlohmann::ordered_json report;
-  report["model"] = source;
-  report["layers"] = c.n_layers;
-  report["threads"] = t.threads;
-  report["prompt_tokens"] = prompt_tokens;
-  report["canvas"] = canvas;
-  report["draft_length"] = draft_length;
-  report["repeats"] = repeats;
-  report["passes"] = nlohmann::ordered_json::object();
-  auto line = [&](const std::string& key, const std::string& what, const std::vector<double>& ms) {
-    if (ms.empty()) return;
-    const double lo = *std::min_element(ms.begin(), ms.end()), hi = *std::max_element(ms.begin(), ms.end());
-    std::printf("%-44s %10.1f %10.1f %10.1f\n", what.c_str(), bench::median(ms), lo, hi);
-    report["passes"][key] = {{"what", what}, {"median_ms", bench::median(ms)}, {"min_ms", lo}, {"max_ms", hi}};
-  };
-  line("prompt", "encoder, prompt of " + std::to_string(prompt_tokens) + " (once)", {prompt_ms});
-  line("diffusion", "decoder, canvas " + std::to_string(canvas) + ", self-cond zeros", plain);
-  line("self-cond", "decoder, canvas " + std::to_string(canvas) + ", self-cond logits", conditioned);
-  line("stream", "decoder, canvas " + std::to_string(canvas) + ", stream head + soft emb", streamed);
-  line("ar", "AR step (encoder, 1 token + logits)", ar);
-  line("verify", "verify cycle (decoder + causal pass, " + std::to_string(draft_length + 1) + " rows each)", cycles);
-  line("verify-overlap",
-       "overlapped verify cycle (one pass, " + std::to_string((draft_length + 1) * (draft_length + 2)) + " rows)",
-       overlapped);
-  std::printf("peak RSS %.0f MiB; weights %.2f GiB\n", peak_mib, double(weight_bytes) / 1073741824.0);
-  report["peak_rss_mib"] = peak_mib;
-  report["weight_bytes"] = weight_bytes;
-  // What the passes imply for decoding: a canvas of `canvas` tokens denoised in S decoder passes gives
-  // canvas / (S x pass) tokens/s (the prompt's one encoder pass left out), against one AR step per token.
-  // The pass: the faster of the measured later-step kinds (self-conditioned, streamed), else zeros.
-  const char* kind = "self-cond";
-  const std::vector<double>* pass = &conditioned;
-  if (!streamed.empty() && (conditioned.empty() || bench::median(streamed) < bench::median(conditioned))) {
-    pass = &streamed;
-    kind = "stream";
-  }
-  if (pass->empty()) {
-    pass = &plain;
-    kind = "diffusion";
-  }
-  if (!pass->empty() && !ar.empty()) {
-    const double ar_tps = 1000.0 / bench::median(ar), pass_ms = bench::median(*pass);
-    std::printf("AR: %.1f tokens/s (median step %.2f ms)\n", ar_tps, bench::median(ar));
-    report["ar_tokens_per_second"] = ar_tps;
-    report["diffusion_pass"] = kind;
-    for (int steps : {8, 16, 32}) {
-      const double tps = double(canvas) * 1000.0 / (double(steps) * pass_ms);
-      std::printf("diffusion, canvas %lld in %d steps (%s passes): %.1f tokens/s, %.2fx AR\n", (long long)canvas, steps,
-                  kind, tps, tps / ar_tps);
-      report["diffusion_projection"].push_back({{"steps", steps}, {"tokens_per_second", tps}, {"vs_ar", tps / ar_tps}});
-    }
-  }
-  // How many drafts a cycle keeps depends on the model's weights and the text (scripts/research/
-  // verify_check.py measures it); the pass costs give the speed at a given number.
-  for (const auto& [name, key, times] : {std::tuple<const char*, const char*, const std::vector<double>*>{
-                                             "verify", "verify_projection", &cycles},
-                                         {"verify --overlap", "verify_overlap_projection", &overlapped}}) {
-    if (times->empty() || ar.empty()) continue;
-    const double ar_tps = 1000.0 / bench::median(ar);
-    for (int64_t kept : {int64_t(1), int64_t(2), draft_length}) {
-      const double tps = double(kept + 1) * 1000.0 / bench::median(*times);
-      std::printf("%s, draft %lld, if %lld drafts are kept per cycle: %.1f tokens/s, %.2fx AR\n", name,
-                  (long long)draft_length, (long long)kept, tps, tps / ar_tps);
-      report[key].push_back({{"kept", kept}, {"tokens_per_second", tps}, {"vs_ar", tps / ar_tps}});
-    }
-  }
+  bench::DecoderPassRun run;
+  run.source = source;
+  run.layers = model.config.n_layers;
+  run.prompt_tokens = prompt_tokens;
+  run.canvas = canvas;
+  run.draft_length = draft_length;
+  run.repeats = repeats;
+  run.weight_bytes = weight_bytes;
+  run.peak_rss_mib = double(bench::peak_rss_bytes()) / 1048576.0;
+  const bench::DecoderPassReport report = bench::decoder_pass_report(t, run);
+  std::fputs(report.text.c_str(), stdout);
   if (!json_path.empty()) {
     std::ofstream out(json_path);
     check(bool(out), "cannot write " + json_path);
-    out << report.dump(2) << "\n";
+    out << report.json.dump(2) << "\n";
     out.close();
     check(bool(out), "error writing " + json_path);
     std::fprintf(stderr, "canvas bench: wrote %s\n", json_path.c_str());

@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -17,10 +15,11 @@
 #include "commands.h"
 #include "core/error.h"
 #include "decode/chat_template.h"
+#include "decode/conversation.h"
+#include "decode/generation_report.h"
 #include "model/model.h"
 #include "generation_options.h"
 #include "line_editor.h"
-#include "io/json.h"
 #include "io/utf8.h"
 
 namespace canvas::cli {
@@ -129,18 +128,9 @@ int cmd_chat(int argc, char** argv) {
       } else if ((command == "/save" || command == "/load") && !rest.empty()) {
         try {
           if (command == "/save") {
-            nlohmann::json messages = nlohmann::json::array();
-            for (const ChatMessage& m : conversation) messages.push_back({{"role", m.role}, {"content", m.content}});
-            std::ofstream out(rest);
-            check(bool(out << messages.dump(1) << "\n"), "cannot write " + rest);
+            save_conversation(conversation, rest);
           } else {
-            std::vector<ChatMessage> loaded;
-            for (const nlohmann::json& m : load_json_file(rest)) {
-              check(m.is_object() && m.value("role", "") != "" && m.contains("content") && m["content"].is_string(),
-                    rest + ": each message must be {\"role\": ..., \"content\": \"...\"}");
-              loaded.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
-            }
-            conversation = std::move(loaded);
+            conversation = load_conversation(rest);
             first_turn = first_turn_of();
           }
           std::fprintf(stderr, "[%s %zu messages %s %s]\n", command == "/save" ? "saved" : "loaded", conversation.size(),
@@ -158,33 +148,15 @@ int cmd_chat(int argc, char** argv) {
     conversation.push_back({"user", line});
     GenerationRequest turn = request;
     turn.prefix_cache = &kept;  // the conversation so far is not encoded again
-    int64_t dropped = 0;
-    std::string skipped;
-    while (true) {
-      turn.prompt.clear();
-      turn.messages = conversation;
-      try {
-        turn.prompt = generator.prompt_of(turn);
-        generator.check(turn, int64_t(turn.prompt.size()));
-        break;
-      } catch (const Error& e) {
-        skipped = e.what();
-      }
-      // Too long (or not renderable): drop the oldest exchange (a user turn and the reply to it), if any.
-      if (turn.prompt.empty() || conversation.size() - first_turn <= 1) break;
-      const size_t drop = conversation.size() - first_turn >= 3 ? 2 : 1;
-      conversation.erase(conversation.begin() + long(first_turn), conversation.begin() + long(first_turn + drop));
-      dropped += int64_t(drop);
-      skipped.clear();
-    }
-    if (!skipped.empty()) {
-      std::fprintf(stderr, "canvas chat: %s; turn skipped\n", skipped.c_str());
+    const FittedConversation fitted = fit_conversation(generator, conversation, first_turn, turn);
+    if (!fitted.error.empty()) {
+      std::fprintf(stderr, "canvas chat: %s; turn skipped\n", fitted.error.c_str());
       conversation.pop_back();
       continue;
     }
-    if (dropped > 0)
+    if (fitted.dropped > 0)
       std::fprintf(stderr, "[the conversation outgrew the context of %lld tokens: dropped the %lld oldest turn%s]\n",
-                   (long long)c.context_length, (long long)dropped, dropped == 1 ? "" : "s");
+                   (long long)c.context_length, (long long)fitted.dropped, fitted.dropped == 1 ? "" : "s");
     interrupted = false;
     struct sigaction on_interrupt {}, previous {};
     on_interrupt.sa_handler = [](int) { interrupted = true; };
@@ -202,7 +174,7 @@ int cmd_chat(int argc, char** argv) {
     std::fputs("\n", stdout);
     std::fflush(stdout);
     std::fprintf(stderr, "%s%s\n", out.finish_reason == "cancelled" ? "[interrupted] " : "",
-                 stats_line(out, pool->size()).c_str());
+                 generation_stats_line(out, pool->size()).c_str());
     conversation.push_back({"assistant", out.text});
   }
   return 0;

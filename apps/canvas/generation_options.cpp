@@ -1,4 +1,4 @@
-// Decoding options, requests from flags, loading, stats and the live view shared by generate and chat.
+// Decoding options, requests from flags, loading and the live view shared by generate and chat.
 #include "generation_options.h"
 
 #include <signal.h>
@@ -11,13 +11,11 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <nlohmann/json.hpp>
-#include <random>
 #include <sstream>
 #include <thread>
 
-#include "core/cpu.h"
 #include "core/error.h"
+#include "decode/random_seed.h"
 #include "device.h"
 #include "io/input_file.h"
 #include "io/utf8.h"
@@ -103,10 +101,7 @@ std::unique_ptr<ThreadPool> make_pool(const Args& args) { return std::make_uniqu
 uint64_t resolve_seed(const Args& args) {
   const int64_t seed = args.get_int("seed", -1);
   check(seed >= -1, "--seed must be >= 0, or -1 for a random seed");
-  if (seed >= 0) return uint64_t(seed);
-  std::random_device device;
-  // Kept below 2^53 so that JSON readers that hold numbers as doubles read it back exactly.
-  return ((uint64_t(device()) << 32) | device()) & ((uint64_t(1) << 53) - 1);
+  return seed >= 0 ? uint64_t(seed) : random_seed();
 }
 
 GenerationRequest request_from_args(const Args& args) {
@@ -198,58 +193,6 @@ std::string read_prompt(const Args& args, const std::string& help_command) {
   check(!text.empty() || asked, "no prompt given (-p TEXT, -f FILE, or text piped into stdin; stdin was empty); see " +
                                     help_command + " --help");
   return text;
-}
-
-std::string stats_line(const GenerationOutput& out, int threads) {
-  char buf[512];
-  std::string canvases;
-  if (!out.steps_per_canvas.empty()) {
-    canvases = ", " + std::to_string(out.encoder_passes) + " encoder passes, steps per canvas ";
-    for (size_t i = 0; i < out.steps_per_canvas.size(); ++i)
-      canvases += (i ? "," : "") + std::to_string(out.steps_per_canvas[i]);
-  }
-  if (out.mode == DecodeMode::Verify && out.encoder_passes > 0) {
-    char rows[32];
-    std::snprintf(rows, sizeof rows, "%.1f", double(out.rows_computed) / double(std::max<size_t>(1, out.tokens.size())));
-    canvases = ", " + std::to_string(out.encoder_passes) + " verify passes, " + std::to_string(out.accepted) + "/" +
-               std::to_string(out.drafted) + " drafted tokens kept, " + rows + " rows per token";
-  }
-  const std::string cached =
-      out.cached_prompt_tokens > 0 ? " (" + std::to_string(out.cached_prompt_tokens) + " cached)" : "";
-  std::snprintf(buf, sizeof buf,
-                "[%s, %lld new tokens, finish %s, %lld passes, tokens_per_forward %.2f%s, prompt %lld tokens%s %.1f ms, "
-                "decode %.1f ms, %.2f tokens/s, seed %llu, %s, %d threads]",
-                decode_mode_name(out.mode), (long long)out.tokens.size(), out.finish_reason.c_str(),
-                (long long)out.passes, out.tokens_per_forward(), canvases.c_str(), (long long)out.prompt.size(),
-                cached.c_str(), out.prompt_ms, out.decode_ms, out.tokens_per_second(), (unsigned long long)out.seed,
-                simd_level_name(simd_level()), threads);
-  return buf;
-}
-
-std::string result_json(const GenerationOutput& out) {
-  nlohmann::ordered_json j;
-  j["text"] = sanitize_utf8(out.text);
-  j["tokens"] = out.tokens;
-  j["mode"] = decode_mode_name(out.mode);
-  j["finish_reason"] = out.finish_reason;
-  j["prompt_tokens"] = out.prompt.size();
-  j["new_tokens"] = out.tokens.size();
-  j["pad_tokens"] = out.pad_tokens;
-  j["passes"] = out.passes;
-  j["encoder_passes"] = out.encoder_passes;
-  j["tokens_per_pass"] = out.tokens_per_forward();
-  j["tokens_per_forward"] = out.tokens_per_forward();
-  j["prompt_ms"] = out.prompt_ms;
-  j["decode_ms"] = out.decode_ms;
-  j["tokens_per_second"] = out.tokens_per_second();
-  j["rows_computed"] = out.rows_computed;
-  j["seed"] = out.seed;
-  if (!out.steps_per_canvas.empty()) j["steps_per_canvas"] = out.steps_per_canvas;
-  if (out.mode == DecodeMode::Verify) {
-    j["drafted"] = out.drafted;
-    j["accepted"] = out.accepted;
-  }
-  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 std::string escape_controls(const std::string& s) {

@@ -1,5 +1,6 @@
 // What generate and chat share on the command line: the decoding option table, a GenerationRequest from
-// those flags, the model as the commands load it, the stats line and JSON of a result, and the live view.
+// those flags, the model as the commands load it, and the live view (the stats line and JSON of a result
+// are decode/generation_report.h's).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -33,10 +34,6 @@ TextModel load_text_model(const Args& args, const std::string& default_model, co
 // The prompt of generate: -p TEXT, -p - (stdin), -f/--file FILE, or (without either) stdin when it is
 // not a terminal. One trailing newline of a file or stdin is dropped. Throws when there is none.
 std::string read_prompt(const Args& args, const std::string& help_command);
-
-// The stats line (stderr) and the --json object of a result: one schema for every mode.
-std::string stats_line(const GenerationOutput& out, int threads);
-std::string result_json(const GenerationOutput& out);
 
 // Control characters and DEL as visible escapes (\n, \t, \x1b, ...), so token text cannot move the cursor.
 std::string escape_controls(const std::string& s);

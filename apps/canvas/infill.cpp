@@ -4,10 +4,9 @@
 
 #include <cstdio>
 #include <iostream>
-#include <nlohmann/json.hpp>
 
-#include "core/cpu.h"
 #include "core/error.h"
+#include "decode/generation_report.h"
 #include "generation_options.h"
 #include "io/json.h"
 #include "io/utf8.h"
@@ -40,32 +39,11 @@ int run_infill(const Args& args, const TextModel& m, GenerationRequest request) 
   if (args.has("visual")) view.finish();
   const bool schema_mode = request.json_schema != nullptr;
   if (args.has("json")) {
-    nlohmann::ordered_json j;
-    j["text"] = sanitize_utf8(out.text);
-    if (!schema_mode) {
-      j["fills"] = nlohmann::json::array();
-      for (const std::string& f : out.fills) j["fills"].push_back(sanitize_utf8(f));
-    }
-    j["tokens"] = out.tokens;
-    j["mode"] = decode_mode_name(out.mode);
-    j["finish_reason"] = out.finish_reason;
-    j["filled_tokens"] = out.filled_tokens;
-    j["prompt_tokens"] = out.prompt.size();
-    j["passes"] = out.passes;
-    j["prompt_ms"] = out.prompt_ms;
-    j["decode_ms"] = out.decode_ms;
-    j["rows_computed"] = out.rows_computed;
-    j["seed"] = out.seed;
-    std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
+    std::cout << infill_json(out, schema_mode) << std::endl;
     return 0;
   }
   std::cout << (schema_mode ? out.text : sanitize_utf8(out.text)) << std::endl;
-  std::fprintf(stderr,
-               "[%lld tokens filled, %lld passes, prompt %lld tokens %.1f ms, decode %.1f ms, %.2f tokens/s, seed %llu, "
-               "%s, %d threads]\n",
-               (long long)out.filled_tokens, (long long)out.passes, (long long)out.prompt.size(), out.prompt_ms,
-               out.decode_ms, out.tokens_per_second(), (unsigned long long)out.seed, simd_level_name(simd_level()),
-               pool->size());
+  std::fprintf(stderr, "%s\n", infill_stats_line(out, pool->size()).c_str());
   return 0;
 }
 

@@ -18,6 +18,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "decode/ar.h"
+#include "decode/generation_report.h"
 #include "decode/masked.h"
 #include "decode/uniform_state.h"
 #include "io/gguf.h"
@@ -25,6 +26,7 @@
 #include "io/tokenizer.h"
 #include "io/utf8.h"
 #include "model/model.h"
+#include "model/pass_logits.h"
 #include "generation_options.h"
 
 using namespace canvas;
@@ -170,12 +172,12 @@ int cmd_generate(int argc, char** argv) {
   const GenerationOutput out = generator.run(request, pool.get());
   if (visual) view.finish();
   if (json) {
-    std::cout << cli::result_json(out) << std::endl;
+    std::cout << generation_json(out) << std::endl;
   } else {
     if (!stream) std::fwrite(out.text.data(), 1, out.text.size(), stdout);
     std::fputs("\n", stdout);
     std::fflush(stdout);
-    std::fprintf(stderr, "%s\n", cli::stats_line(out, pool->size()).c_str());
+    std::fprintf(stderr, "%s\n", generation_stats_line(out, pool->size()).c_str());
   }
   return 0;
 }
@@ -206,43 +208,20 @@ int cmd_logits(int argc, char** argv) {
   // DiffusionGemma's encoder is causal by construction; its bidirectional view is the decoder.
   const bool causal = args.has("causal") || c.causal || c.has_decoder;
   auto pool = make_pool(args);
-  KvCache cache(c, n);
-  std::vector<int32_t> groups(size_t(n), 0);
-  if (causal)
-    for (int64_t i = 0; i < n; ++i) groups[size_t(i)] = int32_t(i);
-  ForwardRequest req;
-  req.tokens = ids.data();
-  req.n = n;
-  req.groups = groups.data();
-  std::vector<float> logits;
-  if (!decoder) {
-    for (int64_t i = 0; i < n; ++i) req.logit_rows.push_back(int32_t(i));
-    logits.resize(size_t(n * c.vocab));
-    req.logits = logits.data();
-  }
-  forward(model, cache, req, pool.get());
-  int64_t rows = n;
+  std::vector<int32_t> canvas;
+  NpyArray self_cond;
   if (decoder) {
-    const std::vector<int32_t> canvas = cli::parse_id_list(args.get("canvas-ids", ""), "--canvas-ids");
-    rows = int64_t(canvas.size());
-    NpyArray self_cond;
+    canvas = cli::parse_id_list(args.get("canvas-ids", ""), "--canvas-ids");
     if (args.has("self-cond")) {
       self_cond = read_npy(args.get("self-cond", ""));
-      check(self_cond.shape == std::vector<int64_t>{rows, c.vocab},
-            args.get("self-cond", "") + ": self-conditioning logits must have shape [" + std::to_string(rows) + ", " +
-                std::to_string(c.vocab) + "] (canvas, vocab)");
+      check(self_cond.shape == std::vector<int64_t>{int64_t(canvas.size()), c.vocab},
+            args.get("self-cond", "") + ": self-conditioning logits must have shape [" + std::to_string(canvas.size()) +
+                ", " + std::to_string(c.vocab) + "] (canvas, vocab)");
     }
-    ForwardRequest dec;
-    dec.tokens = canvas.data();
-    dec.n = rows;
-    dec.pos0 = n;
-    dec.decoder = true;
-    dec.self_cond = args.has("self-cond") ? self_cond.data.data() : nullptr;
-    for (int64_t i = 0; i < rows; ++i) dec.logit_rows.push_back(int32_t(i));
-    logits.resize(size_t(rows * c.vocab));
-    dec.logits = logits.data();
-    forward(model, cache, dec, pool.get());
   }
+  const std::vector<float> logits = pass_logits(model, ids, causal, decoder ? &canvas : nullptr,
+                                                args.has("self-cond") ? self_cond.data.data() : nullptr, pool.get());
+  const int64_t rows = decoder ? int64_t(canvas.size()) : n;
   write_npy(args.get("out", ""), logits.data(), {rows, c.vocab});
   std::fprintf(stderr, "wrote %s: [%lld, %lld] float32 logits (%s)\n", args.get("out", "").c_str(), (long long)rows,
                (long long)c.vocab,

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "args.h"
@@ -84,33 +85,20 @@ int cmd_score(int argc, char** argv) {
   check(first < window, "the context (" + std::to_string(first) + " tokens) leaves no room in the model's context of " +
                             std::to_string(window) + " tokens");
 
-  SequenceScore total;
   int64_t windows = 0;
-  if (n <= window) {
-    total = score_causal(model, tokens, first, &pool);
-    windows = 1;
-  } else {
-    const int64_t count = 1 + (n - window + stride - 1) / stride;
+  std::unique_ptr<Progress> progress;  // only when the text is scored in several windows
+  if (n > window) {
     std::fprintf(stderr,
                  "[%lld tokens exceed the context of %lld: scoring in %lld windows of %lld tokens, stride %lld; each "
                  "token sees at least %lld tokens before it]\n",
-                 (long long)n, (long long)window, (long long)count, (long long)window, (long long)stride,
-                 (long long)std::min<int64_t>(window - stride, first));
-    Progress progress("windows", count);
-    int64_t scored_until = first;  // tokens before this are scored (or not to be scored)
-    for (int64_t begin = 0; scored_until < n; begin += stride) {
-      const int64_t end = std::min(begin + window, n);
-      if (end - begin < window && begin > 0) begin = std::max<int64_t>(0, end - window);  // last window: full length
-      const std::vector<int32_t> part(tokens.begin() + begin, tokens.begin() + end);
-      const SequenceScore s = score_causal(model, part, std::max<int64_t>(scored_until - begin, 1), &pool);
-      total.nll_nats += s.nll_nats;
-      total.scored += s.scored;
-      scored_until = end;
-      ++windows;
-      progress.add();
-    }
-    progress.finish();
+                 (long long)n, (long long)window, (long long)score_window_count(n, window, stride), (long long)window,
+                 (long long)stride, (long long)std::min<int64_t>(window - stride, first));
+    progress = std::make_unique<Progress>("windows", score_window_count(n, window, stride));
   }
+  const SequenceScore total = score_causal_windows(model, tokens, first, window, stride, &pool, &windows, [&] {
+    if (progress) progress->add();
+  });
+  if (progress) progress->finish();
   const int64_t bytes = int64_t(text.size()) - skipped_bytes;
   std::printf("{\"tokens\": %lld, \"bytes\": %lld, \"nll_nats\": %.6f, \"nats_per_token\": %.6f, \"bits_per_byte\": "
               "%.6f, \"windows\": %lld, \"stride\": %lld}\n",

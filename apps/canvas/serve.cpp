@@ -16,7 +16,6 @@
 
 #include "args.h"
 #include "commands.h"
-#include "core/cpu.h"
 #include "core/error.h"
 #include "decode/text_model.h"
 #include "device.h"
@@ -145,27 +144,6 @@ std::vector<std::string> model_paths(const Args& args) {
   return paths;
 }
 
-// --cost-model FILE for one of `models` models: FILE itself for a single model, else with the model's id
-// before the extension ("costs.json" -> "costs.text-dg.json"), so that each model keeps its own line.
-std::string cost_model_file_for(const std::string& file, const std::string& id, size_t models) {
-  if (models <= 1) return file;
-  const std::filesystem::path path(file);
-  const std::string stem = path.stem().string(), extension = path.extension().string();
-  return (path.parent_path() / (stem + "." + id + extension)).string();
-}
-
-// What a cost model's timings depend on: the model's bytes (path, size, modification time), the cores,
-// the SIMD level and the device.
-std::string cost_model_key(const std::string& model_path, int64_t cores, const std::string& device) {
-  std::error_code ec;
-  const std::filesystem::path model_file = std::filesystem::absolute(model_path, ec);
-  const auto size =
-      std::filesystem::is_regular_file(model_file, ec) ? std::filesystem::file_size(model_file, ec) : 0;
-  const auto mtime = std::filesystem::last_write_time(model_file, ec).time_since_epoch().count();
-  return model_file.string() + " " + std::to_string(size) + " " + std::to_string(mtime) + " threads " +
-         std::to_string(cores) + " " + simd_level_name(simd_level()) + " " + device;
-}
-
 // A loaded model and the engine that serves it (kept at one address: the engine refers to the model).
 struct ServedText {
   TextModel text;
@@ -262,8 +240,8 @@ int cmd_serve(int argc, char** argv) {
       model_options.chat = &m->text.chat;
       model_options.defaults = m->text.defaults;
       if (!cost_model_file.empty()) {
-        model_options.cost_model_file = cost_model_file_for(cost_model_file, served.id, model_files.size());
-        model_options.cost_model_key = cost_model_key(path, cores, args.get("device", "cpu"));
+        model_options.cost_model_file = serve::cost_model_file_for(cost_model_file, served.id, model_files.size());
+        model_options.cost_model_key = serve::cost_model_key(path, cores, args.get("device", "cpu"));
       }
       m->engine = std::make_unique<serve::Engine>(m->text.model, pool.get(), model_options);
       const serve::Engine& engine = *m->engine;

@@ -8,7 +8,6 @@
 #include <iostream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 
@@ -209,15 +208,6 @@ const Command kSudokuProbe{
         kThreadsOption,
     },
     ""};
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 // The puzzles of --data, the first --limit of them when given.
 std::vector<SudokuExample> read_data(const Args& args) {
@@ -441,9 +431,6 @@ int sudoku_eval(int argc, char** argv) {
       const std::map<std::string, SudokuTally> tallies =
           evaluate_sudoku(model, data, s, &pool, [&progress] { progress.add(); });
       for (const auto& [difficulty, t] : tallies) {
-        const double solved = 100.0 * double(t.solved) / double(t.n);
-        const double cells = 100.0 * double(t.correct) / double(std::max<int64_t>(t.blanks, 1));
-        const double passes = double(t.passes) / double(t.n), rows = double(t.rows) / double(t.n);
         const bool by_text = s.threshold > 0 || s.beam > 0 || s.views > 0;  // these rows show their setting
         char threshold_text[32];
         std::snprintf(threshold_text, sizeof threshold_text, "t=%g", double(s.threshold));
@@ -451,29 +438,13 @@ int sudoku_eval(int argc, char** argv) {
                                       : s.views > 0 && s.threshold > 0 ? steps_text + "," + threshold_text
                                       : by_text                        ? steps_text
                                                                        : std::to_string(s.steps);
-        const double cells_per_pass = double(t.filled) / double(std::max<int64_t>(t.passes, 1));  // per forward
         if (json) {
-          char buf[768];
-          std::snprintf(buf, sizeof buf,
-                        "%s{\"difficulty\": \"%s\", \"mode\": \"%s\", \"steps\": %lld, \"threshold\": %g, "
-                        "\"beam\": %lld, \"views\": %lld, \"order\": \"%s\", \"rules\": %s, \"freeze\": %s, "
-                        "\"n\": %lld, \"solved\": %.4f, \"cell_accuracy\": %.4f, \"passes_per_puzzle\": %.3f, "
-                        "\"cells_per_pass\": %.3f, \"rows_per_puzzle\": %.3f, \"ms_per_puzzle\": %.3f, \"search\": %lld, "
-                        "\"backtracks_per_puzzle\": %.3f, \"propagate\": %s, \"propagated_per_puzzle\": %.3f, "
-                        "\"guess\": \"%s\", \"uniform\": %s}",
-                        json_rows.empty() ? "" : ", ", difficulty.c_str(), mode.c_str(),
-                        (long long)(by_text ? 0 : s.steps), double(s.threshold), (long long)s.beam,
-                        (long long)s.views, order.c_str(), s.rules ? "true" : "false",
-                        s.freeze ? "true" : "false", (long long)t.n, solved / 100.0, cells / 100.0, passes,
-                        cells_per_pass, rows, t.ms / double(t.n), (long long)s.search,
-                        double(t.backtracks) / double(t.n), s.search_options.propagate ? "true" : "false",
-                        double(t.propagated) / double(t.n), s.search_options.guess_fewest ? "fewest" : "confident",
-                        s.uniform ? "true" : "false");
-          json_rows += buf;
+          json_rows += (json_rows.empty() ? "" : ", ") + sudoku_eval_json_row(difficulty, order, s, by_text, t);
         } else {
           std::printf("%-13s %-10s %-11s %-5s %6lld %9.2f %9.2f %9.1f %10.2f %9.1f %9.2f\n", difficulty.c_str(),
-                      steps_col.c_str(), order.c_str(), s.rules ? "yes" : "no", (long long)t.n, solved, cells, passes,
-                      cells_per_pass, rows, t.ms / double(t.n));
+                      steps_col.c_str(), order.c_str(), s.rules ? "yes" : "no", (long long)t.n, t.solved_percent(),
+                      t.cell_percent(), t.passes_per_puzzle(), t.cells_per_pass(), t.rows_per_puzzle(),
+                      t.ms_per_puzzle());
         }
       }
       std::fflush(stdout);

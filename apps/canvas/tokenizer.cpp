@@ -113,22 +113,7 @@ HfTokenizer load_tokenizer(const std::string& path) {
   return HfTokenizer::from_json(path);
 }
 
-struct SplitMeasure {
-  int64_t documents = 0, bytes = 0, tokens = 0;
-  double bytes_per_token() const { return tokens ? double(bytes) / double(tokens) : 0; }
-};
-
-SplitMeasure measure(const std::vector<train::CorpusDocument>& docs, const HfTokenizer& t) {
-  SplitMeasure m;
-  for (const train::CorpusDocument& d : docs) {
-    ++m.documents;
-    m.bytes += int64_t(d.text.size());
-    m.tokens += int64_t(t.encode(d.text, false, false).size());
-  }
-  return m;
-}
-
-void print_measure(const char* name, const SplitMeasure& m) {
+void print_measure(const char* name, const train::TokenizationMeasure& m) {
   std::printf("%-9s %7lld documents %10lld bytes %9lld tokens  %.3f bytes/token\n", name, (long long)m.documents,
               (long long)m.bytes, (long long)m.tokens, m.bytes_per_token());
 }
@@ -197,8 +182,8 @@ int train_command(int argc, char** argv) {
   std::fprintf(stderr, "time: %.1f s reading and counting, %.1f s learning merges\n", (t1 - t0) / 1000.0,
                (t2 - t1) / 1000.0);
   const HfTokenizer tokenizer = HfTokenizer::from_vocab(vocabulary);
-  print_measure("train", measure(split.train, tokenizer));
-  print_measure("held-out", measure(split.held_out, tokenizer));
+  print_measure("train", train::measure_tokenization(split.train, tokenizer));
+  print_measure("held-out", train::measure_tokenization(split.held_out, tokenizer));
   std::fprintf(stderr, "wrote %s%s%s\n", out.c_str(), args.has("json") ? " and " : "",
                args.has("json") ? args.get("json", "").c_str() : "");
   return 0;
@@ -228,8 +213,8 @@ int eval_command(int argc, char** argv) {
   const HfTokenizer tokenizer = load_tokenizer(args.get("tokenizer", ""));
   const train::CorpusSplit split = train::split_corpus(train::load_corpus(args.get("corpus", "")), held_out_fraction(args));
   std::printf("%s: %d tokens\n", args.get("tokenizer", "").c_str(), tokenizer.vocab_size());
-  print_measure("train", measure(split.train, tokenizer));
-  print_measure("held-out", measure(split.held_out, tokenizer));
+  print_measure("train", train::measure_tokenization(split.train, tokenizer));
+  print_measure("held-out", train::measure_tokenization(split.held_out, tokenizer));
   return 0;
 }
 

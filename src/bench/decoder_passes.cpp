@@ -1,13 +1,18 @@
+// Pass-by-pass timing of models with a decoder, and the report of its timings (decoder_passes.h).
 #include "bench/decoder_passes.h"
 
 #include "decode/events.h"
 
 #include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
+#include "bench/stats.h"
 #include "model/kv_cache.h"
 
 namespace canvas::bench {
@@ -183,6 +188,97 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
   times.verify_overlap = std::move(overlapped);
   times.threads = pool.size();
   return times;
+}
+
+namespace {
+
+// printf onto the end of a string.
+void appendf(std::string& out, const char* format, ...) {
+  char buf[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buf, sizeof buf, format, args);
+  va_end(args);
+  out += buf;
+}
+
+}  // namespace
+
+DecoderPassReport decoder_pass_report(const DecoderPassTimes& t, const DecoderPassRun& run) {
+  const std::vector<double>&plain = t.diffusion, &conditioned = t.self_cond, &streamed = t.stream, &ar = t.ar,
+                    &cycles = t.verify, &overlapped = t.verify_overlap;
+  const int64_t canvas = run.canvas, draft_length = run.draft_length;
+  DecoderPassReport r;
+  std::string& text = r.text;
+  nlohmann::ordered_json& report = r.json;
+  appendf(text, "model: %s, %lld layers, %d threads\n", run.source.c_str(), (long long)run.layers, t.threads);
+  appendf(text, "%-44s %10s %10s %10s\n", "pass", "median ms", "min ms", "max ms");
+  report["model"] = run.source;
+  report["layers"] = run.layers;
+  report["threads"] = t.threads;
+  report["prompt_tokens"] = run.prompt_tokens;
+  report["canvas"] = canvas;
+  report["draft_length"] = draft_length;
+  report["repeats"] = run.repeats;
+  report["passes"] = nlohmann::ordered_json::object();
+  auto line = [&](const std::string& key, const std::string& what, const std::vector<double>& ms) {
+    if (ms.empty()) return;
+    const double lo = *std::min_element(ms.begin(), ms.end()), hi = *std::max_element(ms.begin(), ms.end());
+    appendf(text, "%-44s %10.1f %10.1f %10.1f\n", what.c_str(), median(ms), lo, hi);
+    report["passes"][key] = {{"what", what}, {"median_ms", median(ms)}, {"min_ms", lo}, {"max_ms", hi}};
+  };
+  line("prompt", "encoder, prompt of " + std::to_string(run.prompt_tokens) + " (once)", {t.prompt_ms});
+  line("diffusion", "decoder, canvas " + std::to_string(canvas) + ", self-cond zeros", plain);
+  line("self-cond", "decoder, canvas " + std::to_string(canvas) + ", self-cond logits", conditioned);
+  line("stream", "decoder, canvas " + std::to_string(canvas) + ", stream head + soft emb", streamed);
+  line("ar", "AR step (encoder, 1 token + logits)", ar);
+  line("verify", "verify cycle (decoder + causal pass, " + std::to_string(draft_length + 1) + " rows each)", cycles);
+  line("verify-overlap",
+       "overlapped verify cycle (one pass, " + std::to_string((draft_length + 1) * (draft_length + 2)) + " rows)",
+       overlapped);
+  appendf(text, "peak RSS %.0f MiB; weights %.2f GiB\n", run.peak_rss_mib, double(run.weight_bytes) / 1073741824.0);
+  report["peak_rss_mib"] = run.peak_rss_mib;
+  report["weight_bytes"] = run.weight_bytes;
+  // What the passes imply for decoding: a canvas of `canvas` tokens denoised in S decoder passes gives
+  // canvas / (S x pass) tokens/s (the prompt's one encoder pass left out), against one AR step per token.
+  // The pass: the faster of the measured later-step kinds (self-conditioned, streamed), else zeros.
+  const char* kind = "self-cond";
+  const std::vector<double>* pass = &conditioned;
+  if (!streamed.empty() && (conditioned.empty() || median(streamed) < median(conditioned))) {
+    pass = &streamed;
+    kind = "stream";
+  }
+  if (pass->empty()) {
+    pass = &plain;
+    kind = "diffusion";
+  }
+  if (!pass->empty() && !ar.empty()) {
+    const double ar_tps = 1000.0 / median(ar), pass_ms = median(*pass);
+    appendf(text, "AR: %.1f tokens/s (median step %.2f ms)\n", ar_tps, median(ar));
+    report["ar_tokens_per_second"] = ar_tps;
+    report["diffusion_pass"] = kind;
+    for (int steps : {8, 16, 32}) {
+      const double tps = double(canvas) * 1000.0 / (double(steps) * pass_ms);
+      appendf(text, "diffusion, canvas %lld in %d steps (%s passes): %.1f tokens/s, %.2fx AR\n", (long long)canvas,
+              steps, kind, tps, tps / ar_tps);
+      report["diffusion_projection"].push_back({{"steps", steps}, {"tokens_per_second", tps}, {"vs_ar", tps / ar_tps}});
+    }
+  }
+  // How many drafts a cycle keeps depends on the model's weights and the text (scripts/research/
+  // verify_check.py measures it); the pass costs give the speed at a given number.
+  for (const auto& [name, key, times] : {std::tuple<const char*, const char*, const std::vector<double>*>{
+                                             "verify", "verify_projection", &cycles},
+                                         {"verify --overlap", "verify_overlap_projection", &overlapped}}) {
+    if (times->empty() || ar.empty()) continue;
+    const double ar_tps = 1000.0 / median(ar);
+    for (int64_t kept : {int64_t(1), int64_t(2), draft_length}) {
+      const double tps = double(kept + 1) * 1000.0 / median(*times);
+      appendf(text, "%s, draft %lld, if %lld drafts are kept per cycle: %.1f tokens/s, %.2fx AR\n", name,
+              (long long)draft_length, (long long)kept, tps, tps / ar_tps);
+      report[key].push_back({{"kept", kept}, {"tokens_per_second", tps}, {"vs_ar", tps / ar_tps}});
+    }
+  }
+  return r;
 }
 
 }  // namespace canvas::bench

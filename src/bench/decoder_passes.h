@@ -3,9 +3,10 @@
 // These are single forward passes, not generations, so they do not go through the Generator (the grid of
 // run_bench does): how many passes a uniform-state generation takes depends on its weights (the adaptive
 // stop, the drafts a verify cycle keeps), which random synthetic weights do not show, so the passes are
-// timed one kind at a time and `canvas bench` turns them into tokens/s at given pass counts.
+// timed one kind at a time and decoder_pass_report turns them into tokens/s at given pass counts.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -35,5 +36,28 @@ struct DecoderPassTimes {
 
 // Throws Error for an unknown mode or out-of-range options.
 DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOptions& options);
+
+// The run the timings came from, as the report names it.
+struct DecoderPassRun {
+  std::string source;  // the model: a file, or "synthetic NAME" (and " on DEVICE")
+  int64_t layers = 0;
+  int64_t prompt_tokens = 0, canvas = 0, draft_length = 0;
+  int repeats = 0;
+  int64_t weight_bytes = 0;
+  double peak_rss_mib = 0;
+};
+
+// `canvas bench`'s report for a model with a decoder: a table of each timed pass kind (median, min and
+// max ms), the peak RSS and weight size, then what the passes imply for decoding: AR tokens/s (one step a
+// token), a canvas denoised in 8, 16 and 32 passes of the faster later-step kind (self-cond or stream,
+// else diffusion; the prompt's one encoder pass left out), and draft-and-verify cycles (plain and
+// overlapped) keeping 1, 2 or all drafts, each as tokens/s and against AR. `text` is printed as it is;
+// `json` holds the same numbers (passes, ar_tokens_per_second, diffusion_pass, diffusion_projection,
+// verify_projection, verify_overlap_projection).
+struct DecoderPassReport {
+  std::string text;
+  nlohmann::ordered_json json;
+};
+DecoderPassReport decoder_pass_report(const DecoderPassTimes& times, const DecoderPassRun& run);
 
 }  // namespace canvas::bench

@@ -1,6 +1,8 @@
 // Causal scoring: one forward pass, log-softmax per row, the next token's log-probability.
 #include "decode/score.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "ops/ops.h"
 
@@ -34,6 +36,37 @@ SequenceScore score_causal(const Model& model, const std::vector<int32_t>& token
     ++s.scored;
   }
   return s;
+}
+
+int64_t score_window_count(int64_t n, int64_t window, int64_t stride) {
+  return n <= window ? 1 : 1 + (n - window + stride - 1) / stride;
+}
+
+SequenceScore score_causal_windows(const Model& model, const std::vector<int32_t>& tokens, int64_t first,
+                                   int64_t window, int64_t stride, ThreadPool* pool, int64_t* windows,
+                                   const std::function<void()>& on_window) {
+  check(stride >= 1 && stride < window, "score_causal_windows: the stride must be between 1 and the window - 1");
+  const int64_t n = int64_t(tokens.size());
+  if (n <= window) {
+    if (windows) *windows = 1;
+    return score_causal(model, tokens, first, pool);
+  }
+  SequenceScore total;
+  int64_t count = 0;
+  int64_t scored_until = first;  // tokens before this are scored (or not to be scored)
+  for (int64_t begin = 0; scored_until < n; begin += stride) {
+    const int64_t end = std::min(begin + window, n);
+    if (end - begin < window && begin > 0) begin = std::max<int64_t>(0, end - window);  // last window: full length
+    const std::vector<int32_t> part(tokens.begin() + begin, tokens.begin() + end);
+    const SequenceScore s = score_causal(model, part, std::max<int64_t>(scored_until - begin, 1), pool);
+    total.nll_nats += s.nll_nats;
+    total.scored += s.scored;
+    scored_until = end;
+    ++count;
+    if (on_window) on_window();
+  }
+  if (windows) *windows = count;
+  return total;
 }
 
 }  // namespace canvas

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <vector>
 
+#include "core/cpu.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "io/json.h"
@@ -116,6 +117,23 @@ std::string CostModel::describe() const {
     out += buf;
   }
   return out;
+}
+
+std::string cost_model_key(const std::string& model_path, int64_t cores, const std::string& device) {
+  std::error_code ec;
+  const std::filesystem::path model_file = std::filesystem::absolute(model_path, ec);
+  const auto size =
+      std::filesystem::is_regular_file(model_file, ec) ? std::filesystem::file_size(model_file, ec) : 0;
+  const auto mtime = std::filesystem::last_write_time(model_file, ec).time_since_epoch().count();
+  return model_file.string() + " " + std::to_string(size) + " " + std::to_string(mtime) + " threads " +
+         std::to_string(cores) + " " + simd_level_name(simd_level()) + " " + device;
+}
+
+std::string cost_model_file_for(const std::string& file, const std::string& model_id, size_t models) {
+  if (models <= 1) return file;
+  const std::filesystem::path path(file);
+  const std::string stem = path.stem().string(), extension = path.extension().string();
+  return (path.parent_path() / (stem + "." + model_id + extension)).string();
 }
 
 }  // namespace canvas::serve

@@ -53,4 +53,13 @@ struct CostModel {
   std::string describe() const;
 };
 
+// The key a cost model is saved and loaded with (CostModel::save, load): what its timings depend on, the
+// model's bytes (the file's absolute path, size and modification time), the cores, the SIMD level and the
+// device; a stored line for other weights or another machine is measured again.
+std::string cost_model_key(const std::string& model_path, int64_t cores, const std::string& device);
+
+// The cost-model file of one of `models` served models: `file` itself for a single model, else with the
+// model's id before the extension ("costs.json" -> "costs.text-dg.json"), so that each model keeps its own.
+std::string cost_model_file_for(const std::string& file, const std::string& model_id, size_t models);
+
 }  // namespace canvas::serve

@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <set>
 
 #include "core/error.h"
 #include "decode/json_schema.h"
+#include "decode/random_seed.h"
 #include "io/json.h"
 
 namespace canvas::serve {
@@ -253,9 +253,8 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
   }
   if (!r.seed_given) {
     // A fresh seed per request (reported in the response), so that a temperature above 0 samples anew each
-    // time; kept below 2^53 so that JSON readers holding numbers as doubles read it back exactly.
-    std::random_device device;
-    s.sampling.seed = ((uint64_t(device()) << 32) | device()) & ((uint64_t(1) << 53) - 1);
+    // time.
+    s.sampling.seed = random_seed();
   }
   if (chat && top_logprobs >= 0 && !r.logprobs)
     throw bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");

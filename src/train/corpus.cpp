@@ -263,6 +263,16 @@ std::vector<int32_t> corpus_token_stream(const std::vector<CorpusDocument>& docu
   return stream;
 }
 
+TokenizationMeasure measure_tokenization(const std::vector<CorpusDocument>& documents, const HfTokenizer& tokenizer) {
+  TokenizationMeasure m;
+  for (const CorpusDocument& d : documents) {
+    ++m.documents;
+    m.bytes += int64_t(d.text.size());
+    m.tokens += int64_t(tokenizer.encode(d.text, false, false).size());
+  }
+  return m;
+}
+
 TrainingVocabulary load_training_vocabulary(const std::string& path) {
   TrainingVocabulary v;
   HfVocab vocab;

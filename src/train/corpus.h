@@ -57,6 +57,14 @@ CorpusSplit split_corpus(const std::vector<CorpusDocument>& documents, double he
 // tokens (literal "<eos>" in the text stays text), <eos>.
 std::vector<int32_t> corpus_token_stream(const std::vector<CorpusDocument>& documents, const HfTokenizer& tokenizer);
 
+// How well a tokenizer compresses documents (`canvas tokenizer train | eval`): their count, bytes and tokens
+// (each encoded alone, without <bos>/<eos>, special-token text left as text), and bytes per token.
+struct TokenizationMeasure {
+  int64_t documents = 0, bytes = 0, tokens = 0;
+  double bytes_per_token() const { return tokens ? double(bytes) / double(tokens) : 0; }
+};
+TokenizationMeasure measure_tokenization(const std::vector<CorpusDocument>& documents, const HfTokenizer& tokenizer);
+
 // The vocabulary a model is trained with: the tokenizer from a GGUF (tokenizer.ggml.*) or a
 // tokenizer.json, with its mask id (tokenizer.ggml.mask_token_id, else a special "<mask>" token, else -1).
 struct TrainingVocabulary {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -172,6 +173,33 @@ void SudokuTally::add(const SudokuExample& e, const SudokuSolution& got, double 
       correct += got.grid[i] == e.solution[i] ? 1 : 0;
       filled += got.grid[i] != 0;  // a stuck decoder leaves blanks
     }
+}
+
+double SudokuTally::solved_percent() const { return 100.0 * double(solved) / double(n); }
+double SudokuTally::cell_percent() const { return 100.0 * double(correct) / double(std::max<int64_t>(blanks, 1)); }
+double SudokuTally::passes_per_puzzle() const { return double(passes) / double(n); }
+double SudokuTally::rows_per_puzzle() const { return double(rows) / double(n); }
+double SudokuTally::ms_per_puzzle() const { return ms / double(n); }
+double SudokuTally::cells_per_pass() const { return double(filled) / double(std::max<int64_t>(passes, 1)); }
+
+std::string sudoku_eval_json_row(const std::string& difficulty, const std::string& order,
+                                 const SudokuSolverSettings& s, bool steps_by_setting, const SudokuTally& t) {
+  char buf[768];
+  std::snprintf(buf, sizeof buf,
+                "{\"difficulty\": \"%s\", \"mode\": \"%s\", \"steps\": %lld, \"threshold\": %g, "
+                "\"beam\": %lld, \"views\": %lld, \"order\": \"%s\", \"rules\": %s, \"freeze\": %s, "
+                "\"n\": %lld, \"solved\": %.4f, \"cell_accuracy\": %.4f, \"passes_per_puzzle\": %.3f, "
+                "\"cells_per_pass\": %.3f, \"rows_per_puzzle\": %.3f, \"ms_per_puzzle\": %.3f, \"search\": %lld, "
+                "\"backtracks_per_puzzle\": %.3f, \"propagate\": %s, \"propagated_per_puzzle\": %.3f, "
+                "\"guess\": \"%s\", \"uniform\": %s}",
+                difficulty.c_str(), s.mode.c_str(), (long long)(steps_by_setting ? 0 : s.steps), double(s.threshold),
+                (long long)s.beam, (long long)s.views, order.c_str(), s.rules ? "true" : "false",
+                s.freeze ? "true" : "false", (long long)t.n, t.solved_percent() / 100.0, t.cell_percent() / 100.0,
+                t.passes_per_puzzle(), t.cells_per_pass(), t.rows_per_puzzle(), t.ms_per_puzzle(), (long long)s.search,
+                double(t.backtracks) / double(t.n), s.search_options.propagate ? "true" : "false",
+                double(t.propagated) / double(t.n), s.search_options.guess_fewest ? "fewest" : "confident",
+                s.uniform ? "true" : "false");
+  return buf;
 }
 
 std::map<std::string, SudokuTally> evaluate_sudoku(const Model& model, const std::vector<SudokuExample>& data,

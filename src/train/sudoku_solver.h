@@ -72,6 +72,14 @@ struct SudokuTally {
           propagated = 0;
   double ms = 0;
   void add(const SudokuExample& e, const SudokuSolution& got, double ms);
+  // Eval's figures: percentages of the puzzles solved and of the blank cells right, means per puzzle, and
+  // cells committed per forward pass.
+  double solved_percent() const;
+  double cell_percent() const;
+  double passes_per_puzzle() const;
+  double rows_per_puzzle() const;
+  double ms_per_puzzle() const;
+  double cells_per_pass() const;
 };
 
 // Solves every example with `s`; tallies per difficulty and over "all". `on_puzzle` (optional) is called
@@ -79,6 +87,12 @@ struct SudokuTally {
 std::map<std::string, SudokuTally> evaluate_sudoku(const Model& model, const std::vector<SudokuExample>& data,
                                                    const SudokuSolverSettings& s, ThreadPool* pool,
                                                    const std::function<void()>& on_puzzle = {});
+
+// One row of `canvas sudoku eval --json` as a JSON object on one line: the difficulty, the decoder settings
+// (`order` as eval names it: an unmasking order, or "ar"; steps 0 where `steps_by_setting`, a row named by its
+// threshold, beam width or views) and the tally's figures (fractions, not percentages).
+std::string sudoku_eval_json_row(const std::string& difficulty, const std::string& order,
+                                 const SudokuSolverSettings& s, bool steps_by_setting, const SudokuTally& t);
 
 // How a model reads the states of a solver that deduces by singles (probe_sudoku): blank cells grouped by
 // what decides them: 0 a naked single, 1..7 a hidden single by its unit bits (row 1, column 2, box 4),

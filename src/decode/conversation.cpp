@@ -1,0 +1,52 @@
+// A chat conversation fitted to the model's context (conversation.h).
+#include "decode/conversation.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/json.h"
+
+namespace canvas {
+
+FittedConversation fit_conversation(const Generator& generator, std::vector<ChatMessage>& conversation,
+                                    size_t first_turn, GenerationRequest& turn) {
+  FittedConversation fitted;
+  while (true) {
+    turn.prompt.clear();
+    turn.messages = conversation;
+    try {
+      turn.prompt = generator.prompt_of(turn);
+      generator.check(turn, int64_t(turn.prompt.size()));
+      break;
+    } catch (const Error& e) {
+      fitted.error = e.what();
+    }
+    // Too long (or not renderable): drop the oldest exchange (a user turn and the reply to it), if any.
+    if (turn.prompt.empty() || conversation.size() - first_turn <= 1) break;
+    const size_t drop = conversation.size() - first_turn >= 3 ? 2 : 1;
+    conversation.erase(conversation.begin() + long(first_turn), conversation.begin() + long(first_turn + drop));
+    fitted.dropped += int64_t(drop);
+    fitted.error.clear();
+  }
+  return fitted;
+}
+
+void save_conversation(const std::vector<ChatMessage>& conversation, const std::string& path) {
+  nlohmann::json messages = nlohmann::json::array();
+  for (const ChatMessage& m : conversation) messages.push_back({{"role", m.role}, {"content", m.content}});
+  std::ofstream out(path);
+  check(bool(out << messages.dump(1) << "\n"), "cannot write " + path);
+}
+
+std::vector<ChatMessage> load_conversation(const std::string& path) {
+  std::vector<ChatMessage> loaded;
+  for (const nlohmann::json& m : load_json_file(path)) {
+    check(m.is_object() && m.value("role", "") != "" && m.contains("content") && m["content"].is_string(),
+          path + ": each message must be {\"role\": ..., \"content\": \"...\"}");
+    loaded.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return loaded;
+}
+
+}  // namespace canvas

@@ -1,0 +1,102 @@
+// The stats lines and JSON objects of generation results (generation_report.h).
+#include "decode/generation_report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "core/cpu.h"
+#include "io/utf8.h"
+
+namespace canvas {
+
+namespace {
+std::string dump_line(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+}  // namespace
+
+std::string generation_stats_line(const GenerationOutput& out, int threads) {
+  char buf[512];
+  std::string canvases;
+  if (!out.steps_per_canvas.empty()) {
+    canvases = ", " + std::to_string(out.encoder_passes) + " encoder passes, steps per canvas ";
+    for (size_t i = 0; i < out.steps_per_canvas.size(); ++i)
+      canvases += (i ? "," : "") + std::to_string(out.steps_per_canvas[i]);
+  }
+  if (out.mode == DecodeMode::Verify && out.encoder_passes > 0) {
+    char rows[32];
+    std::snprintf(rows, sizeof rows, "%.1f", double(out.rows_computed) / double(std::max<size_t>(1, out.tokens.size())));
+    canvases = ", " + std::to_string(out.encoder_passes) + " verify passes, " + std::to_string(out.accepted) + "/" +
+               std::to_string(out.drafted) + " drafted tokens kept, " + rows + " rows per token";
+  }
+  const std::string cached =
+      out.cached_prompt_tokens > 0 ? " (" + std::to_string(out.cached_prompt_tokens) + " cached)" : "";
+  std::snprintf(buf, sizeof buf,
+                "[%s, %lld new tokens, finish %s, %lld passes, tokens_per_forward %.2f%s, prompt %lld tokens%s %.1f ms, "
+                "decode %.1f ms, %.2f tokens/s, seed %llu, %s, %d threads]",
+                decode_mode_name(out.mode), (long long)out.tokens.size(), out.finish_reason.c_str(),
+                (long long)out.passes, out.tokens_per_forward(), canvases.c_str(), (long long)out.prompt.size(),
+                cached.c_str(), out.prompt_ms, out.decode_ms, out.tokens_per_second(), (unsigned long long)out.seed,
+                simd_level_name(simd_level()), threads);
+  return buf;
+}
+
+std::string generation_json(const GenerationOutput& out) {
+  nlohmann::ordered_json j;
+  j["text"] = sanitize_utf8(out.text);
+  j["tokens"] = out.tokens;
+  j["mode"] = decode_mode_name(out.mode);
+  j["finish_reason"] = out.finish_reason;
+  j["prompt_tokens"] = out.prompt.size();
+  j["new_tokens"] = out.tokens.size();
+  j["pad_tokens"] = out.pad_tokens;
+  j["passes"] = out.passes;
+  j["encoder_passes"] = out.encoder_passes;
+  j["tokens_per_pass"] = out.tokens_per_forward();
+  j["tokens_per_forward"] = out.tokens_per_forward();
+  j["prompt_ms"] = out.prompt_ms;
+  j["decode_ms"] = out.decode_ms;
+  j["tokens_per_second"] = out.tokens_per_second();
+  j["rows_computed"] = out.rows_computed;
+  j["seed"] = out.seed;
+  if (!out.steps_per_canvas.empty()) j["steps_per_canvas"] = out.steps_per_canvas;
+  if (out.mode == DecodeMode::Verify) {
+    j["drafted"] = out.drafted;
+    j["accepted"] = out.accepted;
+  }
+  return dump_line(j);
+}
+
+std::string infill_stats_line(const GenerationOutput& out, int threads) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "[%lld tokens filled, %lld passes, prompt %lld tokens %.1f ms, decode %.1f ms, %.2f tokens/s, seed %llu, "
+                "%s, %d threads]",
+                (long long)out.filled_tokens, (long long)out.passes, (long long)out.prompt.size(), out.prompt_ms,
+                out.decode_ms, out.tokens_per_second(), (unsigned long long)out.seed, simd_level_name(simd_level()),
+                threads);
+  return buf;
+}
+
+std::string infill_json(const GenerationOutput& out, bool schema_mode) {
+  nlohmann::ordered_json j;
+  j["text"] = sanitize_utf8(out.text);
+  if (!schema_mode) {
+    j["fills"] = nlohmann::json::array();
+    for (const std::string& f : out.fills) j["fills"].push_back(sanitize_utf8(f));
+  }
+  j["tokens"] = out.tokens;
+  j["mode"] = decode_mode_name(out.mode);
+  j["finish_reason"] = out.finish_reason;
+  j["filled_tokens"] = out.filled_tokens;
+  j["prompt_tokens"] = out.prompt.size();
+  j["passes"] = out.passes;
+  j["prompt_ms"] = out.prompt_ms;
+  j["decode_ms"] = out.decode_ms;
+  j["rows_computed"] = out.rows_computed;
+  j["seed"] = out.seed;
+  return dump_line(j);
+}
+
+}  // namespace canvas

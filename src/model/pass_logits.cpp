@@ -1,0 +1,43 @@
+// One forward pass's logits over given ids (pass_logits.h).
+#include "model/pass_logits.h"
+
+#include "model/kv_cache.h"
+
+namespace canvas {
+
+std::vector<float> pass_logits(const Model& model, const std::vector<int32_t>& ids, bool causal,
+                               const std::vector<int32_t>* canvas, const float* self_cond, ThreadPool* pool) {
+  const ModelConfig& c = model.config;
+  const int64_t n = int64_t(ids.size());
+  KvCache cache(c, n);
+  std::vector<int32_t> groups(size_t(n), 0);
+  if (causal)
+    for (int64_t i = 0; i < n; ++i) groups[size_t(i)] = int32_t(i);
+  ForwardRequest req;
+  req.tokens = ids.data();
+  req.n = n;
+  req.groups = groups.data();
+  std::vector<float> logits;
+  if (!canvas) {
+    for (int64_t i = 0; i < n; ++i) req.logit_rows.push_back(int32_t(i));
+    logits.resize(size_t(n * c.vocab));
+    req.logits = logits.data();
+  }
+  forward(model, cache, req, pool);
+  if (canvas) {
+    const int64_t rows = int64_t(canvas->size());
+    ForwardRequest dec;
+    dec.tokens = canvas->data();
+    dec.n = rows;
+    dec.pos0 = n;
+    dec.decoder = true;
+    dec.self_cond = self_cond;
+    for (int64_t i = 0; i < rows; ++i) dec.logit_rows.push_back(int32_t(i));
+    logits.resize(size_t(rows * c.vocab));
+    dec.logits = logits.data();
+    forward(model, cache, dec, pool);
+  }
+  return logits;
+}
+
+}  // namespace canvas

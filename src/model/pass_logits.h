@@ -1,0 +1,20 @@
+// The logits of one forward pass over given token ids, as `canvas logits` writes them for comparison with a
+// reference implementation: every id's row, or the decoder's rows of a canvas after the ids.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "model/model.h"
+
+namespace canvas {
+
+// Without `canvas`: one pass over `ids` with every row's logits, [ids.size(), vocab]; each id attends to
+// those before it when `causal`, else to all of them. With `canvas` (models with a decoder): `ids` encoded
+// causally into the cache, then one decoder pass over the canvas that follows them, [canvas->size(), vocab],
+// self-conditioned by `self_cond` ([canvas->size(), vocab]; null: zeros, as on a canvas's first step).
+// The caller checks that the ids fit the context and the model has a decoder.
+std::vector<float> pass_logits(const Model& model, const std::vector<int32_t>& ids, bool causal,
+                               const std::vector<int32_t>* canvas, const float* self_cond, ThreadPool* pool);
+
+}  // namespace canvas
