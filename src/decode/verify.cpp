@@ -185,7 +185,7 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     event.step = result.cycles;
     event.passes = result.passes;
     shown = generated;
-    shown.insert(shown.end(), canvas.begin() + 1, canvas.begin() + 1 + k);
+    if (k > 0) shown.insert(shown.end(), canvas.begin() + 1, canvas.begin() + 1 + k);  // (none: canvas may be empty)
     event.canvas = &shown;
     event.final_end = int64_t(generated.size());
     for (int64_t i = reported; i < int64_t(generated.size()); ++i) event.committed.push_back(i);
