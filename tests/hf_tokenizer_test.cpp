@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
@@ -329,6 +331,36 @@ TEST(HfTokenizerTest, WriteGgufReadsBackAsTheSameTokenizer) {
     EXPECT_EQ(back.encode(s, true, false), json.encode(s, true, false)) << s;
   }
   std::remove(path.c_str());
+}
+
+// One rule picks a vocabulary file's kind: a tokenizer.json (named, in a directory, or beside a config.json)
+// or else a GGUF, whose mask id comes back when asked for; a folder without tokenizer.json is an error.
+TEST(HfTokenizerTest, VocabFromFilePicksJsonOrGguf) {
+  const HfTokenizer& json = fixture_tokenizer();
+  test::TempDir dir;
+  const std::string gguf = dir.path("vocab.gguf");
+  {
+    GgufWriter w;
+    HfTokenizer::write_gguf(HfTokenizer::vocab_from_json(hf_fixture("tokenizer.json")), w);
+    w.set("tokenizer.ggml.mask_token_id", GgufValue::u32(4));
+    w.write(gguf);
+  }
+  int32_t mask = -7;
+  EXPECT_EQ(HfTokenizer::vocab_from_file(gguf, &mask).tokens.size(), size_t(json.vocab_size()));
+  EXPECT_EQ(mask, 4);
+  EXPECT_EQ(HfTokenizer::vocab_from_file(hf_fixture("tokenizer.json"), &mask).tokens.size(), size_t(json.vocab_size()));
+  EXPECT_EQ(mask, -1);  // a tokenizer.json names no mask
+  std::filesystem::copy_file(hf_fixture("tokenizer.json"), dir.path("tokenizer.json"));
+  std::ofstream(dir.path("config.json")) << "{}";
+  for (const std::string& path : {dir.path(""), dir.path("config.json"), gguf}) {
+    const HfTokenizer t = HfTokenizer::from_file(path);
+    EXPECT_EQ(t.vocab_size(), json.vocab_size()) << path;
+    EXPECT_EQ(t.encode(" the cat über"), json.encode(" the cat über")) << path;
+  }
+  EXPECT_EQ(tokenizer_json_path(gguf), "");
+  std::filesystem::remove(dir.path("tokenizer.json"));
+  expect_error([&] { HfTokenizer::from_file(dir.path("")); }, {"holds no tokenizer.json"});
+  expect_error([&] { HfTokenizer::from_file(dir.path("config.json")); }, {"no tokenizer.json beside it"});
 }
 
 // What the GGUF form cannot hold is named, and write_gguf refuses it before writing.

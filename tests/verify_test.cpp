@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <string>
 
 #include "core/error.h"
 #include "decode/ar.h"
@@ -19,37 +20,10 @@ namespace {
 
 const std::vector<std::vector<int32_t>> kPrompts = {{2, 105, 17, 250, 33, 4, 198, 61}, {2, 33}, {2, 105, 17, 250, 9}};
 
-TEST(Verify, GreedyEqualsArDecoding) {
-  const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
-  ThreadPool pool(2);
-  for (const auto& prompt : kPrompts)
-    for (int64_t k : {1, 3, 8})
-      for (int64_t steps : {1, 2})
-        for (float penalty : {1.f, 1.3f}) {
-          ArParams ar;
-          ar.max_new_tokens = 40;
-          ar.sampling.repeat_penalty = penalty;
-          ar.stop_ids = {1, 106};
-          VerifyParams v;
-          v.max_new_tokens = 40;
-          v.draft_length = k;
-          v.draft_steps = steps;
-          v.sampling = ar.sampling;
-          v.stop_ids = ar.stop_ids;
-          const GenerationResult a = generate_ar(m, prompt, ar, &pool);
-          const VerifyResult b = generate_verify(m, prompt, v, &pool);
-          EXPECT_EQ(b.tokens, a.tokens) << "k " << k << " steps " << steps << " penalty " << penalty;
-          EXPECT_EQ(b.cycles, b.encoder_passes);
-          EXPECT_EQ(b.passes, 1 + b.cycles * (1 + steps));  // prompt, then draft passes and one verify each cycle
-          EXPECT_LE(b.accepted, b.drafted);
-          // Each cycle commits its kept drafts plus one token of AR's own (fewer only when the run ends).
-          EXPECT_LE(int64_t(b.tokens.size()), 1 + b.accepted + b.cycles);
-        }
-}
-
-// The overlapped cycle (one pass verifies and drafts the next cycle for every kept count) writes AR's
-// text too, in one pass per cycle.
-TEST(Verify, OverlappedGreedyEqualsArDecoding) {
+// Greedy draft-and-verify against AR decoding on every prompt, draft length and repetition penalty (AR's
+// stop ids), plain (`draft_steps` draft passes, then one verify pass per cycle) or overlapped (one pass per
+// cycle verifies and drafts the next cycle for every kept count).
+void expect_greedy_equals_ar(bool overlap, int64_t draft_steps) {
   const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
   ThreadPool pool(2);
   for (const auto& prompt : kPrompts)
@@ -62,18 +36,30 @@ TEST(Verify, OverlappedGreedyEqualsArDecoding) {
         VerifyParams v;
         v.max_new_tokens = 40;
         v.draft_length = k;
-        v.overlap = true;
+        v.draft_steps = draft_steps;
+        v.overlap = overlap;
         v.sampling = ar.sampling;
         v.stop_ids = ar.stop_ids;
         const GenerationResult a = generate_ar(m, prompt, ar, &pool);
         const VerifyResult b = generate_verify(m, prompt, v, &pool);
-        EXPECT_EQ(b.tokens, a.tokens) << "k " << k << " penalty " << penalty;
-        EXPECT_EQ(b.cycles, b.encoder_passes);
-        EXPECT_EQ(b.passes, 1 + b.cycles);  // the prompt's pass, then one pass per cycle
-        EXPECT_LE(b.accepted, b.drafted);
-        EXPECT_LE(int64_t(b.tokens.size()), 1 + b.accepted + b.cycles);
+        const std::string where = "k " + std::to_string(k) + " steps " + std::to_string(draft_steps) + " penalty " +
+                                  std::to_string(penalty) + (overlap ? " overlapped" : "");
+        EXPECT_EQ(b.tokens, a.tokens) << where;
+        EXPECT_EQ(b.cycles, b.encoder_passes) << where;
+        // The prompt's pass, then per cycle the draft passes and one verify pass (overlapped: one pass).
+        EXPECT_EQ(b.passes, 1 + b.cycles * (overlap ? 1 : 1 + draft_steps)) << where;
+        EXPECT_LE(b.accepted, b.drafted) << where;
+        // Each cycle commits its kept drafts plus one token of AR's own (fewer only when the run ends).
+        EXPECT_LE(int64_t(b.tokens.size()), 1 + b.accepted + b.cycles) << where;
       }
 }
+
+TEST(Verify, GreedyEqualsArDecoding) {
+  expect_greedy_equals_ar(false, 1);
+  expect_greedy_equals_ar(false, 2);
+}
+
+TEST(Verify, OverlappedGreedyEqualsArDecoding) { expect_greedy_equals_ar(true, 1); }
 
 // Each cycle's event shows the committed tokens, then the drafts about to be verified after final_end:
 // --visual draws them dim, the committed ones bold. The last event has no drafts.

@@ -1,7 +1,6 @@
 // canvas tokenizer: train a Gemma-style BPE vocabulary on a corpus, export it as tokenizer.json, measure
 // it on a corpus's splits, encode text with it.
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -108,11 +107,6 @@ std::string tokenizer_help() {
   return out + "\n" + kTokenizerFile + "\n";
 }
 
-HfTokenizer load_tokenizer(const std::string& path) {
-  if (std::filesystem::path(path).extension() == ".gguf") return HfTokenizer::from_gguf(*GgufFile::open(path));
-  return HfTokenizer::from_json(path);
-}
-
 void print_measure(const char* name, const train::TokenizationMeasure& m) {
   std::printf("%-9s %7lld documents %10lld bytes %9lld tokens  %.3f bytes/token\n", name, (long long)m.documents,
               (long long)m.bytes, (long long)m.tokens, m.bytes_per_token());
@@ -210,7 +204,7 @@ int eval_command(int argc, char** argv) {
   Args args(kTokenizerEval, argc, argv, 3);
   check(args.has("tokenizer"), "no tokenizer given (--tokenizer FILE)");
   check(args.has("corpus"), "no corpus given (--corpus SPEC)");
-  const HfTokenizer tokenizer = load_tokenizer(args.get("tokenizer", ""));
+  const HfTokenizer tokenizer = HfTokenizer::from_file(args.get("tokenizer", ""));
   const train::CorpusSplit split = train::split_corpus(train::load_corpus(args.get("corpus", "")), held_out_fraction(args));
   std::printf("%s: %d tokens\n", args.get("tokenizer", "").c_str(), tokenizer.vocab_size());
   print_measure("train", train::measure_tokenization(split.train, tokenizer));
@@ -223,7 +217,7 @@ int encode_command(int argc, char** argv) {
   Args args(kTokenizerEncode, argc, argv, 3);
   check(args.has("tokenizer"), "no tokenizer given (--tokenizer FILE)");
   check(args.has("prompt"), "no text given (-p TEXT)");
-  const HfTokenizer tokenizer = load_tokenizer(args.get("tokenizer", ""));
+  const HfTokenizer tokenizer = HfTokenizer::from_file(args.get("tokenizer", ""));
   const std::vector<int32_t> ids = tokenizer.encode(args.get("prompt", ""), false, true);
   for (int32_t id : ids) {
     std::string piece;

@@ -20,6 +20,16 @@ struct Cancelled {};
 constexpr int64_t kMaxNewTokens = int64_t(1) << 20;
 }  // namespace
 
+ForwardFn request_forward(const GenerationRequest& r, std::function<void()> abandon) {
+  if (!r.forward && !r.cancelled) return {};
+  return [&r, abandon = std::move(abandon)](const Model& m, KvCache& cache, std::span<const ForwardRequest> reqs,
+                                            ThreadPool* p) {
+    if (r.cancelled && r.cancelled()) abandon();
+    if (r.forward) r.forward(m, cache, reqs, p);
+    else forward_on(m, cache, reqs, p);
+  };
+}
+
 DecodeMode parse_decode_mode(const std::string& name) {
   if (name == "auto") return DecodeMode::Auto;
   if (name == "diffusion") return DecodeMode::Diffusion;
@@ -309,13 +319,7 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
   int64_t canvas_length = 0;
   std::vector<int32_t> last_region, final_prefix;
   DecodeCallbacks callbacks;
-  if (r.forward || r.cancelled) {
-    callbacks.forward = [&](const Model& m, KvCache& cache, std::span<const ForwardRequest> reqs, ThreadPool* p) {
-      if (r.cancelled && r.cancelled()) throw Cancelled{};
-      if (r.forward) r.forward(m, cache, reqs, p);
-      else forward_on(m, cache, reqs, p);
-    };
-  }
+  callbacks.forward = request_forward(r, [] { throw Cancelled{}; });
   callbacks.on_step = [&](const StepEvent& e) {
     // The finished prefix of the generated region: AR tokens are final at once, a masked canvas up to its
     // first masked position, a uniform-state run up to the canvas being denoised.

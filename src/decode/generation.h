@@ -110,6 +110,10 @@ struct GenerationRequest {
   PrefixCache* prefix_cache = nullptr;
 };
 
+// The passes of a request: r.forward (forward_on when unset), with r.cancelled polled before each pass;
+// `abandon` runs, and throws, when it says true. Empty when the request sets neither (the loop's default).
+ForwardFn request_forward(const GenerationRequest& r, std::function<void()> abandon);
+
 struct GenerationOutput {
   DecodeMode mode = DecodeMode::Ar;  // the mode that ran (never Auto)
   std::vector<int32_t> prompt;

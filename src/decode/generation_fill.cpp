@@ -60,13 +60,7 @@ GenerationOutput Generator::run_fill(const GenerationRequest& r, ThreadPool* poo
   canvas::check(n <= (int64_t(1) << 20), "-n must be between 1 and 1048576");
   const std::vector<int32_t> bos = tokenizer_->wants_bos() ? tokenizer_->encode("", true) : std::vector<int32_t>{};
   DecodeCallbacks callbacks;
-  if (r.forward || r.cancelled) {
-    callbacks.forward = [&r](const Model& m, KvCache& cache, std::span<const ForwardRequest> reqs, ThreadPool* p) {
-      if (r.cancelled && r.cancelled()) throw Error("the request was cancelled");
-      if (r.forward) r.forward(m, cache, reqs, p);
-      else forward_on(m, cache, reqs, p);
-    };
-  }
+  callbacks.forward = request_forward(r, [] { throw Error("the request was cancelled"); });
   if (r.on_step) callbacks.on_step = r.on_step;
 
   FillPlan plan;

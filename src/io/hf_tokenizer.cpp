@@ -5,6 +5,7 @@
 #include "io/literal_split.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <queue>
 #include <unordered_set>
 
@@ -331,6 +332,40 @@ HfTokenizer HfTokenizer::from_gguf(const GgufFile& file) {
     return from_vocab(std::move(v));
   } catch (const Error& e) {
     throw Error("gguf " + file.path() + ": " + e.what());
+  }
+}
+
+std::string tokenizer_json_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::string json;
+  if (fs::is_directory(path, ec)) {
+    json = (fs::path(path) / "tokenizer.json").string();
+    check(fs::exists(json, ec), path + ": the directory holds no tokenizer.json");
+  } else if (fs::path(path).filename() == "config.json") {
+    json = (fs::path(path).parent_path() / "tokenizer.json").string();
+    check(fs::exists(json, ec), path + ": there is no tokenizer.json beside it");
+  } else if (fs::path(path).extension() == ".json") {
+    json = path;
+  }
+  return json;
+}
+
+HfVocab HfTokenizer::vocab_from_file(const std::string& path, int32_t* mask_id) {
+  if (mask_id) *mask_id = -1;
+  const std::string json = tokenizer_json_path(path);
+  if (!json.empty()) return vocab_from_json(json);
+  const auto file = GgufFile::open(path);
+  if (mask_id) *mask_id = int32_t(file->get_int("tokenizer.ggml.mask_token_id", -1));
+  return vocab_from_gguf(*file);
+}
+
+HfTokenizer HfTokenizer::from_file(const std::string& path) {
+  HfVocab v = vocab_from_file(path);
+  try {
+    return from_vocab(std::move(v));
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
   }
 }
 

@@ -45,6 +45,11 @@ struct HfVocab {
   bool add_bos = false;
 };
 
+// The tokenizer.json a path names: the file itself (a *.json other than config.json), the tokenizer.json in
+// a directory, or the one beside a config.json (Error when that one is missing); "" for anything else (a
+// GGUF). The one rule by which every tokenizer loader tells a tokenizer.json from a GGUF.
+std::string tokenizer_json_path(const std::string& path);
+
 class HfTokenizer {
  public:
   // Reads a tokenizer.json: model.type must be "BPE" (continuing_subword_prefix / end_of_word_suffix
@@ -74,6 +79,12 @@ class HfTokenizer {
   // What from_gguf reads, before indexing: from_gguf(file) == from_vocab(vocab_from_gguf(file)). For
   // exporting a GGUF vocabulary as tokenizer.json.
   static HfVocab vocab_from_gguf(const GgufFile& file);
+  // A vocabulary file picked by tokenizer_json_path: a tokenizer.json, or else a GGUF (tokenizer.ggml.*,
+  // read by vocab_from_gguf). mask_id, when given, receives a GGUF's tokenizer.ggml.mask_token_id (-1 when absent or
+  // for a tokenizer.json, which names no mask).
+  static HfVocab vocab_from_file(const std::string& path, int32_t* mask_id = nullptr);
+  // from_vocab(vocab_from_file(path)), with the file named in errors.
+  static HfTokenizer from_file(const std::string& path);
   // Validates and indexes a vocabulary. Throws Error for inconsistent arrays, an id out of range, a
   // merge whose parts or result are not tokens (Hugging Face refuses such files too), an unknown split
   // behavior, or an empty replacement pattern. A repeated merge keeps its first (lowest) rank.

@@ -1,7 +1,6 @@
 // The tokenizer picker and the common interface over Tokenizer, HfTokenizer and SpmTokenizer.
 #include "io/text_tokenizer.h"
 
-#include <filesystem>
 
 #include "core/error.h"
 #include "io/bpe_json.h"
@@ -11,7 +10,6 @@
 #include "io/tokenizer.h"
 
 namespace canvas {
-namespace fs = std::filesystem;
 
 struct TextTokenizer::Impl {
   virtual ~Impl() = default;
@@ -85,18 +83,8 @@ TextTokenizer TextTokenizer::from_json(const std::string& path, const SpecialTok
 }
 
 TextTokenizer TextTokenizer::open(const std::string& path, const SpecialTokenIds& special) {
-  std::error_code ec;
-  std::string json_path;
-  if (fs::is_directory(path, ec)) {
-    json_path = (fs::path(path) / "tokenizer.json").string();
-    check(fs::exists(json_path, ec), path + ": the directory holds no tokenizer.json");
-  } else if (fs::path(path).filename() == "config.json") {
-    json_path = (fs::path(path).parent_path() / "tokenizer.json").string();
-    check(fs::exists(json_path, ec), path + ": there is no tokenizer.json beside it");
-  } else if (fs::path(path).extension() == ".json") {
-    json_path = path;
-  }
-  if (!json_path.empty()) return from_json(json_path, special);
+  const std::string json = tokenizer_json_path(path);
+  if (!json.empty()) return from_json(json, special);
   return from_gguf(*GgufFile::open(path));
 }
 

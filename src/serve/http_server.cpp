@@ -809,14 +809,29 @@ const ServedModel* model_for(const std::vector<ServedModel>* models, const std::
   }
 }
 
-// The model named by the "model" field of a helper endpoint's body (/tokenize, /detokenize).
-const ServedModel* body_model(const std::vector<ServedModel>* models, const json& body,
-                              httplib::Response& res) {
+// The preamble of /tokenize and /detokenize: the body as a JSON object, the model its "model" field names
+// (the first without one) and that model's tokenizer. Null after answering 503 while the models load, or
+// 400 for a bad body or a model without a tokenizer.
+const ServedModel* tokenizer_model(const std::vector<ServedModel>* models, const httplib::Request& req, json& body,
+                                   httplib::Response& res) {
+  if (!models) {
+    send_unavailable(res, "the model is still loading");
+    return nullptr;
+  }
+  if (const std::string e = body_object(req, body); !e.empty()) {
+    send_error(res, 400, e);
+    return nullptr;
+  }
   if (body.contains("model") && !body["model"].is_string()) {
     send_error(res, 400, "'model' must be a string", "model");
     return nullptr;
   }
-  return model_for(models, body.value("model", ""), false, res);
+  const ServedModel* m = model_for(models, body.value("model", ""), false, res);
+  if (m && !m->engine->generator().tokenizer()) {
+    send_error(res, 400, "the model '" + m->id + "' has no tokenizer");
+    return nullptr;
+  }
+  return m;
 }
 
 }  // namespace
@@ -824,14 +839,10 @@ const ServedModel* body_model(const std::vector<ServedModel>* models, const json
 // llama-server's helpers: /tokenize, /detokenize, /props, /infill. They take "model" (/props: ?model=) as
 // the completions do; without it they answer for the first model.
 void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
-  if (!served()) return send_unavailable(res, "the model is still loading");
   json j;
-  if (const std::string e = body_object(req, j); !e.empty()) return send_error(res, 400, e);
-  const ServedModel* m = body_model(served(), j, res);
+  const ServedModel* m = tokenizer_model(served(), req, j, res);
   if (!m) return;
   const Engine* engine = m->engine;
-  if (!engine->generator().tokenizer())
-    return send_error(res, 400, "the model '" + m->id + "' has no tokenizer");
   if (!j.contains("content") || !j["content"].is_string())
     return send_error(res, 400, "'content' must be a string", "content");
   const bool special = j.value("add_special", false);
@@ -840,14 +851,10 @@ void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
 }
 
 void HttpServer::detokenize(const httplib::Request& req, httplib::Response& res) {
-  if (!served()) return send_unavailable(res, "the model is still loading");
   json j;
-  if (const std::string e = body_object(req, j); !e.empty()) return send_error(res, 400, e);
-  const ServedModel* m = body_model(served(), j, res);
+  const ServedModel* m = tokenizer_model(served(), req, j, res);
   if (!m) return;
   const Engine* engine = m->engine;
-  if (!engine->generator().tokenizer())
-    return send_error(res, 400, "the model '" + m->id + "' has no tokenizer");
   if (!j.contains("tokens") || !j["tokens"].is_array())
     return send_error(res, 400, "'tokens' must be an array", "tokens");
   std::vector<int32_t> ids;

@@ -275,14 +275,7 @@ TokenizationMeasure measure_tokenization(const std::vector<CorpusDocument>& docu
 
 TrainingVocabulary load_training_vocabulary(const std::string& path) {
   TrainingVocabulary v;
-  HfVocab vocab;
-  if (fs::path(path).extension() == ".gguf") {
-    const auto file = GgufFile::open(path);
-    vocab = HfTokenizer::vocab_from_gguf(*file);
-    v.mask_id = int32_t(file->get_int("tokenizer.ggml.mask_token_id", -1));
-  } else {
-    vocab = HfTokenizer::vocab_from_json(path);
-  }
+  const HfVocab vocab = HfTokenizer::vocab_from_file(path, &v.mask_id);
   try {
     v.tokenizer = std::make_shared<const HfTokenizer>(HfTokenizer::from_vocab(vocab));
     v.metadata = vocab_gguf_metadata(vocab);
