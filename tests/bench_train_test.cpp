@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "bench/train_bench.h"
 #include "test_util.h"
 
 namespace canvas {
@@ -25,6 +26,20 @@ batch_size = 2
 steps = 100
 eval_examples = 4
 )";
+
+// The FLOP count, by hand: 6 per matmul weight and token, 12 per layer, head, head dimension and
+// (query, key) pair.
+TEST(BenchTrain, StepFlopsCountWeightsAndAttentionPairs) {
+  train::TrainingTiming t;
+  t.model.n_layers = 2;
+  t.model.n_heads = 3;
+  t.model.head_dim = 4;
+  t.matmul_weights_per_token = 1000;
+  t.step_tokens = {10, 20};
+  t.step_attention_pairs = {50, 200};
+  EXPECT_DOUBLE_EQ(bench::training_step_flops(t, 0), 6.0 * 1000 * 10 + 12.0 * 2 * 3 * 4 * 50);
+  EXPECT_DOUBLE_EQ(bench::training_step_flops(t, 1), 6.0 * 1000 * 20 + 12.0 * 2 * 3 * 4 * 200);
+}
 
 TEST(BenchTrainCli, ReportsConsistentFieldsAndWritesNothingElse) {
   test::TempDir dir;

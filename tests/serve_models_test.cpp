@@ -2,6 +2,7 @@
 // per-model cost model files), and what every stream chunk carries: the mode, and a draft's padding.
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -70,6 +71,25 @@ TEST(ServeModels, RequestsPickTheirModel) {
   // One model answers whatever name a client sends (as before several models could be served).
   const auto one = served({{"only", false}});
   EXPECT_EQ(serve::pick_model(one, "gpt-4o", true).id, "only");
+}
+
+// -m values: a file or a checkpoint directory is one model; a folder of GGUFs stands for its models by
+// name, tokenizer-only files listed apart; a folder with nothing to serve is an error.
+TEST(ServeModels, ExpandModelPathsListsADirectorysModels) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.path("models"));
+  for (const char* name : {"text-masked.gguf", "text-ar.gguf", "tokenizer-kjv.gguf"})
+    std::filesystem::create_symlink(test::source_path(std::string("models/") + name),
+                                    dir.path(std::string("models/") + name));
+  std::ofstream(dir.path("models/notes.txt")) << "not a model";
+  std::filesystem::create_directories(dir.path("ckpt"));
+  std::ofstream(dir.path("ckpt/config.json")) << "{}";
+  const serve::ModelFiles files = serve::expand_model_paths({"a.gguf", dir.path("models"), dir.path("ckpt")});
+  EXPECT_EQ(files.paths, (std::vector<std::string>{"a.gguf", dir.path("models/text-ar.gguf"),
+                                                   dir.path("models/text-masked.gguf"), dir.path("ckpt")}));
+  EXPECT_EQ(files.skipped, std::vector<std::string>{dir.path("models/tokenizer-kjv.gguf")});
+  std::filesystem::create_directories(dir.path("empty"));
+  EXPECT_THROW(serve::expand_model_paths({dir.path("empty")}), Error);
 }
 
 // The model a log line names for each request, in order.

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "args.h"
+#include "cli/options.h"
 #include "bench/harness.h"
 #include "bench/plot.h"
 #include "bench/stats.h"
@@ -16,7 +16,7 @@
 #include "bench/synthetic.h"
 #include "commands.h"
 #include "device.h"
-#include "output_paths.h"
+#include "cli/output_paths.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "args.h"
+#include "shipped_models.h"
 #include "commands.h"
 #include "core/error.h"
 #include "decode/chat_template.h"
@@ -19,7 +19,7 @@
 #include "decode/generation_report.h"
 #include "model/model.h"
 #include "generation_options.h"
-#include "line_editor.h"
+#include "cli/line_editor.h"
 #include "io/utf8.h"
 
 namespace canvas::cli {

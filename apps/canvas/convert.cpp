@@ -6,13 +6,13 @@
 #include <string>
 #include <vector>
 
-#include "args.h"
+#include "cli/options.h"
 #include "commands.h"
 #include "core/error.h"
 #include "model/convert.h"
 #include "ops/matmul.h"
-#include "output_paths.h"
-#include "progress.h"
+#include "cli/output_paths.h"
+#include "cli/progress.h"
 
 namespace canvas::cli {
 namespace {

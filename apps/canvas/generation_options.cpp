@@ -1,5 +1,6 @@
 // Decoding options, requests from flags, loading and the live view shared by generate and chat.
 #include "generation_options.h"
+#include "shipped_models.h"
 
 #include <signal.h>
 #include <unistd.h>

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "args.h"
+#include "cli/options.h"
 #include "core/thread_pool.h"
 #include "decode/events.h"
 #include "decode/generation.h"

@@ -3,7 +3,7 @@
 #pragma once
 #include <string>
 
-#include "args.h"
+#include "cli/options.h"
 #include "model/model.h"
 #include "decode/generation.h"
 

@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "args.h"
-#include "output_paths.h"
+#include "shipped_models.h"
+#include "cli/output_paths.h"
 #include "commands.h"
 #include "device.h"
 #include "infill.h"

@@ -4,14 +4,14 @@
 #include <cstdio>
 #include <string>
 
-#include "args.h"
+#include "cli/options.h"
 #include "commands.h"
 #include "core/error.h"
 #include "io/gguf.h"
 #include "model/quantize.h"
 #include "ops/matmul.h"
-#include "output_paths.h"
-#include "progress.h"
+#include "cli/output_paths.h"
+#include "cli/progress.h"
 
 namespace canvas::cli {
 namespace {

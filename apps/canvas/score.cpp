@@ -7,7 +7,7 @@
 #include <memory>
 #include <sstream>
 
-#include "args.h"
+#include "cli/options.h"
 #include "commands.h"
 #include "device.h"
 #include "core/error.h"
@@ -15,7 +15,7 @@
 #include "io/gguf.h"
 #include "io/tokenizer.h"
 #include "decode/text_model.h"
-#include "progress.h"
+#include "cli/progress.h"
 
 namespace canvas::cli {
 namespace {

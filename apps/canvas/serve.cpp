@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "args.h"
+#include "shipped_models.h"
 #include "commands.h"
 #include "core/error.h"
 #include "decode/text_model.h"
@@ -91,57 +91,20 @@ cache, mode, canvas_draft). docs/serving.md has the details and measurements.)",
 // kCloseMs; the process is gone by kExitMs (a watchdog ends it there if a forward pass still runs).
 constexpr int64_t kFinishMs = 4000, kCloseMs = 4800, kExitMs = 5000;
 
-std::vector<std::string> comma_list(const std::vector<std::string>& values) {
-  std::vector<std::string> out;
-  for (const std::string& value : values) {
-    for (size_t at = 0; at <= value.size();) {
-      size_t comma = value.find(',', at);
-      if (comma == std::string::npos) comma = value.size();
-      std::string item = value.substr(at, comma - at);
-      while (!item.empty() && item.back() == ' ') item.pop_back();
-      while (!item.empty() && item.front() == ' ') item.erase(0, 1);
-      if (!item.empty()) out.push_back(item);
-      at = comma + 1;
-    }
-  }
-  return out;
-}
-
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
-// The models of -m: each value is one model, except a directory without config.json, which stands for
-// the *.gguf files in it (by name) that hold a model (a tokenizer-only GGUF such as
-// models/tokenizer-kjv.gguf has no general.architecture and is passed over); without -m, the shipped base
-// and chat models.
+// The models of -m (expand_model_paths: a directory stands for its GGUF models); without -m, the shipped
+// base and chat models.
 std::vector<std::string> model_paths(const Args& args) {
-  namespace fs = std::filesystem;
   if (!args.has("model"))
     return {shipped_model_path(kDefaultTextModel, "canvas serve"),
             shipped_model_path(kDefaultChatModel, "canvas serve")};
-  std::vector<std::string> paths;
-  for (const std::string& value : args.get_all("model")) {
-    std::error_code ec;
-    if (!fs::is_directory(value, ec) || fs::exists(fs::path(value) / "config.json", ec)) {
-      paths.push_back(value);
-      continue;
-    }
-    std::vector<std::string> found;
-    for (const fs::directory_entry& entry : fs::directory_iterator(value, ec)) {
-      if (entry.path().extension() != ".gguf" || !entry.is_regular_file(ec)) continue;
-      if (GgufFile::open(entry.path().string())->get_string("general.architecture", "").empty())
-        std::fprintf(stderr, "canvas serve: %s holds no model (no general.architecture); not served\n",
-                     entry.path().c_str());
-      else
-        found.push_back(entry.path().string());
-    }
-    check(!ec, "-m " + value + ": cannot list the directory: " + ec.message());
-    check(!found.empty(), "-m " + value + ": the directory holds no *.gguf model and no config.json");
-    std::sort(found.begin(), found.end());
-    paths.insert(paths.end(), found.begin(), found.end());
-  }
-  return paths;
+  const serve::ModelFiles files = serve::expand_model_paths(args.get_all("model"));
+  for (const std::string& path : files.skipped)
+    std::fprintf(stderr, "canvas serve: %s holds no model (no general.architecture); not served\n", path.c_str());
+  return files.paths;
 }
 
 // A loaded model and the engine that serves it (kept at one address: the engine refers to the model).
@@ -198,8 +161,8 @@ int cmd_serve(int argc, char** argv) {
   check(max_connections >= 1 && max_connections <= 1000000,
         "--max-connections must be between 1 and 1000000");
   options.max_connections = size_t(max_connections);
-  options.allowed_hosts = comma_list(args.get_all("allowed-hosts"));
-  options.cors_origins = comma_list(args.get_all("cors"));
+  options.allowed_hosts = split_lists(args.get_all("allowed-hosts"));
+  options.cors_origins = split_lists(args.get_all("cors"));
   for (const std::string& origin : options.cors_origins)
     check(origin == "*" || origin.find("://") != std::string::npos,
           "--cors takes origins such as http://localhost:3000 (scheme://host[:port]) or *, not '" + origin +

@@ -11,12 +11,12 @@
 #include <string>
 #include <utility>
 
-#include "args.h"
+#include "shipped_models.h"
 #include "commands.h"
 #include "core/error.h"
 #include "model/model.h"
-#include "output_paths.h"
-#include "progress.h"
+#include "cli/output_paths.h"
+#include "cli/progress.h"
 #include "train/sudoku.h"
 #include "train/sudoku_generate.h"
 #include "train/sudoku_solver.h"

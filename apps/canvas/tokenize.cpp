@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "args.h"
+#include "cli/options.h"
 #include "commands.h"
 #include "core/error.h"
 #include "io/bpe_json.h"

@@ -4,14 +4,14 @@
 #include <fstream>
 #include <string>
 
-#include "args.h"
+#include "cli/options.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "io/bpe_trainer.h"
 #include "io/gguf.h"
 #include "io/hf_tokenizer.h"
-#include "output_paths.h"
+#include "cli/output_paths.h"
 #include "train/corpus.h"
 
 namespace canvas::cli {

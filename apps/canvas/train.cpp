@@ -3,7 +3,7 @@
 #include <exception>
 #include <string>
 
-#include "args.h"
+#include "cli/options.h"
 #include "commands.h"
 #include "core/error.h"
 #include "train/curves.h"

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/gguf.h"
 #include "serve/openai.h"
 
 namespace canvas::serve {
@@ -30,6 +31,31 @@ bool is_chat_model_name(const std::string& id) {
         lower.compare(lower.size() - suffix.size(), suffix.size(), suffix) == 0)
       return true;
   return false;
+}
+
+ModelFiles expand_model_paths(const std::vector<std::string>& values) {
+  namespace fs = std::filesystem;
+  ModelFiles files;
+  for (const std::string& value : values) {
+    std::error_code ec;
+    if (!fs::is_directory(value, ec) || fs::exists(fs::path(value) / "config.json", ec)) {
+      files.paths.push_back(value);
+      continue;
+    }
+    std::vector<std::string> found, skipped;
+    for (const fs::directory_entry& entry : fs::directory_iterator(value, ec)) {
+      if (entry.path().extension() != ".gguf" || !entry.is_regular_file(ec)) continue;
+      const bool model = !GgufFile::open(entry.path().string())->get_string("general.architecture", "").empty();
+      (model ? found : skipped).push_back(entry.path().string());
+    }
+    check(!ec, "-m " + value + ": cannot list the directory: " + ec.message());
+    check(!found.empty(), "-m " + value + ": the directory holds no *.gguf model and no config.json");
+    std::sort(found.begin(), found.end());
+    std::sort(skipped.begin(), skipped.end());
+    files.paths.insert(files.paths.end(), found.begin(), found.end());
+    files.skipped.insert(files.skipped.end(), skipped.begin(), skipped.end());
+  }
+  return files;
 }
 
 void check_unique_ids(const std::vector<ServedModel>& models, const std::vector<std::string>& paths) {

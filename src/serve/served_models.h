@@ -27,6 +27,16 @@ std::string model_id_of(const std::string& path);
 // tokenizer.chat_template (it speaks the built-in Gemma 4 format), so its name is what marks it.
 bool is_chat_model_name(const std::string& id);
 
+// The model files of `canvas serve -m` values: each value is one model, except a directory without
+// config.json, which stands for the *.gguf files in it (sorted by name) that hold a model. A GGUF without
+// general.architecture (a tokenizer-only file such as models/tokenizer-kjv.gguf) is passed over and listed
+// in `skipped`. Throws Error for a directory that cannot be listed or holds no model.
+struct ModelFiles {
+  std::vector<std::string> paths;
+  std::vector<std::string> skipped;
+};
+ModelFiles expand_model_paths(const std::vector<std::string>& values);
+
 // Throws Error naming both files when two models share an id.
 void check_unique_ids(const std::vector<ServedModel>& models, const std::vector<std::string>& paths);
 

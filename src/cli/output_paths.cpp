@@ -1,5 +1,5 @@
 // Output-path guards: identity comparisons of output and input files.
-#include "output_paths.h"
+#include "cli/output_paths.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

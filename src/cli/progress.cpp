@@ -1,5 +1,5 @@
 // Progress lines for long CLI jobs.
-#include "progress.h"
+#include "cli/progress.h"
 
 #include <unistd.h>
 

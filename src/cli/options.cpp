@@ -1,5 +1,5 @@
-// Argument parsing for the CLI: option tables, --help formatting, suggestions for unknown options.
-#include "args.h"
+// Option tables: parsing, --help formatting, suggestions for unknown options.
+#include "cli/options.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -267,8 +267,20 @@ std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> out;
   std::stringstream ss(text);
   std::string item;
-  while (std::getline(ss, item, ','))
+  while (std::getline(ss, item, ',')) {
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
     if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::vector<std::string> split_lists(const std::vector<std::string>& values) {
+  std::vector<std::string> out;
+  for (const std::string& value : values) {
+    const std::vector<std::string> items = split_list(value);
+    out.insert(out.end(), items.begin(), items.end());
+  }
   return out;
 }
 
@@ -303,38 +315,6 @@ bool print_help_if_asked(const Command& command, int argc, char** argv, int firs
   if (!wants_help(argc, argv, first)) return false;
   std::fputs(format_help(command).c_str(), stdout);
   return true;
-}
-
-std::string data_dir() {
-#ifdef CANVAS_DATA_DIR
-  return CANVAS_DATA_DIR;
-#else
-  return "";
-#endif
-}
-
-std::string shipped_model_path(const std::string& name, const std::string& help_command) {
-  const std::string relative = "models/" + name;
-  std::vector<std::string> dirs;
-  if (const char* env = std::getenv("CANVAS_DATA_DIR"); env && *env) dirs.push_back(env);
-  dirs.push_back(".");
-  // An installed tree moved elsewhere (cmake --install --prefix P): P/bin/canvas finds P/share/canvas.
-  std::error_code ec;
-  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) dirs.push_back((exe.parent_path().parent_path() / "share" / "canvas").string());
-  if (!data_dir().empty()) dirs.push_back(data_dir());
-  dirs.push_back(CANVAS_SOURCE_DIR);
-  std::string searched;
-  for (const std::string& dir : dirs) {
-    const std::string path = dir + "/" + relative;
-    if (FILE* f = std::fopen(path.c_str(), "rb")) {
-      std::fclose(f);
-      return path;
-    }
-    searched += (searched.empty() ? "" : ", ") + dir;
-  }
-  throw Error("no model given (-m FILE.gguf) and the default model " + relative + " was not found in " +
-              searched + "; see " + help_command + " --help");
 }
 
 int thread_count(const Args& args) {

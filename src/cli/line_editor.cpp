@@ -1,5 +1,5 @@
 // LineEditor: raw-mode key handling and redraw for the chat prompt.
-#include "line_editor.h"
+#include "cli/line_editor.h"
 
 #include <termios.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
-// Command-line parsing for the canvas subcommands: one declarative option table per subcommand drives
-// both parsing and --help; unknown options get the nearest known spelling and llama.cpp's names.
+// Command-line options: one declarative table per (sub)command drives both parsing and --help; unknown
+// options get the nearest known spelling, and llama.cpp's flags what canvas does instead.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -70,22 +70,10 @@ std::string unknown_option_message(const std::string& option, const std::vector<
 
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);
 
-// The items of a comma-separated option value ("81,27,9"), empty items skipped.
+// The items of a comma-separated option value ("81,27,9"), spaces around them trimmed, empty items skipped.
 std::vector<std::string> split_list(const std::string& text);
-
-// The installed data directory (models/ lives there), set at build time; "" when not installed.
-std::string data_dir();
-
-// A model shipped under models/ (e.g. "text-masked.gguf"), looked up in $CANVAS_DATA_DIR/models, ./models,
-// BINDIR/../share/canvas/models (an installed tree, wherever it was moved), the configured install data
-// directory and the source tree's models/; throws an error pointing at
-// `help_command` --help when none has it.
-std::string shipped_model_path(const std::string& name, const std::string& help_command);
-
-// The model generate and serve use without -m: canvas's DiffusionGemma-architecture text model; chat uses
-// its instruction-tuned variant.
-inline constexpr const char* kDefaultTextModel = "text-dg.gguf";
-inline constexpr const char* kDefaultChatModel = "text-dg-chat.gguf";
+// The items of every value of a repeatable option ("--cors a,b --cors c" -> a, b, c).
+std::vector<std::string> split_lists(const std::vector<std::string>& values);
 
 // Thread count of -t/--threads (0 or absent: all cores), range-checked; warns on stderr when it exceeds
 // the machine's cores (oversubscribed threads make every pass wait on descheduled workers).
