@@ -1,5 +1,5 @@
-// The CUDA forward pass: model/model.cpp's forward_batch step for step, on device buffers. Each step is
-// the kernel twin of the CPU op it replaces (tests/cuda_test.cpp compares whole forwards with the CPU's).
+// The CUDA forward pass: model/forward.cpp's forward_batch stage for stage (embed, attention_block,
+// feed_forward, head), on device buffers. Each step is the kernel twin of the CPU op it replaces (tests/cuda_test.cpp compares whole forwards with the CPU's).
 #include "cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -69,6 +69,28 @@ template <typename T> T* upload_into(DeviceBuffer& s, const T* host, int64_t n) 
   return d;
 }
 
+// One pass over a batch of requests (rows of all requests stacked, as model/forward.cpp's Pass), with the
+// device activations its stages share.
+struct DevicePass {
+  const Model& model;
+  const ModelConfig& c;
+  std::span<KvCache* const> caches;
+  std::span<const ForwardRequest> requests;
+  const ForwardPlan& plan;
+  int64_t n = 0;  // rows of the whole batch
+  // x: the residual stream [n, hidden]; h: a normed copy; q, k, v, attn: one layer's attention activations
+  // (sized for the widest layer); proj: a sublayer's output before it joins x.
+  float *x = nullptr, *h = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *attn = nullptr, *proj = nullptr;
+  const int32_t* pos = nullptr;           // each row's position
+  const int32_t* qgroups = nullptr;       // each row's group (encoder rows; 0 for decoder rows)
+  const int32_t* window_start = nullptr;  // sliding layers: the first key position each row sees
+  std::vector<DeviceCache*> dcaches;      // each request's device cache
+
+  DevicePass(const Model& m, std::span<KvCache* const> cs, std::span<const ForwardRequest> rs, const ForwardPlan& pl)
+      : model(m), c(m.config), caches(cs), requests(rs), plan(pl), n(pl.n) {}
+  int64_t segments() const { return int64_t(requests.size()); }
+};
+
 class CudaBackend final : public ForwardBackend {
  public:
   explicit CudaBackend(const Model& model);
@@ -78,6 +100,13 @@ class CudaBackend final : public ForwardBackend {
 
  private:
   DeviceCache& device_cache(const ModelConfig& c, KvCache& cache);
+  // The stages of a pass (model/forward.cpp's, one to one).
+  void reserve(DevicePass& p);
+  void embed(DevicePass& p);
+  void attend(DevicePass& p, int64_t l, int64_t s);
+  void attention_block(DevicePass& p, int64_t l);
+  void feed_forward(DevicePass& p, int64_t l);
+  void head(DevicePass& p);
   void gated_mlp(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, bool gelu, const float* x,
                  int64_t n, float* out);
   void moe(const ModelConfig& c, const DeviceLayer& w, const float* router_in, const float* expert_in, int64_t n,
@@ -325,156 +354,193 @@ void CudaBackend::gemma_layer_rest(const ModelConfig& c, const DeviceLayer& w, f
   add_then_scale(x, proj, n * H, layer_scalar);
 }
 
+// The stages of one pass, as model/forward.cpp names them: embed, then per layer attention_block and
+// feed_forward, then head. Each mirrors its CPU twin step for step.
 void CudaBackend::forward_batch(const Model& model, std::span<KvCache* const> caches,
                                 std::span<const ForwardRequest> requests, const ForwardPlan& plan) {
   const std::lock_guard<std::mutex> lock(mutex_);  // one pass at a time: the scratch buffers are shared
-  const ModelConfig& c = model.config;
-  const int64_t H = c.hidden, n = plan.n, segments = int64_t(requests.size());
-  const bool gelu = c.activation == Activation::GeluTanh;
-  const std::vector<int64_t>& row0 = plan.row0;
+  DevicePass p(model, caches, requests, plan);
+  reserve(p);
+  embed(p);
+  for (int64_t l = 0; l < model.config.n_layers; ++l) {
+    attention_block(p, l);
+    feed_forward(p, l);
+  }
+  head(p);
+  synchronize();
+}
+
+void CudaBackend::reserve(DevicePass& p) {
+  const ModelConfig& c = p.c;
+  const int64_t H = c.hidden, n = p.n;
   int64_t max_q_width = 0, max_kv_width = 0;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerAttention a = c.attention_of(l);
     max_q_width = std::max(max_q_width, c.n_heads * a.head_dim);
     max_kv_width = std::max(max_kv_width, a.n_kv_heads * a.head_dim);
   }
-  float* x = x_.reserve<float>(n * H);
-  float* h = h_.reserve<float>(n * H);
-  float* q = q_.reserve<float>(n * max_q_width);
-  float* k = k_.reserve<float>(n * max_kv_width);
-  float* v = v_.reserve<float>(n * max_kv_width);
-  float* attn = attn_.reserve<float>(n * max_q_width);
-  float* proj = proj_.reserve<float>(n * H);
-  const int32_t* pos = upload_into(pos_, plan.pos.data(), n);
+  p.x = x_.reserve<float>(n * H);
+  p.h = h_.reserve<float>(n * H);
+  p.q = q_.reserve<float>(n * max_q_width);
+  p.k = k_.reserve<float>(n * max_kv_width);
+  p.v = v_.reserve<float>(n * max_kv_width);
+  p.attn = attn_.reserve<float>(n * max_q_width);
+  p.proj = proj_.reserve<float>(n * H);
+  p.pos = upload_into(pos_, p.plan.pos.data(), n);
+}
 
-  // Embeddings of every row, then each request's own input steps and cache groups.
+// Stage 1: token embeddings (scaled), learned positions, the self-conditioning input, and each encoder
+// row's group recorded in its cache (host and device); the rows' groups and sliding-window starts uploaded.
+void CudaBackend::embed(DevicePass& p) {
+  const Model& model = p.model;
+  const ModelConfig& c = p.c;
+  const int64_t H = c.hidden, n = p.n;
   std::vector<int32_t> tokens, qgroups(static_cast<size_t>(n), 0);
-  for (const ForwardRequest& req : requests) tokens.insert(tokens.end(), req.tokens, req.tokens + req.n);
-  embed_rows(token_embd_, upload_into(tokens_, tokens.data(), n), n, c.embedding_scale, x);
+  for (const ForwardRequest& req : p.requests) tokens.insert(tokens.end(), req.tokens, req.tokens + req.n);
+  embed_rows(token_embd_, upload_into(tokens_, tokens.data(), n), n, c.embedding_scale, p.x);
   if (model.position_embd.data) {
     for (int64_t i = 0; i < n; ++i)
-      check(plan.pos[size_t(i)] < model.position_embd.ne[1],
-            "position " + std::to_string(plan.pos[size_t(i)]) + " is beyond the model's position embeddings (" +
+      check(p.plan.pos[size_t(i)] < model.position_embd.ne[1],
+            "position " + std::to_string(p.plan.pos[size_t(i)]) + " is beyond the model's position embeddings (" +
                 std::to_string(model.position_embd.ne[1]) + ")");
-    embed_rows(position_embd_, pos, n, 1.f, h);
-    add(x, h, n * H);
+    embed_rows(position_embd_, p.pos, n, 1.f, p.h);
+    add(p.x, p.h, n * H);
   }
-  std::vector<DeviceCache*> dcaches;
-  for (int64_t s = 0; s < segments; ++s) {
-    const ForwardRequest& req = requests[size_t(s)];
-    float* xs = x + row0[size_t(s)] * H;
-    if (req.decoder || req.self_cond || req.self_cond_soft) self_conditioning(model, req, xs, req.decoder);
-    KvCache& cache = *caches[size_t(s)];
+  for (int64_t s = 0; s < p.segments(); ++s) {
+    const ForwardRequest& req = p.requests[size_t(s)];
+    const int64_t r0 = p.plan.row0[size_t(s)];
+    if (req.decoder || req.self_cond || req.self_cond_soft) self_conditioning(model, req, p.x + r0 * H, req.decoder);
+    KvCache& cache = *p.caches[size_t(s)];
     DeviceCache& dc = device_cache(c, cache);
-    dcaches.push_back(&dc);
+    p.dcaches.push_back(&dc);
     if (!req.decoder) {
       int32_t* groups = cache.groups();
       for (int64_t i = 0; i < req.n; ++i) {
-        groups[plan.pos[size_t(row0[size_t(s)] + i)]] = req.groups[i];
-        qgroups[size_t(row0[size_t(s)] + i)] = req.groups[i];
+        groups[p.plan.pos[size_t(r0 + i)]] = req.groups[i];
+        qgroups[size_t(r0 + i)] = req.groups[i];
       }
-      const int64_t key_end = plan.key_ends[size_t(s)];
-      copy_to_device(dc.groups.data(), groups, size_t(key_end) * 4);
+      copy_to_device(dc.groups.data(), groups, size_t(p.plan.key_ends[size_t(s)]) * 4);
     }
   }
-  const int32_t* qgroups_d = upload_into(qgroups_, qgroups.data(), n);
-  const int32_t* window_d = nullptr;
+  p.qgroups = upload_into(qgroups_, qgroups.data(), n);
   if (c.sliding_window > 0) {
     std::vector<int32_t> window_start(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) window_start[size_t(i)] = int32_t(plan.pos[size_t(i)] - c.sliding_window + 1);
-    window_d = upload_into(window_, window_start.data(), n);
+    for (int64_t i = 0; i < n; ++i) window_start[size_t(i)] = int32_t(p.plan.pos[size_t(i)] - c.sliding_window + 1);
+    p.window_start = upload_into(window_, window_start.data(), n);
   }
+}
 
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const DeviceLayer& w = layers_[size_t(l)];
-    const LayerAttention la = c.attention_of(l);
-    const int64_t D = la.head_dim, q_width = c.n_heads * D, kv_width = la.n_kv_heads * D;
-    const bool sliding = la.kind == AttentionKind::Sliding;
-    rms_norm(x, ptr(w.attn_norm), n, H, c.rms_eps, h);
-    matmul(w.wq, h, n, q);
-    matmul(w.wk, h, n, k);
-    if (la.value_from_key) {
-      copy_on_device(v, k, size_t(n * kv_width) * 4);
-    } else {
-      matmul(w.wv, h, n, v);
-    }
-    if (w.bq.bytes()) add_to_rows(q, ptr(w.bq), n, q_width);
-    if (w.bk.bytes()) add_to_rows(k, ptr(w.bk), n, kv_width);
-    if (w.bv.bytes()) add_to_rows(v, ptr(w.bv), n, kv_width);
-    if (c.qk_norm) {
-      rms_norm(q, ptr(w.q_norm), n * c.n_heads, D, c.rms_eps, q);
-      rms_norm(k, ptr(w.k_norm), n * la.n_kv_heads, D, c.rms_eps, k);
-    }
-    if (c.v_norm) rms_norm(v, nullptr, n * la.n_kv_heads, D, c.rms_eps, v);
-    cuda::rope(q, n, int(c.n_heads), pos, la.rope);
-    cuda::rope(k, n, int(la.n_kv_heads), pos, la.rope);
-
-    const AttentionShape shape = attention_shape(c, la);
-    for (int64_t s = 0; s < segments; ++s) {
-      const ForwardRequest& req = requests[size_t(s)];
-      DeviceCache& dc = *dcaches[size_t(s)];
-      const int64_t r0 = row0[size_t(s)], ns = req.n;
-      const int64_t stride = caches[size_t(s)]->head_stride(l);
-      float* kc = dc.k[size_t(l)].as<float>();
-      float* vc = dc.v[size_t(l)].as<float>();
-      if (!req.decoder) {
-        scatter_heads(k + r0 * kv_width, ns, la.n_kv_heads, D, pos + r0, 0, kc, stride);
-        scatter_heads(v + r0 * kv_width, ns, la.n_kv_heads, D, pos + r0, 0, vc, stride);
-        AttentionMask mask;
-        mask.key_group = dc.groups.as<int32_t>();
-        mask.query_group = qgroups_d + r0;
-        if (sliding) mask.window_start = window_d + r0;
-        cuda::attention(q + r0 * q_width, ns, q_width, kc, vc, plan.key_ends[size_t(s)], stride, mask, shape,
-                  attn + r0 * q_width, q_width);
-      } else {
-        // The canvas sees the cache (sliding layers: its last window - 1 positions) and itself, both ways.
-        const int64_t first = sliding ? std::max<int64_t>(0, req.pos0 - (c.sliding_window - 1)) : 0;
-        const int64_t cached = req.pos0 - first, keys = cached + ns;
-        float* ck = canvas_k_.reserve<float>(la.n_kv_heads * keys * D);
-        float* cv = canvas_v_.reserve<float>(la.n_kv_heads * keys * D);
-        copy_head_positions(kc, stride, first, cached, la.n_kv_heads, D, ck, keys * D);
-        copy_head_positions(vc, stride, first, cached, la.n_kv_heads, D, cv, keys * D);
-        scatter_heads(k + r0 * kv_width, ns, la.n_kv_heads, D, nullptr, cached, ck, keys * D);
-        scatter_heads(v + r0 * kv_width, ns, la.n_kv_heads, D, nullptr, cached, cv, keys * D);
-        cuda::attention(q + r0 * q_width, ns, q_width, ck, cv, keys, keys * D, AttentionMask{}, shape, attn + r0 * q_width,
-                  q_width);
-      }
-    }
-    matmul(w.wo, attn, n, proj);
-
-    if (c.layer_style == LayerStyle::Gemma4) {
-      gemma_layer_rest(c, w, requests[0].decoder ? model.layers[size_t(l)].layer_scalar_decoder
-                                                 : model.layers[size_t(l)].layer_scalar_encoder,
-                       n, x, proj, h);
-      continue;
-    }
-    add(x, proj, n * H);
-    rms_norm(x, ptr(w.ffn_norm), n, H, c.rms_eps, h);
-    if (c.is_moe()) {
-      moe(c, w, h, h, n, proj);
-    } else {
-      gated_mlp(w.gate, w.up, w.down, gelu, h, n, proj);
-    }
-    add(x, proj, n * H);
+// One request's attention for layer l: an encoder pass writes its K/V into the device cache and attends
+// causally (groups, sliding window); a decoder pass attends both ways over the visible cache and the canvas,
+// keeping the cache as the encoder left it.
+void CudaBackend::attend(DevicePass& p, int64_t l, int64_t s) {
+  const ModelConfig& c = p.c;
+  const LayerAttention la = c.attention_of(l);
+  const int64_t D = la.head_dim, q_width = c.n_heads * D, kv_width = la.n_kv_heads * D;
+  const bool sliding = la.kind == AttentionKind::Sliding;
+  const AttentionShape shape = attention_shape(c, la);
+  const ForwardRequest& req = p.requests[size_t(s)];
+  DeviceCache& dc = *p.dcaches[size_t(s)];
+  const int64_t r0 = p.plan.row0[size_t(s)], ns = req.n;
+  const int64_t stride = p.caches[size_t(s)]->head_stride(l);
+  float* kc = dc.k[size_t(l)].as<float>();
+  float* vc = dc.v[size_t(l)].as<float>();
+  if (!req.decoder) {
+    scatter_heads(p.k + r0 * kv_width, ns, la.n_kv_heads, D, p.pos + r0, 0, kc, stride);
+    scatter_heads(p.v + r0 * kv_width, ns, la.n_kv_heads, D, p.pos + r0, 0, vc, stride);
+    AttentionMask mask;
+    mask.key_group = dc.groups.as<int32_t>();
+    mask.query_group = p.qgroups + r0;
+    if (sliding) mask.window_start = p.window_start + r0;
+    cuda::attention(p.q + r0 * q_width, ns, q_width, kc, vc, p.plan.key_ends[size_t(s)], stride, mask, shape,
+                    p.attn + r0 * q_width, q_width);
+    return;
   }
+  // The canvas sees the cache (sliding layers: its last window - 1 positions) and itself, both ways.
+  const int64_t first = sliding ? std::max<int64_t>(0, req.pos0 - (c.sliding_window - 1)) : 0;
+  const int64_t cached = req.pos0 - first, keys = cached + ns;
+  float* ck = canvas_k_.reserve<float>(la.n_kv_heads * keys * D);
+  float* cv = canvas_v_.reserve<float>(la.n_kv_heads * keys * D);
+  copy_head_positions(kc, stride, first, cached, la.n_kv_heads, D, ck, keys * D);
+  copy_head_positions(vc, stride, first, cached, la.n_kv_heads, D, cv, keys * D);
+  scatter_heads(p.k + r0 * kv_width, ns, la.n_kv_heads, D, nullptr, cached, ck, keys * D);
+  scatter_heads(p.v + r0 * kv_width, ns, la.n_kv_heads, D, nullptr, cached, cv, keys * D);
+  cuda::attention(p.q + r0 * q_width, ns, q_width, ck, cv, keys, keys * D, AttentionMask{}, shape,
+                  p.attn + r0 * q_width, q_width);
+}
 
-  // The head, request by request: the wanted rows, the final norm, the logits (soft-capped), then either
-  // the logits themselves or the fused head's statistics (and soft embedding).
-  const DeviceMatrix& head = output_of(output_, token_embd_, tied_);
-  for (int64_t s = 0; s < segments; ++s) {
-    const ForwardRequest& req = requests[size_t(s)];
+// Stage 2, per layer: attn_norm, Q/K/V (biases, q/k/v norms, RoPE), attention per request, and the output
+// projection into proj.
+void CudaBackend::attention_block(DevicePass& p, int64_t l) {
+  const ModelConfig& c = p.c;
+  const DeviceLayer& w = layers_[size_t(l)];
+  const LayerAttention la = c.attention_of(l);
+  const int64_t n = p.n, H = c.hidden, D = la.head_dim, q_width = c.n_heads * D, kv_width = la.n_kv_heads * D;
+  rms_norm(p.x, ptr(w.attn_norm), n, H, c.rms_eps, p.h);
+  matmul(w.wq, p.h, n, p.q);
+  matmul(w.wk, p.h, n, p.k);
+  if (la.value_from_key) {
+    copy_on_device(p.v, p.k, size_t(n * kv_width) * 4);  // raw k_proj output, before k_norm and RoPE
+  } else {
+    matmul(w.wv, p.h, n, p.v);
+  }
+  if (w.bq.bytes()) add_to_rows(p.q, ptr(w.bq), n, q_width);
+  if (w.bk.bytes()) add_to_rows(p.k, ptr(w.bk), n, kv_width);
+  if (w.bv.bytes()) add_to_rows(p.v, ptr(w.bv), n, kv_width);
+  if (c.qk_norm) {
+    rms_norm(p.q, ptr(w.q_norm), n * c.n_heads, D, c.rms_eps, p.q);
+    rms_norm(p.k, ptr(w.k_norm), n * la.n_kv_heads, D, c.rms_eps, p.k);
+  }
+  if (c.v_norm) rms_norm(p.v, nullptr, n * la.n_kv_heads, D, c.rms_eps, p.v);
+  cuda::rope(p.q, n, int(c.n_heads), p.pos, la.rope);
+  cuda::rope(p.k, n, int(la.n_kv_heads), p.pos, la.rope);
+  for (int64_t s = 0; s < p.segments(); ++s) attend(p, l, s);
+  matmul(w.wo, p.attn, n, p.proj);
+}
+
+// Stage 3, per layer: the attention output joins the residual stream, then the feed-forward sublayer:
+// Gemma 4's layer tail, or the pre-norm block's dense MLP or MoE. A device batch holds requests of one kind
+// (forward_batch splits mixed ones), so one layer scalar serves every row.
+void CudaBackend::feed_forward(DevicePass& p, int64_t l) {
+  const ModelConfig& c = p.c;
+  const DeviceLayer& w = layers_[size_t(l)];
+  const int64_t n = p.n, H = c.hidden;
+  if (c.layer_style == LayerStyle::Gemma4) {
+    const LayerWeights& host = p.model.layers[size_t(l)];
+    gemma_layer_rest(c, w, p.requests[0].decoder ? host.layer_scalar_decoder : host.layer_scalar_encoder, n, p.x,
+                     p.proj, p.h);
+    return;
+  }
+  add(p.x, p.proj, n * H);
+  rms_norm(p.x, ptr(w.ffn_norm), n, H, c.rms_eps, p.h);
+  if (c.is_moe()) {
+    moe(c, w, p.h, p.h, n, p.proj);
+  } else {
+    gated_mlp(w.gate, w.up, w.down, c.activation == Activation::GeluTanh, p.h, n, p.proj);
+  }
+  add(p.x, p.proj, n * H);
+}
+
+// Stage 4: the head, request by request: the wanted rows, the final norm, the logits (soft-capped), then
+// either the logits themselves or the fused head's statistics (and soft embedding).
+void CudaBackend::head(DevicePass& p) {
+  const ModelConfig& c = p.c;
+  const int64_t H = c.hidden;
+  const DeviceMatrix& weights = output_of(output_, token_embd_, tied_);
+  for (int64_t s = 0; s < p.segments(); ++s) {
+    const ForwardRequest& req = p.requests[size_t(s)];
     const int64_t rows = int64_t(req.logit_rows.size());
     if (rows == 0) continue;
     check(!req.soft_embedding_out || tied_,
           "forward: a soft embedding output needs a head tied to the token embedding; '" + c.arch +
               "' has its own output matrix");
     std::vector<int32_t> wanted(static_cast<size_t>(rows));
-    for (int64_t i = 0; i < rows; ++i) wanted[size_t(i)] = int32_t(row0[size_t(s)] + req.logit_rows[size_t(i)]);
+    for (int64_t i = 0; i < rows; ++i) wanted[size_t(i)] = int32_t(p.plan.row0[size_t(s)] + req.logit_rows[size_t(i)]);
     float* sel = sel_.reserve<float>(rows * H);
-    gather_rows(x, H, upload_into(sel_rows_, wanted.data(), rows), rows, sel);
+    gather_rows(p.x, H, upload_into(sel_rows_, wanted.data(), rows), rows, sel);
     rms_norm(sel, ptr(output_norm_), rows, H, c.rms_eps, sel);
     float* logits = logits_.reserve<float>(rows * c.vocab);
-    matmul(head, sel, rows, logits);
+    matmul(weights, sel, rows, logits);
     if (c.logit_softcap > 0) softcap(logits, rows * c.vocab, c.logit_softcap);
     if (!req.head_stats) {
       copy_to_host(req.logits, logits, size_t(rows * c.vocab) * 4);
@@ -486,14 +552,13 @@ void CudaBackend::forward_batch(const Model& model, std::span<KvCache* const> ca
     head_stats(logits, rows, c.vocab, T, req.head.seed, ids, stats);
     copy_to_host(req.head_stats, stats, size_t(rows) * sizeof(HeadRowStats));
     if (req.soft_embedding_out) {
-      float* p = probs_.reserve<float>(rows * c.vocab);
-      softmax_rows(logits, rows, c.vocab, T > 0 ? 1.f / T : 1.f, p);
+      float* probs = probs_.reserve<float>(rows * c.vocab);
+      softmax_rows(logits, rows, c.vocab, T > 0 ? 1.f / T : 1.f, probs);
       float* soft = soft_.reserve<float>(rows * H);
-      matmul_transposed(token_embd_, p, rows, soft);
+      matmul_transposed(token_embd_, probs, rows, soft);
       copy_to_host(req.soft_embedding_out, soft, size_t(rows * H) * 4);
     }
   }
-  synchronize();
 }
 
 }  // namespace

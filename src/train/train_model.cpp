@@ -112,14 +112,15 @@ TrainModel TrainModel::from_model(const Model& model) {
   return m;
 }
 
-// ---- forward (model.cpp's forward, on the tape) --------------------------------------------------
+// ---- forward (model/forward.cpp's stages, on the tape) --------------------------------------------------
 
-// Attention of one layer from its normed input h: Q, K, V (biases, Gemma's q/k norms per head and the
-// no-weight v norm, V from K on attention_k_eq_v layers), RoPE, attention, output projection.
-Var TrainModel::attention_block(Tape& tape, int64_t l, Var h, const std::vector<int32_t>& positions,
+// Stage 2, per layer: attn_norm, Q, K, V (biases, Gemma's q/k norms per head and the no-weight v norm, V
+// from K on attention_k_eq_v layers), RoPE, attention, output projection.
+Var TrainModel::attention_block(Tape& tape, int64_t l, Var x, const std::vector<int32_t>& positions,
                                 const SequenceLayout& layout) {
   const ModelConfig& c = config_;
   const LayerAttention la = c.attention_of(l);
+  const Var h = rms_norm(tape, x, &need(TensorRole::AttnNorm, l), c.rms_eps);
   const int64_t rows = tape.rows(h), D = la.head_dim;
   Var q = linear(tape, h, need(TensorRole::Wq, l));
   Var k = linear(tape, h, need(TensorRole::Wk, l));
@@ -150,7 +151,7 @@ Var TrainModel::attention_block(Tape& tape, int64_t l, Var h, const std::vector<
 }
 
 // Gated MLP: down(act(gate(h)) * up(h)).
-Var TrainModel::mlp_block(Tape& tape, int64_t l, Var h) {
+Var TrainModel::gated_mlp(Tape& tape, int64_t l, Var h) {
   Var g = linear(tape, h, need(TensorRole::Gate, l));
   Var u = linear(tape, h, need(TensorRole::Up, l));
   return linear(tape, gated_activation(tape, g, u, config_.activation), need(TensorRole::Down, l));
@@ -159,7 +160,7 @@ Var TrainModel::mlp_block(Tape& tape, int64_t l, Var h) {
 // Mixture of experts: route each row (router_in) to its top-k experts, run each expert's gated MLP on
 // its rows of expert_in, and sum the weighted results in ascending expert order (as model.cpp does).
 // Gemma 4 fuses [gate; up] in one matrix and scales each expert's weight by per_expert_scale.
-Var TrainModel::moe_block(Tape& tape, int64_t l, Var router_in, Var expert_in) {
+Var TrainModel::moe(Tape& tape, int64_t l, Var router_in, Var expert_in) {
   const ModelConfig& c = config_;
   Routing routing =
       route_top_k(tape, linear(tape, router_in, need(TensorRole::Router, l)), c.n_experts_used, c.expert_weights_norm);
@@ -184,22 +185,20 @@ Var TrainModel::moe_block(Tape& tape, int64_t l, Var router_in, Var expert_in) {
   return combine_experts(tape, expert_out, routing);
 }
 
-// The Gemma 4 layer (diffusiongemma.md section 2; model.cpp's gemma_layer_rest):
-//   h = x + post_attn_norm(attn(input_norm(x))); m1 = post_ffn_norm_1(dense(pre_ffn_norm(h)));
+// The Gemma 4 layer after attention (diffusiongemma.md section 2; model/forward.cpp's gemma_layer_rest):
+//   h = x + post_attn_norm(a); m1 = post_ffn_norm_1(dense(pre_ffn_norm(h)));
 //   m2 = post_ffn_norm_2(experts(pre_ffn_norm_2(h), router(h)));  out = (h + post_ffn_norm(m1 + m2)) * scalar
 // with the encoder's scalar on encoder rows and the decoder's on decoder rows.
-Var TrainModel::gemma_layer(Tape& tape, int64_t l, Var x, const std::vector<int32_t>& positions,
-                            const SequenceLayout& layout, const std::vector<uint8_t>& decoder_rows) {
+Var TrainModel::gemma_layer_rest(Tape& tape, int64_t l, Var x, Var a, const std::vector<uint8_t>& decoder_rows) {
   const ModelConfig& c = config_;
-  Var a = attention_block(tape, l, rms_norm(tape, x, &need(TensorRole::AttnNorm, l), c.rms_eps), positions, layout);
   Var h = add(tape, x, rms_norm(tape, a, &need(TensorRole::PostAttnNorm, l), c.rms_eps));
-  Var m = mlp_block(tape, l, rms_norm(tape, h, &need(TensorRole::FfnNorm, l), c.rms_eps));
+  Var m = gated_mlp(tape, l, rms_norm(tape, h, &need(TensorRole::FfnNorm, l), c.rms_eps));
   if (c.is_moe()) {
     m = rms_norm(tape, m, &need(TensorRole::PostFfnNorm1, l), c.rms_eps);
     // Router input: rmsnorm_noweight(h) * scale / sqrt(hidden).
     Var router_in = scale(tape, rms_norm(tape, h, &need(TensorRole::RouterScale, l), c.rms_eps),
                           1.f / std::sqrt(float(c.hidden)));
-    Var experts = moe_block(tape, l, router_in, rms_norm(tape, h, &need(TensorRole::PreFfnNorm2, l), c.rms_eps));
+    Var experts = moe(tape, l, router_in, rms_norm(tape, h, &need(TensorRole::PreFfnNorm2, l), c.rms_eps));
     m = add(tape, m, rms_norm(tape, experts, &need(TensorRole::PostFfnNorm2, l), c.rms_eps));
   }
   Var out = add(tape, h, rms_norm(tape, m, &need(TensorRole::PostFfnNorm, l), c.rms_eps));
@@ -208,6 +207,39 @@ Var TrainModel::gemma_layer(Tape& tape, int64_t l, Var x, const std::vector<int3
   Parameter* encoder_scalar = weight(TensorRole::EncoderLayerScalar, l);
   if (!encoder_scalar) return scale_rows_by_scalar(tape, out, decoder_scalar, nullptr, {});
   return scale_rows_by_scalar(tape, out, *encoder_scalar, &decoder_scalar, decoder_rows);
+}
+
+// Stage 3, per layer: the attention output joins the residual stream, then the feed-forward sublayer:
+// Gemma 4's layer tail, or the pre-norm block's dense MLP or MoE.
+Var TrainModel::feed_forward(Tape& tape, int64_t l, Var x, Var attention_out, const std::vector<uint8_t>& decoder_rows) {
+  const ModelConfig& c = config_;
+  if (c.layer_style == LayerStyle::Gemma4) return gemma_layer_rest(tape, l, x, attention_out, decoder_rows);
+  x = add(tape, x, attention_out);
+  Var h = rms_norm(tape, x, &need(TensorRole::FfnNorm, l), c.rms_eps);
+  return add(tape, x, c.is_moe() ? moe(tape, l, h, h) : gated_mlp(tape, l, h));
+}
+
+// Stage 4: the final norm, the logits (soft-capped).
+Var TrainModel::head(Tape& tape, Var x) {
+  const ModelConfig& c = config_;
+  Var h = rms_norm(tape, x, &need(TensorRole::OutputNorm), c.rms_eps);
+  Var logits = linear(tape, h, c.tied_output ? need(TensorRole::TokenEmbd) : need(TensorRole::Output));
+  if (c.logit_softcap > 0) logits = softcap(tape, logits, c.logit_softcap);
+  return logits;
+}
+
+// Stage 1: token embeddings (scaled), learned positions, and the self-conditioning input (DiffusionGemma's
+// decoder rows, or every row of a self-conditioned model).
+Var TrainModel::embed(Tape& tape, const TokenBatch& batch, const std::vector<int32_t>& positions,
+                      const SelfConditioningInput* self_cond) {
+  const ModelConfig& c = config_;
+  Var x = embedding(tape, need(TensorRole::TokenEmbd), batch.tokens, c.embedding_scale);
+  if (Parameter* pe = weight(TensorRole::PositionEmbd)) x = add(tape, x, embedding(tape, *pe, positions));
+  if (c.has_decoder) return decoder_input(tape, x, self_cond, batch.decoder);
+  if (!self_cond) return x;
+  std::vector<int32_t> all(static_cast<size_t>(batch.rows()));
+  for (int64_t r = 0; r < batch.rows(); ++r) all[size_t(r)] = int32_t(r);
+  return add(tape, x, self_conditioning_mlp(tape, x, *self_cond, all));
 }
 
 // The self-conditioning MLP over the given rows of x: mlp(norm(softmax(logits) @ E * embedding_scale)),
@@ -300,29 +332,12 @@ Var TrainModel::forward(Tape& tape, const TokenBatch& batch, const SelfCondition
     }
   }
 
-  Var x = embedding(tape, need(TensorRole::TokenEmbd), batch.tokens, c.embedding_scale);
-  if (Parameter* pe = weight(TensorRole::PositionEmbd)) x = add(tape, x, embedding(tape, *pe, positions));
-  if (c.has_decoder) {
-    x = decoder_input(tape, x, self_cond, batch.decoder);
-  } else if (self_cond) {
-    std::vector<int32_t> all(static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r) all[size_t(r)] = int32_t(r);
-    x = add(tape, x, self_conditioning_mlp(tape, x, *self_cond, all));
-  }
+  Var x = embed(tape, batch, positions, self_cond);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const SequenceLayout& lay = c.attention_of(l).kind == AttentionKind::Sliding ? sliding_layout : layout;
-    if (c.layer_style == LayerStyle::Gemma4) {
-      x = gemma_layer(tape, l, x, positions, lay, batch.decoder);
-      continue;
-    }
-    x = add(tape, x, attention_block(tape, l, rms_norm(tape, x, &need(TensorRole::AttnNorm, l), c.rms_eps), positions, lay));
-    Var h = rms_norm(tape, x, &need(TensorRole::FfnNorm, l), c.rms_eps);
-    x = add(tape, x, c.is_moe() ? moe_block(tape, l, h, h) : mlp_block(tape, l, h));
+    x = feed_forward(tape, l, x, attention_block(tape, l, x, positions, lay), batch.decoder);
   }
-  Var h = rms_norm(tape, x, &need(TensorRole::OutputNorm), c.rms_eps);
-  Var logits = linear(tape, h, c.tied_output ? need(TensorRole::TokenEmbd) : need(TensorRole::Output));
-  if (c.logit_softcap > 0) logits = softcap(tape, logits, c.logit_softcap);
-  return logits;
+  return head(tape, x);
 }
 
 // ---- parameters ----------------------------------------------------------------------------------

@@ -101,12 +101,18 @@ class TrainModel {
   // The parameter of a role (layer -1: a global one); null when this model has none.
   Parameter* weight(TensorRole role, int64_t layer = -1);
   Parameter& need(TensorRole role, int64_t layer = -1);
-  Var attention_block(Tape& tape, int64_t layer, Var h, const std::vector<int32_t>& positions,
+  // The stages of model/forward.cpp, on the tape: embed, then per layer attention_block and feed_forward,
+  // then head.
+  Var embed(Tape& tape, const TokenBatch& batch, const std::vector<int32_t>& positions,
+            const SelfConditioningInput* self_cond);
+  Var attention_block(Tape& tape, int64_t layer, Var x, const std::vector<int32_t>& positions,
                       const SequenceLayout& layout);
-  Var mlp_block(Tape& tape, int64_t layer, Var h);
-  Var moe_block(Tape& tape, int64_t layer, Var router_in, Var expert_in);
-  Var gemma_layer(Tape& tape, int64_t layer, Var x, const std::vector<int32_t>& positions,
-                  const SequenceLayout& layout, const std::vector<uint8_t>& decoder_rows);
+  Var feed_forward(Tape& tape, int64_t layer, Var x, Var attention_out, const std::vector<uint8_t>& decoder_rows);
+  Var head(Tape& tape, Var x);
+  // Parts of the stages.
+  Var gated_mlp(Tape& tape, int64_t layer, Var h);
+  Var moe(Tape& tape, int64_t layer, Var router_in, Var expert_in);
+  Var gemma_layer_rest(Tape& tape, int64_t layer, Var x, Var attention_out, const std::vector<uint8_t>& decoder_rows);
   Var self_conditioning_mlp(Tape& tape, Var x, const SelfConditioningInput& input, const std::vector<int32_t>& rows);
   Var decoder_input(Tape& tape, Var x, const SelfConditioningInput* input, const std::vector<uint8_t>& decoder_rows);
 
