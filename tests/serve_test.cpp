@@ -435,8 +435,8 @@ TEST(ServeRouting, VerifyIsExploredThenChosenByLearnedTokensPerPass) {
   }
   const serve::CostModel c = engine.cost_model();
   EXPECT_EQ(c.verify_observations, 3);
-  EXPECT_GT(c.verify_tokens_per_pass, 0);
-  const bool verify_cheaper = c.verify_ms(12, 5, c.verify_tokens_per_pass, 1) < c.ar_ms(12, 1, 1);
+  EXPECT_GT(c.verify_tokens_per_forward, 0);
+  const bool verify_cheaper = c.verify_ms(12, 5, c.verify_tokens_per_forward, 1) < c.ar_ms(12, 1, 1);
   EXPECT_EQ(engine.route(s, 4), verify_cheaper ? serve::DecodeMode::Verify : serve::DecodeMode::Ar);
   engine.shutdown(false);
 }

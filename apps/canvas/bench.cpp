@@ -8,19 +8,19 @@
 #include <string>
 #include <vector>
 
-#include "cli/options.h"
+#include "bench/decoder_passes.h"
 #include "bench/harness.h"
 #include "bench/plot.h"
 #include "bench/stats.h"
-#include "bench/decoder_passes.h"
 #include "bench/synthetic.h"
-#include "commands.h"
-#include "device.h"
+#include "cli/options.h"
 #include "cli/output_paths.h"
+#include "commands.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "decode/text_model.h"
+#include "device.h"
 #include "model/kv_cache.h"
 
 namespace canvas::cli {

@@ -11,16 +11,16 @@
 #include <string>
 #include <vector>
 
-#include "shipped_models.h"
+#include "cli/line_editor.h"
 #include "commands.h"
 #include "core/error.h"
 #include "decode/chat_template.h"
 #include "decode/conversation.h"
 #include "decode/generation_report.h"
-#include "model/model.h"
 #include "generation_options.h"
-#include "cli/line_editor.h"
 #include "io/utf8.h"
+#include "model/model.h"
+#include "shipped_models.h"
 
 namespace canvas::cli {
 namespace {

@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "cli/options.h"
+#include "cli/output_paths.h"
+#include "cli/progress.h"
 #include "commands.h"
 #include "core/error.h"
 #include "model/convert.h"
 #include "ops/matmul.h"
-#include "cli/output_paths.h"
-#include "cli/progress.h"
 
 namespace canvas::cli {
 namespace {

@@ -4,8 +4,8 @@
 #include <string>
 
 #include "cli/options.h"
-#include "model/model.h"
 #include "decode/generation.h"
+#include "model/model.h"
 
 namespace canvas::cli {
 

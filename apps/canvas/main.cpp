@@ -10,24 +10,24 @@
 #include <thread>
 #include <vector>
 
-#include "shipped_models.h"
 #include "cli/output_paths.h"
 #include "commands.h"
-#include "device.h"
-#include "infill.h"
 #include "core/cpu.h"
 #include "core/error.h"
 #include "decode/ar.h"
 #include "decode/generation_report.h"
 #include "decode/masked.h"
 #include "decode/uniform_state.h"
+#include "device.h"
+#include "generation_options.h"
+#include "infill.h"
 #include "io/gguf.h"
 #include "io/npy.h"
 #include "io/tokenizer.h"
 #include "io/utf8.h"
 #include "model/model.h"
 #include "model/pass_logits.h"
-#include "generation_options.h"
+#include "shipped_models.h"
 
 using namespace canvas;
 using canvas::cli::Args;

@@ -5,13 +5,13 @@
 #include <string>
 
 #include "cli/options.h"
+#include "cli/output_paths.h"
+#include "cli/progress.h"
 #include "commands.h"
 #include "core/error.h"
 #include "io/gguf.h"
 #include "model/quantize.h"
 #include "ops/matmul.h"
-#include "cli/output_paths.h"
-#include "cli/progress.h"
 
 namespace canvas::cli {
 namespace {

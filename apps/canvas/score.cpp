@@ -8,14 +8,14 @@
 #include <sstream>
 
 #include "cli/options.h"
+#include "cli/progress.h"
 #include "commands.h"
-#include "device.h"
 #include "core/error.h"
 #include "decode/score.h"
+#include "decode/text_model.h"
+#include "device.h"
 #include "io/gguf.h"
 #include "io/tokenizer.h"
-#include "decode/text_model.h"
-#include "cli/progress.h"
 
 namespace canvas::cli {
 namespace {

@@ -14,7 +14,6 @@
 #include <thread>
 #include <vector>
 
-#include "shipped_models.h"
 #include "commands.h"
 #include "core/error.h"
 #include "decode/text_model.h"
@@ -23,6 +22,7 @@
 #include "model/model.h"
 #include "serve/engine.h"
 #include "serve/http_server.h"
+#include "shipped_models.h"
 
 namespace canvas::cli {
 

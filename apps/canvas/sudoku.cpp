@@ -11,12 +11,13 @@
 #include <string>
 #include <utility>
 
-#include "shipped_models.h"
+#include "cli/interrupt.h"
+#include "cli/output_paths.h"
+#include "cli/progress.h"
 #include "commands.h"
 #include "core/error.h"
 #include "model/model.h"
-#include "cli/output_paths.h"
-#include "cli/progress.h"
+#include "shipped_models.h"
 #include "train/sudoku.h"
 #include "train/sudoku_generate.h"
 #include "train/sudoku_solver.h"
@@ -217,32 +218,6 @@ std::vector<SudokuExample> read_data(const Args& args) {
   check(!data.empty(), "no puzzles in " + args.get("data", ""));
   return data;
 }
-
-// While alive, SIGINT and SIGTERM ask a long loop to stop (requested()) instead of ending the process, so
-// that it can keep what it has written whole and say how far it got.
-class InterruptRequest {
- public:
-  InterruptRequest() {
-    struct sigaction action {};
-    action.sa_handler = [](int) { requested_ = 1; };
-    sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESTART;  // writes in progress are not cut short
-    requested_ = 0;
-    sigaction(SIGINT, &action, &old_int_);
-    sigaction(SIGTERM, &action, &old_term_);
-  }
-  ~InterruptRequest() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-  InterruptRequest(const InterruptRequest&) = delete;
-  InterruptRequest& operator=(const InterruptRequest&) = delete;
-  static bool requested() { return requested_ != 0; }
-
- private:
-  static inline volatile std::sig_atomic_t requested_ = 0;
-  struct sigaction old_int_ {}, old_term_ {};
-};
 
 int sudoku_generate(int argc, char** argv) {
   if (print_help_if_asked(kSudokuGenerate, argc, argv, 3)) return 0;

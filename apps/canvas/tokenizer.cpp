@@ -5,13 +5,13 @@
 #include <string>
 
 #include "cli/options.h"
+#include "cli/output_paths.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "io/bpe_trainer.h"
 #include "io/gguf.h"
 #include "io/hf_tokenizer.h"
-#include "cli/output_paths.h"
 #include "train/corpus.h"
 
 namespace canvas::cli {

@@ -99,21 +99,21 @@ double CostModel::uniform_ms(int64_t tokens, int64_t canvas, double passes_per_c
   return double(canvases) * passes_per_canvas * pass_ms(double(load * canvas));
 }
 
-double CostModel::verify_ms(int64_t tokens, int64_t pass_rows, double tokens_per_pass, int64_t load) const {
-  return double(tokens) / std::max(tokens_per_pass, 1e-3) * pass_ms(double(load * pass_rows));
+double CostModel::verify_ms(int64_t tokens, int64_t pass_rows, double tokens_per_forward, int64_t load) const {
+  return double(tokens) / std::max(tokens_per_forward, 1e-3) * pass_ms(double(load * pass_rows));
 }
 
 std::string CostModel::describe() const {
   char buf[200];
   std::snprintf(buf, sizeof buf, "pass = %.3f ms + %.4f ms/row; threshold decoding %.2f tokens/pass", fixed_ms,
-                per_row_ms, threshold_tokens_per_pass);
+                per_row_ms, threshold_tokens_per_forward);
   std::string out = buf;
   if (uniform_passes_per_canvas > 0) {
     std::snprintf(buf, sizeof buf, "; uniform-state %.1f passes/canvas", uniform_passes_per_canvas);
     out += buf;
   }
   if (verify_observations > 0) {
-    std::snprintf(buf, sizeof buf, "; verify %.2f tokens/pass", verify_tokens_per_pass);
+    std::snprintf(buf, sizeof buf, "; verify %.2f tokens/pass", verify_tokens_per_forward);
     out += buf;
   }
   return out;

@@ -15,7 +15,7 @@ struct CostModel {
   double fixed_ms = 0, per_row_ms = 0;
   // Measured tokens committed per diffusion pass with threshold decoding (learned from finished
   // requests; 1 until one has finished).
-  double threshold_tokens_per_pass = 1;
+  double threshold_tokens_per_forward = 1;
   int64_t threshold_observations = 0;  // finished threshold-decoding requests behind that average
   // Uniform-state models (DiffusionGemma): measured denoising passes per canvas (the entropy-bound
   // sampler stops a canvas early once it is stable); 0 until a request has finished (then the
@@ -23,7 +23,7 @@ struct CostModel {
   double uniform_passes_per_canvas = 0;
   // Draft-and-verify: measured new tokens per forward pass (decoder drafts and verifying encoder passes
   // together), learned from finished verify requests.
-  double verify_tokens_per_pass = 0;
+  double verify_tokens_per_forward = 0;
   int64_t verify_observations = 0;
 
   // Times passes of 1, rows / 2 and `rows` rows (kMeasureRepeats each, the median kept) and fits the
@@ -46,10 +46,10 @@ struct CostModel {
   // Uniform-state diffusion: ceil(tokens / canvas) canvases of `passes_per_canvas` passes, each pass
   // over the whole canvas (canvas rows per request).
   double uniform_ms(int64_t tokens, int64_t canvas, double passes_per_canvas, int64_t load) const;
-  // Draft-and-verify: tokens / tokens_per_pass passes of `pass_rows` rows per request
+  // Draft-and-verify: tokens / tokens_per_forward passes of `pass_rows` rows per request
   // (Generator::verify_pass_rows: k + 1, the draft and verify passes having the same shape; or the
   // overlapped cycle's (k + 1)(k + 2)).
-  double verify_ms(int64_t tokens, int64_t pass_rows, double tokens_per_pass, int64_t load) const;
+  double verify_ms(int64_t tokens, int64_t pass_rows, double tokens_per_forward, int64_t load) const;
   std::string describe() const;
 };
 

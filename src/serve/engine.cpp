@@ -117,14 +117,14 @@ DecodeMode Engine::route(const GenerationSettings& s, int64_t prompt_tokens) con
     // are only known once some requests used it: until 3 have finished, light-load requests go to verify
     // so that it is measured (their text is AR's under greedy decoding, AR's distribution when sampled).
     if (cost.verify_observations < 3) return load == 1 ? DecodeMode::Verify : DecodeMode::Ar;
-    return cost.verify_ms(n, Generator::verify_pass_rows(s), cost.verify_tokens_per_pass, load) < ar ? DecodeMode::Verify
+    return cost.verify_ms(n, Generator::verify_pass_rows(s), cost.verify_tokens_per_forward, load) < ar ? DecodeMode::Verify
                                                                                                       : DecodeMode::Ar;
   }
   // Threshold decoding's tokens per pass is only known once some requests used it: until then, requests
   // that arrive at light load (where diffusion is the candidate) go to diffusion so that it is measured.
   if (s.threshold > 0 && cost.threshold_observations < 3 && load == 1) return DecodeMode::Diffusion;
   const int64_t block = generator_.masked_block_length(s, n, prompt_tokens);
-  const int64_t passes = s.threshold > 0 ? int64_t(std::ceil(double(n) / std::max(1.0, cost.threshold_tokens_per_pass)))
+  const int64_t passes = s.threshold > 0 ? int64_t(std::ceil(double(n) / std::max(1.0, cost.threshold_tokens_per_forward)))
                                          : (s.steps > 0 ? s.steps : n);
   return cost.diffusion_ms(n, block, passes, load) <= cost.ar_ms(n, load, ar_rows) ? DecodeMode::Diffusion
                                                                                       : DecodeMode::Ar;
@@ -240,17 +240,17 @@ void Engine::run(Job& job) {
     // Learn threshold decoding's tokens per pass for routing (a running average).
     std::lock_guard<std::mutex> engine_lock(mutex_);
     const double observed = double(job.canvas.size()) / double(job.passes);
-    cost_.threshold_tokens_per_pass = cost_.threshold_observations == 0
+    cost_.threshold_tokens_per_forward = cost_.threshold_observations == 0
                                           ? observed
-                                          : 0.8 * cost_.threshold_tokens_per_pass + 0.2 * observed;
+                                          : 0.8 * cost_.threshold_tokens_per_forward + 0.2 * observed;
     ++cost_.threshold_observations;
   }
   if (complete && request.mode == DecodeMode::Verify && job.passes > 0 && job.completion_tokens > 0) {
     // Learn draft-and-verify's tokens per pass for routing (a running average).
     std::lock_guard<std::mutex> engine_lock(mutex_);
     const double observed = double(job.completion_tokens) / double(job.passes);
-    cost_.verify_tokens_per_pass =
-        cost_.verify_observations == 0 ? observed : 0.8 * cost_.verify_tokens_per_pass + 0.2 * observed;
+    cost_.verify_tokens_per_forward =
+        cost_.verify_observations == 0 ? observed : 0.8 * cost_.verify_tokens_per_forward + 0.2 * observed;
     ++cost_.verify_observations;
   }
   if (complete && uniform && request.steps <= 0 && job.passes > 0) {

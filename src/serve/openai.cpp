@@ -265,11 +265,13 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
 }
 
 json usage_json(int64_t prompt_tokens, const Job& job) {
+  const double tokens_per_forward = job.passes > 0 ? double(job.completion_tokens) / double(job.passes) : 0.0;
   return json{{"prompt_tokens", prompt_tokens},
               {"completion_tokens", job.completion_tokens},
               {"total_tokens", prompt_tokens + job.completion_tokens},
               {"forward_passes", job.passes},
-              {"tokens_per_pass", job.passes > 0 ? double(job.completion_tokens) / double(job.passes) : 0.0}};
+              {"tokens_per_forward", tokens_per_forward},
+              {"tokens_per_pass", tokens_per_forward}};  // the older name, kept for clients that read it
 }
 
 }  // namespace canvas::serve

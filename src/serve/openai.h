@@ -42,7 +42,7 @@ struct ApiRequest {
 // Parses a request body. Unknown fields, wrong types, out-of-range values, n != 1: ApiError 400.
 ApiRequest parse_api_request(const std::string& body, bool chat);
 
-// Usage with canvas's extras: forward_passes and tokens_per_pass.
+// Usage with canvas's extras: forward_passes and tokens_per_forward (also as tokens_per_pass, its older name).
 nlohmann::json usage_json(int64_t prompt_tokens, const Job& job);
 
 }  // namespace canvas::serve

@@ -162,7 +162,7 @@ async function generate() {
     const secs = (performance.now() - t0) / 1000;
     if (usage) $("stats").textContent = `${draft ? draft.mode : ""} · done in ${secs.toFixed(2)} s · ${usage.completion_tokens} tokens · ` +
       `${(usage.completion_tokens / secs).toFixed(1)} tokens/s · ${usage.forward_passes} forward passes · ` +
-      `${usage.tokens_per_pass.toFixed(2)} tokens per forward · ${drafts} drafts drawn`;
+      `${usage.tokens_per_forward.toFixed(2)} tokens per forward · ${drafts} drafts drawn`;
     if (chat) messages.push({ role: "assistant", content: text });
     document.body.dataset.done = "1";
   } catch (e) {

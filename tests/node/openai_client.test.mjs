@@ -26,6 +26,7 @@ test("completion, not streamed", async () => {
   assert.ok(["stop", "length"].includes(r.choices[0].finish_reason));
   assert.equal(r.usage.forward_passes, 16);
   assert.ok(r.usage.tokens_per_pass > 0);
+  assert.equal(r.usage.tokens_per_forward, r.usage.tokens_per_pass);
 });
 
 test("completion, streamed: deltas add up to the non-streamed text", async () => {

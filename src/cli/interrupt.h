@@ -1,0 +1,36 @@
+// Ctrl-C for long loops that write as they go: while an InterruptRequest lives, SIGINT and SIGTERM set a
+// flag the loop polls instead of ending the process.
+#pragma once
+#include <signal.h>
+
+#include <csignal>
+
+namespace canvas::cli {
+
+// While alive, SIGINT and SIGTERM ask a long loop to stop (requested()) instead of ending the process, so
+// that it can keep what it has written whole and say how far it got.
+class InterruptRequest {
+ public:
+  InterruptRequest() {
+    struct sigaction action {};
+    action.sa_handler = [](int) { requested_ = 1; };
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;  // writes in progress are not cut short
+    requested_ = 0;
+    sigaction(SIGINT, &action, &old_int_);
+    sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~InterruptRequest() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  InterruptRequest(const InterruptRequest&) = delete;
+  InterruptRequest& operator=(const InterruptRequest&) = delete;
+  static bool requested() { return requested_ != 0; }
+
+ private:
+  static inline volatile std::sig_atomic_t requested_ = 0;
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+}  // namespace canvas::cli
