@@ -91,6 +91,13 @@ TEST(Options, HelpListsTheTable) {
 }
 
 TEST(Options, CommaLists) {
+  EXPECT_EQ(parse({"-n", "8, 16,32"}).get_int_list("n-predict", {1}), (std::vector<int64_t>{8, 16, 32}));
+  EXPECT_EQ(parse({}).get_int_list("n-predict", {1}), std::vector<int64_t>{1});
+  EXPECT_EQ(parse({"--temp", "0.5,1"}).get_float_list("temp"), (std::vector<float>{0.5f, 1.f}));
+  EXPECT_TRUE(parse({}).get_float_list("temp").empty());
+  EXPECT_THROW(parse({"-n", "8,x"}).get_int_list("n-predict", {}), Error);
+  EXPECT_THROW(parse({"-n", ","}).get_int_list("n-predict", {}), Error);
+  EXPECT_THROW(parse({"--temp", "0.5,hot"}).get_float_list("temp"), Error);
   EXPECT_EQ(split_list("81, 27,,9 "), (std::vector<std::string>{"81", "27", "9"}));
   EXPECT_EQ(split_lists({"a,b", " c ", ""}), (std::vector<std::string>{"a", "b", "c"}));
   EXPECT_EQ(parse_id_list("1,106", "--stop-ids"), (std::vector<int32_t>{1, 106}));

@@ -102,30 +102,6 @@ Reports medians over the measured steps: train_tokens_per_second, train_gflops (
 backward; norms, activations, softmax, loss and optimizer not counted), fp32_roof_gflops (median of the
 roof samples) and fraction_of_roof = train_gflops / fp32_roof_gflops.)"};
 
-std::vector<int64_t> int_list(const Args& args, const std::string& name, std::vector<int64_t> fallback) {
-  if (!args.has(name)) return fallback;
-  std::vector<int64_t> out;
-  for (const std::string& item : split_list(args.get(name, ""))) {
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    check(end != item.c_str() && *end == 0, "--" + name + ": '" + item + "' is not an integer");
-    out.push_back(v);
-  }
-  check(!out.empty(), "--" + name + " needs at least one value");
-  return out;
-}
-
-std::vector<float> float_list(const Args& args, const std::string& name) {
-  std::vector<float> out;
-  for (const std::string& item : split_list(args.get(name, ""))) {
-    char* end = nullptr;
-    const double v = std::strtod(item.c_str(), &end);
-    check(end != item.c_str() && *end == 0, "--" + name + ": '" + item + "' is not a number");
-    out.push_back(float(v));
-  }
-  return out;
-}
-
 void list_shapes() {
   std::printf("%-18s %10s %10s  %s\n", "name", "q4_0 GiB", "q8_0 GiB", "shape");
   for (const bench::SyntheticShape& s : bench::synthetic_shapes()) {
@@ -216,11 +192,11 @@ int cmd_bench(int argc, char** argv) {
   for (const std::string& cache : split_list(args.get("cache", "none,prefix,dual")))
     options.caches.push_back(parse_cache_mode(cache));
   check(!options.caches.empty(), "--cache needs at least one of none, prefix, dual");
-  options.block_lengths = int_list(args, "block-length", {32});
-  options.steps = int_list(args, "steps", {});
-  options.thresholds = float_list(args, "threshold");
+  options.block_lengths = args.get_int_list("block-length", {32});
+  options.steps = args.get_int_list("steps", {});
+  options.thresholds = args.get_float_list("threshold");
   options.threads.clear();
-  for (int64_t t : int_list(args, "threads", {0})) {
+  for (int64_t t : args.get_int_list("threads", {0})) {
     check(t >= 0 && t <= 1024, "--threads must be between 0 and 1024");
     options.threads.push_back(int(t));
   }

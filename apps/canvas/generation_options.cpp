@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "decode/canvas_frame.h"
 #include "decode/random_seed.h"
 #include "device.h"
 #include "io/input_file.h"
@@ -196,26 +197,6 @@ std::string read_prompt(const Args& args, const std::string& help_command) {
   return text;
 }
 
-std::string escape_controls(const std::string& s) {
-  std::string out;
-  for (unsigned char ch : s) {
-    switch (ch) {
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (ch < 0x20 || ch == 0x7f) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\x%02x", ch);
-          out += buf;
-        } else {
-          out += char(ch);
-        }
-    }
-  }
-  return out;
-}
-
 bool visual_enabled(const Args& args) {
   const int64_t delay = args.get_int("visual-delay", 0);
   check(delay >= 0 && delay <= 60000, "--visual-delay must be between 0 and 60000 ms");
@@ -246,28 +227,7 @@ void CanvasView::draw(const StepEvent& e) {
     signal(SIGINT, leave_screen_and_die);
     signal(SIGTERM, leave_screen_and_die);
   }
-  // Final tokens plain, this step's commits bold green, masks as shaded blocks, noise and drafts dim.
-  std::string text;
-  std::vector<uint8_t> committed(e.canvas->size(), 0);
-  for (int64_t i : e.committed)
-    if (i >= 0 && i < int64_t(committed.size())) committed[size_t(i)] = 1;
-  const int64_t final_end = e.final_end >= 0 ? e.final_end : int64_t(e.canvas->size());
-  for (size_t i = 0; i < e.canvas->size(); ++i) {
-    const int32_t id = (*e.canvas)[i];
-    if (id == mask_) {
-      text += "\x1b[2m\xE2\x96\x91\x1b[0m";
-      continue;
-    }
-    const std::string piece = tokenizer_ ? escape_controls(sanitize_utf8(tokenizer_->token_piece(id)))
-                                         : "<" + std::to_string(id) + ">";
-    if (committed[i]) text += "\x1b[1;32m" + piece + "\x1b[0m";
-    else if (int64_t(i) >= final_end) text += "\x1b[2m" + piece + "\x1b[0m";
-    else text += piece;
-  }
-  std::fprintf(stderr, "\x1b[H\x1b[J[block %lld step %lld, %lld passes] \x1b[1;32mcommitted\x1b[0m \x1b[2mnoise/draft\x1b[0m\n"
-                       "\x1b[2m%s\x1b[0m%s\n",
-               (long long)e.block, (long long)e.step, (long long)e.passes,
-               escape_controls(sanitize_utf8(prompt_)).c_str(), text.c_str());
+  std::fputs(("\x1b[H\x1b[J" + canvas_frame(e, tokenizer_, mask_, prompt_)).c_str(), stderr);
   std::fflush(stderr);
   if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
 }

@@ -35,9 +35,6 @@ TextModel load_text_model(const Args& args, const std::string& default_model, co
 // not a terminal. One trailing newline of a file or stdin is dropped. Throws when there is none.
 std::string read_prompt(const Args& args, const std::string& help_command);
 
-// Control characters and DEL as visible escapes (\n, \t, \x1b, ...), so token text cannot move the cursor.
-std::string escape_controls(const std::string& s);
-
 // Live view on stderr's alternate screen (left again by finish(), or on SIGINT / SIGTERM): the prompt
 // (dim), then the generated region with final tokens plain, this step's commits bold green, masked
 // positions as shaded blocks and noise or drafts dim (control characters escaped), redrawn every step,

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <sstream>
 #include <thread>
+#include <type_traits>
 
 #include "core/error.h"
 
@@ -261,6 +262,35 @@ double Args::get_float(const std::string& name, double fallback) const {
   check(errno == 0 && end != text.c_str() && *end == 0,
         "option " + name + ": '" + text + "' is not a number");
   return v;
+}
+
+namespace {
+
+// The items of a comma-separated option value as numbers (strtoll or strtod); Error names the bad item.
+template <class T>
+std::vector<T> parse_numbers(const std::string& name, const std::string& text) {
+  constexpr bool kInteger = std::is_integral_v<T>;
+  std::vector<T> out;
+  for (const std::string& item : split_list(text)) {
+    char* end = nullptr;
+    errno = 0;
+    const T v = kInteger ? T(std::strtoll(item.c_str(), &end, 10)) : T(std::strtod(item.c_str(), &end));
+    check(errno == 0 && end != item.c_str() && *end == 0,
+          "--" + name + ": '" + item + "' is not " + (kInteger ? "an integer" : "a number"));
+    out.push_back(v);
+  }
+  check(!out.empty(), "--" + name + " needs at least one value");
+  return out;
+}
+
+}  // namespace
+
+std::vector<int64_t> Args::get_int_list(const std::string& name, std::vector<int64_t> fallback) const {
+  return has(name) ? parse_numbers<int64_t>(name, get(name, "")) : fallback;
+}
+
+std::vector<float> Args::get_float_list(const std::string& name, std::vector<float> fallback) const {
+  return has(name) ? parse_numbers<float>(name, get(name, "")) : fallback;
 }
 
 std::vector<std::string> split_list(const std::string& text) {

@@ -47,6 +47,10 @@ class Args {
   std::vector<std::string> get_all(const std::string& name) const;              // every value, in order
   int64_t get_int(const std::string& name, int64_t fallback) const;
   double get_float(const std::string& name, double fallback) const;
+  // A comma-separated list of numbers ("--steps 8,16,32"): `fallback` when the option is absent; an item that
+  // is not a number, or a list without items, is an Error.
+  std::vector<int64_t> get_int_list(const std::string& name, std::vector<int64_t> fallback) const;
+  std::vector<float> get_float_list(const std::string& name, std::vector<float> fallback = {}) const;
   const std::vector<std::string>& positional() const { return positional_; }
 
  private:

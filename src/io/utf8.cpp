@@ -1,5 +1,7 @@
 #include "io/utf8.h"
 
+#include <cstdio>
+
 namespace canvas {
 
 void append_utf8(std::string& out, uint32_t cp) {
@@ -52,6 +54,26 @@ size_t decode_utf8(std::string_view s, size_t i, uint32_t& cp) {
   }
   cp = kInvalidCodePoint;
   return 1;
+}
+
+std::string escape_controls(std::string_view s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    switch (ch) {
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (ch < 0x20 || ch == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+          out += buf;
+        } else {
+          out += char(ch);
+        }
+    }
+  }
+  return out;
 }
 
 std::string sanitize_utf8(std::string_view s) {

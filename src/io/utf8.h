@@ -31,6 +31,9 @@ inline size_t utf8_length(std::string_view s, size_t i) {
 // Bytes that are not valid UTF-8 become U+FFFD (for terminals and JSON).
 std::string sanitize_utf8(std::string_view s);
 
+// Control characters written visibly for a one-line view: \n, \t, \r, and \xNN for the others (and DEL).
+std::string escape_controls(std::string_view s);
+
 // The length of the longest prefix of `text` that does not end inside an unfinished multi-byte character
 // (a byte-level model's text streamed token by token can stop mid-character).
 size_t complete_utf8_prefix(std::string_view text);
