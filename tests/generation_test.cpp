@@ -194,6 +194,38 @@ TEST(Conversation, SavedConversationLoadsBack) {
   std::remove(path.c_str());
 }
 
+// chat's slash commands on the session: /system replaces or removes the system prompt (which /reset keeps),
+// /save and /load round-trip, a failed /load keeps the conversation, /exit ends the chat, others give help.
+TEST(Conversation, ChatSessionCommands) {
+  ChatSession session("Be brief.");
+  EXPECT_EQ(session.first_turn(), 1u);
+  session.messages().push_back({"user", "hi"});
+  session.messages().push_back({"assistant", "hello"});
+  EXPECT_EQ(session.command("/reset").text, "[conversation reset]");
+  ASSERT_EQ(session.messages().size(), 1u);
+  EXPECT_EQ(session.messages()[0].content, "Be brief.");
+  EXPECT_EQ(session.command("/system Be kind.").text, "[system prompt set]");
+  ASSERT_EQ(session.messages().size(), 1u);
+  EXPECT_EQ(session.messages()[0].content, "Be kind.");
+  EXPECT_EQ(session.command("/system").text, "[system prompt removed]");
+  EXPECT_TRUE(session.messages().empty());
+  EXPECT_EQ(session.first_turn(), 0u);
+  session.messages().push_back({"user", "hi"});
+  const std::string path = test::temp_path("session.json");
+  EXPECT_EQ(session.command("/save " + path).text, "[saved 1 messages to " + path + "]");
+  session.command("/reset");
+  EXPECT_EQ(session.command("/load " + path).text, "[loaded 1 messages from " + path + "]");
+  ASSERT_EQ(session.messages().size(), 1u);
+  EXPECT_EQ(session.messages()[0].content, "hi");
+  EXPECT_EQ(session.command("/load /nonexistent/x.json").text.rfind("canvas chat: ", 0), 0u);
+  EXPECT_EQ(session.messages().size(), 1u);
+  EXPECT_TRUE(session.command("/quit").exit);
+  EXPECT_TRUE(session.command("/exit").exit);
+  EXPECT_FALSE(session.command("/help").exit);
+  EXPECT_EQ(session.command("/what").text.rfind("commands: /help", 0), 0u);
+  std::remove(path.c_str());
+}
+
 // A request without a seed gets a fresh one below 2^53 (JSON readers holding numbers as doubles read it back).
 TEST(Generation, RandomSeedsAreFreshAndExactInJson) {
   const uint64_t a = random_seed(), b = random_seed();

@@ -97,10 +97,7 @@ int cmd_chat(int argc, char** argv) {
   LineEditor editor(STDIN_FILENO, STDERR_FILENO);  // line editing and history on a terminal
 
   PrefixCache kept;  // K/V of the conversation's tokens, from turn to turn
-  std::vector<ChatMessage> conversation;
-  if (args.has("system")) conversation.push_back({"system", args.get("system", "")});
-  auto first_turn_of = [&] { return size_t(!conversation.empty() && conversation[0].role == "system"); };
-  size_t first_turn = first_turn_of();  // the system prompt is never dropped
+  ChatSession session(args.get("system", ""));
   // Ctrl-C while a reply is written ends that reply (the generator polls the flag before every pass).
   static std::atomic<bool> interrupted{false};
   request.cancelled = [] { return interrupted.load(); };
@@ -113,42 +110,16 @@ int cmd_chat(int argc, char** argv) {
     editor.add_history(line);
     if (line.empty()) continue;
     if (line[0] == '/') {
-      const size_t space = line.find(' ');
-      const std::string command = line.substr(0, space);
-      const std::string rest = space == std::string::npos ? "" : line.substr(space + 1);
-      if (command == "/exit" || command == "/quit") break;
-      if (command == "/reset") {
-        conversation.resize(first_turn);
-        std::fputs("[conversation reset]\n", stderr);
-      } else if (command == "/system") {
-        if (first_turn) conversation.erase(conversation.begin());
-        if (!rest.empty()) conversation.insert(conversation.begin(), {"system", rest});
-        first_turn = first_turn_of();
-        std::fputs(rest.empty() ? "[system prompt removed]\n" : "[system prompt set]\n", stderr);
-      } else if ((command == "/save" || command == "/load") && !rest.empty()) {
-        try {
-          if (command == "/save") {
-            save_conversation(conversation, rest);
-          } else {
-            conversation = load_conversation(rest);
-            first_turn = first_turn_of();
-          }
-          std::fprintf(stderr, "[%s %zu messages %s %s]\n", command == "/save" ? "saved" : "loaded", conversation.size(),
-                       command == "/save" ? "to" : "from", rest.c_str());
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "canvas chat: %s\n", e.what());
-        }
-      } else {
-        std::fputs("commands: /help, /reset, /system TEXT, /save FILE, /load FILE, /exit; Ctrl-C interrupts a reply,\n"
-                   "Ctrl-D ends the chat; start a message with a space to send a '/'\n",
-                   stderr);
-      }
+      const ChatSession::Reply reply = session.command(line);
+      if (reply.exit) break;
+      std::fprintf(stderr, "%s\n", reply.text.c_str());
       continue;
     }
+    std::vector<ChatMessage>& conversation = session.messages();
     conversation.push_back({"user", line});
     GenerationRequest turn = request;
     turn.prefix_cache = &kept;  // the conversation so far is not encoded again
-    const FittedConversation fitted = fit_conversation(generator, conversation, first_turn, turn);
+    const FittedConversation fitted = fit_conversation(generator, conversation, session.first_turn(), turn);
     if (!fitted.error.empty()) {
       std::fprintf(stderr, "canvas chat: %s; turn skipped\n", fitted.error.c_str());
       conversation.pop_back();

@@ -49,4 +49,39 @@ std::vector<ChatMessage> load_conversation(const std::string& path) {
   return loaded;
 }
 
+ChatSession::ChatSession(const std::string& system) {
+  if (!system.empty()) messages_.push_back({"system", system});
+}
+
+ChatSession::Reply ChatSession::command(const std::string& line) {
+  const size_t space = line.find(' ');
+  const std::string name = line.substr(0, space);
+  const std::string rest = space == std::string::npos ? "" : line.substr(space + 1);
+  Reply reply;
+  if (name == "/exit" || name == "/quit") {
+    reply.exit = true;
+  } else if (name == "/reset") {
+    messages_.resize(first_turn());
+    reply.text = "[conversation reset]";
+  } else if (name == "/system") {
+    if (first_turn()) messages_.erase(messages_.begin());
+    if (!rest.empty()) messages_.insert(messages_.begin(), {"system", rest});
+    reply.text = rest.empty() ? "[system prompt removed]" : "[system prompt set]";
+  } else if ((name == "/save" || name == "/load") && !rest.empty()) {
+    try {
+      if (name == "/save") save_conversation(messages_, rest);
+      else messages_ = load_conversation(rest);
+      reply.text = "[" + std::string(name == "/save" ? "saved " : "loaded ") + std::to_string(messages_.size()) +
+                   " messages " + (name == "/save" ? "to " : "from ") + rest + "]";
+    } catch (const std::exception& e) {
+      reply.text = std::string("canvas chat: ") + e.what();
+    }
+  } else {
+    reply.text =
+        "commands: /help, /reset, /system TEXT, /save FILE, /load FILE, /exit; Ctrl-C interrupts a reply,\n"
+        "Ctrl-D ends the chat; start a message with a space to send a '/'";
+  }
+  return reply;
+}
+
 }  // namespace canvas

@@ -28,4 +28,27 @@ FittedConversation fit_conversation(const Generator& generator, std::vector<Chat
 void save_conversation(const std::vector<ChatMessage>& conversation, const std::string& path);
 std::vector<ChatMessage> load_conversation(const std::string& path);
 
+// A chat session's conversation: an optional system prompt (always first, never dropped by
+// fit_conversation) and the turns after it, with the REPL's slash commands.
+class ChatSession {
+ public:
+  explicit ChatSession(const std::string& system = "");
+  std::vector<ChatMessage>& messages() { return messages_; }
+  const std::vector<ChatMessage>& messages() const { return messages_; }
+  // Where the turns start: 1 with a system prompt, else 0 (fit_conversation's first_turn).
+  size_t first_turn() const { return size_t(!messages_.empty() && messages_[0].role == "system"); }
+
+  struct Reply {
+    bool exit = false;  // /exit or /quit
+    std::string text;   // what to tell the user (a confirmation, the help, or why /save or /load failed)
+  };
+  // A line starting with '/': /reset (keeps the system prompt), /system TEXT (sets it; no TEXT removes it),
+  // /save FILE, /load FILE (save_conversation / load_conversation; a failure leaves the conversation as
+  // it was), /exit, /quit; anything else gives the help.
+  Reply command(const std::string& line);
+
+ private:
+  std::vector<ChatMessage> messages_;
+};
+
 }  // namespace canvas
