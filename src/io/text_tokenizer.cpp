@@ -1,7 +1,6 @@
 // The tokenizer picker and the common interface over Tokenizer, HfTokenizer and SpmTokenizer.
 #include "io/text_tokenizer.h"
 
-
 #include "core/error.h"
 #include "io/bpe_json.h"
 #include "io/gguf.h"
