@@ -85,7 +85,13 @@ TEST(CliTables, HelpListsEveryOptionOfTheTableAndTheParserAcceptsIt) {
     std::set<std::string> shown;
     for (const Listed& l : listed) shown.insert(l.spelling);
     EXPECT_EQ(shown, c.flags) << c.invocation << " --help:\n" << help.output;
-    // Each spelling --help shows is one the parser knows: parsing gets past it to the next option.
+    // Each spelling --help shows is one the parser knows: parsing gets past it to the unknown option after
+    // it. All of them in one run first (the parser stops at the first option it does not know); where that
+    // run ends elsewhere (an option such as bench's --train hands the rest to another command), one by one.
+    std::string all = c.invocation;
+    for (const Listed& l : listed) all += " " + l.spelling + (l.takes_value ? " 1" : "");
+    const auto combined = run_canvas(all + " --zzzzzzzz </dev/null");
+    if (combined.exit_code == 1 && combined.output.find("unknown option --zzzzzzzz") != std::string::npos) continue;
     for (const Listed& l : listed) {
       const std::string args = c.invocation + " " + l.spelling + (l.takes_value ? " 1" : "") + " --zzzzzzzz";
       const auto r = run_canvas(args + " </dev/null");
