@@ -92,6 +92,37 @@ TEST(ServeModels, ExpandModelPathsListsADirectorysModels) {
   EXPECT_THROW(serve::expand_model_paths({dir.path("empty")}), Error);
 }
 
+// A served model's engine gets the model's own tokenizer, chat format and cost-model file; a default mode
+// the model cannot decode is refused.
+TEST(ServeModels, StartServedModelGivesTheEngineTheModelsOwnParts) {
+  test::TempDir dir;
+  ThreadPool pool(1);
+  const std::string path = test::source_path("models/text-ar.gguf");
+  serve::ServeSetup setup;
+  setup.engine.parallel = 1;
+  setup.cost_model_file = dir.path("costs.json");
+  setup.models = 2;
+  serve::ServedModel served{"text-ar-chat", "text-ar-chat.gguf", nullptr, false};
+  auto m = serve::start_served_model(TextModel::from(Model::load(path), path), path, served, setup, &pool);
+  ASSERT_NE(served.engine, nullptr);
+  EXPECT_EQ(served.engine, m->engine.get());
+  EXPECT_TRUE(served.chat);  // by its name
+  EXPECT_EQ(m->engine->options().tokenizer, &m->text.tokenizer);
+  EXPECT_EQ(m->engine->options().chat, &m->text.chat);
+  EXPECT_EQ(m->engine->options().cost_model_file, dir.path("costs.text-ar-chat.json"));
+  m->engine->shutdown(true);
+
+  setup.engine.default_mode = serve::DecodeMode::Diffusion;
+  setup.cost_model_file.clear();
+  serve::ServedModel plain{"text-ar", "text-ar.gguf", nullptr, false};
+  try {
+    serve::start_served_model(TextModel::from(Model::load(path), path), path, plain, setup, &pool);
+    ADD_FAILURE() << "an AR model was served with --mode diffusion";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot decode by diffusion"), std::string::npos) << e.what();
+  }
+}
+
 // The model a log line names for each request, in order.
 std::vector<std::string> logged_models(const std::string& log) {
   std::vector<std::string> out;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <set>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -146,6 +147,33 @@ TEST(SudokuSolver, EvalFiguresAndJsonRowOfATally) {
             "\"rows_per_puzzle\": 100.000, \"ms_per_puzzle\": 2.500, \"search\": 5, \"backtracks_per_puzzle\": 0.500, "
             "\"propagate\": true, \"propagated_per_puzzle\": 2.000, \"guess\": \"confident\", \"uniform\": false}");
   EXPECT_NE(sudoku_eval_json_row("all", "ar", s, false, t).find("\"steps\": 27,"), std::string::npos);
+}
+
+// eval's list items: passes, a threshold, a beam width or a number of views (with the views' threshold),
+// each shown in the table's steps column as it was asked for.
+TEST(SudokuSolver, EvalSettingsAndTheirLabels) {
+  struct Case {
+    std::string setting;
+    float views_threshold;
+    std::string label;
+    int64_t steps, beam, views;
+    float threshold;
+  };
+  const Case cases[] = {{"27", 0, "27", 27, 0, 0, 0},
+                        {"t=0.9", 0, "t=0.9", 81, 0, 0, 0.9f},
+                        {"b=4", 0, "b=4", 81, 4, 0, 0},
+                        {"v=8", 0.95f, "v=8,t=0.95", 81, 0, 8, 0.95f}};
+  for (const Case& c : cases) {
+    SudokuSolverSettings s;
+    apply_sudoku_eval_setting(c.setting, c.views_threshold, s);
+    EXPECT_EQ(sudoku_eval_setting_label(c.setting, s), c.label);
+    EXPECT_EQ(std::make_tuple(s.steps, s.beam, s.views), std::make_tuple(c.steps, c.beam, c.views)) << c.setting;
+    EXPECT_FLOAT_EQ(s.threshold, c.threshold) << c.setting;
+  }
+  for (const char* bad : {"t=0", "t=1.5", "b=0", "v=65", "x", "t=", "0"}) {
+    SudokuSolverSettings b;
+    EXPECT_THROW(apply_sudoku_eval_setting(bad, 0.9f, b), Error) << bad;
+  }
 }
 
 // probe_sudoku scores every blank cell of every state along a singles path: the groups' cells add up to

@@ -107,12 +107,6 @@ std::vector<std::string> model_paths(const Args& args) {
   return files.paths;
 }
 
-// A loaded model and the engine that serves it (kept at one address: the engine refers to the model).
-struct ServedText {
-  TextModel text;
-  std::unique_ptr<serve::Engine> engine;
-};
-
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
@@ -131,16 +125,19 @@ int cmd_serve(int argc, char** argv) {
   serve::check_unique_ids(served_models, model_files);
   const int64_t port = args.get_int("port", 8080);
   check(port >= 0 && port <= 65535, "--port must be between 0 and 65535");
-  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
-  serve::EngineOptions engine_options;
-  engine_options.parallel = args.get_int("parallel", std::max<int64_t>(4, 2 * cores));
+  serve::ServeSetup setup;
+  setup.cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  setup.models = model_files.size();
+  setup.device = args.get("device", "cpu");
+  serve::EngineOptions& engine_options = setup.engine;
+  engine_options.parallel = args.get_int("parallel", std::max<int64_t>(4, 2 * setup.cores));
   engine_options.queue = args.get_int("queue", 64);
   check(engine_options.parallel >= 1 && engine_options.parallel <= 1024,
         "--parallel must be between 1 and 1024");
   check(engine_options.queue >= 0 && engine_options.queue <= 100000, "--queue must be between 0 and 100000");
   engine_options.default_mode = serve::parse_decode_mode(args.get("mode", "auto"));
-  const std::string cost_model_file = args.get("cost-model", "");
-  check(!args.has("cost-model") || !cost_model_file.empty(), "--cost-model needs a file name");
+  setup.cost_model_file = args.get("cost-model", "");
+  check(!args.has("cost-model") || !setup.cost_model_file.empty(), "--cost-model needs a file name");
   check(!args.has("api-key") || !args.get("api-key", "").empty(), "--api-key must not be empty");
 
   // Signals go to one thread that waits for them (blocked here before any other thread starts).
@@ -183,7 +180,7 @@ int cmd_serve(int argc, char** argv) {
 
   // One pool of compute threads for every model's passes (callers on several threads take turns).
   auto pool = std::make_unique<ThreadPool>(0);
-  std::vector<std::unique_ptr<ServedText>> loaded_models;
+  std::vector<std::unique_ptr<serve::ServedText>> loaded_models;
   auto stop_engines = [&] {
     for (auto& m : loaded_models)
       if (m->engine) m->engine->shutdown(true);
@@ -195,35 +192,20 @@ int cmd_serve(int argc, char** argv) {
       serve::ServedModel& served = served_models[i];
       Model loaded = Model::load(path);
       if (args.has("check-weights")) check_all_weights(loaded, path);
-      use_device(loaded, args.get("device", "cpu"));
-      auto m = std::make_unique<ServedText>(ServedText{TextModel::from(std::move(loaded), path), nullptr});
+      use_device(loaded, setup.device);
+      auto m = serve::start_served_model(TextModel::from(std::move(loaded), path), path, served, setup, pool.get());
       const ModelConfig& c = m->text.model.config;
-      serve::EngineOptions model_options = engine_options;
-      model_options.tokenizer = &m->text.tokenizer;
-      model_options.chat = &m->text.chat;
-      model_options.defaults = m->text.defaults;
-      if (!cost_model_file.empty()) {
-        model_options.cost_model_file = serve::cost_model_file_for(cost_model_file, served.id, model_files.size());
-        model_options.cost_model_key = serve::cost_model_key(path, cores, args.get("device", "cpu"));
-      }
-      m->engine = std::make_unique<serve::Engine>(m->text.model, pool.get(), model_options);
       const serve::Engine& engine = *m->engine;
-      check(engine.has_diffusion() || engine_options.default_mode != serve::DecodeMode::Diffusion,
-            "--mode diffusion: model " + served.id + " ('" + c.arch + "') cannot decode by diffusion");
-      check(engine.has_ar() || engine_options.default_mode != serve::DecodeMode::Ar,
-            "--mode ar: model " + served.id + " ('" + c.arch + "') cannot decode autoregressively");
-      served.engine = m->engine.get();
-      served.chat = m->text.chat.model_has_template || serve::is_chat_model_name(served.id);
+      const std::string& cost_file = engine.options().cost_model_file;
       std::fprintf(
           stderr,
           "canvas serve: loaded %s (%s%s), --parallel %lld, --queue %lld, --mode %s; cost model: %s\n",
           served.id.c_str(), c.arch.c_str(), served.chat ? ", chat" : "", (long long)engine_options.parallel,
           (long long)engine_options.queue, serve::decode_mode_name(engine_options.default_mode),
           engine.cost_model().describe().c_str());
-      if (!model_options.cost_model_file.empty())
+      if (!cost_file.empty())
         std::fprintf(stderr, "canvas serve: cost model of %s %s %s\n", served.id.c_str(),
-                     engine.cost_model_stored() ? "read from" : "measured and written to",
-                     model_options.cost_model_file.c_str());
+                     engine.cost_model_stored() ? "read from" : "measured and written to", cost_file.c_str());
       loaded_models.push_back(std::move(m));
     }
     std::string ids;

@@ -387,19 +387,7 @@ int sudoku_eval(int argc, char** argv) {
       s.mode = mode;
       s.freeze = freeze;
       s.freeze_refresh = freeze_refresh;
-      if (steps_text.rfind("t=", 0) == 0) {
-        s.threshold = std::stof(steps_text.substr(2));
-        check(s.threshold > 0 && s.threshold <= 1, "--threshold values must be in (0, 1]");
-      } else if (steps_text.rfind("v=", 0) == 0) {
-        s.views = std::stoll(steps_text.substr(2));
-        check(s.views >= 1 && s.views <= 64, "--views values must be in 1..64");
-        s.threshold = views_p;
-      } else if (steps_text.rfind("b=", 0) == 0) {
-        s.beam = std::stoll(steps_text.substr(2));
-        check(s.beam >= 1 && s.beam <= 256, "--beam values must be in 1..256");
-      } else {
-        s.steps = std::stoll(steps_text);
-      }
+      apply_sudoku_eval_setting(steps_text, views_p, s);
       if (mode != "ar") s.order = parse_unmask_order(order);
       resolve_rules(args, model, s, decoder_given(args));
       resolve_search(args, s);
@@ -407,12 +395,7 @@ int sudoku_eval(int argc, char** argv) {
           evaluate_sudoku(model, data, s, &pool, [&progress] { progress.add(); });
       for (const auto& [difficulty, t] : tallies) {
         const bool by_text = s.threshold > 0 || s.beam > 0 || s.views > 0;  // these rows show their setting
-        char threshold_text[32];
-        std::snprintf(threshold_text, sizeof threshold_text, "t=%g", double(s.threshold));
-        const std::string steps_col = s.threshold > 0 && s.views == 0 ? threshold_text
-                                      : s.views > 0 && s.threshold > 0 ? steps_text + "," + threshold_text
-                                      : by_text                        ? steps_text
-                                                                       : std::to_string(s.steps);
+        const std::string steps_col = sudoku_eval_setting_label(steps_text, s);
         if (json) {
           json_rows += (json_rows.empty() ? "" : ", ") + sudoku_eval_json_row(difficulty, order, s, by_text, t);
         } else {

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "serve/cost_model.h"
 #include "serve/openai.h"
 
 namespace canvas::serve {
@@ -56,6 +57,28 @@ ModelFiles expand_model_paths(const std::vector<std::string>& values) {
     files.skipped.insert(files.skipped.end(), skipped.begin(), skipped.end());
   }
   return files;
+}
+
+std::unique_ptr<ServedText> start_served_model(TextModel text, const std::string& path, ServedModel& served,
+                                               const ServeSetup& setup, ThreadPool* pool) {
+  auto m = std::make_unique<ServedText>(ServedText{std::move(text), nullptr});
+  EngineOptions options = setup.engine;
+  options.tokenizer = &m->text.tokenizer;
+  options.chat = &m->text.chat;
+  options.defaults = m->text.defaults;
+  if (!setup.cost_model_file.empty()) {
+    options.cost_model_file = cost_model_file_for(setup.cost_model_file, served.id, setup.models);
+    options.cost_model_key = cost_model_key(path, setup.cores, setup.device);
+  }
+  m->engine = std::make_unique<Engine>(m->text.model, pool, options);
+  const std::string arch = m->text.model.config.arch;
+  check(m->engine->has_diffusion() || options.default_mode != DecodeMode::Diffusion,
+        "--mode diffusion: model " + served.id + " ('" + arch + "') cannot decode by diffusion");
+  check(m->engine->has_ar() || options.default_mode != DecodeMode::Ar,
+        "--mode ar: model " + served.id + " ('" + arch + "') cannot decode autoregressively");
+  served.engine = m->engine.get();
+  served.chat = m->text.chat.model_has_template || is_chat_model_name(served.id);
+  return m;
 }
 
 void check_unique_ids(const std::vector<ServedModel>& models, const std::vector<std::string>& paths) {

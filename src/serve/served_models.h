@@ -4,6 +4,10 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
+#include "core/thread_pool.h"
+#include "decode/text_model.h"
 #include "serve/engine.h"
 
 namespace canvas::serve {
@@ -36,6 +40,29 @@ struct ModelFiles {
   std::vector<std::string> skipped;
 };
 ModelFiles expand_model_paths(const std::vector<std::string>& values);
+
+// A served model's text model (weights, tokenizer, chat format, sampler defaults) and the engine that decodes
+// it; kept at one address, since the engine refers to the model.
+struct ServedText {
+  TextModel text;
+  std::unique_ptr<Engine> engine;
+};
+
+// What every served model's engine shares, and where its cost model is kept.
+struct ServeSetup {
+  EngineOptions engine;         // parallel, queue, default mode (the model's own fields are filled per model)
+  std::string cost_model_file;  // --cost-model ("" for none); with several models, one file each
+  size_t models = 1;            // how many models are served
+  int64_t cores = 1;            // for the cost model's key
+  std::string device = "cpu";
+};
+
+// Starts the engine of `served` over `text` (its model already on its device): the engine gets the model's
+// tokenizer, chat format and sampler defaults, and with setup.cost_model_file its own cost-model file
+// (cost_model_file_for) and key (cost_model_key). Sets served.engine and served.chat (a chat template of its
+// own, or an instruction-tuned name). Throws Error when the model cannot decode the default mode.
+std::unique_ptr<ServedText> start_served_model(TextModel text, const std::string& path, ServedModel& served,
+                                               const ServeSetup& setup, ThreadPool* pool);
 
 // Throws Error naming both files when two models share an id.
 void check_unique_ids(const std::vector<ServedModel>& models, const std::vector<std::string>& paths);

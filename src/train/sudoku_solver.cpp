@@ -182,6 +182,37 @@ double SudokuTally::rows_per_puzzle() const { return double(rows) / double(n); }
 double SudokuTally::ms_per_puzzle() const { return ms / double(n); }
 double SudokuTally::cells_per_pass() const { return double(filled) / double(std::max<int64_t>(passes, 1)); }
 
+void apply_sudoku_eval_setting(const std::string& setting, float views_threshold, SudokuSolverSettings& s) {
+  auto number = [&](size_t from) {
+    char* end = nullptr;
+    const double v = std::strtod(setting.c_str() + from, &end);
+    check(end != setting.c_str() + from && *end == 0, "sudoku eval: '" + setting + "' is not a setting");
+    return v;
+  };
+  if (setting.rfind("t=", 0) == 0) {
+    s.threshold = float(number(2));
+    check(s.threshold > 0 && s.threshold <= 1, "--threshold values must be in (0, 1]");
+  } else if (setting.rfind("v=", 0) == 0) {
+    s.views = int64_t(number(2));
+    check(s.views >= 1 && s.views <= 64, "--views values must be in 1..64");
+    s.threshold = views_threshold;
+  } else if (setting.rfind("b=", 0) == 0) {
+    s.beam = int64_t(number(2));
+    check(s.beam >= 1 && s.beam <= 256, "--beam values must be in 1..256");
+  } else {
+    s.steps = int64_t(number(0));
+    check(s.steps >= 1, "--steps values must be >= 1");
+  }
+}
+
+std::string sudoku_eval_setting_label(const std::string& setting, const SudokuSolverSettings& s) {
+  char threshold[32];
+  std::snprintf(threshold, sizeof threshold, "t=%g", double(s.threshold));
+  if (s.threshold > 0 && s.views == 0) return threshold;
+  if (s.views > 0 && s.threshold > 0) return setting + "," + threshold;
+  return s.beam > 0 || s.views > 0 ? setting : std::to_string(s.steps);
+}
+
 std::string sudoku_eval_json_row(const std::string& difficulty, const std::string& order,
                                  const SudokuSolverSettings& s, bool steps_by_setting, const SudokuTally& t) {
   char buf[768];

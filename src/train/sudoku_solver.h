@@ -88,6 +88,13 @@ std::map<std::string, SudokuTally> evaluate_sudoku(const Model& model, const std
                                                    const SudokuSolverSettings& s, ThreadPool* pool,
                                                    const std::function<void()>& on_puzzle = {});
 
+// One setting of `canvas sudoku eval`'s list, in the decoder fields of `s`: "S" (passes), "t=P" (threshold),
+// "b=W" (beam width) or "v=K" (views, committing every cell that reaches views_threshold). Throws Error for
+// a value that is not a number or out of range.
+void apply_sudoku_eval_setting(const std::string& setting, float views_threshold, SudokuSolverSettings& s);
+// The steps column of eval's table for that setting: the passes, "t=P", the setting itself, or "v=K,t=P".
+std::string sudoku_eval_setting_label(const std::string& setting, const SudokuSolverSettings& s);
+
 // One row of `canvas sudoku eval --json` as a JSON object on one line: the difficulty, the decoder settings
 // (`order` as eval names it: an unmasking order, or "ar"; steps 0 where `steps_by_setting`, a row named by its
 // threshold, beam width or views) and the tally's figures (fractions, not percentages).
