@@ -18,7 +18,6 @@
 #include "core/error.h"
 #include "decode/text_model.h"
 #include "device.h"
-#include "io/gguf.h"
 #include "model/model.h"
 #include "serve/engine.h"
 #include "serve/http_server.h"

@@ -4,10 +4,10 @@
 #include "decode/events.h"
 
 #include <algorithm>
-#include <cstdarg>
 #include <cstdio>
 #include <tuple>
 
+#include "bench/report_text.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
@@ -189,20 +189,6 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
   times.threads = pool.size();
   return times;
 }
-
-namespace {
-
-// printf onto the end of a string.
-void appendf(std::string& out, const char* format, ...) {
-  char buf[512];
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(buf, sizeof buf, format, args);
-  va_end(args);
-  out += buf;
-}
-
-}  // namespace
 
 DecoderPassReport decoder_pass_report(const DecoderPassTimes& t, const DecoderPassRun& run) {
   const std::vector<double>&plain = t.diffusion, &conditioned = t.self_cond, &streamed = t.stream, &ar = t.ar,

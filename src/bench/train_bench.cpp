@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "bench/report_text.h"
 #include "bench/roofs.h"
 #include "bench/stats.h"
 #include "core/cpu.h"
@@ -18,15 +19,6 @@ std::string load_average() {
   std::string one, five, fifteen;
   in >> one >> five >> fifteen;
   return in ? one + " " + five + " " + fifteen : "";
-}
-
-// printf into a std::string.
-template <class... T>
-std::string format(const char* pattern, T... values) {
-  const int n = std::snprintf(nullptr, 0, pattern, values...);
-  std::string out(size_t(std::max(n, 0)), '\0');
-  std::snprintf(out.data(), out.size() + 1, pattern, values...);
-  return out;
 }
 
 }  // namespace
@@ -78,25 +70,26 @@ TrainBench run_train_bench(const std::string& config_path, int64_t warmup, int64
 std::string train_bench_text(const TrainBench& b) {
   const train::TrainingTiming& t = b.timing;
   const ModelConfig& c = t.model;
-  std::string out = format("canvas bench --train %s: %d threads, %s, load average %s\n", b.config_path.c_str(),
+  std::string out;
+  appendf(out, "canvas bench --train %s: %d threads, %s, load average %s\n", b.config_path.c_str(),
                            b.threads, simd_level_name(simd_level()), b.load_before.c_str());
-  out += format("model: %lld layers, hidden %lld, %lld heads of %lld (kv %lld), ffn %lld, vocab %lld; %lld parameters, "
+  appendf(out, "model: %lld layers, hidden %lld, %lld heads of %lld (kv %lld), ffn %lld, vocab %lld; %lld parameters, "
                 "%lld matmul weights per token\n",
                 (long long)c.n_layers, (long long)c.hidden, (long long)c.n_heads, (long long)c.head_dim,
                 (long long)c.n_kv_heads, (long long)c.ffn, (long long)c.vocab, (long long)t.parameters,
                 (long long)t.matmul_weights_per_token);
-  out += format("%-6s %10s %10s %10s %12s %10s %10s\n", "step", "ms", "cpu ms", "tokens", "tokens/s", "GFLOP/s", "loss");
+  appendf(out, "%-6s %10s %10s %10s %12s %10s %10s\n", "step", "ms", "cpu ms", "tokens", "tokens/s", "GFLOP/s", "loss");
   for (size_t i = 0; i < t.step_ms.size(); ++i)
-    out += format("%-6s %10.1f %10.1f %10lld %12.0f %10.1f %10.4f\n",
+    appendf(out, "%-6s %10.1f %10.1f %10lld %12.0f %10.1f %10.4f\n",
                   (std::to_string(i + 1) + (int64_t(i) < b.warmup ? "w" : "")).c_str(), t.step_ms[i], t.step_cpu_ms[i],
                   (long long)t.step_tokens[i], double(t.step_tokens[i]) * 1000.0 / t.step_ms[i],
                   training_step_flops(t, i) / (t.step_ms[i] * 1e6), double(t.step_loss[i]));
-  out += format("median of %lld steps (w = warm-up, not counted): %.1f ms/step, %.0f tokens/s, %.1f GFLOP/s\n",
+  appendf(out, "median of %lld steps (w = warm-up, not counted): %.1f ms/step, %.0f tokens/s, %.1f GFLOP/s\n",
                 (long long)b.steps, median(b.ms), median(b.tokens_per_s), b.step_gflops);
-  out += format("fp32 FMA roof (median of %zu in-run samples, %.0f to %.0f): %.1f GFLOP/s; fraction of roof %.3f\n",
+  appendf(out, "fp32 FMA roof (median of %zu in-run samples, %.0f to %.0f): %.1f GFLOP/s; fraction of roof %.3f\n",
                 b.roof_samples.size(), *std::min_element(b.roof_samples.begin(), b.roof_samples.end()),
                 *std::max_element(b.roof_samples.begin(), b.roof_samples.end()), b.roof, b.fraction);
-  out += format("per second of CPU time (all threads): training %.1f GFLOP/s, roof %.1f GFLOP/s, ratio %.3f "
+  appendf(out, "per second of CPU time (all threads): training %.1f GFLOP/s, roof %.1f GFLOP/s, ratio %.3f "
                 "(load average after: %s)\n",
                 b.step_cpu_gflops, b.roof_cpu, b.fraction_cpu, b.load_after.c_str());
   return out;
