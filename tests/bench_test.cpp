@@ -97,8 +97,44 @@ TEST(BenchDecoderPasses, TimesTheAskedKindsOnly) {
   EXPECT_TRUE(t.diffusion.empty());
   EXPECT_TRUE(t.stream.empty());
   EXPECT_EQ(t.threads, 2);
+  // The report of a run: the timed kinds, named by its source.
+  o.modes = {"ar", "diffusion"};
+  o.repeats = 1;
+  const bench::DecoderPassReport r = bench::bench_decoder_passes(m, o, "tiny", 1234);
+  EXPECT_EQ(r.text.rfind("model: tiny, ", 0), 0u) << r.text;
+  EXPECT_EQ(r.json["passes"].size(), 3u) << r.json.dump();  // the prompt, ar and diffusion
+  EXPECT_TRUE(r.json["passes"].contains("diffusion"));
+  EXPECT_EQ(r.json["canvas"], 8);
   o.modes = {"masked"};
   EXPECT_THROW(bench::time_decoder_passes(m, o), Error);
+}
+
+// The model a bench runs: a file (cut to --layers) or a synthetic shape; one of the two, never both.
+TEST(BenchModel, FileOrSyntheticCutToItsLayers) {
+  bench::BenchModelSpec spec;
+  spec.file = test::fixture("tiny-llada.gguf");
+  spec.layers = 1;
+  bench::BenchModel file = bench::open_bench_model(spec);
+  EXPECT_EQ(file.model().config.n_layers, 1);
+  EXPECT_EQ(file.model().layers.size(), 1u);
+  EXPECT_EQ(file.info.layers_total, 2);
+  EXPECT_EQ(file.info.source, spec.file);
+  EXPECT_FALSE(file.synthetic);
+  spec.layers = 3;
+  EXPECT_THROW(bench::open_bench_model(spec), Error);
+  spec.synthetic = "llada:tiny";
+  EXPECT_THROW(bench::open_bench_model(spec), Error);  // both
+  spec.file.clear();
+  spec.layers = 0;
+  spec.type = DType::F32;
+  bench::BenchModel synthetic = bench::open_bench_model(spec);
+  ASSERT_TRUE(synthetic.synthetic);
+  EXPECT_EQ(synthetic.info.source, "synthetic llada:tiny");
+  EXPECT_EQ(synthetic.weight_bytes(), synthetic.synthetic->bytes);
+  EXPECT_EQ(&synthetic.model(), &synthetic.synthetic->model);
+  EXPECT_EQ(bench::model_footprint(synthetic.model()).weight_type, DType::F32);
+  spec.synthetic.clear();
+  EXPECT_THROW(bench::open_bench_model(spec), Error);  // neither
 }
 
 TEST(BenchStats, MedianAndPercentilesOfKnownArrays) {

@@ -153,6 +153,32 @@ TEST(Corpus, TokenizationMeasureCountsDocumentsBytesAndTokens) {
   std::remove(path.c_str());
 }
 
+// canvas tokenizer train's library half: the vocabulary is learned from the training split only, measured
+// on both splits as measure_tokenization measures them, and its GGUF keys say how it was made.
+TEST(Corpus, TokenizerTrainedOnTheTrainingSplit) {
+  test::TempDir dir;
+  const std::string corpus = dir.path("corpus.txt");
+  {
+    std::ofstream out(corpus);
+    for (const CorpusDocument& d : synthetic_documents(60)) out << d.text << "\n";
+  }
+  BpeTrainOptions o;
+  o.vocab_size = 300;
+  const train::CorpusTokenizer t = train::train_corpus_tokenizer(corpus, 0.1, o);
+  EXPECT_EQ(int64_t(t.vocab.tokens.size()), 300);
+  const train::CorpusSplit split = train::split_corpus(train::load_corpus(corpus), 0.1);
+  EXPECT_EQ(t.training_documents, int64_t(split.train.size()));
+  const HfTokenizer tokenizer = HfTokenizer::from_vocab(t.vocab);
+  EXPECT_EQ(t.train.tokens, train::measure_tokenization(split.train, tokenizer).tokens);
+  EXPECT_EQ(t.held_out.documents, int64_t(split.held_out.size()));
+  EXPECT_GT(t.held_out.documents, 0);
+  EXPECT_GT(t.stats.merges, 0);
+  ASSERT_EQ(t.metadata.size(), 4u);
+  EXPECT_EQ(t.metadata[0].first, "canvas.tokenizer.corpus");
+  EXPECT_EQ(t.metadata[0].second.to_string(), "\"" + corpus + "\"");
+  EXPECT_EQ(t.metadata[1].second.to_string(), "\"0.1\"");
+}
+
 TEST(Corpus, SourceTrainsOnTrainingDocumentsAndValidatesOnHeldOut) {
   const std::vector<CorpusDocument> docs = synthetic_documents(400);
   const std::string path = test::temp_path("corpus-source-vocab.gguf");

@@ -333,6 +333,25 @@ TEST(Gguf, ToString) {
   EXPECT_STREQ(gguf_type_name(GgufType(99)), "unknown");
 }
 
+// canvas inspect's listing: the header, each key with its type (arrays cut to max_items), every tensor with
+// its offset, and the totals.
+TEST(Gguf, ListingShowsHeaderKeysTensorsAndTotals) {
+  const auto file = GgufFile::open(test::fixture("tiny-llada.gguf"));
+  const std::string cut = gguf_listing(*file, 2);
+  EXPECT_EQ(cut.rfind("file: " + file->path() + "\nGGUF version 3, ", 0), 0u) << cut.substr(0, 200);
+  EXPECT_NE(cut.find("metadata (" + std::to_string(file->metadata().size()) + " keys):\n"), std::string::npos);
+  EXPECT_NE(cut.find("  general.architecture"), std::string::npos);
+  EXPECT_NE(cut.find("tensors (" + std::to_string(file->tensors().size()) + "):\n"), std::string::npos);
+  int64_t elements = 0;
+  for (const TensorView& t : file->tensors()) {
+    EXPECT_NE(cut.find("  " + t.name + " "), std::string::npos) << t.name;
+    elements += t.elements();
+  }
+  EXPECT_NE(cut.find("\n" + std::to_string(elements) + " parameters, "), std::string::npos);
+  EXPECT_NE(cut.find(", ...] ("), std::string::npos);  // the vocabulary, cut
+  EXPECT_GT(gguf_listing(*file, size_t(-1)).size(), cut.size());
+}
+
 TEST(Gguf, WriterRejectsBadInput) {
   TempDir dir;
   const float x[64] = {};

@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include "io/npy.h"
+#include "core/error.h"
 #include "model/model.h"
+#include "model/pass_logits.h"
 #include "test_util.h"
 
 namespace canvas {
@@ -64,6 +66,19 @@ TEST(ModelLoad, ReadsConfigFromGguf) {
   const Model moe = Model::load(test::fixture("tiny-llada-moe.gguf"));
   EXPECT_TRUE(moe.config.is_moe());
   EXPECT_EQ(moe.config.n_experts_used, 2);
+}
+
+// pass_logits (canvas logits): one row per id, and its refusals: past the context, a canvas without a
+// decoder, self-conditioning without a canvas.
+TEST(PassLogits, RowsPerIdAndRefusals) {
+  const Model model = Model::load(test::fixture("tiny-llada.gguf"));
+  ThreadPool pool(2);
+  EXPECT_EQ(pass_logits(model, {1, 2, 3}, false, nullptr, nullptr, &pool).size(), size_t(3 * model.config.vocab));
+  const std::vector<int32_t> too_long(size_t(model.config.context_length + 1), 1), canvas = {4, 5};
+  EXPECT_THROW(pass_logits(model, too_long, false, nullptr, nullptr, &pool), Error);
+  EXPECT_THROW(pass_logits(model, {1, 2}, false, &canvas, nullptr, &pool), Error);
+  const float zeros[1] = {0};
+  EXPECT_THROW(pass_logits(model, {1, 2}, false, nullptr, zeros, &pool), Error);
 }
 
 TEST(ModelLoad, NonModelFileIsAClearError) {

@@ -90,6 +90,44 @@ TEST(Options, HelpListsTheTable) {
   EXPECT_FALSE(wants_help(3, argv.data(), 2));
 }
 
+const Command kGroupA{"tool a", "canvas tool a [-n N]", "Does a.", {{"-n,--n-predict", "N", "count"}},
+                      "A's own notes."};
+const Command kGroupB{"tool b", "canvas tool b", "Does b.", {}, ""};
+int run_a(int, char**) { return 7; }
+int run_b(int, char**) { return 8; }
+
+int run_group(std::vector<std::string> words) {
+  static const CommandGroup group{"tool", "canvas tool <a|b> [options]", "Two things.",
+                                  {{&kGroupA, run_a}, {&kGroupB, run_b}}, "Group notes."};
+  words.insert(words.begin(), {"canvas", "tool"});
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  return run_command_group(group, int(argv.size()), argv.data());
+}
+
+// A command of subcommands: its help shows each subcommand's (indented, without their notes), then its own
+// notes; the dispatcher runs the named one and names the known ones for any other.
+TEST(Options, CommandGroupsHelpAndDispatch) {
+  const CommandGroup group{"tool", "canvas tool <a|b> [options]", "Two things.",
+                           {{&kGroupA, run_a}, {&kGroupB, run_b}}, "Group notes."};
+  const std::string help = format_group_help(group);
+  EXPECT_EQ(help.rfind("usage: canvas tool <a|b> [options]\n\nTwo things.\n\n  usage: canvas tool a [-n N]\n", 0), 0u)
+      << help;
+  EXPECT_NE(help.find("\n    -n, --n-predict N         count\n"), std::string::npos) << help;
+  EXPECT_NE(help.find("  usage: canvas tool b\n\n  Does b.\n"), std::string::npos) << help;
+  EXPECT_EQ(help.find("A's own notes."), std::string::npos) << help;
+  EXPECT_EQ(help.substr(help.size() - 14), "\nGroup notes.\n");
+  EXPECT_EQ(run_group({"a", "-n", "3"}), 7);
+  EXPECT_EQ(run_group({"b"}), 8);
+  try {
+    run_group({"c"});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "unknown tool command 'c' (a, b); see canvas tool --help");
+  }
+  EXPECT_EQ(join_options({{{"-a", "", "x"}}, {}, {{"-b", "", "y"}, {"-c", "", "z"}}}).size(), 3u);
+}
+
 TEST(Options, CommaLists) {
   EXPECT_EQ(parse({"-n", "8, 16,32"}).get_int_list("n-predict", {1}), (std::vector<int64_t>{8, 16, 32}));
   EXPECT_EQ(parse({}).get_int_list("n-predict", {1}), std::vector<int64_t>{1});

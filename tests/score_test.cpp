@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "decode/ar.h"
+#include "io/gguf.h"
 #include "test_util.h"
 
 namespace canvas {
@@ -63,6 +64,41 @@ TEST(Score, WindowsScoreEveryTokenOnce) {
   }
   EXPECT_EQ(calls, score_window_count(40, 16, 5) + score_window_count(40, 16, 7) + score_window_count(40, 16, 15));
   EXPECT_THROW(score_causal_windows(model, tokens, 3, 16, 16, &pool), Error);
+}
+
+// canvas score's job: the context (with BOS) is conditioned on, the text scored; without a context the
+// first text token has nothing before it, and its bytes leave the count; a long text takes windows.
+TEST(Score, TextJobScoresTheTextAfterItsContext) {
+  const Model model = Model::load(test::fixture("tiny-dream.gguf"));
+  const TextTokenizer tokenizer = TextTokenizer::from_gguf(*model.file);
+  ThreadPool pool(2);
+  const TextScoreJob job = plan_text_score(model, tokenizer, "The cat", " sat on the mat", 0);
+  const std::vector<int32_t> context = tokenizer.encode("The cat", true);
+  EXPECT_EQ(job.first, int64_t(context.size()));
+  EXPECT_EQ(job.bytes, 15);  // " sat on the mat"
+  EXPECT_EQ(job.window, model.config.context_length);
+  EXPECT_EQ(job.stride, model.config.context_length / 2);
+  EXPECT_EQ(job.windows, 1);
+  const TextScore s = score_text(model, job, &pool);
+  const SequenceScore direct = score_causal(model, job.tokens, job.first, &pool);
+  EXPECT_EQ(s.score.scored, direct.scored);
+  EXPECT_DOUBLE_EQ(s.score.nll_nats, direct.nll_nats);
+  EXPECT_EQ(s.stride, 0);  // one window
+  EXPECT_EQ(s.json().rfind("{\"tokens\": " + std::to_string(direct.scored) + ", \"bytes\": 15, ", 0), 0u) << s.json();
+
+  const TextScoreJob bare = plan_text_score(model, tokenizer, "", " sat on the mat", 0);
+  if (tokenizer.bos_id() < 0) {
+    EXPECT_EQ(bare.first, 1);
+    EXPECT_LT(bare.bytes, 15);
+  }
+  std::string long_text;
+  for (int i = 0; i < 200; ++i) long_text += " the cat sat";
+  const TextScoreJob windows = plan_text_score(model, tokenizer, "", long_text, 16);
+  EXPECT_EQ(windows.windows, score_window_count(int64_t(windows.tokens.size()), windows.window, 16));
+  EXPECT_GT(windows.windows, 1);
+  EXPECT_EQ(score_text(model, windows, &pool).stride, 16);
+  EXPECT_THROW(plan_text_score(model, tokenizer, "", long_text, model.config.context_length), Error);
+  EXPECT_THROW(plan_text_score(model, tokenizer, "", "", 0), Error);
 }
 
 TEST(Score, MaskedDiffusionModelsAreRefused) {

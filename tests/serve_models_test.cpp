@@ -50,10 +50,13 @@ TEST(ServeModels, IdsAreFileStems) {
   EXPECT_FALSE(serve::is_chat_model_name("text-dg"));
   EXPECT_FALSE(serve::is_chat_model_name("chat"));
   EXPECT_FALSE(serve::is_chat_model_name("edit"));
-  EXPECT_THROW(serve::check_unique_ids(served({{"a", false}, {"b", false}, {"a", true}}),
-                                       {"x/a.gguf", "b.gguf", "y/a.gguf"}),
-               Error);
-  EXPECT_NO_THROW(serve::check_unique_ids(served({{"a", false}, {"b", false}}), {"a.gguf", "b.gguf"}));
+  EXPECT_THROW(serve::served_models_of({"x/a.gguf", "b.gguf", "y/a.gguf"}), Error);
+  const std::vector<serve::ServedModel> two = serve::served_models_of({"x/a.gguf", "ckpt/b/config.json"});
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0].id, "a");
+  EXPECT_EQ(two[0].file_name, "a.gguf");
+  EXPECT_EQ(two[1].id, "b");
+  EXPECT_EQ(two[0].engine, nullptr);
 }
 
 TEST(ServeModels, RequestsPickTheirModel) {

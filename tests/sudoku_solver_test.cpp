@@ -147,6 +147,10 @@ TEST(SudokuSolver, EvalFiguresAndJsonRowOfATally) {
             "\"rows_per_puzzle\": 100.000, \"ms_per_puzzle\": 2.500, \"search\": 5, \"backtracks_per_puzzle\": 0.500, "
             "\"propagate\": true, \"propagated_per_puzzle\": 2.000, \"guess\": \"confident\", \"uniform\": false}");
   EXPECT_NE(sudoku_eval_json_row("all", "ar", s, false, t).find("\"steps\": 27,"), std::string::npos);
+  // The table: one header and one row of the same widths.
+  const std::string header = sudoku_eval_table_header(), row = sudoku_eval_table_row("easy", "t=0.9", "confidence", s, t);
+  EXPECT_EQ(header.size(), row.size()) << header << row;
+  EXPECT_EQ(row, "easy          t=0.9      confidence  yes        4     75.00     75.00      15.0       3.00     100.0      2.50\n");
 }
 
 // eval's list items: passes, a threshold, a beam width or a number of views (with the views' threshold),
@@ -198,6 +202,10 @@ TEST(SudokuSolver, ProbeCountsEveryStateOfTheSinglesPath) {
   ASSERT_GT(r.all[0].n, 0);
   EXPECT_GT(double(r.all[0].right) / double(r.all[0].n), 0.5);
   EXPECT_STREQ(SudokuProbe::group_name(0), "naked single");
+  const std::string report = sudoku_probe_report(r);
+  EXPECT_EQ(report.rfind("2 puzzles, " + std::to_string(states) + " states along singles paths\n", 0), 0u) << report;
+  EXPECT_NE(report.find("\nnaked single       " ), std::string::npos) << report;
+  EXPECT_NE(report.find("most probable (cell, digit) right: "), std::string::npos) << report;
   EXPECT_STREQ(SudokuProbe::group_name(8), "neither");
 }
 

@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -17,6 +16,7 @@
 #include "cli/output_paths.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "decode/text_model.h"
@@ -114,41 +114,11 @@ void list_shapes() {
   }
 }
 
-// Prints (and with --json writes) bench::time_decoder_passes's timings for a model with a decoder, and what
-// they imply for decoding at given pass counts (bench::decoder_pass_report).
-int bench_decoder_passes(const Model& model, const std::string& source, int64_t weight_bytes, int64_t prompt_tokens,
-                         int64_t canvas, int warmup, int repeats, int threads, uint64_t seed,
-                         const std::vector<std::string>& modes, int64_t draft_length, const std::string& json_path) {
-  bench::DecoderPassOptions options;
-  options.prompt_tokens = prompt_tokens;
-  options.canvas = canvas;
-  options.warmup = warmup;
-  options.repeats = repeats;
-  options.threads = threads;
-  options.seed = seed;
-  options.modes = modes;
-  options.draft_length = draft_length;
-  const bench::DecoderPassTimes t = bench::time_decoder_passes(model, options);
-  bench::DecoderPassRun run;
-  run.source = source;
-  run.layers = model.config.n_layers;
-  run.prompt_tokens = prompt_tokens;
-  run.canvas = canvas;
-  run.draft_length = draft_length;
-  run.repeats = repeats;
-  run.weight_bytes = weight_bytes;
-  run.peak_rss_mib = double(bench::peak_rss_bytes()) / 1048576.0;
-  const bench::DecoderPassReport report = bench::decoder_pass_report(t, run);
-  std::fputs(report.text.c_str(), stdout);
-  if (!json_path.empty()) {
-    std::ofstream out(json_path);
-    check(bool(out), "cannot write " + json_path);
-    out << report.json.dump(2) << "\n";
-    out.close();
-    check(bool(out), "error writing " + json_path);
-    std::fprintf(stderr, "canvas bench: wrote %s\n", json_path.c_str());
-  }
-  return 0;
+// --json FILE: the report as one JSON object.
+void write_json_report(const std::string& path, const nlohmann::json& json) {
+  if (path.empty()) return;
+  write_file(path, json.dump(2) + "\n");
+  std::fprintf(stderr, "canvas bench: wrote %s\n", path.c_str());
 }
 
 }  // namespace
@@ -165,8 +135,6 @@ int cmd_bench(int argc, char** argv) {
     list_shapes();
     return 0;
   }
-  check(args.has("model") != args.has("synthetic"),
-        "give exactly one of -m MODEL.gguf and --synthetic ARCH:SIZE; see canvas bench --help");
   const bool quick = args.has("quick");
   // Before the (possibly long) run: the files it writes at the end must not be the model it reads.
   for (const char* output : {"json", "plot"})
@@ -200,62 +168,48 @@ int cmd_bench(int argc, char** argv) {
     check(t >= 0 && t <= 1024, "--threads must be between 0 and 1024");
     options.threads.push_back(int(t));
   }
-  const int64_t layers = args.get_int("layers", 0);
-  check(layers >= 0, "--layers must not be negative");
-
-  // The model: a file (memory-mapped) or a synthetic one built here.
-  Model file_model;
-  std::unique_ptr<bench::SyntheticModel> synthetic;
-  const Model* model = nullptr;
-  bench::BenchModelInfo info;
-  if (args.has("synthetic")) {
-    const bench::SyntheticShape& shape = bench::find_synthetic_shape(args.get("synthetic", ""));
-    bench::SyntheticOptions so;
-    so.type = dtype_from_name(args.get("type", "q4_0"));
-    so.layers = layers;
-    so.seed = options.seed;
-    ThreadPool build_pool(0);
-    const double t0 = now_ms();
-    synthetic = bench::build_synthetic_model(shape, so, &build_pool);
-    std::fprintf(stderr, "canvas bench: built synthetic %s (%s, %lld of %lld layers, %.2f GiB) in %.1f s\n",
-                 shape.name.c_str(), dtype_name(so.type), (long long)synthetic->model.config.n_layers,
-                 (long long)shape.config.n_layers, double(synthetic->bytes) / 1073741824.0, (now_ms() - t0) / 1000);
-    model = &synthetic->model;
-    info.source = "synthetic " + shape.name;
-    info.layers_total = shape.config.n_layers;
-  } else {
-    check(!args.has("type"), "--type applies to --synthetic models only");
-    file_model = Model::load(args.get("model", ""));
-    info.source = args.get("model", "");
-    info.layers_total = file_model.config.n_layers;
-    if (layers > 0) {
-      check(layers <= file_model.config.n_layers, "--layers " + std::to_string(layers) + ": the model has only " +
-                                                      std::to_string(file_model.config.n_layers) + " layers");
-      file_model.layers.resize(size_t(layers));
-      file_model.config.n_layers = layers;
-    }
-    model = &file_model;
-  }
+  bench::BenchModelSpec spec;
+  spec.file = args.get("model", "");
+  spec.synthetic = args.get("synthetic", "");
+  spec.type = dtype_from_name(args.get("type", "q4_0"));
+  check(!args.has("type") || args.has("synthetic"), "--type applies to --synthetic models only");
+  spec.layers = args.get_int("layers", 0);
+  spec.seed = options.seed;
+  bench::BenchModel bench_model = bench::open_bench_model(spec);
+  const Model* model = &bench_model.model();
+  bench::BenchModelInfo& info = bench_model.info;
+  if (bench_model.synthetic)
+    std::fprintf(stderr, "canvas bench: built %s (%s, %lld of %lld layers, %.2f GiB) in %.1f s\n",
+                 info.source.c_str(), dtype_name(spec.type), (long long)model->config.n_layers,
+                 (long long)info.layers_total, double(bench_model.weight_bytes()) / 1073741824.0,
+                 bench_model.build_seconds);
 
   if (args.get("device", "cpu") != "cpu") {
-    Model* device_model = synthetic ? &synthetic->model : &file_model;
     const double t0 = now_ms();
-    use_device(*device_model, args.get("device", "cpu"));
+    use_device(bench_model.model(), args.get("device", "cpu"));
     std::fprintf(stderr, "canvas bench: weights on the device in %.1f s\n", (now_ms() - t0) / 1000);
     info.source += " on " + args.get("device", "cpu");
   }
   if (model->config.has_decoder) {
     check(!args.has("plot"), "--plot draws the grid of masked-diffusion models; a model with a decoder is timed "
                              "pass by pass: use --json FILE for its numbers");
+    bench::DecoderPassOptions passes;
     // The canvas the model is decoded with (its diffusion.canvas_length; 256, the release's, otherwise).
-    const int64_t canvas = args.has("block-length") ? options.block_lengths[0]
-                           : synthetic               ? 256
-                                                     : sampler_defaults(*model, info.source).params.canvas_length;
-    return bench_decoder_passes(*model, info.source, synthetic ? synthetic->bytes : model->weight_bytes(),
-                                options.prompt_tokens, canvas, options.warmup, options.repeats, options.threads[0],
-                                options.seed,
-                                modes.empty() ? std::vector<std::string>{"ar", "diffusion", "self-cond"} : modes,
-                                args.get_int("draft-length", 4), args.get("json", ""));
+    passes.canvas = args.has("block-length") ? options.block_lengths[0]
+                    : bench_model.synthetic  ? 256
+                                             : sampler_defaults(*model, info.source).params.canvas_length;
+    passes.prompt_tokens = options.prompt_tokens;
+    passes.warmup = options.warmup;
+    passes.repeats = options.repeats;
+    passes.threads = options.threads[0];
+    passes.seed = options.seed;
+    passes.modes = modes.empty() ? std::vector<std::string>{"ar", "diffusion", "self-cond"} : modes;
+    passes.draft_length = args.get_int("draft-length", 4);
+    const bench::DecoderPassReport report =
+        bench::bench_decoder_passes(*model, passes, info.source, bench_model.weight_bytes());
+    std::fputs(report.text.c_str(), stdout);
+    write_json_report(args.get("json", ""), report.json);
+    return 0;
   }
   for (const char* decoder_only : {"self-cond", "stream", "verify", "verify-overlap"})
     check(std::find(modes.begin(), modes.end(), decoder_only) == modes.end(),
@@ -268,15 +222,7 @@ int cmd_bench(int argc, char** argv) {
   std::fputs(bench::report_table(report).c_str(), stdout);
   std::fflush(stdout);
 
-  const std::string json_path = args.get("json", "");
-  if (!json_path.empty()) {
-    std::ofstream out(json_path);
-    check(bool(out), "cannot write " + json_path);
-    out << bench::report_json(report).dump(2) << "\n";
-    out.close();
-    check(bool(out), "error writing " + json_path);
-    std::fprintf(stderr, "canvas bench: wrote %s\n", json_path.c_str());
-  }
+  write_json_report(args.get("json", ""), bench::report_json(report));
   if (args.has("plot")) {
     bench::write_bench_plot(report, args.get("plot", ""));
     std::fprintf(stderr, "canvas bench: plotted %s\n", args.get("plot", "").c_str());

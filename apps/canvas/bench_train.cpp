@@ -1,7 +1,6 @@
 // canvas bench --train: the speed of training steps of a config's model against the fp32 FMA roof
 // measured in the same run.
 #include <cstdio>
-#include <fstream>
 #include <string>
 
 #include "bench/train_bench.h"
@@ -9,6 +8,7 @@
 #include "cli/output_paths.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "core/thread_pool.h"
 
 namespace canvas::cli {
@@ -51,11 +51,7 @@ int cmd_bench_train(int argc, char** argv) {
       bench::run_train_bench(config_path, args.get_int("warmup", 2), args.get_int("steps", 5), pool);
   std::fputs(bench::train_bench_text(b).c_str(), stdout);
   if (args.has("json")) {
-    const std::string path = args.get("json", "");
-    std::ofstream out(path);
-    check(bool(out), "--json: cannot write " + path);
-    out << bench::train_bench_json(b).dump(2) << "\n";
-    check(bool(out), "--json: error writing " + path);
+    write_file(args.get("json", ""), bench::train_bench_json(b).dump(2) + "\n");
   }
   return 0;
 }

@@ -1,16 +1,13 @@
 // canvas chat: an interactive conversation with a model, one stdin line per user turn, in the model's own
 // chat format; the conversation is re-rendered every turn and its oldest turns dropped when it outgrows
 // the context.
-#include <signal.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cstdio>
-#include <iostream>
 #include <string>
 #include <vector>
 
+#include "cli/interrupt.h"
 #include "cli/line_editor.h"
 #include "commands.h"
 #include "core/error.h"
@@ -57,8 +54,7 @@ autoregressively. The decoding options are generate's: the first turn of a chat 
 
 Command chat_command() {
   Command c = kChatHead;
-  const std::vector<Option> decoding = decoding_options();
-  c.options.insert(c.options.end(), decoding.begin(), decoding.end());
+  c.options = join_options({c.options, decoding_options()});
   return c;
 }
 const Command kChat = chat_command();
@@ -84,23 +80,15 @@ int cmd_chat(int argc, char** argv) {
   if (!notice.empty()) std::fprintf(stderr, "canvas: warning: %s\n", notice.c_str());
 
   auto pool = make_pool(args);
-  const bool visual = visual_enabled(args);
-  const bool stream = !args.has("no-stream") && !visual;  // nothing on stdout while the live view is up
-  CanvasView view(&m.tokenizer, c.mask_token, args.get_int("visual-delay", 0));
-  if (visual) request.on_step = [&](const StepEvent& e) { view.draw(e); };
-  if (stream)
-    request.on_text = [](const std::string& chunk) {
-      std::fwrite(chunk.data(), 1, chunk.size(), stdout);
-      std::fflush(stdout);
-    };
+  TerminalOutput output(args, m, "", false);
+  output.attach(request);
   const bool interactive = isatty(STDIN_FILENO);
   LineEditor editor(STDIN_FILENO, STDERR_FILENO);  // line editing and history on a terminal
 
   PrefixCache kept;  // K/V of the conversation's tokens, from turn to turn
   ChatSession session(args.get("system", ""));
   // Ctrl-C while a reply is written ends that reply (the generator polls the flag before every pass).
-  static std::atomic<bool> interrupted{false};
-  request.cancelled = [] { return interrupted.load(); };
+  request.cancelled = &InterruptRequest::requested;
   std::string line;
   while (true) {
     if (!editor.read("> ", line)) {
@@ -128,22 +116,13 @@ int cmd_chat(int argc, char** argv) {
     if (fitted.dropped > 0)
       std::fprintf(stderr, "[the conversation outgrew the context of %lld tokens: dropped the %lld oldest turn%s]\n",
                    (long long)c.context_length, (long long)fitted.dropped, fitted.dropped == 1 ? "" : "s");
-    interrupted = false;
-    struct sigaction on_interrupt {}, previous {};
-    on_interrupt.sa_handler = [](int) { interrupted = true; };
-    sigaction(SIGINT, &on_interrupt, &previous);
     GenerationOutput out;
-    try {
+    {
+      const InterruptRequest interrupt(/*sigterm_too=*/false);  // Ctrl-C ends the reply, not the chat
       out = generator.run(turn, pool.get());
-    } catch (...) {
-      sigaction(SIGINT, &previous, nullptr);
-      throw;
     }
-    sigaction(SIGINT, &previous, nullptr);
-    if (visual) view.finish();
-    if (!stream) std::fputs(sanitize_utf8(out.text).c_str(), stdout);
-    std::fputs("\n", stdout);
-    std::fflush(stdout);
+    output.close();
+    output.finish_text(sanitize_utf8(out.text));  // a terminal line, as the JSON of serve shows it
     std::fprintf(stderr, "%s%s\n", out.finish_reason == "cancelled" ? "[interrupted] " : "",
                  generation_stats_line(out, pool->size()).c_str());
     conversation.push_back({"assistant", out.text});

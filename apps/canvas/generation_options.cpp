@@ -10,9 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <thread>
 
 #include "core/error.h"
@@ -20,7 +18,6 @@
 #include "decode/random_seed.h"
 #include "device.h"
 #include "io/input_file.h"
-#include "io/utf8.h"
 
 namespace canvas::cli {
 
@@ -197,15 +194,6 @@ std::string read_prompt(const Args& args, const std::string& help_command) {
   return text;
 }
 
-bool visual_enabled(const Args& args) {
-  const int64_t delay = args.get_int("visual-delay", 0);
-  check(delay >= 0 && delay <= 60000, "--visual-delay must be between 0 and 60000 ms");
-  if (!args.has("visual")) return false;
-  if (isatty(STDERR_FILENO)) return true;
-  std::fputs("canvas: --visual ignored: stderr is not a terminal\n", stderr);
-  return false;
-}
-
 namespace {
 // The alternate screen is left on SIGINT / SIGTERM too, so that no frame stays on the user's terminal.
 std::atomic<bool> on_alternate_screen{false};
@@ -221,7 +209,28 @@ void leave_screen_and_die(int sig) {
 }
 }  // namespace
 
-void CanvasView::draw(const StepEvent& e) {
+TerminalOutput::TerminalOutput(const Args& args, const TextModel& m, std::string prompt, bool whole_text_only)
+    : tokenizer_(&m.tokenizer),
+      mask_(m.model.config.mask_token),
+      delay_ms_(args.get_int("visual-delay", 0)),
+      prompt_(std::move(prompt)) {
+  check(delay_ms_ >= 0 && delay_ms_ <= 60000, "--visual-delay must be between 0 and 60000 ms");
+  visual_ = args.has("visual") && isatty(STDERR_FILENO);
+  if (args.has("visual") && !visual_) std::fputs("canvas: --visual ignored: stderr is not a terminal\n", stderr);
+  // While the live view is on screen nothing goes to stdout: the text follows once it is gone.
+  stream_ = !whole_text_only && !args.has("no-stream") && !visual_;
+}
+
+void TerminalOutput::attach(GenerationRequest& request) {
+  if (visual_) request.on_step = [this](const StepEvent& e) { draw(e); };
+  if (stream_)
+    request.on_text = [](const std::string& chunk) {
+      std::fwrite(chunk.data(), 1, chunk.size(), stdout);
+      std::fflush(stdout);
+    };
+}
+
+void TerminalOutput::draw(const StepEvent& e) {
   if (!on_alternate_screen.exchange(true)) {
     std::fputs(kEnterScreen, stderr);
     signal(SIGINT, leave_screen_and_die);
@@ -232,13 +241,19 @@ void CanvasView::draw(const StepEvent& e) {
   if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
 }
 
-void CanvasView::finish() {
+void TerminalOutput::close() {
   if (on_alternate_screen.exchange(false)) {
     std::fputs(kLeaveScreen, stderr);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
   }
   std::fflush(stderr);
+}
+
+void TerminalOutput::finish_text(const std::string& text) {
+  if (!stream_) std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
 }
 
 }  // namespace canvas::cli

@@ -1,5 +1,5 @@
 // What generate and chat share on the command line: the decoding option table, a GenerationRequest from
-// those flags, the model as the commands load it, and the live view (the stats line and JSON of a result
+// those flags, the model as the commands load it, and the terminal output (stream or live view) (the stats line and JSON of a result
 // are decode/generation_report.h's).
 #pragma once
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include "cli/options.h"
 #include "core/thread_pool.h"
 #include "decode/events.h"
+#include "io/text_tokenizer.h"
 #include "decode/generation.h"
 #include "decode/text_model.h"
 
@@ -35,26 +36,30 @@ TextModel load_text_model(const Args& args, const std::string& default_model, co
 // not a terminal. One trailing newline of a file or stdin is dropped. Throws when there is none.
 std::string read_prompt(const Args& args, const std::string& help_command);
 
-// Live view on stderr's alternate screen (left again by finish(), or on SIGINT / SIGTERM): the prompt
-// (dim), then the generated region with final tokens plain, this step's commits bold green, masked
-// positions as shaded blocks and noise or drafts dim (control characters escaped), redrawn every step,
-// then a pause of delay_ms (the generator leaves callback time out of its speed figures).
-class CanvasView {
+// Where a run's text and canvas go on the terminal. With --visual (and stderr a terminal; otherwise a
+// notice says it is ignored) the live view on stderr's alternate screen (left again by close(), or on
+// SIGINT / SIGTERM): the prompt (dim), then the generated region with final tokens plain, this step's
+// commits bold green, masked positions as shaded blocks and noise or drafts dim (control characters
+// escaped), redrawn every step, then a pause of --visual-delay ms (the generator leaves callback time out
+// of its speed figures). Otherwise the text is streamed to stdout as it is finalised, unless --no-stream
+// or `whole_text_only` (--json: stdout holds one object; infilling prints the whole text at the end).
+class TerminalOutput {
  public:
-  CanvasView(const TextTokenizer* tokenizer, int32_t mask, int64_t delay_ms = 0, std::string prompt = "")
-      : tokenizer_(tokenizer), mask_(mask), delay_ms_(delay_ms), prompt_(std::move(prompt)) {}
-  void draw(const StepEvent& e);
-  void finish();
+  TerminalOutput(const Args& args, const TextModel& m, std::string prompt, bool whole_text_only);
+  // Sets the request's on_step (the view) or on_text (the stream).
+  void attach(GenerationRequest& request);
+  // Leaves the live view (a no-op without one).
+  void close();
+  // The reply's end: the text where it was not streamed, then a newline.
+  void finish_text(const std::string& text);
 
  private:
+  void draw(const StepEvent& e);
   const TextTokenizer* tokenizer_;
   int32_t mask_;
   int64_t delay_ms_;
   std::string prompt_;
+  bool visual_ = false, stream_ = false;
 };
-
-// --visual and --visual-delay: true when --visual is given and stderr is a terminal; says on stderr
-// that it is ignored otherwise (escape codes would land in a redirected file).
-bool visual_enabled(const Args& args);
 
 }  // namespace canvas::cli

@@ -32,11 +32,11 @@ int run_infill(const Args& args, const TextModel& m, GenerationRequest request) 
     request.json_schema = std::make_shared<const JsonTemplate>(
         compile_json_schema_text(inline_schema ? value : read_text_file(value), origin));
   }
-  CanvasView view(&m.tokenizer, m.model.config.mask_token);
-  if (args.has("visual")) request.on_step = [&](const StepEvent& e) { view.draw(e); };
+  TerminalOutput output(args, m, "", /*whole_text_only=*/true);  // holes fill anywhere: printed at the end
+  output.attach(request);
   auto pool = make_pool(args);
   const GenerationOutput out = Generator(m).run(request, pool.get());
-  if (args.has("visual")) view.finish();
+  output.close();
   const bool schema_mode = request.json_schema != nullptr;
   if (args.has("json")) {
     std::cout << infill_json(out, schema_mode) << std::endl;

@@ -1,11 +1,8 @@
 // canvas: command-line front end (generate, logits, inspect).
-#include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <new>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -14,51 +11,21 @@
 #include "commands.h"
 #include "core/cpu.h"
 #include "core/error.h"
-#include "decode/ar.h"
 #include "decode/generation_report.h"
-#include "decode/masked.h"
-#include "decode/uniform_state.h"
 #include "device.h"
 #include "generation_options.h"
 #include "infill.h"
 #include "io/gguf.h"
 #include "io/npy.h"
-#include "io/tokenizer.h"
-#include "io/utf8.h"
 #include "model/model.h"
 #include "model/pass_logits.h"
 #include "shipped_models.h"
 
 using namespace canvas;
 using canvas::cli::Args;
-using canvas::cli::CanvasView;
 using canvas::cli::make_pool;
 
 namespace {
-
-const char* kUsage = R"(canvas: a C++ engine for text-diffusion language models
-
-usage: canvas <command> [options]
-
-commands:
-  generate   generate text from a prompt (masked diffusion or autoregressive)
-  chat       talk with a model in its chat format, one line per turn on stdin
-  logits     write a model's logits for given token ids to a .npy file
-  inspect    print a GGUF file's metadata and tensor table
-  score      likelihood of a text under a left-to-right model (bits per byte)
-  tokenize   print the token ids of a text (works on vocabulary-only GGUF files); detokenize: the reverse
-  train      train a small diffusion or AR model from a config file (resumable)
-  tokenizer  train a Gemma-style BPE tokenizer on a corpus; export it as tokenizer.json; measure it
-  sudoku     generate Sudoku puzzle sets, solve puzzles with a model, evaluate solve rates
-  convert    convert a Hugging Face checkpoint (DiffusionGemma, Gemma 4, LLaDA, Dream, LLaDA-MoE, Llama) to GGUF,
-             or a GGUF back to safetensors
-  quantize   re-type a GGUF file's matrices (f16, bf16, q8_0, q4_0, ..., q6_k), reporting every fallback
-  bench      measure roofs, then AR vs diffusion decoding speed over a grid (model or synthetic)
-  serve      OpenAI-compatible HTTP server with step-level batching and a live web page
-
-Run `canvas <command> --help` or `canvas help <command>` for the options of a command;
-`canvas --version` for the version and build.
-)";
 
 const cli::Command kGenerateHead{
     "generate",
@@ -101,9 +68,7 @@ const std::vector<cli::Option> kGenerateTail{
 
 cli::Command generate_command() {
   cli::Command c = kGenerateHead;
-  const std::vector<cli::Option> decoding = cli::decoding_options();
-  c.options.insert(c.options.end(), decoding.begin(), decoding.end());
-  c.options.insert(c.options.end(), kGenerateTail.begin(), kGenerateTail.end());
+  c.options = cli::join_options({c.options, cli::decoding_options(), kGenerateTail});
   return c;
 }
 const cli::Command kGenerate = generate_command();
@@ -158,25 +123,15 @@ int cmd_generate(int argc, char** argv) {
   if (!notice.empty()) std::fprintf(stderr, "canvas: warning: %s\n", notice.c_str());
 
   auto pool = make_pool(args);
-  const bool visual = cli::visual_enabled(args);
   const bool json = args.has("json");
-  // While the live view is on screen nothing goes to stdout: the text follows once it is gone.
-  const bool stream = !json && !args.has("no-stream") && !visual;
-  CanvasView view(&m.tokenizer, m.model.config.mask_token, args.get_int("visual-delay", 0), request.text);
-  if (visual) request.on_step = [&](const StepEvent& e) { view.draw(e); };
-  if (stream)
-    request.on_text = [](const std::string& chunk) {
-      std::fwrite(chunk.data(), 1, chunk.size(), stdout);
-      std::fflush(stdout);
-    };
+  cli::TerminalOutput output(args, m, request.text, json);
+  output.attach(request);
   const GenerationOutput out = generator.run(request, pool.get());
-  if (visual) view.finish();
+  output.close();
   if (json) {
     std::cout << generation_json(out) << std::endl;
   } else {
-    if (!stream) std::fwrite(out.text.data(), 1, out.text.size(), stdout);
-    std::fputs("\n", stdout);
-    std::fflush(stdout);
+    output.finish_text(out.text);
     std::fprintf(stderr, "%s\n", generation_stats_line(out, pool->size()).c_str());
   }
   return 0;
@@ -193,17 +148,7 @@ int cmd_logits(int argc, char** argv) {
   const Model model = Model::load(args.get("model", ""));
   const ModelConfig& c = model.config;
   const std::vector<int32_t> ids = cli::parse_id_list(args.get("ids", ""), "--ids");
-  const int64_t n = int64_t(ids.size());
   const bool decoder = args.has("canvas-ids");
-  // The same bound generate enforces: positions past the context have no trained meaning (and no learned
-  // position embedding).
-  const int64_t canvas_n =
-      decoder ? int64_t(cli::parse_id_list(args.get("canvas-ids", ""), "--canvas-ids").size()) : 0;
-  check(n + canvas_n <= c.context_length,
-        std::to_string(n) + " ids" + (decoder ? " + " + std::to_string(canvas_n) + " canvas ids" : std::string()) +
-            " exceed the model's context length " + std::to_string(c.context_length));
-  check(!decoder || c.has_decoder, "--canvas-ids needs a model with a decoder (DiffusionGemma); '" + c.arch +
-                                       "' has none");
   check(decoder || !args.has("self-cond"), "--self-cond needs --canvas-ids");
   // DiffusionGemma's encoder is causal by construction; its bidirectional view is the decoder.
   const bool causal = args.has("causal") || c.causal || c.has_decoder;
@@ -221,7 +166,7 @@ int cmd_logits(int argc, char** argv) {
   }
   const std::vector<float> logits = pass_logits(model, ids, causal, decoder ? &canvas : nullptr,
                                                 args.has("self-cond") ? self_cond.data.data() : nullptr, pool.get());
-  const int64_t rows = decoder ? int64_t(canvas.size()) : n;
+  const int64_t rows = decoder ? int64_t(canvas.size()) : int64_t(ids.size());
   write_npy(args.get("out", ""), logits.data(), {rows, c.vocab});
   std::fprintf(stderr, "wrote %s: [%lld, %lld] float32 logits (%s)\n", args.get("out", "").c_str(), (long long)rows,
                (long long)c.vocab,
@@ -234,30 +179,47 @@ int cmd_inspect(int argc, char** argv) {
   if (cli::print_help_if_asked(kInspect, argc, argv)) return 0;
   Args args(kInspect, argc, argv, 2);
   check(args.positional().size() == 1, "usage: canvas inspect FILE.gguf");
-  auto file = GgufFile::open(args.positional()[0]);
-  const size_t max_items = args.has("all") ? size_t(-1) : 8;
-  std::printf("file: %s\nGGUF version %u, %llu bytes, alignment %llu, data at offset %llu\n", file->path().c_str(),
-              file->version(), (unsigned long long)file->file_size(), (unsigned long long)file->alignment(),
-              (unsigned long long)file->data_offset());
-  std::printf("\nmetadata (%zu keys):\n", file->metadata().size());
-  for (const auto& [key, value] : file->metadata()) {
-    std::string type = gguf_type_name(value.type);
-    if (value.type == GgufType::Array)
-      type += std::string("<") + gguf_type_name(value.array_type) + ">[" + std::to_string(value.array_size()) + "]";
-    std::printf("  %-44s %-22s %s\n", key.c_str(), type.c_str(), sanitize_utf8(value.to_string(max_items)).c_str());
-  }
-  int64_t total_bytes = 0, total_elements = 0;
-  std::printf("\ntensors (%zu):\n  %-40s %-6s %-26s %14s %14s\n", file->tensors().size(), "name", "dtype", "shape",
-              "bytes", "offset");
-  for (const TensorView& t : file->tensors()) {
-    const uint64_t offset = file->offset_of(t);
-    std::printf("  %-40s %-6s %-26s %14lld %14llu\n", t.name.c_str(), dtype_name(t.type), t.shape_string().c_str(),
-                (long long)t.bytes(), (unsigned long long)offset);
-    total_bytes += t.bytes();
-    total_elements += t.elements();
-  }
-  std::printf("\n%lld parameters, %.2f MiB of tensor data\n", (long long)total_elements, double(total_bytes) / 1048576.0);
+  std::fputs(gguf_listing(*GgufFile::open(args.positional()[0]), args.has("all") ? size_t(-1) : 8).c_str(), stdout);
   return 0;
+}
+
+// Every command: its name, what runs it, and its line in `canvas --help` (continued lines indented).
+struct CommandEntry {
+  const char* name;
+  int (*run)(int argc, char** argv);
+  const char* summary;
+};
+const CommandEntry kCommands[] = {
+    {"generate", cmd_generate, "generate text from a prompt (masked diffusion or autoregressive)"},
+    {"chat", cli::cmd_chat, "talk with a model in its chat format, one line per turn on stdin"},
+    {"logits", cmd_logits, "write a model's logits for given token ids to a .npy file"},
+    {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
+    {"score", cli::cmd_score, "likelihood of a text under a left-to-right model (bits per byte)"},
+    {"tokenize", cli::cmd_tokenize, "print the token ids of a text (works on vocabulary-only GGUF files)"},
+    {"detokenize", cli::cmd_detokenize, "print the text of token ids"},
+    {"train", cli::cmd_train, "train a small diffusion or AR model from a config file (resumable)"},
+    {"tokenizer", cli::cmd_tokenizer,
+     "train a Gemma-style BPE tokenizer on a corpus; export it as tokenizer.json; measure it"},
+    {"sudoku", cli::cmd_sudoku, "generate Sudoku puzzle sets, solve puzzles with a model, evaluate solve rates"},
+    {"convert", cli::cmd_convert,
+     "convert a Hugging Face checkpoint (DiffusionGemma, Gemma 4, LLaDA, Dream, LLaDA-MoE, Llama) to GGUF,\n"
+     "or a GGUF back to safetensors"},
+    {"quantize", cli::cmd_quantize, "re-type a GGUF file's matrices (f16, bf16, q8_0, q4_0, ..., q6_k), reporting every fallback"},
+    {"bench", cli::cmd_bench, "measure roofs, then AR vs diffusion decoding speed over a grid (model or synthetic)"},
+    {"serve", cli::cmd_serve, "OpenAI-compatible HTTP server with step-level batching and a live web page"},
+};
+
+std::string usage() {
+  std::string out = "canvas: a C++ engine for text-diffusion language models\n\nusage: canvas <command> [options]\n\ncommands:\n";
+  for (const CommandEntry& c : kCommands) {
+    char name[32];
+    std::snprintf(name, sizeof name, "  %-12s", c.name);
+    std::string summary = c.summary;
+    for (size_t i = 0; (i = summary.find('\n', i)) != std::string::npos; i += 15) summary.insert(i + 1, 14, ' ');
+    out += name + summary + "\n";
+  }
+  return out + "\nRun `canvas <command> --help` or `canvas help <command>` for the options of a command;\n"
+               "`canvas --version` for the version and build.\n";
 }
 
 }  // namespace
@@ -280,7 +242,7 @@ void print_version() {
 
 int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
-    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    std::fputs(usage().c_str(), argc < 2 ? stderr : stdout);
     return argc < 2 ? 1 : 0;
   }
   if (std::string(argv[1]) == "--version" || std::string(argv[1]) == "-V" || std::string(argv[1]) == "version") {
@@ -292,7 +254,7 @@ int main(int argc, char** argv) {
   std::string help_flag = "--help";
   if (std::string(argv[1]) == "help") {
     if (argc < 3) {
-      std::fputs(kUsage, stdout);
+      std::fputs(usage().c_str(), stdout);
       return 0;
     }
     help_argv = {argv[0], argv[2], help_flag.data(), nullptr};
@@ -301,26 +263,16 @@ int main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   try {
-    if (command == "generate") return cmd_generate(argc, argv);
-    if (command == "chat") return cli::cmd_chat(argc, argv);
-    if (command == "logits") return cmd_logits(argc, argv);
-    if (command == "inspect") return cmd_inspect(argc, argv);
-    if (command == "sudoku") return cli::cmd_sudoku(argc, argv);
-    if (command == "train") return cli::cmd_train(argc, argv);
-    if (command == "convert") return cli::cmd_convert(argc, argv);
-    if (command == "bench") return cli::cmd_bench(argc, argv);
-    if (command == "score") return cli::cmd_score(argc, argv);
-    if (command == "tokenize") return cli::cmd_tokenize(argc, argv);
-    if (command == "detokenize") return cli::cmd_detokenize(argc, argv);
-    if (command == "tokenizer") return cli::cmd_tokenizer(argc, argv);
-    if (command == "serve") return cli::cmd_serve(argc, argv);
-    if (command == "quantize") return cli::cmd_quantize(argc, argv);
-    const std::string suggestion = cli::unknown_option_message(command, {"generate", "chat", "logits", "inspect", "sudoku",
-                                                                         "train", "convert", "bench", "score", "quantize", "tokenizer", "serve", "tokenize", "detokenize", "help"});
+    std::vector<std::string> names{"help"};
+    for (const CommandEntry& c : kCommands) {
+      if (command == c.name) return c.run(argc, argv);
+      names.push_back(c.name);
+    }
+    const std::string suggestion = cli::unknown_option_message(command, names);
     const size_t mean = suggestion.find("did you mean");
     std::fprintf(stderr, "canvas: unknown command '%s'%s\n\n%s", command.c_str(),
                  mean == std::string::npos ? "" : ("; " + suggestion.substr(mean, suggestion.find('?') - mean + 1)).c_str(),
-                 kUsage);
+                 usage().c_str());
     return 1;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr,

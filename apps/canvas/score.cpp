@@ -1,11 +1,8 @@
 // canvas score: the negative log-likelihood of a text (or of a continuation given a prompt) under a model's
 // causal reading, in nats per token and bits per byte; text longer than the context is scored in windows.
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "cli/options.h"
 #include "cli/progress.h"
@@ -15,6 +12,7 @@
 #include "decode/text_model.h"
 #include "device.h"
 #include "io/gguf.h"
+#include "io/input_file.h"
 #include "io/tokenizer.h"
 
 namespace canvas::cli {
@@ -50,62 +48,32 @@ int cmd_score(int argc, char** argv) {
   Args args(kScore, argc, argv, 2);
   check(args.has("model"), "no model given (-m FILE.gguf); see canvas score --help");
   check(args.has("text") != args.has("file"), "give exactly one of -p TEXT and -f FILE; see canvas score --help");
-  std::string text = args.get("text", "");
-  if (args.has("file")) {
-    std::ifstream in(args.get("file", ""), std::ios::binary);
-    check(bool(in), "cannot open " + args.get("file", ""));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
-  }
+  const std::string text = args.has("file") ? read_file_bounded(args.get("file", ""), kMaxCorpusBytes, "text file",
+                                                                   "kMaxCorpusBytes")
+                                             : args.get("text", "");
   Model model = Model::load(args.get("model", ""));
   use_device(model, args.get("device", "cpu"));
   check(model.file != nullptr, "canvas score needs a GGUF model (its tokenizer is read from the file)");
   // The model's own tokenizer, either kind (byte-level BPE, or Gemma-style SentencePiece BPE).
   const TextTokenizer tokenizer = tokenizer_for_model(model, args.get("model", ""), "");
-  const std::string context = args.get("context", "");
-  std::vector<int32_t> tokens = tokenizer.encode(context, true);
-  const std::vector<int32_t> scored = tokenizer.encode(text, false);
-  check(!scored.empty(), "the text encodes to no tokens");
-  // Without a context (and without a BOS token) the first token has nothing to be predicted from.
-  int64_t first = int64_t(tokens.size());
-  int64_t skipped_bytes = 0;
-  if (first == 0) {
-    first = 1;
-    skipped_bytes = int64_t(tokenizer.decode({scored[0]}).size());
-  }
-  tokens.insert(tokens.end(), scored.begin(), scored.end());
+  const int64_t stride = args.get_int("stride", 0);
+  check(!args.has("stride") || stride >= 1, "--stride must be at least 1");
+  const TextScoreJob job = plan_text_score(model, tokenizer, args.get("context", ""), text, stride);
   ThreadPool pool(thread_count(args));
-  const int64_t n = int64_t(tokens.size());
-  const int64_t window = model.config.context_length > 0 ? model.config.context_length : n;
-  const int64_t stride = args.get_int("stride", std::max<int64_t>(1, window / 2));
-  // A window shares window - stride tokens with the one before, so that its first scored token has context.
-  check(stride >= 1 && stride < window, "--stride must be between 1 and the context length - 1 (" +
-                                            std::to_string(window - 1) + ")");
-  check(first < window, "the context (" + std::to_string(first) + " tokens) leaves no room in the model's context of " +
-                            std::to_string(window) + " tokens");
-
-  int64_t windows = 0;
   std::unique_ptr<Progress> progress;  // only when the text is scored in several windows
-  if (n > window) {
+  if (job.windows > 1) {
     std::fprintf(stderr,
-                 "[%lld tokens exceed the context of %lld: scoring in %lld windows of %lld tokens, stride %lld; each "
+                 "[%zu tokens exceed the context of %lld: scoring in %lld windows of %lld tokens, stride %lld; each "
                  "token sees at least %lld tokens before it]\n",
-                 (long long)n, (long long)window, (long long)score_window_count(n, window, stride), (long long)window,
-                 (long long)stride, (long long)std::min<int64_t>(window - stride, first));
-    progress = std::make_unique<Progress>("windows", score_window_count(n, window, stride));
+                 job.tokens.size(), (long long)job.window, (long long)job.windows, (long long)job.window,
+                 (long long)job.stride, (long long)std::min<int64_t>(job.window - job.stride, job.first));
+    progress = std::make_unique<Progress>("windows", job.windows);
   }
-  const SequenceScore total = score_causal_windows(model, tokens, first, window, stride, &pool, &windows, [&] {
+  const TextScore score = score_text(model, job, &pool, [&] {
     if (progress) progress->add();
   });
   if (progress) progress->finish();
-  const int64_t bytes = int64_t(text.size()) - skipped_bytes;
-  std::printf("{\"tokens\": %lld, \"bytes\": %lld, \"nll_nats\": %.6f, \"nats_per_token\": %.6f, \"bits_per_byte\": "
-              "%.6f, \"windows\": %lld, \"stride\": %lld}\n",
-              (long long)total.scored, (long long)bytes, total.nll_nats,
-              total.scored ? total.nll_nats / double(total.scored) : 0.0,
-              bytes > 0 ? total.nll_nats / std::log(2.0) / double(bytes) : 0.0, (long long)windows,
-              (long long)(n > window ? stride : 0));
+  std::printf("%s\n", score.json().c_str());
   return 0;
 }
 

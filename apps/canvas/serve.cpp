@@ -3,13 +3,8 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +16,7 @@
 #include "model/model.h"
 #include "serve/engine.h"
 #include "serve/http_server.h"
+#include "serve/shutdown.h"
 #include "shipped_models.h"
 
 namespace canvas::cli {
@@ -86,10 +82,6 @@ cache, mode, canvas_draft). docs/serving.md has the details and measurements.)",
     "then are cancelled (finish_reason \"cancelled\"); the process exits 0 within 5 s.\n"
     "docs/serving.md: connection limits and deadlines, threads, the Host / Origin rules."};
 
-// Shutdown: running requests may finish until kFinishMs after the signal; every connection is closed by
-// kCloseMs; the process is gone by kExitMs (a watchdog ends it there if a forward pass still runs).
-constexpr int64_t kFinishMs = 4000, kCloseMs = 4800, kExitMs = 5000;
-
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
@@ -114,14 +106,7 @@ int cmd_serve(int argc, char** argv) {
   check(args.positional().empty(),
         "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
   const std::vector<std::string> model_files = model_paths(args);
-  std::vector<serve::ServedModel> served_models;
-  for (const std::string& path : model_files) {
-    serve::ServedModel m;
-    m.id = serve::model_id_of(path);
-    m.file_name = std::filesystem::path(path).filename().string();
-    served_models.push_back(m);
-  }
-  serve::check_unique_ids(served_models, model_files);
+  std::vector<serve::ServedModel> served_models = serve::served_models_of(model_files);
   const int64_t port = args.get_int("port", 8080);
   check(port >= 0 && port <= 65535, "--port must be between 0 and 65535");
   serve::ServeSetup setup;
@@ -221,31 +206,12 @@ int cmd_serve(int argc, char** argv) {
 
     int received = 0;
     sigwait(&signals, &received);
+    const serve::ShutdownDeadlines deadlines;
     std::fprintf(stderr, "canvas serve: %s: finishing running requests (cancelled after %.0f s)\n",
-                 received == SIGTERM ? "SIGTERM" : "SIGINT", kFinishMs / 1000.0);
-    const auto signalled = std::chrono::steady_clock::now();
-    std::mutex stopped_mutex;
-    std::condition_variable stopped_cv;
-    bool stopped = false;
-    std::thread watchdog([&] {
-      std::unique_lock<std::mutex> lock(stopped_mutex);
-      if (!stopped_cv.wait_until(lock, signalled + std::chrono::milliseconds(kExitMs),
-                                 [&] { return stopped; })) {
-        std::fprintf(stderr,
-                     "canvas serve: still stopping after %.0f s (a forward pass is running); exiting now\n",
-                     kExitMs / 1000.0);
-        std::_Exit(1);
-      }
+                 received == SIGTERM ? "SIGTERM" : "SIGINT", deadlines.finish_ms / 1000.0);
+    serve::shut_down(server, http, stop_engines, deadlines, [](const std::string& line) {
+      std::fprintf(stderr, "canvas serve: %s\n", line.c_str());
     });
-    server.stop(kFinishMs, kCloseMs);
-    http.join();
-    stop_engines();
-    {
-      std::lock_guard<std::mutex> lock(stopped_mutex);
-      stopped = true;
-    }
-    stopped_cv.notify_all();
-    watchdog.join();
   } catch (...) {
     server.stop(0, 0);
     http.join();

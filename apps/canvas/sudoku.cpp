@@ -25,104 +25,71 @@
 namespace canvas::cli {
 namespace {
 
-const char* kSudokuUsage = R"(usage: canvas sudoku <generate|solve|eval|probe> [options]
+const char* kSudokuNotes = R"(MODEL defaults to the shipped masked-diffusion solver, models/sudoku-masked.gguf.
+`canvas sudoku SUBCOMMAND --help` shows one subcommand.
 
-  canvas sudoku generate -n N [--difficulty D] [--source qqwing|canvas] [--min-clues C] [-s SEED]
-      Writes N lines "PUZZLE SOLUTION DIFFICULTY" (81 digits each, 0 = blank). --source qqwing (default)
-      asks Debian's qqwing for puzzles rated D (simple, easy, intermediate, expert, any); --source canvas
-      uses canvas's own generator (unique solutions, down to --min-clues givens, default 24), rated
-      "generated". --exclude FILE (repeatable) skips puzzles present in FILE, so held-out sets never
-      overlap training data. Progress (count, rate, ETA) on stderr; Ctrl-C (SIGINT) or SIGTERM stops it
-      after the puzzle in hand: the lines written stay whole, and it says how many (exit status 130).
+The default decoder of solve and eval (models that fill the grid in place): rule-masked threshold
+decoding (threshold 0.999) with search (--search 1000). Each pass, the probabilities of the digits
+that conflict with a filled cell of the same row, column or box (givens and cells already committed)
+are set to zero and each blank cell's distribution is renormalised: the model chooses among the
+digits the Sudoku rules still allow (a cell with one digit left is certain), as constrained decoding
+masks the tokens a grammar forbids.
+Then every blank cell whose constrained probability reaches --threshold (default 0.999) is committed,
+at least one per pass; with propagation (default; --no-propagate turns it off) the same probabilities
+are renormalised again over the digits these commits leave, and cells reaching the threshold are
+committed too, until none does, before the next forward pass. The search: a pass with no cell at the
+threshold commits one guess, in a cell with the fewest digits left (--guess fewest, default; of those
+the most confident) or in the most confident cell (--guess confident); when a blank cell has no digit
+left, the decoder returns to the latest guess (no forward pass: the probabilities there are kept),
+rules out the digit it tried and decides again, at most --search N times (default 1000). --search 0
+turns it off (a committed cell stays; with --threshold 0.99 that commits the most cells per pass, and
+solves fewer puzzles: docs/training.md). --uniform replaces the model's probabilities by 1/9 each: a
+baseline showing what the rules and the search do without the model.
+--rules is on wherever it applies (diffusion mode, confidence order, no --beam or --freeze) and
+combines with --steps, --threshold and --views; --no-rules turns it off (--no-rules --steps 81 is the
+first default: one cell per pass, the model's own most probable cell and digit).
 
-  canvas sudoku solve [-m MODEL] [--mode diffusion|ar (default: ar for causal models)] [--steps S] [--algorithm A]
-                      [--threshold P] [--beam W] [--views K] [--rules|--no-rules] [--freeze] [--pretty] [-t N]
-      Reads puzzles from stdin, one per line (81 chars, '0' or '.' for blanks) or as 9-line grids, writes
-      one 81-digit solution per line (--pretty: a 9-line grid). Non-digit outputs are written as 0. A
-      puzzle whose givens contradict each other, or that has no solution, is an error (exit status 1).
-
-  canvas sudoku eval [-m MODEL] --data FILE [--mode diffusion|ar] [--steps 81,27,9]
-                     [--algorithm confidence,margin] [--threshold 0.9,0.7] [--beam 1,4] [--views 1,8]
-                     [--rules|--no-rules] [--freeze] [--limit N] [-t N] [--json]
-      Exact-solve rate and cell accuracy (over the blank cells) per difficulty, per number of
-      denoising steps (or per --threshold: commit every cell whose probability reaches it, at least one
-      per pass; or per --beam width, shown as b=W; or per --views count, v=K) and per unmasking order (AR: one row per
-      difficulty), with forward passes, cells committed per forward pass (cells_per_pass) and token
-      rows computed per puzzle, and whether the rule mask was on.
-
-  canvas sudoku probe [-m MODEL] --data FILE [--limit N] [-s SEED] [-t N]
-      How the model reads the states a cell-by-cell decoder goes through when it deduces correctly: along
-      a random singles path of each puzzle (the givens, then one naked or hidden single filled at a
-      time, with its solution digit), every blank cell of every state is scored (mean cross-entropy of
-      its solution digit, and how often it is the argmax), grouped by what decides it: a naked single,
-      a hidden single of a row, column or box (or several), or neither. Also: how often the state's most
-      probable (cell, digit) is right, over all states and over those with no naked single left (where
-      a decoder must find a hidden single). Masked-diffusion models that fill the grid in place only.
-
-  MODEL defaults to the shipped masked-diffusion solver, models/sudoku-masked.gguf.
-  `canvas sudoku SUBCOMMAND --help` lists a subcommand's options.
-
-  The default decoder of solve and eval (models that fill the grid in place): rule-masked threshold
-  decoding (threshold 0.999) with search (--search 1000). Each pass, the probabilities of the digits
-  that conflict with a filled cell of the same row, column or box (givens and cells already committed)
-  are set to zero and each blank cell's distribution is renormalised: the model chooses among the
-  digits the Sudoku rules still allow (a cell with one digit left is certain), as constrained decoding
-  masks the tokens a grammar forbids.
-  Then every blank cell whose constrained probability reaches --threshold (default 0.999) is committed,
-  at least one per pass; with propagation (default; --no-propagate turns it off) the same probabilities
-  are renormalised again over the digits these commits leave, and cells reaching the threshold are
-  committed too, until none does, before the next forward pass. The search: a pass with no cell at the
-  threshold commits one guess, in a cell with the fewest digits left (--guess fewest, default; of those
-  the most confident) or in the most confident cell (--guess confident); when a blank cell has no digit
-  left, the decoder returns to the latest guess (no forward pass: the probabilities there are kept),
-  rules out the digit it tried and decides again, at most --search N times (default 1000). --search 0
-  turns it off (a committed cell stays; with --threshold 0.99 that commits the most cells per pass, and
-  solves fewer puzzles: docs/training.md). --uniform replaces the model's probabilities by 1/9 each: a
-  baseline showing what the rules and the search do without the model.
-  --rules is on wherever it applies (diffusion mode, confidence order, no --beam or --freeze) and
-  combines with --steps, --threshold and --views; --no-rules turns it off (--no-rules --steps 81 is the
-  first default: one cell per pass, the model's own most probable cell and digit).
-
-  Diffusion options: --freeze recomputes only the blank cells and the cells committed by the previous
-  step (an approximation that cuts work per pass; see docs/performance.md); --freeze-refresh N (implies
-  --freeze) also recomputes every cell every N steps. --beam W (W > 1) searches instead: one cell per
-  pass in each of W beams, ranked by the model's log-likelihood of the cells they committed; the
-  likeliest completed grid wins (W passes per cell; no Sudoku rule is used). --views K (K >= 1) averages
-  the model over K symmetric presentations of the grid (the identity and K-1 fixed random row, column,
-  band and digit permutations and transpositions), K forward passes per pass; which cells a pass
-  commits follows the other options as without --views (the default rule mask and threshold;
-  --steps 81 for one cell per pass, --no-rules for the model's own choices).
+Diffusion options: --freeze recomputes only the blank cells and the cells committed by the previous
+step (an approximation that cuts work per pass; see docs/performance.md); --freeze-refresh N (implies
+--freeze) also recomputes every cell every N steps. --beam W (W > 1) searches instead: one cell per
+pass in each of W beams, ranked by the model's log-likelihood of the cells they committed; the
+likeliest completed grid wins (W passes per cell; no Sudoku rule is used). --views K (K >= 1) averages
+the model over K symmetric presentations of the grid (the identity and K-1 fixed random row, column,
+band and digit permutations and transpositions), K forward passes per pass; which cells a pass
+commits follows the other options as without --views (the default rule mask and threshold;
+--steps 81 for one cell per pass, --no-rules for the model's own choices).
 )";
 
 // One option table per subcommand (the overview above is `canvas sudoku --help`).
 const Option kModelOption{"-m,--model", "MODEL", "GGUF model (default: the shipped solver, models/sudoku-masked.gguf)"};
 const Option kThreadsOption{"-t,--threads", "N", "threads (default: all cores)"};
-const Option kRulesOption{"--rules", "",
-                          "the model chooses among the digits the Sudoku rules still allow (default where it applies)"};
-const Option kSearchOption{"--search", "N",
-                           "with the rule mask and a threshold: return to the latest guess at a dead end, at "
-                           "most N times (default 1000; 0: never)"};
-const Option kPropagateOption{"--propagate", "",
-                              "with the search: after a pass's commits, commit every cell that the kept probabilities, "
-                              "renormalised over the digits the rules then allow, put at or above the threshold, "
-                              "again and again before the next pass (default with the search)"};
-const Option kNoPropagateOption{"--no-propagate", "", "with the search: one set of commits per forward pass"};
-const Option kGuessOption{"--guess", "RULE",
-                          "with the search, where a guess goes: fewest (a cell with the fewest digits left, the "
-                          "most confident of those; default) | confident (the most confident cell)"};
-const Option kUniformOption{"--uniform", "",
-                            "baseline: every digit equally likely instead of the model's probabilities (what the "
-                            "rules and the search do alone; the passes still run)"};
-const Option kNoRulesOption{"--no-rules", "", "the model's own choices, no rule mask (with --steps 81: the old greedy default)"};
-const Option kFreezeOption{"--freeze", "", "recompute only blank cells and those committed by the previous step"};
-const Option kFreezeRefreshOption{"--freeze-refresh", "N", "with --freeze (implied): recompute every cell every N steps"};
+// The rule mask, the search and --freeze: the same in solve and eval.
+const std::vector<Option> kRuleOptions{
+    {"--rules", "", "the model chooses among the digits the Sudoku rules still allow (default where it\n"
+                    "applies)"},
+    {"--no-rules", "", "the model's own choices, no rule mask (with --steps 81: the old greedy default)"},
+    {"--search", "N", "with the rule mask and a threshold: return to the latest guess at a dead end, at\n"
+                      "most N times (default 1000; 0: never)"},
+    {"--propagate", "", "with the search: after a pass's commits, commit every cell that the kept\n"
+                        "probabilities, renormalised over the digits the rules then allow, put at or above\n"
+                        "the threshold, again and again before the next pass (default with the search)"},
+    {"--no-propagate", "", "with the search: one set of commits per forward pass"},
+    {"--guess", "RULE", "with the search, where a guess goes: fewest (a cell with the fewest digits left,\n"
+                        "the most confident of those; default) | confident (the most confident cell)"},
+    {"--uniform", "", "baseline: every digit equally likely instead of the model's probabilities (what\n"
+                      "the rules and the search do alone; the passes still run)"},
+    {"--freeze", "", "recompute only blank cells and those committed by the previous step"},
+    {"--freeze-refresh", "N", "with --freeze (implied): recompute every cell every N steps"},
+};
 
 const Command kSudokuGenerate{
     "sudoku generate",
     "canvas sudoku generate -n N [--difficulty D] [--source qqwing|canvas] [--min-clues C] [-s SEED] [--exclude FILE]",
-    "Writes N lines \"PUZZLE SOLUTION DIFFICULTY\" (81 digits each, 0 = blank); progress (count, rate, ETA) on\n"
-    "stderr. Ctrl-C (SIGINT) or SIGTERM stops it after the puzzle in hand: every line written stays whole, and\n"
-    "it says how many it wrote (exit status 130).",
+    R"(Writes N lines "PUZZLE SOLUTION DIFFICULTY" (81 digits each, 0 = blank). --source qqwing (default) asks
+Debian's qqwing for puzzles rated D; --source canvas uses canvas's own generator (unique solutions, down
+to --min-clues givens), rated "generated". Progress (count, rate, ETA) on stderr. Ctrl-C (SIGINT) or
+SIGTERM stops it after the puzzle in hand: every line written stays whole, and it says how many it wrote
+(exit status 130).)",
     {
         {"-n", "N", "puzzles to write (default 100)"},
         {"--difficulty", "D", "qqwing rating: simple | easy | intermediate | expert | any (default easy)"},
@@ -143,7 +110,7 @@ const Command kSudokuSolve{
     "as 0); progress (count, rate) on stderr. A puzzle whose givens contradict each other (two equal digits in\n"
     "a row, column or box) or that has no solution stops the command with an error naming its line (exit\n"
     "status 1) before the model runs on it.",
-    {
+    join_options({{
         kModelOption,
         {"--mode", "MODE", "diffusion | ar (default: ar for causal models)"},
         {"--steps", "S", "passes at most (81: one cell per pass; default: --threshold 0.999 with the rule mask)"},
@@ -151,18 +118,10 @@ const Command kSudokuSolve{
         {"--threshold", "P", "commit every cell whose (rule-masked) probability reaches P (at least one per pass)"},
         {"--beam", "W", "beam search over commits with W beams"},
         {"--views", "K", "average the model over K symmetric views of the grid"},
-        kRulesOption,
-        kNoRulesOption,
-        kSearchOption,
-        kPropagateOption,
-        kNoPropagateOption,
-        kGuessOption,
-        kUniformOption,
-        kFreezeOption,
-        kFreezeRefreshOption,
+    }, kRuleOptions, {
         {"--pretty", "", "write each solution as a 9-line grid in boxes ('.' for a cell left blank), then an empty line"},
         kThreadsOption,
-    },
+    }}),
     ""};
 
 const Command kSudokuEval{
@@ -170,10 +129,12 @@ const Command kSudokuEval{
     "canvas sudoku eval [-m MODEL] --data FILE [--mode diffusion|ar] [--steps 81,27,9] [--algorithm A,B]\n"
     "                   [--threshold 0.9,0.7] [--beam 1,4] [--views 1,8] [--rules|--no-rules] [--freeze] [--limit N]\n"
     "                   [-t N] [--json]",
-    "Exact-solve rate and cell accuracy (over the blank cells) per difficulty, per setting and per unmasking\n"
-    "order, with forward passes, cells committed per forward and token rows per puzzle; progress (count, rate,\n"
-    "ETA) on stderr.",
-    {
+    R"(Exact-solve rate and cell accuracy (over the blank cells) per difficulty, per number of denoising steps
+(or per --threshold: commit every cell whose probability reaches it, at least one per pass; or per --beam
+width, shown as b=W; or per --views count, v=K) and per unmasking order (AR: one row per difficulty),
+with forward passes, cells committed per forward pass (cells_per_pass), token rows computed per puzzle,
+and whether the rule mask was on; progress (count, rate, ETA) on stderr.)",
+    join_options({{
         kModelOption,
         {"--data", "FILE", "puzzle file (lines \"PUZZLE SOLUTION DIFFICULTY\")"},
         {"--mode", "MODE", "diffusion | ar (default: ar for causal models)"},
@@ -182,25 +143,23 @@ const Command kSudokuEval{
         {"--threshold", "LIST", "comma-separated thresholds, each a row t=P (instead of --steps)"},
         {"--beam", "LIST", "comma-separated beam widths, each a row b=W"},
         {"--views", "LIST", "comma-separated view counts, each a row v=K (with one --threshold P: v=K,t=P)"},
-        kRulesOption,
-        kNoRulesOption,
-        kSearchOption,
-        kPropagateOption,
-        kNoPropagateOption,
-        kGuessOption,
-        kUniformOption,
-        kFreezeOption,
-        kFreezeRefreshOption,
+    }, kRuleOptions, {
         {"--limit", "N", "the first N puzzles of the file"},
         kThreadsOption,
         {"--json", "", "print a JSON array of rows"},
-    },
+    }}),
     ""};
 
 const Command kSudokuProbe{
     "sudoku probe",
     "canvas sudoku probe [-m MODEL] --data FILE [--limit N] [-s SEED] [-t N]",
-    "Scores every state of a random singles path of each puzzle (see canvas sudoku --help).",
+    R"(How the model reads the states a cell-by-cell decoder goes through when it deduces correctly: along
+a random singles path of each puzzle (the givens, then one naked or hidden single filled at a time,
+with its solution digit), every blank cell of every state is scored (mean cross-entropy of its solution
+digit, and how often it is the argmax), grouped by what decides it: a naked single, a hidden single of a
+row, column or box (or several), or neither. Also: how often the state's most probable (cell, digit) is
+right, over all states and over those with no naked single left (where a decoder must find a hidden
+single). Masked-diffusion models that fill the grid in place only.)",
     {
         kModelOption,
         {"--data", "FILE", "puzzle file (lines \"PUZZLE SOLUTION DIFFICULTY\")"},
@@ -377,9 +336,7 @@ int sudoku_eval(int argc, char** argv) {
   Progress progress("puzzles", int64_t(steps_list.size() * orders.size() * data.size()));
 
   const bool json = args.has("json");
-  if (!json)
-    std::printf("%-13s %-10s %-11s %-5s %6s %9s %9s %9s %10s %9s %9s\n", "difficulty", "steps", "order", "rules", "n",
-                "solved%", "cells%", "passes", "cells/pass", "rows", "ms/puzzle");
+  if (!json) std::fputs(sudoku_eval_table_header().c_str(), stdout);
   std::string json_rows;
   for (const std::string& steps_text : steps_list)
     for (const std::string& order : orders) {
@@ -393,17 +350,13 @@ int sudoku_eval(int argc, char** argv) {
       resolve_search(args, s);
       const std::map<std::string, SudokuTally> tallies =
           evaluate_sudoku(model, data, s, &pool, [&progress] { progress.add(); });
+      const bool by_setting = s.threshold > 0 || s.beam > 0 || s.views > 0;  // rows named by their setting
       for (const auto& [difficulty, t] : tallies) {
-        const bool by_text = s.threshold > 0 || s.beam > 0 || s.views > 0;  // these rows show their setting
-        const std::string steps_col = sudoku_eval_setting_label(steps_text, s);
-        if (json) {
-          json_rows += (json_rows.empty() ? "" : ", ") + sudoku_eval_json_row(difficulty, order, s, by_text, t);
-        } else {
-          std::printf("%-13s %-10s %-11s %-5s %6lld %9.2f %9.2f %9.1f %10.2f %9.1f %9.2f\n", difficulty.c_str(),
-                      steps_col.c_str(), order.c_str(), s.rules ? "yes" : "no", (long long)t.n, t.solved_percent(),
-                      t.cell_percent(), t.passes_per_puzzle(), t.cells_per_pass(), t.rows_per_puzzle(),
-                      t.ms_per_puzzle());
-        }
+        if (json)
+          json_rows += (json_rows.empty() ? "" : ", ") + sudoku_eval_json_row(difficulty, order, s, by_setting, t);
+        else
+          std::fputs(sudoku_eval_table_row(difficulty, sudoku_eval_setting_label(steps_text, s), order, s, t).c_str(),
+                     stdout);
       }
       std::fflush(stdout);
     }
@@ -420,41 +373,22 @@ int sudoku_probe(int argc, char** argv) {
   check(sudoku_fills_in_place(model) && model.config.mask_token >= 0,
         "sudoku probe needs a masked-diffusion model that fills the grid in place");
   const std::vector<SudokuExample> data = read_data(args);
-  ThreadPool pool(int(args.get_int("threads", 0)));
+  ThreadPool pool(thread_count(args));
   const SudokuProbe r = probe_sudoku(model, data, uint64_t(args.get_int("seed", 1)), &pool);
-  std::printf("%d puzzles, %lld states along singles paths\n", int(data.size()), (long long)r.states);
-  std::printf("%-18s %9s %9s %9s | %-24s\n", "blank cell", "cells", "CE", "argmax%", "no naked single left:");
-  const auto pct = [](const SudokuProbeGroup& x) { return x.n ? 100.0 * double(x.right) / double(x.n) : 0.0; };
-  for (int g = 0; g < SudokuProbe::kGroups; ++g) {
-    const SudokuProbeGroup &all = r.all[size_t(g)], &stuck = r.stuck[size_t(g)];
-    if (!all.n) continue;
-    std::printf("%-18s %9lld %9.4f %9.2f | %9lld %9.4f %9.2f\n", SudokuProbe::group_name(g), (long long)all.n,
-                all.ce / double(all.n), pct(all), (long long)stuck.n, stuck.n ? stuck.ce / double(stuck.n) : 0.0,
-                pct(stuck));
-  }
-  std::printf("most probable (cell, digit) right: %.2f%% of %lld states; with no naked single left %.2f%% of %lld "
-              "(a hidden single in %.2f%%)\n",
-              100.0 * double(r.top_right) / double(std::max<int64_t>(r.states, 1)), (long long)r.states,
-              100.0 * double(r.stuck_top_right) / double(std::max<int64_t>(r.stuck_states, 1)),
-              (long long)r.stuck_states, 100.0 * double(r.stuck_top_hidden) / double(std::max<int64_t>(r.stuck_states, 1)));
+  std::fputs(sudoku_probe_report(r).c_str(), stdout);
   return 0;
 }
 
 }  // namespace
 
 int cmd_sudoku(int argc, char** argv) {
-  const std::string sub = argc >= 3 ? argv[2] : "";
-  const bool known = sub == "generate" || sub == "solve" || sub == "eval" || sub == "probe";
-  if (!known && wants_help(argc, argv)) {  // `canvas sudoku SUB --help` is SUB's own
-    std::fputs(kSudokuUsage, stdout);
-    return 0;
-  }
-  if (sub == "generate") return sudoku_generate(argc, argv);
-  if (sub == "solve") return sudoku_solve(argc, argv);
-  if (sub == "eval") return sudoku_eval(argc, argv);
-  if (sub == "probe") return sudoku_probe(argc, argv);
-  std::fputs(kSudokuUsage, stderr);
-  return 1;
+  static const CommandGroup group{"sudoku", "canvas sudoku <generate|solve|eval|probe> [options]", "",
+                                  {{&kSudokuGenerate, sudoku_generate},
+                                   {&kSudokuSolve, sudoku_solve},
+                                   {&kSudokuEval, sudoku_eval},
+                                   {&kSudokuProbe, sudoku_probe}},
+                                  kSudokuNotes};
+  return run_command_group(group, argc, argv);
 }
 
 }  // namespace canvas::cli

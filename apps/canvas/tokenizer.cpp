@@ -1,17 +1,17 @@
 // canvas tokenizer: train a Gemma-style BPE vocabulary on a corpus, export it as tokenizer.json, measure
 // it on a corpus's splits, encode text with it.
 #include <cstdio>
-#include <fstream>
 #include <string>
 
 #include "cli/options.h"
 #include "cli/output_paths.h"
 #include "commands.h"
 #include "core/error.h"
-#include "core/timer.h"
+#include "core/output_file.h"
 #include "io/bpe_trainer.h"
 #include "io/gguf.h"
 #include "io/hf_tokenizer.h"
+#include "io/utf8.h"
 #include "train/corpus.h"
 
 namespace canvas::cli {
@@ -88,25 +88,6 @@ each document followed by an empty line (e.g. held-out prompts, or another tool'
     },
     ""};
 
-// canvas tokenizer --help: the overview, then each subcommand's help (made from its table).
-std::string tokenizer_help() {
-  std::string out = std::string("usage: ") + kTokenizerSynopsis + "\n\n" + kTokenizerAbout + "\n";
-  for (const Command* c : {&kTokenizerTrain, &kTokenizerExport, &kTokenizerEval, &kTokenizerEncode, &kTokenizerSplit}) {
-    Command shown = *c;
-    shown.notes.clear();
-    const std::string text = format_help(shown);
-    out += "\n";
-    size_t i = 0;
-    while (i < text.size()) {  // indented under the overview
-      size_t j = text.find('\n', i);
-      if (j == std::string::npos) j = text.size();
-      out += (j > i ? "  " : "") + text.substr(i, j - i) + "\n";
-      i = j + 1;
-    }
-  }
-  return out + "\n" + kTokenizerFile + "\n";
-}
-
 void print_measure(const char* name, const train::TokenizationMeasure& m) {
   std::printf("%-9s %7lld documents %10lld bytes %9lld tokens  %.3f bytes/token\n", name, (long long)m.documents,
               (long long)m.bytes, (long long)m.tokens, m.bytes_per_token());
@@ -146,38 +127,19 @@ int train_command(int argc, char** argv) {
   inputs.push_back({"--out", out});
   check_output_is_not_input({"--json", args.get("json", "")}, inputs);
 
-  const double t0 = now_ms();
-  const train::CorpusSplit split = train::split_corpus(train::load_corpus(spec), fraction);
-  BpeTrainer trainer;
-  for (const train::CorpusDocument& d : split.train) trainer.add_text(d.text);
-  const double t1 = now_ms();
-  BpeTrainStats stats;
-  const HfVocab vocabulary = trainer.train(o, &stats);
-  const double t2 = now_ms();
-  char fraction_text[32];
-  std::snprintf(fraction_text, sizeof fraction_text, "%g", fraction);
-  write_vocab_gguf(vocabulary, out,
-                   {{"canvas.tokenizer.corpus", GgufValue::string(spec)},
-                    {"canvas.tokenizer.held_out_fraction", GgufValue::string(fraction_text)},
-                    {"canvas.tokenizer.character_coverage", GgufValue::f64(o.character_coverage)},
-                    {"canvas.tokenizer.min_frequency", GgufValue::u64(uint64_t(o.min_frequency))}});
-  if (args.has("json")) {
-    std::ofstream json(args.get("json", ""), std::ios::binary | std::ios::trunc);
-    check(bool(json), "cannot write " + args.get("json", ""));
-    json << tokenizer_json_text(vocabulary);
-    check(bool(json), "cannot write " + args.get("json", ""));
-  }
+  const train::CorpusTokenizer t = train::train_corpus_tokenizer(spec, fraction, o);
+  write_vocab_gguf(t.vocab, out, t.metadata);
+  if (args.has("json")) write_file(args.get("json", ""), tokenizer_json_text(t.vocab));
   std::fprintf(stderr,
                "trained %zu tokens (%d alphabet characters, %d merges%s) from %lld training documents, %lld "
                "characters, %lld distinct words\n",
-               vocabulary.tokens.size(), stats.alphabet, stats.merges,
-               stats.stopped_early ? "; stopped early: no pair left at --min-frequency" : "",
-               (long long)split.train.size(), (long long)stats.characters, (long long)stats.distinct_words);
-  std::fprintf(stderr, "time: %.1f s reading and counting, %.1f s learning merges\n", (t1 - t0) / 1000.0,
-               (t2 - t1) / 1000.0);
-  const HfTokenizer tokenizer = HfTokenizer::from_vocab(vocabulary);
-  print_measure("train", train::measure_tokenization(split.train, tokenizer));
-  print_measure("held-out", train::measure_tokenization(split.held_out, tokenizer));
+               t.vocab.tokens.size(), t.stats.alphabet, t.stats.merges,
+               t.stats.stopped_early ? "; stopped early: no pair left at --min-frequency" : "",
+               (long long)t.training_documents, (long long)t.stats.characters, (long long)t.stats.distinct_words);
+  std::fprintf(stderr, "time: %.1f s reading and counting, %.1f s learning merges\n", t.counting_seconds,
+               t.merging_seconds);
+  print_measure("train", t.train);
+  print_measure("held-out", t.held_out);
   std::fprintf(stderr, "wrote %s%s%s\n", out.c_str(), args.has("json") ? " and " : "",
                args.has("json") ? args.get("json", "").c_str() : "");
   return 0;
@@ -190,11 +152,7 @@ int export_command(int argc, char** argv) {
   check(args.has("out"), "no output file given (--out tokenizer.json)");
   check_output_is_not_input({"--out", args.get("out", "")}, {{"--tokenizer", args.get("tokenizer", "")}});
   const auto file = GgufFile::open(args.get("tokenizer", ""));
-  const std::string text = tokenizer_json_text(HfTokenizer::vocab_from_gguf(*file));
-  std::ofstream json(args.get("out", ""), std::ios::binary | std::ios::trunc);
-  check(bool(json), "cannot write " + args.get("out", ""));
-  json << text;
-  check(bool(json), "cannot write " + args.get("out", ""));
+  write_file(args.get("out", ""), tokenizer_json_text(HfTokenizer::vocab_from_gguf(*file)));
   std::fprintf(stderr, "wrote %s\n", args.get("out", "").c_str());
   return 0;
 }
@@ -219,19 +177,8 @@ int encode_command(int argc, char** argv) {
   check(args.has("prompt"), "no text given (-p TEXT)");
   const HfTokenizer tokenizer = HfTokenizer::from_file(args.get("tokenizer", ""));
   const std::vector<int32_t> ids = tokenizer.encode(args.get("prompt", ""), false, true);
-  for (int32_t id : ids) {
-    std::string piece;
-    for (char c : tokenizer.token_text(id)) {  // as stored, with control bytes escaped
-      if (uint8_t(c) < 0x20) {
-        char buf[8];
-        std::snprintf(buf, sizeof buf, "\\x%02x", uint8_t(c));
-        piece += buf;
-      } else {
-        piece += c;
-      }
-    }
-    std::printf("%d\t%s\n", id, piece.c_str());
-  }
+  for (int32_t id : ids)  // as stored, with control bytes escaped
+    std::printf("%d\t%s\n", id, escape_controls(tokenizer.token_text(id)).c_str());
   std::fprintf(stderr, "%zu tokens, %zu bytes\n", ids.size(), args.get("prompt", "").size());
   return 0;
 }
@@ -250,10 +197,9 @@ int split_command(int argc, char** argv) {
                                    {"held-out", &split.held_out}}) {
     if (!args.has(flag)) continue;
     const std::string path = args.get(flag, "");
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    check(bool(out), "cannot write " + path);
-    for (const train::CorpusDocument& d : *docs) out << d.text << "\n";
-    check(bool(out), "cannot write " + path);
+    write_file(path, [docs](std::ostream& out) {
+      for (const train::CorpusDocument& d : *docs) out << d.text << "\n";
+    });
     std::fprintf(stderr, "wrote %zu documents to %s\n", docs->size(), path.c_str());
   }
   return 0;
@@ -262,21 +208,14 @@ int split_command(int argc, char** argv) {
 }  // namespace
 
 int cmd_tokenizer(int argc, char** argv) {
-  const std::string sub = argc >= 3 ? argv[2] : "";
-  if (sub.empty() || sub == "-h" || sub == "--help") {
-    std::fputs(tokenizer_help().c_str(), sub.empty() ? stderr : stdout);
-    return sub.empty() ? 1 : 0;
-  }
-  if (sub == "train") return train_command(argc, argv);
-  if (sub == "export") return export_command(argc, argv);
-  if (sub == "eval") return eval_command(argc, argv);
-  if (sub == "encode") return encode_command(argc, argv);
-  if (sub == "split") return split_command(argc, argv);
-  if (wants_help(argc, argv)) {
-    std::fputs(tokenizer_help().c_str(), stdout);
-    return 0;
-  }
-  throw Error("unknown tokenizer command '" + sub + "' (train, export, eval, encode, split); see canvas tokenizer --help");
+  static const CommandGroup group{"tokenizer", kTokenizerSynopsis, kTokenizerAbout,
+                                  {{&kTokenizerTrain, train_command},
+                                   {&kTokenizerExport, export_command},
+                                   {&kTokenizerEval, eval_command},
+                                   {&kTokenizerEncode, encode_command},
+                                   {&kTokenizerSplit, split_command}},
+                                  kTokenizerFile};
+  return run_command_group(group, argc, argv);
 }
 
 }  // namespace canvas::cli

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <tuple>
 
+#include "bench/harness.h"
 #include "bench/report_text.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -265,6 +266,21 @@ DecoderPassReport decoder_pass_report(const DecoderPassTimes& t, const DecoderPa
     }
   }
   return r;
+}
+
+DecoderPassReport bench_decoder_passes(const Model& model, const DecoderPassOptions& options,
+                                       const std::string& source, int64_t weight_bytes) {
+  const DecoderPassTimes times = time_decoder_passes(model, options);
+  DecoderPassRun run;
+  run.source = source;
+  run.layers = model.config.n_layers;
+  run.prompt_tokens = options.prompt_tokens;
+  run.canvas = options.canvas;
+  run.draft_length = options.draft_length;
+  run.repeats = options.repeats;
+  run.weight_bytes = weight_bytes;
+  run.peak_rss_mib = double(peak_rss_bytes()) / 1048576.0;
+  return decoder_pass_report(times, run);
 }
 
 }  // namespace canvas::bench

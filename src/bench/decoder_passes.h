@@ -59,5 +59,8 @@ struct DecoderPassReport {
   nlohmann::ordered_json json;
 };
 DecoderPassReport decoder_pass_report(const DecoderPassTimes& times, const DecoderPassRun& run);
+// time_decoder_passes, then its report (the run named by `source`, with the process's peak RSS).
+DecoderPassReport bench_decoder_passes(const Model& model, const DecoderPassOptions& options,
+                                       const std::string& source, int64_t weight_bytes);
 
 }  // namespace canvas::bench

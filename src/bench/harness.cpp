@@ -630,4 +630,36 @@ std::string report_table(const BenchReport& report) {
   return out.str();
 }
 
+BenchModel open_bench_model(const BenchModelSpec& spec) {
+  check(spec.file.empty() != spec.synthetic.empty(),
+        "give exactly one of -m MODEL.gguf and --synthetic ARCH:SIZE; see canvas bench --help");
+  check(spec.layers >= 0, "--layers must not be negative");
+  BenchModel b;
+  if (!spec.synthetic.empty()) {
+    const SyntheticShape& shape = find_synthetic_shape(spec.synthetic);
+    SyntheticOptions options;
+    options.type = spec.type;
+    options.layers = spec.layers;
+    options.seed = spec.seed;
+    ThreadPool pool(0);
+    const double t0 = now_ms();
+    b.synthetic = build_synthetic_model(shape, options, &pool);
+    b.build_seconds = (now_ms() - t0) / 1000;
+    b.info.source = "synthetic " + shape.name;
+    b.info.layers_total = shape.config.n_layers;
+    return b;
+  }
+  b.file_model = Model::load(spec.file);
+  b.info.source = spec.file;
+  b.info.layers_total = b.file_model.config.n_layers;
+  if (spec.layers > 0) {
+    check(spec.layers <= b.file_model.config.n_layers, "--layers " + std::to_string(spec.layers) +
+                                                           ": the model has only " +
+                                                           std::to_string(b.file_model.config.n_layers) + " layers");
+    b.file_model.layers.resize(size_t(spec.layers));
+    b.file_model.config.n_layers = spec.layers;
+  }
+  return b;
+}
+
 }  // namespace canvas::bench

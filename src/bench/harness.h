@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bench/roofs.h"
+#include "bench/synthetic.h"
 #include "decode/masked.h"
 #include "model/model.h"
 
@@ -52,6 +53,29 @@ struct BenchModelInfo {
   std::string source;  // the GGUF path, or "synthetic llada:8b"
   int64_t layers_total = 0;  // before --layers cut the depth
 };
+
+// The model a bench runs: a GGUF file (memory-mapped) or one of synthetic_shapes() built in memory with
+// random weights of `type`, cut to its first `layers` layers when layers > 0.
+struct BenchModelSpec {
+  std::string file;       // a GGUF model, or
+  std::string synthetic;  // a synthetic shape's name ("llada:8b")
+  DType type = DType::Q4_0;  // synthetic weights only
+  int64_t layers = 0;
+  uint64_t seed = 0;  // of the synthetic weights
+};
+struct BenchModel {
+  Model file_model;
+  std::unique_ptr<SyntheticModel> synthetic;
+  BenchModelInfo info;
+  double build_seconds = 0;  // building the synthetic weights
+
+  Model& model() { return synthetic ? synthetic->model : file_model; }
+  const Model& model() const { return synthetic ? synthetic->model : file_model; }
+  int64_t weight_bytes() const { return synthetic ? synthetic->bytes : file_model.weight_bytes(); }
+};
+// Throws Error unless exactly one of file and synthetic is given, for an unknown shape, or for more
+// layers than the file has.
+BenchModel open_bench_model(const BenchModelSpec& spec);
 
 struct MachineInfo {
   std::string cpu;

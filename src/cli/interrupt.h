@@ -11,18 +11,19 @@ namespace canvas::cli {
 // that it can keep what it has written whole and say how far it got.
 class InterruptRequest {
  public:
-  InterruptRequest() {
+  // sigterm_too false: SIGTERM keeps ending the process (a chat's Ctrl-C ends one reply only).
+  explicit InterruptRequest(bool sigterm_too = true) : sigterm_too_(sigterm_too) {
     struct sigaction action {};
     action.sa_handler = [](int) { requested_ = 1; };
     sigemptyset(&action.sa_mask);
     action.sa_flags = SA_RESTART;  // writes in progress are not cut short
     requested_ = 0;
     sigaction(SIGINT, &action, &old_int_);
-    sigaction(SIGTERM, &action, &old_term_);
+    if (sigterm_too_) sigaction(SIGTERM, &action, &old_term_);
   }
   ~InterruptRequest() {
     sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
+    if (sigterm_too_) sigaction(SIGTERM, &old_term_, nullptr);
   }
   InterruptRequest(const InterruptRequest&) = delete;
   InterruptRequest& operator=(const InterruptRequest&) = delete;
@@ -30,6 +31,7 @@ class InterruptRequest {
 
  private:
   static inline volatile std::sig_atomic_t requested_ = 0;
+  bool sigterm_too_;
   struct sigaction old_int_ {}, old_term_ {};
 };
 

@@ -127,6 +127,12 @@ std::string wrap_help(const std::string& names_and_value, const std::string& hel
 
 }  // namespace
 
+std::vector<Option> join_options(std::initializer_list<std::vector<Option>> lists) {
+  std::vector<Option> all;
+  for (const std::vector<Option>& list : lists) all.insert(all.end(), list.begin(), list.end());
+  return all;
+}
+
 std::string format_help(const Command& command) {
   std::string out = "usage: " + command.synopsis + "\n";
   if (!command.about.empty()) out += "\n" + command.about + (command.about.back() == '\n' ? "" : "\n");
@@ -153,6 +159,44 @@ std::string format_help(const Command& command) {
   }
   if (!command.notes.empty()) out += "\n" + command.notes + (command.notes.back() == '\n' ? "" : "\n");
   return out;
+}
+
+std::string format_group_help(const CommandGroup& group) {
+  std::string out = "usage: " + group.synopsis + "\n";
+  if (!group.about.empty()) out += "\n" + group.about + (group.about.back() == '\n' ? "" : "\n");
+  for (const CommandGroup::Sub& sub : group.subcommands) {
+    Command shown = *sub.command;
+    shown.notes.clear();
+    const std::string text = format_help(shown);
+    out += "\n";
+    for (size_t i = 0; i < text.size();) {  // indented under the overview
+      size_t j = text.find('\n', i);
+      if (j == std::string::npos) j = text.size();
+      out += (j > i ? "  " : "") + text.substr(i, j - i) + "\n";
+      i = j + 1;
+    }
+  }
+  if (!group.notes.empty()) out += "\n" + group.notes + (group.notes.back() == '\n' ? "" : "\n");
+  return out;
+}
+
+int run_command_group(const CommandGroup& group, int argc, char** argv) {
+  const std::string sub = argc >= 3 ? argv[2] : "";
+  if (sub.empty() || sub == "-h" || sub == "--help") {
+    std::fputs(format_group_help(group).c_str(), sub.empty() ? stderr : stdout);
+    return sub.empty() ? 1 : 0;
+  }
+  std::string names;
+  for (const CommandGroup::Sub& s : group.subcommands) {
+    if (s.command->name == group.name + " " + sub) return s.run(argc, argv);
+    names += (names.empty() ? "" : ", ") + s.command->name.substr(group.name.size() + 1);
+  }
+  if (wants_help(argc, argv)) {
+    std::fputs(format_group_help(group).c_str(), stdout);
+    return 0;
+  }
+  throw Error("unknown " + group.name + " command '" + sub + "' (" + names + "); see canvas " + group.name +
+              " --help");
 }
 
 std::string unknown_option_message(const std::string& option, const std::vector<std::string>& known) {

@@ -19,6 +19,9 @@ struct Option {
   bool hidden = false;      // accepted (e.g. a llama.cpp spelling) but not listed in --help
 };
 
+// The option lists one after another (tables that share a run of options).
+std::vector<Option> join_options(std::initializer_list<std::vector<Option>> lists);
+
 // A row with empty names is a heading line in --help (its help text), e.g. "Masked diffusion only:".
 inline Option heading(const std::string& text) {
   return Option{"", "", text};
@@ -34,6 +37,25 @@ struct Command {
 
 // The --help text of a command: usage, about, the option table (aligned, wrapped by hand) and notes.
 std::string format_help(const Command& command);
+
+// A command made of subcommands ("canvas sudoku <generate|solve|eval|probe>"), each with its own table.
+struct CommandGroup {
+  std::string name;      // "tokenizer"
+  std::string synopsis;  // "canvas tokenizer <train|export|...> [options]"
+  std::string about;
+  struct Sub {
+    const Command* command;  // its name is "GROUP SUB"
+    int (*run)(int argc, char** argv);
+  };
+  std::vector<Sub> subcommands;
+  std::string notes;  // after the subcommands
+};
+// The group's --help: usage and about, then every subcommand's help (without its notes) indented, then
+// the notes.
+std::string format_group_help(const CommandGroup& group);
+// `canvas GROUP SUB ...`: runs SUB (argv[2]); without one, prints the group's help to stderr and returns
+// 1; -h, --help or `GROUP --help` prints it to stdout; an unknown SUB throws Error naming the known ones.
+int run_command_group(const CommandGroup& group, int argc, char** argv);
 
 class Args {
  public:

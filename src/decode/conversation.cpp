@@ -1,10 +1,10 @@
 // A chat conversation fitted to the model's context (conversation.h).
 #include "decode/conversation.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "io/json.h"
 
 namespace canvas {
@@ -35,8 +35,7 @@ FittedConversation fit_conversation(const Generator& generator, std::vector<Chat
 void save_conversation(const std::vector<ChatMessage>& conversation, const std::string& path) {
   nlohmann::json messages = nlohmann::json::array();
   for (const ChatMessage& m : conversation) messages.push_back({{"role", m.role}, {"content", m.content}});
-  std::ofstream out(path);
-  check(bool(out << messages.dump(1) << "\n"), "cannot write " + path);
+  write_file(path, messages.dump(1) + "\n");
 }
 
 std::vector<ChatMessage> load_conversation(const std::string& path) {

@@ -2,6 +2,8 @@
 #include "decode/score.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
 #include "ops/ops.h"
@@ -67,6 +69,53 @@ SequenceScore score_causal_windows(const Model& model, const std::vector<int32_t
   }
   if (windows) *windows = count;
   return total;
+}
+
+TextScoreJob plan_text_score(const Model& model, const TextTokenizer& tokenizer, const std::string& context,
+                             const std::string& text, int64_t stride) {
+  TextScoreJob job;
+  job.tokens = tokenizer.encode(context, true);
+  const std::vector<int32_t> scored = tokenizer.encode(text, false);
+  check(!scored.empty(), "the text encodes to no tokens");
+  job.first = int64_t(job.tokens.size());
+  job.bytes = int64_t(text.size());
+  if (job.first == 0) {
+    job.first = 1;
+    job.bytes -= int64_t(tokenizer.decode({scored[0]}).size());
+  }
+  job.tokens.insert(job.tokens.end(), scored.begin(), scored.end());
+  const int64_t n = int64_t(job.tokens.size());
+  job.window = model.config.context_length > 0 ? model.config.context_length : n;
+  job.stride = stride > 0 ? stride : std::max<int64_t>(1, job.window / 2);
+  // A window shares window - stride tokens with the one before, so that its first scored token has context.
+  check(job.stride >= 1 && job.stride < job.window,
+        "--stride must be between 1 and the context length - 1 (" + std::to_string(job.window - 1) + ")");
+  check(job.first < job.window, "the context (" + std::to_string(job.first) +
+                                    " tokens) leaves no room in the model's context of " +
+                                    std::to_string(job.window) + " tokens");
+  job.windows = score_window_count(n, job.window, job.stride);
+  return job;
+}
+
+TextScore score_text(const Model& model, const TextScoreJob& job, ThreadPool* pool,
+                     const std::function<void()>& on_window) {
+  TextScore r;
+  r.score = score_causal_windows(model, job.tokens, job.first, job.window, job.stride, pool, &r.windows, on_window);
+  r.bytes = job.bytes;
+  r.stride = int64_t(job.tokens.size()) > job.window ? job.stride : 0;
+  return r;
+}
+
+std::string TextScore::json() const {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "{\"tokens\": %lld, \"bytes\": %lld, \"nll_nats\": %.6f, \"nats_per_token\": %.6f, "
+                "\"bits_per_byte\": %.6f, \"windows\": %lld, \"stride\": %lld}",
+                (long long)score.scored, (long long)bytes, score.nll_nats,
+                score.scored ? score.nll_nats / double(score.scored) : 0.0,
+                bytes > 0 ? score.nll_nats / std::log(2.0) / double(bytes) : 0.0, (long long)windows,
+                (long long)stride);
+  return buf;
 }
 
 }  // namespace canvas

@@ -13,6 +13,8 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "core/output_file.h"
+#include "io/utf8.h"
 
 namespace canvas {
 
@@ -766,35 +768,52 @@ void GgufWriter::write(const std::string& path, uint64_t alignment) const {
   }
   header.bytes.resize(align_up(header.bytes.size(), alignment), 0);
 
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) throw Error("gguf writer: cannot create " + tmp + ": " + std::strerror(errno));
-  bool ok = std::fwrite(header.bytes.data(), 1, header.bytes.size(), f) == header.bytes.size();
-  static const uint8_t zeros[256] = {};
-  for (size_t k = 0; ok && k < tensors_.size(); ++k) {
-    const PendingTensor& t = tensors_[k];
-    ok = std::fwrite(t.data, 1, t.bytes, f) == t.bytes;
-    if (k + 1 < tensors_.size()) {  // pad up to the next tensor; nothing after the last one
-      uint64_t pad = offsets[k + 1] - offsets[k] - t.bytes;
-      while (ok && pad > 0) {
-        const size_t n = size_t(std::min<uint64_t>(pad, sizeof zeros));
-        ok = std::fwrite(zeros, 1, n, f) == n;
-        pad -= n;
+  write_file(path, [&](std::ostream& out) {
+    out.write(reinterpret_cast<const char*>(header.bytes.data()), std::streamsize(header.bytes.size()));
+    static const char zeros[256] = {};
+    for (size_t k = 0; out && k < tensors_.size(); ++k) {
+      const PendingTensor& t = tensors_[k];
+      out.write(static_cast<const char*>(t.data), std::streamsize(t.bytes));
+      if (k + 1 < tensors_.size()) {  // pad up to the next tensor; nothing after the last one
+        for (uint64_t pad = offsets[k + 1] - offsets[k] - t.bytes; out && pad > 0;) {
+          const size_t n = size_t(std::min<uint64_t>(pad, sizeof zeros));
+          out.write(zeros, std::streamsize(n));
+          pad -= n;
+        }
       }
     }
+  });
+}
+
+std::string gguf_listing(const GgufFile& file, size_t max_items) {
+  std::string out;
+  char line[1024];
+  const auto add = [&](auto... args) {
+    std::snprintf(line, sizeof line, args...);
+    out += line;
+  };
+  add("file: %s\nGGUF version %u, %llu bytes, alignment %llu, data at offset %llu\n", file.path().c_str(),
+      file.version(), (unsigned long long)file.file_size(), (unsigned long long)file.alignment(),
+      (unsigned long long)file.data_offset());
+  add("\nmetadata (%zu keys):\n", file.metadata().size());
+  for (const auto& [key, value] : file.metadata()) {
+    std::string type = gguf_type_name(value.type);
+    if (value.type == GgufType::Array)
+      type += std::string("<") + gguf_type_name(value.array_type) + ">[" + std::to_string(value.array_size()) + "]";
+    add("  %-44s %-22s ", key.c_str(), type.c_str());
+    out += sanitize_utf8(value.to_string(max_items)) + "\n";  // any length
   }
-  ok = (std::fflush(f) == 0) && ok;
-  const int write_errno = errno;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    throw Error("gguf writer: failed writing " + tmp + ": " + std::strerror(write_errno));
+  int64_t total_bytes = 0, total_elements = 0;
+  add("\ntensors (%zu):\n  %-40s %-6s %-26s %14s %14s\n", file.tensors().size(), "name", "dtype", "shape", "bytes",
+      "offset");
+  for (const TensorView& t : file.tensors()) {
+    add("  %-40s %-6s %-26s %14lld %14llu\n", t.name.c_str(), dtype_name(t.type), t.shape_string().c_str(),
+        (long long)t.bytes(), (unsigned long long)file.offset_of(t));
+    total_bytes += t.bytes();
+    total_elements += t.elements();
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(tmp.c_str());
-    throw Error("gguf writer: cannot rename " + tmp + " to " + path + ": " + std::strerror(e));
-  }
+  add("\n%lld parameters, %.2f MiB of tensor data\n", (long long)total_elements, double(total_bytes) / 1048576.0);
+  return out;
 }
 
 }  // namespace canvas

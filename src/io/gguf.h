@@ -105,6 +105,10 @@ class GgufFile {
   std::vector<TensorView> tensors_;
 };
 
+// `canvas inspect`: the header, every metadata key with its type and value (arrays cut to max_items
+// items), a table of the tensors (name, dtype, shape, bytes, offset) and the parameter count.
+std::string gguf_listing(const GgufFile& file, size_t max_items);
+
 class GgufWriter {
  public:
   void set(const std::string& key, GgufValue value);  // replaces an existing key, keeps order otherwise

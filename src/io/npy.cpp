@@ -7,11 +7,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "core/output_file.h"
 
 namespace canvas {
 
@@ -141,26 +141,15 @@ void write_npy(const std::string& path, const float* data, const std::vector<int
   header += '\n';
   check(header.size() <= 0xffff, "npy writer " + path + ": header too long");
 
-  const std::string tmp = path + ".tmp";
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  check(out.good(), "npy writer: cannot create " + tmp + ": " + std::strerror(errno));
-  out.write(kMagic, kMagicBytes);
-  const char version[2] = {1, 0};
-  out.write(version, 2);
-  const uint16_t header_len = uint16_t(header.size());
-  out.write(reinterpret_cast<const char*>(&header_len), 2);
-  out.write(header.data(), std::streamsize(header.size()));
-  if (count > 0) out.write(reinterpret_cast<const char*>(data), std::streamsize(count) * 4);
-  out.close();
-  if (!out.good()) {
-    std::remove(tmp.c_str());
-    throw Error("npy writer: failed writing " + tmp);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(tmp.c_str());
-    throw Error("npy writer: cannot rename " + tmp + " to " + path + ": " + std::strerror(e));
-  }
+  write_file(path, [&](std::ostream& out) {
+    out.write(kMagic, kMagicBytes);
+    const char version[2] = {1, 0};
+    out.write(version, 2);
+    const uint16_t header_len = uint16_t(header.size());
+    out.write(reinterpret_cast<const char*>(&header_len), 2);
+    out.write(header.data(), std::streamsize(header.size()));
+    if (count > 0) out.write(reinterpret_cast<const char*>(data), std::streamsize(count) * 4);
+  });
 }
 
 NpyArray read_npy(const std::string& path) {

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "core/mapped_file.h"
 #include "io/json.h"
 
@@ -314,21 +315,12 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
   // nlohmann orders object keys; the data follows the order of `tensors`, which the offsets record.
   std::string text = header.dump();
   while (text.size() % 8 != 0) text += ' ';
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  check(f != nullptr, path + ": cannot open " + tmp + " for writing");
-  const uint64_t n = text.size();
-  bool ok = std::fwrite(&n, 8, 1, f) == 1 && std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  for (const SafetensorsEntry& t : tensors)
-    ok = ok && (t.bytes == 0 || std::fwrite(t.data, 1, t.bytes, f) == t.bytes);
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    throw Error(path + ": write failed");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  check(!ec, path + ": cannot rename " + tmp + ": " + ec.message());
+  write_file(path, [&](std::ostream& out) {
+    const uint64_t n = text.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out.write(text.data(), std::streamsize(text.size()));
+    for (const SafetensorsEntry& t : tensors) out.write(static_cast<const char*>(t.data), std::streamsize(t.bytes));
+  });
 }
 
 }  // namespace canvas

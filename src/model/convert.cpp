@@ -3,10 +3,10 @@
 
 #include <deque>
 #include <filesystem>
-#include <fstream>
 #include <tuple>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "io/bpe_json.h"
 #include "io/hf_tokenizer.h"
 #include "io/json.h"
@@ -101,12 +101,6 @@ std::vector<uint8_t> export_bytes(const TensorView& t, DType type, int64_t rope_
   for (int64_t r = 0; r < rows; ++r)
     quantize_row(type, &f32[size_t(r * cols)], &out[size_t(r) * size_t(row_bytes(type, cols))], cols);
   return out;
-}
-
-void write_text_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  check(bool(out), path.string() + ": write failed");
 }
 
 }  // namespace
@@ -231,14 +225,14 @@ HfExport convert_gguf_to_hf(const std::string& in_path, const std::string& out_d
                          one});
   }
   write_safetensors((dir / "model.safetensors").string(), entries);
-  write_text_file(dir / "config.json", config.dump(2) + "\n");
+  write_file((dir / "config.json").string(), config.dump(2) + "\n");
   HfExport out;
   out.arch = c.arch;
   out.layout = config["architectures"][0].get<std::string>();
   out.tensors = entries.size();
   out.tokenizer = "no tokenizer in the GGUF";
   if (model.file->find("tokenizer.ggml.model")) {
-    write_text_file(dir / "tokenizer.json", bpe_json_from_gguf(*model.file));
+    write_file((dir / "tokenizer.json").string(), bpe_json_from_gguf(*model.file));
     out.tokenizer = "tokenizer.json " +
                     std::to_string(model.file->get_string_array("tokenizer.ggml.tokens").size()) + " tokens";
   }

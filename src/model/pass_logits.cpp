@@ -1,6 +1,7 @@
 // One forward pass's logits over given ids (pass_logits.h).
 #include "model/pass_logits.h"
 
+#include "core/error.h"
 #include "model/kv_cache.h"
 
 namespace canvas {
@@ -9,6 +10,13 @@ std::vector<float> pass_logits(const Model& model, const std::vector<int32_t>& i
                                const std::vector<int32_t>* canvas, const float* self_cond, ThreadPool* pool) {
   const ModelConfig& c = model.config;
   const int64_t n = int64_t(ids.size());
+  const int64_t canvas_n = canvas ? int64_t(canvas->size()) : 0;
+  check(n + canvas_n <= c.context_length,
+        std::to_string(n) + " ids" + (canvas ? " + " + std::to_string(canvas_n) + " canvas ids" : std::string()) +
+            " exceed the model's context length " + std::to_string(c.context_length));
+  check(!canvas || c.has_decoder,
+        "--canvas-ids needs a model with a decoder (DiffusionGemma); '" + c.arch + "' has none");
+  check(canvas || !self_cond, "--self-cond needs --canvas-ids");
   KvCache cache(c, n);
   std::vector<int32_t> groups(size_t(n), 0);
   if (causal)

@@ -13,7 +13,9 @@ namespace canvas {
 // those before it when `causal`, else to all of them. With `canvas` (models with a decoder): `ids` encoded
 // causally into the cache, then one decoder pass over the canvas that follows them, [canvas->size(), vocab],
 // self-conditioned by `self_cond` ([canvas->size(), vocab]; null: zeros, as on a canvas's first step).
-// The caller checks that the ids fit the context and the model has a decoder.
+// Throws Error when the ids (and the canvas) exceed the context length (positions past it have no trained
+// meaning, nor a learned position embedding), for a canvas on a model without a decoder, and for a
+// `self_cond` without a canvas.
 std::vector<float> pass_logits(const Model& model, const std::vector<int32_t>& ids, bool causal,
                                const std::vector<int32_t>* canvas, const float* self_cond, ThreadPool* pool);
 

@@ -4,9 +4,9 @@
 #include <zlib.h>
 
 #include <cstdio>
-#include <fstream>
 
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace canvas::report {
 
@@ -86,22 +86,7 @@ std::string encode_png(const RgbImage& image) {
 }
 
 void write_png(const std::string& path, const RgbImage& image) {
-  const std::string png = encode_png(image);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    check(bool(out), "cannot write " + path);
-    out.write(png.data(), std::streamsize(png.size()));
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw Error("error writing " + path);
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error("cannot write " + path);
-  }
+  write_file(path, encode_png(image));
 }
 
 }  // namespace canvas::report

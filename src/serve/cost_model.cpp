@@ -5,11 +5,11 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <vector>
 
 #include "core/cpu.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "core/timer.h"
 #include "io/json.h"
 
@@ -59,13 +59,11 @@ CostModel CostModel::measure(const Model& model, ThreadPool* pool, int64_t rows)
 
 void CostModel::save(const std::string& path, const std::string& key) const {
   const nlohmann::json j = {{"key", key}, {"fixed_ms", fixed_ms}, {"per_row_ms", per_row_ms}};
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump(2) << "\n";
-    check(bool(out), "--cost-model: cannot write " + tmp);
+  try {
+    write_file(path, j.dump(2) + "\n");
+  } catch (const Error& e) {
+    throw Error(std::string("--cost-model: ") + e.what());
   }
-  check(std::rename(tmp.c_str(), path.c_str()) == 0, "--cost-model: cannot write " + path);
 }
 
 std::optional<CostModel> CostModel::load(const std::string& path, const std::string& key) {

@@ -81,12 +81,20 @@ std::unique_ptr<ServedText> start_served_model(TextModel text, const std::string
   return m;
 }
 
-void check_unique_ids(const std::vector<ServedModel>& models, const std::vector<std::string>& paths) {
+std::vector<ServedModel> served_models_of(const std::vector<std::string>& paths) {
+  std::vector<ServedModel> models;
+  for (const std::string& path : paths) {
+    ServedModel m;
+    m.id = model_id_of(path);
+    m.file_name = std::filesystem::path(path).filename().string();
+    models.push_back(m);
+  }
   for (size_t i = 0; i < models.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       check(models[i].id != models[j].id,
             "two models have the id '" + models[i].id + "' (" + paths[j] + " and " + paths[i] +
                 "): requests pick a model by its file's stem, so serve files with different names");
+  return models;
 }
 
 namespace {

@@ -64,8 +64,9 @@ struct ServeSetup {
 std::unique_ptr<ServedText> start_served_model(TextModel text, const std::string& path, ServedModel& served,
                                                const ServeSetup& setup, ThreadPool* pool);
 
-// Throws Error naming both files when two models share an id.
-void check_unique_ids(const std::vector<ServedModel>& models, const std::vector<std::string>& paths);
+// The served models of these files, in order: each with its id and file name (no engine yet). Throws
+// Error naming both files when two models share an id.
+std::vector<ServedModel> served_models_of(const std::vector<std::string>& paths);
 
 // The model a request answers with (models must not be empty):
 // - `name` empty: chat -> the first chat model, else the first model; completions -> the first model;

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/timer.h"
 #include "io/bpe_trainer.h"
 #include "io/gguf.h"
 #include "io/input_file.h"
@@ -271,6 +272,30 @@ TokenizationMeasure measure_tokenization(const std::vector<CorpusDocument>& docu
     m.tokens += int64_t(tokenizer.encode(d.text, false, false).size());
   }
   return m;
+}
+
+CorpusTokenizer train_corpus_tokenizer(const std::string& spec, double held_out_fraction,
+                                       const BpeTrainOptions& options) {
+  CorpusTokenizer r;
+  const double t0 = now_ms();
+  const CorpusSplit split = split_corpus(load_corpus(spec), held_out_fraction);
+  BpeTrainer trainer;
+  for (const CorpusDocument& d : split.train) trainer.add_text(d.text);
+  const double t1 = now_ms();
+  r.vocab = trainer.train(options, &r.stats);
+  r.counting_seconds = (t1 - t0) / 1000;
+  r.merging_seconds = (now_ms() - t1) / 1000;
+  r.training_documents = int64_t(split.train.size());
+  const HfTokenizer tokenizer = HfTokenizer::from_vocab(r.vocab);
+  r.train = measure_tokenization(split.train, tokenizer);
+  r.held_out = measure_tokenization(split.held_out, tokenizer);
+  char fraction[32];
+  std::snprintf(fraction, sizeof fraction, "%g", held_out_fraction);
+  r.metadata = {{"canvas.tokenizer.corpus", GgufValue::string(spec)},
+                {"canvas.tokenizer.held_out_fraction", GgufValue::string(fraction)},
+                {"canvas.tokenizer.character_coverage", GgufValue::f64(options.character_coverage)},
+                {"canvas.tokenizer.min_frequency", GgufValue::u64(uint64_t(options.min_frequency))}};
+  return r;
 }
 
 TrainingVocabulary load_training_vocabulary(const std::string& path) {

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "io/bpe_trainer.h"
 #include "train/data.h"
 
 namespace canvas {
@@ -64,6 +65,21 @@ struct TokenizationMeasure {
   double bytes_per_token() const { return tokens ? double(bytes) / double(tokens) : 0; }
 };
 TokenizationMeasure measure_tokenization(const std::vector<CorpusDocument>& documents, const HfTokenizer& tokenizer);
+
+// `canvas tokenizer train`: a Gemma-style BPE vocabulary learned from the training split of a corpus
+// (split_corpus: the documents `canvas train` holds out are never seen), measured on both splits, with
+// the GGUF keys that record how it was made (canvas.tokenizer.corpus, held_out_fraction,
+// character_coverage, min_frequency).
+struct CorpusTokenizer {
+  HfVocab vocab;
+  BpeTrainStats stats;
+  int64_t training_documents = 0;
+  TokenizationMeasure train, held_out;
+  double counting_seconds = 0, merging_seconds = 0;
+  std::vector<std::pair<std::string, GgufValue>> metadata;
+};
+CorpusTokenizer train_corpus_tokenizer(const std::string& spec, double held_out_fraction,
+                                       const BpeTrainOptions& options);
 
 // The vocabulary a model is trained with: the tokenizer from a GGUF (tokenizer.ggml.*) or a
 // tokenizer.json, with its mask id (tokenizer.ggml.mask_token_id, else a special "<mask>" token, else -1).

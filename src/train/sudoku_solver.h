@@ -100,6 +100,10 @@ std::string sudoku_eval_setting_label(const std::string& setting, const SudokuSo
 // threshold, beam width or views) and the tally's figures (fractions, not percentages).
 std::string sudoku_eval_json_row(const std::string& difficulty, const std::string& order,
                                  const SudokuSolverSettings& s, bool steps_by_setting, const SudokuTally& t);
+// eval's table: the header line, and one row (the steps column is `label`, sudoku_eval_setting_label's).
+std::string sudoku_eval_table_header();
+std::string sudoku_eval_table_row(const std::string& difficulty, const std::string& label, const std::string& order,
+                                  const SudokuSolverSettings& s, const SudokuTally& t);
 
 // How a model reads the states of a solver that deduces by singles (probe_sudoku): blank cells grouped by
 // what decides them: 0 a naked single, 1..7 a hidden single by its unit bits (row 1, column 2, box 4),
@@ -119,5 +123,9 @@ struct SudokuProbe {
 // blank cell of every state. Needs an in-place masked-diffusion model.
 SudokuProbe probe_sudoku(const Model& model, const std::vector<SudokuExample>& data, uint64_t seed,
                          ThreadPool* pool);
+// `canvas sudoku probe`'s report: the states probed, a table of the groups (cells, mean cross-entropy,
+// argmax %, over all states and over the stuck ones), and how often the most probable (cell, digit) is
+// right.
+std::string sudoku_probe_report(const SudokuProbe& probe);
 
 }  // namespace canvas

@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "core/timer.h"
 #include "io/gguf.h"
 #include "model/model.h"
@@ -413,9 +414,7 @@ void truncate_log(const std::string& path, int64_t step) {
     if (header || std::strtoll(line.c_str(), nullptr, 10) <= step) kept += line + "\n";
     header = false;
   }
-  const std::string tmp = path + ".tmp";  // replaced atomically: a kill here never loses the log
-  std::ofstream(tmp, std::ios::trunc) << kept;
-  check(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot replace " + path);
+  write_file(path, kept);  // replaced atomically: a kill here never loses the log
 }
 
 }  // namespace
@@ -736,11 +735,9 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
   } else {
     std::string header = "step,lr,loss,grad_norm,val_loss,tokens_per_second,elapsed_s";
     for (const std::string& name : metric_names) header += "," + name;
-    const std::string tmp = csv + ".tmp";
-    std::ofstream(tmp, std::ios::trunc) << header << "\n";
-    check(std::rename(tmp.c_str(), csv.c_str()) == 0, "cannot create " + csv);
+    write_file(csv, header + "\n");
   }
-  std::ofstream(out_dir + "/config.cfg", std::ios::trunc) << r.source_text;
+  write_file(out_dir + "/config.cfg", r.source_text);
 
   // A diverged step stops the run before it writes anything: the checkpoint on disk stays the last good one.
   auto stop_if_diverged = [&](bool finite, int64_t at, const std::string& what) {

@@ -1,0 +1,18 @@
+// Writing a whole output file (a report, an image, an array, a tokenizer) so that no reader ever sees half
+// of it: the bytes go to PATH.tmp, which is renamed over PATH only once every byte is written. A failure
+// at any point throws Error naming PATH (with the system's reason) and leaves PATH as it was.
+#pragma once
+#include <functional>
+#include <ostream>
+#include <string>
+#include <string_view>
+
+namespace canvas {
+
+// Writes `bytes` as the whole file at `path`.
+void write_file(const std::string& path, std::string_view bytes);
+// Writes what `body` puts into the stream as the whole file at `path` (for outputs too large to hold
+// twice in memory, such as logits arrays).
+void write_file(const std::string& path, const std::function<void(std::ostream&)>& body);
+
+}  // namespace canvas
