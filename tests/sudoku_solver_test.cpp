@@ -116,6 +116,50 @@ TEST(SudokuSolver, EvaluateTalliesEveryPuzzle) {
 
 // Eval's figures of a tally and its --json row: percentages, means per puzzle and per pass; steps 0 in a
 // row named by its setting.
+// The default decoder: rule mask, threshold 0.999 and the search where they apply; the options that turn
+// parts off, and the contradictions.
+TEST(SudokuSolver, DefaultDecoderAndItsOptions) {
+  const Model& model = shipped_solver();
+  SudokuSolverSettings s;
+  apply_sudoku_decoder(model, {}, s);
+  EXPECT_TRUE(s.rules);
+  EXPECT_FLOAT_EQ(s.threshold, kSudokuDefaultThreshold);
+  EXPECT_EQ(s.search, kSudokuDefaultSearch);
+  EXPECT_TRUE(s.search_options.propagate);
+  EXPECT_TRUE(s.search_options.guess_fewest);
+  SudokuDecoderChoice off;
+  off.no_rules = true;
+  SudokuSolverSettings greedy;
+  apply_sudoku_decoder(model, off, greedy);
+  EXPECT_FALSE(greedy.rules);  // the threshold stays (--no-rules --steps 81 is one cell per pass)
+  EXPECT_FLOAT_EQ(greedy.threshold, kSudokuDefaultThreshold);
+  EXPECT_EQ(greedy.search, 0);
+  SudokuDecoderChoice steps;  // --steps 27: the mask stays, no default threshold, so no search
+  steps.decoder_given = true;
+  SudokuSolverSettings stepped;
+  stepped.steps = 27;
+  apply_sudoku_decoder(model, steps, stepped);
+  EXPECT_TRUE(stepped.rules);
+  EXPECT_EQ(stepped.threshold, 0.f);
+  EXPECT_EQ(stepped.search, 0);
+  SudokuDecoderChoice bad;
+  bad.rules = bad.no_rules = true;
+  EXPECT_THROW(apply_sudoku_decoder(model, bad, s), Error);
+  bad = off;
+  bad.search = 10;  // the search needs the mask
+  EXPECT_THROW(apply_sudoku_decoder(model, bad, s), Error);
+  bad = off;
+  bad.uniform = true;
+  EXPECT_THROW(apply_sudoku_decoder(model, bad, s), Error);
+  bad = steps;
+  bad.guess = "confident";  // no search to guess in
+  SudokuSolverSettings t;
+  EXPECT_THROW(apply_sudoku_decoder(model, bad, t), Error);
+  bad = {};
+  bad.guess = "random";
+  EXPECT_THROW(apply_sudoku_decoder(model, bad, t), Error);
+}
+
 TEST(SudokuSolver, EvalFiguresAndJsonRowOfATally) {
   SudokuTally t;
   t.n = 4;

@@ -105,6 +105,28 @@ void check_kill_and_resume(const std::string& objective, const std::string& extr
   std::system(("rm -rf " + whole + " " + killed + " " + config).c_str());
 }
 
+// canvas train's progress line: the bar fills with the steps; a validation step adds its metrics and ends
+// the line.
+TEST(Train, StepProgressLine) {
+  train::StepReport r;
+  r.step = 6;
+  r.total = 24;
+  r.loss = 1.5f;
+  r.lr = 1e-3f;
+  r.grad_norm = 0.25f;
+  r.tokens_per_second = 1234;
+  r.elapsed_s = 3725;
+  r.eta_s = 59;
+  EXPECT_EQ(train::step_progress_line(r, -1),
+            "[######..................] 6/24 loss 1.5000 val - lr 1.00e-03 |g| 0.25 1234 tok/s elapsed 1:02:05 "
+            "ETA 0:00:59   ");
+  r.has_val = true;
+  r.val_metrics = {{"solved", 0.5}};
+  const std::string line = train::step_progress_line(r, 2.25f);
+  EXPECT_NE(line.find(" loss 1.5000 val 2.2500 lr "), std::string::npos) << line;
+  EXPECT_EQ(line.substr(line.size() - 22), "0:59   solved 0.5000 \n") << line;
+}
+
 TEST(Train, MaskedRunKilledAtRandomResumesExactly) { check_kill_and_resume("masked"); }
 TEST(Train, ArRunKilledAtRandomResumesExactly) { check_kill_and_resume("ar"); }
 TEST(Train, UniformRunKilledAtRandomResumesExactly) { check_kill_and_resume("uniform"); }

@@ -217,35 +217,21 @@ int sudoku_generate(int argc, char** argv) {
   return 0;
 }
 
-// The rule mask is on where it applies (in-place models, diffusion mode, confidence order, no --beam or
-// --freeze) unless --no-rules; --rules asks for it explicitly (an error where it does not apply). With
-// the mask on and no decoder option given, the default threshold applies.
-void resolve_rules(const Args& args, const Model& model, SudokuSolverSettings& s, bool decoder_given) {
-  check(!(args.has("rules") && args.has("no-rules")), "--rules and --no-rules contradict each other");
-  const bool applies = sudoku_rules_apply(model, s);
-  s.rules = args.has("rules") || (applies && !args.has("no-rules"));
-  if (!decoder_given && applies) s.threshold = kSudokuDefaultThreshold;
+// The decoder options as given (apply_sudoku_decoder applies the defaults).
+SudokuDecoderChoice decoder_choice(const Args& args) {
+  SudokuDecoderChoice c;
+  c.rules = args.has("rules");
+  c.no_rules = args.has("no-rules");
+  // Options that set how many cells a pass commits (--views only changes how the probabilities are made).
+  c.decoder_given = args.has("steps") || args.has("threshold") || args.has("beam");
+  c.search = args.get_int("search", -1);
+  check(!args.has("search") || c.search >= 0, "--search must be in 0..100000");
+  c.propagate = args.has("propagate");
+  c.no_propagate = args.has("no-propagate");
+  c.guess = args.get("guess", "");
+  c.uniform = args.has("uniform");
+  return c;
 }
-
-// --search N: the rule-masked threshold decoder as a search (search_sudoku); needs the rule mask and a
-// threshold.
-void resolve_search(const Args& args, SudokuSolverSettings& s) {
-  s.search = args.get_int("search", s.rules && s.threshold > 0 ? kSudokuDefaultSearch : 0);
-  check(s.search >= 0 && s.search <= 100000, "--search must be in 0..100000");
-  check(s.search == 0 || (s.rules && s.threshold > 0),
-        "--search needs the rule mask and a --threshold (it searches over rule-masked threshold decoding)");
-  check(!(args.has("propagate") && args.has("no-propagate")), "--propagate and --no-propagate contradict each other");
-  s.search_options.propagate = s.search > 0 && !args.has("no-propagate");
-  const std::string guess = args.get("guess", "fewest");
-  check(guess == "fewest" || guess == "confident", "--guess must be fewest or confident");
-  s.search_options.guess_fewest = guess == "fewest";
-  check(s.search > 0 || !(args.has("propagate") || args.has("guess")), "--propagate and --guess need the search");
-  s.uniform = args.has("uniform");
-  check(!s.uniform || s.rules, "--uniform needs the rule mask (it is a baseline for the rule-masked decoders)");
-}
-
-// Options that set how many cells a pass commits (--views only changes how the probabilities are made).
-bool decoder_given(const Args& args) { return args.has("steps") || args.has("threshold") || args.has("beam"); }
 
 SudokuSolverSettings solve_settings(const Args& args, const Model& model) {
   SudokuSolverSettings s;
@@ -264,8 +250,7 @@ SudokuSolverSettings solve_settings(const Args& args, const Model& model) {
   s.views = args.get_int("views", 0);
   check(s.views >= 0 && s.views <= 64, "--views must be in 0..64");
   check(s.beam == 0 || (s.threshold == 0 && s.views == 0), "--beam is a separate decoder: not with --threshold or --views");
-  resolve_rules(args, model, s, decoder_given(args));
-  resolve_search(args, s);
+  apply_sudoku_decoder(model, decoder_choice(args), s);
   return s;
 }
 
@@ -346,8 +331,7 @@ int sudoku_eval(int argc, char** argv) {
       s.freeze_refresh = freeze_refresh;
       apply_sudoku_eval_setting(steps_text, views_p, s);
       if (mode != "ar") s.order = parse_unmask_order(order);
-      resolve_rules(args, model, s, decoder_given(args));
-      resolve_search(args, s);
+      apply_sudoku_decoder(model, decoder_choice(args), s);
       const std::map<std::string, SudokuTally> tallies =
           evaluate_sudoku(model, data, s, &pool, [&progress] { progress.add(); });
       const bool by_setting = s.threshold > 0 || s.beam > 0 || s.views > 0;  // rows named by their setting

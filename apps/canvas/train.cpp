@@ -41,13 +41,6 @@ error, leaving the last good checkpoint.)",
     },
     ""};
 
-std::string format_seconds(double s) {
-  char buf[32];
-  const long t = long(s);
-  std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
-  return buf;
-}
-
 }  // namespace
 
 int cmd_train(int argc, char** argv) {
@@ -82,18 +75,7 @@ int cmd_train(int argc, char** argv) {
       config, out,
       [&](const train::StepReport& r) {
         if (r.has_val) last_val = r.val_loss;
-        const int width = 24;
-        const int filled = int(double(width) * double(r.step) / double(r.total));
-        std::string bar(size_t(filled), '#');
-        bar += std::string(size_t(width - filled), '.');
-        std::fprintf(stderr, "\r[%s] %lld/%lld loss %.4f val %s lr %.2e |g| %.2f %.0f tok/s elapsed %s ETA %s   ",
-                     bar.c_str(), (long long)r.step, (long long)r.total, r.loss,
-                     last_val >= 0 ? std::to_string(last_val).substr(0, 6).c_str() : "-", r.lr, r.grad_norm,
-                     r.tokens_per_second, format_seconds(r.elapsed_s).c_str(), format_seconds(r.eta_s).c_str());
-        if (r.has_val) {
-          for (const train::TaskMetric& m : r.val_metrics) std::fprintf(stderr, "%s %.4f ", m.name.c_str(), m.value);
-          std::fprintf(stderr, "\n");
-        }
+        std::fprintf(stderr, "\r%s", train::step_progress_line(r, last_val).c_str());
       },
       stop_after, [](const std::string& notice) { std::fprintf(stderr, "%s\n", notice.c_str()); },
       args.has("force"));

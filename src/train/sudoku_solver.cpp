@@ -90,6 +90,24 @@ bool sudoku_rules_apply(const Model& model, const SudokuSolverSettings& s) {
          s.beam == 0 && !s.freeze;
 }
 
+void apply_sudoku_decoder(const Model& model, const SudokuDecoderChoice& c, SudokuSolverSettings& s) {
+  check(!(c.rules && c.no_rules), "--rules and --no-rules contradict each other");
+  const bool applies = sudoku_rules_apply(model, s);
+  s.rules = c.rules || (applies && !c.no_rules);
+  if (!c.decoder_given && applies) s.threshold = kSudokuDefaultThreshold;
+  s.search = c.search >= 0 ? c.search : s.rules && s.threshold > 0 ? kSudokuDefaultSearch : 0;
+  check(s.search >= 0 && s.search <= 100000, "--search must be in 0..100000");
+  check(s.search == 0 || (s.rules && s.threshold > 0),
+        "--search needs the rule mask and a --threshold (it searches over rule-masked threshold decoding)");
+  check(!(c.propagate && c.no_propagate), "--propagate and --no-propagate contradict each other");
+  s.search_options.propagate = s.search > 0 && !c.no_propagate;
+  check(c.guess.empty() || c.guess == "fewest" || c.guess == "confident", "--guess must be fewest or confident");
+  s.search_options.guess_fewest = c.guess != "confident";
+  check(s.search > 0 || !(c.propagate || !c.guess.empty()), "--propagate and --guess need the search");
+  s.uniform = c.uniform;
+  check(!s.uniform || s.rules, "--uniform needs the rule mask (it is a baseline for the rule-masked decoders)");
+}
+
 std::vector<int32_t> sudoku_forward_grid(const Model& model, KvCache& cache, const SudokuGrid& grid,
                                          std::vector<float>& logits, ThreadPool* pool) {
   const ModelConfig& c = model.config;

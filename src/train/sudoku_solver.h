@@ -48,6 +48,22 @@ std::string default_sudoku_mode(const Model& model);
 // order, without beam search or freezing.
 bool sudoku_rules_apply(const Model& model, const SudokuSolverSettings& s);
 
+// The decoder options of solve and eval as given (false, -1 or "": not given).
+struct SudokuDecoderChoice {
+  bool rules = false, no_rules = false;  // --rules, --no-rules
+  bool decoder_given = false;            // --steps, --threshold or --beam: how many cells a pass commits
+  int64_t search = -1;                   // --search N
+  bool propagate = false, no_propagate = false;
+  std::string guess;  // "" | "fewest" | "confident"
+  bool uniform = false;
+};
+// The default decoder on top of `s`'s other settings: the rule mask wherever it applies
+// (sudoku_rules_apply) unless no_rules, with kSudokuDefaultThreshold when no decoder option was given; the
+// search (kSudokuDefaultSearch returns) with propagation and fewest-digit guesses where the mask and a
+// threshold are on. Throws Error naming the options for contradictions and for an option that needs what
+// is off (--rules where the mask cannot apply is the solver's error).
+void apply_sudoku_decoder(const Model& model, const SudokuDecoderChoice& c, SudokuSolverSettings& s);
+
 struct SudokuSolution {
   SudokuGrid grid{};
   int64_t passes = 0, rows = 0;  // forward passes and token rows they computed

@@ -91,6 +91,11 @@ struct StepReport {
   std::vector<TaskMetric> val_metrics;  // the task's, with has_val
 };
 
+// `canvas train`'s progress line of a step: a bar, step/total, loss, the latest validation loss
+// (`last_val`, "-" while negative), lr, gradient norm, tokens/s, elapsed and ETA as h:mm:ss; a step with
+// validation adds its task metrics and ends the line ("\n"), others end in spaces for the next "\r".
+std::string step_progress_line(const StepReport& r, float last_val);
+
 // Trains into out_dir (created if needed): out_dir/checkpoint.gguf (weights + AdamW moments + step,
 // written atomically), out_dir/model.gguf (weights only, loadable by `canvas generate`),
 // out_dir/train.csv (step, lr, loss, grad_norm, val_loss, tokens_per_second, elapsed_s, then the
