@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <queue>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -635,7 +634,7 @@ HfTokenizer HfTokenizer::from_vocab(HfVocab v) {
       return it->second;
     };
     const int32_t l = need(left), rt = need(right), result = need(left + right);
-    t.merges_.emplace(pair_key(l, rt), Merge{int32_t(r), result});  // a repeated pair keeps its first rank
+    t.merges_.add(l, rt, int32_t(r), result);  // a repeated pair keeps its first rank
   }
   return t;
 }
@@ -774,41 +773,7 @@ void HfTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out) 
     last_unknown = true;
   }
 
-  // Merges: symbols form a linked list; candidate merges wait in a min-heap keyed by (rank, position),
-  // so the lowest-ranked pair merges first and, among equal ranks, the leftmost. A popped candidate is
-  // stale when either symbol changed since it was pushed.
-  const int32_t n = int32_t(sym.size());
-  std::vector<int32_t> prev(static_cast<size_t>(n)), next(static_cast<size_t>(n));
-  for (int32_t i = 0; i < n; ++i) {
-    prev[size_t(i)] = i - 1;
-    next[size_t(i)] = i + 1 < n ? i + 1 : -1;
-  }
-  struct Candidate {
-    int32_t rank, left, left_id, right_id;
-    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
-  };
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
-  auto push = [&](int32_t left) {
-    if (left < 0) return;
-    const int32_t right = next[size_t(left)];
-    if (right < 0) return;
-    const auto it = merges_.find(pair_key(sym[size_t(left)], sym[size_t(right)]));
-    if (it != merges_.end()) heap.push({it->second.rank, left, sym[size_t(left)], sym[size_t(right)]});
-  };
-  for (int32_t i = 0; i + 1 < n; ++i) push(i);
-  while (!heap.empty()) {
-    const Candidate c = heap.top();
-    heap.pop();
-    const int32_t right = next[size_t(c.left)];
-    if (sym[size_t(c.left)] != c.left_id || right < 0 || sym[size_t(right)] != c.right_id) continue;  // stale
-    sym[size_t(c.left)] = merges_.find(pair_key(c.left_id, c.right_id))->second.result;
-    sym[size_t(right)] = -1;  // dead
-    next[size_t(c.left)] = next[size_t(right)];
-    if (next[size_t(right)] >= 0) prev[size_t(next[size_t(right)])] = c.left;
-    push(prev[size_t(c.left)]);
-    push(c.left);
-  }
-  for (int32_t i = 0; i >= 0; i = next[size_t(i)]) out.push_back(sym[size_t(i)]);
+  for (int32_t i : merges_.apply(sym)) out.push_back(sym[size_t(i)]);
 }
 
 // ------------------------------------------------------------------------------------------------------

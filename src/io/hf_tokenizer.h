@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "io/bpe_merges.h"
 #include "io/gguf.h"
 
 namespace canvas {
@@ -131,18 +132,11 @@ class HfTokenizer {
   size_t merge_count() const { return merges_.size(); }
 
  private:
-  struct Merge {
-    int32_t rank;
-    int32_t result;
-  };
   // Literal matcher over a set of token ids: leftmost match, longest at one position.
   struct Matcher {
     std::array<std::vector<int32_t>, 256> by_first_byte;  // ids, longest text first
     bool empty = true;
   };
-  static uint64_t pair_key(int32_t left, int32_t right) {
-    return (uint64_t(uint32_t(left)) << 32) | uint32_t(right);
-  }
   template <class OnText, class OnToken>
   void split_added(std::string_view text, const Matcher& matcher, OnText on_text, OnToken on_token) const;
   void encode_raw_span(std::string_view span, bool parse_special, std::vector<int32_t>& out) const;
@@ -154,7 +148,7 @@ class HfTokenizer {
   std::vector<HfVocab::Kind> kinds_;
   std::vector<std::string> pieces_;  // decoded text of each token
   std::unordered_map<std::string, int32_t> token_to_id_;
-  std::unordered_map<uint64_t, Merge> merges_;  // (left id, right id) -> rank and result
+  BpeMerges merges_;
   std::array<int32_t, 256> byte_token_{};       // byte -> "<0xNN>" id, -1 if none
   std::array<int32_t, 128> ascii_token_{};      // ASCII char -> its token id, -1 if none (fast path)
   Matcher raw_added_, normalized_added_;

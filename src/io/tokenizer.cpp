@@ -4,7 +4,6 @@
 #include "io/literal_split.h"
 
 #include <algorithm>
-#include <queue>
 
 #include "core/error.h"
 #include "io/gguf.h"
@@ -437,7 +436,7 @@ Tokenizer Tokenizer::from_vocab(std::string model, std::string pre, std::vector<
     const auto result = t.token_to_id_.find(m.substr(0, sp) + m.substr(sp + 1));
     if (left == t.token_to_id_.end() || right == t.token_to_id_.end() || result == t.token_to_id_.end())
       continue;  // cannot fire in a consistent vocabulary: ignored (see header)
-    t.merges_.emplace(pair_key(left->second, right->second), Merge{int32_t(r), result->second});
+    t.merges_.add(left->second, right->second, int32_t(r), result->second);
   }
   return t;
 }
@@ -504,44 +503,14 @@ void Tokenizer::append_bpe_ids(std::string_view word, std::vector<int32_t>& out)
     }
   }
 
-  // Symbols form a linked list over the word's bytes; candidate merges wait in a min-heap keyed by
-  // (rank, position). A popped candidate is stale when either symbol changed since it was pushed.
-  std::vector<int32_t> sym(n), prev(n), next(n);
-  for (size_t i = 0; i < n; ++i) {
-    sym[i] = byte_token_[uint8_t(word[i])];
-    prev[i] = int32_t(i) - 1;
-    next[i] = i + 1 < n ? int32_t(i + 1) : -1;
-  }
-  struct Candidate {
-    int32_t rank, left, left_id, right_id;
-    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
-  };
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
-  auto push = [&](int32_t left) {
-    if (left < 0) return;
-    const int32_t right = next[left];
-    if (right < 0 || sym[left] < 0 || sym[right] < 0) return;
-    const auto it = merges_.find(pair_key(sym[left], sym[right]));
-    if (it != merges_.end()) heap.push({it->second.rank, left, sym[left], sym[right]});
-  };
-  for (size_t i = 0; i + 1 < n; ++i) push(int32_t(i));
-  while (!heap.empty()) {
-    const Candidate c = heap.top();
-    heap.pop();
-    const int32_t right = next[c.left];
-    if (sym[c.left] != c.left_id || right < 0 || sym[right] != c.right_id) continue;  // stale
-    sym[c.left] = merges_.at(pair_key(c.left_id, c.right_id)).result;
-    sym[right] = -2;  // dead
-    next[c.left] = next[right];
-    if (next[right] >= 0) prev[next[right]] = c.left;
-    push(prev[c.left]);
-    push(c.left);
-  }
-  for (int32_t i = 0; i >= 0; i = next[i]) {
-    if (sym[i] >= 0)
-      out.push_back(sym[i]);
+  // One symbol per byte (-1 for a byte without a token: it never merges).
+  std::vector<int32_t> sym(n);
+  for (size_t i = 0; i < n; ++i) sym[i] = byte_token_[uint8_t(word[i])];
+  for (int32_t i : merges_.apply(sym)) {
+    if (sym[size_t(i)] >= 0)
+      out.push_back(sym[size_t(i)]);
     else
-      emit_byte(uint8_t(word[i]));  // a byte without a token (never merged)
+      emit_byte(uint8_t(word[size_t(i)]));  // a byte without a token (never merged)
   }
 }
 

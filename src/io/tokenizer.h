@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "io/bpe_merges.h"
+
 namespace canvas {
 
 class GgufFile;
@@ -84,13 +86,6 @@ class Tokenizer {
   bool pre_is_fallback() const { return pre_fallback_; }     // unknown name: GPT-2 rules used
 
  private:
-  struct Merge {
-    int32_t rank;
-    int32_t result;
-  };
-  static uint64_t pair_key(int32_t left, int32_t right) {
-    return (uint64_t(uint32_t(left)) << 32) | uint32_t(right);
-  }
   void append_span_ids(std::string_view span, std::vector<int32_t>& out) const;
   void append_bpe_ids(std::string_view word, std::vector<int32_t>& out) const;
 
@@ -98,7 +93,7 @@ class Tokenizer {
   std::vector<int32_t> token_types_;  // 1 normal, 2 unknown, 3 control, 4 user defined, 5 unused, 6 byte
   std::vector<std::string> pieces_;   // the bytes each token stands for (specials: literal text)
   std::unordered_map<std::string, int32_t> token_to_id_;  // stored text -> lowest id with that text
-  std::unordered_map<uint64_t, Merge> merges_;            // (left id, right id) -> rank and result
+  BpeMerges merges_;
   std::array<int32_t, 256> byte_token_{};                 // byte -> id of its one-byte token, -1 if none
   std::vector<int32_t> special_ids_;                      // matched literally, longest first
   std::array<std::vector<int32_t>, 256> special_by_first_byte_;  // special_ids_ bucketed by first byte
