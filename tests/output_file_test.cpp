@@ -3,6 +3,7 @@
 #include "core/output_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -46,6 +47,13 @@ TEST(OutputFile, WritesWholeFilesAndLeavesNothingBehindOnFailure) {
         << e.what();
   }
   EXPECT_THROW(write_file("", "x"), Error);
+  EXPECT_THROW(write_file(dir.path(""), "x"), Error);  // a directory
+  // A device is written as it is, never replaced by a renamed file.
+  write_file("/dev/null", "discarded");
+  struct stat st {};
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  EXPECT_FALSE(std::filesystem::exists("/dev/null.tmp"));
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "core/output_file.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -11,27 +13,32 @@ namespace canvas {
 
 void write_file(const std::string& path, const std::function<void(std::ostream&)>& body) {
   check(!path.empty(), "no output file name given");
-  const std::string tmp = path + ".tmp";
+  struct stat st {};
+  check(!(::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)), "cannot write " + path + ": it is a directory");
+  // A device or a pipe (/dev/stdout, /dev/null, a FIFO) is written as it is: renaming a file over it would
+  // replace it.
+  const bool special = ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+  const std::string target = special ? path : path + ".tmp";
   const auto fail = [&](const std::string& what, int error) {
-    std::remove(tmp.c_str());
+    if (!special) std::remove(target.c_str());
     throw Error(what + " " + path + (error ? std::string(": ") + std::strerror(error) : std::string()));
   };
   {
     errno = 0;
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    std::ofstream out(target, std::ios::binary | std::ios::trunc);
     if (!out) fail("cannot write", errno);
     try {
       body(out);
     } catch (...) {
       out.close();
-      std::remove(tmp.c_str());
+      if (!special) std::remove(target.c_str());
       throw;
     }
     errno = 0;
     out.close();
     if (!out) fail("error writing", errno);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot write", errno);
+  if (!special && std::rename(target.c_str(), path.c_str()) != 0) fail("cannot write", errno);
 }
 
 void write_file(const std::string& path, std::string_view bytes) {
