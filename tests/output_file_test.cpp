@@ -54,6 +54,12 @@ TEST(OutputFile, WritesWholeFilesAndLeavesNothingBehindOnFailure) {
   ASSERT_EQ(::stat("/dev/null", &st), 0);
   EXPECT_TRUE(S_ISCHR(st.st_mode));
   EXPECT_FALSE(std::filesystem::exists("/dev/null.tmp"));
+  // A link (as /dev/stdout is) is written through: the file it names gets the bytes, the link stays.
+  const std::string link = dir.path("link.json");
+  std::filesystem::create_symlink(path, link);
+  write_file(link, "through");
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(contents(path), "through");
 }
 
 }  // namespace

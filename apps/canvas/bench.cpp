@@ -1,8 +1,6 @@
 // canvas bench: machine roofs, then AR and diffusion decoding of one model over a grid of settings.
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -10,18 +8,15 @@
 #include "bench/decoder_passes.h"
 #include "bench/harness.h"
 #include "bench/plot.h"
-#include "bench/stats.h"
 #include "bench/synthetic.h"
 #include "cli/options.h"
 #include "cli/output_paths.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/output_file.h"
-#include "core/rng.h"
 #include "core/timer.h"
 #include "decode/text_model.h"
 #include "device.h"
-#include "model/kv_cache.h"
 
 namespace canvas::cli {
 namespace {

@@ -149,20 +149,18 @@ int cmd_logits(int argc, char** argv) {
   const ModelConfig& c = model.config;
   const std::vector<int32_t> ids = cli::parse_id_list(args.get("ids", ""), "--ids");
   const bool decoder = args.has("canvas-ids");
-  check(decoder || !args.has("self-cond"), "--self-cond needs --canvas-ids");
   // DiffusionGemma's encoder is causal by construction; its bidirectional view is the decoder.
   const bool causal = args.has("causal") || c.causal || c.has_decoder;
   auto pool = make_pool(args);
   std::vector<int32_t> canvas;
   NpyArray self_cond;
-  if (decoder) {
-    canvas = cli::parse_id_list(args.get("canvas-ids", ""), "--canvas-ids");
-    if (args.has("self-cond")) {
-      self_cond = read_npy(args.get("self-cond", ""));
-      check(self_cond.shape == std::vector<int64_t>{int64_t(canvas.size()), c.vocab},
-            args.get("self-cond", "") + ": self-conditioning logits must have shape [" + std::to_string(canvas.size()) +
-                ", " + std::to_string(c.vocab) + "] (canvas, vocab)");
-    }
+  if (decoder) canvas = cli::parse_id_list(args.get("canvas-ids", ""), "--canvas-ids");
+  check_pass_logits(c, int64_t(ids.size()), decoder ? &canvas : nullptr, args.has("self-cond"));
+  if (args.has("self-cond")) {  // with --canvas-ids (checked)
+    self_cond = read_npy(args.get("self-cond", ""));
+    check(self_cond.shape == std::vector<int64_t>{int64_t(canvas.size()), c.vocab},
+          args.get("self-cond", "") + ": self-conditioning logits must have shape [" + std::to_string(canvas.size()) +
+              ", " + std::to_string(c.vocab) + "] (canvas, vocab)");
   }
   const std::vector<float> logits = pass_logits(model, ids, causal, decoder ? &canvas : nullptr,
                                                 args.has("self-cond") ? self_cond.data.data() : nullptr, pool.get());

@@ -11,9 +11,7 @@
 #include "decode/score.h"
 #include "decode/text_model.h"
 #include "device.h"
-#include "io/gguf.h"
 #include "io/input_file.h"
-#include "io/tokenizer.h"
 
 namespace canvas::cli {
 namespace {

@@ -3,6 +3,7 @@
 #pragma once
 #include <signal.h>
 
+#include <atomic>
 #include <csignal>
 
 namespace canvas::cli {
@@ -27,10 +28,11 @@ class InterruptRequest {
   }
   InterruptRequest(const InterruptRequest&) = delete;
   InterruptRequest& operator=(const InterruptRequest&) = delete;
-  static bool requested() { return requested_ != 0; }
+  static bool requested() { return requested_.load() != 0; }
 
  private:
-  static inline volatile std::sig_atomic_t requested_ = 0;
+  static inline std::atomic<int> requested_{0};  // lock-free: set by a handler, read by any thread
+  static_assert(std::atomic<int>::is_always_lock_free);
   bool sigterm_too_;
   struct sigaction old_int_ {}, old_term_ {};
 };

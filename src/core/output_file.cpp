@@ -15,9 +15,9 @@ void write_file(const std::string& path, const std::function<void(std::ostream&)
   check(!path.empty(), "no output file name given");
   struct stat st {};
   check(!(::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)), "cannot write " + path + ": it is a directory");
-  // A device or a pipe (/dev/stdout, /dev/null, a FIFO) is written as it is: renaming a file over it would
-  // replace it.
-  const bool special = ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+  // A link, a device or a pipe (/dev/stdout, /dev/null, /proc/self/fd/N, a FIFO) is written through as it
+  // is: renaming a file over it would replace it.
+  const bool special = ::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
   const std::string target = special ? path : path + ".tmp";
   const auto fail = [&](const std::string& what, int error) {
     if (!special) std::remove(target.c_str());
@@ -27,6 +27,7 @@ void write_file(const std::string& path, const std::function<void(std::ostream&)
     errno = 0;
     std::ofstream out(target, std::ios::binary | std::ios::trunc);
     if (!out) fail("cannot write", errno);
+    errno = 0;
     try {
       body(out);
     } catch (...) {
@@ -34,6 +35,7 @@ void write_file(const std::string& path, const std::function<void(std::ostream&)
       if (!special) std::remove(target.c_str());
       throw;
     }
+    if (!out) fail("error writing", errno);  // the reason of the write that failed (a full disk)
     errno = 0;
     out.close();
     if (!out) fail("error writing", errno);

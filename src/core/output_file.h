@@ -1,7 +1,8 @@
 // Writing a whole output file (a report, an image, an array, a tokenizer) so that no reader ever sees half
 // of it: the bytes go to PATH.tmp, which is renamed over PATH only once every byte is written. A failure
 // at any point throws Error naming PATH (with the system's reason) and leaves PATH as it was. A PATH that
-// is a device or a pipe (/dev/stdout, /dev/null, a FIFO) is written directly; a directory is an Error.
+// is a link, a device or a pipe (/dev/stdout, /dev/null, a FIFO) is written through directly; a directory
+// is an Error.
 #pragma once
 #include <functional>
 #include <ostream>

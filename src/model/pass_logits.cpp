@@ -6,10 +6,7 @@
 
 namespace canvas {
 
-std::vector<float> pass_logits(const Model& model, const std::vector<int32_t>& ids, bool causal,
-                               const std::vector<int32_t>* canvas, const float* self_cond, ThreadPool* pool) {
-  const ModelConfig& c = model.config;
-  const int64_t n = int64_t(ids.size());
+void check_pass_logits(const ModelConfig& c, int64_t n, const std::vector<int32_t>* canvas, bool self_cond) {
   const int64_t canvas_n = canvas ? int64_t(canvas->size()) : 0;
   check(n + canvas_n <= c.context_length,
         std::to_string(n) + " ids" + (canvas ? " + " + std::to_string(canvas_n) + " canvas ids" : std::string()) +
@@ -17,6 +14,13 @@ std::vector<float> pass_logits(const Model& model, const std::vector<int32_t>& i
   check(!canvas || c.has_decoder,
         "--canvas-ids needs a model with a decoder (DiffusionGemma); '" + c.arch + "' has none");
   check(canvas || !self_cond, "--self-cond needs --canvas-ids");
+}
+
+std::vector<float> pass_logits(const Model& model, const std::vector<int32_t>& ids, bool causal,
+                               const std::vector<int32_t>* canvas, const float* self_cond, ThreadPool* pool) {
+  const ModelConfig& c = model.config;
+  const int64_t n = int64_t(ids.size());
+  check_pass_logits(c, n, canvas, self_cond != nullptr);
   KvCache cache(c, n);
   std::vector<int32_t> groups(size_t(n), 0);
   if (causal)

@@ -21,15 +21,24 @@ void shut_down(HttpServer& server, std::thread& http, const std::function<void()
       std::_Exit(1);
     }
   });
+  // The watchdog is released however the stop ends (an exception included), so it is always joined.
+  struct Release {
+    std::mutex& mutex;
+    std::condition_variable& cv;
+    bool& stopped;
+    std::thread& watchdog;
+    ~Release() {
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        stopped = true;
+      }
+      cv.notify_all();
+      watchdog.join();
+    }
+  } release{mutex, cv, stopped, watchdog};
   server.stop(deadlines.finish_ms, deadlines.close_ms);
   http.join();
   stop_engines();
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    stopped = true;
-  }
-  cv.notify_all();
-  watchdog.join();
 }
 
 }  // namespace canvas::serve
