@@ -197,10 +197,11 @@ int split_command(int argc, char** argv) {
                                    {"held-out", &split.held_out}}) {
     if (!args.has(flag)) continue;
     const std::string path = args.get(flag, "");
-    write_file(path, [docs](std::ostream& out) {
-      for (const train::CorpusDocument& d : *docs) out << d.text << "\n";
+    const std::vector<train::CorpusDocument>& documents = *docs;  // clang 14 cannot capture a binding
+    write_file(path, [&documents](std::ostream& out) {
+      for (const train::CorpusDocument& d : documents) out << d.text << "\n";
     });
-    std::fprintf(stderr, "wrote %zu documents to %s\n", docs->size(), path.c_str());
+    std::fprintf(stderr, "wrote %zu documents to %s\n", documents.size(), path.c_str());
   }
   return 0;
 }
