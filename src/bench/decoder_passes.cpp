@@ -8,7 +8,7 @@
 #include <tuple>
 
 #include "bench/harness.h"
-#include "bench/report_text.h"
+#include "core/appendf.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"

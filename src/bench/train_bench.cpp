@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "bench/report_text.h"
+#include "core/appendf.h"
 #include "bench/roofs.h"
 #include "bench/stats.h"
 #include "core/cpu.h"

@@ -13,10 +13,10 @@ namespace canvas {
 
 void write_file(const std::string& path, const std::function<void(std::ostream&)>& body) {
   check(!path.empty(), "no output file name given");
-  struct stat st {};
-  check(!(::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)), "cannot write " + path + ": it is a directory");
   // A link, a device or a pipe (/dev/stdout, /dev/null, /proc/self/fd/N, a FIFO) is written through as it
-  // is: renaming a file over it would replace it.
+  // is: renaming a file over it would replace it. A directory is opened as one too, and refused there
+  // (EISDIR).
+  struct stat st {};
   const bool special = ::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
   const std::string target = special ? path : path + ".tmp";
   const auto fail = [&](const std::string& what, int error) {

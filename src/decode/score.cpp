@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/appendf.h"
 #include "core/error.h"
 #include "ops/ops.h"
 
@@ -107,15 +108,13 @@ TextScore score_text(const Model& model, const TextScoreJob& job, ThreadPool* po
 }
 
 std::string TextScore::json() const {
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "{\"tokens\": %lld, \"bytes\": %lld, \"nll_nats\": %.6f, \"nats_per_token\": %.6f, "
-                "\"bits_per_byte\": %.6f, \"windows\": %lld, \"stride\": %lld}",
-                (long long)score.scored, (long long)bytes, score.nll_nats,
-                score.scored ? score.nll_nats / double(score.scored) : 0.0,
-                bytes > 0 ? score.nll_nats / std::log(2.0) / double(bytes) : 0.0, (long long)windows,
-                (long long)stride);
-  return buf;
+  std::string out;
+  appendf(out,
+          "{\"tokens\": %lld, \"bytes\": %lld, \"nll_nats\": %.6f, \"nats_per_token\": %.6f, "
+          "\"bits_per_byte\": %.6f, \"windows\": %lld, \"stride\": %lld}",
+          (long long)score.scored, (long long)bytes, score.nll_nats, score.scored ? score.nll_nats / double(score.scored) : 0.0,
+          bytes > 0 ? score.nll_nats / std::log(2.0) / double(bytes) : 0.0, (long long)windows, (long long)stride);
+  return out;
 }
 
 }  // namespace canvas

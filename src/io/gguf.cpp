@@ -11,6 +11,7 @@
 #include <map>
 #include <unordered_set>
 
+#include "core/appendf.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "core/output_file.h"
@@ -787,32 +788,26 @@ void GgufWriter::write(const std::string& path, uint64_t alignment) const {
 
 std::string gguf_listing(const GgufFile& file, size_t max_items) {
   std::string out;
-  char line[1024];
-  const auto add = [&](auto... args) {
-    std::snprintf(line, sizeof line, args...);
-    out += line;
-  };
-  add("file: %s\nGGUF version %u, %llu bytes, alignment %llu, data at offset %llu\n", file.path().c_str(),
-      file.version(), (unsigned long long)file.file_size(), (unsigned long long)file.alignment(),
-      (unsigned long long)file.data_offset());
-  add("\nmetadata (%zu keys):\n", file.metadata().size());
+  appendf(out, "file: %s\nGGUF version %u, %llu bytes, alignment %llu, data at offset %llu\n",
+          file.path().c_str(), file.version(), (unsigned long long)file.file_size(), (unsigned long long)file.alignment(),
+          (unsigned long long)file.data_offset());
+  appendf(out, "\nmetadata (%zu keys):\n", file.metadata().size());
   for (const auto& [key, value] : file.metadata()) {
     std::string type = gguf_type_name(value.type);
     if (value.type == GgufType::Array)
       type += std::string("<") + gguf_type_name(value.array_type) + ">[" + std::to_string(value.array_size()) + "]";
-    add("  %-44s %-22s ", key.c_str(), type.c_str());
-    out += sanitize_utf8(value.to_string(max_items)) + "\n";  // any length
+    appendf(out, "  %-44s %-22s %s\n", key.c_str(), type.c_str(), sanitize_utf8(value.to_string(max_items)).c_str());
   }
   int64_t total_bytes = 0, total_elements = 0;
-  add("\ntensors (%zu):\n  %-40s %-6s %-26s %14s %14s\n", file.tensors().size(), "name", "dtype", "shape", "bytes",
-      "offset");
+  appendf(out, "\ntensors (%zu):\n  %-40s %-6s %-26s %14s %14s\n", file.tensors().size(), "name", "dtype", "shape",
+          "bytes", "offset");
   for (const TensorView& t : file.tensors()) {
-    add("  %-40s %-6s %-26s %14lld %14llu\n", t.name.c_str(), dtype_name(t.type), t.shape_string().c_str(),
-        (long long)t.bytes(), (unsigned long long)file.offset_of(t));
+    appendf(out, "  %-40s %-6s %-26s %14lld %14llu\n", t.name.c_str(), dtype_name(t.type), t.shape_string().c_str(),
+            (long long)t.bytes(), (unsigned long long)file.offset_of(t));
     total_bytes += t.bytes();
     total_elements += t.elements();
   }
-  add("\n%lld parameters, %.2f MiB of tensor data\n", (long long)total_elements, double(total_bytes) / 1048576.0);
+  appendf(out, "\n%lld parameters, %.2f MiB of tensor data\n", (long long)total_elements, double(total_bytes) / 1048576.0);
   return out;
 }
 

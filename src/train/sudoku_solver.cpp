@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/appendf.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
@@ -252,20 +253,19 @@ std::string sudoku_eval_json_row(const std::string& difficulty, const std::strin
 }
 
 std::string sudoku_eval_table_header() {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "%-13s %-10s %-11s %-5s %6s %9s %9s %9s %10s %9s %9s\n", "difficulty", "steps",
-                "order", "rules", "n", "solved%", "cells%", "passes", "cells/pass", "rows", "ms/puzzle");
-  return buf;
+  std::string out;
+  appendf(out, "%-13s %-10s %-11s %-5s %6s %9s %9s %9s %10s %9s %9s\n", "difficulty", "steps", "order", "rules", "n",
+          "solved%", "cells%", "passes", "cells/pass", "rows", "ms/puzzle");
+  return out;
 }
 
 std::string sudoku_eval_table_row(const std::string& difficulty, const std::string& label, const std::string& order,
                                   const SudokuSolverSettings& s, const SudokuTally& t) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf, "%-13s %-10s %-11s %-5s %6lld %9.2f %9.2f %9.1f %10.2f %9.1f %9.2f\n",
-                difficulty.c_str(), label.c_str(), order.c_str(), s.rules ? "yes" : "no", (long long)t.n,
-                t.solved_percent(), t.cell_percent(), t.passes_per_puzzle(), t.cells_per_pass(), t.rows_per_puzzle(),
-                t.ms_per_puzzle());
-  return buf;
+  std::string out;
+  appendf(out, "%-13s %-10s %-11s %-5s %6lld %9.2f %9.2f %9.1f %10.2f %9.1f %9.2f\n", difficulty.c_str(),
+          label.c_str(), order.c_str(), s.rules ? "yes" : "no", (long long)t.n, t.solved_percent(), t.cell_percent(),
+          t.passes_per_puzzle(), t.cells_per_pass(), t.rows_per_puzzle(), t.ms_per_puzzle());
+  return out;
 }
 
 std::map<std::string, SudokuTally> evaluate_sudoku(const Model& model, const std::vector<SudokuExample>& data,
@@ -344,26 +344,22 @@ SudokuProbe probe_sudoku(const Model& model, const std::vector<SudokuExample>& d
 
 std::string sudoku_probe_report(const SudokuProbe& r) {
   std::string out;
-  char buf[512];
-  std::snprintf(buf, sizeof buf, "%lld puzzles, %lld states along singles paths\n%-18s %9s %9s %9s | %-24s\n",
-                (long long)r.puzzles, (long long)r.states, "blank cell", "cells", "CE", "argmax%",
-                "no naked single left:");
-  out += buf;
+  appendf(out, "%lld puzzles, %lld states along singles paths\n%-18s %9s %9s %9s | %-24s\n", (long long)r.puzzles,
+          (long long)r.states, "blank cell", "cells", "CE", "argmax%", "no naked single left:");
   const auto pct = [](int64_t part, int64_t whole) { return whole ? 100.0 * double(part) / double(whole) : 0.0; };
   for (int g = 0; g < SudokuProbe::kGroups; ++g) {
     const SudokuProbeGroup &all = r.all[size_t(g)], &stuck = r.stuck[size_t(g)];
     if (!all.n) continue;
-    std::snprintf(buf, sizeof buf, "%-18s %9lld %9.4f %9.2f | %9lld %9.4f %9.2f\n", SudokuProbe::group_name(g),
-                  (long long)all.n, all.ce / double(all.n), pct(all.right, all.n), (long long)stuck.n,
-                  stuck.n ? stuck.ce / double(stuck.n) : 0.0, pct(stuck.right, stuck.n));
-    out += buf;
+    appendf(out, "%-18s %9lld %9.4f %9.2f | %9lld %9.4f %9.2f\n", SudokuProbe::group_name(g), (long long)all.n,
+            all.ce / double(all.n), pct(all.right, all.n), (long long)stuck.n,
+            stuck.n ? stuck.ce / double(stuck.n) : 0.0, pct(stuck.right, stuck.n));
   }
-  std::snprintf(buf, sizeof buf,
-                "most probable (cell, digit) right: %.2f%% of %lld states; with no naked single left %.2f%% of %lld "
-                "(a hidden single in %.2f%%)\n",
-                pct(r.top_right, r.states), (long long)r.states, pct(r.stuck_top_right, r.stuck_states),
-                (long long)r.stuck_states, pct(r.stuck_top_hidden, r.stuck_states));
-  return out + buf;
+  appendf(out,
+          "most probable (cell, digit) right: %.2f%% of %lld states; with no naked single left %.2f%% of %lld "
+          "(a hidden single in %.2f%%)\n",
+          pct(r.top_right, r.states), (long long)r.states, pct(r.stuck_top_right, r.stuck_states),
+          (long long)r.stuck_states, pct(r.stuck_top_hidden, r.stuck_states));
+  return out;
 }
 
 }  // namespace canvas

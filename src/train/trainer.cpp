@@ -15,6 +15,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "core/appendf.h"
 #include "core/error.h"
 #include "core/output_file.h"
 #include "core/timer.h"
@@ -867,17 +868,13 @@ std::string step_progress_line(const StepReport& r, float last_val) {
   const int filled = r.total > 0 ? int(double(width) * double(r.step) / double(r.total)) : 0;
   char val[32] = "-";
   if (last_val >= 0) std::snprintf(val, sizeof val, "%.4f", double(last_val));
-  char buf[512];
-  std::snprintf(buf, sizeof buf, "[%s%s] %lld/%lld loss %.4f val %s lr %.2e |g| %.2f %.0f tok/s elapsed %s ETA %s   ",
-                std::string(size_t(filled), '#').c_str(), std::string(size_t(width - filled), '.').c_str(),
-                (long long)r.step, (long long)r.total, double(r.loss), val, double(r.lr), double(r.grad_norm),
-                r.tokens_per_second, hms(r.elapsed_s).c_str(), hms(r.eta_s).c_str());
-  std::string line = buf;
+  std::string line;
+  appendf(line, "[%s%s] %lld/%lld loss %.4f val %s lr %.2e |g| %.2f %.0f tok/s elapsed %s ETA %s   ",
+          std::string(size_t(filled), '#').c_str(), std::string(size_t(width - filled), '.').c_str(),
+          (long long)r.step, (long long)r.total, double(r.loss), val, double(r.lr), double(r.grad_norm),
+          r.tokens_per_second, hms(r.elapsed_s).c_str(), hms(r.eta_s).c_str());
   if (r.has_val) {
-    for (const TaskMetric& m : r.val_metrics) {
-      std::snprintf(buf, sizeof buf, "%s %.4f ", m.name.c_str(), m.value);
-      line += buf;
-    }
+    for (const TaskMetric& m : r.val_metrics) appendf(line, "%s %.4f ", m.name.c_str(), m.value);
     line += "\n";
   }
   return line;

@@ -1,10 +1,10 @@
-// printf onto the end of a string (report_text.h).
-#include "bench/report_text.h"
+// printf onto the end of a string (appendf.h).
+#include "core/appendf.h"
 
 #include <cstdarg>
 #include <cstdio>
 
-namespace canvas::bench {
+namespace canvas {
 
 void appendf(std::string& out, const char* format, ...) {
   va_list args, again;
@@ -21,4 +21,4 @@ void appendf(std::string& out, const char* format, ...) {
   va_end(again);
 }
 
-}  // namespace canvas::bench
+}  // namespace canvas
