@@ -58,7 +58,7 @@ measured in the same run, and each diffusion row's decode speed over AR's ("vs A
         {"--quick", "",
          "small roofs and grid (-p 8 -n 8, 0 warm-ups, 1 repeat) for tests and CI:\n"
          "the roofs are then cache rates, not DRAM roofs"},
-        {"--no-roofs", "", "skip the roofs (fractions are then absent)"},
+        {"--no-roofs", "", "skip the roofs (fractions are then absent); with --device cuda, the device's floors"},
         {"--json", "FILE", "write the report as one JSON object (machine, model, settings, roofs, rows)"},
         {"--device", "NAME", kDeviceHelp},
         {"--plot", "FILE.png",
@@ -86,6 +86,19 @@ canvases of k + 1 rows), likewise.
 self-cond). The
 closing lines turn the faster later-step pass (self-cond or stream) into tokens/s for a canvas denoised in
 8, 16 and 32 passes, against AR.
+
+--device cuda: the passes run on the GPU and are compared with its floors instead of the CPU's roofs. After
+the weights' upload the bench reports the device memory in use, measures the device's streaming-read
+bandwidth (a kernel reading a 4 GiB buffer, or half the free memory if less, with 16-byte loads) and the
+cuBLAS GEMM rate (8192^3, f16 inputs with f32 accumulation, and f32), each timed with CUDA events (median
+after a warm-up), and samples the memory in use after every timed pass (its peak). Each pass's floor is
+max(bytes / read bandwidth, FLOPs / GEMM rate), from the weights' bytes in their stored type (with experts,
+those the pass's rows can hit: an AR step reads its top-k, a 256-row canvas all of them) and the matmul FLOPs
+(attention not counted; the f32 rate for f32 weights, the f16 rate otherwise); each pass and each tokens/s
+line is reported as floor / measured ("of floor"). JSON: "device" {name, memory_total_bytes,
+memory_used_bytes, memory_peak_bytes, read_gbps, read_buffer_bytes, gemm_size, gemm_f16_tflops,
+gemm_f32_tflops}, and fraction_of_floor (with floor_ms or floor_ms_per_pass) on every pass, row and
+projection.
 
 training (--train CONFIG): builds the data, model and AdamW of a training config (configs/*.cfg) in
 memory and times --warmup (default 2) then --steps (default 5) full training steps (batch, forward,
@@ -179,11 +192,15 @@ int cmd_bench(int argc, char** argv) {
                  (long long)info.layers_total, double(bench_model.weight_bytes()) / 1073741824.0,
                  bench_model.build_seconds);
 
+  // On a device the passes are compared with its floors, measured here (after the upload, whose memory they
+  // report), instead of the CPU's roofs.
   if (args.get("device", "cpu") != "cpu") {
     const double t0 = now_ms();
     use_device(bench_model.model(), args.get("device", "cpu"));
     std::fprintf(stderr, "canvas bench: weights on the device in %.1f s\n", (now_ms() - t0) / 1000);
     info.source += " on " + args.get("device", "cpu");
+    options.device = measure_device_floors(options.measure_roofs, quick);
+    std::fputs(("canvas bench: " + bench::device_floors_text(*options.device)).c_str(), stderr);
   }
   if (model->config.has_decoder) {
     check(!args.has("plot"), "--plot draws the grid of masked-diffusion models; a model with a decoder is timed "
@@ -201,7 +218,7 @@ int cmd_bench(int argc, char** argv) {
     passes.modes = modes.empty() ? std::vector<std::string>{"ar", "diffusion", "self-cond"} : modes;
     passes.draft_length = args.get_int("draft-length", 4);
     const bench::DecoderPassReport report =
-        bench::bench_decoder_passes(*model, passes, info.source, bench_model.weight_bytes());
+        bench::bench_decoder_passes(*model, passes, info.source, bench_model.weight_bytes(), options.device);
     std::fputs(report.text.c_str(), stdout);
     write_json_report(args.get("json", ""), report.json);
     return 0;

@@ -4,7 +4,9 @@
 #include "decode/events.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <map>
 #include <tuple>
 
 #include "bench/harness.h"
@@ -48,9 +50,15 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
   enc.tokens = prompt.data();
   enc.n = prompt_tokens;
   enc.groups = groups.data();
+  // The device's memory in use, sampled after every timed pass (outside its time).
+  int64_t memory_peak = 0;
+  auto sample_memory = [&] {
+    if (o.device_memory_in_use) memory_peak = std::max(memory_peak, o.device_memory_in_use());
+  };
   double t0 = now_ms();
   forward(model, cache, enc, &pool);
   const double prompt_ms = now_ms() - t0;
+  sample_memory();
 
   const std::vector<int32_t> tokens = random_tokens(canvas);
   // The [canvas x vocab] buffers only when a materialising mode runs, so that a stream-only run's peak
@@ -72,7 +80,9 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
   auto timed = [&](const ForwardRequest& dec) {
     const double start = now_ms();
     forward(model, cache, dec, &pool);
-    return now_ms() - start;
+    const double ms = now_ms() - start;
+    sample_memory();
+    return ms;
   };
   auto decoder_pass = [&](const float* prev) {
     ForwardRequest dec = canvas_request();
@@ -117,7 +127,9 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
     const double start = now_ms();
     forward(model, cache, dec, &pool);
     forward(model, cache, check_pass, &pool);
-    return now_ms() - start;
+    const double ms = now_ms() - start;
+    sample_memory();
+    return ms;
   };
   // The overlapped cycle: one pass over the same k + 1 causal rows and, for every kept count j = 0..k, a
   // decoder canvas of k + 1 rows after the j-th of them (k logit rows each), as --overlap runs it.
@@ -149,7 +161,9 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
     }
     const double start = now_ms();
     forward_on(model, cache, requests, &pool);
-    return now_ms() - start;
+    const double ms = now_ms() - start;
+    sample_memory();
+    return ms;
   };
   std::vector<double> plain, conditioned, streamed, ar, cycles, overlapped;
   for (int r = 0; r < warmup + repeats; ++r) {
@@ -178,6 +192,7 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
     const double start = now_ms();
     forward(model, cache, step, &pool);
     if (r >= warmup) ar.push_back(now_ms() - start);
+    sample_memory();
   }
   DecoderPassTimes times;
   times.prompt_ms = prompt_ms;
@@ -188,6 +203,7 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
   times.verify = std::move(cycles);
   times.verify_overlap = std::move(overlapped);
   times.threads = pool.size();
+  times.device_memory_peak_bytes = memory_peak;
   return times;
 }
 
@@ -198,8 +214,16 @@ DecoderPassReport decoder_pass_report(const DecoderPassTimes& t, const DecoderPa
   DecoderPassReport r;
   std::string& text = r.text;
   nlohmann::ordered_json& report = r.json;
+  // With a device whose floors were measured, each pass kind's floor there: the sum over its passes of
+  // pass_floor_ms of their bytes and FLOPs.
+  const DeviceFloors* device = run.device ? &*run.device : nullptr;
+  const double read_gbps = device ? device->read_gbps : DeviceFloors::kNotMeasured;
+  const double tflops = device ? device->gemm_tflops_for(run.footprint.weight_type) : DeviceFloors::kNotMeasured;
+  const bool floors = std::isfinite(pass_floor_ms(0, 0, read_gbps, tflops));
   appendf(text, "model: %s, %lld layers, %d threads\n", run.source.c_str(), (long long)run.layers, t.threads);
-  appendf(text, "%-44s %10s %10s %10s\n", "pass", "median ms", "min ms", "max ms");
+  if (device) text += device_floors_text(*device);
+  appendf(text, "%-44s %10s %10s %10s", "pass", "median ms", "min ms", "max ms");
+  text += floors ? " floor ms  of floor\n" : "\n";
   report["model"] = run.source;
   report["layers"] = run.layers;
   report["threads"] = t.threads;
@@ -207,12 +231,31 @@ DecoderPassReport decoder_pass_report(const DecoderPassTimes& t, const DecoderPa
   report["canvas"] = canvas;
   report["draft_length"] = draft_length;
   report["repeats"] = run.repeats;
+  if (device) report["device"] = device_floors_json(*device);
   report["passes"] = nlohmann::ordered_json::object();
+  std::map<std::string, double> fraction;  // of each pass kind's floor (median), with floors
   auto line = [&](const std::string& key, const std::string& what, const std::vector<double>& ms) {
     if (ms.empty()) return;
     const double lo = *std::min_element(ms.begin(), ms.end()), hi = *std::max_element(ms.begin(), ms.end());
-    appendf(text, "%-44s %10.1f %10.1f %10.1f\n", what.c_str(), median(ms), lo, hi);
-    report["passes"][key] = {{"what", what}, {"median_ms", median(ms)}, {"min_ms", lo}, {"max_ms", hi}};
+    appendf(text, "%-44s %10.1f %10.1f %10.1f", what.c_str(), median(ms), lo, hi);
+    nlohmann::ordered_json& pass = report["passes"][key];
+    pass = {{"what", what}, {"median_ms", median(ms)}, {"min_ms", lo}, {"max_ms", hi}};
+    if (floors) {
+      double bytes = 0, flops = 0, floor_ms = 0;
+      for (const PassRows& rows : decoder_pass_rows(key, run.prompt_tokens, canvas, draft_length)) {
+        const double b = run.footprint.pass_bytes(rows), f = run.footprint.pass_flops(rows);
+        bytes += b;
+        flops += f;
+        floor_ms += pass_floor_ms(b, f, read_gbps, tflops);
+      }
+      fraction[key] = fraction_of_floor(floor_ms, median(ms));
+      appendf(text, " %8.2f %8.0f%%", floor_ms, 100 * fraction[key]);
+      pass["bytes"] = bytes;
+      pass["flops"] = flops;
+      pass["floor_ms"] = floor_ms;
+      pass["fraction_of_floor"] = fraction[key];
+    }
+    text += "\n";
   };
   line("prompt", "encoder, prompt of " + std::to_string(run.prompt_tokens) + " (once)", {t.prompt_ms});
   line("diffusion", "decoder, canvas " + std::to_string(canvas) + ", self-cond zeros", plain);
@@ -239,38 +282,81 @@ DecoderPassReport decoder_pass_report(const DecoderPassTimes& t, const DecoderPa
     pass = &plain;
     kind = "diffusion";
   }
+  // A speed made of passes of one kind is that kind's fraction of its floor (with floors): the line and the
+  // JSON entry say so, with the tokens/s at the floor.
+  auto close_with_floor = [&](const std::string& pass_key, double tps, nlohmann::ordered_json entry) {
+    const auto it = fraction.find(pass_key);
+    if (it != fraction.end() && it->second > 0) {
+      appendf(text, "; floor %.1f tokens/s (%.0f%%)", tps / it->second, 100 * it->second);
+      entry["floor_tokens_per_second"] = tps / it->second;
+      entry["fraction_of_floor"] = it->second;
+    }
+    text += "\n";
+    return entry;
+  };
   if (!pass->empty() && !ar.empty()) {
     const double ar_tps = 1000.0 / median(ar), pass_ms = median(*pass);
-    appendf(text, "AR: %.1f tokens/s (median step %.2f ms)\n", ar_tps, median(ar));
+    appendf(text, "AR: %.1f tokens/s (median step %.2f ms)", ar_tps, median(ar));
+    const nlohmann::ordered_json ar_floor = close_with_floor("ar", ar_tps, {});
+    if (ar_floor.contains("floor_tokens_per_second"))
+      report["ar_floor_tokens_per_second"] = ar_floor["floor_tokens_per_second"];
     report["ar_tokens_per_second"] = ar_tps;
     report["diffusion_pass"] = kind;
     for (int steps : {8, 16, 32}) {
       const double tps = double(canvas) * 1000.0 / (double(steps) * pass_ms);
-      appendf(text, "diffusion, canvas %lld in %d steps (%s passes): %.1f tokens/s, %.2fx AR\n", (long long)canvas,
+      appendf(text, "diffusion, canvas %lld in %d steps (%s passes): %.1f tokens/s, %.2fx AR", (long long)canvas,
               steps, kind, tps, tps / ar_tps);
-      report["diffusion_projection"].push_back({{"steps", steps}, {"tokens_per_second", tps}, {"vs_ar", tps / ar_tps}});
+      report["diffusion_projection"].push_back(
+          close_with_floor(kind, tps, {{"steps", steps}, {"tokens_per_second", tps}, {"vs_ar", tps / ar_tps}}));
     }
   }
   // How many drafts a cycle keeps depends on the model's weights and the text (scripts/research/
   // verify_check.py measures it); the pass costs give the speed at a given number.
-  for (const auto& [name, key, times] : {std::tuple<const char*, const char*, const std::vector<double>*>{
-                                             "verify", "verify_projection", &cycles},
-                                         {"verify --overlap", "verify_overlap_projection", &overlapped}}) {
+  for (const auto& [name, pass_key, key, times] :
+       {std::tuple<const char*, const char*, const char*, const std::vector<double>*>{"verify", "verify",
+                                                                                     "verify_projection", &cycles},
+        {"verify --overlap", "verify-overlap", "verify_overlap_projection", &overlapped}}) {
     if (times->empty() || ar.empty()) continue;
     const double ar_tps = 1000.0 / median(ar);
     for (int64_t kept : {int64_t(1), int64_t(2), draft_length}) {
       const double tps = double(kept + 1) * 1000.0 / median(*times);
-      appendf(text, "%s, draft %lld, if %lld drafts are kept per cycle: %.1f tokens/s, %.2fx AR\n", name,
+      appendf(text, "%s, draft %lld, if %lld drafts are kept per cycle: %.1f tokens/s, %.2fx AR", name,
               (long long)draft_length, (long long)kept, tps, tps / ar_tps);
-      report[key].push_back({{"kept", kept}, {"tokens_per_second", tps}, {"vs_ar", tps / ar_tps}});
+      report[key].push_back(
+          close_with_floor(pass_key, tps, {{"kept", kept}, {"tokens_per_second", tps}, {"vs_ar", tps / ar_tps}}));
     }
   }
   return r;
 }
 
+std::vector<PassRows> decoder_pass_rows(const std::string& kind, int64_t prompt_tokens, int64_t canvas,
+                                        int64_t draft_length) {
+  const double p = double(prompt_tokens), c = double(canvas), k1 = double(draft_length + 1);
+  if (kind == "prompt") return {{p, 0}};
+  if (kind == "ar") return {{1, 1}};
+  if (kind == "diffusion") return {{c, c}};  // self-conditioning zeros: its MLP is skipped
+  PassRows self_conditioned{c, c};
+  self_conditioned.self_cond_rows = c;
+  if (kind == "self-cond") {  // the previous logits reduced to a soft embedding first
+    self_conditioned.self_cond_logit_rows = c;
+    return {self_conditioned};
+  }
+  if (kind == "stream") {  // the soft embedding given; the head writes the next one
+    self_conditioned.soft_embedding_rows = c;
+    return {self_conditioned};
+  }
+  if (kind == "verify") return {{k1, k1}, {k1, k1}};  // a decoder pass, then the causal pass
+  // One pass: the k + 1 causal rows (all with logits) and k + 1 decoder canvases of k + 1 rows (k logits each).
+  check(kind == "verify-overlap", "decoder_pass_rows: unknown pass kind '" + kind + "'");
+  return {{k1 + k1 * k1, k1 + k1 * (k1 - 1)}};
+}
+
 DecoderPassReport bench_decoder_passes(const Model& model, const DecoderPassOptions& options,
-                                       const std::string& source, int64_t weight_bytes) {
-  const DecoderPassTimes times = time_decoder_passes(model, options);
+                                       const std::string& source, int64_t weight_bytes,
+                                       const std::optional<DeviceFloors>& device) {
+  DecoderPassOptions timed = options;
+  if (device && device->memory_in_use) timed.device_memory_in_use = device->memory_in_use;
+  const DecoderPassTimes times = time_decoder_passes(model, timed);
   DecoderPassRun run;
   run.source = source;
   run.layers = model.config.n_layers;
@@ -280,6 +366,11 @@ DecoderPassReport bench_decoder_passes(const Model& model, const DecoderPassOpti
   run.repeats = options.repeats;
   run.weight_bytes = weight_bytes;
   run.peak_rss_mib = double(peak_rss_bytes()) / 1048576.0;
+  run.footprint = model_footprint(model);
+  run.device = device;
+  if (run.device)
+    run.device->memory_peak_bytes =
+        std::max({run.device->memory_peak_bytes, run.device->memory_used_bytes, times.device_memory_peak_bytes});
   return decoder_pass_report(times, run);
 }
 

@@ -6,10 +6,14 @@
 // timed one kind at a time and decoder_pass_report turns them into tokens/s at given pass counts.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "bench/device_floors.h"
+#include "bench/harness.h"
 #include "model/model.h"
 
 namespace canvas::bench {
@@ -25,6 +29,8 @@ struct DecoderPassOptions {
   // pass: the causal rows and draft_length + 1 decoder canvases of draft_length + 1 rows, as --overlap).
   std::vector<std::string> modes = {"ar", "diffusion", "self-cond", "stream"};
   int64_t draft_length = 4;
+  // Samples the device's memory in use after every timed pass (outside its time); empty: not sampled.
+  std::function<int64_t()> device_memory_in_use;
 };
 
 // Milliseconds of each timed pass (after the warm-up); an empty vector for a kind not asked for.
@@ -32,6 +38,7 @@ struct DecoderPassTimes {
   double prompt_ms = 0;  // the prompt's encoder pass (once)
   std::vector<double> diffusion, self_cond, stream, ar, verify, verify_overlap;
   int threads = 0;
+  int64_t device_memory_peak_bytes = 0;  // the most device_memory_in_use returned (0: not sampled)
 };
 
 // Throws Error for an unknown mode or out-of-range options.
@@ -45,6 +52,10 @@ struct DecoderPassRun {
   int repeats = 0;
   int64_t weight_bytes = 0;
   double peak_rss_mib = 0;
+  ModelFootprint footprint;  // what each pass reads and computes (for the floors)
+  // The GPU the passes ran on (--device cuda): each pass is then reported against its floor there,
+  // pass_floor_ms of its footprint's bytes and FLOPs, as floor_ms and fraction_of_floor.
+  std::optional<DeviceFloors> device;
 };
 
 // `canvas bench`'s report for a model with a decoder: a table of each timed pass kind (median, min and
@@ -53,14 +64,20 @@ struct DecoderPassRun {
 // else diffusion; the prompt's one encoder pass left out), and draft-and-verify cycles (plain and
 // overlapped) keeping 1, 2 or all drafts, each as tokens/s and against AR. `text` is printed as it is;
 // `json` holds the same numbers (passes, ar_tokens_per_second, diffusion_pass, diffusion_projection,
-// verify_projection, verify_overlap_projection).
+// verify_projection, verify_overlap_projection), and with a device its floors ("device", each pass's bytes,
+// flops, floor_ms and fraction_of_floor, and the projections' fraction_of_floor and floor_tokens_per_second).
 struct DecoderPassReport {
   std::string text;
   nlohmann::ordered_json json;
 };
 DecoderPassReport decoder_pass_report(const DecoderPassTimes& times, const DecoderPassRun& run);
-// time_decoder_passes, then its report (the run named by `source`, with the process's peak RSS).
+// The rows of each pass of a timed kind (a verify cycle is two passes), as time_decoder_passes runs them.
+std::vector<PassRows> decoder_pass_rows(const std::string& kind, int64_t prompt_tokens, int64_t canvas,
+                                        int64_t draft_length);
+// time_decoder_passes, then its report (the run named by `source`, with the process's peak RSS and, with a
+// device, its memory sampled after every timed pass).
 DecoderPassReport bench_decoder_passes(const Model& model, const DecoderPassOptions& options,
-                                       const std::string& source, int64_t weight_bytes);
+                                       const std::string& source, int64_t weight_bytes,
+                                       const std::optional<DeviceFloors>& device = std::nullopt);
 
 }  // namespace canvas::bench

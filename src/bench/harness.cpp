@@ -43,6 +43,7 @@ struct Sample {
   double fixed_tokens = 0;  // tokens fixed by the decoding passes
   double rows = 0;          // rows forwarded by the decoding passes
   double bytes = 0, flops = 0;
+  double floor_ms = 0;  // with a device: the decoding passes' floors, summed
   double peak_rss = 0;
 };
 
@@ -76,21 +77,28 @@ GenerationRequest request_of(const GridPoint& g, const std::vector<int32_t>& pro
   return r;
 }
 
-// One request through the Generator. Its forward hook counts what each pass forwards (rows) and asks logits
-// of (logit rows), from which the pass's weight bytes and FLOPs follow; passes, tokens and times are the
+// One request through the Generator. Its forward hook counts what each pass forwards (rows), asks logits
+// of (logit rows) and self-conditions, from which the pass's weight bytes and FLOPs follow (and, with a
+// device, its floor; the device's memory is sampled after each forward); passes, tokens and times are the
 // GenerationOutput's.
 Sample run_request(const Generator& generator, const ModelFootprint& fp, const GenerationRequest& request,
-                   ThreadPool* pool, std::vector<int32_t>* tokens) {
-  struct Pass {
-    int64_t rows = 0, logit_rows = 0;
-  };
-  std::vector<Pass> forwarded;
+                   ThreadPool* pool, std::vector<int32_t>* tokens, DeviceFloors* device) {
+  std::vector<PassRows> forwarded;
   GenerationRequest r = request;
-  r.forward = [&forwarded](const Model& m, KvCache& cache, std::span<const ForwardRequest> reqs, ThreadPool* p) {
-    Pass pass;
-    for (const ForwardRequest& req : reqs) pass.rows += req.n, pass.logit_rows += int64_t(req.logit_rows.size());
+  r.forward = [&forwarded, device](const Model& m, KvCache& cache, std::span<const ForwardRequest> reqs,
+                                   ThreadPool* p) {
+    PassRows pass;
+    for (const ForwardRequest& req : reqs) {
+      const double n = double(req.n), logit_rows = double(req.logit_rows.size());
+      pass.rows += n;
+      pass.logit_rows += logit_rows;
+      if (req.self_cond || req.self_cond_soft) pass.self_cond_rows += n;
+      if (req.self_cond) pass.self_cond_logit_rows += n;
+      if (req.soft_embedding_out) pass.soft_embedding_rows += logit_rows;
+    }
     forwarded.push_back(pass);
     forward_on(m, cache, reqs, p);
+    if (device) device->sample_memory();
   };
   const double t0 = now_ms();
   GenerationOutput out = generator.run(r, pool);
@@ -105,10 +113,12 @@ Sample run_request(const Generator& generator, const ModelFootprint& fp, const G
   check(decoding >= 0 && decoding <= int64_t(forwarded.size()),
         "bench: the run's passes and its forwards disagree");
   for (size_t i = forwarded.size() - size_t(decoding); i < forwarded.size(); ++i) {
-    const Pass& pass = forwarded[i];
-    s.rows += double(pass.rows);
-    s.bytes += fp.pass_bytes(double(pass.rows), double(pass.logit_rows));
-    s.flops += fp.pass_flops(double(pass.rows), double(pass.logit_rows));
+    const PassRows& pass = forwarded[i];
+    const double bytes = fp.pass_bytes(pass), flops = fp.pass_flops(pass);
+    s.rows += pass.rows;
+    s.bytes += bytes;
+    s.flops += flops;
+    if (device) s.floor_ms += pass_floor_ms(bytes, flops, device->read_gbps, device->gemm_tflops_for(fp.weight_type));
   }
   s.passes = double(decoding);
   s.decode_tokens = double(out.decode_tokens);
@@ -150,20 +160,23 @@ std::string read_first_line_with(const std::string& path, const std::string& pre
 
 // ---- footprint -------------------------------------------------------------------------------------
 
-double ModelFootprint::pass_bytes(double rows, double logit_rows) const {
+double ModelFootprint::pass_bytes(const PassRows& pass) const {
   double b = double(dense_bytes);
-  if (n_experts > 0 && rows > 0) {
+  if (n_experts > 0 && pass.rows > 0) {
     const double e = double(n_experts), k = double(experts_used);
-    const double distinct = e * (1.0 - std::pow(1.0 - k / e, rows));
+    const double distinct = e * (1.0 - std::pow(1.0 - k / e, pass.rows));
     b += distinct * double(expert_bytes);  // expert_bytes: one expert's bytes over all layers
   }
-  if (logit_rows > 0) b += double(output_bytes);
+  if (pass.logit_rows > 0) b += double(output_bytes);
+  if (pass.self_cond_rows > 0) b += double(self_cond_bytes);
+  if (pass.self_cond_logit_rows > 0) b += double(embedding_bytes);
   return b;
 }
 
-double ModelFootprint::pass_flops(double rows, double logit_rows) const {
-  return 2.0 * (double(dense_parameters) * rows + double(experts_used) * double(expert_parameters) * rows +
-                double(output_parameters) * logit_rows);
+double ModelFootprint::pass_flops(const PassRows& pass) const {
+  return 2.0 * (double(dense_parameters) * pass.rows + double(experts_used) * double(expert_parameters) * pass.rows +
+                double(output_parameters) * pass.logit_rows + double(self_cond_parameters) * pass.self_cond_rows +
+                double(embedding_parameters) * (pass.self_cond_logit_rows + pass.soft_embedding_rows));
 }
 
 ModelFootprint model_footprint(const Model& model) {
@@ -189,16 +202,26 @@ ModelFootprint model_footprint(const Model& model) {
     f.expert_bytes += t.bytes() / std::max<int64_t>(1, c.n_experts);
     bytes_by_type[interleaved_base(t.type)] += t.bytes();  // the file type, whatever the layout
   };
-  count(model.token_embd);  // looked up by row, never streamed whole
+  count(model.token_embd);  // looked up by row, streamed whole only for a soft embedding
+  f.embedding_parameters = model.token_embd.elements();
+  f.embedding_bytes = model.token_embd.bytes();
   count(model.output_norm);
   count(model.position_embd);
   if (!c.tied_output) count(model.output);
   f.output_parameters = model.output.elements();
   f.output_bytes = model.output.bytes();
+  const SelfConditioningWeights& sc = model.self_conditioning;
+  count(sc.pre_norm);
+  for (const TensorView* t : {&sc.gate, &sc.up, &sc.down}) {
+    if (!t->data) continue;
+    count(*t);
+    f.self_cond_parameters += t->elements();
+    f.self_cond_bytes += t->bytes();
+  }
   for (const LayerWeights& w : model.layers) {
     for (const TensorView* t : {&w.attn_norm, &w.ffn_norm, &w.bq, &w.bk, &w.bv}) count(*t);
     for (const TensorView* t : {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down, &w.router}) dense(*t);
-    for (const TensorView* t : {&w.gate_exps, &w.up_exps, &w.down_exps}) experts(*t);
+    for (const TensorView* t : {&w.gate_exps, &w.up_exps, &w.gate_up_exps, &w.down_exps}) experts(*t);
   }
   f.n_experts = c.n_experts;
   f.experts_used = c.n_experts_used;
@@ -278,6 +301,8 @@ BenchReport run_bench(const Model& model, const BenchModelInfo& info, const Benc
   report.config = c;
   report.footprint = model_footprint(model);
   report.options = options;
+  report.device = options.device;
+  DeviceFloors* device = report.device ? &*report.device : nullptr;
 
   // Pools by thread count (0 = all cores), each created once.
   std::map<int, std::unique_ptr<ThreadPool>> pools;
@@ -291,7 +316,8 @@ BenchReport run_bench(const Model& model, const BenchModelInfo& info, const Benc
     thread_counts.push_back(size);
   }
 
-  if (options.measure_roofs) {
+  // With a device the passes run there, and its floors (measured by the caller) are the roofs.
+  if (options.measure_roofs && !device) {
     for (int t : thread_counts) {
       say("measuring roofs with " + std::to_string(t) + " threads");
       report.roofs.push_back(measure_roofs(*pools[t], options.roof));
@@ -393,7 +419,7 @@ BenchReport run_bench(const Model& model, const BenchModelInfo& info, const Benc
   auto run_point = [&](GridPoint& g) {
     ThreadPool* pool = pools[g.threads].get();
     reset_peak_rss();
-    Sample s = run_request(generator, fp, g.request, pool, &g.tokens);
+    Sample s = run_request(generator, fp, g.request, pool, &g.tokens, device);
     s.peak_rss = double(peak_rss_bytes());
     return s;
   };
@@ -426,6 +452,8 @@ BenchReport run_bench(const Model& model, const BenchModelInfo& info, const Benc
     }
   }
 
+  const bool floors_measured =
+      device && std::isfinite(device->read_gbps) && std::isfinite(device->gemm_tflops_for(fp.weight_type));
   std::map<int, double> ar_speed;
   for (const GridPoint& g : grid) {
     BenchRow row;
@@ -458,7 +486,19 @@ BenchReport run_bench(const Model& model, const BenchModelInfo& info, const Benc
     row.peak_rss_mib = *std::max_element(rss.begin(), rss.end()) / 1048576.0;
     row.gbs = median_of(s, [](const Sample& x) { return x.decode_ms > 0 ? x.bytes / (x.decode_ms * 1e6) : kNaN; });
     row.gflops = median_of(s, [](const Sample& x) { return x.decode_ms > 0 ? x.flops / (x.decode_ms * 1e6) : kNaN; });
-    row.gbs_fraction = row.gflops_fraction = row.gflops_roof = kNaN;
+    row.gbs_fraction = row.gflops_fraction = row.gflops_roof = row.floor_ms_per_pass = row.fraction_of_floor = kNaN;
+    if (device) {  // the passes ran there: its roofs are theirs
+      if (floors_measured) {
+        row.floor_ms_per_pass = median_of(s, [](const Sample& x) { return x.passes > 0 ? x.floor_ms / x.passes : kNaN; });
+        row.fraction_of_floor = median_of(s, [](const Sample& x) { return fraction_of_floor(x.floor_ms, x.decode_ms); });
+      }
+      if (device->read_gbps > 0) row.gbs_fraction = row.gbs / device->read_gbps;
+      const double roof = device->gemm_tflops_for(fp.weight_type) * 1000;
+      if (roof > 0) {
+        row.gflops_roof = roof;
+        row.gflops_fraction = row.gflops / roof;
+      }
+    }
     for (const Roofs& roofs : report.roofs) {
       if (roofs.threads != g.threads) continue;
       if (roofs.stream_gbs > 0) row.gbs_fraction = row.gbs / roofs.stream_gbs;
@@ -520,6 +560,7 @@ nlohmann::json report_json(const BenchReport& report) {
                           {"stream_read_gbs", num(r.stream_gbs)}, {"fp32_fma_gflops", num(r.fma_gflops)},
                           {"matmul", mm}});
   }
+  if (report.device) j["device"] = json(device_floors_json(*report.device));
   j["rows"] = json::array();
   for (const BenchRow& r : report.rows) {
     json row = {{"label", r.label()},
@@ -541,6 +582,10 @@ nlohmann::json report_json(const BenchReport& report) {
                 {"gflops_fraction", num(r.gflops_fraction)},
                 {"gflops_roof", num(r.gflops_roof)},
                 {"speedup_vs_ar", num(r.speedup_vs_ar)}};
+    if (report.device) {
+      row["floor_ms_per_pass"] = num(r.floor_ms_per_pass);
+      row["fraction_of_floor"] = num(r.fraction_of_floor);
+    }
     if (r.mode == "diffusion") {
       row["cache"] = r.cache;
       row["block_length"] = r.block_length;
@@ -593,8 +638,9 @@ std::string report_table(const BenchReport& report) {
     }
     out << "\n";
   }
+  if (report.device) out << device_floors_text(*report.device);
   out << "\n";
-  const std::vector<std::string> head = {"mode", "t", "passes", "tok/pass", "rows/pass", "ms/pass", "prompt tok/s",
+  std::vector<std::string> head = {"mode", "t", "passes", "tok/pass", "rows/pass", "ms/pass", "prompt tok/s",
                                          "decode tok/s", "vs AR", "p50 ms", "p95 ms", "GB/s (roof)",
                                          "GFLOP/s (roof)", "RSS MiB"};
   std::vector<std::vector<std::string>> cells;
@@ -607,7 +653,9 @@ std::string report_table(const BenchReport& report) {
                      format_double(r.latency_p50_ms, 1), format_double(r.latency_p95_ms, 1),
                      with_fraction(r.gbs, r.gbs_fraction, 1), with_fraction(r.gflops, r.gflops_fraction, 1),
                      format_double(r.peak_rss_mib, 0)});
+    if (report.device) cells.back().push_back(with_fraction(r.floor_ms_per_pass, r.fraction_of_floor, 2));
   }
+  if (report.device) head.push_back("floor ms/pass (of pass)");
   std::vector<size_t> width(head.size());
   for (size_t i = 0; i < head.size(); ++i) {
     width[i] = head[i].size();

@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "bench/device_floors.h"
 #include "bench/roofs.h"
 #include "bench/synthetic.h"
 #include "decode/masked.h"
@@ -16,21 +18,39 @@
 
 namespace canvas::bench {
 
-// What one pass of a model reads and computes, from its tensor views (works for synthetic models too).
+// The rows of one forward pass, by what they go through.
+struct PassRows {
+  double rows = 0;        // positions forwarded
+  double logit_rows = 0;  // rows through the LM head
+  // Self-conditioning (a decoder pass, or config.self_conditioning): rows through its MLP, and of them the
+  // rows given as logits, which are first reduced to softmax(logits) @ E (a pass over the embedding).
+  double self_cond_rows = 0, self_cond_logit_rows = 0;
+  // Rows whose fused head also writes softmax(logits / T) @ E (soft_embedding_out): the head's multiply
+  // over the tied embedding once more, on the table the head already reads.
+  double soft_embedding_rows = 0;
+};
+
+// What one pass of a model reads and computes, from its tensor views (works for synthetic models too),
+// counted in the weights' stored (file) types.
 struct ModelFootprint {
   int64_t parameters = 0, bytes = 0;                // every tensor; a tied head counted once
   int64_t dense_parameters = 0, dense_bytes = 0;    // multiplied by every row: attention, dense MLP, router
   int64_t expert_parameters = 0, expert_bytes = 0;  // one expert (gate + up + down), summed over layers
   int64_t n_experts = 0, experts_used = 0;
   int64_t output_parameters = 0, output_bytes = 0;  // the head, multiplied by logit rows only
+  int64_t self_cond_parameters = 0, self_cond_bytes = 0;  // the self-conditioning MLP (gate, up, down)
+  int64_t embedding_parameters = 0, embedding_bytes = 0;  // the token embedding E
   DType weight_type = DType::F32;                   // the dtype holding most of the layer weight bytes
 
   // Weight bytes one pass streams when `rows` rows are forwarded and `logit_rows` of them produce
   // logits. With experts, the expected number of distinct experts hit by `rows` rows that each pick
-  // experts_used of n_experts uniformly: E (1 - (1 - K/E)^rows).
-  double pass_bytes(double rows, double logit_rows) const;
+  // experts_used of n_experts uniformly: E (1 - (1 - K/E)^rows) (one row: K; 256 rows of 8 of 128: all).
+  // The self-conditioning MLP and E for its soft embedding are read when some rows need them.
+  double pass_bytes(const PassRows& pass) const;
+  double pass_bytes(double rows, double logit_rows) const { return pass_bytes(PassRows{rows, logit_rows}); }
   // 2 x the multiply-adds of every matmul in the pass (attention scores are not counted).
-  double pass_flops(double rows, double logit_rows) const;
+  double pass_flops(const PassRows& pass) const;
+  double pass_flops(double rows, double logit_rows) const { return pass_flops(PassRows{rows, logit_rows}); }
 };
 ModelFootprint model_footprint(const Model& model);
 
@@ -47,6 +67,9 @@ struct BenchOptions {
   uint64_t seed = 0;
   bool measure_roofs = true;
   RoofOptions roof;
+  // The GPU the passes run on (--device cuda), with its floors measured before the run: every row is then
+  // also reported as a fraction of its floor, and the device's memory is sampled after every forward.
+  std::optional<DeviceFloors> device;
 };
 
 struct BenchModelInfo {
@@ -106,6 +129,9 @@ struct BenchRow {
   double gflops = 0, gflops_fraction = 0;  // matmul FLOPs / decode time; / the matmul roof
   double gflops_roof = 0;                  // the matmul roof used (its dtype, nearest row count)
   double speedup_vs_ar = 0;     // decode tokens/s over the AR row's at the same thread count
+  // With a device: the least ms a decoding pass can take there (its passes' pass_floor_ms, summed, over
+  // their count) and that over ms_per_pass; NaN without one.
+  double floor_ms_per_pass = 0, fraction_of_floor = 0;
   std::vector<int32_t> tokens;  // the tokens of the row's last run (for checks; not in the reports)
   std::string label() const;    // "diffusion prefix B=32 steps=64" / "ar"
 };
@@ -120,6 +146,7 @@ struct BenchReport {
   std::vector<int32_t> prompt;  // the random prompt every row decodes after
   std::vector<BenchRow> rows;
   std::vector<std::string> notes;  // grid points skipped and why
+  std::optional<DeviceFloors> device;  // options.device, its memory peak updated by the run
 };
 
 // Runs the roofs (if asked) and then the grid, round-robin: every grid point once per repeat, so slow

@@ -61,31 +61,6 @@ int64_t row_bytes(DType type, int64_t n) {
   return n / info.block_size * info.block_bytes;
 }
 
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1f;
-  uint32_t mantissa = h & 0x3ff;
-  uint32_t bits;
-  if (exponent == 0) {
-    if (mantissa == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      int e = -1;
-      do {
-        mantissa <<= 1;
-        ++e;
-      } while ((mantissa & 0x400) == 0);
-      bits = sign | uint32_t(127 - 15 - e) << 23 | (mantissa & 0x3ff) << 13;
-    }
-  } else if (exponent == 31) {
-    bits = sign | 0x7f800000 | mantissa << 13;
-  } else {
-    bits = sign | (exponent + 127 - 15) << 23 | mantissa << 13;
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 uint16_t f32_to_f16(float f) {
   uint32_t bits;

@@ -4,6 +4,13 @@
 #include <cstring>
 #include <string>
 
+// Functions that CUDA kernels call as well as the CPU (core/quant_block.h) are marked CANVAS_HD.
+#if defined(__CUDACC__)
+#define CANVAS_HD __host__ __device__
+#else
+#define CANVAS_HD
+#endif
+
 namespace canvas {
 
 // Values are the ggml_type ids stored in GGUF tensor infos.
@@ -119,7 +126,7 @@ static_assert(sizeof(BlockQ6_K) == 210);
 // The 6-bit scales and mins of a Q4_K / Q5_K block. Bytes 0-3 hold sc[0..3] in their low 6 bits, bytes
 // 4-7 m[0..3]; bytes 8-11 hold sc[4..7] (low nibble) and m[4..7] (high nibble), whose top two bits are
 // the top two bits of bytes 0-3 (sc) and 4-7 (m).
-inline void unpack_kquant_scales(const uint8_t* scales, uint8_t* sc, uint8_t* m) {
+CANVAS_HD inline void unpack_kquant_scales(const uint8_t* scales, uint8_t* sc, uint8_t* m) {
   for (int j = 0; j < 4; ++j) {
     sc[j] = scales[j] & 63;
     m[j] = scales[j + 4] & 63;
@@ -129,7 +136,31 @@ inline void unpack_kquant_scales(const uint8_t* scales, uint8_t* sc, uint8_t* m)
 }
 
 // IEEE half <-> float, exact for every half value (round-to-nearest-even on the way down).
-float f16_to_f32(uint16_t h);
+CANVAS_HD inline float f32_from_bits(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+#endif
+}
+CANVAS_HD inline float f16_to_f32(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1f;
+  uint32_t mantissa = h & 0x3ff;
+  if (exponent == 0) {
+    if (mantissa == 0) return f32_from_bits(sign);
+    int e = -1;  // subnormal: normalise
+    do {
+      mantissa <<= 1;
+      ++e;
+    } while ((mantissa & 0x400) == 0);
+    return f32_from_bits(sign | uint32_t(127 - 15 - e) << 23 | (mantissa & 0x3ff) << 13);
+  }
+  if (exponent == 31) return f32_from_bits(sign | 0x7f800000 | mantissa << 13);
+  return f32_from_bits(sign | (exponent + 127 - 15) << 23 | mantissa << 13);
+}
 uint16_t f32_to_f16(float f);
 
 inline float bf16_to_f32(uint16_t h) {

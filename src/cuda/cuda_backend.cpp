@@ -4,10 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -28,33 +26,12 @@ DeviceBuffer upload_vector(const TensorView& v) {
 }
 const float* ptr(const DeviceBuffer& b) { return b.bytes() ? b.as<float>() : nullptr; }
 DeviceMatrix upload_matrix(const TensorView& w) { return w.data ? DeviceMatrix::upload(w) : DeviceMatrix{}; }
-// Experts are converted and uploaded by several threads at once (each matrix is small).
-std::vector<DeviceMatrix> upload_experts(const TensorView& w, int64_t n_experts) {
-  std::vector<DeviceMatrix> out;
-  if (!w.data) return out;
-  out.resize(size_t(n_experts));
-  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(n_experts, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  std::vector<std::string> errors(static_cast<size_t>(threads));
-  for (int64_t t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      try {
-        for (int64_t e = t; e < n_experts; e += threads) out[size_t(e)] = DeviceMatrix::upload(w.matrix(e));
-      } catch (const std::exception& ex) {
-        errors[size_t(t)] = ex.what();
-      }
-    });
-  for (std::thread& th : pool) th.join();
-  for (const std::string& e : errors) check(e.empty(), e);
-  return out;
-}
-
 struct DeviceLayer {
   DeviceMatrix wq, wk, wv, wo, gate, up, down, router;
   DeviceBuffer attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm, post_attn_norm, post_ffn_norm, post_ffn_norm_1,
-      pre_ffn_norm_2, post_ffn_norm_2, router_scale;
-  std::vector<DeviceMatrix> gate_exps, up_exps, down_exps, gate_up_exps;
-  std::vector<float> per_expert_scale;  // host: routing runs there
+      pre_ffn_norm_2, post_ffn_norm_2, router_scale, per_expert_scale;
+  // Each expert projection as one stack [n_experts * rows x cols], for matmul_grouped.
+  DeviceMatrix gate_exps, up_exps, down_exps, gate_up_exps;
 };
 
 // A KvCache's device copy: per layer K and V in the host cache's layout, and the visibility groups.
@@ -62,6 +39,11 @@ struct DeviceCache {
   std::vector<DeviceBuffer> k, v;
   DeviceBuffer groups;
 };
+
+int64_t kv_layer_bytes(const ModelConfig& c, int64_t l, int64_t capacity) {
+  const LayerAttention a = c.attention_of(l);
+  return a.n_kv_heads * capacity * a.head_dim * 4;
+}
 
 template <typename T> T* upload_into(DeviceBuffer& s, const T* host, int64_t n) {
   T* d = s.reserve<T>(n);
@@ -125,7 +107,7 @@ class CudaBackend final : public ForwardBackend {
   // Per-pass buffers, reused.
   DeviceBuffer x_, h_, q_, k_, v_, attn_, proj_, g_, u_, pos_, tokens_, qgroups_, window_, canvas_k_, canvas_v_, sel_,
       sel_rows_, logits_, probs_, soft_, mlp_, stats_, row_ids_, router_in_, experts_out_, router_logits_, gathered_,
-      expert_act_, expert_res_, expert_gu_, expert_x16_, moe_rows_, moe_begin_, moe_slot_, moe_weight_, prev_;
+      expert_act_, expert_res_, expert_gu_, moe_expert_, moe_first_, moe_rows_, moe_begin_, moe_slot_, moe_weight_, prev_;
 };
 
 const DeviceMatrix& output_of(const DeviceMatrix& own, const DeviceMatrix& embd, bool tied) { return tied ? embd : own; }
@@ -167,12 +149,11 @@ CudaBackend::CudaBackend(const Model& model) {
     d.pre_ffn_norm_2 = upload_vector(w.pre_ffn_norm_2);
     d.post_ffn_norm_2 = upload_vector(w.post_ffn_norm_2);
     d.router_scale = upload_vector(w.router_scale);
-    d.gate_exps = upload_experts(w.gate_exps, c.n_experts);
-    d.up_exps = upload_experts(w.up_exps, c.n_experts);
-    d.down_exps = upload_experts(w.down_exps, c.n_experts);
-    d.gate_up_exps = upload_experts(w.gate_up_exps, c.n_experts);
-    if (w.per_expert_scale.data)
-      d.per_expert_scale.assign(w.per_expert_scale.f32(), w.per_expert_scale.f32() + w.per_expert_scale.elements());
+    d.gate_exps = upload_matrix(w.gate_exps);
+    d.up_exps = upload_matrix(w.up_exps);
+    d.down_exps = upload_matrix(w.down_exps);
+    d.gate_up_exps = upload_matrix(w.gate_up_exps);
+    d.per_expert_scale = upload_vector(w.per_expert_scale);
     layers_.push_back(std::move(d));
   }
   synchronize();
@@ -182,8 +163,7 @@ DeviceCache& CudaBackend::device_cache(const ModelConfig& c, KvCache& cache) {
   if (!cache.backend_state) {
     auto d = std::make_shared<DeviceCache>();
     for (int64_t l = 0; l < c.n_layers; ++l) {
-      const LayerAttention a = c.attention_of(l);
-      const size_t bytes = size_t(a.n_kv_heads * cache.capacity() * a.head_dim) * 4;
+      const size_t bytes = size_t(kv_layer_bytes(c, l, cache.capacity()));
       d->k.emplace_back(bytes);
       d->v.emplace_back(bytes);
       fill_zero(d->k.back().data(), bytes);  // as the host cache starts: zeros
@@ -211,101 +191,44 @@ void CudaBackend::gated_mlp(const DeviceMatrix& gate, const DeviceMatrix& up, co
   matmul(down, g, n, out);
 }
 
-// Routing on the host with the CPU's code (softmax, top_k, the weights), so the choice of experts is
-// the CPU's for the same router logits; then every row goes once to each of its experts, which run one
-// after the other on contiguous slices of the gathered rows, and combine_rows sums each row's results
-// in ascending expert order.
+// Mixture of experts without a round trip to the host: the router's product, then routing (softmax, top-k,
+// weights: ops softmax / top_k's order) and the slots of the routed rows grouped by expert on the device;
+// every row gathered once per expert it picked; each projection one grouped product over all experts;
+// combine_rows sums each row's results in ascending expert order, as the CPU does.
 void CudaBackend::moe(const ModelConfig& c, const DeviceLayer& w, const float* router_in, const float* expert_in,
                       int64_t n, float* out) {
-  const int64_t E = c.n_experts, K = c.n_experts_used, H = c.hidden;
-  float* logits_d = router_logits_.reserve<float>(n * E);
-  matmul(w.router, router_in, n, logits_d);
-  std::vector<float> logits(static_cast<size_t>(n * E)), probs(static_cast<size_t>(E));
-  copy_to_host(logits.data(), logits_d, logits.size() * 4);
-  const float* expert_scale = w.per_expert_scale.empty() ? nullptr : w.per_expert_scale.data();
-  std::vector<std::vector<std::pair<int32_t, float>>> of_row(static_cast<size_t>(n));  // (expert, weight)
-  std::vector<int64_t> count(static_cast<size_t>(E), 0);
-  for (int64_t r = 0; r < n; ++r) {
-    canvas::softmax(&logits[size_t(r * E)], E, probs.data());
-    std::vector<int32_t> top = canvas::top_k(probs.data(), E, K);
-    float total = 0;
-    for (int32_t e : top) total += probs[size_t(e)];
-    std::sort(top.begin(), top.end());
-    for (int32_t e : top) {
-      float weight = c.expert_weights_norm ? probs[size_t(e)] / total : probs[size_t(e)];
-      if (expert_scale) weight *= expert_scale[e];
-      of_row[size_t(r)].push_back({e, weight});
-      ++count[size_t(e)];
-    }
-  }
-  // Slots: the gathered rows in expert order; each row's entries point at its slots.
-  std::vector<int64_t> first(static_cast<size_t>(E + 1), 0);
-  for (int64_t e = 0; e < E; ++e) first[size_t(e + 1)] = first[size_t(e)] + count[size_t(e)];
-  const int64_t slots = first[size_t(E)];
-  std::vector<int32_t> slot_row(static_cast<size_t>(slots)), begin(static_cast<size_t>(n + 1), 0), slot_of;
-  std::vector<float> weight_of;
-  std::vector<int64_t> fill(first.begin(), first.end() - 1);
-  for (int64_t r = 0; r < n; ++r) {
-    for (const auto& [e, weight] : of_row[size_t(r)]) {
-      const int64_t s = fill[size_t(e)]++;
-      slot_row[size_t(s)] = int32_t(r);
-      slot_of.push_back(int32_t(s));
-      weight_of.push_back(weight);
-    }
-    begin[size_t(r + 1)] = int32_t(slot_of.size());
-  }
-  const int32_t* rows_d = upload_into(moe_rows_, slot_row.data(), slots);
+  const int64_t E = c.n_experts, K = c.n_experts_used, H = c.hidden, I = c.expert_ffn, slots = n * K;
+  float* logits = router_logits_.reserve<float>(n * E);
+  matmul(w.router, router_in, n, logits);
+  int32_t* expert_of = moe_expert_.reserve<int32_t>(slots);
+  float* weight_of = moe_weight_.reserve<float>(slots);
+  moe_route(logits, n, E, K, c.expert_weights_norm, ptr(w.per_expert_scale), expert_of, weight_of);
+  int32_t* first = moe_first_.reserve<int32_t>(E + 1);
+  int32_t* slot_row = moe_rows_.reserve<int32_t>(slots);
+  int32_t* slot_of = moe_slot_.reserve<int32_t>(slots);
+  int32_t* begin = moe_begin_.reserve<int32_t>(n + 1);
+  moe_plan(expert_of, n, K, E, first, slot_row, slot_of, begin);
   float* gathered = gathered_.reserve<float>(slots * H);
-  gather_rows(expert_in, H, rows_d, slots, gathered);
-  const int64_t I = c.expert_ffn;
+  gather_rows(expert_in, H, slot_row, slots, gathered);
   float* act = expert_act_.reserve<float>(slots * I);
-  // f16/bf16 experts: the gathered rows (and the gated activations) are rounded once for all experts.
-  const DeviceMatrix::Storage storage =
-      (w.gate_up_exps.empty() ? w.gate_exps : w.gate_up_exps).front().storage();
-  const bool rounded = storage != DeviceMatrix::Storage::F32;
-  uint16_t* x16 = rounded ? expert_x16_.reserve<uint16_t>(slots * std::max(H, I)) : nullptr;
-  if (!w.gate_up_exps.empty()) {
+  const bool gelu = c.activation == Activation::GeluTanh;
+  if (w.gate_up_exps.rows()) {
     float* gu = expert_gu_.reserve<float>(slots * 2 * I);
-    if (rounded) to_input_type(gathered, slots * H, storage, x16);
-    for (int64_t e = 0; e < E; ++e) {
-      if (!count[size_t(e)]) continue;
-      const DeviceMatrix& m = w.gate_up_exps[size_t(e)];
-      float* out_e = gu + first[size_t(e)] * 2 * I;
-      if (rounded) {
-        matmul_rounded(m, x16 + first[size_t(e)] * H, count[size_t(e)], out_e);
-      } else {
-        matmul(m, gathered + first[size_t(e)] * H, count[size_t(e)], out_e);
-      }
-    }
-    glu_halves(gu, slots, I, c.activation == Activation::GeluTanh, act);
+    matmul_grouped(w.gate_up_exps, E, first, gathered, gu);
+    glu_halves(gu, slots, I, gelu, act);
   } else {
     float* u = expert_gu_.reserve<float>(slots * I);
-    for (int64_t e = 0; e < E; ++e)
-      if (count[size_t(e)]) {
-        matmul(w.gate_exps[size_t(e)], gathered + first[size_t(e)] * H, count[size_t(e)], act + first[size_t(e)] * I);
-        matmul(w.up_exps[size_t(e)], gathered + first[size_t(e)] * H, count[size_t(e)], u + first[size_t(e)] * I);
-      }
-    if (c.activation == Activation::GeluTanh) {
+    matmul_grouped(w.gate_exps, E, first, gathered, act);
+    matmul_grouped(w.up_exps, E, first, gathered, u);
+    if (gelu) {
       geglu(act, u, slots * I, act);
     } else {
       swiglu(act, u, slots * I, act);
     }
   }
   float* res = expert_res_.reserve<float>(slots * H);
-  const bool down_rounded = w.down_exps.front().storage() != DeviceMatrix::Storage::F32;
-  if (down_rounded) to_input_type(act, slots * I, w.down_exps.front().storage(), x16);
-  for (int64_t e = 0; e < E; ++e) {
-    if (!count[size_t(e)]) continue;
-    if (down_rounded) {
-      matmul_rounded(w.down_exps[size_t(e)], x16 + first[size_t(e)] * I, count[size_t(e)], res + first[size_t(e)] * H);
-    } else {
-      matmul(w.down_exps[size_t(e)], act + first[size_t(e)] * I, count[size_t(e)], res + first[size_t(e)] * H);
-    }
-  }
-  const int32_t* begin_d = upload_into(moe_begin_, begin.data(), n + 1);
-  const int32_t* slot_d = upload_into(moe_slot_, slot_of.data(), int64_t(slot_of.size()));
-  const float* weight_d = upload_into(moe_weight_, weight_of.data(), int64_t(weight_of.size()));
-  combine_rows(res, H, begin_d, slot_d, weight_d, n, out);
+  matmul_grouped(w.down_exps, E, first, act, res);
+  combine_rows(res, H, begin, slot_of, weight_of, n, out);
 }
 
 // model.cpp's self_conditioning_input on the device: x += mlp(pre_norm(softmax(prev) @ E * scale)), then
@@ -564,5 +487,11 @@ void CudaBackend::head(DevicePass& p) {
 }  // namespace
 
 std::shared_ptr<ForwardBackend> make_backend(const Model& model) { return std::make_shared<CudaBackend>(model); }
+
+int64_t device_cache_bytes(const ModelConfig& c, int64_t capacity) {
+  int64_t bytes = capacity * 4;  // groups
+  for (int64_t l = 0; l < c.n_layers; ++l) bytes += 2 * kv_layer_bytes(c, l, capacity);
+  return bytes;
+}
 
 }  // namespace canvas::cuda

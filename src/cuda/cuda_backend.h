@@ -14,4 +14,8 @@ namespace canvas::cuda {
 // gets device K/V on first use (its backend_state, freed with it). Throws Error when no device is usable.
 std::shared_ptr<ForwardBackend> make_backend(const Model& model);
 
+// Device bytes of one KvCache of `capacity` positions on this backend (K and V of every layer, f32, in the
+// host cache's layout, plus the visibility groups).
+int64_t device_cache_bytes(const ModelConfig& c, int64_t capacity);
+
 }  // namespace canvas::cuda

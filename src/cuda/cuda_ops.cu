@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/quant_block.h"
 #include "core/error.h"
 #include "ops/matmul.h"
 
@@ -391,6 +392,226 @@ __global__ void to_bf16_kernel(const float* x, int64_t n, __nv_bfloat16* y) {
   if (i < n) y[i] = __float2bfloat16_rn(x[i]);
 }
 
+
+// ---- quantised weights in their GGUF block layout (core/quant_block.h decodes a 32-element block) ----
+
+__device__ void store_value(float* p, float v) { *p = v; }
+__device__ void store_value(__half* p, float v) { *p = __float2half_rn(v); }
+
+// out[i] = row (rows ? rows[i] : r0 + i) of a quantised matrix, times scale, for i < n; one thread per
+// 32-element block. Embedding lookups (f32 out) and the weight chunks of the tensor-core path (f16 out).
+template <typename T>
+__global__ void dequantize_rows_kernel(DType type, const uint8_t* w, int64_t row_bytes, int64_t cols,
+                                       const int32_t* rows, int64_t r0, int64_t n, float scale, T* out) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t nb = cols / 32;
+  if (t >= n * nb) return;
+  const int64_t i = t / nb, b = t % nb;
+  const int64_t r = rows ? int64_t(rows[i]) : r0 + i;
+  DecodedBlock blk;
+  decode_block(type, w + r * row_bytes, b, blk);
+  T* o = out + i * cols + b * 32;
+  for (int e = 0; e < 32; ++e) store_value(o + e, block_value(blk, e) * scale);
+}
+
+// A weight matrix's rows as the row kernels read them: any storage, `cols` values a row, row r at
+// data + r * row_bytes.
+struct WeightRows {
+  DeviceMatrix::Storage storage;
+  DType type;  // Quant: the blocks' type
+  const uint8_t* data;
+  int64_t row_bytes, cols;
+};
+
+// Values b * 32 .. b * 32 + 31 of a row (0 past its end: float rows need not be whole blocks).
+__device__ void load_block32(const WeightRows& w, const uint8_t* row, int64_t b, float* v) {
+  const int64_t j0 = b * 32;
+  switch (w.storage) {
+    case DeviceMatrix::Storage::Quant: {
+      DecodedBlock blk;
+      decode_block(w.type, row, b, blk);
+#pragma unroll
+      for (int e = 0; e < 32; ++e) v[e] = block_value(blk, e);
+      return;
+    }
+    case DeviceMatrix::Storage::F32: {
+      const float* p = reinterpret_cast<const float*>(row);
+#pragma unroll
+      for (int e = 0; e < 32; ++e) v[e] = j0 + e < w.cols ? p[j0 + e] : 0.f;
+      return;
+    }
+    case DeviceMatrix::Storage::F16: {
+      const __half* p = reinterpret_cast<const __half*>(row);
+#pragma unroll
+      for (int e = 0; e < 32; ++e) v[e] = j0 + e < w.cols ? __half2float(p[j0 + e]) : 0.f;
+      return;
+    }
+    case DeviceMatrix::Storage::BF16: {
+      const __nv_bfloat16* p = reinterpret_cast<const __nv_bfloat16*>(row);
+#pragma unroll
+      for (int e = 0; e < 32; ++e) v[e] = j0 + e < w.cols ? __bfloat162float(p[j0 + e]) : 0.f;
+      return;
+    }
+  }
+}
+
+// Row products y[s][r] = sum_j x[s][j] w[g * rows + r][j] for the slots s of group g = blockIdx.y:
+// [first[g], first[g + 1]), or [0, m) when first is null (one matrix). One warp per weight row r; the
+// slots are taken M at a time: each lane loads its blocks (b = lane, lane + 32, ...) once into registers
+// and dots them with every slot's row of x; the lanes' sums are added by shuffles. x rows are cols
+// floats apart (read through the cache: small next to w), y rows `rows` floats apart.
+template <int M>
+__global__ void row_products_kernel(WeightRows w, int64_t rows, const int32_t* first, int64_t m, const float* x,
+                                    float* y) {
+  const int64_t g = blockIdx.y;
+  const int64_t s0 = first ? first[g] : 0, s1 = first ? first[g + 1] : m;
+  const int lane = threadIdx.x % 32;
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= rows || s0 >= s1) return;  // the whole warp: r and the group are the warp's
+  const uint8_t* wr = w.data + (g * rows + r) * w.row_bytes;
+  const int64_t blocks = (w.cols + 31) / 32;
+  const bool whole = w.cols % 32 == 0;  // then every x block is 16-byte aligned: float4 loads
+  float v[32];
+  for (int64_t t0 = s0; t0 < s1; t0 += M) {
+    const int64_t count = s1 - t0 < M ? s1 - t0 : M;
+    float acc[M];
+#pragma unroll
+    for (int i = 0; i < M; ++i) acc[i] = 0.f;
+    for (int64_t b = lane; b < blocks; b += 32) {
+      load_block32(w, wr, b, v);
+#pragma unroll
+      for (int i = 0; i < M; ++i) {
+        if (i < count) {
+          const float* xb = x + (t0 + i) * w.cols + b * 32;
+          float sum = 0.f;
+          if (whole) {
+            const float4* x4 = reinterpret_cast<const float4*>(xb);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+              const float4 q = x4[e];
+              sum += v[4 * e] * q.x + v[4 * e + 1] * q.y + v[4 * e + 2] * q.z + v[4 * e + 3] * q.w;
+            }
+          } else {
+#pragma unroll
+            for (int e = 0; e < 32; ++e)
+              if (b * 32 + e < w.cols) sum += v[e] * xb[e];
+          }
+          acc[i] += sum;
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      if (i < count) {
+        float total = acc[i];
+        for (int offset = 16; offset > 0; offset /= 2) total += __shfl_down_sync(0xffffffffu, total, offset);
+        if (lane == 0) y[(t0 + i) * rows + r] = total;
+      }
+    }
+  }
+}
+
+// a ranks before b (ops top_k's order): larger value, NaN last, ties to the lower index; index < 0 is
+// no candidate and ranks last.
+__device__ bool ranks_before(float va, int ia, float vb, int ib) {
+  if (ib < 0) return ia >= 0;
+  if (ia < 0) return false;
+  const bool na = isnan(va), nb = isnan(vb);
+  if (na != nb) return nb;
+  if (!na && va != vb) return va > vb;
+  return ia < ib;
+}
+
+constexpr int kMaxExpertsUsed = 32;
+
+// One warp per row: softmax of the router logits (probabilities in shared memory, dynamic: a row of
+// n_experts floats per warp), k rounds of a warp-wide best-untaken search, then lane 0 writes the row's
+// entries in ascending expert order with their weights (moe_route in cuda_ops.h).
+__global__ void moe_route_kernel(const float* logits, int64_t n, int n_experts, int k, bool normalize,
+                                 const float* expert_scale, int32_t* expert_of, float* weight_of) {
+  extern __shared__ float probs_all[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + warp;
+  if (r >= n) return;  // the whole warp
+  const float* l = logits + r * n_experts;
+  float* p = probs_all + int64_t(warp) * n_experts;
+  float mx = -INFINITY;
+  for (int e = lane; e < n_experts; e += 32) mx = fmaxf(mx, l[e]);
+  for (int offset = 16; offset > 0; offset /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, offset));
+  double sum = 0;
+  for (int e = lane; e < n_experts; e += 32) sum += exp(double(l[e]) - mx);
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  for (int e = lane; e < n_experts; e += 32) p[e] = float(exp(double(l[e]) - mx) / sum);
+  __syncwarp();
+  int top[kMaxExpertsUsed];
+  for (int j = 0; j < k; ++j) {
+    float best_v = 0.f;
+    int best_i = -1;
+    for (int e = lane; e < n_experts; e += 32) {
+      bool taken = false;
+      for (int t = 0; t < j; ++t) taken = taken || top[t] == e;
+      if (!taken && ranks_before(p[e], e, best_v, best_i)) {
+        best_v = p[e];
+        best_i = e;
+      }
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best_v, offset);
+      const int oi = __shfl_xor_sync(0xffffffffu, best_i, offset);
+      if (ranks_before(ov, oi, best_v, best_i)) {
+        best_v = ov;
+        best_i = oi;
+      }
+    }
+    top[j] = best_i;  // the same on every lane
+  }
+  if (lane != 0) return;
+  float total = 0.f;
+  for (int j = 0; j < k; ++j) total += p[top[j]];  // in rank order, as on the CPU
+  for (int j = 1; j < k; ++j)  // ascending expert order
+    for (int t = j; t > 0 && top[t - 1] > top[t]; --t) {
+      const int swap = top[t];
+      top[t] = top[t - 1];
+      top[t - 1] = swap;
+    }
+  for (int j = 0; j < k; ++j) {
+    const int e = top[j];
+    float weight = normalize ? p[e] / total : p[e];
+    if (expert_scale) weight *= expert_scale[e];
+    expert_of[r * k + j] = e;
+    weight_of[r * k + j] = weight;
+  }
+}
+
+// One block: counts per expert (shared atomics), their prefix sums (first), then each entry takes the
+// next slot of its expert (moe_plan in cuda_ops.h).
+__global__ void moe_plan_kernel(const int32_t* expert_of, int64_t n, int k, int n_experts, int32_t* first,
+                                int32_t* slot_row, int32_t* slot_of, int32_t* begin) {
+  extern __shared__ int32_t next_slot[];
+  const int64_t entries = n * k;
+  for (int e = threadIdx.x; e < n_experts; e += blockDim.x) next_slot[e] = 0;
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < entries; i += blockDim.x) atomicAdd(&next_slot[expert_of[i]], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t run = 0;
+    for (int e = 0; e < n_experts; ++e) {
+      const int32_t count = next_slot[e];
+      first[e] = run;
+      next_slot[e] = run;
+      run += count;
+    }
+    first[n_experts] = run;
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < entries; i += blockDim.x) {
+    const int32_t s = atomicAdd(&next_slot[expert_of[i]], 1);
+    slot_row[s] = int32_t(i / k);
+    slot_of[i] = s;
+  }
+  for (int64_t r = threadIdx.x; r <= n; r += blockDim.x) begin[r] = int32_t(r * k);
+}
+
 // A growing device scratch buffer per purpose (the backend runs on one stream, one call at a time).
 DeviceBuffer& attention_scratch() {
   static DeviceBuffer b;
@@ -399,6 +620,89 @@ DeviceBuffer& attention_scratch() {
 DeviceBuffer& matmul_scratch() {
   static DeviceBuffer b;
   return b;
+}
+// Quant weights decoded to f16 for the tensor cores, a chunk of rows at a time (at most kDecodeChunk values).
+DeviceBuffer& decode_scratch() {
+  static DeviceBuffer b;
+  return b;
+}
+constexpr int64_t kDecodeChunk = int64_t(1) << 25;  // 64 MiB of f16
+
+// Rows [r0, r0 + n) of a Quant matrix as f16 (row-major, w.cols() wide) into out.
+void decode_rows_f16(const DeviceMatrix& w, int64_t r0, int64_t n, __half* out) {
+  const int64_t threads = n * (w.cols() / 32);
+  if (threads == 0) return;
+  dequantize_rows_kernel<<<blocks_for(threads), kBlock>>>(w.quant_type(), static_cast<const uint8_t*>(w.data()),
+                                                          w.row_bytes(), w.cols(), nullptr, r0, n, 1.f, out);
+  check_launch("decode quantised rows");
+}
+// Weight rows per chunk of the tensor-core path: a multiple of 64 (each chunk's output and input columns
+// start aligned for cuBLAS), or the whole matrix.
+int64_t decode_chunk_rows(const DeviceMatrix& w) {
+  const int64_t rows = kDecodeChunk / std::max<int64_t>(1, w.cols());
+  return std::min(w.rows(), std::max<int64_t>(64, rows / 64 * 64));
+}
+
+WeightRows weight_rows(const DeviceMatrix& w) {
+  return {w.storage(), w.quant_type(), static_cast<const uint8_t*>(w.data()), w.row_bytes(), w.cols()};
+}
+
+// row_products_kernel over `groups` groups of `rows` weight rows each.
+template <int M>
+void launch_row_products(const DeviceMatrix& w, int64_t groups, const int32_t* first, int64_t m, const float* x,
+                         float* y) {
+  constexpr int kWarps = kBlock / 32;
+  const int64_t rows = w.rows() / groups;
+  const dim3 grid(unsigned((rows + kWarps - 1) / kWarps), unsigned(groups));
+  row_products_kernel<M><<<grid, kBlock>>>(weight_rows(w), rows, first, m, x, y);
+  check_launch("row products");
+}
+
+// matmul for Quant weights (cuda_ops.h): the register kernel for a few rows, else f16 chunks on the tensor cores.
+void matmul_quant(const DeviceMatrix& w, const float* x, int64_t m, float* y) {
+  if (m == 1) return launch_row_products<1>(w, 1, nullptr, m, x, y);
+  if (m <= 8) return launch_row_products<8>(w, 1, nullptr, m, x, y);
+  if (m <= kQuantGemvRows) return launch_row_products<kQuantGemvRows>(w, 1, nullptr, m, x, y);
+  const int64_t k = w.cols();
+  __half* x16 = matmul_scratch().reserve<__half>(m * k);
+  to_half_kernel<<<blocks_for(m * k), kBlock>>>(x, m * k, x16);
+  check_launch("convert activations");
+  const int64_t chunk = decode_chunk_rows(w);
+  __half* wh = decode_scratch().reserve<__half>(chunk * k);
+  const float one = 1.f, zero = 0.f;
+  for (int64_t r0 = 0; r0 < w.rows(); r0 += chunk) {
+    const int64_t n = std::min(chunk, w.rows() - r0);
+    decode_rows_f16(w, r0, n, wh);
+    // Column-major: y^T rows r0 .. r0 + n (ld w.rows()) = chunk (k x n, ld k)^T x^T (k x m, ld k).
+    check_cublas(cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &one, wh, CUDA_R_16F, int(k),
+                              x16, CUDA_R_16F, int(k), &zero, y + r0, CUDA_R_32F, int(w.rows()), CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx (quantised weights)");
+  }
+}
+
+// Activations rounded to a f16 / bf16 weight's input type, and the product of such rows with the weight.
+void to_input_type(const float* x, int64_t n, DeviceMatrix::Storage storage, void* out) {
+  check(storage == DeviceMatrix::Storage::F16 || storage == DeviceMatrix::Storage::BF16,
+        "cuda to_input_type: only f16 / bf16 weights take rounded activations");
+  if (n == 0) return;
+  if (storage == DeviceMatrix::Storage::F16)
+    to_half_kernel<<<blocks_for(n), kBlock>>>(x, n, static_cast<__half*>(out));
+  else
+    to_bf16_kernel<<<blocks_for(n), kBlock>>>(x, n, static_cast<__nv_bfloat16*>(out));
+  check_launch("convert activations");
+}
+
+void matmul_rounded(const DeviceMatrix& w, const void* x16, int64_t m, float* y) {
+  check(w.storage() == DeviceMatrix::Storage::F16 || w.storage() == DeviceMatrix::Storage::BF16,
+        "cuda matmul_rounded: only f16 / bf16 weights take rounded activations");
+  if (m == 0 || w.rows() == 0) return;
+  const int n = int(w.rows()), k = int(w.cols()), mm = int(m);
+  const float one = 1.f, zero = 0.f;
+  const cudaDataType_t type = w.storage() == DeviceMatrix::Storage::F16 ? CUDA_R_16F : CUDA_R_16BF;
+  check_cublas(cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, n, mm, k, &one, w.data(), type, k, x16, type, k, &zero,
+                            y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx");
 }
 
 }  // namespace
@@ -458,25 +762,50 @@ void DeviceBuffer::download(void* host, size_t bytes, size_t offset) const {
   check_cuda(cudaMemcpy(host, static_cast<const char*>(ptr_) + offset, bytes, cudaMemcpyDeviceToHost), "download");
 }
 
+DeviceMatrix::Storage device_storage_of(DType type) {
+  if (type == DType::F32) return DeviceMatrix::Storage::F32;
+  if (type == DType::BF16) return DeviceMatrix::Storage::BF16;
+  return block_decodable(interleaved_base(type)) ? DeviceMatrix::Storage::Quant : DeviceMatrix::Storage::F16;
+}
+
 DeviceMatrix DeviceMatrix::upload(const TensorView& w) {
   DeviceMatrix m;
   m.rows_ = w.rows();
   m.cols_ = w.cols();
-  if (w.type == DType::F32) {
-    m.storage_ = Storage::F32;
+  m.storage_ = device_storage_of(w.type);
+  m.row_bytes_ = m.cols_ * (m.storage_ == Storage::F32 ? 4 : 2);  // Quant: set below
+  if (m.storage_ == Storage::Quant) {
+    // The file's rows, in order, uploaded in chunks of about 64 MiB; an interleaved CPU layout is read
+    // back into the file layout group by group.
+    m.quant_type_ = interleaved_base(w.type);
+    m.row_bytes_ = canvas::row_bytes(m.quant_type_, m.cols_);
+    m.buffer_ = DeviceBuffer(size_t(m.rows_ * m.row_bytes_));
+    const int64_t rows_per_upload = std::max<int64_t>(1, (int64_t(1) << 26) / m.row_bytes_);
+    std::vector<uint8_t> staging;
+    for (int64_t r0 = 0; r0 < m.rows_; r0 += rows_per_upload) {
+      const int64_t n = std::min(rows_per_upload, m.rows_ - r0);
+      const void* src = w.row(r0);
+      if (is_interleaved(w.type)) {
+        staging.resize(size_t(n * m.row_bytes_));
+        for (int64_t r = 0; r < n; ++r) get_row_bytes(w, r0 + r, staging.data() + r * m.row_bytes_);
+        src = staging.data();
+      }
+      m.buffer_.upload(src, size_t(n * m.row_bytes_), size_t(r0 * m.row_bytes_));
+    }
+    return m;
+  }
+  if (m.storage_ == Storage::F32) {
     m.buffer_ = DeviceBuffer(size_t(w.elements()) * 4);
     m.buffer_.upload(w.data, size_t(w.elements()) * 4);
     return m;
   }
-  if (w.type == DType::BF16) {
-    m.storage_ = Storage::BF16;
+  if (m.storage_ == Storage::BF16) {
     m.buffer_ = DeviceBuffer(size_t(w.elements()) * 2);
     m.buffer_.upload(w.data, size_t(w.elements()) * 2);
     return m;
   }
-  // Everything else: dequantise on the host, row by row (threads take rows in turn), to f16, and upload
-  // in chunks of about 64 M values.
-  m.storage_ = Storage::F16;
+  // F16 and everything else: dequantise on the host, row by row (threads take rows in turn), to f16, and
+  // upload in chunks of about 64 M values.
   m.buffer_ = DeviceBuffer(size_t(w.elements()) * 2);
   const int64_t rows_per_upload = std::max<int64_t>(1, (int64_t(1) << 26) / std::max<int64_t>(1, m.cols_));
   const int64_t chunk_rows = std::min(rows_per_upload, m.rows_);
@@ -516,30 +845,10 @@ void matmul(const DeviceMatrix& w, const float* x, int64_t m, float* y) {
                  "cublasSgemm");
     return;
   }
+  if (w.storage() == DeviceMatrix::Storage::Quant) return matmul_quant(w, x, m, y);
   void* xr = matmul_scratch().reserve<uint16_t>(m * k);
   to_input_type(x, m * int64_t(k), w.storage(), xr);
   matmul_rounded(w, xr, m, y);
-}
-
-void to_input_type(const float* x, int64_t n, DeviceMatrix::Storage storage, void* out) {
-  check(storage != DeviceMatrix::Storage::F32, "cuda to_input_type: f32 weights take f32 activations");
-  if (n == 0) return;
-  if (storage == DeviceMatrix::Storage::F16)
-    to_half_kernel<<<blocks_for(n), kBlock>>>(x, n, static_cast<__half*>(out));
-  else
-    to_bf16_kernel<<<blocks_for(n), kBlock>>>(x, n, static_cast<__nv_bfloat16*>(out));
-  check_launch("convert activations");
-}
-
-void matmul_rounded(const DeviceMatrix& w, const void* x16, int64_t m, float* y) {
-  check(w.storage() != DeviceMatrix::Storage::F32, "cuda matmul_rounded: f32 weights take f32 activations");
-  if (m == 0 || w.rows() == 0) return;
-  const int n = int(w.rows()), k = int(w.cols()), mm = int(m);
-  const float one = 1.f, zero = 0.f;
-  const cudaDataType_t type = w.storage() == DeviceMatrix::Storage::F16 ? CUDA_R_16F : CUDA_R_16BF;
-  check_cublas(cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, n, mm, k, &one, w.data(), type, k, x16, type, k, &zero,
-                            y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-               "cublasGemmEx");
 }
 
 void rms_norm(const float* x, const float* w, int64_t rows, int64_t n, float eps, float* y) {
@@ -615,6 +924,11 @@ void embed_rows(const DeviceMatrix& table, const int32_t* rows, int64_t n, float
     case DeviceMatrix::Storage::BF16:
       embed_kernel<<<blocks_for(count), kBlock>>>(static_cast<const __nv_bfloat16*>(table.data()), table.cols(), rows, n,
                                                   scale, out);
+      break;
+    case DeviceMatrix::Storage::Quant:
+      dequantize_rows_kernel<<<blocks_for(n * (table.cols() / 32)), kBlock>>>(
+          table.quant_type(), static_cast<const uint8_t*>(table.data()), table.row_bytes(), table.cols(), rows, 0, n,
+          scale, out);
       break;
   }
   check_launch("embed_rows");
@@ -708,9 +1022,29 @@ void matmul_transposed(const DeviceMatrix& w, const float* x, int64_t m, float* 
                  "cublasSgemm");
     return;
   }
+  const int64_t count = m * int64_t(k);
+  if (w.storage() == DeviceMatrix::Storage::Quant) {
+    if (k == 0) return fill_zero(y, size_t(m * n) * 4);  // an empty sum, as cuBLAS gives with k = 0
+    // The sum over w's rows in chunks: each chunk of rows decoded to f16 and added into y (beta 1 after
+    // the first), x rounded to f16 once.
+    __half* x16 = matmul_scratch().reserve<__half>(count);
+    to_half_kernel<<<blocks_for(count), kBlock>>>(x, count, x16);
+    check_launch("convert activations");
+    const int64_t chunk = decode_chunk_rows(w);
+    __half* wh = decode_scratch().reserve<__half>(chunk * n);
+    for (int64_t r0 = 0; r0 < k; r0 += chunk) {
+      const int64_t rows = std::min(chunk, int64_t(k) - r0);
+      decode_rows_f16(w, r0, rows, wh);
+      const float beta = r0 == 0 ? 0.f : 1.f;
+      check_cublas(cublasGemmEx(cublas(), CUBLAS_OP_N, CUBLAS_OP_N, n, mm, int(rows), &one, wh, CUDA_R_16F, n,
+                                x16 + r0, CUDA_R_16F, k, &beta, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx (quantised weights, transposed)");
+    }
+    return;
+  }
   const bool half = w.storage() == DeviceMatrix::Storage::F16;
   void* xr = matmul_scratch().reserve<uint16_t>(m * k);
-  const int64_t count = m * int64_t(k);
   if (half)
     to_half_kernel<<<blocks_for(count), kBlock>>>(x, count, static_cast<__half*>(xr));
   else
@@ -720,6 +1054,33 @@ void matmul_transposed(const DeviceMatrix& w, const float* x, int64_t m, float* 
   check_cublas(cublasGemmEx(cublas(), CUBLAS_OP_N, CUBLAS_OP_N, n, mm, k, &one, w.data(), type, n, xr, type, k, &zero, y,
                             CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "cublasGemmEx");
+}
+
+void moe_route(const float* logits, int64_t n, int64_t n_experts, int64_t k, bool normalize, const float* expert_scale,
+               int32_t* expert_of, float* weight_of) {
+  check(n_experts > 0 && k > 0 && k <= kMaxExpertsUsed && k <= n_experts,
+        "cuda moe_route: needs 0 < k <= min(32, experts)");
+  if (n == 0) return;
+  constexpr int kWarps = kBlock / 32;
+  const size_t shared = size_t(kWarps) * size_t(n_experts) * sizeof(float);
+  check(shared <= 48 * 1024, "cuda moe_route: too many experts for one block's shared memory");
+  moe_route_kernel<<<unsigned((n + kWarps - 1) / kWarps), kBlock, shared>>>(logits, n, int(n_experts), int(k), normalize,
+                                                                            expert_scale, expert_of, weight_of);
+  check_launch("moe_route");
+}
+
+void moe_plan(const int32_t* expert_of, int64_t n, int64_t k, int64_t n_experts, int32_t* first, int32_t* slot_row,
+              int32_t* slot_of, int32_t* begin) {
+  check(n_experts > 0 && size_t(n_experts) * 4 <= 48 * 1024, "cuda moe_plan: bad expert count");
+  moe_plan_kernel<<<1, 1024, size_t(n_experts) * 4>>>(expert_of, n, int(k), int(n_experts), first, slot_row, slot_of,
+                                                     begin);
+  check_launch("moe_plan");
+}
+
+void matmul_grouped(const DeviceMatrix& stack, int64_t n_groups, const int32_t* first, const float* x, float* y) {
+  check(n_groups > 0 && stack.rows() % n_groups == 0, "cuda matmul_grouped: the stack is not n_groups matrices");
+  if (stack.rows() == 0) return;
+  launch_row_products<8>(stack, n_groups, first, 0, x, y);
 }
 
 }  // namespace canvas::cuda

@@ -51,33 +51,68 @@ class DeviceBuffer {
 };
 
 // A weight matrix [rows x cols] on the device, uploaded once. F32 stays f32 (cuBLAS sgemm); BF16 stays
-// bf16; F16 and every quantised type (Q8_0, Q4_0, K-quants, ...) are dequantised on the host row by
-// row (ops get_row, so interleaved layouts are read correctly) and stored as f16, the tensor cores'
-// input type. Products accumulate in f32.
+// bf16; the quantised types whose blocks core/quant_block.h decodes (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+// Q5_K, Q6_K) stay in their GGUF block layout (Quant: the device holds the file's bytes, rows in order;
+// the CPU's interleaved Q4_0 / Q8_0 layouts are read back into it), and the kernels dequantise inside the
+// product. F16 and any other type are dequantised on the host row by row (ops get_row) and stored as
+// f16, the tensor cores' input type. Products accumulate in f32.
 class DeviceMatrix {
  public:
-  enum class Storage { F32, F16, BF16 };
+  enum class Storage { F32, F16, BF16, Quant };
   static DeviceMatrix upload(const TensorView& w);
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
   Storage storage() const { return storage_; }
+  // Quant storage: the GGUF type of the blocks. row_bytes: the device bytes of one row (any storage).
+  DType quant_type() const { return quant_type_; }
+  int64_t row_bytes() const { return row_bytes_; }
+  // Device bytes the matrix holds.
+  size_t bytes() const { return buffer_.bytes(); }
   const void* data() const { return buffer_.data(); }
 
  private:
   DeviceBuffer buffer_;
-  int64_t rows_ = 0, cols_ = 0;
+  int64_t rows_ = 0, cols_ = 0, row_bytes_ = 0;
   Storage storage_ = Storage::F32;
+  DType quant_type_ = DType::F32;
 };
+
+// The storage DeviceMatrix::upload picks for a weight of this type (Quant for the block-decodable
+// quantised types and their interleaved CPU layouts).
+DeviceMatrix::Storage device_storage_of(DType type);
 
 // y[m x w.rows()] = x[m x w.cols()] @ w^T, all row-major device f32. For f16/bf16 weights x is first
 // rounded to the weight's type (a scratch buffer the call owns), then multiplied with f32 accumulation.
+// Quant weights: up to kQuantGemvRows rows of x take a kernel that decodes each weight block once in
+// registers and dots it with every row of x in f32 (an AR step, a few rows: matmul_grouped's kernel with
+// one group); more rows are multiplied
+// chunk by chunk of weight rows, each chunk decoded to f16 in a bounded scratch buffer and multiplied
+// on the tensor cores (cuBLAS), with x rounded to f16 once.
 void matmul(const DeviceMatrix& w, const float* x, int64_t m, float* y);
 
-// Activations rounded once to a f16/bf16 weight's input type, for several products with weights of that
-// storage (an MoE layer's experts): to_input_type writes n values as storage's type (F16 or BF16) into
-// out (2 bytes each), and matmul_rounded multiplies such rows, y[m x w.rows()] = x16[m x w.cols()] @ w^T.
-void to_input_type(const float* x, int64_t n, DeviceMatrix::Storage storage, void* out);
-void matmul_rounded(const DeviceMatrix& w, const void* x16, int64_t m, float* y);
+constexpr int64_t kQuantGemvRows = 32;
+
+// ---- Mixture of experts on the device: routing, the routed rows' slots, one product for all experts ----
+// Nothing here comes back to the host: the host knows only n, k and the expert count.
+
+// Each of n rows of router logits [n x n_experts]: softmax (sums in double, as ops softmax), the k best
+// experts (larger probability first, NaN last, ties to the lower index: ops top_k's order), their
+// probabilities summed in that order, then the k entries in ascending expert order, each with weight p
+// (normalize: p / sum), times expert_scale[e] when given (device f32, or null). Writes expert_of[r * k + j]
+// and weight_of[r * k + j]. k <= 32.
+void moe_route(const float* logits, int64_t n, int64_t n_experts, int64_t k, bool normalize, const float* expert_scale,
+               int32_t* expert_of, float* weight_of);
+// The slots of the n * k routed (row, expert) entries, grouped by expert: first[e] .. first[e + 1] are
+// expert e's slots (first has n_experts + 1 entries), slot_row[s] the row slot s holds, slot_of[r * k + j]
+// the slot of row r's j-th entry, begin[r] = r * k (n + 1 entries, for combine_rows). The order of an
+// expert's slots is not fixed; every result is (each slot is computed on its own).
+void moe_plan(const int32_t* expert_of, int64_t n, int64_t k, int64_t n_experts, int32_t* first, int32_t* slot_row,
+              int32_t* slot_of, int32_t* begin);
+// Grouped product, one launch for every expert: stack is n_groups matrices [rows x cols] uploaded as one
+// DeviceMatrix ([n_groups * rows] x cols, a GGUF expert stack); y[s] = x[s] @ W_g^T for every slot s in
+// [first[g], first[g + 1]) (device), x rows of cols floats, y rows of rows floats. Each warp owns a
+// weight row and reads each of its blocks once per 8 slots; products accumulate in f32.
+void matmul_grouped(const DeviceMatrix& stack, int64_t n_groups, const int32_t* first, const float* x, float* y);
 
 // ---- element-wise and row-wise ops: device pointers, same meaning as ops/ops.h ----
 // rows rows of n elements: y = x * rsqrt(mean(x^2) + eps) * w (w may be null). In place allowed.
@@ -100,7 +135,8 @@ void attention(const float* q, int64_t n_q, int64_t ldq, const float* k, const f
 // ---- the forward pass's data movement and element-wise steps (cuda/cuda_backend.cpp) ----
 // Device pointers throughout; "rows" are row-major f32 rows.
 
-// out[i] = row rows[i] of table (any storage) as f32, times scale.
+// out[i] = row rows[i] of table (any storage) as f32, times scale. Quant rows are decoded on the device
+// with core/quant_block.h, the CPU's own decoder, so they equal ops get_row's exactly.
 void embed_rows(const DeviceMatrix& table, const int32_t* rows, int64_t n, float scale, float* out);
 // x += y over n elements.
 void add(float* x, const float* y, int64_t n);

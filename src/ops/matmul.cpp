@@ -528,14 +528,23 @@ void get_row(const TensorView& w, int64_t row, float* dst) {
   check(row >= 0 && row < w.rows(), "get_row: row " + std::to_string(row) + " out of range for " + describe(w));
   check(matmul_supports(w.type), "get_row: " + describe(w) + ": unsupported type");
   if (is_interleaved(w.type)) {
-    const DType base = interleaved_base(w.type);
     uint8_t* bytes = thread_scratch<2>(w.row_size());
-    const uint8_t* group = static_cast<const uint8_t*>(w.data) + row / kInterleaveRows * kInterleaveRows * w.row_size();
-    deinterleave_row(base, group, w.cols() / kQK, int(row % kInterleaveRows), bytes);
-    dequantize_row(base, bytes, dst, w.cols());
+    get_row_bytes(w, row, bytes);
+    dequantize_row(interleaved_base(w.type), bytes, dst, w.cols());
     return;
   }
   dequantize_row(w.type, w.row(row), dst, w.cols());
+}
+
+void get_row_bytes(const TensorView& w, int64_t row, uint8_t* dst) {
+  if (row < 0 || row >= w.rows())
+    throw Error("get_row_bytes: row " + std::to_string(row) + " out of range for " + describe(w));
+  if (!is_interleaved(w.type)) {
+    std::memcpy(dst, w.row(row), size_t(w.row_size()));
+    return;
+  }
+  const uint8_t* group = static_cast<const uint8_t*>(w.data) + row / kInterleaveRows * kInterleaveRows * w.row_size();
+  deinterleave_row(interleaved_base(w.type), group, w.cols() / kQK, int(row % kInterleaveRows), dst);
 }
 
 }  // namespace canvas

@@ -65,6 +65,9 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n);
 
 // One row of a weight/embedding table as f32 (embedding lookup for any dtype).
 void get_row(const TensorView& w, int64_t row, float* dst);
+// Row `row` of w as stored in a file (the bytes of row_bytes(file type, cols)): interleaved layouts are
+// read back into their file type's blocks; interleaved_base(w.type) is the type of the bytes.
+void get_row_bytes(const TensorView& w, int64_t row, uint8_t* dst);
 
 // The SIMD level matmul() uses: simd_level() unless overridden. The override (for tests and benchmarks)
 // is clamped to what the CPU supports; reset_matmul_simd_level() returns to simd_level().

@@ -5,6 +5,7 @@
 
 #include "core/cpu.h"
 #include "core/dtype.h"
+#include "core/quant_block.h"
 
 namespace canvas::matmul_detail {
 
@@ -72,17 +73,7 @@ inline void unpack_kquant_scale_words(const uint8_t* scales, uint32_t* out) {
   out[3] = ((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 2) & 0x30303030u);
 }
 
-// One 32-element block of a quantised weight row as integers: value[i] = scale[i / 16] * q[i] (+ min when
-// has_min). q is the signed quant after the offset (Q5_0: q - 16, Q6_K: q - 32). scale is the float the
-// format multiplies q by (K-quants: d * sc, rounded once in f32 as ggml does), equal for both halves
-// except in Q6_K. Covers Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (block b of the row).
-struct DecodedBlock {
-  int8_t q[32];
-  float scale[2];
-  float min;
-  bool has_min;
-};
-void decode_block(DType type, const uint8_t* row, int64_t b, DecodedBlock& out);
+// decode_block and DecodedBlock (core/quant_block.h): one 32-element block of a quantised weight row.
 // Row (de)quantisation for Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (matmul_kquants.cpp); n already validated.
 void dequantize_row_extra(DType type, const uint8_t* src, float* dst, int64_t n);
 void quantize_row_extra(DType type, const float* src, uint8_t* dst, int64_t n);

@@ -1,4 +1,5 @@
-// Block decoding, row dequantisation and row quantisation for Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K.
+// Row dequantisation and row quantisation for Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K (block decoding is
+// core/quant_block.h's, shared with the CUDA kernels).
 //
 // Dequantisation computes each value with the same f32 operations, in the same order, as ggml's
 // dequantize_row_* written in plain C (e.g. Q4_K: (d * sc) * q - dmin * m), so it is bit-exact with ggml
@@ -12,128 +13,12 @@
 #include "ops/matmul_kernels.h"
 
 namespace canvas::matmul_detail {
-namespace {
-
-template <class Block>
-Block load_block(const uint8_t* row, int64_t index) {
-  Block blk;
-  std::memcpy(&blk, row + index * int64_t(sizeof(Block)), sizeof blk);
-  return blk;
-}
-
-uint32_t load_qh(const uint8_t* qh) {
-  uint32_t v;
-  std::memcpy(&v, qh, 4);
-  return v;
-}
-
-// Q4_0 / Q4_1 / Q5_0 / Q5_1 order: element i < 16 in the low nibble of qs[i], i + 16 in the high one;
-// Q5 types add bit i of qh as bit 4 of element i.
-void unpack_nibbles(const uint8_t* qs, uint32_t qh, int offset, int8_t* q) {
-  for (int i = 0; i < kQK / 2; ++i) {
-    q[i] = int8_t(int((qs[i] & 15) | ((qh >> i) & 1) << 4) - offset);
-    q[i + kQK / 2] = int8_t(int((qs[i] >> 4) | ((qh >> (i + kQK / 2)) & 1) << 4) - offset);
-  }
-}
-
-}  // namespace
-
-void decode_block(DType type, const uint8_t* row, int64_t b, DecodedBlock& out) {
-  out.has_min = false;
-  out.min = 0.f;
-  switch (type) {
-    case DType::Q8_0: {
-      const BlockQ8_0 blk = load_block<BlockQ8_0>(row, b);
-      std::memcpy(out.q, blk.qs, kQK);
-      out.scale[0] = out.scale[1] = f16_to_f32(blk.d);
-      return;
-    }
-    case DType::Q4_0: {
-      const BlockQ4_0 blk = load_block<BlockQ4_0>(row, b);
-      unpack_nibbles(blk.qs, 0, 8, out.q);
-      out.scale[0] = out.scale[1] = f16_to_f32(blk.d);
-      return;
-    }
-    case DType::Q4_1: {
-      const BlockQ4_1 blk = load_block<BlockQ4_1>(row, b);
-      unpack_nibbles(blk.qs, 0, 0, out.q);
-      out.scale[0] = out.scale[1] = f16_to_f32(blk.d);
-      out.min = f16_to_f32(blk.m);
-      out.has_min = true;
-      return;
-    }
-    case DType::Q5_0: {
-      const BlockQ5_0 blk = load_block<BlockQ5_0>(row, b);
-      unpack_nibbles(blk.qs, load_qh(blk.qh), 16, out.q);
-      out.scale[0] = out.scale[1] = f16_to_f32(blk.d);
-      return;
-    }
-    case DType::Q5_1: {
-      const BlockQ5_1 blk = load_block<BlockQ5_1>(row, b);
-      unpack_nibbles(blk.qs, load_qh(blk.qh), 0, out.q);
-      out.scale[0] = out.scale[1] = f16_to_f32(blk.d);
-      out.min = f16_to_f32(blk.m);
-      out.has_min = true;
-      return;
-    }
-    case DType::Q4_K:
-    case DType::Q5_K: {
-      // Sub-block s of super-block b / 8; Q4_K and Q5_K share the header layout (d, dmin, scales).
-      const int s = int(b % 8);
-      const uint8_t* qs;
-      const uint8_t* qh = nullptr;
-      uint16_t d, dmin;
-      uint8_t sc[8], m[8];
-      BlockQ4_K b4;
-      BlockQ5_K b5;
-      if (type == DType::Q4_K) {
-        b4 = load_block<BlockQ4_K>(row, b / 8);
-        d = b4.d, dmin = b4.dmin, qs = b4.qs;
-        unpack_kquant_scales(b4.scales, sc, m);
-      } else {
-        b5 = load_block<BlockQ5_K>(row, b / 8);
-        d = b5.d, dmin = b5.dmin, qs = b5.qs, qh = b5.qh;
-        unpack_kquant_scales(b5.scales, sc, m);
-      }
-      const uint8_t* bytes = qs + 32 * (s / 2);
-      const int shift = 4 * (s & 1);
-      for (int l = 0; l < 32; ++l) {
-        int q = (bytes[l] >> shift) & 15;
-        if (qh) q |= ((qh[l] >> s) & 1) << 4;
-        out.q[l] = int8_t(q);
-      }
-      out.scale[0] = out.scale[1] = f16_to_f32(d) * float(sc[s]);
-      out.min = -(f16_to_f32(dmin) * float(m[s]));  // y = d1 * q - m1 == d1 * q + (-m1) exactly
-      out.has_min = true;
-      return;
-    }
-    case DType::Q6_K: {
-      const BlockQ6_K blk = load_block<BlockQ6_K>(row, b / 8);
-      const int g = int(b % 8), half = g / 4, part = g % 4;
-      const uint8_t* ql = blk.ql + 64 * half + 32 * (part & 1);
-      const uint8_t* qh = blk.qh + 32 * half;
-      const int low_shift = 4 * (part >> 1), high_shift = 2 * part;
-      for (int l = 0; l < 32; ++l)
-        out.q[l] = int8_t(int(((ql[l] >> low_shift) & 15) | ((qh[l] >> high_shift) & 3) << 4) - 32);
-      const float d = f16_to_f32(blk.d);
-      out.scale[0] = d * float(blk.scales[2 * g]);
-      out.scale[1] = d * float(blk.scales[2 * g + 1]);
-      return;
-    }
-    default: break;
-  }
-  out = {};
-}
 
 void dequantize_row_extra(DType type, const uint8_t* src, float* dst, int64_t n) {
   DecodedBlock blk;
   for (int64_t b = 0; b < n / kQK; ++b) {
     decode_block(type, src, b, blk);
-    float* y = dst + b * kQK;
-    for (int i = 0; i < kQK; ++i) {
-      const float v = blk.scale[i / 16] * float(blk.q[i]);
-      y[i] = blk.has_min ? v + blk.min : v;  // no "+ 0": it would turn ggml's -0 into +0
-    }
+    for (int i = 0; i < kQK; ++i) dst[b * kQK + i] = block_value(blk, i);
   }
 }
 

@@ -1,0 +1,69 @@
+// A GPU's floors and the floor arithmetic of a pass (device_floors.h).
+#include "bench/device_floors.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/appendf.h"
+
+namespace canvas::bench {
+namespace {
+
+bool positive(double v) { return std::isfinite(v) && v > 0; }
+
+nlohmann::ordered_json number_or_null(double v) {
+  return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
+}
+
+}  // namespace
+
+double DeviceFloors::gemm_tflops_for(DType weight_type) const {
+  return weight_type == DType::F32 ? gemm_f32_tflops : gemm_f16_tflops;
+}
+
+void DeviceFloors::sample_memory() {
+  if (memory_in_use) memory_peak_bytes = std::max(memory_peak_bytes, memory_in_use());
+}
+
+double pass_floor_ms(double bytes, double flops, double read_gbps, double tflops) {
+  if (!positive(read_gbps) || !positive(tflops) || !(bytes >= 0) || !(flops >= 0))
+    return DeviceFloors::kNotMeasured;
+  return std::max(bytes / (read_gbps * 1e6), flops / (tflops * 1e9));
+}
+
+double fraction_of_floor(double floor_ms, double measured_ms) {
+  if (!positive(floor_ms) || !positive(measured_ms)) return DeviceFloors::kNotMeasured;
+  return floor_ms / measured_ms;
+}
+
+nlohmann::ordered_json device_floors_json(const DeviceFloors& d) {
+  nlohmann::ordered_json j;
+  j["name"] = d.name;
+  j["memory_total_bytes"] = d.memory_total_bytes;
+  j["memory_used_bytes"] = d.memory_used_bytes;
+  j["memory_peak_bytes"] = d.memory_peak_bytes;
+  j["read_gbps"] = number_or_null(d.read_gbps);
+  j["read_buffer_bytes"] = d.read_buffer_bytes;
+  j["gemm_size"] = d.gemm_size;
+  j["gemm_f16_tflops"] = number_or_null(d.gemm_f16_tflops);
+  j["gemm_f32_tflops"] = number_or_null(d.gemm_f32_tflops);
+  if (!d.not_measured.empty()) j["not_measured"] = d.not_measured;
+  return j;
+}
+
+std::string device_floors_text(const DeviceFloors& d) {
+  constexpr double kGiB = 1073741824.0;
+  std::string s;
+  appendf(s, "device: %s, memory used %.2f GiB after the upload, peak %.2f of %.2f GiB; ", d.name.c_str(),
+          double(d.memory_used_bytes) / kGiB, double(d.memory_peak_bytes) / kGiB, double(d.memory_total_bytes) / kGiB);
+  if (!d.not_measured.empty()) {
+    appendf(s, "floors not measured: %s\n", d.not_measured.c_str());
+    return s;
+  }
+  appendf(s, "floors: read %.0f GB/s (%.2f GiB buffer), GEMM f16 %.1f TFLOP/s, f32 %.1f TFLOP/s (%lld^3)\n",
+          d.read_gbps, double(d.read_buffer_bytes) / kGiB, d.gemm_f16_tflops, d.gemm_f32_tflops,
+          (long long)d.gemm_size);
+  return s;
+}
+
+}  // namespace canvas::bench

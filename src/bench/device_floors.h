@@ -1,0 +1,50 @@
+// A GPU's floors for `canvas bench --device cuda`: the roofs the CUDA backend measured in the same run
+// (cuda/cuda_roofs.h) and its memory, as plain data (the bench layer does not link the backend; the CLI
+// fills this in), and the least time a pass can take there.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace canvas::bench {
+
+struct DeviceFloors {
+  static constexpr double kNotMeasured = std::numeric_limits<double>::quiet_NaN();
+  std::string name;  // "NVIDIA H200"
+  int64_t memory_total_bytes = 0;
+  int64_t memory_used_bytes = 0;  // in use once the weights were uploaded, before any pass
+  int64_t memory_peak_bytes = 0;  // the most in use when sampled: after the upload and after every timed pass
+  double read_gbps = kNotMeasured;  // streaming read, 1e9 bytes per second
+  int64_t read_buffer_bytes = 0;    // the buffer that read streamed
+  double gemm_f16_tflops = kNotMeasured, gemm_f32_tflops = kNotMeasured;
+  int64_t gemm_size = 0;     // the n of the n x n x n products
+  std::string not_measured;  // why the roofs are NaN (--no-roofs, or the device's error); empty when measured
+  // Samples the device's memory in use (bytes); empty: the passes are not sampled.
+  std::function<int64_t()> memory_in_use;
+
+  // The compute roof (TFLOP/s) for weights stored as `weight_type`: f32 weights multiply in f32 (sgemm),
+  // every other type on the tensor cores at the f16 rate. NaN when not measured.
+  double gemm_tflops_for(DType weight_type) const;
+  // memory_peak_bytes = max(it, memory_in_use()) when there is a sampler.
+  void sample_memory();
+};
+
+// The least milliseconds a pass can take that reads `bytes` from device memory and does `flops`:
+// max(bytes / read bandwidth, flops / compute rate). NaN unless both roofs are finite and positive.
+double pass_floor_ms(double bytes, double flops, double read_gbps, double tflops);
+// floor_ms / measured_ms (1: the pass ran at its floor). NaN unless both are finite and positive.
+double fraction_of_floor(double floor_ms, double measured_ms);
+
+// {"name", "memory_total_bytes", "memory_used_bytes", "memory_peak_bytes", "read_gbps", "read_buffer_bytes",
+//  "gemm_size", "gemm_f16_tflops", "gemm_f32_tflops", "not_measured"}: NaN as null.
+nlohmann::ordered_json device_floors_json(const DeviceFloors& device);
+// "device: NAME, memory used 12.3 GiB after the upload, peak 14.0 of 139.8 GiB; floors: read 4321 GB/s
+// (4.00 GiB buffer), GEMM f16 700.0 TFLOP/s, f32 50.0 TFLOP/s (8192^3)\n", or "...; floors not measured:
+// WHY\n".
+std::string device_floors_text(const DeviceFloors& device);
+
+}  // namespace canvas::bench
