@@ -2,6 +2,7 @@
 // build has no CUDA backend or the machine no usable device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -46,17 +47,17 @@ TEST(Cuda, StorageOfEachWeightType) {
 
 // The DiffusionGemma-26B-A4B shape at Q4_0 with a 4096-token cache, as this backend lays it out: the
 // weights' device bytes are their file bytes (every matrix Q4_0, routers and vectors f32), plus the KV
-// cache. A plan, not a measurement: bench --device cuda reports what a device actually holds.
+// cache (f16: the backend's choice for a quantised model). A plan, not a measurement: bench --device cuda reports what a device actually holds.
 TEST(Cuda, DiffusionGemma26BAtQ4_0PlansUnder16GiB) {
   const bench::SyntheticShape& shape = bench::find_synthetic_shape("diffusion-gemma:26b-a4b");
   bench::SyntheticOptions options;
   options.type = DType::Q4_0;
   const double gib = double(int64_t(1) << 30);
   const double weights = double(bench::synthetic_model_bytes(shape, options)) / gib;
-  const double cache = double(cuda::device_cache_bytes(shape.config, 4096)) / gib;
-  std::printf("  26B-A4B q4_0: weights %.2f GiB + 4096-token KV cache %.2f GiB = %.2f GiB\n", weights, cache,
+  const double cache = double(cuda::device_cache_bytes(shape.config, 4096, cuda::KvType::F16)) / gib;
+  std::printf("  26B-A4B q4_0: weights %.2f GiB + 4096-token f16 KV cache %.2f GiB = %.2f GiB\n", weights, cache,
               weights + cache);
-  EXPECT_LE(weights + cache, 15.0);  // leaves 1 GiB of the 16 for the pass's scratch buffers
+  EXPECT_LE(weights + cache, 14.5);  // leaves 1.5 GiB of the 16 for the CUDA context and a pass's buffers
 }
 
 #define SKIP_WITHOUT_DEVICE()                                        \
@@ -187,14 +188,14 @@ TEST(Cuda, RowStatsMatchCpu) {
   }
 }
 
-TEST(Cuda, AttentionMatchesCpuUnderEveryMask) {
-  SKIP_WITHOUT_DEVICE();
+void check_attention(int head_dim) {
+  SCOPED_TRACE("head_dim " + std::to_string(head_dim));
   Rng rng(5);
   AttentionShape shape;
   shape.n_heads = 4;
   shape.n_kv_heads = 2;
-  shape.head_dim = 64;
-  shape.scale = 0.125f;
+  shape.head_dim = head_dim;
+  shape.scale = 1.f / std::sqrt(float(head_dim));
   const int64_t n_q = 9, n_keys = 40, stride = n_keys * shape.head_dim;
   const auto q = random_vector(rng, size_t(n_q * shape.n_heads * shape.head_dim));
   const auto k = random_vector(rng, size_t(shape.n_kv_heads * stride));
@@ -204,6 +205,7 @@ TEST(Cuda, AttentionMatchesCpuUnderEveryMask) {
   std::vector<int32_t> key_group(n_keys), query_group(n_q, 31), window(n_q, 0);
   for (int64_t j = 0; j < n_keys; ++j) key_group[size_t(j)] = int32_t(std::min<int64_t>(j, 31));
   for (int64_t i = 0; i < n_q; ++i) window[size_t(i)] = int32_t(i % 3 == 0 ? 25 : 0);
+  window[4] = 36;  // query 4 sees keys 36 .. 39 only: half the warps see none
   query_group[8] = -1;
   auto dq = to_device(q), dk = to_device(k), dv = to_device(v);
   auto dkg = to_device(key_group), dqg = to_device(query_group), dw = to_device(window);
@@ -225,10 +227,73 @@ TEST(Cuda, AttentionMatchesCpuUnderEveryMask) {
     std::vector<float> want(size_t(n_q * ld));
     reference::attention(q.data(), n_q, ld, k.data(), v.data(), n_keys, stride, mask, s, want.data(), ld);
     cuda::DeviceBuffer dout(want.size() * 4);
-    cuda::attention(dq.as<float>(), n_q, ld, dk.as<float>(), dv.as<float>(), n_keys, stride, dmask, s,
-                    dout.as<float>(), ld);
+    cuda::attention(dq.as<float>(), n_q, ld, dk.as<float>(), dv.as<float>(), cuda::KvType::F32, n_keys, stride, dmask,
+                    s, dout.as<float>(), ld);
     expect_close(to_host<float>(dout, want.size()), want, 1e-5, "attention");
   }
+  // A decoder canvas: the cache's keys 12 .. 39 in place, then the canvas's own 9 K/V rows, all visible;
+  // the CPU's twin reads the same keys copied into one array.
+  const int64_t first = 12, cached = n_keys - first, kv_width = shape.n_kv_heads * shape.head_dim;
+  const auto ck = random_vector(rng, size_t(n_q * kv_width)), cv = random_vector(rng, size_t(n_q * kv_width));
+  const int64_t keys = cached + n_q, joined_stride = keys * shape.head_dim;
+  std::vector<float> jk(size_t(shape.n_kv_heads * joined_stride)), jv(jk.size());
+  for (int64_t h = 0; h < shape.n_kv_heads; ++h)
+    for (int64_t j = 0; j < keys; ++j)
+      for (int64_t d = 0; d < shape.head_dim; ++d) {
+        const size_t at = size_t(h * joined_stride + j * shape.head_dim + d);
+        const size_t in_cache = size_t(h * stride + (first + j) * shape.head_dim + d);
+        const size_t in_rows = size_t((j - cached) * kv_width + h * shape.head_dim + d);
+        jk[at] = j < cached ? k[in_cache] : ck[in_rows];
+        jv[at] = j < cached ? v[in_cache] : cv[in_rows];
+      }
+  std::vector<float> want(size_t(n_q * ld));
+  reference::attention(q.data(), n_q, ld, jk.data(), jv.data(), keys, joined_stride, AttentionMask{}, shape,
+                       want.data(), ld);
+  auto dck = to_device(ck), dcv = to_device(cv);
+  cuda::ExtraKeys extra;
+  extra.k = dck.as<float>();
+  extra.v = dcv.as<float>();
+  extra.n = n_q;
+  extra.ld = kv_width;
+  cuda::DeviceBuffer dout(want.size() * 4);
+  cuda::attention(dq.as<float>(), n_q, ld, dk.as<float>() + first * shape.head_dim,
+                  dv.as<float>() + first * shape.head_dim, cuda::KvType::F32, cached, stride, AttentionMask{}, shape,
+                  dout.as<float>(), ld, extra);
+  expect_close(to_host<float>(dout, want.size()), want, 1e-5, "attention, cache then canvas rows");
+  // A canvas right after a cache that holds nothing it may see: its own rows only.
+  reference::attention(q.data(), n_q, ld, jk.data() + cached * shape.head_dim, jv.data() + cached * shape.head_dim,
+                       n_q, joined_stride, AttentionMask{}, shape, want.data(), ld);
+  cuda::attention(dq.as<float>(), n_q, ld, dk.as<float>(), dv.as<float>(), cuda::KvType::F32, 0, stride,
+                  AttentionMask{}, shape, dout.as<float>(), ld, extra);
+  expect_close(to_host<float>(dout, want.size()), want, 1e-5, "attention, canvas rows only");
+  // The masked attention over an f16 cache (groups and window): the twin reads the same f16 values.
+  std::vector<uint16_t> kh(k.size()), vh(v.size());
+  std::vector<float> kr(k.size()), vr(v.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    kh[i] = f32_to_f16(k[i]);
+    vh[i] = f32_to_f16(v[i]);
+    kr[i] = f16_to_f32(kh[i]);
+    vr[i] = f16_to_f32(vh[i]);
+  }
+  AttentionMask mask, dmask;
+  mask.key_group = key_group.data();
+  mask.query_group = query_group.data();
+  mask.window_start = window.data();
+  dmask.key_group = dkg.as<int32_t>();
+  dmask.query_group = dqg.as<int32_t>();
+  dmask.window_start = dw.as<int32_t>();
+  reference::attention(q.data(), n_q, ld, kr.data(), vr.data(), n_keys, stride, mask, shape, want.data(), ld);
+  auto dkh = to_device(kh), dvh = to_device(vh);
+  cuda::attention(dq.as<float>(), n_q, ld, dkh.data(), dvh.data(), cuda::KvType::F16, n_keys, stride, dmask, shape,
+                  dout.as<float>(), ld);
+  expect_close(to_host<float>(dout, want.size()), want, 1e-5, "attention, f16 cache");
+}
+
+// Head sizes of the fixtures (16), of most models (64) and of Gemma 4's global layers (512): lanes idle,
+// one dim each, and 16 dims each.
+TEST(Cuda, AttentionMatchesCpuUnderEveryMask) {
+  SKIP_WITHOUT_DEVICE();
+  for (int head_dim : {16, 64, 512}) check_attention(head_dim);
 }
 
 // A weight matrix of `type` [n x k] from random values, its bytes kept alive by the returned object.
@@ -402,6 +467,125 @@ TEST(Cuda, QuantisedProductsOverSeveralDecodeChunks) {
   cuda::DeviceBuffer dyt(want.size() * 4);
   cuda::matmul_transposed(dwm, dxt.as<float>(), mt, dyt.as<float>());
   expect_close(to_host<float>(dyt, want.size()), want, 2e-3, "q4_0 [40003 x 2304] transposed, 3 rows");
+}
+
+// ---- Mixture of experts on the device ----
+
+// Routing: the CPU's softmax and top_k on the same logits (rows with tied logits included) give the same
+// experts in ascending order and the same weights; normalised or not, with a per-expert scale or not.
+void check_routing(int64_t E) {
+  SCOPED_TRACE("experts " + std::to_string(E));
+  Rng rng(21);
+  const int64_t n = 37, K = 8;
+  std::vector<float> logits = random_vector(rng, size_t(n * E), 2.0);
+  for (int64_t e = 0; e < E; ++e) logits[size_t(3 * E + e)] = float(e % 4);  // row 3: ties everywhere
+  for (int64_t e = 0; e < E; ++e) logits[size_t(5 * E + e)] = 0.f;           // row 5: all equal
+  const std::vector<float> scale = random_vector(rng, size_t(E));
+  auto dlogits = to_device(logits);
+  auto dscale = to_device(scale);
+  for (const bool normalize : {false, true}) {
+    for (const bool scaled : {false, true}) {
+      cuda::DeviceBuffer experts(size_t(n * K) * 4), weights(size_t(n * K) * 4);
+      cuda::moe_route(dlogits.as<float>(), n, E, K, normalize, scaled ? dscale.as<float>() : nullptr,
+                      experts.as<int32_t>(), weights.as<float>());
+      const auto got_e = to_host<int32_t>(experts, size_t(n * K));
+      const auto got_w = to_host<float>(weights, size_t(n * K));
+      std::vector<float> probs(static_cast<size_t>(E));
+      for (int64_t r = 0; r < n; ++r) {
+        softmax(&logits[size_t(r * E)], E, probs.data());
+        std::vector<int32_t> top = top_k(probs.data(), E, K);
+        float total = 0;
+        for (int32_t e : top) total += probs[size_t(e)];
+        std::sort(top.begin(), top.end());
+        for (int64_t j = 0; j < K; ++j) {
+          const int32_t e = top[size_t(j)];
+          ASSERT_EQ(got_e[size_t(r * K + j)], e) << "row " << r << " entry " << j;
+          float want = normalize ? probs[size_t(e)] / total : probs[size_t(e)];
+          if (scaled) want *= scale[size_t(e)];
+          EXPECT_NEAR(got_w[size_t(r * K + j)], want, 2e-6 * std::max(1.f, std::abs(want))) << "row " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST(Cuda, MoeRoutingMatchesTheCpu) {
+  SKIP_WITHOUT_DEVICE();
+  for (int64_t experts : {128, 20}) check_routing(experts);  // 20: fewer experts than a warp's lanes
+}
+
+// The slots: every entry has one slot, an expert's slots are contiguous from first[e], each slot holds
+// its entry's row, and begin[r] = r * k.
+TEST(Cuda, MoePlanGivesEveryEntryASlotOfItsExpert) {
+  SKIP_WITHOUT_DEVICE();
+  Rng rng(22);
+  const int64_t n = 400, E = 16, K = 3;  // 1200 entries: more than the block's 1024 threads
+  std::vector<int32_t> expert_of(static_cast<size_t>(n * K));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = 0; j < K; ++j) expert_of[size_t(r * K + j)] = int32_t((r * 7 + j * 5 + int64_t(rng.below(2))) % (E - 2));
+  auto dexp = to_device(expert_of);
+  cuda::DeviceBuffer first(size_t(E + 1) * 4), slot_row(size_t(n * K) * 4), slot_of(size_t(n * K) * 4),
+      begin(size_t(n + 1) * 4);
+  cuda::moe_plan(dexp.as<int32_t>(), n, K, E, first.as<int32_t>(), slot_row.as<int32_t>(), slot_of.as<int32_t>(),
+                 begin.as<int32_t>());
+  const auto f = to_host<int32_t>(first, size_t(E + 1));
+  const auto rows = to_host<int32_t>(slot_row, size_t(n * K));
+  const auto slots = to_host<int32_t>(slot_of, size_t(n * K));
+  const auto b = to_host<int32_t>(begin, size_t(n + 1));
+  std::vector<int64_t> count(static_cast<size_t>(E), 0);
+  for (int32_t e : expert_of) ++count[size_t(e)];
+  int64_t run = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    EXPECT_EQ(f[size_t(e)], run) << "expert " << e;
+    run += count[size_t(e)];
+  }
+  EXPECT_EQ(f[size_t(E)], n * K);
+  std::vector<int> used(size_t(n * K), 0);
+  for (int64_t i = 0; i < n * K; ++i) {
+    const int32_t s = slots[size_t(i)], e = expert_of[size_t(i)];
+    ASSERT_GE(s, f[size_t(e)]);
+    ASSERT_LT(s, f[size_t(e + 1)]);
+    EXPECT_EQ(rows[size_t(s)], i / K);
+    ++used[size_t(s)];
+  }
+  for (int u : used) EXPECT_EQ(u, 1);
+  for (int64_t r = 0; r <= n; ++r) EXPECT_EQ(b[size_t(r)], r * K);
+}
+
+// One launch for every expert: each slot's row against its expert's matrix, for every storage (float rows
+// that are not whole 32-blocks included), with empty experts and an expert of more than 8 slots.
+TEST(Cuda, GroupedProductMatchesEachExpertsProduct) {
+  SKIP_WITHOUT_DEVICE();
+  Rng rng(23);
+  const std::vector<int32_t> first = {0, 3, 3, 12, 13, 13, 20};  // 6 experts, 20 slots
+  const int64_t E = 6, slots = 20, rows = 20;  // 20 rows: the last block's warps partly idle
+  auto dfirst = to_device(first);
+  struct Case {
+    DType type;
+    int64_t cols;
+  };
+  for (const Case c : {Case{DType::F32, 40}, Case{DType::F32, 64}, Case{DType::F16, 72}, Case{DType::BF16, 64},
+                       Case{DType::Q8_0, 256}, Case{DType::Q4_0, 2304}, Case{DType::Q4_K, 256}, Case{DType::Q6_K, 512}}) {
+    HostWeights w = random_weights(rng, c.type, E * rows, c.cols);
+    w.view.ne = {c.cols, rows, E, 1};  // a stack of E matrices
+    w.view.n_dims = 3;
+    const cuda::DeviceMatrix dw = cuda::DeviceMatrix::upload(w.view);
+    const auto x = random_vector(rng, size_t(slots * c.cols));
+    std::vector<float> want(size_t(slots * rows), 0.f);
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t s = first[size_t(e)]; s < first[size_t(e + 1)]; ++s)
+        for (int64_t r = 0; r < rows; ++r) {
+          double acc = 0;
+          for (int64_t j = 0; j < c.cols; ++j)
+            acc += double(x[size_t(s * c.cols + j)]) * w.values[size_t((e * rows + r) * c.cols + j)];
+          want[size_t(s * rows + r)] = float(acc);
+        }
+    auto dx = to_device(x);
+    cuda::DeviceBuffer dy(want.size() * 4);
+    cuda::matmul_grouped(dw, E, dfirst.as<int32_t>(), dx.as<float>(), dy.as<float>());
+    expect_close(to_host<float>(dy, want.size()), want, 1e-5,
+                 (std::string(dtype_name(c.type)) + ", cols " + std::to_string(c.cols)).c_str());
+  }
 }
 
 // ---- whole forward passes: the CUDA backend against the CPU forward on the same model ----

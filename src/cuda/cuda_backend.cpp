@@ -40,9 +40,9 @@ struct DeviceCache {
   DeviceBuffer groups;
 };
 
-int64_t kv_layer_bytes(const ModelConfig& c, int64_t l, int64_t capacity) {
+int64_t kv_layer_bytes(const ModelConfig& c, int64_t l, int64_t capacity, KvType type) {
   const LayerAttention a = c.attention_of(l);
-  return a.n_kv_heads * capacity * a.head_dim * 4;
+  return a.n_kv_heads * capacity * a.head_dim * (type == KvType::F16 ? 2 : 4);
 }
 
 template <typename T> T* upload_into(DeviceBuffer& s, const T* host, int64_t n) {
@@ -103,10 +103,12 @@ class CudaBackend final : public ForwardBackend {
   DeviceMatrix sc_gate_, sc_up_, sc_down_;
   DeviceBuffer sc_norm_;
   std::vector<DeviceLayer> layers_;
+  // The KV caches' element type: f32 for an f32 model (the CPU's arithmetic), f16 otherwise.
+  KvType kv_type_ = KvType::F32;
   std::mutex mutex_;
   // Per-pass buffers, reused.
-  DeviceBuffer x_, h_, q_, k_, v_, attn_, proj_, g_, u_, pos_, tokens_, qgroups_, window_, canvas_k_, canvas_v_, sel_,
-      sel_rows_, logits_, probs_, soft_, mlp_, stats_, row_ids_, router_in_, experts_out_, router_logits_, gathered_,
+  DeviceBuffer x_, h_, q_, k_, v_, attn_, proj_, g_, u_, pos_, tokens_, qgroups_, window_, sel_,
+      sel_rows_, logits_, soft_, mlp_, stats_, row_ids_, router_in_, experts_out_, router_logits_, gathered_,
       expert_act_, expert_res_, expert_gu_, moe_expert_, moe_first_, moe_rows_, moe_begin_, moe_slot_, moe_weight_, prev_;
 };
 
@@ -115,7 +117,6 @@ const DeviceMatrix& output_of(const DeviceMatrix& own, const DeviceMatrix& embd,
 CudaBackend::CudaBackend(const Model& model) {
   std::string why;
   if (!available(&why)) throw Error("--device cuda: " + why);  // why is set by the call
-  const ModelConfig& c = model.config;
   token_embd_ = DeviceMatrix::upload(model.token_embd);
   tied_ = model.output.data == model.token_embd.data && model.output.type == model.token_embd.type;
   if (!tied_) output_ = DeviceMatrix::upload(model.output);
@@ -156,6 +157,7 @@ CudaBackend::CudaBackend(const Model& model) {
     d.per_expert_scale = upload_vector(w.per_expert_scale);
     layers_.push_back(std::move(d));
   }
+  kv_type_ = kv_type_for(model);
   synchronize();
 }
 
@@ -163,7 +165,7 @@ DeviceCache& CudaBackend::device_cache(const ModelConfig& c, KvCache& cache) {
   if (!cache.backend_state) {
     auto d = std::make_shared<DeviceCache>();
     for (int64_t l = 0; l < c.n_layers; ++l) {
-      const size_t bytes = size_t(kv_layer_bytes(c, l, cache.capacity()));
+      const size_t bytes = size_t(kv_layer_bytes(c, l, cache.capacity(), kv_type_));
       d->k.emplace_back(bytes);
       d->v.emplace_back(bytes);
       fill_zero(d->k.back().data(), bytes);  // as the host cache starts: zeros
@@ -366,30 +368,31 @@ void CudaBackend::attend(DevicePass& p, int64_t l, int64_t s) {
   DeviceCache& dc = *p.dcaches[size_t(s)];
   const int64_t r0 = p.plan.row0[size_t(s)], ns = req.n;
   const int64_t stride = p.caches[size_t(s)]->head_stride(l);
-  float* kc = dc.k[size_t(l)].as<float>();
-  float* vc = dc.v[size_t(l)].as<float>();
+  void* kc = dc.k[size_t(l)].data();
+  void* vc = dc.v[size_t(l)].data();
   if (!req.decoder) {
-    scatter_heads(p.k + r0 * kv_width, ns, la.n_kv_heads, D, p.pos + r0, 0, kc, stride);
-    scatter_heads(p.v + r0 * kv_width, ns, la.n_kv_heads, D, p.pos + r0, 0, vc, stride);
+    scatter_heads(p.k + r0 * kv_width, ns, la.n_kv_heads, D, p.pos + r0, 0, kc, stride, kv_type_);
+    scatter_heads(p.v + r0 * kv_width, ns, la.n_kv_heads, D, p.pos + r0, 0, vc, stride, kv_type_);
     AttentionMask mask;
     mask.key_group = dc.groups.as<int32_t>();
     mask.query_group = p.qgroups + r0;
     if (sliding) mask.window_start = p.window_start + r0;
-    cuda::attention(p.q + r0 * q_width, ns, q_width, kc, vc, p.plan.key_ends[size_t(s)], stride, mask, shape,
-                    p.attn + r0 * q_width, q_width);
+    cuda::attention(p.q + r0 * q_width, ns, q_width, kc, vc, kv_type_, p.plan.key_ends[size_t(s)], stride, mask,
+                    shape, p.attn + r0 * q_width, q_width);
     return;
   }
-  // The canvas sees the cache (sliding layers: its last window - 1 positions) and itself, both ways.
+  // The canvas sees the cache (sliding layers: its last window - 1 positions) and itself, both ways: the
+  // cache's keys in place, then the canvas's own K/V rows; the cache is not written.
   const int64_t first = sliding ? std::max<int64_t>(0, req.pos0 - (c.sliding_window - 1)) : 0;
-  const int64_t cached = req.pos0 - first, keys = cached + ns;
-  float* ck = canvas_k_.reserve<float>(la.n_kv_heads * keys * D);
-  float* cv = canvas_v_.reserve<float>(la.n_kv_heads * keys * D);
-  copy_head_positions(kc, stride, first, cached, la.n_kv_heads, D, ck, keys * D);
-  copy_head_positions(vc, stride, first, cached, la.n_kv_heads, D, cv, keys * D);
-  scatter_heads(p.k + r0 * kv_width, ns, la.n_kv_heads, D, nullptr, cached, ck, keys * D);
-  scatter_heads(p.v + r0 * kv_width, ns, la.n_kv_heads, D, nullptr, cached, cv, keys * D);
-  cuda::attention(p.q + r0 * q_width, ns, q_width, ck, cv, keys, keys * D, AttentionMask{}, shape,
-                  p.attn + r0 * q_width, q_width);
+  ExtraKeys canvas;
+  canvas.k = p.k + r0 * kv_width;
+  canvas.v = p.v + r0 * kv_width;
+  canvas.n = ns;
+  canvas.ld = kv_width;
+  const int64_t skip = first * D * (kv_type_ == KvType::F16 ? 2 : 4);  // bytes to the first visible position
+  cuda::attention(p.q + r0 * q_width, ns, q_width, static_cast<const char*>(kc) + skip,
+                  static_cast<const char*>(vc) + skip, kv_type_, req.pos0 - first, stride, AttentionMask{}, shape,
+                  p.attn + r0 * q_width, q_width, canvas);
 }
 
 // Stage 2, per layer: attn_norm, Q/K/V (biases, q/k/v norms, RoPE), attention per request, and the output
@@ -475,10 +478,10 @@ void CudaBackend::head(DevicePass& p) {
     head_stats(logits, rows, c.vocab, T, req.head.seed, ids, stats);
     copy_to_host(req.head_stats, stats, size_t(rows) * sizeof(HeadRowStats));
     if (req.soft_embedding_out) {
-      float* probs = probs_.reserve<float>(rows * c.vocab);
-      softmax_rows(logits, rows, c.vocab, T > 0 ? 1.f / T : 1.f, probs);
+      // The probabilities replace the logits (the statistics are taken): no second [rows x vocab] buffer.
+      softmax_rows(logits, rows, c.vocab, T > 0 ? 1.f / T : 1.f, logits);
       float* soft = soft_.reserve<float>(rows * H);
-      matmul_transposed(token_embd_, probs, rows, soft);
+      matmul_transposed(token_embd_, logits, rows, soft);
       copy_to_host(req.soft_embedding_out, soft, size_t(rows * H) * 4);
     }
   }
@@ -488,9 +491,14 @@ void CudaBackend::head(DevicePass& p) {
 
 std::shared_ptr<ForwardBackend> make_backend(const Model& model) { return std::make_shared<CudaBackend>(model); }
 
-int64_t device_cache_bytes(const ModelConfig& c, int64_t capacity) {
+KvType kv_type_for(const Model& model) {
+  const bool f32 = model.layers.empty() || model.layers.front().wq.type == DType::F32;
+  return f32 ? KvType::F32 : KvType::F16;
+}
+
+int64_t device_cache_bytes(const ModelConfig& c, int64_t capacity, KvType type) {
   int64_t bytes = capacity * 4;  // groups
-  for (int64_t l = 0; l < c.n_layers; ++l) bytes += 2 * kv_layer_bytes(c, l, capacity);
+  for (int64_t l = 0; l < c.n_layers; ++l) bytes += 2 * kv_layer_bytes(c, l, capacity, type);
   return bytes;
 }
 

@@ -48,22 +48,6 @@ constexpr int kBlock = 256;
 int blocks_for(int64_t n) { return int((n + kBlock - 1) / kBlock); }
 
 // Sum of v over the block (blockDim.x == kBlock); every thread gets the result.
-__device__ float block_sum(float v, float* shared) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < kBlock / 32 ? shared[lane] : 0.f;
-    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
-    if (lane == 0) shared[0] = v;
-  }
-  __syncthreads();
-  const float total = shared[0];
-  __syncthreads();
-  return total;
-}
-
 __device__ double block_sum_double(double v, double* shared) {
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -165,57 +149,119 @@ __device__ bool visible_device(const int32_t* key_group, const int32_t* query_gr
   return !window_start || j >= window_start[i];
 }
 
-// One block per (query, head). Scores of all keys go to `scores` (a scratch row of n_keys per block),
-// then the softmax-weighted sum of V is taken per output dimension.
-__global__ void attention_kernel(const float* q, int64_t ldq, const float* k, const float* v, int64_t n_keys,
+template <typename T> __device__ float to_float(T v);
+template <> __device__ float to_float<float>(float v) { return v; }
+template <> __device__ float to_float<__half>(__half v) { return __half2float(v); }
+template <> __device__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ void store_value(float* p, float v) { *p = v; }
+__device__ void store_value(__half* p, float v) { *p = __float2half_rn(v); }
+
+constexpr int kAttentionWarps = kBlock / 32;
+constexpr int kAttentionDims = 16;  // dims per lane: head_dim <= 32 * 16 = 512
+
+// One block per (query, head), one pass over the keys with an online softmax. Each warp takes every
+// kAttentionWarps-th key: its lanes hold the query's dims lane, lane + 32, ... and compute the score
+// together (a warp sum), then keep a running maximum, sum and weighted sum of V in registers. The warps'
+// partial results are merged at the end (shared memory). Keys: the cache's n_keys (masked as the CPU
+// masks them), then `extra_n` rows of the pass's own K/V (row r, kv head h at ek + r * eld + h * head_dim),
+// visible to every query. A query that sees no key gets zeros, as on the CPU.
+template <typename KV>
+__global__ void attention_kernel(const float* q, int64_t ldq, const KV* k, const KV* v, int64_t n_keys,
                                  int64_t kv_head_stride, const int32_t* key_group, const int32_t* query_group,
-                                 const int32_t* window_start, int n_heads, int group, int head_dim, float scale,
-                                 float softcap, float* out, int64_t ldo, float* scores_all) {
-  __shared__ float shared[kBlock / 32];
+                                 const int32_t* window_start, const float* ek, const float* ev, int64_t extra_n,
+                                 int64_t eld, int n_heads, int group, int head_dim, float scale, float softcap,
+                                 float* out, int64_t ldo) {
+  extern __shared__ float part_acc[];  // [kAttentionWarps][head_dim]
+  __shared__ float part_m[kAttentionWarps], part_l[kAttentionWarps];
+  __shared__ int part_seen[kAttentionWarps];  // whether the warp saw a visible key
   const int64_t i = blockIdx.x / n_heads;
-  const int h = int(blockIdx.x % n_heads);
+  const int h = int(blockIdx.x % n_heads), kvh = h / group;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const float* qh = q + i * ldq + int64_t(h) * head_dim;
-  const float* kh = k + int64_t(h / group) * kv_head_stride;
-  const float* vh = v + int64_t(h / group) * kv_head_stride;
-  float* scores = scores_all + int64_t(blockIdx.x) * n_keys;
-  float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < n_keys; j += kBlock) {
-    if (!visible_device(key_group, query_group, window_start, i, j)) continue;
-    float s = 0;
-    for (int d = 0; d < head_dim; ++d) s += qh[d] * kh[j * head_dim + d];
+  float qv[kAttentionDims], acc[kAttentionDims];
+#pragma unroll
+  for (int t = 0; t < kAttentionDims; ++t) {
+    const int d = lane + 32 * t;
+    qv[t] = d < head_dim ? qh[d] : 0.f;
+    acc[t] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+  bool seen = false;
+  const int64_t total = n_keys + extra_n;
+  for (int64_t j = warp; j < total; j += kAttentionWarps) {
+    // Key j's row of K and V: the cache's (KV) or the pass's own (f32); kv[t] / vv[t] are dim lane + 32 t.
+    float kv[kAttentionDims], vv[kAttentionDims];
+    if (j < n_keys) {
+      if (!visible_device(key_group, query_group, window_start, i, j)) continue;  // the same for the whole warp
+      const KV* kr = k + int64_t(kvh) * kv_head_stride + j * head_dim;
+      const KV* vr = v + int64_t(kvh) * kv_head_stride + j * head_dim;
+#pragma unroll
+      for (int t = 0; t < kAttentionDims; ++t) {
+        const int d = lane + 32 * t;
+        kv[t] = d < head_dim ? to_float(kr[d]) : 0.f;
+        vv[t] = d < head_dim ? to_float(vr[d]) : 0.f;
+      }
+    } else {
+      const float* kr = ek + (j - n_keys) * eld + int64_t(kvh) * head_dim;
+      const float* vr = ev + (j - n_keys) * eld + int64_t(kvh) * head_dim;
+#pragma unroll
+      for (int t = 0; t < kAttentionDims; ++t) {
+        const int d = lane + 32 * t;
+        kv[t] = d < head_dim ? kr[d] : 0.f;
+        vv[t] = d < head_dim ? vr[d] : 0.f;
+      }
+    }
+    seen = true;
+    float s = 0.f;
+#pragma unroll
+    for (int t = 0; t < kAttentionDims; ++t) s += qv[t] * kv[t];
+    for (int offset = 16; offset > 0; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
     s *= scale;
     if (softcap > 0) s = softcap * tanhf(s / softcap);
-    scores[j] = s;
-    m = fmaxf(m, s);
+    const float m_new = fmaxf(m, s);
+    const float keep = expf(m - m_new), p = expf(s - m_new);  // keep = 0 while m is -inf
+    l = l * keep + p;
+#pragma unroll
+    for (int t = 0; t < kAttentionDims; ++t) acc[t] = acc[t] * keep + p * vv[t];
+    m = m_new;
   }
-  m = block_max(m, shared);
+  if (lane == 0) {
+    part_m[warp] = m;
+    part_l[warp] = l;
+    part_seen[warp] = seen;
+  }
+#pragma unroll
+  for (int t = 0; t < kAttentionDims; ++t) {
+    const int d = lane + 32 * t;
+    if (d < head_dim) part_acc[warp * head_dim + d] = acc[t];
+  }
+  __syncthreads();
+  float big = -INFINITY;
+  bool any = false;
+  for (int w = 0; w < kAttentionWarps; ++w) {
+    big = fmaxf(big, part_m[w]);
+    any = any || part_seen[w];
+  }
   float* oh = out + i * ldo + int64_t(h) * head_dim;
-  if (m == -INFINITY) {  // no visible key: zeros, as on the CPU
-    for (int d = threadIdx.x; d < head_dim; d += kBlock) oh[d] = 0.f;
+  if (!any) {  // no visible key
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) oh[d] = 0.f;
     return;
   }
-  float sum = 0;
-  for (int64_t j = threadIdx.x; j < n_keys; j += kBlock) {
-    if (!visible_device(key_group, query_group, window_start, i, j)) continue;
-    const float p = expf(scores[j] - m);
-    scores[j] = p;
-    sum += p;
-  }
-  sum = block_sum(sum, shared);  // also a barrier: every p is in `scores` now
-  for (int d = threadIdx.x; d < head_dim; d += kBlock) {
-    float acc = 0;
-    for (int64_t j = 0; j < n_keys; ++j)
-      if (visible_device(key_group, query_group, window_start, i, j)) acc += scores[j] * vh[j * head_dim + d];
-    oh[d] = acc / sum;
+  // A warp without keys has m = -inf and l = 0, and adds nothing; scores that were all NaN leave NaN, as
+  // on the CPU.
+  float sum = 0.f;
+  for (int w = 0; w < kAttentionWarps; ++w)
+    if (part_seen[w]) sum += part_l[w] * expf(part_m[w] - big);
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float o = 0.f;
+    for (int w = 0; w < kAttentionWarps; ++w)
+      if (part_seen[w]) o += part_acc[w * head_dim + d] * expf(part_m[w] - big);
+    oh[d] = o / sum;
   }
 }
 
 // ---- forward-pass kernels ----
 
-template <typename T> __device__ float to_float(T v);
-template <> __device__ float to_float<float>(float v) { return v; }
-template <> __device__ float to_float<__half>(__half v) { return __half2float(v); }
-template <> __device__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 template <typename T>
 __global__ void embed_kernel(const T* table, int64_t cols, const int32_t* rows, int64_t n, float scale, float* out) {
@@ -241,13 +287,14 @@ __global__ void scale_columns_kernel(float* x, const float* scale, int64_t n, in
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] *= (scale ? scale[i % width] : 1.f) * s;
 }
+template <typename T>
 __global__ void scatter_heads_kernel(const float* src, int64_t n, int64_t heads, int64_t head_dim, const int32_t* pos,
-                                     int64_t pos0, float* dst, int64_t head_stride) {
+                                     int64_t pos0, T* dst, int64_t head_stride) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= n * heads * head_dim) return;
   const int64_t d = t % head_dim, h = (t / head_dim) % heads, i = t / (head_dim * heads);
   const int64_t p = pos ? int64_t(pos[i]) : pos0 + i;
-  dst[h * head_stride + p * head_dim + d] = src[t];
+  store_value(dst + h * head_stride + p * head_dim + d, src[t]);
 }
 __global__ void gather_rows_kernel(const float* src, int64_t width, const int32_t* rows, int64_t n, float* dst) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -394,9 +441,6 @@ __global__ void to_bf16_kernel(const float* x, int64_t n, __nv_bfloat16* y) {
 
 
 // ---- quantised weights in their GGUF block layout (core/quant_block.h decodes a 32-element block) ----
-
-__device__ void store_value(float* p, float v) { *p = v; }
-__device__ void store_value(__half* p, float v) { *p = __float2half_rn(v); }
 
 // out[i] = row (rows ? rows[i] : r0 + i) of a quantised matrix, times scale, for i < n; one thread per
 // 32-element block. Embedding lookups (f32 out) and the weight chunks of the tensor-core path (f16 out).
@@ -613,10 +657,6 @@ __global__ void moe_plan_kernel(const int32_t* expert_of, int64_t n, int k, int 
 }
 
 // A growing device scratch buffer per purpose (the backend runs on one stream, one call at a time).
-DeviceBuffer& attention_scratch() {
-  static DeviceBuffer b;
-  return b;
-}
 DeviceBuffer& matmul_scratch() {
   static DeviceBuffer b;
   return b;
@@ -895,19 +935,29 @@ void row_stats(const float* logits, int64_t rows, int64_t vocab, RowStats* out) 
   check_launch("row_stats");
 }
 
-void attention(const float* q, int64_t n_q, int64_t ldq, const float* k, const float* v, int64_t n_keys,
+void attention(const float* q, int64_t n_q, int64_t ldq, const void* k, const void* v, KvType kv_type, int64_t n_keys,
                int64_t kv_head_stride, const AttentionMask& mask, const AttentionShape& shape, float* out,
-               int64_t ldo) {
+               int64_t ldo, const ExtraKeys& extra) {
   check(shape.n_heads > 0 && shape.n_kv_heads > 0 && shape.head_dim > 0 && shape.n_heads % shape.n_kv_heads == 0,
         "cuda attention: bad head counts");
+  check(shape.head_dim <= 32 * kAttentionDims, "cuda attention: head_dim above 512");
   check((mask.key_group == nullptr) == (mask.query_group == nullptr),
         "cuda attention: key_group and query_group must both be set or both be null");
+  check(extra.n == 0 || (extra.k && extra.v), "cuda attention: extra keys without K or V");
   if (n_q == 0) return;
   const int64_t blocks = n_q * shape.n_heads;
-  float* scores = attention_scratch().reserve<float>(int64_t(blocks) * std::max<int64_t>(1, n_keys));
-  attention_kernel<<<unsigned(blocks), kBlock>>>(q, ldq, k, v, n_keys, kv_head_stride, mask.key_group, mask.query_group,
-                                                 mask.window_start, shape.n_heads, shape.n_heads / shape.n_kv_heads,
-                                                 shape.head_dim, shape.scale, shape.softcap, out, ldo, scores);
+  const size_t shared = size_t(kAttentionWarps) * size_t(shape.head_dim) * sizeof(float);
+  const int group = shape.n_heads / shape.n_kv_heads;
+  if (kv_type == KvType::F16)
+    attention_kernel<<<unsigned(blocks), kBlock, shared>>>(
+        q, ldq, static_cast<const __half*>(k), static_cast<const __half*>(v), n_keys, kv_head_stride, mask.key_group,
+        mask.query_group, mask.window_start, extra.k, extra.v, extra.n, extra.ld, shape.n_heads, group,
+        shape.head_dim, shape.scale, shape.softcap, out, ldo);
+  else
+    attention_kernel<<<unsigned(blocks), kBlock, shared>>>(
+        q, ldq, static_cast<const float*>(k), static_cast<const float*>(v), n_keys, kv_head_stride, mask.key_group,
+        mask.query_group, mask.window_start, extra.k, extra.v, extra.n, extra.ld, shape.n_heads, group,
+        shape.head_dim, shape.scale, shape.softcap, out, ldo);
   check_launch("attention");
 }
 
@@ -955,18 +1005,16 @@ void scale_columns(float* x, const float* scale, int64_t rows, int64_t width, fl
   check_launch("scale_columns");
 }
 void scatter_heads(const float* src, int64_t n, int64_t heads, int64_t head_dim, const int32_t* pos, int64_t pos0,
-                   float* dst, int64_t head_stride) {
+                   void* dst, int64_t head_stride, KvType type) {
   const int64_t count = n * heads * head_dim;
   if (count == 0) return;
-  scatter_heads_kernel<<<blocks_for(count), kBlock>>>(src, n, heads, head_dim, pos, pos0, dst, head_stride);
+  if (type == KvType::F16)
+    scatter_heads_kernel<<<blocks_for(count), kBlock>>>(src, n, heads, head_dim, pos, pos0, static_cast<__half*>(dst),
+                                                        head_stride);
+  else
+    scatter_heads_kernel<<<blocks_for(count), kBlock>>>(src, n, heads, head_dim, pos, pos0, static_cast<float*>(dst),
+                                                        head_stride);
   check_launch("scatter_heads");
-}
-void copy_head_positions(const float* src, int64_t src_stride, int64_t first, int64_t count, int64_t heads,
-                         int64_t head_dim, float* dst, int64_t dst_stride) {
-  if (count == 0 || heads == 0) return;
-  check_cuda(cudaMemcpy2D(dst, size_t(dst_stride) * 4, src + first * head_dim, size_t(src_stride) * 4,
-                          size_t(count * head_dim) * 4, size_t(heads), cudaMemcpyDeviceToDevice),
-             "copy_head_positions");
 }
 void gather_rows(const float* src, int64_t width, const int32_t* rows, int64_t n, float* dst) {
   if (n * width == 0) return;

@@ -95,7 +95,9 @@ constexpr int64_t kQuantGemvRows = 32;
 // ---- Mixture of experts on the device: routing, the routed rows' slots, one product for all experts ----
 // Nothing here comes back to the host: the host knows only n, k and the expert count.
 
-// Each of n rows of router logits [n x n_experts]: softmax (sums in double, as ops softmax), the k best
+// Each of n rows of router logits [n x n_experts]: softmax (exp and sums in double, as ops' reference
+// softmax; the CPU's SIMD softmax may differ in the last bits, so an expert at a near-tie with another
+// for the k-th place can differ from the CPU's choice), the k best
 // experts (larger probability first, NaN last, ties to the lower index: ops top_k's order), their
 // probabilities summed in that order, then the k entries in ascending expert order, each with weight p
 // (normalize: p / sum), times expert_scale[e] when given (device f32, or null). Writes expert_of[r * k + j]
@@ -126,11 +128,23 @@ void geglu(const float* gate, const float* up, int64_t n, float* out);
 void softcap(float* x, int64_t n, float c);
 // out[i] = row_stats(logits row i) for rows rows of vocab logits; out is device memory of RowStats.
 void row_stats(const float* logits, int64_t rows, int64_t vocab, RowStats* out);
-// Attention with the CPU's layout and mask rules (ops/ops.h AttentionMask): the mask arrays are device
-// int32 pointers (or null as there). out must not alias q here.
-void attention(const float* q, int64_t n_q, int64_t ldq, const float* k, const float* v, int64_t n_keys,
+// Keys that follow the cache's in attention: n rows of a pass's own K and V activations (row r, kv head h
+// at k + r * ld + h * head_dim), visible to every query (a decoder canvas seeing itself).
+struct ExtraKeys {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t n = 0, ld = 0;
+};
+// The element type of a device KV cache: f32 (the CPU's), or f16 (half the memory; the backend's choice
+// for models whose weights are not f32).
+enum class KvType { F32, F16 };
+// Attention with the CPU's layout and mask rules (ops/ops.h AttentionMask) over the n_keys keys of k / v
+// (kv_type elements, the KV-cache layout), then `extra`'s (f32, not masked): one kernel, an online softmax,
+// nothing written but out. The mask arrays are device int32 pointers (or null as there). out must not
+// alias q here. head_dim <= 512.
+void attention(const float* q, int64_t n_q, int64_t ldq, const void* k, const void* v, KvType kv_type, int64_t n_keys,
                int64_t kv_head_stride, const AttentionMask& mask, const AttentionShape& shape, float* out,
-               int64_t ldo);
+               int64_t ldo, const ExtraKeys& extra = {});
 
 // ---- the forward pass's data movement and element-wise steps (cuda/cuda_backend.cpp) ----
 // Device pointers throughout; "rows" are row-major f32 rows.
@@ -146,14 +160,10 @@ void add_then_scale(float* x, const float* y, int64_t n, float s);
 void add_to_rows(float* x, const float* bias, int64_t rows, int64_t width);
 // x[r][j] *= scale[j] * s (scale null: x *= s).
 void scale_columns(float* x, const float* scale, int64_t rows, int64_t width, float s);
-// Rows of heads x head_dim into the KV-cache layout: dst[h * head_stride + p * head_dim + d] =
-// src[i][h * head_dim + d] with p = pos[i] (device int32), or pos0 + i when pos is null.
+// Rows of heads x head_dim into the KV-cache layout (elements of `type`): dst[h * head_stride + p * head_dim
+// + d] = src[i][h * head_dim + d] with p = pos[i] (device int32), or pos0 + i when pos is null.
 void scatter_heads(const float* src, int64_t n, int64_t heads, int64_t head_dim, const int32_t* pos, int64_t pos0,
-                   float* dst, int64_t head_stride);
-// count positions from first of every head of a KV-cache layer (head stride src_stride) into dst's
-// heads (stride dst_stride), positions 0 .. count-1 there.
-void copy_head_positions(const float* src, int64_t src_stride, int64_t first, int64_t count, int64_t heads,
-                         int64_t head_dim, float* dst, int64_t dst_stride);
+                   void* dst, int64_t head_stride, KvType type);
 // dst[i] = src[rows[i]] for rows of width floats.
 void gather_rows(const float* src, int64_t width, const int32_t* rows, int64_t n, float* dst);
 // Mixture-of-experts output: out[r] = sum over k in [begin[r], begin[r+1]) of weight[k] * results[slot[k]],
