@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 
 #include <algorithm>
 #include <cmath>
@@ -504,14 +505,15 @@ __device__ void load_block32(const WeightRows& w, const uint8_t* row, int64_t b,
 // slots are taken M at a time: each lane loads its blocks (b = lane, lane + 32, ...) once into registers
 // and dots them with every slot's row of x; the lanes' sums are added by shuffles. x rows are cols
 // floats apart (read through the cache: small next to w), y rows `rows` floats apart.
+// A group of more than max_slots slots is left to tiled_products_kernel.
 template <int M>
-__global__ void row_products_kernel(WeightRows w, int64_t rows, const int32_t* first, int64_t m, const float* x,
-                                    float* y) {
+__global__ void row_products_kernel(WeightRows w, int64_t rows, const int32_t* first, int64_t m, int64_t max_slots,
+                                    const float* x, float* y) {
   const int64_t g = blockIdx.y;
   const int64_t s0 = first ? first[g] : 0, s1 = first ? first[g + 1] : m;
   const int lane = threadIdx.x % 32;
   const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (r >= rows || s0 >= s1) return;  // the whole warp: r and the group are the warp's
+  if (r >= rows || s0 >= s1 || s1 - s0 > max_slots) return;  // the whole warp: r and the group are the warp's
   const uint8_t* wr = w.data + (g * rows + r) * w.row_bytes;
   const int64_t blocks = (w.cols + 31) / 32;
   const bool whole = w.cols % 32 == 0;  // then every x block is 16-byte aligned: float4 loads
@@ -552,6 +554,73 @@ __global__ void row_products_kernel(WeightRows w, int64_t rows, const int32_t* f
         if (lane == 0) y[(t0 + i) * rows + r] = total;
       }
     }
+  }
+}
+
+// The same products on the tensor cores, for groups of at least min_slots slots (an expert many rows
+// picked): a block owns 64 weight rows of its group and walks the group's slots 16 at a time; per
+// 32-column step it decodes the 64 rows' blocks (load_block32) and the 16 slots' x values to f16 in shared
+// memory, and each of its 4 warps multiplies a 16 x 16 tile (WMMA, f32 accumulation). Groups with fewer
+// slots are left to row_products_kernel.
+constexpr int kTileRows = 64, kTileSlots = 16, kTileLd = 40;  // shared rows of 32 halves, padded to 40
+
+__global__ void tiled_products_kernel(WeightRows w, int64_t rows, const int32_t* first, int64_t min_slots,
+                                      const float* x, float* y) {
+  using namespace nvcuda;
+  __shared__ __align__(32) __half ws[kTileRows * kTileLd];
+  __shared__ __align__(32) __half xs[kTileSlots * kTileLd];
+  __shared__ __align__(32) float cs[4][kTileSlots * 16];
+  const int64_t g = blockIdx.y;
+  const int64_t s0 = first[g], s1 = first[g + 1];
+  if (s1 - s0 < min_slots) return;  // the whole block
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int64_t r0 = int64_t(blockIdx.x) * kTileRows;
+  const int64_t blocks = (w.cols + 31) / 32;
+  float v[32];
+  for (int64_t t0 = s0; t0 < s1; t0 += kTileSlots) {
+    const int64_t count = s1 - t0 < kTileSlots ? s1 - t0 : kTileSlots;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.f);
+    for (int64_t b = 0; b < blocks; ++b) {
+      if (tid < kTileRows) {  // threads 0-63: one weight row's block each
+        const int64_t r = r0 + tid;
+        if (r < rows) {
+          load_block32(w, w.data + (g * rows + r) * w.row_bytes, b, v);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 32; ++e) v[e] = 0.f;
+        }
+#pragma unroll
+        for (int e = 0; e < 32; ++e) ws[tid * kTileLd + e] = __float2half_rn(v[e]);
+      } else {  // threads 64-127: 8 x values each (slot (tid - 64) / 4, quarter (tid - 64) % 4)
+        const int q = tid - kTileRows, j = q / 4, part = q % 4;
+        const float* xr = x + (t0 + j) * w.cols;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const int64_t col = b * 32 + part * 8 + e;
+          xs[j * kTileLd + part * 8 + e] = __float2half_rn(j < count && col < w.cols ? xr[col] : 0.f);
+        }
+      }
+      __syncthreads();
+#pragma unroll
+      for (int k0 = 0; k0 < 32; k0 += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> bx;
+        wmma::load_matrix_sync(a, ws + warp * 16 * kTileLd + k0, kTileLd);
+        wmma::load_matrix_sync(bx, xs + k0, kTileLd);
+        wmma::mma_sync(acc, a, bx, acc);
+      }
+      __syncthreads();  // before the next step's loads overwrite ws and xs
+    }
+    // acc[i][j]: weight row r0 + 16 warp + i, slot t0 + j; stored column-major: cs[j * 16 + i].
+    wmma::store_matrix_sync(cs[warp], acc, 16, wmma::mem_col_major);
+    __syncwarp();
+    for (int e = lane; e < kTileSlots * 16; e += 32) {
+      const int j = e / 16, i = e % 16;
+      const int64_t r = r0 + warp * 16 + i;
+      if (j < count && r < rows) y[(t0 + j) * rows + r] = cs[warp][e];
+    }
+    __syncwarp();
   }
 }
 
@@ -690,11 +759,11 @@ WeightRows weight_rows(const DeviceMatrix& w) {
 // row_products_kernel over `groups` groups of `rows` weight rows each.
 template <int M>
 void launch_row_products(const DeviceMatrix& w, int64_t groups, const int32_t* first, int64_t m, const float* x,
-                         float* y) {
+                         float* y, int64_t max_slots = INT64_MAX) {
   constexpr int kWarps = kBlock / 32;
   const int64_t rows = w.rows() / groups;
   const dim3 grid(unsigned((rows + kWarps - 1) / kWarps), unsigned(groups));
-  row_products_kernel<M><<<grid, kBlock>>>(weight_rows(w), rows, first, m, x, y);
+  row_products_kernel<M><<<grid, kBlock>>>(weight_rows(w), rows, first, m, max_slots, x, y);
   check_launch("row products");
 }
 
@@ -1128,7 +1197,16 @@ void moe_plan(const int32_t* expert_of, int64_t n, int64_t k, int64_t n_experts,
 void matmul_grouped(const DeviceMatrix& stack, int64_t n_groups, const int32_t* first, const float* x, float* y) {
   check(n_groups > 0 && stack.rows() % n_groups == 0, "cuda matmul_grouped: the stack is not n_groups matrices");
   if (stack.rows() == 0) return;
-  launch_row_products<8>(stack, n_groups, first, 0, x, y);
+  // f32 experts stay in f32 arithmetic (as the dense f32 products do): the register kernel for all.
+  if (stack.storage() == DeviceMatrix::Storage::F32) return launch_row_products<8>(stack, n_groups, first, 0, x, y);
+  // Otherwise experts with fewer than 16 slots take the register kernel (an AR step: one slot each), the
+  // others the tensor cores; each launch skips the other's experts.
+  constexpr int64_t kTensorSlots = kTileSlots;
+  launch_row_products<8>(stack, n_groups, first, 0, x, y, kTensorSlots - 1);
+  const int64_t rows = stack.rows() / n_groups;
+  const dim3 grid(unsigned((rows + kTileRows - 1) / kTileRows), unsigned(n_groups));
+  tiled_products_kernel<<<grid, 128>>>(weight_rows(stack), rows, first, kTensorSlots, x, y);
+  check_launch("tiled products");
 }
 
 }  // namespace canvas::cuda

@@ -112,8 +112,11 @@ void moe_plan(const int32_t* expert_of, int64_t n, int64_t k, int64_t n_experts,
               int32_t* slot_of, int32_t* begin);
 // Grouped product, one launch for every expert: stack is n_groups matrices [rows x cols] uploaded as one
 // DeviceMatrix ([n_groups * rows] x cols, a GGUF expert stack); y[s] = x[s] @ W_g^T for every slot s in
-// [first[g], first[g + 1]) (device), x rows of cols floats, y rows of rows floats. Each warp owns a
-// weight row and reads each of its blocks once per 8 slots; products accumulate in f32.
+// [first[g], first[g + 1]) (device), x rows of cols floats, y rows of rows floats. Two launches: experts
+// of fewer than 16 slots (and every expert of an f32 stack) in f32 on the register kernel, each warp
+// owning a weight row and reading each of its blocks once per 8 slots; experts of 16 slots or more on
+// the tensor cores, 64 weight rows by 16 slots a tile, the weights decoded and x rounded to f16 in shared
+// memory, f32 accumulation.
 void matmul_grouped(const DeviceMatrix& stack, int64_t n_groups, const int32_t* first, const float* x, float* y);
 
 // ---- element-wise and row-wise ops: device pointers, same meaning as ops/ops.h ----
