@@ -22,6 +22,9 @@ cmake --build "$build" -j"$(nproc)" --target canvas_cuda_tests canvas
 echo "build: $(( $(date +%s) - start )) s"
 status=0
 timeout 150 "$build/canvas_cuda_tests" --gtest_color=no || status=$?
+# The AR steps once more launch by launch (no recorded graphs): the same logits either way.
+CANVAS_CUDA_GRAPHS=0 timeout 60 "$build/canvas_cuda_tests" --gtest_color=no \
+  --gtest_filter='CudaForward.RecordedArStepsMatchTheCpu' || status=$?
 [ "${SKIP_BENCH:-0}" = 1 ] && exit $status
 
 out="$build/gpu-check"

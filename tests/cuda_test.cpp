@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -39,15 +40,16 @@ TEST(Cuda, StorageOfEachWeightType) {
   EXPECT_EQ(cuda::device_storage_of(DType::F32), S::F32);
   EXPECT_EQ(cuda::device_storage_of(DType::BF16), S::BF16);
   EXPECT_EQ(cuda::device_storage_of(DType::F16), S::F16);
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K,
-                  DType::Q4_0_R16, DType::Q8_0_R16})
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K,
+                  DType::Q6_K, DType::Q4_0_R16, DType::Q8_0_R16})
     EXPECT_EQ(cuda::device_storage_of(t), S::Quant) << dtype_name(t);
   EXPECT_EQ(cuda::device_storage_of(DType::Q2_K), S::F16);  // no device decoder: f16 copies
 }
 
 // The DiffusionGemma-26B-A4B shape at Q4_0 with a 4096-token cache, as this backend lays it out: the
 // weights' device bytes are their file bytes (every matrix Q4_0, routers and vectors f32), plus the KV
-// cache (f16: the backend's choice for a quantised model). A plan, not a measurement: bench --device cuda reports what a device actually holds.
+// cache (f16: the backend's choice for a quantised model). A plan, not a measurement: bench --device cuda
+// reports what a device actually holds.
 TEST(Cuda, DiffusionGemma26BAtQ4_0PlansUnder16GiB) {
   const bench::SyntheticShape& shape = bench::find_synthetic_shape("diffusion-gemma:26b-a4b");
   bench::SyntheticOptions options;
@@ -340,9 +342,10 @@ TEST(Cuda, MatmulMatchesCpuForEveryStorage) {
     DType type;
     double tolerance;  // for the f32 paths; the f16 tensor-core path takes 2e-3
   };
-  for (const Case c : {Case{DType::F32, 1e-5}, Case{DType::BF16, 2e-2}, Case{DType::F16, 2e-3}, Case{DType::Q8_0, 1e-5},
-                       Case{DType::Q4_0, 1e-5}, Case{DType::Q4_1, 1e-5}, Case{DType::Q5_0, 1e-5}, Case{DType::Q5_1, 1e-5},
-                       Case{DType::Q4_K, 1e-5}, Case{DType::Q5_K, 1e-5}, Case{DType::Q6_K, 1e-5}}) {
+  for (const Case c :
+       {Case{DType::F32, 1e-5}, Case{DType::BF16, 2e-2}, Case{DType::F16, 2e-3}, Case{DType::Q8_0, 1e-5},
+        Case{DType::Q4_0, 1e-5}, Case{DType::Q4_1, 1e-5}, Case{DType::Q5_0, 1e-5}, Case{DType::Q5_1, 1e-5},
+        Case{DType::Q4_K, 1e-5}, Case{DType::Q5_K, 1e-5}, Case{DType::Q6_K, 1e-5}}) {
     const HostWeights w = random_weights(rng, c.type, n, k);
     const cuda::DeviceMatrix dwm = cuda::DeviceMatrix::upload(w.view);
     const bool quant = cuda::device_storage_of(c.type) == cuda::DeviceMatrix::Storage::Quant;
@@ -522,7 +525,8 @@ TEST(Cuda, MoePlanGivesEveryEntryASlotOfItsExpert) {
   const int64_t n = 400, E = 16, K = 3;  // 1200 entries: more than the block's 1024 threads
   std::vector<int32_t> expert_of(static_cast<size_t>(n * K));
   for (int64_t r = 0; r < n; ++r)
-    for (int64_t j = 0; j < K; ++j) expert_of[size_t(r * K + j)] = int32_t((r * 7 + j * 5 + int64_t(rng.below(2))) % (E - 2));
+    for (int64_t j = 0; j < K; ++j)
+      expert_of[size_t(r * K + j)] = int32_t((r * 7 + j * 5 + int64_t(rng.below(2))) % (E - 2));
   auto dexp = to_device(expert_of);
   cuda::DeviceBuffer first(size_t(E + 1) * 4), slot_row(size_t(n * K) * 4), slot_of(size_t(n * K) * 4),
       begin(size_t(n + 1) * 4);
@@ -567,8 +571,9 @@ TEST(Cuda, GroupedProductMatchesEachExpertsProduct) {
     DType type;
     int64_t cols;
   };
-  for (const Case c : {Case{DType::F32, 40}, Case{DType::F32, 64}, Case{DType::F16, 72}, Case{DType::BF16, 64},
-                       Case{DType::Q8_0, 256}, Case{DType::Q4_0, 2304}, Case{DType::Q4_K, 256}, Case{DType::Q6_K, 512}}) {
+  for (const Case c :
+       {Case{DType::F32, 40}, Case{DType::F32, 64}, Case{DType::F16, 72}, Case{DType::BF16, 64},
+        Case{DType::Q8_0, 256}, Case{DType::Q4_0, 2304}, Case{DType::Q4_K, 256}, Case{DType::Q6_K, 512}}) {
     HostWeights w = random_weights(rng, c.type, E * rows, c.cols);
     w.view.ne = {c.cols, rows, E, 1};  // a stack of E matrices
     w.view.n_dims = 3;
@@ -591,8 +596,9 @@ TEST(Cuda, GroupedProductMatchesEachExpertsProduct) {
     const std::string name = std::string(dtype_name(c.type)) + ", cols " + std::to_string(c.cols);
     expect_close(std::vector<float>(got.begin(), got.begin() + split),
                  std::vector<float>(want.begin(), want.begin() + split), 1e-5, (name + ", register kernel").c_str());
-    expect_close(std::vector<float>(got.begin() + split, got.end()), std::vector<float>(want.begin() + split, want.end()),
-                 2e-3, (name + ", tensor cores").c_str());
+    expect_close(std::vector<float>(got.begin() + split, got.end()),
+                 std::vector<float>(want.begin() + split, want.end()), 2e-3,
+                 (name + ", tensor cores").c_str());
   }
 }
 
@@ -774,6 +780,48 @@ TEST(CudaForward, ShippedDiffusionGemmaMatchesCpu) {
   const TwinModels t = load_twins(path);
   check_encoder(t, 3e-2, "text-dg.gguf");
   check_decoder(t, 3e-2, "text-dg.gguf");
+}
+
+// AR steps: one token at a time on the same cache. From the third step on, the pass is a recorded graph
+// replayed with new inputs (token, position, key count, groups); every step's logits must still match
+// the CPU's, past the fixture's sliding window too. The f32 fixtures, and a Q4_0 model (f16 cache).
+TEST(CudaForward, RecordedArStepsMatchTheCpu) {
+  SKIP_WITHOUT_DEVICE();
+  const char* off = std::getenv("CANVAS_CUDA_GRAPHS");
+  const bool graphs = !(off && std::string(off) == "0");
+  auto run = [&](const TwinModels& t, double tolerance, const std::string& name) {
+    const ModelConfig& c = t.cpu.config;
+    Rng rng(14);
+    std::vector<int32_t> prompt(6), groups(6);
+    for (int32_t& id : prompt) id = int32_t(rng.below(uint64_t(c.vocab)));
+    for (size_t i = 0; i < groups.size(); ++i) groups[i] = int32_t(i);
+    KvCache cpu_cache(c, 32), gpu_cache(c, 32);
+    encoder_logits(t.cpu, cpu_cache, prompt, 0, groups);
+    encoder_logits(t.gpu, gpu_cache, prompt, 0, groups);
+    const uint64_t replays = cuda::DeviceGraph::replays();
+    double worst = 0;
+    for (int64_t step = 0; step < 12; ++step) {
+      const std::vector<int32_t> token = {int32_t(rng.below(uint64_t(c.vocab)))}, group = {int32_t(6 + step)};
+      const std::vector<float> want = encoder_logits(t.cpu, cpu_cache, token, 6 + step, group);
+      const std::vector<float> got = encoder_logits(t.gpu, gpu_cache, token, 6 + step, group);
+      worst = std::max(worst, test::relative_error(got, want));
+    }
+    std::printf("  %-58s relative error %.2e\n", (name + ": 12 AR steps, the worst").c_str(), worst);
+    EXPECT_LE(worst, tolerance);
+    if (graphs) {
+      EXPECT_GE(cuda::DeviceGraph::replays() - replays, 10u) << name << ": the steps were not replayed";
+    }
+  };
+  for (const char* f : {"tiny-llada.gguf", "tiny-diffusion-gemma"}) run(load_twins(test::fixture(f)), 1e-4, f);
+  bench::SyntheticOptions options;
+  options.type = DType::Q4_0;
+  const auto synthetic =
+      bench::build_synthetic_model(bench::find_synthetic_shape("diffusion-gemma:tiny"), options, nullptr);
+  TwinModels t;
+  t.cpu = synthetic->model;
+  t.gpu = synthetic->model;
+  t.gpu.backend = cuda::make_backend(t.gpu);
+  run(t, 1e-2, "diffusion-gemma:tiny q4_0");
 }
 
 // Quantised weights kept in their blocks on the device against the CPU's quantised forward on the same

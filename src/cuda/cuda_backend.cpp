@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -38,6 +41,7 @@ struct DeviceLayer {
 struct DeviceCache {
   std::vector<DeviceBuffer> k, v;
   DeviceBuffer groups;
+  uint64_t id = 0;  // unique in the process: recorded passes are keyed by it, not by an address
 };
 
 int64_t kv_layer_bytes(const ModelConfig& c, int64_t l, int64_t capacity, KvType type) {
@@ -66,6 +70,15 @@ struct DevicePass {
   const int32_t* pos = nullptr;           // each row's position
   const int32_t* qgroups = nullptr;       // each row's group (encoder rows; 0 for decoder rows)
   const int32_t* window_start = nullptr;  // sliding layers: the first key position each row sees
+  const int32_t* tokens = nullptr;        // each row's token
+  const int32_t* key_ends = nullptr;      // each request's key count (its cache's positions in use)
+  const int32_t* sel_rows = nullptr;      // the rows each request wants logits of, all requests in turn
+  const uint64_t* row_ids = nullptr;      // the fused head's noise ids of those rows (null: none given)
+  std::vector<int64_t> sel_row0;          // each request's first entry in sel_rows / row_ids
+  float* logits = nullptr;                // the head's logits
+  // Outputs stay on the device until fetch (a recorded pass: every logits row has its own place);
+  // otherwise each request's logits are copied out as soon as they exist, in one request-sized buffer.
+  bool defer_outputs = false;
   std::vector<DeviceCache*> dcaches;      // each request's device cache
 
   DevicePass(const Model& m, std::span<KvCache* const> cs, std::span<const ForwardRequest> rs, const ForwardPlan& pl)
@@ -82,8 +95,14 @@ class CudaBackend final : public ForwardBackend {
 
  private:
   DeviceCache& device_cache(const ModelConfig& c, KvCache& cache);
-  // The stages of a pass (model/forward.cpp's, one to one).
-  void reserve(DevicePass& p);
+  // A pass in three steps: its inputs uploaded (stage), its kernels queued (compute: the stages of
+  // model/forward.cpp, one to one), its outputs copied back (fetch). A small encoder pass (an AR step)
+  // is recorded as a DeviceGraph the second time its shape is seen and replayed from then on.
+  void stage(DevicePass& p);
+  void compute(DevicePass& p);
+  void fetch(DevicePass& p);
+  std::vector<int64_t> graph_key(const DevicePass& p) const;
+  bool run_recorded(DevicePass& p, const std::vector<int64_t>& key);
   void embed(DevicePass& p);
   void attend(DevicePass& p, int64_t l, int64_t s);
   void attention_block(DevicePass& p, int64_t l);
@@ -106,10 +125,19 @@ class CudaBackend final : public ForwardBackend {
   // The KV caches' element type: f32 for an f32 model (the CPU's arithmetic), f16 otherwise.
   KvType kv_type_ = KvType::F32;
   std::mutex mutex_;
+  // Recorded passes by shape (graph_key), each with the allocation count it was recorded at.
+  struct RecordedPass {
+    DeviceGraph graph;
+    uint64_t allocations = 0;  // device_allocations() after the pass's first, unrecorded, run
+  };
+  std::map<std::vector<int64_t>, RecordedPass> recorded_;
+  bool graphs_ = true;  // false after a recording failed, or with CANVAS_CUDA_GRAPHS=0
+  uint64_t next_cache_id_ = 1;
   // Per-pass buffers, reused.
-  DeviceBuffer x_, h_, q_, k_, v_, attn_, proj_, g_, u_, pos_, tokens_, qgroups_, window_, sel_,
-      sel_rows_, logits_, soft_, mlp_, stats_, row_ids_, router_in_, experts_out_, router_logits_, gathered_,
-      expert_act_, expert_res_, expert_gu_, moe_expert_, moe_first_, moe_rows_, moe_begin_, moe_slot_, moe_weight_, prev_;
+  DeviceBuffer x_, h_, q_, k_, v_, attn_, proj_, g_, u_, pos_, tokens_, qgroups_, window_, sel_, sel_rows_,
+      logits_, soft_, mlp_, stats_, row_ids_, key_ends_, router_in_, experts_out_, router_logits_, gathered_,
+      expert_act_, expert_res_, expert_gu_, moe_expert_, moe_first_, moe_rows_, moe_begin_, moe_slot_,
+      moe_weight_, prev_;
 };
 
 const DeviceMatrix& output_of(const DeviceMatrix& own, const DeviceMatrix& embd, bool tied) { return tied ? embd : own; }
@@ -158,6 +186,8 @@ CudaBackend::CudaBackend(const Model& model) {
     layers_.push_back(std::move(d));
   }
   kv_type_ = kv_type_for(model);
+  const char* graphs = std::getenv("CANVAS_CUDA_GRAPHS");
+  graphs_ = !(graphs && std::string(graphs) == "0");
   synchronize();
 }
 
@@ -173,6 +203,7 @@ DeviceCache& CudaBackend::device_cache(const ModelConfig& c, KvCache& cache) {
     }
     d->groups = DeviceBuffer(size_t(cache.capacity()) * 4);
     fill_zero(d->groups.data(), size_t(cache.capacity()) * 4);
+    d->id = next_cache_id_++;
     cache.backend_state = d;
   }
   return *static_cast<DeviceCache*>(cache.backend_state.get());
@@ -285,17 +316,62 @@ void CudaBackend::forward_batch(const Model& model, std::span<KvCache* const> ca
                                 std::span<const ForwardRequest> requests, const ForwardPlan& plan) {
   const std::lock_guard<std::mutex> lock(mutex_);  // one pass at a time: the scratch buffers are shared
   DevicePass p(model, caches, requests, plan);
-  reserve(p);
-  embed(p);
-  for (int64_t l = 0; l < model.config.n_layers; ++l) {
-    attention_block(p, l);
-    feed_forward(p, l);
+  const std::vector<int64_t> key = graph_key(p);
+  p.defer_outputs = !key.empty();
+  stage(p);
+  if (key.empty() || !run_recorded(p, key)) {
+    compute(p);
+    if (!key.empty() && graphs_) recorded_[key].allocations = device_allocations();  // the shape's first run
   }
-  head(p);
+  fetch(p);
   synchronize();
 }
 
-void CudaBackend::reserve(DevicePass& p) {
+// A pass that can be recorded and replayed: encoder requests only (an AR step, a short prompt), no
+// self-conditioning and no fused head (whose noise seed is an argument), at most 64 rows. Its key is its
+// shape: every request's rows, logits rows and cache. Empty: not recordable.
+std::vector<int64_t> CudaBackend::graph_key(const DevicePass& p) const {
+  if (!graphs_ || p.n > 64) return {};
+  std::vector<int64_t> key = {p.segments()};
+  for (int64_t s = 0; s < p.segments(); ++s) {
+    const ForwardRequest& req = p.requests[size_t(s)];
+    if (req.decoder || req.self_cond || req.self_cond_soft || req.head_stats || req.soft_embedding_out) return {};
+    const auto* dc = static_cast<const DeviceCache*>(p.caches[size_t(s)]->backend_state.get());
+    if (!dc) return {};  // a new cache: its first pass allocates it
+    key.insert(key.end(), {req.n, int64_t(req.logit_rows.size()), int64_t(dc->id)});
+  }
+  return key;
+}
+
+// Replays the recorded pass of this shape, or records it (the shape's second run: the first one sized
+// every buffer). False: run it as usual (a first run, buffers reallocated since, or recording failed).
+bool CudaBackend::run_recorded(DevicePass& p, const std::vector<int64_t>& key) {
+  const auto found = recorded_.find(key);
+  if (found == recorded_.end() || found->second.allocations != device_allocations()) {
+    if (recorded_.size() >= 16) recorded_.clear();  // shapes come and go (serve): keep the recent ones
+    recorded_.erase(key);
+    return false;
+  }
+  RecordedPass& r = found->second;
+  if (!r.graph.recorded()) {
+    std::string why;
+    if (!r.graph.record([&] { compute(p); }, &why) || device_allocations() != r.allocations) {
+      graphs_ = false;
+      recorded_.clear();
+      std::fprintf(stderr, "canvas: CUDA graphs off, passes run launch by launch (%s)\n",
+                   why.empty() ? "the recording allocated memory" : why.c_str());
+      return false;
+    }
+  }
+  r.graph.replay();
+  return true;
+}
+
+// Everything a pass reads from the host, uploaded before any kernel: positions, tokens, each encoder row's
+// group recorded in its cache (host and device), the rows' groups, sliding-window starts and key counts,
+// the rows each request wants logits of; the activations' buffers reserved.
+void CudaBackend::stage(DevicePass& p) {
+  const Model& model = p.model;
   const ModelConfig& c = p.c;
   const int64_t H = c.hidden, n = p.n;
   int64_t max_q_width = 0, max_kv_width = 0;
@@ -312,29 +388,19 @@ void CudaBackend::reserve(DevicePass& p) {
   p.attn = attn_.reserve<float>(n * max_q_width);
   p.proj = proj_.reserve<float>(n * H);
   p.pos = upload_into(pos_, p.plan.pos.data(), n);
-}
-
-// Stage 1: token embeddings (scaled), learned positions, the self-conditioning input, and each encoder
-// row's group recorded in its cache (host and device); the rows' groups and sliding-window starts uploaded.
-void CudaBackend::embed(DevicePass& p) {
-  const Model& model = p.model;
-  const ModelConfig& c = p.c;
-  const int64_t H = c.hidden, n = p.n;
-  std::vector<int32_t> tokens, qgroups(static_cast<size_t>(n), 0);
-  for (const ForwardRequest& req : p.requests) tokens.insert(tokens.end(), req.tokens, req.tokens + req.n);
-  embed_rows(token_embd_, upload_into(tokens_, tokens.data(), n), n, c.embedding_scale, p.x);
-  if (model.position_embd.data) {
+  if (model.position_embd.data)
     for (int64_t i = 0; i < n; ++i)
       check(p.plan.pos[size_t(i)] < model.position_embd.ne[1],
             "position " + std::to_string(p.plan.pos[size_t(i)]) + " is beyond the model's position embeddings (" +
                 std::to_string(model.position_embd.ne[1]) + ")");
-    embed_rows(position_embd_, p.pos, n, 1.f, p.h);
-    add(p.x, p.h, n * H);
-  }
+  std::vector<int32_t> tokens, qgroups(static_cast<size_t>(n), 0), key_ends, sel_rows;
+  std::vector<uint64_t> row_ids;
+  bool any_row_ids = false;
+  int64_t max_logit_rows = 0;
   for (int64_t s = 0; s < p.segments(); ++s) {
     const ForwardRequest& req = p.requests[size_t(s)];
-    const int64_t r0 = p.plan.row0[size_t(s)];
-    if (req.decoder || req.self_cond || req.self_cond_soft) self_conditioning(model, req, p.x + r0 * H, req.decoder);
+    const int64_t r0 = p.plan.row0[size_t(s)], rows = int64_t(req.logit_rows.size());
+    tokens.insert(tokens.end(), req.tokens, req.tokens + req.n);
     KvCache& cache = *p.caches[size_t(s)];
     DeviceCache& dc = device_cache(c, cache);
     p.dcaches.push_back(&dc);
@@ -346,12 +412,62 @@ void CudaBackend::embed(DevicePass& p) {
       }
       copy_to_device(dc.groups.data(), groups, size_t(p.plan.key_ends[size_t(s)]) * 4);
     }
+    key_ends.push_back(int32_t(p.plan.key_ends[size_t(s)]));
+    p.sel_row0.push_back(int64_t(sel_rows.size()));
+    for (int64_t i = 0; i < rows; ++i) {
+      sel_rows.push_back(int32_t(r0 + req.logit_rows[size_t(i)]));
+      row_ids.push_back(req.head_stats && req.head.row_ids ? req.head.row_ids[i] : uint64_t(i));
+    }
+    any_row_ids = any_row_ids || (req.head_stats && req.head.row_ids);
+    max_logit_rows = std::max(max_logit_rows, rows);
   }
+  p.sel_row0.push_back(int64_t(sel_rows.size()));
+  p.tokens = upload_into(tokens_, tokens.data(), n);
   p.qgroups = upload_into(qgroups_, qgroups.data(), n);
+  p.key_ends = upload_into(key_ends_, key_ends.data(), p.segments());
+  p.sel_rows = upload_into(sel_rows_, sel_rows.data(), int64_t(sel_rows.size()));
+  p.row_ids = any_row_ids ? upload_into(row_ids_, row_ids.data(), int64_t(row_ids.size())) : nullptr;
+  p.logits = logits_.reserve<float>((p.defer_outputs ? int64_t(sel_rows.size()) : max_logit_rows) * c.vocab);
   if (c.sliding_window > 0) {
     std::vector<int32_t> window_start(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) window_start[size_t(i)] = int32_t(p.plan.pos[size_t(i)] - c.sliding_window + 1);
     p.window_start = upload_into(window_, window_start.data(), n);
+  }
+}
+
+void CudaBackend::compute(DevicePass& p) {
+  embed(p);
+  for (int64_t l = 0; l < p.c.n_layers; ++l) {
+    attention_block(p, l);
+    feed_forward(p, l);
+  }
+  head(p);
+}
+
+// A deferred pass's logits, request by request, to the host.
+void CudaBackend::fetch(DevicePass& p) {
+  if (!p.defer_outputs) return;
+  for (int64_t s = 0; s < p.segments(); ++s) {
+    const ForwardRequest& req = p.requests[size_t(s)];
+    const int64_t first = p.sel_row0[size_t(s)], rows = p.sel_row0[size_t(s + 1)] - first;
+    if (rows) copy_to_host(req.logits, p.logits + first * p.c.vocab, size_t(rows * p.c.vocab) * 4);
+  }
+}
+
+// Stage 1: token embeddings (scaled), learned positions and the self-conditioning input.
+void CudaBackend::embed(DevicePass& p) {
+  const Model& model = p.model;
+  const ModelConfig& c = p.c;
+  const int64_t H = c.hidden, n = p.n;
+  embed_rows(token_embd_, p.tokens, n, c.embedding_scale, p.x);
+  if (model.position_embd.data) {
+    embed_rows(position_embd_, p.pos, n, 1.f, p.h);
+    add(p.x, p.h, n * H);
+  }
+  for (int64_t s = 0; s < p.segments(); ++s) {
+    const ForwardRequest& req = p.requests[size_t(s)];
+    const int64_t r0 = p.plan.row0[size_t(s)];
+    if (req.decoder || req.self_cond || req.self_cond_soft) self_conditioning(model, req, p.x + r0 * H, req.decoder);
   }
 }
 
@@ -378,7 +494,7 @@ void CudaBackend::attend(DevicePass& p, int64_t l, int64_t s) {
     mask.query_group = p.qgroups + r0;
     if (sliding) mask.window_start = p.window_start + r0;
     cuda::attention(p.q + r0 * q_width, ns, q_width, kc, vc, kv_type_, p.plan.key_ends[size_t(s)], stride, mask,
-                    shape, p.attn + r0 * q_width, q_width);
+                    shape, p.attn + r0 * q_width, q_width, ExtraKeys{}, p.key_ends + s);
     return;
   }
   // The canvas sees the cache (sliding layers: its last window - 1 positions) and itself, both ways: the
@@ -460,22 +576,20 @@ void CudaBackend::head(DevicePass& p) {
     check(!req.soft_embedding_out || tied_,
           "forward: a soft embedding output needs a head tied to the token embedding; '" + c.arch +
               "' has its own output matrix");
-    std::vector<int32_t> wanted(static_cast<size_t>(rows));
-    for (int64_t i = 0; i < rows; ++i) wanted[size_t(i)] = int32_t(p.plan.row0[size_t(s)] + req.logit_rows[size_t(i)]);
+    const int64_t first = p.sel_row0[size_t(s)];
     float* sel = sel_.reserve<float>(rows * H);
-    gather_rows(p.x, H, upload_into(sel_rows_, wanted.data(), rows), rows, sel);
+    gather_rows(p.x, H, p.sel_rows + first, rows, sel);
     rms_norm(sel, ptr(output_norm_), rows, H, c.rms_eps, sel);
-    float* logits = logits_.reserve<float>(rows * c.vocab);
+    float* logits = p.logits + (p.defer_outputs ? first * c.vocab : 0);
     matmul(weights, sel, rows, logits);
     if (c.logit_softcap > 0) softcap(logits, rows * c.vocab, c.logit_softcap);
     if (!req.head_stats) {
-      copy_to_host(req.logits, logits, size_t(rows * c.vocab) * 4);
+      if (!p.defer_outputs) copy_to_host(req.logits, logits, size_t(rows * c.vocab) * 4);  // else: fetch()
       continue;
     }
     const float T = req.head.temperature;  // head_stats refuses a negative or NaN one
-    const uint64_t* ids = req.head.row_ids ? upload_into(row_ids_, req.head.row_ids, rows) : nullptr;
     HeadRowStats* stats = stats_.reserve<HeadRowStats>(rows);
-    head_stats(logits, rows, c.vocab, T, req.head.seed, ids, stats);
+    head_stats(logits, rows, c.vocab, T, req.head.seed, p.row_ids ? p.row_ids + first : nullptr, stats);
     copy_to_host(req.head_stats, stats, size_t(rows) * sizeof(HeadRowStats));
     if (req.soft_embedding_out) {
       // The probabilities replace the logits (the statistics are taken): no second [rows x vocab] buffer.

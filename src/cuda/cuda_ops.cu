@@ -9,6 +9,7 @@
 #include <mma.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <mutex>
 #include <thread>
@@ -30,13 +31,37 @@ void check_cuda(cudaError_t e, const char* what) {
 // next synchronize().
 void check_launch(const char* kernel) { check_cuda(cudaGetLastError(), kernel); }
 
+// The one stream every kernel and cuBLAS call of the backend runs on. A blocking stream: the plain
+// (synchronous) copies below wait for its work and it waits for theirs, so ordering is as on the legacy
+// stream; unlike that stream it can be captured into a CUDA graph (DeviceGraph).
+cudaStream_t stream() {
+  static std::once_flag once;
+  static cudaStream_t s = nullptr;
+  static cudaError_t made = cudaSuccess;
+  std::call_once(once, [] { made = cudaStreamCreate(&s); });
+  check_cuda(made, "cudaStreamCreate");
+  return s;
+}
+
 cublasHandle_t cublas() {
   static std::once_flag once;
   static cublasHandle_t handle = nullptr;
   std::call_once(once, [] {
-    if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) handle = nullptr;
+    if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
+      handle = nullptr;
+      return;
+    }
+    // Its own workspace, set once, so that a captured product allocates nothing.
+    constexpr size_t kWorkspace = size_t(32) << 20;
+    void* workspace = nullptr;
+    if (cublasSetStream(handle, stream()) != CUBLAS_STATUS_SUCCESS ||
+        cudaMalloc(&workspace, kWorkspace) != cudaSuccess ||
+        cublasSetWorkspace(handle, workspace, kWorkspace) != CUBLAS_STATUS_SUCCESS) {
+      cublasDestroy(handle);
+      handle = nullptr;
+    }
   });
-  if (!handle) throw Error("cuda: cublasCreate failed");
+  if (!handle) throw Error("cuda: cuBLAS could not be set up (cublasCreate, its stream or its workspace)");
   return handle;
 }
 
@@ -171,7 +196,8 @@ __global__ void attention_kernel(const float* q, int64_t ldq, const KV* k, const
                                  int64_t kv_head_stride, const int32_t* key_group, const int32_t* query_group,
                                  const int32_t* window_start, const float* ek, const float* ev, int64_t extra_n,
                                  int64_t eld, int n_heads, int group, int head_dim, float scale, float softcap,
-                                 float* out, int64_t ldo) {
+                                 float* out, int64_t ldo, const int32_t* n_keys_device) {
+  if (n_keys_device) n_keys = *n_keys_device;
   extern __shared__ float part_acc[];  // [kAttentionWarps][head_dim]
   __shared__ float part_m[kAttentionWarps], part_l[kAttentionWarps];
   __shared__ int part_seen[kAttentionWarps];  // whether the warp saw a visible key
@@ -741,8 +767,9 @@ constexpr int64_t kDecodeChunk = int64_t(1) << 25;  // 64 MiB of f16
 void decode_rows_f16(const DeviceMatrix& w, int64_t r0, int64_t n, __half* out) {
   const int64_t threads = n * (w.cols() / 32);
   if (threads == 0) return;
-  dequantize_rows_kernel<<<blocks_for(threads), kBlock>>>(w.quant_type(), static_cast<const uint8_t*>(w.data()),
-                                                          w.row_bytes(), w.cols(), nullptr, r0, n, 1.f, out);
+  dequantize_rows_kernel<<<blocks_for(threads), kBlock, 0, stream()>>>(
+      w.quant_type(), static_cast<const uint8_t*>(w.data()), w.row_bytes(), w.cols(), nullptr, r0, n, 1.f,
+      out);
   check_launch("decode quantised rows");
 }
 // Weight rows per chunk of the tensor-core path: a multiple of 64 (each chunk's output and input columns
@@ -763,7 +790,7 @@ void launch_row_products(const DeviceMatrix& w, int64_t groups, const int32_t* f
   constexpr int kWarps = kBlock / 32;
   const int64_t rows = w.rows() / groups;
   const dim3 grid(unsigned((rows + kWarps - 1) / kWarps), unsigned(groups));
-  row_products_kernel<M><<<grid, kBlock>>>(weight_rows(w), rows, first, m, max_slots, x, y);
+  row_products_kernel<M><<<grid, kBlock, 0, stream()>>>(weight_rows(w), rows, first, m, max_slots, x, y);
   check_launch("row products");
 }
 
@@ -774,7 +801,7 @@ void matmul_quant(const DeviceMatrix& w, const float* x, int64_t m, float* y) {
   if (m <= kQuantGemvRows) return launch_row_products<kQuantGemvRows>(w, 1, nullptr, m, x, y);
   const int64_t k = w.cols();
   __half* x16 = matmul_scratch().reserve<__half>(m * k);
-  to_half_kernel<<<blocks_for(m * k), kBlock>>>(x, m * k, x16);
+  to_half_kernel<<<blocks_for(m * k), kBlock, 0, stream()>>>(x, m * k, x16);
   check_launch("convert activations");
   const int64_t chunk = decode_chunk_rows(w);
   __half* wh = decode_scratch().reserve<__half>(chunk * k);
@@ -796,9 +823,9 @@ void to_input_type(const float* x, int64_t n, DeviceMatrix::Storage storage, voi
         "cuda to_input_type: only f16 / bf16 weights take rounded activations");
   if (n == 0) return;
   if (storage == DeviceMatrix::Storage::F16)
-    to_half_kernel<<<blocks_for(n), kBlock>>>(x, n, static_cast<__half*>(out));
+    to_half_kernel<<<blocks_for(n), kBlock, 0, stream()>>>(x, n, static_cast<__half*>(out));
   else
-    to_bf16_kernel<<<blocks_for(n), kBlock>>>(x, n, static_cast<__nv_bfloat16*>(out));
+    to_bf16_kernel<<<blocks_for(n), kBlock, 0, stream()>>>(x, n, static_cast<__nv_bfloat16*>(out));
   check_launch("convert activations");
 }
 
@@ -841,10 +868,71 @@ std::string device_description() {
 
 void synchronize() { check_cuda(cudaDeviceSynchronize(), "kernel execution"); }
 
+namespace {
+std::atomic<uint64_t> allocations{0}, graph_replays{0};
+}  // namespace
+
+uint64_t device_allocations() { return allocations.load(); }
+
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
   if (bytes == 0) return;
   check_cuda(cudaMalloc(&ptr_, bytes), ("cudaMalloc of " + std::to_string(bytes) + " bytes").c_str());
+  ++allocations;
 }
+
+DeviceGraph::~DeviceGraph() {
+  if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+}
+DeviceGraph::DeviceGraph(DeviceGraph&& other) noexcept : exec_(other.exec_) { other.exec_ = nullptr; }
+DeviceGraph& DeviceGraph::operator=(DeviceGraph&& other) noexcept {
+  if (this != &other) {
+    if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+    exec_ = other.exec_;
+    other.exec_ = nullptr;
+  }
+  return *this;
+}
+
+bool DeviceGraph::record(const std::function<void()>& work, std::string* why) {
+  *this = DeviceGraph();
+  std::string failure;
+  cudaError_t e = cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(e);
+    return false;
+  }
+  try {
+    work();
+  } catch (const std::exception& ex) {
+    failure = ex.what();
+  }
+  cudaGraph_t graph = nullptr;
+  e = cudaStreamEndCapture(stream(), &graph);  // always ends the capture, even after a failure
+  if (failure.empty() && e != cudaSuccess) failure = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(e);
+  cudaGraphExec_t exec = nullptr;
+  if (failure.empty()) {
+    e = cudaGraphInstantiate(&exec, graph, 0);
+    if (e != cudaSuccess) failure = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(e);
+  }
+  if (graph) cudaGraphDestroy(graph);
+  if (!failure.empty()) {
+    if (exec) cudaGraphExecDestroy(exec);
+    cudaGetLastError();  // capture errors are not sticky: clear the last one
+    if (why) *why = failure;
+    return false;
+  }
+  exec_ = exec;
+  return true;
+}
+
+void DeviceGraph::replay() {
+  check(exec_ != nullptr, "cuda: replay of a graph that was not recorded");
+  check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream()), "cudaGraphLaunch");
+  ++graph_replays;
+}
+
+uint64_t DeviceGraph::replays() { return graph_replays.load(); }
 DeviceBuffer::~DeviceBuffer() {
   if (ptr_) cudaFree(ptr_);
 }
@@ -962,7 +1050,7 @@ void matmul(const DeviceMatrix& w, const float* x, int64_t m, float* y) {
 
 void rms_norm(const float* x, const float* w, int64_t rows, int64_t n, float eps, float* y) {
   if (rows == 0 || n == 0) return;
-  rms_norm_kernel<<<unsigned(rows), kBlock>>>(x, w, n, eps, y);
+  rms_norm_kernel<<<unsigned(rows), kBlock, 0, stream()>>>(x, w, n, eps, y);
   check_launch("rms_norm");
 }
 
@@ -974,39 +1062,39 @@ void rope(float* x, int64_t n_rows, int n_heads, const int32_t* pos, const RopeP
   const int active = p.active_pairs > 0 ? std::min(p.active_pairs, half) : half;
   const int64_t threads = n_rows * n_heads * half;
   if (threads == 0) return;
-  rope_kernel<<<blocks_for(threads), kBlock>>>(x, n_rows, n_heads, pos, p.head_dim, rot_dims, half, active,
+  rope_kernel<<<blocks_for(threads), kBlock, 0, stream()>>>(x, n_rows, n_heads, pos, p.head_dim, rot_dims, half, active,
                                                 double(p.theta), p.layout == RopeLayout::Neox);
   check_launch("rope");
 }
 
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
   if (n == 0) return;
-  glu_kernel<<<blocks_for(n), kBlock>>>(gate, up, n, out, false);
+  glu_kernel<<<blocks_for(n), kBlock, 0, stream()>>>(gate, up, n, out, false);
   check_launch("swiglu");
 }
 void geglu(const float* gate, const float* up, int64_t n, float* out) {
   if (n == 0) return;
-  glu_kernel<<<blocks_for(n), kBlock>>>(gate, up, n, out, true);
+  glu_kernel<<<blocks_for(n), kBlock, 0, stream()>>>(gate, up, n, out, true);
   check_launch("geglu");
 }
 
 void softcap(float* x, int64_t n, float c) {
   check(c > 0, "cuda softcap: the cap must be positive");
   if (n == 0) return;
-  softcap_kernel<<<blocks_for(n), kBlock>>>(x, n, c);
+  softcap_kernel<<<blocks_for(n), kBlock, 0, stream()>>>(x, n, c);
   check_launch("softcap");
 }
 
 void row_stats(const float* logits, int64_t rows, int64_t vocab, RowStats* out) {
   if (rows == 0) return;
   check(vocab > 0, "cuda row_stats: empty rows");
-  row_stats_kernel<<<unsigned(rows), kBlock>>>(logits, vocab, out);
+  row_stats_kernel<<<unsigned(rows), kBlock, 0, stream()>>>(logits, vocab, out);
   check_launch("row_stats");
 }
 
 void attention(const float* q, int64_t n_q, int64_t ldq, const void* k, const void* v, KvType kv_type, int64_t n_keys,
                int64_t kv_head_stride, const AttentionMask& mask, const AttentionShape& shape, float* out,
-               int64_t ldo, const ExtraKeys& extra) {
+               int64_t ldo, const ExtraKeys& extra, const int32_t* n_keys_device) {
   check(shape.n_heads > 0 && shape.n_kv_heads > 0 && shape.head_dim > 0 && shape.n_heads % shape.n_kv_heads == 0,
         "cuda attention: bad head counts");
   check(shape.head_dim <= 32 * kAttentionDims, "cuda attention: head_dim above 512");
@@ -1018,15 +1106,15 @@ void attention(const float* q, int64_t n_q, int64_t ldq, const void* k, const vo
   const size_t shared = size_t(kAttentionWarps) * size_t(shape.head_dim) * sizeof(float);
   const int group = shape.n_heads / shape.n_kv_heads;
   if (kv_type == KvType::F16)
-    attention_kernel<<<unsigned(blocks), kBlock, shared>>>(
+    attention_kernel<<<unsigned(blocks), kBlock, shared, stream()>>>(
         q, ldq, static_cast<const __half*>(k), static_cast<const __half*>(v), n_keys, kv_head_stride, mask.key_group,
         mask.query_group, mask.window_start, extra.k, extra.v, extra.n, extra.ld, shape.n_heads, group,
-        shape.head_dim, shape.scale, shape.softcap, out, ldo);
+        shape.head_dim, shape.scale, shape.softcap, out, ldo, n_keys_device);
   else
-    attention_kernel<<<unsigned(blocks), kBlock, shared>>>(
+    attention_kernel<<<unsigned(blocks), kBlock, shared, stream()>>>(
         q, ldq, static_cast<const float*>(k), static_cast<const float*>(v), n_keys, kv_head_stride, mask.key_group,
         mask.query_group, mask.window_start, extra.k, extra.v, extra.n, extra.ld, shape.n_heads, group,
-        shape.head_dim, shape.scale, shape.softcap, out, ldo);
+        shape.head_dim, shape.scale, shape.softcap, out, ldo, n_keys_device);
   check_launch("attention");
 }
 
@@ -1035,17 +1123,19 @@ void embed_rows(const DeviceMatrix& table, const int32_t* rows, int64_t n, float
   if (count == 0) return;
   switch (table.storage()) {
     case DeviceMatrix::Storage::F32:
-      embed_kernel<<<blocks_for(count), kBlock>>>(static_cast<const float*>(table.data()), table.cols(), rows, n, scale, out);
+      embed_kernel<<<blocks_for(count), kBlock, 0, stream()>>>(static_cast<const float*>(table.data()),
+                                                               table.cols(), rows, n, scale, out);
       break;
     case DeviceMatrix::Storage::F16:
-      embed_kernel<<<blocks_for(count), kBlock>>>(static_cast<const __half*>(table.data()), table.cols(), rows, n, scale, out);
+      embed_kernel<<<blocks_for(count), kBlock, 0, stream()>>>(static_cast<const __half*>(table.data()),
+                                                               table.cols(), rows, n, scale, out);
       break;
     case DeviceMatrix::Storage::BF16:
-      embed_kernel<<<blocks_for(count), kBlock>>>(static_cast<const __nv_bfloat16*>(table.data()), table.cols(), rows, n,
-                                                  scale, out);
+      embed_kernel<<<blocks_for(count), kBlock, 0, stream()>>>(
+          static_cast<const __nv_bfloat16*>(table.data()), table.cols(), rows, n, scale, out);
       break;
     case DeviceMatrix::Storage::Quant:
-      dequantize_rows_kernel<<<blocks_for(n * (table.cols() / 32)), kBlock>>>(
+      dequantize_rows_kernel<<<blocks_for(n * (table.cols() / 32)), kBlock, 0, stream()>>>(
           table.quant_type(), static_cast<const uint8_t*>(table.data()), table.row_bytes(), table.cols(), rows, 0, n,
           scale, out);
       break;
@@ -1055,22 +1145,22 @@ void embed_rows(const DeviceMatrix& table, const int32_t* rows, int64_t n, float
 
 void add(float* x, const float* y, int64_t n) {
   if (n == 0) return;
-  add_kernel<<<blocks_for(n), kBlock>>>(x, y, n);
+  add_kernel<<<blocks_for(n), kBlock, 0, stream()>>>(x, y, n);
   check_launch("add");
 }
 void add_then_scale(float* x, const float* y, int64_t n, float s) {
   if (n == 0) return;
-  add_then_scale_kernel<<<blocks_for(n), kBlock>>>(x, y, n, s);
+  add_then_scale_kernel<<<blocks_for(n), kBlock, 0, stream()>>>(x, y, n, s);
   check_launch("add_then_scale");
 }
 void add_to_rows(float* x, const float* bias, int64_t rows, int64_t width) {
   if (rows * width == 0) return;
-  add_to_rows_kernel<<<blocks_for(rows * width), kBlock>>>(x, bias, rows * width, width);
+  add_to_rows_kernel<<<blocks_for(rows * width), kBlock, 0, stream()>>>(x, bias, rows * width, width);
   check_launch("add_to_rows");
 }
 void scale_columns(float* x, const float* scale, int64_t rows, int64_t width, float s) {
   if (rows * width == 0) return;
-  scale_columns_kernel<<<blocks_for(rows * width), kBlock>>>(x, scale, rows * width, width, s);
+  scale_columns_kernel<<<blocks_for(rows * width), kBlock, 0, stream()>>>(x, scale, rows * width, width, s);
   check_launch("scale_columns");
 }
 void scatter_heads(const float* src, int64_t n, int64_t heads, int64_t head_dim, const int32_t* pos, int64_t pos0,
@@ -1078,40 +1168,41 @@ void scatter_heads(const float* src, int64_t n, int64_t heads, int64_t head_dim,
   const int64_t count = n * heads * head_dim;
   if (count == 0) return;
   if (type == KvType::F16)
-    scatter_heads_kernel<<<blocks_for(count), kBlock>>>(src, n, heads, head_dim, pos, pos0, static_cast<__half*>(dst),
-                                                        head_stride);
+    scatter_heads_kernel<<<blocks_for(count), kBlock, 0, stream()>>>(src, n, heads, head_dim, pos, pos0,
+                                                                     static_cast<__half*>(dst), head_stride);
   else
-    scatter_heads_kernel<<<blocks_for(count), kBlock>>>(src, n, heads, head_dim, pos, pos0, static_cast<float*>(dst),
-                                                        head_stride);
+    scatter_heads_kernel<<<blocks_for(count), kBlock, 0, stream()>>>(src, n, heads, head_dim, pos, pos0,
+                                                                     static_cast<float*>(dst), head_stride);
   check_launch("scatter_heads");
 }
 void gather_rows(const float* src, int64_t width, const int32_t* rows, int64_t n, float* dst) {
   if (n * width == 0) return;
-  gather_rows_kernel<<<blocks_for(n * width), kBlock>>>(src, width, rows, n, dst);
+  gather_rows_kernel<<<blocks_for(n * width), kBlock, 0, stream()>>>(src, width, rows, n, dst);
   check_launch("gather_rows");
 }
 void combine_rows(const float* results, int64_t width, const int32_t* begin, const int32_t* slot, const float* weight,
                   int64_t n_rows, float* out) {
   if (n_rows * width == 0) return;
-  combine_rows_kernel<<<blocks_for(n_rows * width), kBlock>>>(results, width, begin, slot, weight, n_rows, out);
+  combine_rows_kernel<<<blocks_for(n_rows * width), kBlock, 0, stream()>>>(results, width, begin, slot,
+                                                                           weight, n_rows, out);
   check_launch("combine_rows");
 }
 void glu_halves(const float* gu, int64_t rows, int64_t width, bool gelu, float* out) {
   if (rows * width == 0) return;
-  glu_halves_kernel<<<blocks_for(rows * width), kBlock>>>(gu, rows, width, gelu, out);
+  glu_halves_kernel<<<blocks_for(rows * width), kBlock, 0, stream()>>>(gu, rows, width, gelu, out);
   check_launch("glu_halves");
 }
 void softmax_rows(const float* x, int64_t rows, int64_t n, float inv_temperature, float* p) {
   if (rows == 0) return;
   check(n > 0, "cuda softmax_rows: empty rows");
-  softmax_rows_kernel<<<unsigned(rows), kBlock>>>(x, n, inv_temperature, p);
+  softmax_rows_kernel<<<unsigned(rows), kBlock, 0, stream()>>>(x, n, inv_temperature, p);
   check_launch("softmax_rows");
 }
 void head_stats(const float* logits, int64_t rows, int64_t vocab, float temperature, uint64_t seed,
                 const uint64_t* row_ids, HeadRowStats* out) {
   if (rows == 0) return;
   check(vocab > 0 && temperature >= 0.f, "cuda head_stats: empty rows, or a temperature that is negative or NaN");
-  head_stats_kernel<<<unsigned(rows), kBlock>>>(logits, vocab, temperature, seed, row_ids, out);
+  head_stats_kernel<<<unsigned(rows), kBlock, 0, stream()>>>(logits, vocab, temperature, seed, row_ids, out);
   check_launch("head_stats");
 }
 void copy_to_device(void* dst, const void* src, size_t bytes) {
@@ -1124,7 +1215,7 @@ void fill_zero(void* dst, size_t bytes) {
   if (bytes) check_cuda(cudaMemset(dst, 0, bytes), "fill_zero");
 }
 void copy_on_device(void* dst, const void* src, size_t bytes) {
-  if (bytes) check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "copy on device");
+  if (bytes) check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()), "copy on device");
 }
 
 void matmul_transposed(const DeviceMatrix& w, const float* x, int64_t m, float* y) {
@@ -1145,7 +1236,7 @@ void matmul_transposed(const DeviceMatrix& w, const float* x, int64_t m, float* 
     // The sum over w's rows in chunks: each chunk of rows decoded to f16 and added into y (beta 1 after
     // the first), x rounded to f16 once.
     __half* x16 = matmul_scratch().reserve<__half>(count);
-    to_half_kernel<<<blocks_for(count), kBlock>>>(x, count, x16);
+    to_half_kernel<<<blocks_for(count), kBlock, 0, stream()>>>(x, count, x16);
     check_launch("convert activations");
     const int64_t chunk = decode_chunk_rows(w);
     __half* wh = decode_scratch().reserve<__half>(chunk * n);
@@ -1163,13 +1254,13 @@ void matmul_transposed(const DeviceMatrix& w, const float* x, int64_t m, float* 
   const bool half = w.storage() == DeviceMatrix::Storage::F16;
   void* xr = matmul_scratch().reserve<uint16_t>(m * k);
   if (half)
-    to_half_kernel<<<blocks_for(count), kBlock>>>(x, count, static_cast<__half*>(xr));
+    to_half_kernel<<<blocks_for(count), kBlock, 0, stream()>>>(x, count, static_cast<__half*>(xr));
   else
-    to_bf16_kernel<<<blocks_for(count), kBlock>>>(x, count, static_cast<__nv_bfloat16*>(xr));
+    to_bf16_kernel<<<blocks_for(count), kBlock, 0, stream()>>>(x, count, static_cast<__nv_bfloat16*>(xr));
   check_launch("convert activations");
   const cudaDataType_t type = half ? CUDA_R_16F : CUDA_R_16BF;
-  check_cublas(cublasGemmEx(cublas(), CUBLAS_OP_N, CUBLAS_OP_N, n, mm, k, &one, w.data(), type, n, xr, type, k, &zero, y,
-                            CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+  check_cublas(cublasGemmEx(cublas(), CUBLAS_OP_N, CUBLAS_OP_N, n, mm, k, &one, w.data(), type, n, xr, type,
+                            k, &zero, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "cublasGemmEx");
 }
 
@@ -1181,16 +1272,16 @@ void moe_route(const float* logits, int64_t n, int64_t n_experts, int64_t k, boo
   constexpr int kWarps = kBlock / 32;
   const size_t shared = size_t(kWarps) * size_t(n_experts) * sizeof(float);
   check(shared <= 48 * 1024, "cuda moe_route: too many experts for one block's shared memory");
-  moe_route_kernel<<<unsigned((n + kWarps - 1) / kWarps), kBlock, shared>>>(logits, n, int(n_experts), int(k), normalize,
-                                                                            expert_scale, expert_of, weight_of);
+  moe_route_kernel<<<unsigned((n + kWarps - 1) / kWarps), kBlock, shared, stream()>>>(
+      logits, n, int(n_experts), int(k), normalize, expert_scale, expert_of, weight_of);
   check_launch("moe_route");
 }
 
 void moe_plan(const int32_t* expert_of, int64_t n, int64_t k, int64_t n_experts, int32_t* first, int32_t* slot_row,
               int32_t* slot_of, int32_t* begin) {
   check(n_experts > 0 && size_t(n_experts) * 4 <= 48 * 1024, "cuda moe_plan: bad expert count");
-  moe_plan_kernel<<<1, 1024, size_t(n_experts) * 4>>>(expert_of, n, int(k), int(n_experts), first, slot_row, slot_of,
-                                                     begin);
+  moe_plan_kernel<<<1, 1024, size_t(n_experts) * 4, stream()>>>(expert_of, n, int(k), int(n_experts), first,
+                                                                slot_row, slot_of, begin);
   check_launch("moe_plan");
 }
 
@@ -1205,7 +1296,7 @@ void matmul_grouped(const DeviceMatrix& stack, int64_t n_groups, const int32_t* 
   launch_row_products<8>(stack, n_groups, first, 0, x, y, kTensorSlots - 1);
   const int64_t rows = stack.rows() / n_groups;
   const dim3 grid(unsigned((rows + kTileRows - 1) / kTileRows), unsigned(n_groups));
-  tiled_products_kernel<<<grid, 128>>>(weight_rows(stack), rows, first, kTensorSlots, x, y);
+  tiled_products_kernel<<<grid, 128, 0, stream()>>>(weight_rows(stack), rows, first, kTensorSlots, x, y);
   check_launch("tiled products");
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/tensor.h"
@@ -48,6 +49,35 @@ class DeviceBuffer {
  private:
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
+};
+
+// How many DeviceBuffer allocations this process has made: a recorded DeviceGraph holds the addresses of
+// the buffers it was recorded with, so it is replayed only while this number has not changed.
+uint64_t device_allocations();
+
+// The backend's launches recorded once and replayed as one CUDA graph on its stream: for passes whose
+// inputs all sit at fixed device addresses (their values change between replays). Move-only.
+class DeviceGraph {
+ public:
+  DeviceGraph() = default;
+  ~DeviceGraph();
+  DeviceGraph(DeviceGraph&& other) noexcept;
+  DeviceGraph& operator=(DeviceGraph&& other) noexcept;
+  DeviceGraph(const DeviceGraph&) = delete;
+  DeviceGraph& operator=(const DeviceGraph&) = delete;
+
+  // Records the kernels and copies on the device that `work` queues, without running them. Returns false
+  // when they cannot be recorded (work threw, or queued something a graph cannot hold): then nothing was
+  // run or kept, the error is cleared, `why` says what happened, and the caller runs the work as usual.
+  bool record(const std::function<void()>& work, std::string* why);
+  // Queues the recorded launches (record returned true).
+  void replay();
+  bool recorded() const { return exec_ != nullptr; }
+  // Replays by every DeviceGraph of this process so far (for tests and reports).
+  static uint64_t replays();
+
+ private:
+  void* exec_ = nullptr;
 };
 
 // A weight matrix [rows x cols] on the device, uploaded once. F32 stays f32 (cuBLAS sgemm); BF16 stays
@@ -145,9 +175,11 @@ enum class KvType { F32, F16 };
 // (kv_type elements, the KV-cache layout), then `extra`'s (f32, not masked): one kernel, an online softmax,
 // nothing written but out. The mask arrays are device int32 pointers (or null as there). out must not
 // alias q here. head_dim <= 512.
+// n_keys_device (device int32, or null): the key count read on the device instead of n_keys, so that a
+// recorded pass can be replayed at a later position.
 void attention(const float* q, int64_t n_q, int64_t ldq, const void* k, const void* v, KvType kv_type, int64_t n_keys,
                int64_t kv_head_stride, const AttentionMask& mask, const AttentionShape& shape, float* out,
-               int64_t ldo, const ExtraKeys& extra = {});
+               int64_t ldo, const ExtraKeys& extra = {}, const int32_t* n_keys_device = nullptr);
 
 // ---- the forward pass's data movement and element-wise steps (cuda/cuda_backend.cpp) ----
 // Device pointers throughout; "rows" are row-major f32 rows.
