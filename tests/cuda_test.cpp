@@ -782,9 +782,11 @@ TEST(CudaForward, ShippedDiffusionGemmaMatchesCpu) {
   check_decoder(t, 3e-2, "text-dg.gguf");
 }
 
-// AR steps: one token at a time on the same cache. From the third step on, the pass is a recorded graph
+// AR steps: one token at a time on the same cache. From the second step on, the pass is a recorded graph
 // replayed with new inputs (token, position, key count, groups); every step's logits must still match
-// the CPU's, past the fixture's sliding window too. The f32 fixtures, and a Q4_0 model (f16 cache).
+// the CPU's, past the fixture's sliding window too. Then three positions rewritten in group 0 (they see
+// only the first prompt token and themselves: a stale group on the device would hide a row from itself),
+// and AR steps of two requests on two caches in one batch. The f32 fixtures, and a Q4_0 model (f16 cache).
 TEST(CudaForward, RecordedArStepsMatchTheCpu) {
   SKIP_WITHOUT_DEVICE();
   const char* off = std::getenv("CANVAS_CUDA_GRAPHS");
@@ -792,25 +794,62 @@ TEST(CudaForward, RecordedArStepsMatchTheCpu) {
   auto run = [&](const TwinModels& t, double tolerance, const std::string& name) {
     const ModelConfig& c = t.cpu.config;
     Rng rng(14);
-    std::vector<int32_t> prompt(6), groups(6);
-    for (int32_t& id : prompt) id = int32_t(rng.below(uint64_t(c.vocab)));
+    auto random_tokens = [&](size_t n) {
+      std::vector<int32_t> ids(n);
+      for (int32_t& id : ids) id = int32_t(rng.below(uint64_t(c.vocab)));
+      return ids;
+    };
+    std::vector<int32_t> groups(6);
     for (size_t i = 0; i < groups.size(); ++i) groups[i] = int32_t(i);
-    KvCache cpu_cache(c, 32), gpu_cache(c, 32);
-    encoder_logits(t.cpu, cpu_cache, prompt, 0, groups);
-    encoder_logits(t.gpu, gpu_cache, prompt, 0, groups);
-    const uint64_t replays = cuda::DeviceGraph::replays();
+    KvCache cpu_a(c, 32), gpu_a(c, 32), cpu_b(c, 32), gpu_b(c, 32);
+    const std::vector<int32_t> prompt_a = random_tokens(6), prompt_b = random_tokens(6);
+    encoder_logits(t.cpu, cpu_a, prompt_a, 0, groups);
+    encoder_logits(t.gpu, gpu_a, prompt_a, 0, groups);
     double worst = 0;
-    for (int64_t step = 0; step < 12; ++step) {
-      const std::vector<int32_t> token = {int32_t(rng.below(uint64_t(c.vocab)))}, group = {int32_t(6 + step)};
-      const std::vector<float> want = encoder_logits(t.cpu, cpu_cache, token, 6 + step, group);
-      const std::vector<float> got = encoder_logits(t.gpu, gpu_cache, token, 6 + step, group);
-      worst = std::max(worst, test::relative_error(got, want));
-    }
-    std::printf("  %-58s relative error %.2e\n", (name + ": 12 AR steps, the worst").c_str(), worst);
-    EXPECT_LE(worst, tolerance);
+    auto step = [&](KvCache& cpu_cache, KvCache& gpu_cache, int64_t pos, int32_t group) {
+      const std::vector<int32_t> token = random_tokens(1), g = {group};
+      worst = std::max(worst, test::relative_error(encoder_logits(t.gpu, gpu_cache, token, pos, g),
+                                                   encoder_logits(t.cpu, cpu_cache, token, pos, g)));
+    };
+    uint64_t replays = cuda::DeviceGraph::replays();
+    for (int64_t i = 0; i < 12; ++i) step(cpu_a, gpu_a, 6 + i, int32_t(6 + i));
     if (graphs) {
-      EXPECT_GE(cuda::DeviceGraph::replays() - replays, 10u) << name << ": the steps were not replayed";
+      EXPECT_EQ(cuda::DeviceGraph::replays() - replays, 11u) << name << ": 12 steps";
     }
+    replays = cuda::DeviceGraph::replays();
+    for (int64_t pos = 10; pos < 13; ++pos) step(cpu_a, gpu_a, pos, 0);
+    if (graphs) {
+      EXPECT_EQ(cuda::DeviceGraph::replays() - replays, 3u) << name << ": rewritten positions";
+    }
+    encoder_logits(t.cpu, cpu_b, prompt_b, 0, groups);
+    encoder_logits(t.gpu, gpu_b, prompt_b, 0, groups);
+    replays = cuda::DeviceGraph::replays();
+    for (int64_t i = 0; i < 6; ++i) {  // [a, b] in one batch, a at 13 + i, b at 6 + i
+      const std::vector<int32_t> tokens = random_tokens(2), ga = {int32_t(13 + i)}, gb = {int32_t(6 + i)};
+      std::vector<std::vector<float>> out(4, std::vector<float>(size_t(c.vocab)));
+      for (int twin = 0; twin < 2; ++twin) {
+        ForwardRequest ra, rb;
+        ra.tokens = &tokens[0];
+        rb.tokens = &tokens[1];
+        ra.n = rb.n = 1;
+        ra.pos0 = 13 + i;
+        rb.pos0 = 6 + i;
+        ra.groups = ga.data();
+        rb.groups = gb.data();
+        ra.logit_rows = rb.logit_rows = {0};
+        ra.logits = out[size_t(2 * twin)].data();
+        rb.logits = out[size_t(2 * twin + 1)].data();
+        KvCache* caches[] = {twin ? &gpu_a : &cpu_a, twin ? &gpu_b : &cpu_b};
+        const ForwardRequest reqs[] = {ra, rb};
+        forward_batch(twin ? t.gpu : t.cpu, caches, reqs, nullptr);
+      }
+      worst = std::max({worst, test::relative_error(out[2], out[0]), test::relative_error(out[3], out[1])});
+    }
+    if (graphs) {
+      EXPECT_EQ(cuda::DeviceGraph::replays() - replays, 5u) << name << ": batches of two";
+    }
+    std::printf("  %-58s relative error %.2e\n", (name + ": AR steps, the worst").c_str(), worst);
+    EXPECT_LE(worst, tolerance);
   };
   for (const char* f : {"tiny-llada.gguf", "tiny-diffusion-gemma"}) run(load_twins(test::fixture(f)), 1e-4, f);
   bench::SyntheticOptions options;

@@ -128,7 +128,7 @@ class CudaBackend final : public ForwardBackend {
   // Recorded passes by shape (graph_key), each with the allocation count it was recorded at.
   struct RecordedPass {
     DeviceGraph graph;
-    uint64_t allocations = 0;  // device_allocations() after the pass's first, unrecorded, run
+    uint64_t growths = 0;  // scratch_growths() after the shape's first, unrecorded, run
   };
   std::map<std::vector<int64_t>, RecordedPass> recorded_;
   bool graphs_ = true;  // false after a recording failed, or with CANVAS_CUDA_GRAPHS=0
@@ -321,7 +321,7 @@ void CudaBackend::forward_batch(const Model& model, std::span<KvCache* const> ca
   stage(p);
   if (key.empty() || !run_recorded(p, key)) {
     compute(p);
-    if (!key.empty() && graphs_) recorded_[key].allocations = device_allocations();  // the shape's first run
+    if (!key.empty() && graphs_) recorded_[key].growths = scratch_growths();  // the shape's first run
   }
   fetch(p);
   synchronize();
@@ -344,22 +344,25 @@ std::vector<int64_t> CudaBackend::graph_key(const DevicePass& p) const {
 }
 
 // Replays the recorded pass of this shape, or records it (the shape's second run: the first one sized
-// every buffer). False: run it as usual (a first run, buffers reallocated since, or recording failed).
+// every buffer). False: run it as usual (a first run, a scratch buffer grown since, or recording failed).
 bool CudaBackend::run_recorded(DevicePass& p, const std::vector<int64_t>& key) {
   const auto found = recorded_.find(key);
-  if (found == recorded_.end() || found->second.allocations != device_allocations()) {
-    if (recorded_.size() >= 16) recorded_.clear();  // shapes come and go (serve): keep the recent ones
-    recorded_.erase(key);
+  if (found == recorded_.end() || found->second.growths != scratch_growths()) {
+    if (found != recorded_.end()) {
+      recorded_.erase(found);
+    } else if (recorded_.size() >= 16) {
+      recorded_.erase(recorded_.begin());  // shapes come and go (serve): keep at most 16
+    }
     return false;
   }
   RecordedPass& r = found->second;
   if (!r.graph.recorded()) {
     std::string why;
-    if (!r.graph.record([&] { compute(p); }, &why) || device_allocations() != r.allocations) {
+    if (!r.graph.record([&] { compute(p); }, &why) || scratch_growths() != r.growths) {
       graphs_ = false;
       recorded_.clear();
       std::fprintf(stderr, "canvas: CUDA graphs off, passes run launch by launch (%s)\n",
-                   why.empty() ? "the recording allocated memory" : why.c_str());
+                   why.empty() ? "a scratch buffer grew while recording" : why.c_str());
       return false;
     }
   }

@@ -58,6 +58,8 @@ cublasHandle_t cublas() {
         cudaMalloc(&workspace, kWorkspace) != cudaSuccess ||
         cublasSetWorkspace(handle, workspace, kWorkspace) != CUBLAS_STATUS_SUCCESS) {
       cublasDestroy(handle);
+      if (workspace) cudaFree(workspace);
+      cudaGetLastError();  // not left for the next kernel's check to report
       handle = nullptr;
     }
   });
@@ -869,15 +871,19 @@ std::string device_description() {
 void synchronize() { check_cuda(cudaDeviceSynchronize(), "kernel execution"); }
 
 namespace {
-std::atomic<uint64_t> allocations{0}, graph_replays{0};
+std::atomic<uint64_t> growths{0}, graph_replays{0};
 }  // namespace
 
-uint64_t device_allocations() { return allocations.load(); }
+uint64_t scratch_growths() { return growths.load(); }
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
   if (bytes == 0) return;
   check_cuda(cudaMalloc(&ptr_, bytes), ("cudaMalloc of " + std::to_string(bytes) + " bytes").c_str());
-  ++allocations;
+}
+
+void DeviceBuffer::grow(size_t bytes) {
+  *this = DeviceBuffer(bytes);
+  ++growths;
 }
 
 DeviceGraph::~DeviceGraph() {

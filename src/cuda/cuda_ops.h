@@ -42,18 +42,20 @@ class DeviceBuffer {
   // A scratch buffer's use: grows (contents not kept) to hold at least count T (at least one) and returns it.
   template <typename T> T* reserve(int64_t count) {
     const size_t bytes = size_t(count > 1 ? count : 1) * sizeof(T);
-    if (bytes_ < bytes) *this = DeviceBuffer(bytes);
+    if (bytes_ < bytes) grow(bytes);
     return as<T>();
   }
 
  private:
+  void grow(size_t bytes);  // a new buffer of `bytes` (contents not kept), counted by scratch_growths
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
 
-// How many DeviceBuffer allocations this process has made: a recorded DeviceGraph holds the addresses of
-// the buffers it was recorded with, so it is replayed only while this number has not changed.
-uint64_t device_allocations();
+// How many times a scratch buffer has grown (DeviceBuffer::reserve reallocating) in this process: a
+// recorded DeviceGraph holds the addresses of the buffers it was recorded with, so it is replayed only
+// while this number has not changed. (Weights and KV caches never move while they exist.)
+uint64_t scratch_growths();
 
 // The backend's launches recorded once and replayed as one CUDA graph on its stream: for passes whose
 // inputs all sit at fixed device addresses (their values change between replays). Move-only.
