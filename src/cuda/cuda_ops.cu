@@ -971,6 +971,39 @@ DeviceMatrix::Storage device_storage_of(DType type) {
   return block_decodable(interleaved_base(type)) ? DeviceMatrix::Storage::Quant : DeviceMatrix::Storage::F16;
 }
 
+namespace {
+
+// Uploads `rows` rows of row_bytes into `buffer` in chunks of about 64 MiB; write_row(r, dst) writes row r
+// into a host staging chunk, on several threads (rows in turn) when the chunk is large. An error on any
+// thread is rethrown here.
+void upload_rows(DeviceBuffer& buffer, int64_t rows, int64_t row_bytes,
+                 const std::function<void(int64_t, uint8_t*)>& write_row) {
+  const int64_t rows_per_chunk = std::max<int64_t>(1, (int64_t(1) << 26) / std::max<int64_t>(1, row_bytes));
+  std::vector<uint8_t> staging;
+  for (int64_t r0 = 0; r0 < rows; r0 += rows_per_chunk) {
+    const int64_t n = std::min(rows_per_chunk, rows - r0);
+    staging.resize(size_t(n * row_bytes));
+    const int threads = int(std::max<int64_t>(
+        1, std::min<int64_t>(std::thread::hardware_concurrency(), n * row_bytes / (int64_t(1) << 21) + 1)));
+    std::vector<std::string> errors(static_cast<size_t>(threads));
+    auto convert = [&](int t) {
+      try {
+        for (int64_t r = t; r < n; r += threads) write_row(r0 + r, staging.data() + r * row_bytes);
+      } catch (const std::exception& e) {
+        errors[size_t(t)] = e.what();
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(convert, t);
+    convert(0);
+    for (std::thread& t : pool) t.join();
+    for (const std::string& e : errors) check(e.empty(), e);
+    buffer.upload(staging.data(), staging.size(), size_t(r0 * row_bytes));
+  }
+}
+
+}  // namespace
+
 DeviceMatrix DeviceMatrix::upload(const TensorView& w) {
   DeviceMatrix m;
   m.rows_ = w.rows();
@@ -978,59 +1011,31 @@ DeviceMatrix DeviceMatrix::upload(const TensorView& w) {
   m.storage_ = device_storage_of(w.type);
   m.row_bytes_ = m.cols_ * (m.storage_ == Storage::F32 ? 4 : 2);  // Quant: set below
   if (m.storage_ == Storage::Quant) {
-    // The file's rows, in order, uploaded in chunks of about 64 MiB; an interleaved CPU layout is read
-    // back into the file layout group by group.
+    // The file's rows, in order (an interleaved CPU layout is read back into the file layout).
     m.quant_type_ = interleaved_base(w.type);
     m.row_bytes_ = canvas::row_bytes(m.quant_type_, m.cols_);
     m.buffer_ = DeviceBuffer(size_t(m.rows_ * m.row_bytes_));
-    const int64_t rows_per_upload = std::max<int64_t>(1, (int64_t(1) << 26) / m.row_bytes_);
-    std::vector<uint8_t> staging;
-    for (int64_t r0 = 0; r0 < m.rows_; r0 += rows_per_upload) {
-      const int64_t n = std::min(rows_per_upload, m.rows_ - r0);
-      const void* src = w.row(r0);
-      if (is_interleaved(w.type)) {
-        staging.resize(size_t(n * m.row_bytes_));
-        for (int64_t r = 0; r < n; ++r) get_row_bytes(w, r0 + r, staging.data() + r * m.row_bytes_);
-        src = staging.data();
-      }
-      m.buffer_.upload(src, size_t(n * m.row_bytes_), size_t(r0 * m.row_bytes_));
+    if (!is_interleaved(w.type)) {
+      m.buffer_.upload(w.data, size_t(m.rows_ * m.row_bytes_));
+      return m;
     }
+    upload_rows(m.buffer_, m.rows_, m.row_bytes_, [&](int64_t r, uint8_t* dst) { get_row_bytes(w, r, dst); });
     return m;
   }
-  if (m.storage_ == Storage::F32) {
-    m.buffer_ = DeviceBuffer(size_t(w.elements()) * 4);
-    m.buffer_.upload(w.data, size_t(w.elements()) * 4);
+  if (m.storage_ == Storage::F32 || m.storage_ == Storage::BF16) {  // as stored
+    m.buffer_ = DeviceBuffer(size_t(m.rows_ * m.row_bytes_));
+    m.buffer_.upload(w.data, size_t(m.rows_ * m.row_bytes_));
     return m;
   }
-  if (m.storage_ == Storage::BF16) {
-    m.buffer_ = DeviceBuffer(size_t(w.elements()) * 2);
-    m.buffer_.upload(w.data, size_t(w.elements()) * 2);
-    return m;
-  }
-  // F16 and everything else: dequantise on the host, row by row (threads take rows in turn), to f16, and
-  // upload in chunks of about 64 M values.
-  m.buffer_ = DeviceBuffer(size_t(w.elements()) * 2);
-  const int64_t rows_per_upload = std::max<int64_t>(1, (int64_t(1) << 26) / std::max<int64_t>(1, m.cols_));
-  const int64_t chunk_rows = std::min(rows_per_upload, m.rows_);
-  const int threads = int(std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(),
-                                                                   chunk_rows * m.cols_ / (int64_t(1) << 20) + 1)));
-  std::vector<__half> half_rows;
-  for (int64_t r0 = 0; r0 < m.rows_; r0 += rows_per_upload) {
-    const int64_t n = std::min(rows_per_upload, m.rows_ - r0);
-    half_rows.resize(size_t(n * m.cols_));
-    auto convert = [&](int t) {
-      std::vector<float> row(size_t(m.cols_));
-      for (int64_t r = t; r < n; r += threads) {
-        get_row(w, r0 + r, row.data());
-        for (int64_t c = 0; c < m.cols_; ++c) half_rows[size_t(r * m.cols_ + c)] = __float2half_rn(row[size_t(c)]);
-      }
-    };
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(convert, t);
-    convert(0);
-    for (std::thread& t : pool) t.join();
-    m.buffer_.upload(half_rows.data(), half_rows.size() * 2, size_t(r0 * m.cols_) * 2);
-  }
+  // F16 and everything else: each row dequantised on the host (ops get_row) and rounded to f16.
+  m.buffer_ = DeviceBuffer(size_t(m.rows_ * m.row_bytes_));
+  upload_rows(m.buffer_, m.rows_, m.row_bytes_, [&](int64_t r, uint8_t* dst) {
+    thread_local std::vector<float> row;
+    row.resize(size_t(m.cols_));
+    get_row(w, r, row.data());
+    __half* out = reinterpret_cast<__half*>(dst);
+    for (int64_t c = 0; c < m.cols_; ++c) out[c] = __float2half_rn(row[size_t(c)]);
+  });
   return m;
 }
 
