@@ -442,7 +442,9 @@ struct Connection {
   RequestReader reader;
   std::string out;  // response bytes the socket has not taken yet, from out_at
   size_t out_at = 0;
-  int64_t since = 0;     // when the current wait began (accepted, or the last response ended)
+  // The order in which the current waits began (accepted, or the last response ended): a counter, not a
+  // clock, since a burst of connections is accepted within one millisecond.
+  uint64_t wait_order = 0;
   int64_t deadline = 0;  // of the current phase / stage
   size_t requests = 0;
   uint32_t watched = 0;  // epoll events registered (0: not registered)
@@ -657,7 +659,7 @@ bool HttpConnections::evict_one() {
   Connection* victim = nullptr;
   for (auto& [fd, c] : connections_) {
     if (c->phase == Connection::Phase::Busy) continue;
-    if (!victim || rank(*c) < rank(*victim) || (rank(*c) == rank(*victim) && c->since < victim->since))
+    if (!victim || rank(*c) < rank(*victim) || (rank(*c) == rank(*victim) && c->wait_order < victim->wait_order))
       victim = c.get();
   }
   if (!victim) return false;
@@ -700,8 +702,8 @@ void HttpConnections::accept_all() {
     length = sizeof local;
     getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length);
     address_of(local, c.local_ip, c.local_port);
-    c.since = clock_ms();
-    c.deadline = c.since + limits_.idle_timeout_ms;
+    c.wait_order = next_wait_order_++;
+    c.deadline = clock_ms() + limits_.idle_timeout_ms;
     connections_.emplace(fd, std::move(owned));
     ++open_;
     watch(c, EPOLLIN | EPOLLRDHUP);
@@ -802,8 +804,8 @@ void HttpConnections::on_writable(Connection& c) {
   }
   c.phase = Connection::Phase::Reading;
   c.stage = Connection::Stage::Idle;
-  c.since = clock_ms();
-  c.deadline = c.since + limits_.idle_timeout_ms;
+  c.wait_order = next_wait_order_++;
+  c.deadline = clock_ms() + limits_.idle_timeout_ms;
   c.continue_sent = false;
   watch(c, EPOLLIN | EPOLLRDHUP);
   advance(c);  // a pipelined request may be here already

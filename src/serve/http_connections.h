@@ -187,6 +187,7 @@ class HttpConnections {
   std::atomic<bool> draining_{false}, closing_{false};
   bool drained_ = false;  // the event loop has closed the idle connections
   int64_t accept_paused_until_ = 0;
+  uint64_t next_wait_order_ = 0;  // Connection::wait_order of the next wait to begin
   int64_t next_deadline_check_ = 0;
   std::atomic<size_t> open_{0}, busy_{0};
   std::unique_ptr<WorkerThreads> light_, post_;  // last: their destructors join threads using the above
