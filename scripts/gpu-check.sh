@@ -62,6 +62,7 @@ def device_rows(device):
     return {"device": device.get("name"),
             "device_memory_gib": gib(device.get("memory_used_bytes")),
             "device_memory_peak_gib": gib(device.get("memory_peak_bytes")),
+            "canvas_buffers_peak_gib": gib(device.get("buffers_peak_bytes")),
             "device_memory_total_gib": gib(device.get("memory_total_bytes")),
             "floors": {"read_gbps": device.get("read_gbps"),
                        "read_buffer_gib": gib(device.get("read_buffer_bytes")),

@@ -89,6 +89,16 @@ TEST(BenchDeviceFloor, JsonAndTextSayWhatWasNotMeasured) {
   EXPECT_TRUE(k["gemm_f16_tflops"].is_null());
   EXPECT_EQ(k["not_measured"], "--no-roofs");
   EXPECT_NE(bench::device_floors_text(none).find("floors not measured: --no-roofs"), std::string::npos);
+  EXPECT_FALSE(k.contains("buffers_peak_bytes"));  // not known: left out, not made up
+
+  // The backend's own high-water mark, read when the report is made.
+  DeviceFloors known = made_up_device();
+  int64_t peak = int64_t(3) << 30;
+  known.buffers_peak = [&peak] { return peak; };
+  peak = int64_t(13) << 30;
+  EXPECT_EQ(bench::device_floors_json(known)["buffers_peak_bytes"].get<int64_t>(), int64_t(13) << 30);
+  EXPECT_NE(bench::device_floors_text(known).find("canvas's own buffers at most 13.00 GiB"), std::string::npos)
+      << bench::device_floors_text(known);
 }
 
 // DiffusionGemma's layout: fused [gate; up] experts and the self-conditioning MLP are counted, and each pass

@@ -105,6 +105,23 @@ TEST(Cuda, DeviceIsDescribed) {
   EXPECT_NE(d.find("sm_"), std::string::npos) << d;
 }
 
+// The backend's count of its own device memory: up by a buffer's size while it lives, down after; the
+// peak keeps the most. A moved buffer is counted once.
+TEST(Cuda, BufferBytesFollowAllocations) {
+  SKIP_WITHOUT_DEVICE();
+  const int64_t before = cuda::device_buffer_bytes();
+  {
+    cuda::DeviceBuffer a(size_t(3) << 20);
+    EXPECT_EQ(cuda::device_buffer_bytes() - before, int64_t(3) << 20);
+    cuda::DeviceBuffer b(std::move(a));
+    EXPECT_EQ(cuda::device_buffer_bytes() - before, int64_t(3) << 20);
+    b.reserve<float>(int64_t(1) << 20);  // 4 MiB: grows (the old one freed after)
+    EXPECT_EQ(cuda::device_buffer_bytes() - before, int64_t(4) << 20);
+    EXPECT_GE(cuda::device_buffer_peak_bytes(), before + (int64_t(7) << 20));  // both, for a moment
+  }
+  EXPECT_EQ(cuda::device_buffer_bytes(), before);
+}
+
 TEST(Cuda, RmsNormMatchesCpu) {
   SKIP_WITHOUT_DEVICE();
   Rng rng(1);

@@ -7,6 +7,7 @@
 #include "model/weight_check.h"
 #if CANVAS_HAVE_CUDA
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_ops.h"
 #include "cuda/cuda_roofs.h"
 #endif
 
@@ -40,6 +41,7 @@ bench::DeviceFloors measure_device_floors(bool measure_roofs, bool quick) {
   d.memory_total_bytes = memory.total_bytes;
   d.memory_used_bytes = d.memory_peak_bytes = memory.used_bytes();
   d.memory_in_use = [] { return cuda::device_memory_in_use(); };
+  d.buffers_peak = [] { return cuda::device_buffer_peak_bytes(); };
   if (!measure_roofs) {
     d.not_measured = "--no-roofs";
     return d;

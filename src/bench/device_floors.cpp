@@ -42,6 +42,7 @@ nlohmann::ordered_json device_floors_json(const DeviceFloors& d) {
   j["memory_total_bytes"] = d.memory_total_bytes;
   j["memory_used_bytes"] = d.memory_used_bytes;
   j["memory_peak_bytes"] = d.memory_peak_bytes;
+  if (d.buffers_peak) j["buffers_peak_bytes"] = d.buffers_peak();
   j["read_gbps"] = number_or_null(d.read_gbps);
   j["read_buffer_bytes"] = d.read_buffer_bytes;
   j["gemm_size"] = d.gemm_size;
@@ -54,8 +55,10 @@ nlohmann::ordered_json device_floors_json(const DeviceFloors& d) {
 std::string device_floors_text(const DeviceFloors& d) {
   constexpr double kGiB = 1073741824.0;
   std::string s;
-  appendf(s, "device: %s, memory used %.2f GiB after the upload, peak %.2f of %.2f GiB; ", d.name.c_str(),
+  appendf(s, "device: %s, memory used %.2f GiB after the upload, peak %.2f of %.2f GiB", d.name.c_str(),
           double(d.memory_used_bytes) / kGiB, double(d.memory_peak_bytes) / kGiB, double(d.memory_total_bytes) / kGiB);
+  if (d.buffers_peak) appendf(s, " (canvas's own buffers at most %.2f GiB)", double(d.buffers_peak()) / kGiB);
+  s += "; ";
   if (!d.not_measured.empty()) {
     appendf(s, "floors not measured: %s\n", d.not_measured.c_str());
     return s;

@@ -25,6 +25,9 @@ struct DeviceFloors {
   std::string not_measured;  // why the roofs are NaN (--no-roofs, or the device's error); empty when measured
   // Samples the device's memory in use (bytes); empty: the passes are not sampled.
   std::function<int64_t()> memory_in_use;
+  // The most bytes the backend's own buffers (weights, KV caches, scratch) held at once so far, exactly
+  // (a high-water mark kept by the backend, not a sample); empty: not known.
+  std::function<int64_t()> buffers_peak;
 
   // The compute roof (TFLOP/s) for weights stored as `weight_type`: f32 weights multiply in f32 (sgemm),
   // every other type on the tensor cores at the f16 rate. NaN when not measured.
@@ -39,8 +42,9 @@ double pass_floor_ms(double bytes, double flops, double read_gbps, double tflops
 // floor_ms / measured_ms (1: the pass ran at its floor). NaN unless both are finite and positive.
 double fraction_of_floor(double floor_ms, double measured_ms);
 
-// {"name", "memory_total_bytes", "memory_used_bytes", "memory_peak_bytes", "read_gbps", "read_buffer_bytes",
-//  "gemm_size", "gemm_f16_tflops", "gemm_f32_tflops", "not_measured"}: NaN as null.
+// {"name", "memory_total_bytes", "memory_used_bytes", "memory_peak_bytes", "buffers_peak_bytes" (when
+//  known, read when called), "read_gbps", "read_buffer_bytes", "gemm_size", "gemm_f16_tflops",
+//  "gemm_f32_tflops", "not_measured"}: NaN as null.
 nlohmann::ordered_json device_floors_json(const DeviceFloors& device);
 // "device: NAME, memory used 12.3 GiB after the upload, peak 14.0 of 139.8 GiB; floors: read 4321 GB/s
 // (4.00 GiB buffer), GEMM f16 700.0 TFLOP/s, f32 50.0 TFLOP/s (8192^3)\n", or "...; floors not measured:

@@ -872,13 +872,24 @@ void synchronize() { check_cuda(cudaDeviceSynchronize(), "kernel execution"); }
 
 namespace {
 std::atomic<uint64_t> growths{0}, graph_replays{0};
+std::atomic<int64_t> buffer_bytes{0}, buffer_peak{0};
+
+void note_allocated(int64_t bytes) {
+  const int64_t now = buffer_bytes += bytes;
+  int64_t peak = buffer_peak.load();
+  while (now > peak && !buffer_peak.compare_exchange_weak(peak, now)) {
+  }
+}
 }  // namespace
 
 uint64_t scratch_growths() { return growths.load(); }
+int64_t device_buffer_bytes() { return buffer_bytes.load(); }
+int64_t device_buffer_peak_bytes() { return buffer_peak.load(); }
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
   if (bytes == 0) return;
   check_cuda(cudaMalloc(&ptr_, bytes), ("cudaMalloc of " + std::to_string(bytes) + " bytes").c_str());
+  note_allocated(int64_t(bytes));
 }
 
 void DeviceBuffer::grow(size_t bytes) {
@@ -939,16 +950,20 @@ void DeviceGraph::replay() {
 }
 
 uint64_t DeviceGraph::replays() { return graph_replays.load(); }
-DeviceBuffer::~DeviceBuffer() {
-  if (ptr_) cudaFree(ptr_);
+void DeviceBuffer::release() {
+  if (!ptr_) return;
+  cudaFree(ptr_);
+  buffer_bytes -= int64_t(bytes_);
+  ptr_ = nullptr;
 }
+DeviceBuffer::~DeviceBuffer() { release(); }
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
   o.ptr_ = nullptr;
   o.bytes_ = 0;
 }
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
-    if (ptr_) cudaFree(ptr_);
+    release();
     ptr_ = o.ptr_;
     bytes_ = o.bytes_;
     o.ptr_ = nullptr;

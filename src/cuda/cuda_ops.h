@@ -48,6 +48,7 @@ class DeviceBuffer {
 
  private:
   void grow(size_t bytes);  // a new buffer of `bytes` (contents not kept), counted by scratch_growths
+  void release();           // frees the memory (counted out of device_buffer_bytes)
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
@@ -56,6 +57,11 @@ class DeviceBuffer {
 // recorded DeviceGraph holds the addresses of the buffers it was recorded with, so it is replayed only
 // while this number has not changed. (Weights and KV caches never move while they exist.)
 uint64_t scratch_growths();
+// Bytes DeviceBuffers hold now, and the most they held at once in this process: canvas's own device
+// memory (weights, KV caches, scratch), exactly; not the CUDA context, cuBLAS's workspace or the bench's
+// roof measurements.
+int64_t device_buffer_bytes();
+int64_t device_buffer_peak_bytes();
 
 // The backend's launches recorded once and replayed as one CUDA graph on its stream: for passes whose
 // inputs all sit at fixed device addresses (their values change between replays). Move-only.
