@@ -9,12 +9,29 @@
 # It ends with one JSON object holding issue 29's table (docs/performance.md, "On an NVIDIA H200"): device
 # memory, decoder pass, AR step, tokens/s at 16 steps, diffusion / own AR, each pass's fraction of its floor,
 # and the LLaDA-8B rows; a bench that failed leaves its rows null with the reason.
-# Usage: bash scripts/gpu-check.sh [BUILD_DIR]   (default build-cuda); extra CMake arguments (e.g. where
-# GTest or cpp-httplib live on that machine) in CANVAS_CMAKE_ARGS; SKIP_BENCH=1 runs the tests only;
-# the benches' JSON reports are kept in BUILD_DIR/gpu-check/.
+# Usage: bash scripts/gpu-check.sh [BUILD_DIR]   (default build-cuda); extra CMake arguments in
+# CANVAS_CMAKE_ARGS; SKIP_BENCH=1 runs the tests only; the benches' JSON reports are kept in
+# BUILD_DIR/gpu-check/.
+# The GPU machine has nvcc and CMake but not googletest, nlohmann-json or cpp-httplib: run
+# scripts/gpu-deps.sh here first and carry .gpu-deps; this script unpacks it into /tmp/gpu-deps and builds
+# against it. A run carries at most 64 MiB and the tracked tree alone is about that (the shipped models
+# are 54 MB and no GPU check reads them; the one test that does skips without them), so leave the models
+# out of the run and put them back after it:
+#   git rm -q --cached 'models/*.gguf' && echo '/models/*.gguf' >> .git/info/exclude   # before
+#   git reset -q -- models && sed -i '\#^/models/\*\.gguf$#d' .git/info/exclude        # after
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-cuda}
+if ls .gpu-deps/*.deb >/dev/null 2>&1; then
+  prefix=/tmp/gpu-deps
+  rm -rf "$prefix" && mkdir -p "$prefix"
+  for deb in .gpu-deps/*.deb; do dpkg -x "$deb" "$prefix"; done
+  libs="$prefix/usr/lib/x86_64-linux-gnu:$prefix/lib/x86_64-linux-gnu"
+  export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export CPLUS_INCLUDE_PATH="$prefix/usr/include${CPLUS_INCLUDE_PATH:+:$CPLUS_INCLUDE_PATH}"
+  CANVAS_CMAKE_ARGS="-DCMAKE_PREFIX_PATH=$prefix/usr -DOPENSSL_ROOT_DIR=$prefix/usr ${CANVAS_CMAKE_ARGS:-}"
+  echo "libraries from .gpu-deps unpacked in $prefix"
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi not available"
 start=$(date +%s)
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCANVAS_CUDA=ON -DCANVAS_BENCH=OFF ${CANVAS_CMAKE_ARGS:-} >/dev/null
@@ -41,7 +58,7 @@ timeout 150 "$build/canvas" bench --synthetic llada:8b --type q4_0 --device cuda
 [ $dg_status = 0 ] && [ $llada_status = 0 ] || status=1
 
 echo "== issue 29's table (JSON)"
-/usr/bin/python3 - "$out/diffusion-gemma.json" "$dg_status" "$out/llada.json" "$llada_status" <<'EOF'
+python3 - "$out/diffusion-gemma.json" "$dg_status" "$out/llada.json" "$llada_status" <<'EOF'
 import json, sys
 
 GIB = float(1 << 30)
