@@ -96,9 +96,9 @@ max(bytes / read bandwidth, FLOPs / GEMM rate), from the weights' bytes in their
 those the pass's rows can hit: an AR step reads its top-k, a 256-row canvas all of them) and the matmul FLOPs
 (attention not counted; the f32 rate for f32 weights, the f16 rate otherwise); each pass and each tokens/s
 line is reported as floor / measured ("of floor"). JSON: "device" {name, memory_total_bytes,
-memory_used_bytes, memory_peak_bytes, read_gbps, read_buffer_bytes, gemm_size, gemm_f16_tflops,
-gemm_f32_tflops}, and fraction_of_floor (with floor_ms or floor_ms_per_pass) on every pass, row and
-projection.
+memory_used_bytes, memory_peak_bytes, buffers_peak_bytes (canvas's own device buffers at most, exact),
+read_gbps, read_buffer_bytes, gemm_size, gemm_f16_tflops, gemm_f32_tflops}, and fraction_of_floor (with
+floor_ms or floor_ms_per_pass) on every pass, row and projection.
 
 training (--train CONFIG): builds the data, model and AdamW of a training config (configs/*.cfg) in
 memory and times --warmup (default 2) then --steps (default 5) full training steps (batch, forward,
