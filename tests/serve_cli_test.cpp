@@ -103,7 +103,10 @@ TEST(ServeCli, EndpointsAndCompletions) {
     }
   }
   EXPECT_EQ(text, expected);
-  EXPECT_GE(drafts, 8);
+  // A draft goes out for the canvas as it is when the stream wakes: steps that finish while a chunk is being
+  // written are seen together (a live view skips frames rather than falling behind), so the count of
+  // drafts depends on the scheduler (one loaded CI run saw 5 of the 16 steps); at least one before the end.
+  EXPECT_GE(drafts, 2);
   EXPECT_GT(masked_in_first, 0);
   EXPECT_EQ(usage["forward_passes"], 16);
 }
