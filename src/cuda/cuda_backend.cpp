@@ -46,7 +46,7 @@ struct DeviceCache {
 
 int64_t kv_layer_bytes(const ModelConfig& c, int64_t l, int64_t capacity, KvType type) {
   const LayerAttention a = c.attention_of(l);
-  return a.n_kv_heads * capacity * a.head_dim * (type == KvType::F16 ? 2 : 4);
+  return a.n_kv_heads * capacity * a.head_dim * kv_element_bytes(type);
 }
 
 template <typename T> T* upload_into(DeviceBuffer& s, const T* host, int64_t n) {
@@ -508,7 +508,7 @@ void CudaBackend::attend(DevicePass& p, int64_t l, int64_t s) {
   canvas.v = p.v + r0 * kv_width;
   canvas.n = ns;
   canvas.ld = kv_width;
-  const int64_t skip = first * D * (kv_type_ == KvType::F16 ? 2 : 4);  // bytes to the first visible position
+  const int64_t skip = first * D * kv_element_bytes(kv_type_);  // bytes to the first visible position
   cuda::attention(p.q + r0 * q_width, ns, q_width, static_cast<const char*>(kc) + skip,
                   static_cast<const char*>(vc) + skip, kv_type_, req.pos0 - first, stride, AttentionMask{}, shape,
                   p.attn + r0 * q_width, q_width, canvas);

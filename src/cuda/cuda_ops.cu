@@ -187,6 +187,16 @@ __device__ void store_value(__half* p, float v) { *p = __float2half_rn(v); }
 constexpr int kAttentionWarps = kBlock / 32;
 constexpr int kAttentionDims = 16;  // dims per lane: head_dim <= 32 * 16 = 512
 
+// A lane's dims of a head's row: out[t] = row[lane + 32 t] as f32, 0 past head_dim.
+template <typename T>
+__device__ void load_lane_dims(const T* row, int lane, int head_dim, float* out) {
+#pragma unroll
+  for (int t = 0; t < kAttentionDims; ++t) {
+    const int d = lane + 32 * t;
+    out[t] = d < head_dim ? to_float(row[d]) : 0.f;
+  }
+}
+
 // One block per (query, head), one pass over the keys with an online softmax. Each warp takes every
 // kAttentionWarps-th key: its lanes hold the query's dims lane, lane + 32, ... and compute the score
 // together (a warp sum), then keep a running maximum, sum and weighted sum of V in registers. The warps'
@@ -208,12 +218,9 @@ __global__ void attention_kernel(const float* q, int64_t ldq, const KV* k, const
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const float* qh = q + i * ldq + int64_t(h) * head_dim;
   float qv[kAttentionDims], acc[kAttentionDims];
+  load_lane_dims(qh, lane, head_dim, qv);
 #pragma unroll
-  for (int t = 0; t < kAttentionDims; ++t) {
-    const int d = lane + 32 * t;
-    qv[t] = d < head_dim ? qh[d] : 0.f;
-    acc[t] = 0.f;
-  }
+  for (int t = 0; t < kAttentionDims; ++t) acc[t] = 0.f;
   float m = -INFINITY, l = 0.f;
   bool seen = false;
   const int64_t total = n_keys + extra_n;
@@ -222,23 +229,11 @@ __global__ void attention_kernel(const float* q, int64_t ldq, const KV* k, const
     float kv[kAttentionDims], vv[kAttentionDims];
     if (j < n_keys) {
       if (!visible_device(key_group, query_group, window_start, i, j)) continue;  // the same for the whole warp
-      const KV* kr = k + int64_t(kvh) * kv_head_stride + j * head_dim;
-      const KV* vr = v + int64_t(kvh) * kv_head_stride + j * head_dim;
-#pragma unroll
-      for (int t = 0; t < kAttentionDims; ++t) {
-        const int d = lane + 32 * t;
-        kv[t] = d < head_dim ? to_float(kr[d]) : 0.f;
-        vv[t] = d < head_dim ? to_float(vr[d]) : 0.f;
-      }
+      load_lane_dims(k + int64_t(kvh) * kv_head_stride + j * head_dim, lane, head_dim, kv);
+      load_lane_dims(v + int64_t(kvh) * kv_head_stride + j * head_dim, lane, head_dim, vv);
     } else {
-      const float* kr = ek + (j - n_keys) * eld + int64_t(kvh) * head_dim;
-      const float* vr = ev + (j - n_keys) * eld + int64_t(kvh) * head_dim;
-#pragma unroll
-      for (int t = 0; t < kAttentionDims; ++t) {
-        const int d = lane + 32 * t;
-        kv[t] = d < head_dim ? kr[d] : 0.f;
-        vv[t] = d < head_dim ? vr[d] : 0.f;
-      }
+      load_lane_dims(ek + (j - n_keys) * eld + int64_t(kvh) * head_dim, lane, head_dim, kv);
+      load_lane_dims(ev + (j - n_keys) * eld + int64_t(kvh) * head_dim, lane, head_dim, vv);
     }
     seen = true;
     float s = 0.f;
@@ -292,13 +287,6 @@ __global__ void attention_kernel(const float* q, int64_t ldq, const KV* k, const
 // ---- forward-pass kernels ----
 
 
-template <typename T>
-__global__ void embed_kernel(const T* table, int64_t cols, const int32_t* rows, int64_t n, float scale, float* out) {
-  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= n * cols) return;
-  const int64_t i = t / cols, j = t % cols;
-  out[t] = to_float(table[int64_t(rows[i]) * cols + j]) * scale;
-}
 
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -471,22 +459,6 @@ __global__ void to_bf16_kernel(const float* x, int64_t n, __nv_bfloat16* y) {
 
 // ---- quantised weights in their GGUF block layout (core/quant_block.h decodes a 32-element block) ----
 
-// out[i] = row (rows ? rows[i] : r0 + i) of a quantised matrix, times scale, for i < n; one thread per
-// 32-element block. Embedding lookups (f32 out) and the weight chunks of the tensor-core path (f16 out).
-template <typename T>
-__global__ void dequantize_rows_kernel(DType type, const uint8_t* w, int64_t row_bytes, int64_t cols,
-                                       const int32_t* rows, int64_t r0, int64_t n, float scale, T* out) {
-  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t nb = cols / 32;
-  if (t >= n * nb) return;
-  const int64_t i = t / nb, b = t % nb;
-  const int64_t r = rows ? int64_t(rows[i]) : r0 + i;
-  DecodedBlock blk;
-  decode_block(type, w + r * row_bytes, b, blk);
-  T* o = out + i * cols + b * 32;
-  for (int e = 0; e < 32; ++e) store_value(o + e, block_value(blk, e) * scale);
-}
-
 // A weight matrix's rows as the row kernels read them: any storage, `cols` values a row, row r at
 // data + r * row_bytes.
 struct WeightRows {
@@ -495,6 +467,13 @@ struct WeightRows {
   const uint8_t* data;
   int64_t row_bytes, cols;
 };
+
+// v[e] = p[j0 + e] as f32 for e < 32, 0 from `cols` on.
+template <typename T>
+__device__ void load_values(const T* p, int64_t j0, int64_t cols, float* v) {
+#pragma unroll
+  for (int e = 0; e < 32; ++e) v[e] = j0 + e < cols ? to_float(p[j0 + e]) : 0.f;
+}
 
 // Values b * 32 .. b * 32 + 31 of a row (0 past its end: float rows need not be whole blocks).
 __device__ void load_block32(const WeightRows& w, const uint8_t* row, int64_t b, float* v) {
@@ -507,25 +486,27 @@ __device__ void load_block32(const WeightRows& w, const uint8_t* row, int64_t b,
       for (int e = 0; e < 32; ++e) v[e] = block_value(blk, e);
       return;
     }
-    case DeviceMatrix::Storage::F32: {
-      const float* p = reinterpret_cast<const float*>(row);
-#pragma unroll
-      for (int e = 0; e < 32; ++e) v[e] = j0 + e < w.cols ? p[j0 + e] : 0.f;
-      return;
-    }
-    case DeviceMatrix::Storage::F16: {
-      const __half* p = reinterpret_cast<const __half*>(row);
-#pragma unroll
-      for (int e = 0; e < 32; ++e) v[e] = j0 + e < w.cols ? __half2float(p[j0 + e]) : 0.f;
-      return;
-    }
-    case DeviceMatrix::Storage::BF16: {
-      const __nv_bfloat16* p = reinterpret_cast<const __nv_bfloat16*>(row);
-#pragma unroll
-      for (int e = 0; e < 32; ++e) v[e] = j0 + e < w.cols ? __bfloat162float(p[j0 + e]) : 0.f;
-      return;
-    }
+    case DeviceMatrix::Storage::F32: return load_values(reinterpret_cast<const float*>(row), j0, w.cols, v);
+    case DeviceMatrix::Storage::F16: return load_values(reinterpret_cast<const __half*>(row), j0, w.cols, v);
+    case DeviceMatrix::Storage::BF16: return load_values(reinterpret_cast<const __nv_bfloat16*>(row), j0, w.cols, v);
   }
+}
+
+// out[i] = row (rows ? rows[i] : r0 + i) of w, times scale, for i < n: one thread per 32-value block of a
+// row (load_block32, any storage). Embedding lookups (f32 out) and the weight chunks of the tensor-core
+// path (f16 out).
+template <typename T>
+__global__ void rows_kernel(WeightRows w, const int32_t* rows, int64_t r0, int64_t n, float scale, T* out) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t blocks = (w.cols + 31) / 32;
+  if (t >= n * blocks) return;
+  const int64_t i = t / blocks, b = t % blocks;
+  const int64_t r = rows ? int64_t(rows[i]) : r0 + i;
+  float v[32];
+  load_block32(w, w.data + r * w.row_bytes, b, v);
+  T* o = out + i * w.cols;
+  for (int e = 0; e < 32; ++e)
+    if (b * 32 + e < w.cols) store_value(o + b * 32 + e, v[e] * scale);
 }
 
 // Row products y[s][r] = sum_j x[s][j] w[g * rows + r][j] for the slots s of group g = blockIdx.y:
@@ -765,24 +746,28 @@ DeviceBuffer& decode_scratch() {
 }
 constexpr int64_t kDecodeChunk = int64_t(1) << 25;  // 64 MiB of f16
 
+WeightRows weight_rows(const DeviceMatrix& w) {
+  return {w.storage(), w.quant_type(), static_cast<const uint8_t*>(w.data()), w.row_bytes(), w.cols()};
+}
+
+// out[i] = row (rows ? rows[i] : r0 + i) of w as values times scale (T: float or __half), for i < n.
+template <typename T>
+void read_rows(const DeviceMatrix& w, const int32_t* rows, int64_t r0, int64_t n, float scale, T* out) {
+  const int64_t threads = n * ((w.cols() + 31) / 32);
+  if (threads == 0) return;
+  rows_kernel<<<blocks_for(threads), kBlock, 0, stream()>>>(weight_rows(w), rows, r0, n, scale, out);
+  check_launch("read rows");
+}
+
 // Rows [r0, r0 + n) of a Quant matrix as f16 (row-major, w.cols() wide) into out.
 void decode_rows_f16(const DeviceMatrix& w, int64_t r0, int64_t n, __half* out) {
-  const int64_t threads = n * (w.cols() / 32);
-  if (threads == 0) return;
-  dequantize_rows_kernel<<<blocks_for(threads), kBlock, 0, stream()>>>(
-      w.quant_type(), static_cast<const uint8_t*>(w.data()), w.row_bytes(), w.cols(), nullptr, r0, n, 1.f,
-      out);
-  check_launch("decode quantised rows");
+  read_rows(w, nullptr, r0, n, 1.f, out);
 }
 // Weight rows per chunk of the tensor-core path: a multiple of 64 (each chunk's output and input columns
 // start aligned for cuBLAS), or the whole matrix.
 int64_t decode_chunk_rows(const DeviceMatrix& w) {
   const int64_t rows = kDecodeChunk / std::max<int64_t>(1, w.cols());
   return std::min(w.rows(), std::max<int64_t>(64, rows / 64 * 64));
-}
-
-WeightRows weight_rows(const DeviceMatrix& w) {
-  return {w.storage(), w.quant_type(), static_cast<const uint8_t*>(w.data()), w.row_bytes(), w.cols()};
 }
 
 // row_products_kernel over `groups` groups of `rows` weight rows each.
@@ -796,6 +781,18 @@ void launch_row_products(const DeviceMatrix& w, int64_t groups, const int32_t* f
   check_launch("row products");
 }
 
+// n activations rounded to a f16 / bf16 weight's input type (storage) into out.
+void to_input_type(const float* x, int64_t n, DeviceMatrix::Storage storage, void* out) {
+  check(storage == DeviceMatrix::Storage::F16 || storage == DeviceMatrix::Storage::BF16,
+        "cuda to_input_type: only f16 / bf16 weights take rounded activations");
+  if (n == 0) return;
+  if (storage == DeviceMatrix::Storage::F16)
+    to_half_kernel<<<blocks_for(n), kBlock, 0, stream()>>>(x, n, static_cast<__half*>(out));
+  else
+    to_bf16_kernel<<<blocks_for(n), kBlock, 0, stream()>>>(x, n, static_cast<__nv_bfloat16*>(out));
+  check_launch("convert activations");
+}
+
 // matmul for Quant weights (cuda_ops.h): the register kernel for a few rows, else f16 chunks on the tensor cores.
 void matmul_quant(const DeviceMatrix& w, const float* x, int64_t m, float* y) {
   if (m == 1) return launch_row_products<1>(w, 1, nullptr, m, x, y);
@@ -803,8 +800,7 @@ void matmul_quant(const DeviceMatrix& w, const float* x, int64_t m, float* y) {
   if (m <= kQuantGemvRows) return launch_row_products<kQuantGemvRows>(w, 1, nullptr, m, x, y);
   const int64_t k = w.cols();
   __half* x16 = matmul_scratch().reserve<__half>(m * k);
-  to_half_kernel<<<blocks_for(m * k), kBlock, 0, stream()>>>(x, m * k, x16);
-  check_launch("convert activations");
+  to_input_type(x, m * k, DeviceMatrix::Storage::F16, x16);
   const int64_t chunk = decode_chunk_rows(w);
   __half* wh = decode_scratch().reserve<__half>(chunk * k);
   const float one = 1.f, zero = 0.f;
@@ -819,18 +815,7 @@ void matmul_quant(const DeviceMatrix& w, const float* x, int64_t m, float* y) {
   }
 }
 
-// Activations rounded to a f16 / bf16 weight's input type, and the product of such rows with the weight.
-void to_input_type(const float* x, int64_t n, DeviceMatrix::Storage storage, void* out) {
-  check(storage == DeviceMatrix::Storage::F16 || storage == DeviceMatrix::Storage::BF16,
-        "cuda to_input_type: only f16 / bf16 weights take rounded activations");
-  if (n == 0) return;
-  if (storage == DeviceMatrix::Storage::F16)
-    to_half_kernel<<<blocks_for(n), kBlock, 0, stream()>>>(x, n, static_cast<__half*>(out));
-  else
-    to_bf16_kernel<<<blocks_for(n), kBlock, 0, stream()>>>(x, n, static_cast<__nv_bfloat16*>(out));
-  check_launch("convert activations");
-}
-
+// The product of rows rounded to a f16 / bf16 weight's input type (to_input_type) with the weight.
 void matmul_rounded(const DeviceMatrix& w, const void* x16, int64_t m, float* y) {
   check(w.storage() == DeviceMatrix::Storage::F16 || w.storage() == DeviceMatrix::Storage::BF16,
         "cuda matmul_rounded: only f16 / bf16 weights take rounded activations");
@@ -1145,28 +1130,7 @@ void attention(const float* q, int64_t n_q, int64_t ldq, const void* k, const vo
 }
 
 void embed_rows(const DeviceMatrix& table, const int32_t* rows, int64_t n, float scale, float* out) {
-  const int64_t count = n * table.cols();
-  if (count == 0) return;
-  switch (table.storage()) {
-    case DeviceMatrix::Storage::F32:
-      embed_kernel<<<blocks_for(count), kBlock, 0, stream()>>>(static_cast<const float*>(table.data()),
-                                                               table.cols(), rows, n, scale, out);
-      break;
-    case DeviceMatrix::Storage::F16:
-      embed_kernel<<<blocks_for(count), kBlock, 0, stream()>>>(static_cast<const __half*>(table.data()),
-                                                               table.cols(), rows, n, scale, out);
-      break;
-    case DeviceMatrix::Storage::BF16:
-      embed_kernel<<<blocks_for(count), kBlock, 0, stream()>>>(
-          static_cast<const __nv_bfloat16*>(table.data()), table.cols(), rows, n, scale, out);
-      break;
-    case DeviceMatrix::Storage::Quant:
-      dequantize_rows_kernel<<<blocks_for(n * (table.cols() / 32)), kBlock, 0, stream()>>>(
-          table.quant_type(), static_cast<const uint8_t*>(table.data()), table.row_bytes(), table.cols(), rows, 0, n,
-          scale, out);
-      break;
-  }
-  check_launch("embed_rows");
+  read_rows(table, rows, 0, n, scale, out);
 }
 
 void add(float* x, const float* y, int64_t n) {
@@ -1262,8 +1226,7 @@ void matmul_transposed(const DeviceMatrix& w, const float* x, int64_t m, float* 
     // The sum over w's rows in chunks: each chunk of rows decoded to f16 and added into y (beta 1 after
     // the first), x rounded to f16 once.
     __half* x16 = matmul_scratch().reserve<__half>(count);
-    to_half_kernel<<<blocks_for(count), kBlock, 0, stream()>>>(x, count, x16);
-    check_launch("convert activations");
+    to_input_type(x, count, DeviceMatrix::Storage::F16, x16);
     const int64_t chunk = decode_chunk_rows(w);
     __half* wh = decode_scratch().reserve<__half>(chunk * n);
     for (int64_t r0 = 0; r0 < k; r0 += chunk) {
@@ -1277,14 +1240,9 @@ void matmul_transposed(const DeviceMatrix& w, const float* x, int64_t m, float* 
     }
     return;
   }
-  const bool half = w.storage() == DeviceMatrix::Storage::F16;
   void* xr = matmul_scratch().reserve<uint16_t>(m * k);
-  if (half)
-    to_half_kernel<<<blocks_for(count), kBlock, 0, stream()>>>(x, count, static_cast<__half*>(xr));
-  else
-    to_bf16_kernel<<<blocks_for(count), kBlock, 0, stream()>>>(x, count, static_cast<__nv_bfloat16*>(xr));
-  check_launch("convert activations");
-  const cudaDataType_t type = half ? CUDA_R_16F : CUDA_R_16BF;
+  to_input_type(x, count, w.storage(), xr);
+  const cudaDataType_t type = w.storage() == DeviceMatrix::Storage::F16 ? CUDA_R_16F : CUDA_R_16BF;
   check_cublas(cublasGemmEx(cublas(), CUBLAS_OP_N, CUBLAS_OP_N, n, mm, k, &one, w.data(), type, n, xr, type,
                             k, &zero, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "cublasGemmEx");

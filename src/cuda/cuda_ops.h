@@ -179,6 +179,7 @@ struct ExtraKeys {
 // The element type of a device KV cache: f32 (the CPU's), or f16 (half the memory; the backend's choice
 // for models whose weights are not f32).
 enum class KvType { F32, F16 };
+inline int64_t kv_element_bytes(KvType type) { return type == KvType::F16 ? 2 : 4; }
 // Attention with the CPU's layout and mask rules (ops/ops.h AttentionMask) over the n_keys keys of k / v
 // (kv_type elements, the KV-cache layout), then `extra`'s (f32, not masked): one kernel, an online softmax,
 // nothing written but out. The mask arrays are device int32 pointers (or null as there). out must not
