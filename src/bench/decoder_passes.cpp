@@ -4,7 +4,6 @@
 #include "decode/events.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <map>
 #include <tuple>
@@ -51,9 +50,8 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
   enc.n = prompt_tokens;
   enc.groups = groups.data();
   // The device's memory in use, sampled after every timed pass (outside its time).
-  int64_t memory_peak = 0;
   auto sample_memory = [&] {
-    if (o.device_memory_in_use) memory_peak = std::max(memory_peak, o.device_memory_in_use());
+    if (o.device) o.device->sample_memory();
   };
   double t0 = now_ms();
   forward(model, cache, enc, &pool);
@@ -203,7 +201,6 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
   times.verify = std::move(cycles);
   times.verify_overlap = std::move(overlapped);
   times.threads = pool.size();
-  times.device_memory_peak_bytes = memory_peak;
   return times;
 }
 
@@ -217,9 +214,8 @@ DecoderPassReport decoder_pass_report(const DecoderPassTimes& t, const DecoderPa
   // With a device whose floors were measured, each pass kind's floor there: the sum over its passes of
   // pass_floor_ms of their bytes and FLOPs.
   const DeviceFloors* device = run.device ? &*run.device : nullptr;
-  const double read_gbps = device ? device->read_gbps : DeviceFloors::kNotMeasured;
-  const double tflops = device ? device->gemm_tflops_for(run.footprint.weight_type) : DeviceFloors::kNotMeasured;
-  const bool floors = std::isfinite(pass_floor_ms(0, 0, read_gbps, tflops));
+  const DType weight_type = run.footprint.weight_type;
+  const bool floors = device && device->floors_measured(weight_type);
   appendf(text, "model: %s, %lld layers, %d threads\n", run.source.c_str(), (long long)run.layers, t.threads);
   if (device) text += device_floors_text(*device);
   appendf(text, "%-44s %10s %10s %10s", "pass", "median ms", "min ms", "max ms");
@@ -246,7 +242,7 @@ DecoderPassReport decoder_pass_report(const DecoderPassTimes& t, const DecoderPa
         const double b = run.footprint.pass_bytes(rows), f = run.footprint.pass_flops(rows);
         bytes += b;
         flops += f;
-        floor_ms += pass_floor_ms(b, f, read_gbps, tflops);
+        floor_ms += device->floor_ms(b, f, weight_type);
       }
       fraction[key] = fraction_of_floor(floor_ms, median(ms));
       appendf(text, " %8.2f %8.0f%%", floor_ms, 100 * fraction[key]);
@@ -354,10 +350,11 @@ std::vector<PassRows> decoder_pass_rows(const std::string& kind, int64_t prompt_
 DecoderPassReport bench_decoder_passes(const Model& model, const DecoderPassOptions& options,
                                        const std::string& source, int64_t weight_bytes,
                                        const std::optional<DeviceFloors>& device) {
-  DecoderPassOptions timed = options;
-  if (device && device->memory_in_use) timed.device_memory_in_use = device->memory_in_use;
-  const DecoderPassTimes times = time_decoder_passes(model, timed);
   DecoderPassRun run;
+  run.device = device;
+  DecoderPassOptions timed = options;
+  if (run.device) timed.device = &*run.device;
+  const DecoderPassTimes times = time_decoder_passes(model, timed);
   run.source = source;
   run.layers = model.config.n_layers;
   run.prompt_tokens = options.prompt_tokens;
@@ -367,10 +364,6 @@ DecoderPassReport bench_decoder_passes(const Model& model, const DecoderPassOpti
   run.weight_bytes = weight_bytes;
   run.peak_rss_mib = double(peak_rss_bytes()) / 1048576.0;
   run.footprint = model_footprint(model);
-  run.device = device;
-  if (run.device)
-    run.device->memory_peak_bytes =
-        std::max({run.device->memory_peak_bytes, run.device->memory_used_bytes, times.device_memory_peak_bytes});
   return decoder_pass_report(times, run);
 }
 

@@ -6,7 +6,6 @@
 // timed one kind at a time and decoder_pass_report turns them into tokens/s at given pass counts.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -29,8 +28,8 @@ struct DecoderPassOptions {
   // pass: the causal rows and draft_length + 1 decoder canvases of draft_length + 1 rows, as --overlap).
   std::vector<std::string> modes = {"ar", "diffusion", "self-cond", "stream"};
   int64_t draft_length = 4;
-  // Samples the device's memory in use after every timed pass (outside its time); empty: not sampled.
-  std::function<int64_t()> device_memory_in_use;
+  // The device the passes run on: its memory is sampled after every timed pass (outside its time).
+  DeviceFloors* device = nullptr;
 };
 
 // Milliseconds of each timed pass (after the warm-up); an empty vector for a kind not asked for.
@@ -38,7 +37,6 @@ struct DecoderPassTimes {
   double prompt_ms = 0;  // the prompt's encoder pass (once)
   std::vector<double> diffusion, self_cond, stream, ar, verify, verify_overlap;
   int threads = 0;
-  int64_t device_memory_peak_bytes = 0;  // the most device_memory_in_use returned (0: not sampled)
 };
 
 // Throws Error for an unknown mode or out-of-range options.

@@ -25,6 +25,12 @@ void DeviceFloors::sample_memory() {
   if (memory_in_use) memory_peak_bytes = std::max(memory_peak_bytes, memory_in_use());
 }
 
+double DeviceFloors::floor_ms(double bytes, double flops, DType weight_type) const {
+  return pass_floor_ms(bytes, flops, read_gbps, gemm_tflops_for(weight_type));
+}
+
+bool DeviceFloors::floors_measured(DType weight_type) const { return std::isfinite(floor_ms(0, 0, weight_type)); }
+
 double pass_floor_ms(double bytes, double flops, double read_gbps, double tflops) {
   if (!positive(read_gbps) || !positive(tflops) || !(bytes >= 0) || !(flops >= 0))
     return DeviceFloors::kNotMeasured;

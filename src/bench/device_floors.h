@@ -34,6 +34,10 @@ struct DeviceFloors {
   double gemm_tflops_for(DType weight_type) const;
   // memory_peak_bytes = max(it, memory_in_use()) when there is a sampler.
   void sample_memory();
+  // pass_floor_ms with this device's roofs for weights of weight_type; NaN unless both were measured.
+  double floor_ms(double bytes, double flops, DType weight_type) const;
+  // Whether floor_ms gives numbers: both roofs measured (finite and positive).
+  bool floors_measured(DType weight_type) const;
 };
 
 // The least milliseconds a pass can take that reads `bytes` from device memory and does `flops`:

@@ -118,7 +118,7 @@ Sample run_request(const Generator& generator, const ModelFootprint& fp, const G
     s.rows += pass.rows;
     s.bytes += bytes;
     s.flops += flops;
-    if (device) s.floor_ms += pass_floor_ms(bytes, flops, device->read_gbps, device->gemm_tflops_for(fp.weight_type));
+    if (device) s.floor_ms += device->floor_ms(bytes, flops, fp.weight_type);
   }
   s.passes = double(decoding);
   s.decode_tokens = double(out.decode_tokens);
@@ -452,8 +452,7 @@ BenchReport run_bench(const Model& model, const BenchModelInfo& info, const Benc
     }
   }
 
-  const bool floors_measured =
-      device && std::isfinite(device->read_gbps) && std::isfinite(device->gemm_tflops_for(fp.weight_type));
+  const bool floors_measured = device && device->floors_measured(fp.weight_type);
   std::map<int, double> ar_speed;
   for (const GridPoint& g : grid) {
     BenchRow row;
