@@ -4,11 +4,13 @@
 # synthetic shapes at Q4_0 on the GPU with the device's floors measured in the same run (canvas bench
 # --device cuda: streaming-read bandwidth, GEMM rate, device memory):
 # - DiffusionGemma-26B-A4B, all layers, a 256-token canvas: the prompt's encoder pass, a decoder pass with the
-#   fused head, an AR step, and the tokens/s of the canvas in 8 / 16 / 32 steps against AR;
+#   fused head, an AR step, and the tokens/s of the canvas in 8 / 16 / 32 steps against AR; then one more
+#   pass of each kind with per-op device timing (--profile: where the pass's time goes);
 # - LLaDA-8B: an AR step and a 32-row masked-diffusion pass (prefix cache, one block of 32).
 # It ends with one JSON object holding issue 29's table (docs/performance.md, "On an NVIDIA H200"): device
 # memory, decoder pass, AR step, tokens/s at 16 steps, diffusion / own AR, each pass's fraction of its floor,
-# and the LLaDA-8B rows; a bench that failed leaves its rows null with the reason.
+# and the LLaDA-8B rows; a bench that failed leaves its rows null with the reason. Where $OUT is set (the
+# device tool), the benches' JSON reports are copied there too.
 # Usage: bash scripts/gpu-check.sh [BUILD_DIR]   (default build-cuda); extra CMake arguments in
 # CANVAS_CMAKE_ARGS; SKIP_BENCH=1 runs the tests only; the benches' JSON reports are kept in
 # BUILD_DIR/gpu-check/.
@@ -50,12 +52,14 @@ rm -f "$out/diffusion-gemma.json" "$out/llada.json"
 dg_status=0
 echo "== DiffusionGemma-26B-A4B shape, q4_0 weights, all layers, canvas 256"
 timeout 240 "$build/canvas" bench --synthetic diffusion-gemma:26b-a4b --type q4_0 --device cuda -p 32 \
-  --warmup 1 --repeats 5 --modes ar,stream -t "$(nproc)" --json "$out/diffusion-gemma.json" || dg_status=$?
+  --warmup 1 --repeats 5 --modes ar,stream --profile -t "$(nproc)" --json "$out/diffusion-gemma.json" || dg_status=$?
 llada_status=0
 echo "== LLaDA-8B shape, q4_0 weights: AR and 32-row passes (prefix cache, one block of 32)"
 timeout 150 "$build/canvas" bench --synthetic llada:8b --type q4_0 --device cuda -p 32 -n 32 --modes ar,diffusion \
   --cache prefix --block-length 32 --warmup 1 --repeats 3 -t "$(nproc)" --json "$out/llada.json" || llada_status=$?
 [ $dg_status = 0 ] && [ $llada_status = 0 ] || status=1
+# On the device machine, the reports also come back whole through $OUT.
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then cp "$out"/*.json "$OUT"/ 2>/dev/null || true; fi
 
 echo "== issue 29's table (JSON)"
 python3 - "$out/diffusion-gemma.json" "$dg_status" "$out/llada.json" "$llada_status" <<'EOF'
@@ -108,6 +112,11 @@ def diffusion_gemma(report, error):
         "tokens_per_second_256_in_16_steps_at_floor": at16.get("floor_tokens_per_second"),
         "diffusion_vs_own_ar_16_steps": at16.get("vs_ar"),
     })
+    # bench --profile: where one more pass of each kind spent its device time (the outermost ops).
+    rows["profile"] = {p.get("pass"): {"wall_ms": p.get("wall_ms"),
+                                       "ops_ms": {o["op"]: round(o["ms"], 3) for o in p.get("ops", [])
+                                                  if o.get("depth") == 0}}
+                       for p in report.get("device_profile", [])}
     return rows
 
 def llada(report, error):

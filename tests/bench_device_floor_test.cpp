@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "bench/decoder_passes.h"
@@ -11,6 +13,8 @@
 #include "bench/synthetic.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "model/model.h"
+#include "test_util.h"
 
 namespace canvas {
 namespace {
@@ -219,6 +223,57 @@ TEST(BenchDeviceFloor, DecoderPassReportGivesEachPassItsFraction) {
   EXPECT_TRUE(unmeasured.json["device"]["read_gbps"].is_null());
   EXPECT_FALSE(unmeasured.json["passes"]["ar"].contains("fraction_of_floor"));
   EXPECT_EQ(unmeasured.text.find("of floor"), std::string::npos) << unmeasured.text;
+}
+
+// --profile: after the timed passes, one more pass of each timed kind runs inside the device's profile
+// hook (here a host stand-in that runs the pass and reports two ops), and the report lists each profiled
+// pass with its wall time and ops. Without a hook that can profile, the timer refuses.
+TEST(BenchDeviceFloor, ProfiledPassesRunInsideTheDeviceHook) {
+  const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
+  DeviceFloors device = made_up_device();
+  int hooked = 0;
+  device.profile = [&](const std::function<void()>& pass) {
+    ++hooked;
+    pass();
+    return std::vector<bench::DeviceOpTime>{{"attention block", 0, 1.5, 2}, {"attention: kernel", 1, 0.5, 2}};
+  };
+  bench::DecoderPassOptions o;
+  o.prompt_tokens = 6;
+  o.canvas = 8;
+  o.warmup = 0;
+  o.repeats = 1;
+  o.threads = 1;
+  o.modes = {"ar", "stream", "verify"};
+  o.device = &device;
+  o.profile = true;
+  const bench::DecoderPassTimes t = bench::time_decoder_passes(m, o);
+  EXPECT_EQ(hooked, 2);  // stream and ar; verify is not profiled
+  ASSERT_EQ(t.profiles.size(), 2u);
+  EXPECT_EQ(t.profiles[0].kind, "stream");
+  EXPECT_EQ(t.profiles[1].kind, "ar");
+  for (const bench::ProfiledPass& pp : t.profiles) {
+    EXPECT_GT(pp.wall_ms, 0);
+    EXPECT_EQ(pp.ops.size(), 2u);
+  }
+  bench::DecoderPassRun run;
+  run.source = "tiny";
+  run.canvas = 8;
+  run.device = device;
+  const bench::DecoderPassReport r = bench::decoder_pass_report(t, run);
+  ASSERT_EQ(r.json["device_profile"].size(), 2u) << r.json.dump();
+  EXPECT_EQ(r.json["device_profile"][0]["pass"], "stream");
+  EXPECT_EQ(r.json["device_profile"][0]["ops"][1]["op"], "attention: kernel");
+  EXPECT_EQ(r.json["device_profile"][0]["ops"][1]["depth"], 1);
+  EXPECT_DOUBLE_EQ(r.json["device_profile"][1]["ops"][0]["ms"].get<double>(), 1.5);
+  EXPECT_NE(r.text.find("  ar pass: "), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("      attention: kernel"), std::string::npos) << r.text;  // indented by its depth
+  // Without profiling nothing extra runs; a device without a hook cannot profile.
+  o.profile = false;
+  EXPECT_TRUE(bench::time_decoder_passes(m, o).profiles.empty());
+  EXPECT_EQ(hooked, 2);
+  device.profile = nullptr;
+  o.profile = true;
+  EXPECT_THROW(bench::time_decoder_passes(m, o), Error);
 }
 
 // The grid with a device: its floors replace the CPU roofs (not measured), every row gets its floor and

@@ -315,6 +315,94 @@ TEST(Cuda, AttentionMatchesCpuUnderEveryMask) {
   for (int head_dim : {16, 64, 512}) check_attention(head_dim);
 }
 
+// Two requests of one pass, each with its own cache of its own size: request A (5 rows, an encoder's) writes
+// its K/V rows into cache A at positions 30 .. 34 (scatter_kv) and attends over it causally with groups
+// and a sliding window; request B (3 rows, a decoder canvas's) sees cache B's positions 4 .. 19 in place
+// and then its own three K/V rows. One attention_batch launch for both, against the CPU per request.
+TEST(Cuda, BatchedAttentionMatchesEachRequestAlone) {
+  SKIP_WITHOUT_DEVICE();
+  Rng rng(21);
+  AttentionShape shape;
+  shape.n_heads = 4;
+  shape.n_kv_heads = 2;
+  shape.head_dim = 64;
+  shape.scale = 0.125f;
+  const int64_t D = shape.head_dim, ld = shape.n_heads * D, kv_width = shape.n_kv_heads * D;
+  const int64_t rows_a = 5, rows_b = 3, rows = rows_a + rows_b, cap_a = 40, cap_b = 24, cached_a = 30;
+  const int64_t first_b = 4, seen_b = 16;
+  const auto q = random_vector(rng, size_t(rows * ld));
+  const auto own_k = random_vector(rng, size_t(rows * kv_width)), own_v = random_vector(rng, size_t(rows * kv_width));
+  auto ka = random_vector(rng, size_t(shape.n_kv_heads * cap_a * D)), va = random_vector(rng, ka.size());
+  const auto kb = random_vector(rng, size_t(shape.n_kv_heads * cap_b * D)), vb = random_vector(rng, kb.size());
+  std::vector<int32_t> pos(static_cast<size_t>(rows), 0), key_group(static_cast<size_t>(cap_a)),
+      query_group(static_cast<size_t>(rows), 0),
+      window(static_cast<size_t>(rows), 0), seg_of_row = {0, 0, 0, 0, 0, 1, 1, 1};
+  for (int64_t j = 0; j < cap_a; ++j) key_group[size_t(j)] = int32_t(j);
+  for (int64_t i = 0; i < rows_a; ++i) {
+    pos[size_t(i)] = int32_t(cached_a + i);
+    query_group[size_t(i)] = int32_t(cached_a + i);
+    window[size_t(i)] = int32_t(i % 2 ? cached_a + i - 7 : 0);
+  }
+  auto dq = to_device(q), dok = to_device(own_k), dov = to_device(own_v), dka = to_device(ka), dva = to_device(va),
+       dkb = to_device(kb), dvb = to_device(vb), dpos = to_device(pos), dkg = to_device(key_group),
+       dqg = to_device(query_group), dwin = to_device(window), dseg = to_device(seg_of_row);
+  std::vector<cuda::AttentionSegment> segs(2);
+  segs[0].k = dka.data();
+  segs[0].v = dva.data();
+  segs[0].kv_head_stride = cap_a * D;
+  segs[0].mask.key_group = dkg.as<int32_t>();
+  segs[0].mask.query_group = dqg.as<int32_t>();
+  segs[0].mask.window_start = dwin.as<int32_t>();
+  segs[0].n_keys = int32_t(cached_a + rows_a);
+  segs[1].k = dkb.as<float>() + first_b * D;
+  segs[1].v = dvb.as<float>() + first_b * D;
+  segs[1].kv_head_stride = cap_b * D;
+  segs[1].row0 = rows_a;
+  segs[1].n_keys = int32_t(seen_b);
+  segs[1].own_keys = int32_t(rows_b);
+  auto dsegs = to_device(segs);
+  const auto* dsegs_ptr = dsegs.as<cuda::AttentionSegment>();
+  // A's rows into cache A: the host twin does the same copy.
+  cuda::scatter_kv(dok.as<float>(), dov.as<float>(), rows_a, shape.n_kv_heads, D, dpos.as<int32_t>(), dsegs_ptr,
+                   dseg.as<int32_t>(), cuda::KvType::F32);
+  for (int64_t i = 0; i < rows_a; ++i)
+    for (int64_t h = 0; h < shape.n_kv_heads; ++h)
+      for (int64_t d = 0; d < D; ++d) {
+        const size_t at = size_t(h * cap_a * D + pos[size_t(i)] * D + d), from = size_t(i * kv_width + h * D + d);
+        ka[at] = own_k[from];
+        va[at] = own_v[from];
+      }
+  expect_close(to_host<float>(dka, ka.size()), ka, 0, "scatter_kv, K");
+  expect_close(to_host<float>(dva, va.size()), va, 0, "scatter_kv, V");
+  cuda::DeviceBuffer dout(size_t(rows * ld) * 4);
+  cuda::attention_batch(dq.as<float>(), rows, ld, dsegs_ptr, dseg.as<int32_t>(), cuda::KvType::F32, dok.as<float>(),
+                        dov.as<float>(), kv_width, shape, dout.as<float>(), ld);
+  const std::vector<float> got = to_host<float>(dout, size_t(rows * ld));
+  std::vector<float> want_a(size_t(rows_a * ld)), want_b(size_t(rows_b * ld));
+  AttentionMask mask;
+  mask.key_group = key_group.data();
+  mask.query_group = query_group.data();
+  mask.window_start = window.data();
+  reference::attention(q.data(), rows_a, ld, ka.data(), va.data(), cached_a + rows_a, cap_a * D, mask, shape,
+                       want_a.data(), ld);
+  // B's keys joined into one array for the CPU: cache B's positions 4 .. 19, then its own rows.
+  const int64_t keys_b = seen_b + rows_b;
+  std::vector<float> jk(size_t(shape.n_kv_heads * keys_b * D)), jv(jk.size());
+  for (int64_t h = 0; h < shape.n_kv_heads; ++h)
+    for (int64_t j = 0; j < keys_b; ++j)
+      for (int64_t d = 0; d < D; ++d) {
+        const size_t at = size_t(h * keys_b * D + j * D + d);
+        const size_t in_cache = size_t(h * cap_b * D + (first_b + j) * D + d);
+        const size_t in_rows = size_t((rows_a + j - seen_b) * kv_width + h * D + d);
+        jk[at] = j < seen_b ? kb[in_cache] : own_k[in_rows];
+        jv[at] = j < seen_b ? vb[in_cache] : own_v[in_rows];
+      }
+  reference::attention(q.data() + rows_a * ld, rows_b, ld, jk.data(), jv.data(), keys_b, keys_b * D, AttentionMask{},
+                       shape, want_b.data(), ld);
+  expect_close(std::vector<float>(got.begin(), got.begin() + rows_a * ld), want_a, 1e-5, "batched attention, A");
+  expect_close(std::vector<float>(got.begin() + rows_a * ld, got.end()), want_b, 1e-5, "batched attention, B");
+}
+
 // A weight matrix of `type` [n x k] from random values, its bytes kept alive by the returned object.
 struct HostWeights {
   std::vector<uint8_t> bytes;
@@ -670,8 +758,8 @@ void check_encoder(const TwinModels& t, double tolerance, const std::string& nam
   EXPECT_LE(report_error(encoder_logits(t.gpu, gpu_cache, more, 12, g1), encoder_logits(t.cpu, cpu_cache, more, 12, g1),
                          name + ": encoder, 4 tokens after the cache"),
             tolerance);
-  // Two requests in one batch, each on its own cache.
-  KvCache a(c, 16), b(c, 16);
+  // Two requests in one batch, each on its own cache (of its own size: one attention launch for both).
+  KvCache a(c, 16), b(c, 24);
   std::vector<float> la(size_t(12 * c.vocab)), lb(size_t(4 * c.vocab));
   ForwardRequest ra, rb;
   ra.tokens = prompt.data();
@@ -781,6 +869,47 @@ void check_decoder(const TwinModels& t, double tolerance, const std::string& nam
     EXPECT_GE(same_sample, N - 1) << "samples agree on " << same_sample << " of " << N << " rows";
   }
   std::printf("  %-58s %d of %lld\n", (name + ": same Gumbel samples").c_str(), same_sample, static_cast<long long>(N));
+
+  // Two canvases in one batch, on caches of different sizes after prompts of different lengths (P and
+  // P + 5: their sliding windows start at different positions): one attention launch per layer and one
+  // product of the head for both; the first returns logits, the second its fused head's statistics.
+  std::vector<int32_t> prompt_b = prompt, groups_b = groups;
+  for (int64_t i = 0; i < 5; ++i) {
+    prompt_b.push_back(int32_t(rng.below(uint64_t(c.vocab))));
+    groups_b.push_back(int32_t(P + i));
+  }
+  auto batch = [&](const Model& m, std::vector<float>& logits, std::vector<HeadRowStats>& stats) {
+    KvCache a(c, P + N), b(c, P + 5 + N + 3);
+    encoder_logits(m, a, prompt, 0, groups);
+    encoder_logits(m, b, prompt_b, 0, groups_b);
+    ForwardRequest ra, rb;
+    for (ForwardRequest* r : {&ra, &rb}) {
+      r->tokens = canvas.data();
+      r->n = N;
+      r->decoder = true;
+      for (int64_t i = 0; i < N; ++i) r->logit_rows.push_back(int32_t(i));
+    }
+    ra.pos0 = P;
+    rb.pos0 = P + 5;
+    ra.logits = logits.data();
+    rb.head_stats = stats.data();
+    rb.head.temperature = 0.8f;
+    rb.head.seed = 7;
+    KvCache* caches[] = {&a, &b};
+    const ForwardRequest reqs[] = {ra, rb};
+    forward_batch(m, caches, reqs, nullptr);
+  };
+  std::vector<float> cl(size_t(N * c.vocab)), gl(cl.size());
+  std::vector<HeadRowStats> cst(static_cast<size_t>(N)), gst(static_cast<size_t>(N));
+  batch(t.cpu, cl, cst);
+  batch(t.gpu, gl, gst);
+  EXPECT_LE(report_error(gl, cl, name + ": batch of two canvases, logits"), tolerance);
+  std::vector<float> cb, gb;
+  for (int64_t i = 0; i < N; ++i)
+    for (const HeadRowStats* st : {&cst[size_t(i)], &gst[size_t(i)]})
+      for (float f : {st->plain.max, st->plain.logsumexp, st->plain.entropy, st->tempered.logsumexp})
+        (st == &cst[size_t(i)] ? cb : gb).push_back(f);
+  EXPECT_LE(report_error(gb, cb, name + ": batch of two canvases, fused head"), tolerance);
 }
 
 TEST(CudaForward, DiffusionGemmaDecoderMatchesCpu) {
@@ -878,6 +1007,53 @@ TEST(CudaForward, RecordedArStepsMatchTheCpu) {
   t.gpu = synthetic->model;
   t.gpu.backend = cuda::make_backend(t.gpu);
   run(t, 1e-2, "diffusion-gemma:tiny q4_0");
+}
+
+// The per-op profile (bench --profile): with profiling on, a forward's stages and the products inside
+// them are timed (every layer's attention block once, nested spans one level deeper), no graph is
+// recorded or replayed, and the logits stay the CPU's; with it off nothing is counted.
+TEST(CudaForward, ProfiledPassesTimeEveryStage) {
+  SKIP_WITHOUT_DEVICE();
+  const TwinModels t = load_twins(test::fixture("tiny-llada.gguf"));
+  const ModelConfig& c = t.cpu.config;
+  std::vector<int32_t> groups(8);
+  for (size_t i = 0; i < groups.size(); ++i) groups[i] = int32_t(i);
+  const std::vector<int32_t> prompt = {1, 2, 3, 4}, token = {5};
+  KvCache cpu_cache(c, 8), gpu_cache(c, 8);
+  encoder_logits(t.cpu, cpu_cache, prompt, 0, groups);
+  encoder_logits(t.gpu, gpu_cache, prompt, 0, groups);
+  cuda::take_profile();
+  cuda::set_profiling(true);
+  const uint64_t replays = cuda::DeviceGraph::replays();
+  double worst = 0;
+  for (int64_t pos = 4; pos < 7; ++pos) {  // AR steps of one shape (recorded and replayed, were profiling off)
+    const std::vector<int32_t> g = {int32_t(pos)};
+    worst = std::max(worst, test::relative_error(encoder_logits(t.gpu, gpu_cache, token, pos, g),
+                                                 encoder_logits(t.cpu, cpu_cache, token, pos, g)));
+  }
+  const std::vector<cuda::OpTime> ops = cuda::take_profile();
+  cuda::set_profiling(false);
+  EXPECT_EQ(cuda::DeviceGraph::replays(), replays);
+  EXPECT_LE(worst, 1e-4);
+  auto find = [&](const std::string& name) -> const cuda::OpTime* {
+    for (const cuda::OpTime& op : ops)
+      if (op.name == name) return &op;
+    return nullptr;
+  };
+  const cuda::OpTime* attention = find("attention block");
+  ASSERT_NE(attention, nullptr);
+  EXPECT_EQ(attention->depth, 0);
+  EXPECT_EQ(attention->spans, 3 * c.n_layers);
+  EXPECT_GT(attention->ms, 0);
+  const cuda::OpTime* kernel = find("attention: K/V into the caches, attention kernel");
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_EQ(kernel->depth, 1);
+  EXPECT_LE(kernel->ms, attention->ms);
+  ASSERT_NE(find("head"), nullptr);
+  for (const cuda::OpTime& op : ops)
+    std::printf("  %*s%-50s %8.3f ms %4lld x\n", 2 * op.depth, "", op.name.c_str(), op.ms, (long long)op.spans);
+  encoder_logits(t.gpu, gpu_cache, token, 7, {7});
+  EXPECT_TRUE(cuda::take_profile().empty());
 }
 
 // Quantised weights kept in their blocks on the device against the CPU's quantised forward on the same

@@ -61,6 +61,9 @@ measured in the same run, and each diffusion row's decode speed over AR's ("vs A
         {"--no-roofs", "", "skip the roofs (fractions are then absent); with --device cuda, the device's floors"},
         {"--json", "FILE", "write the report as one JSON object (machine, model, settings, roofs, rows)"},
         {"--device", "NAME", kDeviceHelp},
+        {"--profile", "",
+         "with --device cuda, models with a decoder: one more pass of each timed kind with\n"
+         "per-op device timing (CUDA events, no graphs): where the pass's time goes"},
         {"--plot", "FILE.png",
          "plot decode tokens/s against tokens per pass, AR as a horizontal line\n"
          "(the masked grid, drawn by canvas itself). Models with a decoder: --json only"},
@@ -155,6 +158,8 @@ int cmd_bench(int argc, char** argv) {
   options.repeats = int(args.get_int("repeats", quick ? 1 : 3));
   options.seed = uint64_t(args.get_int("seed", 0));
   options.measure_roofs = !args.has("no-roofs");
+  check(!args.has("profile") || args.get("device", "cpu") != "cpu",
+        "--profile times ops on a device: add --device cuda");
   if (quick) options.roof = bench::RoofOptions::quick();
   options.run_ar = options.run_diffusion = false;
   const std::vector<std::string> modes = split_list(args.get("modes", ""));
@@ -217,12 +222,14 @@ int cmd_bench(int argc, char** argv) {
     passes.seed = options.seed;
     passes.modes = modes.empty() ? std::vector<std::string>{"ar", "diffusion", "self-cond"} : modes;
     passes.draft_length = args.get_int("draft-length", 4);
+    passes.profile = args.has("profile");
     const bench::DecoderPassReport report =
         bench::bench_decoder_passes(*model, passes, info.source, bench_model.weight_bytes(), options.device);
     std::fputs(report.text.c_str(), stdout);
     write_json_report(args.get("json", ""), report.json);
     return 0;
   }
+  check(!args.has("profile"), "--profile: the pass-by-pass bench of models with a decoder (DiffusionGemma) only");
   for (const char* decoder_only : {"self-cond", "stream", "verify", "verify-overlap"})
     check(std::find(modes.begin(), modes.end(), decoder_only) == modes.end(),
           std::string("--modes: ") + decoder_only + " applies to models with a decoder (DiffusionGemma) only");

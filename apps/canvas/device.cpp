@@ -42,6 +42,22 @@ bench::DeviceFloors measure_device_floors(bool measure_roofs, bool quick) {
   d.memory_used_bytes = d.memory_peak_bytes = memory.used_bytes();
   d.memory_in_use = [] { return cuda::device_memory_in_use(); };
   d.buffers_peak = [] { return cuda::device_buffer_peak_bytes(); };
+  d.profile = [](const std::function<void()>& pass) {
+    cuda::take_profile();  // drops what came before
+    cuda::set_profiling(true);
+    std::vector<cuda::OpTime> times;
+    try {
+      pass();
+      times = cuda::take_profile();
+    } catch (...) {
+      cuda::set_profiling(false);
+      throw;
+    }
+    cuda::set_profiling(false);
+    std::vector<bench::DeviceOpTime> ops;
+    for (const cuda::OpTime& t : times) ops.push_back({t.name, t.depth, t.ms, t.spans});
+    return ops;
+  };
   if (!measure_roofs) {
     d.not_measured = "--no-roofs";
     return d;

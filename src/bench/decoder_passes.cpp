@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <tuple>
 
@@ -32,6 +33,7 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
   const ModelConfig& c = model.config;
   check(prompt_tokens > 0 && canvas > 0 && repeats > 0 && warmup >= 0,
         "need -p > 0, --block-length > 0, --repeats > 0 and --warmup >= 0");
+  check(!o.profile || (o.device && o.device->profile), "--profile needs a device that profiles (--device cuda)");
   ThreadPool pool(o.threads);
   Rng rng(seed);
   auto random_tokens = [&](int64_t n) {
@@ -40,7 +42,7 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
     return t;
   };
   const int64_t ar_steps = warmup + repeats;
-  const int64_t tail = std::max<int64_t>(ar_steps, 2 * draft_length + 2);
+  const int64_t tail = std::max<int64_t>(ar_steps + 1, 2 * draft_length + 2);  // + 1: a profiled AR step
   KvCache cache(c, prompt_tokens + tail);
   std::vector<int32_t> groups(static_cast<size_t>(prompt_tokens + tail));
   for (size_t i = 0; i < groups.size(); ++i) groups[i] = int32_t(i);
@@ -193,6 +195,30 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
     sample_memory();
   }
   DecoderPassTimes times;
+  // One more pass of each timed kind with the device's per-op timing on.
+  auto profiled = [&](const char* kind, const std::function<void()>& pass) {
+    if (!o.profile || !wants(kind)) return;
+    ProfiledPass pp;
+    pp.kind = kind;
+    const double start = now_ms();
+    pp.ops = o.device->profile(pass);
+    pp.wall_ms = now_ms() - start;
+    times.profiles.push_back(std::move(pp));
+  };
+  profiled("diffusion", [&] { decoder_pass(nullptr); });
+  profiled("self-cond", [&] { decoder_pass(self_cond.data()); });
+  profiled("stream", [&] { stream_pass(warmup + repeats); });
+  profiled("ar", [&] {
+    const int32_t token = int32_t(rng.below(uint64_t(c.vocab)));
+    ForwardRequest step;
+    step.tokens = &token;
+    step.n = 1;
+    step.pos0 = prompt_tokens + ar_steps;
+    step.groups = &groups[size_t(prompt_tokens + ar_steps)];
+    step.logit_rows = {0};
+    step.logits = row.data();
+    forward(model, cache, step, &pool);
+  });
   times.prompt_ms = prompt_ms;
   times.diffusion = std::move(plain);
   times.self_cond = std::move(conditioned);
@@ -263,6 +289,22 @@ DecoderPassReport decoder_pass_report(const DecoderPassTimes& t, const DecoderPa
        "overlapped verify cycle (one pass, " + std::to_string((draft_length + 1) * (draft_length + 2)) + " rows)",
        overlapped);
   appendf(text, "peak RSS %.0f MiB; weights %.2f GiB\n", run.peak_rss_mib, double(run.weight_bytes) / 1073741824.0);
+  if (!t.profiles.empty()) {
+    text += "one more pass of each kind with per-op device timing (no graphs; an indented op's time is also\n"
+            "part of the op above it):\n";
+    nlohmann::ordered_json& profiles = report["device_profile"];
+    profiles = nlohmann::ordered_json::array();
+    for (const ProfiledPass& pp : t.profiles) {
+      appendf(text, "  %s pass: %.2f ms wall\n", pp.kind.c_str(), pp.wall_ms);
+      nlohmann::ordered_json ops = nlohmann::ordered_json::array();
+      for (const DeviceOpTime& op : pp.ops) {
+        appendf(text, "    %*s%-*s %9.3f ms %5.1f%% %6lld x\n", 2 * op.depth, "", 56 - 2 * op.depth, op.name.c_str(),
+                op.ms, pp.wall_ms > 0 ? 100 * op.ms / pp.wall_ms : 0.0, (long long)op.spans);
+        ops.push_back({{"op", op.name}, {"depth", op.depth}, {"ms", op.ms}, {"spans", op.spans}});
+      }
+      profiles.push_back({{"pass", pp.kind}, {"wall_ms", pp.wall_ms}, {"ops", ops}});
+    }
+  }
   report["peak_rss_mib"] = run.peak_rss_mib;
   report["weight_bytes"] = run.weight_bytes;
   // What the passes imply for decoding: a canvas of `canvas` tokens denoised in S decoder passes gives

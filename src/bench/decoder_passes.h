@@ -30,12 +30,24 @@ struct DecoderPassOptions {
   int64_t draft_length = 4;
   // The device the passes run on: its memory is sampled after every timed pass (outside its time).
   DeviceFloors* device = nullptr;
+  // After the timed passes, one more pass of each timed kind (diffusion, self-cond, stream, ar) with the
+  // device's per-op timing on (device->profile): where its device time goes. Needs a device that profiles.
+  bool profile = false;
+};
+
+// One profiled pass (DecoderPassOptions::profile): its kind, its wall time (profiling on: no graphs, and
+// an event pair per op) and its ops' device times.
+struct ProfiledPass {
+  std::string kind;
+  double wall_ms = 0;
+  std::vector<DeviceOpTime> ops;
 };
 
 // Milliseconds of each timed pass (after the warm-up); an empty vector for a kind not asked for.
 struct DecoderPassTimes {
   double prompt_ms = 0;  // the prompt's encoder pass (once)
   std::vector<double> diffusion, self_cond, stream, ar, verify, verify_overlap;
+  std::vector<ProfiledPass> profiles;  // DecoderPassOptions::profile
   int threads = 0;
 };
 

@@ -7,10 +7,21 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 
 namespace canvas::bench {
+
+// Device time of one named op (span) of a profiled pass: the backend's stages (depth 0) and what they
+// run (depth 1, 2: attention kernel, MoE routing, the products' paths); a deeper op's time is also part
+// of the shallower one that holds it.
+struct DeviceOpTime {
+  std::string name;
+  int depth = 0;
+  double ms = 0;
+  int64_t spans = 0;  // how many times it ran in the pass
+};
 
 struct DeviceFloors {
   static constexpr double kNotMeasured = std::numeric_limits<double>::quiet_NaN();
@@ -28,6 +39,9 @@ struct DeviceFloors {
   // The most bytes the backend's own buffers (weights, KV caches, scratch) held at once so far, exactly
   // (a high-water mark kept by the backend, not a sample); empty: not known.
   std::function<int64_t()> buffers_peak;
+  // Runs `pass` once with the device's per-op timing on (CUDA events around each op; no recorded graphs)
+  // and returns where its device time went. Empty: the device cannot profile.
+  std::function<std::vector<DeviceOpTime>(const std::function<void()>& pass)> profile;
 
   // The compute roof (TFLOP/s) for weights stored as `weight_type`: f32 weights multiply in f32 (sgemm),
   // every other type on the tensor cores at the f16 rate. NaN when not measured.

@@ -71,7 +71,8 @@ struct DevicePass {
   const int32_t* qgroups = nullptr;       // each row's group (encoder rows; 0 for decoder rows)
   const int32_t* window_start = nullptr;  // sliding layers: the first key position each row sees
   const int32_t* tokens = nullptr;        // each row's token
-  const int32_t* key_ends = nullptr;      // each request's key count (its cache's positions in use)
+  const int32_t* seg_of_row = nullptr;    // each row's request
+  const AttentionSegment* segs = nullptr; // each layer's requests' keys: segs[l * segments() + s]
   const int32_t* sel_rows = nullptr;      // the rows each request wants logits of, all requests in turn
   const uint64_t* row_ids = nullptr;      // the fused head's noise ids of those rows (null: none given)
   std::vector<int64_t> sel_row0;          // each request's first entry in sel_rows / row_ids
@@ -85,6 +86,17 @@ struct DevicePass {
       : model(m), c(m.config), caches(cs), requests(rs), plan(pl), n(pl.n) {}
   int64_t segments() const { return int64_t(requests.size()); }
 };
+
+// The most logits rows one product of the head writes: every wanted row of the pass when the outputs stay
+// on the device until fetch, else the larger of the largest request's rows and 256 (a batch of AR steps
+// in one product, without a [rows x vocab] buffer for a whole batch of canvases).
+int64_t head_rows(const DevicePass& p) {
+  const int64_t total = p.sel_row0.back();
+  if (p.defer_outputs) return total;
+  int64_t largest = 0;
+  for (size_t s = 0; s + 1 < p.sel_row0.size(); ++s) largest = std::max(largest, p.sel_row0[s + 1] - p.sel_row0[s]);
+  return std::min(total, std::max<int64_t>(largest, 256));
+}
 
 class CudaBackend final : public ForwardBackend {
  public:
@@ -104,7 +116,8 @@ class CudaBackend final : public ForwardBackend {
   std::vector<int64_t> graph_key(const DevicePass& p) const;
   bool run_recorded(DevicePass& p, const std::vector<int64_t>& key);
   void embed(DevicePass& p);
-  void attend(DevicePass& p, int64_t l, int64_t s);
+  void attend(DevicePass& p, int64_t l);
+  void stage_attention(DevicePass& p);
   void attention_block(DevicePass& p, int64_t l);
   void feed_forward(DevicePass& p, int64_t l);
   void head(DevicePass& p);
@@ -135,7 +148,7 @@ class CudaBackend final : public ForwardBackend {
   uint64_t next_cache_id_ = 1;
   // Per-pass buffers, reused.
   DeviceBuffer x_, h_, q_, k_, v_, attn_, proj_, g_, u_, pos_, tokens_, qgroups_, window_, sel_, sel_rows_,
-      logits_, soft_, mlp_, stats_, row_ids_, key_ends_, router_in_, experts_out_, router_logits_, gathered_,
+      logits_, soft_, mlp_, stats_, row_ids_, seg_of_row_, segs_, router_in_, experts_out_, router_logits_, gathered_,
       expert_act_, expert_res_, expert_gu_, moe_expert_, moe_first_, moe_rows_, moe_begin_, moe_slot_,
       moe_weight_, prev_;
 };
@@ -231,16 +244,20 @@ void CudaBackend::gated_mlp(const DeviceMatrix& gate, const DeviceMatrix& up, co
 void CudaBackend::moe(const ModelConfig& c, const DeviceLayer& w, const float* router_in, const float* expert_in,
                       int64_t n, float* out) {
   const int64_t E = c.n_experts, K = c.n_experts_used, H = c.hidden, I = c.expert_ffn, slots = n * K;
-  float* logits = router_logits_.reserve<float>(n * E);
-  matmul(w.router, router_in, n, logits);
   int32_t* expert_of = moe_expert_.reserve<int32_t>(slots);
   float* weight_of = moe_weight_.reserve<float>(slots);
-  moe_route(logits, n, E, K, c.expert_weights_norm, ptr(w.per_expert_scale), expert_of, weight_of);
   int32_t* first = moe_first_.reserve<int32_t>(E + 1);
   int32_t* slot_row = moe_rows_.reserve<int32_t>(slots);
   int32_t* slot_of = moe_slot_.reserve<int32_t>(slots);
   int32_t* begin = moe_begin_.reserve<int32_t>(n + 1);
-  moe_plan(expert_of, n, K, E, first, slot_row, slot_of, begin);
+  {
+    const OpSpan span("MoE: router product, routing, slot plan");
+    float* logits = router_logits_.reserve<float>(n * E);
+    matmul(w.router, router_in, n, logits);
+    moe_route(logits, n, E, K, c.expert_weights_norm, ptr(w.per_expert_scale), expert_of, weight_of);
+    moe_plan(expert_of, n, K, E, first, slot_row, slot_of, begin);
+  }
+  const OpSpan span("MoE: gather, expert products, combine");
   float* gathered = gathered_.reserve<float>(slots * H);
   gather_rows(expert_in, H, slot_row, slots, gathered);
   float* act = expert_act_.reserve<float>(slots * I);
@@ -331,7 +348,7 @@ void CudaBackend::forward_batch(const Model& model, std::span<KvCache* const> ca
 // self-conditioning and no fused head (whose noise seed is an argument), at most 64 rows. Its key is its
 // shape: every request's rows, logits rows and cache. Empty: not recordable.
 std::vector<int64_t> CudaBackend::graph_key(const DevicePass& p) const {
-  if (!graphs_ || p.n > 64) return {};
+  if (!graphs_ || p.n > 64 || profiling()) return {};
   std::vector<int64_t> key = {p.segments()};
   for (int64_t s = 0; s < p.segments(); ++s) {
     const ForwardRequest& req = p.requests[size_t(s)];
@@ -396,10 +413,9 @@ void CudaBackend::stage(DevicePass& p) {
       check(p.plan.pos[size_t(i)] < model.position_embd.ne[1],
             "position " + std::to_string(p.plan.pos[size_t(i)]) + " is beyond the model's position embeddings (" +
                 std::to_string(model.position_embd.ne[1]) + ")");
-  std::vector<int32_t> tokens, qgroups(static_cast<size_t>(n), 0), key_ends, sel_rows;
+  std::vector<int32_t> tokens, qgroups(static_cast<size_t>(n), 0), seg_of_row, sel_rows;
   std::vector<uint64_t> row_ids;
   bool any_row_ids = false;
-  int64_t max_logit_rows = 0;
   for (int64_t s = 0; s < p.segments(); ++s) {
     const ForwardRequest& req = p.requests[size_t(s)];
     const int64_t r0 = p.plan.row0[size_t(s)], rows = int64_t(req.logit_rows.size());
@@ -415,35 +431,79 @@ void CudaBackend::stage(DevicePass& p) {
       }
       copy_to_device(dc.groups.data(), groups, size_t(p.plan.key_ends[size_t(s)]) * 4);
     }
-    key_ends.push_back(int32_t(p.plan.key_ends[size_t(s)]));
+    seg_of_row.insert(seg_of_row.end(), size_t(req.n), int32_t(s));
     p.sel_row0.push_back(int64_t(sel_rows.size()));
     for (int64_t i = 0; i < rows; ++i) {
       sel_rows.push_back(int32_t(r0 + req.logit_rows[size_t(i)]));
       row_ids.push_back(req.head_stats && req.head.row_ids ? req.head.row_ids[i] : uint64_t(i));
     }
     any_row_ids = any_row_ids || (req.head_stats && req.head.row_ids);
-    max_logit_rows = std::max(max_logit_rows, rows);
   }
   p.sel_row0.push_back(int64_t(sel_rows.size()));
   p.tokens = upload_into(tokens_, tokens.data(), n);
   p.qgroups = upload_into(qgroups_, qgroups.data(), n);
-  p.key_ends = upload_into(key_ends_, key_ends.data(), p.segments());
+  p.seg_of_row = upload_into(seg_of_row_, seg_of_row.data(), n);
   p.sel_rows = upload_into(sel_rows_, sel_rows.data(), int64_t(sel_rows.size()));
   p.row_ids = any_row_ids ? upload_into(row_ids_, row_ids.data(), int64_t(row_ids.size())) : nullptr;
-  p.logits = logits_.reserve<float>((p.defer_outputs ? int64_t(sel_rows.size()) : max_logit_rows) * c.vocab);
+  p.logits = logits_.reserve<float>(head_rows(p) * c.vocab);
   if (c.sliding_window > 0) {
     std::vector<int32_t> window_start(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) window_start[size_t(i)] = int32_t(p.plan.pos[size_t(i)] - c.sliding_window + 1);
     p.window_start = upload_into(window_, window_start.data(), n);
   }
+  stage_attention(p);
+}
+
+// Every layer's AttentionSegment of every request: an encoder request writes its K/V into its cache and
+// attends causally over it (groups, sliding window); a decoder request sees the cache (sliding layers:
+// its last window - 1 positions) and then its own canvas rows, both ways, and does not write the cache.
+void CudaBackend::stage_attention(DevicePass& p) {
+  const ModelConfig& c = p.c;
+  std::vector<AttentionSegment> segs;
+  segs.reserve(size_t(c.n_layers * p.segments()));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerAttention la = c.attention_of(l);
+    const bool sliding = la.kind == AttentionKind::Sliding;
+    for (int64_t s = 0; s < p.segments(); ++s) {
+      const ForwardRequest& req = p.requests[size_t(s)];
+      DeviceCache& dc = *p.dcaches[size_t(s)];
+      AttentionSegment seg;
+      seg.kv_head_stride = p.caches[size_t(s)]->head_stride(l);
+      seg.row0 = p.plan.row0[size_t(s)];
+      int64_t first = 0;  // the first cache position the request sees
+      if (!req.decoder) {
+        seg.mask.key_group = dc.groups.as<int32_t>();
+        seg.mask.query_group = p.qgroups + seg.row0;
+        if (sliding) seg.mask.window_start = p.window_start + seg.row0;
+        seg.n_keys = int32_t(p.plan.key_ends[size_t(s)]);
+      } else {
+        first = sliding ? std::max<int64_t>(0, req.pos0 - (c.sliding_window - 1)) : 0;
+        seg.n_keys = int32_t(req.pos0 - first);
+        seg.own_keys = int32_t(req.n);
+      }
+      const int64_t skip = first * la.head_dim * kv_element_bytes(kv_type_);
+      seg.k = static_cast<char*>(dc.k[size_t(l)].data()) + skip;
+      seg.v = static_cast<char*>(dc.v[size_t(l)].data()) + skip;
+      segs.push_back(seg);
+    }
+  }
+  p.segs = upload_into(segs_, segs.data(), int64_t(segs.size()));
 }
 
 void CudaBackend::compute(DevicePass& p) {
-  embed(p);
+  {
+    const OpSpan span("embed (and self-conditioning)");
+    embed(p);
+  }
   for (int64_t l = 0; l < p.c.n_layers; ++l) {
-    attention_block(p, l);
+    {
+      const OpSpan span("attention block");
+      attention_block(p, l);
+    }
+    const OpSpan span("feed-forward block");
     feed_forward(p, l);
   }
+  const OpSpan span("head");
   head(p);
 }
 
@@ -474,44 +534,18 @@ void CudaBackend::embed(DevicePass& p) {
   }
 }
 
-// One request's attention for layer l: an encoder pass writes its K/V into the device cache and attends
-// causally (groups, sliding window); a decoder pass attends both ways over the visible cache and the canvas,
-// keeping the cache as the encoder left it.
-void CudaBackend::attend(DevicePass& p, int64_t l, int64_t s) {
+// Layer l's attention for every request of the pass in one launch (stage_attention says what each
+// request sees); an encoder pass first writes its K/V rows into the caches.
+void CudaBackend::attend(DevicePass& p, int64_t l) {
   const ModelConfig& c = p.c;
   const LayerAttention la = c.attention_of(l);
   const int64_t D = la.head_dim, q_width = c.n_heads * D, kv_width = la.n_kv_heads * D;
-  const bool sliding = la.kind == AttentionKind::Sliding;
-  const AttentionShape shape = attention_shape(c, la);
-  const ForwardRequest& req = p.requests[size_t(s)];
-  DeviceCache& dc = *p.dcaches[size_t(s)];
-  const int64_t r0 = p.plan.row0[size_t(s)], ns = req.n;
-  const int64_t stride = p.caches[size_t(s)]->head_stride(l);
-  void* kc = dc.k[size_t(l)].data();
-  void* vc = dc.v[size_t(l)].data();
-  if (!req.decoder) {
-    scatter_heads(p.k + r0 * kv_width, ns, la.n_kv_heads, D, p.pos + r0, 0, kc, stride, kv_type_);
-    scatter_heads(p.v + r0 * kv_width, ns, la.n_kv_heads, D, p.pos + r0, 0, vc, stride, kv_type_);
-    AttentionMask mask;
-    mask.key_group = dc.groups.as<int32_t>();
-    mask.query_group = p.qgroups + r0;
-    if (sliding) mask.window_start = p.window_start + r0;
-    cuda::attention(p.q + r0 * q_width, ns, q_width, kc, vc, kv_type_, p.plan.key_ends[size_t(s)], stride, mask,
-                    shape, p.attn + r0 * q_width, q_width, ExtraKeys{}, p.key_ends + s);
-    return;
-  }
-  // The canvas sees the cache (sliding layers: its last window - 1 positions) and itself, both ways: the
-  // cache's keys in place, then the canvas's own K/V rows; the cache is not written.
-  const int64_t first = sliding ? std::max<int64_t>(0, req.pos0 - (c.sliding_window - 1)) : 0;
-  ExtraKeys canvas;
-  canvas.k = p.k + r0 * kv_width;
-  canvas.v = p.v + r0 * kv_width;
-  canvas.n = ns;
-  canvas.ld = kv_width;
-  const int64_t skip = first * D * kv_element_bytes(kv_type_);  // bytes to the first visible position
-  cuda::attention(p.q + r0 * q_width, ns, q_width, static_cast<const char*>(kc) + skip,
-                  static_cast<const char*>(vc) + skip, kv_type_, req.pos0 - first, stride, AttentionMask{}, shape,
-                  p.attn + r0 * q_width, q_width, canvas);
+  const OpSpan span("attention: K/V into the caches, attention kernel");
+  const AttentionSegment* segs = p.segs + l * p.segments();
+  const bool decoder = p.requests[0].decoder;  // a device batch holds one kind (see feed_forward)
+  if (!decoder) scatter_kv(p.k, p.v, p.n, la.n_kv_heads, D, p.pos, segs, p.seg_of_row, kv_type_);
+  attention_batch(p.q, p.n, q_width, segs, p.seg_of_row, kv_type_, decoder ? p.k : nullptr, decoder ? p.v : nullptr,
+                  kv_width, attention_shape(c, la), p.attn, q_width);
 }
 
 // Stage 2, per layer: attn_norm, Q/K/V (biases, q/k/v norms, RoPE), attention per request, and the output
@@ -539,7 +573,7 @@ void CudaBackend::attention_block(DevicePass& p, int64_t l) {
   if (c.v_norm) rms_norm(p.v, nullptr, n * la.n_kv_heads, D, c.rms_eps, p.v);
   cuda::rope(p.q, n, int(c.n_heads), p.pos, la.rope);
   cuda::rope(p.k, n, int(la.n_kv_heads), p.pos, la.rope);
-  for (int64_t s = 0; s < p.segments(); ++s) attend(p, l, s);
+  attend(p, l);
   matmul(w.wo, p.attn, n, p.proj);
 }
 
@@ -566,41 +600,53 @@ void CudaBackend::feed_forward(DevicePass& p, int64_t l) {
   add(p.x, p.proj, n * H);
 }
 
-// Stage 4: the head, request by request: the wanted rows, the final norm, the logits (soft-capped), then
-// either the logits themselves or the fused head's statistics (and soft embedding).
+// Stage 4: the head. The wanted rows of consecutive requests go through the final norm and the output
+// matrix together, head_rows(p) rows at most a product (a batch of AR steps reads the output matrix once),
+// soft-capped; then each request's logits are copied out, or its fused head's statistics (and soft
+// embedding) taken.
 void CudaBackend::head(DevicePass& p) {
   const ModelConfig& c = p.c;
-  const int64_t H = c.hidden;
+  const int64_t H = c.hidden, V = c.vocab, budget = head_rows(p);
   const DeviceMatrix& weights = output_of(output_, token_embd_, tied_);
-  for (int64_t s = 0; s < p.segments(); ++s) {
-    const ForwardRequest& req = p.requests[size_t(s)];
-    const int64_t rows = int64_t(req.logit_rows.size());
-    if (rows == 0) continue;
-    check(!req.soft_embedding_out || tied_,
-          "forward: a soft embedding output needs a head tied to the token embedding; '" + c.arch +
-              "' has its own output matrix");
-    const int64_t first = p.sel_row0[size_t(s)];
-    float* sel = sel_.reserve<float>(rows * H);
-    gather_rows(p.x, H, p.sel_rows + first, rows, sel);
-    rms_norm(sel, ptr(output_norm_), rows, H, c.rms_eps, sel);
-    float* logits = p.logits + (p.defer_outputs ? first * c.vocab : 0);
-    matmul(weights, sel, rows, logits);
-    if (c.logit_softcap > 0) softcap(logits, rows * c.vocab, c.logit_softcap);
-    if (!req.head_stats) {
-      if (!p.defer_outputs) copy_to_host(req.logits, logits, size_t(rows * c.vocab) * 4);  // else: fetch()
-      continue;
+  for (int64_t s0 = 0; s0 < p.segments();) {
+    int64_t s1 = s0 + 1;  // requests s0 .. s1 - 1 in one product
+    while (s1 < p.segments() && p.sel_row0[size_t(s1 + 1)] - p.sel_row0[size_t(s0)] <= budget) ++s1;
+    const int64_t first = p.sel_row0[size_t(s0)], rows = p.sel_row0[size_t(s1)] - first;
+    float* logits = p.logits + (p.defer_outputs ? first * V : 0);
+    if (rows) {
+      const OpSpan span("head: norm, output product, soft-cap");
+      float* sel = sel_.reserve<float>(rows * H);
+      gather_rows(p.x, H, p.sel_rows + first, rows, sel);
+      rms_norm(sel, ptr(output_norm_), rows, H, c.rms_eps, sel);
+      matmul(weights, sel, rows, logits);
+      if (c.logit_softcap > 0) softcap(logits, rows * V, c.logit_softcap);
     }
-    const float T = req.head.temperature;  // head_stats refuses a negative or NaN one
-    HeadRowStats* stats = stats_.reserve<HeadRowStats>(rows);
-    head_stats(logits, rows, c.vocab, T, req.head.seed, p.row_ids ? p.row_ids + first : nullptr, stats);
-    copy_to_host(req.head_stats, stats, size_t(rows) * sizeof(HeadRowStats));
-    if (req.soft_embedding_out) {
-      // The probabilities replace the logits (the statistics are taken): no second [rows x vocab] buffer.
-      softmax_rows(logits, rows, c.vocab, T > 0 ? 1.f / T : 1.f, logits);
-      float* soft = soft_.reserve<float>(rows * H);
-      matmul_transposed(token_embd_, logits, rows, soft);
-      copy_to_host(req.soft_embedding_out, soft, size_t(rows * H) * 4);
+    for (int64_t s = s0; s < s1; ++s) {
+      const ForwardRequest& req = p.requests[size_t(s)];
+      const int64_t at = p.sel_row0[size_t(s)], n = p.sel_row0[size_t(s + 1)] - at;
+      if (n == 0) continue;
+      check(!req.soft_embedding_out || tied_,
+            "forward: a soft embedding output needs a head tied to the token embedding; '" + c.arch +
+                "' has its own output matrix");
+      float* own = logits + (at - first) * V;
+      if (!req.head_stats) {
+        if (!p.defer_outputs) copy_to_host(req.logits, own, size_t(n * V) * 4);  // else: fetch()
+        continue;
+      }
+      const OpSpan span("head: statistics, soft embedding");
+      const float T = req.head.temperature;  // head_stats refuses a negative or NaN one
+      HeadRowStats* stats = stats_.reserve<HeadRowStats>(n);
+      head_stats(own, n, V, T, req.head.seed, p.row_ids ? p.row_ids + at : nullptr, stats);
+      copy_to_host(req.head_stats, stats, size_t(n) * sizeof(HeadRowStats));
+      if (req.soft_embedding_out) {
+        // The probabilities replace the logits (the statistics are taken): no second [rows x vocab] buffer.
+        softmax_rows(own, n, V, T > 0 ? 1.f / T : 1.f, own);
+        float* soft = soft_.reserve<float>(n * H);
+        matmul_transposed(token_embd_, own, n, soft);
+        copy_to_host(req.soft_embedding_out, soft, size_t(n * H) * 4);
+      }
     }
+    s0 = s1;
   }
 }
 

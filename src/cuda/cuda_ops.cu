@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -197,51 +198,68 @@ __device__ void load_lane_dims(const T* row, int lane, int head_dim, float* out)
   }
 }
 
-// One block per (query, head), one pass over the keys with an online softmax. Each warp takes every
-// kAttentionWarps-th key: its lanes hold the query's dims lane, lane + 32, ... and compute the score
-// together (a warp sum), then keep a running maximum, sum and weighted sum of V in registers. The warps'
-// partial results are merged at the end (shared memory). Keys: the cache's n_keys (masked as the CPU
-// masks them), then `extra_n` rows of the pass's own K/V (row r, kv head h at ek + r * eld + h * head_dim),
-// visible to every query. A query that sees no key gets zeros, as on the CPU.
+// The arguments of an attention launch that every request shares.
+struct AttentionLaunch {
+  const float* q = nullptr;
+  int64_t ldq = 0;
+  float* out = nullptr;
+  int64_t ldo = 0;
+  const float* own_k = nullptr;  // the pass's own K / V rows (a decoder canvas's), own_ld floats apart
+  const float* own_v = nullptr;
+  int64_t own_ld = 0;
+  int n_heads = 0, group = 0, head_dim = 0;
+  float scale = 0, softcap = 0;
+};
+
+// One block per (query row, head), one pass over the keys with an online softmax. The row's request is
+// segs[seg_of_row[i]] (or `one` when segs is null). Each warp takes every kAttentionWarps-th key: its
+// lanes hold the query's dims lane, lane + 32, ... and compute the score together (a warp sum), then keep
+// a running maximum, sum and weighted sum of V in registers. The warps' partial results are merged at the
+// end (shared memory). Keys: the cache's n_keys (masked as the CPU masks them), then own_keys rows of the
+// pass's own K/V from the request's first row, visible to every query. A query that sees no key gets
+// zeros, as on the CPU.
 template <typename KV>
-__global__ void attention_kernel(const float* q, int64_t ldq, const KV* k, const KV* v, int64_t n_keys,
-                                 int64_t kv_head_stride, const int32_t* key_group, const int32_t* query_group,
-                                 const int32_t* window_start, const float* ek, const float* ev, int64_t extra_n,
-                                 int64_t eld, int n_heads, int group, int head_dim, float scale, float softcap,
-                                 float* out, int64_t ldo, const int32_t* n_keys_device) {
-  if (n_keys_device) n_keys = *n_keys_device;
+__global__ void attention_kernel(AttentionLaunch a, const AttentionSegment* segs, const int32_t* seg_of_row,
+                                 AttentionSegment one) {
   extern __shared__ float part_acc[];  // [kAttentionWarps][head_dim]
   __shared__ float part_m[kAttentionWarps], part_l[kAttentionWarps];
   __shared__ int part_seen[kAttentionWarps];  // whether the warp saw a visible key
-  const int64_t i = blockIdx.x / n_heads;
-  const int h = int(blockIdx.x % n_heads), kvh = h / group;
+  const int64_t i = blockIdx.x / a.n_heads;
+  const AttentionSegment seg = segs ? segs[seg_of_row[i]] : one;
+  const int64_t li = i - seg.row0, n_keys = seg.n_keys;  // li: the row within its request
+  const KV* k = static_cast<const KV*>(seg.k);
+  const KV* v = static_cast<const KV*>(seg.v);
+  const int head_dim = a.head_dim;
+  const int h = int(blockIdx.x % a.n_heads), kvh = h / a.group;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const float* qh = q + i * ldq + int64_t(h) * head_dim;
+  const float* qh = a.q + i * a.ldq + int64_t(h) * head_dim;
   float qv[kAttentionDims], acc[kAttentionDims];
   load_lane_dims(qh, lane, head_dim, qv);
 #pragma unroll
   for (int t = 0; t < kAttentionDims; ++t) acc[t] = 0.f;
   float m = -INFINITY, l = 0.f;
   bool seen = false;
-  const int64_t total = n_keys + extra_n;
+  const int64_t total = n_keys + seg.own_keys;
   for (int64_t j = warp; j < total; j += kAttentionWarps) {
     // Key j's row of K and V: the cache's (KV) or the pass's own (f32); kv[t] / vv[t] are dim lane + 32 t.
     float kv[kAttentionDims], vv[kAttentionDims];
     if (j < n_keys) {
-      if (!visible_device(key_group, query_group, window_start, i, j)) continue;  // the same for the whole warp
-      load_lane_dims(k + int64_t(kvh) * kv_head_stride + j * head_dim, lane, head_dim, kv);
-      load_lane_dims(v + int64_t(kvh) * kv_head_stride + j * head_dim, lane, head_dim, vv);
+      if (!visible_device(seg.mask.key_group, seg.mask.query_group, seg.mask.window_start, li, j))
+        continue;  // the same for the whole warp
+      load_lane_dims(k + int64_t(kvh) * seg.kv_head_stride + j * head_dim, lane, head_dim, kv);
+      load_lane_dims(v + int64_t(kvh) * seg.kv_head_stride + j * head_dim, lane, head_dim, vv);
     } else {
-      load_lane_dims(ek + (j - n_keys) * eld + int64_t(kvh) * head_dim, lane, head_dim, kv);
-      load_lane_dims(ev + (j - n_keys) * eld + int64_t(kvh) * head_dim, lane, head_dim, vv);
+      const int64_t row = seg.row0 + (j - n_keys);
+      load_lane_dims(a.own_k + row * a.own_ld + int64_t(kvh) * head_dim, lane, head_dim, kv);
+      load_lane_dims(a.own_v + row * a.own_ld + int64_t(kvh) * head_dim, lane, head_dim, vv);
     }
     seen = true;
     float s = 0.f;
 #pragma unroll
     for (int t = 0; t < kAttentionDims; ++t) s += qv[t] * kv[t];
     for (int offset = 16; offset > 0; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
-    s *= scale;
-    if (softcap > 0) s = softcap * tanhf(s / softcap);
+    s *= a.scale;
+    if (a.softcap > 0) s = a.softcap * tanhf(s / a.softcap);
     const float m_new = fmaxf(m, s);
     const float keep = expf(m - m_new), p = expf(s - m_new);  // keep = 0 while m is -inf
     l = l * keep + p;
@@ -266,7 +284,7 @@ __global__ void attention_kernel(const float* q, int64_t ldq, const KV* k, const
     big = fmaxf(big, part_m[w]);
     any = any || part_seen[w];
   }
-  float* oh = out + i * ldo + int64_t(h) * head_dim;
+  float* oh = a.out + i * a.ldo + int64_t(h) * head_dim;
   if (!any) {  // no visible key
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) oh[d] = 0.f;
     return;
@@ -305,13 +323,15 @@ __global__ void scale_columns_kernel(float* x, const float* scale, int64_t n, in
   if (i < n) x[i] *= (scale ? scale[i % width] : 1.f) * s;
 }
 template <typename T>
-__global__ void scatter_heads_kernel(const float* src, int64_t n, int64_t heads, int64_t head_dim, const int32_t* pos,
-                                     int64_t pos0, T* dst, int64_t head_stride) {
+__global__ void scatter_kv_kernel(const float* k, const float* v, int64_t n, int64_t heads, int64_t head_dim,
+                                  const int32_t* pos, const AttentionSegment* segs, const int32_t* seg_of_row) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= n * heads * head_dim) return;
   const int64_t d = t % head_dim, h = (t / head_dim) % heads, i = t / (head_dim * heads);
-  const int64_t p = pos ? int64_t(pos[i]) : pos0 + i;
-  store_value(dst + h * head_stride + p * head_dim + d, src[t]);
+  const AttentionSegment& seg = segs[seg_of_row[i]];
+  const int64_t at = h * seg.kv_head_stride + int64_t(pos[i]) * head_dim + d;
+  store_value(static_cast<T*>(seg.k) + at, k[t]);
+  store_value(static_cast<T*>(seg.v) + at, v[t]);
 }
 __global__ void gather_rows_kernel(const float* src, int64_t width, const int32_t* rows, int64_t n, float* dst) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -795,9 +815,13 @@ void to_input_type(const float* x, int64_t n, DeviceMatrix::Storage storage, voi
 
 // matmul for Quant weights (cuda_ops.h): the register kernel for a few rows, else f16 chunks on the tensor cores.
 void matmul_quant(const DeviceMatrix& w, const float* x, int64_t m, float* y) {
-  if (m == 1) return launch_row_products<1>(w, 1, nullptr, m, x, y);
-  if (m <= 8) return launch_row_products<8>(w, 1, nullptr, m, x, y);
-  if (m <= kQuantGemvRows) return launch_row_products<kQuantGemvRows>(w, 1, nullptr, m, x, y);
+  if (m <= kQuantGemvRows) {
+    const OpSpan span("product: quantised, register kernel");
+    if (m == 1) return launch_row_products<1>(w, 1, nullptr, m, x, y);
+    if (m <= 8) return launch_row_products<8>(w, 1, nullptr, m, x, y);
+    return launch_row_products<kQuantGemvRows>(w, 1, nullptr, m, x, y);
+  }
+  const OpSpan span("product: quantised, decoded f16 chunks + cuBLAS");
   const int64_t k = w.cols();
   __half* x16 = matmul_scratch().reserve<__half>(m * k);
   to_input_type(x, m * k, DeviceMatrix::Storage::F16, x16);
@@ -853,7 +877,14 @@ std::string device_description() {
          std::to_string(p.totalGlobalMem >> 30) + " GiB)";
 }
 
-void synchronize() { check_cuda(cudaDeviceSynchronize(), "kernel execution"); }
+namespace {
+void collect_profile();  // the profiler's (below): finished spans into its totals
+}  // namespace
+
+void synchronize() {
+  check_cuda(cudaDeviceSynchronize(), "kernel execution");
+  collect_profile();
+}
 
 namespace {
 std::atomic<uint64_t> growths{0}, graph_replays{0};
@@ -935,6 +966,114 @@ void DeviceGraph::replay() {
 }
 
 uint64_t DeviceGraph::replays() { return graph_replays.load(); }
+
+namespace {
+// The profiler's state: events in use by unfinished spans, finished spans not yet read, the totals, and
+// events to reuse. One lock: spans come from the backend's one pass at a time, and from tests.
+struct Profiler {
+  std::mutex mutex;
+  bool on = false;
+  int depth = 0;  // spans open now
+  struct Finished {
+    const char* name;
+    int depth;
+    cudaEvent_t start, end;
+  };
+  std::vector<Finished> finished;
+  std::map<std::string, OpTime> totals;  // by name: depth is the least a span of that name had
+  std::vector<cudaEvent_t> spare;
+  cudaEvent_t event() {  // under mutex
+    cudaEvent_t e = nullptr;
+    if (!spare.empty()) {
+      e = spare.back();
+      spare.pop_back();
+      return e;
+    }
+    check_cuda(cudaEventCreate(&e), "cudaEventCreate (profiling)");
+    return e;
+  }
+  // Adds every finished span's time to the totals; the device has finished their work.
+  void collect() {  // under mutex
+    for (const Finished& f : finished) {
+      float ms = 0;
+      check_cuda(cudaEventElapsedTime(&ms, f.start, f.end), "cudaEventElapsedTime (profiling)");
+      auto [at, added] = totals.try_emplace(f.name);
+      OpTime& t = at->second;
+      t.name = f.name;
+      t.depth = added ? f.depth : std::min(t.depth, f.depth);
+      t.ms += ms;
+      ++t.spans;
+      spare.push_back(f.start);
+      spare.push_back(f.end);
+    }
+    finished.clear();
+  }
+};
+Profiler& profiler() {
+  static Profiler p;
+  return p;
+}
+void collect_profile() {
+  Profiler& p = profiler();
+  const std::lock_guard<std::mutex> lock(p.mutex);
+  p.collect();
+}
+}  // namespace
+
+void set_profiling(bool on) {
+  Profiler& p = profiler();
+  const std::lock_guard<std::mutex> lock(p.mutex);
+  p.on = on;
+}
+bool profiling() {
+  Profiler& p = profiler();
+  const std::lock_guard<std::mutex> lock(p.mutex);
+  return p.on;
+}
+
+std::vector<OpTime> take_profile() {
+  synchronize();  // collects
+  Profiler& p = profiler();
+  const std::lock_guard<std::mutex> lock(p.mutex);
+  std::vector<OpTime> out;
+  for (auto& entry : p.totals) out.push_back(entry.second);
+  p.totals.clear();
+  std::stable_sort(out.begin(), out.end(), [](const OpTime& a, const OpTime& b) {
+    return a.depth != b.depth ? a.depth < b.depth : a.ms > b.ms;
+  });
+  return out;
+}
+
+OpSpan::OpSpan(const char* name) : name_(name) {
+  Profiler& p = profiler();
+  const std::lock_guard<std::mutex> lock(p.mutex);
+  if (!p.on) return;
+  cudaEvent_t e = p.event();
+  check_cuda(cudaEventRecord(e, stream()), "cudaEventRecord (profiling)");
+  start_ = e;
+  depth_ = p.depth++;
+}
+
+OpSpan::~OpSpan() {
+  if (!start_) return;
+  Profiler& p = profiler();
+  const std::lock_guard<std::mutex> lock(p.mutex);
+  --p.depth;
+  cudaEvent_t end = nullptr;
+  try {
+    end = p.event();
+  } catch (const Error&) {  // no event for the end: the span is dropped
+    p.spare.push_back(static_cast<cudaEvent_t>(start_));
+    return;
+  }
+  if (cudaEventRecord(end, stream()) != cudaSuccess) {
+    cudaGetLastError();
+    p.spare.push_back(static_cast<cudaEvent_t>(start_));
+    p.spare.push_back(end);
+    return;
+  }
+  p.finished.push_back({name_, depth_, static_cast<cudaEvent_t>(start_), end});
+}
 void DeviceBuffer::release() {
   if (!ptr_) return;
   cudaFree(ptr_);
@@ -1048,12 +1187,14 @@ void matmul(const DeviceMatrix& w, const float* x, int64_t m, float* y) {
   const int n = int(w.rows()), k = int(w.cols()), mm = int(m);
   const float one = 1.f, zero = 0.f;
   if (w.storage() == DeviceMatrix::Storage::F32) {
+    const OpSpan span("product: f32, cuBLAS");
     check_cublas(cublasSgemm(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, n, mm, k, &one, static_cast<const float*>(w.data()), k,
                              x, k, &zero, y, n),
                  "cublasSgemm");
     return;
   }
   if (w.storage() == DeviceMatrix::Storage::Quant) return matmul_quant(w, x, m, y);
+  const OpSpan span("product: f16 / bf16, cuBLAS");
   void* xr = matmul_scratch().reserve<uint16_t>(m * k);
   to_input_type(x, m * int64_t(k), w.storage(), xr);
   matmul_rounded(w, xr, m, y);
@@ -1103,30 +1244,48 @@ void row_stats(const float* logits, int64_t rows, int64_t vocab, RowStats* out) 
   check_launch("row_stats");
 }
 
-void attention(const float* q, int64_t n_q, int64_t ldq, const void* k, const void* v, KvType kv_type, int64_t n_keys,
-               int64_t kv_head_stride, const AttentionMask& mask, const AttentionShape& shape, float* out,
-               int64_t ldo, const ExtraKeys& extra, const int32_t* n_keys_device) {
+namespace {
+void launch_attention(const float* q, int64_t n_rows, int64_t ldq, const AttentionSegment* segs,
+                      const int32_t* seg_of_row, const AttentionSegment& one, KvType kv_type, const float* own_k,
+                      const float* own_v, int64_t own_ld, const AttentionShape& shape, float* out, int64_t ldo) {
   check(shape.n_heads > 0 && shape.n_kv_heads > 0 && shape.head_dim > 0 && shape.n_heads % shape.n_kv_heads == 0,
         "cuda attention: bad head counts");
   check(shape.head_dim <= 32 * kAttentionDims, "cuda attention: head_dim above 512");
+  if (n_rows == 0) return;
+  const AttentionLaunch a{q, ldq, out, ldo, own_k, own_v, own_ld, int(shape.n_heads),
+                          int(shape.n_heads / shape.n_kv_heads), int(shape.head_dim), shape.scale, shape.softcap};
+  const int64_t blocks = n_rows * shape.n_heads;
+  const size_t shared = size_t(kAttentionWarps) * size_t(shape.head_dim) * sizeof(float);
+  if (kv_type == KvType::F16)
+    attention_kernel<__half><<<unsigned(blocks), kBlock, shared, stream()>>>(a, segs, seg_of_row, one);
+  else
+    attention_kernel<float><<<unsigned(blocks), kBlock, shared, stream()>>>(a, segs, seg_of_row, one);
+  check_launch("attention");
+}
+}  // namespace
+
+void attention(const float* q, int64_t n_q, int64_t ldq, const void* k, const void* v, KvType kv_type, int64_t n_keys,
+               int64_t kv_head_stride, const AttentionMask& mask, const AttentionShape& shape, float* out,
+               int64_t ldo, const ExtraKeys& extra) {
   check((mask.key_group == nullptr) == (mask.query_group == nullptr),
         "cuda attention: key_group and query_group must both be set or both be null");
   check(extra.n == 0 || (extra.k && extra.v), "cuda attention: extra keys without K or V");
-  if (n_q == 0) return;
-  const int64_t blocks = n_q * shape.n_heads;
-  const size_t shared = size_t(kAttentionWarps) * size_t(shape.head_dim) * sizeof(float);
-  const int group = shape.n_heads / shape.n_kv_heads;
-  if (kv_type == KvType::F16)
-    attention_kernel<<<unsigned(blocks), kBlock, shared, stream()>>>(
-        q, ldq, static_cast<const __half*>(k), static_cast<const __half*>(v), n_keys, kv_head_stride, mask.key_group,
-        mask.query_group, mask.window_start, extra.k, extra.v, extra.n, extra.ld, shape.n_heads, group,
-        shape.head_dim, shape.scale, shape.softcap, out, ldo, n_keys_device);
-  else
-    attention_kernel<<<unsigned(blocks), kBlock, shared, stream()>>>(
-        q, ldq, static_cast<const float*>(k), static_cast<const float*>(v), n_keys, kv_head_stride, mask.key_group,
-        mask.query_group, mask.window_start, extra.k, extra.v, extra.n, extra.ld, shape.n_heads, group,
-        shape.head_dim, shape.scale, shape.softcap, out, ldo, n_keys_device);
-  check_launch("attention");
+  AttentionSegment one;
+  one.k = const_cast<void*>(k);
+  one.v = const_cast<void*>(v);
+  one.kv_head_stride = kv_head_stride;
+  one.mask = mask;
+  one.n_keys = int32_t(n_keys);
+  one.own_keys = int32_t(extra.n);
+  launch_attention(q, n_q, ldq, nullptr, nullptr, one, kv_type, extra.k, extra.v, extra.ld, shape, out, ldo);
+}
+
+void attention_batch(const float* q, int64_t n_rows, int64_t ldq, const AttentionSegment* segs,
+                     const int32_t* seg_of_row, KvType kv_type, const float* own_k, const float* own_v, int64_t own_ld,
+                     const AttentionShape& shape, float* out, int64_t ldo) {
+  check(segs && seg_of_row, "cuda attention_batch: no requests");
+  launch_attention(q, n_rows, ldq, segs, seg_of_row, AttentionSegment{}, kv_type, own_k, own_v, own_ld, shape, out,
+                   ldo);
 }
 
 void embed_rows(const DeviceMatrix& table, const int32_t* rows, int64_t n, float scale, float* out) {
@@ -1153,17 +1312,17 @@ void scale_columns(float* x, const float* scale, int64_t rows, int64_t width, fl
   scale_columns_kernel<<<blocks_for(rows * width), kBlock, 0, stream()>>>(x, scale, rows * width, width, s);
   check_launch("scale_columns");
 }
-void scatter_heads(const float* src, int64_t n, int64_t heads, int64_t head_dim, const int32_t* pos, int64_t pos0,
-                   void* dst, int64_t head_stride, KvType type) {
+void scatter_kv(const float* k, const float* v, int64_t n, int64_t heads, int64_t head_dim, const int32_t* pos,
+                const AttentionSegment* segs, const int32_t* seg_of_row, KvType kv_type) {
   const int64_t count = n * heads * head_dim;
   if (count == 0) return;
-  if (type == KvType::F16)
-    scatter_heads_kernel<<<blocks_for(count), kBlock, 0, stream()>>>(src, n, heads, head_dim, pos, pos0,
-                                                                     static_cast<__half*>(dst), head_stride);
+  if (kv_type == KvType::F16)
+    scatter_kv_kernel<__half><<<blocks_for(count), kBlock, 0, stream()>>>(k, v, n, heads, head_dim, pos, segs,
+                                                                          seg_of_row);
   else
-    scatter_heads_kernel<<<blocks_for(count), kBlock, 0, stream()>>>(src, n, heads, head_dim, pos, pos0,
-                                                                     static_cast<float*>(dst), head_stride);
-  check_launch("scatter_heads");
+    scatter_kv_kernel<float><<<blocks_for(count), kBlock, 0, stream()>>>(k, v, n, heads, head_dim, pos, segs,
+                                                                         seg_of_row);
+  check_launch("scatter_kv");
 }
 void gather_rows(const float* src, int64_t width, const int32_t* rows, int64_t n, float* dst) {
   if (n * width == 0) return;
@@ -1215,6 +1374,7 @@ void matmul_transposed(const DeviceMatrix& w, const float* x, int64_t m, float* 
   const int n = int(w.cols()), k = int(w.rows()), mm = int(m);
   const float one = 1.f, zero = 0.f;
   if (w.storage() == DeviceMatrix::Storage::F32) {
+    const OpSpan span("product: f32, cuBLAS");
     check_cublas(cublasSgemm(cublas(), CUBLAS_OP_N, CUBLAS_OP_N, n, mm, k, &one, static_cast<const float*>(w.data()), n,
                              x, k, &zero, y, n),
                  "cublasSgemm");
@@ -1273,11 +1433,18 @@ void matmul_grouped(const DeviceMatrix& stack, int64_t n_groups, const int32_t* 
   check(n_groups > 0 && stack.rows() % n_groups == 0, "cuda matmul_grouped: the stack is not n_groups matrices");
   if (stack.rows() == 0) return;
   // f32 experts stay in f32 arithmetic (as the dense f32 products do): the register kernel for all.
-  if (stack.storage() == DeviceMatrix::Storage::F32) return launch_row_products<8>(stack, n_groups, first, 0, x, y);
+  if (stack.storage() == DeviceMatrix::Storage::F32) {
+    const OpSpan span("experts: register kernel");
+    return launch_row_products<8>(stack, n_groups, first, 0, x, y);
+  }
   // Otherwise experts with fewer than 16 slots take the register kernel (an AR step: one slot each), the
   // others the tensor cores; each launch skips the other's experts.
   constexpr int64_t kTensorSlots = kTileSlots;
-  launch_row_products<8>(stack, n_groups, first, 0, x, y, kTensorSlots - 1);
+  {
+    const OpSpan span("experts: register kernel");
+    launch_row_products<8>(stack, n_groups, first, 0, x, y, kTensorSlots - 1);
+  }
+  const OpSpan span("experts: tensor cores");
   const int64_t rows = stack.rows() / n_groups;
   const dim3 grid(unsigned((rows + kTileRows - 1) / kTileRows), unsigned(n_groups));
   tiled_products_kernel<<<grid, 128, 0, stream()>>>(weight_rows(stack), rows, first, kTensorSlots, x, y);

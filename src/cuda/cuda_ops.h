@@ -157,6 +157,36 @@ void moe_plan(const int32_t* expert_of, int64_t n, int64_t k, int64_t n_experts,
 // memory, f32 accumulation.
 void matmul_grouped(const DeviceMatrix& stack, int64_t n_groups, const int32_t* first, const float* x, float* y);
 
+// ---- where a pass's device time goes ----
+// While profiling is on, an OpSpan records a CUDA event on the stream where it starts and one where it
+// ends, and synchronize() adds each finished span's device time (end - start) to its name's total. Spans
+// nest (the backend's stages, the products' paths inside them); a nested span's time is also its
+// parent's. Off by default: an OpSpan then costs a lock and a branch. The backend records and replays no
+// graphs while it is on (a replayed graph would hold no events). `canvas bench --device cuda --profile`
+// turns it on for one extra pass of each timed kind.
+void set_profiling(bool on);
+bool profiling();
+struct OpTime {
+  std::string name;
+  int depth = 0;  // 0: outermost; 1: inside a depth-0 span; ... (the least of the name's spans)
+  double ms = 0;  // device milliseconds, summed over the spans
+  int64_t spans = 0;
+};
+// The totals since the last call (call after synchronize()), by depth, then largest first; clears them.
+std::vector<OpTime> take_profile();
+class OpSpan {
+ public:
+  explicit OpSpan(const char* name);  // a string literal: kept by pointer
+  ~OpSpan();
+  OpSpan(const OpSpan&) = delete;
+  OpSpan& operator=(const OpSpan&) = delete;
+
+ private:
+  const char* name_;
+  void* start_ = nullptr;  // the start event; null while profiling is off
+  int depth_ = 0;
+};
+
 // ---- element-wise and row-wise ops: device pointers, same meaning as ops/ops.h ----
 // rows rows of n elements: y = x * rsqrt(mean(x^2) + eps) * w (w may be null). In place allowed.
 void rms_norm(const float* x, const float* w, int64_t rows, int64_t n, float eps, float* y);
@@ -184,11 +214,32 @@ inline int64_t kv_element_bytes(KvType type) { return type == KvType::F16 ? 2 : 
 // (kv_type elements, the KV-cache layout), then `extra`'s (f32, not masked): one kernel, an online softmax,
 // nothing written but out. The mask arrays are device int32 pointers (or null as there). out must not
 // alias q here. head_dim <= 512.
-// n_keys_device (device int32, or null): the key count read on the device instead of n_keys, so that a
-// recorded pass can be replayed at a later position.
 void attention(const float* q, int64_t n_q, int64_t ldq, const void* k, const void* v, KvType kv_type, int64_t n_keys,
                int64_t kv_head_stride, const AttentionMask& mask, const AttentionShape& shape, float* out,
-               int64_t ldo, const ExtraKeys& extra = {}, const int32_t* n_keys_device = nullptr);
+               int64_t ldo, const ExtraKeys& extra = {});
+
+// One request of a batched pass, for one layer: where its keys are. attention_batch and scatter_kv read
+// an array of these in device memory, and a row-to-request map.
+struct AttentionSegment {
+  void* k = nullptr;  // the request's cache, this layer's K and V (KvType elements), from the first key
+  void* v = nullptr;  //   it sees (scatter_kv: from position 0)
+  int64_t kv_head_stride = 0;
+  int64_t row0 = 0;     // the request's first row in the pass
+  AttentionMask mask;   // device arrays; the query arrays indexed from row0 (row0 + i is the request's row i)
+  int32_t n_keys = 0;   // the cache's keys it sees
+  int32_t own_keys = 0; // then the pass's own K/V rows row0 .. row0 + own_keys - 1 (a decoder canvas), unmasked
+};
+// attention() for every request of a pass in one launch: row i (of n_rows) belongs to request
+// seg_of_row[i] and attends over segs[seg_of_row[i]]'s keys, then its own rows of own_k / own_v (rows of
+// own_ld floats). segs and seg_of_row are device memory, read when the kernel runs: a recorded pass
+// replayed later reads the key counts uploaded for that replay.
+void attention_batch(const float* q, int64_t n_rows, int64_t ldq, const AttentionSegment* segs,
+                     const int32_t* seg_of_row, KvType kv_type, const float* own_k, const float* own_v, int64_t own_ld,
+                     const AttentionShape& shape, float* out, int64_t ldo);
+// The pass's K and V rows (n rows of heads x head_dim floats) into their requests' caches, one launch:
+// row i to segs[seg_of_row[i]]'s K / V at position pos[i] (device int32), as kv_type elements.
+void scatter_kv(const float* k, const float* v, int64_t n, int64_t heads, int64_t head_dim, const int32_t* pos,
+                const AttentionSegment* segs, const int32_t* seg_of_row, KvType kv_type);
 
 // ---- the forward pass's data movement and element-wise steps (cuda/cuda_backend.cpp) ----
 // Device pointers throughout; "rows" are row-major f32 rows.
@@ -204,10 +255,6 @@ void add_then_scale(float* x, const float* y, int64_t n, float s);
 void add_to_rows(float* x, const float* bias, int64_t rows, int64_t width);
 // x[r][j] *= scale[j] * s (scale null: x *= s).
 void scale_columns(float* x, const float* scale, int64_t rows, int64_t width, float s);
-// Rows of heads x head_dim into the KV-cache layout (elements of `type`): dst[h * head_stride + p * head_dim
-// + d] = src[i][h * head_dim + d] with p = pos[i] (device int32), or pos0 + i when pos is null.
-void scatter_heads(const float* src, int64_t n, int64_t heads, int64_t head_dim, const int32_t* pos, int64_t pos0,
-                   void* dst, int64_t head_stride, KvType type);
 // dst[i] = src[rows[i]] for rows of width floats.
 void gather_rows(const float* src, int64_t width, const int32_t* rows, int64_t n, float* dst);
 // Mixture-of-experts output: out[r] = sum over k in [begin[r], begin[r+1]) of weight[k] * results[slot[k]],
