@@ -63,7 +63,7 @@ const std::vector<CommandFlags>& commands() {
       {"bench",
        {"-m", "--model", "--synthetic", "--type", "--layers", "--list", "-p", "--n-prompt", "-n", "--n-gen",
         "--modes", "--cache", "--block-length", "--steps", "--threshold", "-t", "--threads", "--warmup",
-        "--repeats", "-s", "--seed", "--quick", "--no-roofs", "--json", "--plot", "--train", "--device",
+        "--repeats", "-s", "--seed", "--quick", "--no-roofs", "--json", "--plot", "--train", "--device", "--profile",
         "--draft-length"}},
       {"bench --train x.cfg", {"--train", "--steps", "--warmup", "-t", "--threads", "--json"}},
       {"tokenizer train",

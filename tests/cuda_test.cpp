@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -315,10 +316,11 @@ TEST(Cuda, AttentionMatchesCpuUnderEveryMask) {
   for (int head_dim : {16, 64, 512}) check_attention(head_dim);
 }
 
-// Two requests of one pass, each with its own cache of its own size: request A (5 rows, an encoder's) writes
-// its K/V rows into cache A at positions 30 .. 34 (scatter_kv) and attends over it causally with groups
-// and a sliding window; request B (3 rows, a decoder canvas's) sees cache B's positions 4 .. 19 in place
-// and then its own three K/V rows. One attention_batch launch for both, against the CPU per request.
+// Two requests of one pass, each with its own cache of its own size: request B (rows 0 .. 2, a decoder
+// canvas's) sees cache B's positions 4 .. 19 in place and then its own three K/V rows; request A (rows
+// 3 .. 7, an encoder's) writes its K/V rows into cache A at positions 30 .. 34 (scatter_kv) and attends
+// over it causally with groups and a sliding window, its mask arrays indexed from its first row. One
+// attention_batch launch for both, against the CPU per request.
 TEST(Cuda, BatchedAttentionMatchesEachRequestAlone) {
   SKIP_WITHOUT_DEVICE();
   Rng rng(21);
@@ -328,20 +330,22 @@ TEST(Cuda, BatchedAttentionMatchesEachRequestAlone) {
   shape.head_dim = 64;
   shape.scale = 0.125f;
   const int64_t D = shape.head_dim, ld = shape.n_heads * D, kv_width = shape.n_kv_heads * D;
-  const int64_t rows_a = 5, rows_b = 3, rows = rows_a + rows_b, cap_a = 40, cap_b = 24, cached_a = 30;
+  const int64_t rows_b = 3, rows_a = 5, rows = rows_a + rows_b, a0 = rows_b, cap_a = 40, cap_b = 24, cached_a = 30;
   const int64_t first_b = 4, seen_b = 16;
   const auto q = random_vector(rng, size_t(rows * ld));
   const auto own_k = random_vector(rng, size_t(rows * kv_width)), own_v = random_vector(rng, size_t(rows * kv_width));
   auto ka = random_vector(rng, size_t(shape.n_kv_heads * cap_a * D)), va = random_vector(rng, ka.size());
   const auto kb = random_vector(rng, size_t(shape.n_kv_heads * cap_b * D)), vb = random_vector(rng, kb.size());
+  // Per row of the pass; B's rows hold values A's mask must not read (a mask indexed by the pass's row
+  // instead of A's would see them).
   std::vector<int32_t> pos(static_cast<size_t>(rows), 0), key_group(static_cast<size_t>(cap_a)),
-      query_group(static_cast<size_t>(rows), 0),
-      window(static_cast<size_t>(rows), 0), seg_of_row = {0, 0, 0, 0, 0, 1, 1, 1};
+      query_group(static_cast<size_t>(rows), -1), window(static_cast<size_t>(rows), 1000),
+      seg_of_row = {1, 1, 1, 0, 0, 0, 0, 0};
   for (int64_t j = 0; j < cap_a; ++j) key_group[size_t(j)] = int32_t(j);
   for (int64_t i = 0; i < rows_a; ++i) {
-    pos[size_t(i)] = int32_t(cached_a + i);
-    query_group[size_t(i)] = int32_t(cached_a + i);
-    window[size_t(i)] = int32_t(i % 2 ? cached_a + i - 7 : 0);
+    pos[size_t(a0 + i)] = int32_t(cached_a + i);
+    query_group[size_t(a0 + i)] = int32_t(cached_a + i);
+    window[size_t(a0 + i)] = int32_t(i % 2 ? cached_a + i - 7 : 0);
   }
   auto dq = to_device(q), dok = to_device(own_k), dov = to_device(own_v), dka = to_device(ka), dva = to_device(va),
        dkb = to_device(kb), dvb = to_device(vb), dpos = to_device(pos), dkg = to_device(key_group),
@@ -350,25 +354,27 @@ TEST(Cuda, BatchedAttentionMatchesEachRequestAlone) {
   segs[0].k = dka.data();
   segs[0].v = dva.data();
   segs[0].kv_head_stride = cap_a * D;
+  segs[0].row0 = a0;
   segs[0].mask.key_group = dkg.as<int32_t>();
-  segs[0].mask.query_group = dqg.as<int32_t>();
-  segs[0].mask.window_start = dwin.as<int32_t>();
+  segs[0].mask.query_group = dqg.as<int32_t>() + a0;
+  segs[0].mask.window_start = dwin.as<int32_t>() + a0;
   segs[0].n_keys = int32_t(cached_a + rows_a);
   segs[1].k = dkb.as<float>() + first_b * D;
   segs[1].v = dvb.as<float>() + first_b * D;
   segs[1].kv_head_stride = cap_b * D;
-  segs[1].row0 = rows_a;
   segs[1].n_keys = int32_t(seen_b);
   segs[1].own_keys = int32_t(rows_b);
   auto dsegs = to_device(segs);
   const auto* dsegs_ptr = dsegs.as<cuda::AttentionSegment>();
-  // A's rows into cache A: the host twin does the same copy.
-  cuda::scatter_kv(dok.as<float>(), dov.as<float>(), rows_a, shape.n_kv_heads, D, dpos.as<int32_t>(), dsegs_ptr,
-                   dseg.as<int32_t>(), cuda::KvType::F32);
+  // A's rows into cache A (the pass's rows from a0, their request found through seg_of_row); the host
+  // twin does the same copy.
+  cuda::scatter_kv(dok.as<float>() + a0 * kv_width, dov.as<float>() + a0 * kv_width, rows_a, shape.n_kv_heads, D,
+                   dpos.as<int32_t>() + a0, dsegs_ptr, dseg.as<int32_t>() + a0, cuda::KvType::F32);
   for (int64_t i = 0; i < rows_a; ++i)
     for (int64_t h = 0; h < shape.n_kv_heads; ++h)
       for (int64_t d = 0; d < D; ++d) {
-        const size_t at = size_t(h * cap_a * D + pos[size_t(i)] * D + d), from = size_t(i * kv_width + h * D + d);
+        const size_t at = size_t(h * cap_a * D + pos[size_t(a0 + i)] * D + d);
+        const size_t from = size_t((a0 + i) * kv_width + h * D + d);
         ka[at] = own_k[from];
         va[at] = own_v[from];
       }
@@ -381,11 +387,11 @@ TEST(Cuda, BatchedAttentionMatchesEachRequestAlone) {
   std::vector<float> want_a(size_t(rows_a * ld)), want_b(size_t(rows_b * ld));
   AttentionMask mask;
   mask.key_group = key_group.data();
-  mask.query_group = query_group.data();
-  mask.window_start = window.data();
-  reference::attention(q.data(), rows_a, ld, ka.data(), va.data(), cached_a + rows_a, cap_a * D, mask, shape,
-                       want_a.data(), ld);
-  // B's keys joined into one array for the CPU: cache B's positions 4 .. 19, then its own rows.
+  mask.query_group = query_group.data() + a0;
+  mask.window_start = window.data() + a0;
+  reference::attention(q.data() + a0 * ld, rows_a, ld, ka.data(), va.data(), cached_a + rows_a, cap_a * D, mask,
+                       shape, want_a.data(), ld);
+  // B's keys joined into one array for the CPU: cache B's positions 4 .. 19, then its own rows 0 .. 2.
   const int64_t keys_b = seen_b + rows_b;
   std::vector<float> jk(size_t(shape.n_kv_heads * keys_b * D)), jv(jk.size());
   for (int64_t h = 0; h < shape.n_kv_heads; ++h)
@@ -393,14 +399,14 @@ TEST(Cuda, BatchedAttentionMatchesEachRequestAlone) {
       for (int64_t d = 0; d < D; ++d) {
         const size_t at = size_t(h * keys_b * D + j * D + d);
         const size_t in_cache = size_t(h * cap_b * D + (first_b + j) * D + d);
-        const size_t in_rows = size_t((rows_a + j - seen_b) * kv_width + h * D + d);
+        const size_t in_rows = size_t((j - seen_b) * kv_width + h * D + d);
         jk[at] = j < seen_b ? kb[in_cache] : own_k[in_rows];
         jv[at] = j < seen_b ? vb[in_cache] : own_v[in_rows];
       }
-  reference::attention(q.data() + rows_a * ld, rows_b, ld, jk.data(), jv.data(), keys_b, keys_b * D, AttentionMask{},
-                       shape, want_b.data(), ld);
-  expect_close(std::vector<float>(got.begin(), got.begin() + rows_a * ld), want_a, 1e-5, "batched attention, A");
-  expect_close(std::vector<float>(got.begin() + rows_a * ld, got.end()), want_b, 1e-5, "batched attention, B");
+  reference::attention(q.data(), rows_b, ld, jk.data(), jv.data(), keys_b, keys_b * D, AttentionMask{}, shape,
+                       want_b.data(), ld);
+  expect_close(std::vector<float>(got.begin(), got.begin() + rows_b * ld), want_b, 1e-5, "batched attention, B");
+  expect_close(std::vector<float>(got.begin() + rows_b * ld, got.end()), want_a, 1e-5, "batched attention, A");
 }
 
 // A weight matrix of `type` [n x k] from random values, its bytes kept alive by the returned object.
@@ -1009,6 +1015,47 @@ TEST(CudaForward, RecordedArStepsMatchTheCpu) {
   run(t, 1e-2, "diffusion-gemma:tiny q4_0");
 }
 
+// The head of a batch in several products: three canvases of 100 rows on three caches (after prompts of
+// 10, 12 and 14 tokens) take two products of the output matrix (200 rows, then 100: at most 256 rows a
+// product); every canvas's logits must still be the CPU's.
+TEST(CudaForward, HeadOfABatchInSeveralProducts) {
+  SKIP_WITHOUT_DEVICE();
+  const TwinModels t = load_twins(test::fixture("tiny-diffusion-gemma"));
+  const ModelConfig& c = t.cpu.config;
+  Rng rng(23);
+  const int64_t N = 100;
+  std::vector<int32_t> canvas(static_cast<size_t>(N)), groups(14);
+  for (int32_t& id : canvas) id = int32_t(rng.below(uint64_t(c.vocab)));
+  for (size_t i = 0; i < groups.size(); ++i) groups[i] = int32_t(i);
+  std::vector<int32_t> prompt(14);
+  for (int32_t& id : prompt) id = int32_t(rng.below(uint64_t(c.vocab)));
+  auto run = [&](const Model& m) {
+    std::vector<std::unique_ptr<KvCache>> caches;
+    std::vector<KvCache*> pointers;
+    std::vector<ForwardRequest> requests(3);
+    std::vector<std::vector<float>> logits(3, std::vector<float>(size_t(N * c.vocab)));
+    for (int64_t r = 0; r < 3; ++r) {
+      const int64_t P = 10 + 2 * r;
+      caches.push_back(std::make_unique<KvCache>(c, P + N));
+      pointers.push_back(caches.back().get());
+      const std::vector<int32_t> head(prompt.begin(), prompt.begin() + P), g(groups.begin(), groups.begin() + P);
+      encoder_logits(m, *caches.back(), head, 0, g);
+      ForwardRequest& req = requests[size_t(r)];
+      req.tokens = canvas.data();
+      req.n = N;
+      req.pos0 = P;
+      req.decoder = true;
+      for (int64_t i = 0; i < N; ++i) req.logit_rows.push_back(int32_t(i));
+      req.logits = logits[size_t(r)].data();
+    }
+    forward_batch(m, pointers, requests, nullptr);
+    return logits;
+  };
+  const auto want = run(t.cpu), got = run(t.gpu);
+  for (size_t r = 0; r < 3; ++r)
+    EXPECT_LE(report_error(got[r], want[r], "three 100-row canvases, canvas " + std::to_string(r)), 1e-4);
+}
+
 // The per-op profile (bench --profile): with profiling on, a forward's stages and the products inside
 // them are timed (every layer's attention block once, nested spans one level deeper), no graph is
 // recorded or replayed, and the logits stay the CPU's; with it off nothing is counted.
@@ -1045,10 +1092,13 @@ TEST(CudaForward, ProfiledPassesTimeEveryStage) {
   EXPECT_EQ(attention->depth, 0);
   EXPECT_EQ(attention->spans, 3 * c.n_layers);
   EXPECT_GT(attention->ms, 0);
-  const cuda::OpTime* kernel = find("attention: K/V into the caches, attention kernel");
+  const cuda::OpTime* kernel = find("attention: kernel (and an encoder's K/V into the caches)");
   ASSERT_NE(kernel, nullptr);
   EXPECT_EQ(kernel->depth, 1);
   EXPECT_LE(kernel->ms, attention->ms);
+  // Tree order: the kernel comes after its attention block, with only deeper ops between them.
+  ASSERT_LT(attention, kernel);
+  for (const cuda::OpTime* op = attention + 1; op < kernel; ++op) EXPECT_GE(op->depth, 1) << op->name;
   ASSERT_NE(find("head"), nullptr);
   for (const cuda::OpTime& op : ops)
     std::printf("  %*s%-50s %8.3f ms %4lld x\n", 2 * op.depth, "", op.name.c_str(), op.ms, (long long)op.spans);

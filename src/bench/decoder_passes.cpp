@@ -295,7 +295,7 @@ DecoderPassReport decoder_pass_report(const DecoderPassTimes& t, const DecoderPa
     nlohmann::ordered_json& profiles = report["device_profile"];
     profiles = nlohmann::ordered_json::array();
     for (const ProfiledPass& pp : t.profiles) {
-      appendf(text, "  %s pass: %.2f ms wall\n", pp.kind.c_str(), pp.wall_ms);
+      appendf(text, "  %s pass: %.2f ms wall, profiling on\n", pp.kind.c_str(), pp.wall_ms);
       nlohmann::ordered_json ops = nlohmann::ordered_json::array();
       for (const DeviceOpTime& op : pp.ops) {
         appendf(text, "    %*s%-*s %9.3f ms %5.1f%% %6lld x\n", 2 * op.depth, "", 56 - 2 * op.depth, op.name.c_str(),

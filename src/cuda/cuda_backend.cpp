@@ -419,6 +419,11 @@ void CudaBackend::stage(DevicePass& p) {
   for (int64_t s = 0; s < p.segments(); ++s) {
     const ForwardRequest& req = p.requests[size_t(s)];
     const int64_t r0 = p.plan.row0[size_t(s)], rows = int64_t(req.logit_rows.size());
+    // model/forward.cpp hands a device runs of one kind whose encoder requests have caches of their own:
+    // attend() writes every encoder request's K/V before any of them attends.
+    check(req.decoder == p.requests[0].decoder, "cuda forward: a batch mixes encoder and decoder requests");
+    for (int64_t e = 0; e < s && !req.decoder; ++e)
+      check(p.caches[size_t(e)] != p.caches[size_t(s)], "cuda forward: two encoder requests of a batch share a cache");
     tokens.insert(tokens.end(), req.tokens, req.tokens + req.n);
     KvCache& cache = *p.caches[size_t(s)];
     DeviceCache& dc = device_cache(c, cache);
@@ -540,7 +545,7 @@ void CudaBackend::attend(DevicePass& p, int64_t l) {
   const ModelConfig& c = p.c;
   const LayerAttention la = c.attention_of(l);
   const int64_t D = la.head_dim, q_width = c.n_heads * D, kv_width = la.n_kv_heads * D;
-  const OpSpan span("attention: K/V into the caches, attention kernel");
+  const OpSpan span("attention: kernel (and an encoder's K/V into the caches)");
   const AttentionSegment* segs = p.segs + l * p.segments();
   const bool decoder = p.requests[0].decoder;  // a device batch holds one kind (see feed_forward)
   if (!decoder) scatter_kv(p.k, p.v, p.n, la.n_kv_heads, D, p.pos, segs, p.seg_of_row, kv_type_);

@@ -968,19 +968,19 @@ void DeviceGraph::replay() {
 uint64_t DeviceGraph::replays() { return graph_replays.load(); }
 
 namespace {
-// The profiler's state: events in use by unfinished spans, finished spans not yet read, the totals, and
-// events to reuse. One lock: spans come from the backend's one pass at a time, and from tests.
+// The profiler's state: the spans open now (their names: a finished span is counted under the path of
+// names from the outermost open span to it), finished spans not yet read, the totals by path, and events
+// to reuse. One lock: spans come from the backend's one pass at a time, and from tests.
 struct Profiler {
   std::mutex mutex;
   bool on = false;
-  int depth = 0;  // spans open now
+  std::vector<const char*> open;
   struct Finished {
-    const char* name;
-    int depth;
+    std::string path;  // the names from the outermost span, joined by '\n' (no name holds one)
     cudaEvent_t start, end;
   };
   std::vector<Finished> finished;
-  std::map<std::string, OpTime> totals;  // by name: depth is the least a span of that name had
+  std::map<std::string, OpTime> totals;  // by path
   std::vector<cudaEvent_t> spare;
   cudaEvent_t event() {  // under mutex
     cudaEvent_t e = nullptr;
@@ -992,21 +992,28 @@ struct Profiler {
     check_cuda(cudaEventCreate(&e), "cudaEventCreate (profiling)");
     return e;
   }
-  // Adds every finished span's time to the totals; the device has finished their work.
+  // Adds every finished span's time to the totals; the device has finished their work. A span whose
+  // time cannot be read is dropped (profiling never fails a pass); its events are not reused.
   void collect() {  // under mutex
-    for (const Finished& f : finished) {
+    std::vector<Finished> done;
+    done.swap(finished);
+    for (Finished& f : done) {
       float ms = 0;
-      check_cuda(cudaEventElapsedTime(&ms, f.start, f.end), "cudaEventElapsedTime (profiling)");
-      auto [at, added] = totals.try_emplace(f.name);
-      OpTime& t = at->second;
-      t.name = f.name;
-      t.depth = added ? f.depth : std::min(t.depth, f.depth);
+      if (cudaEventElapsedTime(&ms, f.start, f.end) != cudaSuccess) {
+        cudaGetLastError();
+        cudaEventDestroy(f.start);
+        cudaEventDestroy(f.end);
+        continue;
+      }
+      OpTime& t = totals[f.path];
+      const size_t cut = f.path.rfind('\n');
+      t.name = cut == std::string::npos ? f.path : f.path.substr(cut + 1);
+      t.depth = int(std::count(f.path.begin(), f.path.end(), '\n'));
       t.ms += ms;
       ++t.spans;
       spare.push_back(f.start);
       spare.push_back(f.end);
     }
-    finished.clear();
   }
 };
 Profiler& profiler() {
@@ -1035,30 +1042,59 @@ std::vector<OpTime> take_profile() {
   synchronize();  // collects
   Profiler& p = profiler();
   const std::lock_guard<std::mutex> lock(p.mutex);
-  std::vector<OpTime> out;
-  for (auto& entry : p.totals) out.push_back(entry.second);
-  p.totals.clear();
-  std::stable_sort(out.begin(), out.end(), [](const OpTime& a, const OpTime& b) {
-    return a.depth != b.depth ? a.depth < b.depth : a.ms > b.ms;
+  // Tree order: a span's path right after its parent's, siblings by time, largest first.
+  std::vector<std::pair<std::vector<std::string>, OpTime>> rows;
+  for (auto& [path, t] : p.totals) {
+    std::vector<std::string> names;
+    for (size_t b = 0;;) {
+      const size_t e = path.find('\n', b);
+      names.push_back(path.substr(b, e == std::string::npos ? std::string::npos : e - b));
+      if (e == std::string::npos) break;
+      b = e + 1;
+    }
+    rows.emplace_back(std::move(names), t);
+  }
+  auto ms_of = [&](const std::vector<std::string>& names, size_t depth) {  // the prefix of depth + 1 names
+    std::string path;
+    for (size_t d = 0; d <= depth; ++d) path += (d ? "\n" : "") + names[d];
+    const auto found = p.totals.find(path);
+    return found == p.totals.end() ? 0.0 : found->second.ms;
+  };
+  std::sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) {
+    const std::vector<std::string>&x = a.first, &y = b.first;
+    size_t d = 0;
+    while (d < x.size() && d < y.size() && x[d] == y[d]) ++d;
+    if (d == x.size() || d == y.size()) return x.size() < y.size();  // a parent before its children
+    const double mx = ms_of(x, d), my = ms_of(y, d);
+    return mx != my ? mx > my : x[d] < y[d];
   });
+  p.totals.clear();
+  std::vector<OpTime> out;
+  for (auto& row : rows) out.push_back(std::move(row.second));
   return out;
 }
 
-OpSpan::OpSpan(const char* name) : name_(name) {
+OpSpan::OpSpan(const char* name) {
   Profiler& p = profiler();
   const std::lock_guard<std::mutex> lock(p.mutex);
   if (!p.on) return;
   cudaEvent_t e = p.event();
-  check_cuda(cudaEventRecord(e, stream()), "cudaEventRecord (profiling)");
+  if (cudaEventRecord(e, stream()) != cudaSuccess) {  // no span, and no error for the pass
+    cudaGetLastError();
+    p.spare.push_back(e);
+    return;
+  }
   start_ = e;
-  depth_ = p.depth++;
+  p.open.push_back(name);
 }
 
 OpSpan::~OpSpan() {
   if (!start_) return;
   Profiler& p = profiler();
   const std::lock_guard<std::mutex> lock(p.mutex);
-  --p.depth;
+  std::string path;
+  for (const char* name : p.open) path += std::string(path.empty() ? "" : "\n") + name;
+  p.open.pop_back();  // this span is the innermost open one (spans are scoped)
   cudaEvent_t end = nullptr;
   try {
     end = p.event();
@@ -1072,7 +1108,7 @@ OpSpan::~OpSpan() {
     p.spare.push_back(end);
     return;
   }
-  p.finished.push_back({name_, depth_, static_cast<cudaEvent_t>(start_), end});
+  p.finished.push_back({std::move(path), static_cast<cudaEvent_t>(start_), end});
 }
 void DeviceBuffer::release() {
   if (!ptr_) return;
@@ -1270,6 +1306,8 @@ void attention(const float* q, int64_t n_q, int64_t ldq, const void* k, const vo
   check((mask.key_group == nullptr) == (mask.query_group == nullptr),
         "cuda attention: key_group and query_group must both be set or both be null");
   check(extra.n == 0 || (extra.k && extra.v), "cuda attention: extra keys without K or V");
+  check(n_keys >= 0 && n_keys <= INT32_MAX && extra.n >= 0 && extra.n <= INT32_MAX,
+        "cuda attention: key counts beyond int32");
   AttentionSegment one;
   one.k = const_cast<void*>(k);
   one.v = const_cast<void*>(v);

@@ -159,32 +159,32 @@ void matmul_grouped(const DeviceMatrix& stack, int64_t n_groups, const int32_t* 
 
 // ---- where a pass's device time goes ----
 // While profiling is on, an OpSpan records a CUDA event on the stream where it starts and one where it
-// ends, and synchronize() adds each finished span's device time (end - start) to its name's total. Spans
-// nest (the backend's stages, the products' paths inside them); a nested span's time is also its
-// parent's. Off by default: an OpSpan then costs a lock and a branch. The backend records and replays no
-// graphs while it is on (a replayed graph would hold no events). `canvas bench --device cuda --profile`
-// turns it on for one extra pass of each timed kind.
+// ends, and synchronize() adds each finished span's device time (end - start) to the total of its path:
+// the names of the spans open around it, outermost first, then its own. Spans nest (the backend's stages,
+// the products' paths inside them); a nested span's time is also its parent's. Off by default: an OpSpan
+// then costs a lock and a branch. A span that cannot record or read its events is dropped, never an error
+// of the pass. The backend records and replays no graphs while it is on (a replayed graph would hold no
+// events). `canvas bench --device cuda --profile` turns it on for one extra pass of each timed kind.
 void set_profiling(bool on);
 bool profiling();
 struct OpTime {
-  std::string name;
-  int depth = 0;  // 0: outermost; 1: inside a depth-0 span; ... (the least of the name's spans)
-  double ms = 0;  // device milliseconds, summed over the spans
+  std::string name;  // the span's own name (the last of its path)
+  int depth = 0;     // how many spans were open around it
+  double ms = 0;     // device milliseconds, summed over the spans of this path
   int64_t spans = 0;
 };
-// The totals since the last call (call after synchronize()), by depth, then largest first; clears them.
+// The totals since the last call (it synchronizes first) in tree order: each path right after its
+// parent's, siblings largest first; clears them.
 std::vector<OpTime> take_profile();
 class OpSpan {
  public:
-  explicit OpSpan(const char* name);  // a string literal: kept by pointer
+  explicit OpSpan(const char* name);  // a string literal: kept by pointer while the span is open
   ~OpSpan();
   OpSpan(const OpSpan&) = delete;
   OpSpan& operator=(const OpSpan&) = delete;
 
  private:
-  const char* name_;
   void* start_ = nullptr;  // the start event; null while profiling is off
-  int depth_ = 0;
 };
 
 // ---- element-wise and row-wise ops: device pointers, same meaning as ops/ops.h ----

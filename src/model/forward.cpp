@@ -622,12 +622,20 @@ void forward_batch(const Model& model, std::span<KvCache* const> caches, std::sp
                    ThreadPool* pool) {
   const ForwardPlan plan = plan_forward(model, caches, requests);
   if (model.backend) {
-    // Another device runs encoder and decoder requests in separate batches: a mixed batch is split into
-    // runs of one kind, in order, which leaves the same K/V and logits (a decoder request reads only the
-    // cache rows earlier requests wrote, and no request reads a decoder's rows).
+    // Another device runs a batch of one kind whose encoder requests have caches of their own (it writes
+    // every encoder request's K/V before any of them attends): another batch is split into such runs, in
+    // order, which leaves the same K/V and logits (a decoder request reads only the cache rows earlier
+    // requests wrote, no request reads a decoder's rows, and an encoder request sees the rows written to
+    // its cache by the requests before it).
+    auto joins = [&](size_t i, size_t begin) {
+      if (requests[i].decoder != requests[begin].decoder) return false;
+      if (requests[i].decoder) return true;
+      return std::find(caches.begin() + std::ptrdiff_t(begin), caches.begin() + std::ptrdiff_t(i), caches[i]) ==
+             caches.begin() + std::ptrdiff_t(i);
+    };
     size_t begin = 0;
     for (size_t i = 1; i <= requests.size(); ++i) {
-      if (i < requests.size() && requests[i].decoder == requests[begin].decoder) continue;
+      if (i < requests.size() && joins(i, begin)) continue;
       if (begin == 0 && i == requests.size()) {
         model.backend->forward_batch(model, caches, requests, plan);
         return;

@@ -154,7 +154,8 @@ void forward(const Model& model, KvCache& cache, const ForwardRequest& request, 
 // row-wise step (embeddings, norms, the Q/K/V, output and MLP/MoE matmuls, the head) runs once over the
 // rows of all requests stacked, so the weights stream through memory once per batch instead of once per
 // request. Only attention is per request. Each request's logits, cache writes and statistics are bit for
-// bit what forward() gives for it alone (matmul and attention rows do not depend on the other rows).
+// bit what forward() gives for it alone on the CPU (matmul and attention rows do not depend on the other
+// rows; another device's products may round differently with the number of rows they multiply).
 // Encoder and decoder requests may share a batch; requests attend in order, layer by layer, so a decoder
 // request over the same cache as an earlier encoder request of the batch sees the K/V that request writes
 // (one pass that extends the cache and drafts after it, as draft-and-verify's overlapped cycle does).
