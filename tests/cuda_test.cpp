@@ -443,8 +443,9 @@ std::vector<float> exact_product(const HostWeights& w, const std::vector<float>&
 }
 
 // y = x W^T for f32 (sgemm, tight), bf16 (tensor cores, activations rounded to bf16), f16, and every
-// quantised type kept in its blocks on the device: 1, 5 and 32 rows take the register kernel (f32, tight),
-// 40 rows the decoded-f16 chunks on the tensor cores. The quantised matrices hold their file bytes.
+// quantised type kept in its blocks on the device: 1, 5 and 8 rows take the register kernel (f32, tight),
+// 9, 32 and 40 rows the fused tiles (16, 32 and 64 slots a tile; 96 weight rows: a partial second tile of
+// 64), 100 rows the decoded-f16 chunks and cuBLAS. The quantised matrices hold their file bytes.
 TEST(Cuda, MatmulMatchesCpuForEveryStorage) {
   SKIP_WITHOUT_DEVICE();
   Rng rng(6);
@@ -464,7 +465,7 @@ TEST(Cuda, MatmulMatchesCpuForEveryStorage) {
     if (quant) {
       EXPECT_EQ(dwm.bytes(), w.bytes.size()) << dtype_name(c.type) << " is not kept in its blocks";
     }
-    for (int64_t m : {1, 5, 32, 40}) {
+    for (int64_t m : {1, 5, 8, 9, 32, 40, 100}) {
       const auto x = random_vector(rng, size_t(m * k));
       const std::vector<float> want = exact_product(w, x, m);
       auto dx = to_device(x);
@@ -552,9 +553,10 @@ TEST(Cuda, TransposedMatmulOfQuantisedWeights) {
   }
 }
 
-// A matrix larger than one decode chunk (64 MiB of f16): the tensor-core path decodes it in three chunks
-// of rows, each product written at its rows of y; the transposed product sums the chunks into y; the
-// register kernel on long, odd-sized rows.
+// A matrix larger than one decode chunk (64 MiB of f16): 70 rows of x decode it in three chunks of rows,
+// each product written at its rows of y; the transposed product sums the chunks into y; the register
+// kernel (1, 5 rows) and the fused tiles (40 rows; 40003 weight rows end in a partial tile) on long,
+// odd-sized rows.
 TEST(Cuda, QuantisedProductsOverSeveralDecodeChunks) {
   SKIP_WITHOUT_DEVICE();
   Rng rng(10);
@@ -563,7 +565,7 @@ TEST(Cuda, QuantisedProductsOverSeveralDecodeChunks) {
   const int64_t n = 40003, k = 2304;
   const HostWeights w = random_weights(rng, DType::Q4_0, n, k);
   const cuda::DeviceMatrix dwm = cuda::DeviceMatrix::upload(w.view);
-  for (int64_t m : {1, 5, 40}) {
+  for (int64_t m : {1, 5, 40, 70}) {
     const auto x = random_vector(rng, size_t(m * k));
     auto dx = to_device(x);
     cuda::DeviceBuffer dy(size_t(m * n) * 4);
@@ -1108,8 +1110,9 @@ TEST(CudaForward, ProfiledPassesTimeEveryStage) {
 
 // Quantised weights kept in their blocks on the device against the CPU's quantised forward on the same
 // weights (the CPU rounds activations to int8 blocks, the device does not): synthetic toy shapes at Q4_0
-// and Q8_0, a 48-token prompt (the tensor-core path), 12 and 4 tokens after it (the register kernel), one
-// token (an AR step), and DiffusionGemma's decoder; logits within 1e-2 of their range.
+// and Q8_0, an 80-token prompt (decoded f16 chunks and cuBLAS), 12 tokens after a prompt (the fused tiles)
+// and 4 (the register kernel), one token (an AR step), and DiffusionGemma's decoder; logits within 1e-2
+// of their range.
 TEST(CudaForward, QuantisedWeightsMatchTheCpuWithinOnePercent) {
   SKIP_WITHOUT_DEVICE();
   for (const char* shape : {"diffusion-gemma:tiny", "llada:tiny"}) {
@@ -1125,15 +1128,15 @@ TEST(CudaForward, QuantisedWeightsMatchTheCpuWithinOnePercent) {
       const std::string name = std::string(shape) + " " + dtype_name(type);
       const ModelConfig& c = t.cpu.config;
       Rng rng(13);
-      std::vector<int32_t> prompt(48), groups(48), one(1, 3), one_group(1, 48);
+      std::vector<int32_t> prompt(80), groups(80), one(1, 3), one_group(1, 80);
       for (int32_t& id : prompt) id = int32_t(rng.below(uint64_t(c.vocab)));
       for (size_t i = 0; i < groups.size(); ++i) groups[i] = int32_t(i);
-      KvCache cpu_cache(c, 64), gpu_cache(c, 64);
+      KvCache cpu_cache(c, 96), gpu_cache(c, 96);
       EXPECT_LE(report_error(encoder_logits(t.gpu, gpu_cache, prompt, 0, groups),
-                             encoder_logits(t.cpu, cpu_cache, prompt, 0, groups), name + ": 48-token prompt"),
+                             encoder_logits(t.cpu, cpu_cache, prompt, 0, groups), name + ": 80-token prompt"),
                 1e-2);
-      EXPECT_LE(report_error(encoder_logits(t.gpu, gpu_cache, one, 48, one_group),
-                             encoder_logits(t.cpu, cpu_cache, one, 48, one_group), name + ": one token after it"),
+      EXPECT_LE(report_error(encoder_logits(t.gpu, gpu_cache, one, 80, one_group),
+                             encoder_logits(t.cpu, cpu_cache, one, 80, one_group), name + ": one token after it"),
                 1e-2);
       check_encoder(t, 1e-2, name);
       if (c.has_decoder) check_decoder(t, 1e-2, name, /*exact_choices=*/false);

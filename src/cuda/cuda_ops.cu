@@ -587,29 +587,35 @@ __global__ void row_products_kernel(WeightRows w, int64_t rows, const int32_t* f
 }
 
 // The same products on the tensor cores, for groups of at least min_slots slots (an expert many rows
-// picked): a block owns 64 weight rows of its group and walks the group's slots 16 at a time; per
-// 32-column step it decodes the 64 rows' blocks (load_block32) and the 16 slots' x values to f16 in shared
-// memory, and each of its 4 warps multiplies a 16 x 16 tile (WMMA, f32 accumulation). Groups with fewer
-// slots are left to row_products_kernel.
+// picked; first null: one group, the m rows of x): a block owns 64 weight rows of its group and walks the
+// group's slots Slots at a time (16, 32 or 64); per 32-column step it decodes the 64 rows' blocks
+// (load_block32) and the Slots slots' x values to f16 in shared memory, and each of its 4 warps multiplies
+// its 16 weight rows by the Slots slots (Slots / 16 WMMA tiles, f32 accumulation). With Slots >= the
+// group's slots every weight block is read once. Groups with fewer slots are left to row_products_kernel.
 constexpr int kTileRows = 64, kTileSlots = 16, kTileLd = 40;  // shared rows of 32 halves, padded to 40
 
-__global__ void tiled_products_kernel(WeightRows w, int64_t rows, const int32_t* first, int64_t min_slots,
-                                      const float* x, float* y) {
+template <int Slots>
+__global__ void tiled_products_kernel(WeightRows w, int64_t rows, const int32_t* first, int64_t m,
+                                      int64_t min_slots, const float* x, float* y) {
   using namespace nvcuda;
+  static_assert(Slots % 16 == 0 && Slots <= kTileRows, "Slots: 16, 32, 48 or 64");
+  constexpr int kTiles = Slots / 16;
+  constexpr int kThreadsPerSlot = kTileRows / Slots, kValuesPerThread = 32 / kThreadsPerSlot;
   __shared__ __align__(32) __half ws[kTileRows * kTileLd];
-  __shared__ __align__(32) __half xs[kTileSlots * kTileLd];
-  __shared__ __align__(32) float cs[4][kTileSlots * 16];
+  __shared__ __align__(32) __half xs[Slots * kTileLd];
+  __shared__ __align__(32) float cs[4][16 * 16];
   const int64_t g = blockIdx.y;
-  const int64_t s0 = first[g], s1 = first[g + 1];
-  if (s1 - s0 < min_slots) return;  // the whole block
+  const int64_t s0 = first ? first[g] : 0, s1 = first ? first[g + 1] : m;
+  if (s1 - s0 < min_slots || s1 <= s0) return;  // the whole block
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t r0 = int64_t(blockIdx.x) * kTileRows;
   const int64_t blocks = (w.cols + 31) / 32;
   float v[32];
-  for (int64_t t0 = s0; t0 < s1; t0 += kTileSlots) {
-    const int64_t count = s1 - t0 < kTileSlots ? s1 - t0 : kTileSlots;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    wmma::fill_fragment(acc, 0.f);
+  for (int64_t t0 = s0; t0 < s1; t0 += Slots) {
+    const int64_t count = s1 - t0 < Slots ? s1 - t0 : Slots;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kTiles];
+#pragma unroll
+    for (int f = 0; f < kTiles; ++f) wmma::fill_fragment(acc[f], 0.f);
     for (int64_t b = 0; b < blocks; ++b) {
       if (tid < kTileRows) {  // threads 0-63: one weight row's block each
         const int64_t r = r0 + tid;
@@ -621,35 +627,41 @@ __global__ void tiled_products_kernel(WeightRows w, int64_t rows, const int32_t*
         }
 #pragma unroll
         for (int e = 0; e < 32; ++e) ws[tid * kTileLd + e] = __float2half_rn(v[e]);
-      } else {  // threads 64-127: 8 x values each (slot (tid - 64) / 4, quarter (tid - 64) % 4)
-        const int q = tid - kTileRows, j = q / 4, part = q % 4;
+      } else {  // threads 64-127: kValuesPerThread x values each (slot q / kThreadsPerSlot, its part q % ...)
+        const int q = tid - kTileRows, j = q / kThreadsPerSlot, part = q % kThreadsPerSlot;
         const float* xr = x + (t0 + j) * w.cols;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const int64_t col = b * 32 + part * 8 + e;
-          xs[j * kTileLd + part * 8 + e] = __float2half_rn(j < count && col < w.cols ? xr[col] : 0.f);
+        for (int e = 0; e < kValuesPerThread; ++e) {
+          const int64_t col = b * 32 + part * kValuesPerThread + e;
+          xs[j * kTileLd + part * kValuesPerThread + e] = __float2half_rn(j < count && col < w.cols ? xr[col] : 0.f);
         }
       }
       __syncthreads();
 #pragma unroll
       for (int k0 = 0; k0 < 32; k0 += 16) {
         wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> bx;
         wmma::load_matrix_sync(a, ws + warp * 16 * kTileLd + k0, kTileLd);
-        wmma::load_matrix_sync(bx, xs + k0, kTileLd);
-        wmma::mma_sync(acc, a, bx, acc);
+#pragma unroll
+        for (int f = 0; f < kTiles; ++f) {
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> bx;
+          wmma::load_matrix_sync(bx, xs + f * 16 * kTileLd + k0, kTileLd);
+          wmma::mma_sync(acc[f], a, bx, acc[f]);
+        }
       }
       __syncthreads();  // before the next step's loads overwrite ws and xs
     }
-    // acc[i][j]: weight row r0 + 16 warp + i, slot t0 + j; stored column-major: cs[j * 16 + i].
-    wmma::store_matrix_sync(cs[warp], acc, 16, wmma::mem_col_major);
-    __syncwarp();
-    for (int e = lane; e < kTileSlots * 16; e += 32) {
-      const int j = e / 16, i = e % 16;
-      const int64_t r = r0 + warp * 16 + i;
-      if (j < count && r < rows) y[(t0 + j) * rows + r] = cs[warp][e];
+    // acc[f][i][j]: weight row r0 + 16 warp + i, slot t0 + 16 f + j; stored column-major: cs[j * 16 + i].
+#pragma unroll
+    for (int f = 0; f < kTiles; ++f) {
+      wmma::store_matrix_sync(cs[warp], acc[f], 16, wmma::mem_col_major);
+      __syncwarp();
+      for (int e = lane; e < 16 * 16; e += 32) {
+        const int j = f * 16 + e / 16, i = e % 16;
+        const int64_t r = r0 + warp * 16 + i;
+        if (j < count && r < rows) y[(t0 + j) * rows + r] = cs[warp][e];
+      }
+      __syncwarp();
     }
-    __syncwarp();
   }
 }
 
@@ -801,6 +813,17 @@ void launch_row_products(const DeviceMatrix& w, int64_t groups, const int32_t* f
   check_launch("row products");
 }
 
+// tiled_products_kernel<Slots> over `groups` groups of `rows` weight rows each (first null: one group, m
+// rows of x).
+template <int Slots>
+void launch_tiled_products(const DeviceMatrix& w, int64_t groups, const int32_t* first, int64_t m,
+                           int64_t min_slots, const float* x, float* y) {
+  const int64_t rows = w.rows() / groups;
+  const dim3 grid(unsigned((rows + kTileRows - 1) / kTileRows), unsigned(groups));
+  tiled_products_kernel<Slots><<<grid, 128, 0, stream()>>>(weight_rows(w), rows, first, m, min_slots, x, y);
+  check_launch("tiled products");
+}
+
 // n activations rounded to a f16 / bf16 weight's input type (storage) into out.
 void to_input_type(const float* x, int64_t n, DeviceMatrix::Storage storage, void* out) {
   check(storage == DeviceMatrix::Storage::F16 || storage == DeviceMatrix::Storage::BF16,
@@ -818,8 +841,13 @@ void matmul_quant(const DeviceMatrix& w, const float* x, int64_t m, float* y) {
   if (m <= kQuantGemvRows) {
     const OpSpan span("product: quantised, register kernel");
     if (m == 1) return launch_row_products<1>(w, 1, nullptr, m, x, y);
-    if (m <= 8) return launch_row_products<8>(w, 1, nullptr, m, x, y);
     return launch_row_products<kQuantGemvRows>(w, 1, nullptr, m, x, y);
+  }
+  if (m <= kQuantTiledRows) {  // every weight block read once, decoded into shared memory
+    const OpSpan span("product: quantised, fused decode on the tensor cores");
+    if (m <= 16) return launch_tiled_products<16>(w, 1, nullptr, m, 0, x, y);
+    if (m <= 32) return launch_tiled_products<32>(w, 1, nullptr, m, 0, x, y);
+    return launch_tiled_products<64>(w, 1, nullptr, m, 0, x, y);
   }
   const OpSpan span("product: quantised, decoded f16 chunks + cuBLAS");
   const int64_t k = w.cols();
@@ -1483,10 +1511,7 @@ void matmul_grouped(const DeviceMatrix& stack, int64_t n_groups, const int32_t* 
     launch_row_products<8>(stack, n_groups, first, 0, x, y, kTensorSlots - 1);
   }
   const OpSpan span("experts: tensor cores");
-  const int64_t rows = stack.rows() / n_groups;
-  const dim3 grid(unsigned((rows + kTileRows - 1) / kTileRows), unsigned(n_groups));
-  tiled_products_kernel<<<grid, 128, 0, stream()>>>(weight_rows(stack), rows, first, kTensorSlots, x, y);
-  check_launch("tiled products");
+  launch_tiled_products<kTileSlots>(stack, n_groups, first, 0, kTensorSlots, x, y);
 }
 
 }  // namespace canvas::cuda

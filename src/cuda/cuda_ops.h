@@ -121,14 +121,18 @@ DeviceMatrix::Storage device_storage_of(DType type);
 
 // y[m x w.rows()] = x[m x w.cols()] @ w^T, all row-major device f32. For f16/bf16 weights x is first
 // rounded to the weight's type (a scratch buffer the call owns), then multiplied with f32 accumulation.
-// Quant weights: up to kQuantGemvRows rows of x take a kernel that decodes each weight block once in
-// registers and dots it with every row of x in f32 (an AR step, a few rows: matmul_grouped's kernel with
-// one group); more rows are multiplied
-// chunk by chunk of weight rows, each chunk decoded to f16 in a bounded scratch buffer and multiplied
-// on the tensor cores (cuBLAS), with x rounded to f16 once.
+// Quant weights, by the rows m of x:
+// - m <= kQuantGemvRows (an AR step, a few rows): a kernel that decodes each weight block once in
+//   registers and dots it with every row of x in f32 (matmul_grouped's kernel with one group);
+// - m <= kQuantTiledRows (a draft-and-verify cycle, a 32-row block): one tensor-core kernel that decodes
+//   64 weight rows' blocks into shared memory as f16 and multiplies them by all m rows of x rounded to
+//   f16 (f32 accumulation): each weight block is read once, where the register kernel's f32 arithmetic
+//   grows with m;
+// - more rows: chunk by chunk of weight rows, each chunk decoded to f16 in a bounded scratch buffer and
+//   multiplied on the tensor cores (cuBLAS), with x rounded to f16 once.
 void matmul(const DeviceMatrix& w, const float* x, int64_t m, float* y);
 
-constexpr int64_t kQuantGemvRows = 32;
+constexpr int64_t kQuantGemvRows = 8, kQuantTiledRows = 64;
 
 // ---- Mixture of experts on the device: routing, the routed rows' slots, one product for all experts ----
 // Nothing here comes back to the host: the host knows only n, k and the expert count.
