@@ -495,11 +495,42 @@ __device__ void load_values(const T* p, int64_t j0, int64_t cols, float* v) {
   for (int e = 0; e < 32; ++e) v[e] = j0 + e < cols ? to_float(p[j0 + e]) : 0.f;
 }
 
+// Q4_0 and Q8_0 blocks (18 and 34 bytes) start at even offsets (rows of whole blocks, buffers
+// 256-byte aligned), so their fields are read 16 bits at a time: half the loads of decode_block's
+// byte-wise reads, the same values (the same f16 scale, quants and rounding as block_value).
+__device__ void load_q4_0(const uint8_t* block, float* v) {
+  const uint16_t* p = reinterpret_cast<const uint16_t*>(block);
+  const float d = f16_to_f32(p[0]);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const uint32_t two = p[1 + k];  // qs[2k] (low byte) and qs[2k + 1]
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t q = (two >> (8 * h)) & 0xff;
+      v[2 * k + h] = __fmul_rn(d, float(int(q & 15) - 8));
+      v[2 * k + h + 16] = __fmul_rn(d, float(int(q >> 4) - 8));
+    }
+  }
+}
+__device__ void load_q8_0(const uint8_t* block, float* v) {
+  const uint16_t* p = reinterpret_cast<const uint16_t*>(block);
+  const float d = f16_to_f32(p[0]);
+#pragma unroll
+  for (int k = 0; k < 16; ++k) {
+    const uint32_t two = p[1 + k];
+    v[2 * k] = __fmul_rn(d, float(int8_t(two & 0xff)));
+    v[2 * k + 1] = __fmul_rn(d, float(int8_t(two >> 8)));
+  }
+}
+
 // Values b * 32 .. b * 32 + 31 of a row (0 past its end: float rows need not be whole blocks).
 __device__ void load_block32(const WeightRows& w, const uint8_t* row, int64_t b, float* v) {
   const int64_t j0 = b * 32;
   switch (w.storage) {
     case DeviceMatrix::Storage::Quant: {
+      static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ8_0) == 34, "GGUF block sizes");
+      if (w.type == DType::Q4_0) return load_q4_0(row + b * int64_t(sizeof(BlockQ4_0)), v);
+      if (w.type == DType::Q8_0) return load_q8_0(row + b * int64_t(sizeof(BlockQ8_0)), v);
       DecodedBlock blk;
       decode_block(w.type, row, b, blk);
 #pragma unroll
