@@ -444,8 +444,9 @@ std::vector<float> exact_product(const HostWeights& w, const std::vector<float>&
 
 // y = x W^T for f32 (sgemm, tight), bf16 (tensor cores, activations rounded to bf16), f16, and every
 // quantised type kept in its blocks on the device: 1, 5 and 8 rows take the register kernel (f32, tight),
-// 9, 32 and 40 rows the fused tiles (16, 32 and 64 slots a tile; 96 weight rows: a partial second tile of
-// 64), 100 rows the decoded-f16 chunks and cuBLAS. The quantised matrices hold their file bytes.
+// 9 to 64 rows the fused tiles (16, 32 and 64 slots a tile; 96 weight rows: a partial second tile of 64;
+// 512 columns in two parts summed after), 65 and 100 rows the decoded-f16 chunks and cuBLAS. The quantised
+// matrices hold their file bytes.
 TEST(Cuda, MatmulMatchesCpuForEveryStorage) {
   SKIP_WITHOUT_DEVICE();
   Rng rng(6);
@@ -465,7 +466,7 @@ TEST(Cuda, MatmulMatchesCpuForEveryStorage) {
     if (quant) {
       EXPECT_EQ(dwm.bytes(), w.bytes.size()) << dtype_name(c.type) << " is not kept in its blocks";
     }
-    for (int64_t m : {1, 5, 8, 9, 32, 40, 100}) {
+    for (int64_t m : {1, 5, 8, 9, 16, 32, 40, 64, 65, 100}) {
       const auto x = random_vector(rng, size_t(m * k));
       const std::vector<float> want = exact_product(w, x, m);
       auto dx = to_device(x);

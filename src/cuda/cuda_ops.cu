@@ -625,11 +625,12 @@ __global__ void row_products_kernel(WeightRows w, int64_t rows, const int32_t* f
 // group's slots every weight block is read once. Groups with fewer slots are left to row_products_kernel.
 constexpr int kTileRows = 64, kTileSlots = 16, kTileLd = 40;  // shared rows of 32 halves, padded to 40
 
-template <int Slots>
+template <int Slots, typename X>
 __global__ void tiled_products_kernel(WeightRows w, int64_t rows, const int32_t* first, int64_t m,
-                                      int64_t min_slots, const float* x, float* y) {
+                                      int64_t min_slots, const X* x, int64_t blocks_per_split, float* y,
+                                      int64_t split_stride) {
   using namespace nvcuda;
-  static_assert(Slots % 16 == 0 && Slots <= kTileRows, "Slots: 16, 32, 48 or 64");
+  static_assert(Slots == 16 || Slots == 32 || Slots == 64, "Slots: 16, 32 or 64 (a divisor of kTileRows)");
   constexpr int kTiles = Slots / 16;
   constexpr int kThreadsPerSlot = kTileRows / Slots, kValuesPerThread = 32 / kThreadsPerSlot;
   __shared__ __align__(32) __half ws[kTileRows * kTileLd];
@@ -640,14 +641,17 @@ __global__ void tiled_products_kernel(WeightRows w, int64_t rows, const int32_t*
   if (s1 - s0 < min_slots || s1 <= s0) return;  // the whole block
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t r0 = int64_t(blockIdx.x) * kTileRows;
-  const int64_t blocks = (w.cols + 31) / 32;
+  // This block's share of the columns (blockIdx.z: a split of them), and where its sums go.
+  const int64_t all_blocks = (w.cols + 31) / 32, b_begin = int64_t(blockIdx.z) * blocks_per_split;
+  const int64_t b_end = b_begin + blocks_per_split < all_blocks ? b_begin + blocks_per_split : all_blocks;
+  y += int64_t(blockIdx.z) * split_stride;
   float v[32];
   for (int64_t t0 = s0; t0 < s1; t0 += Slots) {
     const int64_t count = s1 - t0 < Slots ? s1 - t0 : Slots;
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kTiles];
 #pragma unroll
     for (int f = 0; f < kTiles; ++f) wmma::fill_fragment(acc[f], 0.f);
-    for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t b = b_begin; b < b_end; ++b) {
       if (tid < kTileRows) {  // threads 0-63: one weight row's block each
         const int64_t r = r0 + tid;
         if (r < rows) {
@@ -660,11 +664,11 @@ __global__ void tiled_products_kernel(WeightRows w, int64_t rows, const int32_t*
         for (int e = 0; e < 32; ++e) ws[tid * kTileLd + e] = __float2half_rn(v[e]);
       } else {  // threads 64-127: kValuesPerThread x values each (slot q / kThreadsPerSlot, its part q % ...)
         const int q = tid - kTileRows, j = q / kThreadsPerSlot, part = q % kThreadsPerSlot;
-        const float* xr = x + (t0 + j) * w.cols;
 #pragma unroll
         for (int e = 0; e < kValuesPerThread; ++e) {
           const int64_t col = b * 32 + part * kValuesPerThread + e;
-          xs[j * kTileLd + part * kValuesPerThread + e] = __float2half_rn(j < count && col < w.cols ? xr[col] : 0.f);
+          const float value = j < count && col < w.cols ? to_float(x[(t0 + j) * w.cols + col]) : 0.f;
+          xs[j * kTileLd + part * kValuesPerThread + e] = __float2half_rn(value);
         }
       }
       __syncthreads();
@@ -844,15 +848,55 @@ void launch_row_products(const DeviceMatrix& w, int64_t groups, const int32_t* f
   check_launch("row products");
 }
 
+// y[i] = sum over z of part[z * stride + i], z = 0 .. splits - 1 in order.
+__global__ void sum_splits_kernel(const float* part, int64_t n, int splits, int64_t stride, float* y) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float sum = part[i];
+  for (int z = 1; z < splits; ++z) sum += part[z * stride + i];
+  y[i] = sum;
+}
+
+// The partial sums of a product whose columns are split (launch_tiled_products).
+DeviceBuffer& split_scratch() {
+  static DeviceBuffer b;
+  return b;
+}
+
+int sm_count() {
+  static const int count = [] {
+    int n = 0;
+    check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
+    return n > 0 ? n : 1;
+  }();
+  return count;
+}
+
+// How many parts the columns of a one-group fused-tile product are split into: enough thread blocks for
+// two on every SM (a 4096-row matrix has only 64 tiles of rows), each part at least 8 column blocks.
+int64_t tile_splits(int64_t rows, int64_t cols) {
+  const int64_t tiles = (rows + kTileRows - 1) / kTileRows, blocks = (cols + 31) / 32;
+  const int64_t want = (2 * int64_t(sm_count()) + tiles - 1) / tiles;
+  return std::max<int64_t>(1, std::min(want, blocks / 8));
+}
+
 // tiled_products_kernel<Slots> over `groups` groups of `rows` weight rows each (first null: one group, m
-// rows of x).
-template <int Slots>
+// rows of x). splits > 1 (one group only): the columns in that many parts, each part's sums into a
+// scratch buffer, then added in part order, so the result does not depend on the scheduling.
+template <int Slots, typename X>
 void launch_tiled_products(const DeviceMatrix& w, int64_t groups, const int32_t* first, int64_t m,
-                           int64_t min_slots, const float* x, float* y) {
-  const int64_t rows = w.rows() / groups;
-  const dim3 grid(unsigned((rows + kTileRows - 1) / kTileRows), unsigned(groups));
-  tiled_products_kernel<Slots><<<grid, 128, 0, stream()>>>(weight_rows(w), rows, first, m, min_slots, x, y);
+                           int64_t min_slots, const X* x, float* y, int64_t splits = 1) {
+  check(splits == 1 || (groups == 1 && !first), "cuda tiled products: split columns need one group");
+  const int64_t rows = w.rows() / groups, blocks = (w.cols() + 31) / 32;
+  const int64_t per_split = (blocks + splits - 1) / splits;
+  const dim3 grid(unsigned((rows + kTileRows - 1) / kTileRows), unsigned(groups), unsigned(splits));
+  float* out = splits > 1 ? split_scratch().reserve<float>(splits * m * rows) : y;
+  tiled_products_kernel<Slots, X><<<grid, 128, 0, stream()>>>(weight_rows(w), rows, first, m, min_slots, x,
+                                                              per_split, out, m * rows);
   check_launch("tiled products");
+  if (splits == 1) return;
+  sum_splits_kernel<<<blocks_for(m * rows), kBlock, 0, stream()>>>(out, m * rows, int(splits), m * rows, y);
+  check_launch("sum of split products");
 }
 
 // n activations rounded to a f16 / bf16 weight's input type (storage) into out.
@@ -876,9 +920,12 @@ void matmul_quant(const DeviceMatrix& w, const float* x, int64_t m, float* y) {
   }
   if (m <= kQuantTiledRows) {  // every weight block read once, decoded into shared memory
     const OpSpan span("product: quantised, fused decode on the tensor cores");
-    if (m <= 16) return launch_tiled_products<16>(w, 1, nullptr, m, 0, x, y);
-    if (m <= 32) return launch_tiled_products<32>(w, 1, nullptr, m, 0, x, y);
-    return launch_tiled_products<64>(w, 1, nullptr, m, 0, x, y);
+    __half* x16 = matmul_scratch().reserve<__half>(m * w.cols());  // x read by every tile of rows: f16 once
+    to_input_type(x, m * w.cols(), DeviceMatrix::Storage::F16, x16);
+    const int64_t splits = tile_splits(w.rows(), w.cols());
+    if (m <= 16) return launch_tiled_products<16>(w, 1, nullptr, m, 0, x16, y, splits);
+    if (m <= 32) return launch_tiled_products<32>(w, 1, nullptr, m, 0, x16, y, splits);
+    return launch_tiled_products<64>(w, 1, nullptr, m, 0, x16, y, splits);
   }
   const OpSpan span("product: quantised, decoded f16 chunks + cuBLAS");
   const int64_t k = w.cols();
@@ -1542,7 +1589,7 @@ void matmul_grouped(const DeviceMatrix& stack, int64_t n_groups, const int32_t* 
     launch_row_products<8>(stack, n_groups, first, 0, x, y, kTensorSlots - 1);
   }
   const OpSpan span("experts: tensor cores");
-  launch_tiled_products<kTileSlots>(stack, n_groups, first, 0, kTensorSlots, x, y);
+  launch_tiled_products<kTileSlots, float>(stack, n_groups, first, 0, kTensorSlots, x, y);
 }
 
 }  // namespace canvas::cuda

@@ -2,7 +2,9 @@
 // a few passes, and one causal (AR) pass over them verifies: the longest prefix AR agrees with is kept, plus
 // AR's own token where they first differ. The text is exactly what AR decoding writes (greedy: the same
 // tokens; sampling: the same distribution, by speculative rejection sampling), with several tokens committed
-// per AR pass.
+// per AR pass. (On the CPU bit for bit. On a GPU a pass's products round by its row count: with quantised
+// weights, 9 or more rows multiply on the tensor cores in f16 where a one-token AR step multiplies in f32,
+// so at a near-tie the verify pass may choose another token than a separate AR step would.)
 #pragma once
 #include <cstdint>
 #include <vector>
