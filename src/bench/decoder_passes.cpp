@@ -178,9 +178,10 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
     if (r >= warmup && wants("self-cond")) conditioned.push_back(b);
     if (r >= warmup && wants("stream")) streamed.push_back(d);
   }
-  // AR steps through the encoder: each appends one token after the prompt and reads its logits.
+  // AR steps through the encoder: step r appends one token at prompt + r and reads its logits; timed()
+  // returns its milliseconds.
   std::vector<float> row(size_t(c.vocab));
-  for (int64_t r = 0; r < (wants("ar") ? ar_steps : 0); ++r) {
+  auto ar_step = [&](int64_t r) {
     const int32_t token = int32_t(rng.below(uint64_t(c.vocab)));
     ForwardRequest step;
     step.tokens = &token;
@@ -189,10 +190,11 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
     step.groups = &groups[size_t(prompt_tokens + r)];
     step.logit_rows = {0};
     step.logits = row.data();
-    const double start = now_ms();
-    forward(model, cache, step, &pool);
-    if (r >= warmup) ar.push_back(now_ms() - start);
-    sample_memory();
+    return timed(step);
+  };
+  for (int64_t r = 0; r < (wants("ar") ? ar_steps : 0); ++r) {
+    const double ms = ar_step(r);
+    if (r >= warmup) ar.push_back(ms);
   }
   DecoderPassTimes times;
   // One more pass of each timed kind with the device's per-op timing on.
@@ -208,17 +210,7 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
   profiled("diffusion", [&] { decoder_pass(nullptr); });
   profiled("self-cond", [&] { decoder_pass(self_cond.data()); });
   profiled("stream", [&] { stream_pass(warmup + repeats); });
-  profiled("ar", [&] {
-    const int32_t token = int32_t(rng.below(uint64_t(c.vocab)));
-    ForwardRequest step;
-    step.tokens = &token;
-    step.n = 1;
-    step.pos0 = prompt_tokens + ar_steps;
-    step.groups = &groups[size_t(prompt_tokens + ar_steps)];
-    step.logit_rows = {0};
-    step.logits = row.data();
-    forward(model, cache, step, &pool);
-  });
+  profiled("ar", [&] { ar_step(ar_steps); });
   times.prompt_ms = prompt_ms;
   times.diffusion = std::move(plain);
   times.self_cond = std::move(conditioned);
