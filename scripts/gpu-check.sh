@@ -14,13 +14,13 @@
 # Usage: bash scripts/gpu-check.sh [BUILD_DIR]   (default build-cuda); extra CMake arguments in
 # CANVAS_CMAKE_ARGS; SKIP_BENCH=1 runs the tests only; the benches' JSON reports are kept in
 # BUILD_DIR/gpu-check/.
-# The GPU machine has nvcc and CMake but not googletest, nlohmann-json or cpp-httplib: run
-# scripts/gpu-deps.sh here first and carry .gpu-deps; this script unpacks it into /tmp/gpu-deps and builds
-# against it. A run carries at most 64 MiB and the tracked tree alone is about that (the shipped models
-# are 54 MB and no GPU check reads them; the one test that does skips without them), so leave the models
-# out of the run and put them back after it:
-#   git rm -q --cached 'models/*.gguf' && echo '/models/*.gguf' >> .git/info/exclude   # before
-#   git reset -q -- models && sed -i '\#^/models/\*\.gguf$#d' .git/info/exclude        # after
+# The GPU machine has nvcc and CMake but not googletest, nlohmann-json or cpp-httplib, and a run carries
+# at most 64 MiB, about what the tracked tree alone is (the shipped models are 54 MB and no GPU check
+# reads them; the one test that does skips without them). So, here, before the run:
+#   bash scripts/gpu-run.sh prepare   # .gpu-deps downloaded, the models out of the index, commits refused
+# then the device run with carry [".gpu-deps"] and the command `bash scripts/gpu-check.sh` (this script
+# unpacks .gpu-deps into /tmp/gpu-deps and builds against it), and after it:
+#   bash scripts/gpu-run.sh restore
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-cuda}

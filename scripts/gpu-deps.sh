@@ -5,8 +5,8 @@
 # private prefix (never into /) and builds against it. Debian 12's libraries need glibc 2.36, which
 # newer images (Ubuntu 24.04: 2.39) satisfy.
 # Usage: bash scripts/gpu-deps.sh   (then the device run names .gpu-deps in carry)
-# The tracked tree is close to the 64 MiB a device run may carry (the shipped models are most of it): see
-# scripts/gpu-check.sh's header for taking the models out of a run.
+# The tracked tree is close to the 64 MiB a device run may carry (the shipped models are most of it):
+# scripts/gpu-run.sh prepare runs this and takes the models out of the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(libgtest-dev nlohmann-json3-dev libcpp-httplib-dev libcpp-httplib0.11 libbrotli1 libssl-dev libssl3
