@@ -445,8 +445,8 @@ std::vector<float> exact_product(const HostWeights& w, const std::vector<float>&
 // y = x W^T for f32 (sgemm, tight), bf16 (tensor cores, activations rounded to bf16), f16, and every
 // quantised type kept in its blocks on the device: 1, 5 and 8 rows take the register kernel (f32, tight),
 // 9 to 64 rows the fused tiles (16, 32 and 64 slots a tile; 96 weight rows: a partial second tile of 64;
-// 512 columns in two parts summed after), 65 and 100 rows the decoded-f16 chunks and cuBLAS. The quantised
-// matrices hold their file bytes.
+// 512 columns in two parts of 8 blocks, summed after), 65 and 100 rows the decoded-f16 chunks and cuBLAS.
+// The quantised matrices hold their file bytes.
 TEST(Cuda, MatmulMatchesCpuForEveryStorage) {
   SKIP_WITHOUT_DEVICE();
   Rng rng(6);
@@ -476,6 +476,24 @@ TEST(Cuda, MatmulMatchesCpuForEveryStorage) {
       expect_close(to_host<float>(dy, want.size()), want, tol,
                    (std::string(dtype_name(c.type)) + ", m = " + std::to_string(m)).c_str());
     }
+  }
+}
+
+// A fused-tile product of one row tile with many columns: 2624 columns (82 blocks) in 10 parts, nine of
+// 9 blocks and a last one of 1, each part's sums added after; 16 and 40 rows of x.
+TEST(Cuda, FusedTilesOverManyColumnParts) {
+  SKIP_WITHOUT_DEVICE();
+  Rng rng(24);
+  const int64_t n = 64, k = 2624;
+  const HostWeights w = random_weights(rng, DType::Q4_0, n, k);
+  const cuda::DeviceMatrix dwm = cuda::DeviceMatrix::upload(w.view);
+  for (int64_t m : {16, 40}) {
+    const auto x = random_vector(rng, size_t(m * k));
+    auto dx = to_device(x);
+    cuda::DeviceBuffer dy(size_t(m * n) * 4);
+    cuda::matmul(dwm, dx.as<float>(), m, dy.as<float>());
+    expect_close(to_host<float>(dy, size_t(m * n)), exact_product(w, x, m), 2e-3,
+                 ("q4_0 [64 x 2624], " + std::to_string(m) + " rows").c_str());
   }
 }
 

@@ -495,8 +495,9 @@ __device__ void load_values(const T* p, int64_t j0, int64_t cols, float* v) {
   for (int e = 0; e < 32; ++e) v[e] = j0 + e < cols ? to_float(p[j0 + e]) : 0.f;
 }
 
-// Q4_0 and Q8_0 blocks (18 and 34 bytes) start at even offsets (rows of whole blocks, buffers
-// 256-byte aligned), so their fields are read 16 bits at a time: half the loads of decode_block's
+// Q4_0 and Q8_0 blocks (18 and 34 bytes) start at even addresses: a row is a whole number of blocks,
+// every WeightRows starts at its DeviceMatrix's own cudaMalloc'd buffer (no views at an offset), and rows
+// are row_bytes apart. So their fields are read 16 bits at a time: half the loads of decode_block's
 // byte-wise reads, the same values (the same f16 scale, quants and rounding as block_value).
 __device__ void load_q4_0(const uint8_t* block, float* v) {
   const uint16_t* p = reinterpret_cast<const uint16_t*>(block);
@@ -863,21 +864,16 @@ DeviceBuffer& split_scratch() {
   return b;
 }
 
-int sm_count() {
-  static const int count = [] {
-    int n = 0;
-    check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
-    return n > 0 ? n : 1;
-  }();
-  return count;
-}
-
 // How many parts the columns of a one-group fused-tile product are split into: enough thread blocks for
-// two on every SM (a 4096-row matrix has only 64 tiles of rows), each part at least 8 column blocks.
+// a large GPU (256: two on each of an H100's 132 SMs; a 4096-row matrix has only 64 tiles of rows), the
+// parts of equal size (at least 8 column blocks) but the last, none empty. From the shape alone, so that
+// a product sums its parts the same way on every GPU.
 int64_t tile_splits(int64_t rows, int64_t cols) {
+  constexpr int64_t kWantedBlocks = 256;
   const int64_t tiles = (rows + kTileRows - 1) / kTileRows, blocks = (cols + 31) / 32;
-  const int64_t want = (2 * int64_t(sm_count()) + tiles - 1) / tiles;
-  return std::max<int64_t>(1, std::min(want, blocks / 8));
+  const int64_t splits = std::max<int64_t>(1, std::min((kWantedBlocks + tiles - 1) / tiles, blocks / 8));
+  const int64_t per_split = (blocks + splits - 1) / splits;
+  return (blocks + per_split - 1) / per_split;
 }
 
 // tiled_products_kernel<Slots> over `groups` groups of `rows` weight rows each (first null: one group, m

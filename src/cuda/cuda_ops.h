@@ -127,8 +127,8 @@ DeviceMatrix::Storage device_storage_of(DType type);
 // - m <= kQuantTiledRows (a draft-and-verify cycle, a 32-row block): one tensor-core kernel that decodes
 //   64 weight rows' blocks into shared memory as f16 and multiplies them by all m rows of x rounded to
 //   f16 (f32 accumulation): each weight block is read once, where the register kernel's f32 arithmetic
-//   grows with m. A matrix of few row tiles has its columns split so that every SM gets two thread
-//   blocks; the parts' sums are added in order afterwards;
+//   grows with m. A matrix of few row tiles has its columns split into parts (about 256 thread blocks
+//   in all, from the shape alone); the parts' sums are added in order afterwards;
 // - more rows: chunk by chunk of weight rows, each chunk decoded to f16 in a bounded scratch buffer and
 //   multiplied on the tensor cores (cuBLAS), with x rounded to f16 once.
 void matmul(const DeviceMatrix& w, const float* x, int64_t m, float* y);
