@@ -6,7 +6,8 @@
 # - DiffusionGemma-26B-A4B, all layers, a 256-token canvas: the prompt's encoder pass, a decoder pass with the
 #   fused head, an AR step, and the tokens/s of the canvas in 8 / 16 / 32 steps against AR; then one more
 #   pass of each kind with per-op device timing (--profile: where the pass's time goes);
-# - LLaDA-8B: an AR step and a 32-row masked-diffusion pass (prefix cache, one block of 32).
+# - LLaDA-8B: an AR step and a 32-row masked-diffusion pass (prefix cache, one block of 32), then one more
+#   request of each with per-op device timing (--profile).
 # It ends with one JSON object holding issue 29's table (docs/performance.md, "On an NVIDIA H200"): device
 # memory, decoder pass, AR step, tokens/s at 16 steps, diffusion / own AR, each pass's fraction of its floor,
 # and the LLaDA-8B rows; a bench that failed leaves its rows null with the reason. Where $OUT is set (the
@@ -56,7 +57,8 @@ timeout 240 "$build/canvas" bench --synthetic diffusion-gemma:26b-a4b --type q4_
 llada_status=0
 echo "== LLaDA-8B shape, q4_0 weights: AR and 32-row passes (prefix cache, one block of 32)"
 timeout 150 "$build/canvas" bench --synthetic llada:8b --type q4_0 --device cuda -p 32 -n 32 --modes ar,diffusion \
-  --cache prefix --block-length 32 --warmup 1 --repeats 3 -t "$(nproc)" --json "$out/llada.json" || llada_status=$?
+  --cache prefix --block-length 32 --warmup 1 --repeats 3 --profile -t "$(nproc)" --json "$out/llada.json" \
+  || llada_status=$?
 [ $dg_status = 0 ] && [ $llada_status = 0 ] || status=1
 # On the device machine, the reports also come back whole through $OUT.
 if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then cp "$out"/*.json "$OUT"/ 2>/dev/null || true; fi
@@ -91,6 +93,13 @@ def device_rows(device):
                        "gemm_f32_tflops": device.get("gemm_f32_tflops"),
                        "not_measured": device.get("not_measured")}}
 
+def outer_ops(profile):
+    """bench --profile: a profiled run's wall time and its outermost ops' device ms per pass."""
+    passes = max(1, profile.get("passes") or 1)
+    return {"wall_ms": profile.get("wall_ms"), "passes": profile.get("passes"),
+            "ops_ms_per_pass": {o["op"]: round(o["ms"] / passes, 3) for o in profile.get("ops", [])
+                                if o.get("depth") == 0}}
+
 def diffusion_gemma(report, error):
     if report is None:
         return {"error": error}
@@ -113,10 +122,7 @@ def diffusion_gemma(report, error):
         "diffusion_vs_own_ar_16_steps": at16.get("vs_ar"),
     })
     # bench --profile: where one more pass of each kind spent its device time (the outermost ops).
-    rows["profile"] = {p.get("pass"): {"wall_ms": p.get("wall_ms"),
-                                       "ops_ms": {o["op"]: round(o["ms"], 3) for o in p.get("ops", [])
-                                                  if o.get("depth") == 0}}
-                       for p in report.get("device_profile", [])}
+    rows["profile"] = {p.get("what"): outer_ops(p) for p in report.get("device_profile", [])}
     return rows
 
 def llada(report, error):
@@ -136,6 +142,8 @@ def llada(report, error):
         "pass_fraction_of_floor": pass32.get("fraction_of_floor"),
         "pass_in_ar_steps": pass_ms / ar_ms if pass_ms and ar_ms else None,
     })
+    rows["profile"] = {r.get("mode"): outer_ops(r["device_profile"]) for r in report.get("rows", [])
+                       if r.get("device_profile")}
     return rows
 
 dg, dg_error = load(sys.argv[1], sys.argv[2])

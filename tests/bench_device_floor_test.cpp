@@ -249,10 +249,11 @@ TEST(BenchDeviceFloor, ProfiledPassesRunInsideTheDeviceHook) {
   const bench::DecoderPassTimes t = bench::time_decoder_passes(m, o);
   EXPECT_EQ(hooked, 2);  // stream and ar; verify is not profiled
   ASSERT_EQ(t.profiles.size(), 2u);
-  EXPECT_EQ(t.profiles[0].kind, "stream");
-  EXPECT_EQ(t.profiles[1].kind, "ar");
-  for (const bench::ProfiledPass& pp : t.profiles) {
+  EXPECT_EQ(t.profiles[0].what, "stream");
+  EXPECT_EQ(t.profiles[1].what, "ar");
+  for (const bench::DeviceProfile& pp : t.profiles) {
     EXPECT_GT(pp.wall_ms, 0);
+    EXPECT_EQ(pp.passes, 1);
     EXPECT_EQ(pp.ops.size(), 2u);
   }
   bench::DecoderPassRun run;
@@ -261,11 +262,12 @@ TEST(BenchDeviceFloor, ProfiledPassesRunInsideTheDeviceHook) {
   run.device = device;
   const bench::DecoderPassReport r = bench::decoder_pass_report(t, run);
   ASSERT_EQ(r.json["device_profile"].size(), 2u) << r.json.dump();
-  EXPECT_EQ(r.json["device_profile"][0]["pass"], "stream");
+  EXPECT_EQ(r.json["device_profile"][0]["what"], "stream");
+  EXPECT_EQ(r.json["device_profile"][0]["passes"], 1);
   EXPECT_EQ(r.json["device_profile"][0]["ops"][1]["op"], "attention: kernel");
   EXPECT_EQ(r.json["device_profile"][0]["ops"][1]["depth"], 1);
   EXPECT_DOUBLE_EQ(r.json["device_profile"][1]["ops"][0]["ms"].get<double>(), 1.5);
-  EXPECT_NE(r.text.find("  ar pass: "), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("  ar: "), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("      attention: kernel"), std::string::npos) << r.text;  // indented by its depth
   // Without profiling nothing extra runs; a device without a hook cannot profile.
   o.profile = false;
@@ -310,6 +312,36 @@ TEST(BenchDeviceFloor, GridRowsAgainstTheDeviceFloors) {
   EXPECT_EQ(j["device"]["name"], "made-up GPU");
   EXPECT_TRUE(j["rows"][0].contains("fraction_of_floor"));
   EXPECT_NE(bench::report_table(r).find("floor ms/pass"), std::string::npos);
+
+  EXPECT_FALSE(j["rows"][0].contains("device_profile"));
+
+  // --profile: one more request of each row inside the device's profile hook (a host stand-in here that
+  // runs it and reports one op of 2 ms), every forward of it counted; the table and JSON list them.
+  int hooked = 0;
+  o.device->profile = [&hooked](const std::function<void()>& run) {
+    ++hooked;
+    run();
+    return std::vector<bench::DeviceOpTime>{{"attention block", 0, 2.0, 4}};
+  };
+  o.profile = true;
+  const bench::BenchReport p = bench::run_bench(tiny->model, {"synthetic llada:tiny", 2}, o);
+  EXPECT_EQ(hooked, 2);
+  ASSERT_EQ(p.rows.size(), 2u);
+  for (const bench::BenchRow& row : p.rows) {
+    ASSERT_TRUE(row.profile) << row.label();
+    EXPECT_GT(row.profile->wall_ms, 0);
+    // AR: the prompt's pass yields the first token, then a pass a token; a prefix-cached block of 8: the
+    // prompt's pass and then at least one pass.
+    EXPECT_GE(row.profile->passes, row.mode == "ar" ? 8 : 2) << row.label();
+    EXPECT_EQ(row.profile->what, row.mode == "ar" ? "ar" : "diffusion prefix");
+  }
+  const nlohmann::json pj = bench::report_json(p);
+  EXPECT_EQ(pj["rows"][0]["device_profile"]["ops"][0]["op"], "attention block");
+  EXPECT_EQ(pj["rows"][0]["device_profile"]["passes"], p.rows[0].profile->passes);
+  EXPECT_NE(bench::report_table(p).find("per-op device timing"), std::string::npos);
+  o.device->profile = nullptr;  // a device that cannot profile
+  EXPECT_THROW(bench::run_bench(tiny->model, {"synthetic llada:tiny", 2}, o), Error);
+  o.profile = false;
 
   // Without a device the rows and the JSON are as before.
   o.device.reset();

@@ -62,8 +62,8 @@ measured in the same run, and each diffusion row's decode speed over AR's ("vs A
         {"--json", "FILE", "write the report as one JSON object (machine, model, settings, roofs, rows)"},
         {"--device", "NAME", kDeviceHelp},
         {"--profile", "",
-         "with --device cuda, models with a decoder: one more pass of each timed kind with\n"
-         "per-op device timing (CUDA events, no graphs): where the pass's time goes"},
+         "with --device cuda: one more pass of each timed kind (models with a decoder) or\n"
+         "request of each grid row, with per-op device timing (CUDA events, no graphs)"},
         {"--plot", "FILE.png",
          "plot decode tokens/s against tokens per pass, AR as a horizontal line\n"
          "(the masked grid, drawn by canvas itself). Models with a decoder: --json only"},
@@ -158,6 +158,7 @@ int cmd_bench(int argc, char** argv) {
   options.repeats = int(args.get_int("repeats", quick ? 1 : 3));
   options.seed = uint64_t(args.get_int("seed", 0));
   options.measure_roofs = !args.has("no-roofs");
+  options.profile = args.has("profile");
   check(!args.has("profile") || args.get("device", "cpu") != "cpu",
         "--profile times ops on a device: add --device cuda");
   if (quick) options.roof = bench::RoofOptions::quick();
@@ -229,7 +230,6 @@ int cmd_bench(int argc, char** argv) {
     write_json_report(args.get("json", ""), report.json);
     return 0;
   }
-  check(!args.has("profile"), "--profile: the pass-by-pass bench of models with a decoder (DiffusionGemma) only");
   for (const char* decoder_only : {"self-cond", "stream", "verify", "verify-overlap"})
     check(std::find(modes.begin(), modes.end(), decoder_only) == modes.end(),
           std::string("--modes: ") + decoder_only + " applies to models with a decoder (DiffusionGemma) only");

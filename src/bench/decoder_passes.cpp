@@ -200,8 +200,8 @@ DecoderPassTimes time_decoder_passes(const Model& model, const DecoderPassOption
   // One more pass of each timed kind with the device's per-op timing on.
   auto profiled = [&](const char* kind, const std::function<void()>& pass) {
     if (!o.profile || !wants(kind)) return;
-    ProfiledPass pp;
-    pp.kind = kind;
+    DeviceProfile pp;
+    pp.what = kind;
     const double start = now_ms();
     pp.ops = o.device->profile(pass);
     pp.wall_ms = now_ms() - start;
@@ -282,19 +282,12 @@ DecoderPassReport decoder_pass_report(const DecoderPassTimes& t, const DecoderPa
        overlapped);
   appendf(text, "peak RSS %.0f MiB; weights %.2f GiB\n", run.peak_rss_mib, double(run.weight_bytes) / 1073741824.0);
   if (!t.profiles.empty()) {
-    text += "one more pass of each kind with per-op device timing (no graphs; an indented op's time is also\n"
-            "part of the op above it):\n";
+    text += "one more pass of each kind with per-op device timing:\n";
     nlohmann::ordered_json& profiles = report["device_profile"];
     profiles = nlohmann::ordered_json::array();
-    for (const ProfiledPass& pp : t.profiles) {
-      appendf(text, "  %s pass: %.2f ms wall, profiling on\n", pp.kind.c_str(), pp.wall_ms);
-      nlohmann::ordered_json ops = nlohmann::ordered_json::array();
-      for (const DeviceOpTime& op : pp.ops) {
-        appendf(text, "    %*s%-*s %9.3f ms %5.1f%% %6lld x\n", 2 * op.depth, "", 56 - 2 * op.depth, op.name.c_str(),
-                op.ms, pp.wall_ms > 0 ? 100 * op.ms / pp.wall_ms : 0.0, (long long)op.spans);
-        ops.push_back({{"op", op.name}, {"depth", op.depth}, {"ms", op.ms}, {"spans", op.spans}});
-      }
-      profiles.push_back({{"pass", pp.kind}, {"wall_ms", pp.wall_ms}, {"ops", ops}});
+    for (const DeviceProfile& pp : t.profiles) {
+      text += device_profile_text(pp);
+      profiles.push_back(device_profile_json(pp));
     }
   }
   report["peak_rss_mib"] = run.peak_rss_mib;

@@ -35,19 +35,12 @@ struct DecoderPassOptions {
   bool profile = false;
 };
 
-// One profiled pass (DecoderPassOptions::profile): its kind, its wall time (profiling on: no graphs, and
-// an event pair per op) and its ops' device times.
-struct ProfiledPass {
-  std::string kind;
-  double wall_ms = 0;
-  std::vector<DeviceOpTime> ops;
-};
 
 // Milliseconds of each timed pass (after the warm-up); an empty vector for a kind not asked for.
 struct DecoderPassTimes {
   double prompt_ms = 0;  // the prompt's encoder pass (once)
   std::vector<double> diffusion, self_cond, stream, ar, verify, verify_overlap;
-  std::vector<ProfiledPass> profiles;  // DecoderPassOptions::profile
+  std::vector<DeviceProfile> profiles;  // DecoderPassOptions::profile: one pass each, `what` its kind
   int threads = 0;
 };
 

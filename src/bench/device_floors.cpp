@@ -75,4 +75,23 @@ std::string device_floors_text(const DeviceFloors& d) {
   return s;
 }
 
+std::string device_profile_text(const DeviceProfile& profile) {
+  const double passes = double(std::max<int64_t>(1, profile.passes));
+  std::string text;
+  appendf(text, "  %s: %.2f ms wall, %lld passes, profiling on\n", profile.what.c_str(), profile.wall_ms,
+          (long long)profile.passes);
+  for (const DeviceOpTime& op : profile.ops)
+    appendf(text, "    %*s%-*s %9.3f ms/pass %5.1f%% %8.1f x/pass\n", 2 * op.depth, "", std::max(8, 56 - 2 * op.depth),
+            op.name.c_str(), op.ms / passes, profile.wall_ms > 0 ? 100 * op.ms / profile.wall_ms : 0.0,
+            double(op.spans) / passes);
+  return text;
+}
+
+nlohmann::ordered_json device_profile_json(const DeviceProfile& profile) {
+  nlohmann::ordered_json ops = nlohmann::ordered_json::array();
+  for (const DeviceOpTime& op : profile.ops)
+    ops.push_back({{"op", op.name}, {"depth", op.depth}, {"ms", op.ms}, {"spans", op.spans}});
+  return {{"what", profile.what}, {"wall_ms", profile.wall_ms}, {"passes", profile.passes}, {"ops", ops}};
+}
+
 }  // namespace canvas::bench

@@ -23,6 +23,16 @@ struct DeviceOpTime {
   int64_t spans = 0;  // how many times it ran in the pass
 };
 
+// One run with the device's per-op timing on (DeviceFloors::profile): what ran, its wall time (with
+// profiling on: an event pair per op, no recorded graphs), the forward passes it made, and the ops' device
+// times summed over them.
+struct DeviceProfile {
+  std::string what;  // a pass kind ("stream", "ar") or a grid row's label
+  double wall_ms = 0;
+  int64_t passes = 1;
+  std::vector<DeviceOpTime> ops;
+};
+
 struct DeviceFloors {
   static constexpr double kNotMeasured = std::numeric_limits<double>::quiet_NaN();
   std::string name;  // "NVIDIA H200"
@@ -59,6 +69,13 @@ struct DeviceFloors {
 double pass_floor_ms(double bytes, double flops, double read_gbps, double tflops);
 // floor_ms / measured_ms (1: the pass ran at its floor). NaN unless both are finite and positive.
 double fraction_of_floor(double floor_ms, double measured_ms);
+
+// "  WHAT: W ms wall, P passes, profiling on\n", then an op a line, indented by its depth (a tree: an op's
+// time is also part of the op above it), with its ms per pass, its share of the wall time and how many
+// times a pass ran it.
+std::string device_profile_text(const DeviceProfile& profile);
+// {"what", "wall_ms", "passes", "ops": [{"op", "depth", "ms" (summed over the passes), "spans"}]}.
+nlohmann::ordered_json device_profile_json(const DeviceProfile& profile);
 
 // {"name", "memory_total_bytes", "memory_used_bytes", "memory_peak_bytes", "buffers_peak_bytes" (when
 //  known, read when called), "read_gbps", "read_buffer_bytes", "gemm_size", "gemm_f16_tflops",

@@ -45,6 +45,7 @@ struct Sample {
   double bytes = 0, flops = 0;
   double floor_ms = 0;  // with a device: the decoding passes' floors, summed
   double peak_rss = 0;
+  int64_t forwards = 0;  // forward passes of the request, the prompt's included
 };
 
 struct GridPoint {
@@ -55,6 +56,7 @@ struct GridPoint {
   int threads = 0;  // the pool's actual size
   GenerationRequest request;
   std::vector<Sample> warmups, samples;
+  std::optional<DeviceProfile> profile;
   std::vector<int32_t> tokens;  // the last run's
 };
 
@@ -121,6 +123,7 @@ Sample run_request(const Generator& generator, const ModelFootprint& fp, const G
     if (device) s.floor_ms += device->floor_ms(bytes, flops, fp.weight_type);
   }
   s.passes = double(decoding);
+  s.forwards = int64_t(forwarded.size());
   s.decode_tokens = double(out.decode_tokens);
   s.fixed_tokens = s.decode_tokens;
   *tokens = std::move(out.tokens);
@@ -303,6 +306,7 @@ BenchReport run_bench(const Model& model, const BenchModelInfo& info, const Benc
   report.options = options;
   report.device = options.device;
   DeviceFloors* device = report.device ? &*report.device : nullptr;
+  check(!options.profile || (device && device->profile), "--profile needs a device that profiles (--device cuda)");
 
   // Pools by thread count (0 = all cores), each created once.
   std::map<int, std::unique_ptr<ThreadPool>> pools;
@@ -452,6 +456,20 @@ BenchReport run_bench(const Model& model, const BenchModelInfo& info, const Benc
     }
   }
 
+  // One more request of each grid point with the device's per-op timing on.
+  for (GridPoint& g : grid) {
+    if (!options.profile) break;
+    DeviceProfile profile;
+    profile.what = g.ar ? std::string("ar") : std::string("diffusion ") + cache_name(g.cache);
+    say("profile: " + profile.what + ", " + std::to_string(g.threads) + " threads");
+    Sample s;
+    const double start = now_ms();
+    profile.ops = device->profile([&] { s = run_point(g); });
+    profile.wall_ms = now_ms() - start;
+    profile.passes = s.forwards;
+    g.profile = std::move(profile);
+  }
+
   const bool floors_measured = device && device->floors_measured(fp.weight_type);
   std::map<int, double> ar_speed;
   for (const GridPoint& g : grid) {
@@ -463,6 +481,7 @@ BenchReport run_bench(const Model& model, const BenchModelInfo& info, const Benc
     row.threshold = g.threshold;
     row.threads = g.threads;
     row.tokens = g.tokens;
+    row.profile = g.profile;
     const auto& s = g.samples;
     row.passes = median_of(s, [](const Sample& x) { return x.passes; });
     const bool has_prompt_pass = g.ar || g.cache != CacheMode::None;
@@ -585,6 +604,7 @@ nlohmann::json report_json(const BenchReport& report) {
       row["floor_ms_per_pass"] = num(r.floor_ms_per_pass);
       row["fraction_of_floor"] = num(r.fraction_of_floor);
     }
+    if (r.profile) row["device_profile"] = json(device_profile_json(*r.profile));
     if (r.mode == "diffusion") {
       row["cache"] = r.cache;
       row["block_length"] = r.block_length;
@@ -673,6 +693,13 @@ std::string report_table(const BenchReport& report) {
   };
   line(head);
   for (const auto& row : cells) line(row);
+  bool profiled = false;
+  for (const BenchRow& row : report.rows) {
+    if (!row.profile) continue;
+    if (!profiled) out << "one more request of each row with per-op device timing:\n";
+    profiled = true;
+    out << device_profile_text(*row.profile);
+  }
   for (const std::string& note : report.notes) out << "note: " << note << "\n";
   return out.str();
 }

@@ -70,6 +70,9 @@ struct BenchOptions {
   // The GPU the passes run on (--device cuda), with its floors measured before the run: every row is then
   // also reported as a fraction of its floor, and the device's memory is sampled after every forward.
   std::optional<DeviceFloors> device;
+  // After the repeats, one more request of every grid point with the device's per-op timing on
+  // (device->profile): where its passes' device time goes. Needs a device that profiles.
+  bool profile = false;
 };
 
 struct BenchModelInfo {
@@ -132,6 +135,7 @@ struct BenchRow {
   // With a device: the least ms a decoding pass can take there (its passes' pass_floor_ms, summed, over
   // their count) and that over ms_per_pass; NaN without one.
   double floor_ms_per_pass = 0, fraction_of_floor = 0;
+  std::optional<DeviceProfile> profile;  // BenchOptions::profile: its one profiled request, every pass
   std::vector<int32_t> tokens;  // the tokens of the row's last run (for checks; not in the reports)
   std::string label() const;    // "diffusion prefix B=32 steps=64" / "ar"
 };
