@@ -442,6 +442,17 @@ std::vector<float> exact_product(const HostWeights& w, const std::vector<float>&
   return y;
 }
 
+// cuda::matmul of m random rows of x (drawn from rng) with w uploaded as dw, against exact_product.
+void check_product(Rng& rng, const HostWeights& w, const cuda::DeviceMatrix& dw, int64_t m, double tolerance,
+                   const std::string& what) {
+  const auto x = random_vector(rng, size_t(m * w.view.cols()));
+  const std::vector<float> want = exact_product(w, x, m);
+  auto dx = to_device(x);
+  cuda::DeviceBuffer dy(want.size() * 4);
+  cuda::matmul(dw, dx.as<float>(), m, dy.as<float>());
+  expect_close(to_host<float>(dy, want.size()), want, tolerance, what.c_str());
+}
+
 // y = x W^T for f32 (sgemm, tight), bf16 (tensor cores, activations rounded to bf16), f16, and every
 // quantised type kept in its blocks on the device: 1, 5 and 8 rows take the register kernel (f32, tight),
 // 9 to 64 rows the fused tiles (16, 32 and 64 slots a tile; 96 weight rows: a partial second tile of 64;
@@ -467,14 +478,8 @@ TEST(Cuda, MatmulMatchesCpuForEveryStorage) {
       EXPECT_EQ(dwm.bytes(), w.bytes.size()) << dtype_name(c.type) << " is not kept in its blocks";
     }
     for (int64_t m : {1, 5, 8, 9, 16, 32, 40, 64, 65, 100}) {
-      const auto x = random_vector(rng, size_t(m * k));
-      const std::vector<float> want = exact_product(w, x, m);
-      auto dx = to_device(x);
-      cuda::DeviceBuffer dy(want.size() * 4);
-      cuda::matmul(dwm, dx.as<float>(), m, dy.as<float>());
-      const double tol = quant && m > cuda::kQuantGemvRows ? 2e-3 : c.tolerance;
-      expect_close(to_host<float>(dy, want.size()), want, tol,
-                   (std::string(dtype_name(c.type)) + ", m = " + std::to_string(m)).c_str());
+      check_product(rng, w, dwm, m, quant && m > cuda::kQuantGemvRows ? 2e-3 : c.tolerance,
+                    std::string(dtype_name(c.type)) + ", m = " + std::to_string(m));
     }
   }
 }
@@ -487,14 +492,7 @@ TEST(Cuda, FusedTilesOverManyColumnParts) {
   const int64_t n = 64, k = 2624;
   const HostWeights w = random_weights(rng, DType::Q4_0, n, k);
   const cuda::DeviceMatrix dwm = cuda::DeviceMatrix::upload(w.view);
-  for (int64_t m : {16, 40}) {
-    const auto x = random_vector(rng, size_t(m * k));
-    auto dx = to_device(x);
-    cuda::DeviceBuffer dy(size_t(m * n) * 4);
-    cuda::matmul(dwm, dx.as<float>(), m, dy.as<float>());
-    expect_close(to_host<float>(dy, size_t(m * n)), exact_product(w, x, m), 2e-3,
-                 ("q4_0 [64 x 2624], " + std::to_string(m) + " rows").c_str());
-  }
+  for (int64_t m : {16, 40}) check_product(rng, w, dwm, m, 2e-3, "q4_0 [64 x 2624], " + std::to_string(m) + " rows");
 }
 
 // The CPU's interleaved Q4_0 / Q8_0 layouts go up as the file's blocks: embedding rows read back exactly
@@ -584,14 +582,9 @@ TEST(Cuda, QuantisedProductsOverSeveralDecodeChunks) {
   const int64_t n = 40003, k = 2304;
   const HostWeights w = random_weights(rng, DType::Q4_0, n, k);
   const cuda::DeviceMatrix dwm = cuda::DeviceMatrix::upload(w.view);
-  for (int64_t m : {1, 5, 40, 70}) {
-    const auto x = random_vector(rng, size_t(m * k));
-    auto dx = to_device(x);
-    cuda::DeviceBuffer dy(size_t(m * n) * 4);
-    cuda::matmul(dwm, dx.as<float>(), m, dy.as<float>());
-    expect_close(to_host<float>(dy, size_t(m * n)), exact_product(w, x, m), m > cuda::kQuantGemvRows ? 2e-3 : 1e-5,
-                 ("q4_0 [40003 x 2304], " + std::to_string(m) + " rows").c_str());
-  }
+  for (int64_t m : {1, 5, 40, 70})
+    check_product(rng, w, dwm, m, m > cuda::kQuantGemvRows ? 2e-3 : 1e-5,
+                  "q4_0 [40003 x 2304], " + std::to_string(m) + " rows");
   const int64_t mt = 3;
   const auto xt = random_vector(rng, size_t(mt * n), 0.01);
   std::vector<float> want(size_t(mt * k), 0.f);
