@@ -547,7 +547,7 @@ void CudaBackend::attend(DevicePass& p, int64_t l) {
   const int64_t D = la.head_dim, q_width = c.n_heads * D, kv_width = la.n_kv_heads * D;
   const OpSpan span("attention: kernel (and an encoder's K/V into the caches)");
   const AttentionSegment* segs = p.segs + l * p.segments();
-  const bool decoder = p.requests[0].decoder;  // a device batch holds one kind (see feed_forward)
+  const bool decoder = p.requests[0].decoder;  // a device batch holds one kind (stage checks it)
   if (!decoder) scatter_kv(p.k, p.v, p.n, la.n_kv_heads, D, p.pos, segs, p.seg_of_row, kv_type_);
   attention_batch(p.q, p.n, q_width, segs, p.seg_of_row, kv_type_, decoder ? p.k : nullptr, decoder ? p.v : nullptr,
                   kv_width, attention_shape(c, la), p.attn, q_width);
