@@ -2,9 +2,10 @@
 # canvas serve against llama-server on the same GGUF, closed loop (scripts/serve_load.py), 32 new tokens per
 # request at temperature 0, at 1 and 16 clients, both servers loaded alternately in one run (ROUNDS rounds).
 #   bash scripts/serve_vs_llama.sh LLAMA_SERVER [MODEL=models/text-ar.gguf] [OUT=runs/serve-vs-llama] [ROUNDS=2]
-# LLAMA_SERVER is a llama-server binary, e.g. built from the llama.cpp that node-llama-cpp bundles:
-#   git clone tests/llamacpp/node_modules/node-llama-cpp/llama/gitRelease.bundle /tmp/llama.cpp &&
-#   cmake -S /tmp/llama.cpp -B /tmp/llama.cpp/build -DLLAMA_CURL=OFF && cmake --build /tmp/llama.cpp/build --target llama-server
+# LLAMA_SERVER is a llama-server binary, e.g. built from the llama.cpp that llama-cpp-python's source carries:
+#   .venv/bin/pip download --no-deps --no-binary :all: -d /tmp llama-cpp-python==0.3.36 && tar -C /tmp -xzf /tmp/llama_cpp_python-0.3.36.tar.gz &&
+#   cmake -S /tmp/llama_cpp_python-0.3.36/vendor/llama.cpp -B /tmp/llama.cpp -DLLAMA_CURL=OFF -DGGML_NATIVE=ON &&
+#   cmake --build /tmp/llama.cpp --target llama-server llama-bench -j2
 # Both get every core (llama-server -t = cores, 16 slots of 1,024 context each; canvas serve --parallel 16).
 set -euo pipefail
 LLAMA=${1:?usage: serve_vs_llama.sh LLAMA_SERVER [MODEL] [OUT] [ROUNDS]}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Runs one of the Python test files with the project's virtual environment (.venv, made by scripts/setup.sh).
+# Usage:
+#   run_tests.sh serve CANVAS_BINARY MODEL[,MODEL...] TEST_FILE   starts `canvas serve` on a free port of
+#       127.0.0.1 (one -m per model) and runs TEST_FILE against it (CANVAS_SERVE_URL)
+#   run_tests.sh llamacpp CANVAS_BINARY SOURCE_DIR                 the llama.cpp compatibility tests
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+python="$here/../../.venv/bin/python"
+if [ ! -x "$python" ] || ! "$python" -c "import openai, playwright, llama_cpp, pytest" 2>/dev/null; then
+  echo "tests/python: .venv lacks the test dependencies; run scripts/setup.sh" \
+       "(python3 -m venv .venv && .venv/bin/pip install -r tests/python/requirements.txt)" >&2
+  exit 1
+fi
+pytest=("$python" -m pytest -q -s -p no:cacheprovider --rootdir "$here")
+what="$1"; shift
+case "$what" in
+  serve)
+    binary="$1"; model="$2"; file="$3"
+    log="$(mktemp)"
+    model_args=()
+    IFS=, read -r -a models <<<"$model"
+    for m in "${models[@]}"; do model_args+=(-m "$m"); done
+    "$binary" serve "${model_args[@]}" --port 0 --parallel 4 2>"$log" &
+    pid=$!
+    trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -f "$log"' EXIT
+    port=""
+    for _ in $(seq 1 400); do
+      port="$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$log")"
+      [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+      sleep 0.05
+    done
+    [ -n "$port" ] || { cat "$log" >&2; exit 1; }
+    CANVAS_SERVE_URL="http://127.0.0.1:$port" "${pytest[@]}" "$here/$file"
+    ;;
+  llamacpp)
+    CANVAS_BINARY="$(realpath "$1")" CANVAS_SOURCE="$(realpath "$2")" "${pytest[@]}" "$here/test_llamacpp.py"
+    ;;
+  *)
+    echo "usage: run_tests.sh serve BINARY MODELS TEST_FILE | llamacpp BINARY SOURCE_DIR" >&2
+    exit 2
+    ;;
+esac

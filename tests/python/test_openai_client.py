@@ -1,0 +1,157 @@
+# canvas serve through the official `openai` Python client: models, completions and chat, streamed and not,
+# determinism, concurrent clients, logprobs, json_schema output and errors in OpenAI's shape.
+# Run by run_tests.sh (ctest ServeCli.OpenaiPythonClient), which starts the server and sets CANVAS_SERVE_URL.
+import concurrent.futures
+import json
+import os
+
+import openai
+import pytest
+
+BASE = os.environ.get("CANVAS_SERVE_URL")
+
+
+@pytest.fixture(scope="module")
+def client():
+    assert BASE, "set CANVAS_SERVE_URL (http://127.0.0.1:PORT)"
+    return openai.OpenAI(base_url=f"{BASE}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def extra(obj, name):
+    """A field canvas adds to OpenAI's shape (the client keeps unknown fields as extras)."""
+    value = getattr(obj, name, None)
+    assert value is not None, f"{type(obj).__name__} has no field {name!r}"
+    return value
+
+
+def test_models_lists_the_served_model_and_a_request_names_it(client):
+    models = client.models.list().data
+    assert len(models) == 1
+    assert models[0].object == "model"
+    model_id = models[0].id
+    assert not model_id.endswith(".gguf"), f"the id is the file's stem: {model_id}"
+    r = client.completions.create(model=model_id, prompt="And", max_tokens=4, extra_body={"mode": "ar"})
+    assert r.model == model_id
+    assert extra(r, "canvas")["mode"] == "ar"
+
+
+def test_completion_not_streamed(client):
+    r = client.completions.create(model="canvas", prompt="And God said", max_tokens=16, extra_body={"mode": "diffusion"})
+    assert r.object == "text_completion"
+    assert isinstance(r.choices[0].text, str)
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert extra(r.usage, "forward_passes") == 16
+    assert extra(r.usage, "tokens_per_pass") > 0
+    assert extra(r.usage, "tokens_per_forward") == extra(r.usage, "tokens_per_pass")
+
+
+def test_completion_streamed_deltas_add_up_to_the_whole_text(client):
+    body = dict(model="canvas", prompt="And God said", max_tokens=16, extra_body={"mode": "diffusion"})
+    whole = client.completions.create(**body)
+    text, usage, chunks = "", None, 0
+    for chunk in client.completions.create(**body, stream=True, stream_options={"include_usage": True}):
+        chunks += 1
+        if chunk.usage:
+            usage = chunk.usage
+        if chunk.choices:
+            text += chunk.choices[0].text
+    assert text == whole.choices[0].text
+    assert chunks >= 2
+    assert usage is not None and usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_a_seed_gives_the_same_text_and_another_seed_another(client):
+    def sample(seed):
+        return client.completions.create(model="canvas", prompt="And God said", max_tokens=24, temperature=1.0,
+                                         seed=seed, extra_body={"mode": "ar"}).choices[0].text
+    first = sample(7)
+    assert sample(7) == first
+    assert any(sample(seed) != first for seed in (8, 9, 10)), "three other seeds all wrote the same sampled text"
+
+
+def test_concurrent_clients_get_what_each_would_get_alone(client):
+    prompts = ["And God said", "In the beginning", "Blessed are the", "And the LORD spake", "Let there be",
+               "The earth was"]
+
+    def complete(prompt, mode):
+        r = client.completions.create(model="canvas", prompt=prompt, max_tokens=12, temperature=0,
+                                      extra_body={"mode": mode})
+        return r.choices[0].text
+
+    jobs = [(p, mode) for p in prompts for mode in ("ar", "diffusion")]
+    alone = [complete(p, mode) for p, mode in jobs]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        together = list(pool.map(lambda job: complete(*job), jobs))
+    assert together == alone
+
+
+def test_chat_not_streamed(client):
+    r = client.chat.completions.create(
+        model="canvas", messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+        max_tokens=8, extra_body={"mode": "ar"})
+    assert r.object == "chat.completion"
+    assert r.choices[0].message.role == "assistant"
+    assert isinstance(r.choices[0].message.content, str)
+
+
+def test_chat_streamed(client):
+    body = dict(model="canvas", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, seed=1,
+                extra_body={"mode": "ar"})
+    whole = client.chat.completions.create(**body)
+    text, role, finish = "", None, None
+    for chunk in client.chat.completions.create(**body, stream=True):
+        assert chunk.object == "chat.completion.chunk"
+        c = chunk.choices[0]
+        role = c.delta.role or role
+        text += c.delta.content or ""
+        finish = c.finish_reason or finish
+    assert role == "assistant"
+    assert text == whole.choices[0].message.content
+    assert finish in ("stop", "length")
+
+
+def test_logprobs_chat_top_logprobs_and_completions_legacy_shape(client):
+    chat = client.chat.completions.create(
+        model="canvas", messages=[{"role": "user", "content": "Hi"}], max_tokens=6, temperature=0, logprobs=True,
+        top_logprobs=3, extra_body={"mode": "ar"})
+    content = chat.choices[0].logprobs.content
+    assert len(content) == chat.usage.completion_tokens
+    for entry in content:
+        assert len(entry.top_logprobs) == 3
+        assert entry.logprob == entry.top_logprobs[0].logprob  # greedy: the most likely token
+        assert entry.bytes == list(entry.token.encode("utf-8"))
+    r = client.completions.create(model="canvas", prompt="And God said", max_tokens=6, temperature=0, logprobs=2,
+                                  echo=True, extra_body={"mode": "ar"})
+    lp = r.choices[0].logprobs
+    assert r.choices[0].text.startswith("And God said")
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.text_offset)
+    assert lp.token_logprobs[0] is None  # an echoed prompt token
+    assert len(lp.tokens) == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+@pytest.mark.parametrize("mode", ["ar", "diffusion"])
+def test_json_schema_output_is_valid_json_of_the_schema(client, mode):
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                               "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+              "required": ["name", "age"], "additionalProperties": False}
+    r = client.chat.completions.create(
+        model="canvas", messages=[{"role": "user", "content": "Who was Adam?"}], max_tokens=48,
+        response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": schema}},
+        extra_body={"mode": mode})
+    doc = json.loads(r.choices[0].message.content)
+    assert set(doc) == {"name", "age"}
+    assert isinstance(doc["name"], str) and len(doc["name"]) <= 12
+    assert isinstance(doc["age"], int) and 0 <= doc["age"] <= 120
+
+
+def test_errors_come_back_as_openai_errors(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="canvas", prompt="a", max_tokens=0)
+    assert e.value.status_code == 400 and "max_tokens" in e.value.message and e.value.param == "max_tokens"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="canvas", messages=[{"role": "user", "content": "a"}],
+                                       extra_body={"colour": "blue"})
+    assert "unknown field 'colour'" in e.value.message
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="canvas", prompt="a" * 400)
+    assert e.value.status_code == 400 and e.value.code == "context_length_exceeded"
