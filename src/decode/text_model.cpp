@@ -135,7 +135,8 @@ SamplerDefaults sampler_defaults(const Model& model, const std::string& model_pa
 ChatFormat ChatFormat::for_model(const Model& model, const std::string& model_path, const TextTokenizer& tokenizer,
                                  const std::string& name) {
   const ModelConfig& c = model.config;
-  ChatFormat format = builtin_format(name == "auto" ? "gemma4" : name);
+  // Without a template of its own a model gets its family's format: Gemma 3's turns, else Gemma 4's.
+  ChatFormat format = builtin_format(name != "auto" ? name : c.arch == "gemma3" ? "gemma" : "gemma4");
   format.origin = name == "auto" ? "built-in (the model has no tokenizer.chat_template)" : "--template";
   format.bos = c.bos_token >= 0 ? tokenizer.token_piece(c.bos_token) : "";
   format.eos = c.eos_token >= 0 ? tokenizer.token_piece(c.eos_token) : "";

@@ -27,22 +27,27 @@ constexpr ArchTraits kArchs[] = {
     {"qwen2", RopeLayout::Neox, true, false},
 };
 
-bool is_gemma_arch(const std::string& arch) { return arch == "diffusion-gemma" || arch == "gemma4"; }
+bool is_gemma_arch(const std::string& arch) {
+  return arch == "diffusion-gemma" || arch == "gemma4" || arch == "gemma3";
+}
 
-// What every Gemma 4 text stack shares, whatever file it came from.
+// What every Gemma 4 text stack shares, whatever file it came from. Gemma 3 has the same layer without
+// the v norm and the layer scalar; its attention scale depends on the head width (gemma3_attention_scale).
 void set_gemma_constants(ModelConfig& c) {
+  const bool gemma3 = c.arch == "gemma3";
   c.layer_style = LayerStyle::Gemma4;
   c.activation = Activation::GeluTanh;
   c.qk_norm = true;
-  c.v_norm = true;
-  c.attention_scale = 1.f;  // q_norm and k_norm carry the scale
+  c.v_norm = !gemma3;
+  c.layer_scalar = !gemma3;
+  c.attention_scale = 1.f;  // Gemma 4: q_norm and k_norm carry the scale
   c.expert_weights_norm = true;
   c.router_norm = true;
   c.tied_output = true;
   c.has_decoder = c.arch == "diffusion-gemma";
   c.uniform_state = c.has_decoder;  // DiffusionGemma is uniform-state: no mask token, the entropy-bound sampler
-  // The AR Gemma 4 is causal; DiffusionGemma's native logits are the decoder's (row i = canvas token i).
-  c.causal = c.arch == "gemma4";
+  // The AR Gemmas are causal; DiffusionGemma's native logits are the decoder's (row i = canvas token i).
+  c.causal = c.arch == "gemma4" || gemma3;
   c.shift_logits = c.causal;
   c.embedding_scale = std::sqrt(float(c.hidden));
   c.rope.layout = RopeLayout::Neox;
@@ -96,6 +101,13 @@ void check_gemma_config(ModelConfig& c, const std::string& where) {
   c.head_dim = c.layer_attention[0].head_dim;
   c.rope = c.layer_attention[0].rope;
   check_float_hyperparameters(c, where, "rms_norm_eps", "rope_theta");
+}
+
+// Gemma 3 scales q.k by query_pre_attn_scalar^-1/2, which its GGUF files do not store: as llama.cpp reads
+// them, hidden / heads for the 27B model (62 layers) and the head width for the other sizes.
+float gemma3_attention_scale(const ModelConfig& c, int64_t head_dim) {
+  const int64_t scalar = c.n_layers == 62 ? c.hidden / c.n_heads : head_dim;
+  return 1.f / std::sqrt(float(scalar));
 }
 
 RopeParams gemma_rope(int64_t head_dim, double theta, int64_t active_pairs) {
@@ -153,7 +165,10 @@ ModelConfig gemma_config_from_gguf(const GgufFile& file, ModelConfig c) {
   }
   const std::string pattern_key = p + "attention.sliding_window_pattern";
   std::vector<bool> sliding(L, false);
-  if (const GgufValue* pat = file.find(pattern_key)) {
+  if (c.arch == "gemma3" && !file.find(pattern_key)) {
+    // Gemma 3 files carry no pattern: five sliding layers, then a full one (llama.cpp's reading too).
+    for (size_t l = 0; l < L; ++l) sliding[l] = (l + 1) % 6 != 0;
+  } else if (const GgufValue* pat = file.find(pattern_key)) {
     if (pat->type == GgufType::Array) {
       const std::vector<int64_t> flags = file.get_int_array(pattern_key);
       check(flags.size() == L, file.path() + ": key " + pattern_key + " has " + std::to_string(flags.size()) +
@@ -170,6 +185,13 @@ ModelConfig gemma_config_from_gguf(const GgufFile& file, ModelConfig c) {
   const int64_t swa_dim = file.get_int(p + "attention.key_length_swa", full_dim);
   const double full_theta = file.get_float(p + "rope.freq_base", 1000000.0);
   const double swa_theta = file.get_float(p + "rope.freq_base_swa", 10000.0);
+  // Gemma 3 4B-27B stretch the full layers' positions (linear RoPE scaling); this forward has no such
+  // scaling, so those files are refused rather than run wrong.
+  const std::string scaling = file.get_string(p + "rope.scaling.type", "none");
+  const double scaling_factor = file.get_float(p + "rope.scaling.factor", 1.0);
+  check(scaling == "none" || scaling_factor == 1.0,
+        file.path() + ": key " + p + "rope.scaling.type '" + scaling + "' with factor " +
+            std::to_string(scaling_factor) + " (scaled RoPE positions) is not supported");
 
   int64_t full_active_pairs = 0;
   if (const TensorView* freqs = file.find_tensor("rope_freqs.weight")) {
@@ -195,6 +217,7 @@ ModelConfig gemma_config_from_gguf(const GgufFile& file, ModelConfig c) {
     a.value_from_key = file.find_tensor("blk." + std::to_string(l) + ".attn_v.weight") == nullptr;
     c.layer_attention.push_back(a);
   }
+  if (c.arch == "gemma3") c.attention_scale = gemma3_attention_scale(c, full_dim);
   check_gemma_config(c, file.path());
   c.bos_token = int32_t(file.get_int("tokenizer.ggml.bos_token_id", 2));
   c.eos_token = int32_t(file.get_int("tokenizer.ggml.eos_token_id", 1));
@@ -330,7 +353,7 @@ ModelConfig config_from_gguf(const GgufFile& file) {
   if (!traits) {
     std::string known;
     for (const ArchTraits& t : kArchs) known += std::string(known.empty() ? "" : ", ") + t.arch;
-    known += ", diffusion-gemma, gemma4";
+    known += ", diffusion-gemma, gemma4, gemma3";
     throw Error(file.path() + ": unsupported architecture '" + c.arch + "' (supported: " + known + ")");
   }
   const std::string p = c.arch + ".";
@@ -430,7 +453,8 @@ void gemma_config_to_gguf(const ModelConfig& c, GgufWriter& w) {
   set_gemma_constants(expected);
   check_expressible(c.layer_style == LayerStyle::Gemma4, c, "layer style");
   check_expressible(c.activation == expected.activation, c, "activation");
-  check_expressible(c.qk_norm && c.v_norm && c.attention_scale == 1.f, c, "q/k/v norms and attention scale");
+  check_expressible(c.qk_norm && c.v_norm == expected.v_norm && c.layer_scalar == expected.layer_scalar, c,
+                    "q/k/v norms and layer scalar");
   check_expressible(c.tied_output, c, "untied output head");
   check_expressible(!c.is_moe() || (c.expert_weights_norm && c.router_norm && c.dense_and_moe), c,
                     "expert routing (Gemma 4: renormalised top-k, normed router, dense MLP in parallel)");
@@ -444,6 +468,9 @@ void gemma_config_to_gguf(const ModelConfig& c, GgufWriter& w) {
   const GemmaKinds kinds = gemma_kinds(c);
   const LayerAttention& full = kinds.full ? *kinds.full : *kinds.sliding;
   const LayerAttention& swa = kinds.sliding ? *kinds.sliding : *kinds.full;
+  check_expressible(c.arch == "gemma3" ? c.attention_scale == gemma3_attention_scale(c, full.head_dim)
+                                       : c.attention_scale == 1.f,
+                    c, "attention scale");
   check_expressible(swa.kind == AttentionKind::Full || c.sliding_window > 0, c, "sliding window (0)");
   const std::string p = c.arch + ".";
   auto u32 = [](int64_t v) { return GgufValue::u32(uint32_t(v)); };

@@ -17,7 +17,8 @@ enum class Activation { Silu, GeluTanh };
 enum class LayerStyle {
   PreNorm,  // x += attn(norm(x)); x += mlp_or_moe(norm(x))                (llama, llada, dream, qwen2)
   Gemma4,   // norms before and after attention and MLP, a dense MLP in parallel with the experts, and
-            // the whole layer output (residual included) times a per-layer scalar (diffusion-gemma, gemma4)
+            // the whole layer output (residual included) times a per-layer scalar (diffusion-gemma, gemma4;
+            // gemma3 has the same layer without experts, v norm or scalar)
 };
 
 enum class AttentionKind { Full, Sliding };
@@ -73,6 +74,7 @@ struct ModelConfig {
   int64_t sliding_window = 0;  // sliding layers: query q sees keys j with 0 <= q - j < sliding_window
   bool qk_norm = false;        // RMSNorm with a weight over each head of q and of k, before RoPE
   bool v_norm = false;         // RMSNorm without weight over each head of v
+  bool layer_scalar = false;   // Gemma 4: the layer output times layer_output_scale.weight (absent in Gemma 3)
   float attention_scale = 0;   // scale of q.k; 0: 1/sqrt(head_dim)
   bool dense_and_moe = false;  // Gemma4 style: dense MLP and experts in parallel in every layer
   bool router_norm = false;    // router input = rmsnorm_noweight(x) * router_scale / sqrt(hidden)
@@ -93,7 +95,7 @@ struct ModelConfig {
 
 // Reads the configuration of a llama.cpp-style GGUF (llada, llada-moe, dream, llama, qwen2); throws Error
 // naming the key for a missing or inconsistent value and for an unsupported architecture.
-// diffusion-gemma and gemma4 (llama.cpp PR #24423 keys) are read here too.
+// diffusion-gemma and gemma4 (llama.cpp PR #24423 keys) and gemma3 (llama.cpp's keys) are read here too.
 ModelConfig config_from_gguf(const GgufFile& file);
 
 // The twin of config_from_gguf: writes the metadata it reads back as `config` (architecture keys, token

@@ -182,7 +182,7 @@ void gemma_tensors(const ModelConfig& c, std::vector<TensorSpec>& out) {
       s.gemma(TensorRole::GateUpExps, b + "experts.gate_up_proj", {H, 2 * I_, E}, K::Matrix, I::Normal);
       s.gemma(TensorRole::DownExps, b + "experts.down_proj", {I_, H, E}, K::Matrix, I::Residual);
     }
-    s.gemma(TensorRole::LayerScalar, b + "layer_scalar", {1}, K::Scalar, I::One);
+    if (c.layer_scalar) s.gemma(TensorRole::LayerScalar, b + "layer_scalar", {1}, K::Scalar, I::One);
     if (c.has_decoder)
       s.gemma(TensorRole::EncoderLayerScalar, "encoder." + b + "layer_scalar", {1}, K::Scalar, I::One, true);
   }

@@ -4,10 +4,12 @@
 #   run_tests.sh serve CANVAS_BINARY MODEL[,MODEL...] TEST_FILE   starts `canvas serve` on a free port of
 #       127.0.0.1 (one -m per model) and runs TEST_FILE against it (CANVAS_SERVE_URL)
 #   run_tests.sh llamacpp CANVAS_BINARY SOURCE_DIR                 the llama.cpp compatibility tests
+#   run_tests.sh real CANVAS_BINARY SOURCE_DIR                     the real checkpoints in models/real against
+#       HF tokenizers, an f32 reference forward and llama.cpp (scripts/get-models.sh fetches them)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 python="$here/../../.venv/bin/python"
-if [ ! -x "$python" ] || ! "$python" -c "import openai, playwright, llama_cpp, pytest" 2>/dev/null; then
+if [ ! -x "$python" ] || ! "$python" -c "import openai, playwright, llama_cpp, pytest, gguf, transformers" 2>/dev/null; then
   echo "tests/python: .venv lacks the test dependencies; run scripts/setup.sh" \
        "(python3 -m venv .venv && .venv/bin/pip install -r tests/python/requirements.txt)" >&2
   exit 1
@@ -33,11 +35,12 @@ case "$what" in
     [ -n "$port" ] || { cat "$log" >&2; exit 1; }
     CANVAS_SERVE_URL="http://127.0.0.1:$port" "${pytest[@]}" "$here/$file"
     ;;
-  llamacpp)
-    CANVAS_BINARY="$(realpath "$1")" CANVAS_SOURCE="$(realpath "$2")" "${pytest[@]}" "$here/test_llamacpp.py"
+  llamacpp | real)
+    file="$here/test_llamacpp.py"; [ "$what" = real ] && file="$here/test_real_models.py"
+    CANVAS_BINARY="$(realpath "$1")" CANVAS_SOURCE="$(realpath "$2")" HF_HUB_OFFLINE=1 "${pytest[@]}" "$file"
     ;;
   *)
-    echo "usage: run_tests.sh serve BINARY MODELS TEST_FILE | llamacpp BINARY SOURCE_DIR" >&2
+    echo "usage: run_tests.sh serve BINARY MODELS TEST_FILE | llamacpp BINARY SOURCE_DIR | real BINARY SOURCE_DIR" >&2
     exit 2
     ;;
 esac
