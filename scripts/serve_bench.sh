@@ -8,6 +8,7 @@
 # and auto share the machine's moods; MODEL=FILE serves another model (default: the server's default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/serve_port.sh
 out="${1:-runs/serve-bench}"; requests="${2:-64}"; tokens="${3:-32}"
 shift $(( $# >= 3 ? 3 : $# ))
 mkdir -p "$out"
@@ -16,12 +17,7 @@ run() {  # label parallel mode [extra request fields as JSON]
   log="$out/$label.log"
   build/canvas serve ${MODEL:+-m "$MODEL"} --port 0 --parallel "$parallel" --queue 256 --mode "$mode" 2>"$log" &
   pid=$!
-  port=""
-  for _ in $(seq 1 400); do
-    port="$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$log")"
-    [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-    sleep 0.05
-  done
+  port="$(serve_port "$log")"
   /usr/bin/python3 scripts/serve_load.py --url "http://127.0.0.1:$port" --levels 1,4,16,64 \
     --requests "$requests" --max-tokens "$tokens" --extra "$extra" --label "$label" --out "$out/$label.json"
   kill -TERM "$pid"; wait "$pid" || true

@@ -5,18 +5,14 @@
 # Usage: scripts/serve_soak.sh [SECONDS] [CLIENTS] [OUT]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/serve_port.sh
 seconds="${1:-600}"; clients="${2:-16}"; out="${3:-runs/serve-soak.json}"
 mkdir -p "$(dirname "$out")"
 log="$(mktemp)"
 build/canvas serve --port 0 --parallel 16 --queue 64 2>"$log" &
 pid=$!
 trap 'kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -f "$log"' EXIT
-port=""
-for _ in $(seq 1 400); do
-  port="$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$log")"
-  [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-  sleep 0.05
-done
+port="$(serve_port "$log")"
 samples="$(mktemp)"
 ( while kill -0 "$pid" 2>/dev/null; do
     echo "$(date +%s) $(sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' /proc/$pid/status)" >> "$samples"; sleep 5

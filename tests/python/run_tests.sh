@@ -8,6 +8,7 @@
 #       HF tokenizers, an f32 reference forward and llama.cpp (scripts/get-models.sh fetches them)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+source "$here/../../scripts/serve_port.sh"
 python="$here/../../.venv/bin/python"
 if [ ! -x "$python" ] || ! "$python" -c "import openai, playwright, llama_cpp, pytest, gguf, transformers" 2>/dev/null; then
   echo "tests/python: .venv lacks the test dependencies; run scripts/setup.sh" \
@@ -26,12 +27,7 @@ case "$what" in
     "$binary" serve "${model_args[@]}" --port 0 --parallel 4 2>"$log" &
     pid=$!
     trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -f "$log"' EXIT
-    port=""
-    for _ in $(seq 1 400); do
-      port="$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$log")"
-      [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-      sleep 0.05
-    done
+    port="$(serve_port "$log")"
     [ -n "$port" ] || { cat "$log" >&2; exit 1; }
     CANVAS_SERVE_URL="http://127.0.0.1:$port" "${pytest[@]}" "$here/$file"
     ;;
