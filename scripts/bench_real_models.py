@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """canvas against llama.cpp (llama-cpp-python, compiled for this CPU) on the real checkpoints in models/real, in
-one run, alternating the two engines on every repeat: prompt tokens/s (a 128-token prompt), AR decode tokens/s
-(64 tokens after it) and the cost of a causal pass of 1, 5 and 30 rows after a 64-token prefix (what a
+one run, alternating the two engines on every repeat: prompt tokens/s (a prompt of about 128 tokens), AR decode
+tokens/s (64 tokens after it) and the cost of a causal pass of 1, 5 and 30 rows after a prefix of about 64 (what a
 draft-and-verify cycle costs) against one AR step. Medians over --repeats.
 
 Usage: .venv/bin/python scripts/bench_real_models.py [--threads 2] [--repeats 5] [--json FILE] [MODEL.gguf ...]
 canvas's times are those it reports itself (--json: prompt_ms, decode_ms; a k-row pass is the prompt pass of a
-request whose prompt is the 64-token prefix plus k tokens minus the prefix's own pass); llama.cpp's are wall
-clock around llama_eval calls (one Python call per step, ~0.1 ms of it Python).
+request whose prompt is the prefix plus k tokens minus that of the prefix alone); llama.cpp's are wall
+clock around llama.cpp's eval calls (one Python call per step, ~0.1 ms of it Python).
 """
 import argparse
 import json
@@ -52,7 +52,12 @@ def main():
         # canvas generate adds BOS where the vocabulary says so; llama.cpp is given the same ids.
         bos = [int(llm.metadata["tokenizer.ggml.bos_token_id"])] \
             if llm.metadata.get("tokenizer.ggml.add_bos_token") == "true" else []
-        prompt = bos + ids[:128]
+        # Cuts of the text whose ids canvas tokenizes back to the same ids (not inside a word): a 128-token
+        # prompt, and a prefix of about 64 tokens that stays a clean cut after 1, 5 and 30 more tokens.
+        n_prompt = next(m for m in range(128, 0, -1) if round_trips(args.binary, model, ids[:m]))
+        base = next(b for b in range(64, 0, -1)
+                    if all(round_trips(args.binary, model, ids[:b + k]) for k in (0, 1, 5, 30)))
+        prompt = bos + ids[:n_prompt]
         rows = {"canvas": {}, "llama.cpp": {}}
 
         def add(engine, key, value):
@@ -61,18 +66,18 @@ def main():
         for r in range(args.repeats):
             # canvas: its own timings of the prompt pass and the decode steps.
             out = json.loads(canvas(args.binary, "generate", "-m", str(model), "-p",
-                                    decode_prefix(args.binary, model, ids[:128]), "-n", "64", "--mode", "ar", "--temp", "0",
+                                    decode_prefix(args.binary, model, ids[:n_prompt]), "-n", "64", "--mode", "ar", "--temp", "0",
                                     "--json", "-t", str(args.threads)))
             add("canvas", "prompt_tps", out["prompt_tokens"] / (out["prompt_ms"] / 1e3))
             add("canvas", "decode_tps", out["new_tokens"] / (out["decode_ms"] / 1e3))
             for k in (1, 5, 30):
-                base = json.loads(canvas(args.binary, "generate", "-m", str(model), "-p",
-                                         decode_prefix(args.binary, model, ids[:64]), "-n", "1", "--mode", "ar",
+                alone = json.loads(canvas(args.binary, "generate", "-m", str(model), "-p",
+                                         decode_prefix(args.binary, model, ids[:base]), "-n", "1", "--mode", "ar",
                                          "--json", "-t", str(args.threads)))
                 more = json.loads(canvas(args.binary, "generate", "-m", str(model), "-p",
-                                         decode_prefix(args.binary, model, ids[:64 + k]), "-n", "1", "--mode", "ar",
+                                         decode_prefix(args.binary, model, ids[:base + k]), "-n", "1", "--mode", "ar",
                                          "--json", "-t", str(args.threads)))
-                add("canvas", f"pass_{k}_ms", more["prompt_ms"] - base["prompt_ms"])
+                add("canvas", f"pass_{k}_ms", more["prompt_ms"] - alone["prompt_ms"])
             # llama.cpp: wall clock around its evaluation calls.
             llm.reset()
             t = time.perf_counter()
@@ -85,19 +90,20 @@ def main():
             add("llama.cpp", "decode_tps", 64 / (time.perf_counter() - t))
             for k in (1, 5, 30):
                 llm.reset()
-                llm.eval(bos + ids[:64])
+                llm.eval(bos + ids[:base])
                 t = time.perf_counter()
-                llm.eval(ids[64:64 + k])
+                llm.eval(ids[base:base + k])
                 add("llama.cpp", f"pass_{k}_ms", (time.perf_counter() - t) * 1e3)
         med = {e: {k: statistics.median(v) for k, v in d.items()} for e, d in rows.items()}
-        entry = {"model": model.name, "threads": args.threads, "repeats": args.repeats, "medians": med}
+        entry = {"model": model.name, "threads": args.threads, "repeats": args.repeats, "prompt_tokens": len(prompt),
+                 "pass_prefix_tokens": len(bos) + base, "medians": med}
         report.append(entry)
         c, l = med["canvas"], med["llama.cpp"]
         ar_c, ar_l = 1e3 / c["decode_tps"], 1e3 / l["decode_tps"]
         print(f"{model.name} (-t {args.threads}, medians of {args.repeats})")
-        print(f"  prompt tokens/s (128)  canvas {c['prompt_tps']:8.1f}  llama.cpp {l['prompt_tps']:8.1f}  "
+        print(f"  prompt tokens/s ({len(prompt)})  canvas {c['prompt_tps']:8.1f}  llama.cpp {l['prompt_tps']:8.1f}  "
               f"ratio {c['prompt_tps'] / l['prompt_tps']:.2f}")
-        print(f"  decode tokens/s (64)   canvas {c['decode_tps']:8.1f}  llama.cpp {l['decode_tps']:8.1f}  "
+        print(f"  decode tokens/s (64)    canvas {c['decode_tps']:8.1f}  llama.cpp {l['decode_tps']:8.1f}  "
               f"ratio {c['decode_tps'] / l['decode_tps']:.2f}")
         for k in (1, 5, 30):
             print(f"  pass of {k:2d} rows (ms)    canvas {c[f'pass_{k}_ms']:8.2f} ({c[f'pass_{k}_ms'] / ar_c:4.2f} AR steps)"
@@ -106,18 +112,27 @@ def main():
         args.json.write_text(json.dumps(report, indent=1))
 
 
-_prefix_cache = {}
+_texts = {}
+
+
+def text_of(binary, model, ids):
+    """The text of ids and whether canvas tokenizes it back to the same ids."""
+    key = (str(model), tuple(ids))
+    if key not in _texts:
+        text = canvas(binary, "detokenize", "-m", str(model), "--ids", ",".join(map(str, ids)))[:-1]  # its newline
+        back = json.loads(canvas(binary, "tokenize", "-m", str(model), "-p", text, "--json"))["ids"]
+        _texts[key] = (text, back == list(ids))
+    return _texts[key]
+
+
+def round_trips(binary, model, ids):
+    return text_of(binary, model, ids)[1]
 
 
 def decode_prefix(binary, model, ids):
-    """The text of ids, which canvas tokenizes back to the same ids (checked)."""
-    key = (str(model), tuple(ids))
-    if key not in _prefix_cache:
-        text = canvas(binary, "detokenize", "-m", str(model), "--ids", ",".join(map(str, ids)))
-        back = json.loads(canvas(binary, "tokenize", "-m", str(model), "-p", text, "--json"))["ids"]
-        assert back == list(ids), f"{model}: the prefix does not tokenize back to its ids"
-        _prefix_cache[key] = text
-    return _prefix_cache[key]
+    text, ok = text_of(binary, model, ids)
+    assert ok, f"{model}: the prefix does not tokenize back to its ids"
+    return text
 
 
 if __name__ == "__main__":

@@ -32,6 +32,70 @@ TEST(Cli, GenerateJsonHasEveryField) {
   EXPECT_EQ(j["finish_reason"], j["tokens"].size() == 16 ? "length" : "eos");
 }
 
+// --ignore-eos (llama.cpp's flag): the chat model ends its reply to "Hi" with the end of turn after a few
+// tokens; with the flag it writes all N, and says the length ended it.
+TEST(Cli, IgnoreEosGeneratesAllTokens) {
+  const std::string base = "generate -m " + test::source_path("models/text-dg-chat.gguf") +
+                           " --chat -p Hi -n 48 --mode ar --json -s 1 -t 1";
+  const auto plain = test::run_canvas(base, false);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const nlohmann::json a = nlohmann::json::parse(plain.output);
+  ASSERT_EQ(a["finish_reason"], "eos") << plain.output;
+  ASSERT_LT(a["new_tokens"].get<int>(), 48);
+  const auto all = test::run_canvas(base + " --ignore-eos", false);
+  ASSERT_EQ(all.exit_code, 0) << all.output;
+  const nlohmann::json b = nlohmann::json::parse(all.output);
+  EXPECT_EQ(b["new_tokens"], 48);
+  EXPECT_EQ(b["finish_reason"], "length");
+  // The tokens before the end of turn are the same: the flag only keeps going.
+  for (size_t i = 0; i < a["tokens"].size(); ++i) EXPECT_EQ(a["tokens"][i], b["tokens"][i]) << i;
+}
+
+// Options that would be ignored are refused, naming the mode in use; --template works with generate --chat.
+TEST(Cli, VerifyOptionsOutsideVerifyAndTemplateWithoutChatAreRefused) {
+  const std::string base = "generate -m " + test::source_path("models/text-dg.gguf") + " -p And -n 4 ";
+  for (const char* option : {"--draft-length 3", "--draft-steps 2", "--overlap"}) {
+    for (const char* mode : {"ar", "diffusion"}) {
+      const auto r = test::run_canvas(base + "--mode " + mode + " " + option);
+      EXPECT_NE(r.exit_code, 0) << option << " " << mode;
+      const std::string name = std::string(option).substr(0, std::string(option).find(' '));
+      EXPECT_NE(r.output.find(name + " applies to --mode verify, not --mode " + mode), std::string::npos) << r.output;
+    }
+  }
+  const auto lone = test::run_canvas(base + "--mode ar --template gemma");
+  EXPECT_NE(lone.exit_code, 0);
+  EXPECT_NE(lone.output.find("--template applies with --chat"), std::string::npos) << lone.output;
+  const auto chat = test::run_canvas("generate -m " + test::source_path("models/text-dg-chat.gguf") +
+                                         " --chat --template gemma4 -p Hi -n 4 --mode ar --json -s 1",
+                                     false);
+  ASSERT_EQ(chat.exit_code, 0) << chat.output;
+  // The gemma4 turns around "Hi": more prompt tokens than the two of "Hi" alone.
+  EXPECT_GT(nlohmann::json::parse(chat.output)["prompt_tokens"].get<int>(), 4) << chat.output;
+}
+
+// tokenize, detokenize, score and bench use the shipped text model without -m, as generate does.
+TEST(Cli, ToolsDefaultToTheShippedModel) {
+  const auto t = test::run_canvas("tokenize -p 'And God said' --json", false);
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const auto ids = nlohmann::json::parse(t.output)["ids"];
+  const auto with_m = test::run_canvas("tokenize -m " + test::source_path("models/text-dg.gguf") +
+                                           " -p 'And God said' --json",
+                                       false);
+  ASSERT_EQ(with_m.exit_code, 0) << with_m.output;
+  EXPECT_EQ(ids, nlohmann::json::parse(with_m.output)["ids"]);
+  std::string list;
+  for (const auto& id : ids) list += (list.empty() ? "" : ",") + std::to_string(id.get<int>());
+  const auto d = test::run_canvas("detokenize --ids " + list, false);
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_EQ(d.output, "And God said\n");
+  const auto s = test::run_canvas("score -p 'And God said unto Moses'");
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  EXPECT_NE(s.output.find("\"bits_per_byte\""), std::string::npos) << s.output;
+  const auto b = test::run_canvas("bench --quick --no-roofs --modes ar");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("text-dg.gguf"), std::string::npos) << b.output;
+}
+
 TEST(Cli, GenerateTextThenStatsLine) {
   for (const char* extra : {"--mode ar", "--cache none", "--cache dual --algorithm margin", "--threshold 0.5",
                             "--temp 0.8 --top-k 10 --top-p 0.9 -s 3", "--visual"}) {

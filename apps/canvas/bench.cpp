@@ -12,6 +12,7 @@
 #include "cli/options.h"
 #include "cli/output_paths.h"
 #include "commands.h"
+#include "shipped_models.h"
 #include "core/error.h"
 #include "core/output_file.h"
 #include "core/timer.h"
@@ -23,7 +24,7 @@ namespace {
 
 const Command kBench{
     "bench",
-    "canvas bench (-m MODEL.gguf | --synthetic ARCH:SIZE) [options]\n"
+    "canvas bench [-m MODEL.gguf | --synthetic ARCH:SIZE] [options]\n"
     "       canvas bench --train CONFIG [--steps N] [--warmup N] [-t T] [--json FILE]",
     R"(Measures the machine's roofs (streaming-read bandwidth; matmul GFLOP/s per weight dtype at m = 1, 8,
 32, 256 rows), then decodes random prompts with the model autoregressively and by masked diffusion over
@@ -33,7 +34,8 @@ and decode tokens/s, ms and tokens and rows per pass, request latency p50/p95, p
 measured in the same run, and each diffusion row's decode speed over AR's ("vs AR").)",
     {
         heading("model:"),
-        {"-m,--model", "FILE", "GGUF model file"},
+        {"-m,--model", "FILE", "GGUF model file (default without --synthetic: the shipped text model,\n"
+                                "models/text-dg.gguf)"},
         {"--synthetic", "NAME", "random weights of a real shape, built in memory (see --list)"},
         {"--type", "T", "synthetic weight type: q4_0 (default) | q8_0 | f16 | bf16 | f32"},
         {"--layers", "N", "keep only the first N layers (synthetic or file; reported)"},
@@ -183,8 +185,10 @@ int cmd_bench(int argc, char** argv) {
     options.threads.push_back(int(t));
   }
   bench::BenchModelSpec spec;
-  spec.file = args.get("model", "");
   spec.synthetic = args.get("synthetic", "");
+  // Without -m or --synthetic: the shipped default model.
+  spec.file = args.has("model") || args.has("synthetic") ? args.get("model", "")
+                                                         : shipped_model_path(kDefaultTextModel, "canvas bench");
   spec.type = dtype_from_name(args.get("type", "q4_0"));
   check(!args.has("type") || args.has("synthetic"), "--type applies to --synthetic models only");
   spec.layers = args.get_int("layers", 0);

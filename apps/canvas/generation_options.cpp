@@ -43,6 +43,8 @@ std::vector<Option> decoding_options() {
         {"--canvas-length", "L", "uniform-state: the canvas length, positions denoised together (default: the\n"
                                  "model's)"},
         {"--stop,-r,--reverse-prompt", "STR", "end the text (and generation) at the first occurrence of STR", true},
+        {"--ignore-eos", "", "generate all N tokens: end-of-sequence, end-of-turn and pad tokens neither end\n"
+                             "generation nor cut the text (stop strings still do), as llama.cpp's flag"},
         {"--temp,--temperature", "T", "temperature (default 0 = greedy); sampling is Gumbel-max"},
         {"--top-k", "K", "keep the K most likely tokens before sampling (0 = off)"},
         {"--top-p", "P", "nucleus sampling mass (1 = off)"},
@@ -118,7 +120,10 @@ GenerationRequest request_from_args(const Args& args) {
         "--draft-length must be between 1 and 1024");
   r.draft_steps = args.get_int("draft-steps", 1);
   r.overlap = args.has("overlap");
-  check(!r.overlap || (mode != "ar" && mode != "diffusion"), "--overlap applies to --mode verify");
+  // Draft-and-verify's options are refused where they would be ignored, naming the mode in use.
+  for (const char* option : {"overlap", "draft-length", "draft-steps"})
+    check(!args.has(option) || (mode != "ar" && mode != "diffusion"),
+          std::string("--") + option + " applies to --mode verify, not --mode " + mode);
   auto positive = [&](const char* name) {
     const int64_t v = args.get_int(name, 0);
     check(!args.has(name) || v > 0, std::string("--") + name + " must be positive");
@@ -147,6 +152,7 @@ GenerationRequest request_from_args(const Args& args) {
   check(!args.has("stability") || r.stability >= 0, "--stability must be >= 0");
   r.stream_head = args.has("stream-head");
   r.stop = args.get_all("stop");
+  r.ignore_eos = args.has("ignore-eos");
   SamplingParams& s = r.sampling;
   s.temperature = float(args.get_float("temp", 0.0));
   check(std::isfinite(s.temperature) && s.temperature >= 0 && s.temperature <= 100, "--temp must be between 0 and 100");

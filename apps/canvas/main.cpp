@@ -44,7 +44,9 @@ instead.)",
                               "a prompt piped into stdin is read"},
         {"--tokenizer", "FILE", "tokenizer.json or a GGUF with a tokenizer (default: the model's own: the GGUF's,\n"
                                 "or tokenizer.json beside a safetensors checkpoint)"},
-        {"--chat", "", "wrap the prompt in the Gemma chat template\n<bos><|turn>user\\n{prompt}<turn|>\\n<|turn>model\\n"},
+        {"--chat", "", "wrap the prompt in the model's chat template as one user turn (its\n"
+                       "tokenizer.chat_template, else the family's built-in format, as canvas chat does)"},
+        {"--template", "NAME", "with --chat: auto (default) | gemma4 | gemma | chatml | llama3 (built-in formats)"},
     },
     ""};
 
@@ -115,6 +117,7 @@ int cmd_generate(int argc, char** argv) {
   GenerationRequest request = cli::request_from_args(args);
   request.text = cli::read_prompt(args, "canvas generate");
   request.chat = args.has("chat");
+  check(!args.has("template") || request.chat, "--template applies with --chat (the chat format of the prompt)");
   const TextModel m = cli::load_text_model(args, cli::kDefaultTextModel, "canvas generate");
   // Infilling (--suffix, <|hole:N|>) and schema-constrained output (--json-schema): apps/canvas/infill.cpp.
   if (cli::infill_requested(args)) return cli::run_infill(args, m, request);

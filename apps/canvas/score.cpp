@@ -7,6 +7,7 @@
 #include "cli/options.h"
 #include "cli/progress.h"
 #include "commands.h"
+#include "shipped_models.h"
 #include "core/error.h"
 #include "decode/score.h"
 #include "decode/text_model.h"
@@ -28,7 +29,7 @@ by the stride: each token is scored once, in the first window that ends after it
 so, with a progress line per window. Prints one JSON object: tokens, bytes, nll_nats, nats_per_token,
 bits_per_byte, windows, stride.)",
     {
-        {"-m,--model", "FILE", "GGUF model"},
+        {"-m,--model", "FILE", "GGUF model (default: the shipped text model, models/text-dg.gguf)"},
         {"-p,--text", "TEXT", "the text to score"},
         {"-f,--file", "FILE", "read the text from a file instead"},
         {"--context", "TEXT", "text before the scored text (conditioned on, not scored)"},
@@ -44,16 +45,16 @@ bits_per_byte, windows, stride.)",
 int cmd_score(int argc, char** argv) {
   if (print_help_if_asked(kScore, argc, argv)) return 0;
   Args args(kScore, argc, argv, 2);
-  check(args.has("model"), "no model given (-m FILE.gguf); see canvas score --help");
+  const std::string path = args.has("model") ? args.get("model", "") : shipped_model_path(kDefaultTextModel, "canvas score");
   check(args.has("text") != args.has("file"), "give exactly one of -p TEXT and -f FILE; see canvas score --help");
   const std::string text = args.has("file") ? read_file_bounded(args.get("file", ""), kMaxCorpusBytes, "text file",
                                                                    "kMaxCorpusBytes")
                                              : args.get("text", "");
-  Model model = Model::load(args.get("model", ""));
+  Model model = Model::load(path);
   use_device(model, args.get("device", "cpu"));
   check(model.file != nullptr, "canvas score needs a GGUF model (its tokenizer is read from the file)");
   // The model's own tokenizer, either kind (byte-level BPE, or Gemma-style SentencePiece BPE).
-  const TextTokenizer tokenizer = tokenizer_for_model(model, args.get("model", ""), "");
+  const TextTokenizer tokenizer = tokenizer_for_model(model, path, "");
   const int64_t stride = args.get_int("stride", 0);
   check(!args.has("stride") || stride >= 1, "--stride must be at least 1");
   const TextScoreJob job = plan_text_score(model, tokenizer, args.get("context", ""), text, stride);

@@ -18,6 +18,7 @@
 #include "io/spm_tokenizer.h"
 #include "io/text_tokenizer.h"
 #include "io/tokenizer.h"
+#include "shipped_models.h"
 
 namespace canvas::cli {
 namespace {
@@ -31,7 +32,8 @@ text (e.g. "<|endoftext|>") are matched as single tokens.)",
         {"-m,--model", "MODEL",
          "a GGUF file (a vocabulary-only GGUF is enough: tokenizer.ggml.model gpt2, llama\n"
          "with scores, llama / gemma4 with merges), a tokenizer.json, or a Hugging Face\n"
-         "checkpoint directory holding tokenizer.json"},
+         "checkpoint directory holding tokenizer.json (default: the shipped text model's,\n"
+         "models/text-dg.gguf)"},
         {"-p,--prompt", "TEXT", "the text"},
         {"-f,--file", "FILE", "read the text from FILE (its bytes, unchanged)"},
         {"--json", "",
@@ -46,20 +48,25 @@ const Command kDetokenize{
     "canvas detokenize -m MODEL --ids 1,2,3",
     "Prints the text of the token ids (control tokens such as BOS are dropped). MODEL as for tokenize.",
     {
-        {"-m,--model", "MODEL", "a GGUF file, a tokenizer.json, or a Hugging Face checkpoint directory"},
+        {"-m,--model", "MODEL", "a GGUF file, a tokenizer.json, or a Hugging Face checkpoint directory\n"
+                                "(default: the shipped text model's, models/text-dg.gguf)"},
         {"--ids", "IDS", "the token ids, comma-separated (1,2,3)"},
     },
     ""};
+
+// -m MODEL, else the shipped text model (its vocabulary).
+std::string model_or_default(const Args& args, const std::string& command) {
+  return args.has("model") ? args.get("model", "") : shipped_model_path(kDefaultTextModel, command);
+}
 
 }  // namespace
 
 int cmd_tokenize(int argc, char** argv) {
   if (print_help_if_asked(kTokenize, argc, argv)) return 0;
   Args args(kTokenize, argc, argv, 2);
-  check(args.has("model"), "no model given (-m MODEL)");
   check(args.has("prompt") != args.has("file"), "give the text with exactly one of -p TEXT or -f FILE");
   const std::string text = args.has("file") ? read_text_file(args.get("file", "")) : args.get("prompt", "");
-  const TextTokenizer t = TextTokenizer::open(args.get("model", ""));
+  const TextTokenizer t = TextTokenizer::open(model_or_default(args, "canvas tokenize"));
   check(!args.has("bos") || t.bos_id() >= 0, "--bos: the vocabulary has no BOS token");
   const std::vector<int32_t> ids = t.encode(text, args.has("bos"));
   if (args.has("json")) {
@@ -77,9 +84,8 @@ int cmd_tokenize(int argc, char** argv) {
 int cmd_detokenize(int argc, char** argv) {
   if (print_help_if_asked(kDetokenize, argc, argv)) return 0;
   Args args(kDetokenize, argc, argv, 2);
-  check(args.has("model"), "no model given (-m MODEL)");
   check(args.has("ids"), "no token ids given (--ids 1,2,3)");
-  const TextTokenizer t = TextTokenizer::open(args.get("model", ""));
+  const TextTokenizer t = TextTokenizer::open(model_or_default(args, "canvas detokenize"));
   const std::string text = t.decode(parse_id_list(args.get("ids", ""), "--ids"));
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fputc('\n', stdout);
