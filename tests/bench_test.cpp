@@ -557,7 +557,7 @@ TEST(BenchCli, BadInputGivesClearErrors) {
     std::string args, message;
   };
   const Case cases[] = {
-      {"bench", "give exactly one of"},
+      {"bench -m " + test::source_path("models/text-dg.gguf") + " --synthetic llada:tiny", "give exactly one of"},
       {"bench --synthetic nope:1", "unknown synthetic model 'nope:1'"},
       {"bench --synthetic llada:tiny --type i32 --quick", "not supported by matmul"},
       {"bench --synthetic llada:tiny --layers 9 --quick", "has only 2 layers"},

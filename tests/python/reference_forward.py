@@ -11,6 +11,7 @@ class GgufWeights:
         self.reader = GGUFReader(path)
         self.tensors = {t.name: t for t in self.reader.tensors}
         self.arch = self.field("general.architecture")
+        self.dequantized = {}  # name -> f32 array, each tensor dequantized once
 
     def field(self, key, default=None):
         f = self.reader.fields.get(key)
@@ -21,8 +22,11 @@ class GgufWeights:
 
     def __getitem__(self, name):
         """The tensor as f32 in numpy's row-major shape (GGUF's ne reversed: rows x columns)."""
-        t = self.tensors[name]
-        return dequantize(t.data, t.tensor_type).astype(np.float32).reshape([int(n) for n in reversed(t.shape)])
+        if name not in self.dequantized:
+            t = self.tensors[name]
+            self.dequantized[name] = dequantize(t.data, t.tensor_type).astype(np.float32).reshape(
+                [int(n) for n in reversed(t.shape)])
+        return self.dequantized[name]
 
 
 def rms_norm(x, weight, eps):
