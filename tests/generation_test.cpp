@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -76,6 +77,52 @@ TEST(Generation, IgnoreEosDecodesAllTokensOfUniformStateAndVerify) {
     EXPECT_EQ(all.pad_tokens, 0) << decode_mode_name(mode);
     EXPECT_EQ(all.finish_reason, "length") << decode_mode_name(mode);
   }
+}
+
+// A request cancelled mid-way (chat's Ctrl-C) keeps only final text: nothing of a uniform-state canvas still
+// being denoised, AR's tokens so far (a prefix of the whole run's); its passes and time are counted.
+TEST(Generation, CancelledRunKeepsOnlyFinalTextAndCountsItsPasses) {
+  ThreadPool pool(2);
+  const std::string path = test::source_path("models/text-dg.gguf");
+  const TextModel m = TextModel::from(Model::load(path), path);
+  const Generator generator(m.model, &m.tokenizer, m.defaults, &m.chat);
+  for (DecodeMode mode : {DecodeMode::Diffusion, DecodeMode::Ar, DecodeMode::Verify}) {
+    GenerationRequest r;
+    r.text = "And God said";
+    r.mode = mode;
+    r.max_new_tokens = 40;
+    r.ignore_eos = true;
+    r.sampling.seed = 3;
+    const GenerationOutput whole = generator.run(r, &pool);
+    ASSERT_EQ(whole.finish_reason, "length") << decode_mode_name(mode);
+    // Cancelled is polled before each pass and after each step: a few passes in.
+    const int allowed = mode == DecodeMode::Diffusion ? 4 : 12;
+    int polls = 0;
+    r.cancelled = [&] { return ++polls > allowed; };
+    const GenerationOutput cut = generator.run(r, &pool);
+    EXPECT_EQ(cut.finish_reason, "cancelled") << decode_mode_name(mode);
+    EXPECT_GT(cut.passes, 0) << decode_mode_name(mode);
+    EXPECT_GT(cut.decode_ms, 0.0) << decode_mode_name(mode);
+    if (mode == DecodeMode::Diffusion) {
+      // One canvas holds all 40 tokens: it was still being denoised, so nothing is final.
+      EXPECT_TRUE(cut.tokens.empty()) << cut.text;
+      EXPECT_EQ(cut.text, "");
+    } else {
+      ASSERT_FALSE(cut.tokens.empty()) << decode_mode_name(mode);
+      ASSERT_LT(cut.tokens.size(), whole.tokens.size()) << decode_mode_name(mode);
+      EXPECT_TRUE(std::equal(cut.tokens.begin(), cut.tokens.end(), whole.tokens.begin())) << decode_mode_name(mode);
+    }
+  }
+}
+
+// A reply of bytes that are not UTF-8 is saved (as U+FFFD) and loads back.
+TEST(Conversation, SaveWritesInvalidUtf8AsReplacementCharacters) {
+  const std::string path = test::temp_path("conversation-bytes.json");
+  save_conversation({{"user", "Hi"}, {"assistant", std::string("sorrow\xaf") + "oin"}}, path);
+  const std::vector<ChatMessage> loaded = load_conversation(path);
+  ASSERT_EQ(loaded.size(), 2u);
+  EXPECT_EQ(loaded[1].content, "sorrow\xef\xbf\xbdoin");
+  std::remove(path.c_str());
 }
 
 // The stats line and JSON of a result (generate, chat, infill print them): fixed text and fields, the

@@ -114,5 +114,31 @@ TEST(CliChat, LineEditingAndHistoryOnATerminal) {
   EXPECT_EQ(t.screen().find("^[["), std::string::npos) << "escape sequences typed as text";
 }
 
+// Ctrl-C during a long diffusion reply ends that reply: the chat keeps only final text, the stats count the
+// passes that ran, and /save works afterwards (the conversation stays valid UTF-8).
+TEST(CliChat, CtrlCKeepsFinalTextAndSaveStillWorks) {
+  test::TempDir dir;
+  const std::string saved = dir.path("conversation.json");
+  Terminal t({CANVAS_BINARY, "chat", "-m", test::source_path("models/text-dg-chat.gguf"), "--mode", "diffusion", "-n",
+              "400", "-s", "3", "-t", "1"});
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE(t.wait_for("> ")) << t.screen();
+  t.type("Tell me about Joseph.\r");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  t.type("\x03");
+  ASSERT_TRUE(t.wait_for("[interrupted]")) << t.screen();
+  const size_t stats = t.screen().find("[interrupted]");
+  EXPECT_EQ(t.screen().find(" 0 passes", stats), std::string::npos) << t.screen();
+  ASSERT_TRUE(t.wait_for("> ", stats)) << t.screen();
+  t.type("/save " + saved + "\r");
+  ASSERT_TRUE(t.wait_for("[saved 2 messages")) << t.screen();
+  t.type("\x04");
+  EXPECT_EQ(t.exit_code(), 0) << t.screen();
+  const nlohmann::json messages = nlohmann::json::parse(test::read_text(saved));
+  ASSERT_EQ(messages.size(), 2u) << messages;
+  EXPECT_EQ(messages[1]["role"], "assistant");
+  EXPECT_TRUE(messages[1]["content"].is_string()) << messages;
+}
+
 }  // namespace
 }  // namespace canvas

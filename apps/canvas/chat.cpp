@@ -122,10 +122,13 @@ int cmd_chat(int argc, char** argv) {
       out = generator.run(turn, pool.get());
     }
     output.close();
-    output.finish_text(sanitize_utf8(out.text));  // a terminal line, as the JSON of serve shows it
+    // The conversation keeps valid UTF-8 (what the terminal shows, as the JSON of serve does), and after
+    // Ctrl-C only the text that was final: nothing of a canvas still being denoised.
+    const std::string reply = sanitize_utf8(out.text);
+    output.finish_text(reply);
     std::fprintf(stderr, "%s%s\n", out.finish_reason == "cancelled" ? "[interrupted] " : "",
                  generation_stats_line(out, pool->size()).c_str());
-    conversation.push_back({"assistant", out.text});
+    conversation.push_back({"assistant", reply});
   }
   return 0;
 }

@@ -35,7 +35,8 @@ FittedConversation fit_conversation(const Generator& generator, std::vector<Chat
 void save_conversation(const std::vector<ChatMessage>& conversation, const std::string& path) {
   nlohmann::json messages = nlohmann::json::array();
   for (const ChatMessage& m : conversation) messages.push_back({{"role", m.role}, {"content", m.content}});
-  write_file(path, messages.dump(1) + "\n");
+  // Bytes that are not UTF-8 (a model may write any) are saved as U+FFFD: a save never fails on them.
+  write_file(path, messages.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 std::vector<ChatMessage> load_conversation(const std::string& path) {

@@ -317,14 +317,21 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
   const std::vector<int32_t> stop_ids = r.ignore_eos ? std::vector<int32_t>{} : stop_ids_;
   TextStream stream(tokenizer_, stop_ids, stops, sink);
   int64_t canvas_length = 0;
-  std::vector<int32_t> last_region, final_prefix;
+  std::vector<int32_t> final_prefix;
   DecodeCallbacks callbacks;
   callbacks.forward = request_forward(r, [] { throw Cancelled{}; });
+  // The passes run, for the stats of a cancelled request (the loops report theirs only when they return).
+  int64_t passes_run = 0;
+  if (callbacks.forward)
+    callbacks.forward = [inner = callbacks.forward, &passes_run](const Model& m, KvCache& cache,
+                                                                 std::span<const ForwardRequest> reqs, ThreadPool* p) {
+      inner(m, cache, reqs, p);
+      ++passes_run;
+    };
   callbacks.on_step = [&](const StepEvent& e) {
     // The finished prefix of the generated region: AR tokens are final at once, a masked canvas up to its
     // first masked position, a uniform-state run up to the canvas being denoised.
     const std::vector<int32_t>& region = *e.canvas;
-    last_region.assign(region.begin(), region.begin() + (e.final_end >= 0 ? e.final_end : int64_t(region.size())));
     int64_t end = int64_t(region.size());
     if (uniform) end = std::min<int64_t>(end, e.block * canvas_length);
     else if (masked) end = std::find(region.begin(), region.end(), c.mask_token) - region.begin();
@@ -359,6 +366,7 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
 
   GenerationResult result;
   bool cancelled = false;
+  const double started_ms = now_ms();
   try {
     if (uniform) {
       const EntropyBoundParams p = uniform_params(r, n);
@@ -401,11 +409,12 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
       out.decode_tokens = std::max<int64_t>(0, int64_t(result.tokens.size()) - 1);  // the first comes with the prompt
     }
   } catch (const Cancelled&) {
+    // Only what was final is kept: AR's tokens, a masked canvas up to its first mask, a uniform-state run's
+    // finished canvases (none when the first was still being denoised), verify's accepted tokens.
     cancelled = true;
-    result.tokens = last_region;
-    if (masked) result.tokens.resize(size_t(std::find(last_region.begin(), last_region.end(), c.mask_token) -
-                                            last_region.begin()));
-    if (int64_t(result.tokens.size()) > n) result.tokens.resize(size_t(n));
+    result.tokens = final_prefix;
+    result.passes = passes_run;
+    result.decode_ms = now_ms() - started_ms;  // the prompt's pass included: the loop did not say when it ended
   }
   out.region = std::move(result.tokens);
   out.passes = result.passes;
