@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "io/gguf.h"
+#include "core/cpu.h"
 #include "test_util.h"
 
 namespace canvas {
@@ -116,11 +117,12 @@ TEST(CliOptions, UnknownOptionsSuggestTheNearestAndNameLlamaCpp) {
 }
 
 TEST(CliOptions, ThreadsAboveTheCoreCountWarn) {
-  const unsigned cores = std::thread::hardware_concurrency();
+  const int cores = usable_cpus();
   const std::string base = "generate -m " + llada() + " -p hi -n 2 --json ";
   const auto over = run_canvas(base + "-t " + std::to_string(cores + 1));
   EXPECT_EQ(over.exit_code, 0) << over.output;
-  EXPECT_TRUE(has(over.output, "more threads than the " + std::to_string(cores) + " cores")) << over.output;
+  EXPECT_TRUE(has(over.output, "more threads than the " + std::to_string(cores) + " CPUs this process may use"))
+      << over.output;
   const auto fine = run_canvas(base + "-t 1");
   EXPECT_FALSE(has(fine.output, "more threads than")) << fine.output;
 }

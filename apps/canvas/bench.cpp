@@ -52,7 +52,7 @@ measured in the same run, and each diffusion row's decode speed over AR's ("vs A
         {"--threshold", "LIST",
          "also run Fast-dLLM threshold decoding at these confidences (random weights\n"
          "rarely reach a threshold: expect ~1 token per pass)"},
-        {"-t,--threads", "LIST", "thread counts (default: all cores)"},
+        {"-t,--threads", "LIST", "thread counts (default: the CPUs this process may use)"},
         {"--warmup", "N", "warm-up requests per grid point (default 1)"},
         {"--repeats", "N", "measured requests per grid point (default 3)"},
         {"-s,--seed", "N", "seed of the prompt and of synthetic weights (default 0)"},

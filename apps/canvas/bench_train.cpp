@@ -29,7 +29,7 @@ roof samples) and fraction_of_roof = train_gflops / fp32_roof_gflops.)",
         {"--train", "CONFIG", "the training config (e.g. configs/bench-train-256.cfg)"},
         {"--steps", "N", "measured training steps (default 5)"},
         {"--warmup", "N", "training steps run first and not measured (default 2)"},
-        {"-t,--threads", "T", "threads (default: all cores)"},
+        {"-t,--threads", "T", "threads (default: the CPUs this process may use)"},
         {"--json", "FILE", "also write the report as one JSON object"},
     },
     "canvas bench --help describes the decoding benchmark."};

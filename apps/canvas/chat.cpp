@@ -122,13 +122,13 @@ int cmd_chat(int argc, char** argv) {
       out = generator.run(turn, pool.get());
     }
     output.close();
-    // The conversation keeps valid UTF-8 (what the terminal shows, as the JSON of serve does), and after
-    // Ctrl-C only the text that was final: nothing of a canvas still being denoised.
-    const std::string reply = sanitize_utf8(out.text);
-    output.finish_text(reply);
+    // After Ctrl-C the reply holds only the text that was final (nothing of a canvas still being denoised).
+    // The conversation keeps the model's own bytes, so that the next turn encodes what it wrote (and reuses
+    // its cached K/V); the terminal and /save get them as valid UTF-8.
+    output.finish_text(sanitize_utf8(out.text));
     std::fprintf(stderr, "%s%s\n", out.finish_reason == "cancelled" ? "[interrupted] " : "",
                  generation_stats_line(out, pool->size()).c_str());
-    conversation.push_back({"assistant", reply});
+    conversation.push_back({"assistant", out.text});
   }
   return 0;
 }

@@ -53,7 +53,8 @@ std::vector<Option> decoding_options() {
                                   "every committed one) by R, as llama.cpp does (default 1 = off)"},
         {"-s,--seed", "N", "random seed; -1 or absent: a random one, reported in the stats line and JSON;\n"
                            "the same seed gives the same tokens at any thread count"},
-        {"-t,--threads", "N", "threads (default: all cores; more than the cores warns)"},
+        {"-t,--threads", "N", "threads (default: the CPUs this process may use: its affinity and cgroup CPU\n"
+                           "quota; more warns)"},
         {"--device", "NAME", kDeviceHelp},
         {"--check-weights", "", kCheckWeightsHelp},
         {"--no-stream", "", "print the text only when generation has finished"},

@@ -96,7 +96,7 @@ on a canvas's first step.)",
         {"--self-cond", "FILE", "previous step's logits for the decoder's self-conditioning (.npy)"},
         {"--out", "FILE", "output .npy file"},
         {"--causal", "", "causal (autoregressive) attention"},
-        {"-t,--threads", "N", "threads (default: all cores)"},
+        {"-t,--threads", "N", "threads (default: the CPUs this process may use)"},
     },
     ""};
 

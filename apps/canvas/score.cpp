@@ -35,7 +35,7 @@ bits_per_byte, windows, stride.)",
         {"--context", "TEXT", "text before the scored text (conditioned on, not scored)"},
         {"--stride", "N", "tokens a window advances when the text exceeds the context\n"
                           "(default: half the context length; below the context length)"},
-        {"-t,--threads", "N", "threads (default: all cores)"},
+        {"-t,--threads", "N", "threads (default: the CPUs this process may use)"},
         {"--device", "NAME", kDeviceHelp},
     },
     ""};

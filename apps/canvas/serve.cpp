@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "core/cpu.h"
 #include "core/error.h"
 #include "decode/text_model.h"
 #include "device.h"
@@ -110,7 +111,7 @@ int cmd_serve(int argc, char** argv) {
   const int64_t port = args.get_int("port", 8080);
   check(port >= 0 && port <= 65535, "--port must be between 0 and 65535");
   serve::ServeSetup setup;
-  setup.cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  setup.cores = usable_cpus();
   setup.models = model_files.size();
   setup.device = args.get("device", "cpu");
   serve::EngineOptions& engine_options = setup.engine;

@@ -62,7 +62,7 @@ commits follows the other options as without --views (the default rule mask and 
 
 // One option table per subcommand (the overview above is `canvas sudoku --help`).
 const Option kModelOption{"-m,--model", "MODEL", "GGUF model (default: the shipped solver, models/sudoku-masked.gguf)"};
-const Option kThreadsOption{"-t,--threads", "N", "threads (default: all cores)"};
+const Option kThreadsOption{"-t,--threads", "N", "threads (default: the CPUs this process may use)"};
 // The rule mask, the search and --freeze: the same in solve and eval.
 const std::vector<Option> kRuleOptions{
     {"--rules", "", "the model chooses among the digits the Sudoku rules still allow (default where it\n"

@@ -34,7 +34,7 @@ error, leaving the last good checkpoint.)",
          "override the config's total steps (the cosine schedule follows it; a warm-up\n"
          "that no longer fits is shortened in proportion, with a note)"},
         {"--stop-after", "N", "stop after step N (the run can be resumed later)"},
-        {"-t,--threads", "N", "threads (default: the config's, else all cores)"},
+        {"-t,--threads", "N", "threads (default: the config's, else the CPUs this process may use)"},
         {"--force", "",
          "replace another run's files in DIR (a checkpoint under other settings, a model.gguf this\n"
          "run did not write) instead of refusing; the run starts from step 0"},

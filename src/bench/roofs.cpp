@@ -227,6 +227,7 @@ std::vector<MatmulRoof> measure_matmul(ThreadPool& pool, const RoofOptions& opti
 }
 
 Roofs measure_roofs(ThreadPool& pool, const RoofOptions& options) {
+  const ThreadPool::AllThreads every_thread(pool);  // a roof is what all the threads reach
   Roofs roofs;
   roofs.threads = pool.size();
   roofs.stream_bytes = options.stream_bytes;

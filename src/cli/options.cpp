@@ -10,6 +10,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "core/cpu.h"
 #include "core/error.h"
 
 namespace canvas::cli {
@@ -394,12 +395,12 @@ bool print_help_if_asked(const Command& command, int argc, char** argv, int firs
 int thread_count(const Args& args) {
   const int64_t threads = args.get_int("threads", 0);
   check(threads >= 0 && threads <= 1024, "--threads must be between 0 and 1024");
-  const int64_t cores = int64_t(std::thread::hardware_concurrency());
-  if (cores > 0 && threads > cores)
+  const int64_t cores = usable_cpus();
+  if (threads > cores)
     std::fprintf(
         stderr,
-        "canvas: warning: -t %lld is more threads than the %lld cores of this machine; every pass waits for "
-        "descheduled threads (use -t %lld or leave -t out)\n",
+        "canvas: warning: -t %lld is more threads than the %lld CPUs this process may use (its affinity and "
+        "CPU quota); every pass waits for descheduled threads (use -t %lld or leave -t out)\n",
         (long long)threads, (long long)cores, (long long)cores);
   return int(threads);
 }

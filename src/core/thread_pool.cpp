@@ -2,11 +2,13 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
+#include "core/cpu.h"
 namespace canvas {
 
 ThreadPool::ThreadPool(int threads) {
-  if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  if (threads <= 0) threads = usable_cpus();
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
@@ -24,6 +26,15 @@ constexpr int kSpinIterations = 1 << 11;  // tens of microseconds: long enough t
                                           // not to starve other processes when cores are oversubscribed
 constexpr int kBusySpinIterations = 1 << 11;  // inside a Busy scope: pauses between two yields (a yield is a
                                               // syscall, costly in a VM)
+// Contention: loop time judged per window, and how long loops stay on the caller once it is seen.
+constexpr int64_t kWindowNs = 2'000'000;
+constexpr int64_t kMinBackoffNs = 10'000'000;
+constexpr int64_t kMaxBackoffNs = 500'000'000;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
 
@@ -45,7 +56,7 @@ void ThreadPool::worker_loop(int index) {
         cpu_relax();
         continue;
       }
-      if (busy_.load(std::memory_order_relaxed) > 0) {
+      if (busy_.load(std::memory_order_relaxed) > 0 && !serial_now()) {
         // A forward pass is under way: the next loop is microseconds away. A yield, not a futex sleep,
         // hands the core over only when another thread wants it.
         std::this_thread::yield();
@@ -70,6 +81,10 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   // One loop at a time: a second thread calling in (e.g. a server's engine and another caller sharing the
   // pool) waits here instead of overwriting the running loop's job and counter.
   const std::lock_guard<std::mutex> one_caller(run_mutex_);
+  if (adaptive_ && serial_now()) {
+    for (int index = 0; index < size(); ++index) fn(index, size());
+    return;
+  }
   job_ = &fn;
   pending_.store(int(workers_.size()), std::memory_order_relaxed);
   {
@@ -78,7 +93,9 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     generation_.fetch_add(1, std::memory_order_acq_rel);
   }
   start_cv_.notify_all();
+  const int64_t start = now_ns();
   fn(0, size());
+  const int64_t own_end = now_ns();
   int spins = 0;
   while (pending_.load(std::memory_order_acquire) != 0) {
     if (++spins < kSpinIterations) {
@@ -88,6 +105,26 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     }
   }
   job_ = nullptr;
+  if (adaptive_) {
+    const int64_t end = now_ns();
+    note_loop(own_end - start, end - own_end, end);
+  }
+}
+
+bool ThreadPool::serial_now() const { return now_ns() < serial_until_ns_.load(std::memory_order_relaxed); }
+
+void ThreadPool::note_loop(int64_t own_ns, int64_t wait_ns, int64_t now) {
+  window_own_ns_ += own_ns;
+  window_wait_ns_ += wait_ns;
+  if (window_own_ns_ + window_wait_ns_ < kWindowNs) return;
+  // Waiting longer than working: the shares one after another on the caller would have been faster.
+  if (window_wait_ns_ > window_own_ns_) {
+    backoff_ns_ = backoff_ns_ == 0 ? kMinBackoffNs : std::min(2 * backoff_ns_, kMaxBackoffNs);
+    serial_until_ns_.store(now + backoff_ns_, std::memory_order_relaxed);
+  } else {
+    backoff_ns_ = 0;
+  }
+  window_own_ns_ = window_wait_ns_ = 0;
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {

@@ -12,7 +12,7 @@ namespace canvas {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int threads);  // threads <= 0: hardware concurrency
+  explicit ThreadPool(int threads);  // threads <= 0: usable_cpus() (affinity and cgroup quota)
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -39,9 +39,32 @@ class ThreadPool {
     ThreadPool* pool_;
   };
 
-  // Runs fn(thread_index, n_threads) once on every thread (the caller is index 0) and waits. Callers on
-  // several threads take turns; fn must not call back into the same pool.
+  // Runs fn(thread_index, n_threads) once for every thread index (the caller is index 0) and waits.
+  // Callers on several threads take turns; fn must not call back into the same pool.
+  //
+  // Under contention (another process holds a core a worker needs) the caller runs every index itself, one
+  // after another, with the same arguments: after each loop the pool compares how long the caller waited
+  // for the workers with how long its own share took, and when over a window of loops (~2 ms) the waiting
+  // exceeds the work, running the shares serially would have been faster; loops then stay on the caller
+  // for a back-off period (10 ms, doubling to 0.5 s while the contention lasts) before trying the workers
+  // again. Results are bit for bit the same either way (each index does the same work). Measurements that
+  // must use every thread (the bandwidth and FLOP roofs) open an AllThreads scope.
   void run(const std::function<void(int, int)>& fn);
+
+  // While open, every loop uses every thread, contended or not.
+  class AllThreads {
+   public:
+    explicit AllThreads(ThreadPool& pool) : pool_(pool), was_(pool.adaptive_) { pool_.adaptive_ = false; }
+    ~AllThreads() { pool_.adaptive_ = was_; }
+    AllThreads(const AllThreads&) = delete;
+    AllThreads& operator=(const AllThreads&) = delete;
+
+   private:
+    ThreadPool& pool_;
+    bool was_;
+  };
+  // True while loops run on the caller alone (the back-off period of a detected contention).
+  bool serial_now() const;
 
   // Splits [0, n) into contiguous chunks of at least `grain` items, one per thread, and runs
   // fn(begin, end) on each. Results must not depend on the split (no cross-chunk reductions),
@@ -55,6 +78,8 @@ class ThreadPool {
 
  private:
   void worker_loop(int index);
+  // The caller's own share and its wait for the workers, of one loop ending at `now_ns` (contention check).
+  void note_loop(int64_t own_ns, int64_t wait_ns, int64_t now_ns);
 
   // Workers spin briefly on the generation counter before sleeping on the condition variable, and the
   // caller spins on `pending_`: a forward pass issues dozens of short parallel loops per token, and a
@@ -68,6 +93,11 @@ class ThreadPool {
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
   std::atomic<int> busy_{0};  // open Busy scopes
+  // Contention state, written by the caller holding run_mutex_; serial_until_ns_ is read by workers too.
+  bool adaptive_ = true;
+  std::atomic<int64_t> serial_until_ns_{0};
+  int64_t window_own_ns_ = 0, window_wait_ns_ = 0;
+  int64_t backoff_ns_ = 0;
 };
 
 // Single-threaded fallbacks usable where a pool pointer may be null.

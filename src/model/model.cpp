@@ -280,7 +280,7 @@ Model bind_safetensors(const std::string& path) {
                 "(enable_moe_block / num_experts)");
   // The bf16 reference rounds its embedding scale to bf16 (53.0 for hidden 2816).
   if (m.token_embd.type == DType::BF16) m.config.embedding_scale = bf16_to_f32(f32_to_bf16(m.config.embedding_scale));
-  ThreadPool pool(std::max(1u, std::thread::hardware_concurrency()));
+  ThreadPool pool(0);  // the usable CPUs
   prepare_embedding_columns(m, &pool);
   return m;
 }
@@ -443,7 +443,7 @@ Model Model::load_gguf_as_stored(const std::string& path) { return bind_gguf(pat
 Model Model::load_gguf(const std::string& path) {
   Model m = bind_gguf(path);
   GgufFile& file = *m.file;
-  ThreadPool pool(std::max(1u, std::thread::hardware_concurrency()));
+  ThreadPool pool(0);  // the usable CPUs
   interleave_weights(m, [&file](const TensorView& t) { return file.writable(t); }, &pool);
   prepare_embedding_columns(m, &pool);
   return m;
