@@ -9,6 +9,8 @@ namespace canvas {
 
 ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) threads = usable_cpus();
+  claimed_ = std::make_unique<std::atomic<uint64_t>[]>(size_t(threads));
+  for (int i = 0; i < threads; ++i) claimed_[size_t(i)].store(0);
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
@@ -68,9 +70,20 @@ void ThreadPool::worker_loop(int index) {
     }
     if (stop_.load()) return;
     seen = generation_.load(std::memory_order_acquire);
+    // job_ is read only after the claim: an index the caller took is never touched here.
+    if (!claim(index, seen)) continue;
     (*job_)(index, size());
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    done_.fetch_add(1, std::memory_order_acq_rel);
   }
+}
+
+bool ThreadPool::claim(int index, uint64_t generation) {
+  std::atomic<uint64_t>& slot = claimed_[size_t(index)];
+  uint64_t previous = slot.load(std::memory_order_acquire);
+  while (previous < generation)
+    if (slot.compare_exchange_weak(previous, generation, std::memory_order_acq_rel, std::memory_order_acquire))
+      return true;
+  return false;
 }
 
 void ThreadPool::run(const std::function<void(int, int)>& fn) {
@@ -85,19 +98,29 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     for (int index = 0; index < size(); ++index) fn(index, size());
     return;
   }
+  const int64_t publish = now_ns();
   job_ = &fn;
-  pending_.store(int(workers_.size()), std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  uint64_t generation = 0;
   {
     // Taking the lock orders the increment against a worker that is about to sleep, so no wake-up is lost.
     std::lock_guard<std::mutex> lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
+    generation = generation_.fetch_add(1, std::memory_order_acq_rel) + 1;
   }
   start_cv_.notify_all();
   const int64_t start = now_ns();
   fn(0, size());
+  // Indices whose worker has not started them yet run here, rather than waiting for that thread.
+  int taken = 0;
+  for (int index = 1; index < size(); ++index)
+    if (claim(index, generation)) {
+      fn(index, size());
+      ++taken;
+    }
   const int64_t own_end = now_ns();
+  const int by_workers = size() - 1 - taken;
   int spins = 0;
-  while (pending_.load(std::memory_order_acquire) != 0) {
+  while (done_.load(std::memory_order_acquire) != by_workers) {
     if (++spins < kSpinIterations) {
       cpu_relax();
     } else {
@@ -106,25 +129,28 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   }
   job_ = nullptr;
   if (adaptive_) {
+    // What the loop took, against what the caller alone would have taken: its indices' average time
+    // times their number.
     const int64_t end = now_ns();
-    note_loop(own_end - start, end - own_end, end);
+    note_loop(end - publish, (own_end - start) * size() / (1 + taken), end);
   }
 }
 
 bool ThreadPool::serial_now() const { return now_ns() < serial_until_ns_.load(std::memory_order_relaxed); }
 
-void ThreadPool::note_loop(int64_t own_ns, int64_t wait_ns, int64_t now) {
-  window_own_ns_ += own_ns;
-  window_wait_ns_ += wait_ns;
-  if (window_own_ns_ + window_wait_ns_ < kWindowNs) return;
-  // Waiting longer than working: the shares one after another on the caller would have been faster.
-  if (window_wait_ns_ > window_own_ns_) {
+void ThreadPool::note_loop(int64_t elapsed_ns, int64_t serial_ns, int64_t now) {
+  window_elapsed_ns_ += elapsed_ns;
+  window_serial_ns_ += serial_ns;
+  if (window_elapsed_ns_ < kWindowNs) return;
+  // The loops took longer than the caller alone would have (workers descheduled by another process, or
+  // loops too short to repay waking and waiting for them): run them on the caller for a while.
+  if (window_elapsed_ns_ > window_serial_ns_) {
     backoff_ns_ = backoff_ns_ == 0 ? kMinBackoffNs : std::min(2 * backoff_ns_, kMaxBackoffNs);
     serial_until_ns_.store(now + backoff_ns_, std::memory_order_relaxed);
   } else {
     backoff_ns_ = 0;
   }
-  window_own_ns_ = window_wait_ns_ = 0;
+  window_elapsed_ns_ = window_serial_ns_ = 0;
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -42,12 +43,12 @@ class ThreadPool {
   // Runs fn(thread_index, n_threads) once for every thread index (the caller is index 0) and waits.
   // Callers on several threads take turns; fn must not call back into the same pool.
   //
-  // Under contention (another process holds a core a worker needs) the caller runs every index itself, one
-  // after another, with the same arguments: after each loop the pool compares how long the caller waited
-  // for the workers with how long its own share took, and when over a window of loops (~2 ms) the waiting
-  // exceeds the work, running the shares serially would have been faster; loops then stay on the caller
-  // for a back-off period (10 ms, doubling to 0.5 s while the contention lasts) before trying the workers
-  // again. Results are bit for bit the same either way (each index does the same work). Measurements that
+  // When the workers do not pay (another process holds a core a worker needs, or the loops are too short
+  // to repay waking and waiting for them) the caller runs every index itself, one after another, with the
+  // same arguments: after each loop the pool compares how long it took with the caller's estimate of
+  // running it alone (its own index's time times the index count), and when over a window of loops
+  // (~2 ms) the loops took longer, they stay on the caller for a back-off period (10 ms, doubling to
+  // 0.5 s while that lasts) before the workers are tried again. Results are bit for bit the same either way (each index does the same work). Measurements that
   // must use every thread (the bandwidth and FLOP roofs) open an AllThreads scope.
   void run(const std::function<void(int, int)>& fn);
 
@@ -78,25 +79,30 @@ class ThreadPool {
 
  private:
   void worker_loop(int index);
-  // The caller's own share and its wait for the workers, of one loop ending at `now_ns` (contention check).
-  void note_loop(int64_t own_ns, int64_t wait_ns, int64_t now_ns);
+  // One loop ending at `now_ns`: how long it took, and the caller's estimate of running all of it alone.
+  void note_loop(int64_t elapsed_ns, int64_t serial_ns, int64_t now_ns);
 
-  // Workers spin briefly on the generation counter before sleeping on the condition variable, and the
-  // caller spins on `pending_`: a forward pass issues dozens of short parallel loops per token, and a
-  // futex sleep/wake per loop would cost more than the loop itself.
+  // Index i of loop number g is claimed once (claimed_[i] moves from below g to g), by worker i or, once
+  // its own index is done, by the caller: a worker that has not started by then (descheduled, or still
+  // waking) costs the loop nothing, and its late arrival finds the index taken. The caller waits only for
+  // indices a worker claimed (done_). Workers spin briefly on the generation counter before sleeping on
+  // the condition variable: a forward pass issues dozens of short parallel loops per token, and a futex
+  // sleep/wake per loop would cost more than the loop itself.
+  bool claim(int index, uint64_t generation);
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::mutex run_mutex_;  // held by the thread whose loop is running (run() serves one caller at a time)
   std::condition_variable start_cv_;
   const std::function<void(int, int)>* job_ = nullptr;
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  std::unique_ptr<std::atomic<uint64_t>[]> claimed_;  // [size()]: the last loop number that claimed index i
+  std::atomic<int> done_{0};                            // indices 1.. finished in the current loop
   std::atomic<bool> stop_{false};
   std::atomic<int> busy_{0};  // open Busy scopes
   // Contention state, written by the caller holding run_mutex_; serial_until_ns_ is read by workers too.
   bool adaptive_ = true;
   std::atomic<int64_t> serial_until_ns_{0};
-  int64_t window_own_ns_ = 0, window_wait_ns_ = 0;
+  int64_t window_elapsed_ns_ = 0, window_serial_ns_ = 0;
   int64_t backoff_ns_ = 0;
 };
 
