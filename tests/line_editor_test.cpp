@@ -132,6 +132,7 @@ TEST(CliChat, CtrlCKeepsFinalTextAndSaveStillWorks) {
   ASSERT_TRUE(t.wait_for("> ", stats)) << t.screen();
   t.type("/save " + saved + "\r");
   ASSERT_TRUE(t.wait_for("[saved 2 messages")) << t.screen();
+  ASSERT_TRUE(t.wait_for("> ", t.screen().find("[saved 2 messages"))) << t.screen();
   t.type("\x04");
   EXPECT_EQ(t.exit_code(), 0) << t.screen();
   const nlohmann::json messages = nlohmann::json::parse(test::read_text(saved));

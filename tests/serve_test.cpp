@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <atomic>
 #include <thread>
 
 #include "core/error.h"
@@ -274,14 +275,27 @@ TEST(ServeEngine, BatchedGenerationsEqualDecodingAlone) {
   options.parallel = int64_t(cases.size());
   options.queue = 0;
   serve::Engine engine(m, &pool, options);
+  // The pool is held by a loop until every job is submitted: the engine's passes wait for it, so the
+  // requests share passes however the threads are scheduled (a first job could otherwise finish its 8 tiny
+  // passes before the second is submitted on a loaded machine).
+  std::atomic<bool> submitted{false}, holding{false};
+  std::thread holder([&] {
+    pool.run([&](int, int) {
+      holding = true;
+      while (!submitted.load()) std::this_thread::yield();
+    });
+  });
+  while (!holding.load()) std::this_thread::yield();
   std::vector<std::shared_ptr<serve::Job>> jobs;
   for (const EngineCase& c : cases) {
     auto job = std::make_shared<serve::Job>();
     job->prompt = c.prompt;
     job->settings = c.settings;
-    ASSERT_TRUE(engine.submit(job));
+    EXPECT_TRUE(engine.submit(job));
     jobs.push_back(job);
   }
+  submitted = true;
+  holder.join();
   for (auto& job : jobs) {
     std::unique_lock<std::mutex> lock(job->mutex);
     job->changed.wait(lock, [&] { return job->finished; });
