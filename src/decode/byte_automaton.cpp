@@ -512,9 +512,16 @@ class PatternParser {
     if (begin == i_ || i_ - begin > 5) fail("bad repetition count");
     return std::stoll(std::string(s_.substr(begin, i_ - begin)));
   }
+  bool at_quantifier() const {
+    return at('*') || at('+') || at('?') ||
+           (at('{') && i_ + 1 < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_ + 1])));
+  }
+  // An atom and at most one quantifier (ECMAScript: a quantifier of a quantifier, a{2}{3} or a**, is a
+  // syntax error; a product of chained counts would also build automata far beyond what the text shows).
   Parsed quantified() {
     Parsed p = atom();
-    for (;;) {
+    for (bool quantified_once = false;; quantified_once = true) {
+      if (quantified_once && at_quantifier()) fail("nothing to repeat (a quantifier after a quantifier)");
       int64_t lo = -1, hi = -1;
       if (at('*'))
         lo = 0, hi = -1, ++i_;
