@@ -119,8 +119,9 @@ TEST(CliChat, LineEditingAndHistoryOnATerminal) {
 TEST(CliChat, CtrlCKeepsFinalTextAndSaveStillWorks) {
   test::TempDir dir;
   const std::string saved = dir.path("conversation.json");
+  // --ignore-eos: the reply runs its 400 tokens (several canvases, seconds), so Ctrl-C finds it running.
   Terminal t({CANVAS_BINARY, "chat", "-m", test::source_path("models/text-dg-chat.gguf"), "--mode", "diffusion", "-n",
-              "400", "-s", "3", "-t", "1"});
+              "400", "--ignore-eos", "-s", "3", "-t", "1"});
   ASSERT_TRUE(t.ok());
   ASSERT_TRUE(t.wait_for("> ")) << t.screen();
   t.type("Tell me about Joseph.\r");
