@@ -760,7 +760,7 @@ TEST(CliOptions, CanvasLengthNamesTheUniformStateCanvas) {
   const std::string dg = test::source_path("models/text-dg.gguf");
   const auto canvas = run_canvas("generate -m " + dg + " -p 'And God said' -n 24 --canvas-length 16 --seed 3 --json");
   const auto block = run_canvas("generate -m " + dg + " -p 'And God said' -n 24 --block-length 16 --seed 3 --json");
-  const auto model = run_canvas("generate -m " + dg + " -p 'And God said' -n 24 --seed 3 --json");
+  const auto model = run_canvas("generate -m " + dg + " -p 'And God said' -n 24 --seed 3 --mode diffusion --json");
   ASSERT_EQ(canvas.exit_code, 0) << canvas.output;
   ASSERT_EQ(block.exit_code, 0) << block.output;
   EXPECT_EQ(json_tokens(canvas.output), json_tokens(block.output));

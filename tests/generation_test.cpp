@@ -138,6 +138,10 @@ TEST(GenerationReport, StatsLineAndJsonOfEachMode) {
   out.encoder_passes = 2;
   out.drafted = 6;
   out.accepted = 3;
+  out.draft_length = 3;
+  out.overlap = true;
+  out.mode_reason = "auto: verify k=3 overlapped is the fastest";
+  out.modes = {DecodeMode::Ar, DecodeMode::Verify, DecodeMode::Diffusion};
   out.rows_computed = 10;
   out.prompt_ms = 1.25;
   out.decode_ms = 100;
@@ -146,8 +150,8 @@ TEST(GenerationReport, StatsLineAndJsonOfEachMode) {
   out.seed = 42;
   const std::string simd = simd_level_name(simd_level());
   EXPECT_EQ(generation_stats_line(out, 3),
-            "[verify, 4 new tokens, finish length, 2 passes, tokens_per_forward 2.00, 2 verify passes, 3/6 drafted "
-            "tokens kept, 2.5 rows per token, prompt 3 tokens (2 cached) 1.2 ms, decode 100.0 ms, 40.00 tokens/s, "
+            "[verify (auto: verify k=3 overlapped is the fastest), 4 new tokens, finish length, 2 passes, "
+            "tokens_per_forward 2.00, 2 verify passes, 3/6 drafted tokens kept (k=3, overlapped), 2.5 rows per token, prompt 3 tokens (2 cached) 1.2 ms, decode 100.0 ms, 40.00 tokens/s, "
             "seed 42, " + simd + ", 3 threads]");
   const nlohmann::json j = nlohmann::json::parse(generation_json(out));
   EXPECT_EQ(j["text"], "abc\xEF\xBF\xBD");
@@ -157,9 +161,14 @@ TEST(GenerationReport, StatsLineAndJsonOfEachMode) {
   EXPECT_EQ(j["tokens_per_second"], 40.0);
   EXPECT_EQ(j["drafted"], 6);
   EXPECT_EQ(j["accepted"], 3);
+  EXPECT_EQ(j["draft_length"], 3);
+  EXPECT_EQ(j["overlap"], true);
+  EXPECT_EQ(j["mode_reason"], "auto: verify k=3 overlapped is the fastest");
+  EXPECT_EQ(j["modes"], nlohmann::json::array({"ar", "verify", "diffusion"}));
   EXPECT_FALSE(j.contains("steps_per_canvas"));
 
   out.mode = DecodeMode::Diffusion;
+  out.mode_reason = "asked for";  // not repeated in the stats line
   out.steps_per_canvas = {5, 7};
   out.cached_prompt_tokens = 0;
   EXPECT_EQ(generation_stats_line(out, 1),

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "test_util.h"
 
 namespace canvas {
@@ -137,7 +138,7 @@ TEST(Gguf, RoundTripMetadataAndTensors) {
   for (uint64_t alignment : {32u, 64u, 1u, 4096u}) {
     const std::string path = dir.path("model_" + std::to_string(alignment) + ".gguf");
     w.write(path, alignment);
-    EXPECT_FALSE(fs::exists(path + ".tmp"));
+    EXPECT_FALSE(fs::exists(temp_file_for(path)));
     auto f = GgufFile::open(path);
     EXPECT_EQ(f->version(), 3u);
     EXPECT_EQ(f->alignment(), alignment);
@@ -380,7 +381,7 @@ TEST(Gguf, WriterRejectsBadInput) {
     EXPECT_NE(std::string(e.what()).find("'small'"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(dir.path("b.gguf")));
-  EXPECT_FALSE(fs::exists(dir.path("b.gguf.tmp")));
+  EXPECT_FALSE(fs::exists(temp_file_for(dir.path("b.gguf"))));
   EXPECT_THROW(w.write(dir.path("no/such/dir/c.gguf")), Error);
 }
 

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "test_util.h"
 
 namespace canvas {
@@ -73,7 +74,7 @@ TEST(Npy, HeaderIsExactlyWhatNumpyWrites) {
   ASSERT_EQ(bytes.size(), 128u + 24u);
   EXPECT_EQ(bytes.substr(0, 128), expected);
   EXPECT_EQ(std::memcmp(bytes.data() + 128, data.data(), 24), 0);
-  EXPECT_FALSE(fs::exists(dir.path("a.npy.tmp")));
+  EXPECT_FALSE(fs::exists(temp_file_for(dir.path("a.npy"))));
 }
 
 TEST(Npy, RoundTripAnyShape) {

@@ -37,7 +37,7 @@ TEST(OutputFile, WritesWholeFilesAndLeavesNothingBehindOnFailure) {
                           }),
                std::runtime_error);
   EXPECT_EQ(contents(path), "streamed 42");
-  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  EXPECT_FALSE(std::filesystem::exists(temp_file_for(path)));
   // An unwritable place names the path.
   try {
     write_file(dir.path("no-such-dir/x.json"), "{}");
@@ -53,7 +53,7 @@ TEST(OutputFile, WritesWholeFilesAndLeavesNothingBehindOnFailure) {
   struct stat st {};
   ASSERT_EQ(::stat("/dev/null", &st), 0);
   EXPECT_TRUE(S_ISCHR(st.st_mode));
-  EXPECT_FALSE(std::filesystem::exists("/dev/null.tmp"));
+  EXPECT_FALSE(std::filesystem::exists(temp_file_for("/dev/null")));
   // A link (as /dev/stdout is) is written through: the file it names gets the bytes, the link stays.
   const std::string link = dir.path("link.json");
   std::filesystem::create_symlink(path, link);

@@ -12,6 +12,7 @@
 #include "report/bitmap_font.h"
 #include "report/line_chart.h"
 #include "report/png.h"
+#include "core/output_file.h"
 #include "test_util.h"
 #include "train/curves.h"
 
@@ -55,7 +56,7 @@ TEST(Png, WritesTheFileAndNamesAPathItCannotWrite) {
   const test::DecodedPng png = test::decode_png(test::read_text(dir.path("a.png")));
   ASSERT_EQ(png.error, "");
   EXPECT_EQ(png.at(3, 2), (std::array<uint8_t, 3>{1, 2, 3}));
-  EXPECT_FALSE(std::filesystem::exists(dir.path("a.png.tmp")));
+  EXPECT_FALSE(std::filesystem::exists(temp_file_for(dir.path("a.png"))));
   try {
     report::write_png(dir.path("no/such/dir/a.png"), image);
     FAIL() << "no error";

@@ -466,36 +466,31 @@ TEST(ServeRouting, UniformStateCostCountsWholeCanvasesAndLearnsPassesPerCanvas) 
   ASSERT_EQ(job->error, "");
   ASSERT_GT(job->passes, 0);
   EXPECT_DOUBLE_EQ(engine.cost_model().uniform_passes_per_canvas, double(job->passes) / 2);
-  // With auto, the request goes where the estimate (learned passes, whole canvases) is lower.
+  // auto chooses among the modes that write AR's text (diffusion runs when asked for): draft-and-verify
+  // first, while its acceptance is measured.
   serve::GenerationSettings s;
   s.mode = serve::DecodeMode::Auto;
   s.max_new_tokens = options.defaults.params.canvas_length;
-  const serve::CostModel c = engine.cost_model();
-  const bool diffusion_cheaper = c.uniform_ms(s.max_new_tokens, options.defaults.params.canvas_length,
-                                              c.uniform_passes_per_canvas, 1) <= c.ar_ms(s.max_new_tokens, 1, 1);
-  // Where AR would win, draft-and-verify (AR's text) is explored until 3 verify requests have finished.
-  EXPECT_EQ(engine.route(s, 4), diffusion_cheaper ? serve::DecodeMode::Diffusion : serve::DecodeMode::Verify);
+  EXPECT_EQ(engine.route(s, 4), serve::DecodeMode::Verify);
   engine.shutdown(false);
 }
 
-// Draft-and-verify in auto's cost model: a pass over the last token and k drafts per request, tokens per
-// pass learned from finished verify requests; after 3 of them the cheaper of AR and verify is chosen.
-TEST(ServeRouting, VerifyIsExploredThenChosenByLearnedTokensPerPass) {
-  serve::CostModel cost;
-  cost.fixed_ms = 1;
-  cost.per_row_ms = 0.01;
-  EXPECT_DOUBLE_EQ(cost.verify_ms(40, 5, 2.0, 3), 20 * (1 + 0.01 * 15));
-
+// Draft-and-verify in auto's cost model: requests at light load run verify with kExploreDraftLength drafts
+// until kMinAcceptanceCycles cycles are measured, then auto takes the fastest of AR and each verify setting
+// by the estimate from the pass times and the measured acceptance (choose_ar_text_mode).
+TEST(ServeRouting, VerifyIsExploredThenChosenByMeasuredAcceptance) {
   const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
   ThreadPool pool(2);
   const serve::EngineOptions options = one_slot_small_sampler();
   serve::Engine engine(m, &pool, options);
   serve::GenerationSettings s;
   s.mode = serve::DecodeMode::Auto;
-  s.max_new_tokens = 12;
-  s.steps = 1000;  // a uniform-state canvas of many passes: diffusion is never the cheaper
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_EQ(engine.route(s, 4), serve::DecodeMode::Verify) << i;
+  s.max_new_tokens = 40;
+  s.ignore_eos = true;
+  for (int i = 0; i < 20 && engine.cost_model().acceptance.cycles(1) < kMinAcceptanceCycles; ++i) {
+    const serve::ModeChoice choice = engine.choose(s, 4);
+    ASSERT_EQ(choice.mode, serve::DecodeMode::Verify) << i;
+    EXPECT_EQ(choice.draft_length, kExploreDraftLength);
     auto job = std::make_shared<serve::Job>();
     job->prompt = {2, 105, 17, 250};
     job->settings = s;
@@ -503,12 +498,18 @@ TEST(ServeRouting, VerifyIsExploredThenChosenByLearnedTokensPerPass) {
     wait_finished(*job);
     ASSERT_EQ(job->error, "");
     EXPECT_EQ(job->mode_used, serve::DecodeMode::Verify);
+    EXPECT_NE(job->mode_reason.find("measures how many drafts"), std::string::npos) << job->mode_reason;
   }
   const serve::CostModel c = engine.cost_model();
-  EXPECT_EQ(c.verify_observations, 3);
-  EXPECT_GT(c.verify_tokens_per_forward, 0);
-  const bool verify_cheaper = c.verify_ms(12, 5, c.verify_tokens_per_forward, 1) < c.ar_ms(12, 1, 1);
-  EXPECT_EQ(engine.route(s, 4), verify_cheaper ? serve::DecodeMode::Verify : serve::DecodeMode::Ar);
+  ASSERT_GE(c.acceptance.cycles(1), kMinAcceptanceCycles);
+  EXPECT_GT(c.verify_observations, 0);
+  const serve::ModeChoice expected = choose_ar_text_mode(c, 1, m.config.has_decoder);
+  const serve::ModeChoice chosen = engine.choose(s, 4);
+  EXPECT_EQ(chosen.mode, expected.mode);
+  EXPECT_EQ(chosen.draft_length, expected.draft_length);
+  EXPECT_EQ(chosen.reason, expected.reason);
+  s.mode = serve::DecodeMode::Ar;  // asked for
+  EXPECT_EQ(engine.choose(s, 4).reason, "asked for");
   engine.shutdown(false);
 }
 

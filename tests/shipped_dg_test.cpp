@@ -4,8 +4,10 @@
 // tokenizer.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "test_util.h"
 
@@ -47,7 +49,7 @@ double kjv_word_fraction(const std::string& text) {
 
 TEST(ShippedDgCli, DefaultModelDenoisesSeveralCanvases) {
   // No -m: the shipped DiffusionGemma-architecture model; 100 tokens span two 64-token canvases.
-  const json out = run_json("generate -p 'And God said' -n 100 -t 1 -s 3 --json");
+  const json out = run_json("generate -p 'And God said' -n 100 -t 1 -s 3 --mode diffusion --json");
   ASSERT_TRUE(out.contains("tokens_per_forward")) << out.dump();
   const int64_t passes = out["passes"], new_tokens = out["new_tokens"];
   EXPECT_GT(new_tokens, 0);
@@ -63,6 +65,47 @@ TEST(ShippedDgCli, DefaultModelDenoisesSeveralCanvases) {
     EXPECT_EQ(canvases.size(), 2u);  // no EOS: both canvases were denoised
   }
   EXPECT_GT(kjv_word_fraction(out["text"]), 0.2) << out["text"];
+}
+
+// generate's default mode, auto, on the shipped model: the first run drafts 8 tokens a cycle to measure how
+// many this model keeps, later runs take the fastest of ar and verify measured here (--cost-model keeps
+// what was measured); every run writes --mode ar's text, and --json and the stats line say what ran and why.
+TEST(ShippedDgCli, AutoModeWritesArTextAndSaysWhatItPicked) {
+  test::TempDir dir;
+  const std::string costs = dir.path("costs.json");
+  const json ar = run_json("generate -p 'And God said' -n 48 -t 1 --mode ar --json");
+  const auto first = test::run_canvas("generate -p 'And God said' -n 48 -t 1 --json --cost-model " + costs);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("timing this model's passes for --mode auto"), std::string::npos) << first.output;
+  const json j = test::json_of(first.output);
+  EXPECT_EQ(j["mode"], "verify");
+  EXPECT_EQ(j["draft_length"], 8);
+  EXPECT_NE(j["mode_reason"].get<std::string>().find("measures how many drafts"), std::string::npos) << j.dump();
+  EXPECT_EQ(j["modes"], json::array({"ar", "verify", "diffusion"}));
+  EXPECT_EQ(j["tokens"], ar["tokens"]);
+  ASSERT_TRUE(std::filesystem::exists(costs));
+  const json stored = json::parse(test::read_text(costs));
+  EXPECT_GE(stored["passes"].size(), 5u);
+  EXPECT_TRUE(stored["verify_cycles_keeping"].contains("8")) << stored.dump();
+  EXPECT_TRUE(stored["observed_ms_per_token"].contains("verify k=8")) << stored.dump();
+  // Later runs: no second timing, the pick explained, AR's text.
+  for (int run = 0; run < 3; ++run) {
+    const auto r = test::run_canvas("generate -p 'And God said' -n 48 -t 1 --cost-model " + costs);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output.find("timing this model's passes"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("is the fastest of ar and verify on this machine"), std::string::npos) << r.output;
+    const auto text = run_json("generate -p 'And God said' -n 48 -t 1 --json --cost-model " + costs);
+    EXPECT_EQ(text["tokens"], ar["tokens"]) << text["mode_reason"];
+    EXPECT_TRUE(text["mode"] == "ar" || text["mode"] == "verify") << text.dump();
+  }
+  // Verify and diffusion options say which mode they mean.
+  const json overlap = run_json("generate -p 'And God said' -n 16 -t 1 --overlap --json --cost-model none");
+  EXPECT_EQ(overlap["mode"], "verify");
+  EXPECT_EQ(overlap["overlap"], true);
+  EXPECT_EQ(overlap["tokens"], json(std::vector<int>(ar["tokens"].begin(), ar["tokens"].begin() + 16)));
+  const json steps = run_json("generate -p 'And God said' -n 16 -t 1 --steps 8 --json --cost-model none");
+  EXPECT_EQ(steps["mode"], "diffusion");
+  EXPECT_NE(steps["mode_reason"].get<std::string>().find("--steps"), std::string::npos) << steps.dump();
 }
 
 TEST(ShippedDgCli, ArModeDecodesThroughTheEncoderInEnglish) {

@@ -69,17 +69,21 @@ int cmd_chat(int argc, char** argv) {
   const TextModel m = load_text_model(args, kDefaultChatModel, "canvas chat");
   const Generator generator(m);
   const ModelConfig& c = m.model.config;
-  const DecodeMode mode = generator.resolve(request.mode);
-  std::fprintf(stderr, "[chat: %s, %s decoding, format %s (%s), seed %llu]\n", m.path.c_str(),
+  auto pool = make_pool(args);
+  AutoMode auto_mode(args, m, pool.get());
+  GenerationRequest first = request;  // what the first turn runs (auto chooses again at each turn)
+  auto_mode.choose(first);
+  const DecodeMode mode = generator.resolve(first.mode);
+  std::fprintf(stderr, "[chat: %s, %s decoding (%s), format %s (%s), seed %llu]\n", m.path.c_str(),
                mode == DecodeMode::Ar       ? "autoregressive"
-               : mode == DecodeMode::Verify ? (request.overlap ? "draft-and-verify (overlapped)" : "draft-and-verify")
+               : mode == DecodeMode::Verify ? (first.overlap ? "draft-and-verify (overlapped)" : "draft-and-verify")
                : c.uniform_state            ? "uniform-state diffusion"
                                             : "masked diffusion",
-               m.chat.name.c_str(), m.chat.origin.c_str(), (unsigned long long)request.sampling.seed);
+               generator.mode_reason(first).c_str(), m.chat.name.c_str(), m.chat.origin.c_str(),
+               (unsigned long long)request.sampling.seed);
   const std::string notice = generator.mode_notice(mode);
   if (!notice.empty()) std::fprintf(stderr, "canvas: warning: %s\n", notice.c_str());
 
-  auto pool = make_pool(args);
   TerminalOutput output(args, m, "", false);
   output.attach(request);
   const bool interactive = isatty(STDIN_FILENO);
@@ -106,6 +110,7 @@ int cmd_chat(int argc, char** argv) {
     std::vector<ChatMessage>& conversation = session.messages();
     conversation.push_back({"user", line});
     GenerationRequest turn = request;
+    auto_mode.choose(turn);
     turn.prefix_cache = &kept;  // the conversation so far is not encoded again
     const FittedConversation fitted = fit_conversation(generator, conversation, session.first_turn(), turn);
     if (!fitted.error.empty()) {
@@ -122,6 +127,7 @@ int cmd_chat(int argc, char** argv) {
       out = generator.run(turn, pool.get());
     }
     output.close();
+    auto_mode.learn(out);
     // After Ctrl-C the reply holds only the text that was final (nothing of a canvas still being denoised).
     // The conversation keeps the model's own bytes, so that the next turn encodes what it wrote (and reuses
     // its cached K/V); the terminal and /save get them as valid UTF-8.

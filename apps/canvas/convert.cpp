@@ -47,7 +47,7 @@ position embeddings, uniform-state diffusion) is refused naming what is missing.
 )",
     {
         {"--in", "PATH", "Hugging Face checkpoint directory (or its config.json), or a .gguf model with --to hf"},
-        {"--out", "PATH", "output .gguf (written to FILE.tmp, then renamed), or the output directory with --to hf"},
+        {"--out", "PATH", "output .gguf (written to FILE.PID.tmp, then renamed), or the output directory with --to hf"},
         {"--to", "FORMAT", "gguf | hf (default: hf for a .gguf input, else gguf)"},
         {"--type", "TYPE", "f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_k | q5_k | q6_k\n"
                            "(default: f32; tensors already of that type are copied as they are; 1-D tensors\n"

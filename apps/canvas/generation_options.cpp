@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "decode/canvas_frame.h"
 #include "decode/random_seed.h"
+#include "decode/verify.h"
 #include "device.h"
 #include "io/input_file.h"
 
@@ -26,11 +27,18 @@ std::vector<Option> decoding_options() {
         {"-n,--n-predict", "N", "tokens to generate (default 64; generation_config.json's max_new_tokens); any N:\n"
                                 "masked diffusion pads the last block and cuts it; prompt + N must fit the\n"
                                 "model's context length"},
-        {"--mode", "MODE", "diffusion | ar | verify (default diffusion for diffusion models, ar otherwise);\n"
-                           "diffusion on an autoregressive model is refused, ar on a masked-diffusion model\n"
-                           "warns. verify (uniform-state models, DiffusionGemma): the decoder drafts\n"
-                           "--draft-length tokens, one causal pass verifies them: exactly --mode ar's text\n"
-                           "(greedy: the same tokens; sampling: the same distribution), several tokens per pass"},
+        {"--mode", "MODE", "auto (default) | diffusion | ar | verify. diffusion on an autoregressive model is\n"
+                           "refused, ar on a masked-diffusion model warns. verify (uniform-state models,\n"
+                           "DiffusionGemma): the decoder drafts --draft-length tokens, one causal pass verifies\n"
+                           "them: exactly --mode ar's text (greedy: the same tokens; sampling: the same\n"
+                           "distribution), several tokens per pass. auto: the file's diffusion.default_mode,\n"
+                           "else diffusion for masked-diffusion models, ar for autoregressive ones, and for\n"
+                           "uniform-state models the fastest of ar and verify (each draft length, plain or\n"
+                           "--overlap) measured on this machine (--cost-model); the stats line says which ran\n"
+                           "and why. A verify option with auto means --mode verify"},
+        {"--cost-model", "FILE", "auto's cost model: pass times measured once per model and machine, and what\n"
+                                 "verify keeps per cycle, learned from its runs (default: a file per model in\n"
+                                 "$XDG_CACHE_HOME/canvas or ~/.cache/canvas; none: measured each run, not kept)"},
         {"--draft-length", "K", "verify: tokens drafted per cycle (default 4)"},
         {"--draft-steps", "S", "verify: decoder passes per draft, self-conditioned after the first (default 1)"},
         {"--overlap", "", "verify: one forward per cycle: the pass that verifies the drafts also drafts the\n"
@@ -164,6 +172,67 @@ GenerationRequest request_from_args(const Args& args) {
   s.repeat_penalty = float(args.get_float("repeat-penalty", 1.0));
   s.seed = resolve_seed(args);
   return r;
+}
+
+AutoMode::AutoMode(const Args& args, const TextModel& m, ThreadPool* pool) : model_(m.model), pool_(pool) {
+  key_ = cost_model_key(m.path, int64_t(pool->size()), args.get("device", "cpu"));
+  file_ = args.get("cost-model", "");
+  if (file_.empty()) file_ = default_cost_model_file(key_);
+  if (file_ == "none") file_.clear();
+  verify_implied_ = args.has("draft-length") || args.has("draft-steps") || args.has("overlap");
+  for (const char* option : {"steps", "block-length", "canvas-length", "schedule", "algorithm", "threshold", "cache",
+                             "freeze", "freeze-refresh", "entropy-bound", "t-min", "t-max", "stability",
+                             "confidence-threshold", "neighbor-penalty", "stream-head"})
+    if (diffusion_option_.empty() && args.has(option)) diffusion_option_ = std::string("--") + option;
+}
+
+void AutoMode::load() {
+  if (loaded_) return;
+  loaded_ = true;
+  if (!file_.empty())
+    if (std::optional<CostModel> stored = CostModel::load(file_, key_)) cost_ = *stored;
+}
+
+void AutoMode::save() {
+  if (file_.empty()) return;
+  const std::string warning = cost_.save(file_, key_);
+  if (!warning.empty()) std::fprintf(stderr, "canvas: warning: --cost-model %s\n", warning.c_str());
+  if (!warning.empty()) file_.clear();  // said once
+}
+
+void AutoMode::choose(GenerationRequest& request) {
+  if (request.mode != DecodeMode::Auto || Generator::fills_holes(request)) return;
+  const ModelConfig& c = model_.config;
+  if (verify_implied_) {
+    request.mode = DecodeMode::Verify;
+    request.mode_reason = "auto: a verify option (--draft-length, --draft-steps, --overlap) was given";
+    return;
+  }
+  if (!diffusion_option_.empty() && Generator(model_, nullptr, {}).has_diffusion()) {
+    request.mode = DecodeMode::Diffusion;
+    request.mode_reason = "auto: a diffusion option (" + diffusion_option_ + ") was given";
+    return;
+  }
+  if (!c.uniform_state || !c.default_mode.empty() || !supports_verify(c)) return;  // Generator::resolve's mode
+  load();
+  if (cost_.passes.empty()) {
+    std::fprintf(stderr, "canvas: timing this model's passes for --mode auto (once per model and machine)...\n");
+    const VerifyAcceptance acceptance = cost_.acceptance;
+    cost_ = CostModel::measure(model_, pool_, ar_text_mode_rows(c.has_decoder));
+    cost_.acceptance = acceptance;
+    save();
+  }
+  choose_ar_text_mode(cost_, 1, c.has_decoder).apply(request);
+}
+
+void AutoMode::learn(const GenerationOutput& out) {
+  const std::string setting = ar_text_setting(out.mode, out.draft_length, out.overlap);
+  const ModelConfig& c = model_.config;
+  if (setting.empty() || !c.uniform_state || !supports_verify(c) || out.finish_reason == "cancelled") return;
+  load();
+  if (out.mode == DecodeMode::Verify) cost_.acceptance.add(out.cycles_keeping);
+  cost_.observe(setting, out.decode_ms, out.decode_tokens);
+  save();
 }
 
 TextModel load_text_model(const Args& args, const std::string& default_model, const std::string& command) {

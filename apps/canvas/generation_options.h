@@ -9,6 +9,7 @@
 
 #include "cli/options.h"
 #include "core/thread_pool.h"
+#include "decode/cost_model.h"
 #include "decode/events.h"
 #include "io/text_tokenizer.h"
 #include "decode/generation.h"
@@ -28,6 +29,32 @@ uint64_t resolve_seed(const Args& args);
 
 // A request from the decoding options (the prompt is left to the caller); the seed resolved.
 GenerationRequest request_from_args(const Args& args);
+
+// --mode auto for generate and chat, as serve's engine does per request: for a uniform-state model with
+// draft-and-verify (and no diffusion.default_mode) the fastest of ar and verify (each draft length, plain or
+// overlapped) by the cost model kept per model and machine (--cost-model FILE, default
+// default_cost_model_file(): its passes timed on first use, what verify keeps per cycle learned from every
+// verify run); other models run their own mode (Generator::resolve). A verify option (--draft-length,
+// --draft-steps, --overlap) with auto means --mode verify, and a diffusion option (--steps, --canvas-length,
+// --threshold, ...) on a model with diffusion means --mode diffusion.
+class AutoMode {
+ public:
+  AutoMode(const Args& args, const TextModel& m, ThreadPool* pool);
+  // Sets request's mode (and draft length, overlap, reason) when it is auto.
+  void choose(GenerationRequest& request);
+  // A verify run's cycles join the cost model, and its file.
+  void learn(const GenerationOutput& out);
+
+ private:
+  void load();
+  void save();
+  const Model& model_;
+  ThreadPool* pool_;
+  std::string file_, key_;
+  std::string diffusion_option_;  // the first diffusion option given ("" none): auto means --mode diffusion
+  bool verify_implied_ = false, loaded_ = false;
+  CostModel cost_;
+};
 
 // -m MODEL (else the shipped `default_model`) loaded with --device, --tokenizer and --template.
 TextModel load_text_model(const Args& args, const std::string& default_model, const std::string& command);

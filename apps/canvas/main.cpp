@@ -122,15 +122,18 @@ int cmd_generate(int argc, char** argv) {
   // Infilling (--suffix, <|hole:N|>) and schema-constrained output (--json-schema): apps/canvas/infill.cpp.
   if (cli::infill_requested(args)) return cli::run_infill(args, m, request);
   const Generator generator(m);
+  auto pool = make_pool(args);
+  cli::AutoMode auto_mode(args, m, pool.get());
+  auto_mode.choose(request);
   const std::string notice = generator.mode_notice(request.mode);
   if (!notice.empty()) std::fprintf(stderr, "canvas: warning: %s\n", notice.c_str());
 
-  auto pool = make_pool(args);
   const bool json = args.has("json");
   cli::TerminalOutput output(args, m, request.text, json);
   output.attach(request);
   const GenerationOutput out = generator.run(request, pool.get());
   output.close();
+  auto_mode.learn(out);
   if (json) {
     std::cout << generation_json(out) << std::endl;
   } else {

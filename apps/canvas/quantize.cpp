@@ -31,7 +31,7 @@ TYPE: f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_k | q5_k | q6_k)"
       "diffusion.eb_entropy_bound=1.0; an existing key keeps its type (VALUE parsed as it), a new key is\n"
       "an integer, a float, true/false, or else a string",
       true}},
-    "OUT.gguf is written to OUT.gguf.tmp, then renamed; OUT must not be IN (by another path, a symlink or a\n"
+    "OUT.gguf is written to OUT.gguf.PID.tmp, then renamed; OUT must not be IN (by another path, a symlink or a\n"
     "hard link either): that is refused before anything is written."};
 
 }  // namespace

@@ -190,7 +190,10 @@ int cmd_serve(int argc, char** argv) {
           engine.cost_model().describe().c_str());
       if (!cost_file.empty())
         std::fprintf(stderr, "canvas serve: cost model of %s %s %s\n", served.id.c_str(),
-                     engine.cost_model_stored() ? "read from" : "measured and written to", cost_file.c_str());
+                     engine.cost_model_stored()    ? "read from"
+                     : engine.cost_model_written() ? "measured and written to"
+                                                   : "measured (the file is left as it was:",
+                     (cost_file + (engine.cost_model_stored() || engine.cost_model_written() ? "" : ")")).c_str());
       loaded_models.push_back(std::move(m));
     }
     std::string ids;

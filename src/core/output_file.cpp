@@ -1,6 +1,7 @@
 #include "core/output_file.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -18,7 +19,7 @@ void write_file(const std::string& path, const std::function<void(std::ostream&)
   // (EISDIR).
   struct stat st {};
   const bool special = ::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
-  const std::string target = special ? path : path + ".tmp";
+  const std::string target = special ? path : temp_file_for(path);
   const auto fail = [&](const std::string& what, int error) {
     if (!special) std::remove(target.c_str());
     throw Error(what + " " + path + (error ? std::string(": ") + std::strerror(error) : std::string()));
@@ -42,6 +43,8 @@ void write_file(const std::string& path, const std::function<void(std::ostream&)
   }
   if (!special && std::rename(target.c_str(), path.c_str()) != 0) fail("cannot write", errno);
 }
+
+std::string temp_file_for(const std::string& path) { return path + "." + std::to_string(::getpid()) + ".tmp"; }
 
 void write_file(const std::string& path, std::string_view bytes) {
   write_file(path, [bytes](std::ostream& out) { out.write(bytes.data(), std::streamsize(bytes.size())); });

@@ -85,7 +85,32 @@ bool Generator::has_ar() const {
 
 DecodeMode Generator::resolve(DecodeMode mode) const {
   if (mode != DecodeMode::Auto) return mode;
-  return model_.config.is_diffusion() ? DecodeMode::Diffusion : DecodeMode::Ar;
+  const ModelConfig& c = model_.config;
+  if (!c.default_mode.empty()) return parse_decode_mode(c.default_mode);
+  // Uniform-state models write AR's text through their causal path (a front end with a cost model picks
+  // the fastest of ar and verify: serve/mode_choice.h); masked-diffusion models decode by diffusion.
+  return c.is_diffusion() && !c.uniform_state ? DecodeMode::Diffusion : DecodeMode::Ar;
+}
+
+std::string Generator::mode_reason(const GenerationRequest& r) const {
+  if (!r.mode_reason.empty()) return r.mode_reason;
+  if (r.mode != DecodeMode::Auto) return "asked for";
+  const ModelConfig& c = model_.config;
+  if (!c.default_mode.empty()) return "auto: the model file's diffusion.default_mode";
+  if (c.is_diffusion() && !c.uniform_state) return "auto: a masked-diffusion model decodes by diffusion";
+  if (c.uniform_state) return "auto: AR's text, by its causal path";
+  return "auto: an autoregressive model";
+}
+
+std::vector<DecodeMode> Generator::modes() const {
+  std::vector<DecodeMode> out = {resolve(DecodeMode::Auto)};  // auto's mode first
+  auto add = [&](bool has, DecodeMode mode) {
+    if (has && std::find(out.begin(), out.end(), mode) == out.end()) out.push_back(mode);
+  };
+  add(has_ar(), DecodeMode::Ar);
+  add(supports_verify(model_.config), DecodeMode::Verify);
+  add(has_diffusion(), DecodeMode::Diffusion);
+  return out;
 }
 
 std::string Generator::mode_notice(DecodeMode mode) const {
@@ -291,6 +316,8 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
   const ModelConfig& c = model_.config;
   GenerationOutput out;
   out.mode = resolve(r.mode);
+  out.mode_reason = mode_reason(r);
+  out.modes = modes();
   out.prompt = prompt_of(r);
   out.seed = r.sampling.seed;
   const int64_t P = int64_t(out.prompt.size());
@@ -397,6 +424,9 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
       out.encoder_passes = v.encoder_passes;
       out.drafted = v.drafted;
       out.accepted = v.accepted;
+      out.draft_length = p.draft_length;
+      out.overlap = p.overlap;
+      out.cycles_keeping = v.cycles_keeping;
       out.decode_tokens = std::max<int64_t>(0, int64_t(v.tokens.size()) - 1);  // the first comes with the prompt
     } else {
       ArParams p;

@@ -44,6 +44,10 @@ struct GenerationRequest {
   std::optional<bool> parse_special;
 
   DecodeMode mode = DecodeMode::Auto;
+  // Why `mode` (and the draft length and overlap) are what they are, when a front end chose them for auto
+  // (serve/mode_choice.h); reported as GenerationOutput::mode_reason. Empty: "asked for", or for auto the
+  // model's own mode (Generator::resolve).
+  std::string mode_reason;
   // 0: the default (a uniform-state model's max_new_tokens, else 64), cut to what the context leaves.
   int64_t max_new_tokens = 0;
   // Masked and AR: as SamplingParams says. Uniform-state models map them onto the entropy-bound sampler:
@@ -131,6 +135,11 @@ struct GenerationOutput {
   int64_t encoder_passes = 0; // uniform-state: passes of the causal encoder over committed canvases; verify:
                               // the verifying causal passes (passes counts them too)
   int64_t drafted = 0, accepted = 0;  // verify: draft tokens proposed and kept
+  int64_t draft_length = 0;           // verify: k
+  bool overlap = false;               // verify: overlapped cycles
+  std::vector<int64_t> cycles_keeping;  // verify: VerifyResult::cycles_keeping
+  std::string mode_reason;            // why this mode ran (GenerationRequest::mode_reason)
+  std::vector<DecodeMode> modes;      // the modes the model runs (Generator::modes)
   int64_t rows_computed = 0;
   std::vector<int64_t> steps_per_canvas;  // uniform-state
   int64_t decode_tokens = 0;  // tokens produced after the prompt pass (AR: the first comes with it)
@@ -156,7 +165,11 @@ class Generator {
   const SamplerDefaults& defaults() const { return defaults_; }
   bool has_diffusion() const;  // the model decodes by diffusion (uniform-state, or masked with a mask token)
   bool has_ar() const;         // ... and left to right
-  DecodeMode resolve(DecodeMode mode) const;  // auto -> the model's own mode
+  // auto -> the model file's diffusion.default_mode, else the model's own mode: diffusion for masked-diffusion
+  // models, ar for the others (uniform-state models write AR's text; verify is chosen by a cost model).
+  DecodeMode resolve(DecodeMode mode) const;
+  std::string mode_reason(const GenerationRequest& request) const;  // why resolve(request.mode) runs
+  std::vector<DecodeMode> modes() const;  // the modes this model runs: auto's own first, then ar, verify, diffusion
   // A notice for a mode that runs but is not what the model was trained for ("" when none).
   std::string mode_notice(DecodeMode mode) const;
   // Ids that end the text: the EOS ids, the pad id and the chat format's end-of-turn token.

@@ -54,7 +54,11 @@ GenerationOutput Generator::run_fill(const GenerationRequest& r, ThreadPool* poo
                 "--json-schema cannot be combined with --suffix or <|hole:N|> holes");
   const TextCodec& text_codec = codec();
   GenerationOutput out;
-  out.mode = resolve(r.mode);
+  // auto fills holes and schemas by diffusion where the model has it (a masked or uniform-state canvas).
+  const bool fill_by_diffusion = r.mode == DecodeMode::Auto && c.default_mode.empty() && has_diffusion();
+  out.mode = fill_by_diffusion ? DecodeMode::Diffusion : resolve(r.mode);
+  out.mode_reason = fill_by_diffusion ? "auto: holes and schemas are filled by diffusion" : mode_reason(r);
+  out.modes = modes();
   out.seed = r.sampling.seed;
   const int64_t n = r.max_new_tokens > 0 ? r.max_new_tokens : 64;
   canvas::check(n <= (int64_t(1) << 20), "-n must be between 1 and 1048576");

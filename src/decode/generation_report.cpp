@@ -17,7 +17,7 @@ std::string dump_line(const nlohmann::ordered_json& j) {
 }  // namespace
 
 std::string generation_stats_line(const GenerationOutput& out, int threads) {
-  char buf[512];
+  char buf[1024];
   std::string canvases;
   if (!out.steps_per_canvas.empty()) {
     canvases = ", " + std::to_string(out.encoder_passes) + " encoder passes, steps per canvas ";
@@ -28,14 +28,18 @@ std::string generation_stats_line(const GenerationOutput& out, int threads) {
     char rows[32];
     std::snprintf(rows, sizeof rows, "%.1f", double(out.rows_computed) / double(std::max<size_t>(1, out.tokens.size())));
     canvases = ", " + std::to_string(out.encoder_passes) + " verify passes, " + std::to_string(out.accepted) + "/" +
-               std::to_string(out.drafted) + " drafted tokens kept, " + rows + " rows per token";
+               std::to_string(out.drafted) + " drafted tokens kept (k=" + std::to_string(out.draft_length) +
+               (out.overlap ? ", overlapped" : "") + "), " + rows + " rows per token";
   }
   const std::string cached =
       out.cached_prompt_tokens > 0 ? " (" + std::to_string(out.cached_prompt_tokens) + " cached)" : "";
+  // The mode, and why when auto chose it.
+  const std::string mode = std::string(decode_mode_name(out.mode)) +
+                           (out.mode_reason.empty() || out.mode_reason == "asked for" ? "" : " (" + out.mode_reason + ")");
   std::snprintf(buf, sizeof buf,
                 "[%s, %lld new tokens, finish %s, %lld passes, tokens_per_forward %.2f%s, prompt %lld tokens%s %.1f ms, "
                 "decode %.1f ms, %.2f tokens/s, seed %llu, %s, %d threads]",
-                decode_mode_name(out.mode), (long long)out.tokens.size(), out.finish_reason.c_str(),
+                mode.c_str(), (long long)out.tokens.size(), out.finish_reason.c_str(),
                 (long long)out.passes, out.tokens_per_forward(), canvases.c_str(), (long long)out.prompt.size(),
                 cached.c_str(), out.prompt_ms, out.decode_ms, out.tokens_per_second(), (unsigned long long)out.seed,
                 simd_level_name(simd_level()), threads);
@@ -47,6 +51,9 @@ std::string generation_json(const GenerationOutput& out) {
   j["text"] = sanitize_utf8(out.text);
   j["tokens"] = out.tokens;
   j["mode"] = decode_mode_name(out.mode);
+  j["mode_reason"] = out.mode_reason;
+  j["modes"] = nlohmann::ordered_json::array();
+  for (const DecodeMode m : out.modes) j["modes"].push_back(decode_mode_name(m));
   j["finish_reason"] = out.finish_reason;
   j["prompt_tokens"] = out.prompt.size();
   j["new_tokens"] = out.tokens.size();
@@ -64,6 +71,8 @@ std::string generation_json(const GenerationOutput& out) {
   if (out.mode == DecodeMode::Verify) {
     j["drafted"] = out.drafted;
     j["accepted"] = out.accepted;
+    j["draft_length"] = out.draft_length;
+    j["overlap"] = out.overlap;
   }
   return dump_line(j);
 }
@@ -88,6 +97,7 @@ std::string infill_json(const GenerationOutput& out, bool schema_mode) {
   }
   j["tokens"] = out.tokens;
   j["mode"] = decode_mode_name(out.mode);
+  j["mode_reason"] = out.mode_reason;
   j["finish_reason"] = out.finish_reason;
   j["filled_tokens"] = out.filled_tokens;
   j["prompt_tokens"] = out.prompt.size();

@@ -102,6 +102,7 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
   Rng rng(params.sampling.seed);                       // the verifier's draws (as generate_ar's)
   Rng draft_rng(params.sampling.seed ^ 0x9e3779b97f4a7c15ull);  // the drafter's noise and proposals
   VerifyResult result;
+  result.cycles_keeping.assign(size_t(K + 1), 0);
   result.prompt_tokens = P;
   std::vector<int32_t> tokens(prompt), generated, recent;
   auto is_stop = [&](int32_t t) {
@@ -267,6 +268,7 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
       ++result.cycles;
       kept = check_drafts(logits.data(), k);
       result.accepted += kept;
+      if (k == K) ++result.cycles_keeping[size_t(kept)];
       cached += 1 + kept;
       if (!done && callbacks.should_stop && callbacks.should_stop()) break;
     }
@@ -307,6 +309,7 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
       ++result.cycles;
       const int64_t kept = check_drafts(logits.data(), k);
       result.accepted += kept;
+      if (k == K) ++result.cycles_keeping[size_t(kept)];
       cached += 1 + kept;  // the last token and the kept drafts; the token committed last is next cycle's first
       if (!done && callbacks.should_stop && callbacks.should_stop()) break;
     }

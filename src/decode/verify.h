@@ -43,6 +43,9 @@ struct VerifyResult : GenerationResult {
   int64_t encoder_passes = 0;
   int64_t cycles = 0;
   int64_t drafted = 0, accepted = 0;  // draft tokens proposed and kept
+  // [j]: the cycles that drafted the full draft_length tokens and kept j of them (draft_length + 1 entries;
+  // the short cycles at the end of N are not counted): the acceptance --mode auto's cost model learns.
+  std::vector<int64_t> cycles_keeping;
 };
 
 // Models with a uniform-state diffusion path and a causal path on the same weights (DiffusionGemma:

@@ -406,6 +406,9 @@ ModelConfig config_from_gguf(const GgufFile& file) {
   c.mask_token = int32_t(file.get_int("tokenizer.ggml.mask_token_id", -1));
   c.uniform_state = c.uniform_state || file.get_string("diffusion.kind", "") == "uniform";
   c.self_conditioning = file.get_bool("diffusion.self_conditioning", false);
+  c.default_mode = file.get_string("diffusion.default_mode", "");
+  check(c.default_mode.empty() || c.default_mode == "diffusion" || c.default_mode == "ar" || c.default_mode == "verify",
+        file.path() + ": diffusion.default_mode '" + c.default_mode + "' must be diffusion, ar or verify");
   check(!c.self_conditioning || c.ffn > 0,
         file.path() + ": diffusion.self_conditioning needs " + p + "feed_forward_length (the MLP's width)");
   c.bos_token = int32_t(file.get_int("tokenizer.ggml.bos_token_id", -1));
@@ -571,6 +574,7 @@ void config_to_gguf(const ModelConfig& c, GgufWriter& w) {
   w.set("diffusion.shift_logits", GgufValue::boolean(c.shift_logits));
   if (c.uniform_state) w.set("diffusion.kind", GgufValue::string("uniform"));
   if (c.self_conditioning) w.set("diffusion.self_conditioning", GgufValue::boolean(true));
+  if (!c.default_mode.empty()) w.set("diffusion.default_mode", GgufValue::string(c.default_mode));
   auto token = [&](const char* key, int32_t id) {
     if (id >= 0) w.set(key, u32(id));
   };

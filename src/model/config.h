@@ -36,6 +36,8 @@ struct LayerAttention {
 struct ModelConfig {
   std::string arch;  // GGUF general.architecture, e.g. "llada", "dream", "llada-moe", "llama", "qwen2"
   std::string name;
+  // GGUF diffusion.default_mode: the mode --mode auto runs ("" none: canvas chooses, Generator::resolve).
+  std::string default_mode;
   int64_t vocab = 0;
   int64_t hidden = 0;
   int64_t n_layers = 0;

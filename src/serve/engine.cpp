@@ -24,8 +24,15 @@ Engine::Engine(const Model& model, ThreadPool* pool, EngineOptions options)
   if (stored) {
     cost_ = *stored;
   } else {
-    cost_ = CostModel::measure(model, pool, std::min<int64_t>(64, std::max<int64_t>(2, model.config.context_length)));
-    if (!options_.cost_model_file.empty()) cost_.save(options_.cost_model_file, options_.cost_model_key);
+    const int64_t rows = std::min<int64_t>(64, std::max<int64_t>(2, model.config.context_length));
+    if (chooses_verify()) {  // the pass sizes of AR and each verify candidate, and of batched passes
+      std::vector<int64_t> sizes = ar_text_mode_rows(model.config.has_decoder);
+      sizes.insert(sizes.end(), {rows / 2, rows});
+      cost_ = CostModel::measure(model, pool, sizes);
+    } else {
+      cost_ = CostModel::measure(model, pool, rows);
+    }
+    save_cost_model(cost_);
   }
   cost_model_stored_ = stored.has_value();
   slots_ = std::make_unique<WorkerThreads>("canvas-slot", size_t(options_.parallel));
@@ -34,6 +41,22 @@ Engine::Engine(const Model& model, ThreadPool* pool, EngineOptions options)
 Engine::~Engine() {
   shutdown(true);
   slots_.reset();
+}
+
+bool Engine::chooses_verify() const {
+  const ModelConfig& c = model_.config;
+  return c.uniform_state && c.default_mode.empty() && supports_verify(c);
+}
+
+bool Engine::save_cost_model(const CostModel& cost) const {
+  if (options_.cost_model_file.empty()) return false;
+  std::lock_guard<std::mutex> lock(save_mutex_);
+  const std::string warning = cost.save(options_.cost_model_file, options_.cost_model_key);
+  if (!warning.empty() && !cost_model_warned_)  // said once
+    std::fprintf(stderr, "canvas serve: warning: --cost-model %s\n", warning.c_str());
+  cost_model_warned_ = cost_model_warned_ || !warning.empty();
+  if (warning.empty()) cost_model_written_ = true;
+  return warning.empty();
 }
 
 CostModel Engine::cost_model() const {
@@ -88,46 +111,33 @@ void Engine::shutdown(bool cancel_running) {
   slot_freed_.wait(lock, [&] { return running_ == 0; });
 }
 
-DecodeMode Engine::route(const GenerationSettings& s, int64_t prompt_tokens) const {
-  DecodeMode mode = s.mode == DecodeMode::Auto ? options_.default_mode : s.mode;
-  if (mode != DecodeMode::Auto) return mode;
-  if (!has_diffusion()) return DecodeMode::Ar;
+ModeChoice Engine::choose(const GenerationSettings& s, int64_t prompt_tokens) const {
+  ModeChoice choice;
+  const DecodeMode asked = s.mode == DecodeMode::Auto ? options_.default_mode : s.mode;
+  if (asked != DecodeMode::Auto) {
+    choice.mode = asked;
+    choice.draft_length = s.draft_length;
+    choice.overlap = s.overlap;
+    choice.reason = s.mode == DecodeMode::Auto ? std::string("serve --mode ") + decode_mode_name(asked) : "asked for";
+    return choice;
+  }
+  choice.mode = generator_.resolve(DecodeMode::Auto);
+  choice.reason = generator_.mode_reason(s);
   // Holes between fixed text are filled by diffusion only.
-  if (s.suffix || has_hole_marker(s.text)) return DecodeMode::Diffusion;
-  if (!has_ar()) return DecodeMode::Diffusion;
+  if (has_diffusion() && model_.config.default_mode.empty() && (s.suffix || has_hole_marker(s.text))) {
+    choice.mode = DecodeMode::Diffusion;
+    choice.reason = "auto: holes are filled by diffusion";
+    return choice;
+  }
+  if (!chooses_verify() || Generator::fills_holes(s)) return choice;
+  (void)prompt_tokens;
   int64_t load = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     load = int64_t(queue_.size()) + running_;
   }
   load = std::clamp<int64_t>(load, 1, options_.parallel);
-  const CostModel cost = cost_model();
-  const ModelConfig& c = model_.config;
-  const int64_t ar_rows = (!c.shift_logits && !c.uniform_state && !c.causal) ? 2 : 1;
-  const int64_t n = generator_.new_tokens_of(s, prompt_tokens);
-  if (c.uniform_state) {
-    const EntropyBoundParams p = generator_.uniform_params(s, n);
-    const double passes = s.steps > 0                          ? double(s.steps)
-                          : cost.uniform_passes_per_canvas > 0 ? cost.uniform_passes_per_canvas
-                                                               : double(p.max_denoising_steps);
-    const double diffusion = cost.uniform_ms(n, p.canvas_length, passes, load), ar = cost.ar_ms(n, load, ar_rows);
-    if (diffusion <= ar) return DecodeMode::Diffusion;
-    if (!supports_verify(c)) return DecodeMode::Ar;
-    // Draft-and-verify writes AR's text, so where AR wins it is the other candidate. Its tokens per pass
-    // are only known once some requests used it: until 3 have finished, light-load requests go to verify
-    // so that it is measured (their text is AR's under greedy decoding, AR's distribution when sampled).
-    if (cost.verify_observations < 3) return load == 1 ? DecodeMode::Verify : DecodeMode::Ar;
-    return cost.verify_ms(n, Generator::verify_pass_rows(s), cost.verify_tokens_per_forward, load) < ar ? DecodeMode::Verify
-                                                                                                      : DecodeMode::Ar;
-  }
-  // Threshold decoding's tokens per pass is only known once some requests used it: until then, requests
-  // that arrive at light load (where diffusion is the candidate) go to diffusion so that it is measured.
-  if (s.threshold > 0 && cost.threshold_observations < 3 && load == 1) return DecodeMode::Diffusion;
-  const int64_t block = generator_.masked_block_length(s, n, prompt_tokens);
-  const int64_t passes = s.threshold > 0 ? int64_t(std::ceil(double(n) / std::max(1.0, cost.threshold_tokens_per_forward)))
-                                         : (s.steps > 0 ? s.steps : n);
-  return cost.diffusion_ms(n, block, passes, load) <= cost.ar_ms(n, load, ar_rows) ? DecodeMode::Diffusion
-                                                                                      : DecodeMode::Ar;
+  return choose_ar_text_mode(cost_model(), load, model_.config.has_decoder);
 }
 
 void Engine::run_next() {
@@ -152,12 +162,14 @@ void Engine::run_next() {
 void Engine::run(Job& job) {
   GenerationRequest request = job.settings;
   if (!Generator::fills_holes(request)) request.prompt = job.prompt;  // infilling plans from the text
-  request.mode = route(request, int64_t(job.prompt.size()));
+  const ModeChoice choice = choose(request, int64_t(job.prompt.size()));
+  choice.apply(request);
   const bool uniform = request.mode == DecodeMode::Diffusion && model_.config.uniform_state;
   {
     std::lock_guard<std::mutex> lock(job.mutex);
     job.started = true;
     job.mode_used = request.mode;
+    job.mode_reason = request.mode_reason;
     job.uniform_state = uniform;
     job.queued_ms = now_ms() - job.queued_ms;
     ++job.version;
@@ -246,12 +258,18 @@ void Engine::run(Job& job) {
     ++cost_.threshold_observations;
   }
   if (complete && request.mode == DecodeMode::Verify && job.passes > 0 && job.completion_tokens > 0) {
-    // Learn draft-and-verify's tokens per pass for routing (a running average).
-    std::lock_guard<std::mutex> engine_lock(mutex_);
-    const double observed = double(job.completion_tokens) / double(job.passes);
-    cost_.verify_tokens_per_forward =
-        cost_.verify_observations == 0 ? observed : 0.8 * cost_.verify_tokens_per_forward + 0.2 * observed;
-    ++cost_.verify_observations;
+    // Learn draft-and-verify's tokens per pass and what it keeps per cycle, for routing; kept in the file.
+    CostModel learned;
+    {
+      std::lock_guard<std::mutex> engine_lock(mutex_);
+      const double observed = double(job.completion_tokens) / double(job.passes);
+      cost_.verify_tokens_per_forward =
+          cost_.verify_observations == 0 ? observed : 0.8 * cost_.verify_tokens_per_forward + 0.2 * observed;
+      ++cost_.verify_observations;
+      cost_.acceptance.add(out.cycles_keeping);
+      learned = cost_;
+    }
+    save_cost_model(learned);
   }
   if (complete && uniform && request.steps <= 0 && job.passes > 0) {
     // Learn the entropy-bound sampler's passes per canvas (its adaptive stop) for routing.

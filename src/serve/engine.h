@@ -18,7 +18,7 @@
 #include "decode/generation.h"
 #include "model/model.h"
 #include "serve/batcher.h"
-#include "serve/cost_model.h"
+#include "decode/cost_model.h"
 #include "serve/metrics.h"
 
 namespace canvas::serve {
@@ -26,6 +26,10 @@ namespace canvas::serve {
 using canvas::DecodeMode;
 using canvas::decode_mode_name;
 using canvas::parse_decode_mode;
+using canvas::CostModel;
+using canvas::ModeChoice;
+using canvas::cost_model_file_for;
+using canvas::cost_model_key;
 
 // What one request asks for (the prompt as ids in Job::prompt), already checked by the API layer.
 using GenerationSettings = GenerationRequest;
@@ -42,6 +46,7 @@ struct Job {
   int64_t version = 0;           // bumped on every published change
   bool started = false, finished = false;
   DecodeMode mode_used = DecodeMode::Diffusion;
+  std::string mode_reason;       // why mode_used (ModeChoice::reason)
   std::vector<int32_t> canvas;   // the generated region so far (masked positions hold the mask id)
   int64_t drafts_from = -1;      // verify: canvas positions from here on are drafts being checked (else -1)
   std::string committed_text;    // the final text so far (grows as the generator commits it)
@@ -103,8 +108,15 @@ class Engine {
   bool has_ar() const { return generator_.has_ar(); }
   // True when the cost model was read from --cost-model's file rather than measured at start-up.
   bool cost_model_stored() const { return cost_model_stored_; }
-  // The mode a request would get now (auto resolved by the cost model at the current load).
-  DecodeMode route(const GenerationSettings& settings, int64_t prompt_tokens) const;
+  // True when the measured cost model was written to that file (false: it was left as it was; a warning
+  // said why).
+  bool cost_model_written() const { return cost_model_written_; }
+  // The mode a request would get now (auto resolved by the cost model at the current load), with its
+  // draft length and overlap for verify and the reason.
+  ModeChoice choose(const GenerationSettings& settings, int64_t prompt_tokens) const;
+  DecodeMode route(const GenerationSettings& settings, int64_t prompt_tokens) const {
+    return choose(settings, prompt_tokens).mode;
+  }
   CostModel cost_model() const;  // a copy (finished requests update it)
 
   int64_t queued() const;
@@ -119,6 +131,10 @@ class Engine {
 
  private:
   void run_next();  // one slot's task: the oldest queued job, if any is left
+  bool chooses_verify() const;  // auto picks among ar and verify by the cost model (uniform-state models)
+  bool save_cost_model(const CostModel& cost) const;  // to --cost-model's file; a failure is a warning
+  mutable std::mutex save_mutex_;  // one save at a time
+  mutable bool cost_model_warned_ = false;  // a failed save was reported (under save_mutex_)
   void run(Job& job);
 
   const Model& model_;
@@ -127,6 +143,7 @@ class Engine {
   StepBatcher batcher_;
   CostModel cost_;
   bool cost_model_stored_ = false;  // read from options_.cost_model_file rather than measured
+  mutable std::atomic<bool> cost_model_written_{false};
   mutable std::mutex mutex_;
   std::condition_variable slot_freed_;
   std::deque<std::shared_ptr<Job>> queue_;

@@ -249,6 +249,7 @@ json completion_body(const CompletionReply& reply, const Job& job) {
               {"usage", usage_json(reply.prompt_tokens, job)},
               {"canvas",
                {{"mode", decode_mode_name(job.mode_used)},
+                {"mode_reason", job.mode_reason},
                 {"queue_ms", job.queued_ms},
                 {"decode_ms", job.decode_ms},
                 {"tokens", job.tokens},
@@ -725,9 +726,16 @@ namespace {
 // The decoding modes an engine's model has.
 json modes_of(const Engine& engine) {
   json modes = json::array();
-  if (engine.has_diffusion()) modes.push_back("diffusion");
-  if (engine.has_ar()) modes.push_back("ar");
+  for (const DecodeMode mode : engine.generator().modes()) modes.push_back(decode_mode_name(mode));
   return modes;
+}
+
+// What "mode": "auto" runs now for a plain request at the current load, and why.
+json auto_of(const Engine& engine) {
+  const ModeChoice choice = engine.choose(GenerationSettings{}, 0);
+  json j = {{"mode", decode_mode_name(choice.mode)}, {"reason", choice.reason}};
+  if (choice.mode == DecodeMode::Verify) j["draft_length"] = choice.draft_length, j["overlap"] = choice.overlap;
+  return j;
 }
 
 // One model's part of /health: its load, its batcher's counts, its modes and cost model.
@@ -743,6 +751,7 @@ json model_health(const ServedModel& m) {
               {"batched_passes", b.passes()},
               {"largest_batch", b.largest_batch()},
               {"modes", modes_of(engine)},
+              {"auto", auto_of(engine)},
               {"cost_model", engine.cost_model().describe()}};
 }
 
@@ -782,12 +791,13 @@ void HttpServer::models(const httplib::Request&, httplib::Response& res) {
   for (const ServedModel& m : *models)
     data.push_back({{"id", m.id},
                     {"object", "model"},
-                    {"created", 0},
+                    {"created", m.created},
                     {"owned_by", "canvas"},
                     {"canvas",
                      {{"architecture", m.engine->model().config.arch},
                       {"chat", m.chat},
-                      {"modes", modes_of(*m.engine)}}}});
+                      {"modes", modes_of(*m.engine)},
+                      {"auto", auto_of(*m.engine)}}}});
   res.set_content(dump(json{{"object", "list"}, {"data", data}}), "application/json");
 }
 
@@ -872,7 +882,6 @@ void HttpServer::props(const httplib::Request& req, httplib::Response& res) {
   const Engine* engine = m->engine;
   const ModelConfig& c = engine->model().config;
   json modes = modes_of(*engine);
-  if (supports_verify(c)) modes.push_back("verify");
   json models = json::array();
   for (const ServedModel& each : *served()) models.push_back(each.id);
   json props = {{"model", m->id},
@@ -883,6 +892,7 @@ void HttpServer::props(const httplib::Request& req, httplib::Response& res) {
                 {"n_vocab", c.vocab},
                 {"modes", modes},
                 {"default_mode", decode_mode_name(engine->options().default_mode)},
+                {"auto", auto_of(*engine)},
                 {"total_slots", engine->options().parallel},
                 {"chat_template", engine->options().chat ? engine->options().chat->jinja : std::string()},
                 {"chat_format", engine->options().chat ? engine->options().chat->name : std::string()}};
@@ -1060,6 +1070,7 @@ void HttpServer::infill(const httplib::Request& req, httplib::Response& res) {
                             {"stop", true},
                             {"canvas",
                              {{"mode", decode_mode_name(job->mode_used)},
+                              {"mode_reason", job->mode_reason},
                               {"decode_ms", job->decode_ms},
                               {"seed", job->settings.sampling.seed}}}}),
                   "application/json");

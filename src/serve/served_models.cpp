@@ -3,11 +3,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <ctime>
 #include <filesystem>
 
 #include "core/error.h"
 #include "io/gguf.h"
-#include "serve/cost_model.h"
+#include "decode/cost_model.h"
 #include "serve/openai.h"
 
 namespace canvas::serve {
@@ -78,6 +79,7 @@ std::unique_ptr<ServedText> start_served_model(TextModel text, const std::string
         "--mode ar: model " + served.id + " ('" + arch + "') cannot decode autoregressively");
   served.engine = m->engine.get();
   served.chat = m->text.chat.model_has_template || is_chat_model_name(served.id);
+  served.created = int64_t(std::time(nullptr));
   return m;
 }
 

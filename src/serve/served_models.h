@@ -20,6 +20,7 @@ struct ServedModel {
   // A chat model: a chat template of its own, or an instruction-tuned name (is_chat_model_name). Chat
   // requests that name no model go to the first one.
   bool chat = false;
+  int64_t created = 0;  // when it was loaded (Unix seconds): /v1/models' "created"
 };
 
 // A model's id: the stem of its file ("models/text-dg.gguf" -> "text-dg"), or the name of a safetensors

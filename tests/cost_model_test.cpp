@@ -1,0 +1,162 @@
+// The cost model behind --mode auto (decode/cost_model.h): pass times, verify's acceptance, the choice
+// among the modes that write AR's text, and the file it is kept in, which canvas writes only where it made
+// it (never through a link, over another file, or into a pipe).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "decode/cost_model.h"
+#include "serve_process.h"
+#include "test_util.h"
+
+namespace canvas {
+namespace {
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+CostModel flat_costs() {
+  CostModel cost;
+  cost.passes = {{1, 1.0}, {4, 1.1}, {30, 4.0}};
+  cost.per_row_ms = 0.1;
+  return cost;
+}
+
+TEST(CostModel, PassTimesInterpolateBetweenMeasuredSizes) {
+  const CostModel cost = flat_costs();
+  EXPECT_DOUBLE_EQ(cost.pass_ms(1), 1.0);
+  EXPECT_DOUBLE_EQ(cost.pass_ms(2.5), 1.05);
+  EXPECT_DOUBLE_EQ(cost.pass_ms(30), 4.0);
+  EXPECT_DOUBLE_EQ(cost.pass_ms(40), 5.0);  // past the last size: the line's slope
+  CostModel line;
+  line.fixed_ms = 2, line.per_row_ms = 0.5;
+  EXPECT_DOUBLE_EQ(line.pass_ms(4), 4.0);
+}
+
+TEST(CostModel, AcceptanceGivesTokensPerCycleForShorterDrafts) {
+  VerifyAcceptance a;
+  a.add({2, 0, 0, 2});  // K = 3: two cycles kept nothing, two kept all three
+  EXPECT_EQ(a.cycles(3), 4);
+  EXPECT_EQ(a.cycles(4), 0);
+  EXPECT_DOUBLE_EQ(a.tokens_per_cycle(3), 1 + 1.5);
+  EXPECT_DOUBLE_EQ(a.tokens_per_cycle(1), 1 + 0.5);  // min(kept, 1)
+  a.add({0, 4});  // K = 1 counts for k = 1 only
+  EXPECT_EQ(a.cycles(1), 8);
+  EXPECT_DOUBLE_EQ(a.tokens_per_cycle(1), 1 + 6.0 / 8);
+  EXPECT_DOUBLE_EQ(a.tokens_per_cycle(3), 2.5);
+}
+
+TEST(CostModel, AutoMeasuresVerifyFirstThenTakesTheFastestMeasured) {
+  CostModel cost = flat_costs();
+  ModeChoice c = choose_ar_text_mode(cost, 1, false);
+  EXPECT_EQ(c.mode, DecodeMode::Verify);  // acceptance unmeasured: verify measures it (AR's text)
+  EXPECT_EQ(c.draft_length, kExploreDraftLength);
+  EXPECT_EQ(choose_ar_text_mode(cost, 3, false).mode, DecodeMode::Ar);  // not under load
+  std::vector<int64_t> cycles(size_t(kExploreDraftLength + 1), 0);
+  cycles[3] = 40;  // every cycle keeps 3 drafts
+  cost.acceptance.add(cycles);
+  // Estimates only: k = 3 drafts, 4 tokens per cycle of 2 passes of 4 rows (2.2 ms): 0.55 ms per token.
+  c = choose_ar_text_mode(cost, 1, false);
+  EXPECT_EQ(c.mode, DecodeMode::Verify);
+  EXPECT_EQ(c.draft_length, 3);
+  EXPECT_FALSE(c.overlap);
+  EXPECT_NEAR(c.ms_per_token, 0.55, 1e-9);
+  EXPECT_NE(c.reason.find("verify k=3 is the fastest"), std::string::npos) << c.reason;
+  EXPECT_NE(c.reason.find("estimated"), std::string::npos) << c.reason;
+  // Whole runs measured here outweigh estimates: verify k=3 ran slower than AR, so AR.
+  cost.observe("ar", 40.0, 64);                                              // 0.625 ms per token
+  cost.observe(ar_text_setting(DecodeMode::Verify, 3, false), 64.0, 64);   // 1 ms per token
+  c = choose_ar_text_mode(cost, 1, false);
+  EXPECT_EQ(c.mode, DecodeMode::Ar) << c.reason;
+  EXPECT_NE(c.reason.find("measured"), std::string::npos) << c.reason;
+  // ... and the other estimates are scaled by how the measured runs compared with theirs.
+  GenerationRequest r;
+  r.draft_length = 9;
+  c.apply(r);
+  EXPECT_EQ(r.mode, DecodeMode::Ar);
+  EXPECT_EQ(r.draft_length, 0);
+  EXPECT_EQ(r.mode_reason, c.reason);
+  EXPECT_EQ(ar_text_setting(DecodeMode::Verify, 2, true), "verify k=2 overlapped");
+  EXPECT_EQ(ar_text_setting(DecodeMode::Diffusion, 0, false), "");
+}
+
+TEST(CostModel, SavedAndReadBackWithItsKey) {
+  test::TempDir dir;
+  const std::string file = dir.path("sub/costs.json");
+  CostModel cost = flat_costs();
+  cost.fixed_ms = 0.5;
+  cost.acceptance.add({1, 2, 3});
+  cost.observe("ar", 16, 8);
+  EXPECT_EQ(cost.save(file, "key A"), "");
+  const std::optional<CostModel> back = CostModel::load(file, "key A");
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->passes, cost.passes);
+  EXPECT_EQ(back->acceptance.cycles_keeping, cost.acceptance.cycles_keeping);
+  EXPECT_DOUBLE_EQ(back->observed.at("ar").ms_per_token, 2.0);
+  EXPECT_FALSE(CostModel::load(file, "key B"));
+  EXPECT_EQ(cost.save(file, "key B"), "");  // a cost model of another key is replaced
+  EXPECT_TRUE(CostModel::load(file, "key B"));
+}
+
+TEST(CostModel, WritesOnlyFilesThatAreCostModels) {
+  test::TempDir dir;
+  const CostModel cost = flat_costs();
+  // Another file (a model, a text) is left as it was, and the warning says why.
+  const std::string other = dir.path("notes.txt");
+  write_text(other, "my notes\n");
+  std::string warning = cost.save(other, "k");
+  EXPECT_NE(warning.find("not a cost-model file"), std::string::npos) << warning;
+  EXPECT_EQ(test::read_text(other), "my notes\n");
+  // A link is never followed, whatever it points at.
+  const std::string target = dir.path("target.json");
+  ASSERT_EQ(cost.save(target, "k"), "");
+  const std::string before = test::read_text(target);
+  std::filesystem::create_symlink(target, dir.path("link.json"));
+  warning = cost.save(dir.path("link.json"), "other key");
+  EXPECT_NE(warning.find("link"), std::string::npos) << warning;
+  EXPECT_EQ(test::read_text(target), before);
+  EXPECT_FALSE(CostModel::load(dir.path("link.json"), "k"));
+  // A pipe is neither waited on nor written.
+  const std::string fifo = dir.path("fifo.json");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_FALSE(CostModel::load(fifo, "k"));
+  EXPECT_NE(cost.save(fifo, "k").find("not a regular file"), std::string::npos);
+  // /proc's files read as empty regular files: not cost models, so left alone with that reason.
+  EXPECT_NE(cost.save("/proc/self/status", "k").find("not a cost-model file"), std::string::npos);
+  // A failed write is a warning, not an error.
+  warning = cost.save("/proc/no-such-dir/costs.json", "k");
+  EXPECT_NE(warning.find("not written"), std::string::npos) << warning;
+  // A file too large to be a cost model is not read.
+  const std::string big = dir.path("big.json");
+  write_text(big, std::string(size_t(CostModel::kMaxFileBytes) + 1, ' '));
+  EXPECT_FALSE(CostModel::load(big, "k"));
+}
+
+// serve --cost-model naming the served model, a pipe, or a folder that cannot be written: serve starts,
+// answers, and leaves each as it was.
+TEST(CostModelCli, ServeNeverOverwritesWhatItDidNotWrite) {
+  test::TempDir dir;
+  const std::string model = dir.path("m.gguf");
+  std::filesystem::copy_file(test::source_path("models/text-ar.gguf"), model);
+  const std::string bytes = test::read_text(model);
+  {
+    test::ServerProcess server("-m " + model + " --cost-model " + model, "");
+    ASSERT_NE(server.port(), 0) << server.log();
+    EXPECT_NE(server.log().find("warning: --cost-model"), std::string::npos) << server.log();
+    EXPECT_NE(server.log().find("the file is left as it was"), std::string::npos) << server.log();
+  }
+  EXPECT_TRUE(test::read_text(model) == bytes) << "the model was changed";
+  const std::string fifo = dir.path("c.json");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  test::ServerProcess server("--cost-model " + fifo, "models/text-ar.gguf");
+  ASSERT_NE(server.port(), 0) << server.log();
+  EXPECT_NE(server.log().find("not a regular file"), std::string::npos) << server.log();
+}
+
+}  // namespace
+}  // namespace canvas
