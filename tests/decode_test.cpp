@@ -7,8 +7,11 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "io/utf8.h"
 #include "decode/ar.h"
 #include "decode/masked.h"
+#include "decode/text_stream.h"
+#include "io/text_tokenizer.h"
 #include "io/gguf.h"
 #include "model/model.h"
 #include "test_util.h"
@@ -289,6 +292,43 @@ TEST(Errors, BadParametersAreClearErrors) {
   p.block_length = 10;
   p.steps = 4;  // not a multiple of 3 blocks
   EXPECT_THROW(run(m, p), Error);
+}
+
+// A stream's pieces end on whole tokens: a stop string holds back only an end of the text that may begin
+// it (with the token it falls in), and a character split across tokens is never sent in part.
+TEST(TextStream, PiecesAreWholeTokensAndWholeCharacters) {
+  const TextTokenizer tok = TextTokenizer::open(test::source_path("models/text-dg.gguf"));
+  const std::string text = "And the LORD spake unto Moses, saying, Speak unto the children of Israel.";
+  const std::vector<int32_t> ids = tok.encode(text, false);
+  ASSERT_GT(ids.size(), 8u);
+  std::vector<size_t> boundaries = {0};  // where the text of each prefix of ids ends
+  for (size_t n = 1; n <= ids.size(); ++n)
+    boundaries.push_back(tok.decode(std::vector<int32_t>(ids.begin(), ids.begin() + long(n))).size());
+  std::vector<std::string> pieces;
+  TextStream stream(&tok, {}, {"<turn|>", "\n\n"}, [&](const std::string& piece) { pieces.push_back(piece); });
+  for (size_t n = 1; n <= ids.size(); ++n) {
+    stream.update(std::vector<int32_t>(ids.begin(), ids.begin() + long(n)));
+    // Nothing of this text begins a stop string, so every token is sent as soon as it is final.
+    EXPECT_EQ(stream.sent().size(), boundaries[n]) << n;
+  }
+  EXPECT_EQ(stream.finish(ids), text);
+  for (const std::string& piece : pieces) EXPECT_FALSE(piece.empty());
+  // An end that may begin a stop string waits, whole tokens with it; the stop string itself is never sent.
+  std::vector<int32_t> with_stop = tok.encode("And the LORD said\n", false);
+  TextStream held(&tok, {}, {"\n\n"});
+  held.update(with_stop);
+  EXPECT_EQ(held.sent(), "And the LORD said");
+  with_stop.push_back(tok.encode("\n", false).front());
+  held.update(with_stop);
+  EXPECT_EQ(held.sent(), "And the LORD said");
+  EXPECT_TRUE(held.stop_string_seen());
+  // A character whose bytes come in two tokens is sent once both are final.
+  const std::vector<int32_t> snowman = tok.encode("a \xE2\x98\x83 b", false);
+  TextStream chars(&tok, {}, {});
+  for (size_t n = 1; n <= snowman.size(); ++n) {
+    chars.update(std::vector<int32_t>(snowman.begin(), snowman.begin() + long(n)));
+    EXPECT_EQ(complete_utf8_prefix(chars.sent()), chars.sent().size()) << n;
+  }
 }
 
 }  // namespace

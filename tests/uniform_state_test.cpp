@@ -322,5 +322,39 @@ TEST(UniformStateDecode, CliGeneratesInBothModes) {
   EXPECT_NE(r.output.find("--t-min"), std::string::npos) << r.output;
 }
 
+// A model file may name what --mode auto runs (GGUF diffusion.default_mode); a bad value is refused naming
+// the file and the key.
+TEST(UniformStateDecode, ModelFileNamesItsDefaultMode) {
+  test::TempDir dir;
+  train::InitOptions init;
+  init.seed = 5;
+  ModelConfig c = uniform_config(train::kByteVocab);
+  c.eos_token = train::kByteEos;
+  c.default_mode = "diffusion";
+  train::TrainModel tm(c, init);
+  const std::string path = dir.path("diffusion-default.gguf");
+  tm.save_gguf(path, train::byte_tokenizer_metadata(false));
+  EXPECT_EQ(Model::load(path).config.default_mode, "diffusion");
+  auto r = test::run_canvas("generate -m " + path + " -p abc -n 6 --json --cost-model none", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json j = test::json_of(r.output);
+  EXPECT_EQ(j["mode"], "diffusion");
+  EXPECT_EQ(j["mode_reason"], "auto: the model file's diffusion.default_mode");
+  EXPECT_EQ(j["modes"][0], "diffusion");
+  r = test::run_canvas("generate -m " + path + " -p abc -n 6 --mode ar --json", false);  // asked for
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(test::json_of(r.output)["mode"], "ar");
+  c.default_mode = "fast";
+  train::TrainModel bad(c, init);
+  try {
+    bad.save_gguf(dir.path("bad.gguf"), train::byte_tokenizer_metadata(false));  // (saving reads it back)
+    ADD_FAILURE() << "a default mode 'fast' was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.gguf: diffusion.default_mode 'fast' must be diffusion, ar or verify"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace canvas

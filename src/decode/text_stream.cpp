@@ -15,8 +15,10 @@ TextStream::TextStream(const TextTokenizer* tokenizer, std::vector<int32_t> stop
   for (const std::string& s : stop_strings_) check(!s.empty(), "a stop string must not be empty");
 }
 
-std::string TextStream::text_of(const std::vector<int32_t>& tokens, bool* cut) {
-  std::vector<int32_t> shown;
+std::string TextStream::text_of(const std::vector<int32_t>& tokens, bool* cut, std::vector<int32_t>* shown_out) {
+  std::vector<int32_t> local;
+  std::vector<int32_t>& shown = shown_out ? *shown_out : local;
+  shown.clear();
   *cut = false;
   for (int32_t id : tokens) {
     if (std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end()) {
@@ -49,13 +51,31 @@ void TextStream::emit(const std::string& text, size_t end) {
 
 void TextStream::update(const std::vector<int32_t>& final_prefix) {
   bool cut = false;
-  const std::string text = text_of(final_prefix, &cut);
+  std::vector<int32_t> shown;
+  const std::string text = text_of(final_prefix, &cut, &shown);
   size_t end = text.size();
   if (!cut) {
+    // Held back: the longest end of the text that may begin a stop string, and an unfinished character;
+    // then the rest of a token cut by either (a stream sends whole tokens where their text allows).
     size_t hold = 0;
-    for (const std::string& s : stop_strings_) hold = std::max(hold, s.size() - 1);
-    end = text.size() > hold ? text.size() - hold : 0;
-    end = complete_utf8_prefix(std::string_view(text).substr(0, end));
+    for (const std::string& s : stop_strings_)
+      for (size_t n = std::min(s.size() - 1, text.size()); n > hold; --n)
+        if (text.compare(text.size() - n, n, s, 0, n) == 0) {
+          hold = n;
+          break;
+        }
+    end = complete_utf8_prefix(std::string_view(text).substr(0, text.size() - hold));
+    if (end < text.size() && tokenizer_) {
+      size_t boundary = 0;  // where the last token that ends at or before `end` ends
+      for (size_t n = shown.size(); n-- > 0;) {
+        const std::string before = tokenizer_->decode(std::vector<int32_t>(shown.begin(), shown.begin() + n));
+        if (before.size() <= end && text.compare(0, before.size(), before) == 0) {
+          boundary = before.size();
+          break;
+        }
+      }
+      end = complete_utf8_prefix(std::string_view(text).substr(0, boundary));
+    }
   }
   emit(text, end);
 }

@@ -1,5 +1,7 @@
 // Generated tokens to text as they become final: the text ends before the first stop id and the first stop
-// string, and what might still turn into a stop string (or is an unfinished UTF-8 character) is held back.
+// string, and what might still turn into a stop string (an end that begins one) or is an unfinished UTF-8
+// character is held back, with the rest of the token it cuts: pieces end on whole tokens where the text
+// allows, never inside a character.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -25,7 +27,9 @@ class TextStream {
   const std::string& sent() const { return sent_; }
 
  private:
-  std::string text_of(const std::vector<int32_t>& tokens, bool* cut);
+  // The text of the tokens before the first stop id, cut at the first stop string; `shown` (when given) gets
+  // those tokens.
+  std::string text_of(const std::vector<int32_t>& tokens, bool* cut, std::vector<int32_t>* shown = nullptr);
   void emit(const std::string& text, size_t end);
 
   const TextTokenizer* tokenizer_;

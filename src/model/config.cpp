@@ -27,6 +27,16 @@ constexpr ArchTraits kArchs[] = {
     {"qwen2", RopeLayout::Neox, true, false},
 };
 
+// GGUF diffusion.default_mode (any architecture): what --mode auto runs.
+void read_default_mode(const GgufFile& file, ModelConfig& c) {
+  c.default_mode = file.get_string("diffusion.default_mode", "");
+  check(c.default_mode.empty() || c.default_mode == "diffusion" || c.default_mode == "ar" || c.default_mode == "verify",
+        file.path() + ": diffusion.default_mode '" + c.default_mode + "' must be diffusion, ar or verify");
+}
+void write_default_mode(const ModelConfig& c, GgufWriter& w) {
+  if (!c.default_mode.empty()) w.set("diffusion.default_mode", GgufValue::string(c.default_mode));
+}
+
 bool is_gemma_arch(const std::string& arch) {
   return arch == "diffusion-gemma" || arch == "gemma4" || arch == "gemma3";
 }
@@ -346,6 +356,7 @@ ModelConfig config_from_gguf(const GgufFile& file) {
         file.path() + " is a vocabulary-only GGUF (tokenizer.ggml.* keys, no model): give it with --tokenizer, or "
                       "to canvas tokenize / detokenize, and a model with -m");
   c.arch = file.require_string("general.architecture");
+  read_default_mode(file, c);
   if (is_gemma_arch(c.arch)) return gemma_config_from_gguf(file, c);
   const ArchTraits* traits = nullptr;
   for (const ArchTraits& t : kArchs)
@@ -406,9 +417,6 @@ ModelConfig config_from_gguf(const GgufFile& file) {
   c.mask_token = int32_t(file.get_int("tokenizer.ggml.mask_token_id", -1));
   c.uniform_state = c.uniform_state || file.get_string("diffusion.kind", "") == "uniform";
   c.self_conditioning = file.get_bool("diffusion.self_conditioning", false);
-  c.default_mode = file.get_string("diffusion.default_mode", "");
-  check(c.default_mode.empty() || c.default_mode == "diffusion" || c.default_mode == "ar" || c.default_mode == "verify",
-        file.path() + ": diffusion.default_mode '" + c.default_mode + "' must be diffusion, ar or verify");
   check(!c.self_conditioning || c.ffn > 0,
         file.path() + ": diffusion.self_conditioning needs " + p + "feed_forward_length (the MLP's width)");
   c.bos_token = int32_t(file.get_int("tokenizer.ggml.bos_token_id", -1));
@@ -477,6 +485,7 @@ void gemma_config_to_gguf(const ModelConfig& c, GgufWriter& w) {
   check_expressible(swa.kind == AttentionKind::Full || c.sliding_window > 0, c, "sliding window (0)");
   const std::string p = c.arch + ".";
   auto u32 = [](int64_t v) { return GgufValue::u32(uint32_t(v)); };
+  write_default_mode(c, w);
   w.set("general.architecture", GgufValue::string(c.arch));
   if (!c.name.empty()) w.set("general.name", GgufValue::string(c.name));
   w.set(p + "context_length", u32(c.context_length));
@@ -574,7 +583,7 @@ void config_to_gguf(const ModelConfig& c, GgufWriter& w) {
   w.set("diffusion.shift_logits", GgufValue::boolean(c.shift_logits));
   if (c.uniform_state) w.set("diffusion.kind", GgufValue::string("uniform"));
   if (c.self_conditioning) w.set("diffusion.self_conditioning", GgufValue::boolean(true));
-  if (!c.default_mode.empty()) w.set("diffusion.default_mode", GgufValue::string(c.default_mode));
+  write_default_mode(c, w);
   auto token = [&](const char* key, int32_t id) {
     if (id >= 0) w.set(key, u32(id));
   };
