@@ -39,7 +39,7 @@ main > section { flex: 1; min-height: 0; display: flex; flex-direction: column; 
 #message { flex: 1; resize: vertical; min-height: 2.7em; height: 2.7em; padding: .4em .6em; border-radius: 6px; border: 1px solid #bbb; }
 #send { background: #2c5fb3; color: #fff; border: 1px solid #2c5fb3; border-radius: 6px; }
 button.stop { background: #b00 !important; border-color: #b00 !important; color: #fff !important; }
-#completion-view { overflow-y: auto; padding-bottom: 1em; } #prompt { width: 100%; height: 5em; }
+#completion-view { overflow-y: auto; padding-bottom: 1em; } #prompt { width: 100%; height: 5em; } #generate { margin-top: .5em; }
 .canvas { display: flex; flex-wrap: wrap; gap: 2px; } #canvas { margin: .8em 0; min-height: 2em; }
 .cell { font: 13px/1.6 monospace; min-width: .9em; padding: 0 2px; text-align: center; border-radius: 2px; background: #fff; border: 1px solid #ddd; white-space: pre; }
 .cell:empty::before { content: "\200b"; } /* a piece with no text keeps the row's height */
