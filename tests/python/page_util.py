@@ -1,5 +1,6 @@
-# Shared by the web page tests: Debian's Chromium driven by Playwright for Python (no browser download), and
-# one request of the page run to its end.
+# Shared by the web page tests: Debian's Chromium driven by Playwright for Python (no browser download), the
+# page loaded with its requests recorded, and one request of either view run to its end.
+import json
 import os
 
 import pytest
@@ -20,19 +21,52 @@ def page():
             browser.close()
 
 
-def run(page):
-    """Clicks Go and waits for the page to say the request is done; returns how it ended."""
-    page.evaluate("() => { delete document.body.dataset.done; }")
-    page.click("#go")
-    page.wait_for_function("() => document.body.dataset.done", timeout=60_000)
-    return page.evaluate("() => document.body.dataset.done")
-
-
 def open_page(page, sent):
     """Loads the page, records every POST body it sends into `sent`, and returns the picker's models."""
-    import json
     page.on("request", lambda r: sent.append(json.loads(r.post_data)) if r.method == "POST" else None)
     page.goto(BASE + "/")
     assert page.title() == "canvas serve"
     page.wait_for_function("() => document.body.dataset.models", timeout=10_000)
     return page.locator("#model option").all_text_contents()
+
+
+def open_settings(page):
+    """Unfolds Settings (the knobs are hidden, so not fillable, until then)."""
+    assert page.is_hidden("#max_tokens"), "the knobs start folded away"
+    page.click("#settings summary")
+    assert page.is_visible("#max_tokens")
+
+
+def wait_done(page):
+    page.wait_for_function("() => document.body.dataset.done", timeout=60_000)
+    return page.evaluate("() => document.body.dataset.done")
+
+
+def start(page):
+    page.evaluate("() => { delete document.body.dataset.done; }")
+
+
+def run(page):
+    """Completion view: clicks Generate and waits for the page to say the request is done; returns how it ended."""
+    start(page)
+    page.click("#generate")
+    return wait_done(page)
+
+
+def send(page, text):
+    """Chat view: types `text` into the send box, presses Enter and waits for the reply; returns how it ended."""
+    start(page)
+    page.fill("#message", text)
+    page.press("#message", "Enter")
+    return wait_done(page)
+
+
+_devtools = {}
+
+
+def throttle(page, bytes_per_second):
+    """Slows the page's downloads (-1: no limit), so that a stream is still arriving when a test acts on it."""
+    if page not in _devtools:  # one DevTools session a page, so that -1 lifts the limit it set
+        _devtools[page] = page.context.new_cdp_session(page)
+    _devtools[page].send("Network.emulateNetworkConditions",
+             {"offline": False, "latency": 0, "downloadThroughput": bytes_per_second, "uploadThroughput": -1})
