@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -205,6 +206,33 @@ TEST(CliGenerate, VisualFrameFirstThenTheText) {
           << model_args << ": no text after the frame: " << between;
     }
   }
+}
+
+// --visual a person can watch: each frame stays at least --visual-delay ms (default 50) on the alternate
+// screen, and the final frame is left on the normal screen when the view closes.
+TEST(CliGenerate, VisualFramesStayOnScreenAndTheLastOneRemains) {
+  test::TempDir dir;
+  const std::string log = dir.path("tty.log");
+  auto run = [&](const std::string& extra, double* seconds) {
+    const std::string cmd = "script -qec \"" + std::string(CANVAS_BINARY) + " generate -m " + llada() +
+                            " -p 'In the beginning' -n 16 --block-length 8 -s 1 -t 1 --visual" + extra + "\" " + log +
+                            " >/dev/null 2>&1";
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return test::read_text(log);
+  };
+  double paced = 0, fast = 0;
+  const std::string tty = run("", &paced);
+  size_t frames = 0;
+  for (size_t at = tty.find("\x1b[H\x1b[J"); at != std::string::npos; at = tty.find("\x1b[H\x1b[J", at + 1)) ++frames;
+  EXPECT_GE(frames, 16u) << tty;  // one per step
+  EXPECT_GE(paced, 0.05 * double(frames)) << frames << " frames";
+  const size_t left = tty.rfind("\x1b[?1049l");
+  ASSERT_NE(left, std::string::npos) << tty;
+  EXPECT_NE(tty.find("In the beginning", left), std::string::npos) << "no final frame after the view: " << tty.substr(left);
+  run(" --visual-delay 0", &fast);
+  EXPECT_LT(fast, paced);
 }
 
 TEST(CliGenerate, PromptFromFileDashAndPipe) {

@@ -280,6 +280,7 @@ TEST(ServeCli, LlamaServerHelpersInfillAndStructuredOutput) {
   EXPECT_TRUE(doc["age"].is_number_integer() && doc["ok"].is_boolean()) << doc;
   EXPECT_EQ(doc_text.rfind("{\"ok\":", 0), 0u) << "properties in the schema's order, unpadded: " << doc_text;
   EXPECT_EQ(doc_text.find(' '), std::string::npos) << doc_text;
+  EXPECT_EQ(json::parse(res->body)["choices"][0]["finish_reason"], "stop") << "the schema ended the document";
   expect_error(post(server, "/v1/completions", R"({"prompt": "a", "response_format": {"type": "json_schema",
                  "json_schema": {"schema": {"type": "object", "patternProperties": {}}}}})"), 400, "patternProperties");
 

@@ -55,6 +55,19 @@ TEST(ServeCli, LogprobsCompletionsAndChat) {
     joined += lp["tokens"][i].get<std::string>();
   }
   EXPECT_EQ(joined, j["choices"][0]["text"]);
+  // Each top_logprobs object lists its tokens most likely first (read in the order they were written).
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(post(server, "/v1/completions", body)->body);
+  bool alphabetical_everywhere = true;
+  for (const auto& top : ordered["choices"][0]["logprobs"]["top_logprobs"]) {
+    double previous = INFINITY;
+    std::string previous_token;
+    for (const auto& [token, value] : top.items()) {
+      EXPECT_LE(value.get<double>(), previous) << top.dump();
+      if (!previous_token.empty() && token < previous_token) alphabetical_everywhere = false;
+      previous = value.get<double>(), previous_token = token;
+    }
+  }
+  EXPECT_FALSE(alphabetical_everywhere) << "the tokens are in alphabetical order: " << ordered.dump();
 
   // Streamed: the chunks' entries, in order, are the non-streamed ones.
   json streamed_body = json::parse(body);
@@ -158,4 +171,23 @@ TEST(ServeCli, EchoPrependsThePrompt) {
   }
   EXPECT_EQ(text, j["choices"][0]["text"]);
   EXPECT_EQ(values, lp["token_logprobs"]);
+}
+
+// Special tokens among the alternatives are shown by name ("<turn|>"), never as an empty token: the chat
+// model's reply ends at its end-of-turn token, which the alternatives of the steps before it hold.
+TEST(ServeCli, LogprobsNameSpecialTokens) {
+  ServerProcess server("--parallel 1", "models/text-dg-chat.gguf");
+  ASSERT_NE(server.port(), 0) << server.log();
+  const json ended = post_json(server, "/v1/chat/completions",
+                               R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 100, "mode": "ar",
+                                   "logprobs": true, "top_logprobs": 5})");
+  ASSERT_TRUE(ended.contains("choices")) << ended.dump();
+  EXPECT_EQ(ended["choices"][0]["finish_reason"], "stop") << ended.dump();
+  bool special_named = false;
+  for (const json& e : ended["choices"][0]["logprobs"]["content"])
+    for (const json& alt : e["top_logprobs"]) {
+      EXPECT_NE(alt["token"], "") << e.dump();
+      special_named = special_named || alt["token"] == "<turn|>";
+    }
+  EXPECT_TRUE(special_named) << ended.dump();
 }

@@ -68,10 +68,10 @@ std::vector<Option> decoding_options() {
         {"--no-stream", "", "print the text only when generation has finished"},
         {"--visual", "", "redraw the canvas on stderr's alternate screen at every step: the prompt dim, final\n"
                          "tokens plain, this step's commits bold green, masks as shaded blocks, noise and\n"
-                         "drafts dim; the text is printed once the view is gone (also on Ctrl-C); only\n"
-                         "when stderr is a terminal"},
-        {"--visual-delay", "MS", "with --visual: wait MS milliseconds after each redraw, to watch it (not counted\n"
-                                 "in the speed figures)"},
+                         "drafts dim; the final frame stays on the normal screen and the text follows\n"
+                         "(also on Ctrl-C); only when stderr is a terminal"},
+        {"--visual-delay", "MS", "with --visual: each frame stays at least MS milliseconds on screen (default 50;\n"
+                                 "0: as fast as the model goes; the wait is not counted in the speed figures)"},
         heading("Uniform-state diffusion only (defaults: the checkpoint's generation_config.json or GGUF diffusion.*\n"
                      "keys, else DiffusionGemma's release values; EOS ids from there too, else {1, 106, 50} for Gemma):"),
         {"--entropy-bound", "E", "entropy budget (nats) of the positions accepted per step (default 0.1)"},
@@ -288,7 +288,7 @@ void leave_screen_and_die(int sig) {
 TerminalOutput::TerminalOutput(const Args& args, const TextModel& m, std::string prompt, bool whole_text_only)
     : tokenizer_(&m.tokenizer),
       mask_(m.model.config.mask_token),
-      delay_ms_(args.get_int("visual-delay", 0)),
+      delay_ms_(args.get_int("visual-delay", 50)),
       prompt_(std::move(prompt)) {
   check(delay_ms_ >= 0 && delay_ms_ <= 60000, "--visual-delay must be between 0 and 60000 ms");
   visual_ = args.has("visual") && isatty(STDERR_FILENO);
@@ -312,16 +312,25 @@ void TerminalOutput::draw(const StepEvent& e) {
     signal(SIGINT, leave_screen_and_die);
     signal(SIGTERM, leave_screen_and_die);
   }
-  std::fputs(("\x1b[H\x1b[J" + canvas_frame(e, tokenizer_, mask_, prompt_)).c_str(), stderr);
+  // A frame stays at least delay_ms_ on screen: the next waits for it (the generator leaves the wait out
+  // of its speed figures).
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_frame_) std::this_thread::sleep_until(next_frame_);
+  last_frame_ = canvas_frame(e, tokenizer_, mask_, prompt_);
+  std::fputs(("\x1b[H\x1b[J" + last_frame_).c_str(), stderr);
   std::fflush(stderr);
-  if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
+  next_frame_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms_);
 }
 
 void TerminalOutput::close() {
   if (on_alternate_screen.exchange(false)) {
+    if (std::chrono::steady_clock::now() < next_frame_) std::this_thread::sleep_until(next_frame_);  // the last one too
     std::fputs(kLeaveScreen, stderr);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    // The final frame stays on the normal screen, above the text.
+    if (!last_frame_.empty()) std::fputs((last_frame_ + (last_frame_.back() == '\n' ? "" : "\n")).c_str(), stderr);
+    last_frame_.clear();
   }
   std::fflush(stderr);
 }

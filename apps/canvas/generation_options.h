@@ -2,6 +2,7 @@
 // those flags, the model as the commands load it, and the terminal output (stream or live view) (the stats line and JSON of a result
 // are decode/generation_report.h's).
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -67,8 +68,9 @@ std::string read_prompt(const Args& args, const std::string& help_command);
 // notice says it is ignored) the live view on stderr's alternate screen (left again by close(), or on
 // SIGINT / SIGTERM): the prompt (dim), then the generated region with final tokens plain, this step's
 // commits bold green, masked positions as shaded blocks and noise or drafts dim (control characters
-// escaped), redrawn every step, then a pause of --visual-delay ms (the generator leaves callback time out
-// of its speed figures). Otherwise the text is streamed to stdout as it is finalised, unless --no-stream
+// escaped), redrawn every step, each frame at least --visual-delay ms (default 50) on screen (the
+// generator leaves callback time out of its speed figures); close() leaves the final frame on the normal
+// screen. Otherwise the text is streamed to stdout as it is finalised, unless --no-stream
 // or `whole_text_only` (--json: stdout holds one object; infilling prints the whole text at the end).
 class TerminalOutput {
  public:
@@ -85,6 +87,8 @@ class TerminalOutput {
   const TextTokenizer* tokenizer_;
   int32_t mask_;
   int64_t delay_ms_;
+  std::chrono::steady_clock::time_point next_frame_{};  // when the next frame may be drawn
+  std::string last_frame_;                               // left on the normal screen by close()
   std::string prompt_;
   bool visual_ = false, stream_ = false;
 };

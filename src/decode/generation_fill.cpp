@@ -2,6 +2,7 @@
 // becomes a fill plan (decode/infill.h) decoded by masked or uniform-state diffusion, or a schema decoded
 // left to right under the constraint.
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <mutex>
 
 #include "core/error.h"
@@ -102,7 +103,8 @@ GenerationOutput Generator::run_fill(const GenerationRequest& r, ThreadPool* poo
       out.rows_computed = res.rows_computed;
       out.prompt_ms = res.prompt_ms;
       out.decode_ms = res.decode_ms;
-      out.finish_reason = out.tokens.size() < out.region.size() ? "eos" : "length";
+      // "stop" once the schema's document is complete, "length" when N ran out first.
+      out.finish_reason = nlohmann::json::accept(out.text) ? "stop" : "length";
       if (r.on_text) r.on_text(out.text);
       return out;
     }
@@ -146,7 +148,7 @@ GenerationOutput Generator::run_fill(const GenerationRequest& r, ThreadPool* poo
   out.rows_computed = res.rows_computed;
   out.prompt_ms = res.prompt_ms;
   out.decode_ms = res.decode_ms;
-  out.finish_reason = "length";
+  out.finish_reason = schema_mode ? "stop" : "length";  // a schema's scaffold is a whole document
   if (r.on_text) r.on_text(out.text);
   return out;
 }

@@ -18,7 +18,9 @@
 
 namespace canvas::serve {
 
-using nlohmann::json;
+// Insertion-ordered: answers keep OpenAI's field order, and a legacy top_logprobs object lists its tokens
+// most likely first.
+using json = nlohmann::ordered_json;
 
 // cpp-httplib's server used as a router: it parses the framed request it is given, runs the handler and
 // writes the answer. Its chunked (SSE) writer runs only while the server "listens", so it is told the
@@ -164,9 +166,12 @@ struct CompletionReply {
   std::vector<int32_t> stop_ids;  // ids that end the text (a stream's entries stop before them)
 };
 
-// A token's text (its id when there is no tokenizer).
+// A token's text (its id when there is no tokenizer); a special token, whose text decoding drops, by its
+// name ("<turn|>").
 std::string token_text(const TextTokenizer* tokenizer, int32_t id) {
-  return tokenizer ? tokenizer->decode({id}) : std::to_string(id);
+  if (!tokenizer) return std::to_string(id);
+  const std::string text = tokenizer->decode({id});
+  return text.empty() ? tokenizer->token_piece(id) : text;
 }
 
 json utf8_bytes(const std::string& text) {
