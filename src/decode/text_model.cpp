@@ -1,6 +1,7 @@
 // Tokenizer choice, sampler defaults and chat formats of a model.
 #include "decode/text_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -148,12 +149,21 @@ ChatFormat ChatFormat::for_model(const Model& model, const std::string& model_pa
     if (fs::exists(config)) jinja = JsonDocument::load(config.string()).get_string("chat_template", "");
   }
   format.model_has_template = !jinja.empty();
+  format.template_source = (model.file ? model_path + "'s tokenizer.chat_template" : model_path + "'s chat_template");
+  if (c.context_length > 0) {
+    size_t longest = 1;
+    for (int64_t id = 0; id < tokenizer.vocab_size(); ++id)
+      longest = std::max(longest, tokenizer.token_piece(int32_t(id)).size());
+    const size_t most = size_t(c.context_length) * longest;
+    if (most < ChatTemplateInputs{}.max_output_bytes) {
+      format.max_prompt_bytes = most;
+      format.max_prompt_reason = "(the model's context of " + std::to_string(c.context_length) +
+                                 " tokens, of at most " + std::to_string(longest) + " bytes each)";
+    }
+  }
   if (name == "auto" && !jinja.empty()) {
     try {
-      ChatTemplateInputs probe;
-      probe.messages = {{"user", "hello"}};
-      probe.bos_token = format.bos;
-      probe.eos_token = format.eos;
+      ChatTemplateInputs probe = format.template_inputs({{"user", "hello"}});
       render_chat_template(jinja, probe);
       format.name = "the model's";
       format.turn_end = turn_end_of(jinja);
@@ -169,14 +179,20 @@ ChatFormat ChatFormat::for_model(const Model& model, const std::string& model_pa
   return format;
 }
 
+ChatTemplateInputs ChatFormat::template_inputs(const std::vector<ChatMessage>& messages) const {
+  ChatTemplateInputs in;
+  in.messages = messages;
+  in.bos_token = bos;
+  in.eos_token = eos;
+  if (max_prompt_bytes > 0) in.max_output_bytes = max_prompt_bytes;
+  in.max_output_reason = max_prompt_reason;
+  in.source = template_source;
+  in.cancel = cancel;
+  return in;
+}
+
 std::string ChatFormat::render(const std::vector<ChatMessage>& messages) const {
-  if (!jinja.empty()) {
-    ChatTemplateInputs in;
-    in.messages = messages;
-    in.bos_token = bos;
-    in.eos_token = eos;
-    return render_chat_template(jinja, in);
-  }
+  if (!jinja.empty()) return render_chat_template(jinja, template_inputs(messages));
   std::string out;
   for (const ChatPiece& piece : render_pieces(messages)) out += piece.text;
   return out;
@@ -194,11 +210,8 @@ std::vector<ChatPiece> ChatFormat::render_pieces(const std::vector<ChatMessage>&
     // The template rendered over numbered marks in place of the contents, then cut at the marks. The
     // marks use control characters no template writes and no trim removes.
     const std::string open = "\x02" "canvas-message-", close = "\x03";
-    ChatTemplateInputs in;
-    in.messages = messages;
+    ChatTemplateInputs in = template_inputs(messages);
     for (size_t i = 0; i < messages.size(); ++i) in.messages[i].content = open + std::to_string(i) + close;
-    in.bos_token = bos;
-    in.eos_token = eos;
     const std::string rendered = render_chat_template(jinja, in);
     size_t at = 0;
     for (size_t mark = rendered.find(open); mark != std::string::npos; mark = rendered.find(open, at)) {

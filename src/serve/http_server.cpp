@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "decode/chat_template.h"
 #include "decode/verify.h"
 #include "io/json.h"
 #include "serve/openai.h"
@@ -933,6 +934,8 @@ void HttpServer::complete(const httplib::Request& req, httplib::Response& res, b
   if (!fills) {
     try {
       prompt = engine->generator().prompt_of(s);
+    } catch (const ChatTemplateTooLong& e) {  // a conversation that cannot fit the context
+      return send_error(res, 400, e.what(), "messages", "context_length_exceeded");
     } catch (const std::exception& e) {
       return send_error(res, 400, std::string("cannot tokenize the prompt: ") + e.what(),
                         chat ? "messages" : "prompt");
