@@ -10,7 +10,7 @@
 #include <chrono>
 
 #include "core/error.h"
-#include "chat_template_model.h"
+#include "gguf_copy.h"
 #include "test_util.h"
 
 namespace canvas {

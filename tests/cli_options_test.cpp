@@ -19,7 +19,7 @@
 
 #include "io/gguf.h"
 #include "core/cpu.h"
-#include "chat_template_model.h"
+#include "gguf_copy.h"
 #include "test_util.h"
 
 namespace canvas {

@@ -94,8 +94,8 @@ std::vector<std::string> model_paths(const Args& args) {
     return {shipped_model_path(kDefaultTextModel, "canvas serve"),
             shipped_model_path(kDefaultChatModel, "canvas serve")};
   const serve::ModelFiles files = serve::expand_model_paths(args.get_all("model"));
-  for (const std::string& path : files.skipped)
-    std::fprintf(stderr, "canvas serve: %s holds no model (no general.architecture); not served\n", path.c_str());
+  for (const serve::ModelFiles::Skipped& s : files.skipped)
+    std::fprintf(stderr, "canvas serve: warning: %s: %s; not served\n", s.path.c_str(), s.reason.c_str());
   return files.paths;
 }
 

@@ -18,15 +18,25 @@ bool is_gemma(const ModelConfig& c) { return c.arch == "diffusion-gemma" || c.ar
 
 // Sampler defaults read from a file are checked where they are read, naming the file and key: a bad value
 // must not surface later as a complaint about a flag nobody gave.
-void check_file_sampler_params(const EntropyBoundParams& p, const std::string& file, const char* steps_key,
-                               const char* length_key) {
+// The sampler keys' names in a GGUF (diffusion.*) or a generation_config.json.
+std::string sampler_key(bool gguf, const char* in_gguf, const char* in_json) { return gguf ? in_gguf : in_json; }
+
+void check_file_sampler_params(const EntropyBoundParams& p, const std::string& file, bool gguf) {
+  auto key = [&](const char* in_gguf, const char* in_json) { return file + ": " + sampler_key(gguf, in_gguf, in_json); };
+  const std::string steps = key("diffusion.eb_max_steps", "max_denoising_steps");
   check(p.max_denoising_steps > 0 && p.max_denoising_steps <= 1000000,
-        file + ": " + steps_key + " is " + std::to_string(p.max_denoising_steps) + "; it must be in 1..1000000");
-  check(p.canvas_length > 0 && p.canvas_length <= (int64_t(1) << 24),
-        file + ": " + length_key + " is " + std::to_string(p.canvas_length) + "; it must be positive");
-  check(std::isfinite(p.t_min) && std::isfinite(p.t_max) && p.t_min > 0 && p.t_max >= p.t_min,
-        file + ": the temperatures need 0 < t_min <= t_max");
-  check(std::isfinite(p.entropy_bound) && p.entropy_bound >= 0, file + ": entropy_bound must be finite and >= 0");
+        steps + " is " + std::to_string(p.max_denoising_steps) + "; it must be in 1..1000000");
+  const std::string length = key("diffusion.canvas_length", "canvas_length");
+  constexpr int64_t kMaxCanvasLength = int64_t(1) << 24;
+  check(p.canvas_length > 0, length + " is " + std::to_string(p.canvas_length) + "; it must be positive");
+  check(p.canvas_length <= kMaxCanvasLength, length + " is " + std::to_string(p.canvas_length) +
+                                                 ", more than the limit of " + std::to_string(kMaxCanvasLength));
+  const std::string t_min = key("diffusion.eb_t_min", "t_min"), t_max = key("diffusion.eb_t_max", "t_max");
+  check(std::isfinite(p.t_min) && p.t_min > 0, t_min + " is " + std::to_string(p.t_min) + "; it must be finite and > 0");
+  check(std::isfinite(p.t_max) && p.t_max >= p.t_min,
+        t_max + " is " + std::to_string(p.t_max) + "; it must be finite and at least t_min (" + std::to_string(p.t_min) + ")");
+  check(std::isfinite(p.entropy_bound) && p.entropy_bound >= 0,
+        key("diffusion.eb_entropy_bound", "entropy_bound") + " must be finite and >= 0");
   check(std::isfinite(p.neighbor_penalty) && p.neighbor_penalty > 0,
         file + ": diffusion.eb_neighbor_penalty must be finite and > 0");
 }
@@ -34,7 +44,7 @@ void check_file_sampler_params(const EntropyBoundParams& p, const std::string& f
 // The sampler settings a GGUF (diffusion.* keys) or a generation_config.json holds; absent keys keep p's.
 template <class Document>
 void read_sampler_keys(const Document& d, bool gguf, EntropyBoundParams& p) {
-  auto key = [gguf](const char* in_gguf, const char* in_json) { return std::string(gguf ? in_gguf : in_json); };
+  auto key = [gguf](const char* in_gguf, const char* in_json) { return sampler_key(gguf, in_gguf, in_json); };
   p.canvas_length = d.get_int(key("diffusion.canvas_length", "canvas_length"), p.canvas_length);
   p.max_denoising_steps = d.get_int(key("diffusion.eb_max_steps", "max_denoising_steps"), p.max_denoising_steps);
   p.t_min = float(d.get_float(key("diffusion.eb_t_min", "t_min"), p.t_min));
@@ -108,7 +118,7 @@ SamplerDefaults sampler_defaults(const Model& model, const std::string& model_pa
   if (model.file) {
     const GgufFile& f = *model.file;
     read_sampler_keys(f, true, p);
-    check_file_sampler_params(p, f.path(), "diffusion.eb_max_steps", "diffusion.canvas_length");
+    check_file_sampler_params(p, f.path(), true);
     d.source = f.path();
     return d;
   }
@@ -116,7 +126,7 @@ SamplerDefaults sampler_defaults(const Model& model, const std::string& model_pa
   if (!fs::exists(path)) return d;
   const JsonDocument g = JsonDocument::load(path);
   read_sampler_keys(g, false, p);
-  check_file_sampler_params(p, path, "max_denoising_steps", "canvas_length");
+  check_file_sampler_params(p, path, false);
   const std::vector<int64_t> eos = g.get_int_or_int_array("eos_token_id");
   if (!eos.empty()) {
     p.eos_ids.clear();
