@@ -402,12 +402,8 @@ int64_t load_checkpoint(const RunConfig& r, std::vector<Parameter*>& params, Ada
 // Keeps the CSV header and the complete rows up to `step`, so a resumed run continues the same log
 // (a row cut short by a kill is dropped).
 void truncate_log(const std::string& path, int64_t step) {
-  std::ifstream in(path);
-  if (!in) return;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  in.close();
-  const std::string text = ss.str();
+  if (!file_exists(path)) return;
+  const std::string text = read_regular_file_bounded(path, kMaxCorpusBytes, "training log", "kMaxCorpusBytes");
   std::string kept;
   size_t begin = 0;
   bool header = true;
