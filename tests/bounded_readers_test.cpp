@@ -6,7 +6,6 @@
 
 #include <chrono>
 #include <fstream>
-#include <functional>
 #include <string>
 
 #include "core/error.h"
@@ -18,14 +17,7 @@
 namespace canvas {
 namespace {
 
-std::string error_of(const std::function<void()>& read) {
-  try {
-    read();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(read)";
-}
+using test::error_of;
 
 TEST(BoundedReaders, RefuseLargeAndNonRegularFilesBeforeReading) {
   test::TempDir dir;

@@ -23,12 +23,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 std::string load_error(const std::string& path) {
-  try {
-    load_conversation(path);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(loaded)";
+  return test::error_of([&] { load_conversation(path); });
 }
 
 // A saved conversation of 20,000 one-character messages loads and fits the context in well under the 75 s
