@@ -225,6 +225,16 @@ TEST(ChatTemplate, OutputAndWorkAreBounded) {
           "{% endfor %}",
           "iterations");
   refused("{{ range(10000000) | length }}", "limit");
+  // Values nested a million deep crashed printing and freeing them; a namespace that held itself printed
+  // forever; comparing lists shared into a 2^40-leaf tree never ended.
+  refused("{% set ns = namespace(l=[]) %}{% for i in range(999000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}",
+          "nested more than 64 deep");
+  refused("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}", "cannot hold itself");
+  refused("{% set a = namespace() %}{% set b = namespace(x=[a]) %}{% set a.y = b %}{{ a }}", "cannot hold itself");
+  refused("{% set ns = namespace(l=[]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}"
+          "{{ ns.l == ns.l }}",
+          "steps");
+  refused("{% set l = range(1000000) %}{% for i in range(1000) %}{{ l == l }}{% endfor %}", "steps");
   // A lower limit (the model's context in bytes) applies the same way.
   in.max_output_bytes = 1000;
   refused("{% for m in messages %}{{ m.content }}{% endfor %}", "1000 bytes");

@@ -128,7 +128,12 @@ void write_quoted(BoundedText& t, const std::string& s) {
   t.add("'");
 }
 
-void write_text(BoundedText& t, const Value& v, bool repr = false) {
+// Past any depth a render lets values reach (the renderer checks kMaxValueDepth where lists and dicts are
+// made): a guard for the recursion of the printers.
+constexpr int kMaxPrintDepth = 256;
+
+void write_text(BoundedText& t, const Value& v, bool repr = false, int level = 0) {
+  check(level < kMaxPrintDepth, "chat template: values nested too deep to print");
   switch (v.kind) {
     case Value::Undefined:
       return;
@@ -144,7 +149,7 @@ void write_text(BoundedText& t, const Value& v, bool repr = false) {
       t.add("[");
       for (size_t k = 0; k < v.list->size() && !t.full; ++k) {
         if (k) t.add(", ");
-        write_text(t, (*v.list)[k], true);
+        write_text(t, (*v.list)[k], true, level + 1);
       }
       return t.add("]");
     case Value::DictKind: {
@@ -155,7 +160,7 @@ void write_text(BoundedText& t, const Value& v, bool repr = false) {
         if (!first) t.add(", ");
         write_quoted(t, key);
         t.add(": ");
-        write_text(t, val, true);
+        write_text(t, val, true, level + 1);
         first = false;
       }
       return t.add("}");
@@ -163,7 +168,8 @@ void write_text(BoundedText& t, const Value& v, bool repr = false) {
   }
 }
 
-void write_json(BoundedText& t, const Value& v) {
+void write_json(BoundedText& t, const Value& v, int level = 0) {
+  check(level < kMaxPrintDepth, "chat template: values nested too deep to print");
   switch (v.kind) {
     case Value::Undefined:
     case Value::None:
@@ -193,7 +199,7 @@ void write_json(BoundedText& t, const Value& v) {
       t.add("[");
       for (size_t k = 0; k < v.list->size() && !t.full; ++k) {
         if (k) t.add(", ");
-        write_json(t, (*v.list)[k]);
+        write_json(t, (*v.list)[k], level + 1);
       }
       return t.add("]");
     case Value::DictKind: {
@@ -204,7 +210,7 @@ void write_json(BoundedText& t, const Value& v) {
         if (!first) t.add(", ");
         write_json(t, Value::str(key));
         t.add(": ");
-        write_json(t, val);
+        write_json(t, val, level + 1);
         first = false;
       }
       return t.add("}");
@@ -218,28 +224,6 @@ std::string excerpt(const Value& v) {
   t.limit = 200;
   write_text(t, v, true);
   return t.out;
-}
-
-bool equal(const Value& a, const Value& b) {
-  if ((a.kind == Value::Int || a.kind == Value::Bool) && (b.kind == Value::Int || b.kind == Value::Bool))
-    return (a.kind == Value::Int ? a.i : a.b) == (b.kind == Value::Int ? b.i : b.b);
-  if (a.kind != b.kind) return false;
-  switch (a.kind) {
-    case Value::Undefined:
-    case Value::None:
-      return true;
-    case Value::Str:
-      return a.s == b.s;
-    case Value::ListKind:
-      if (a.list->size() != b.list->size()) return false;
-      for (size_t k = 0; k < a.list->size(); ++k)
-        if (!equal((*a.list)[k], (*b.list)[k])) return false;
-      return true;
-    case Value::DictKind:
-      return a.dict == b.dict;
-    default:
-      return false;
-  }
 }
 
 // ---- expressions ------------------------------------------------------------------------------------
@@ -345,6 +329,7 @@ constexpr int kMaxExpressionTokens = 4096;
 constexpr int kMaxExpressionBytes = 8192;
 constexpr int64_t kMaxLoopIterations = 1000000;  // in all, over one render
 constexpr size_t kMaxListItems = size_t(1) << 20;   // a list a render makes (range, split, +)
+constexpr int kMaxValueDepth = 64;  // lists and dicts inside each other (printing, comparing and freeing recurse)
 struct DepthGuard {
   DepthGuard(int& depth, int limit, const char* what) : depth_(depth) {
     check(++depth_ <= limit, std::string("chat template: ") + what + " nested more than " + std::to_string(limit) + " deep");
@@ -839,6 +824,7 @@ class Renderer {
             Value target = lookup(n->vars[0]);
             check(target.kind == Value::DictKind,
                   "chat template: {% set " + n->vars[0] + "." + n->vars[1] + " %} needs a namespace()");
+            checked(v, target.dict.get(), 1);
             bool found = false;
             for (auto& [k, old] : *target.dict)
               if (k == n->vars[1]) {
@@ -963,6 +949,54 @@ class Renderer {
     }
   }
 
+  // == on values, Python's way; each element compared is a step of work (shared lists can make many).
+  bool equal(const Value& a, const Value& b, int level = 0) {
+    if ((a.kind == Value::Int || a.kind == Value::Bool) && (b.kind == Value::Int || b.kind == Value::Bool))
+      return (a.kind == Value::Int ? a.i : a.b) == (b.kind == Value::Int ? b.i : b.b);
+    if (a.kind != b.kind) return false;
+    switch (a.kind) {
+      case Value::Undefined:
+      case Value::None:
+        return true;
+      case Value::Str:
+        charge(0, a.s.size());
+        return a.s == b.s;
+      case Value::ListKind:
+        if (a.list->size() != b.list->size()) return false;
+        if (level >= kMaxValueDepth) too_deep();
+        for (size_t k = 0; k < a.list->size(); ++k) {
+          charge(1);
+          if (!equal((*a.list)[k], (*b.list)[k], level + 1)) return false;
+        }
+        return true;
+      case Value::DictKind:
+        return a.dict == b.dict;
+      default:
+        return false;
+    }
+  }
+
+  [[noreturn]] void too_deep() const {
+    throw Error(source_ + ": lists and dicts nested more than " + std::to_string(kMaxValueDepth) + " deep");
+  }
+  // Checks that `v` nests at most kMaxValueDepth deep (and, given `target`, that it does not hold that
+  // namespace: a namespace that held itself would print, compare and free forever); each element visited
+  // is a step of work. Returns v.
+  Value checked(Value v, const Dict* target = nullptr, int level = 0) {
+    if (v.kind != Value::ListKind && v.kind != Value::DictKind) return v;
+    if (level >= kMaxValueDepth) too_deep();
+    if (target && v.kind == Value::DictKind && v.dict.get() == target)
+      throw Error(source_ + ": a namespace cannot hold itself");
+    if (v.kind == Value::ListKind) {
+      charge(int64_t(v.list->size()));
+      for (const Value& x : *v.list) checked(x, target, level + 1);
+    } else {
+      charge(int64_t(v.dict->size()));
+      for (const auto& [k, x] : *v.dict) checked(x, target, level + 1);
+    }
+    return v;
+  }
+
   Value lookup(const std::string& name) const {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
       auto found = it->find(name);
@@ -1011,13 +1045,13 @@ class Renderer {
       case Expr::ListLit: {
         List items;
         for (const auto& a : e.args) items.push_back(eval(*a));
-        return Value::make_list(std::move(items));
+        return checked(Value::make_list(std::move(items)));
       }
       case Expr::DictLit: {
         Dict d;
         for (size_t k = 0; k + 1 < e.args.size(); k += 2)
           d.emplace_back(text(eval(*e.args[k])), eval(*e.args[k + 1]));
-        return Value::make_dict(std::move(d));
+        return checked(Value::make_dict(std::move(d)));
       }
       case Expr::Attr: {
         const Value obj = eval(*e.args[0]);
@@ -1093,7 +1127,10 @@ class Renderer {
       return Value::str(left + right);
     }
     if (e.name == "in") {
-      if (b.kind == Value::Str) return Value::boolean(b.s.find(text(a)) != std::string::npos);
+      if (b.kind == Value::Str) {
+        charge(1, b.s.size());
+        return Value::boolean(b.s.find(text(a)) != std::string::npos);
+      }
       if (b.kind == Value::DictKind) return Value::boolean(b.find(text(a)) != nullptr);
       if (b.kind == Value::ListKind) {
         for (const Value& v : *b.list)
@@ -1111,7 +1148,7 @@ class Renderer {
         charge(int64_t(a.list->size() + b.list->size()));
         List joined = *a.list;
         joined.insert(joined.end(), b.list->begin(), b.list->end());
-        return Value::make_list(std::move(joined));
+        return checked(Value::make_list(std::move(joined)));
       }
       check(a.kind != Value::Str && b.kind != Value::Str,
             "chat template: cannot add " + excerpt(a) + " and " + excerpt(b));
@@ -1216,11 +1253,11 @@ class Renderer {
     throw Error("chat template: the filter '| " + f + "' is not supported by canvas's Jinja subset");
   }
 
-  static Value items(const Value& v) {
+  Value items(const Value& v) {
     List out;
     if (v.kind == Value::DictKind)
       for (const auto& [k, val] : *v.dict) out.push_back(Value::make_list({Value::str(k), val}));
-    return Value::make_list(std::move(out));
+    return checked(Value::make_list(std::move(out)));
   }
 
   Value call(const Expr& e) {
@@ -1233,7 +1270,7 @@ class Renderer {
       if (callee.name == "namespace") {
         Dict d;
         for (const auto& [k, v] : e.kwargs) d.emplace_back(k, eval(*v));
-        return Value::make_dict(std::move(d));
+        return checked(Value::make_dict(std::move(d)));
       }
       if (callee.name == "range") {
         check(!args.empty() && args.size() <= 2, "chat template: range takes 1 or 2 arguments");

@@ -23,6 +23,7 @@ struct ChatTemplateInputs {
   // Bounds, so that a template from a model file cannot take the machine down: no text the render makes
   // (the output, a string repeated or joined) may pass max_output_bytes, checked before it is allocated;
   // the render's work (expressions evaluated, loop iterations, bytes copied) is bounded by a step budget;
+  // lists and dicts nest at most 64 deep and a namespace never holds itself;
   // `cancel`, when set, stops the render at the next loop iteration or expression. `source` names the
   // template in these errors (e.g. "model.gguf's tokenizer.chat_template").
   size_t max_output_bytes = size_t(16) << 20;
