@@ -235,6 +235,7 @@ TEST(ChatTemplate, OutputAndWorkAreBounded) {
           "{{ ns.l == ns.l }}",
           "steps");
   refused("{% set l = range(1000000) %}{% for i in range(1000) %}{{ l == l }}{% endfor %}", "steps");
+  EXPECT_EQ(render_chat_template("{{ '' * 9223372036854775807 }}.", in), ".");  // looped 2^63 times
   // A lower limit (the model's context in bytes) applies the same way.
   in.max_output_bytes = 1000;
   refused("{% for m in messages %}{{ m.content }}{% endfor %}", "1000 bytes");

@@ -1170,7 +1170,8 @@ class Renderer {
     if (e.name == "*" && a.kind == Value::Str) {
       // Checked before the text is made: 'ab' * 65536 * 65536 is an error, not 8 GB.
       const int64_t times = std::max<int64_t>(0, as_int(b, "'*'"));
-      if (!a.s.empty() && uint64_t(times) > max_bytes_ / a.s.size()) fits(size_t(-1));
+      if (a.s.empty()) return a;  // '' * 9223372036854775807 is '' (and no loop of that length)
+      if (uint64_t(times) > max_bytes_ / a.s.size()) fits(size_t(-1));
       std::string out;
       out.reserve(a.s.size() * size_t(times));
       for (int64_t k = 0; k < times; ++k) out += a.s;
