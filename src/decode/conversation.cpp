@@ -4,8 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "decode/chat_template.h"
 #include "core/output_file.h"
+#include "decode/chat_template.h"
 #include "io/input_file.h"
 #include "io/json.h"
 

@@ -16,11 +16,11 @@ namespace {
 
 bool is_gemma(const ModelConfig& c) { return c.arch == "diffusion-gemma" || c.arch == "gemma4"; }
 
-// Sampler defaults read from a file are checked where they are read, naming the file and key: a bad value
-// must not surface later as a complaint about a flag nobody gave.
 // The sampler keys' names in a GGUF (diffusion.*) or a generation_config.json.
 std::string sampler_key(bool gguf, const char* in_gguf, const char* in_json) { return gguf ? in_gguf : in_json; }
 
+// Sampler defaults read from a file are checked where they are read, naming the file and key: a bad value
+// must not surface later as a complaint about a flag nobody gave.
 void check_file_sampler_params(const EntropyBoundParams& p, const std::string& file, bool gguf) {
   auto key = [&](const char* in_gguf, const char* in_json) { return file + ": " + sampler_key(gguf, in_gguf, in_json); };
   const std::string steps = key("diffusion.eb_max_steps", "max_denoising_steps");

@@ -38,7 +38,7 @@ namespace {
 std::string read_checked(const std::string& path, size_t max_bytes, const std::string& what,
                          const std::string& limit_name, bool streams) {
   struct stat st {};
-  check(::stat(path.c_str(), &st) == 0, what + " " + path + " does not exist or cannot be read");
+  check(::stat(path.c_str(), &st) == 0, "cannot open " + what + " " + path + ": it does not exist or cannot be read");
   check(!S_ISDIR(st.st_mode), what + " " + path + " is a directory, not a file");
   const char* kind = S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket" : "a device";
   if (S_ISREG(st.st_mode)) {
