@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "gguf_copy.h"
 #include "serve/http_connections.h"
 #include "serve_process.h"
 #include "test_util.h"
@@ -126,6 +127,27 @@ TEST(ServeClientErrors, TypeConfusedBodiesAreNever5xx) {
   ASSERT_TRUE(part);
   EXPECT_EQ(part->status, 400);
   EXPECT_EQ(json::parse(part->body)["error"]["param"], "messages[0].content") << part->body;
+}
+
+// A model's chat template that writes far more than the context holds ({{ m.content * 65536 }} made a 2 KB
+// message a 131M-token prompt) is a 400 context_length_exceeded naming the template, answered at once.
+TEST(ServeClientErrors, ChatTemplatePastTheContextIsRefused) {
+  test::TempDir dir;
+  const std::string model =
+      test::with_chat_template(dir, "repeat.gguf", "{% for m in messages %}{{ m.content * 300 }}{% endfor %}");
+  ServerProcess server("-m " + model + " --parallel 1", "");
+  ASSERT_NE(server.port(), 0) << server.log();
+  const json body = {{"messages", json::array({{{"role", "user"}, {"content", std::string(2048, 'a')}}})},
+                     {"max_tokens", 1}};
+  const auto start = std::chrono::steady_clock::now();
+  const auto res = server.client().Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(res->status, 400) << res->body;
+  const json error = json::parse(res->body)["error"];
+  EXPECT_EQ(error["code"], "context_length_exceeded") << res->body;
+  EXPECT_NE(error["message"].get<std::string>().find("repeat.gguf's tokenizer.chat_template"), std::string::npos)
+      << res->body;
 }
 
 // An empty Host header is refused as a missing one is (RFC 9112 3.2): it was answered 200.
