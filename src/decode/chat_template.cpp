@@ -901,14 +901,13 @@ class Renderer {
                                                      : 0;
     if (int64_t(seq_size) > kMaxLoopIterations - iterations_)
       throw Error(source_ + ": loops ran more than " + std::to_string(kMaxLoopIterations) + " iterations in all");
-    List items;
-    if (seq.kind == Value::ListKind) {
-      items = *seq.list;
-    } else if (seq.kind == Value::DictKind) {
-      for (const auto& [k, v] : *seq.dict) items.push_back(Value::str(k));
+    List listed;  // a dict's keys or a string's characters; a list is looped over in place (lists never change)
+    const List& items = seq.kind == Value::ListKind ? *seq.list : listed;
+    if (seq.kind == Value::DictKind) {
+      for (const auto& [k, v] : *seq.dict) listed.push_back(Value::str(k));
     } else if (seq.kind == Value::Str) {
-      for (char c : seq.s) items.push_back(Value::str(std::string(1, c)));
-    } else {
+      for (char c : seq.s) listed.push_back(Value::str(std::string(1, c)));
+    } else if (seq.kind != Value::ListKind) {
       check(seq.kind == Value::Undefined || seq.kind == Value::None,
             "chat template: cannot loop over " + excerpt(seq));
     }
