@@ -1,6 +1,8 @@
 // Fuzz harness: a chat template (a model file's tokenizer.chat_template, Jinja) rendered over a small
-// conversation; templates canvas cannot render must be canvas::Error, never a crash or a hang.
+// conversation; templates canvas cannot render must be canvas::Error, never a crash or a hang, and no
+// render may write more than its output bound (checked here, not trusted).
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "core/error.h"
@@ -11,8 +13,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   inputs.messages = {{"system", "Be brief."}, {"user", "Hello"}, {"assistant", "Hi."}, {"user", "Who was Moses?"}};
   inputs.bos_token = "<bos>";
   inputs.eos_token = "<eos>";
+  inputs.max_output_bytes = 1 << 16;  // small, so that the fuzzer reaches it
   try {
-    canvas::render_chat_template(std::string(reinterpret_cast<const char*>(data), size), inputs);
+    const std::string out =
+        canvas::render_chat_template(std::string(reinterpret_cast<const char*>(data), size), inputs);
+    if (out.size() > inputs.max_output_bytes) std::abort();
   } catch (const canvas::Error&) {
   }
   return 0;

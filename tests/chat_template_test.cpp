@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 
 #include "core/error.h"
+#include "gguf_copy.h"
 #include "test_util.h"
 
 namespace canvas {
@@ -188,6 +191,66 @@ TEST(ChatTemplate, DeepNestingIsAnErrorNotACrash) {
   EXPECT_EQ(render_chat_template("{{ ((((1 + 2)))) }}{% if 1 %}{% if not not 1 %}ok{% endif %}{% endif %}", in), "3ok");
 }
 
+// A template from a model file cannot take the machine down: what it makes is bounded in bytes (checked
+// before the text is allocated), its work by a step budget, and each refusal names the template and the
+// limit; each of these ends in well under a second.
+TEST(ChatTemplate, OutputAndWorkAreBounded) {
+  ChatTemplateInputs in = conversation({{"user", std::string(2048, 'm')}});
+  in.source = "model.gguf's tokenizer.chat_template";
+  auto refused = [&](const std::string& source, const std::string& word) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      const std::string out = render_chat_template(source, in);
+      ADD_FAILURE() << source << " rendered " << out.size() << " bytes";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("model.gguf's tokenizer.chat_template"), std::string::npos) << what;
+      EXPECT_NE(what.find(word), std::string::npos) << source << ": " << what;
+    }
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 3.0) << source;
+  };
+  const std::string limit = std::to_string(in.max_output_bytes);
+  refused("{{ 'ab' * 65536 * 65536 }}", limit);                         // was 4.3 GB
+  refused("{% for m in messages %}{{ m.content * 65536 }}{% endfor %}", limit);  // was 131 MB of prompt
+  refused("{% for i in range(1000000) %}{{ 'x' * 65536 }}{% endfor %}", limit);  // hung serve
+  refused("{% set s = 'x' * 4000000 %}{{ s ~ s ~ s ~ s ~ s }}", limit);
+  refused("{% set s = 'x' * 4000000 %}{{ [s, s, s, s, s] | join('') }}", limit);
+  refused("{% set s = 'x' * 4000000 %}{{ [s, s, s, s, s] }}", limit);
+  refused("{% set s = 'x' * 4000000 %}{{ s.replace('x', 'yyyyy') }}", limit);
+  refused("{% set s = 'x' * 4000000 %}{{ [s, s, s, s, s] | tojson }}", limit);
+  // Work without output: each iteration copies a megabyte; loops over a long string stop before listing it.
+  refused("{% set s = 'x' * 1000000 %}{% for i in range(1000000) %}{% set t = s %}{% endfor %}", "steps");
+  refused("{% for c in 'x' * 16000000 %}{% endfor %}", "iterations");
+  refused("{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(10) %}{% endfor %}{% endfor %}"
+          "{% endfor %}",
+          "iterations");
+  refused("{{ range(10000000) | length }}", "limit");
+  // Values nested a million deep crashed printing and freeing them; a namespace that held itself printed
+  // forever; comparing lists shared into a 2^40-leaf tree never ended.
+  refused("{% set ns = namespace(l=[]) %}{% for i in range(999000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}",
+          "nested more than 64 deep");
+  refused("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}", "cannot hold itself");
+  refused("{% set a = namespace() %}{% set b = namespace(x=[a]) %}{% set a.y = b %}{{ a }}", "cannot hold itself");
+  refused("{% set ns = namespace(l=[]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}"
+          "{{ ns.l == ns.l }}",
+          "steps");
+  refused("{% set l = range(1000000) %}{% for i in range(1000) %}{{ l == l }}{% endfor %}", "steps");
+  EXPECT_EQ(render_chat_template("{{ '' * 9223372036854775807 }}.", in), ".");  // looped 2^63 times
+  // A lower limit (the model's context in bytes) applies the same way.
+  in.max_output_bytes = 1000;
+  refused("{% for m in messages %}{{ m.content }}{% endfor %}", "1000 bytes");
+  // A cancelled render stops at the next step.
+  in.max_output_bytes = size_t(16) << 20;
+  std::atomic<bool> cancel{true};
+  in.cancel = &cancel;
+  refused("{% for i in range(10) %}x{% endfor %}", "cancelled");
+  cancel = false;
+  EXPECT_EQ(render_chat_template("{% for i in range(3) %}{{ 'ab' * 2 }}{% endfor %}{{ 'x' * -1 }}", in), "abababababab");
+  // Integer arithmetic past int64 wraps instead of being undefined behaviour.
+  EXPECT_EQ(render_chat_template("{{ 9223372036854775807 + 1 }} {{ -9223372036854775807 - 1 }} {{ -7 % 3 }} {{ 7 % -3 }}", in),
+            "-9223372036854775808 -9223372036854775808 2 -2");
+}
+
 }  // namespace
 }  // namespace canvas
 
@@ -242,6 +305,38 @@ TEST(ChatFormat, MessageTextCannotForgeTurns) {
   f.jinja = "{% for m in messages %}<|turn>{{ m.role }}\n{{ m.content | upper }}<turn|>\n{% endfor %}<|turn>model\n";
   EXPECT_THROW(f.encode(tokenizer, padded, false), Error);
   EXPECT_EQ(turns(f.encode(tokenizer, ordinary, false)), 2);
+}
+
+}  // namespace canvas
+
+namespace canvas {
+
+// A model's template that writes far more than its context can hold ({{ m.content * 65536 }} made a 2 KB
+// message a 131M-token prompt) is refused while it renders, with the template, the limit and the context
+// named, before anything is tokenized; a conversation that fits renders as before. (With * 65536 even the
+// load's probe of "hello" passes the bound: that template is not used at all.)
+TEST(ChatFormat, PromptBoundedByTheContext) {
+  test::TempDir dir;
+  const std::string path =
+      test::with_chat_template(dir, "repeat.gguf", "{% for m in messages %}{{ m.content * 300 }}{% endfor %}");
+  const TextModel m = TextModel::from(Model::load(path), path);
+  ASSERT_EQ(m.chat.jinja.empty(), false) << m.chat.origin;
+  EXPECT_GT(m.chat.max_prompt_bytes, 0u);
+  EXPECT_LT(m.chat.max_prompt_bytes, size_t(64) << 20);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    m.chat.encode(m.tokenizer, {{"user", std::string(2048, 'a')}}, false);
+    ADD_FAILURE() << "a prompt far past the context was tokenized";
+  } catch (const ChatTemplateTooLong& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(path + "'s tokenizer.chat_template"), std::string::npos) << what;
+    EXPECT_NE(what.find("past the limit of " + std::to_string(m.chat.max_prompt_bytes) + " bytes"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("context of " + std::to_string(m.model.config.context_length) + " tokens"), std::string::npos)
+        << what;
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
+  EXPECT_EQ(m.chat.encode(m.tokenizer, {{"user", "a"}}, false).size(), m.tokenizer.encode(std::string(300, 'a'), false).size());
 }
 
 }  // namespace canvas

@@ -20,6 +20,7 @@
 
 #include "io/gguf.h"
 #include "core/cpu.h"
+#include "gguf_copy.h"
 #include "test_util.h"
 
 namespace canvas {
@@ -394,19 +395,7 @@ TEST(CliChat, SystemPromptAndDroppedTurns) {
       << r.output;
 }
 
-// A copy of tiny-dream.gguf whose tokenizer.chat_template is `jinja`.
-std::string with_chat_template(const test::TempDir& dir, const std::string& name, const std::string& jinja) {
-  const std::string path = dir.path(name);
-  auto file = GgufFile::open(test::fixture("tiny-dream.gguf"));
-  GgufWriter writer;
-  for (const auto& [key, value] : file->metadata()) writer.set(key, value);
-  writer.set("tokenizer.chat_template", GgufValue::string(jinja));
-  for (const TensorView& t : file->tensors())
-    writer.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims), t.data,
-                      uint64_t(t.bytes()));
-  writer.write(path);
-  return path;
-}
+using test::with_chat_template;
 
 // The format comes from the model file's tokenizer.chat_template (rendered by the Jinja subset); without
 // one, or when the subset cannot render it, the built-in Gemma 4 one.

@@ -1,5 +1,6 @@
 // The canvas command line as a user drives it: output formats, help, and clear errors on bad input.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
@@ -94,6 +95,25 @@ TEST(Cli, ToolsDefaultToTheShippedModel) {
   const auto b = test::run_canvas("bench --quick --no-roofs --modes ar");
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_NE(b.output.find("text-dg.gguf"), std::string::npos) << b.output;
+}
+
+// tokenize -f reads its file with the prompt's bound: a 300 MB file (it ran out of memory) is refused by its
+// size before it is read, naming the file, its size and the limit; a file within the bound tokenizes.
+TEST(Cli, TokenizeFileIsBounded) {
+  test::TempDir dir;
+  const std::string huge = dir.path("huge.txt");
+  ASSERT_EQ(truncate((std::ofstream(huge), huge.c_str()), off_t(300) << 20), 0);  // sparse: no disk
+  const auto refused = test::run_canvas("tokenize -f " + huge);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.output.find("text file " + huge + " has 314572800 bytes, more than 16 MiB (kMaxPromptBytes)"),
+            std::string::npos)
+      << refused.output;
+  const std::string small = dir.path("small.txt");
+  std::ofstream(small) << "And God said";
+  const auto t = test::run_canvas("tokenize -f " + small + " --json", false);
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  EXPECT_EQ(nlohmann::json::parse(t.output)["ids"],
+            nlohmann::json::parse(test::run_canvas("tokenize -p 'And God said' --json", false).output)["ids"]);
 }
 
 TEST(Cli, GenerateTextThenStatsLine) {

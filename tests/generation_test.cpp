@@ -245,7 +245,7 @@ TEST(Conversation, SavedConversationLoadsBack) {
     load_conversation(path);
     ADD_FAILURE() << "a message with a number for content was loaded";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(path + ": each message must be"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path + ": message 0: 'content' must be a string"), std::string::npos) << e.what();
   }
   std::remove(path.c_str());
 }

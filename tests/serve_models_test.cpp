@@ -1,6 +1,9 @@
 // canvas serve with several models (ids, the "model" field, the defaults of chat and completions, the
 // per-model cost model files), and what every stream chunk carries: the mode, and a draft's padding.
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -90,9 +93,51 @@ TEST(ServeModels, ExpandModelPathsListsADirectorysModels) {
   const serve::ModelFiles files = serve::expand_model_paths({"a.gguf", dir.path("models"), dir.path("ckpt")});
   EXPECT_EQ(files.paths, (std::vector<std::string>{"a.gguf", dir.path("models/text-ar.gguf"),
                                                    dir.path("models/text-masked.gguf"), dir.path("ckpt")}));
-  EXPECT_EQ(files.skipped, std::vector<std::string>{dir.path("models/tokenizer-kjv.gguf")});
+  ASSERT_EQ(files.skipped.size(), 1u);
+  EXPECT_EQ(files.skipped[0].path, dir.path("models/tokenizer-kjv.gguf"));
+  EXPECT_EQ(files.skipped[0].reason, "holds no model (no general.architecture)");
   std::filesystem::create_directories(dir.path("empty"));
   EXPECT_THROW(serve::expand_model_paths({dir.path("empty")}), Error);
+}
+
+// Entries named *.gguf that cannot be served (an empty file, a dangling link, a folder, a FIFO) are each
+// passed over with the reason, never the end of the whole serve while other models are fine, and a FIFO
+// is never opened (it would block). With no model left, the error lists them.
+TEST(ServeModels, BadDirectoryEntriesArePassedOverEachWithItsReason) {
+  test::TempDir dir;
+  const std::string models = dir.path("models");
+  std::filesystem::create_directories(models + "/folder.gguf");
+  std::ofstream(models + "/empty.gguf").flush();
+  std::filesystem::create_symlink(dir.path("nowhere.gguf"), models + "/dangling.gguf");
+  ASSERT_EQ(mkfifo((models + "/fifo.gguf").c_str(), 0600), 0);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    serve::expand_model_paths({models});
+    ADD_FAILURE() << "a directory without a model was served";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("holds no *.gguf model"), std::string::npos) << what;
+    EXPECT_NE(what.find(models + "/empty.gguf: not a readable GGUF"), std::string::npos) << what;
+  }
+  std::filesystem::create_symlink(test::source_path("models/text-ar.gguf"), models + "/text-ar.gguf");
+  const serve::ModelFiles files = serve::expand_model_paths({models});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(files.paths, std::vector<std::string>{models + "/text-ar.gguf"});
+  ASSERT_EQ(files.skipped.size(), 4u);
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"dangling.gguf", "a link to nothing"},
+      {"empty.gguf", "not a readable GGUF"},
+      {"fifo.gguf", "not a regular file (a FIFO, socket or device)"},
+      {"folder.gguf", "a directory, not a file"}};
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(files.skipped[i].path, models + "/" + want[i].first);
+    EXPECT_EQ(files.skipped[i].reason.rfind(want[i].second, 0), 0u) << files.skipped[i].reason;
+  }
+  // The serve command says so for each, and serves the good model.
+  ServerProcess server("-m " + models + " --parallel 1", "");
+  EXPECT_NE(server.port(), 0) << server.log();
+  EXPECT_NE(server.log().find("warning: " + models + "/fifo.gguf: not a regular file"), std::string::npos)
+      << server.log();
 }
 
 // A served model's engine gets the model's own tokenizer, chat format and cost-model file; a default mode

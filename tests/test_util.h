@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -20,6 +21,16 @@ namespace canvas::test {
 
 inline std::string source_path(const std::string& relative) { return std::string(CANVAS_SOURCE_DIR) + "/" + relative; }
 inline std::string fixture(const std::string& name) { return source_path("tests/fixtures/" + name); }
+
+// The message of the exception `fn` throws ("(no error)" when it throws none).
+inline std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
 
 inline std::string read_text(const std::string& path) {
   std::ifstream in(path);

@@ -43,11 +43,14 @@ To Hugging Face (--to hf; the default for a .gguf input): any llada, llada-moe, 
 GGUF canvas reads or trains is written as DIR/model.safetensors + config.json + tokenizer.json in the
 family's published layout, so PyTorch code for that family loads it. Quantised matrices are dequantised;
 TYPE (default f32) is the stored float type. A model the layout cannot hold (self-conditioning, learned
-position embeddings, uniform-state diffusion) is refused naming what is missing.
+position embeddings, uniform-state diffusion) is refused naming what is missing. DIR is written beside
+(DIR.canvas-partial-PID) and swapped in whole: an existing DIR ends as the old checkpoint or the new one,
+never a mix; a DIR holding anything but checkpoint files (a README, .git) is refused.
 )",
     {
         {"--in", "PATH", "Hugging Face checkpoint directory (or its config.json), or a .gguf model with --to hf"},
-        {"--out", "PATH", "output .gguf (written to FILE.PID.tmp, then renamed), or the output directory with --to hf"},
+        {"--out", "PATH", "output .gguf (written to FILE.PID.tmp, then renamed), or the output directory with --to hf\n"
+                            "(written beside it, then swapped in whole)"},
         {"--to", "FORMAT", "gguf | hf (default: hf for a .gguf input, else gguf)"},
         {"--type", "TYPE", "f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_k | q5_k | q6_k\n"
                            "(default: f32; tensors already of that type are copied as they are; 1-D tensors\n"

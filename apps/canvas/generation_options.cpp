@@ -170,6 +170,8 @@ GenerationRequest request_from_args(const Args& args) {
   s.top_p = float(args.get_float("top-p", 1.0));
   s.min_p = float(args.get_float("min-p", 0.0));
   s.repeat_penalty = float(args.get_float("repeat-penalty", 1.0));
+  check(std::isfinite(s.repeat_penalty) && s.repeat_penalty > 0,
+        "--repeat-penalty must be finite and > 0 (got " + args.get("repeat-penalty", "") + ")");
   s.seed = resolve_seed(args);
   return r;
 }

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -94,8 +95,8 @@ std::vector<std::string> model_paths(const Args& args) {
     return {shipped_model_path(kDefaultTextModel, "canvas serve"),
             shipped_model_path(kDefaultChatModel, "canvas serve")};
   const serve::ModelFiles files = serve::expand_model_paths(args.get_all("model"));
-  for (const std::string& path : files.skipped)
-    std::fprintf(stderr, "canvas serve: %s holds no model (no general.architecture); not served\n", path.c_str());
+  for (const serve::ModelFiles::Skipped& s : files.skipped)
+    std::fprintf(stderr, "canvas serve: warning: %s: %s; not served\n", s.path.c_str(), s.reason.c_str());
   return files.paths;
 }
 
@@ -165,6 +166,7 @@ int cmd_serve(int argc, char** argv) {
 
   // One pool of compute threads for every model's passes (callers on several threads take turns).
   auto pool = std::make_unique<ThreadPool>(0);
+  std::atomic<bool> stopping{false};  // set at SIGTERM / SIGINT (outlives the models that read it)
   std::vector<std::unique_ptr<serve::ServedText>> loaded_models;
   auto stop_engines = [&] {
     for (auto& m : loaded_models)
@@ -178,7 +180,9 @@ int cmd_serve(int argc, char** argv) {
       Model loaded = Model::load(path);
       if (args.has("check-weights")) check_all_weights(loaded, path);
       use_device(loaded, setup.device);
-      auto m = serve::start_served_model(TextModel::from(std::move(loaded), path), path, served, setup, pool.get());
+      TextModel text = TextModel::from(std::move(loaded), path);
+      text.chat.cancel = &stopping;  // a chat template render in flight stops at SIGTERM
+      auto m = serve::start_served_model(std::move(text), path, served, setup, pool.get());
       const ModelConfig& c = m->text.model.config;
       const serve::Engine& engine = *m->engine;
       const std::string& cost_file = engine.options().cost_model_file;
@@ -210,6 +214,7 @@ int cmd_serve(int argc, char** argv) {
 
     int received = 0;
     sigwait(&signals, &received);
+    stopping = true;
     const serve::ShutdownDeadlines deadlines;
     std::fprintf(stderr, "canvas serve: %s: finishing running requests (cancelled after %.0f s)\n",
                  received == SIGTERM ? "SIGTERM" : "SIGINT", deadlines.finish_ms / 1000.0);

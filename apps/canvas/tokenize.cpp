@@ -14,6 +14,7 @@
 #include "io/bpe_json.h"
 #include "io/gguf.h"
 #include "io/hf_tokenizer.h"
+#include "io/input_file.h"
 #include "io/json.h"
 #include "io/spm_tokenizer.h"
 #include "io/text_tokenizer.h"
@@ -35,7 +36,7 @@ text (e.g. "<|endoftext|>") are matched as single tokens.)",
          "checkpoint directory holding tokenizer.json (default: the shipped text model's,\n"
          "models/text-dg.gguf)"},
         {"-p,--prompt", "TEXT", "the text"},
-        {"-f,--file", "FILE", "read the text from FILE (its bytes, unchanged)"},
+        {"-f,--file", "FILE", "read the text from FILE (its bytes, unchanged; at most 16 MiB)"},
         {"--json", "",
          "print {\"ids\": [...], \"pieces\": [...]} instead: each token's bytes as a string\n"
          "(bytes that are not UTF-8 on their own are shown as U+FFFD)"},
@@ -65,7 +66,10 @@ int cmd_tokenize(int argc, char** argv) {
   if (print_help_if_asked(kTokenize, argc, argv)) return 0;
   Args args(kTokenize, argc, argv, 2);
   check(args.has("prompt") != args.has("file"), "give the text with exactly one of -p TEXT or -f FILE");
-  const std::string text = args.has("file") ? read_text_file(args.get("file", "")) : args.get("prompt", "");
+  // A prompt's bound (as generate -f): the file is refused by its size before it is read.
+  const std::string text = args.has("file")
+                               ? read_file_bounded(args.get("file", ""), kMaxPromptBytes, "text file", "kMaxPromptBytes")
+                               : args.get("prompt", "");
   const TextTokenizer t = TextTokenizer::open(model_or_default(args, "canvas tokenize"));
   check(!args.has("bos") || t.bos_id() >= 0, "--bos: the vocabulary has no BOS token");
   const std::vector<int32_t> ids = t.encode(text, args.has("bos"));

@@ -1,12 +1,15 @@
 // A small interpreter for the Jinja subset of Hugging Face chat templates (see chat_template.h).
 #include "decode/chat_template.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
+#include <string_view>
 #include <utility>
 
 #include "core/error.h"
@@ -86,105 +89,141 @@ bool truthy(const Value& v) {
   return false;
 }
 
-std::string quoted(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("\\'") : std::string(1, c);
-  return out + "'";
+// Text built under a byte limit, checked before each piece is appended: past it, a render's text is an
+// Error naming the template and the limit; an excerpt of a value for an error message is cut with "...".
+struct BoundedText {
+  std::string out;
+  size_t limit = 0;
+  const std::string* source = nullptr;  // the template's name; null: an excerpt
+  const std::string* reason = nullptr;  // said after the limit
+  bool full = false;
+
+  void add(std::string_view piece) {
+    if (full) return;
+    if (piece.size() > limit - out.size()) {
+      if (source) throw_too_long(out.size() + piece.size());
+      out.append(piece.substr(0, limit - out.size()));
+      out += "...";
+      full = true;
+      return;
+    }
+    out.append(piece);
+  }
+  [[noreturn]] void throw_too_long(size_t would_be) const {
+    throw ChatTemplateTooLong(*source + ": the rendered text would be " +
+                              (would_be == size_t(-1) ? "" : std::to_string(would_be) + " bytes or more, ") +
+                              "past the limit of " + std::to_string(limit) + " bytes" +
+                              (reason && !reason->empty() ? " " + *reason : ""));
+  }
+};
+
+void write_quoted(BoundedText& t, const std::string& s) {
+  t.add("'");
+  size_t from = 0;
+  for (size_t q = s.find('\''); q != std::string::npos; from = q + 1, q = s.find('\'', from)) {
+    t.add(std::string_view(s).substr(from, q - from));
+    t.add("\\'");
+  }
+  t.add(std::string_view(s).substr(from));
+  t.add("'");
 }
 
-std::string to_text(const Value& v, bool repr = false) {
+// Past any depth a render lets values reach (the renderer checks kMaxValueDepth where lists and dicts are
+// made): a guard for the recursion of the printers.
+constexpr int kMaxPrintDepth = 256;
+
+void write_text(BoundedText& t, const Value& v, bool repr = false, int level = 0) {
+  check(level < kMaxPrintDepth, "chat template: values nested too deep to print");
   switch (v.kind) {
     case Value::Undefined:
-      return "";
+      return;
     case Value::None:
-      return "None";
+      return t.add("None");
     case Value::Bool:
-      return v.b ? "True" : "False";
+      return t.add(v.b ? "True" : "False");
     case Value::Int:
-      return std::to_string(v.i);
+      return t.add(std::to_string(v.i));
     case Value::Str:
-      return repr ? quoted(v.s) : v.s;
-    case Value::ListKind: {
-      std::string out = "[";
-      for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + to_text((*v.list)[k], true);
-      return out + "]";
-    }
-    case Value::DictKind: {
-      std::string out = "{";
-      bool first = true;
-      for (const auto& [key, val] : *v.dict) {
-        out += (first ? "" : ", ") + quoted(key) + ": " + to_text(val, true);
-        first = false;
-      }
-      return out + "}";
-    }
-  }
-  return "";
-}
-
-std::string json_text(const Value& v) {
-  switch (v.kind) {
-    case Value::Undefined:
-    case Value::None:
-      return "null";
-    case Value::Bool:
-      return v.b ? "true" : "false";
-    case Value::Int:
-      return std::to_string(v.i);
-    case Value::Str: {
-      std::string out = "\"";
-      for (unsigned char c : v.s) {
-        if (c == '"' || c == '\\')
-          out += std::string("\\") + char(c);
-        else if (c == '\n')
-          out += "\\n";
-        else if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else
-          out += char(c);
-      }
-      return out + "\"";
-    }
-    case Value::ListKind: {
-      std::string out = "[";
-      for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + json_text((*v.list)[k]);
-      return out + "]";
-    }
-    case Value::DictKind: {
-      std::string out = "{";
-      bool first = true;
-      for (const auto& [key, val] : *v.dict) {
-        out += (first ? "" : ", ") + json_text(Value::str(key)) + ": " + json_text(val);
-        first = false;
-      }
-      return out + "}";
-    }
-  }
-  return "";
-}
-
-bool equal(const Value& a, const Value& b) {
-  if ((a.kind == Value::Int || a.kind == Value::Bool) && (b.kind == Value::Int || b.kind == Value::Bool))
-    return (a.kind == Value::Int ? a.i : a.b) == (b.kind == Value::Int ? b.i : b.b);
-  if (a.kind != b.kind) return false;
-  switch (a.kind) {
-    case Value::Undefined:
-    case Value::None:
-      return true;
-    case Value::Str:
-      return a.s == b.s;
+      return repr ? write_quoted(t, v.s) : t.add(v.s);
     case Value::ListKind:
-      if (a.list->size() != b.list->size()) return false;
-      for (size_t k = 0; k < a.list->size(); ++k)
-        if (!equal((*a.list)[k], (*b.list)[k])) return false;
-      return true;
-    case Value::DictKind:
-      return a.dict == b.dict;
-    default:
-      return false;
+      t.add("[");
+      for (size_t k = 0; k < v.list->size() && !t.full; ++k) {
+        if (k) t.add(", ");
+        write_text(t, (*v.list)[k], true, level + 1);
+      }
+      return t.add("]");
+    case Value::DictKind: {
+      t.add("{");
+      bool first = true;
+      for (const auto& [key, val] : *v.dict) {
+        if (t.full) break;
+        if (!first) t.add(", ");
+        write_quoted(t, key);
+        t.add(": ");
+        write_text(t, val, true, level + 1);
+        first = false;
+      }
+      return t.add("}");
+    }
   }
+}
+
+void write_json(BoundedText& t, const Value& v, int level = 0) {
+  check(level < kMaxPrintDepth, "chat template: values nested too deep to print");
+  switch (v.kind) {
+    case Value::Undefined:
+    case Value::None:
+      return t.add("null");
+    case Value::Bool:
+      return t.add(v.b ? "true" : "false");
+    case Value::Int:
+      return t.add(std::to_string(v.i));
+    case Value::Str: {
+      t.add("\"");
+      for (unsigned char c : v.s) {
+        char buf[8];
+        if (c == '"' || c == '\\') {
+          buf[0] = '\\', buf[1] = char(c), buf[2] = 0;
+        } else if (c == '\n') {
+          std::snprintf(buf, sizeof buf, "\\n");
+        } else if (c < 0x20) {
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+        } else {
+          buf[0] = char(c), buf[1] = 0;
+        }
+        t.add(buf);
+      }
+      return t.add("\"");
+    }
+    case Value::ListKind:
+      t.add("[");
+      for (size_t k = 0; k < v.list->size() && !t.full; ++k) {
+        if (k) t.add(", ");
+        write_json(t, (*v.list)[k], level + 1);
+      }
+      return t.add("]");
+    case Value::DictKind: {
+      t.add("{");
+      bool first = true;
+      for (const auto& [key, val] : *v.dict) {
+        if (t.full) break;
+        if (!first) t.add(", ");
+        write_json(t, Value::str(key));
+        t.add(": ");
+        write_json(t, val, level + 1);
+        first = false;
+      }
+      return t.add("}");
+    }
+  }
+}
+
+// A value as an error message shows it: its repr, cut at 200 bytes.
+std::string excerpt(const Value& v) {
+  BoundedText t;
+  t.limit = 200;
+  write_text(t, v, true);
+  return t.out;
 }
 
 // ---- expressions ------------------------------------------------------------------------------------
@@ -289,6 +328,8 @@ constexpr int kMaxExpressionDepth = 256;  // evaluation of operator chains such 
 constexpr int kMaxExpressionTokens = 4096;
 constexpr int kMaxExpressionBytes = 8192;
 constexpr int64_t kMaxLoopIterations = 1000000;  // in all, over one render
+constexpr size_t kMaxListItems = size_t(1) << 20;   // a list a render makes (range, split, +)
+constexpr int kMaxValueDepth = 64;  // lists and dicts inside each other (printing, comparing and freeing recurse)
 struct DepthGuard {
   DepthGuard(int& depth, int limit, const char* what) : depth_(depth) {
     check(++depth_ <= limit, std::string("chat template: ") + what + " nested more than " + std::to_string(limit) + " deep");
@@ -751,16 +792,22 @@ class TemplateParser {
 
 class Renderer {
  public:
-  explicit Renderer(std::map<std::string, Value> globals) { scopes_.push_back(std::move(globals)); }
+  Renderer(std::map<std::string, Value> globals, const ChatTemplateInputs& inputs)
+      : max_bytes_(inputs.max_output_bytes),
+        cancel_(inputs.cancel),
+        source_(inputs.source),
+        reason_(inputs.max_output_reason) {
+    scopes_.push_back(std::move(globals));
+  }
 
-  void run(const Body& body, std::string& out) {
+  void run(const Body& body, BoundedText& out) {
     for (const auto& n : body) {
       switch (n->kind) {
         case Node::Text:
-          out += n->text;
+          out.add(n->text);
           break;
         case Node::Output:
-          out += to_text(eval(*n->expr));
+          write_text(out, eval(*n->expr));
           break;
         case Node::If:
           for (const auto& [cond, branch] : n->branches)
@@ -777,6 +824,7 @@ class Renderer {
             Value target = lookup(n->vars[0]);
             check(target.kind == Value::DictKind,
                   "chat template: {% set " + n->vars[0] + "." + n->vars[1] + " %} needs a namespace()");
+            checked(v, target.dict.get(), 1);
             bool found = false;
             for (auto& [k, old] : *target.dict)
               if (k == n->vars[1]) {
@@ -797,18 +845,71 @@ class Renderer {
  private:
   int eval_depth_ = 0;      // recursion depth of eval (DepthGuard)
   int64_t iterations_ = 0;  // loop iterations of the whole render
-  void run_for(const Node& n, std::string& out) {
+  int64_t steps_ = 0;       // the render's work (kChatTemplateMaxSteps)
+  size_t max_bytes_;
+  const std::atomic<bool>* cancel_;
+  std::string source_, reason_;
+
+  BoundedText bounded() const {
+    BoundedText t;
+    t.limit = max_bytes_;
+    t.source = &source_;
+    t.reason = &reason_;
+    return t;
+  }
+  // Counts `steps` of work (and the bytes a value copies, 256 to a step) against the budget; also where a
+  // render notices that it was cancelled.
+  void charge(int64_t steps, size_t bytes = 0) {
+    steps_ += steps + int64_t(bytes >> 8);
+    if (steps_ > kChatTemplateMaxSteps)
+      throw Error(source_ + ": the render took more than " + std::to_string(kChatTemplateMaxSteps) +
+                  " steps (expressions, loop iterations and copies of 256 bytes); it was stopped");
+    if (cancel_ && cancel_->load(std::memory_order_relaxed)) throw Error(source_ + ": the render was cancelled");
+  }
+  // Throws before a text of `bytes` bytes is made when that passes the limit.
+  void fits(size_t bytes) const {
+    if (bytes > max_bytes_) {
+      BoundedText t = bounded();
+      t.throw_too_long(bytes);
+    }
+  }
+  void fits_list(size_t items) const {
+    if (items > kMaxListItems)
+      throw Error(source_ + ": a list of " + std::to_string(items) + " items, past the limit of " +
+                  std::to_string(kMaxListItems));
+  }
+  // A template's own message (raise_exception), cut as an excerpt is.
+  static std::string excerpt_text(const Value& v) {
+    BoundedText t;
+    t.limit = 2000;
+    write_text(t, v);
+    return t.out;
+  }
+  std::string text(const Value& v, bool repr = false) const {
+    BoundedText t = bounded();
+    write_text(t, v, repr);
+    return std::move(t.out);
+  }
+
+  void run_for(const Node& n, BoundedText& out) {
     const Value seq = eval(*n.expr);
-    List items;
-    if (seq.kind == Value::ListKind) {
-      items = *seq.list;
-    } else if (seq.kind == Value::DictKind) {
-      for (const auto& [k, v] : *seq.dict) items.push_back(Value::str(k));
+    // The iterations left in the budget bound the items a loop may even list (a long string would otherwise
+    // become a list of millions of one-character values before the first iteration).
+    const size_t seq_size = seq.kind == Value::ListKind ? seq.list->size()
+                            : seq.kind == Value::DictKind ? seq.dict->size()
+                            : seq.kind == Value::Str ? seq.s.size()
+                                                     : 0;
+    if (int64_t(seq_size) > kMaxLoopIterations - iterations_)
+      throw Error(source_ + ": loops ran more than " + std::to_string(kMaxLoopIterations) + " iterations in all");
+    List listed;  // a dict's keys or a string's characters; a list is looped over in place (lists never change)
+    const List& items = seq.kind == Value::ListKind ? *seq.list : listed;
+    if (seq.kind == Value::DictKind) {
+      for (const auto& [k, v] : *seq.dict) listed.push_back(Value::str(k));
     } else if (seq.kind == Value::Str) {
-      for (char c : seq.s) items.push_back(Value::str(std::string(1, c)));
-    } else {
+      for (char c : seq.s) listed.push_back(Value::str(std::string(1, c)));
+    } else if (seq.kind != Value::ListKind) {
       check(seq.kind == Value::Undefined || seq.kind == Value::None,
-            "chat template: cannot loop over " + to_text(seq));
+            "chat template: cannot loop over " + excerpt(seq));
     }
     if (items.empty()) {
       run(n.else_body, out);
@@ -817,15 +918,15 @@ class Renderer {
     const int64_t count = int64_t(items.size());
     for (int64_t k = 0; k < count; ++k) {
       // Nested loops multiply: a template from a model file must not run for hours.
-      check(++iterations_ <= kMaxLoopIterations, "chat template: loops ran more than " +
-                                                      std::to_string(kMaxLoopIterations) + " iterations in all");
+      if (++iterations_ > kMaxLoopIterations)
+        throw Error(source_ + ": loops ran more than " + std::to_string(kMaxLoopIterations) + " iterations in all");
       std::map<std::string, Value> scope;
       const Value& item = items[size_t(k)];
       if (n.vars.size() == 1) {
         scope[n.vars[0]] = item;
       } else {
         check(item.kind == Value::ListKind && item.list->size() == n.vars.size(),
-              "chat template: cannot unpack " + to_text(item) + " into " + std::to_string(n.vars.size()) +
+              "chat template: cannot unpack " + excerpt(item) + " into " + std::to_string(n.vars.size()) +
                   " names");
         for (size_t v = 0; v < n.vars.size(); ++v) scope[n.vars[v]] = (*item.list)[v];
       }
@@ -838,10 +939,61 @@ class Renderer {
                                         {"length", Value::integer(count)},
                                         {"previtem", k > 0 ? items[size_t(k - 1)] : Value()},
                                         {"nextitem", k + 1 < count ? items[size_t(k + 1)] : Value()}});
+      // loop.previtem / nextitem copy their neighbours
+      charge(1, (k > 0 ? text_bytes(items[size_t(k - 1)]) : 0) + text_bytes(item) +
+                    (k + 1 < count ? text_bytes(items[size_t(k + 1)]) : 0));
       scopes_.push_back(std::move(scope));
       run(n.body, out);
       scopes_.pop_back();
     }
+  }
+
+  // == on values, Python's way; each element compared is a step of work (shared lists can make many).
+  bool equal(const Value& a, const Value& b, int level = 0) {
+    if ((a.kind == Value::Int || a.kind == Value::Bool) && (b.kind == Value::Int || b.kind == Value::Bool))
+      return (a.kind == Value::Int ? a.i : a.b) == (b.kind == Value::Int ? b.i : b.b);
+    if (a.kind != b.kind) return false;
+    switch (a.kind) {
+      case Value::Undefined:
+      case Value::None:
+        return true;
+      case Value::Str:
+        charge(0, a.s.size());
+        return a.s == b.s;
+      case Value::ListKind:
+        if (a.list->size() != b.list->size()) return false;
+        if (level >= kMaxValueDepth) too_deep();
+        for (size_t k = 0; k < a.list->size(); ++k) {
+          charge(1);
+          if (!equal((*a.list)[k], (*b.list)[k], level + 1)) return false;
+        }
+        return true;
+      case Value::DictKind:
+        return a.dict == b.dict;
+      default:
+        return false;
+    }
+  }
+
+  [[noreturn]] void too_deep() const {
+    throw Error(source_ + ": lists and dicts nested more than " + std::to_string(kMaxValueDepth) + " deep");
+  }
+  // Checks that `v` nests at most kMaxValueDepth deep (and, given `target`, that it does not hold that
+  // namespace: a namespace that held itself would print, compare and free forever); each element visited
+  // is a step of work. Returns v.
+  Value checked(Value v, const Dict* target = nullptr, int level = 0) {
+    if (v.kind != Value::ListKind && v.kind != Value::DictKind) return v;
+    if (level >= kMaxValueDepth) too_deep();
+    if (target && v.kind == Value::DictKind && v.dict.get() == target)
+      throw Error(source_ + ": a namespace cannot hold itself");
+    if (v.kind == Value::ListKind) {
+      charge(int64_t(v.list->size()));
+      for (const Value& x : *v.list) checked(x, target, level + 1);
+    } else {
+      charge(int64_t(v.dict->size()));
+      for (const auto& [k, x] : *v.dict) checked(x, target, level + 1);
+    }
+    return v;
   }
 
   Value lookup(const std::string& name) const {
@@ -854,7 +1006,7 @@ class Renderer {
 
   static int64_t as_int(const Value& v, const std::string& what) {
     check(v.kind == Value::Int || v.kind == Value::Bool,
-          "chat template: " + what + " needs an integer, got " + to_text(v, true));
+          "chat template: " + what + " needs an integer, got " + excerpt(v));
     return v.kind == Value::Int ? v.i : v.b;
   }
 
@@ -869,8 +1021,21 @@ class Renderer {
     return s.substr(a, b - a);
   }
 
+  // Integer arithmetic wraps as two's complement (overflow in C++ would be undefined).
+  static int64_t wrapping(int64_t x, int64_t y, char op) {
+    const uint64_t a = uint64_t(x), b = uint64_t(y);
+    return int64_t(op == '+' ? a + b : op == '-' ? a - b : a * b);
+  }
+  static size_t text_bytes(const Value& v) { return v.kind == Value::Str ? v.s.size() : 0; }
+
   Value eval(const Expr& e) {
     const DepthGuard guard(eval_depth_, kMaxExpressionDepth, "expressions");
+    Value v = evaluate(e);
+    charge(1, text_bytes(v));
+    return v;
+  }
+
+  Value evaluate(const Expr& e) {
     switch (e.kind) {
       case Expr::Literal:
         return e.literal;
@@ -879,13 +1044,13 @@ class Renderer {
       case Expr::ListLit: {
         List items;
         for (const auto& a : e.args) items.push_back(eval(*a));
-        return Value::make_list(std::move(items));
+        return checked(Value::make_list(std::move(items)));
       }
       case Expr::DictLit: {
         Dict d;
         for (size_t k = 0; k + 1 < e.args.size(); k += 2)
-          d.emplace_back(to_text(eval(*e.args[k])), eval(*e.args[k + 1]));
-        return Value::make_dict(std::move(d));
+          d.emplace_back(text(eval(*e.args[k])), eval(*e.args[k + 1]));
+        return checked(Value::make_dict(std::move(d)));
       }
       case Expr::Attr: {
         const Value obj = eval(*e.args[0]);
@@ -896,7 +1061,7 @@ class Renderer {
         const Value obj = eval(*e.args[0]);
         const Value key = eval(*e.args[1]);
         if (obj.kind == Value::DictKind) {
-          const Value* v = obj.find(to_text(key));
+          const Value* v = obj.find(text(key));
           return v ? *v : Value();
         }
         if (obj.kind == Value::ListKind || obj.kind == Value::Str) {
@@ -913,7 +1078,7 @@ class Renderer {
         const Value obj = eval(*e.args[0]);
         const int64_t n = obj.kind == Value::ListKind ? int64_t(obj.list->size()) : int64_t(obj.s.size());
         check(obj.kind == Value::ListKind || obj.kind == Value::Str,
-              "chat template: cannot slice " + to_text(obj, true));
+              "chat template: cannot slice " + excerpt(obj));
         auto bound = [&](const ExprPtr& b, int64_t fallback) {
           if (!b) return fallback;
           int64_t k = as_int(eval(*b), "a slice");
@@ -929,7 +1094,7 @@ class Renderer {
       case Expr::Unary: {
         const Value a = eval(*e.args[0]);
         if (e.name == "not") return Value::boolean(!truthy(a));
-        return Value::integer(-as_int(a, "'-'"));
+        return Value::integer(wrapping(0, as_int(a, "'-'"), '-'));
       }
       case Expr::Binary:
         return binary(e);
@@ -955,10 +1120,17 @@ class Renderer {
     const Value a = eval(*e.args[0]), b = eval(*e.args[1]);
     if (e.name == "==") return Value::boolean(equal(a, b));
     if (e.name == "!=") return Value::boolean(!equal(a, b));
-    if (e.name == "~") return Value::str(to_text(a) + to_text(b));
+    if (e.name == "~") {
+      std::string left = text(a), right = text(b);
+      fits(left.size() + right.size());
+      return Value::str(left + right);
+    }
     if (e.name == "in") {
-      if (b.kind == Value::Str) return Value::boolean(b.s.find(to_text(a)) != std::string::npos);
-      if (b.kind == Value::DictKind) return Value::boolean(b.find(to_text(a)) != nullptr);
+      if (b.kind == Value::Str) {
+        charge(1, b.s.size());
+        return Value::boolean(b.s.find(text(a)) != std::string::npos);
+      }
+      if (b.kind == Value::DictKind) return Value::boolean(b.find(text(a)) != nullptr);
       if (b.kind == Value::ListKind) {
         for (const Value& v : *b.list)
           if (equal(a, v)) return Value::boolean(true);
@@ -966,15 +1138,20 @@ class Renderer {
       return Value::boolean(false);
     }
     if (e.name == "+") {
-      if (a.kind == Value::Str && b.kind == Value::Str) return Value::str(a.s + b.s);
+      if (a.kind == Value::Str && b.kind == Value::Str) {
+        fits(a.s.size() + b.s.size());
+        return Value::str(a.s + b.s);
+      }
       if (a.kind == Value::ListKind && b.kind == Value::ListKind) {
+        fits_list(a.list->size() + b.list->size());
+        charge(int64_t(a.list->size() + b.list->size()));
         List joined = *a.list;
         joined.insert(joined.end(), b.list->begin(), b.list->end());
-        return Value::make_list(std::move(joined));
+        return checked(Value::make_list(std::move(joined)));
       }
       check(a.kind != Value::Str && b.kind != Value::Str,
-            "chat template: cannot add " + to_text(a, true) + " and " + to_text(b, true));
-      return Value::integer(as_int(a, "'+'") + as_int(b, "'+'"));
+            "chat template: cannot add " + excerpt(a) + " and " + excerpt(b));
+      return Value::integer(wrapping(as_int(a, "'+'"), as_int(b, "'+'"), '+'));
     }
     if (e.name == "<" || e.name == ">" || e.name == "<=" || e.name == ">=") {
       int cmp;
@@ -990,15 +1167,24 @@ class Renderer {
                                              : cmp >= 0);
     }
     if (e.name == "*" && a.kind == Value::Str) {
+      // Checked before the text is made: 'ab' * 65536 * 65536 is an error, not 8 GB.
+      const int64_t times = std::max<int64_t>(0, as_int(b, "'*'"));
+      if (a.s.empty()) return a;  // '' * 9223372036854775807 is '' (and no loop of that length)
+      if (uint64_t(times) > max_bytes_ / a.s.size()) fits(size_t(-1));
       std::string out;
-      for (int64_t k = 0; k < std::min<int64_t>(as_int(b, "'*'"), 1 << 16); ++k) out += a.s;
-      return Value::str(out);
+      out.reserve(a.s.size() * size_t(times));
+      for (int64_t k = 0; k < times; ++k) out += a.s;
+      return Value::str(std::move(out));
     }
     const int64_t x = as_int(a, "'" + e.name + "'"), y = as_int(b, "'" + e.name + "'");
-    if (e.name == "-") return Value::integer(x - y);
-    if (e.name == "*") return Value::integer(x * y);
+    if (e.name == "-") return Value::integer(wrapping(x, y, '-'));
+    if (e.name == "*") return Value::integer(wrapping(x, y, '*'));
     check(y != 0, "chat template: division by zero");
-    if (e.name == "%") return Value::integer(((x % y) + y) % y);
+    if (y == -1) return Value::integer(e.name == "%" ? 0 : wrapping(0, x, '-'));  // INT64_MIN / -1 overflows
+    if (e.name == "%") {
+      const int64_t r = x % y;  // with the sign of the divisor, as Python's
+      return Value::integer(r != 0 && (r < 0) != (y < 0) ? r + y : r);
+    }
     return Value::integer(x / y);  // "/" and "//" on integers
   }
 
@@ -1025,9 +1211,9 @@ class Renderer {
     std::vector<Value> args;
     for (size_t k = 1; k < e.args.size(); ++k) args.push_back(eval(*e.args[k]));
     const std::string& f = e.name;
-    if (f == "trim") return Value::str(strip(to_text(v), true, true));
+    if (f == "trim") return Value::str(strip(text(v), true, true));
     if (f == "upper" || f == "lower") {
-      std::string s = to_text(v);
+      std::string s = text(v);
       for (char& c : s)
         c = char(f == "upper" ? std::toupper(static_cast<unsigned char>(c))
                               : std::tolower(static_cast<unsigned char>(c)));
@@ -1036,7 +1222,7 @@ class Renderer {
     if (f == "length" || f == "count") {
       if (v.kind == Value::ListKind) return Value::integer(int64_t(v.list->size()));
       if (v.kind == Value::DictKind) return Value::integer(int64_t(v.dict->size()));
-      return Value::integer(int64_t(to_text(v).size()));
+      return Value::integer(int64_t(text(v).size()));
     }
     if (f == "default" || f == "d")
       return v.kind == Value::Undefined ? (args.empty() ? Value::str("") : args[0]) : v;
@@ -1046,22 +1232,32 @@ class Renderer {
     }
     if (f == "join") {
       check(v.kind == Value::ListKind, "chat template: join needs a list");
-      std::string out, sep = args.empty() ? "" : to_text(args[0]);
-      for (size_t k = 0; k < v.list->size(); ++k) out += (k ? sep : "") + to_text((*v.list)[k]);
-      return Value::str(out);
+      const std::string sep = args.empty() ? "" : text(args[0]);
+      BoundedText out = bounded();
+      for (size_t k = 0; k < v.list->size(); ++k) {
+        if (k) out.add(sep);
+        write_text(out, (*v.list)[k]);
+      }
+      charge(int64_t(v.list->size()), out.out.size());
+      return Value::str(std::move(out.out));
     }
-    if (f == "string") return Value::str(to_text(v));
-    if (f == "tojson") return Value::str(json_text(v));
+    if (f == "string") return Value::str(text(v));
+    if (f == "tojson") {
+      BoundedText out = bounded();
+      write_json(out, v);
+      charge(1, out.out.size());
+      return Value::str(std::move(out.out));
+    }
     if (f == "list") return v.kind == Value::ListKind ? v : Value::make_list();
     if (f == "items") return items(v);
     throw Error("chat template: the filter '| " + f + "' is not supported by canvas's Jinja subset");
   }
 
-  static Value items(const Value& v) {
+  Value items(const Value& v) {
     List out;
     if (v.kind == Value::DictKind)
       for (const auto& [k, val] : *v.dict) out.push_back(Value::make_list({Value::str(k), val}));
-    return Value::make_list(std::move(out));
+    return checked(Value::make_list(std::move(out)));
   }
 
   Value call(const Expr& e) {
@@ -1070,17 +1266,18 @@ class Renderer {
     const Expr& callee = *e.args[0];
     if (callee.kind == Expr::Name) {
       if (callee.name == "raise_exception")
-        throw Error("the chat template refused the conversation: " + (args.empty() ? "" : to_text(args[0])));
+        throw Error("the chat template refused the conversation: " + (args.empty() ? "" : excerpt_text(args[0])));
       if (callee.name == "namespace") {
         Dict d;
         for (const auto& [k, v] : e.kwargs) d.emplace_back(k, eval(*v));
-        return Value::make_dict(std::move(d));
+        return checked(Value::make_dict(std::move(d)));
       }
       if (callee.name == "range") {
         check(!args.empty() && args.size() <= 2, "chat template: range takes 1 or 2 arguments");
         const int64_t lo = args.size() == 2 ? as_int(args[0], "range") : 0;
         const int64_t hi = as_int(args.back(), "range");
-        check(hi - lo <= 1 << 20, "chat template: range too long");
+        if (hi > lo) fits_list(uint64_t(hi) - uint64_t(lo));
+        charge(hi > lo ? hi - lo : 0);
         List out;
         for (int64_t k = lo; k < hi; ++k) out.push_back(Value::integer(k));
         return Value::make_list(std::move(out));
@@ -1093,7 +1290,7 @@ class Renderer {
     const std::string& m = callee.name;
     if (obj.kind == Value::Str) {
       const std::string& s = obj.s;
-      const std::string chars = args.empty() ? " \t\r\n" : to_text(args[0]);
+      const std::string chars = args.empty() ? " \t\r\n" : text(args[0]);
       if (m == "strip") return Value::str(strip(s, true, true, chars));
       if (m == "lstrip") return Value::str(strip(s, true, false, chars));
       if (m == "rstrip") return Value::str(strip(s, false, true, chars));
@@ -1115,7 +1312,7 @@ class Renderer {
         return Value::str(t);
       }
       if (m == "startswith" || m == "endswith") {
-        const std::string p = args.empty() ? "" : to_text(args[0]);
+        const std::string p = args.empty() ? "" : text(args[0]);
         const bool yes =
             p.size() <= s.size() && (m == "startswith" ? s.compare(0, p.size(), p) == 0
                                                        : s.compare(s.size() - p.size(), p.size(), p) == 0);
@@ -1123,11 +1320,12 @@ class Renderer {
       }
       if (m == "split") {
         List parts;
-        const std::string sep = args.empty() ? " " : to_text(args[0]);
+        const std::string sep = args.empty() ? " " : text(args[0]);
         check(!sep.empty(), "chat template: split with an empty separator");
         size_t a = 0;
         while (true) {
           const size_t b = s.find(sep, a);
+          fits_list(parts.size() + 1);
           parts.push_back(Value::str(s.substr(a, b == std::string::npos ? std::string::npos : b - a)));
           if (b == std::string::npos) break;
           a = b + sep.size();
@@ -1135,23 +1333,24 @@ class Renderer {
         return Value::make_list(std::move(parts));
       }
       if (m == "replace" && args.size() == 2) {
-        std::string out;
-        const std::string from = to_text(args[0]), to = to_text(args[1]);
+        const std::string from = text(args[0]), to = text(args[1]);
         if (from.empty()) return obj;
+        BoundedText out = bounded();
         size_t a = 0;
         while (true) {
           const size_t b = s.find(from, a);
-          out += s.substr(a, b == std::string::npos ? std::string::npos : b - a);
+          out.add(std::string_view(s).substr(a, b == std::string::npos ? std::string::npos : b - a));
           if (b == std::string::npos) break;
-          out += to;
+          out.add(to);
           a = b + from.size();
         }
-        return Value::str(out);
+        charge(1, out.out.size());
+        return Value::str(std::move(out.out));
       }
     }
     if (obj.kind == Value::DictKind) {
       if (m == "get") {
-        const Value* v = args.empty() ? nullptr : obj.find(to_text(args[0]));
+        const Value* v = args.empty() ? nullptr : obj.find(text(args[0]));
         return v ? *v : (args.size() > 1 ? args[1] : Value::none());
       }
       if (m == "items") return items(obj);
@@ -1181,10 +1380,13 @@ std::string render_chat_template(const std::string& source, const ChatTemplateIn
   globals["bos_token"] = Value::str(inputs.bos_token);
   globals["eos_token"] = Value::str(inputs.eos_token);
   globals["add_generation_prompt"] = Value::boolean(inputs.add_generation_prompt);
-  Renderer renderer(std::move(globals));
-  std::string out;
+  Renderer renderer(std::move(globals), inputs);
+  BoundedText out;
+  out.limit = inputs.max_output_bytes;
+  out.source = &inputs.source;
+  out.reason = &inputs.max_output_reason;
   renderer.run(body, out);
-  return out;
+  return std::move(out.out);
 }
 
 }  // namespace canvas

@@ -5,30 +5,64 @@
 
 #include "core/error.h"
 #include "core/output_file.h"
+#include "decode/chat_template.h"
+#include "io/input_file.h"
 #include "io/json.h"
 
 namespace canvas {
 
+namespace {
+
+// The most bytes of a conversation file (/load): 64 MiB, far more than any context holds even with every
+// character escaped.
+constexpr size_t kMaxConversationBytes = size_t(64) << 20;
+
+}  // namespace
+
 FittedConversation fit_conversation(const Generator& generator, std::vector<ChatMessage>& conversation,
                                     size_t first_turn, GenerationRequest& turn) {
-  FittedConversation fitted;
-  while (true) {
+  // The drops fitting may make, in order: whole exchanges (a user turn and its reply) while three or more
+  // turns are left, then single messages, down to the last message alone.
+  const size_t turns = conversation.size() > first_turn ? conversation.size() - first_turn : 0;
+  std::vector<size_t> drops = {0};
+  while (turns - drops.back() > 1) drops.push_back(drops.back() + (turns - drops.back() >= 3 ? 2 : 1));
+  // Renders and checks the conversation without its `drop` oldest turns; true when it fits. `rendered`:
+  // false when the template refused it for a reason other than its length.
+  auto attempt = [&](size_t drop, std::string& error, bool& rendered) {
     turn.prompt.clear();
-    turn.messages = conversation;
+    turn.messages.assign(conversation.begin(), conversation.begin() + long(first_turn));
+    turn.messages.insert(turn.messages.end(), conversation.begin() + long(first_turn + drop), conversation.end());
+    rendered = false;
     try {
       turn.prompt = generator.prompt_of(turn);
+      rendered = true;
       generator.check(turn, int64_t(turn.prompt.size()));
-      break;
+      error.clear();
+      return true;
+    } catch (const ChatTemplateTooLong& e) {
+      error = e.what();
+      rendered = true;  // too long: fewer turns may fit
     } catch (const Error& e) {
-      fitted.error = e.what();
+      error = e.what();
     }
-    // Too long (or not renderable): drop the oldest exchange (a user turn and the reply to it), if any.
-    if (turn.prompt.empty() || conversation.size() - first_turn <= 1) break;
-    const size_t drop = conversation.size() - first_turn >= 3 ? 2 : 1;
-    conversation.erase(conversation.begin() + long(first_turn), conversation.begin() + long(first_turn + drop));
-    fitted.dropped += int64_t(drop);
-    fitted.error.clear();
+    return false;
+  };
+  FittedConversation fitted;
+  bool rendered = false;
+  if (attempt(0, fitted.error, rendered) || !rendered) return fitted;
+  // Fewer turns never make a longer prompt: the first drop that fits is found by bisection, so that a long
+  // conversation (a /load of thousands of messages) is rendered a few dozen times, not once per exchange.
+  // drops[lo] does not fit; drops[hi] fits, or is the last drop (then fitted.error says why it does not).
+  size_t lo = 0, hi = drops.size() - 1;
+  if (hi > 0 && attempt(drops[hi], fitted.error, rendered)) {
+    while (hi - lo > 1) {
+      const size_t mid = lo + (hi - lo) / 2;
+      (attempt(drops[mid], fitted.error, rendered) ? hi : lo) = mid;
+    }
+    attempt(drops[hi], fitted.error, rendered);  // leaves `turn` as it fits
   }
+  fitted.dropped = int64_t(drops[hi]);
+  conversation.erase(conversation.begin() + long(first_turn), conversation.begin() + long(first_turn + drops[hi]));
   return fitted;
 }
 
@@ -40,11 +74,31 @@ void save_conversation(const std::vector<ChatMessage>& conversation, const std::
 }
 
 std::vector<ChatMessage> load_conversation(const std::string& path) {
+  // Bounded and checked before it is read: a huge file, a FIFO or a device is refused, naming it.
+  const std::string text =
+      read_regular_file_bounded(path, kMaxConversationBytes, "conversation file", "kMaxConversationBytes");
+  check(text.find('\0') == std::string::npos,
+        path + ": not a saved conversation (it holds NUL bytes; /save writes a JSON array of messages)");
+  const nlohmann::json doc = parse_json(text, path);
+  check(doc.is_array(), path + ": not a saved conversation: it must be a JSON array of {\"role\": ..., "
+                               "\"content\": \"...\"} messages, not " + json_type_name(doc));
   std::vector<ChatMessage> loaded;
-  for (const nlohmann::json& m : load_json_file(path)) {
-    check(m.is_object() && m.value("role", "") != "" && m.contains("content") && m["content"].is_string(),
-          path + ": each message must be {\"role\": ..., \"content\": \"...\"}");
-    loaded.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  loaded.reserve(doc.size());
+  for (size_t i = 0; i < doc.size(); ++i) {
+    const nlohmann::json& m = doc[i];
+    const std::string where = path + ": message " + std::to_string(i);
+    check(m.is_object(), where + " must be {\"role\": ..., \"content\": \"...\"}, not " + json_type_name(m));
+    const auto role = m.find("role"), content = m.find("content");
+    check(role != m.end() && role->is_string(),
+          where + ": 'role' must be a string (system, user or assistant)" +
+              (role == m.end() ? std::string(", and it is missing") : ", not " + json_type_name(*role)));
+    const std::string& r = role->get_ref<const std::string&>();
+    check(r == "system" || r == "user" || r == "assistant",
+          where + ": 'role' must be system, user or assistant, not '" + r.substr(0, 40) + "'");
+    check(content != m.end() && content->is_string(),
+          where + ": 'content' must be a string" +
+              (content == m.end() ? std::string(", and it is missing") : ", not " + json_type_name(*content)));
+    loaded.push_back({r, content->get<std::string>()});
   }
   return loaded;
 }

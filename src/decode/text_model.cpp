@@ -1,6 +1,7 @@
 // Tokenizer choice, sampler defaults and chat formats of a model.
 #include "decode/text_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -15,17 +16,27 @@ namespace {
 
 bool is_gemma(const ModelConfig& c) { return c.arch == "diffusion-gemma" || c.arch == "gemma4"; }
 
+// The sampler keys' names in a GGUF (diffusion.*) or a generation_config.json.
+std::string sampler_key(bool gguf, const char* in_gguf, const char* in_json) { return gguf ? in_gguf : in_json; }
+
 // Sampler defaults read from a file are checked where they are read, naming the file and key: a bad value
 // must not surface later as a complaint about a flag nobody gave.
-void check_file_sampler_params(const EntropyBoundParams& p, const std::string& file, const char* steps_key,
-                               const char* length_key) {
+void check_file_sampler_params(const EntropyBoundParams& p, const std::string& file, bool gguf) {
+  auto key = [&](const char* in_gguf, const char* in_json) { return file + ": " + sampler_key(gguf, in_gguf, in_json); };
+  const std::string steps = key("diffusion.eb_max_steps", "max_denoising_steps");
   check(p.max_denoising_steps > 0 && p.max_denoising_steps <= 1000000,
-        file + ": " + steps_key + " is " + std::to_string(p.max_denoising_steps) + "; it must be in 1..1000000");
-  check(p.canvas_length > 0 && p.canvas_length <= (int64_t(1) << 24),
-        file + ": " + length_key + " is " + std::to_string(p.canvas_length) + "; it must be positive");
-  check(std::isfinite(p.t_min) && std::isfinite(p.t_max) && p.t_min > 0 && p.t_max >= p.t_min,
-        file + ": the temperatures need 0 < t_min <= t_max");
-  check(std::isfinite(p.entropy_bound) && p.entropy_bound >= 0, file + ": entropy_bound must be finite and >= 0");
+        steps + " is " + std::to_string(p.max_denoising_steps) + "; it must be in 1..1000000");
+  const std::string length = key("diffusion.canvas_length", "canvas_length");
+  constexpr int64_t kMaxCanvasLength = int64_t(1) << 24;
+  check(p.canvas_length > 0, length + " is " + std::to_string(p.canvas_length) + "; it must be positive");
+  check(p.canvas_length <= kMaxCanvasLength, length + " is " + std::to_string(p.canvas_length) +
+                                                 ", more than the limit of " + std::to_string(kMaxCanvasLength));
+  const std::string t_min = key("diffusion.eb_t_min", "t_min"), t_max = key("diffusion.eb_t_max", "t_max");
+  check(std::isfinite(p.t_min) && p.t_min > 0, t_min + " is " + std::to_string(p.t_min) + "; it must be finite and > 0");
+  check(std::isfinite(p.t_max) && p.t_max >= p.t_min,
+        t_max + " is " + std::to_string(p.t_max) + "; it must be finite and at least t_min (" + std::to_string(p.t_min) + ")");
+  check(std::isfinite(p.entropy_bound) && p.entropy_bound >= 0,
+        key("diffusion.eb_entropy_bound", "entropy_bound") + " must be finite and >= 0");
   check(std::isfinite(p.neighbor_penalty) && p.neighbor_penalty > 0,
         file + ": diffusion.eb_neighbor_penalty must be finite and > 0");
 }
@@ -33,7 +44,7 @@ void check_file_sampler_params(const EntropyBoundParams& p, const std::string& f
 // The sampler settings a GGUF (diffusion.* keys) or a generation_config.json holds; absent keys keep p's.
 template <class Document>
 void read_sampler_keys(const Document& d, bool gguf, EntropyBoundParams& p) {
-  auto key = [gguf](const char* in_gguf, const char* in_json) { return std::string(gguf ? in_gguf : in_json); };
+  auto key = [gguf](const char* in_gguf, const char* in_json) { return sampler_key(gguf, in_gguf, in_json); };
   p.canvas_length = d.get_int(key("diffusion.canvas_length", "canvas_length"), p.canvas_length);
   p.max_denoising_steps = d.get_int(key("diffusion.eb_max_steps", "max_denoising_steps"), p.max_denoising_steps);
   p.t_min = float(d.get_float(key("diffusion.eb_t_min", "t_min"), p.t_min));
@@ -107,7 +118,7 @@ SamplerDefaults sampler_defaults(const Model& model, const std::string& model_pa
   if (model.file) {
     const GgufFile& f = *model.file;
     read_sampler_keys(f, true, p);
-    check_file_sampler_params(p, f.path(), "diffusion.eb_max_steps", "diffusion.canvas_length");
+    check_file_sampler_params(p, f.path(), true);
     d.source = f.path();
     return d;
   }
@@ -115,7 +126,7 @@ SamplerDefaults sampler_defaults(const Model& model, const std::string& model_pa
   if (!fs::exists(path)) return d;
   const JsonDocument g = JsonDocument::load(path);
   read_sampler_keys(g, false, p);
-  check_file_sampler_params(p, path, "max_denoising_steps", "canvas_length");
+  check_file_sampler_params(p, path, false);
   const std::vector<int64_t> eos = g.get_int_or_int_array("eos_token_id");
   if (!eos.empty()) {
     p.eos_ids.clear();
@@ -148,12 +159,21 @@ ChatFormat ChatFormat::for_model(const Model& model, const std::string& model_pa
     if (fs::exists(config)) jinja = JsonDocument::load(config.string()).get_string("chat_template", "");
   }
   format.model_has_template = !jinja.empty();
+  format.template_source = (model.file ? model_path + "'s tokenizer.chat_template" : model_path + "'s chat_template");
+  if (c.context_length > 0) {
+    size_t longest = 1;
+    for (int64_t id = 0; id < tokenizer.vocab_size(); ++id)
+      longest = std::max(longest, tokenizer.token_piece(int32_t(id)).size());
+    const size_t most = size_t(c.context_length) * longest;
+    if (most < ChatTemplateInputs{}.max_output_bytes) {
+      format.max_prompt_bytes = most;
+      format.max_prompt_reason = "(the model's context of " + std::to_string(c.context_length) +
+                                 " tokens, of at most " + std::to_string(longest) + " bytes each)";
+    }
+  }
   if (name == "auto" && !jinja.empty()) {
     try {
-      ChatTemplateInputs probe;
-      probe.messages = {{"user", "hello"}};
-      probe.bos_token = format.bos;
-      probe.eos_token = format.eos;
+      ChatTemplateInputs probe = format.template_inputs({{"user", "hello"}});
       render_chat_template(jinja, probe);
       format.name = "the model's";
       format.turn_end = turn_end_of(jinja);
@@ -169,14 +189,20 @@ ChatFormat ChatFormat::for_model(const Model& model, const std::string& model_pa
   return format;
 }
 
+ChatTemplateInputs ChatFormat::template_inputs(const std::vector<ChatMessage>& messages) const {
+  ChatTemplateInputs in;
+  in.messages = messages;
+  in.bos_token = bos;
+  in.eos_token = eos;
+  if (max_prompt_bytes > 0) in.max_output_bytes = max_prompt_bytes;
+  in.max_output_reason = max_prompt_reason;
+  in.source = template_source;
+  in.cancel = cancel;
+  return in;
+}
+
 std::string ChatFormat::render(const std::vector<ChatMessage>& messages) const {
-  if (!jinja.empty()) {
-    ChatTemplateInputs in;
-    in.messages = messages;
-    in.bos_token = bos;
-    in.eos_token = eos;
-    return render_chat_template(jinja, in);
-  }
+  if (!jinja.empty()) return render_chat_template(jinja, template_inputs(messages));
   std::string out;
   for (const ChatPiece& piece : render_pieces(messages)) out += piece.text;
   return out;
@@ -194,11 +220,8 @@ std::vector<ChatPiece> ChatFormat::render_pieces(const std::vector<ChatMessage>&
     // The template rendered over numbered marks in place of the contents, then cut at the marks. The
     // marks use control characters no template writes and no trim removes.
     const std::string open = "\x02" "canvas-message-", close = "\x03";
-    ChatTemplateInputs in;
-    in.messages = messages;
+    ChatTemplateInputs in = template_inputs(messages);
     for (size_t i = 0; i < messages.size(); ++i) in.messages[i].content = open + std::to_string(i) + close;
-    in.bos_token = bos;
-    in.eos_token = eos;
     const std::string rendered = render_chat_template(jinja, in);
     size_t at = 0;
     for (size_t mark = rendered.find(open); mark != std::string::npos; mark = rendered.find(open, at)) {

@@ -50,12 +50,21 @@ struct ChatFormat {
   std::string bos, eos;  // the template's bos_token / eos_token
   bool add_bos = false;  // the tokenizer's BOS goes before the rendered text (formats that do not write it)
   bool model_has_template = false;
+  // The bound of the model's template's rendering (ChatTemplateInputs): the most bytes the model's context
+  // can hold (its length times the longest token's bytes), so that a conversation or a template that writes
+  // more is refused before it is tokenized; 0: the renderer's default.
+  size_t max_prompt_bytes = 0;
+  std::string max_prompt_reason;  // how max_prompt_bytes follows from the context (for its error)
+  std::string template_source = "the chat template";  // names the template in the renderer's errors
+  const std::atomic<bool>* cancel = nullptr;  // set: stops a render (e.g. serve's shutdown)
 
   // name "auto": the model's tokenizer.chat_template (a GGUF key, or tokenizer_config.json's chat_template
   // beside a checkpoint) when the Jinja subset renders it, else the built-in Gemma 4 format; any other
   // name: that built-in format (Error for an unknown one).
   static ChatFormat for_model(const Model& model, const std::string& model_path, const TextTokenizer& tokenizer,
                               const std::string& name = "auto");
+  // The inputs of the model's template for `messages`, with the bounds above.
+  ChatTemplateInputs template_inputs(const std::vector<ChatMessage>& messages) const;
   // The conversation ending with an open model turn.
   std::string render(const std::vector<ChatMessage>& messages) const;
   // The same text cut into the format's text and the messages' contents (in order; a content may appear

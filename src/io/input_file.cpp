@@ -31,22 +31,41 @@ std::string read_bounded(std::istream& in, size_t max_bytes, const std::string& 
   return text;
 }
 
-std::string read_file_bounded(const std::string& path, size_t max_bytes, const std::string& what,
-                              const std::string& limit_name) {
+namespace {
+
+// Reads `path` after checking what it is: a directory or a missing file is an Error; a regular file larger
+// than max_bytes too; anything else is an Error unless `streams` (then read up to the bound, after a notice).
+std::string read_checked(const std::string& path, size_t max_bytes, const std::string& what,
+                         const std::string& limit_name, bool streams) {
   struct stat st {};
-  check(::stat(path.c_str(), &st) == 0, what + " " + path + " does not exist or cannot be read");
+  check(::stat(path.c_str(), &st) == 0, "cannot open " + what + " " + path + ": it does not exist or cannot be read");
   check(!S_ISDIR(st.st_mode), what + " " + path + " is a directory, not a file");
+  const char* kind = S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket" : "a device";
   if (S_ISREG(st.st_mode)) {
     check(uint64_t(st.st_size) <= max_bytes, what + " " + path + " has " + std::to_string(st.st_size) +
                                                  " bytes, more than " + mib(max_bytes) + " (" + limit_name + ")");
-  } else {
+  } else if (streams) {
     std::fprintf(stderr, "canvas: %s %s is not a regular file (%s); reading it as a stream, at most %s\n",
                  what.c_str(), path.c_str(), S_ISFIFO(st.st_mode) ? "a FIFO: waiting for a writer" : "a device or socket",
                  mib(max_bytes).c_str());
+  } else {
+    throw Error(what + " " + path + " is not a regular file (" + kind + ")");
   }
   std::ifstream in(path, std::ios::binary);
   check(bool(in), "cannot open " + what + " " + path);
   return read_bounded(in, max_bytes, what + " " + path, limit_name);
+}
+
+}  // namespace
+
+std::string read_file_bounded(const std::string& path, size_t max_bytes, const std::string& what,
+                              const std::string& limit_name) {
+  return read_checked(path, max_bytes, what, limit_name, true);
+}
+
+std::string read_regular_file_bounded(const std::string& path, size_t max_bytes, const std::string& what,
+                                      const std::string& limit_name) {
+  return read_checked(path, max_bytes, what, limit_name, false);
 }
 
 }  // namespace canvas

@@ -13,6 +13,9 @@ inline constexpr size_t kMaxPromptBytes = size_t(16) << 20;
 // The most bytes one training data file may have (text_corpus, each file of a corpus folder, Sudoku
 // files): 256 MiB, some 60 times the King James Bible.
 inline constexpr size_t kMaxCorpusBytes = size_t(256) << 20;
+// The most bytes a JSON file canvas reads whole may have (tokenizer.json, config.json, a schema): 256 MiB,
+// some eight times the largest released tokenizer.json.
+inline constexpr size_t kMaxJsonBytes = size_t(256) << 20;
 
 // Reads `in` to its end, at most max_bytes; more throws Error naming `what` and the limit (`limit_name`,
 // e.g. "kMaxPromptBytes").
@@ -23,5 +26,10 @@ std::string read_bounded(std::istream& in, size_t max_bytes, const std::string& 
 // is read as a stream up to the bound, after a notice on stderr that says so (a FIFO waits for a writer).
 std::string read_file_bounded(const std::string& path, size_t max_bytes, const std::string& what,
                               const std::string& limit_name);
+
+// The same for a file that must be a regular file (a JSON file, a saved conversation): anything else (a
+// FIFO, a device, a socket) is refused, naming it, before it is opened, so that no read waits or runs on.
+std::string read_regular_file_bounded(const std::string& path, size_t max_bytes, const std::string& what,
+                                      const std::string& limit_name);
 
 }  // namespace canvas

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "io/input_file.h"
 
 namespace canvas {
 namespace {
@@ -221,18 +222,8 @@ nlohmann::ordered_json parse_json_ordered(std::string_view text, const std::stri
 }
 
 std::string read_text_file(const std::string& path) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (std::filesystem::is_directory(status)) throw Error(path + ": is a directory, not a file");
-  // A FIFO or a device would block the read forever (or never end).
-  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
-    throw Error(path + ": is not a regular file (a FIFO, socket or device?)");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(path + ": read error");
-  return ss.str();
+  // A FIFO or a device would block the read forever (or never end); a huge file would fill the memory.
+  return read_regular_file_bounded(path, kMaxJsonBytes, "file", "kMaxJsonBytes");
 }
 
 nlohmann::json load_json_file(const std::string& path) {

@@ -19,7 +19,8 @@ nlohmann::json parse_json(std::string_view text, const std::string& origin);
 nlohmann::ordered_json parse_json_ordered(std::string_view text, const std::string& origin);
 // Reads and parses a file; a missing or unreadable file gives Error naming it.
 nlohmann::json load_json_file(const std::string& path);
-// A whole file's bytes; a missing or unreadable file gives Error naming it.
+// A whole file's bytes; a missing or unreadable file, one that is not a regular file (a FIFO, a device) or
+// one larger than kMaxJsonBytes gives Error naming it (before anything is read).
 std::string read_text_file(const std::string& path);
 
 // `value` as compact JSON text cut to at most `max_chars` (then "..."), for error messages; invalid UTF-8

@@ -1,8 +1,14 @@
 // Hugging Face safetensors checkpoints to GGUF and GGUF models back to the Hugging Face layout.
 #include "model/convert.h"
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <deque>
 #include <filesystem>
+#include <set>
 #include <tuple>
 
 #include "core/error.h"
@@ -185,56 +191,133 @@ GgufConversion convert_hf_to_gguf(const std::string& in_path, const std::string&
   return out;
 }
 
+namespace {
+
+// The files a Hugging Face checkpoint folder is made of (weights, their index, config, generation config,
+// tokenizer): what an export replaces as a whole.
+bool is_checkpoint_file(const std::string& name) {
+  static const std::set<std::string> names = {
+      "config.json",          "generation_config.json",  "model.safetensors", "model.safetensors.index.json",
+      "pytorch_model.bin",    "pytorch_model.bin.index.json", "tokenizer.json", "tokenizer_config.json",
+      "special_tokens_map.json", "added_tokens.json",    "vocab.json",        "merges.txt",
+      "tokenizer.model",      "chat_template.jinja"};
+  auto shard = [&](const char* prefix, const char* suffix) {
+    const std::string p = prefix, x = suffix;
+    return name.size() > p.size() + x.size() && name.rfind(p, 0) == 0 &&
+           name.compare(name.size() - x.size(), x.size(), x) == 0;
+  };
+  return names.count(name) > 0 || shard("model-", ".safetensors") || shard("pytorch_model-", ".bin");
+}
+
+// Refuses an existing --out folder that holds anything but a checkpoint (a README, a .git folder, the input
+// GGUF): the export replaces the folder whole, and must not take other files with it.
+void check_replaceable(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) return;
+  check(std::filesystem::is_directory(dir, ec), dir.string() + " exists and is not a directory");
+  std::vector<std::string> others;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file(ec) || entry.is_symlink(ec) || !is_checkpoint_file(name)) others.push_back(name);
+  }
+  check(!ec, "cannot list " + dir.string() + ": " + ec.message());
+  std::sort(others.begin(), others.end());
+  std::string list;
+  for (size_t i = 0; i < others.size() && i < 5; ++i) list += (i ? ", " : "") + others[i];
+  if (others.size() > 5) list += ", ...";
+  check(others.empty(), dir.string() + " holds files that are not part of a Hugging Face checkpoint (" + list +
+                            "): the new checkpoint replaces the folder whole, so give a new or empty folder, or one "
+                            "that holds only a checkpoint");
+}
+
+// Puts the finished folder `fresh` in the place of `dir` in one step: the folder is the old checkpoint or the
+// new one, never a mix. Linux exchanges the two atomically; elsewhere the old one is moved aside first.
+void swap_in(const std::filesystem::path& fresh, const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) {
+    std::filesystem::rename(fresh, dir);
+    return;
+  }
+#ifdef RENAME_EXCHANGE
+  if (::renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+    std::filesystem::remove_all(fresh);  // now the old checkpoint
+    return;
+  }
+#endif
+  const std::filesystem::path old = dir.string() + ".canvas-old-" + std::to_string(::getpid());
+  std::filesystem::rename(dir, old);
+  try {
+    std::filesystem::rename(fresh, dir);
+  } catch (...) {
+    std::filesystem::rename(old, dir);
+    throw;
+  }
+  std::filesystem::remove_all(old);
+}
+
+}  // namespace
+
 HfExport convert_gguf_to_hf(const std::string& in_path, const std::string& out_dir, DType type) {
   check(type == DType::F32 || type == DType::F16 || type == DType::BF16,
         std::string("cannot export ") + dtype_name(type) + " tensors: safetensors holds f32, f16 or bf16");
   const Model model = Model::load_gguf_as_stored(in_path);
   const ModelConfig& c = model.config;
   const nlohmann::ordered_json config = hf_config_json(c);  // refuses what the layout cannot hold
-  check(!std::filesystem::exists(out_dir) || std::filesystem::is_directory(out_dir),
-        out_dir + " exists and is not a directory");
-  std::filesystem::create_directories(out_dir);
-  const std::filesystem::path dir(out_dir);
-
-  std::deque<std::vector<uint8_t>> storage;
-  std::vector<SafetensorsEntry> entries;
-  const bool permuted = hf_rope_permuted(c.arch);
-  for (const TensorSpec& spec : model_tensors(c)) {
-    const TensorView t = model_weight(model, spec);
-    check(t.data != nullptr, in_path + ": tensor '" + spec.gguf + "' is not bound");
-    int64_t rope_heads = 0;
-    if (permuted && (spec.role == TensorRole::Wq || spec.role == TensorRole::Bq)) rope_heads = c.n_heads;
-    if (permuted && (spec.role == TensorRole::Wk || spec.role == TensorRole::Bk)) rope_heads = c.n_kv_heads;
-    // Vectors (norms, biases) are f32 in canvas; they keep f32 unless a smaller type was asked for.
-    storage.push_back(export_bytes(t, type, rope_heads, c.head_dim));
-    const std::vector<uint8_t>& bytes = storage.back();
-    const size_t star = spec.hf.find('*');
-    if (star == std::string::npos) {
-      SafetensorsEntry e{spec.hf, type, {}, bytes.data(), bytes.size()};
-      for (int d = t.n_dims - 1; d >= 0; --d) e.shape.push_back(t.ne[size_t(d)]);
-      entries.push_back(e);
-      continue;
-    }
-    // An expert stack [cols, rows, E] -> E tensors [rows, cols] named with the expert's index.
-    const size_t one = bytes.size() / size_t(t.ne[2]);
-    for (int64_t x = 0; x < t.ne[2]; ++x)
-      entries.push_back({spec.hf.substr(0, star) + std::to_string(x) + spec.hf.substr(star + 1),
-                         type,
-                         {t.ne[1], t.ne[0]},
-                         bytes.data() + size_t(x) * one,
-                         one});
-  }
-  write_safetensors((dir / "model.safetensors").string(), entries);
-  write_file((dir / "config.json").string(), config.dump(2) + "\n");
+  std::filesystem::path final_dir = std::filesystem::absolute(out_dir).lexically_normal();
+  if (!final_dir.has_filename()) final_dir = final_dir.parent_path();  // "out/"
+  check_replaceable(final_dir);
+  // Written beside the folder (the same file system, so that the swap is a rename), then swapped in whole: a
+  // failure (a full disk, a tokenizer that cannot be written) leaves the old checkpoint as it was and no
+  // partial files.
+  const std::filesystem::path dir = final_dir.string() + ".canvas-partial-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
   HfExport out;
-  out.arch = c.arch;
-  out.layout = config["architectures"][0].get<std::string>();
-  out.tensors = entries.size();
-  out.tokenizer = "no tokenizer in the GGUF";
-  if (model.file->find("tokenizer.ggml.model")) {
-    write_file((dir / "tokenizer.json").string(), bpe_json_from_gguf(*model.file));
-    out.tokenizer = "tokenizer.json " +
-                    std::to_string(model.file->get_string_array("tokenizer.ggml.tokens").size()) + " tokens";
+  try {
+    std::deque<std::vector<uint8_t>> storage;
+    std::vector<SafetensorsEntry> entries;
+    const bool permuted = hf_rope_permuted(c.arch);
+    for (const TensorSpec& spec : model_tensors(c)) {
+      const TensorView t = model_weight(model, spec);
+      check(t.data != nullptr, in_path + ": tensor '" + spec.gguf + "' is not bound");
+      int64_t rope_heads = 0;
+      if (permuted && (spec.role == TensorRole::Wq || spec.role == TensorRole::Bq)) rope_heads = c.n_heads;
+      if (permuted && (spec.role == TensorRole::Wk || spec.role == TensorRole::Bk)) rope_heads = c.n_kv_heads;
+      // Vectors (norms, biases) are f32 in canvas; they keep f32 unless a smaller type was asked for.
+      storage.push_back(export_bytes(t, type, rope_heads, c.head_dim));
+      const std::vector<uint8_t>& bytes = storage.back();
+      const size_t star = spec.hf.find('*');
+      if (star == std::string::npos) {
+        SafetensorsEntry e{spec.hf, type, {}, bytes.data(), bytes.size()};
+        for (int d = t.n_dims - 1; d >= 0; --d) e.shape.push_back(t.ne[size_t(d)]);
+        entries.push_back(e);
+        continue;
+      }
+      // An expert stack [cols, rows, E] -> E tensors [rows, cols] named with the expert's index.
+      const size_t one = bytes.size() / size_t(t.ne[2]);
+      for (int64_t x = 0; x < t.ne[2]; ++x)
+        entries.push_back({spec.hf.substr(0, star) + std::to_string(x) + spec.hf.substr(star + 1),
+                           type,
+                           {t.ne[1], t.ne[0]},
+                           bytes.data() + size_t(x) * one,
+                           one});
+    }
+    write_safetensors((dir / "model.safetensors").string(), entries);
+    write_file((dir / "config.json").string(), config.dump(2) + "\n");
+    out.arch = c.arch;
+    out.layout = config["architectures"][0].get<std::string>();
+    out.tensors = entries.size();
+    out.tokenizer = "no tokenizer in the GGUF";
+    if (model.file->find("tokenizer.ggml.model")) {
+      write_file((dir / "tokenizer.json").string(), bpe_json_from_gguf(*model.file));
+      out.tokenizer = "tokenizer.json " +
+                      std::to_string(model.file->get_string_array("tokenizer.ggml.tokens").size()) + " tokens";
+    }
+    swap_in(dir, final_dir);
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    throw;
   }
   return out;
 }

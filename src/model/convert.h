@@ -42,7 +42,10 @@ struct HfExport {
 // Writes the GGUF model at `in_path` as out_dir/model.safetensors + config.json (+ tokenizer.json when the
 // GGUF has a tokenizer) in its family's published layout (llada, llada-moe, dream, qwen2, llama). Quantised
 // matrices are dequantised; `type` (f32, f16 or bf16) is the stored type. A model the layout cannot hold
-// is refused naming what is missing (hf_config_json).
+// is refused naming what is missing (hf_config_json). The files are written into a sibling folder and swapped
+// in whole: an existing out_dir ends as the old checkpoint or the new one, never a mix, and a failure leaves
+// no partial files; an existing out_dir holding anything but checkpoint files (a README, .git, the input)
+// is refused before anything is written.
 HfExport convert_gguf_to_hf(const std::string& in_path, const std::string& out_dir, DType type);
 
 }  // namespace canvas

@@ -188,7 +188,11 @@ RequestReader::Status RequestReader::parse_head(const std::string& head) {
       if (lower(value) != "100-continue") return fail(417, "only 'Expect: 100-continue' is supported");
       expect_continue_ = true;
     } else {
-      if (key == "host") ++hosts;
+      if (key == "host") {
+        ++hosts;
+        // RFC 9112 3.2: a Host that names no host is refused as a missing one is.
+        if (trim_whitespace(value).empty()) return fail(400, "an empty Host header");
+      }
       if (key == "connection") {
         for (size_t at = 0; at <= value.size();) {
           size_t comma = value.find(',', at);

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "decode/chat_template.h"
 #include "decode/verify.h"
 #include "io/json.h"
 #include "serve/openai.h"
@@ -603,7 +604,13 @@ bool HttpServer::origin_allowed_by_cors(const std::string& origin) const {
 }
 
 bool HttpServer::authorized(const httplib::Request& req) const {
-  return options_.api_key.empty() || req.get_header_value("Authorization") == "Bearer " + options_.api_key;
+  if (options_.api_key.empty()) return true;
+  // "Bearer KEY"; the scheme is case-insensitive (RFC 9110 11.1), the key is not.
+  const std::string value = req.get_header_value("Authorization");
+  const size_t space = value.find(' ');
+  if (space == std::string::npos || lower(value.substr(0, space)) != "bearer") return false;
+  const size_t key = value.find_first_not_of(' ', space);
+  return key != std::string::npos && value.compare(key, std::string::npos, options_.api_key) == 0;
 }
 
 bool HttpServer::gate(const httplib::Request& req, httplib::Response& res) const {
@@ -691,6 +698,10 @@ void HttpServer::routes() {
   router_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     try {
       std::rethrow_exception(ep);
+    } catch (const json::exception&) {
+      // A request value of an unexpected type that a handler did not check: the client's error, told
+      // without the JSON library's text.
+      send_error(res, 400, "a field of the request has a value of the wrong type");
     } catch (const std::exception& e) {
       send_error(res, 500, e.what());
     } catch (...) {
@@ -860,7 +871,9 @@ void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
   const Engine* engine = m->engine;
   if (!j.contains("content") || !j["content"].is_string())
     return send_error(res, 400, "'content' must be a string", "content");
-  const bool special = j.value("add_special", false);
+  if (j.contains("add_special") && !j["add_special"].is_boolean() && !j["add_special"].is_null())
+    return send_error(res, 400, "'add_special' must be true or false", "add_special");
+  const bool special = j.contains("add_special") && j["add_special"].is_boolean() && j["add_special"].get<bool>();
   const std::vector<int32_t> ids = engine->generator().tokenizer()->encode(j["content"].get<std::string>(), special);
   res.set_content(dump(json{{"tokens", ids}}), "application/json");
 }
@@ -948,6 +961,8 @@ void HttpServer::complete(const httplib::Request& req, httplib::Response& res, b
   if (!fills) {
     try {
       prompt = engine->generator().prompt_of(s);
+    } catch (const ChatTemplateTooLong& e) {  // a conversation that cannot fit the context
+      return send_error(res, 400, e.what(), "messages", "context_length_exceeded");
     } catch (const std::exception& e) {
       return send_error(res, 400, std::string("cannot tokenize the prompt: ") + e.what(),
                         chat ? "messages" : "prompt");

@@ -65,7 +65,8 @@ std::string content_text(const json& v, const std::string& field) {
   if (!v.is_array()) throw bad(field, "'" + field + "' must be a string or an array of text parts");
   std::string text;
   for (const json& part : v) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+    if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+        !part["text"].is_string())
       throw bad(field, "'" + field + "' parts must be {\"type\": \"text\", \"text\": \"...\"}");
     text += part["text"].get<std::string>();
   }
@@ -94,7 +95,9 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
   bool has_input = false;
   int64_t top_logprobs = -1;  // chat: given
   GenerationSettings& s = r.settings;
-  for (const auto& [key, value] : root.items()) {
+  // A value of a type the code below did not expect is the client's error (400 naming the field), never
+  // a 500 with the JSON library's text.
+  for (const auto& [key, value] : root.items()) try {
     if (!common.count(key) &&
         !(chat ? (key == "messages" || key == "max_completion_tokens" || key == "top_logprobs")
                : (key == "prompt" || key == "suffix" || key == "echo")))
@@ -250,6 +253,8 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
     } else if (key == "parse_special") {
       s.parse_special = get_bool(value, key);
     }
+  } catch (const json::exception&) {
+    throw bad(key, "'" + key + "' has a value of the wrong type");
   }
   if (!r.seed_given) {
     // A fresh seed per request (reported in the response), so that a temperature above 0 samples anew each

@@ -44,16 +44,41 @@ ModelFiles expand_model_paths(const std::vector<std::string>& values) {
       files.paths.push_back(value);
       continue;
     }
-    std::vector<std::string> found, skipped;
+    std::vector<std::string> found;
+    std::vector<ModelFiles::Skipped> skipped;
     for (const fs::directory_entry& entry : fs::directory_iterator(value, ec)) {
-      if (entry.path().extension() != ".gguf" || !entry.is_regular_file(ec)) continue;
-      const bool model = !GgufFile::open(entry.path().string())->get_string("general.architecture", "").empty();
-      (model ? found : skipped).push_back(entry.path().string());
+      if (entry.path().extension() != ".gguf") continue;
+      const std::string path = entry.path().string();
+      // One bad entry is passed over with its reason, never the end of the whole serve; a FIFO or a device is
+      // not opened (it could block).
+      std::error_code status_ec;
+      const fs::file_status status = fs::status(entry.path(), status_ec);
+      std::string reason;
+      if (!fs::exists(status))
+        reason = entry.is_symlink(status_ec) ? "a link to nothing" : "cannot be read";
+      else if (fs::is_directory(status))
+        reason = "a directory, not a file";
+      else if (!fs::is_regular_file(status))
+        reason = "not a regular file (a FIFO, socket or device)";
+      else {
+        try {
+          if (GgufFile::open(path)->get_string("general.architecture", "").empty())
+            reason = "holds no model (no general.architecture)";
+        } catch (const std::exception& e) {
+          reason = std::string("not a readable GGUF: ") + e.what();
+        }
+      }
+      if (reason.empty())
+        found.push_back(path);
+      else
+        skipped.push_back({path, reason});
     }
     check(!ec, "-m " + value + ": cannot list the directory: " + ec.message());
-    check(!found.empty(), "-m " + value + ": the directory holds no *.gguf model and no config.json");
+    std::sort(skipped.begin(), skipped.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
+    std::string passed_over;
+    for (const ModelFiles::Skipped& s : skipped) passed_over += "; " + s.path + ": " + s.reason;
+    check(!found.empty(), "-m " + value + ": the directory holds no *.gguf model and no config.json" + passed_over);
     std::sort(found.begin(), found.end());
-    std::sort(skipped.begin(), skipped.end());
     files.paths.insert(files.paths.end(), found.begin(), found.end());
     files.skipped.insert(files.skipped.end(), skipped.begin(), skipped.end());
   }

@@ -35,10 +35,16 @@ bool is_chat_model_name(const std::string& id);
 // The model files of `canvas serve -m` values: each value is one model, except a directory without
 // config.json, which stands for the *.gguf files in it (sorted by name) that hold a model. A GGUF without
 // general.architecture (a tokenizer-only file such as models/tokenizer-kjv.gguf) is passed over and listed
-// in `skipped`. Throws Error for a directory that cannot be listed or holds no model.
+// in `skipped`, as is any other *.gguf entry that cannot be served (a dangling link, a directory, a FIFO or
+// device, which is never opened, a file that is not a readable GGUF), each with the reason. Throws Error
+// for a directory that cannot be listed or holds no model.
 struct ModelFiles {
+  struct Skipped {
+    std::string path, reason;
+    bool operator==(const Skipped&) const = default;
+  };
   std::vector<std::string> paths;
-  std::vector<std::string> skipped;
+  std::vector<Skipped> skipped;
 };
 ModelFiles expand_model_paths(const std::vector<std::string>& values);
 

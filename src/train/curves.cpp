@@ -2,11 +2,11 @@
 #include "train/curves.h"
 
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 #include <vector>
 
 #include "core/error.h"
+#include "io/input_file.h"
 #include "report/png.h"
 
 namespace canvas::train {
@@ -31,8 +31,8 @@ double number(const std::string& cell, const std::string& where) {
 }  // namespace
 
 report::LineChart training_chart(const std::string& csv_path) {
-  std::ifstream in(csv_path);
-  check(bool(in), "cannot read " + csv_path);
+  // Read whole with a bound, and only from a regular file (a FIFO would block, a device never end).
+  std::istringstream in(read_regular_file_bounded(csv_path, kMaxCorpusBytes, "training log", "kMaxCorpusBytes"));
   std::string line;
   check(bool(std::getline(in, line)), csv_path + " is empty (no header line)");
   const std::vector<std::string> header = split_csv_line(line);

@@ -20,6 +20,7 @@
 #include "core/output_file.h"
 #include "core/timer.h"
 #include "io/gguf.h"
+#include "io/input_file.h"
 #include "model/model.h"
 #include "train/data.h"
 #include "train/model_text.h"
@@ -401,12 +402,8 @@ int64_t load_checkpoint(const RunConfig& r, std::vector<Parameter*>& params, Ada
 // Keeps the CSV header and the complete rows up to `step`, so a resumed run continues the same log
 // (a row cut short by a kill is dropped).
 void truncate_log(const std::string& path, int64_t step) {
-  std::ifstream in(path);
-  if (!in) return;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  in.close();
-  const std::string text = ss.str();
+  if (!file_exists(path)) return;
+  const std::string text = read_regular_file_bounded(path, kMaxCorpusBytes, "training log", "kMaxCorpusBytes");
   std::string kept;
   size_t begin = 0;
   bool header = true;
@@ -497,15 +494,9 @@ RunConfig parse_run_config(const std::string& text, const std::string& origin) {
 }
 
 RunConfig load_run_config(const std::string& path) {
-  struct stat st;
-  check(::stat(path.c_str(), &st) == 0, "cannot open config " + path);
-  check(S_ISREG(st.st_mode), "config " + path + " is not a regular file");
-  std::ifstream in(path);
-  check(bool(in), "cannot open config " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  check(!ss.str().empty(), "config " + path + " is empty");
-  return parse_run_config(ss.str(), path);
+  const std::string text = read_regular_file_bounded(path, kMaxJsonBytes, "config", "kMaxJsonBytes");
+  check(!text.empty(), "config " + path + " is empty");
+  return parse_run_config(text, path);
 }
 
 std::string set_total_steps(RunConfig& r, int64_t steps) {
