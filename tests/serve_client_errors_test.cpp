@@ -183,5 +183,33 @@ TEST(ServeClientErrors, BearerSchemeIsCaseInsensitive) {
   }
 }
 
+// A draft-and-verify pass's rows grow with the square of an overlapped draft: a draft too long for the
+// model's context and the logits bound is refused before anything is allocated, naming the longest that fits
+// (it reached 23 GB before the kernel killed it), in the CLI and over HTTP.
+TEST(ServeClientErrors, VerifyDraftsAreBoundedBeforeTheyAreComputed) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = test::run_canvas("generate -p 'And God said' -n 1000 --mode verify --overlap --draft-length 1024");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--draft-length 1024 with --overlap computes 1051650 rows per pass"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("at most --draft-length"), std::string::npos) << r.output;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  ServerProcess server("--parallel 1", "models/text-dg.gguf");
+  ASSERT_NE(server.port(), 0) << server.log();
+  const auto res = server.client().Post(
+      "/v1/completions",
+      R"({"prompt": "And God said", "mode": "verify", "overlap": true, "draft_length": 1024, "max_tokens": 400})",
+      "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  EXPECT_NE(res->body.find("rows per pass"), std::string::npos) << res->body;
+  // What fits still runs.
+  const auto ok = server.client().Post(
+      "/v1/completions", R"({"prompt": "And God said", "mode": "verify", "overlap": true, "draft_length": 3, "max_tokens": 8})",
+      "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
 }  // namespace
 }  // namespace canvas

@@ -88,7 +88,7 @@ pass over --draft-length + 1 rows, default 4), turned into tokens/s for 1, 2 and
 verify-overlap: the one pass of an overlapped cycle (--overlap: the k + 1 causal rows and k + 1 decoder
 canvases of k + 1 rows), likewise.
 --modes for these models: ar, diffusion, self-cond, stream, verify, verify-overlap (default ar, diffusion,
-self-cond). The
+self-cond, verify). The
 closing lines turn the faster later-step pass (self-cond or stream) into tokens/s for a canvas denoised in
 8, 16 and 32 passes, against AR.
 
@@ -225,7 +225,7 @@ int cmd_bench(int argc, char** argv) {
     passes.repeats = options.repeats;
     passes.threads = options.threads[0];
     passes.seed = options.seed;
-    passes.modes = modes.empty() ? std::vector<std::string>{"ar", "diffusion", "self-cond"} : modes;
+    passes.modes = modes.empty() ? std::vector<std::string>{"ar", "diffusion", "self-cond", "verify"} : modes;
     passes.draft_length = args.get_int("draft-length", 4);
     passes.profile = args.has("profile");
     const bench::DecoderPassReport report =

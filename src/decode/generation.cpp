@@ -237,6 +237,27 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
                 "uniform-state model); '" + c.arch + "' has not: use --mode ar or --mode diffusion");
   canvas::check(r.draft_length >= 0 && r.draft_length <= 1024, "--draft-length must be between 1 and 1024");
   canvas::check(r.draft_steps >= 1 && r.draft_steps <= 64, "--draft-steps must be between 1 and 64");
+  if (mode == DecodeMode::Verify) {
+    // A cycle's rows grow with k (with the square of k when overlapped), and each keeps a logits row: bounded
+    // by the context and by kMaxVerifyLogitBytes before anything is allocated.
+    const int64_t k = verify_draft_length(r), rows = verify_pass_rows(r);
+    const double bytes = double(rows) * double(c.vocab) * sizeof(float);
+    int64_t most = 0;  // the longest draft that fits both bounds
+    for (int64_t d = 1; d <= 1024; ++d) {
+      GenerationRequest probe;
+      probe.draft_length = d;
+      probe.overlap = r.overlap;
+      const int64_t d_rows = verify_pass_rows(probe);
+      if (d_rows > c.context_length || double(d_rows) * double(c.vocab) * sizeof(float) > kMaxVerifyLogitBytes) break;
+      most = d;
+    }
+    canvas::check(rows <= c.context_length && bytes <= kMaxVerifyLogitBytes,
+                  "--draft-length " + std::to_string(k) + (r.overlap ? " with --overlap" : "") + " computes " +
+                      std::to_string(rows) + " rows per pass (" + std::to_string(int64_t(bytes / 1048576)) +
+                      " MiB of logits); the limit is the context (" + std::to_string(c.context_length) + " rows) and " +
+                      std::to_string(int64_t(kMaxVerifyLogitBytes / 1048576)) + " MiB: at most --draft-length " +
+                      std::to_string(most) + (r.overlap ? " with --overlap" : "") + " on this model");
+  }
   const bool uniform = mode == DecodeMode::Diffusion && c.uniform_state;
   const SamplingParams& s = r.sampling;
   canvas::check(std::isfinite(s.temperature) && s.temperature >= 0 && s.temperature <= 100,

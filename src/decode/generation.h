@@ -27,6 +27,9 @@ namespace canvas {
 // cost model before it runs a request. verify: the diffusion decoder drafts and the causal path verifies
 // (decode/verify.h): AR's text, several tokens per causal pass.
 enum class DecodeMode { Auto, Diffusion, Ar, Verify };
+// The most logits a draft-and-verify pass may hold (its rows x the vocabulary x 4 bytes): longer drafts
+// are refused before anything is allocated.
+constexpr double kMaxVerifyLogitBytes = 512.0 * 1048576;
 DecodeMode parse_decode_mode(const std::string& name);  // auto | diffusion | ar | verify; Error otherwise
 const char* decode_mode_name(DecodeMode mode);
 
