@@ -699,3 +699,32 @@ TEST(ServeHardenCli, SpecialTokensInMessagesArePlainText) {
   // /tokenize still reads markers, as llama-server's does.
   EXPECT_EQ(json::parse(tokens->body)["tokens"].size(), 1u);
 }
+
+// A request whose client goes away mid-stream is cancelled, and the passes it ran are still counted: in
+// canvas_forward_passes_total, as in the usage of an answered one (they were reported as 0).
+TEST(ServeHardenCli, CancelledRequestsCountTheirPasses) {
+  ServerProcess server("--parallel 1", "models/text-dg.gguf");
+  ASSERT_NE(server.port(), 0) << server.log();
+  auto passes_total = [&] {
+    auto res = server.client().Get("/metrics");
+    if (!res) return -1.0;
+    const size_t at = res->body.find("\ncanvas_forward_passes_total ");
+    return at == std::string::npos ? -1.0 : std::stod(res->body.substr(at + 29));
+  };
+  ASSERT_EQ(passes_total(), 0.0);
+  {
+    RawConnection c(server.port());
+    ASSERT_TRUE(c.send(request("POST", "/v1/completions",
+                               R"({"prompt": "And God said", "max_tokens": 4000, "mode": "ar", "stream": true,
+                                   "ignore_eos": true})")));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // some tokens are streamed, then it goes
+  }
+  double counted = 0;
+  for (int i = 0; i < 100 && counted <= 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    counted = passes_total();
+  }
+  EXPECT_GT(counted, 0) << server.log();
+  EXPECT_NE(server.log().find("status=cancelled"), std::string::npos) << server.log();
+}
+

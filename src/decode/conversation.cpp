@@ -75,8 +75,11 @@ void save_conversation(const std::vector<ChatMessage>& conversation, const std::
 
 std::vector<ChatMessage> load_conversation(const std::string& path) {
   // Bounded and checked before it is read: a huge file, a FIFO or a device is refused, naming it.
-  const std::string text =
-      read_regular_file_bounded(path, kMaxConversationBytes, "conversation file", "kMaxConversationBytes");
+  return parse_conversation(
+      read_regular_file_bounded(path, kMaxConversationBytes, "conversation file", "kMaxConversationBytes"), path);
+}
+
+std::vector<ChatMessage> parse_conversation(const std::string& text, const std::string& path) {
   check(text.find('\0') == std::string::npos,
         path + ": not a saved conversation (it holds NUL bytes; /save writes a JSON array of messages)");
   const nlohmann::json doc = parse_json(text, path);

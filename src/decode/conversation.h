@@ -27,6 +27,8 @@ FittedConversation fit_conversation(const Generator& generator, std::vector<Chat
 // its string content.
 void save_conversation(const std::vector<ChatMessage>& conversation, const std::string& path);
 std::vector<ChatMessage> load_conversation(const std::string& path);
+// ... of a file's text (`path` names it in errors).
+std::vector<ChatMessage> parse_conversation(const std::string& text, const std::string& path);
 
 // A chat session's conversation: an optional system prompt (always first, never dropped by
 // fit_conversation) and the turns after it, with the REPL's slash commands.

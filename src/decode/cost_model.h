@@ -114,7 +114,8 @@ std::vector<int64_t> ar_text_mode_rows(bool can_overlap, int64_t load = 1);
 // (CostModel::observed), else its estimate from the pass times and verify's acceptance, scaled by how the
 // measured settings compare with their estimates (a setting estimated fastest runs, and is then measured).
 // Until kMinAcceptanceCycles verify cycles have been measured, verify with kExploreDraftLength drafts runs
-// at load 1 (it writes AR's text, and measures the acceptance) and AR at higher loads.
+// at load 1 (it writes AR's text, and measures the acceptance) and AR at higher loads; then AR runs once at
+// load 1 to be measured.
 ModeChoice choose_ar_text_mode(const CostModel& cost, int64_t load, bool can_overlap);
 
 // The key a cost model is saved and loaded with (CostModel::save, load): what its timings depend on, the

@@ -91,7 +91,7 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
       "frequency_penalty", "presence_penalty", "steps", "block_length", "threshold", "entropy_bound", "cache",
       "mode", "canvas_draft", "repeat_penalty", "draft_length", "draft_steps", "overlap", "response_format", "logit_bias",
       "tools", "tool_choice", "parallel_tool_calls", "metadata", "store", "service_tier", "parse_special",
-      "logprobs"};
+      "logprobs", "ignore_eos"};
   bool has_input = false;
   int64_t top_logprobs = -1;  // chat: given
   GenerationSettings& s = r.settings;
@@ -252,6 +252,8 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
       r.canvas_draft = get_bool(value, key);
     } else if (key == "parse_special") {
       s.parse_special = get_bool(value, key);
+    } else if (key == "ignore_eos") {  // llama-server's: all max_tokens are generated
+      s.ignore_eos = get_bool(value, key);
     }
   } catch (const json::exception&) {
     throw bad(key, "'" + key + "' has a value of the wrong type");
