@@ -773,6 +773,23 @@ TEST(CliChat, InterruptEndsTheReplyNotTheChat) {
 
 // --canvas-length names the uniform-state canvas; --block-length stays its old name there (same tokens),
 // and a model without a uniform-state canvas refuses it instead of reading it as a block length.
+// Masked diffusion's --threshold and --cache none|dual are refused where they would be ignored, naming the
+// mode in use; --suffix with verify names verify.
+TEST(CliOptions, MaskedOptionsAreRefusedOutsideMaskedDiffusion) {
+  const std::string dg = test::source_path("models/text-dg.gguf");
+  auto r = run_canvas("generate -m " + dg + " -p 'And God said' -n 8 --threshold 0.9 --cost-model none");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(has(r.output, "--threshold is masked diffusion's (Fast-dLLM), not uniform-state diffusion's")) << r.output;
+  r = run_canvas("generate -m " + dg + " -p 'And God said' -n 8 --cache dual --mode ar");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(has(r.output, "--cache none|dual is masked diffusion's; --mode ar keeps")) << r.output;
+  r = run_canvas("generate -m " + dg + " -p 'And God said' -n 8 --suffix x --mode verify");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(has(r.output, "need diffusion decoding, not --mode verify")) << r.output;
+  r = run_canvas("generate -m " + llada() + " -p 'And God said' -n 8 --threshold 0.9 --cache dual");
+  EXPECT_EQ(r.exit_code, 0) << r.output;  // masked diffusion's own
+}
+
 TEST(CliOptions, CanvasLengthNamesTheUniformStateCanvas) {
   const std::string dg = test::source_path("models/text-dg.gguf");
   const auto canvas = run_canvas("generate -m " + dg + " -p 'And God said' -n 24 --canvas-length 16 --seed 3 --json");

@@ -259,6 +259,13 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
                       std::to_string(most) + (r.overlap ? " with --overlap" : "") + " on this model");
   }
   const bool uniform = mode == DecodeMode::Diffusion && c.uniform_state;
+  // Masked diffusion's own options, refused where they would be ignored, naming the mode in use.
+  const std::string mode_in_use = uniform ? std::string("uniform-state diffusion") : std::string("--mode ") + decode_mode_name(mode);
+  const bool masked = mode == DecodeMode::Diffusion && !c.uniform_state;
+  canvas::check(r.threshold <= 0 || masked, "--threshold is masked diffusion's (Fast-dLLM), not " + mode_in_use +
+                                                (uniform ? "'s: it accepts positions by --entropy-bound" : ""));
+  canvas::check(r.cache == CacheMode::Prefix || masked,
+                "--cache none|dual is masked diffusion's; " + mode_in_use + " keeps the prefix's K/V itself");
   const SamplingParams& s = r.sampling;
   canvas::check(std::isfinite(s.temperature) && s.temperature >= 0 && s.temperature <= 100,
                 "--temp must be between 0 and 100");

@@ -114,7 +114,8 @@ GenerationOutput Generator::run_fill(const GenerationRequest& r, ThreadPool* poo
     canvas::check(c.is_diffusion(), "model '" + c.arch +
                                         "' is autoregressive: it cannot fill holes between fixed text (it was not "
                                         "trained to fill in the middle); use a masked or uniform-state diffusion model");
-    canvas::check(out.mode == DecodeMode::Diffusion, "--suffix and <|hole:N|> need diffusion decoding (not --mode ar)");
+    canvas::check(out.mode == DecodeMode::Diffusion, std::string("--suffix and <|hole:N|> need diffusion decoding, not --mode ") +
+                                                         decode_mode_name(out.mode));
     std::vector<TextPiece> pieces = parse_holes(r.text);
     if (r.suffix) {
       if (std::none_of(pieces.begin(), pieces.end(), [](const TextPiece& p) { return p.is_hole(); }))
