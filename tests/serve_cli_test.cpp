@@ -281,6 +281,15 @@ TEST(ServeCli, LlamaServerHelpersInfillAndStructuredOutput) {
   EXPECT_EQ(doc_text.rfind("{\"ok\":", 0), 0u) << "properties in the schema's order, unpadded: " << doc_text;
   EXPECT_EQ(doc_text.find(' '), std::string::npos) << doc_text;
   EXPECT_EQ(json::parse(res->body)["choices"][0]["finish_reason"], "stop") << "the schema ended the document";
+  // A schema that cannot fit max_tokens: a 400 naming response_format and max_tokens (not suffix, not -n).
+  res = post(server, "/v1/completions",
+             R"({"prompt": "Record: ", "max_tokens": 4, "response_format": {"type": "json_schema", "json_schema":
+                 {"schema": {"type": "object", "properties": {"ok": {"type": "boolean"}, "age": {"type": "integer"}},
+                             "required": ["ok", "age"]}}}})");
+  ASSERT_TRUE(res && res->status == 400) << (res ? res->body : "");
+  EXPECT_EQ(json::parse(res->body)["error"]["param"], "response_format") << res->body;
+  EXPECT_NE(res->body.find("max_tokens is 4"), std::string::npos) << res->body;
+  EXPECT_EQ(res->body.find("-n"), std::string::npos) << res->body;
   expect_error(post(server, "/v1/completions", R"({"prompt": "a", "response_format": {"type": "json_schema",
                  "json_schema": {"schema": {"type": "object", "patternProperties": {}}}}})"), 400, "patternProperties");
 

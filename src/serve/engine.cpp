@@ -123,10 +123,10 @@ ModeChoice Engine::choose(const GenerationSettings& s, int64_t prompt_tokens) co
   }
   choice.mode = generator_.resolve(DecodeMode::Auto);
   choice.reason = generator_.mode_reason(s);
-  // Holes between fixed text are filled by diffusion only.
-  if (has_diffusion() && model_.config.default_mode.empty() && (s.suffix || has_hole_marker(s.text))) {
+  // Holes between fixed text and schemas are filled by diffusion where the model has it (as generate does).
+  if (has_diffusion() && model_.config.default_mode.empty() && (Generator::fills_holes(s) || has_hole_marker(s.text))) {
     choice.mode = DecodeMode::Diffusion;
-    choice.reason = "auto: holes are filled by diffusion";
+    choice.reason = "auto: holes and schemas are filled by diffusion";
     return choice;
   }
   if (!chooses_verify() || Generator::fills_holes(s)) return choice;

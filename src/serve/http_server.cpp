@@ -167,6 +167,14 @@ struct CompletionReply {
   std::vector<int32_t> stop_ids;  // ids that end the text (a stream's entries stop before them)
 };
 
+// An error of the generator in the request's words: its -n is max_tokens here.
+std::string as_request_words(std::string message) {
+  for (const auto& [cli, api] : {std::pair<std::string, std::string>{"raise -n", "raise max_tokens"}, {"; -n is ", "; max_tokens is "}})
+    for (size_t at = message.find(cli); at != std::string::npos; at = message.find(cli, at + api.size()))
+      message.replace(at, cli.size(), api);
+  return message;
+}
+
 // A token's text (its id when there is no tokenizer); a special token, whose text decoding drops, by its
 // name ("<turn|>").
 std::string token_text(const TextTokenizer* tokenizer, int32_t id) {
@@ -1018,7 +1026,8 @@ void HttpServer::complete(const httplib::Request& req, httplib::Response& res, b
   if (!r.stream) {
     untrack(job);
     if (!job->error.empty())
-      return fills ? send_error(res, 400, job->error, chat ? "response_format" : "suffix")
+      return fills ? send_error(res, 400, as_request_words(job->error),
+                                job->settings.json_schema ? "response_format" : "suffix")
                    : send_error(res, 500, "generation failed: " + job->error);
     if (fills) reply.prompt_tokens = int64_t(job->prompt.size());
     res.set_content(dump(completion_body(reply, *job)), "application/json");
