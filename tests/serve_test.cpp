@@ -500,8 +500,19 @@ TEST(ServeRouting, VerifyIsExploredThenChosenByMeasuredAcceptance) {
     EXPECT_EQ(job->mode_used, serve::DecodeMode::Verify);
     EXPECT_NE(job->mode_reason.find("measures how many drafts"), std::string::npos) << job->mode_reason;
   }
+  ASSERT_GE(engine.cost_model().acceptance.cycles(1), kMinAcceptanceCycles);
+  // Then AR once, alone, which measures its ms per token (as every request that runs alone does its own).
+  const serve::ModeChoice ar = engine.choose(s, 4);
+  ASSERT_EQ(ar.mode, serve::DecodeMode::Ar) << ar.reason;
+  auto job = std::make_shared<serve::Job>();
+  job->prompt = {2, 105, 17, 250};
+  job->settings = s;
+  ASSERT_TRUE(engine.submit(job));
+  wait_finished(*job);
+  ASSERT_EQ(job->error, "");
   const serve::CostModel c = engine.cost_model();
-  ASSERT_GE(c.acceptance.cycles(1), kMinAcceptanceCycles);
+  EXPECT_EQ(c.observed.count("ar"), 1u);
+  EXPECT_EQ(c.observed.count("verify k=8"), 1u);
   EXPECT_GT(c.verify_observations, 0);
   const serve::ModeChoice expected = choose_ar_text_mode(c, 1, m.config.has_decoder);
   const serve::ModeChoice chosen = engine.choose(s, 4);

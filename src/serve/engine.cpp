@@ -148,6 +148,7 @@ void Engine::run_next() {
     job = queue_.front();
     queue_.pop_front();
     ++running_;
+    ++started_;
     running_jobs_.push_back(job.get());
   }
   run(*job);
@@ -164,6 +165,13 @@ void Engine::run(Job& job) {
   if (!Generator::fills_holes(request)) request.prompt = job.prompt;  // infilling plans from the text
   const ModeChoice choice = choose(request, int64_t(job.prompt.size()));
   choice.apply(request);
+  int64_t started_before = 0;  // a job that ran alone measures its setting's speed for auto
+  bool alone = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    started_before = started_;
+    alone = running_ == 1 && queue_.empty();
+  }
   const bool uniform = request.mode == DecodeMode::Diffusion && model_.config.uniform_state;
   {
     std::lock_guard<std::mutex> lock(job.mutex);
@@ -257,16 +265,21 @@ void Engine::run(Job& job) {
                                           : 0.8 * cost_.threshold_tokens_per_forward + 0.2 * observed;
     ++cost_.threshold_observations;
   }
-  if (complete && request.mode == DecodeMode::Verify && job.passes > 0 && job.completion_tokens > 0) {
-    // Learn draft-and-verify's tokens per pass and what it keeps per cycle, for routing; kept in the file.
+  const std::string setting = ar_text_setting(request.mode, request.draft_length, request.overlap);
+  if (complete && chooses_verify() && !setting.empty() && job.passes > 0 && job.completion_tokens > 0) {
+    // Learn draft-and-verify's tokens per pass and what it keeps per cycle, and (for a request that ran
+    // alone) its setting's ms per token, for routing; kept in the file.
     CostModel learned;
     {
       std::lock_guard<std::mutex> engine_lock(mutex_);
-      const double observed = double(job.completion_tokens) / double(job.passes);
-      cost_.verify_tokens_per_forward =
-          cost_.verify_observations == 0 ? observed : 0.8 * cost_.verify_tokens_per_forward + 0.2 * observed;
-      ++cost_.verify_observations;
-      cost_.acceptance.add(out.cycles_keeping);
+      if (request.mode == DecodeMode::Verify) {
+        const double observed = double(job.completion_tokens) / double(job.passes);
+        cost_.verify_tokens_per_forward =
+            cost_.verify_observations == 0 ? observed : 0.8 * cost_.verify_tokens_per_forward + 0.2 * observed;
+        ++cost_.verify_observations;
+        cost_.acceptance.add(out.cycles_keeping);
+      }
+      if (alone && started_ == started_before && running_ == 1) cost_.observe(setting, out.decode_ms, out.decode_tokens);
       learned = cost_;
     }
     save_cost_model(learned);

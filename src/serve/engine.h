@@ -149,6 +149,7 @@ class Engine {
   std::deque<std::shared_ptr<Job>> queue_;
   std::vector<Job*> running_jobs_;
   int64_t running_ = 0;
+  int64_t started_ = 0;  // jobs started so far (a job ran alone when none started during it)
   bool stopping_ = false;
   std::atomic<ServerMetrics*> metrics_{nullptr};
   std::string metrics_model_;             // the id the metrics count this engine's generations under
