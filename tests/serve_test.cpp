@@ -487,16 +487,20 @@ TEST(ServeRouting, VerifyIsExploredThenChosenByMeasuredAcceptance) {
   s.mode = serve::DecodeMode::Auto;
   s.max_new_tokens = 40;
   s.ignore_eos = true;
+  auto run_one = [&] {  // one request, alone
+    auto job = std::make_shared<serve::Job>();
+    job->prompt = {2, 105, 17, 250};
+    job->settings = s;
+    EXPECT_TRUE(engine.submit(job));
+    wait_finished(*job);
+    EXPECT_EQ(job->error, "");
+    return job;
+  };
   for (int i = 0; i < 20 && engine.cost_model().acceptance.cycles(1) < kMinAcceptanceCycles; ++i) {
     const serve::ModeChoice choice = engine.choose(s, 4);
     ASSERT_EQ(choice.mode, serve::DecodeMode::Verify) << i;
     EXPECT_EQ(choice.draft_length, kExploreDraftLength);
-    auto job = std::make_shared<serve::Job>();
-    job->prompt = {2, 105, 17, 250};
-    job->settings = s;
-    ASSERT_TRUE(engine.submit(job));
-    wait_finished(*job);
-    ASSERT_EQ(job->error, "");
+    const auto job = run_one();
     EXPECT_EQ(job->mode_used, serve::DecodeMode::Verify);
     EXPECT_NE(job->mode_reason.find("measures how many drafts"), std::string::npos) << job->mode_reason;
   }
@@ -504,12 +508,7 @@ TEST(ServeRouting, VerifyIsExploredThenChosenByMeasuredAcceptance) {
   // Then AR once, alone, which measures its ms per token (as every request that runs alone does its own).
   const serve::ModeChoice ar = engine.choose(s, 4);
   ASSERT_EQ(ar.mode, serve::DecodeMode::Ar) << ar.reason;
-  auto job = std::make_shared<serve::Job>();
-  job->prompt = {2, 105, 17, 250};
-  job->settings = s;
-  ASSERT_TRUE(engine.submit(job));
-  wait_finished(*job);
-  ASSERT_EQ(job->error, "");
+  EXPECT_EQ(run_one()->mode_used, serve::DecodeMode::Ar);
   const serve::CostModel c = engine.cost_model();
   EXPECT_EQ(c.observed.count("ar"), 1u);
   EXPECT_EQ(c.observed.count("verify k=8"), 1u);
