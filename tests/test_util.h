@@ -17,7 +17,23 @@
 #include <string>
 #include <vector>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define CANVAS_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CANVAS_TEST_SANITIZED 1
+#endif
+#endif
+
 namespace canvas::test {
+
+// What a test's time bound is multiplied by: the sanitizer builds (scripts/ci-sanitize.sh) run several
+// times slower than a release build.
+#ifdef CANVAS_TEST_SANITIZED
+inline constexpr double kTimeScale = 5.0;
+#else
+inline constexpr double kTimeScale = 1.0;
+#endif
 
 inline std::string source_path(const std::string& relative) { return std::string(CANVAS_SOURCE_DIR) + "/" + relative; }
 inline std::string fixture(const std::string& name) { return source_path("tests/fixtures/" + name); }
