@@ -243,7 +243,7 @@ namespace {
 struct Candidate {
   int64_t k;  // 0: AR
   bool overlap;
-  int64_t rows() const { return k == 0 ? 1 : overlap ? (k + 1) * (k + 2) : k + 1; }
+  int64_t rows() const { return k == 0 ? 1 : Generator::verify_rows(k, overlap); }
   std::string name() const { return ar_text_setting(k == 0 ? DecodeMode::Ar : DecodeMode::Verify, k, overlap); }
 };
 

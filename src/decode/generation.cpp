@@ -149,10 +149,9 @@ int64_t Generator::verify_draft_length(const GenerationRequest& r) {
   return r.draft_length > 0 ? r.draft_length : VerifyParams{}.draft_length;
 }
 
-int64_t Generator::verify_pass_rows(const GenerationRequest& r) {
-  const int64_t k = verify_draft_length(r);
-  return r.overlap ? (k + 1) * (k + 2) : k + 1;
-}
+int64_t Generator::verify_rows(int64_t k, bool overlap) { return overlap ? (k + 1) * (k + 2) : k + 1; }
+
+int64_t Generator::verify_pass_rows(const GenerationRequest& r) { return verify_rows(verify_draft_length(r), r.overlap); }
 
 int64_t Generator::masked_block_length(const GenerationRequest& r, int64_t n, int64_t prompt_tokens) const {
   if (r.block_length > 0) return std::min(r.block_length, n);
@@ -240,23 +239,20 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
   if (mode == DecodeMode::Verify) {
     // A cycle's rows grow with k (with the square of k when overlapped), and each keeps a logits row: bounded
     // by the context and by kMaxVerifyLogitBytes before anything is allocated.
-    const int64_t k = verify_draft_length(r), rows = verify_pass_rows(r);
-    const double bytes = double(rows) * double(c.vocab) * sizeof(float);
-    int64_t most = 0;  // the longest draft that fits both bounds
-    for (int64_t d = 1; d <= 1024; ++d) {
-      GenerationRequest probe;
-      probe.draft_length = d;
-      probe.overlap = r.overlap;
-      const int64_t d_rows = verify_pass_rows(probe);
-      if (d_rows > c.context_length || double(d_rows) * double(c.vocab) * sizeof(float) > kMaxVerifyLogitBytes) break;
-      most = d;
+    auto fits = [&](int64_t rows) {
+      return rows <= c.context_length && double(rows) * double(c.vocab) * sizeof(float) <= kMaxVerifyLogitBytes;
+    };
+    const int64_t k = verify_draft_length(r), rows = verify_rows(k, r.overlap);
+    if (!fits(rows)) {
+      int64_t most = 0;  // the longest draft that fits both bounds
+      while (most < k && fits(verify_rows(most + 1, r.overlap))) ++most;
+      const double bytes = double(rows) * double(c.vocab) * sizeof(float);
+      throw Error("--draft-length " + std::to_string(k) + (r.overlap ? " with --overlap" : "") + " computes " +
+                  std::to_string(rows) + " rows per pass (" + std::to_string(int64_t(bytes / 1048576)) +
+                  " MiB of logits); the limit is the context (" + std::to_string(c.context_length) + " rows) and " +
+                  std::to_string(int64_t(kMaxVerifyLogitBytes / 1048576)) + " MiB: at most --draft-length " +
+                  std::to_string(most) + (r.overlap ? " with --overlap" : "") + " on this model");
     }
-    canvas::check(rows <= c.context_length && bytes <= kMaxVerifyLogitBytes,
-                  "--draft-length " + std::to_string(k) + (r.overlap ? " with --overlap" : "") + " computes " +
-                      std::to_string(rows) + " rows per pass (" + std::to_string(int64_t(bytes / 1048576)) +
-                      " MiB of logits); the limit is the context (" + std::to_string(c.context_length) + " rows) and " +
-                      std::to_string(int64_t(kMaxVerifyLogitBytes / 1048576)) + " MiB: at most --draft-length " +
-                      std::to_string(most) + (r.overlap ? " with --overlap" : "") + " on this model");
   }
   const bool uniform = mode == DecodeMode::Diffusion && c.uniform_state;
   // Masked diffusion's own options, refused where they would be ignored, naming the mode in use.

@@ -190,6 +190,7 @@ class Generator {
   static int64_t verify_draft_length(const GenerationRequest& request);
   // Rows per request of one of draft-and-verify's passes: k + 1, or (k + 1)(k + 2) when overlapped.
   static int64_t verify_pass_rows(const GenerationRequest& request);
+  static int64_t verify_rows(int64_t draft_length, bool overlap);  // ... of k drafts
   // Masked diffusion's settings of a request (steps 0: the caller's default; lengths left to the caller).
   MaskedDiffusionParams masked_params(const GenerationRequest& request) const;
   // ... and as run() decodes N new tokens after `prompt_tokens`: the block length (masked_block_length), the
