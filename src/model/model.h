@@ -41,6 +41,7 @@ struct SelfConditioningWeights {
 
 struct Model;
 struct ForwardRequest;
+class PrimitiveBackend;  // model/placement.h
 
 // A checked batch of forward requests (plan_forward): rows of all requests stacked (request s holds
 // rows [row0[s], row0[s+1])), each row's position, and each request's key_end as attention reads it.
@@ -67,6 +68,9 @@ struct Model {
   ModelConfig config;
   // Where forward passes run: null for this CPU code; otherwise e.g. the CUDA backend (--device cuda).
   std::shared_ptr<ForwardBackend> backend;
+  // Or a backend of single primitives (model/placement.h): the passes run on the CPU's executor and this
+  // backend's, each primitive where it is supported.
+  std::shared_ptr<PrimitiveBackend> primitives;
   std::shared_ptr<GgufFile> file;                  // the GGUF the weights map (null for safetensors)
   std::shared_ptr<SafetensorsModel> safetensors;   // the safetensors checkpoint (null for GGUF)
   // f32 copies of small tensors whose stored type the kernels do not take (e.g. bf16 norms), made once

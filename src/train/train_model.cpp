@@ -1,7 +1,8 @@
 // The trainable transformer: parameters from the model's tensor description (model/tensors.h),
-// initialisation, the tape forward (mirroring model.cpp top to bottom) and export to GGUF.
+// initialisation, the tape's executor of model/transformer.h and export to GGUF.
 #include "train/train_model.h"
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -9,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/transformer.h"
 #include "ops/matmul.h"
 
 namespace canvas::train {
@@ -112,173 +114,165 @@ TrainModel TrainModel::from_model(const Model& model) {
   return m;
 }
 
-// ---- forward (model/forward.cpp's stages, on the tape) --------------------------------------------------
+// ---- forward: model/transformer.h's definition on the tape ------------------------------------------
 
-// Stage 2, per layer: attn_norm, Q, K, V (biases, Gemma's q/k norms per head and the no-weight v norm, V
-// from K on attention_k_eq_v layers), RoPE, attention, output projection.
-Var TrainModel::attention_block(Tape& tape, int64_t l, Var x, const std::vector<int32_t>& positions,
-                                const SequenceLayout& layout) {
-  const ModelConfig& c = config_;
-  const LayerAttention la = c.attention_of(l);
-  const Var h = rms_norm(tape, x, &need(TensorRole::AttnNorm, l), c.rms_eps);
-  const int64_t rows = tape.rows(h), D = la.head_dim;
-  Var q = linear(tape, h, need(TensorRole::Wq, l));
-  Var k = linear(tape, h, need(TensorRole::Wk, l));
-  Var v = la.value_from_key ? k : linear(tape, h, need(TensorRole::Wv, l));  // raw k_proj, before norm and RoPE
-  if (c.qkv_bias) {
-    q = add_bias(tape, q, need(TensorRole::Bq, l));
-    k = add_bias(tape, k, need(TensorRole::Bk, l));
-    v = add_bias(tape, v, need(TensorRole::Bv, l));
+// The training executor: each primitive records the tape ops of its value and gradient. Slots hold the
+// tape's values (Var); an in-place primitive binds its slot to a new node. The batch's rows are every
+// token of every sequence; attention reads the batch's layouts (visibility groups, sliding windows,
+// DiffusionGemma's decoder rows) instead of a cache.
+class TapeExecutor final : public Executor {
+ public:
+  TapeExecutor(TrainModel& model, Tape& tape, const TokenBatch& batch, const std::vector<int32_t>& positions,
+               const SequenceLayout& layout, const SequenceLayout& sliding_layout, const SelfConditioningInput* input)
+      : m_(model), c_(model.config()), tape_(tape), batch_(batch), positions_(positions), layout_(layout),
+        sliding_layout_(sliding_layout), input_(input) {}
+
+  Var result() const { return logits_; }
+
+  void read_slot(Slot s, std::vector<float>& data, int64_t& rows, int64_t& width) override {
+    rows = tape_.rows(at(s));
+    width = tape_.cols(at(s));
+    data.assign(tape_.value(at(s)), tape_.value(at(s)) + rows * width);
   }
-  // RMSNorm over each head: the rows read as [rows * heads, head_dim].
-  auto norm_heads = [&](Var x, int64_t heads, Parameter* w) {
-    return reshape(tape, rms_norm(tape, reshape(tape, x, rows * heads, D), w, c.rms_eps), rows, heads * D);
-  };
-  if (c.qk_norm) {
-    q = norm_heads(q, c.n_heads, &need(TensorRole::QNorm, l));
-    k = norm_heads(k, la.n_kv_heads, &need(TensorRole::KNorm, l));
+  void write_slot(Slot s, const float* data, int64_t rows, int64_t width) override {
+    at(s) = tape_.input(rows, width, data);
   }
-  if (c.v_norm) v = norm_heads(v, la.n_kv_heads, nullptr);
-  q = rope(tape, q, int(c.n_heads), positions, la.rope);
-  k = rope(tape, k, int(la.n_kv_heads), positions, la.rope);
-  AttentionShape shape;
-  shape.n_heads = int(c.n_heads);
-  shape.n_kv_heads = int(la.n_kv_heads);
-  shape.head_dim = int(D);
-  shape.scale = c.attention_scale > 0 ? c.attention_scale : 1.f / std::sqrt(float(D));
-  Var attended = attention(tape, q, k, v, shape, layout);
-  return linear(tape, attended, need(TensorRole::Wo, l));
-}
 
-// Gated MLP: down(act(gate(h)) * up(h)).
-Var TrainModel::gated_mlp(Tape& tape, int64_t l, Var h) {
-  Var g = linear(tape, h, need(TensorRole::Gate, l));
-  Var u = linear(tape, h, need(TensorRole::Up, l));
-  return linear(tape, gated_activation(tape, g, u, config_.activation), need(TensorRole::Down, l));
-}
-
-// Mixture of experts: route each row (router_in) to its top-k experts, run each expert's gated MLP on
-// its rows of expert_in, and sum the weighted results in ascending expert order (as model.cpp does).
-// Gemma 4 fuses [gate; up] in one matrix and scales each expert's weight by per_expert_scale.
-Var TrainModel::moe(Tape& tape, int64_t l, Var router_in, Var expert_in) {
-  const ModelConfig& c = config_;
-  Routing routing =
-      route_top_k(tape, linear(tape, router_in, need(TensorRole::Router, l)), c.n_experts_used, c.expert_weights_norm);
-  if (Parameter* scale_e = weight(TensorRole::PerExpertScale, l)) routing.weights = scale_columns(tape, routing.weights, *scale_e);
-  Parameter* gate_up = weight(TensorRole::GateUpExps, l);
-  std::vector<Var> expert_out(size_t(c.n_experts));
-  for (int64_t e = 0; e < c.n_experts; ++e) {
-    const std::vector<int32_t>& rows = routing.rows_of[size_t(e)];
-    if (rows.empty()) continue;
-    Var xe = gather_rows(tape, expert_in, rows);
-    Var g, u;
-    if (gate_up) {
-      Var gu = linear(tape, xe, *gate_up, e);
-      g = slice_columns(tape, gu, 0, c.expert_ffn);
-      u = slice_columns(tape, gu, c.expert_ffn, 2 * c.expert_ffn);
+  void embed(Slot x) override {
+    Var e = embedding(tape_, m_.need(TensorRole::TokenEmbd), batch_.tokens, c_.embedding_scale);
+    if (Parameter* pe = m_.weight(TensorRole::PositionEmbd)) e = train::add(tape_, e, embedding(tape_, *pe, positions_));
+    at(x) = e;
+  }
+  // DiffusionGemma: the decoder rows (gathered first: the norm applies to them, with or without an input);
+  // canvas's self-conditioned models: every row.
+  bool self_conditioning_input(Slot soft) override {
+    if (c_.has_decoder) {
+      for (size_t r = 0; r < batch_.decoder.size(); ++r)
+        if (batch_.decoder[r]) decoder_rows_.push_back(int32_t(r));
+      if (decoder_rows_.empty()) return false;
+      decoder_x_ = gather_rows(tape_, at(Slot::X), decoder_rows_);
+      if (!input_) return false;
+      conditioned_ = decoder_rows_;
     } else {
-      g = linear(tape, xe, need(TensorRole::GateExps, l), e);
-      u = linear(tape, xe, need(TensorRole::UpExps, l), e);
+      if (!input_) return false;
+      conditioned_.resize(size_t(batch_.rows()));
+      for (int64_t r = 0; r < batch_.rows(); ++r) conditioned_[size_t(r)] = int32_t(r);
     }
-    expert_out[size_t(e)] = linear(tape, gated_activation(tape, g, u, c.activation), need(TensorRole::DownExps, l), e);
+    // softmax(previous logits) as a constant of the tape (zeros for rows the input does not mark).
+    const int64_t V = c_.vocab, n = int64_t(conditioned_.size());
+    check(input_->logits != nullptr, "TrainModel::forward: self-conditioning input without logits");
+    check(input_->rows.empty() || int64_t(input_->rows.size()) == batch_.rows(),
+          "TrainModel::forward: self-conditioning rows size mismatch");
+    Var probs = tape_.input(n, V);
+    float* p = tape_.value(probs);
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t r = conditioned_[size_t(i)];
+      if (!input_->rows.empty() && !input_->rows[size_t(r)]) continue;
+      const float* z = input_->logits + int64_t(r) * V;
+      const float log_sum = row_stats(z, V).logsumexp;
+      for (int64_t v = 0; v < V; ++v) p[i * V + v] = std::exp(z[v] - log_sum);
+    }
+    at(soft) = soft_embedding(tape_, probs, m_.need(TensorRole::TokenEmbd), c_.embedding_scale);
+    return true;
   }
-  return combine_experts(tape, expert_out, routing);
-}
-
-// The Gemma 4 layer after attention (diffusiongemma.md section 2; model/forward.cpp's gemma_layer_rest):
-//   h = x + post_attn_norm(a); m1 = post_ffn_norm_1(dense(pre_ffn_norm(h)));
-//   m2 = post_ffn_norm_2(experts(pre_ffn_norm_2(h), router(h)));  out = (h + post_ffn_norm(m1 + m2)) * scalar
-// with the encoder's scalar on encoder rows and the decoder's on decoder rows.
-Var TrainModel::gemma_layer_rest(Tape& tape, int64_t l, Var x, Var a, const std::vector<uint8_t>& decoder_rows) {
-  const ModelConfig& c = config_;
-  Var h = add(tape, x, rms_norm(tape, a, &need(TensorRole::PostAttnNorm, l), c.rms_eps));
-  Var m = gated_mlp(tape, l, rms_norm(tape, h, &need(TensorRole::FfnNorm, l), c.rms_eps));
-  if (c.is_moe()) {
-    m = rms_norm(tape, m, &need(TensorRole::PostFfnNorm1, l), c.rms_eps);
-    // Router input: rmsnorm_noweight(h) * scale / sqrt(hidden).
-    Var router_in = scale(tape, rms_norm(tape, h, &need(TensorRole::RouterScale, l), c.rms_eps),
-                          1.f / std::sqrt(float(c.hidden)));
-    Var experts = moe(tape, l, router_in, rms_norm(tape, h, &need(TensorRole::PreFfnNorm2, l), c.rms_eps));
-    m = add(tape, m, rms_norm(tape, experts, &need(TensorRole::PostFfnNorm2, l), c.rms_eps));
+  void add_self_conditioning(Slot x, Slot mlp) override {
+    if (c_.has_decoder) {
+      decoder_x_ = train::add(tape_, decoder_x_, at(mlp));
+    } else {
+      at(x) = train::add(tape_, at(x), at(mlp));
+    }
   }
-  Var out = add(tape, h, rms_norm(tape, m, &need(TensorRole::PostFfnNorm, l), c.rms_eps));
+  void decoder_norm(Slot x) override {
+    if (decoder_rows_.empty()) return;
+    at(x) = replace_rows(tape_, at(x), decoder_rows_, train::rms_norm(tape_, decoder_x_, nullptr, c_.rms_eps));
+  }
+  void rms_norm(Slot out, Slot in, WeightRef w) override { at(out) = train::rms_norm(tape_, at(in), param(w), c_.rms_eps); }
+  // RMSNorm over each head: the rows read as [rows * heads, head_dim].
+  void rms_norm_heads(Slot x, int64_t head_dim, WeightRef w) override {
+    const int64_t rows = tape_.rows(at(x)), width = tape_.cols(at(x));
+    at(x) = reshape(tape_, train::rms_norm(tape_, reshape(tape_, at(x), rows * width / head_dim, head_dim), param(w),
+                                           c_.rms_eps),
+                    rows, width);
+  }
+  void matmul(std::span<const Product> products, Slot in) override {
+    for (const Product& p : products) at(p.out) = linear(tape_, at(in), need(p.weight));
+  }
+  void copy(Slot out, Slot in) override { at(out) = at(in); }
+  void add(Slot x, Slot y) override { at(x) = train::add(tape_, at(x), at(y)); }
+  void add_bias(Slot x, WeightRef bias) override { at(x) = train::add_bias(tape_, at(x), need(bias)); }
+  void gated_activation(Slot g, Slot u) override { at(g) = train::gated_activation(tape_, at(g), at(u), c_.activation); }
+  void rope(Slot x, int64_t n_heads, int64_t layer) override {
+    at(x) = train::rope(tape_, at(x), int(n_heads), positions_, c_.attention_of(layer).rope);
+  }
+  void attention(Slot out, Slot q, Slot k, Slot v, int64_t layer) override {
+    const LayerAttention la = c_.attention_of(layer);
+    const SequenceLayout& layout = la.kind == AttentionKind::Sliding ? sliding_layout_ : layout_;
+    at(out) = train::attention(tape_, at(q), at(k), at(v), attention_shape(c_, la), layout);
+  }
+  // Route each row to its top-k experts, run each expert's gated MLP on its rows, and sum the weighted
+  // results in ascending expert order (as the CPU forward does). Gemma 4 fuses [gate; up] in one matrix
+  // and scales each expert's weight by per_expert_scale.
+  void moe(Slot out, Slot router_in, Slot expert_in, int64_t l) override {
+    Routing routing = route_top_k(tape_, linear(tape_, at(router_in), m_.need(TensorRole::Router, l)),
+                                  c_.n_experts_used, c_.expert_weights_norm);
+    if (Parameter* scale_e = m_.weight(TensorRole::PerExpertScale, l))
+      routing.weights = scale_columns(tape_, routing.weights, *scale_e);
+    Parameter* gate_up = m_.weight(TensorRole::GateUpExps, l);
+    std::vector<Var> expert_out(size_t(c_.n_experts));
+    for (int64_t e = 0; e < c_.n_experts; ++e) {
+      const std::vector<int32_t>& rows = routing.rows_of[size_t(e)];
+      if (rows.empty()) continue;
+      Var xe = gather_rows(tape_, at(expert_in), rows);
+      Var g, u;
+      if (gate_up) {
+        Var gu = linear(tape_, xe, *gate_up, e);
+        g = slice_columns(tape_, gu, 0, c_.expert_ffn);
+        u = slice_columns(tape_, gu, c_.expert_ffn, 2 * c_.expert_ffn);
+      } else {
+        g = linear(tape_, xe, m_.need(TensorRole::GateExps, l), e);
+        u = linear(tape_, xe, m_.need(TensorRole::UpExps, l), e);
+      }
+      expert_out[size_t(e)] = linear(tape_, train::gated_activation(tape_, g, u, c_.activation),
+                                     m_.need(TensorRole::DownExps, l), e);
+    }
+    at(out) = combine_experts(tape_, expert_out, routing);
+  }
+  void router_input(Slot out, Slot in, int64_t layer) override {
+    at(out) = scale(tape_, train::rms_norm(tape_, at(in), &m_.need(TensorRole::RouterScale, layer), c_.rms_eps),
+                    1.f / std::sqrt(float(c_.hidden)));
+  }
   // The decoder's scalar is layer_scalar; the encoder's its own copy (the decoder's when the model has none).
-  Parameter& decoder_scalar = need(TensorRole::LayerScalar, l);
-  Parameter* encoder_scalar = weight(TensorRole::EncoderLayerScalar, l);
-  if (!encoder_scalar) return scale_rows_by_scalar(tape, out, decoder_scalar, nullptr, {});
-  return scale_rows_by_scalar(tape, out, *encoder_scalar, &decoder_scalar, decoder_rows);
-}
-
-// Stage 3, per layer: the attention output joins the residual stream, then the feed-forward sublayer:
-// Gemma 4's layer tail, or the pre-norm block's dense MLP or MoE.
-Var TrainModel::feed_forward(Tape& tape, int64_t l, Var x, Var attention_out, const std::vector<uint8_t>& decoder_rows) {
-  const ModelConfig& c = config_;
-  if (c.layer_style == LayerStyle::Gemma4) return gemma_layer_rest(tape, l, x, attention_out, decoder_rows);
-  x = add(tape, x, attention_out);
-  Var h = rms_norm(tape, x, &need(TensorRole::FfnNorm, l), c.rms_eps);
-  return add(tape, x, c.is_moe() ? moe(tape, l, h, h) : gated_mlp(tape, l, h));
-}
-
-// Stage 4: the final norm, the logits (soft-capped).
-Var TrainModel::head(Tape& tape, Var x) {
-  const ModelConfig& c = config_;
-  Var h = rms_norm(tape, x, &need(TensorRole::OutputNorm), c.rms_eps);
-  Var logits = linear(tape, h, c.tied_output ? need(TensorRole::TokenEmbd) : need(TensorRole::Output));
-  if (c.logit_softcap > 0) logits = softcap(tape, logits, c.logit_softcap);
-  return logits;
-}
-
-// Stage 1: token embeddings (scaled), learned positions, and the self-conditioning input (DiffusionGemma's
-// decoder rows, or every row of a self-conditioned model).
-Var TrainModel::embed(Tape& tape, const TokenBatch& batch, const std::vector<int32_t>& positions,
-                      const SelfConditioningInput* self_cond) {
-  const ModelConfig& c = config_;
-  Var x = embedding(tape, need(TensorRole::TokenEmbd), batch.tokens, c.embedding_scale);
-  if (Parameter* pe = weight(TensorRole::PositionEmbd)) x = add(tape, x, embedding(tape, *pe, positions));
-  if (c.has_decoder) return decoder_input(tape, x, self_cond, batch.decoder);
-  if (!self_cond) return x;
-  std::vector<int32_t> all(static_cast<size_t>(batch.rows()));
-  for (int64_t r = 0; r < batch.rows(); ++r) all[size_t(r)] = int32_t(r);
-  return add(tape, x, self_conditioning_mlp(tape, x, *self_cond, all));
-}
-
-// The self-conditioning MLP over the given rows of x: mlp(norm(softmax(logits) @ E * embedding_scale)),
-// the probabilities a constant of the tape (zeros for rows the input does not mark).
-Var TrainModel::self_conditioning_mlp(Tape& tape, Var x, const SelfConditioningInput& input,
-                                      const std::vector<int32_t>& rows) {
-  const ModelConfig& c = config_;
-  const int64_t V = c.vocab, n = int64_t(rows.size());
-  check(input.logits != nullptr, "TrainModel::forward: self-conditioning input without logits");
-  check(input.rows.empty() || int64_t(input.rows.size()) == tape.rows(x),
-        "TrainModel::forward: self-conditioning rows size mismatch");
-  Var probs = tape.input(n, V);  // zeros: rows without logits
-  float* p = tape.value(probs);
-  for (int64_t i = 0; i < n; ++i) {
-    const int32_t r = rows[size_t(i)];
-    if (!input.rows.empty() && !input.rows[size_t(r)]) continue;
-    const float* z = input.logits + int64_t(r) * V;
-    const float log_sum = row_stats(z, V).logsumexp;
-    for (int64_t v = 0; v < V; ++v) p[i * V + v] = std::exp(z[v] - log_sum);
+  void scaled_residual(Slot x, Slot y, int64_t layer) override {
+    const Var sum = train::add(tape_, at(x), at(y));
+    Parameter& decoder_scalar = m_.need(TensorRole::LayerScalar, layer);
+    Parameter* encoder_scalar = m_.weight(TensorRole::EncoderLayerScalar, layer);
+    at(x) = encoder_scalar ? scale_rows_by_scalar(tape_, sum, *encoder_scalar, &decoder_scalar, batch_.decoder)
+                           : scale_rows_by_scalar(tape_, sum, decoder_scalar, nullptr, {});
   }
-  Var h = rms_norm(tape, soft_embedding(tape, probs, need(TensorRole::TokenEmbd), c.embedding_scale),
-                   &need(TensorRole::SelfCondNorm), c.rms_eps);
-  Var g = linear(tape, h, need(TensorRole::SelfCondGate));
-  Var u = linear(tape, h, need(TensorRole::SelfCondUp));
-  return linear(tape, gated_activation(tape, g, u, c.activation), need(TensorRole::SelfCondDown));
-}
+  void head_rows(Slot head, Slot x) override { at(head) = at(x); }  // every row's logits
+  void logits(Slot head, WeightRef weight) override {
+    logits_ = linear(tape_, at(head), need(weight));
+    if (c_.logit_softcap > 0) logits_ = softcap(tape_, logits_, c_.logit_softcap);
+  }
 
-// DiffusionGemma's decoder input on its rows (model.cpp's self_conditioning_input with the decoder
-// norm): rmsnorm_noweight(E[canvas] * scale + mlp(...)); the MLP term is absent without an input.
-Var TrainModel::decoder_input(Tape& tape, Var x, const SelfConditioningInput* input,
-                              const std::vector<uint8_t>& decoder_rows) {
-  std::vector<int32_t> rows;
-  for (size_t r = 0; r < decoder_rows.size(); ++r)
-    if (decoder_rows[r]) rows.push_back(int32_t(r));
-  if (rows.empty()) return x;
-  Var xd = gather_rows(tape, x, rows);
-  if (input) xd = add(tape, xd, self_conditioning_mlp(tape, x, *input, rows));
-  return replace_rows(tape, x, rows, rms_norm(tape, xd, nullptr, config_.rms_eps));
-}
+ private:
+  Var& at(Slot s) { return slots_[size_t(s)]; }
+  Parameter* param(WeightRef w) { return w.present() ? m_.weight(w.role, w.layer) : nullptr; }
+  Parameter& need(WeightRef w) { return m_.need(w.role, w.layer); }
+
+  TrainModel& m_;
+  const ModelConfig& c_;
+  Tape& tape_;
+  const TokenBatch& batch_;
+  const std::vector<int32_t>& positions_;
+  const SequenceLayout& layout_;
+  const SequenceLayout& sliding_layout_;
+  const SelfConditioningInput* input_;
+  std::array<Var, kSlots> slots_;
+  std::vector<int32_t> decoder_rows_, conditioned_;
+  Var decoder_x_;  // DiffusionGemma: X's decoder rows, until decoder_norm puts them back normed
+  Var logits_;
+};
 
 Var TrainModel::forward(Tape& tape, const TokenBatch& batch, const SelfConditioningInput* self_cond) {
   const ModelConfig& c = config_;
@@ -332,12 +326,9 @@ Var TrainModel::forward(Tape& tape, const TokenBatch& batch, const SelfCondition
     }
   }
 
-  Var x = embed(tape, batch, positions, self_cond);
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const SequenceLayout& lay = c.attention_of(l).kind == AttentionKind::Sliding ? sliding_layout : layout;
-    x = feed_forward(tape, l, x, attention_block(tape, l, x, positions, lay), batch.decoder);
-  }
-  return head(tape, x);
+  TapeExecutor executor(*this, tape, batch, positions, layout, sliding_layout, self_cond);
+  run_transformer(c, executor);
+  return executor.result();
 }
 
 // ---- parameters ----------------------------------------------------------------------------------

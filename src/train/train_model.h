@@ -1,5 +1,6 @@
-// A trainable transformer: f32 parameters under the GGUF tensor names, and a forward on the tape that
-// computes the same function as the inference forward (model/model.cpp), piece by piece.
+// A trainable transformer: f32 parameters under the GGUF tensor names, and its forward on the tape: the
+// model's one definition (model/transformer.h) run by the tape's executor, so training computes what
+// inference computes, primitive by primitive.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -14,6 +15,8 @@
 #include "train/tape.h"
 
 namespace canvas::train {
+
+class TapeExecutor;
 
 // A batch of n_sequences independent sequences of `length` tokens each, row-major [sequence][token].
 struct TokenBatch {
@@ -52,8 +55,7 @@ struct InitOptions {
 bool is_residual_output(const std::string& name);
 
 // A transformer of any architecture canvas runs (model/tensors.h lists its tensors): one f32
-// Parameter per described tensor, under its GGUF name, and a forward on the tape that computes what
-// model.cpp's forward computes, op for op.
+// Parameter per described tensor, under its GGUF name, and model/transformer.h's forward on the tape.
 class TrainModel {
  public:
   // Random initialisation for `config` (TensorSpec::init says how each tensor starts).
@@ -101,20 +103,7 @@ class TrainModel {
   // The parameter of a role (layer -1: a global one); null when this model has none.
   Parameter* weight(TensorRole role, int64_t layer = -1);
   Parameter& need(TensorRole role, int64_t layer = -1);
-  // The stages of model/forward.cpp, on the tape: embed, then per layer attention_block and feed_forward,
-  // then head.
-  Var embed(Tape& tape, const TokenBatch& batch, const std::vector<int32_t>& positions,
-            const SelfConditioningInput* self_cond);
-  Var attention_block(Tape& tape, int64_t layer, Var x, const std::vector<int32_t>& positions,
-                      const SequenceLayout& layout);
-  Var feed_forward(Tape& tape, int64_t layer, Var x, Var attention_out, const std::vector<uint8_t>& decoder_rows);
-  Var head(Tape& tape, Var x);
-  // Parts of the stages.
-  Var gated_mlp(Tape& tape, int64_t layer, Var h);
-  Var moe(Tape& tape, int64_t layer, Var router_in, Var expert_in);
-  Var gemma_layer_rest(Tape& tape, int64_t layer, Var x, Var attention_out, const std::vector<uint8_t>& decoder_rows);
-  Var self_conditioning_mlp(Tape& tape, Var x, const SelfConditioningInput& input, const std::vector<int32_t>& rows);
-  Var decoder_input(Tape& tape, Var x, const SelfConditioningInput* input, const std::vector<uint8_t>& decoder_rows);
+  friend class TapeExecutor;  // model/transformer.h's primitives on the tape (train_model.cpp)
 
   struct Weights {
     std::vector<TensorSpec> specs;
