@@ -1,6 +1,6 @@
 // canvas serve under abuse: idle and slow connections, every method, pipelining, compressed bodies,
-// shutdown, Host / Origin rules and the thread bound (the server as a process, on 127.0.0.1), and the
-// request framing of serve/http_connections.h in-process.
+// shutdown, Host / Origin rules and the thread bound (the server as a process, on 127.0.0.1; requests
+// waiting for their tokens hold no thread), and the request framing of serve/http_connections.h in-process.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -9,11 +9,12 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <map>
-#include <random>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <thread>
 
 #include "serve/http_connections.h"
@@ -728,3 +729,32 @@ TEST(ServeHardenCli, CancelledRequestsCountTheirPasses) {
   EXPECT_NE(server.log().find("status=cancelled"), std::string::npos) << server.log();
 }
 
+// Twelve streams waiting for one slot hold no thread each: the threads are those of the one generation,
+// however many requests wait for their tokens; and every stream is answered in full.
+TEST(ServeHardenCli, RequestsWaitingForTokensHoldNoThread) {
+  ServerProcess server("--parallel 1 --queue 16");
+  ASSERT_NE(server.port(), 0) << server.log();
+  const int at_rest = thread_count(server.pid());
+  constexpr int kStreams = 12;
+  std::vector<std::thread> clients;
+  std::atomic<int> complete{0};
+  for (int i = 0; i < kStreams; ++i)
+    clients.emplace_back([&] {
+      auto res =
+          canvas::test::post(server, "/v1/completions",
+                             R"({"prompt": "And", "max_tokens": 24, "mode": "diffusion", "stream": true})");
+      if (res && res->status == 200 && canvas::test::sse_events(res->body).back() == "[DONE]") ++complete;
+    });
+  int most = 0, most_queued = 0;
+  for (int i = 0; i < 400 && complete < kStreams; ++i) {
+    most = std::max(most, thread_count(server.pid()));
+    if (auto h = server.client().Get("/health"); h && h->status == 200)
+      most_queued = std::max(most_queued, json::parse(h->body).value("queued", 0));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(complete, kStreams) << server.log();
+  EXPECT_GE(most_queued, 4) << "the streams did wait for the slot";
+  // The slot's thread (and one for the compute pool's caller to spare), not one per waiting request.
+  EXPECT_LE(most, at_rest + 2) << "threads at rest " << at_rest;
+}

@@ -138,8 +138,6 @@ int cmd_serve(int argc, char** argv) {
   options.host = args.get("host", "127.0.0.1");
   options.port = int(port);
   options.api_key = args.get("api-key", "");
-  // Every request that waits for a generation holds a thread: running + queued ones, and 8 more.
-  options.http_threads = int(engine_options.parallel + engine_options.queue + 8);
   const int64_t max_connections = args.get_int("max-connections", 1024);
   check(max_connections >= 1 && max_connections <= 1000000,
         "--max-connections must be between 1 and 1000000");

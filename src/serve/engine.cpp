@@ -11,6 +11,16 @@
 
 namespace canvas::serve {
 
+namespace {
+
+// Tells the job's readers that it changed (call without job.mutex held).
+void publish(Job& job, JobEvent event) {
+  job.changed.notify_all();
+  if (job.listener) job.listener(event);
+}
+
+}  // namespace
+
 Engine::Engine(const Model& model, ThreadPool* pool, EngineOptions options)
     : model_(model),
       options_(std::move(options)),
@@ -94,12 +104,13 @@ void Engine::drain() {
     dropped.swap(queue_);
   }
   for (auto& job : dropped) {
-    std::lock_guard<std::mutex> lock(job->mutex);
-    job->error = "the server is shutting down";
-    job->dropped = true;
-    job->finished = true;
-    ++job->version;
-    job->changed.notify_all();
+    {
+      std::lock_guard<std::mutex> lock(job->mutex);
+      job->error = "the server is shutting down";
+      job->dropped = true;
+      job->finished = true;
+    }
+    publish(*job, JobEvent::Finished);
   }
 }
 
@@ -151,13 +162,29 @@ void Engine::run_next() {
     ++started_;
     running_jobs_.push_back(job.get());
   }
-  run(*job);
+  if (prepared(*job)) run(*job);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     --running_;
     running_jobs_.erase(std::find(running_jobs_.begin(), running_jobs_.end(), job.get()));
   }
   slot_freed_.notify_all();
+}
+
+bool Engine::prepared(Job& job) {
+  if (!job.prepare) return true;
+  try {
+    job.prepare(job);
+    return true;
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lock(job.mutex);
+      job.refused = std::current_exception();
+      job.finished = true;
+    }
+    publish(job, JobEvent::Finished);
+    return false;
+  }
 }
 
 void Engine::run(Job& job) {
@@ -180,9 +207,8 @@ void Engine::run(Job& job) {
     job.mode_reason = request.mode_reason;
     job.uniform_state = uniform;
     job.queued_ms = now_ms() - job.queued_ms;
-    ++job.version;
   }
-  job.changed.notify_all();
+  publish(job, JobEvent::Started);
   const double t0 = now_ms();
   StepBatcher::Membership member(batcher_);
   request.forward = [&](const Model&, KvCache& cache, std::span<const ForwardRequest> reqs, ThreadPool*) {
@@ -196,21 +222,19 @@ void Engine::run(Job& job) {
       job.drafts_from = request.mode == DecodeMode::Verify ? e.final_end : -1;
       job.passes = e.passes;
       ++job.steps;
-      ++job.version;
     }
-    job.changed.notify_all();
+    publish(job, JobEvent::Step);
   };
   request.on_text = [&](const std::string& chunk) {
     {
       std::lock_guard<std::mutex> lock(job.mutex);
       job.committed_text += chunk;
-      ++job.version;
     }
-    job.changed.notify_all();
+    publish(job, JobEvent::Text);
   };
   if (request.logprobs >= 0)
     request.on_logprob = [&](int64_t position, const TokenLogprob& lp) {
-      std::lock_guard<std::mutex> lock(job.mutex);  // readers see it with the next version
+      std::lock_guard<std::mutex> lock(job.mutex);  // readers see it with the next step or text
       if (int64_t(job.logprobs.size()) <= position) {
         job.logprobs.resize(size_t(position + 1));
         job.have_logprob.resize(size_t(position + 1), 0);
@@ -225,7 +249,7 @@ void Engine::run(Job& job) {
   } catch (const std::exception& e) {
     error = e.what();
   }
-  std::lock_guard<std::mutex> lock(job.mutex);
+  std::unique_lock<std::mutex> lock(job.mutex);
   if (error.empty()) {
     job.canvas = out.region;
     job.drafts_from = -1;
@@ -308,8 +332,8 @@ void Engine::run(Job& job) {
                error.empty() ? out.finish_reason.c_str() : "error", status,
                error.empty() ? "" : (" (" + error + ")").c_str());
   job.finished = true;
-  ++job.version;
-  job.changed.notify_all();
+  lock.unlock();
+  publish(job, JobEvent::Finished);
 }
 
 }  // namespace canvas::serve

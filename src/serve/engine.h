@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -14,11 +15,11 @@
 #include <vector>
 
 #include "core/worker_threads.h"
+#include "decode/cost_model.h"
 #include "decode/events.h"
 #include "decode/generation.h"
 #include "model/model.h"
 #include "serve/batcher.h"
-#include "decode/cost_model.h"
 #include "serve/metrics.h"
 
 namespace canvas::serve {
@@ -34,16 +35,26 @@ using canvas::cost_model_key;
 // What one request asks for (the prompt as ids in Job::prompt), already checked by the API layer.
 using GenerationSettings = GenerationRequest;
 
-// One request's life: queued, running, finished. The worker publishes the latest canvas after every
-// step; readers wait on `changed`.
+// What changed in a job (JobListener's argument).
+enum class JobEvent { Started, Step, Text, Finished };
+
+// One request's life: queued, running, finished. The slot running it publishes the latest canvas after
+// every step; readers wait on `changed` or are called through `listener`.
 struct Job {
   std::vector<int32_t> prompt;
   GenerationSettings settings;
   std::string model;  // the id of the model that decodes it (for the log line)
 
+  // Run on the slot before decoding (canvas serve tokenizes and checks the prompt here, off its event
+  // loop); an exception ends the job unstarted, kept in `refused` (finished, never started).
+  std::function<void(Job&)> prepare;
+  std::exception_ptr refused;
+  // Called after every change, on the engine's thread, without `mutex` held: it must return at once (the
+  // HTTP layer wakes the connection's event loop). Set before submit.
+  std::function<void(JobEvent)> listener;
+
   std::mutex mutex;
   std::condition_variable changed;
-  int64_t version = 0;           // bumped on every published change
   bool started = false, finished = false;
   DecodeMode mode_used = DecodeMode::Diffusion;
   std::string mode_reason;       // why mode_used (ModeChoice::reason)
@@ -135,6 +146,8 @@ class Engine {
   bool save_cost_model(const CostModel& cost) const;  // to --cost-model's file; a failure is a warning
   mutable std::mutex save_mutex_;  // one save at a time
   mutable bool cost_model_warned_ = false;  // a failed save was reported (under save_mutex_)
+  // Runs job.prepare; false when it refused the job (then finished).
+  bool prepared(Job& job);
   void run(Job& job);
 
   const Model& model_;

@@ -1,4 +1,5 @@
-// HTTP/1.1 connections of canvas serve: the event loop (epoll), request framing, deadlines and limits.
+// HTTP/1.1 connections of canvas serve: the event loop (epoll), request framing, deadlines and limits, and
+// the writing of answers (whole, or late and streamed as their Wakeup says more is ready).
 #include "serve/http_connections.h"
 
 #include <arpa/inet.h>
@@ -6,7 +7,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "core/timer.h"
@@ -430,16 +431,67 @@ std::string http_response(int status, const std::string& body, bool close,
   return out + "\r\n" + body;
 }
 
+namespace {
+
+// The status line and headers of `response`; `length` < 0: the body is sent chunked. A connection kept open
+// says for how long and for how many more requests (as the Keep-Alive header does).
+std::string response_head(const Response& response, int64_t length, bool close,
+                          const ConnectionLimits& limits, const char* content_encoding) {
+  std::string out =
+      "HTTP/1.1 " + std::to_string(response.status) + " " + http_reason(response.status) + "\r\n";
+  if (!response.content_type.empty()) out += "Content-Type: " + response.content_type + "\r\n";
+  for (const auto& [name, value] : response.headers) out += name + ": " + value + "\r\n";
+  if (content_encoding)
+    out += std::string("Content-Encoding: ") + content_encoding + "\r\nVary: Accept-Encoding\r\n";
+  out += length < 0 ? std::string("Transfer-Encoding: chunked\r\n")
+                    : "Content-Length: " + std::to_string(length) + "\r\n";
+  if (close)
+    out += "Connection: close\r\n";
+  else
+    out += "Keep-Alive: timeout=" + std::to_string(limits.idle_timeout_ms / 1000) +
+           ", max=" + std::to_string(limits.requests_per_connection) + "\r\n";
+  return out + "\r\n";
+}
+
+// A whole response as bytes: its body gzipped when the client takes gzip and the type is text; no body for
+// HEAD (the head is GET's, Content-Length included).
+std::string response_bytes(const Request& request, const Response& response, bool close,
+                           const ConnectionLimits& limits) {
+  const bool head_only = request.method == "HEAD";
+  if (response.body.size() >= 64 && compressible(response.content_type) && accepts_gzip(request)) {
+    std::string packed = gzip_compress(response.body);
+    if (!packed.empty()) {
+      std::string out = response_head(response, int64_t(packed.size()), close, limits, "gzip");
+      return head_only ? out : out + packed;
+    }
+  }
+  std::string out = response_head(response, int64_t(response.body.size()), close, limits, nullptr);
+  return head_only ? out : out + response.body;
+}
+
+void append_chunk(std::string& out, const std::string& chunk) {
+  char size[24];
+  std::snprintf(size, sizeof size, "%zx\r\n", chunk.size());
+  out += size;
+  out += chunk;
+  out += "\r\n";
+}
+
+}  // namespace
+
 // ---- Connections ----
 
 struct Connection {
-  enum class Phase { Reading, Busy, Flushing, Lingering };
+  // Reading a request; Answering: waiting for a late answer or streaming it; Flushing: the rest of an
+  // answer goes out, then the connection reads on or closes; Lingering: closed for sending, reading what
+  // the client still sends before the close.
+  enum class Phase { Reading, Answering, Flushing, Lingering };
   enum class Stage { Idle, Head, Body };
   explicit Connection(const ConnectionLimits& limits) : reader(limits) {}
 
   int fd = -1;
-  std::string peer_ip, local_ip;
-  int peer_port = 0, local_port = 0;
+  std::string peer_ip;
+  int peer_port = 0;
   Phase phase = Phase::Reading;
   Stage stage = Stage::Idle;
   std::string in;  // received, not yet framed
@@ -449,100 +501,35 @@ struct Connection {
   // The order in which the current waits began (accepted, or the last response ended): a counter, not a
   // clock, since a burst of connections is accepted within one millisecond.
   uint64_t wait_order = 0;
-  int64_t deadline = 0;  // of the current phase / stage
+  int64_t deadline = 0;  // of the current phase / stage (Answering: of the write, while bytes wait)
   size_t requests = 0;
   uint32_t watched = 0;  // epoll events registered (0: not registered)
-  bool continue_sent = false, close_after = false, write_failed = false, closed = false;
+  bool continue_sent = false, close_after = false, closed = false;
+  // The request being answered, and its answer while it is late.
+  Request request;
+  Response response;  // a late answer's head: status 0 until it is known
+  std::shared_ptr<LateAnswer> late;
+  bool head_sent = false;      // of the late answer (a stream)
+  bool pump_deferred = false;  // the late answer has more, asked for once the queued bytes are out
 
   size_t pending() const { return out.size() - out_at; }
 };
 
-Exchange::Exchange(HttpConnections& owner, Connection& connection, std::string request, bool must_close)
-    : owner_(owner), connection_(connection), request_(std::move(request)), must_close_(must_close) {}
-
-int Exchange::socket() const {
-  return connection_.fd;
-}
-const std::string& Exchange::peer_ip() const {
-  return connection_.peer_ip;
-}
-int Exchange::peer_port() const {
-  return connection_.peer_port;
-}
-const std::string& Exchange::local_ip() const {
-  return connection_.local_ip;
-}
-int Exchange::local_port() const {
-  return connection_.local_port;
+void Wakeup::notify() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!loop_ || queued_) return;
+  queued_ = true;
+  loop_->enqueue(shared_from_this());
 }
 
-bool Exchange::client_gone() const {
-  if (connection_.write_failed) return true;
-  pollfd p{connection_.fd, POLLRDHUP, 0};
-  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
-}
-
-bool Exchange::flush_to(size_t pending_limit) {
-  Connection& c = connection_;
-  int64_t progress = clock_ms();
-  while (!c.write_failed && c.pending() > pending_limit) {
-    const char* data = c.out.data() + c.out_at;
-    size_t size = c.pending();
-    if (!send_some(c.fd, data, size)) {
-      c.write_failed = true;
-      break;
-    }
-    const size_t sent = c.pending() - size;
-    c.out_at += sent;
-    if (sent > 0) {
-      progress = clock_ms();
-      continue;
-    }
-    const int64_t left = progress + owner_.limits_.write_timeout_ms - clock_ms();
-    pollfd p{c.fd, POLLOUT, 0};
-    const int ready = left > 0 ? ::poll(&p, 1, int(std::min<int64_t>(left, 1000))) : -1;
-    if (left <= 0 || (ready < 0 && errno != EINTR) || (ready > 0 && (p.revents & (POLLERR | POLLHUP))))
-      c.write_failed = true;
-  }
-  if (c.out_at > 0 && c.out_at * 2 >= c.out.size()) {
-    c.out.erase(0, c.out_at);
-    c.out_at = 0;
-  }
-  return !c.write_failed;
-}
-
-bool Exchange::write(const char* data, size_t size) {
-  Connection& c = connection_;
-  if (c.write_failed) return false;
-  if (c.pending() > 0) {  // what waits goes first
-    const char* pending = c.out.data() + c.out_at;
-    size_t left = c.pending();
-    if (!send_some(c.fd, pending, left)) return !(c.write_failed = true);
-    c.out_at = c.out.size() - left;
-  }
-  if (c.pending() == 0) {
-    c.out.clear();
-    c.out_at = 0;
-    if (!send_some(c.fd, data, size)) return !(c.write_failed = true);
-  }
-  c.out.append(data, size);
-  return flush_to(kPendingLimit);
-}
-
-bool Exchange::writable() {
-  return flush_to(kPendingLimit);
-}
-
-HttpConnections::HttpConnections(ConnectionLimits limits, ExchangeHandler handler)
-    : limits_(limits), handler_(std::move(handler)) {
-  light_ = std::make_unique<WorkerThreads>("canvas-http", std::max<size_t>(1, limits_.light_threads));
-  post_ = std::make_unique<WorkerThreads>("canvas-post", std::max<size_t>(1, limits_.post_threads));
-}
+HttpConnections::HttpConnections(ConnectionLimits limits, RequestHandler handler, ResponseFinisher finish)
+    : limits_(limits), handler_(std::move(handler)), finish_(std::move(finish)) {}
 
 HttpConnections::~HttpConnections() {
-  light_.reset();
-  post_.reset();
-  for (auto& [fd, c] : connections_) ::close(fd);
+  for (auto& [fd, c] : connections_) {
+    if (c->late) end_late(*c);
+    ::close(fd);
+  }
   if (listen_fd_ >= 0) ::close(listen_fd_);
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
   if (wake_fd_ >= 0) ::close(wake_fd_);
@@ -644,6 +631,11 @@ void HttpConnections::watch(Connection& c, uint32_t events) {
 }
 
 void HttpConnections::close_connection(Connection& c) {
+  if (c.late) {  // the client went away, a write failed, or the server closes: the answer is abandoned
+    std::shared_ptr<LateAnswer> late = c.late;
+    end_late(c);
+    late->abandon();
+  }
   watch(c, 0);
   ::close(c.fd);
   c.closed = true;
@@ -662,7 +654,7 @@ bool HttpConnections::evict_one() {
   };
   Connection* victim = nullptr;
   for (auto& [fd, c] : connections_) {
-    if (c->phase == Connection::Phase::Busy) continue;
+    if (c->phase == Connection::Phase::Answering) continue;
     if (!victim || rank(*c) < rank(*victim) || (rank(*c) == rank(*victim) && c->wait_order < victim->wait_order))
       victim = c.get();
   }
@@ -702,10 +694,6 @@ void HttpConnections::accept_all() {
     Connection& c = *owned;
     c.fd = fd;
     address_of(addr, c.peer_ip, c.peer_port);
-    sockaddr_storage local{};
-    length = sizeof local;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length);
-    address_of(local, c.local_ip, c.local_port);
     c.wait_order = next_wait_order_++;
     c.deadline = clock_ms() + limits_.idle_timeout_ms;
     connections_.emplace(fd, std::move(owned));
@@ -715,88 +703,184 @@ void HttpConnections::accept_all() {
 }
 
 void HttpConnections::advance(Connection& c) {
-  const RequestReader::Status status = c.reader.advance(c.in);
-  const Connection::Stage stage = !c.reader.started()  ? Connection::Stage::Idle
-                                  : c.reader.in_body() ? Connection::Stage::Body
-                                                       : Connection::Stage::Head;
-  if (stage != c.stage && status == RequestReader::Status::NeedMore) {
-    c.stage = stage;
-    c.deadline = clock_ms() + (stage == Connection::Stage::Head   ? limits_.head_timeout_ms
-                               : stage == Connection::Stage::Body ? limits_.body_timeout_ms
-                                                                  : limits_.idle_timeout_ms);
-  }
-  if (status == RequestReader::Status::Ready) return dispatch(c);
-  if (status == RequestReader::Status::Failed) {
-    const HttpFailure& f = c.reader.failure();
-    c.out = http_response(f.status, error_body(f.status, f.message), true);
-    c.out_at = 0;
-    c.close_after = true;
-    return start_flush(c);
-  }
-  if (c.reader.wants_continue() && !c.continue_sent) {
-    // The client waits for this before it sends the body (curl does for bodies over 1 KiB).
-    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    const char* data = kContinue.data();
-    size_t size = kContinue.size();
-    send_some(c.fd, data, size);
-    c.continue_sent = true;
+  // A loop, not recursion: a buffer of pipelined requests answered at once is worked through here.
+  while (!c.closed && c.phase == Connection::Phase::Reading) {
+    const RequestReader::Status status = c.reader.advance(c.in);
+    const Connection::Stage stage = !c.reader.started()  ? Connection::Stage::Idle
+                                    : c.reader.in_body() ? Connection::Stage::Body
+                                                         : Connection::Stage::Head;
+    if (stage != c.stage && status == RequestReader::Status::NeedMore) {
+      c.stage = stage;
+      c.deadline = clock_ms() + (stage == Connection::Stage::Head   ? limits_.head_timeout_ms
+                                 : stage == Connection::Stage::Body ? limits_.body_timeout_ms
+                                                                    : limits_.idle_timeout_ms);
+    }
+    if (status == RequestReader::Status::Ready) {
+      dispatch(c);
+      if (c.phase == Connection::Phase::Flushing) flush(c);  // back to Reading once all is sent
+      continue;
+    }
+    if (status == RequestReader::Status::Failed) {
+      const HttpFailure& f = c.reader.failure();
+      c.out = http_response(f.status, error_body(f.status, f.message), true);
+      c.out_at = 0;
+      c.close_after = true;
+      c.phase = Connection::Phase::Flushing;
+      c.deadline = clock_ms() + limits_.write_timeout_ms;
+      flush(c);
+      return;
+    }
+    if (c.reader.wants_continue() && !c.continue_sent) {
+      // The client waits for this before it sends the body (curl does for bodies over 1 KiB).
+      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      const char* data = kContinue.data();
+      size_t size = kContinue.size();
+      send_some(c.fd, data, size);
+      c.continue_sent = true;
+    }
+    return;
   }
 }
 
 void HttpConnections::dispatch(Connection& c) {
-  c.phase = Connection::Phase::Busy;
-  watch(c, 0);
-  ++busy_;
-  Connection* connection = &c;
-  (c.reader.method() == "POST" ? post_ : light_)->post([this, connection] { answer(*connection); });
-}
-
-void HttpConnections::answer(Connection& c) {
-  FramedRequest request = c.reader.take();
-  HttpFailure failure;
-  const bool last = !request.keep_alive || c.requests + 1 >= limits_.requests_per_connection || draining_;
-  if (!decode_body(request, limits_.body_limit, failure)) {
-    Exchange exchange(*this, c, "", true);
-    const std::string response =
-        http_response(failure.status, error_body(failure.status, failure.message), true);
-    exchange.write(response.data(), response.size());
-    c.close_after = true;
-  } else {
-    Exchange exchange(*this, c, request.text(), last);
-    bool keep = false;
-    try {
-      keep = handler_(exchange);
-    } catch (...) {
-      keep = false;
-    }
-    c.close_after = !keep || last || c.write_failed;
-  }
+  FramedRequest framed = c.reader.take();
+  c.close_after = !framed.keep_alive || c.requests + 1 >= limits_.requests_per_connection || draining_;
   ++c.requests;
-  {
-    std::lock_guard<std::mutex> lock(returned_mutex_);
-    returned_.push_back(&c);
-  }
-  wake();
-}
-
-void HttpConnections::start_flush(Connection& c) {
-  c.phase = Connection::Phase::Flushing;
+  c.out.clear();
+  c.out_at = 0;
   c.deadline = clock_ms() + limits_.write_timeout_ms;
-  watch(c, EPOLLOUT);
-  on_writable(c);
+  HttpFailure failure;
+  if (!decode_body(framed, limits_.body_limit, failure)) {
+    c.out = http_response(failure.status, error_body(failure.status, failure.message), true);
+    c.close_after = true;
+    c.phase = Connection::Phase::Flushing;
+    return;
+  }
+  Request& r = c.request;
+  r = Request();
+  r.method = std::move(framed.method);
+  parse_target(framed.target, r.path, r.query);
+  r.headers = std::move(framed.headers);
+  r.body = std::move(framed.body);
+  r.peer_ip = c.peer_ip;
+  r.peer_port = c.peer_port;
+  c.response = Response();
+  try {
+    handler_(c.request, c.response);
+  } catch (const std::exception& e) {
+    c.response = Response();
+    c.response.status = 500;
+    c.response.set_content(error_body(500, e.what()), "application/json");
+  }
+  if (c.response.late) return take_late(c);
+  if (finish_) finish_(c.request, c.response);
+  c.close_after = c.close_after || draining_;
+  c.out = response_bytes(c.request, c.response, c.close_after, limits_);
+  c.phase = Connection::Phase::Flushing;
 }
 
-void HttpConnections::on_writable(Connection& c) {
+void HttpConnections::take_late(Connection& c) {
+  c.late = std::move(c.response.late);
+  c.response = Response();
+  c.response.status = 0;
+  c.head_sent = false;
+  c.pump_deferred = false;
+  c.phase = Connection::Phase::Answering;
+  ++busy_;
+  Wakeup& w = *c.late->wakeup;
+  {
+    std::lock_guard<std::mutex> lock(w.mutex_);
+    w.loop_ = this;
+  }
+  w.connection_ = &c;
+  watch(c, EPOLLRDHUP);  // a client that goes away is seen at once; pipelined bytes wait in the socket
+  // Asked in the next round rather than here, so that answers ready at once never nest advance() calls.
+  w.notify();
+}
+
+void HttpConnections::end_late(Connection& c) {
+  Wakeup& w = *c.late->wakeup;
+  {
+    std::lock_guard<std::mutex> lock(w.mutex_);
+    w.loop_ = nullptr;
+  }
+  w.connection_ = nullptr;
+  c.late.reset();
+  c.response = Response();
+  --busy_;
+  c.phase = Connection::Phase::Flushing;
+}
+
+void HttpConnections::pump(Connection& c) {
+  std::string chunk;
+  LateAnswer::Progress progress = LateAnswer::Progress::Waiting;
+  try {
+    progress = c.late->pump(c.response, chunk);
+  } catch (const std::exception& e) {
+    progress = LateAnswer::Progress::Done;
+    if (!c.head_sent) {
+      c.response = Response();
+      c.response.status = 500;
+      c.response.set_content(error_body(500, e.what()), "application/json");
+    }
+  }
+  if (c.pending() == 0) c.deadline = clock_ms() + limits_.write_timeout_ms;
+  if (!c.head_sent) {
+    if (c.response.status == 0) {
+      if (progress == LateAnswer::Progress::Waiting) return;
+      c.response.status = 500;  // done without an answer
+      c.response.set_content(error_body(500, "the answer was lost"), "application/json");
+    }
+    if (finish_) finish_(c.request, c.response);
+    c.close_after = c.close_after || draining_;
+    if (!c.response.stream) {
+      c.out += response_bytes(c.request, c.response, c.close_after, limits_);
+      end_late(c);
+      if (flush(c)) advance(c);
+      return;
+    }
+    c.out += response_head(c.response, -1, c.close_after, limits_, nullptr);
+    c.head_sent = true;
+  }
+  if (!chunk.empty()) append_chunk(c.out, chunk);
+  if (progress == LateAnswer::Progress::Done) {
+    c.out += "0\r\n\r\n";
+    end_late(c);
+    if (flush(c)) advance(c);
+    return;
+  }
+  flush(c);
+}
+
+bool HttpConnections::flush(Connection& c) {
   if (c.pending() > 0) {
     const char* data = c.out.data() + c.out_at;
     size_t size = c.pending();
-    if (!send_some(c.fd, data, size)) return close_connection(c);
+    if (!send_some(c.fd, data, size)) {
+      close_connection(c);
+      return false;
+    }
     if (size < c.pending()) c.deadline = clock_ms() + limits_.write_timeout_ms;  // progress
     c.out_at = c.out.size() - size;
-    if (c.pending() > 0) return;
+    if (c.pending() > 0) {
+      if (c.out_at * 2 >= c.out.size()) {
+        c.out.erase(0, c.out_at);
+        c.out_at = 0;
+      }
+      watch(c, c.phase == Connection::Phase::Answering ? EPOLLOUT | EPOLLRDHUP : EPOLLOUT);
+      return false;
+    }
   }
   c.out.clear();
   c.out_at = 0;
+  if (c.phase == Connection::Phase::Answering) {
+    watch(c, EPOLLRDHUP);
+    if (c.pump_deferred) {  // the answer had more while the buffer was full
+      c.pump_deferred = false;
+      c.late->wakeup->notify();
+    }
+    return false;
+  }
   if (c.close_after || draining_) {
     // Closing at once could reset the connection before the client has read the answer while it is still
     // sending (a body over the limit): shut the sending side and read what comes for a moment.
@@ -804,7 +888,7 @@ void HttpConnections::on_writable(Connection& c) {
     c.phase = Connection::Phase::Lingering;
     c.deadline = clock_ms() + kLingerMs;
     watch(c, EPOLLIN | EPOLLRDHUP);
-    return;
+    return false;
   }
   c.phase = Connection::Phase::Reading;
   c.stage = Connection::Stage::Idle;
@@ -812,7 +896,11 @@ void HttpConnections::on_writable(Connection& c) {
   c.deadline = clock_ms() + limits_.idle_timeout_ms;
   c.continue_sent = false;
   watch(c, EPOLLIN | EPOLLRDHUP);
-  advance(c);  // a pipelined request may be here already
+  return true;
+}
+
+void HttpConnections::on_writable(Connection& c) {
+  if (flush(c)) advance(c);  // a pipelined request may be here already
 }
 
 void HttpConnections::on_readable(Connection& c) {
@@ -830,24 +918,39 @@ void HttpConnections::on_readable(Connection& c) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    // The peer closed (or reset): nothing complete is buffered, or it would have been dispatched.
+    // The peer closed (or reset): nothing complete is buffered, or it would have been answered.
     return close_connection(c);
   }
 }
 
-void HttpConnections::take_back() {
-  std::vector<Connection*> back;
+void HttpConnections::enqueue(const std::shared_ptr<Wakeup>& wakeup) {
+  bool first = false;
   {
-    std::lock_guard<std::mutex> lock(returned_mutex_);
-    back.swap(returned_);
+    std::lock_guard<std::mutex> lock(ready_mutex_);
+    first = ready_.empty();
+    ready_.push_back(wakeup);
   }
-  for (Connection* c : back) {
-    --busy_;
-    if (closing_ || c->write_failed) {
-      close_connection(*c);
+  if (first) wake();  // later ones are taken in the same round
+}
+
+void HttpConnections::take_ready() {
+  std::vector<std::shared_ptr<Wakeup>> ready;
+  {
+    std::lock_guard<std::mutex> lock(ready_mutex_);
+    ready.swap(ready_);
+  }
+  for (const std::shared_ptr<Wakeup>& w : ready) {
+    {
+      std::lock_guard<std::mutex> lock(w->mutex_);
+      w->queued_ = false;  // a notification from now on is another round's
+    }
+    Connection* c = w->connection_;
+    if (!c || c->closed || !c->late) continue;  // the connection has ended since
+    if (c->pending() > kPendingLimit) {
+      c->pump_deferred = true;  // the client reads slowly: a stream skips to what is current then
       continue;
     }
-    start_flush(*c);  // sends what is left of the response, then reads on or closes
+    pump(*c);
   }
 }
 
@@ -861,8 +964,11 @@ void HttpConnections::check_deadlines() {
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &e);
   }
   std::vector<Connection*> due;
-  for (auto& [fd, c] : connections_)
-    if (c->phase != Connection::Phase::Busy && now >= c->deadline) due.push_back(c.get());
+  for (auto& [fd, c] : connections_) {
+    // An answer being awaited has no deadline; one whose bytes the client does not take has the write's.
+    if (c->phase == Connection::Phase::Answering && c->pending() == 0) continue;
+    if (now >= c->deadline) due.push_back(c.get());
+  }
   for (Connection* c : due) {
     if (c->phase == Connection::Phase::Reading && c->stage != Connection::Stage::Idle) {
       c->out = http_response(
@@ -872,7 +978,9 @@ void HttpConnections::check_deadlines() {
           true);
       c->out_at = 0;
       c->close_after = true;
-      start_flush(*c);
+      c->phase = Connection::Phase::Flushing;
+      c->deadline = now + limits_.write_timeout_ms;
+      flush(*c);
     } else {
       close_connection(*c);  // idle, a write that made no progress, or the end of lingering
     }
@@ -890,15 +998,11 @@ void HttpConnections::run() {
       }
       std::vector<Connection*> all;
       for (auto& [fd, c] : connections_) all.push_back(c.get());
-      for (Connection* c : all) {
-        if (c->phase != Connection::Phase::Busy)
-          close_connection(*c);
-        else
-          ::shutdown(c->fd, SHUT_RDWR);  // its thread's writes fail now; closed when it lets go
-      }
+      for (Connection* c : all) close_connection(*c);
       graveyard_.clear();
-      if (connections_.empty()) return;
-    } else if (draining_ && !drained_) {
+      return;
+    }
+    if (draining_ && !drained_) {
       drained_ = true;
       std::vector<Connection*> idle;
       for (auto& [fd, c] : connections_)
@@ -918,18 +1022,29 @@ void HttpConnections::run() {
         if (::read(wake_fd_, &count, sizeof count) < 0) {
           // Nothing to read: another round already took the wake-up.
         }
-        take_back();
+        take_ready();
         continue;
       }
       Connection& c = *static_cast<Connection*>(tag);
-      if (c.closed || c.phase == Connection::Phase::Busy) continue;
-      if (c.phase == Connection::Phase::Flushing) {
-        if (events[i].events & (EPOLLERR | EPOLLHUP))
-          close_connection(c);
-        else
-          on_writable(c);
-      } else {
-        on_readable(c);
+      if (c.closed) continue;
+      const uint32_t what = events[i].events;
+      switch (c.phase) {
+        case Connection::Phase::Answering:
+          if (what & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+            close_connection(c);  // the client went away: its generation is cancelled
+          else if (what & EPOLLOUT)
+            flush(c);
+          break;
+        case Connection::Phase::Flushing:
+          if (what & (EPOLLERR | EPOLLHUP))
+            close_connection(c);
+          else
+            on_writable(c);
+          break;
+        case Connection::Phase::Reading:
+        case Connection::Phase::Lingering:
+          on_readable(c);
+          break;
       }
     }
     if (clock_ms() >= next_deadline_check_) {

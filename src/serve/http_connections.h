@@ -1,7 +1,9 @@
 // canvas serve's HTTP/1.1 connections: one event loop accepts them and reads every request whole under
 // deadlines (idle, head, body), frames it (Content-Length or chunked; gzip / deflate bodies decompressed
-// under the same limit), answers pipelined requests in order, and bounds the number of connections; only
-// complete requests reach the worker threads, so slow or idle clients cost a socket, never a thread.
+// under the same limit), hands it to the server's handler on the loop itself, and writes the answer: at once,
+// or, for a late answer (a generation), as its Wakeup says more is ready, chunk by chunk for a stream.
+// Pipelined requests are answered in order; the number of connections is bounded. No connection holds a
+// thread: slow or idle clients cost a socket, and a request waiting for its generation costs nothing.
 #pragma once
 #include <sys/types.h>
 
@@ -15,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/worker_threads.h"
+#include "serve/http_message.h"
 
 namespace canvas::serve {
 
@@ -29,8 +31,6 @@ struct ConnectionLimits {
   int64_t body_timeout_ms = 15000;   // the body must be complete this long after the head (408)
   int64_t write_timeout_ms = 10000;  // a response that makes no progress this long: the connection closes
   size_t requests_per_connection = 1000;
-  size_t light_threads = 4;  // threads answering requests other than POST
-  size_t post_threads = 16;  // threads answering POST requests (they may wait for a generation)
 };
 
 // One request, framed: the body de-chunked and decompressed; method, target and version as sent.
@@ -41,8 +41,8 @@ struct FramedRequest {
   std::string body;
   bool keep_alive = true;  // by version and the Connection header
 
-  // The request as cpp-httplib reads it: the head with an exact Content-Length and none of
-  // Transfer-Encoding, Content-Encoding and Expect, then the body.
+  // The request in one canonical form (what the framing tests and the fuzzer compare): the head with an
+  // exact Content-Length and none of Transfer-Encoding, Content-Encoding and Expect, then the body.
   std::string text() const;
 };
 
@@ -97,45 +97,14 @@ std::string http_response(int status, const std::string& body, bool close,
                           const std::vector<std::pair<std::string, std::string>>& headers = {});
 const char* http_reason(int status);
 
-class HttpConnections;
-struct Connection;
-
-// One complete request on a worker thread and its connection's write side.
-class Exchange {
- public:
-  Exchange(HttpConnections& owner, Connection& connection, std::string request, bool must_close);
-  const std::string& request() const { return request_; }
-  // The response should say "Connection: close" (the last request of this connection, or the server is
-  // stopping).
-  bool must_close() const { return must_close_; }
-  // Sends all of `data`; what the socket cannot take now waits in a buffer of at most 256 KiB that the
-  // event loop drains after the response, beyond which this call waits. False when the client is gone or
-  // made no progress for write_timeout_ms.
-  bool write(const char* data, size_t size);
-  bool writable();  // false when a write would fail; waits (up to the write timeout) while the buffer is full
-  // The client closed its side of the connection (checked without waiting).
-  bool client_gone() const;
-  int socket() const;
-  const std::string& peer_ip() const;
-  int peer_port() const;
-  const std::string& local_ip() const;
-  int local_port() const;
-
- private:
-  bool flush_to(size_t pending_limit);
-
-  HttpConnections& owner_;
-  Connection& connection_;
-  std::string request_;
-  bool must_close_;
-};
-
-// Answers one request (writing through the exchange); returns true when the connection may take another.
-using ExchangeHandler = std::function<bool(Exchange&)>;
+// Answers a request on the event loop: fills the response, or sets response.late. It must not wait.
+using RequestHandler = std::function<void(const Request&, Response&)>;
+// Runs on every response before its head is written (a late answer's once it is known): metrics, CORS.
+using ResponseFinisher = std::function<void(const Request&, Response&)>;
 
 class HttpConnections {
  public:
-  HttpConnections(ConnectionLimits limits, ExchangeHandler handler);
+  HttpConnections(ConnectionLimits limits, RequestHandler handler, ResponseFinisher finish);
   ~HttpConnections();
   HttpConnections(const HttpConnections&) = delete;
   HttpConnections& operator=(const HttpConnections&) = delete;
@@ -145,7 +114,6 @@ class HttpConnections {
   // hard one first).
   bool bind(const std::string& host, int port, std::string& error);
   int port() const { return port_; }
-  int listen_socket() const { return listen_fd_; }
   const ConnectionLimits& limits() const { return limits_; }
 
   // The event loop; returns once close() has closed every connection.
@@ -153,23 +121,27 @@ class HttpConnections {
   // From now on every response closes its connection, and idle connections are closed.
   void drain();
   bool draining() const { return draining_; }
-  // Closes the listener and every connection; connections being answered are shut down so that their
-  // writes fail at once, and closed when their thread lets go. Returns at once (run() does the work).
+  // Closes the listener and every connection; late answers still awaited are abandoned. Returns at once
+  // (run() does the work).
   void close();
 
   size_t open_connections() const { return open_.load(); }  // for /health and the tests
+  // Connections whose late answer has not ended yet.
   size_t busy_connections() const { return busy_.load(); }
 
  private:
-  friend class Exchange;
+  friend class Wakeup;
   void accept_all();
   void on_readable(Connection& c);
   void on_writable(Connection& c);
-  void advance(Connection& c);  // frames what is buffered: dispatches, fails, or waits for bytes
-  void dispatch(Connection& c);
-  void answer(Connection& c);  // on a worker thread
-  void start_flush(Connection& c);
-  void take_back();  // connections the workers have answered
+  void advance(Connection& c);   // frames what is buffered: answers, fails, or waits for bytes
+  void dispatch(Connection& c);  // a complete request: the handler, then the answer or its late answer
+  void take_late(Connection& c);
+  void pump(Connection& c);      // asks the late answer for what is ready and queues its bytes
+  void end_late(Connection& c);  // the late answer is done (or abandoned): the connection lets go of it
+  bool flush(Connection& c);     // sends what is queued; true when the connection reads its next request now
+  void enqueue(const std::shared_ptr<Wakeup>& wakeup);  // any thread: a late answer has more
+  void take_ready();                                    // the late answers notified since the last round
   void check_deadlines();
   bool evict_one();  // closes the connection waiting longest that is not being answered
   void close_connection(Connection& c);
@@ -177,20 +149,20 @@ class HttpConnections {
   void wake();
 
   ConnectionLimits limits_;
-  ExchangeHandler handler_;
+  RequestHandler handler_;
+  ResponseFinisher finish_;
   int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
   int port_ = 0;
   std::unordered_map<int, std::unique_ptr<Connection>> connections_;  // by socket; event loop only
   std::vector<std::unique_ptr<Connection>> graveyard_;  // closed this round (an event may still name one)
-  std::mutex returned_mutex_;
-  std::vector<Connection*> returned_;
+  std::mutex ready_mutex_;
+  std::vector<std::shared_ptr<Wakeup>> ready_;
   std::atomic<bool> draining_{false}, closing_{false};
   bool drained_ = false;  // the event loop has closed the idle connections
   int64_t accept_paused_until_ = 0;
   uint64_t next_wait_order_ = 0;  // Connection::wait_order of the next wait to begin
   int64_t next_deadline_check_ = 0;
   std::atomic<size_t> open_{0}, busy_{0};
-  std::unique_ptr<WorkerThreads> light_, post_;  // last: their destructors join threads using the above
 };
 
 }  // namespace canvas::serve

@@ -1,7 +1,7 @@
-// HTTP endpoints of canvas serve: cpp-httplib routes the complete requests serve/http_connections.h reads.
+// HTTP endpoints of canvas serve: the handlers of the requests serve/http_connections.h reads, run on its
+// event loop, and the late answers of completions, written as their generation's events arrive.
 #include "serve/http_server.h"
 
-#include <httplib.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -23,15 +23,6 @@ namespace canvas::serve {
 // most likely first.
 using json = nlohmann::ordered_json;
 
-// cpp-httplib's server used as a router: it parses the framed request it is given, runs the handler and
-// writes the answer. Its chunked (SSE) writer runs only while the server "listens", so it is told the
-// listening socket, though the event loop does the listening.
-class Router : public httplib::Server {
- public:
-  using httplib::Server::process_request;
-  void serving(int listen_socket) { svr_sock_ = listen_socket; }
-};
-
 namespace {
 
 // JSON text; invalid UTF-8 (a byte-level model can emit any byte) becomes U+FFFD instead of an exception.
@@ -39,55 +30,18 @@ std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param = "",
+void send_error(Response& res, int status, const std::string& message, const std::string& param = "",
                 const std::string& code = "") {
   res.status = status;
   res.set_content(dump(error_json(status, message, param, code)), "application/json");
 }
 
-void send_unavailable(httplib::Response& res, const std::string& message, const std::string& code = "") {
+void send_unavailable(Response& res, const std::string& message, const std::string& code = "") {
   res.set_header("Retry-After", "1");
   send_error(res, 503, message, "", code);
 }
 
 std::atomic<int64_t> next_id{1};
-
-// The exchange this thread is answering (handlers look at their client's connection through it).
-thread_local Exchange* current_exchange = nullptr;
-
-bool client_gone() {
-  return current_exchange && current_exchange->client_gone();
-}
-
-// A framed request as a cpp-httplib stream: reads come from the request's bytes, writes go to the client.
-class ExchangeStream final : public httplib::Stream {
- public:
-  explicit ExchangeStream(Exchange& exchange) : exchange_(exchange) {}
-  bool is_readable() const override { return offset_ < exchange_.request().size(); }
-  bool is_writable() const override { return exchange_.writable(); }
-  ssize_t read(char* ptr, size_t size) override {
-    const size_t n = std::min(size, exchange_.request().size() - offset_);
-    std::copy_n(exchange_.request().data() + offset_, n, ptr);
-    offset_ += n;
-    return ssize_t(n);
-  }
-  ssize_t write(const char* ptr, size_t size) override {
-    return exchange_.write(ptr, size) ? ssize_t(size) : -1;
-  }
-  void get_remote_ip_and_port(std::string& ip, int& port) const override {
-    ip = exchange_.peer_ip();
-    port = exchange_.peer_port();
-  }
-  void get_local_ip_and_port(std::string& ip, int& port) const override {
-    ip = exchange_.local_ip();
-    port = exchange_.local_port();
-  }
-  socket_t socket() const override { return exchange_.socket(); }
-
- private:
-  Exchange& exchange_;
-  size_t offset_ = 0;
-};
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
@@ -125,25 +79,8 @@ std::set<std::string> interface_addresses() {
   return out;
 }
 
-// Waits until `done` holds for the job, checking every 200 ms that the client is still there; a client
-// that went away cancels the job (false).
-template <class Done>
-bool wait_for_job(Job& job, Done done) {
-  std::unique_lock<std::mutex> lock(job.mutex);
-  while (!job.changed.wait_for(lock, std::chrono::milliseconds(200), [&] { return done(job); })) {
-    lock.unlock();
-    const bool gone = client_gone();
-    lock.lock();
-    if (gone) {
-      job.cancel = true;
-      return false;
-    }
-  }
-  return true;
-}
-
 // The request body as a JSON object; "" when it is one, else the message for a 400.
-std::string body_object(const httplib::Request& req, json& out) {
+std::string body_object(const Request& req, json& out) {
   try {
     out = parse_json(req.body, "the request body");
   } catch (const Error& e) {
@@ -297,80 +234,141 @@ json draft_pad(const Engine& engine, const std::vector<int32_t>& canvas, bool no
   return pad;
 }
 
-// Writes a streamed answer as the job progresses: a chunk per new piece of text (and per step with
-// canvas_draft), the last chunk with the finish reason, the usage when asked, then [DONE]. False when the
-// client is gone.
-bool stream_completion(Job& job, const Engine& engine, const CompletionReply& reply, httplib::DataSink& sink) {
-  const bool chat = reply.chat;
-  std::string sent;
-  int64_t seen = -1;
-  bool first = true;
-  auto send = [&](const json& j) {
-    const std::string line = "data: " + dump(j) + "\n\n";
-    return sink.write(line.data(), line.size());
-  };
-  DecodeMode mode = DecodeMode::Diffusion;  // the job's, read with each change (set before it started)
+// The late answer of a completion. No thread waits for it: the job's events wake the connection's event
+// loop, which asks pump() for what is new. Not streamed: the whole answer once the job has finished.
+// Streamed: the head once the job has started, then a chunk per new piece of text (and per step with
+// canvas_draft; steps that end while the client is slow are seen together), the last chunk with the finish
+// reason, the usage when asked, then [DONE]. A job the engine refused (the prompt) or dropped (shutdown)
+// before it started is answered as a whole, with its error or 503.
+class CompletionAnswer final : public LateAnswer {
+ public:
+  CompletionAnswer(std::shared_ptr<Job> job, const Engine& engine, CompletionReply reply, bool stream,
+                   bool fills, std::function<void()> untrack)
+      : job_(std::move(job)),
+        engine_(engine),
+        reply_(std::move(reply)),
+        stream_(stream),
+        fills_(fills),
+        untrack_(std::move(untrack)) {}
+
+  // Whether an event of the job is worth waking the connection for (a stream without drafts: its text).
+  static bool wants(JobEvent event, bool stream, bool draft) {
+    return event == JobEvent::Finished || (stream && (event != JobEvent::Step || draft));
+  }
+
+  Progress pump(Response& res, std::string& chunk) override {
+    if (!streaming_) {
+      {
+        std::lock_guard<std::mutex> lock(job_->mutex);
+        if (!job_->finished && (!stream_ || !job_->started)) return Progress::Waiting;
+        // Set by the slot before it published `started` or `finished`.
+        reply_.prompt_tokens = int64_t(job_->prompt.size());
+        if (!reply_.echo.empty()) reply_.prompt = job_->prompt;
+      }
+      if (job_->refused || job_->dropped || !stream_) {
+        whole(res);
+        end();
+        return Progress::Done;
+      }
+      res.status = 200;
+      res.content_type = "text/event-stream";
+      res.set_header("Cache-Control", "no-cache");
+      res.set_header("X-Accel-Buffering", "no");  // nginx: pass events through as they come
+      res.stream = true;
+      streaming_ = true;
+    }
+    if (!next_chunks(chunk)) return Progress::Waiting;
+    end();
+    return Progress::Done;
+  }
+
+  void abandon() override {
+    job_->cancel = true;  // the client is gone: the generation stops within a step
+    end();
+  }
+
+ private:
+  void end() {
+    if (untrack_) untrack_();
+    untrack_ = nullptr;
+  }
+
+  // The answer of a job that did not stream (or never started): the JSON body or the error.
+  void whole(Response& res) {
+    const Job& job = *job_;
+    res.status = 200;
+    if (job.refused) {
+      try {
+        std::rethrow_exception(job.refused);
+      } catch (const ApiError& e) {
+        send_error(res, e.status, e.what(), e.param, e.code);
+      } catch (const std::exception& e) {
+        send_error(res, 400, e.what());
+      }
+      return;
+    }
+    if (job.dropped) return send_unavailable(res, "the server is shutting down; the request did not run");
+    if (!job.error.empty())
+      return fills_ ? send_error(res, 400, as_request_words(job.error),
+                                 job.settings.json_schema ? "response_format" : "suffix")
+                    : send_error(res, 500, "generation failed: " + job.error);
+    res.set_content(dump(completion_body(reply_, job)), "application/json");
+  }
+
   // Every chunk names the mode the request is decoded in, as the non-streamed answer's canvas.mode.
-  auto envelope = [&](json choices) {
-    return json{{"id", reply.id},
-                {"object", chat ? "chat.completion.chunk" : "text_completion"},
-                {"created", reply.created},
-                {"model", reply.model_name},
+  json envelope(json choices) const {
+    return json{{"id", reply_.id},
+                {"object", reply_.chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", reply_.created},
+                {"model", reply_.model_name},
                 {"choices", std::move(choices)},
-                {"canvas", {{"mode", decode_mode_name(mode)}}}};
-  };
-  // Log-probabilities: those of the first `logprobs_sent` tokens went out with earlier chunks; a chunk
+                {"canvas", {{"mode", decode_mode_name(mode_)}}}};
+  }
+
+  // Log-probabilities: those of the first `logprobs_sent_` tokens went out with earlier chunks; a chunk
   // carries those of the tokens its text completes.
-  size_t logprobs_sent = 0;
-  std::vector<int32_t> final_tokens;    // the committed tokens in order (all of them once finished)
-  std::vector<TokenLogprob> final_lps;  // theirs
-  auto chunk_logprobs = [&](size_t to) -> json {
-    const size_t from = logprobs_sent;
-    logprobs_sent = std::max(from, to);
-    if (chat) return chat_logprobs(reply.tokenizer, final_lps, from, logprobs_sent);
-    return legacy_logprobs(reply.tokenizer, final_tokens, &final_lps, from, logprobs_sent, reply.echo.size());
-  };
-  auto chunk = [&](const std::string& delta, const json& finish, size_t logprobs_to) {
+  json chunk_logprobs(size_t to) {
+    const size_t from = logprobs_sent_;
+    logprobs_sent_ = std::max(from, to);
+    if (reply_.chat) return chat_logprobs(reply_.tokenizer, final_lps_, from, logprobs_sent_);
+    return legacy_logprobs(reply_.tokenizer, final_tokens_, &final_lps_, from, logprobs_sent_,
+                           reply_.echo.size());
+  }
+
+  json chunk_json(const std::string& delta, const json& finish, size_t logprobs_to) {
+    const bool chat = reply_.chat;
     json choice = {{"index", 0}, {"finish_reason", finish}};
     if (chat) {
       choice["delta"] = json::object();
-      if (first) choice["delta"]["role"] = "assistant";
-      if (!delta.empty() || !first) choice["delta"]["content"] = delta;
-      if (first && delta.empty()) choice["delta"]["content"] = "";
+      if (first_) choice["delta"]["role"] = "assistant";
+      if (!delta.empty() || !first_) choice["delta"]["content"] = delta;
+      if (first_ && delta.empty()) choice["delta"]["content"] = "";
     } else {
-      choice["text"] = first ? reply.echo + delta : delta;
+      choice["text"] = first_ ? reply_.echo + delta : delta;
       choice["logprobs"] = nullptr;
     }
-    if (reply.logprobs) {
+    if (reply_.logprobs) {
       choice["logprobs"] = chunk_logprobs(logprobs_to);
-      if (!chat && first && !reply.echo.empty()) {  // the echoed prompt's entries come first
-        json entries = legacy_logprobs(reply.tokenizer, reply.prompt, nullptr, 0, reply.prompt.size(), 0);
+      if (!chat && first_ && !reply_.echo.empty()) {  // the echoed prompt's entries come first
+        json entries = legacy_logprobs(reply_.tokenizer, reply_.prompt, nullptr, 0, reply_.prompt.size(), 0);
         append_legacy_logprobs(entries, choice["logprobs"]);
         choice["logprobs"] = entries;
       }
     }
-    first = false;
+    first_ = false;
     return envelope(json::array({choice}));
-  };
-  for (;;) {
+  }
+
+  // Appends the stream's events for the job as it is now; true when the stream is complete.
+  bool next_chunks(std::string& out) {
+    auto send = [&](const json& j) { out += "data: " + dump(j) + "\n\n"; };
+    Job& job = *job_;
     std::vector<int32_t> canvas;
     bool finished = false, uniform = false;
     std::string error, text, finish_reason;
     int64_t passes = 0, steps = 0, drafts_from = -1;
     {
-      std::unique_lock<std::mutex> lock(job.mutex);
-      const bool changed =
-          job.changed.wait_for(lock, std::chrono::milliseconds(500), [&] { return job.version != seen; });
-      if (!changed) {
-        lock.unlock();
-        // Nothing new (queued): a comment line finds out whether the client is still there.
-        if (!sink.write(": waiting\n\n", 11)) {
-          job.cancel = true;
-          return false;
-        }
-        continue;
-      }
-      seen = job.version;
+      std::lock_guard<std::mutex> lock(job.mutex);
       canvas = job.canvas;
       drafts_from = job.drafts_from;
       finished = job.finished;
@@ -380,85 +378,117 @@ bool stream_completion(Job& job, const Engine& engine, const CompletionReply& re
       finish_reason = job.finish_reason;
       passes = job.passes;
       steps = job.steps;
-      mode = job.mode_used;
-      if (reply.logprobs) {
+      mode_ = job.mode_used;
+      if (reply_.logprobs) {
         size_t known = 0;  // committed positions in order
         if (finished) {
-          final_tokens = job.tokens;
+          final_tokens_ = job.tokens;
           known = std::min(job.tokens.size(), job.logprobs.size());
         } else {
           while (known < job.have_logprob.size() && known < canvas.size() && job.have_logprob[known] &&
-                 std::find(reply.stop_ids.begin(), reply.stop_ids.end(), canvas[known]) == reply.stop_ids.end())
+                 std::find(reply_.stop_ids.begin(), reply_.stop_ids.end(), canvas[known]) ==
+                     reply_.stop_ids.end())
             ++known;
-          final_tokens.assign(canvas.begin(), canvas.begin() + known);
+          final_tokens_.assign(canvas.begin(), canvas.begin() + known);
         }
-        final_tokens.resize(known);
-        final_lps.assign(job.logprobs.begin(), job.logprobs.begin() + known);
+        final_tokens_.resize(known);
+        final_lps_.assign(job.logprobs.begin(), job.logprobs.begin() + known);
       }
     }
     if (finished && !error.empty()) {
       send(error_json(500, "generation failed: " + error));
-      sink.write("data: [DONE]\n\n", 14);
-      sink.done();
+      out += "data: [DONE]\n\n";
       return true;
     }
     std::string delta;
-    if (text.size() > sent.size() && text.compare(0, sent.size(), sent) == 0) {
-      delta = text.substr(sent.size());
-      sent = text;
+    if (text.size() > sent_.size() && text.compare(0, sent_.size(), sent_) == 0) {
+      delta = text.substr(sent_.size());
+      sent_ = text;
     }
     // The tokens whose log-probabilities go with this text: all of them at the end, else those whose text
     // has been sent (the last ones may still be held back, e.g. as the start of a stop string).
-    size_t logprobs_to = logprobs_sent;
-    if (reply.logprobs) {
+    size_t logprobs_to = logprobs_sent_;
+    if (reply_.logprobs) {
       if (finished) {
-        logprobs_to = final_tokens.size();
-      } else if (reply.tokenizer) {
-        size_t lo = logprobs_sent, hi = final_tokens.size();  // the most tokens whose text fits in `sent`
+        logprobs_to = final_tokens_.size();
+      } else if (reply_.tokenizer) {
+        size_t lo = logprobs_sent_, hi = final_tokens_.size();  // the most tokens whose text fits in `sent_`
         while (lo < hi) {
           const size_t mid = (lo + hi + 1) / 2;
-          const std::vector<int32_t> prefix(final_tokens.begin(), final_tokens.begin() + mid);
-          if (reply.tokenizer->decode(prefix).size() <= sent.size()) lo = mid;
+          const std::vector<int32_t> prefix(final_tokens_.begin(), final_tokens_.begin() + mid);
+          if (reply_.tokenizer->decode(prefix).size() <= sent_.size())
+            lo = mid;
           else hi = mid - 1;
         }
         logprobs_to = lo;
       }
     }
-    if (!delta.empty() || reply.draft || first) {
-      json j = chunk(delta, nullptr, logprobs_to);
-      if (reply.draft) {
-        j["canvas"] = {{"mode", decode_mode_name(mode)},
+    if (!delta.empty() || reply_.draft || first_) {
+      json j = chunk_json(delta, nullptr, logprobs_to);
+      if (reply_.draft) {
+        j["canvas"] = {{"mode", decode_mode_name(mode_)},
                        {"step", steps},
                        {"passes", passes},
-                       {"tokens", draft_tokens(engine, canvas)},
-                       {"pad", draft_pad(engine, canvas, uniform && !finished)},
+                       {"tokens", draft_tokens(engine_, canvas)},
+                       {"pad", draft_pad(engine_, canvas, uniform && !finished)},
                        {"noise", uniform && !finished}};
         // verify: the tokens from `drafts` on are drafts being checked, the ones before it are kept.
         if (drafts_from >= 0 && drafts_from < int64_t(canvas.size()) && !finished) j["canvas"]["drafts"] = drafts_from;
       }
-      if (!send(j)) {
-        job.cancel = true;
-        return false;
-      }
+      send(j);
     }
-    if (finished) {
-      json last = chunk("", finish_reason, logprobs_to);
-      if (chat) last["choices"][0]["delta"] = json::object();
-      if (!send(last)) return false;
-      if (reply.include_usage) {
-        json u = envelope(json::array());
-        {
-          std::lock_guard<std::mutex> lock(job.mutex);
-          u["usage"] = usage_json(reply.prompt_tokens, job);
-        }
-        if (!send(u)) return false;
-      }
-      sink.write("data: [DONE]\n\n", 14);
-      sink.done();
-      return true;
+    if (!finished) return false;
+    json last = chunk_json("", finish_reason, logprobs_to);
+    if (reply_.chat) last["choices"][0]["delta"] = json::object();
+    send(last);
+    if (reply_.include_usage) {
+      json u = envelope(json::array());
+      u["usage"] = usage_json(reply_.prompt_tokens, job);  // finished: nothing writes the job any more
+      send(u);
     }
+    out += "data: [DONE]\n\n";
+    return true;
   }
-}
+
+  const std::shared_ptr<Job> job_;
+  const Engine& engine_;
+  CompletionReply reply_;
+  const bool stream_, fills_;
+  std::function<void()> untrack_;  // once, when the answer ends
+  bool streaming_ = false;         // the stream's head is out
+  // The stream so far: the text sent, whether the first chunk is still to come, the mode of the chunks.
+  std::string sent_;
+  bool first_ = true;
+  DecodeMode mode_ = DecodeMode::Diffusion;
+  size_t logprobs_sent_ = 0;
+  std::vector<int32_t> final_tokens_;    // the committed tokens in order (all of them once finished)
+  std::vector<TokenLogprob> final_lps_;  // theirs
+};
+
+// The late answer of a handler that runs on a worker thread (/tokenize, /detokenize: a body of up to the
+// limit to encode): the response it filled, once it has.
+class WorkerAnswer final : public LateAnswer {
+ public:
+  void set(Response response) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      response_ = std::move(response);
+      done_ = true;
+    }
+    wakeup->notify();
+  }
+  Progress pump(Response& res, std::string&) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!done_) return Progress::Waiting;
+    res = std::move(response_);
+    return Progress::Done;
+  }
+
+ private:
+  std::mutex mutex_;
+  Response response_;
+  bool done_ = false;
+};
 
 // The checks a completion request passes before it is queued (the prompt, the context, the mode): ApiError
 // 400 when it fails one.
@@ -506,7 +536,7 @@ void check_admissible(const Engine& engine, const GenerationSettings& s, int64_t
 
 }  // namespace
 
-HttpServer::HttpServer(ServerOptions options) : options_(std::move(options)), router_(new Router) {}
+HttpServer::HttpServer(ServerOptions options) : options_(std::move(options)) {}
 
 HttpServer::~HttpServer() = default;
 
@@ -525,15 +555,13 @@ bool HttpServer::bind(std::string& error) {
   ConnectionLimits limits;
   limits.body_limit = options_.body_limit;
   limits.max_connections = options_.max_connections;
-  limits.post_threads = size_t(options_.http_threads > 0 ? options_.http_threads : 72);
-  connections_ =
-      std::make_unique<HttpConnections>(limits, [this](Exchange& exchange) { return handle(exchange); });
+  connections_ = std::make_unique<HttpConnections>(
+      limits, [this](const Request& req, Response& res) { handle(req, res); },
+      [this](const Request& req, Response& res) { finish(req, res); });
   if (!connections_->bind(options_.host, options_.port, error)) return false;
   port_ = connections_->port();
-  router_->set_payload_max_length(options_.body_limit);
-  // What the Keep-Alive header of an answer says.
-  router_->set_keep_alive_timeout(limits.idle_timeout_ms / 1000);
-  router_->set_keep_alive_max_count(limits.requests_per_connection);
+  workers_ = std::make_unique<WorkerThreads>("canvas-http",
+                                             size_t(options_.http_threads > 0 ? options_.http_threads : 4));
   // The names a Host header may use for this server: its address, loopback names when it listens on
   // loopback, every interface's address when it listens on all of them.
   const std::string host =
@@ -550,7 +578,6 @@ bool HttpServer::bind(std::string& error) {
 }
 
 void HttpServer::serve() {
-  router_->serving(connections_->listen_socket());
   connections_->run();
 }
 
@@ -591,13 +618,44 @@ void HttpServer::stop(int64_t finish_ms, int64_t close_ms) {
   }
 }
 
-bool HttpServer::handle(Exchange& exchange) {
-  ExchangeStream stream(exchange);
-  bool connection_closed = false;
-  current_exchange = &exchange;
-  const bool ok = router_->process_request(stream, exchange.must_close(), connection_closed, nullptr);
-  current_exchange = nullptr;
-  return ok && !connection_closed;
+namespace {
+
+// A handler's exceptions as answers: a request value of an unexpected type that a handler did not check is
+// the client's error, told without the JSON library's text; anything else is the server's.
+void run_handler(const Router::Handler& handler, const Request& req, Response& res) {
+  try {
+    handler(req, res);
+  } catch (const json::exception&) {
+    res = Response();
+    send_error(res, 400, "a field of the request has a value of the wrong type");
+  } catch (const std::exception& e) {
+    res = Response();
+    send_error(res, 500, e.what());
+  }
+}
+
+}  // namespace
+
+void HttpServer::handle(const Request& req, Response& res) {
+  if (gate(req, res)) return;
+  const Router::Route& route = *router_.find(req.path);  // the gate answered unknown paths
+  if (!slow_paths_.count(req.path)) return run_handler(route.handler, req, res);
+  auto answer = std::make_shared<WorkerAnswer>();
+  workers_->post([answer, handler = &route.handler, req] {
+    Response out;
+    run_handler(*handler, req, out);
+    answer->set(std::move(out));
+  });
+  res.late = answer;
+}
+
+void HttpServer::finish(const Request& req, Response& res) {
+  metrics_.request_answered(router_.find(req.path) ? req.path : "other", res.status);
+  const std::string& origin = req.header("Origin");
+  if (!origin.empty() && origin_allowed_by_cors(origin)) {
+    res.set_header("Access-Control-Allow-Origin", origin);
+    res.set_header("Vary", "Origin");
+  }
 }
 
 bool HttpServer::host_allowed(const std::string& host) const {
@@ -611,19 +669,19 @@ bool HttpServer::origin_allowed_by_cors(const std::string& origin) const {
          std::find(list.begin(), list.end(), origin) != list.end();
 }
 
-bool HttpServer::authorized(const httplib::Request& req) const {
+bool HttpServer::authorized(const Request& req) const {
   if (options_.api_key.empty()) return true;
   // "Bearer KEY"; the scheme is case-insensitive (RFC 9110 11.1), the key is not.
-  const std::string value = req.get_header_value("Authorization");
+  const std::string value = req.header("Authorization");
   const size_t space = value.find(' ');
   if (space == std::string::npos || lower(value.substr(0, space)) != "bearer") return false;
   const size_t key = value.find_first_not_of(' ', space);
   return key != std::string::npos && value.compare(key, std::string::npos, options_.api_key) == 0;
 }
 
-bool HttpServer::gate(const httplib::Request& req, httplib::Response& res) const {
+bool HttpServer::gate(const Request& req, Response& res) const {
   // DNS rebinding: a page of another site whose name resolves to this machine sends that name as Host.
-  const std::string host = req.get_header_value("Host");
+  const std::string host = req.header("Host");
   if (!host_allowed(host)) {
     send_error(res, 403,
                "Host '" + host + "' is not this server's address (start canvas serve with --allowed-hosts " +
@@ -633,7 +691,7 @@ bool HttpServer::gate(const httplib::Request& req, httplib::Response& res) const
   }
   // Browsers send Origin with cross-origin requests (and with same-origin POSTs): a page of another origin
   // runs nothing here unless --cors lets it, even a "simple" text/plain POST that needs no preflight.
-  const std::string origin = req.get_header_value("Origin");
+  const std::string origin = req.header("Origin");
   if (!origin.empty()) {
     const size_t scheme = origin.find("://");
     const bool same_origin = scheme != std::string::npos && lower(origin.substr(scheme + 3)) == lower(host);
@@ -645,12 +703,12 @@ bool HttpServer::gate(const httplib::Request& req, httplib::Response& res) const
       return true;
     }
   }
-  const auto route = allow_.find(req.path);
-  if (route == allow_.end()) {
+  const Router::Route* route = router_.find(req.path);
+  if (!route) {
     send_error(res, 404, "no such endpoint: " + req.method + " " + req.path);
     return true;
   }
-  const std::string& allowed = route->second;
+  const std::string& allowed = route->allow;
   if (req.method == "OPTIONS") {  // what the path takes; a CORS preflight when --cors allows the origin
     res.status = 204;
     res.set_header("Allow", allowed);
@@ -661,8 +719,7 @@ bool HttpServer::gate(const httplib::Request& req, httplib::Response& res) const
     }
     return true;
   }
-  const std::string padded = ", " + allowed + ",";
-  if (padded.find(", " + req.method + ",") == std::string::npos) {
+  if (!route->takes(req.method)) {
     res.set_header("Allow", allowed);
     send_error(res, 405, req.method + " is not allowed on " + req.path + " (allowed: " + allowed + ")");
     return true;
@@ -682,67 +739,22 @@ bool HttpServer::gate(const httplib::Request& req, httplib::Response& res) const
 }
 
 void HttpServer::routes() {
-  router_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    return gate(req, res) ? httplib::Server::HandlerResponse::Handled
-                          : httplib::Server::HandlerResponse::Unhandled;
-  });
-  router_->set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    metrics_.request_answered(allow_.count(req.path) ? req.path : "other", res.status);
-    const std::string origin = req.get_header_value("Origin");
-    if (!origin.empty() && origin_allowed_by_cors(origin)) {
-      res.set_header("Access-Control-Allow-Origin", origin);
-      res.set_header("Vary", "Origin");
-    }
-  });
-  router_->set_error_handler(
-      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        if (res.status == 404)
-          send_error(res, 404, "no such endpoint: " + req.method + " " + req.path);
-        else
-          send_error(res, res.status, "HTTP error " + std::to_string(res.status));
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  router_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    try {
-      std::rethrow_exception(ep);
-    } catch (const json::exception&) {
-      // A request value of an unexpected type that a handler did not check: the client's error, told
-      // without the JSON library's text.
-      send_error(res, 400, "a field of the request has a value of the wrong type");
-    } catch (const std::exception& e) {
-      send_error(res, 500, e.what());
-    } catch (...) {
-      send_error(res, 500, "internal error");
-    }
-  });
-  struct Route {
-    bool post;  // POST, else GET (with HEAD)
-    const char* path;
-    void (HttpServer::*handler)(const httplib::Request&, httplib::Response&);
+  auto to = [this](void (HttpServer::*handler)(const Request&, Response&)) {
+    return [this, handler](const Request& req, Response& res) { (this->*handler)(req, res); };
   };
-  static const Route table[] = {
-      {false, "/health", &HttpServer::health},
-      {false, "/v1/models", &HttpServer::models},
-      {false, "/props", &HttpServer::props},
-      {false, "/metrics", &HttpServer::metrics},
-      {false, "/", &HttpServer::page},
-      {true, "/tokenize", &HttpServer::tokenize},
-      {true, "/detokenize", &HttpServer::detokenize},
-      {true, "/infill", &HttpServer::infill},
-      {true, "/v1/completions", &HttpServer::completions},
-      {true, "/v1/chat/completions", &HttpServer::chat_completions},
-  };
-  // allow_ holds each path's methods, for 405 and OPTIONS.
-  for (const Route& route : table) {
-    httplib::Server::Handler handler = [this, h = route.handler](const httplib::Request& req,
-                                                                 httplib::Response& res) { (this->*h)(req, res); };
-    allow_[route.path] = route.post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS";
-    if (route.post)
-      router_->Post(route.path, std::move(handler));
-    else
-      router_->Get(route.path, std::move(handler));
-  }
+  router_.get("/health", to(&HttpServer::health));
+  router_.get("/v1/models", to(&HttpServer::models));
+  router_.get("/props", to(&HttpServer::props));
+  router_.get("/metrics", to(&HttpServer::metrics));
+  router_.get("/", to(&HttpServer::page));
+  router_.post("/tokenize", to(&HttpServer::tokenize));
+  router_.post("/detokenize", to(&HttpServer::detokenize));
+  router_.post("/infill", to(&HttpServer::infill));
+  router_.post("/v1/completions", [this](const Request& req, Response& res) { complete(req, res, false); });
+  router_.post("/v1/chat/completions",
+               [this](const Request& req, Response& res) { complete(req, res, true); });
+  // Encoding a body of up to the limit may take a while: off the event loop.
+  slow_paths_ = {"/tokenize", "/detokenize"};
 }
 
 namespace {
@@ -781,7 +793,7 @@ json model_health(const ServedModel& m) {
 
 }  // namespace
 
-void HttpServer::health(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::health(const Request& req, Response& res) {
   const auto* models = served();
   if (!models || draining_) {
     res.status = 503;
@@ -808,7 +820,7 @@ void HttpServer::health(const httplib::Request& req, httplib::Response& res) {
   res.set_content(dump(j), "application/json");
 }
 
-void HttpServer::models(const httplib::Request&, httplib::Response& res) {
+void HttpServer::models(const Request&, Response& res) {
   const auto* models = served();
   if (!models) return send_unavailable(res, "the models are still loading");
   json data = json::array();
@@ -830,7 +842,7 @@ namespace {
 // The model a request names (pick_model; `name` "" for none): null after answering 503 while the models
 // load, or the pick's 404 / 400.
 const ServedModel* model_for(const std::vector<ServedModel>* models, const std::string& name, bool chat,
-                             httplib::Response& res) {
+                             Response& res) {
   if (!models) {
     send_unavailable(res, "the model is still loading");
     return nullptr;
@@ -846,8 +858,8 @@ const ServedModel* model_for(const std::vector<ServedModel>* models, const std::
 // The preamble of /tokenize and /detokenize: the body as a JSON object, the model its "model" field names
 // (the first without one) and that model's tokenizer. Null after answering 503 while the models load, or
 // 400 for a bad body or a model without a tokenizer.
-const ServedModel* tokenizer_model(const std::vector<ServedModel>* models, const httplib::Request& req, json& body,
-                                   httplib::Response& res) {
+const ServedModel* tokenizer_model(const std::vector<ServedModel>* models, const Request& req, json& body,
+                                   Response& res) {
   if (!models) {
     send_unavailable(res, "the model is still loading");
     return nullptr;
@@ -872,7 +884,7 @@ const ServedModel* tokenizer_model(const std::vector<ServedModel>* models, const
 
 // llama-server's helpers: /tokenize, /detokenize, /props, /infill. They take "model" (/props: ?model=) as
 // the completions do; without it they answer for the first model.
-void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::tokenize(const Request& req, Response& res) {
   json j;
   const ServedModel* m = tokenizer_model(served(), req, j, res);
   if (!m) return;
@@ -886,7 +898,7 @@ void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
   res.set_content(dump(json{{"tokens", ids}}), "application/json");
 }
 
-void HttpServer::detokenize(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::detokenize(const Request& req, Response& res) {
   json j;
   const ServedModel* m = tokenizer_model(served(), req, j, res);
   if (!m) return;
@@ -902,8 +914,8 @@ void HttpServer::detokenize(const httplib::Request& req, httplib::Response& res)
   res.set_content(dump(json{{"content", engine->generator().tokenizer()->decode(ids)}}), "application/json");
 }
 
-void HttpServer::props(const httplib::Request& req, httplib::Response& res) {
-  const ServedModel* m = model_for(served(), req.get_param_value("model"), false, res);
+void HttpServer::props(const Request& req, Response& res) {
+  const ServedModel* m = model_for(served(), req.param("model"), false, res);
   if (!m) return;
   const Engine* engine = m->engine;
   const ModelConfig& c = engine->model().config;
@@ -925,22 +937,18 @@ void HttpServer::props(const httplib::Request& req, httplib::Response& res) {
   res.set_content(dump(props), "application/json");
 }
 
-void HttpServer::metrics(const httplib::Request&, httplib::Response& res) {
+void HttpServer::metrics(const Request&, Response& res) {
   std::vector<ModelLoad> loads;
   if (const auto* models = served())
     for (const ServedModel& m : *models) loads.push_back({m.id, m.engine->queued(), m.engine->running()});
   res.set_content(metrics_.text(loads), "text/plain; version=0.0.4; charset=utf-8");
 }
 
-void HttpServer::page(const httplib::Request&, httplib::Response& res) {
+void HttpServer::page(const Request&, Response& res) {
   res.set_content(web_page_html(), "text/html; charset=utf-8");
 }
 
-void HttpServer::completions(const httplib::Request& req, httplib::Response& res) { complete(req, res, false); }
-
-void HttpServer::chat_completions(const httplib::Request& req, httplib::Response& res) { complete(req, res, true); }
-
-void HttpServer::complete(const httplib::Request& req, httplib::Response& res, bool chat) {
+void HttpServer::complete(const Request& req, Response& res, bool chat) {
   if (!served()) return send_unavailable(res, "the model is still loading");
   ApiRequest r;
   try {
@@ -964,28 +972,43 @@ void HttpServer::complete(const httplib::Request& req, httplib::Response& res, b
                       std::string("'") + (r.logprobs ? "logprobs" : "echo") +
                           "' is not available with infilling ('suffix', holes) or 'response_format'",
                       r.logprobs ? "logprobs" : "echo");
-  std::vector<int32_t> prompt;
-  int64_t P = 0;
-  if (!fills) {
-    try {
-      prompt = engine->generator().prompt_of(s);
-    } catch (const ChatTemplateTooLong& e) {  // a conversation that cannot fit the context
-      return send_error(res, 400, e.what(), "messages", "context_length_exceeded");
-    } catch (const std::exception& e) {
-      return send_error(res, 400, std::string("cannot tokenize the prompt: ") + e.what(),
-                        chat ? "messages" : "prompt");
-    }
-    P = int64_t(prompt.size());
-    try {
-      check_admissible(*engine, s, P, chat);
-    } catch (const ApiError& e) {
-      return send_error(res, e.status, e.what(), e.param, e.code);
-    }
-  }
   auto job = std::make_shared<Job>();
-  job->prompt = std::move(prompt);
   job->settings = s;
   job->model = served_model->id;
+  if (!fills)
+    // Encoding the prompt (a chat template, up to the body limit of text) runs on the slot that decodes it,
+    // not on the event loop; a prompt refused there is answered 400 as it would be here.
+    job->prepare = [engine, chat](Job& j) {
+      std::vector<int32_t> prompt;
+      try {
+        prompt = engine->generator().prompt_of(j.settings);
+      } catch (const ChatTemplateTooLong& e) {  // a conversation that cannot fit the context
+        throw ApiError(400, e.what(), "messages", "context_length_exceeded");
+      } catch (const std::exception& e) {
+        throw ApiError(400, std::string("cannot tokenize the prompt: ") + e.what(),
+                       chat ? "messages" : "prompt");
+      }
+      check_admissible(*engine, j.settings, int64_t(prompt.size()), chat);
+      j.prompt = std::move(prompt);
+    };
+  CompletionReply reply;
+  reply.chat = chat;
+  reply.id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
+  reply.created = int64_t(std::time(nullptr));
+  // The answer names the model as the request did (a single-model server accepts any name), else its id.
+  reply.model_name = r.model.empty() ? served_model->id : r.model;
+  reply.draft = r.canvas_draft;
+  reply.include_usage = r.include_usage;
+  reply.logprobs = r.logprobs;
+  if (r.echo) reply.echo = r.prompt;
+  reply.tokenizer = engine->generator().tokenizer();
+  if (r.logprobs) reply.stop_ids = engine->generator().stop_ids();
+  auto answer = std::make_shared<CompletionAnswer>(job, *engine, std::move(reply), r.stream, fills,
+                                                   [this, job] { untrack(job); });
+  // The engine's events wake the connection (for a job not streamed, only its end does).
+  job->listener = [stream = r.stream, draft = r.canvas_draft, wakeup = answer->wakeup](JobEvent event) {
+    if (CompletionAnswer::wants(event, stream, draft)) wakeup->notify();
+  };
   track(job);
   if (!engine->submit(job)) {
     untrack(job);
@@ -996,54 +1019,62 @@ void HttpServer::complete(const httplib::Request& req, httplib::Response& res, b
                                 "); retry later",
                             "server_busy");
   }
-  // Until the job runs, no answer has begun: a job the shutdown drops from the queue gets a 503.
-  if (!wait_for_job(*job, [&](const Job& j) { return j.started || j.finished; }) ||
-      (!r.stream && !wait_for_job(*job, [](const Job& j) { return j.finished; }))) {
-    untrack(job);
-    return send_error(res, 400, "the client went away");  // nobody reads it
-  }
-  if (job->dropped) {
-    untrack(job);
-    return send_unavailable(res, "the server is shutting down; the request did not run");
-  }
-  CompletionReply reply;
-  reply.chat = chat;
-  reply.id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
-  reply.created = int64_t(std::time(nullptr));
-  // The answer names the model as the request did (a single-model server accepts any name), else its id.
-  reply.model_name = r.model.empty() ? served_model->id : r.model;
-  reply.prompt_tokens = P;
-  reply.draft = r.canvas_draft;
-  reply.include_usage = r.include_usage;
-  reply.logprobs = r.logprobs;
-  if (r.echo) {
-    reply.echo = r.prompt;
-    reply.prompt = job->prompt;
-  }
-  reply.tokenizer = engine->generator().tokenizer();
-  if (r.logprobs) reply.stop_ids = engine->generator().stop_ids();
-
-  if (!r.stream) {
-    untrack(job);
-    if (!job->error.empty())
-      return fills ? send_error(res, 400, as_request_words(job->error),
-                                job->settings.json_schema ? "response_format" : "suffix")
-                   : send_error(res, 500, "generation failed: " + job->error);
-    if (fills) reply.prompt_tokens = int64_t(job->prompt.size());
-    res.set_content(dump(completion_body(reply, *job)), "application/json");
-    return;
-  }
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");  // nginx: pass events through as they come
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [job, engine, reply](size_t, httplib::DataSink& sink) { return stream_completion(*job, *engine, reply, sink); },
-      [this, job](bool) { untrack(job); });
+  res.late = std::move(answer);
 }
+
+namespace {
+
+// The late answer of /infill: the filled text once the job has finished.
+class InfillAnswer final : public LateAnswer {
+ public:
+  InfillAnswer(std::shared_ptr<Job> job, std::function<void()> untrack)
+      : job_(std::move(job)), untrack_(std::move(untrack)) {}
+  Progress pump(Response& res, std::string&) override {
+    {
+      std::lock_guard<std::mutex> lock(job_->mutex);
+      if (!job_->finished) return Progress::Waiting;
+    }
+    end();
+    const Job& job = *job_;  // finished: nothing writes it any more
+    res.status = 200;
+    if (job.dropped) {
+      send_unavailable(res, "the server is shutting down; the request did not run");
+    } else if (!job.error.empty()) {
+      send_error(res, 400, job.error);
+    } else {
+      std::string content;
+      for (const std::string& f : job.fills) content += f;
+      res.set_content(dump(json{{"content", content},
+                                {"tokens_predicted", job.completion_tokens},
+                                {"stop", true},
+                                {"canvas",
+                                 {{"mode", decode_mode_name(job.mode_used)},
+                                  {"mode_reason", job.mode_reason},
+                                  {"decode_ms", job.decode_ms},
+                                  {"seed", job.settings.sampling.seed}}}}),
+                      "application/json");
+    }
+    return Progress::Done;
+  }
+  void abandon() override {
+    job_->cancel = true;
+    end();
+  }
+
+ private:
+  void end() {
+    if (untrack_) untrack_();
+    untrack_ = nullptr;
+  }
+  const std::shared_ptr<Job> job_;
+  std::function<void()> untrack_;
+};
+
+}  // namespace
 
 // llama-server's /infill: input_prefix, input_suffix, n_predict (and the sampling fields of
 // /v1/completions); answers {"content": the filled text, ...}.
-void HttpServer::infill(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::infill(const Request& req, Response& res) {
   if (!served()) return send_unavailable(res, "the model is still loading");
   json j;
   if (const std::string e = body_object(req, j); !e.empty()) return send_error(res, 400, e);
@@ -1081,28 +1112,17 @@ void HttpServer::infill(const httplib::Request& req, httplib::Response& res) {
   auto job = std::make_shared<Job>();
   job->settings = s;
   job->model = served_model->id;
+  auto answer = std::make_shared<InfillAnswer>(job, [this, job] { untrack(job); });
+  job->listener = [wakeup = answer->wakeup](JobEvent event) {
+    if (event == JobEvent::Finished) wakeup->notify();
+  };
   track(job);
   if (!engine->submit(job)) {
     untrack(job);
     return send_unavailable(res, draining_ ? "the server is shutting down" : "the server is busy; retry later",
                             draining_ ? "" : "server_busy");
   }
-  const bool waited = wait_for_job(*job, [](const Job& j) { return j.finished; });
-  untrack(job);
-  if (!waited) return send_error(res, 400, "the client went away");
-  if (job->dropped) return send_unavailable(res, "the server is shutting down; the request did not run");
-  if (!job->error.empty()) return send_error(res, 400, job->error);
-  std::string content;
-  for (const std::string& f : job->fills) content += f;
-  res.set_content(dump(json{{"content", content},
-                            {"tokens_predicted", job->completion_tokens},
-                            {"stop", true},
-                            {"canvas",
-                             {{"mode", decode_mode_name(job->mode_used)},
-                              {"mode_reason", job->mode_reason},
-                              {"decode_ms", job->decode_ms},
-                              {"seed", job->settings.sampling.seed}}}}),
-                  "application/json");
+  res.late = std::move(answer);
 }
 
 }  // namespace canvas::serve

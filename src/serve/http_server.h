@@ -1,6 +1,7 @@
 // canvas serve's HTTP front: the OpenAI endpoints, /health, the web page, API keys, body limits,
 // 503 with Retry-After on a full queue, SSE streaming and graceful shutdown. Connections, deadlines and
-// framing are serve/http_connections.h; cpp-httplib routes each complete request and writes its answer.
+// framing are serve/http_connections.h; the handlers here run on its event loop, and a completion is handed
+// to its model's engine once, its answer written as the engine's events arrive.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -12,15 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "core/worker_threads.h"
 #include "serve/engine.h"
 #include "serve/http_connections.h"
+#include "serve/http_message.h"
 #include "serve/metrics.h"
 #include "serve/served_models.h"
-
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace canvas::serve {
 
@@ -29,7 +27,7 @@ struct ServerOptions {
   int port = 8080;
   std::string api_key;            // non-empty: the API endpoints need "Authorization: Bearer KEY"
   size_t body_limit = 1 << 20;    // bytes of a request body, as sent and decompressed
-  int http_threads = 0;           // threads answering POSTs; 0: 72 (serve sets parallel + queue + 8)
+  int http_threads = 0;           // most threads answering /tokenize and /detokenize off the event loop; 0: 4
   size_t max_connections = 1024;  // open connections (cut to the process's file limit)
   // Host header names accepted beside the bound address ("*": any). The Host check is on when there is no
   // API key, or when this list is given.
@@ -37,8 +35,6 @@ struct ServerOptions {
   // Origins whose browser pages may call the server (CORS; "*": any). Other cross-origin requests: 403.
   std::vector<std::string> cors_origins;
 };
-
-class Router;  // cpp-httplib's router (http_server.cpp)
 
 class HttpServer {
  public:
@@ -64,23 +60,26 @@ class HttpServer {
  private:
   // Registers the endpoints below, one handler per path.
   void routes();
-  void health(const httplib::Request& req, httplib::Response& res);
-  void models(const httplib::Request& req, httplib::Response& res);
-  void props(const httplib::Request& req, httplib::Response& res);
-  void page(const httplib::Request& req, httplib::Response& res);  // the web page at "/"
-  void tokenize(const httplib::Request& req, httplib::Response& res);
-  void detokenize(const httplib::Request& req, httplib::Response& res);
-  void infill(const httplib::Request& req, httplib::Response& res);
-  void completions(const httplib::Request& req, httplib::Response& res);
-  void chat_completions(const httplib::Request& req, httplib::Response& res);
-  void metrics(const httplib::Request& req, httplib::Response& res);  // Prometheus text
-  // /v1/completions and /v1/chat/completions: checks, queues, waits, answers (streamed or not).
-  void complete(const httplib::Request& req, httplib::Response& res, bool chat);
-  bool handle(Exchange& exchange);
+  void health(const Request& req, Response& res);
+  void models(const Request& req, Response& res);
+  void props(const Request& req, Response& res);
+  void page(const Request& req, Response& res);  // the web page at "/"
+  void tokenize(const Request& req, Response& res);
+  void detokenize(const Request& req, Response& res);
+  void infill(const Request& req, Response& res);
+  void metrics(const Request& req, Response& res);  // Prometheus text
+  // /v1/completions and /v1/chat/completions: checks, hands the request to its engine, answers late
+  // (streamed or not).
+  void complete(const Request& req, Response& res, bool chat);
+  // Every request on the event loop: the gate, then its route's handler (or a worker, for the handlers
+  // that may take long).
+  void handle(const Request& req, Response& res);
+  // Every response before its head is written: metrics and CORS headers.
+  void finish(const Request& req, Response& res);
   // The checks every request passes before its handler (Host, Origin, path and method, key, shutdown);
   // true when they answered it.
-  bool gate(const httplib::Request& req, httplib::Response& res) const;
-  bool authorized(const httplib::Request& req) const;
+  bool gate(const Request& req, Response& res) const;
+  bool authorized(const Request& req) const;
   bool host_allowed(const std::string& host) const;
   bool origin_allowed_by_cors(const std::string& origin) const;
   // The served models once set_models was called, else null (the server is loading).
@@ -89,9 +88,9 @@ class HttpServer {
   void untrack(const std::shared_ptr<Job>& job);
 
   ServerOptions options_;
-  std::unique_ptr<Router> router_;
+  Router router_;
+  std::set<std::string> slow_paths_;  // routes whose handlers run on workers_, not on the event loop
   std::unique_ptr<HttpConnections> connections_;
-  std::map<std::string, std::string> allow_;  // path -> its methods (the Allow header of 405 and OPTIONS)
   std::set<std::string> bound_names_;         // Host names that mean this server
   bool check_host_ = false;
   std::vector<ServedModel> models_;  // written once, before ready_
@@ -101,6 +100,7 @@ class HttpServer {
   std::mutex jobs_mutex_;
   std::set<std::shared_ptr<Job>> jobs_;  // submitted and not yet answered, for shutdown
   ServerMetrics metrics_;
+  std::unique_ptr<WorkerThreads> workers_;  // last: its destructor runs tasks that use the members above
 };
 
 // The web page served at "/" (built in: no CDN, no build step).
