@@ -1,0 +1,386 @@
+// bench/backend_ops.h: the conformance cases, one small random model per family and storage type, one pass
+// per row count, each primitive run on the backend under test and on the reference with the same inputs.
+#include "bench/backend_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <span>
+
+#include "bench/synthetic.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/cpu_executor.h"
+#include "model/placement.h"
+
+namespace canvas::bench {
+namespace {
+
+const int64_t kRowCounts[] = {1, 8, 9, 16, 64, 65, 256};
+const DType kTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
+
+// The models: a llama-family one whose widths are not multiples of 16 where the kernels allow it (vocabulary
+// 330, 3 query heads on 1 KV head, Q/K/V biases), LLaDA-MoE's experts, and DiffusionGemma's layer (sliding
+// and full layers, K = V on the full ones, q/k norms, the decoder).
+std::vector<SyntheticShape> shapes() {
+  SyntheticShape llama = find_synthetic_shape("llada:tiny");
+  llama.name = "llama-96";
+  ModelConfig& c = llama.config;
+  c.hidden = 96;
+  c.n_heads = 3;
+  c.n_kv_heads = 1;
+  c.head_dim = 32;
+  c.ffn = 160;
+  c.vocab = 330;
+  c.qkv_bias = true;
+  c.rope.head_dim = c.rope.rot_dims = 32;
+  c.layer_attention.clear();
+  return {llama, find_synthetic_shape("llada-moe:tiny"), find_synthetic_shape("diffusion-gemma:tiny")};
+}
+
+// One side of a case: its own caches, requests and logits, and the executor over them.
+struct Side {
+  std::vector<std::unique_ptr<KvCache>> caches;
+  std::vector<KvCache*> cache_ptrs;
+  std::vector<ForwardRequest> requests;
+  std::vector<float> logits;
+  ForwardPlan plan;
+  std::unique_ptr<Executor> ex;
+};
+
+// The inputs both sides share.
+struct PassInputs {
+  int64_t rows = 0;
+  bool decoder = false;
+  std::vector<int32_t> tokens, groups;
+  std::vector<float> self_cond;  // [rows x vocab] previous logits (decoder passes)
+  int64_t prefix = 0;            // cached positions before the rows
+  std::vector<float> prefix_kv;  // their K/V, every layer, as written into each side's cache
+};
+
+std::vector<float> random_values(int64_t n, Rng& rng, float scale = 1.f) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = float(rng.normal()) * scale;
+  return v;
+}
+
+PassInputs make_inputs(const ModelConfig& c, int64_t rows, bool decoder, uint64_t seed) {
+  Rng rng(seed);
+  PassInputs in;
+  in.rows = rows;
+  in.decoder = decoder;
+  in.prefix = decoder ? 5 : 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    in.tokens.push_back(int32_t(rng.next() % uint64_t(c.vocab)));
+    in.groups.push_back(int32_t(i / 8));  // blocks of 8: a block sees itself and the blocks before it
+  }
+  if (decoder) in.self_cond = random_values(rows * c.vocab, rng, 3.f);
+  return in;
+}
+
+Side make_side(const Model& model, const PassInputs& in, const std::function<std::unique_ptr<Executor>(Side&)>& make) {
+  const ModelConfig& c = model.config;
+  Side side;
+  side.caches.push_back(std::make_unique<KvCache>(c, in.prefix + in.rows + 1));
+  KvCache& cache = *side.caches.back();
+  // The cached prefix: the same pseudo-random K/V on both sides (a function of position and layer).
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    Rng rng(uint64_t(1000 + l));
+    const int64_t width = cache.head_stride(l) * c.attention_of(l).n_kv_heads;
+    for (int64_t j = 0; j < width; ++j) {
+      const float k = float(rng.normal()), v = float(rng.normal());
+      cache.keys(l)[j] = k;
+      cache.values(l)[j] = v;
+    }
+  }
+  for (int64_t p = 0; p < cache.capacity(); ++p) cache.groups()[p] = 0;
+  side.cache_ptrs.push_back(&cache);
+  ForwardRequest r;
+  r.tokens = in.tokens.data();
+  r.n = in.rows;
+  r.pos0 = in.prefix;
+  r.groups = in.groups.data();
+  r.decoder = in.decoder;
+  if (in.decoder) r.self_cond = in.self_cond.data();
+  for (int64_t i = 0; i < in.rows; ++i) r.logit_rows.push_back(int32_t(i));
+  side.logits.assign(size_t(in.rows * c.vocab), 0.f);
+  r.logits = side.logits.data();
+  side.requests.push_back(std::move(r));
+  side.plan = plan_forward(model, side.cache_ptrs, side.requests);
+  side.ex = make(side);
+  return side;
+}
+
+// A primitive's case: what it writes first (the same random values on both sides), the call, and what is
+// compared afterwards.
+struct OpCase {
+  Primitive primitive;
+  std::string what;                  // the call, e.g. "matmul q/k/v layer 0"
+  WeightRef weight;                  // for supports()
+  std::vector<std::pair<Slot, int64_t>> inputs;  // slot, width (rows: the pass's)
+  std::function<void(Executor&)> call;
+  std::vector<Slot> outputs;
+  bool compare_logits = false;
+  std::vector<Primitive> also = {};  // primitives the call needs besides `primitive`
+};
+
+std::vector<OpCase> op_cases(const ModelConfig& c, bool decoder) {
+  using R = TensorRole;
+  std::vector<OpCase> cases;
+  const int64_t H = c.hidden;
+  int64_t full = -1;  // a full-attention layer beside layer 0 (Gemma 4: K = V, partial RoPE)
+  for (int64_t l = 1; l < c.n_layers && full < 0; ++l)
+    if (c.attention_of(l).kind != c.attention_of(0).kind) full = l;
+  std::vector<int64_t> layers = {0};
+  if (full > 0) layers.push_back(full);
+  cases.push_back({Primitive::Embed, "embed", {}, {}, [](Executor& ex) { ex.embed(Slot::X); }, {Slot::X}});
+  if (decoder) {
+    cases.push_back({Primitive::SelfConditioningInput, "self-conditioning input", {}, {},
+                     [](Executor& ex) { ex.self_conditioning_input(Slot::Soft); }, {Slot::Soft}});
+    cases.push_back({Primitive::AddSelfConditioning, "add self-conditioning", {}, {{Slot::X, H}, {Slot::SoftMlp, H}},
+                     [](Executor& ex) {
+                       ex.self_conditioning_input(Slot::Soft);
+                       ex.add_self_conditioning(Slot::X, Slot::SoftMlp);
+                     },
+                     {Slot::X}, false, {Primitive::SelfConditioningInput}});
+    cases.push_back({Primitive::DecoderNorm, "decoder norm", {}, {{Slot::X, H}},
+                     [](Executor& ex) { ex.decoder_norm(Slot::X); }, {Slot::X}});
+  }
+  cases.push_back({Primitive::RmsNorm, "rms_norm attn_norm", {R::AttnNorm, 0}, {{Slot::X, H}},
+                   [](Executor& ex) { ex.rms_norm(Slot::H, Slot::X, {R::AttnNorm, 0}); }, {Slot::H}});
+  cases.push_back({Primitive::RmsNorm, "rms_norm without weight, in place", {}, {{Slot::X, H}},
+                   [](Executor& ex) { ex.rms_norm(Slot::X, Slot::X, {}); }, {Slot::X}});
+  for (int64_t l : layers) {
+    const LayerAttention la = c.attention_of(l);
+    const int64_t D = la.head_dim, q_width = c.n_heads * D, kv_width = la.n_kv_heads * D;
+    const std::string at = " layer " + std::to_string(l) + (la.kind == AttentionKind::Sliding ? " (sliding)" : "") +
+                           (la.value_from_key ? " (K = V)" : "");
+    if (c.qk_norm)
+      cases.push_back({Primitive::RmsNormHeads, "rms_norm_heads q" + at, {R::QNorm, l}, {{Slot::Q, q_width}},
+                       [l, D](Executor& ex) { ex.rms_norm_heads(Slot::Q, D, {R::QNorm, l}); }, {Slot::Q}});
+    const bool kv = la.value_from_key;
+    cases.push_back({Primitive::Matmul, std::string(kv ? "matmul q/k" : "matmul q/k/v") + at, {R::Wq, l},
+                     {{Slot::H, H}},
+                     [l, kv](Executor& ex) {
+                       const Product qkv[] = {{Slot::Q, {R::Wq, l}}, {Slot::K, {R::Wk, l}}, {Slot::V, {R::Wv, l}}};
+                       ex.matmul(std::span<const Product>(qkv, kv ? 2 : 3), Slot::H);
+                     },
+                     kv ? std::vector<Slot>{Slot::Q, Slot::K} : std::vector<Slot>{Slot::Q, Slot::K, Slot::V}});
+    cases.push_back({Primitive::Matmul, "matmul attn_output" + at, {R::Wo, l}, {{Slot::Attn, q_width}},
+                     [l](Executor& ex) {
+                       const Product o[] = {{Slot::Proj, {R::Wo, l}}};
+                       ex.matmul(o, Slot::Attn);
+                     },
+                     {Slot::Proj}});
+    if (c.qkv_bias)
+      cases.push_back({Primitive::AddBias, "add_bias q" + at, {R::Bq, l}, {{Slot::Q, q_width}},
+                       [l](Executor& ex) { ex.add_bias(Slot::Q, {R::Bq, l}); }, {Slot::Q}});
+    cases.push_back({Primitive::Rope, "rope q" + at, {}, {{Slot::Q, q_width}},
+                     [l, &c](Executor& ex) { ex.rope(Slot::Q, c.n_heads, l); }, {Slot::Q}});
+    cases.push_back({Primitive::Attention, "attention" + at, {}, {{Slot::Q, q_width}, {Slot::K, kv_width}, {Slot::V, kv_width}},
+                     [l](Executor& ex) { ex.attention(Slot::Attn, Slot::Q, Slot::K, Slot::V, l); }, {Slot::Attn}});
+  }
+  cases.push_back({Primitive::Copy, "copy", {}, {{Slot::K, H}}, [](Executor& ex) { ex.copy(Slot::V, Slot::K); },
+                   {Slot::V}});
+  cases.push_back({Primitive::Add, "add", {}, {{Slot::X, H}, {Slot::Proj, H}}, [](Executor& ex) { ex.add(Slot::X, Slot::Proj); },
+                   {Slot::X}});
+  if (c.ffn > 0) {
+    cases.push_back({Primitive::Matmul, "matmul gate/up", {R::Gate, 0}, {{Slot::H, H}},
+                     [](Executor& ex) {
+                       const Product gu[] = {{Slot::G, {R::Gate, 0}}, {Slot::U, {R::Up, 0}}};
+                       ex.matmul(gu, Slot::H);
+                     },
+                     {Slot::G, Slot::U}});
+    cases.push_back({Primitive::Matmul, "matmul down", {R::Down, 0}, {{Slot::G, c.ffn}},
+                     [](Executor& ex) {
+                       const Product d[] = {{Slot::Proj, {R::Down, 0}}};
+                       ex.matmul(d, Slot::G);
+                     },
+                     {Slot::Proj}});
+    cases.push_back({Primitive::GatedActivation, "gated activation", {}, {{Slot::G, c.ffn}, {Slot::U, c.ffn}},
+                     [](Executor& ex) { ex.gated_activation(Slot::G, Slot::U); }, {Slot::G}});
+  }
+  if (c.is_moe()) {
+    const bool gemma = c.layer_style == LayerStyle::Gemma4;
+    cases.push_back({Primitive::Moe, "moe", {R::Router, 0}, {{Slot::Router, H}, {Slot::H, H}},
+                     [gemma](Executor& ex) { ex.moe(Slot::Experts, gemma ? Slot::Router : Slot::H, Slot::H, 0); },
+                     {Slot::Experts}});
+  }
+  if (c.layer_style == LayerStyle::Gemma4) {
+    cases.push_back({Primitive::RouterInput, "router input", {}, {{Slot::X, H}},
+                     [](Executor& ex) { ex.router_input(Slot::Router, Slot::X, 0); }, {Slot::Router}});
+    cases.push_back({Primitive::ScaledResidual, "scaled residual", {}, {{Slot::X, H}, {Slot::Proj, H}},
+                     [](Executor& ex) { ex.scaled_residual(Slot::X, Slot::Proj, 0); }, {Slot::X}});
+  }
+  const WeightRef head{c.tied_output ? R::TokenEmbd : R::Output, -1};
+  cases.push_back({Primitive::Logits, "head rows, final norm, logits", head, {{Slot::X, H}},
+                   [head](Executor& ex) {
+                     ex.head_rows(Slot::Head, Slot::X);
+                     ex.rms_norm(Slot::Head, Slot::Head, {R::OutputNorm, -1});
+                     ex.logits(Slot::Head, head);
+                   },
+                   {}, true, {Primitive::HeadRows, Primitive::RmsNorm}});
+  return cases;
+}
+
+// Largest |a - b| relative to the largest |b| (the reference), and where.
+struct Mismatch {
+  double relative = 0;
+  int64_t at = -1;
+};
+Mismatch compare(const std::vector<float>& a, const std::vector<float>& b) {
+  Mismatch e;
+  if (a.size() != b.size()) {
+    e.relative = INFINITY;
+    return e;
+  }
+  double scale = 1e-6;
+  for (float x : b) scale = std::max(scale, double(std::fabs(x)));
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::isfinite(a[i]) && std::isfinite(b[i]) ? std::fabs(double(a[i]) - double(b[i])) / scale
+                     : (std::isnan(a[i]) && std::isnan(b[i])) || a[i] == b[i]            ? 0
+                                                                                         : INFINITY;
+    if (d > e.relative) {
+      e.relative = d;
+      e.at = int64_t(i);
+    }
+  }
+  return e;
+}
+
+std::shared_ptr<PrimitiveBackend> primitive_backend(const std::string& name) {
+  if (name == "partial") return make_partial_backend();
+  if (name == "cuda")
+    throw Error("canvas_backend_ops: the CUDA backend runs whole passes (--device cuda; tests/cuda_test.cpp compares "
+                "them with the CPU's); it has no executor of single primitives yet");
+  throw Error("canvas_backend_ops: unknown backend '" + name + "' (cpu, partial, cuda)");
+}
+
+}  // namespace
+
+std::vector<std::string> backend_ops_backends() { return {"cpu", "partial", "cuda"}; }
+
+std::string backend_ops_list() {
+  // Which backends run each primitive: the CPU runs all of them; the others say so through supports().
+  const auto partial = make_partial_backend();
+  const auto shape = find_synthetic_shape("llada:tiny");
+  SyntheticOptions options;
+  options.type = DType::F32;
+  const auto model = build_synthetic_model(shape, options, nullptr);
+  KvCache cache(model->model.config, 4);
+  KvCache* caches[] = {&cache};
+  const int32_t token = 0;
+  ForwardRequest r;
+  r.tokens = &token;
+  r.n = 1;
+  r.groups = &token;
+  const ForwardPlan plan = plan_forward(model->model, caches, std::span<const ForwardRequest>(&r, 1));
+  const auto partial_ex = partial->executor(model->model, caches, std::span<const ForwardRequest>(&r, 1), plan, nullptr);
+  std::string out;
+  for (int i = 0; i < kPrimitives; ++i) {
+    const Primitive p = Primitive(i);
+    std::string line = std::string(primitive_name(p));
+    line.resize(std::max<size_t>(line.size() + 1, 26), ' ');
+    line += "cpu";
+    if (partial_ex->supports(p, {})) line += " partial";
+    out += line + "\n";
+  }
+  out += "(cuda: whole passes only, through --device cuda)\n";
+  return out;
+}
+
+BackendOpsResult run_backend_ops(const BackendOpsOptions& options, std::FILE* out) {
+  // The cpu backend is checked against the scalar twins; another backend against the CPU's SIMD kernels,
+  // bit for bit for the partial backend (the same kernels), within f16 rounding for a device.
+  if (options.backend == "cpu") return run_backend_ops(options, out, nullptr, 1e-4);
+  return run_backend_ops(options, out, primitive_backend(options.backend), options.backend == "partial" ? 0.0 : 2e-2);
+}
+
+BackendOpsResult run_backend_ops(const BackendOpsOptions& options, std::FILE* out,
+                                 const std::shared_ptr<PrimitiveBackend>& backend, double tolerance) {
+  const bool cpu = backend == nullptr;
+  if (!options.primitive.empty()) {
+    bool known = false;
+    for (int i = 0; i < kPrimitives; ++i) known = known || options.primitive == primitive_name(Primitive(i));
+    check(known, "canvas_backend_ops: unknown primitive '" + options.primitive + "' (--list names them)");
+  }
+  ThreadPool pool(0);
+  BackendOpsResult result;
+  for (const SyntheticShape& shape : shapes()) {
+    for (DType type : kTypes) {
+      SyntheticOptions so;
+      so.type = type;
+      so.seed = 7;
+      const auto built = build_synthetic_model(shape, so, &pool);
+      const Model& model = built->model;
+      const ModelConfig& c = model.config;
+      for (int decoder = 0; decoder < (c.has_decoder ? 2 : 1); ++decoder) {
+        for (int64_t rows : kRowCounts) {
+          const PassInputs in = make_inputs(c, rows, decoder != 0, uint64_t(rows * 31 + decoder));
+          for (const OpCase& oc : op_cases(c, decoder != 0)) {
+            if (!options.primitive.empty() && options.primitive != primitive_name(oc.primitive)) continue;
+            Side ref = make_side(model, in, [&](Side& s) -> std::unique_ptr<Executor> {
+              return std::make_unique<CpuExecutor>(model, s.cache_ptrs, s.requests, s.plan, &pool,
+                                                   cpu ? CpuKernels::Reference : CpuKernels::Fast);
+            });
+            Side test = make_side(model, in, [&](Side& s) -> std::unique_ptr<Executor> {
+              if (cpu) return std::make_unique<CpuExecutor>(model, s.cache_ptrs, s.requests, s.plan, &pool);
+              return backend->executor(model, s.cache_ptrs, s.requests, s.plan, &pool);
+            });
+            const std::string label = std::string(primitive_name(oc.primitive)) + " " + dtype_name(type) + " " +
+                                      shape.name + (decoder ? " decoder" : "") + " rows=" + std::to_string(rows) +
+                                      ": " + oc.what;
+            bool supported = test.ex->supports(oc.primitive, oc.weight);
+            for (Primitive p : oc.also) supported = supported && test.ex->supports(p, {});
+            if (!supported) {
+              ++result.unsupported;
+              if (options.verbose) std::fprintf(out, "  --   %s (not supported)\n", label.c_str());
+              continue;
+            }
+            ++result.cases;
+            Rng rng(uint64_t(rows) * 7919 + uint64_t(oc.primitive));
+            for (const auto& [slot, width] : oc.inputs) {
+              const std::vector<float> v = random_values(rows * width, rng);
+              ref.ex->write_slot(slot, v.data(), rows, width);
+              test.ex->write_slot(slot, v.data(), rows, width);
+            }
+            oc.call(*ref.ex);
+            oc.call(*test.ex);
+            Mismatch worst;
+            std::string where;
+            auto note = [&](const std::vector<float>& got, const std::vector<float>& want, const std::string& name,
+                            int64_t width) {
+              const Mismatch e = compare(got, want);
+              if (where.empty() || e.relative > worst.relative) {
+                worst = e;
+                where = name + (e.at >= 0 ? " [row " + std::to_string(e.at / std::max<int64_t>(width, 1)) + ", col " +
+                                                std::to_string(e.at % std::max<int64_t>(width, 1)) + "]"
+                                          : " (shape differs)");
+              }
+            };
+            for (Slot s : oc.outputs) {
+              std::vector<float> got, want;
+              int64_t r1 = 0, w1 = 0, r2 = 0, w2 = 0;
+              test.ex->read_slot(s, got, r1, w1);
+              ref.ex->read_slot(s, want, r2, w2);
+              if (r1 != r2 || w1 != w2) got.clear();
+              note(got, want, "slot " + std::to_string(int(s)), w2);
+            }
+            if (oc.compare_logits) note(test.logits, ref.logits, "logits", c.vocab);
+            const bool failed = !(worst.relative <= tolerance);
+            if (failed) ++result.failed;
+            if (failed || options.verbose)
+              std::fprintf(out, "%s %s: max error %.3g of the largest value (tolerance %.3g) at %s\n",
+                           failed ? "FAIL" : "  ok", label.c_str(), worst.relative, tolerance, where.c_str());
+          }
+        }
+      }
+    }
+  }
+  std::fprintf(out, "%s: %d cases, %d failed, %d not supported by the backend (they run on the CPU)\n",
+               options.backend.c_str(), result.cases, result.failed, result.unsupported);
+  return result;
+}
+
+}  // namespace canvas::bench

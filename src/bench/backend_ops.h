@@ -1,0 +1,42 @@
+// The operation conformance harness (canvas_backend_ops): every primitive of model/transformer.h, on every
+// weight storage type and on row counts and widths at the tiles' edges (1, 8, 9, 16, 64, 65, 256 rows; a
+// vocabulary and widths that are not multiples of 16; sliding windows; K = V; block masks; decoder
+// canvases), run on a named backend and compared with a reference at a tolerance per backend:
+//   cpu      the CPU executor's SIMD kernels against their scalar twins (CpuKernels::Reference);
+//   partial  the matmul-only backend of model/placement.h against the CPU executor (bit for bit);
+//   cuda     a device backend against the CPU executor, when one is loaded.
+#pragma once
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace canvas {
+class PrimitiveBackend;
+}
+
+namespace canvas::bench {
+
+struct BackendOpsOptions {
+  std::string backend = "cpu";
+  std::string primitive;  // "": every primitive
+  bool verbose = false;   // a line for every case, not only the failing ones
+};
+
+struct BackendOpsResult {
+  int cases = 0, failed = 0, unsupported = 0;
+};
+
+// The backends the harness knows.
+std::vector<std::string> backend_ops_backends();
+// One line per primitive: its name and the backends that run it.
+std::string backend_ops_list();
+// Runs the cases, printing one line per failing case (with its shape) and a summary to `out`. Throws
+// Error for an unknown backend or primitive, or a backend that cannot start here.
+BackendOpsResult run_backend_ops(const BackendOpsOptions& options, std::FILE* out);
+// The same for a backend object (options.backend names it in the output), compared with the CPU's SIMD
+// kernels at `tolerance` (relative to the largest reference value).
+BackendOpsResult run_backend_ops(const BackendOpsOptions& options, std::FILE* out,
+                                 const std::shared_ptr<PrimitiveBackend>& backend, double tolerance);
+
+}  // namespace canvas::bench
