@@ -196,16 +196,18 @@ TEST(CudaModuleLoader, ModuleOfAnotherVersionIsRefused) {
       << e;
 }
 
-// Beside the running binary first, then LIBDIR/canvas; $CANVAS_CUDA_MODULE alone when set.
+// Beside the running binary first, then LIBDIR/canvas beside its BINDIR, then the configured LIBDIR/canvas;
+// $CANVAS_CUDA_MODULE alone when set.
 TEST(CudaModuleLoader, SearchesBesideTheBinaryThenTheInstallDirectory) {
   const char* before = std::getenv("CANVAS_CUDA_MODULE");
   const std::string saved = before ? before : "";
   unsetenv("CANVAS_CUDA_MODULE");
   const std::vector<std::string> paths = cuda_module::search_paths();
-  ASSERT_EQ(paths.size(), 2u);
-  EXPECT_EQ(paths[0],
-            std::filesystem::read_symlink("/proc/self/exe").parent_path().string() + "/libcanvas-cuda.so");
-  EXPECT_TRUE(paths[1].ends_with("/canvas/libcanvas-cuda.so")) << paths[1];
+  const std::filesystem::path dir = std::filesystem::read_symlink("/proc/self/exe").parent_path();
+  ASSERT_EQ(paths.size(), 3u);
+  EXPECT_EQ(paths[0], (dir / "libcanvas-cuda.so").string());
+  EXPECT_TRUE(paths[1].starts_with(dir.parent_path().string() + "/lib")) << paths[1];
+  for (size_t i = 1; i < 3; ++i) EXPECT_TRUE(paths[i].ends_with("/canvas/libcanvas-cuda.so")) << paths[i];
   setenv("CANVAS_CUDA_MODULE", "/somewhere/else.so", 1);
   EXPECT_EQ(cuda_module::search_paths(), std::vector<std::string>{"/somewhere/else.so"});
   if (before)

@@ -66,7 +66,8 @@ using EntryPoint = const Table* (*)();
 // ---- the loader (in the canvas binary) ----
 
 // Where the module is looked for, in order: $CANVAS_CUDA_MODULE alone when set (a path to the file); else
-// the canvas binary's own directory (/proc/self/exe), then the install directory LIBDIR/canvas.
+// the canvas binary's own directory (/proc/self/exe), then LIBDIR/canvas beside the BINDIR it is in, then
+// the configured install directory LIBDIR/canvas.
 std::vector<std::string> search_paths();
 // Opens the first of `paths` that exists and checks its version and layout. Throws Error saying what is
 // missing: every path tried with the loader's reason (dlerror: the module absent, or a library it needs,

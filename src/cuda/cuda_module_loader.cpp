@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -15,6 +16,9 @@
 #endif
 #ifndef CANVAS_CUDA_MODULE_DIR
 #define CANVAS_CUDA_MODULE_DIR "/usr/local/lib/canvas"
+#endif
+#ifndef CANVAS_CUDA_MODULE_RELATIVE_DIR  // LIBDIR/canvas from BINDIR
+#define CANVAS_CUDA_MODULE_RELATIVE_DIR "../lib/canvas"
 #endif
 
 namespace canvas::cuda_module {
@@ -42,9 +46,17 @@ bool built() {
 std::vector<std::string> search_paths() {
   if (const char* env = std::getenv("CANVAS_CUDA_MODULE"); env && *env) return {env};
   std::vector<std::string> paths;
-  if (const std::string dir = executable_directory(); !dir.empty()) paths.push_back(dir + "/" + kFileName);
-  const std::string installed = std::string(CANVAS_CUDA_MODULE_DIR) + "/" + kFileName;
-  if (paths.empty() || paths.front() != installed) paths.push_back(installed);
+  const auto add = [&](const std::filesystem::path& dir) {
+    const std::string path = (dir / kFileName).lexically_normal().string();
+    if (std::find(paths.begin(), paths.end(), path) == paths.end()) paths.push_back(path);
+  };
+  // Beside the binary (a build tree), then LIBDIR/canvas of the prefix the binary is installed in (an
+  // install moved with --prefix or DESTDIR), then of the prefix it was configured for.
+  if (const std::string dir = executable_directory(); !dir.empty()) {
+    add(dir);
+    add(std::filesystem::path(dir) / CANVAS_CUDA_MODULE_RELATIVE_DIR);
+  }
+  add(CANVAS_CUDA_MODULE_DIR);
   return paths;
 }
 
