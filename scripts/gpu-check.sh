@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One short run on a machine with an NVIDIA GPU (about 8 minutes at most): build canvas with the CUDA backend,
+# One short run on a machine with an NVIDIA GPU (about 8 minutes at most): build canvas and its CUDA module
+# (libcanvas-cuda.so, which --device cuda loads beside the binary),
 # compare every CUDA kernel and whole forwards with their CPU twins (tests/cuda_test.cpp), then bench two
 # synthetic shapes at Q4_0 on the GPU with the device's floors measured in the same run (canvas bench
 # --device cuda: streaming-read bandwidth, GEMM rate, device memory):

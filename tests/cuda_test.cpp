@@ -23,6 +23,7 @@
 
 #if CANVAS_HAVE_CUDA
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_module.h"
 #include "cuda/cuda_ops.h"
 #endif
 
@@ -1153,6 +1154,35 @@ TEST(CudaForward, QuantisedWeightsMatchTheCpuWithinOnePercent) {
       check_encoder(t, 1e-2, name);
       if (c.has_decoder) check_decoder(t, 1e-2, name, /*exact_choices=*/false);
     }
+  }
+}
+
+// The module canvas opens for --device cuda (libcanvas-cuda.so beside this test, found as canvas finds it):
+// it loads on a machine without a GPU too (it needs cuBLAS, not a driver), its table is this build's, and
+// it says whether a device is usable as the linked backend does.
+TEST(CudaModule, LoadsAsCanvasLoadsIt) {
+  const cuda_module::Table& module = cuda_module::module();
+  EXPECT_EQ(module.version, cuda_module::kVersion);
+  std::string why;
+  const bool linked = cuda::available(&why);
+  cuda_module::Message module_why;
+  EXPECT_EQ(module.available(&module_why), linked);
+  if (!linked) {
+    EXPECT_EQ(std::string(module_why.text), why);
+    std::printf("  no device, as the module says: %s\n", module_why.text);
+  }
+}
+
+// Whole forwards through the module's backend, as --device cuda runs them, against the CPU.
+TEST(CudaModule, ForwardsThroughTheModuleMatchTheCpu) {
+  SKIP_WITHOUT_DEVICE();
+  for (const char* f : {"tiny-llada.gguf", "tiny-diffusion-gemma"}) {
+    TwinModels t;
+    t.cpu = Model::load(test::fixture(f));
+    t.gpu = t.cpu;
+    t.gpu.backend = cuda_module::make_backend(cuda_module::module(), t.gpu);
+    check_encoder(t, 1e-4, std::string("module: ") + f);
+    if (t.cpu.config.has_decoder) check_decoder(t, 1e-4, std::string("module: ") + f);
   }
 }
 

@@ -4,12 +4,8 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "cuda/cuda_module.h"
 #include "model/weight_check.h"
-#if CANVAS_HAVE_CUDA
-#include "cuda/cuda_backend.h"
-#include "cuda/cuda_ops.h"
-#include "cuda/cuda_roofs.h"
-#endif
 
 namespace canvas::cli {
 
@@ -23,39 +19,44 @@ void check_all_weights(const Model& model, const std::string& path) {
 void use_device(Model& model, const std::string& device) {
   if (device == "cpu") return;
   check(device == "cuda", "--device: unknown device '" + device + "' (cpu or cuda)");
-#if CANVAS_HAVE_CUDA
-  model.backend = cuda::make_backend(model);
+  model.backend = cuda_module::make_backend(cuda_module::module(), model);
   std::fprintf(stderr, "device: %s\n", model.backend->name().c_str());
-#else
-  (void)model;
-  throw Error("--device cuda: this canvas was built without the CUDA backend (rebuild where nvcc and cuBLAS are "
-              "installed, or with -DCANVAS_CUDA=ON)");
-#endif
 }
 
 bench::DeviceFloors measure_device_floors(bool measure_roofs, bool quick) {
-#if CANVAS_HAVE_CUDA
+  const cuda_module::Table& cuda = cuda_module::module();
+  cuda_module::Message name, error;
+  cuda_module::check_call(cuda.device_name(&name, &error), error);
   bench::DeviceFloors d;
-  d.name = cuda::device_name();
-  const cuda::DeviceMemory memory = cuda::device_memory();
-  d.memory_total_bytes = memory.total_bytes;
-  d.memory_used_bytes = d.memory_peak_bytes = memory.used_bytes();
-  d.memory_in_use = [] { return cuda::device_memory_in_use(); };
-  d.buffers_peak = [] { return cuda::device_buffer_peak_bytes(); };
-  d.profile = [](const std::function<void()>& pass) {
-    cuda::take_profile();  // drops what came before
-    cuda::set_profiling(true);
-    std::vector<cuda::OpTime> times;
+  d.name = name.text;
+  int64_t free_bytes = 0;
+  cuda_module::check_call(cuda.device_memory(&d.memory_total_bytes, &free_bytes, &error), error);
+  d.memory_used_bytes = d.memory_peak_bytes = d.memory_total_bytes - free_bytes;
+  const cuda_module::Table* module = &cuda;  // loaded once, never unloaded
+  d.memory_in_use = [module] {
+    int64_t total = 0, free = 0;
+    cuda_module::Message e;
+    cuda_module::check_call(module->device_memory(&total, &free, &e), e);
+    return total - free;
+  };
+  d.buffers_peak = [module] { return module->device_buffer_peak_bytes(); };
+  d.profile = [module](const std::function<void()>& pass) {
+    std::vector<bench::DeviceOpTime> ops;
+    const auto sink = [](void* context, const char* op, int depth, double ms, int64_t spans) {
+      static_cast<std::vector<bench::DeviceOpTime>*>(context)->push_back({op, depth, ms, spans});
+    };
+    cuda_module::Message e;
+    cuda_module::check_call(module->take_profile(sink, &ops, &e), e);  // drops what came before
+    ops.clear();
+    module->set_profiling(true);
     try {
       pass();
-      times = cuda::take_profile();
+      cuda_module::check_call(module->take_profile(sink, &ops, &e), e);
     } catch (...) {
-      cuda::set_profiling(false);
+      module->set_profiling(false);
       throw;
     }
-    cuda::set_profiling(false);
-    std::vector<bench::DeviceOpTime> ops;
-    for (const cuda::OpTime& t : times) ops.push_back({t.name, t.depth, t.ms, t.spans});
+    module->set_profiling(false);
     return ops;
   };
   if (!measure_roofs) {
@@ -64,25 +65,24 @@ bench::DeviceFloors measure_device_floors(bool measure_roofs, bool quick) {
   }
   try {
     const double t0 = now_ms();
-    const cuda::DeviceReadRoof read = cuda::measure_device_read_bandwidth(int64_t(quick ? 256 : 4096) << 20);
     const int64_t size = quick ? 2048 : 8192;
-    const cuda::DeviceGemmRoof f16 = cuda::measure_device_gemm_rate(cuda::GemmPrecision::F16, size);
-    const cuda::DeviceGemmRoof f32 = cuda::measure_device_gemm_rate(cuda::GemmPrecision::F32, size);
-    d.read_gbps = read.gbps;
-    d.read_buffer_bytes = read.buffer_bytes;
+    double read_gbps = 0, f16 = 0, f32 = 0;
+    int64_t read_bytes = 0;
+    cuda_module::check_call(
+        cuda.measure_read_bandwidth(int64_t(quick ? 256 : 4096) << 20, &read_gbps, &read_bytes, &error),
+        error);
+    cuda_module::check_call(cuda.measure_gemm_rate(true, size, &f16, &error), error);
+    cuda_module::check_call(cuda.measure_gemm_rate(false, size, &f32, &error), error);
+    d.read_gbps = read_gbps;  // all three or none: a roof that fails leaves the floors NaN
+    d.read_buffer_bytes = read_bytes;
     d.gemm_size = size;
-    d.gemm_f16_tflops = f16.tflops;
-    d.gemm_f32_tflops = f32.tflops;
+    d.gemm_f16_tflops = f16;
+    d.gemm_f32_tflops = f32;
     std::fprintf(stderr, "canvas bench: device floors in %.1f s\n", (now_ms() - t0) / 1000);
   } catch (const Error& e) {
     d.not_measured = e.what();
   }
   return d;
-#else
-  (void)measure_roofs;
-  (void)quick;
-  throw Error("--device cuda: this canvas was built without the CUDA backend");
-#endif
 }
 
 }  // namespace canvas::cli

@@ -1,4 +1,5 @@
-// --device: where a command's forward passes run (the CPU, or the CUDA backend when this build has it).
+// --device: where a command's forward passes run (the CPU, or the CUDA backend: a module, libcanvas-cuda.so,
+// that only --device cuda loads, cuda/cuda_module.h).
 #pragma once
 #include <string>
 
@@ -9,9 +10,10 @@ namespace canvas::cli {
 
 // The --device option's help line, shared by the commands that take it.
 inline constexpr const char* kDeviceHelp =
-    "cpu (default) or cuda: run the forward passes on the first CUDA GPU (a build with the CUDA\n"
-    "backend; weights are uploaded once: f32, bf16 and the quantised types Q8_0, Q4_0, Q4_1, Q5_0,\n"
-    "Q5_1, Q4_K, Q5_K, Q6_K as stored, other types as f16)";
+    "cpu (default) or cuda: run the forward passes on the first CUDA GPU (loads the CUDA module\n"
+    "libcanvas-cuda.so from beside canvas, LIBDIR/canvas or $CANVAS_CUDA_MODULE; weights are uploaded\n"
+    "once: f32, bf16 and the quantised types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K as stored,\n"
+    "other types as f16)";
 
 // --check-weights: the option's help line, and the full scan it asks for (model/weight_check.h), its
 // error naming `path` and its time reported on stderr. Every load already runs the sampled scan.
@@ -21,13 +23,14 @@ inline constexpr const char* kCheckWeightsHelp =
 void check_all_weights(const Model& model, const std::string& path);
 
 // "cpu": nothing; "cuda": sets model.backend to the CUDA backend and reports the device on stderr.
-// Throws Error for another name, for cuda in a build without the backend and when no GPU is usable.
+// Throws Error for another name, for cuda in a build without the module, when the module or a library it
+// needs cannot be loaded (the message names it and the paths tried) and when no GPU is usable.
 void use_device(Model& model, const std::string& device);
 
 // canvas bench --device cuda: the GPU's name and memory in use now (after the weights' upload), and, when
 // `measure_roofs`, its floors measured now (cuda/cuda_roofs.h: a 4 GiB streaming read, 8192^3 f16 and f32
 // GEMMs; quick: 256 MiB and 2048^3). A roof that fails leaves the floors NaN with the reason in
-// not_measured. Throws Error in a build without the CUDA backend.
+// not_measured. Throws Error as use_device does when the CUDA module cannot be loaded.
 bench::DeviceFloors measure_device_floors(bool measure_roofs, bool quick);
 
 }  // namespace canvas::cli

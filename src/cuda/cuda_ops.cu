@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <mma.h>
 
 #include <algorithm>
@@ -956,11 +957,36 @@ void matmul_rounded(const DeviceMatrix& w, const void* x16, int64_t m, float* y)
 
 }  // namespace
 
+namespace {
+
+std::string cuda_version_text(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
+
+// Why cudaGetDeviceCount failed, in the user's terms: the NVIDIA driver's library missing, a driver older
+// than this build's runtime, or no device; the runtime's own message last.
+std::string device_count_failure(cudaError_t e) {
+  std::string why;
+  if (void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    dlclose(driver);
+    int driver_version = 0, runtime_version = 0;
+    cudaDriverGetVersion(&driver_version);
+    cudaRuntimeGetVersion(&runtime_version);
+    why = "no usable CUDA driver or device (the NVIDIA driver supports CUDA " + cuda_version_text(driver_version) +
+          ", this build's runtime is CUDA " + cuda_version_text(runtime_version) + ")";
+  } else {
+    const char* error = dlerror();
+    why = std::string("no NVIDIA driver: the CUDA driver library cannot be loaded (") +
+          (error ? error : "libcuda.so.1") + ")";
+  }
+  return why + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e);
+}
+
+}  // namespace
+
 bool available(std::string* reason) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
-    if (reason) *reason = std::string("no usable CUDA driver or device: ") + cudaGetErrorString(e);
+    if (reason) *reason = device_count_failure(e);
     return false;
   }
   if (count == 0) {

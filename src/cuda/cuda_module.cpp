@@ -1,0 +1,110 @@
+// The module's entry point (cuda/cuda_module.h): the table of the backend's functions, each catching what
+// the backend throws so that only plain data and the ForwardBackend object leave the module.
+#include "cuda/cuda_module.h"
+
+#include <cstdio>
+#include <exception>
+
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_ops.h"
+#include "cuda/cuda_roofs.h"
+
+namespace canvas::cuda_module {
+namespace {
+
+void put(Message* out, const std::string& text) {
+  if (out) std::snprintf(out->text, sizeof(out->text), "%s", text.c_str());
+}
+
+// Runs fn; false with the exception's message in `error` when it throws.
+template <typename Fn>
+bool guarded(Message* error, Fn&& fn) {
+  try {
+    fn();
+    return true;
+  } catch (const std::exception& e) {
+    put(error, e.what());
+  } catch (...) {
+    put(error, "unknown error in the CUDA module");
+  }
+  return false;
+}
+
+bool available(Message* why) {
+  std::string reason;
+  const bool ok = cuda::available(&reason);
+  if (!ok) put(why, reason);
+  return ok;
+}
+
+ForwardBackend* make_backend(const Model* model, Message* error) {
+  std::shared_ptr<ForwardBackend> backend;
+  if (!guarded(error, [&] { backend = cuda::make_backend(*model); })) return nullptr;
+  // The backend is held by this shared_ptr alone; hand over a plain pointer the caller owns.
+  struct Owner final : ForwardBackend {
+    std::shared_ptr<ForwardBackend> inner;
+    std::string name() const override { return inner->name(); }
+    void forward_batch(const Model& m, std::span<KvCache* const> caches,
+                       std::span<const ForwardRequest> requests, const ForwardPlan& plan) override {
+      inner->forward_batch(m, caches, requests, plan);
+    }
+  };
+  auto* owner = new Owner;
+  owner->inner = std::move(backend);
+  return owner;
+}
+
+bool device_name(Message* name, Message* error) {
+  return guarded(error, [&] { put(name, cuda::device_name()); });
+}
+
+bool device_memory(int64_t* total_bytes, int64_t* free_bytes, Message* error) {
+  return guarded(error, [&] {
+    const cuda::DeviceMemory m = cuda::device_memory();
+    *total_bytes = m.total_bytes;
+    *free_bytes = m.free_bytes;
+  });
+}
+
+bool take_profile(ProfileSink sink, void* context, Message* error) {
+  return guarded(error, [&] {
+    for (const cuda::OpTime& t : cuda::take_profile()) sink(context, t.name.c_str(), t.depth, t.ms, t.spans);
+  });
+}
+
+bool measure_read_bandwidth(int64_t bytes, double* gbps, int64_t* buffer_bytes, Message* error) {
+  return guarded(error, [&] {
+    const cuda::DeviceReadRoof roof = cuda::measure_device_read_bandwidth(bytes);
+    *gbps = roof.gbps;
+    *buffer_bytes = roof.buffer_bytes;
+  });
+}
+
+bool measure_gemm_rate(bool f16, int64_t size, double* tflops, Message* error) {
+  return guarded(error, [&] {
+    *tflops = cuda::measure_device_gemm_rate(f16 ? cuda::GemmPrecision::F16 : cuda::GemmPrecision::F32, size)
+                  .tflops;
+  });
+}
+
+Table make_table() {
+  Table t;
+  t.available = available;
+  t.make_backend = make_backend;
+  t.device_name = device_name;
+  t.device_memory = device_memory;
+  t.device_buffer_peak_bytes = [] { return cuda::device_buffer_peak_bytes(); };
+  t.set_profiling = [](bool on) { cuda::set_profiling(on); };
+  t.take_profile = take_profile;
+  t.measure_read_bandwidth = measure_read_bandwidth;
+  t.measure_gemm_rate = measure_gemm_rate;
+  return t;
+}
+
+}  // namespace
+}  // namespace canvas::cuda_module
+
+extern "C" __attribute__((visibility("default"))) const canvas::cuda_module::Table* canvas_cuda_module() {
+  static const canvas::cuda_module::Table table = canvas::cuda_module::make_table();
+  return &table;
+}
