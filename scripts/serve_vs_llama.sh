@@ -5,8 +5,9 @@
 # medians over the rounds (tokens/s, p50 and p95 latency) and each server's ratio to llama-server.
 #   bash scripts/serve_vs_llama.sh LLAMA_SERVER [MODEL=models/text-ar.gguf] [OUT=runs/serve-vs-llama] [ROUNDS=5]
 # Environment: BEFORE=CANVAS_BINARY also loads another canvas build (e.g. one built from an earlier commit),
-# labelled "canvas-before"; CONDITIONS="quiet busy" (either or both); REQUESTS_1=300 and REQUESTS_16=960
-# requests per level.
+# labelled "canvas-before"; LLAMA_ONE_THREAD=1 also loads llama-server with -t 1 ("llama-server-t1": with a
+# core taken, its threads no longer wait for one another); CONDITIONS="quiet busy" (either or both);
+# REQUESTS_1=300 and REQUESTS_16=960 requests per level.
 # LLAMA_SERVER is a llama-server binary, e.g. built from the llama.cpp that llama-cpp-python's source carries:
 #   .venv/bin/pip download --no-deps --no-binary :all: -d /tmp llama-cpp-python==0.3.36 && tar -C /tmp -xzf /tmp/llama_cpp_python-0.3.36.tar.gz &&
 #   cmake -S /tmp/llama_cpp_python-0.3.36/vendor/llama.cpp -B /tmp/llama.cpp -DLLAMA_CURL=OFF -DGGML_NATIVE=ON &&
@@ -25,7 +26,7 @@ unset OPENBLAS_CORETYPE
 cores=$(nproc)
 pids=()
 spinner=""
-trap 'kill ${pids[*]} $spinner 2>/dev/null || true' EXIT
+trap 'kill ${pids[*]} $spinner 2>/dev/null || true; wait' EXIT
 servers=(canvas:18080)
 build/canvas serve -m "$MODEL" --port 18080 --parallel 16 > "$OUT/canvas.log" 2>&1 &
 pids+=($!)
@@ -37,6 +38,11 @@ fi
 "$LLAMA" -m "$MODEL" --port 18081 -np 16 -c 16384 -t "$cores" > "$OUT/llama.log" 2>&1 &
 pids+=($!)
 servers+=(llama-server:18081)
+if [ -n "${LLAMA_ONE_THREAD:-}" ]; then
+  "$LLAMA" -m "$MODEL" --port 18083 -np 16 -c 16384 -t 1 > "$OUT/llama-t1.log" 2>&1 &
+  pids+=($!)
+  servers+=(llama-server-t1:18083)
+fi
 for server in "${servers[@]}"; do
   for _ in $(seq 120); do
     curl -sf "http://127.0.0.1:${server#*:}/health" > /dev/null && break
@@ -81,8 +87,8 @@ def median(label, condition, clients, key):
     return statistics.median(values)
 print(f"medians of {rounds} rounds; tokens/s (p50 ms / p95 ms); ratio: tokens/s over llama-server's")
 print("| machine | clients | " + " | ".join(labels) + " | " +
-      " | ".join(f"{l} / llama-server" for l in labels if l != "llama-server") + " |")
-print("|---|---:|" + "---:|" * (2 * len(labels) - 1))
+      " | ".join(f"{l} / llama-server" for l in labels if l.startswith("canvas")) + " |")
+print("|---|---:|" + "---:|" * (len(labels) + sum(l.startswith("canvas") for l in labels)))
 for condition in conditions:
     for clients in (1, 16):
         cells, rates = [], {}
@@ -90,7 +96,7 @@ for condition in conditions:
             rates[label] = median(label, condition, clients, "tokens_per_s")
             cells.append(f"{rates[label]:,.0f} ({median(label, condition, clients, 'p50_ms'):.1f} / "
                          f"{median(label, condition, clients, 'p95_ms'):.1f})")
-        ratios = [f"{rates[l] / rates['llama-server']:.2f}" for l in labels if l != "llama-server"]
+        ratios = [f"{rates[l] / rates['llama-server']:.2f}" for l in labels if l.startswith("canvas")]
         name = "quiet" if condition == "quiet" else "one core busy"
         print(f"| {name} | {clients} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
 PY

@@ -217,7 +217,16 @@ void Engine::take(std::vector<std::unique_ptr<StepBatcher::Sequence>>& stepped) 
       ++started_;
       running_jobs_.push_back(job.get());
     }
-    std::unique_ptr<Running> run = start(std::move(job));
+    std::unique_ptr<Running> run;
+    try {
+      run = start(job);
+    } catch (const std::exception& e) {  // the job ends with the error; the engine goes on
+      Running failed;
+      failed.job = std::move(job);
+      failed.t0 = now_ms();
+      end(failed, GenerationOutput(), e.what());
+      continue;
+    }
     if (generator_.runs_in_steps(run->request)) {
       stepped.push_back(std::make_unique<Stepped>(*this, std::move(run)));
     } else {
