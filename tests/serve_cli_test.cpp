@@ -219,6 +219,46 @@ TEST(ServeCli, FullQueueGives503WithRetryAfter) {
   slow.join();
 }
 
+// A prompt is encoded and checked before its request is queued: with the slot taken and the queue full, a
+// prompt longer than the context is answered 400 at once (not the full queue's 503, nor after a wait for
+// a slot), and a good request meanwhile gets the 503.
+TEST(ServeCli, PromptOverTheContextGets400WithTheQueueFull) {
+  ServerProcess server("--parallel 1 --queue 1");
+  ASSERT_NE(server.port(), 0) << server.log();
+  const std::string slow_body = R"({"prompt": "And", "max_tokens": 120, "mode": "diffusion", "cache": "none"})";
+  // Waits (up to 2.5 s) until /health says `count` requests are `state` (running or queued).
+  auto health_says = [&](const char* state, int count) {
+    for (int i = 0; i < 500; ++i) {
+      auto h = server.client().Get("/health");
+      if (h && json::parse(h->body)[state] == count) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  };
+  std::thread running_request([&] { post(server, "/v1/completions", slow_body); });
+  ASSERT_TRUE(health_says("running", 1));
+  std::thread queued_request([&] { post(server, "/v1/completions", slow_body); });
+  ASSERT_TRUE(health_says("queued", 1));
+  std::string long_prompt;
+  for (int i = 0; i < 4000; ++i) long_prompt += "And God said, Let there be light. ";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto bad = post(server, "/v1/completions", json{{"prompt", long_prompt}, {"max_tokens", 4}}.dump());
+  auto chat = post(server, "/v1/chat/completions",
+                   json{{"messages", {{{"role", "user"}, {"content", long_prompt}}}}, {"max_tokens", 4}}.dump());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  expect_error(bad, 400, "context length");
+  EXPECT_EQ(json::parse(bad->body)["error"]["code"], "context_length_exceeded") << bad->body;
+  expect_error(chat, 400);
+  auto busy = post(server, "/v1/completions", R"({"prompt": "a", "max_tokens": 4, "mode": "ar"})");
+  expect_error(busy, 503, "busy");
+  // Answered while both slow requests still held the slot and the queue.
+  auto h = server.client().Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(json::parse(h->body)["queued"], 1) << h->body << " (the 400s took " << seconds << " s)";
+  running_request.join();
+  queued_request.join();
+}
+
 TEST(ServeCli, SigtermFinishesRunningRequestsAndExitsZero) {
   ServerProcess server("--parallel 2");
   ASSERT_NE(server.port(), 0) << server.log();

@@ -335,51 +335,77 @@ int64_t tokens_covering(const TextTokenizer& tokenizer, const std::vector<int32_
 
 }  // namespace
 
-GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) const {
-  if (fills_holes(r)) return run_fill(r, pool);
-  const ModelConfig& c = model_.config;
+// One request's run: what Generator::run sets up before the decoding loop and reads after it, around the
+// whole loop (decode) or AR's loop a pass at a time (GenerationSteps).
+struct GenerationRun {
+  GenerationRun(const Generator& g, const GenerationRequest& r, ThreadPool* pool);
+  GenerationRun(const GenerationRun&) = delete;  // the callbacks point at it
+  GenerationRun& operator=(const GenerationRun&) = delete;
+  void decode();
+  bool next();
+  void advance();
+  GenerationOutput finish();
+
+  const Generator& g;
+  const GenerationRequest& r;
+  ThreadPool* pool;
   GenerationOutput out;
-  out.mode = resolve(r.mode);
-  out.mode_reason = mode_reason(r);
-  out.modes = modes();
-  out.prompt = prompt_of(r);
+  int64_t P = 0, n = 0;
+  bool clipped = false, uniform = false, masked = false;
+  // Time spent in the caller's callbacks (a live view's drawing and pauses, printing) is not decoding.
+  double callback_ms = 0;
+  std::vector<int32_t> stop_ids;
+  std::unique_ptr<TextStream> stream;
+  int64_t canvas_length = 0;
+  std::vector<int32_t> final_prefix;
+  DecodeCallbacks callbacks;
+  // The passes run, for the stats of a cancelled request (the loops report theirs only when they return).
+  int64_t passes_run = 0;
+  std::vector<TokenLogprob> logprobs;  // by position in the generated region
+  std::vector<char> have_logprob;
+  GenerationResult result;
+  bool cancelled = false;
+  double started_ms = 0;
+  ArParams ar_params;                // AR, a pass at a time
+  std::unique_ptr<ArDecoder> ar;
+};
+
+GenerationRun::GenerationRun(const Generator& generator, const GenerationRequest& request, ThreadPool* p)
+    : g(generator), r(request), pool(p) {
+  const ModelConfig& c = g.model_.config;
+  out.mode = g.resolve(r.mode);
+  out.mode_reason = g.mode_reason(r);
+  out.modes = g.modes();
+  out.prompt = g.prompt_of(r);
   out.seed = r.sampling.seed;
-  const int64_t P = int64_t(out.prompt.size());
-  this->check(r, P);
-  bool clipped = false;
-  const int64_t n = new_tokens_of(r, P, &clipped);
-  const bool uniform = out.mode == DecodeMode::Diffusion && c.uniform_state;
-  const bool masked = out.mode == DecodeMode::Diffusion && !c.uniform_state;
+  P = int64_t(out.prompt.size());
+  g.check(r, P);
+  n = g.new_tokens_of(r, P, &clipped);
+  uniform = out.mode == DecodeMode::Diffusion && c.uniform_state;
+  masked = out.mode == DecodeMode::Diffusion && !c.uniform_state;
 
   // A chat turn also ends at the format's end-of-turn text (as a token id it is a stop id already).
   std::vector<std::string> stops = r.stop;
-  if ((r.chat || !r.messages.empty()) && chat_ && !chat_->turn_end.empty() &&
-      std::find(stops.begin(), stops.end(), chat_->turn_end) == stops.end())
-    stops.push_back(chat_->turn_end);
-  // Time spent in the caller's callbacks (a live view's drawing and pauses, printing) is not decoding.
-  double callback_ms = 0;
+  if ((r.chat || !r.messages.empty()) && g.chat_ && !g.chat_->turn_end.empty() &&
+      std::find(stops.begin(), stops.end(), g.chat_->turn_end) == stops.end())
+    stops.push_back(g.chat_->turn_end);
   std::function<void(const std::string&)> sink;
   if (r.on_text)
-    sink = [&](const std::string& chunk) {
+    sink = [this](const std::string& chunk) {
       const double t0 = now_ms();
       r.on_text(chunk);
       callback_ms += now_ms() - t0;
     };
-  const std::vector<int32_t> stop_ids = r.ignore_eos ? std::vector<int32_t>{} : stop_ids_;
-  TextStream stream(tokenizer_, stop_ids, stops, sink);
-  int64_t canvas_length = 0;
-  std::vector<int32_t> final_prefix;
-  DecodeCallbacks callbacks;
+  stop_ids = r.ignore_eos ? std::vector<int32_t>{} : g.stop_ids_;
+  stream = std::make_unique<TextStream>(g.tokenizer_, stop_ids, stops, sink);
   callbacks.forward = request_forward(r, [] { throw Cancelled{}; });
-  // The passes run, for the stats of a cancelled request (the loops report theirs only when they return).
-  int64_t passes_run = 0;
   if (callbacks.forward)
-    callbacks.forward = [inner = callbacks.forward, &passes_run](const Model& m, KvCache& cache,
-                                                                 std::span<const ForwardRequest> reqs, ThreadPool* p) {
-      inner(m, cache, reqs, p);
+    callbacks.forward = [inner = callbacks.forward, this](const Model& m, KvCache& cache,
+                                                          std::span<const ForwardRequest> reqs, ThreadPool* tp) {
+      inner(m, cache, reqs, tp);
       ++passes_run;
     };
-  callbacks.on_step = [&](const StepEvent& e) {
+  callbacks.on_step = [this, &c](const StepEvent& e) {
     // The finished prefix of the generated region: AR tokens are final at once, a masked canvas up to its
     // first masked position, a uniform-state run up to the canvas being denoised.
     const std::vector<int32_t>& region = *e.canvas;
@@ -396,15 +422,13 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
       callback_ms += now_ms() - t0;
     }
     final_prefix.assign(region.begin(), region.begin() + end);
-    stream.update(final_prefix);
+    stream->update(final_prefix);
     if (r.cancelled && r.cancelled()) throw Cancelled{};
   };
-  callbacks.should_stop = [&] { return stream.stop_string_seen() || stream.stop_id_seen(); };
-  std::vector<TokenLogprob> logprobs;  // by position in the generated region
-  std::vector<char> have_logprob;
+  callbacks.should_stop = [this] { return stream->stop_string_seen() || stream->stop_id_seen(); };
   if (r.logprobs >= 0) {
     callbacks.logprobs_top = r.logprobs;
-    callbacks.on_logprob = [&](int64_t position, const TokenLogprob& lp) {
+    callbacks.on_logprob = [this](int64_t position, const TokenLogprob& lp) {
       if (int64_t(logprobs.size()) <= position) {
         logprobs.resize(size_t(position + 1));
         have_logprob.resize(size_t(position + 1), 0);
@@ -414,36 +438,41 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
       if (r.on_logprob) r.on_logprob(position, lp);
     };
   }
+  ar_params.max_new_tokens = n;
+  ar_params.sampling = r.sampling;
+  ar_params.stop_ids = g.stop_ids_;
+  ar_params.stop_at_eos = !r.ignore_eos;
+  ar_params.prefix_cache = r.prefix_cache;
+  started_ms = now_ms();
+}
 
-  GenerationResult result;
-  bool cancelled = false;
-  const double started_ms = now_ms();
+void GenerationRun::decode() {
   try {
     if (uniform) {
-      const EntropyBoundParams p = uniform_params(r, n);
+      const EntropyBoundParams p = g.uniform_params(r, n);
       canvas_length = p.canvas_length;
-      const EntropyBoundResult u = generate_uniform_state(model_, out.prompt, p, pool, callbacks, r.prefix_cache);
+      const EntropyBoundResult u = generate_uniform_state(g.model_, out.prompt, p, pool, callbacks, r.prefix_cache);
       result = u;
       out.encoder_passes = u.encoder_passes;
       out.steps_per_canvas = u.steps_per_canvas;
       out.decode_tokens = u.new_tokens;
     } else if (masked) {
-      const MaskedDiffusionParams p = masked_params(r, n, P);
-      result = generate_masked(model_, out.prompt, p, pool, callbacks);
+      const MaskedDiffusionParams p = g.masked_params(r, n, P);
+      result = generate_masked(g.model_, out.prompt, p, pool, callbacks);
       if (int64_t(result.tokens.size()) > n) result.tokens.resize(size_t(n));
       out.decode_tokens = int64_t(result.tokens.size());
     } else if (out.mode == DecodeMode::Verify) {
       VerifyParams p;
       p.max_new_tokens = n;
-      p.draft_length = verify_draft_length(r);
+      p.draft_length = Generator::verify_draft_length(r);
       p.draft_steps = r.draft_steps;
       p.overlap = r.overlap;
       p.sampling = r.sampling;
-      p.draft_temperature = defaults_.params.t_min;
-      p.stop_ids = stop_ids_;
+      p.draft_temperature = g.defaults_.params.t_min;
+      p.stop_ids = g.stop_ids_;
       p.stop_at_eos = !r.ignore_eos;
       p.prefix_cache = r.prefix_cache;
-      const VerifyResult v = generate_verify(model_, out.prompt, p, pool, callbacks);
+      const VerifyResult v = generate_verify(g.model_, out.prompt, p, pool, callbacks);
       result = v;
       out.encoder_passes = v.encoder_passes;
       out.drafted = v.drafted;
@@ -453,19 +482,41 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
       out.cycles_keeping = v.cycles_keeping;
       out.decode_tokens = std::max<int64_t>(0, int64_t(v.tokens.size()) - 1);  // the first comes with the prompt
     } else {
-      ArParams p;
-      p.max_new_tokens = n;
-      p.sampling = r.sampling;
-      p.stop_ids = stop_ids_;
-      p.stop_at_eos = !r.ignore_eos;
-      p.prefix_cache = r.prefix_cache;
-      result = generate_ar(model_, out.prompt, p, pool, callbacks);
+      result = generate_ar(g.model_, out.prompt, ar_params, pool, callbacks);
       out.decode_tokens = std::max<int64_t>(0, int64_t(result.tokens.size()) - 1);  // the first comes with the prompt
     }
   } catch (const Cancelled&) {
     // Only what was final is kept: AR's tokens, a masked canvas up to its first mask, a uniform-state run's
     // finished canvases (none when the first was still being denoised), verify's accepted tokens.
     cancelled = true;
+  }
+}
+
+bool GenerationRun::next() {
+  if (cancelled) return false;
+  if (r.cancelled && r.cancelled()) {  // asked before every pass, as decode()'s forward asks
+    cancelled = true;
+    return false;
+  }
+  return ar->next();
+}
+
+void GenerationRun::advance() {
+  ++passes_run;
+  try {
+    ar->advance();
+  } catch (const Cancelled&) {
+    cancelled = true;
+  }
+}
+
+GenerationOutput GenerationRun::finish() {
+  const ModelConfig& c = g.model_.config;
+  if (ar && !cancelled) {
+    result = ar->finish();
+    out.decode_tokens = std::max<int64_t>(0, int64_t(result.tokens.size()) - 1);  // the first comes with the prompt
+  }
+  if (cancelled) {
     result.tokens = final_prefix;
     result.passes = passes_run;
     result.decode_ms = now_ms() - started_ms;  // the prompt's pass included: the loop did not say when it ended
@@ -477,25 +528,50 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
   out.cached_prompt_tokens = result.cached_prompt_tokens;
   out.decode_ms = std::max(0.0, result.decode_ms - callback_ms);
 
-  out.text = stream.finish(out.region);
-  const auto stop =
-      std::find_first_of(out.region.begin(), out.region.end(), stop_ids.begin(), stop_ids.end());
+  out.text = stream->finish(out.region);
+  const auto stop = std::find_first_of(out.region.begin(), out.region.end(), stop_ids.begin(), stop_ids.end());
   out.tokens.assign(out.region.begin(), stop);
-  if (stream.stop_string_seen() && tokenizer_)
-    out.tokens.resize(size_t(tokens_covering(*tokenizer_, out.tokens, out.text.size())));
+  if (stream->stop_string_seen() && g.tokenizer_)
+    out.tokens.resize(size_t(tokens_covering(*g.tokenizer_, out.tokens, out.text.size())));
   if (r.logprobs >= 0) {
     size_t known = 0;  // the text's tokens in order, up to the first one without a log-probability
     while (known < out.tokens.size() && known < have_logprob.size() && have_logprob[known]) ++known;
     out.logprobs.assign(logprobs.begin(), logprobs.begin() + known);
   }
-  const int32_t pad = uniform ? defaults_.params.pad_id : c.pad_token;
+  const int32_t pad = uniform ? g.defaults_.params.pad_id : c.pad_token;
   out.pad_tokens = pad >= 0 ? std::count(out.region.begin(), out.region.end(), pad) : 0;
-  out.finish_reason = cancelled                  ? "cancelled"
-                      : stream.stop_string_seen() ? "stop"
-                      : stop != out.region.end()  ? "eos"
-                      : clipped                   ? "context"
-                                                  : "length";
-  return out;
+  out.finish_reason = cancelled                    ? "cancelled"
+                      : stream->stop_string_seen() ? "stop"
+                      : stop != out.region.end()    ? "eos"
+                      : clipped                     ? "context"
+                                                    : "length";
+  return std::move(out);
 }
+
+GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) const {
+  if (fills_holes(r)) return run_fill(r, pool);
+  GenerationRun run(*this, r, pool);
+  run.decode();
+  return run.finish();
+}
+
+bool Generator::runs_in_steps(const GenerationRequest& r) const {
+  return !fills_holes(r) && resolve(r.mode) == DecodeMode::Ar;
+}
+
+GenerationSteps::GenerationSteps(const Generator& generator, GenerationRequest request)
+    : request_(std::move(request)) {
+  canvas::check(generator.runs_in_steps(request_), "GenerationSteps: the request does not run in steps");
+  run_ = std::make_unique<GenerationRun>(generator, request_, nullptr);
+  run_->ar = std::make_unique<ArDecoder>(generator.model(), run_->out.prompt, run_->ar_params, run_->callbacks);
+}
+
+GenerationSteps::~GenerationSteps() = default;
+
+bool GenerationSteps::next() { return run_->next(); }
+const ForwardRequest& GenerationSteps::pass() const { return run_->ar->pass(); }
+KvCache& GenerationSteps::cache() { return run_->ar->cache(); }
+void GenerationSteps::advance() { run_->advance(); }
+GenerationOutput GenerationSteps::finish() { return run_->finish(); }
 
 }  // namespace canvas

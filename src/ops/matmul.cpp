@@ -239,18 +239,21 @@ uint8_t* matmul_detail::kernel_scratch(int64_t bytes) { return thread_scratch<3>
 
 namespace {
 
+// Runs for every product of every forward pass: the messages are built only when a check fails.
 void check_args(const TensorView& w, const float* x, int64_t ldx, int64_t m, const float* y, int64_t ldy) {
-  check(matmul_supports(w.type), "matmul: " + describe(w) + ": unsupported weight type");
-  check(w.data != nullptr || w.rows() * w.cols() == 0, "matmul: " + describe(w) + " has no data");
+  auto fail = [](const std::string& message) { throw Error("matmul: " + message); };
+  if (!matmul_supports(w.type)) fail(describe(w) + ": unsupported weight type");
+  if (w.data == nullptr && w.rows() * w.cols() != 0) fail(describe(w) + " has no data");
   const int64_t k = w.cols();
   const int64_t block = dtype_info(w.type).block_size;
-  check(k % block == 0, "matmul: " + describe(w) + ": row length " + std::to_string(k) +
-                            " is not a multiple of the block size " + std::to_string(block));
-  check(m >= 0, "matmul: negative row count " + std::to_string(m));
-  check(ldx >= k, "matmul: x row stride " + std::to_string(ldx) + " < k = " + std::to_string(k) + " for " + describe(w));
-  check(ldy >= w.rows(),
-        "matmul: y row stride " + std::to_string(ldy) + " < n = " + std::to_string(w.rows()) + " for " + describe(w));
-  check(m == 0 || (x != nullptr && y != nullptr), "matmul: null x or y for " + describe(w));
+  if (k % block != 0)
+    fail(describe(w) + ": row length " + std::to_string(k) + " is not a multiple of the block size " +
+         std::to_string(block));
+  if (m < 0) fail("negative row count " + std::to_string(m));
+  if (ldx < k) fail("x row stride " + std::to_string(ldx) + " < k = " + std::to_string(k) + " for " + describe(w));
+  if (ldy < w.rows())
+    fail("y row stride " + std::to_string(ldy) + " < n = " + std::to_string(w.rows()) + " for " + describe(w));
+  if (m != 0 && (x == nullptr || y == nullptr)) fail("null x or y for " + describe(w));
 }
 
 // The products of `targets` (all with k columns) in one parallel loop over their concatenated output

@@ -1,11 +1,15 @@
-// Step-level batching of concurrent generations' forward passes.
+// Step-level batching of concurrent generations' forward passes, on one thread.
 #include "serve/batcher.h"
+
+#include <algorithm>
+#include <utility>
 
 #include "decode/events.h"
 
 namespace canvas::serve {
 
-StepBatcher::StepBatcher(const Model& model, ThreadPool* pool) : model_(model), pool_(pool) {
+StepBatcher::StepBatcher(const Model& model, ThreadPool* pool, Intake intake)
+    : model_(model), pool_(pool), intake_(std::move(intake)) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -16,6 +20,14 @@ StepBatcher::~StepBatcher() {
   }
   wake_batcher_.notify_all();
   thread_.join();
+}
+
+void StepBatcher::wake() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    intake_due_ = true;
+  }
+  wake_batcher_.notify_one();
 }
 
 void StepBatcher::join() {
@@ -50,25 +62,55 @@ int64_t StepBatcher::passes() const {
 }
 int64_t StepBatcher::active() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return active_;
+  return active_ + int64_t(stepped_count_);
 }
 int64_t StepBatcher::largest_batch() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return largest_batch_;
 }
 
+bool StepBatcher::ready() const {
+  return (stepped_count_ > 0 || !waiting_.empty()) && int64_t(waiting_.size()) >= active_;
+}
+
+void StepBatcher::admit(std::vector<std::unique_ptr<Sequence>>& added) {
+  for (auto& sequence : added) {
+    Stepped s;
+    s.sequence = std::move(sequence);
+    if (s.sequence->next(s.cache, s.requests))
+      stepped_.push_back(std::move(s));
+    else
+      s.sequence->done();
+  }
+  added.clear();
+}
+
 void StepBatcher::run(std::vector<Waiter*>& group) {
-  std::vector<KvCache*> caches;
-  std::vector<ForwardRequest> requests;
-  for (Waiter* w : group)
-    for (const ForwardRequest& r : w->requests) {
-      caches.push_back(w->cache);
-      requests.push_back(r);
+  caches_.clear();
+  size_t rows = 0;
+  auto add = [&](KvCache* cache, std::span<const ForwardRequest> requests) {
+    for (const ForwardRequest& r : requests) {
+      caches_.push_back(cache);
+      if (rows < requests_.size())
+        requests_[rows] = r;  // reuses the request's memory (its logit rows)
+      else
+        requests_.push_back(r);
+      ++rows;
     }
+  };
+  for (Stepped& s : stepped_) add(s.cache, s.requests);
+  for (Waiter* w : group) add(w->cache, w->requests);
   try {
-    forward_batch(model_, caches, requests, pool_);
+    forward_batch(model_, caches_, std::span<const ForwardRequest>(requests_.data(), rows), pool_);
   } catch (...) {
-    // Rerun one by one so that only the request at fault gets the error.
+    // Rerun one by one so that only the generation at fault gets the error.
+    for (Stepped& s : stepped_) {
+      try {
+        forward_on(model_, *s.cache, s.requests, pool_);
+      } catch (...) {
+        s.error = std::current_exception();
+      }
+    }
     for (Waiter* w : group) {
       try {
         forward_on(model_, *w->cache, w->requests, pool_);
@@ -80,23 +122,57 @@ void StepBatcher::run(std::vector<Waiter*>& group) {
 }
 
 void StepBatcher::loop() {
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::vector<Waiter*> batch;
   for (;;) {
-    wake_batcher_.wait(lock, [&] {
-      return stopping_ || (!waiting_.empty() && int64_t(waiting_.size()) >= active_);
-    });
-    if (stopping_ && waiting_.empty()) return;
-    std::vector<Waiter*> batch;
-    batch.swap(waiting_);
-    lock.unlock();
+    bool take = false;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_batcher_.wait(lock, [&] { return stopping_ || intake_due_ || ready(); });
+      if (stopping_ && waiting_.empty() && !intake_due_ && stepped_.empty()) return;
+      take = intake_due_;
+      intake_due_ = false;
+    }
+    if (take && intake_) {
+      intake_(added_);
+      admit(added_);
+      std::lock_guard<std::mutex> lock(mutex_);
+      stepped_count_ = stepped_.size();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!ready()) continue;  // woken to take requests in, or threads still on their way to forward()
+      batch.swap(waiting_);
+    }
     // Decoder passes (DiffusionGemma) and encoder passes share the batch (forward_batch takes both).
     run(batch);
-    lock.lock();
-    ++batches_;
-    passes_ += int64_t(batch.size());
-    largest_batch_ = std::max(largest_batch_, int64_t(batch.size()));
-    for (Waiter* w : batch) w->done = true;
-    wake_waiters_.notify_all();
+    const int64_t passes = int64_t(stepped_.size() + batch.size());
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++batches_;
+      passes_ += passes;
+      largest_batch_ = std::max(largest_batch_, passes);
+      for (Waiter* w : batch) w->done = true;
+    }
+    if (!batch.empty()) wake_waiters_.notify_all();
+    batch.clear();
+    // The stepped sequences take their step and ask for their next pass; those that end leave, and their
+    // slots may take queued requests.
+    bool ended = false;
+    for (Stepped& s : stepped_) {
+      s.sequence->ran(std::exchange(s.error, nullptr));
+      if (!s.sequence->next(s.cache, s.requests)) {
+        s.sequence->done();
+        s.sequence.reset();
+        ended = true;
+      }
+    }
+    if (ended) {
+      stepped_.erase(std::remove_if(stepped_.begin(), stepped_.end(), [](const Stepped& s) { return !s.sequence; }),
+                     stepped_.end());
+      std::lock_guard<std::mutex> lock(mutex_);
+      stepped_count_ = stepped_.size();
+      intake_due_ = true;
+    }
   }
 }
 

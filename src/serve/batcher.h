@@ -1,9 +1,11 @@
 // Step-level batching: the forward passes of concurrently running generations gathered into one
-// batched pass per step.
+// batched pass per step, run by one thread that also steps the generations it drives itself.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <thread>
@@ -14,19 +16,42 @@
 
 namespace canvas::serve {
 
-// Generations run on their own threads and call forward() (through DecodeCallbacks::forward) as if
-// they were alone. The batcher's thread waits until every generation that has joined is either waiting
-// in forward() or gone, then runs all waiting passes as one forward_batch and wakes them. So each step
-// costs one pass over the weights however many requests are active, generations join and leave between
-// steps, and each one's outputs are bit for bit those of decoding it alone (forward_batch's guarantee).
+// The batcher's thread runs every step as one forward_batch over two kinds of generation:
+//  - sequences it steps itself (AR: a Sequence gives its next pass, the thread runs it with the others and
+//    hands the logits back; no thread of their own and no hand-off per token), taken in by `intake`;
+//  - generations that run on their own threads and call forward() (through DecodeCallbacks::forward) as if
+//    they were alone (diffusion, verify): a step waits until every such generation that has joined is
+//    either waiting in forward() or gone.
+// So each step costs one pass over the weights however many requests are active, generations join and leave
+// between steps, and each one's outputs are bit for bit those of decoding it alone (forward_batch's
+// guarantee).
 class StepBatcher {
  public:
-  StepBatcher(const Model& model, ThreadPool* pool);
-  ~StepBatcher();
+  // A generation that the batcher's thread steps; every call is on that thread.
+  class Sequence {
+   public:
+    virtual ~Sequence() = default;
+    // Its next pass (requests on one cache, run in order within the batch); false once it has ended.
+    virtual bool next(KvCache*& cache, std::span<const ForwardRequest>& requests) = 0;
+    // Its pass ran (error: the pass failed for it; a batch that fails is rerun one generation at a time).
+    virtual void ran(std::exception_ptr error) = 0;
+    // It has ended (next() said false) and is dropped after this call.
+    virtual void done() = 0;
+  };
+  // Called on the batcher's thread, without its lock, after wake(): appends the sequences to step from now
+  // on (the engine's queued requests; requests of the other kind it starts on their threads).
+  using Intake = std::function<void(std::vector<std::unique_ptr<Sequence>>& added)>;
+
+  StepBatcher(const Model& model, ThreadPool* pool, Intake intake = {});
+  ~StepBatcher();  // the sequences still held are dropped unfinished: end them first
   StepBatcher(const StepBatcher&) = delete;
   StepBatcher& operator=(const StepBatcher&) = delete;
 
-  // A generation registers before its first pass and leaves after its last one (Membership does both).
+  // Asks the thread to call `intake` before its next step (a request was queued or a slot freed).
+  void wake();
+
+  // A generation on its own thread registers before its first pass and leaves after its last one
+  // (Membership does both).
   void join();
   void leave();
   class Membership {
@@ -41,11 +66,11 @@ class StepBatcher {
   };
 
   // One pass of a joined generation (several requests on its cache run in order within the batch, as
-  // forward_on runs them); blocks until the batch holding it has run. Rethrows the pass's error (a batch
-  // that fails is rerun one generation at a time, so an error reaches only its own generation).
+  // forward_on runs them); blocks until the batch holding it has run. Rethrows the pass's error.
   void forward(KvCache& cache, std::span<const ForwardRequest> requests);
 
-  // Counters since start (for /health and the tests).
+  // Counters since start (for /health and the tests): batches run, passes in them (one per generation per
+  // step), the largest batch, and the generations stepping now.
   int64_t batches() const;
   int64_t passes() const;
   int64_t active() const;
@@ -58,18 +83,35 @@ class StepBatcher {
     bool done = false;
     std::exception_ptr error;
   };
+  struct Stepped {
+    std::unique_ptr<Sequence> sequence;
+    KvCache* cache = nullptr;
+    std::span<const ForwardRequest> requests;  // its pending pass
+    std::exception_ptr error;
+  };
   void loop();
+  // Asks each new sequence for its first pass (ending those that have none).
+  void admit(std::vector<std::unique_ptr<Sequence>>& added);
+  // Runs the batch: the stepped sequences' passes, then the waiters'.
   void run(std::vector<Waiter*>& group);
+  bool ready() const;  // a step can run (mutex_ held)
 
   const Model& model_;
   ThreadPool* pool_;
+  Intake intake_;
   mutable std::mutex mutex_;
   std::condition_variable wake_batcher_, wake_waiters_;
-  int64_t active_ = 0;
+  int64_t active_ = 0;            // generations on their own threads
   std::vector<Waiter*> waiting_;
-  bool stopping_ = false;
+  bool intake_due_ = false, stopping_ = false;
+  size_t stepped_count_ = 0;      // stepped_.size(), readable under mutex_
   int64_t batches_ = 0, passes_ = 0, largest_batch_ = 0;
-  std::thread thread_;
+  // The batcher thread's own: the sequences it steps and the batch's inputs (kept to reuse their memory).
+  std::vector<Stepped> stepped_;
+  std::vector<std::unique_ptr<Sequence>> added_;
+  std::vector<KvCache*> caches_;
+  std::vector<ForwardRequest> requests_;
+  std::thread thread_;  // last: it runs on the members above
 };
 
 }  // namespace canvas::serve

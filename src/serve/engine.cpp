@@ -25,7 +25,7 @@ Engine::Engine(const Model& model, ThreadPool* pool, EngineOptions options)
     : model_(model),
       options_(std::move(options)),
       generator_(model, options_.tokenizer, options_.defaults, options_.chat),
-      batcher_(model, pool) {
+      batcher_(model, pool, [this](std::vector<std::unique_ptr<StepBatcher::Sequence>>& stepped) { take(stepped); }) {
   check(options_.parallel >= 1, "--parallel must be at least 1");
   check(options_.queue >= 0, "--queue must be >= 0");
   const std::optional<CostModel> stored = options_.cost_model_file.empty()
@@ -92,7 +92,7 @@ bool Engine::submit(const std::shared_ptr<Job>& job) {
     job->queued_ms = now_ms();
     queue_.push_back(job);
   }
-  slots_->post([this] { run_next(); });
+  batcher_.wake();
   return true;
 }
 
@@ -151,81 +151,128 @@ ModeChoice Engine::choose(const GenerationSettings& s, int64_t prompt_tokens) co
   return choose_ar_text_mode(cost_model(), load, model_.config.has_decoder);
 }
 
-void Engine::run_next() {
+// A job taken from the queue, with its request as it runs (the callbacks point at it: it does not move).
+struct Engine::Running {
   std::shared_ptr<Job> job;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (queue_.empty()) return;  // dropped by drain()
-    job = queue_.front();
-    queue_.pop_front();
-    ++running_;
-    ++started_;
-    running_jobs_.push_back(job.get());
-  }
-  if (prepared(*job)) run(*job);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    --running_;
-    running_jobs_.erase(std::find(running_jobs_.begin(), running_jobs_.end(), job.get()));
-  }
-  slot_freed_.notify_all();
-}
+  GenerationRequest request;
+  int64_t started_before = 0;  // a job that ran alone measures its setting's speed for auto
+  bool alone = false;
+  bool uniform = false;
+  double t0 = 0;
+};
 
-bool Engine::prepared(Job& job) {
-  if (!job.prepare) return true;
-  try {
-    job.prepare(job);
-    return true;
-  } catch (...) {
-    {
-      std::lock_guard<std::mutex> lock(job.mutex);
-      job.refused = std::current_exception();
-      job.finished = true;
+// An AR job, decoded a step at a time by the batcher's thread.
+class Engine::Stepped final : public StepBatcher::Sequence {
+ public:
+  Stepped(Engine& engine, std::unique_ptr<Running> run) : engine_(engine), run_(std::move(run)) {
+    try {
+      steps_ = std::make_unique<GenerationSteps>(engine_.generator_, run_->request);
+    } catch (const std::exception& e) {
+      error_ = e.what();
     }
-    publish(job, JobEvent::Finished);
-    return false;
+  }
+  bool next(KvCache*& cache, std::span<const ForwardRequest>& requests) override {
+    if (!error_.empty() || !steps_->next()) return false;
+    cache = &steps_->cache();
+    requests = std::span<const ForwardRequest>(&steps_->pass(), 1);
+    return true;
+  }
+  void ran(std::exception_ptr error) override {
+    try {
+      if (error) std::rethrow_exception(error);
+      steps_->advance();
+    } catch (const std::exception& e) {
+      error_ = e.what();
+    }
+  }
+  void done() override {
+    GenerationOutput out;
+    if (error_.empty()) {
+      try {
+        out = steps_->finish();
+      } catch (const std::exception& e) {
+        error_ = e.what();
+      }
+    }
+    steps_.reset();  // its K/V cache goes before the next request's is made
+    engine_.end(*run_, out, error_);
+  }
+
+ private:
+  Engine& engine_;
+  std::unique_ptr<Running> run_;
+  std::unique_ptr<GenerationSteps> steps_;
+  std::string error_;
+};
+
+void Engine::take(std::vector<std::unique_ptr<StepBatcher::Sequence>>& stepped) {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (queue_.empty() || running_ >= options_.parallel) return;
+      job = queue_.front();
+      queue_.pop_front();
+      ++running_;
+      ++started_;
+      running_jobs_.push_back(job.get());
+    }
+    std::unique_ptr<Running> run;
+    try {
+      run = start(job);
+    } catch (const std::exception& e) {  // the job ends with the error; the engine goes on
+      Running failed;
+      failed.job = std::move(job);
+      failed.t0 = now_ms();
+      end(failed, GenerationOutput(), e.what());
+      continue;
+    }
+    if (generator_.runs_in_steps(run->request)) {
+      stepped.push_back(std::make_unique<Stepped>(*this, std::move(run)));
+    } else {
+      slots_->post([this, run = std::shared_ptr<Running>(std::move(run))] { decode_on_thread(*run); });
+    }
   }
 }
 
-void Engine::run(Job& job) {
-  GenerationRequest request = job.settings;
+std::unique_ptr<Engine::Running> Engine::start(std::shared_ptr<Job> job_ptr) {
+  auto run = std::make_unique<Running>();
+  run->job = std::move(job_ptr);
+  Job& job = *run->job;
+  GenerationRequest& request = run->request;
+  request = job.settings;
   if (!Generator::fills_holes(request)) request.prompt = job.prompt;  // infilling plans from the text
   const ModeChoice choice = choose(request, int64_t(job.prompt.size()));
   choice.apply(request);
-  int64_t started_before = 0;  // a job that ran alone measures its setting's speed for auto
-  bool alone = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    started_before = started_;
-    alone = running_ == 1 && queue_.empty();
+    run->started_before = started_;
+    run->alone = running_ == 1 && queue_.empty();
   }
-  const bool uniform = request.mode == DecodeMode::Diffusion && model_.config.uniform_state;
+  run->uniform = request.mode == DecodeMode::Diffusion && model_.config.uniform_state;
   {
     std::lock_guard<std::mutex> lock(job.mutex);
     job.started = true;
     job.mode_used = request.mode;
     job.mode_reason = request.mode_reason;
-    job.uniform_state = uniform;
+    job.uniform_state = run->uniform;
     job.queued_ms = now_ms() - job.queued_ms;
   }
   publish(job, JobEvent::Started);
-  const double t0 = now_ms();
-  StepBatcher::Membership member(batcher_);
-  request.forward = [&](const Model&, KvCache& cache, std::span<const ForwardRequest> reqs, ThreadPool*) {
-    batcher_.forward(cache, reqs);
-  };
-  request.cancelled = [&] { return job.cancel.load(); };
-  request.on_step = [&](const StepEvent& e) {
+  run->t0 = now_ms();
+  const bool verify = request.mode == DecodeMode::Verify;
+  request.cancelled = [&job] { return job.cancel.load(); };
+  request.on_step = [&job, verify](const StepEvent& e) {
     {
       std::lock_guard<std::mutex> lock(job.mutex);
       job.canvas = *e.canvas;
-      job.drafts_from = request.mode == DecodeMode::Verify ? e.final_end : -1;
+      job.drafts_from = verify ? e.final_end : -1;
       job.passes = e.passes;
       ++job.steps;
     }
     publish(job, JobEvent::Step);
   };
-  request.on_text = [&](const std::string& chunk) {
+  request.on_text = [&job](const std::string& chunk) {
     {
       std::lock_guard<std::mutex> lock(job.mutex);
       job.committed_text += chunk;
@@ -233,7 +280,7 @@ void Engine::run(Job& job) {
     publish(job, JobEvent::Text);
   };
   if (request.logprobs >= 0)
-    request.on_logprob = [&](int64_t position, const TokenLogprob& lp) {
+    request.on_logprob = [&job](int64_t position, const TokenLogprob& lp) {
       std::lock_guard<std::mutex> lock(job.mutex);  // readers see it with the next step or text
       if (int64_t(job.logprobs.size()) <= position) {
         job.logprobs.resize(size_t(position + 1));
@@ -242,13 +289,29 @@ void Engine::run(Job& job) {
       job.logprobs[size_t(position)] = lp;
       job.have_logprob[size_t(position)] = 1;
     };
+  return run;
+}
+
+void Engine::decode_on_thread(Running& run) {
+  StepBatcher::Membership member(batcher_);
+  run.request.forward = [this](const Model&, KvCache& cache, std::span<const ForwardRequest> reqs, ThreadPool*) {
+    batcher_.forward(cache, reqs);
+  };
   GenerationOutput out;
   std::string error;
   try {
-    out = generator_.run(request, nullptr);
+    out = generator_.run(run.request, nullptr);
   } catch (const std::exception& e) {
     error = e.what();
   }
+  end(run, out, error);
+}
+
+void Engine::end(Running& run, const GenerationOutput& out, const std::string& error) {
+  Job& job = *run.job;
+  const GenerationRequest& request = run.request;
+  const bool uniform = run.uniform, alone = run.alone;
+  const int64_t started_before = run.started_before;
   std::unique_lock<std::mutex> lock(job.mutex);
   if (error.empty()) {
     job.canvas = out.region;
@@ -276,7 +339,7 @@ void Engine::run(Job& job) {
     if (Generator::fills_holes(request)) job.completion_tokens = out.filled_tokens;
     if (job.prompt.empty()) job.prompt = out.prompt;  // infilling: the prompt its plan encoded
   }
-  job.decode_ms = now_ms() - t0;
+  job.decode_ms = now_ms() - run.t0;
   job.error = error;
   job.cancelled_by_client = error.empty() && out.finish_reason == "cancelled";
   const bool complete = error.empty() && !job.cancelled_by_client;
@@ -334,6 +397,13 @@ void Engine::run(Job& job) {
   job.finished = true;
   lock.unlock();
   publish(job, JobEvent::Finished);
+  {
+    std::lock_guard<std::mutex> engine_lock(mutex_);
+    --running_;
+    running_jobs_.erase(std::find(running_jobs_.begin(), running_jobs_.end(), &job));
+  }
+  slot_freed_.notify_all();
+  batcher_.wake();  // the slot may take a queued job
 }
 
 }  // namespace canvas::serve

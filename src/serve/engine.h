@@ -38,16 +38,14 @@ using GenerationSettings = GenerationRequest;
 // What changed in a job (JobListener's argument).
 enum class JobEvent { Started, Step, Text, Finished };
 
-// One request's life: queued, running, finished. The slot running it publishes the latest canvas after
-// every step; readers wait on `changed` or are called through `listener`.
+// One request's life: queued, running, finished. The engine publishes the latest canvas after every step;
+// readers wait on `changed` or are called through `listener`.
 struct Job {
   std::vector<int32_t> prompt;
   GenerationSettings settings;
   std::string model;  // the id of the model that decodes it (for the log line)
 
-  // Run on the slot before decoding (canvas serve tokenizes and checks the prompt here, off its event
-  // loop); an exception ends the job unstarted, kept in `refused` (finished, never started).
-  std::function<void(Job&)> prepare;
+  // Set by a front end that refused the job before the engine took it (its answer is this error).
   std::exception_ptr refused;
   // Called after every change, on the engine's thread, without `mutex` held: it must return at once (the
   // HTTP layer wakes the connection's event loop). Set before submit.
@@ -96,9 +94,12 @@ struct EngineOptions {
   std::string cost_model_file, cost_model_key;
 };
 
+// Requests are taken from the queue, up to `parallel` at a time, by the step batcher's thread. It decodes
+// AR requests itself, a step of every one of them per batched forward pass (GenerationSteps); the other
+// modes decode on generation threads (started when requests need them, at most `parallel`, leaving after
+// 10 s idle) whose passes join the same batches.
 class Engine {
  public:
-  // Generation threads start when requests need them (at most `parallel`) and leave after 10 s idle.
   Engine(const Model& model, ThreadPool* pool, EngineOptions options);
   ~Engine();  // drops what is queued, cancels what runs
   Engine(const Engine&) = delete;
@@ -141,19 +142,21 @@ class Engine {
   }
 
  private:
-  void run_next();  // one slot's task: the oldest queued job, if any is left
+  struct Running;  // a job taken from the queue, with its request as it runs
+  class Stepped;  // ... decoded by the batcher's thread
+  // The batcher's intake: queued jobs while slots are free (AR ones stepped there, others on a thread).
+  void take(std::vector<std::unique_ptr<StepBatcher::Sequence>>& stepped);
+  std::unique_ptr<Running> start(std::shared_ptr<Job> job);  // its mode chosen, its callbacks set, Started
+  void decode_on_thread(Running& run);
+  // The job's result, what routing learns from it, the metrics and the log line, Finished; frees its slot.
+  void end(Running& run, const GenerationOutput& out, const std::string& error);
   bool chooses_verify() const;  // auto picks among ar and verify by the cost model (uniform-state models)
   bool save_cost_model(const CostModel& cost) const;  // to --cost-model's file; a failure is a warning
   mutable std::mutex save_mutex_;  // one save at a time
   mutable bool cost_model_warned_ = false;  // a failed save was reported (under save_mutex_)
-  // Runs job.prepare; false when it refused the job (then finished).
-  bool prepared(Job& job);
-  void run(Job& job);
-
   const Model& model_;
   EngineOptions options_;
   Generator generator_;
-  StepBatcher batcher_;
   CostModel cost_;
   bool cost_model_stored_ = false;  // read from options_.cost_model_file rather than measured
   mutable std::atomic<bool> cost_model_written_{false};
@@ -166,7 +169,9 @@ class Engine {
   bool stopping_ = false;
   std::atomic<ServerMetrics*> metrics_{nullptr};
   std::string metrics_model_;             // the id the metrics count this engine's generations under
-  std::unique_ptr<WorkerThreads> slots_;  // last: its destructor joins threads that use the members above
+  std::unique_ptr<WorkerThreads> slots_;  // its destructor joins threads that use the members above
+  // Last: built after, and its thread joined before, the members its intake uses.
+  StepBatcher batcher_;
 };
 
 }  // namespace canvas::serve

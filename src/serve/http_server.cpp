@@ -43,6 +43,10 @@ void send_unavailable(Response& res, const std::string& message, const std::stri
 
 std::atomic<int64_t> next_id{1};
 
+// Bytes of a completion's plain-text prompt that the event loop encodes itself (microseconds); longer ones,
+// and every chat, are encoded on a worker.
+constexpr size_t kPromptEncodedOnTheLoop = 1024;
+
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
   return s;
@@ -301,7 +305,8 @@ class CompletionAnswer final : public LateAnswer {
       try {
         std::rethrow_exception(job.refused);
       } catch (const ApiError& e) {
-        send_error(res, e.status, e.what(), e.param, e.code);
+        if (e.status == 503) send_unavailable(res, e.what(), e.code);  // the queue was full, or shutdown
+        else send_error(res, e.status, e.what(), e.param, e.code);
       } catch (const std::exception& e) {
         send_error(res, 400, e.what());
       }
@@ -975,22 +980,6 @@ void HttpServer::complete(const Request& req, Response& res, bool chat) {
   auto job = std::make_shared<Job>();
   job->settings = s;
   job->model = served_model->id;
-  if (!fills)
-    // Encoding the prompt (a chat template, up to the body limit of text) runs on the slot that decodes it,
-    // not on the event loop; a prompt refused there is answered 400 as it would be here.
-    job->prepare = [engine, chat](Job& j) {
-      std::vector<int32_t> prompt;
-      try {
-        prompt = engine->generator().prompt_of(j.settings);
-      } catch (const ChatTemplateTooLong& e) {  // a conversation that cannot fit the context
-        throw ApiError(400, e.what(), "messages", "context_length_exceeded");
-      } catch (const std::exception& e) {
-        throw ApiError(400, std::string("cannot tokenize the prompt: ") + e.what(),
-                       chat ? "messages" : "prompt");
-      }
-      check_admissible(*engine, j.settings, int64_t(prompt.size()), chat);
-      j.prompt = std::move(prompt);
-    };
   CompletionReply reply;
   reply.chat = chat;
   reply.id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
@@ -1010,16 +999,70 @@ void HttpServer::complete(const Request& req, Response& res, bool chat) {
     if (CompletionAnswer::wants(event, stream, draft)) wakeup->notify();
   };
   track(job);
-  if (!engine->submit(job)) {
-    untrack(job);
-    if (draining_) return send_unavailable(res, "the server is shutting down");
-    return send_unavailable(res,
-                            "the server is busy: " + std::to_string(engine->queued()) +
-                                " requests are waiting (--queue " + std::to_string(engine->options().queue) +
-                                "); retry later",
-                            "server_busy");
+  res.late = answer;
+  if (fills) {  // the generator plans the canvas from the text when the job runs
+    if (!submit(*engine, job)) {
+      untrack(job);
+      res.late = nullptr;
+      const ApiError busy = refusal(*engine);
+      return send_unavailable(res, busy.what(), busy.code);
+    }
+    return;
   }
-  res.late = std::move(answer);
+  // The prompt is encoded and checked against the context before the job is queued: a bad prompt is answered
+  // 400 at once, whatever the queue holds. A short plain prompt takes microseconds and is encoded here; a
+  // chat (its template's render) or a long text (up to the body limit) on a worker, not on the event loop.
+  // A job refused there is answered through its Finished event.
+  if (!chat && s.text.size() <= kPromptEncodedOnTheLoop) {
+    try {
+      admit(*engine, job, chat);
+    } catch (const ApiError& e) {
+      untrack(job);
+      res.late = nullptr;
+      if (e.status == 503) return send_unavailable(res, e.what(), e.code);
+      return send_error(res, e.status, e.what(), e.param, e.code);
+    }
+    return;
+  }
+  workers_->post([this, engine, job, chat] {
+    try {
+      admit(*engine, job, chat);
+    } catch (...) {
+      {
+        std::lock_guard<std::mutex> lock(job->mutex);
+        job->refused = std::current_exception();
+        job->finished = true;
+      }
+      job->changed.notify_all();
+      if (job->listener) job->listener(JobEvent::Finished);
+    }
+  });
+}
+
+void HttpServer::admit(Engine& engine, const std::shared_ptr<Job>& job, bool chat) {
+  std::vector<int32_t> prompt;
+  try {
+    prompt = engine.generator().prompt_of(job->settings);
+  } catch (const ChatTemplateTooLong& e) {  // a conversation that cannot fit the context
+    throw ApiError(400, e.what(), "messages", "context_length_exceeded");
+  } catch (const std::exception& e) {
+    throw ApiError(400, std::string("cannot tokenize the prompt: ") + e.what(), chat ? "messages" : "prompt");
+  }
+  check_admissible(engine, job->settings, int64_t(prompt.size()), chat);
+  job->prompt = std::move(prompt);
+  if (!submit(engine, job)) throw refusal(engine);
+}
+
+bool HttpServer::submit(Engine& engine, const std::shared_ptr<Job>& job) {
+  return !draining_ && engine.submit(job);
+}
+
+ApiError HttpServer::refusal(const Engine& engine) const {
+  if (draining_) return ApiError(503, "the server is shutting down");
+  return ApiError(503,
+                  "the server is busy: " + std::to_string(engine.queued()) + " requests are waiting (--queue " +
+                      std::to_string(engine.options().queue) + "); retry later",
+                  "", "server_busy");
 }
 
 namespace {

@@ -18,6 +18,7 @@
 #include "serve/http_connections.h"
 #include "serve/http_message.h"
 #include "serve/metrics.h"
+#include "serve/openai.h"
 #include "serve/served_models.h"
 
 namespace canvas::serve {
@@ -84,6 +85,12 @@ class HttpServer {
   bool origin_allowed_by_cors(const std::string& origin) const;
   // The served models once set_models was called, else null (the server is loading).
   const std::vector<ServedModel>* served() const { return ready_.load() ? &models_ : nullptr; }
+  // Queues a job on its engine (false: the engine's queue is full, or the server is shutting down; then
+  // refusal() is the 503 to answer).
+  bool submit(Engine& engine, const std::shared_ptr<Job>& job);
+  // Encodes a completion's prompt, checks it (ApiError 400) and submits the job (ApiError 503: refusal()).
+  void admit(Engine& engine, const std::shared_ptr<Job>& job, bool chat);
+  ApiError refusal(const Engine& engine) const;
   void track(const std::shared_ptr<Job>& job);
   void untrack(const std::shared_ptr<Job>& job);
 
