@@ -34,6 +34,12 @@ DeviceChoice device_choice(const Args& args) {
   return choice;
 }
 
+std::string device_label(const DeviceChoice& choice) {
+  if (choice.moe_layers_on_cpu == 0) return choice.device;
+  if (choice.moe_layers_on_cpu == INT64_MAX) return choice.device + " --cpu-moe";
+  return choice.device + " --n-cpu-moe " + std::to_string(choice.moe_layers_on_cpu);
+}
+
 void use_device(Model& model, const DeviceChoice& choice) {
   if (choice.device == "cpu") return;
   check(choice.device == "cuda", "--device: unknown device '" + choice.device + "' (cpu or cuda)");

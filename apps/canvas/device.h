@@ -37,6 +37,9 @@ struct DeviceChoice {
   std::string device = "cpu";
   int64_t moe_layers_on_cpu = 0;  // --n-cpu-moe N; --cpu-moe: every layer (INT64_MAX)
 };
+// The device as a cost model's key names it: "cpu", "cuda", "cuda --cpu-moe" or "cuda --n-cpu-moe N" (the
+// experts' side changes every pass's time).
+std::string device_label(const DeviceChoice& choice);
 // The choice of a command's --device, --cpu-moe and --n-cpu-moe. Throws Error for --cpu-moe or
 // --n-cpu-moe without --device cuda (the experts stay in RAM only beside a GPU), for both given at once,
 // and for a negative N.

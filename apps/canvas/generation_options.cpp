@@ -179,7 +179,7 @@ GenerationRequest request_from_args(const Args& args) {
 }
 
 AutoMode::AutoMode(const Args& args, const TextModel& m, ThreadPool* pool) : model_(m.model), pool_(pool) {
-  key_ = cost_model_key(m.path, int64_t(pool->size()), args.get("device", "cpu"));
+  key_ = cost_model_key(m.path, int64_t(pool->size()), device_label(device_choice(args)));
   file_ = args.get("cost-model", "");
   if (file_.empty()) file_ = default_cost_model_file(key_);
   if (file_ == "none") file_.clear();

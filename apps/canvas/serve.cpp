@@ -116,8 +116,8 @@ int cmd_serve(int argc, char** argv) {
   serve::ServeSetup setup;
   setup.cores = usable_cpus();
   setup.models = model_files.size();
-  setup.device = args.get("device", "cpu");
   const DeviceChoice device = device_choice(args);
+  setup.device = device_label(device);  // the cost models' key
   serve::EngineOptions& engine_options = setup.engine;
   engine_options.parallel = args.get_int("parallel", std::max<int64_t>(4, 2 * setup.cores));
   engine_options.queue = args.get_int("queue", 64);
