@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One short run on a machine with an NVIDIA GPU (about 8 minutes at most): build canvas and its CUDA module
-# (libcanvas-cuda.so, which --device cuda loads beside the binary),
+# (libcanvas-cuda.so, which --device cuda loads beside the binary), run every primitive of the model
+# definition on the CUDA executor against the CPU's (canvas_backend_ops --backend cuda),
 # compare every CUDA kernel and whole forwards with their CPU twins (tests/cuda_test.cpp), then bench two
 # synthetic shapes at Q4_0 on the GPU with the device's floors measured in the same run (canvas bench
 # --device cuda: streaming-read bandwidth, GEMM rate, device memory):
@@ -41,7 +42,7 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi not available"
 start=$(date +%s)
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCANVAS_CUDA=ON -DCANVAS_BENCH=OFF ${CANVAS_CMAKE_ARGS:-} >/dev/null
-cmake --build "$build" -j"$(nproc)" --target canvas_cuda_tests canvas
+cmake --build "$build" -j"$(nproc)" --target canvas_cuda_tests canvas canvas_backend_ops
 echo "build: $(( $(date +%s) - start )) s"
 status=0
 out="$build/gpu-check"
@@ -50,6 +51,11 @@ mkdir -p "$out"
 # stopped at its time limit still returns what it finished).
 keep() { if [ -n "${OUT:-}" ] && [ -d "$OUT" ] && [ -f "$1" ]; then cp "$1" "$OUT"/; fi; }
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  # Every primitive of the model definition on the CUDA executor against the CPU's, first: one line per
+  # failing case (bench/backend_ops.h).
+  timeout 120 "$build/canvas_backend_ops" --backend cuda > "$out/backend-ops.txt" 2>&1 || status=$?
+  tail -n 40 "$out/backend-ops.txt"
+  keep "$out/backend-ops.txt"
   timeout 150 "$build/canvas_cuda_tests" --gtest_color=no --gtest_output="json:$out/cuda-tests.json" || status=$?
   keep "$out/cuda-tests.json"
   # The AR steps once more launch by launch (no recorded graphs): the same logits either way.

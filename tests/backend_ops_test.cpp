@@ -2,9 +2,13 @@
 // it catches a backend whose products are off.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <utility>
 #include <memory>
 #include <stdexcept>
 
@@ -71,7 +75,50 @@ class SkewedBackend final : public PrimitiveBackend {
 TEST(BackendOps, ListNamesEveryPrimitiveWithItsBackends) {
   const std::string list = bench::backend_ops_list();
   for (int i = 0; i < kPrimitives; ++i) EXPECT_NE(list.find(primitive_name(Primitive(i))), std::string::npos);
-  EXPECT_NE(list.find("matmul                    cpu partial"), std::string::npos) << list;
+  EXPECT_NE(list.find("matmul                    cpu partial\n"), std::string::npos) << list;
+  // A device backend's column, from what it says it runs, and the note after the table.
+  const std::string with_device =
+      bench::backend_ops_list([](Primitive p) { return p != Primitive::Moe; }, "(cuda: a note)");
+  EXPECT_NE(with_device.find("matmul                    cpu partial cuda\n"), std::string::npos) << with_device;
+  EXPECT_NE(with_device.find("moe                       cpu\n"), std::string::npos) << with_device;
+  EXPECT_NE(with_device.find("\n(cuda: a note)\n"), std::string::npos) << with_device;
+}
+
+// canvas_backend_ops (beside the canvas binary) with these arguments: its exit status and output.
+std::pair<int, std::string> run_harness(const std::string& args) {
+  const std::string binary = std::string(CANVAS_BINARY);
+  const std::string harness = binary.substr(0, binary.rfind('/') + 1) + "canvas_backend_ops";
+  FILE* pipe = popen((harness + " " + args + " 2>&1").c_str(), "r");
+  if (!pipe) return {-1, "popen failed"};
+  std::string out;
+  char buf[4096];
+  for (size_t got; (got = fread(buf, 1, sizeof(buf), pipe)) > 0;) out.append(buf, got);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// canvas_backend_ops --list works without a GPU: the cuda column read from the module (which loads
+// without one), or a note that this build has none.
+TEST(BackendOpsCli, ListSaysWhatTheCudaModuleRuns) {
+  const auto [status, out] = run_harness("--list");
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("embed"), std::string::npos) << out;
+  EXPECT_NE(out.find("(cuda: "), std::string::npos) << out;
+  if (out.find("(cuda: this build has no CUDA module)") == std::string::npos &&
+      out.find("cannot load") == std::string::npos) {
+    EXPECT_NE(out.find("attention                 cpu cuda\n"), std::string::npos) << out;
+    EXPECT_NE(out.find("matmul                    cpu partial cuda\n"), std::string::npos) << out;
+  }
+}
+
+// --backend cuda where the module cannot run (no module, no GPU): an error saying why, exit 1.
+TEST(BackendOpsCli, CudaWithoutAUsableDeviceSaysWhy) {
+  const auto [status, out] = run_harness("--backend cuda --primitive copy");
+  if (status == 0) GTEST_SKIP() << "a GPU ran it:\n" << out;
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_TRUE(out.find("--device cuda: ") != std::string::npos ||
+              out.find("canvas_backend_ops --backend cuda: ") != std::string::npos)
+      << out;
 }
 
 TEST(BackendOps, CatchesABackendWhoseProductsAreOff) {
@@ -79,11 +126,13 @@ TEST(BackendOps, CatchesABackendWhoseProductsAreOff) {
   options.backend = "skewed";
   options.primitive = "matmul";
   std::FILE* sink = std::tmpfile();
-  const bench::BackendOpsResult skewed = bench::run_backend_ops(options, sink, std::make_shared<SkewedBackend>(), 1e-4);
+  const bench::BackendOpsResult skewed =
+      bench::run_backend_ops(options, sink, [](const Model&) { return std::make_shared<SkewedBackend>(); }, 1e-4);
   EXPECT_GT(skewed.cases, 0);
   EXPECT_EQ(skewed.failed, skewed.cases);  // every product case has one value 1% off
   options.backend = "partial";
-  const bench::BackendOpsResult partial = bench::run_backend_ops(options, sink, make_partial_backend(), 0.0);
+  const bench::BackendOpsResult partial =
+      bench::run_backend_ops(options, sink, [](const Model&) { return make_partial_backend(); }, 0.0);
   EXPECT_EQ(partial.cases, skewed.cases);
   EXPECT_EQ(partial.failed, 0);
   std::fclose(sink);

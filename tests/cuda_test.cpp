@@ -19,6 +19,7 @@
 #include "bench/synthetic.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "model/placement.h"
 #include "test_util.h"
 
 #if CANVAS_HAVE_CUDA
@@ -728,7 +729,7 @@ TEST(Cuda, GroupedProductMatchesEachExpertsProduct) {
   }
 }
 
-// ---- whole forward passes: the CUDA backend against the CPU forward on the same model ----
+// ---- whole forward passes: the CUDA executor against the CPU forward on the same model ----
 
 // max |a - b| / max |b|, printed so a run on a device shows how close the twins are.
 double report_error(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
@@ -744,8 +745,17 @@ TwinModels load_twins(const std::string& path) {
   TwinModels t;
   t.cpu = Model::load(path);
   t.gpu = t.cpu;
-  t.gpu.backend = cuda::make_backend(t.gpu);
+  t.gpu.primitives = cuda::make_backend(t.gpu);
   return t;
+}
+
+// One forward of r with the logits of every row.
+std::vector<float> every_row_logits(const Model& m, KvCache& cache, ForwardRequest r) {
+  for (int64_t i = 0; i < r.n; ++i) r.logit_rows.push_back(int32_t(i));
+  std::vector<float> logits(size_t(r.n * m.config.vocab));
+  r.logits = logits.data();
+  forward(m, cache, r, nullptr);
+  return logits;
 }
 
 std::vector<float> encoder_logits(const Model& m, KvCache& cache, const std::vector<int32_t>& tokens, int64_t pos0,
@@ -755,11 +765,7 @@ std::vector<float> encoder_logits(const Model& m, KvCache& cache, const std::vec
   r.n = int64_t(tokens.size());
   r.pos0 = pos0;
   r.groups = groups.data();
-  for (int64_t i = 0; i < r.n; ++i) r.logit_rows.push_back(int32_t(i));
-  std::vector<float> logits(size_t(r.n * m.config.vocab));
-  r.logits = logits.data();
-  forward(m, cache, r, nullptr);
-  return logits;
+  return every_row_logits(m, cache, r);
 }
 
 // A prompt in blocks of 4 (block-causal groups), then 4 more tokens against the cache it left: the
@@ -1026,7 +1032,7 @@ TEST(CudaForward, RecordedArStepsMatchTheCpu) {
   TwinModels t;
   t.cpu = synthetic->model;
   t.gpu = synthetic->model;
-  t.gpu.backend = cuda::make_backend(t.gpu);
+  t.gpu.primitives = cuda::make_backend(t.gpu);
   run(t, 1e-2, "diffusion-gemma:tiny q4_0");
 }
 
@@ -1071,9 +1077,9 @@ TEST(CudaForward, HeadOfABatchInSeveralProducts) {
     EXPECT_LE(report_error(got[r], want[r], "three 100-row canvases, canvas " + std::to_string(r)), 1e-4);
 }
 
-// The per-op profile (bench --profile): with profiling on, a forward's stages and the products inside
-// them are timed (every layer's attention block once, nested spans one level deeper), no graph is
-// recorded or replayed, and the logits stay the CPU's; with it off nothing is counted.
+// The per-op profile (bench --profile): with profiling on, a forward's primitives and the kernels inside
+// them are timed (every layer's attention once, nested spans one level deeper), no graph is recorded or
+// replayed, and the logits stay the CPU's; with it off nothing is counted.
 TEST(CudaForward, ProfiledPassesTimeEveryStage) {
   SKIP_WITHOUT_DEVICE();
   const TwinModels t = load_twins(test::fixture("tiny-llada.gguf"));
@@ -1102,7 +1108,7 @@ TEST(CudaForward, ProfiledPassesTimeEveryStage) {
       if (op.name == name) return &op;
     return nullptr;
   };
-  const cuda::OpTime* attention = find("attention block");
+  const cuda::OpTime* attention = find("attention");
   ASSERT_NE(attention, nullptr);
   EXPECT_EQ(attention->depth, 0);
   EXPECT_EQ(attention->spans, 3 * c.n_layers);
@@ -1111,10 +1117,13 @@ TEST(CudaForward, ProfiledPassesTimeEveryStage) {
   ASSERT_NE(kernel, nullptr);
   EXPECT_EQ(kernel->depth, 1);
   EXPECT_LE(kernel->ms, attention->ms);
-  // Tree order: the kernel comes after its attention block, with only deeper ops between them.
+  // Tree order: the kernel comes after its primitive, with only deeper ops between them.
   ASSERT_LT(attention, kernel);
   for (const cuda::OpTime* op = attention + 1; op < kernel; ++op) EXPECT_GE(op->depth, 1) << op->name;
-  ASSERT_NE(find("head"), nullptr);
+  const cuda::OpTime* projections = find("matmul: q/k/v");
+  ASSERT_NE(projections, nullptr);
+  EXPECT_EQ(projections->spans, 3 * c.n_layers);
+  ASSERT_NE(find("logits"), nullptr);
   for (const cuda::OpTime& op : ops)
     std::printf("  %*s%-50s %8.3f ms %4lld x\n", 2 * op.depth, "", op.name.c_str(), op.ms, (long long)op.spans);
   encoder_logits(t.gpu, gpu_cache, token, 7, {7});
@@ -1137,7 +1146,7 @@ TEST(CudaForward, QuantisedWeightsMatchTheCpuWithinOnePercent) {
       TwinModels t;
       t.cpu = synthetic->model;
       t.gpu = synthetic->model;
-      t.gpu.backend = cuda::make_backend(t.gpu);
+      t.gpu.primitives = cuda::make_backend(t.gpu);
       const std::string name = std::string(shape) + " " + dtype_name(type);
       const ModelConfig& c = t.cpu.config;
       Rng rng(13);
@@ -1153,6 +1162,156 @@ TEST(CudaForward, QuantisedWeightsMatchTheCpuWithinOnePercent) {
                 1e-2);
       check_encoder(t, 1e-2, name);
       if (c.has_decoder) check_decoder(t, 1e-2, name, /*exact_choices=*/false);
+    }
+  }
+}
+
+// ---- what the whole-pass backend did not run: kept canvas K/V (--freeze), mixed batches, experts on the CPU ----
+
+std::vector<float> decoder_logits(const Model& m, KvCache& cache, const std::vector<int32_t>& tokens, int64_t pos0,
+                                  KvCache* kept = nullptr, const std::vector<int32_t>* rows = nullptr) {
+  ForwardRequest r;
+  r.tokens = tokens.data();
+  r.n = int64_t(tokens.size());
+  r.pos0 = pos0;
+  r.decoder = true;
+  r.canvas_kv = kept;
+  r.canvas_rows = rows ? rows->data() : nullptr;
+  return every_row_logits(m, cache, r);
+}
+
+// A decoder canvas whose K/V are kept across passes (ForwardRequest::canvas_kv, --freeze): a pass over every
+// row without and with the store (the same logits), then two passes over some rows with new tokens
+// (canvas_rows), which see the other rows' K/V as the earlier passes left them in the store, and the second
+// also the first's rows; the device against the CPU, pass by pass.
+void check_frozen_canvas(const TwinModels& t, double tolerance, const std::string& name) {
+  const ModelConfig& c = t.cpu.config;
+  ASSERT_TRUE(c.has_decoder);
+  Rng rng(31);
+  const int64_t P = 10, N = 12;  // the prompt outlasts the fixture's sliding window of 8
+  std::vector<int32_t> prompt(P), canvas(N), groups(P);
+  for (int32_t& id : prompt) id = int32_t(rng.below(uint64_t(c.vocab)));
+  for (int32_t& id : canvas) id = int32_t(rng.below(uint64_t(c.vocab)));
+  for (int64_t i = 0; i < P; ++i) groups[size_t(i)] = int32_t(i);
+  const std::vector<int32_t> rows = {1, 4, 5, 11};
+  auto run = [&](const Model& m) {
+    KvCache cache(c, P + N), kept(c, N);
+    encoder_logits(m, cache, prompt, 0, groups);
+    std::vector<std::vector<float>> out;
+    out.push_back(decoder_logits(m, cache, canvas, P));
+    out.push_back(decoder_logits(m, cache, canvas, P, &kept));
+    for (int pass = 1; pass <= 2; ++pass) {
+      std::vector<int32_t> tokens;
+      for (int32_t r : rows) tokens.push_back(int32_t((canvas[size_t(r)] + 7 * pass) % c.vocab));
+      out.push_back(decoder_logits(m, cache, tokens, P, &kept, &rows));
+    }
+    return out;
+  };
+  const auto want = run(t.cpu), got = run(t.gpu);
+  EXPECT_EQ(want[0], want[1]) << name << ": a pass over every row with the store is the pass without it";
+  const char* what[] = {"every row", "every row, kept", "4 rows after it", "4 rows again"};
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_LE(report_error(got[i], want[i], name + ": frozen canvas, " + what[i]), tolerance);
+}
+
+// One batch of encoder and decoder requests in the order the CPU attends them, layer by layer:
+// [enc a (a prompt), dec a (a canvas after it: it sees the K/V enc a writes in this pass), enc b,
+//  dec b (its K/V kept in a store), enc a again (positions 2..5 rewritten: dec a must not see them, nor enc a
+//  the first)], against the CPU's same batch. Models without a decoder: the encoder requests alone.
+void check_mixed_batch(const TwinModels& t, double tolerance, const std::string& name) {
+  const ModelConfig& c = t.cpu.config;
+  Rng rng(32);
+  const int64_t P = 10, N = 6;
+  auto random_tokens = [&](int64_t n) {
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int32_t& id : ids) id = int32_t(rng.below(uint64_t(c.vocab)));
+    return ids;
+  };
+  const std::vector<int32_t> prompt_a = random_tokens(P), prompt_b = random_tokens(P), canvas = random_tokens(N),
+                             again = random_tokens(4);
+  std::vector<int32_t> groups(P), groups_again = {0, 0, 0, 0};
+  for (int64_t i = 0; i < P; ++i) groups[size_t(i)] = int32_t(i);
+  auto run = [&](const Model& m) {
+    KvCache a(c, P + N), b(c, P + N), kept(c, N);
+    std::vector<std::vector<float>> logits;
+    std::vector<ForwardRequest> requests;
+    std::vector<KvCache*> caches;
+    auto add = [&](KvCache* cache, const std::vector<int32_t>& tokens, int64_t pos0, const std::vector<int32_t>* g,
+                   KvCache* store) {
+      ForwardRequest r;
+      r.tokens = tokens.data();
+      r.n = int64_t(tokens.size());
+      r.pos0 = pos0;
+      r.groups = g ? g->data() : nullptr;
+      r.decoder = g == nullptr;
+      r.canvas_kv = store;
+      for (int64_t i = 0; i < r.n; ++i) r.logit_rows.push_back(int32_t(i));
+      requests.push_back(r);
+      caches.push_back(cache);
+    };
+    add(&a, prompt_a, 0, &groups, nullptr);
+    if (c.has_decoder) add(&a, canvas, P, nullptr, nullptr);
+    add(&b, prompt_b, 0, &groups, nullptr);
+    if (c.has_decoder) add(&b, canvas, P, nullptr, &kept);
+    add(&a, again, 2, &groups_again, nullptr);
+    requests.back().key_end = P;
+    for (ForwardRequest& r : requests) {
+      logits.emplace_back(size_t(r.n * c.vocab));
+      r.logits = logits.back().data();
+    }
+    for (size_t i = 0; i < requests.size(); ++i) requests[i].logits = logits[i].data();
+    forward_batch(m, caches, requests, nullptr);
+    return logits;
+  };
+  const auto want = run(t.cpu), got = run(t.gpu);
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_LE(report_error(got[i], want[i], name + ": mixed batch, request " + std::to_string(i)), tolerance);
+}
+
+TEST(CudaForward, FrozenCanvasMatchesTheCpu) {
+  SKIP_WITHOUT_DEVICE();
+  check_frozen_canvas(load_twins(test::fixture("tiny-diffusion-gemma")), 1e-4, "tiny-diffusion-gemma");
+}
+
+TEST(CudaForward, MixedBatchMatchesTheCpu) {
+  SKIP_WITHOUT_DEVICE();
+  for (const char* f : {"tiny-diffusion-gemma", "tiny-llada.gguf"})
+    check_mixed_batch(load_twins(test::fixture(f)), 1e-4, f);
+}
+
+// --cpu-moe / --n-cpu-moe: the experts of the first layers (one, then all) stay on the CPU while the rest
+// runs on the device; their weights are not uploaded (fewer device bytes), the placement counts their MoE
+// calls on the CPU and the copies, and the logits stay the CPU's.
+TEST(CudaForward, ExpertsKeptOnTheCpuMatchTheCpu) {
+  SKIP_WITHOUT_DEVICE();
+  for (const char* f : {"tiny-llada-moe.gguf", "tiny-diffusion-gemma"}) {
+    TwinModels t;
+    t.cpu = Model::load(test::fixture(f));
+    const int64_t L = t.cpu.config.n_layers;
+    ASSERT_TRUE(t.cpu.config.is_moe()) << f;
+    int64_t uploaded_all = 0;
+    for (int64_t layers : {int64_t(0), int64_t(1), L}) {
+      t.gpu = t.cpu;
+      t.gpu.primitives = nullptr;
+      const int64_t before = cuda::device_buffer_bytes();
+      cuda::BackendOptions options;
+      options.moe_layers_on_cpu = layers;
+      t.gpu.primitives = cuda::make_backend(t.gpu, options);
+      const int64_t uploaded = cuda::device_buffer_bytes() - before;
+      if (layers == 0) {
+        uploaded_all = uploaded;
+      } else {
+        EXPECT_LT(uploaded, uploaded_all) << f << ": experts of " << layers << " layers kept in RAM";
+      }
+      const std::string name = std::string(f) + ", experts of " + std::to_string(layers) + " layers on the CPU";
+      check_encoder(t, 1e-4, name);
+      if (t.cpu.config.has_decoder) check_decoder(t, 1e-4, name);
+      const PlacementStats s = t.gpu.primitives->stats();
+      const size_t moe = size_t(Primitive::Moe);
+      EXPECT_EQ(s.on_cpu[moe] > 0, layers > 0) << name;
+      EXPECT_EQ(s.on_backend[moe] > 0, layers < L) << name;
+      EXPECT_EQ(s.copies_to_cpu > 0, layers > 0) << name;
     }
   }
 }
@@ -1180,7 +1339,7 @@ TEST(CudaModule, ForwardsThroughTheModuleMatchTheCpu) {
     TwinModels t;
     t.cpu = Model::load(test::fixture(f));
     t.gpu = t.cpu;
-    t.gpu.backend = cuda_module::make_backend(cuda_module::module(), t.gpu);
+    t.gpu.primitives = cuda_module::make_backend(cuda_module::module(), t.gpu);
     check_encoder(t, 1e-4, std::string("module: ") + f);
     if (t.cpu.config.has_decoder) check_decoder(t, 1e-4, std::string("module: ") + f);
   }

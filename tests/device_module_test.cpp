@@ -125,6 +125,59 @@ TEST(DeviceModuleCli, CudaWithoutADeviceSaysWhatIsMissing) {
   }
 }
 
+// --cpu-moe / --n-cpu-moe keep experts in RAM beside a GPU: refused on a CPU run (every command that
+// takes --device), together, or with a negative N, before any model is loaded.
+TEST(DeviceModuleCli, CpuMoeWithoutTheGpuIsRefused) {
+  const std::string model = " -m " + test::source_path("models/text-dg.gguf");
+  const std::string need = " keeps the experts in RAM while the rest runs on the GPU; it needs --device cuda";
+  const std::vector<std::string> commands = {"generate" + model + " -p hi -n 2", "chat" + model + " -n 2 </dev/null",
+                                            "bench --synthetic llada-moe:tiny --quick --modes ar",
+                                            "serve --port 0" + model, "score" + model + " -p hi"};
+  for (const std::string& command : commands) {
+    for (const std::string flag : {"--cpu-moe", "--n-cpu-moe 2"}) {
+      const test::CommandResult r = test::run_canvas(command + " " + flag);
+      EXPECT_EQ(r.exit_code, 1) << command << " " << flag << ": " << r.output;
+      EXPECT_NE(r.output.find(flag.substr(0, flag.find(' ')) + need), std::string::npos)
+          << command << " " << flag << ": " << r.output;
+    }
+  }
+  const test::CommandResult both = test::run_canvas("generate" + model + " -p hi --device cuda --cpu-moe --n-cpu-moe 2");
+  EXPECT_EQ(both.exit_code, 1) << both.output;
+  EXPECT_NE(both.output.find("--cpu-moe keeps every layer's experts in RAM, --n-cpu-moe N the first N layers': give "
+                             "one of them"),
+            std::string::npos)
+      << both.output;
+  const test::CommandResult negative = test::run_canvas("generate" + model + " -p hi --device cuda --n-cpu-moe -1");
+  EXPECT_EQ(negative.exit_code, 1) << negative.output;
+  EXPECT_NE(negative.output.find("--n-cpu-moe: N is a number of layers, 0 or more"), std::string::npos)
+      << negative.output;
+  const test::CommandResult word = test::run_canvas("generate" + model + " -p hi --device cuda --n-cpu-moe all");
+  EXPECT_EQ(word.exit_code, 1) << word.output;
+  EXPECT_NE(word.output.find("'all' is not an integer"), std::string::npos) << word.output;
+}
+
+// --help of each command that takes --device documents both spellings.
+TEST(DeviceModuleCli, CpuMoeIsInTheHelp) {
+  for (const char* command : {"generate", "chat", "bench", "serve", "score"}) {
+    const test::CommandResult r = test::run_canvas(std::string(command) + " --help");
+    EXPECT_EQ(r.exit_code, 0) << command;
+    EXPECT_NE(r.output.find("--cpu-moe"), std::string::npos) << command << ": " << r.output;
+    EXPECT_NE(r.output.find("--n-cpu-moe N"), std::string::npos) << command << ": " << r.output;
+  }
+}
+
+// A model without experts with --device cuda --cpu-moe: a warning that every layer runs on the GPU (here the
+// command then fails for want of a GPU; on a GPU machine it runs).
+TEST(DeviceModuleCli, CpuMoeOnADenseModelWarns) {
+  const test::CommandResult r =
+      test::run_canvas("generate -m " + test::fixture("tiny-llada.gguf") + " -p hi -n 2 --device cuda --cpu-moe");
+  if (!cuda_module::built()) GTEST_SKIP() << "this build has no CUDA module";
+  EXPECT_NE(r.output.find("--cpu-moe / --n-cpu-moe: 'llada' has no experts (a dense model); every layer runs on the "
+                          "GPU"),
+            std::string::npos)
+      << r.output;
+}
+
 // ---- the loader in-process ----
 
 TEST(CudaModuleLoader, MissingModuleNamesEveryPathTried) {

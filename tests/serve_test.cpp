@@ -166,63 +166,6 @@ TEST(ForwardBatch, EncoderAndDecoderOnOneCacheMatchSeparatePasses) {
   }
 }
 
-// What a device backend is handed: runs of one kind whose encoder requests each have a cache of their own
-// (it writes every encoder request's K/V before any of them attends), in the batch's order; a batch that
-// is one such run goes through whole. A stand-in backend records the runs and runs them on the CPU.
-namespace {
-struct RecordingBackend final : ForwardBackend {
-  std::vector<std::vector<std::pair<KvCache*, bool>>> runs;  // each run's (cache, decoder) per request
-  std::string name() const override { return "recording"; }
-  void forward_batch(const Model& model, std::span<KvCache* const> caches, std::span<const ForwardRequest> requests,
-                     const ForwardPlan&) override {
-    runs.emplace_back();
-    for (size_t i = 0; i < requests.size(); ++i) runs.back().emplace_back(caches[i], requests[i].decoder);
-    Model cpu = model;
-    cpu.backend = nullptr;
-    canvas::forward_batch(cpu, caches, requests, nullptr);
-  }
-};
-}  // namespace
-
-TEST(ForwardBatch, DeviceBackendsGetRunsOfOneKindWithTheirOwnCaches) {
-  Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
-  auto backend = std::make_shared<RecordingBackend>();
-  m.backend = backend;
-  KvCache a(m.config, 32), b(m.config, 32);
-  const std::vector<int32_t> tokens = {5, 17, 3};
-  std::vector<int32_t> g0 = {0, 1, 2}, g3 = {3, 4, 5};
-  auto encoder = [&](const std::vector<int32_t>& groups, int64_t pos0) {
-    ForwardRequest r;
-    r.tokens = tokens.data();
-    r.n = 3;
-    r.pos0 = pos0;
-    r.groups = groups.data();
-    return r;
-  };
-  ForwardRequest dec;
-  dec.tokens = tokens.data();
-  dec.n = 3;
-  dec.pos0 = 6;
-  dec.decoder = true;
-  // [enc a, enc b, enc a again, dec a, dec b]: the second request on a starts a new run; the decoders
-  // form one run whatever their caches.
-  KvCache* caches[] = {&a, &b, &a, &a, &b};
-  const ForwardRequest requests[] = {encoder(g0, 0), encoder(g0, 0), encoder(g3, 3), dec, dec};
-  forward_batch(m, caches, requests, nullptr);
-  using Run = std::vector<std::pair<KvCache*, bool>>;
-  ASSERT_EQ(backend->runs.size(), 3u);
-  EXPECT_EQ(backend->runs[0], (Run{{&a, false}, {&b, false}}));
-  EXPECT_EQ(backend->runs[1], (Run{{&a, false}}));
-  EXPECT_EQ(backend->runs[2], (Run{{&a, true}, {&b, true}}));
-  // A batch that is one such run goes to the backend whole.
-  backend->runs.clear();
-  KvCache* two[] = {&a, &b};
-  const ForwardRequest steps[] = {encoder(g3, 6), encoder(g3, 3)};
-  forward_batch(m, two, steps, nullptr);
-  ASSERT_EQ(backend->runs.size(), 1u);
-  EXPECT_EQ(backend->runs[0].size(), 2u);
-}
-
 namespace {
 
 struct EngineCase {

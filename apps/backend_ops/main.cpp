@@ -2,10 +2,13 @@
 // reference (bench/backend_ops.h), one line per failing case.
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "bench/backend_ops.h"
 #include "core/error.h"
+#include "cuda/cuda_module.h"
+#include "model/placement.h"
 
 namespace {
 
@@ -20,7 +23,8 @@ void usage(std::FILE* out) {
                "when a case fails.\n"
                "\n"
                "  --backend NAME     cpu (default: the SIMD kernels against their scalar twins), partial (the\n"
-               "                     matmul-only backend, bit for bit against the CPU) or cuda\n"
+               "                     matmul-only backend, bit for bit against the CPU) or cuda (the CUDA module's\n"
+               "                     executor on the GPU, within f16 rounding: 2e-2 of the largest value)\n"
                "  --primitive NAME   only this primitive (--list names them)\n"
                "  --list             each primitive and the backends that run it\n"
                "  -v, --verbose      a line for every case\n");
@@ -58,9 +62,31 @@ int main(int argc, char** argv) {
     }
   }
   try {
+    namespace cuda_module = canvas::cuda_module;
     if (list) {
-      std::fputs(canvas::bench::backend_ops_list().c_str(), stdout);
+      // What the CUDA executor runs is read from the module, which loads without a GPU.
+      std::function<bool(canvas::Primitive)> cuda_runs;
+      std::string note = "(cuda: this build has no CUDA module)";
+      if (cuda_module::built()) {
+        try {
+          const cuda_module::Table* module = &cuda_module::module();
+          cuda_runs = [module](canvas::Primitive p) { return module->runs_primitive(int(p)); };
+          cuda_module::Message why;
+          note = module->available(&why) ? "(cuda: the CUDA module's executor, on this machine's GPU)"
+                                         : std::string("(cuda: the CUDA module's executor; it needs a GPU: ") +
+                                               why.text + ")";
+        } catch (const canvas::Error& e) {
+          note = std::string("(cuda: ") + e.what() + ")";
+        }
+      }
+      std::fputs(canvas::bench::backend_ops_list(cuda_runs, note).c_str(), stdout);
       return 0;
+    }
+    if (options.backend == "cuda") {
+      const cuda_module::Table* module = &cuda_module::module();
+      cuda_module::Message why;
+      if (!module->available(&why)) throw canvas::Error(std::string("canvas_backend_ops --backend cuda: ") + why.text);
+      options.cuda = [module](const canvas::Model& model) { return cuda_module::make_backend(*module, model); };
     }
     const canvas::bench::BackendOpsResult r = canvas::bench::run_backend_ops(options, stdout);
     return r.failed == 0 ? 0 : 1;

@@ -63,6 +63,8 @@ measured in the same run, and each diffusion row's decode speed over AR's ("vs A
         {"--no-roofs", "", "skip the roofs (fractions are then absent); with --device cuda, the device's floors"},
         {"--json", "FILE", "write the report as one JSON object (machine, model, settings, roofs, rows)"},
         {"--device", "NAME", kDeviceHelp},
+        {"--cpu-moe", "", kCpuMoeHelp},
+        {"--n-cpu-moe", "N", kNCpuMoeHelp},
         {"--profile", "",
          "with --device cuda: one more pass of each timed kind (models with a decoder) or\n"
          "request of each grid row, with per-op device timing (CUDA events, no graphs)"},
@@ -103,7 +105,9 @@ those the pass's rows can hit: an AR step reads its top-k, a 256-row canvas all 
 line is reported as floor / measured ("of floor"). JSON: "device" {name, memory_total_bytes,
 memory_used_bytes, memory_peak_bytes, buffers_peak_bytes (canvas's own device buffers at most, exact),
 read_gbps, read_buffer_bytes, gemm_size, gemm_f16_tflops, gemm_f32_tflops}, and fraction_of_floor (with
-floor_ms or floor_ms_per_pass) on every pass, row and projection.
+floor_ms or floor_ms_per_pass) on every pass, row and projection. With --cpu-moe or --n-cpu-moe N the
+experts of those layers run on the CPU (their time is in each pass; the floors still count their bytes as
+the device's).
 
 training (--train CONFIG): builds the data, model and AdamW of a training config (configs/*.cfg) in
 memory and times --warmup (default 2) then --steps (default 5) full training steps (batch, forward,
@@ -163,6 +167,7 @@ int cmd_bench(int argc, char** argv) {
   options.profile = args.has("profile");
   check(!args.has("profile") || args.get("device", "cpu") != "cpu",
         "--profile times ops on a device: add --device cuda");
+  const DeviceChoice device = device_choice(args);
   if (quick) options.roof = bench::RoofOptions::quick();
   options.run_ar = options.run_diffusion = false;
   const std::vector<std::string> modes = split_list(args.get("modes", ""));
@@ -206,7 +211,7 @@ int cmd_bench(int argc, char** argv) {
   // report), instead of the CPU's roofs.
   if (args.get("device", "cpu") != "cpu") {
     const double t0 = now_ms();
-    use_device(bench_model.model(), args.get("device", "cpu"));
+    use_device(bench_model.model(), device);
     std::fprintf(stderr, "canvas bench: weights on the device in %.1f s\n", (now_ms() - t0) / 1000);
     info.source += " on " + args.get("device", "cpu");
     options.device = measure_device_floors(options.measure_roofs, quick);

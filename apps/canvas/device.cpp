@@ -1,5 +1,7 @@
 #include "device.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstdio>
 
 #include "core/error.h"
@@ -16,11 +18,44 @@ void check_all_weights(const Model& model, const std::string& path) {
                now_ms() - t0);
 }
 
-void use_device(Model& model, const std::string& device) {
-  if (device == "cpu") return;
-  check(device == "cuda", "--device: unknown device '" + device + "' (cpu or cuda)");
-  model.backend = cuda_module::make_backend(cuda_module::module(), model);
-  std::fprintf(stderr, "device: %s\n", model.backend->name().c_str());
+DeviceChoice device_choice(const Args& args) {
+  DeviceChoice choice;
+  choice.device = args.get("device", "cpu");
+  check(!(args.has("cpu-moe") && args.has("n-cpu-moe")),
+        "--cpu-moe keeps every layer's experts in RAM, --n-cpu-moe N the first N layers': give one of them");
+  if (args.has("n-cpu-moe")) {
+    choice.moe_layers_on_cpu = args.get_int("n-cpu-moe", 0);
+    check(choice.moe_layers_on_cpu >= 0, "--n-cpu-moe: N is a number of layers, 0 or more");
+  }
+  if (args.has("cpu-moe")) choice.moe_layers_on_cpu = INT64_MAX;
+  for (const char* flag : {"cpu-moe", "n-cpu-moe"})
+    check(!args.has(flag) || choice.device == "cuda",
+          std::string("--") + flag + " keeps the experts in RAM while the rest runs on the GPU; it needs --device cuda");
+  return choice;
+}
+
+std::string device_label(const DeviceChoice& choice) {
+  if (choice.moe_layers_on_cpu == 0) return choice.device;
+  if (choice.moe_layers_on_cpu == INT64_MAX) return choice.device + " --cpu-moe";
+  return choice.device + " --n-cpu-moe " + std::to_string(choice.moe_layers_on_cpu);
+}
+
+void use_device(Model& model, const DeviceChoice& choice) {
+  if (choice.device == "cpu") return;
+  check(choice.device == "cuda", "--device: unknown device '" + choice.device + "' (cpu or cuda)");
+  const ModelConfig& c = model.config;
+  cuda::BackendOptions options;
+  if (choice.moe_layers_on_cpu > 0 && !c.is_moe()) {
+    std::fprintf(stderr, "canvas: warning: --cpu-moe / --n-cpu-moe: '%s' has no experts (a dense model); every "
+                 "layer runs on the GPU\n", c.arch.c_str());
+  } else {
+    options.moe_layers_on_cpu = std::min(choice.moe_layers_on_cpu, c.n_layers);
+  }
+  model.primitives = cuda_module::make_backend(cuda_module::module(), model, options);
+  std::fprintf(stderr, "device: %s\n", model.primitives->name().c_str());
+  if (options.moe_layers_on_cpu > 0)
+    std::fprintf(stderr, "device: the experts of %lld of %lld layers stay in RAM and run on the CPU\n",
+                 static_cast<long long>(options.moe_layers_on_cpu), static_cast<long long>(c.n_layers));
 }
 
 bench::DeviceFloors measure_device_floors(bool measure_roofs, bool quick) {

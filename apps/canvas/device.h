@@ -1,9 +1,11 @@
 // --device: where a command's forward passes run (the CPU, or the CUDA backend: a module, libcanvas-cuda.so,
 // that only --device cuda loads, cuda/cuda_module.h).
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "bench/device_floors.h"
+#include "cli/options.h"
 #include "model/model.h"
 
 namespace canvas::cli {
@@ -22,10 +24,32 @@ inline constexpr const char* kCheckWeightsHelp =
     "4 MiB and 256 rows of each larger one)";
 void check_all_weights(const Model& model, const std::string& path);
 
-// "cpu": nothing; "cuda": sets model.backend to the CUDA backend and reports the device on stderr.
-// Throws Error for another name, for cuda in a build without the module, when the module or a library it
-// needs cannot be loaded (the message names it and the paths tried) and when no GPU is usable.
-void use_device(Model& model, const std::string& device);
+// --cpu-moe and --n-cpu-moe N (llama.cpp's spellings): the option rows' help, beside --device's.
+inline constexpr const char* kCpuMoeHelp =
+    "with --device cuda: keep every layer's experts (the MoE feed-forward) in RAM and run them\n"
+    "on the CPU, the rest on the GPU; their weights are not uploaded (a 26B-A4B on a 12-16 GB\n"
+    "card: the experts are most of its bytes)";
+inline constexpr const char* kNCpuMoeHelp =
+    "with --device cuda: the same for the experts of the first N layers only (0: none)";
+
+// Where a command's forward passes run: --device, and the layers whose experts stay on the CPU.
+struct DeviceChoice {
+  std::string device = "cpu";
+  int64_t moe_layers_on_cpu = 0;  // --n-cpu-moe N; --cpu-moe: every layer (INT64_MAX)
+};
+// The device as a cost model's key names it: "cpu", "cuda", "cuda --cpu-moe" or "cuda --n-cpu-moe N" (the
+// experts' side changes every pass's time).
+std::string device_label(const DeviceChoice& choice);
+// The choice of a command's --device, --cpu-moe and --n-cpu-moe. Throws Error for --cpu-moe or
+// --n-cpu-moe without --device cuda (the experts stay in RAM only beside a GPU), for both given at once,
+// and for a negative N.
+DeviceChoice device_choice(const Args& args);
+
+// "cpu": nothing; "cuda": sets model.primitives to the CUDA backend (the experts of the chosen layers kept
+// on the CPU; a model without experts gets a warning that nothing stays there) and reports the device on
+// stderr. Throws Error for another name, for cuda in a build without the module, when the module or a
+// library it needs cannot be loaded (the message names it and the paths tried) and when no GPU is usable.
+void use_device(Model& model, const DeviceChoice& choice);
 
 // canvas bench --device cuda: the GPU's name and memory in use now (after the weights' upload), and, when
 // `measure_roofs`, its floors measured now (cuda/cuda_roofs.h: a 4 GiB streaming read, 8192^3 f16 and f32

@@ -64,6 +64,8 @@ std::vector<Option> decoding_options() {
         {"-t,--threads", "N", "threads (default: the CPUs this process may use: its affinity and cgroup CPU\n"
                            "quota; more warns)"},
         {"--device", "NAME", kDeviceHelp},
+        {"--cpu-moe", "", kCpuMoeHelp},
+        {"--n-cpu-moe", "N", kNCpuMoeHelp},
         {"--check-weights", "", kCheckWeightsHelp},
         {"--no-stream", "", "print the text only when generation has finished"},
         {"--visual", "", "redraw the canvas on stderr's alternate screen at every step: the prompt dim, final\n"
@@ -177,7 +179,7 @@ GenerationRequest request_from_args(const Args& args) {
 }
 
 AutoMode::AutoMode(const Args& args, const TextModel& m, ThreadPool* pool) : model_(m.model), pool_(pool) {
-  key_ = cost_model_key(m.path, int64_t(pool->size()), args.get("device", "cpu"));
+  key_ = cost_model_key(m.path, int64_t(pool->size()), device_label(device_choice(args)));
   file_ = args.get("cost-model", "");
   if (file_.empty()) file_ = default_cost_model_file(key_);
   if (file_ == "none") file_.clear();
@@ -238,10 +240,11 @@ void AutoMode::learn(const GenerationOutput& out) {
 }
 
 TextModel load_text_model(const Args& args, const std::string& default_model, const std::string& command) {
+  const DeviceChoice device = device_choice(args);
   const std::string path = args.has("model") ? args.get("model", "") : shipped_model_path(default_model, command);
   Model model = Model::load(path);
   if (args.has("check-weights")) check_all_weights(model, path);
-  use_device(model, args.get("device", "cpu"));
+  use_device(model, device);
   return TextModel::from(std::move(model), path, args.get("tokenizer", ""), args.get("template", "auto"));
 }
 

@@ -37,6 +37,8 @@ bits_per_byte, windows, stride.)",
                           "(default: half the context length; below the context length)"},
         {"-t,--threads", "N", "threads (default: the CPUs this process may use)"},
         {"--device", "NAME", kDeviceHelp},
+        {"--cpu-moe", "", kCpuMoeHelp},
+        {"--n-cpu-moe", "N", kNCpuMoeHelp},
     },
     ""};
 
@@ -50,8 +52,9 @@ int cmd_score(int argc, char** argv) {
   const std::string text = args.has("file") ? read_file_bounded(args.get("file", ""), kMaxCorpusBytes, "text file",
                                                                    "kMaxCorpusBytes")
                                              : args.get("text", "");
+  const DeviceChoice device = device_choice(args);
   Model model = Model::load(path);
-  use_device(model, args.get("device", "cpu"));
+  use_device(model, device);
   check(model.file != nullptr, "canvas score needs a GGUF model (its tokenizer is read from the file)");
   // The model's own tokenizer, either kind (byte-level BPE, or Gemma-style SentencePiece BPE).
   const TextTokenizer tokenizer = tokenizer_for_model(model, path, "");

@@ -40,7 +40,7 @@ file's stem (text-dg); a request's "model" picks one (unknown: 404 model_not_fou
 name is accepted). Without "model", chat goes to the first chat model (a chat template of its own, or an
 id ending in -chat, -it or -instruct), completions to the first model; chat naming a model that is not a
 chat model while one is served is a 400. Each model has its own engine (--parallel, --queue, --mode,
---check-weights, --device and --cost-model apply to each); the compute threads are shared.
+--check-weights, --device, --cpu-moe and --cost-model apply to each); the compute threads are shared.
 Requests take OpenAI's fields (max_tokens, temperature, top_p, seed, stop, n = 1, stream,
 stream_options.include_usage) and canvas's knobs (steps, block_length, threshold, entropy_bound,
 cache, mode, canvas_draft). docs/serving.md has the details and measurements.)",
@@ -52,6 +52,8 @@ cache, mode, canvas_draft). docs/serving.md has the details and measurements.)",
         {"--host", "HOST", "address to listen on (default 127.0.0.1: this machine only)"},
         {"--port", "N", "TCP port (default 8080; 0: any free port, printed at start)"},
         {"--device", "NAME", kDeviceHelp},
+        {"--cpu-moe", "", kCpuMoeHelp},
+        {"--n-cpu-moe", "N", kNCpuMoeHelp},
         {"--check-weights", "", kCheckWeightsHelp},
         {"--parallel", "N",
          "requests decoded at once, their steps batched (default: 4, or 2 x the cores if more)"},
@@ -114,7 +116,8 @@ int cmd_serve(int argc, char** argv) {
   serve::ServeSetup setup;
   setup.cores = usable_cpus();
   setup.models = model_files.size();
-  setup.device = args.get("device", "cpu");
+  const DeviceChoice device = device_choice(args);
+  setup.device = device_label(device);  // the cost models' key
   serve::EngineOptions& engine_options = setup.engine;
   engine_options.parallel = args.get_int("parallel", std::max<int64_t>(4, 2 * setup.cores));
   engine_options.queue = args.get_int("queue", 64);
@@ -177,7 +180,7 @@ int cmd_serve(int argc, char** argv) {
       serve::ServedModel& served = served_models[i];
       Model loaded = Model::load(path);
       if (args.has("check-weights")) check_all_weights(loaded, path);
-      use_device(loaded, setup.device);
+      use_device(loaded, device);
       TextModel text = TextModel::from(std::move(loaded), path);
       text.chat.cancel = &stopping;  // a chat template render in flight stops at SIGTERM
       auto m = serve::start_served_model(std::move(text), path, served, setup, pool.get());

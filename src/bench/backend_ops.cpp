@@ -249,19 +249,21 @@ Mismatch compare(const std::vector<float>& a, const std::vector<float>& b) {
   return e;
 }
 
-std::shared_ptr<PrimitiveBackend> primitive_backend(const std::string& name) {
-  if (name == "partial") return make_partial_backend();
-  if (name == "cuda")
-    throw Error("canvas_backend_ops: the CUDA backend runs whole passes (--device cuda; tests/cuda_test.cpp compares "
-                "them with the CPU's); it has no executor of single primitives yet");
-  throw Error("canvas_backend_ops: unknown backend '" + name + "' (cpu, partial, cuda)");
+BackendFactory primitive_backend(const BackendOpsOptions& options) {
+  if (options.backend == "partial") return [](const Model&) { return make_partial_backend(); };
+  if (options.backend == "cuda") {
+    check(options.cuda != nullptr, "canvas_backend_ops: no CUDA backend was given (canvas_backend_ops --backend cuda "
+                                   "loads the CUDA module)");
+    return options.cuda;
+  }
+  throw Error("canvas_backend_ops: unknown backend '" + options.backend + "' (cpu, partial, cuda)");
 }
 
 }  // namespace
 
 std::vector<std::string> backend_ops_backends() { return {"cpu", "partial", "cuda"}; }
 
-std::string backend_ops_list() {
+std::string backend_ops_list(const std::function<bool(Primitive)>& cuda_runs, const std::string& cuda_note) {
   // Which backends run each primitive: the CPU runs all of them; the others say so through supports().
   const auto partial = make_partial_backend();
   const auto shape = find_synthetic_shape("llada:tiny");
@@ -284,22 +286,23 @@ std::string backend_ops_list() {
     line.resize(std::max<size_t>(line.size() + 1, 26), ' ');
     line += "cpu";
     if (partial_ex->supports(p, {})) line += " partial";
+    if (cuda_runs && cuda_runs(p)) line += " cuda";
     out += line + "\n";
   }
-  out += "(cuda: whole passes only, through --device cuda)\n";
+  if (!cuda_note.empty()) out += cuda_note + "\n";
   return out;
 }
 
 BackendOpsResult run_backend_ops(const BackendOpsOptions& options, std::FILE* out) {
   // The cpu backend is checked against the scalar twins; another backend against the CPU's SIMD kernels,
   // bit for bit for the partial backend (the same kernels), within f16 rounding for a device.
-  if (options.backend == "cpu") return run_backend_ops(options, out, nullptr, 1e-4);
-  return run_backend_ops(options, out, primitive_backend(options.backend), options.backend == "partial" ? 0.0 : 2e-2);
+  if (options.backend == "cpu") return run_backend_ops(options, out, BackendFactory{}, 1e-4);
+  return run_backend_ops(options, out, primitive_backend(options), options.backend == "partial" ? 0.0 : 2e-2);
 }
 
-BackendOpsResult run_backend_ops(const BackendOpsOptions& options, std::FILE* out,
-                                 const std::shared_ptr<PrimitiveBackend>& backend, double tolerance) {
-  const bool cpu = backend == nullptr;
+BackendOpsResult run_backend_ops(const BackendOpsOptions& options, std::FILE* out, const BackendFactory& make_backend,
+                                 double tolerance) {
+  const bool cpu = make_backend == nullptr;
   if (!options.primitive.empty()) {
     bool known = false;
     for (int i = 0; i < kPrimitives; ++i) known = known || options.primitive == primitive_name(Primitive(i));
@@ -315,6 +318,7 @@ BackendOpsResult run_backend_ops(const BackendOpsOptions& options, std::FILE* ou
       const auto built = build_synthetic_model(shape, so, &pool);
       const Model& model = built->model;
       const ModelConfig& c = model.config;
+      const std::shared_ptr<PrimitiveBackend> backend = cpu ? nullptr : make_backend(model);
       for (int decoder = 0; decoder < (c.has_decoder ? 2 : 1); ++decoder) {
         for (int64_t rows : kRowCounts) {
           const PassInputs in = make_inputs(c, rows, decoder != 0, uint64_t(rows * 31 + decoder));

@@ -1,9 +1,10 @@
 // The module's entry point (cuda/cuda_module.h): the table of the backend's functions, each catching what
-// the backend throws so that only plain data and the ForwardBackend object leave the module.
+// the backend throws so that only plain data and the PrimitiveBackend object leave the module.
 #include "cuda/cuda_module.h"
 
 #include <cstdio>
 #include <exception>
+#include <memory>
 
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_ops.h"
@@ -37,21 +38,10 @@ bool available(Message* why) {
   return ok;
 }
 
-ForwardBackend* make_backend(const Model* model, Message* error) {
-  std::shared_ptr<ForwardBackend> backend;
-  if (!guarded(error, [&] { backend = cuda::make_backend(*model); })) return nullptr;
-  // The backend is held by this shared_ptr alone; hand over a plain pointer the caller owns.
-  struct Owner final : ForwardBackend {
-    std::shared_ptr<ForwardBackend> inner;
-    std::string name() const override { return inner->name(); }
-    void forward_batch(const Model& m, std::span<KvCache* const> caches,
-                       std::span<const ForwardRequest> requests, const ForwardPlan& plan) override {
-      inner->forward_batch(m, caches, requests, plan);
-    }
-  };
-  auto* owner = new Owner;
-  owner->inner = std::move(backend);
-  return owner;
+PrimitiveBackend* make_backend(const Model* model, const cuda::BackendOptions* options, Message* error) {
+  std::unique_ptr<PrimitiveBackend> backend;
+  if (!guarded(error, [&] { backend = cuda::make_backend(*model, *options); })) return nullptr;
+  return backend.release();  // the caller owns it
 }
 
 bool device_name(Message* name, Message* error) {
@@ -91,6 +81,7 @@ Table make_table() {
   Table t;
   t.available = available;
   t.make_backend = make_backend;
+  t.runs_primitive = [](int p) { return p >= 0 && p < kPrimitives && cuda::runs_primitive(Primitive(p)); };
   t.device_name = device_name;
   t.device_memory = device_memory;
   t.device_buffer_peak_bytes = [] { return cuda::device_buffer_peak_bytes(); };

@@ -9,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "cuda/cuda_backend.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "model/placement.h"
 
 namespace canvas::cuda_module {
 
@@ -18,8 +20,9 @@ namespace canvas::cuda_module {
 inline constexpr const char* kFileName = "libcanvas-cuda.so";
 // The one symbol the module exports: `const Table* canvas_cuda_module()`.
 inline constexpr const char* kEntryPoint = "canvas_cuda_module";
-// Bumped whenever Table changes; a module of another version is refused.
-inline constexpr uint32_t kVersion = 1;
+// Bumped whenever Table changes; a module of another version is refused. 2: the backend is a
+// PrimitiveBackend (the executor of model/transformer.h), made with BackendOptions; runs_primitive.
+inline constexpr uint32_t kVersion = 2;
 
 // What a failed call says, filled by the module (a fixed buffer: nothing allocated on one side is freed
 // on the other).
@@ -32,24 +35,28 @@ struct Message {
 struct Layout {
   uint32_t model = sizeof(Model), model_config = sizeof(ModelConfig), kv_cache = sizeof(KvCache),
            forward_request = sizeof(ForwardRequest), forward_plan = sizeof(ForwardPlan),
-           tensor_view = sizeof(TensorView);
+           tensor_view = sizeof(TensorView), primitive_backend = sizeof(PrimitiveBackend),
+           backend_options = sizeof(cuda::BackendOptions);
   bool operator==(const Layout&) const = default;
 };
 
 // One finished profiling path (cuda/cuda_ops.h OpTime); `name` lives until the sink returns.
 using ProfileSink = void (*)(void* context, const char* name, int depth, double ms, int64_t spans);
 
-// Everything canvas calls in the module: plain data and function pointers, plus the ForwardBackend object
-// that make_backend returns (model/model.h's virtual interface; deleting it frees its device memory). The
-// functions never throw: a false return (or null) comes with `error` filled.
+// Everything canvas calls in the module: plain data and function pointers, plus the PrimitiveBackend object
+// that make_backend returns (model/placement.h's virtual interface, and the executors it makes; deleting it
+// frees its device memory). The functions never throw: a false return (or null) comes with `error` filled.
 struct Table {
   uint32_t version = kVersion;  // these two first in every version, so that any module can be checked
   uint32_t table_bytes = sizeof(Table);
   Layout layout;
   // True when a CUDA device can be used; otherwise false with why (no driver, driver too old, no device).
   bool (*available)(Message* why);
-  // cuda/cuda_backend.h make_backend: uploads the model's weights; the caller owns the result.
-  ForwardBackend* (*make_backend)(const Model* model, Message* error);
+  // cuda/cuda_backend.h make_backend: uploads the model's weights (those options leave in RAM excepted);
+  // the caller owns the result.
+  PrimitiveBackend* (*make_backend)(const Model* model, const cuda::BackendOptions* options, Message* error);
+  // cuda/cuda_backend.h runs_primitive (Primitive as an int): what the executor runs, asked without a device.
+  bool (*runs_primitive)(int primitive);
   bool (*device_name)(Message* name, Message* error);
   bool (*device_memory)(int64_t* total_bytes, int64_t* free_bytes, Message* error);
   int64_t (*device_buffer_peak_bytes)();
@@ -81,7 +88,8 @@ bool built();
 
 // The table's calls as C++: make_backend throws Error with the module's message, as check_call does
 // when `ok` is false.
-std::shared_ptr<ForwardBackend> make_backend(const Table& module, const Model& model);
+std::shared_ptr<PrimitiveBackend> make_backend(const Table& module, const Model& model,
+                                               const cuda::BackendOptions& options = {});
 void check_call(bool ok, const Message& error);
 
 }  // namespace canvas::cuda_module

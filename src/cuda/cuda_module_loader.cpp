@@ -34,7 +34,8 @@ std::string layout_text(const Layout& l) {
   return "Model " + std::to_string(l.model) + ", ModelConfig " + std::to_string(l.model_config) +
          ", KvCache " + std::to_string(l.kv_cache) + ", ForwardRequest " + std::to_string(l.forward_request) +
          ", ForwardPlan " + std::to_string(l.forward_plan) + ", TensorView " + std::to_string(l.tensor_view) +
-         " bytes";
+         ", PrimitiveBackend " + std::to_string(l.primitive_backend) + ", BackendOptions " +
+         std::to_string(l.backend_options) + " bytes";
 }
 
 }  // namespace
@@ -125,11 +126,12 @@ void check_call(bool ok, const Message& error) {
   if (!ok) throw Error(error.text[0] ? error.text : "the CUDA module failed without a message");
 }
 
-std::shared_ptr<ForwardBackend> make_backend(const Table& module, const Model& model) {
+std::shared_ptr<PrimitiveBackend> make_backend(const Table& module, const Model& model,
+                                               const cuda::BackendOptions& options) {
   Message error;
-  ForwardBackend* backend = module.make_backend(&model, &error);
+  PrimitiveBackend* backend = module.make_backend(&model, &options, &error);
   check_call(backend != nullptr, error);
-  return std::shared_ptr<ForwardBackend>(backend);
+  return std::shared_ptr<PrimitiveBackend>(backend);
 }
 
 }  // namespace canvas::cuda_module

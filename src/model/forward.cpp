@@ -1,7 +1,6 @@
 // The forward pass: requests checked and laid out (plan_forward), then model/transformer.h's one
-// definition of the model run by the CPU's executor (model/cpu_executor.h), or the whole pass by another
-// device's backend. Loading is model/model.cpp.
-#include <algorithm>
+// definition of the model run by the CPU's executor (model/cpu_executor.h), or placed primitive by
+// primitive on a backend's and the CPU's (model/placement.h). Loading is model/model.cpp.
 #include <cmath>
 #include <span>
 #include <vector>
@@ -52,7 +51,6 @@ ForwardPlan plan_forward(const Model& model, std::span<KvCache* const> caches, s
     check(decoder || (!req.canvas_kv && !req.canvas_rows), "forward: canvas K/V are for decoder passes only");
     check(!req.canvas_rows || req.canvas_kv, "forward: canvas rows need canvas_kv");
     if (req.canvas_kv) {
-      check(!model.backend, "forward: kept canvas K/V (freezing settled positions) are not supported on this device");
       const int64_t length = req.canvas_kv->capacity();
       check(req.canvas_rows ? n <= length : n == length,
             "forward: " + std::to_string(n) + " canvas rows for a canvas K/V store of " + std::to_string(length));
@@ -103,43 +101,20 @@ ForwardPlan plan_forward(const Model& model, std::span<KvCache* const> caches, s
 void forward_batch(const Model& model, std::span<KvCache* const> caches, std::span<const ForwardRequest> requests,
                    ThreadPool* pool) {
   const ForwardPlan plan = plan_forward(model, caches, requests);
-  if (model.backend) {
-    // Another device runs a batch of one kind whose encoder requests have caches of their own (it writes
-    // every encoder request's K/V before any of them attends): another batch is split into such runs, in
-    // order, which leaves the same K/V and logits (a decoder request reads only the cache rows earlier
-    // requests wrote, no request reads a decoder's rows, and an encoder request sees the rows written to
-    // its cache by the requests before it).
-    auto joins = [&](size_t i, size_t begin) {
-      if (requests[i].decoder != requests[begin].decoder) return false;
-      if (requests[i].decoder) return true;
-      return std::find(caches.begin() + std::ptrdiff_t(begin), caches.begin() + std::ptrdiff_t(i), caches[i]) ==
-             caches.begin() + std::ptrdiff_t(i);
-    };
-    size_t begin = 0;
-    for (size_t i = 1; i <= requests.size(); ++i) {
-      if (i < requests.size() && joins(i, begin)) continue;
-      if (begin == 0 && i == requests.size()) {
-        model.backend->forward_batch(model, caches, requests, plan);
-        return;
-      }
-      const auto part_caches = caches.subspan(begin, i - begin);
-      const auto part = requests.subspan(begin, i - begin);
-      model.backend->forward_batch(model, part_caches, part, plan_forward(model, part_caches, part));
-      begin = i;
-    }
-    return;
-  }
-  // Keeps the pool's workers spinning between this pass's parallel loops instead of sleeping.
-  const ThreadPool::Busy busy(pool);
+  PrimitiveBackend* backend = model.primitives.get();
+  // Keeps the pool's workers spinning between this pass's parallel loops instead of sleeping, unless a
+  // device runs the whole pass.
+  const bool device_only = backend && backend->runs_every_primitive() && !backend->keep_on_cpu;
+  const ThreadPool::Busy busy(device_only ? nullptr : pool);
   CpuExecutor executor(model, caches, requests, plan, pool);
-  if (!model.primitives) {
+  if (!backend) {
     run_transformer(model.config, executor);
     return;
   }
-  const std::unique_ptr<Executor> device = model.primitives->executor(model, caches, requests, plan, pool);
-  PlacedExecutor placed(executor, *device, model.primitives->keep_on_cpu);
-  run_transformer(model.config, placed);
-  model.primitives->add_stats(placed.stats());
+  const std::unique_ptr<Executor> device = backend->executor(model, caches, requests, plan, pool);
+  PlacedExecutor placed(executor, *device, backend->keep_on_cpu);
+  backend->run(*device, [&] { run_transformer(model.config, placed); });
+  backend->add_stats(placed.stats());
 }
 
 }  // namespace canvas

@@ -52,24 +52,11 @@ struct ForwardPlan {
   int64_t n = 0;
 };
 
-// Another device's forward (the CUDA backend, src/cuda/): when a Model has one, forward() and
-// forward_batch() run there with the same meaning, the decode loops above unchanged. The backend
-// holds its own copy of the weights and keeps each KvCache's K/V on its device (KvCache::id).
-class ForwardBackend {
- public:
-  virtual ~ForwardBackend() = default;
-  virtual std::string name() const = 0;
-  // Called by forward_batch() after plan_forward() checked the requests.
-  virtual void forward_batch(const Model& model, std::span<KvCache* const> caches,
-                             std::span<const ForwardRequest> requests, const ForwardPlan& plan) = 0;
-};
-
 struct Model {
   ModelConfig config;
-  // Where forward passes run: null for this CPU code; otherwise e.g. the CUDA backend (--device cuda).
-  std::shared_ptr<ForwardBackend> backend;
-  // Or a backend of single primitives (model/placement.h): the passes run on the CPU's executor and this
-  // backend's, each primitive where it is supported.
+  // Where forward passes run: null for the CPU's executor alone; otherwise a backend of primitives
+  // (model/placement.h; e.g. the CUDA backend, --device cuda): the passes run on its executor and the
+  // CPU's, each primitive where it is supported, the same definition (model/transformer.h) either way.
   std::shared_ptr<PrimitiveBackend> primitives;
   std::shared_ptr<GgufFile> file;                  // the GGUF the weights map (null for safetensors)
   std::shared_ptr<SafetensorsModel> safetensors;   // the safetensors checkpoint (null for GGUF)

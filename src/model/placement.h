@@ -35,6 +35,17 @@ class PrimitiveBackend {
   virtual std::unique_ptr<Executor> executor(const Model& model, std::span<KvCache* const> caches,
                                              std::span<const ForwardRequest> requests, const ForwardPlan& plan,
                                              ThreadPool* pool) = 0;
+  // Runs one pass: `pass` runs the model (through placement) with `device`, the executor executor() made
+  // for it, and the pass's results are then where its requests want them. The default calls pass; a device
+  // backend may instead replay what an earlier pass of the same shape queued (CUDA graphs), and waits for
+  // its device here.
+  virtual void run(Executor& device, const std::function<void()>& pass) {
+    (void)device;
+    pass();
+  }
+  // True when the executor runs every primitive of every model: forward_batch then leaves the CPU's thread
+  // pool asleep during the pass (unless keep_on_cpu keeps some calls on the CPU).
+  virtual bool runs_every_primitive() const { return false; }
   // Primitive calls the user keeps on the CPU whatever the backend supports (layer: the call's layer, -1
   // for global ones).
   std::function<bool(Primitive, int64_t layer)> keep_on_cpu;
