@@ -97,7 +97,6 @@ ForwardPlan plan_forward(const Model& model, std::span<KvCache* const> caches, s
   return plan;
 }
 
-
 void forward_batch(const Model& model, std::span<KvCache* const> caches, std::span<const ForwardRequest> requests,
                    ThreadPool* pool) {
   const ForwardPlan plan = plan_forward(model, caches, requests);
