@@ -8,13 +8,18 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
 #include <numeric>
 #include <thread>
 #include <vector>
 
 #include "core/cpu.h"
 #include "core/tensor.h"
+#include "ops/gemm.h"
 #include "ops/matmul.h"
+#include "ops/ops.h"
 #include "test_util.h"
 
 namespace canvas {
@@ -87,23 +92,36 @@ TEST(ThreadPoolContention, ContendedPoolKeepsUpWithOneThread) {
   EXPECT_EQ(a, c);
 }
 
+// A quantised [n x k] weight of sin values (its float rows in w32, its blocks in bytes).
+struct QuantWeight {
+  std::vector<float> w32;
+  std::vector<uint8_t> bytes;
+  TensorView view;
+};
+QuantWeight quant_weight(DType type, int64_t n, int64_t k) {
+  QuantWeight q;
+  q.w32.resize(size_t(n * k));
+  for (size_t i = 0; i < q.w32.size(); ++i) q.w32[i] = std::sin(0.37f * float(i));
+  const int64_t rb = row_bytes(type, k);
+  q.bytes.resize(size_t(n * rb));
+  for (int64_t r = 0; r < n; ++r) quantize_row(type, q.w32.data() + r * k, q.bytes.data() + r * rb, k);
+  q.view.type = type;
+  q.view.n_dims = 2;
+  q.view.ne[0] = k;
+  q.view.ne[1] = n;
+  q.view.data = q.bytes.data();
+  return q;
+}
+
 // Serial fallback or not, every loop gives the same bits: a quantised matmul under a spinner (the pool
 // switching between its workers and the caller alone as it measures) equals the single-thread product.
 TEST(ThreadPoolContention, ResultsAreBitExactWhateverThePoolDoes) {
   const int cpus = std::max(2, usable_cpus());
   const int64_t k = 512, n = 384, m = 3;
-  std::vector<float> w32(size_t(n * k)), x(size_t(m * k));
-  for (size_t i = 0; i < w32.size(); ++i) w32[i] = std::sin(0.37f * float(i));
+  const QuantWeight q = quant_weight(DType::Q4_0, n, k);
+  const TensorView& w = q.view;
+  std::vector<float> x(size_t(m * k));
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.11f * float(i));
-  const int64_t rb = row_bytes(DType::Q4_0, k);
-  std::vector<uint8_t> q(size_t(n * rb));
-  for (int64_t r = 0; r < n; ++r) quantize_row(DType::Q4_0, w32.data() + r * k, q.data() + r * rb, k);
-  TensorView w;
-  w.type = DType::Q4_0;
-  w.n_dims = 2;
-  w.ne[0] = k;
-  w.ne[1] = n;
-  w.data = q.data();
   std::vector<float> ref(size_t(m * n)), got(size_t(m * n));
   matmul(w, x.data(), m, ref.data(), nullptr);
   ThreadPool pool(cpus);
@@ -113,6 +131,140 @@ TEST(ThreadPoolContention, ResultsAreBitExactWhateverThePoolDoes) {
     matmul(w, x.data(), m, got.data(), &pool);
     ASSERT_EQ(got, ref) << "repeat " << rep;
   }
+}
+
+// Every chunk of every loop runs exactly once, whichever thread claims it, loop after loop: late workers
+// (woken after their loop ended, or descheduled by the spinner) never run a chunk of the next loop twice or
+// with the previous job.
+TEST(ThreadPoolContention, EveryChunkRunsOnceLoopAfterLoop) {
+  const int cpus = std::max(2, usable_cpus());
+  for (bool spinner : {false, true}) {
+    ThreadPool pool(cpus + 1);  // more threads than cores: workers are descheduled mid-loop
+    std::unique_ptr<Spinners> spin = spinner ? std::make_unique<Spinners>(1) : nullptr;
+    const ThreadPool::AllThreads every_loop(pool);  // every loop handed out, however short
+    std::vector<std::atomic<int>> hits(257);
+    for (int loop = 0; loop < 1000; ++loop) {
+      const int64_t n = 1 + loop % 257;
+      for (int64_t i = 0; i < n; ++i) hits[size_t(i)].store(0, std::memory_order_relaxed);
+      pool.parallel_for_dynamic(n, 1 + loop % 5, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[size_t(i)].fetch_add(1, std::memory_order_relaxed);
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << "loop " << loop << " item " << i;
+    }
+    std::vector<std::atomic<int>> indices(size_t(pool.size()));
+    for (int loop = 0; loop < 200; ++loop) {
+      for (auto& h : indices) h.store(0);
+      pool.run([&](int index, int threads) {
+        EXPECT_EQ(threads, pool.size());
+        indices[size_t(index)].fetch_add(1);
+      });
+      for (auto& h : indices) ASSERT_EQ(h.load(), 1) << "loop " << loop;
+    }
+  }
+}
+
+// What runs a loop never changes its bits: quantised matmuls of several row counts, an f32 gemm, attention
+// and elementwise loops, each run many times by pools of 1 to 4 threads beside a spinning thread (the pool
+// handing loops out, keeping them on the caller, probing and backing off as it measures), equal the
+// single-thread results bit for bit.
+TEST(ThreadPoolContention, OpsBitExactAcrossThreadCountsUnderASpinner) {
+  const int64_t k = 256, n = 384;
+  const QuantWeight q = quant_weight(DType::Q8_0, n, k);
+  const TensorView& w = q.view;
+  const std::vector<float>& w32 = q.w32;
+  const int64_t max_m = 40;
+  std::vector<float> x(size_t(max_m * k));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.11f * float(i));
+  // Attention: 4 query heads over 2 kv heads of 32, 24 queries over 64 keys, causal by group.
+  const int heads = 4, kv_heads = 2, hd = 32;
+  const int64_t n_q = 24, n_keys = 64;
+  std::vector<float> aq(size_t(n_q * heads * hd)), ak(size_t(kv_heads * n_keys * hd)), av(ak.size());
+  for (size_t i = 0; i < aq.size(); ++i) aq[i] = std::sin(0.013f * float(i));
+  for (size_t i = 0; i < ak.size(); ++i) ak[i] = std::cos(0.007f * float(i)), av[i] = std::sin(0.021f * float(i));
+  std::vector<int32_t> key_group(n_keys), query_group(n_q);
+  for (int64_t j = 0; j < n_keys; ++j) key_group[size_t(j)] = int32_t(j);
+  for (int64_t i = 0; i < n_q; ++i) query_group[size_t(i)] = int32_t(n_keys - n_q + i);
+  const AttentionMask mask{key_group.data(), query_group.data(), nullptr};
+  const AttentionShape shape{heads, kv_heads, hd, 1.f / std::sqrt(float(hd)), 0.f};
+
+  auto run_all = [&](ThreadPool* pool, int rep) {
+    std::vector<float> out;
+    const int64_t m = 1 + (rep * 7) % max_m;
+    std::vector<float> y(size_t(m * n));
+    matmul(w, x.data(), m, y.data(), pool);
+    out.insert(out.end(), y.begin(), y.end());
+    const int64_t gm = 32 + rep % 32, gn = 128, gk = 128;  // over the gemm's threading threshold
+    std::vector<float> c(size_t(gm * gn));
+    gemm(gm, gn, gk, x.data(), gk, 1, w32.data(), gn, c.data(), gn, false, pool);
+    out.insert(out.end(), c.begin(), c.end());
+    std::vector<float> att(size_t(n_q * heads * hd));
+    attention(aq.data(), n_q, heads * hd, ak.data(), av.data(), n_keys, n_keys * hd, mask, shape, att.data(),
+              heads * hd, pool);
+    out.insert(out.end(), att.begin(), att.end());
+    std::vector<double> loops(size_t(64 + rep * 13), 1.0);
+    canvas::parallel_for(pool, int64_t(loops.size()), 8, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) loops[size_t(i)] = std::sqrt(double(i) + 0.5 * double(rep));
+    });
+    for (double v : loops) out.push_back(float(v));
+    return out;
+  };
+  constexpr int kReps = 300;
+  std::vector<std::vector<float>> reference;
+  for (int rep = 0; rep < kReps; ++rep) reference.push_back(run_all(nullptr, rep));
+  const Spinners spinners(1);
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadPool pool(threads);
+    const ThreadPool::Busy busy(&pool);
+    for (int rep = 0; rep < kReps; ++rep) {
+      // Every third repeat hands every loop out, whatever the load sample says.
+      std::unique_ptr<ThreadPool::AllThreads> every_loop =
+          rep % 3 == 0 ? std::make_unique<ThreadPool::AllThreads>(pool) : nullptr;
+      const std::vector<float> got = run_all(&pool, rep);
+      ASSERT_EQ(got.size(), reference[size_t(rep)].size());
+      ASSERT_EQ(0, std::memcmp(got.data(), reference[size_t(rep)].data(), got.size() * sizeof(float)))
+          << threads << " threads, repeat " << rep;
+    }
+  }
+}
+
+// A loop of a few hundred nanoseconds never repays a hand-out: after its class is timed, it stays on the
+// caller but for a rare probe. AllThreads hands every loop out.
+TEST(ThreadPoolDecisions, ShortLoopsStayOnTheCaller) {
+  ThreadPool pool(2);
+  const ThreadPool::Busy busy(&pool);
+  std::vector<float> v(64, 1.f);
+  auto tiny = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) v[size_t(i)] += 1.f;
+  };
+  for (int i = 0; i < 4000; ++i) pool.parallel_for(64, 1, tiny);
+  const ThreadPool::Counts counts = pool.counts();
+  EXPECT_EQ(counts.handed_out + counts.on_caller, 4000);
+  EXPECT_LE(counts.handed_out, 4000 / 16) << "handed out " << counts.handed_out << ", on the caller "
+                                          << counts.on_caller;
+  EXPECT_EQ(v[0], 4001.f);
+  {
+    const ThreadPool::AllThreads every_loop(pool);
+    for (int i = 0; i < 100; ++i) pool.parallel_for(64, 1, tiny);
+  }
+  EXPECT_EQ(pool.counts().handed_out, counts.handed_out + 100);
+}
+
+// Threads of another process (here: of this one, outside the pool) runnable on every core but one: the
+// load sample keeps loops on the caller, and a worker is not left spinning on the core they need.
+TEST(ThreadPoolDecisions, LoopsStayOnTheCallerWhileOtherThreadsHoldTheCores) {
+  const int cpus = usable_cpus();
+  if (cpus < 2) GTEST_SKIP() << "one usable CPU";
+  if (!std::ifstream("/proc/loadavg")) GTEST_SKIP() << "no /proc/loadavg";
+  const Spinners spinners(cpus - 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ThreadPool pool(cpus);
+  const ThreadPool::Busy busy(&pool);
+  std::vector<double> out(4096, 1.0);
+  run_loops(pool, out, 400);  // ~100 microseconds a loop alone: worth handing out on a quiet machine
+  const ThreadPool::Counts counts = pool.counts();
+  EXPECT_TRUE(pool.serial_now());
+  EXPECT_LE(counts.handed_out, 400 / 20) << "handed out " << counts.handed_out << ", on the caller "
+                                         << counts.on_caller;
 }
 
 // The CPUs a process may use: its affinity, lowered to a cgroup quota rounded up.

@@ -21,10 +21,10 @@ class ThreadPool {
   int size() const { return int(workers_.size()) + 1; }
 
   // While a Busy scope is open (one forward pass: dozens of short parallel loops with serial work in
-  // between), idle workers keep spinning between loops instead of sleeping on the condition variable,
-  // yielding the core every few microseconds so a process sharing the cores is not starved. Outside any
-  // scope they spin only briefly, then sleep: an idle server burns no core. Scopes nest; a null pool
-  // is accepted.
+  // between), idle workers keep spinning between loops instead of sleeping, yielding the core every few
+  // microseconds so a process sharing the cores is not starved, as long as loops were handed to them in the
+  // last few milliseconds. Outside any scope they spin only briefly, then sleep: an idle server burns no
+  // core. Scopes nest; a null pool is accepted.
   class Busy {
    public:
     explicit Busy(ThreadPool* pool) : pool_(pool) {
@@ -40,19 +40,14 @@ class ThreadPool {
     ThreadPool* pool_;
   };
 
-  // Runs fn(thread_index, n_threads) once for every thread index (the caller is index 0) and waits.
-  // Callers on several threads take turns; fn must not call back into the same pool.
-  //
-  // When the workers do not pay (another process holds a core a worker needs, or the loops are too short
-  // to repay waking and waiting for them) the caller runs every index itself, one after another, with the
-  // same arguments: after each loop the pool compares how long it took with the caller's estimate of
-  // running it alone (its own index's time times the index count), and when over a window of loops
-  // (~2 ms) the loops took longer, they stay on the caller for a back-off period (10 ms, doubling to
-  // 0.5 s while that lasts) before the workers are tried again. Results are bit for bit the same either way (each index does the same work). Measurements that
-  // must use every thread (the bandwidth and FLOP roofs) open an AllThreads scope.
+  // Runs fn(index, size()) once for every index in [0, size()) and waits; the indices are shared out among
+  // the caller and the workers (whoever is free first takes the next). Callers on several threads take
+  // turns; fn must not call back into the same pool. While the pool judges its cores taken (see
+  // parallel_for) the caller runs every index itself; results must not depend on which thread runs which.
   void run(const std::function<void(int, int)>& fn);
 
-  // While open, every loop uses every thread, contended or not.
+  // While open, every loop is handed to every thread, contended or not, however short (the bandwidth and
+  // FLOP roofs measure with it).
   class AllThreads {
    public:
     explicit AllThreads(ThreadPool& pool) : pool_(pool), was_(pool.adaptive_) { pool_.adaptive_ = false; }
@@ -64,50 +59,102 @@ class ThreadPool {
     ThreadPool& pool_;
     bool was_;
   };
-  // True while loops run on the caller alone (the back-off period of a detected contention).
+  // True while every loop runs on the caller alone (another process holds the cores the workers need).
   bool serial_now() const;
 
-  // Splits [0, n) into contiguous chunks of at least `grain` items, one per thread, and runs
-  // fn(begin, end) on each. Results must not depend on the split (no cross-chunk reductions),
-  // which is what makes output identical for every thread count.
-  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+  // Splits [0, n) into contiguous chunks of at least `grain` items, one per thread, and runs fn(begin, end)
+  // on each; or runs fn(0, n) on the caller alone. Results must not depend on the split (no cross-chunk
+  // reductions), which is what makes output identical for every thread count and for either choice.
+  //
+  // Which of the two, loop by loop: loops are grouped in classes by where they are written (the type of
+  // fn's target), n within 2x, and `shape`, anything else that sets a loop's cost (a matmul's rows and
+  // width, an attention's queries and keys). The pool times each class both ways now and then and hands a
+  // loop to the workers only when that took under 70% of its time alone and the loop is long against a
+  // hand-out's cost (a loop of a few microseconds does not repay waking the workers, waiting for them and
+  // reading their results from their caches). And none is handed out while other processes' runnable
+  // threads leave fewer than two of the machine's cores free (/proc/loadavg, sampled every 2 ms), or, as a
+  // fallback for what that cannot see, while loops handed out lately took longer than their classes take
+  // alone (10 ms, doubling to 0.5 s).
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn, uint64_t shape = 0);
 
-  // Like parallel_for, but threads claim chunks of `chunk` items (the last may be shorter) from a
-  // shared counter until none is left: a thread slowed by another process on its core takes fewer
-  // chunks instead of holding up the loop. Only for loops whose results do not depend on the split.
-  void parallel_for_dynamic(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn);
+  // Like parallel_for, but threads claim chunks of `chunk` items (the last may be shorter) from a shared
+  // counter until none is left: a thread slowed by another process on its core takes fewer chunks instead
+  // of holding up the loop. Only for loops whose results do not depend on the split.
+  void parallel_for_dynamic(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn,
+                            uint64_t shape = 0);
+
+  // What the pool decided, for tests and benchmarks: loops handed to the workers and loops the caller ran
+  // alone (in parallel_for and parallel_for_dynamic since the pool was made).
+  struct Counts {
+    int64_t handed_out = 0, on_caller = 0;
+  };
+  Counts counts() const { return counts_; }
 
  private:
+  // Loops of one class: the EMAs of their time on the caller alone and handed out (ns; 0: not yet timed).
+  struct LoopClass {
+    uint64_t key = 0;
+    float serial_ns = 0, parallel_ns = 0;
+    uint32_t runs = 0;    // since the mode not chosen was last timed
+    uint8_t warm = 0;     // loops of the warm-up done (handed out, alone, handed out, alone)
+    bool large = false;   // far longer than a hand-out costs: always handed out, never timed alone
+  };
+  // n_chunks chunks, chunk(c) each, claimed by whichever thread is free; or serial() on the caller.
+  void run_loop(uint64_t key, int64_t n_chunks, const std::function<void(int64_t)>& chunk,
+                const std::function<void()>& serial);
+  // Hands chunks [0, n_chunks) out and takes part until every one is done.
+  void fan_out(int64_t n_chunks, const std::function<void(int64_t)>& chunk);
+  // Claims and runs chunks of loop `generation` until none is left; returns how many this thread ran.
+  int64_t claim_chunks(uint64_t generation);
   void worker_loop(int index);
-  // One loop ending at `now_ns`: how long it took, and the caller's estimate of running all of it alone.
-  void note_loop(int64_t elapsed_ns, int64_t serial_ns, int64_t now_ns);
+  // The load sample: true when other processes' runnable threads leave fewer than two cores free.
+  bool cores_taken();
+  // Called before a loop: refreshes the load sample when it is due.
+  void refresh_load(int64_t now);
+  // One handed-out loop of `elapsed_ns` whose class runs alone in `serial_ns`: the fallback judgement.
+  void note_fan_out(int64_t elapsed_ns, int64_t serial_ns, int64_t now);
 
-  // Index i of loop number g is claimed once (claimed_[i] moves from below g to g), by worker i or, once
-  // its own index is done, by the caller: a worker that has not started by then (descheduled, or still
-  // waking) costs the loop nothing, and its late arrival finds the index taken. The caller waits only for
-  // indices a worker claimed (done_). Workers spin briefly on the generation counter before sleeping on
-  // the condition variable: a forward pass issues dozens of short parallel loops per token, and a futex
-  // sleep/wake per loop would cost more than the loop itself.
-  bool claim(int index, uint64_t generation);
   std::vector<std::thread> workers_;
-  std::mutex mutex_;
-  std::mutex run_mutex_;  // held by the thread whose loop is running (run() serves one caller at a time)
-  std::condition_variable start_cv_;
-  const std::function<void(int, int)>* job_ = nullptr;
-  std::atomic<uint64_t> generation_{0};
-  std::unique_ptr<std::atomic<uint64_t>[]> claimed_;  // [size()]: the last loop number that claimed index i
-  std::atomic<int> done_{0};                            // indices 1.. finished in the current loop
+  std::mutex run_mutex_;  // held by the thread whose loop is running (one caller at a time)
+
+  // The loop being handed out: word_ holds its number (generation, high bits) and its next unclaimed chunk
+  // (low bits), so a worker that wakes late claims with a compare-and-swap that fails once the loop has
+  // moved on; the job and chunk count sit in two slots by the loop number's parity, so the caller sets up
+  // the next loop without touching what a late reader of this one may still look at.
+  static constexpr int kChunkBits = 24;
+  std::atomic<uint64_t> word_{0};
+  std::atomic<const std::function<void(int64_t)>*> job_[2] = {nullptr, nullptr};
+  std::atomic<int64_t> chunks_[2] = {0, 0};
+  std::atomic<int64_t> completed_{0};  // chunks finished by workers in the current loop
+
+  // Sleeping: workers spin briefly, then (inside a Busy scope, while loops were handed out lately) yield,
+  // then sleep on the condition variable; the caller takes the mutex to notify only when one sleeps.
+  std::mutex sleep_mutex_;
+  std::condition_variable wake_cv_;
+  std::atomic<int> sleepers_{0};
+  std::atomic<int64_t> spin_until_ns_{0};
   std::atomic<bool> stop_{false};
   std::atomic<int> busy_{0};  // open Busy scopes
-  // Contention state, written by the caller holding run_mutex_; serial_until_ns_ is read by workers too.
+
+  // Decisions, all written by the caller holding run_mutex_.
   bool adaptive_ = true;
-  std::atomic<int64_t> serial_until_ns_{0};
-  int64_t window_elapsed_ns_ = 0, window_serial_ns_ = 0;
-  int64_t backoff_ns_ = 0;
+  std::unique_ptr<LoopClass[]> classes_;
+  float fan_out_floor_ns_ = 0;  // the fastest handed-out loop so far: a class faster alone never pays
+  int system_cpus_ = 1;
+  int load_fd_ = -1;  // /proc/loadavg, kept open
+  uint32_t loops_since_clock_ = 0;
+  int64_t next_load_sample_ns_ = 0;
+  int64_t clock_ns_ = 0;  // the clock at its last reading
+  std::atomic<bool> cores_taken_{false};
+  std::atomic<int64_t> serial_until_ns_{0};  // the fallback's back-off
+  int64_t window_elapsed_ns_ = 0, window_serial_ns_ = 0, backoff_ns_ = 0;
+  Counts counts_;
 };
 
 // Single-threaded fallbacks usable where a pool pointer may be null.
-void parallel_for(ThreadPool* pool, int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
-void parallel_for_dynamic(ThreadPool* pool, int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn);
+void parallel_for(ThreadPool* pool, int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn,
+                  uint64_t shape = 0);
+void parallel_for_dynamic(ThreadPool* pool, int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn,
+                          uint64_t shape = 0);
 
 }  // namespace canvas

@@ -2,6 +2,7 @@
 #include "ops/gemm.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -106,7 +107,7 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_row_stride,
         }
       }
     }
-  });
+  }, uint64_t(std::bit_width(uint64_t(M) * uint64_t(N) * uint64_t(K))));
 }
 
 namespace reference {

@@ -381,7 +381,7 @@ void lm_head_stream(const TensorView& w, const float* x, int64_t m, int64_t hidd
     parallel_for_dynamic(pool, count, 1, [&](int64_t b, int64_t e) {
       for (int64_t l = b; l < e; ++l)
         run_lane(l0 + l, &lane_states[size_t(l * m)], soft ? &lane_soft[size_t(l * m * H)] : nullptr);
-    });
+    }, uint64_t(std::bit_width(uint64_t(m))) << 1 | uint64_t(soft));  // a lane's cost grows with the rows
     parallel_for(pool, m, 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i)
         for (int64_t l = 0; l < count; ++l) {
@@ -391,7 +391,7 @@ void lm_head_stream(const TensorView& w, const float* x, int64_t m, int64_t hidd
           const float* add = &lane_soft[size_t((l * m + i) * H)];
           for (int64_t j = 0; j < H; ++j) sums[j] = sums[j] * sc.earlier + add[j] * sc.later;
         }
-    });
+    }, uint64_t(std::bit_width(uint64_t(count))) << 1 | uint64_t(soft));
   }
 
   for (int64_t i = 0; i < m; ++i) {

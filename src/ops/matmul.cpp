@@ -2,6 +2,7 @@
 #include "ops/matmul.h"
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -291,12 +292,15 @@ void run_fused(const KernelSet& ks, const MatmulTarget* targets, int count, cons
   }
   uint8_t* xq = n_act_types > 0 ? activation_scratch(act_bytes * m * n_act_types) : nullptr;
   if (n_act_types > 0) {
-    parallel_for(m * k * n_act_types >= 65536 ? pool : nullptr, m * n_act_types, 1, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t a = r / m, i = r % m;
-        ks.quantize_act(act_types[a], x + i * ldx, k, xq + (a * m + i) * act_bytes);
-      }
-    });
+    parallel_for(
+        m * k * n_act_types >= 65536 ? pool : nullptr, m * n_act_types, 1,
+        [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) {
+            const int64_t a = r / m, i = r % m;
+            ks.quantize_act(act_types[a], x + i * ldx, k, xq + (a * m + i) * act_bytes);
+          }
+        },
+        uint64_t(k));
   }
 
   auto run_range = [&](int t, int64_t j0, int64_t j1) {
@@ -328,15 +332,21 @@ void run_fused(const KernelSet& ks, const MatmulTarget* targets, int count, cons
   // statically halved loop waits for its slower thread.
   const int64_t threads = pool ? pool->size() : 1;
   const int64_t chunk = std::max<int64_t>(1, (total_n + 8 * threads * ks.grain - 1) / (8 * threads * ks.grain)) * ks.grain;
-  parallel_for_dynamic(pool, total_n, chunk, [&](int64_t c0, int64_t c1) {
-    int64_t offset = 0;
-    for (int t = 0; t < count && offset < c1; ++t) {
-      const int64_t n = targets[t].w->rows();
-      const int64_t j0 = std::max<int64_t>(c0 - offset, 0), j1 = std::min<int64_t>(c1 - offset, n);
-      if (j0 < j1) run_range(t, j0, j1);
-      offset += n;
-    }
-  });
+  // The pool times loops per class: products of one output width differ in cost by their rows (within 2x
+  // alike) and width.
+  const uint64_t shape = uint64_t(std::bit_width(uint64_t(m))) << 32 | uint64_t(k);
+  parallel_for_dynamic(
+      pool, total_n, chunk,
+      [&](int64_t c0, int64_t c1) {
+        int64_t offset = 0;
+        for (int t = 0; t < count && offset < c1; ++t) {
+          const int64_t n = targets[t].w->rows();
+          const int64_t j0 = std::max<int64_t>(c0 - offset, 0), j1 = std::min<int64_t>(c1 - offset, n);
+          if (j0 < j1) run_range(t, j0, j1);
+          offset += n;
+        }
+      },
+      shape);
 }
 
 void run_matmul(const KernelSet& ks, const TensorView& w, const float* x, int64_t ldx, int64_t m, float* y,

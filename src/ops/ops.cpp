@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -301,18 +302,26 @@ void attention(const float* q, int64_t n_q, int64_t ldq, const float* k, const f
   const int64_t hd = shape.head_dim;
   // Work items are tiles: a run of queries with identical visibility times a chunk of the query heads
   // of one kv head, so each K/V row loaded serves every row of the tile. Tiling never changes a bit
-  // of the result (see AttendRowsFn), so tiles shrink freely until every thread has work.
+  // of the result (see AttendRowsFn), so tiles shrink freely until every thread has work; but only when
+  // the loop is large enough to be handed out at all (~2^18 multiply-adds: an AR step's attention on a
+  // small model runs on the caller, where smaller tiles only cost K/V reloads).
   int head_chunk = group;
   while (head_chunk > kernels::kMaxTileRows || group % head_chunk) --head_chunk;
   int64_t run_len = std::max(1, kernels::kMaxTileRows / head_chunk);
   auto runs = query_runs(mask, n_q, run_len);
-  const int64_t threads = pool ? pool->size() : 1;
+  const bool worth_splitting = pool && !pool->serial_now() && n_q * n_keys * hd * shape.n_heads >= (int64_t(1) << 18);
+  const int64_t threads = worth_splitting ? pool->size() : 1;
   auto n_items = [&] { return int64_t(runs.size()) * n_kv * (group / head_chunk); };
   if (threads > 1 && n_items() < 4 * threads && run_len > 1) runs = query_runs(mask, n_q, run_len = 1);
   if (threads > 1 && n_items() < 4 * threads) head_chunk = 1;
   const int chunks = group / head_chunk;
 
-  parallel_for(pool, n_items(), 1, [&](int64_t begin, int64_t end) {
+  // Items claimed in chunks (about four per thread), so a thread slowed by another process takes fewer; the
+  // pool times loops per class, and an item's cost grows with the keys it reads.
+  const int64_t items = n_items();
+  const int64_t chunk = std::max<int64_t>(1, items / (4 * threads));
+  const uint64_t cost_shape = uint64_t(std::bit_width(uint64_t(n_keys))) | uint64_t(hd) << 8 | uint64_t(std::bit_width(uint64_t(n_q))) << 24;
+  parallel_for_dynamic(pool, items, chunk, [&](int64_t begin, int64_t end) {
     thread_local std::vector<int32_t> keys;
     thread_local std::vector<float> scores;
     if (int64_t(keys.size()) < n_keys) keys.resize(n_keys);
@@ -337,7 +346,7 @@ void attention(const float* q, int64_t n_q, int64_t ldq, const float* k, const f
       attend(q_rows, out_rows, rows, k + kv * kv_head_stride, v + kv * kv_head_stride, hd, keys.data(), n_visible,
              shape.scale, shape.softcap, scores.data());
     }
-  });
+  }, cost_shape);
 }
 
 // ---- references ----------------------------------------------------------------------------------
