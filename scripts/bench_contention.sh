@@ -6,7 +6,9 @@
 # rows for that binary too (e.g. a build of the previous commit), alternating with this one; with
 # LLAMA_BENCH=path/to/llama-bench also llama.cpp's decode of models/text-ar.gguf (tg64) beside canvas's
 # --mode ar on that file. Prints each row's busy / quiet ratio, then the default thread count against -t 1
-# under each load. Nothing else should be running.
+# under each load. With LLAMA_SERVER=path/to/llama-server, then serve under load too: scripts/serve_vs_llama.sh
+# (canvas serve against llama-server on models/text-ar.gguf at 1 and 16 clients, quiet and with one core busy;
+# BEFORE is passed on). Nothing else should be running.
 # Usage: scripts/bench_contention.sh [REPEATS=5] [OUT=runs/bench-contention.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -84,3 +86,7 @@ for r in table:
           f"{r['busy_ms'] / one['busy_ms']:17.2f}")
 json.dump({"rows": table, "samples": rows}, open(sys.argv[2], "w"), indent=1)
 EOF
+if [ -n "${LLAMA_SERVER:-}" ]; then
+  echo
+  bash scripts/serve_vs_llama.sh "$LLAMA_SERVER" models/text-ar.gguf "$(dirname "$out")/serve-vs-llama" "${SERVE_ROUNDS:-3}"
+fi
