@@ -358,9 +358,10 @@ BackendOpsResult run_backend_ops(const BackendOpsOptions& options, std::FILE* ou
               const Mismatch e = compare(got, want);
               if (where.empty() || e.relative > worst.relative) {
                 worst = e;
-                where = name + (e.at >= 0 ? " [row " + std::to_string(e.at / std::max<int64_t>(width, 1)) + ", col " +
-                                                std::to_string(e.at % std::max<int64_t>(width, 1)) + "]"
-                                          : " (shape differs)");
+                where = name + (e.at >= 0                ? " [row " + std::to_string(e.at / std::max<int64_t>(width, 1)) +
+                                                               ", col " + std::to_string(e.at % std::max<int64_t>(width, 1)) + "]"
+                                : std::isinf(e.relative) ? " (shape differs)"
+                                                         : "");
               }
             };
             for (Slot s : oc.outputs) {

@@ -242,7 +242,7 @@ void CpuExecutor::write_slot(Slot s, const float* data, int64_t rows, int64_t wi
 const TensorView& CpuExecutor::view(WeightRef w) const {
   static const TensorView none;
   if (!w.present()) return none;
-  const TensorView* v = weight_slot(const_cast<Model&>(model_), w.role, w.layer);
+  const TensorView* v = weight_slot(model_, w.role, w.layer);
   return v ? *v : none;
 }
 
@@ -264,9 +264,7 @@ void CpuExecutor::rms_norm_heads(Slot x, int64_t head_dim, WeightRef weight) {
 
 void CpuExecutor::copy(Slot out, Slot in) {
   const SlotBuffer& a = at(in);
-  const float* src = a.ptr();
-  const int64_t rows = a.rows, width = a.width;
-  std::copy(src, src + rows * width, at(out).shape(rows, width));
+  write_slot(out, a.ptr(), a.rows, a.width);
 }
 
 void CpuExecutor::add(Slot x, Slot y) {

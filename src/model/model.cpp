@@ -397,8 +397,11 @@ TensorView* weight_slot(Model& m, TensorRole role, int64_t layer) {
   }
 }
 
+const TensorView* weight_slot(const Model& m, TensorRole role, int64_t layer) {
+  return weight_slot(const_cast<Model&>(m), role, layer);  // it only locates; nothing is written
+}
+
 TensorView model_weight(const Model& model, const TensorSpec& spec) {
-  Model& m = const_cast<Model&>(model);  // weight_slot() only locates; nothing is written
   if (spec.kind == TensorKind::Scalar) {
     const LayerWeights& w = model.layers.at(size_t(spec.layer));
     TensorView v;
@@ -410,7 +413,7 @@ TensorView model_weight(const Model& model, const TensorSpec& spec) {
     return v;
   }
   if (spec.layer >= int64_t(model.layers.size())) return TensorView{};
-  return *weight_slot(m, spec.role, spec.layer);
+  return *weight_slot(model, spec.role, spec.layer);
 }
 
 void interleave_weights(Model& model, const std::function<uint8_t*(const TensorView&)>& writable, ThreadPool* pool) {

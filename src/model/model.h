@@ -169,6 +169,8 @@ TensorView model_weight(const Model& model, const TensorSpec& spec);
 // Where the tensor of `role` (of `layer`, -1 for global roles) lives in a Model, for binders: the loaders
 // and the synthetic bench models. Null for the layer scalars, which are floats (LayerWeights).
 TensorView* weight_slot(Model& m, TensorRole role, int64_t layer);
+// The same, for readers.
+const TensorView* weight_slot(const Model& m, TensorRole role, int64_t layer);
 
 // Builds model.embedding_columns when the model reads self-conditioning logits (a decoder or canvas's own
 // self-conditioning) and the f32 table fits kMaxEmbeddingColumnsBytes; the load functions and the

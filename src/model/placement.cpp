@@ -144,7 +144,7 @@ class MatmulOnlyExecutor final : public Executor {
     const Held& x = slots_[size_t(in)];
     std::vector<MatmulTarget> targets;
     for (const Product& p : products) {
-      const TensorView& w = *weight_slot(const_cast<Model&>(model_), p.weight.role, p.weight.layer);
+      const TensorView& w = *weight_slot(model_, p.weight.role, p.weight.layer);
       Held& out = slots_[size_t(p.out)];
       out.rows = x.rows;
       out.width = w.rows();

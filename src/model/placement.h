@@ -4,7 +4,6 @@
 // some on the CPU (--cpu-moe: the experts in RAM).
 #pragma once
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>

@@ -51,14 +51,13 @@ int64_t check_tensor(const TensorView& t, WeightScan scan, const std::string& pa
 }  // namespace
 
 int64_t check_weights_finite(const Model& model, WeightScan scan, const std::string& path) {
-  Model& m = const_cast<Model&>(model);  // weight_slot only locates; nothing is written
   int64_t read = 0;
-  for (const TensorSpec& spec : model_tensors(m.config)) {
+  for (const TensorSpec& spec : model_tensors(model.config)) {
     if (spec.kind == TensorKind::Scalar) continue;
-    read += check_tensor(*weight_slot(m, spec.role, spec.layer), scan, path);
+    read += check_tensor(*weight_slot(model, spec.role, spec.layer), scan, path);
   }
-  for (size_t l = 0; l < m.layers.size(); ++l)
-    for (const float s : {m.layers[l].layer_scalar_decoder, m.layers[l].layer_scalar_encoder})
+  for (size_t l = 0; l < model.layers.size(); ++l)
+    for (const float s : {model.layers[l].layer_scalar_decoder, model.layers[l].layer_scalar_encoder})
       if (!std::isfinite(s)) broken(path, scan, "layer " + std::to_string(l) + "'s layer scalar is " + std::to_string(s));
   return read;
 }
