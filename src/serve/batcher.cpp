@@ -30,28 +30,6 @@ void StepBatcher::wake() {
   wake_batcher_.notify_one();
 }
 
-void StepBatcher::join() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  ++active_;
-}
-
-void StepBatcher::leave() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    --active_;
-  }
-  wake_batcher_.notify_all();  // the others may all be waiting for this one
-}
-
-void StepBatcher::forward(KvCache& cache, std::span<const ForwardRequest> requests) {
-  Waiter waiter{&cache, requests, false, nullptr};
-  std::unique_lock<std::mutex> lock(mutex_);
-  waiting_.push_back(&waiter);
-  wake_batcher_.notify_all();
-  wake_waiters_.wait(lock, [&] { return waiter.done; });
-  if (waiter.error) std::rethrow_exception(waiter.error);
-}
-
 int64_t StepBatcher::batches() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return batches_;
@@ -62,15 +40,11 @@ int64_t StepBatcher::passes() const {
 }
 int64_t StepBatcher::active() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return active_ + int64_t(stepped_count_);
+  return int64_t(stepped_count_);
 }
 int64_t StepBatcher::largest_batch() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return largest_batch_;
-}
-
-bool StepBatcher::ready() const {
-  return (stepped_count_ > 0 || !waiting_.empty()) && int64_t(waiting_.size()) >= active_;
 }
 
 void StepBatcher::admit(std::vector<std::unique_ptr<Sequence>>& added) {
@@ -85,22 +59,20 @@ void StepBatcher::admit(std::vector<std::unique_ptr<Sequence>>& added) {
   added.clear();
 }
 
-void StepBatcher::run(std::vector<Waiter*>& group) {
+void StepBatcher::run() {
   caches_.clear();
   size_t rows = 0;
-  auto add = [&](KvCache* cache, std::span<const ForwardRequest> requests) {
-    for (const ForwardRequest& r : requests) {
-      caches_.push_back(cache);
+  for (Stepped& s : stepped_)
+    for (const ForwardRequest& r : s.requests) {
+      caches_.push_back(s.cache);
       if (rows < requests_.size())
         requests_[rows] = r;  // reuses the request's memory (its logit rows)
       else
         requests_.push_back(r);
       ++rows;
     }
-  };
-  for (Stepped& s : stepped_) add(s.cache, s.requests);
-  for (Waiter* w : group) add(w->cache, w->requests);
   try {
+    // Decoder passes (DiffusionGemma) and encoder passes share the batch (forward_batch takes both).
     forward_batch(model_, caches_, std::span<const ForwardRequest>(requests_.data(), rows), pool_);
   } catch (...) {
     // Rerun one by one so that only the generation at fault gets the error.
@@ -111,24 +83,16 @@ void StepBatcher::run(std::vector<Waiter*>& group) {
         s.error = std::current_exception();
       }
     }
-    for (Waiter* w : group) {
-      try {
-        forward_on(model_, *w->cache, w->requests, pool_);
-      } catch (...) {
-        w->error = std::current_exception();
-      }
-    }
   }
 }
 
 void StepBatcher::loop() {
-  std::vector<Waiter*> batch;
   for (;;) {
     bool take = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_batcher_.wait(lock, [&] { return stopping_ || intake_due_ || ready(); });
-      if (stopping_ && waiting_.empty() && !intake_due_ && stepped_.empty()) return;
+      wake_batcher_.wait(lock, [&] { return stopping_ || intake_due_ || !stepped_.empty(); });
+      if (stopping_ && !intake_due_ && stepped_.empty()) return;
       take = intake_due_;
       intake_due_ = false;
     }
@@ -138,25 +102,16 @@ void StepBatcher::loop() {
       std::lock_guard<std::mutex> lock(mutex_);
       stepped_count_ = stepped_.size();
     }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!ready()) continue;  // woken to take requests in, or threads still on their way to forward()
-      batch.swap(waiting_);
-    }
-    // Decoder passes (DiffusionGemma) and encoder passes share the batch (forward_batch takes both).
-    run(batch);
-    const int64_t passes = int64_t(stepped_.size() + batch.size());
+    if (stepped_.empty()) continue;
+    run();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ++batches_;
-      passes_ += passes;
-      largest_batch_ = std::max(largest_batch_, passes);
-      for (Waiter* w : batch) w->done = true;
+      passes_ += int64_t(stepped_.size());
+      largest_batch_ = std::max(largest_batch_, int64_t(stepped_.size()));
     }
-    if (!batch.empty()) wake_waiters_.notify_all();
-    batch.clear();
-    // The stepped sequences take their step and ask for their next pass; those that end leave, and their
-    // slots may take queued requests.
+    // Each sequence takes its step and asks for its next pass; those that end leave, and their slots may
+    // take queued requests.
     bool ended = false;
     for (Stepped& s : stepped_) {
       s.sequence->ran(std::exchange(s.error, nullptr));

@@ -16,12 +16,9 @@
 
 namespace canvas::serve {
 
-// The batcher's thread runs every step as one forward_batch over two kinds of generation:
-//  - sequences it steps itself (AR: a Sequence gives its next pass, the thread runs it with the others and
-//    hands the logits back; no thread of their own and no hand-off per token), taken in by `intake`;
-//  - generations that run on their own threads and call forward() (through DecodeCallbacks::forward) as if
-//    they were alone (diffusion, verify): a step waits until every such generation that has joined is
-//    either waiting in forward() or gone.
+// The batcher's thread runs every step as one forward_batch over the generations it steps: each Sequence
+// gives its next pass, the thread runs them all as one batch and hands each its logits back (AR steps
+// directly; diffusion and verify generations run on fibers that pause in their passes: serve/engine.cpp).
 // So each step costs one pass over the weights however many requests are active, generations join and leave
 // between steps, and each one's outputs are bit for bit those of decoding it alone (forward_batch's
 // guarantee).
@@ -39,7 +36,7 @@ class StepBatcher {
     virtual void done() = 0;
   };
   // Called on the batcher's thread, without its lock, after wake(): appends the sequences to step from now
-  // on (the engine's queued requests; requests of the other kind it starts on their threads).
+  // on (the engine's queued requests).
   using Intake = std::function<void(std::vector<std::unique_ptr<Sequence>>& added)>;
 
   StepBatcher(const Model& model, ThreadPool* pool, Intake intake = {});
@@ -50,25 +47,6 @@ class StepBatcher {
   // Asks the thread to call `intake` before its next step (a request was queued or a slot freed).
   void wake();
 
-  // A generation on its own thread registers before its first pass and leaves after its last one
-  // (Membership does both).
-  void join();
-  void leave();
-  class Membership {
-   public:
-    explicit Membership(StepBatcher& batcher) : batcher_(batcher) { batcher_.join(); }
-    ~Membership() { batcher_.leave(); }
-    Membership(const Membership&) = delete;
-    Membership& operator=(const Membership&) = delete;
-
-   private:
-    StepBatcher& batcher_;
-  };
-
-  // One pass of a joined generation (several requests on its cache run in order within the batch, as
-  // forward_on runs them); blocks until the batch holding it has run. Rethrows the pass's error.
-  void forward(KvCache& cache, std::span<const ForwardRequest> requests);
-
   // Counters since start (for /health and the tests): batches run, passes in them (one per generation per
   // step), the largest batch, and the generations stepping now.
   int64_t batches() const;
@@ -77,12 +55,6 @@ class StepBatcher {
   int64_t largest_batch() const;
 
  private:
-  struct Waiter {
-    KvCache* cache;
-    std::span<const ForwardRequest> requests;
-    bool done = false;
-    std::exception_ptr error;
-  };
   struct Stepped {
     std::unique_ptr<Sequence> sequence;
     KvCache* cache = nullptr;
@@ -92,17 +64,13 @@ class StepBatcher {
   void loop();
   // Asks each new sequence for its first pass (ending those that have none).
   void admit(std::vector<std::unique_ptr<Sequence>>& added);
-  // Runs the batch: the stepped sequences' passes, then the waiters'.
-  void run(std::vector<Waiter*>& group);
-  bool ready() const;  // a step can run (mutex_ held)
+  void run();  // the batch: every stepped sequence's pending pass
 
   const Model& model_;
   ThreadPool* pool_;
   Intake intake_;
   mutable std::mutex mutex_;
-  std::condition_variable wake_batcher_, wake_waiters_;
-  int64_t active_ = 0;            // generations on their own threads
-  std::vector<Waiter*> waiting_;
+  std::condition_variable wake_batcher_;
   bool intake_due_ = false, stopping_ = false;
   size_t stepped_count_ = 0;      // stepped_.size(), readable under mutex_
   int64_t batches_ = 0, passes_ = 0, largest_batch_ = 0;

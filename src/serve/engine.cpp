@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/fiber.h"
 #include "core/timer.h"
 #include "decode/verify.h"
 
@@ -45,13 +46,9 @@ Engine::Engine(const Model& model, ThreadPool* pool, EngineOptions options)
     save_cost_model(cost_);
   }
   cost_model_stored_ = stored.has_value();
-  slots_ = std::make_unique<WorkerThreads>("canvas-slot", size_t(options_.parallel));
 }
 
-Engine::~Engine() {
-  shutdown(true);
-  slots_.reset();
-}
+Engine::~Engine() { shutdown(true); }
 
 bool Engine::chooses_verify() const {
   const ModelConfig& c = model_.config;
@@ -205,6 +202,47 @@ class Engine::Stepped final : public StepBatcher::Sequence {
   std::string error_;
 };
 
+// Any other job (diffusion, verify, infilling), decoded by the generator as it would be alone, on a fiber
+// of the batcher's thread: it pauses in each forward pass and the batcher runs the pass with the others'.
+class Engine::OnFiber final : public StepBatcher::Sequence {
+ public:
+  OnFiber(Engine& engine, std::unique_ptr<Running> run)
+      : engine_(engine), run_(std::move(run)), fiber_([this] { decode(); }) {
+    run_->request.forward = [this](const Model&, KvCache& cache, std::span<const ForwardRequest> requests,
+                                   ThreadPool*) {
+      cache_ = &cache;
+      requests_ = requests;
+      Fiber::suspend();  // the batcher runs the pass, calls ran(), then next() resumes here
+      if (pass_error_) std::rethrow_exception(std::exchange(pass_error_, nullptr));
+    };
+  }
+  bool next(KvCache*& cache, std::span<const ForwardRequest>& requests) override {
+    if (!fiber_.resume()) return false;
+    cache = cache_;
+    requests = requests_;
+    return true;
+  }
+  void ran(std::exception_ptr error) override { pass_error_ = std::move(error); }
+  void done() override { engine_.end(*run_, out_, error_); }
+
+ private:
+  void decode() {
+    try {
+      out_ = engine_.generator_.run(run_->request, nullptr);
+    } catch (const std::exception& e) {
+      error_ = e.what();
+    }
+  }
+  Engine& engine_;
+  std::unique_ptr<Running> run_;
+  KvCache* cache_ = nullptr;
+  std::span<const ForwardRequest> requests_;
+  std::exception_ptr pass_error_;
+  GenerationOutput out_;
+  std::string error_;
+  Fiber fiber_;  // last: its body uses the members above
+};
+
 void Engine::take(std::vector<std::unique_ptr<StepBatcher::Sequence>>& stepped) {
   for (;;) {
     std::shared_ptr<Job> job;
@@ -220,17 +258,15 @@ void Engine::take(std::vector<std::unique_ptr<StepBatcher::Sequence>>& stepped) 
     std::unique_ptr<Running> run;
     try {
       run = start(job);
+      if (generator_.runs_in_steps(run->request))
+        stepped.push_back(std::make_unique<Stepped>(*this, std::move(run)));
+      else
+        stepped.push_back(std::make_unique<OnFiber>(*this, std::move(run)));
     } catch (const std::exception& e) {  // the job ends with the error; the engine goes on
       Running failed;
       failed.job = std::move(job);
       failed.t0 = now_ms();
       end(failed, GenerationOutput(), e.what());
-      continue;
-    }
-    if (generator_.runs_in_steps(run->request)) {
-      stepped.push_back(std::make_unique<Stepped>(*this, std::move(run)));
-    } else {
-      slots_->post([this, run = std::shared_ptr<Running>(std::move(run))] { decode_on_thread(*run); });
     }
   }
 }
@@ -290,21 +326,6 @@ std::unique_ptr<Engine::Running> Engine::start(std::shared_ptr<Job> job_ptr) {
       job.have_logprob[size_t(position)] = 1;
     };
   return run;
-}
-
-void Engine::decode_on_thread(Running& run) {
-  StepBatcher::Membership member(batcher_);
-  run.request.forward = [this](const Model&, KvCache& cache, std::span<const ForwardRequest> reqs, ThreadPool*) {
-    batcher_.forward(cache, reqs);
-  };
-  GenerationOutput out;
-  std::string error;
-  try {
-    out = generator_.run(run.request, nullptr);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  end(run, out, error);
 }
 
 void Engine::end(Running& run, const GenerationOutput& out, const std::string& error) {

@@ -14,7 +14,6 @@
 #include <thread>
 #include <vector>
 
-#include "core/worker_threads.h"
 #include "decode/cost_model.h"
 #include "decode/events.h"
 #include "decode/generation.h"
@@ -94,10 +93,10 @@ struct EngineOptions {
   std::string cost_model_file, cost_model_key;
 };
 
-// Requests are taken from the queue, up to `parallel` at a time, by the step batcher's thread. It decodes
-// AR requests itself, a step of every one of them per batched forward pass (GenerationSteps); the other
-// modes decode on generation threads (started when requests need them, at most `parallel`, leaving after
-// 10 s idle) whose passes join the same batches.
+// Requests are taken from the queue, up to `parallel` at a time, by the step batcher's thread, which decodes
+// all of them, every running request's pass in one batched forward per step: AR requests a step at a time
+// (GenerationSteps), the other modes on a fiber each (core/fiber.h) that pauses in each of its passes. No
+// request has a thread of its own.
 class Engine {
  public:
   Engine(const Model& model, ThreadPool* pool, EngineOptions options);
@@ -143,11 +142,11 @@ class Engine {
 
  private:
   struct Running;  // a job taken from the queue, with its request as it runs
-  class Stepped;  // ... decoded by the batcher's thread
-  // The batcher's intake: queued jobs while slots are free (AR ones stepped there, others on a thread).
+  class Stepped;  // ... decoded a step at a time by the batcher's thread (AR)
+  class OnFiber;  // ... decoded on a fiber of the batcher's thread (the other modes)
+  // The batcher's intake: queued jobs while slots are free.
   void take(std::vector<std::unique_ptr<StepBatcher::Sequence>>& stepped);
   std::unique_ptr<Running> start(std::shared_ptr<Job> job);  // its mode chosen, its callbacks set, Started
-  void decode_on_thread(Running& run);
   // The job's result, what routing learns from it, the metrics and the log line, Finished; frees its slot.
   void end(Running& run, const GenerationOutput& out, const std::string& error);
   bool chooses_verify() const;  // auto picks among ar and verify by the cost model (uniform-state models)
@@ -168,8 +167,7 @@ class Engine {
   int64_t started_ = 0;  // jobs started so far (a job ran alone when none started during it)
   bool stopping_ = false;
   std::atomic<ServerMetrics*> metrics_{nullptr};
-  std::string metrics_model_;             // the id the metrics count this engine's generations under
-  std::unique_ptr<WorkerThreads> slots_;  // its destructor joins threads that use the members above
+  std::string metrics_model_;  // the id the metrics count this engine's generations under
   // Last: built after, and its thread joined before, the members its intake uses.
   StepBatcher batcher_;
 };
