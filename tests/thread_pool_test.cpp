@@ -249,6 +249,43 @@ TEST(ThreadPoolDecisions, ShortLoopsStayOnTheCaller) {
   EXPECT_EQ(pool.counts().handed_out, counts.handed_out + 100);
 }
 
+// A pass whose loops are faster handed out one by one but which pays for it after them (here the caller
+// busy for twice the loops' time whenever a loop was handed out: the cost a loop's own time does not show) is
+// judged whole: once its key has warmed up, its loops stay on the caller but for the rare probe. Without a
+// key, every loop goes out.
+TEST(ThreadPoolDecisions, PassesSlowerWithTheWorkersRunAlone) {
+  ThreadPool pool(2);
+  std::vector<double> out(2, 1.0);
+  auto pass = [&](uint64_t key) {
+    const ThreadPool::Busy busy(&pool, key);
+    const int64_t before = pool.counts().handed_out;
+    const double t0 = now_ms();
+    for (int l = 0; l < 4; ++l)
+      pool.parallel_for(2, 1, [&](int64_t b, int64_t e) {  // a millisecond or so a chunk
+        for (int64_t i = b; i < e; ++i) {
+          double v = out[size_t(i)];
+          for (int k = 0; k < 1000000; ++k) v = v * 0.999 + 1e-3;
+          out[size_t(i)] = v;
+        }
+      });
+    if (pool.counts().handed_out > before) {  // the caller busy for twice the loops' time
+      const double until = now_ms() + 2 * (now_ms() - t0);
+      while (now_ms() < until) {
+      }
+    }
+  };
+  for (int i = 0; i < 4; ++i) pass(0);  // the loop class learns that handing out is faster
+  const int64_t unjudged = pool.counts().handed_out;
+  for (int i = 0; i < 10; ++i) pass(0);
+  // Other processes on the cores keep loops on the caller (the load sample): nothing to judge then.
+  if (pool.counts().handed_out - unjudged < 30) GTEST_SKIP() << "loops stay on the caller: the cores are busy (" << pool.counts().handed_out - unjudged << " of 40 handed out)";
+  const int64_t start = pool.counts().handed_out;
+  for (int i = 0; i < 60; ++i) pass(7);
+  if (pool.serial_now()) GTEST_SKIP() << "other processes hold the cores";
+  // The warm-up's two shared passes (8 loops) and at most a probe or two after it.
+  EXPECT_LE(pool.counts().handed_out - start, 16) << "loops handed out in 60 judged passes";
+}
+
 // Threads of another process (here: of this one, outside the pool) runnable on every core but one: the
 // load sample keeps loops on the caller, and a worker is not left spinning on the core they need.
 TEST(ThreadPoolDecisions, LoopsStayOnTheCallerWhileOtherThreadsHoldTheCores) {

@@ -41,15 +41,21 @@ constexpr int64_t kMinBackoffNs = 10'000'000;
 constexpr int64_t kMaxBackoffNs = 500'000'000;
 // Loop classes: a direct-mapped table. A class warms up over kWarmRuns loops; then the way it does not go
 // is timed every kExploreRuns x (the slower / faster ratio) loops. A class whose time alone is over
-// kLargeLoopFloors fastest hand-outs is always handed out.
+// kLargeLoopFloors cheapest hand-out costs is always handed out.
 constexpr size_t kClasses = 1024;
 constexpr uint8_t kWarmRuns = 4;
 constexpr uint32_t kExploreRuns = 32;
 constexpr float kMaxExploreRatio = 32.f;
 constexpr float kLargeLoopFloors = 64.f;
 constexpr float kHandOutGain = 0.7f;        // handed out when it takes under 70% of the time alone
-constexpr float kMinHandOutFloors = 16.f;  // and its time alone is over 16 fastest hand-outs
+constexpr float kMinHandOutFloors = 16.f;  // and its time alone is over 16 cheapest hand-out costs
 constexpr uint32_t kTimeSerialEvery = 4;  // a class run alone is timed every 4th loop (two clock readings)
+// Judged passes: a direct-mapped table, warmed up and explored as the loop classes.
+constexpr size_t kPassClasses = 64;
+
+// The judged pass each thread is inside (its pool), when that pass runs every loop alone.
+thread_local const void* alone_in_pool = nullptr;
+thread_local int busy_depth = 0;  // Busy scopes open on this thread
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -85,13 +91,61 @@ void update(float& estimate, int64_t sample_ns, bool warming) {
 
 }  // namespace
 
+ThreadPool::Busy::Busy(ThreadPool* pool, uint64_t pass) : pool_(pool) {
+  if (!pool_) return;
+  pool_->busy_.fetch_add(1, std::memory_order_relaxed);
+  if (busy_depth++ > 0 || pass == 0 || pool_->workers_.empty() || !pool_->adaptive_) return;
+  pass_ = mix(0, pass) | 1;  // spread over the table; never 0, the empty slot
+  alone_ = pool_->open_pass(pass_);
+  if (alone_) alone_in_pool = pool_;
+  start_ns_ = now_ns();
+}
+
+ThreadPool::Busy::~Busy() {
+  if (!pool_) return;
+  --busy_depth;
+  if (pass_ != 0) {
+    if (alone_) alone_in_pool = nullptr;
+    pool_->close_pass(pass_, alone_, now_ns() - start_ns_);
+  }
+  pool_->busy_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+bool ThreadPool::open_pass(uint64_t key) {
+  const std::lock_guard<std::mutex> lock(pass_mutex_);
+  PassClass& c = passes_[key % kPassClasses];
+  if (c.key != key) c = PassClass{key};
+  if (c.warm < kWarmRuns) return c.warm % 2 == 1;  // shared, alone, shared, alone
+  const bool alone_faster = c.alone_ns < c.shared_ns;
+  const float ratio = std::max(c.alone_ns, c.shared_ns) / std::min(c.alone_ns, c.shared_ns);
+  if (++c.runs >= uint32_t(float(kExploreRuns) * std::min(ratio, kMaxExploreRatio))) {
+    c.runs = 0;
+    return !alone_faster;
+  }
+  return alone_faster;
+}
+
+void ThreadPool::close_pass(uint64_t key, bool alone, int64_t elapsed_ns) {
+  // A pass under load ran its loops alone either way: it says nothing about sharing them out.
+  if (serial_now()) return;
+  const std::lock_guard<std::mutex> lock(pass_mutex_);
+  PassClass& c = passes_[key % kPassClasses];
+  if (c.key != key) return;  // another key took the slot meanwhile
+  update(alone ? c.alone_ns : c.shared_ns, elapsed_ns, c.warm < kWarmRuns);
+  if (c.warm < kWarmRuns) ++c.warm;
+}
+
+bool ThreadPool::pass_alone() const { return alone_in_pool == this; }
+
 ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) threads = usable_cpus();
   classes_ = std::make_unique<LoopClass[]>(kClasses);
+  passes_ = std::make_unique<PassClass[]>(kPassClasses);
   system_cpus_ = std::max(1, get_nprocs());
   if (threads > 1) {
     load_fd_ = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-    cores_taken_.store(cores_taken());
+    last_sample_taken_ = cores_taken();
+    cores_taken_.store(last_sample_taken_);
     next_load_sample_ns_ = now_ns() + kLoadSampleNs;
   }
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -207,7 +261,7 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     return;
   }
   const std::lock_guard<std::mutex> one_caller(run_mutex_);
-  if (adaptive_ && serial_now()) {
+  if (adaptive_ && (serial_now() || pass_alone())) {
     for (int index = 0; index < threads; ++index) fn(index, threads);
     return;
   }
@@ -224,7 +278,11 @@ void ThreadPool::refresh_load(int64_t now) {
   loops_since_clock_ = 0;
   if (now < next_load_sample_ns_) return;
   next_load_sample_ns_ = now + kLoadSampleNs;
-  const bool taken = cores_taken();
+  // Two samples in a row: a thread runnable for an instant (a kernel worker, a timer) is no competitor, and
+  // would otherwise keep the loops on the caller until the next sample.
+  const bool sample = cores_taken();
+  const bool taken = sample && last_sample_taken_;
+  last_sample_taken_ = sample;
   cores_taken_.store(taken, std::memory_order_relaxed);
   if (taken) spin_until_ns_.store(0, std::memory_order_relaxed);  // the workers go to sleep
 }
@@ -247,7 +305,7 @@ void ThreadPool::note_fan_out(int64_t elapsed_ns, int64_t serial_ns, int64_t now
 
 void ThreadPool::run_loop(uint64_t key, int64_t n_chunks, const std::function<void(int64_t)>& chunk,
                           const std::function<void()>& serial) {
-  if (workers_.empty() || n_chunks <= 1) {
+  if (workers_.empty() || n_chunks <= 1 || (adaptive_ && pass_alone())) {
     serial();
     return;
   }
@@ -322,8 +380,13 @@ void ThreadPool::run_loop(uint64_t key, int64_t n_chunks, const std::function<vo
   const int64_t end = now_ns();
   ++counts_.handed_out;
   const int64_t elapsed = end - start;
-  fan_out_floor_ns_ = fan_out_floor_ns_ == 0 ? float(elapsed) : std::min(fan_out_floor_ns_, float(elapsed));
   const int64_t alone_ns = own.count > 0 ? own.ns * n_chunks / own.count : 0;  // 0: the workers took every chunk
+  // A hand-out's own cost: what the loop took beyond its time alone shared out evenly, at least a 16th of
+  // the loop (one lucky loop must not make every loop look long). A loop whose time alone is unknown counts
+  // whole.
+  const float cost = alone_ns > 0 ? std::max(float(elapsed) - float(alone_ns) / float(size()), float(elapsed) / 16)
+                                  : float(elapsed);
+  fan_out_floor_ns_ = fan_out_floor_ns_ == 0 ? cost : std::min(fan_out_floor_ns_, cost);
   if (c.warm == 0) c.large = float(alone_ns) > kLargeLoopFloors * fan_out_floor_ns_;
   if (c.large && alone_ns > 0) update(c.serial_ns, alone_ns, false);
   update(c.parallel_ns, elapsed, c.warm < kWarmRuns);

@@ -25,19 +25,25 @@ class ThreadPool {
   // microseconds so a process sharing the cores is not starved, as long as loops were handed to them in the
   // last few milliseconds. Outside any scope they spin only briefly, then sleep: an idle server burns no
   // core. Scopes nest; a null pool is accepted.
+  //
+  // A scope given a `pass` key (the kind of pass: its model and row count, say; 0: none) is also judged
+  // whole: passes of one key are timed with their loops shared out loop by loop as parallel_for decides,
+  // and with every loop on the caller, and run the faster way, the other way timed now and then. What the
+  // loop-by-loop timing cannot see (the workers' results read from their caches, the caller's cache lines
+  // they took, the spinning's cost to the caller's core) is in a pass's time, so a pass is never slower for
+  // the workers than without them. Only the outermost scope of a thread judges.
   class Busy {
    public:
-    explicit Busy(ThreadPool* pool) : pool_(pool) {
-      if (pool_) pool_->busy_.fetch_add(1, std::memory_order_relaxed);
-    }
-    ~Busy() {
-      if (pool_) pool_->busy_.fetch_sub(1, std::memory_order_relaxed);
-    }
+    explicit Busy(ThreadPool* pool, uint64_t pass = 0);
+    ~Busy();
     Busy(const Busy&) = delete;
     Busy& operator=(const Busy&) = delete;
 
    private:
     ThreadPool* pool_;
+    int64_t start_ns_ = 0;  // timed: the pass's start
+    uint64_t pass_ = 0;     // the judged pass's key (0: not judged)
+    bool alone_ = false;    // its loops run on the caller
   };
 
   // Runs fn(index, size()) once for every index in [0, size()) and waits; the indices are shared out among
@@ -72,9 +78,9 @@ class ThreadPool {
   // loop to the workers only when that took under 70% of its time alone and the loop is long against a
   // hand-out's cost (a loop of a few microseconds does not repay waking the workers, waiting for them and
   // reading their results from their caches). And none is handed out while other processes' runnable
-  // threads leave fewer than two of the machine's cores free (/proc/loadavg, sampled every 2 ms), or, as a
-  // fallback for what that cannot see, while loops handed out lately took longer than their classes take
-  // alone (10 ms, doubling to 0.5 s).
+  // threads leave fewer than two of the machine's cores free (/proc/loadavg, sampled every 2 ms, two samples
+  // in a row), or, as a fallback for what that cannot see, while loops handed out lately took longer than
+  // their classes take alone (10 ms, doubling to 0.5 s).
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn, uint64_t shape = 0);
 
   // Like parallel_for, but threads claim chunks of `chunk` items (the last may be shorter) from a shared
@@ -99,6 +105,19 @@ class ThreadPool {
     uint8_t warm = 0;     // loops of the warm-up done (handed out, alone, handed out, alone)
     bool large = false;   // far longer than a hand-out costs: always handed out, never timed alone
   };
+  // Passes of one key (Busy): their time with the loops shared out and alone (EMAs, ns; 0: not yet).
+  struct PassClass {
+    uint64_t key = 0;
+    float shared_ns = 0, alone_ns = 0;
+    uint32_t runs = 0;  // since the way not chosen was last timed
+    uint8_t warm = 0;   // passes of the warm-up done (shared, alone, shared, alone)
+  };
+  // Opens and closes a judged pass: whether its loops run alone (the mode is recorded in the thread's
+  // state), then its time.
+  bool open_pass(uint64_t key);
+  void close_pass(uint64_t key, bool alone, int64_t elapsed_ns);
+  bool pass_alone() const;  // the calling thread is inside a pass judged faster alone
+
   // n_chunks chunks, chunk(c) each, claimed by whichever thread is free; or serial() on the caller.
   void run_loop(uint64_t key, int64_t n_chunks, const std::function<void(int64_t)>& chunk,
                 const std::function<void()>& serial);
@@ -136,16 +155,20 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
   std::atomic<int> busy_{0};  // open Busy scopes
 
+  std::mutex pass_mutex_;  // the pass classes (passes of several callers may overlap)
+  std::unique_ptr<PassClass[]> passes_;
+
   // Decisions, all written by the caller holding run_mutex_.
   bool adaptive_ = true;
   std::unique_ptr<LoopClass[]> classes_;
-  float fan_out_floor_ns_ = 0;  // the fastest handed-out loop so far: a class faster alone never pays
+  float fan_out_floor_ns_ = 0;  // the cheapest hand-out so far (its cost beyond the loop's own work)
   int system_cpus_ = 1;
   int load_fd_ = -1;  // /proc/loadavg, kept open
   uint32_t loops_since_clock_ = 0;
   int64_t next_load_sample_ns_ = 0;
   int64_t clock_ns_ = 0;  // the clock at its last reading
   std::atomic<bool> cores_taken_{false};
+  bool last_sample_taken_ = false;  // the previous load sample's verdict
   std::atomic<int64_t> serial_until_ns_{0};  // the fallback's back-off
   int64_t window_elapsed_ns_ = 0, window_serial_ns_ = 0, backoff_ns_ = 0;
   Counts counts_;

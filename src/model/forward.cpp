@@ -1,6 +1,7 @@
 // The forward pass: requests checked and laid out (plan_forward), then model/transformer.h's one
 // definition of the model run by the CPU's executor (model/cpu_executor.h), or placed primitive by
 // primitive on a backend's and the CPU's (model/placement.h). Loading is model/model.cpp.
+#include <bit>
 #include <cmath>
 #include <span>
 #include <vector>
@@ -104,7 +105,13 @@ void forward_batch(const Model& model, std::span<KvCache* const> caches, std::sp
   // Keeps the pool's workers spinning between this pass's parallel loops instead of sleeping, unless a
   // device runs the whole pass.
   const bool device_only = backend && backend->runs_every_primitive() && !backend->keep_on_cpu;
-  const ThreadPool::Busy busy(device_only ? nullptr : pool);
+  // Passes are judged by kind (the model, the row count within 2x, encoder or decoder rows): whether the
+  // pool's workers make that kind faster at all.
+  bool decoder = false;
+  for (const ForwardRequest& r : requests) decoder = decoder || r.decoder;
+  const uint64_t pass_kind = (reinterpret_cast<uintptr_t>(&model) << 8) ^ (uint64_t(std::bit_width(uint64_t(plan.n))) << 1) ^
+                             uint64_t(decoder);
+  const ThreadPool::Busy busy(device_only ? nullptr : pool, pass_kind);
   CpuExecutor executor(model, caches, requests, plan, pool);
   if (!backend) {
     run_transformer(model.config, executor);
