@@ -44,12 +44,12 @@ std::vector<Option> decoding_options() {
         {"--overlap", "", "verify: one forward per cycle: the pass that verifies the drafts also drafts the\n"
                           "next cycle for every number of drafts that may be kept ((k+1)(k+2) rows per pass;\n"
                           "models with a decoder, --draft-steps 1)"},
-        {"--draft-lookup", "N", "verify: lookup drafts: when the text's last n tokens (n = N down to 1) occurred\n"
-                                "before (prompt or generated), the tokens that followed their latest occurrence\n"
-                                "are the cycle's drafts, with no decoder pass (the text repeats: they are often\n"
-                                "kept whole); the decoder drafts the other cycles. n-grams of N down to 2\n"
-                                "tokens (N = 1: single tokens). 0 = off (default 3)"},
-        {"--draft-lookup-length", "L", "verify: tokens per lookup draft (default 8)"},
+        {"--draft-lookup", "N", "verify: lookup drafts: when the text's last n tokens (n = N down to 2; N = 1:\n"
+                                "single tokens) occurred before (prompt or generated), the tokens that followed\n"
+                                "their latest occurrence are the cycle's drafts, with no decoder pass (where the\n"
+                                "text repeats itself they are often kept whole); the decoder drafts the other\n"
+                                "cycles. 0 = off (default 3)"},
+        {"--draft-lookup-length", "L", "verify: tokens per lookup draft, whatever --draft-length (default 8)"},
         {"--steps", "S", "masked: denoising steps in total (default = N: one token per step), a multiple\n"
                          "of the number of blocks; uniform-state: the most steps per canvas (default 48)"},
         {"--block-length", "B", "masked: block length of the semi-autoregressive schedule (default 32, or N if\n"
