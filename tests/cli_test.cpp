@@ -55,7 +55,8 @@ TEST(Cli, IgnoreEosGeneratesAllTokens) {
 // Options that would be ignored are refused, naming the mode in use; --template works with generate --chat.
 TEST(Cli, VerifyOptionsOutsideVerifyAndTemplateWithoutChatAreRefused) {
   const std::string base = "generate -m " + test::source_path("models/text-dg.gguf") + " -p And -n 4 ";
-  for (const char* option : {"--draft-length 3", "--draft-steps 2", "--overlap"}) {
+  for (const char* option :
+       {"--draft-length 3", "--draft-steps 2", "--overlap", "--draft-lookup 2", "--draft-lookup-length 4"}) {
     for (const char* mode : {"ar", "diffusion"}) {
       const auto r = test::run_canvas(base + "--mode " + mode + " " + option);
       EXPECT_NE(r.exit_code, 0) << option << " " << mode;

@@ -1,6 +1,7 @@
 // Draft-and-verify decoding: greedy, it writes exactly the tokens of AR decoding (whatever the draft length,
-// draft passes, repetition penalty and stop ids); sampling, its tokens follow AR's distribution (a
-// chi-square test over 10^4 draws against the model's own conditional probabilities).
+// draft passes, lookup drafts, repetition penalty and stop ids); sampling, its tokens follow AR's
+// distribution (a chi-square test over 10^4 draws against the model's own conditional probabilities), with
+// decoder drafts and with lookup drafts.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,36 +23,67 @@ const std::vector<std::vector<int32_t>> kPrompts = {{2, 105, 17, 250, 33, 4, 198
 
 // Greedy draft-and-verify against AR decoding on every prompt, draft length and repetition penalty (AR's
 // stop ids), plain (`draft_steps` draft passes, then one verify pass per cycle) or overlapped (one pass per
-// cycle verifies and drafts the next cycle for every kept count).
+// cycle verifies and drafts the next cycle for every kept count), without lookup drafts and with them
+// (n-grams of 3 and 2 tokens, and of 1; lookup drafts of 2 and 8 tokens).
 void expect_greedy_equals_ar(bool overlap, int64_t draft_steps) {
   const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
   ThreadPool pool(2);
+  int64_t lookup_cycles = 0, lookup_accepted = 0, decoder_cycles_with_lookup = 0;
   for (const auto& prompt : kPrompts)
     for (int64_t k : {1, 3, 8})
-      for (float penalty : {1.f, 1.3f}) {
-        ArParams ar;
-        ar.max_new_tokens = 40;
-        ar.sampling.repeat_penalty = penalty;
-        ar.stop_ids = {1, 106};
-        VerifyParams v;
-        v.max_new_tokens = 40;
-        v.draft_length = k;
-        v.draft_steps = draft_steps;
-        v.overlap = overlap;
-        v.sampling = ar.sampling;
-        v.stop_ids = ar.stop_ids;
-        const GenerationResult a = generate_ar(m, prompt, ar, &pool);
-        const VerifyResult b = generate_verify(m, prompt, v, &pool);
-        const std::string where = "k " + std::to_string(k) + " steps " + std::to_string(draft_steps) + " penalty " +
-                                  std::to_string(penalty) + (overlap ? " overlapped" : "");
-        EXPECT_EQ(b.tokens, a.tokens) << where;
-        EXPECT_EQ(b.cycles, b.encoder_passes) << where;
-        // The prompt's pass, then per cycle the draft passes and one verify pass (overlapped: one pass).
-        EXPECT_EQ(b.passes, 1 + b.cycles * (overlap ? 1 : 1 + draft_steps)) << where;
-        EXPECT_LE(b.accepted, b.drafted) << where;
-        // Each cycle commits its kept drafts plus one token of AR's own (fewer only when the run ends).
-        EXPECT_LE(int64_t(b.tokens.size()), 1 + b.accepted + b.cycles) << where;
-      }
+      for (float penalty : {1.f, 1.3f})
+        for (const auto& [lookup, lookup_length] :
+             std::vector<std::pair<int64_t, int64_t>>{{0, 8}, {3, 8}, {1, 2}}) {
+          ArParams ar;
+          ar.max_new_tokens = 40;
+          ar.sampling.repeat_penalty = penalty;
+          ar.stop_ids = {1, 106};
+          VerifyParams v;
+          v.max_new_tokens = 40;
+          v.draft_length = k;
+          v.draft_steps = draft_steps;
+          v.overlap = overlap;
+          v.draft_lookup = lookup;
+          v.lookup_length = lookup_length;
+          v.sampling = ar.sampling;
+          v.stop_ids = ar.stop_ids;
+          const GenerationResult a = generate_ar(m, prompt, ar, &pool);
+          const VerifyResult b = generate_verify(m, prompt, v, &pool);
+          const std::string where = "k " + std::to_string(k) + " steps " + std::to_string(draft_steps) +
+                                    " penalty " + std::to_string(penalty) + " lookup " +
+                                    std::to_string(lookup) + (overlap ? " overlapped" : "");
+          EXPECT_EQ(b.tokens, a.tokens) << where;
+          EXPECT_EQ(b.cycles, b.encoder_passes) << where;
+          const int64_t decoder_cycles = b.cycles - b.lookup_cycles;
+          if (lookup == 0) {
+            // The prompt's pass, then per cycle the draft passes and one verify pass (overlapped: one pass).
+            EXPECT_EQ(b.lookup_cycles, 0) << where;
+            EXPECT_EQ(b.passes, 1 + b.cycles * (overlap ? 1 : 1 + draft_steps)) << where;
+          } else if (!overlap) {
+            // A lookup cycle is its verify pass alone.
+            EXPECT_EQ(b.passes, 1 + b.cycles + decoder_cycles * draft_steps) << where;
+          } else {
+            // A decoder cycle after a lookup cycle drafts in a pass of its own.
+            EXPECT_GE(b.passes, 1 + b.cycles) << where;
+            EXPECT_LE(b.passes, 1 + b.cycles + decoder_cycles) << where;
+          }
+          EXPECT_LE(b.accepted, b.drafted) << where;
+          EXPECT_LE(b.lookup_accepted, b.lookup_drafted) << where;
+          EXPECT_LE(b.lookup_drafted, b.lookup_cycles * lookup_length) << where;
+          // cycles_keeping counts the decoder's full-length cycles only.
+          int64_t counted = 0;
+          for (int64_t n : b.cycles_keeping) counted += n;
+          EXPECT_LE(counted, decoder_cycles) << where;
+          // Each cycle commits its kept drafts plus one token of AR's own (fewer only when the run ends).
+          EXPECT_LE(int64_t(b.tokens.size()), 1 + b.accepted + b.cycles) << where;
+          lookup_cycles += b.lookup_cycles;
+          lookup_accepted += b.lookup_accepted;
+          if (lookup > 0) decoder_cycles_with_lookup += decoder_cycles;
+        }
+  // Both kinds of cycle ran, and lookup drafts were kept (the tiny model's greedy text repeats itself).
+  EXPECT_GT(lookup_cycles, 0);
+  EXPECT_GT(lookup_accepted, 0);
+  EXPECT_GT(decoder_cycles_with_lookup, 0);
 }
 
 TEST(Verify, GreedyEqualsArDecoding) {
@@ -65,34 +97,37 @@ TEST(Verify, OverlappedGreedyEqualsArDecoding) { expect_greedy_equals_ar(true, 1
 // --visual draws them dim, the committed ones bold. The last event has no drafts.
 TEST(Verify, StepEventsShowTheDraftsAfterTheCommittedTokens) {
   const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
-  for (bool overlap : {false, true}) {
-    VerifyParams v;
-    v.max_new_tokens = 20;
-    v.draft_length = 3;
-    v.overlap = overlap;
-    v.stop_ids = {-1};
-    std::vector<StepEvent> events;
-    std::vector<std::vector<int32_t>> shown;
-    DecodeCallbacks callbacks;
-    callbacks.on_step = [&](const StepEvent& e) {
-      events.push_back(e);
-      shown.push_back(*e.canvas);
-    };
-    const VerifyResult r = generate_verify(m, kPrompts[0], v, nullptr, callbacks);
-    ASSERT_GE(events.size(), 2u);
-    int64_t committed = 0;
-    for (size_t i = 0; i < events.size(); ++i) {
-      const StepEvent& e = events[i];
-      ASSERT_GE(e.final_end, 0);
-      EXPECT_EQ(e.final_end, committed + int64_t(e.committed.size())) << i;
-      for (int64_t c : e.committed) EXPECT_EQ(c, committed++);
-      const int64_t drafts = int64_t(shown[i].size()) - e.final_end;
-      EXPECT_EQ(drafts, i + 1 < events.size() ? std::min<int64_t>(3, 20 - e.final_end) : 0) << i;
-      // The committed part is the run's text so far.
-      EXPECT_TRUE(std::equal(shown[i].begin(), shown[i].begin() + e.final_end, r.tokens.begin())) << i;
+  for (bool overlap : {false, true})
+    for (int64_t lookup : {0, 3}) {
+      VerifyParams v;
+      v.max_new_tokens = 20;
+      v.draft_length = 3;
+      v.overlap = overlap;
+      v.draft_lookup = lookup;
+      v.lookup_length = 3;  // lookup cycles show as many drafts as the decoder's
+      v.stop_ids = {-1};
+      std::vector<StepEvent> events;
+      std::vector<std::vector<int32_t>> shown;
+      DecodeCallbacks callbacks;
+      callbacks.on_step = [&](const StepEvent& e) {
+        events.push_back(e);
+        shown.push_back(*e.canvas);
+      };
+      const VerifyResult r = generate_verify(m, kPrompts[0], v, nullptr, callbacks);
+      ASSERT_GE(events.size(), 2u);
+      int64_t committed = 0;
+      for (size_t i = 0; i < events.size(); ++i) {
+        const StepEvent& e = events[i];
+        ASSERT_GE(e.final_end, 0);
+        EXPECT_EQ(e.final_end, committed + int64_t(e.committed.size())) << i;
+        for (int64_t c : e.committed) EXPECT_EQ(c, committed++);
+        const int64_t drafts = int64_t(shown[i].size()) - e.final_end;
+        EXPECT_EQ(drafts, i + 1 < events.size() ? std::min<int64_t>(3, 20 - e.final_end) : 0) << i;
+        // The committed part is the run's text so far.
+        EXPECT_TRUE(std::equal(shown[i].begin(), shown[i].begin() + e.final_end, r.tokens.begin())) << i;
+      }
+      EXPECT_EQ(committed, int64_t(r.tokens.size()));
     }
-    EXPECT_EQ(committed, int64_t(r.tokens.size()));
-  }
 }
 
 TEST(Verify, OverlapNeedsADecoderAndOneDraftStep) {
@@ -116,12 +151,22 @@ TEST(Verify, RefusesModelsWithoutADiffusionDecoderPath) {
 // comes from the prompt pass, the others through drafts and their verification (the tiny random model's
 // decoder proposes nothing like the encoder's distribution, so rejections and residual draws are
 // exercised). With overlap, the third token's draft comes from a candidate of the first cycle's pass.
-void expect_ar_distribution(bool overlap, int length) {
+//
+// With `lookup`, the prompt is followed by its own greedy continuation, which repeats, so that the drafts
+// come from lookup (single tokens' successors; a point-mass proposal) and are both kept and rejected.
+void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0) {
   const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
   const ModelConfig& c = m.config;
-  const std::vector<int32_t> prompt = kPrompts[0];
+  std::vector<int32_t> prompt = kPrompts[0];
+  if (lookup > 0) {
+    ArParams ar;
+    ar.max_new_tokens = 24;
+    ar.stop_ids = {-1};
+    const std::vector<int32_t> more = generate_ar(m, prompt, ar, nullptr).tokens;
+    prompt.insert(prompt.end(), more.begin(), more.end());
+  }
   SamplingParams s;
-  s.temperature = 0.9f;
+  s.temperature = lookup > 0 ? 3.f : 0.9f;  // lookup: flatter, so that its drafts are often rejected too
   s.top_k = 4;
   // Exact p(t1) p(t2 | t1) ... from causal passes.
   auto next_distribution = [&](const std::vector<int32_t>& ids) {
@@ -163,9 +208,11 @@ void expect_ar_distribution(bool overlap, int length) {
   v.max_new_tokens = length;
   v.draft_length = 2;
   v.overlap = overlap;
+  v.draft_lookup = lookup;
+  v.lookup_length = 2;
   v.sampling = s;
   v.stop_ids = {-1};  // nothing stops the run early
-  int64_t accepted = 0, drafted = 0;
+  int64_t accepted = 0, drafted = 0, lookup_accepted = 0, lookup_drafted = 0;
   for (int i = 0; i < draws; ++i) {
     v.sampling.seed = uint64_t(i) + 1;
     const VerifyResult r = generate_verify(m, prompt, v, nullptr);
@@ -173,6 +220,8 @@ void expect_ar_distribution(bool overlap, int length) {
     ++counts[r.tokens];
     accepted += r.accepted;
     drafted += r.drafted;
+    lookup_accepted += r.lookup_accepted;
+    lookup_drafted += r.lookup_drafted;
   }
   double chi2 = 0;
   for (const auto& [cell, p] : expected) {
@@ -186,11 +235,21 @@ void expect_ar_distribution(bool overlap, int length) {
   EXPECT_LT(chi2, limit) << "chi-square " << chi2;
   EXPECT_GT(accepted, 0) << "no draft was ever kept: the acceptance path is untested";
   EXPECT_LT(accepted, drafted) << "every draft was kept: the residual path is untested";
+  if (lookup > 0) {
+    EXPECT_GT(lookup_drafted, drafted / 2) << "most drafts should come from lookup";
+    EXPECT_GT(lookup_accepted, 0) << "no lookup draft was ever kept";
+    EXPECT_LT(lookup_accepted, lookup_drafted) << "every lookup draft was kept: its rejection is untested";
+  }
 }
 
 TEST(Verify, SamplingFollowsTheArDistribution) { expect_ar_distribution(false, 2); }
 
 TEST(Verify, OverlappedSamplingFollowsTheArDistribution) { expect_ar_distribution(true, 3); }
+
+// Lookup drafts are point-mass proposals: kept with probability p(d), else drawn from p without d.
+TEST(Verify, SamplingWithLookupDraftsFollowsTheArDistribution) { expect_ar_distribution(false, 3, 1); }
+
+TEST(Verify, OverlappedSamplingWithLookupDraftsFollowsTheArDistribution) { expect_ar_distribution(true, 3, 1); }
 
 }  // namespace
 }  // namespace canvas
@@ -213,6 +272,36 @@ TEST(VerifyCli, GenerateAndBench) {
   ASSERT_EQ(bench.exit_code, 0) << bench.output;
   EXPECT_NE(bench.output.find("verify cycle (decoder + causal pass, 4 rows each)"), std::string::npos) << bench.output;
   EXPECT_NE(bench.output.find("verify, draft 3, if 3 drafts are kept per cycle"), std::string::npos) << bench.output;
+}
+
+// --draft-lookup N (0: off) and --draft-lookup-length L: AR's tokens either way, and the JSON says how many
+// cycles drafted by lookup.
+TEST(VerifyCli, DraftLookup) {
+  const std::string model = test::fixture("tiny-diffusion-gemma");
+  const std::string base = "generate -m " + model + " -p 'the sea' -n 40 --json -t 2 -s 1 ";
+  const auto ar = test::run_canvas(base + "--mode ar", false);
+  const auto off = test::run_canvas(base + "--mode verify --draft-lookup 0", false);
+  const auto on = test::run_canvas(base + "--mode verify --draft-lookup 3 --draft-lookup-length 6", false);
+  ASSERT_EQ(off.exit_code, 0) << off.output;
+  ASSERT_EQ(on.exit_code, 0) << on.output;
+  EXPECT_EQ(test::json_tokens(off.output), test::json_tokens(ar.output));
+  EXPECT_EQ(test::json_tokens(on.output), test::json_tokens(ar.output));
+  const auto j_off = test::json_of(off.output), j_on = test::json_of(on.output);
+  EXPECT_EQ(j_off["draft_lookup"], 0);
+  EXPECT_EQ(j_off["lookup_cycles"], 0);
+  EXPECT_EQ(j_on["draft_lookup"], 3);
+  EXPECT_GT(j_on["lookup_cycles"].get<int64_t>(), 0) << on.output;  // the tiny model's greedy text loops
+  EXPECT_LE(j_on["lookup_cycles"].get<int64_t>(), j_on["encoder_passes"].get<int64_t>());
+  EXPECT_LE(j_on["lookup_accepted"].get<int64_t>(), j_on["lookup_drafted"].get<int64_t>());
+  EXPECT_LE(j_on["lookup_drafted"].get<int64_t>(), 6 * j_on["lookup_cycles"].get<int64_t>());
+  // Without --json, the stats line says it too.
+  const auto line = test::run_canvas("generate -m " + model + " -p 'the sea' -n 40 -t 2 -s 1 --mode verify");
+  EXPECT_NE(line.output.find("cycles drafted by lookup"), std::string::npos) << line.output;
+  for (const char* bad : {"--draft-lookup 65", "--draft-lookup -1", "--draft-lookup-length 0"}) {
+    const auto r = test::run_canvas(base + "--mode verify " + bad);
+    EXPECT_NE(r.exit_code, 0) << bad;
+    EXPECT_NE(r.output.find("must be between"), std::string::npos) << r.output;
+  }
 }
 
 }  // namespace canvas

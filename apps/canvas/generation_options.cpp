@@ -44,6 +44,12 @@ std::vector<Option> decoding_options() {
         {"--overlap", "", "verify: one forward per cycle: the pass that verifies the drafts also drafts the\n"
                           "next cycle for every number of drafts that may be kept ((k+1)(k+2) rows per pass;\n"
                           "models with a decoder, --draft-steps 1)"},
+        {"--draft-lookup", "N", "verify: lookup drafts: when the text's last n tokens (n = N down to 2; N = 1:\n"
+                                "single tokens) occurred before (prompt or generated), the tokens that followed\n"
+                                "their latest occurrence are the cycle's drafts, with no decoder pass (where the\n"
+                                "text repeats itself they are often kept whole); the decoder drafts the other\n"
+                                "cycles. 0 = off (default 3)"},
+        {"--draft-lookup-length", "L", "verify: tokens per lookup draft, whatever --draft-length (default 8)"},
         {"--steps", "S", "masked: denoising steps in total (default = N: one token per step), a multiple\n"
                          "of the number of blocks; uniform-state: the most steps per canvas (default 48)"},
         {"--block-length", "B", "masked: block length of the semi-autoregressive schedule (default 32, or N if\n"
@@ -131,8 +137,14 @@ GenerationRequest request_from_args(const Args& args) {
         "--draft-length must be between 1 and 1024");
   r.draft_steps = args.get_int("draft-steps", 1);
   r.overlap = args.has("overlap");
+  r.draft_lookup = args.get_int("draft-lookup", -1);
+  check(!args.has("draft-lookup") || (r.draft_lookup >= 0 && r.draft_lookup <= 64),
+        "--draft-lookup must be between 0 and 64");
+  r.draft_lookup_length = args.get_int("draft-lookup-length", 0);
+  check(!args.has("draft-lookup-length") || (r.draft_lookup_length >= 1 && r.draft_lookup_length <= 1024),
+        "--draft-lookup-length must be between 1 and 1024");
   // Draft-and-verify's options are refused where they would be ignored, naming the mode in use.
-  for (const char* option : {"overlap", "draft-length", "draft-steps"})
+  for (const char* option : {"overlap", "draft-length", "draft-steps", "draft-lookup", "draft-lookup-length"})
     check(!args.has(option) || (mode != "ar" && mode != "diffusion"),
           std::string("--") + option + " applies to --mode verify, not --mode " + mode);
   auto positive = [&](const char* name) {
@@ -183,7 +195,8 @@ AutoMode::AutoMode(const Args& args, const TextModel& m, ThreadPool* pool) : mod
   file_ = args.get("cost-model", "");
   if (file_.empty()) file_ = default_cost_model_file(key_);
   if (file_ == "none") file_.clear();
-  verify_implied_ = args.has("draft-length") || args.has("draft-steps") || args.has("overlap");
+  verify_implied_ = args.has("draft-length") || args.has("draft-steps") || args.has("overlap") ||
+                    args.has("draft-lookup") || args.has("draft-lookup-length");
   for (const char* option : {"steps", "block-length", "canvas-length", "schedule", "algorithm", "threshold", "cache",
                              "freeze", "freeze-refresh", "entropy-bound", "t-min", "t-max", "stability",
                              "confidence-threshold", "neighbor-penalty", "stream-head"})
@@ -209,7 +222,7 @@ void AutoMode::choose(GenerationRequest& request) {
   const ModelConfig& c = model_.config;
   if (verify_implied_) {
     request.mode = DecodeMode::Verify;
-    request.mode_reason = "auto: a verify option (--draft-length, --draft-steps, --overlap) was given";
+    request.mode_reason = "auto: a verify option (--draft-length, --draft-steps, --overlap, --draft-lookup) was given";
     return;
   }
   if (!diffusion_option_.empty() && Generator(model_, nullptr, {}).has_diffusion()) {

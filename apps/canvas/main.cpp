@@ -55,7 +55,9 @@ const std::vector<cli::Option> kGenerateTail{
                        "tokens: no EOS or padding), mode, finish_reason (eos | stop | length | context),\n"
                        "prompt_tokens, new_tokens, pad_tokens, passes, encoder_passes, tokens_per_forward\n"
                        "(= tokens_per_pass: new tokens / passes), prompt_ms, decode_ms, tokens_per_second,\n"
-                       "rows_computed, seed; uniform-state: steps_per_canvas"},
+                       "rows_computed, seed; uniform-state: steps_per_canvas; verify: drafted, accepted,\n"
+                       "draft_length, overlap, draft_lookup, lookup_cycles (of encoder_passes cycles),\n"
+                       "lookup_drafted, lookup_accepted"},
         cli::heading("Infilling and structured output (diffusion models fill holes; AR models only do --json-schema):"),
         {"--suffix", "TEXT", "fill -n tokens between the prompt and TEXT; the prompt may instead (or also) hold\n"
                              "holes written <|hole:N|> (N tokens each), all filled at once. Prints the whole\n"

@@ -3,10 +3,12 @@
 generate --mode ar` and `--mode verify` (greedy, the same options) must give the same tokens; reports
 drafted tokens kept per cycle, new tokens per forward (counting the draft passes and the verifying causal
 passes: (decoder + encoder passes) after the prompt's; an overlapped cycle is one pass), and the decode time of each mode (medians over
-the prompts, both modes timed in the same run, one after the other per prompt).
+the prompts, both modes timed in the same run, one after the other per prompt). Also rows computed per new
+token and, for the lookup variants, the share of cycles drafted by lookup.
 
 usage: /usr/bin/python3 scripts/research/verify_check.py [--model models/text-dg.gguf] [--prompts 24] [-n 128]
-           [--draft-lengths 4,8] [--draft-steps 1] [--variants plain,overlap] [-t 2]
+           [--draft-lengths 4,8] [--draft-steps 1] [--variants plain,overlap,lookup,overlap-lookup]
+           [--lookup 3] [-t 2]
 Exits 1 when any prompt's tokens differ.
 """
 import argparse
@@ -36,21 +38,26 @@ def main():
     ap.add_argument("--draft-lengths", default="4,8")
     ap.add_argument("--draft-steps", type=int, default=1)
     ap.add_argument("--variants", default="plain",
-                    help="plain (a draft pass and a verify pass per cycle), overlap (--overlap: one pass per cycle)")
+                    help="plain (a draft pass and a verify pass per cycle), overlap (--overlap: one pass per cycle), "
+                         "lookup and overlap-lookup (the same with --draft-lookup N; plain and overlap run with "
+                         "--draft-lookup 0)")
+    ap.add_argument("--lookup", type=int, default=3, help="N of --draft-lookup for the lookup variants")
     args = ap.parse_args()
     prompts, _ = held_out_prompts(args.canvas, args.prompts, args.prompt_words)
     variants = [v for v in args.variants.split(",") if v]
     failed = False
     for k in [int(x) for x in args.draft_lengths.split(",")]:
-        stats = {v: {"same": 0, "per_forward": [], "per_causal": [], "kept": [], "ms": []} for v in variants}
+        stats = {v: {"same": 0, "per_forward": [], "per_causal": [], "kept": [], "ms": [], "rows": [], "lookup": []}
+                 for v in variants}
         ar_ms = []
         for prompt in prompts:
             ar = generate(args, prompt, ["--mode", "ar"])
             ar_ms.append(ar["decode_ms"])
             for variant in variants:
                 extra = ["--mode", "verify", "--draft-length", str(k), "--draft-steps", str(args.draft_steps)]
-                if variant == "overlap":
+                if variant.startswith("overlap"):
                     extra.append("--overlap")
+                extra += ["--draft-lookup", str(args.lookup if variant.endswith("lookup") else 0)]
                 v = generate(args, prompt, extra)
                 st = stats[variant]
                 if v["tokens"] == ar["tokens"]:
@@ -64,6 +71,8 @@ def main():
                 st["per_causal"].append((len(v["tokens"]) - 1) / cycles)
                 st["kept"].append(v["accepted"] / cycles)
                 st["ms"].append(v["decode_ms"])
+                st["rows"].append(v["rows_computed"] / max(1, len(v["tokens"])))
+                st["lookup"].append(v.get("lookup_cycles", 0) / cycles)
         for variant in variants:
             st = stats[variant]
             print(f"{variant}: draft length {k}, draft steps {args.draft_steps}: identical to AR on "
@@ -71,6 +80,8 @@ def main():
                   f"kept drafts per cycle {statistics.median(st['kept']):.2f}, "
                   f"new tokens per forward {statistics.median(st['per_forward']):.2f} "
                   f"(per causal pass {statistics.median(st['per_causal']):.2f}); "
+                  f"rows per token {statistics.median(st['rows']):.2f}; "
+                  f"cycles by lookup {statistics.median(st['lookup']):.2f}; "
                   f"decode ms AR {statistics.median(ar_ms):.1f}, verify {statistics.median(st['ms']):.1f} "
                   f"(verify / AR {statistics.median(st['ms']) / statistics.median(ar_ms):.2f})")
     sys.exit(1 if failed else 0)

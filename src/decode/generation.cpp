@@ -236,6 +236,9 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
                 "uniform-state model); '" + c.arch + "' has not: use --mode ar or --mode diffusion");
   canvas::check(r.draft_length >= 0 && r.draft_length <= 1024, "--draft-length must be between 1 and 1024");
   canvas::check(r.draft_steps >= 1 && r.draft_steps <= 64, "--draft-steps must be between 1 and 64");
+  canvas::check(r.draft_lookup >= -1 && r.draft_lookup <= 64, "--draft-lookup must be between 0 and 64");
+  canvas::check(r.draft_lookup_length >= 0 && r.draft_lookup_length <= 1024,
+                "--draft-lookup-length must be between 1 and 1024");
   if (mode == DecodeMode::Verify) {
     // A cycle's rows grow with k (with the square of k when overlapped), and each keeps a logits row: bounded
     // by the context and by kMaxVerifyLogitBytes before anything is allocated.
@@ -253,6 +256,11 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
                   std::to_string(int64_t(kMaxVerifyLogitBytes / 1048576)) + " MiB: at most --draft-length " +
                   std::to_string(most) + (r.overlap ? " with --overlap" : "") + " on this model");
     }
+    const int64_t lookup = r.draft_lookup_length > 0 ? r.draft_lookup_length : VerifyParams{}.lookup_length;
+    if (r.draft_lookup != 0 && !fits(lookup + 1))
+      throw Error("--draft-lookup-length " + std::to_string(lookup) + " computes " + std::to_string(lookup + 1) +
+                  " rows per pass; the limit is the context (" + std::to_string(c.context_length) + " rows) and " +
+                  std::to_string(int64_t(kMaxVerifyLogitBytes / 1048576)) + " MiB of logits on this model");
   }
   const bool uniform = mode == DecodeMode::Diffusion && c.uniform_state;
   // Masked diffusion's own options, refused where they would be ignored, naming the mode in use.
@@ -467,6 +475,8 @@ void GenerationRun::decode() {
       p.draft_length = Generator::verify_draft_length(r);
       p.draft_steps = r.draft_steps;
       p.overlap = r.overlap;
+      if (r.draft_lookup >= 0) p.draft_lookup = r.draft_lookup;
+      if (r.draft_lookup_length > 0) p.lookup_length = r.draft_lookup_length;
       p.sampling = r.sampling;
       p.draft_temperature = g.defaults_.params.t_min;
       p.stop_ids = g.stop_ids_;
@@ -479,6 +489,10 @@ void GenerationRun::decode() {
       out.accepted = v.accepted;
       out.draft_length = p.draft_length;
       out.overlap = p.overlap;
+      out.draft_lookup = p.draft_lookup;
+      out.lookup_cycles = v.lookup_cycles;
+      out.lookup_drafted = v.lookup_drafted;
+      out.lookup_accepted = v.lookup_accepted;
       out.cycles_keeping = v.cycles_keeping;
       out.decode_tokens = std::max<int64_t>(0, int64_t(v.tokens.size()) - 1);  // the first comes with the prompt
     } else {

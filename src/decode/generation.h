@@ -85,6 +85,10 @@ struct GenerationRequest {
   int64_t draft_steps = 1;
   // verify: one pass per cycle that verifies the drafts and drafts the next cycle (VerifyParams::overlap).
   bool overlap = false;
+  // verify: lookup drafts, the longest n-gram matched (VerifyParams::draft_lookup; -1: its default, 0: off),
+  // and their length (VerifyParams::lookup_length; 0: its default).
+  int64_t draft_lookup = -1;
+  int64_t draft_lookup_length = 0;
 
   std::vector<std::string> stop;  // the text ends before the first of these (and generation stops)
   // Decode all N tokens: EOS, pad and end-of-turn ids neither end generation nor cut the text (stop strings
@@ -142,6 +146,9 @@ struct GenerationOutput {
   int64_t drafted = 0, accepted = 0;  // verify: draft tokens proposed and kept
   int64_t draft_length = 0;           // verify: k
   bool overlap = false;               // verify: overlapped cycles
+  int64_t draft_lookup = 0;           // verify: the longest n-gram of lookup drafts (0: off)
+  int64_t lookup_cycles = 0;          // verify: cycles drafted by lookup (encoder_passes counts every cycle)
+  int64_t lookup_drafted = 0, lookup_accepted = 0;  // verify: ... their draft tokens (in drafted, accepted)
   std::vector<int64_t> cycles_keeping;  // verify: VerifyResult::cycles_keeping
   std::string mode_reason;            // why this mode ran (GenerationRequest::mode_reason)
   std::vector<DecodeMode> modes;      // the modes the model runs (Generator::modes)

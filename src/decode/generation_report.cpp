@@ -29,7 +29,9 @@ std::string generation_stats_line(const GenerationOutput& out, int threads) {
     std::snprintf(rows, sizeof rows, "%.1f", double(out.rows_computed) / double(std::max<size_t>(1, out.tokens.size())));
     canvases = ", " + std::to_string(out.encoder_passes) + " verify passes, " + std::to_string(out.accepted) + "/" +
                std::to_string(out.drafted) + " drafted tokens kept (k=" + std::to_string(out.draft_length) +
-               (out.overlap ? ", overlapped" : "") + "), " + rows + " rows per token";
+               (out.overlap ? ", overlapped" : "") + "), " +
+               (out.draft_lookup > 0 ? std::to_string(out.lookup_cycles) + " cycles drafted by lookup, " : "") + rows +
+               " rows per token";
   }
   const std::string cached =
       out.cached_prompt_tokens > 0 ? " (" + std::to_string(out.cached_prompt_tokens) + " cached)" : "";
@@ -73,6 +75,10 @@ std::string generation_json(const GenerationOutput& out) {
     j["accepted"] = out.accepted;
     j["draft_length"] = out.draft_length;
     j["overlap"] = out.overlap;
+    j["draft_lookup"] = out.draft_lookup;
+    j["lookup_cycles"] = out.lookup_cycles;  // of encoder_passes cycles; the others drafted by the decoder
+    j["lookup_drafted"] = out.lookup_drafted;
+    j["lookup_accepted"] = out.lookup_accepted;
   }
   return dump_line(j);
 }

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "decode/lookup_draft.h"
 #include "decode/uniform_state.h"
 #include "model/kv_cache.h"
 
@@ -93,12 +94,17 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
         "--overlap needs a decoder that reads the KV cache without writing it (DiffusionGemma); '" + c.arch +
             "' drafts through its causal path");
   check(!params.overlap || params.draft_steps == 1, "--overlap drafts in one decoder pass: --draft-steps must be 1");
+  check(params.draft_lookup >= 0 && params.draft_lookup <= 64, "--draft-lookup must be between 0 and 64");
+  check(params.draft_lookup == 0 || (params.lookup_length >= 1 && params.lookup_length <= 1024),
+        "--draft-lookup-length must be between 1 and 1024");
+  const int64_t KL = params.draft_lookup > 0 ? params.lookup_length : 0;  // a lookup draft's most tokens
   const int64_t V = c.vocab;
   const bool sampled = params.sampling.temperature > 0.f;
   std::unique_ptr<KvCache> own;
   int64_t reused = 0;
-  KvCache& cache = params.prefix_cache ? params.prefix_cache->acquire(model, prompt, P + N + K + 2, &reused)
-                                       : *(own = std::make_unique<KvCache>(c, P + N + K + 2));
+  const int64_t positions = P + N + std::max(K, KL) + 2;
+  KvCache& cache = params.prefix_cache ? params.prefix_cache->acquire(model, prompt, positions, &reused)
+                                       : *(own = std::make_unique<KvCache>(c, positions));
   Rng rng(params.sampling.seed);                       // the verifier's draws (as generate_ar's)
   Rng draft_rng(params.sampling.seed ^ 0x9e3779b97f4a7c15ull);  // the drafter's noise and proposals
   VerifyResult result;
@@ -126,7 +132,8 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
   };
 
   std::vector<int32_t> canvas;  // [the last generated token ; the drafts] of the cycle being verified
-  std::vector<std::vector<double>> proposal;  // sampling: each draft's proposal distribution
+  // Sampling: each draft's proposal distribution; empty for a lookup draft (a point mass on the draft).
+  std::vector<std::vector<double>> proposal;
   // Row i of `rows` is AR's distribution after canvas[0..i]: keeps the longest agreeing prefix of the k
   // drafts canvas[1..k] and commits AR's own token after it (or after all k). Returns the drafts kept.
   auto check_drafts = [&](const float* rows, int64_t k) -> int64_t {
@@ -146,18 +153,22 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
         continue;
       }
       // Speculative rejection sampling: keep d with probability min(1, p(d) / q(d)); otherwise draw from
-      // the residual max(0, p - q), renormalised. The kept or drawn token is distributed as p exactly.
+      // the residual max(0, p - q), renormalised. The kept or drawn token is distributed as p exactly. A
+      // lookup draft's q is a point mass on d: kept with probability p(d), else drawn from p without d.
       const float* shaped = penalized_row(row, V, params.sampling, recent_of());
-      const std::vector<double> p = sampling_distribution(shaped, V, params.sampling);
+      std::vector<double> p = sampling_distribution(shaped, V, params.sampling);
       const std::vector<double>& q = proposal[size_t(i)];
-      if (rng.uniform() * q[size_t(d)] < p[size_t(d)]) {
+      if (rng.uniform() * (q.empty() ? 1.0 : q[size_t(d)]) < p[size_t(d)]) {
         commit(d, row);
         ++kept;
         continue;
       }
-      std::vector<double> residual(static_cast<size_t>(V));
-      for (int64_t j = 0; j < V; ++j) residual[size_t(j)] = std::max(0.0, p[size_t(j)] - q[size_t(j)]);
-      commit(draw(residual, rng.uniform()), row);
+      if (q.empty()) {
+        p[size_t(d)] = 0;
+      } else {
+        for (int64_t j = 0; j < V; ++j) p[size_t(j)] = std::max(0.0, p[size_t(j)] - q[size_t(j)]);
+      }
+      commit(draw(p, rng.uniform()), row);
       break;
     }
     return kept;
@@ -175,6 +186,22 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
         canvas[size_t(i)] = int32_t(std::max_element(row, row + V) - row);
       }
     }
+  };
+  // A lookup draft for the next cycle (at most `most` tokens): canvas = [last token ; draft], each draft
+  // a point-mass proposal; false when the context's last n-grams never occurred before.
+  auto take_lookup = [&](int64_t most) {
+    if (params.draft_lookup <= 0 || most <= 0) return false;
+    // n-grams down to two tokens: a single token's earlier successor is kept less often than the decoder's
+    // draft (docs/experiments.md, 2026-12-07).
+    const std::vector<int32_t> draft =
+        lookup_draft(tokens, params.draft_lookup, std::min<int64_t>(2, params.draft_lookup), most);
+    if (draft.empty()) return false;
+    canvas.assign(1, generated.back());
+    canvas.insert(canvas.end(), draft.begin(), draft.end());
+    if (sampled) proposal.assign(draft.size(), {});
+    ++result.lookup_cycles;
+    result.lookup_drafted += int64_t(draft.size());
+    return true;
   };
   // A StepEvent once a cycle's drafts are taken: the tokens committed since the last one, and the region
   // shown as the generated tokens followed by the k drafts about to be verified (final_end between them).
@@ -200,6 +227,39 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
   std::vector<float> logits, draft_logits, self_cond;
   const std::vector<int32_t> prompt_rows(prompt.begin() + reused, prompt.end());
   int64_t cached = P;  // positions whose K/V are final; the last generated token is not among them yet
+  // The decoder's draft of k tokens: [last token ; k noise tokens], the last token held fixed, refined by
+  // draft_steps passes of its own.
+  auto decoder_draft = [&](int64_t k) {
+    canvas.assign(size_t(k + 1), 0);
+    canvas[0] = generated.back();
+    for (int64_t i = 1; i <= k; ++i) canvas[size_t(i)] = int32_t(draft_rng.below(uint64_t(V)));
+    for (int64_t s = 0; s < params.draft_steps; ++s) {
+      draft_pass(model, cache, canvas, cached, s == 0 ? nullptr : &self_cond, draft_logits, pool, callbacks);
+      ++result.passes;
+      result.rows_computed += k + 1;
+      if (s + 1 == params.draft_steps) {
+        take_drafts(&draft_logits[size_t(V)], k);
+        break;
+      }
+      for (int64_t i = 1; i <= k; ++i) {
+        const float* row = &draft_logits[size_t(i) * size_t(V)];
+        canvas[size_t(i)] = int32_t(std::max_element(row, row + V) - row);
+      }
+      self_cond.resize(draft_logits.size());
+      for (size_t j = 0; j < draft_logits.size(); ++j) self_cond[j] = draft_logits[j] / params.draft_temperature;
+    }
+  };
+  // A cycle's verdict on its k drafts from `rows` (AR's, after canvas[0..i]): kept, committed, counted.
+  auto finish_cycle = [&](const float* rows, int64_t k, bool looked) {
+    ++result.encoder_passes;
+    ++result.cycles;
+    const int64_t kept = check_drafts(rows, k);
+    result.accepted += kept;
+    if (looked) result.lookup_accepted += kept;
+    else if (k == K) ++result.cycles_keeping[size_t(kept)];  // the decoder's acceptance only
+    cached += 1 + kept;  // the last token and the kept drafts; the token committed last is next cycle's first
+    return kept;
+  };
   if (params.overlap) {
     // Each pass: the causal rows (the prompt, then [last token ; drafts]) and, for every number j of
     // drafts that may be kept, a decoder canvas after them: noise over AR's token at j + 1 and the k
@@ -254,22 +314,26 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     commit(choose_token(logits.data(), V, params.sampling, rng, recent_of(), P).token, logits.data());
     int64_t kept = 0;
     while (!done) {
-      const Candidate& next = candidates[size_t(kept)];
-      const int64_t k = int64_t(next.tokens.size()) - 1;
-      if (k <= 0) break;  // (only when N is reached, which ends the loop first)
-      canvas.assign(size_t(k + 1), 0);
-      canvas[0] = generated.back();
-      take_drafts(next.logits.data(), k);
+      const int64_t remaining = N - int64_t(generated.size());
+      const bool looked = take_lookup(std::min(KL, remaining));
+      int64_t k = looked ? int64_t(canvas.size()) - 1 : std::min(K, remaining);
+      if (!looked && kept < int64_t(candidates.size())) {
+        const Candidate& next = candidates[size_t(kept)];
+        k = int64_t(next.tokens.size()) - 1;
+        if (k <= 0) break;  // (only when N is reached, which ends the loop first)
+        canvas.assign(size_t(k + 1), 0);
+        canvas[0] = generated.back();
+        take_drafts(next.logits.data(), k);
+      } else if (!looked) {
+        decoder_draft(k);  // after a lookup cycle, whose pass drafted nothing
+      }
       report(k);
       result.drafted += k;
-      pass(canvas, cached, k + 1, 0);
+      // A lookup cycle's pass verifies only (no candidates): in a loop the next cycle most likely drafts by
+      // lookup too, and where it does not, a decoder pass of its own drafts it.
+      pass(canvas, cached, looked ? 0 : k + 1, 0);
       result.rows_computed += k + 1;
-      ++result.encoder_passes;
-      ++result.cycles;
-      kept = check_drafts(logits.data(), k);
-      result.accepted += kept;
-      if (k == K) ++result.cycles_keeping[size_t(kept)];
-      cached += 1 + kept;
+      kept = finish_cycle(logits.data(), k, looked);
       if (!done && callbacks.should_stop && callbacks.should_stop()) break;
     }
   } else {
@@ -279,38 +343,17 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     const float* first_row = &logits[size_t(P - 1 - reused) * size_t(V)];
     commit(choose_token(first_row, V, params.sampling, rng, recent_of(), P).token, first_row);
     while (!done) {
-      const int64_t k = std::min<int64_t>(K, N - int64_t(generated.size()));
-      // Draft: [last token ; k noise tokens], the last token held fixed, refined by draft_steps passes.
-      canvas.assign(size_t(k + 1), 0);
-      canvas[0] = generated.back();
-      for (int64_t i = 1; i <= k; ++i) canvas[size_t(i)] = int32_t(draft_rng.below(uint64_t(V)));
-      for (int64_t s = 0; s < params.draft_steps; ++s) {
-        draft_pass(model, cache, canvas, cached, s == 0 ? nullptr : &self_cond, draft_logits, pool, callbacks);
-        ++result.passes;
-        result.rows_computed += k + 1;
-        if (s + 1 == params.draft_steps) {
-          take_drafts(&draft_logits[size_t(V)], k);
-          report(k);
-          break;
-        }
-        for (int64_t i = 1; i <= k; ++i) {
-          const float* row = &draft_logits[size_t(i) * size_t(V)];
-          canvas[size_t(i)] = int32_t(std::max_element(row, row + V) - row);
-        }
-        self_cond.resize(draft_logits.size());
-        for (size_t j = 0; j < draft_logits.size(); ++j) self_cond[j] = draft_logits[j] / params.draft_temperature;
-      }
+      const int64_t remaining = N - int64_t(generated.size());
+      const bool looked = take_lookup(std::min(KL, remaining));
+      const int64_t k = looked ? int64_t(canvas.size()) - 1 : std::min(K, remaining);
+      if (!looked) decoder_draft(k);
+      report(k);
       result.drafted += k;
       // Verify: one causal pass over [last token ; draft]; row i is AR's distribution after canvas[0..i].
       causal_pass(model, cache, canvas, cached, logits, pool, callbacks);
       ++result.passes;
       result.rows_computed += k + 1;
-      ++result.encoder_passes;
-      ++result.cycles;
-      const int64_t kept = check_drafts(logits.data(), k);
-      result.accepted += kept;
-      if (k == K) ++result.cycles_keeping[size_t(kept)];
-      cached += 1 + kept;  // the last token and the kept drafts; the token committed last is next cycle's first
+      finish_cycle(logits.data(), k, looked);
       if (!done && callbacks.should_stop && callbacks.should_stop()) break;
     }
   }

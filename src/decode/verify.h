@@ -1,8 +1,9 @@
 // Draft-and-verify decoding on one set of weights: the diffusion decoder drafts the next k tokens in one or
-// a few passes, and one causal (AR) pass over them verifies: the longest prefix AR agrees with is kept, plus
-// AR's own token where they first differ. The text is exactly what AR decoding writes (greedy: the same
-// tokens; sampling: the same distribution, by speculative rejection sampling), with several tokens committed
-// per AR pass. (On the CPU bit for bit. On a GPU a pass's products round by its row count: with quantised
+// a few passes (or, where the text repeats itself, the tokens that followed the last n-gram's earlier
+// occurrence are drafted without a pass), and one causal (AR) pass over them verifies: the longest prefix
+// AR agrees with is kept, plus AR's own token where they first differ. The text is exactly what AR decoding
+// writes (greedy: the same tokens; sampling: the same distribution, by speculative rejection sampling), with
+// several tokens committed per AR pass. (On the CPU bit for bit. On a GPU a pass's products round by its row count: with quantised
 // weights, 9 or more rows multiply on the tensor cores in f16 where a one-token AR step multiplies in f32,
 // so at a near-tie the verify pass may choose another token than a separate AR step would.)
 #pragma once
@@ -35,6 +36,14 @@ struct VerifyParams {
   // token's own position held as noise). (k + 1) + (k + 1)^2 rows per pass. Needs a decoder that reads the
   // cache without writing it (DiffusionGemma) and draft_steps 1.
   bool overlap = false;
+  // Lookup drafts: a cycle whose context (prompt + generated) ends in an n-gram that occurred before, for
+  // some n from draft_lookup down to 2 (1 when draft_lookup is 1), drafts the lookup_length tokens that
+  // followed its latest occurrence (decode/lookup_draft.h) with no decoder pass; the other cycles draft
+  // with the decoder. Sampling: such a draft is a point-mass proposal (kept with probability p(d), else a
+  // draw from p without d). Overlapped, a lookup cycle's pass only verifies (no candidates) and a decoder
+  // cycle after it drafts in a pass of its own. 0: off.
+  int64_t draft_lookup = 3;
+  int64_t lookup_length = 8;  // a lookup draft's tokens (fewer at the end of max_new_tokens)
 };
 
 struct VerifyResult : GenerationResult {
@@ -44,8 +53,11 @@ struct VerifyResult : GenerationResult {
   int64_t cycles = 0;
   int64_t drafted = 0, accepted = 0;  // draft tokens proposed and kept
   // [j]: the cycles that drafted the full draft_length tokens and kept j of them (draft_length + 1 entries;
-  // the short cycles at the end of N are not counted): the acceptance --mode auto's cost model learns.
+  // the short cycles at the end of N are not counted; nor are lookup cycles): the acceptance of the decoder's
+  // drafts, which --mode auto's cost model learns.
   std::vector<int64_t> cycles_keeping;
+  int64_t lookup_cycles = 0;    // cycles drafted by lookup (VerifyParams::draft_lookup); the rest by the decoder
+  int64_t lookup_drafted = 0, lookup_accepted = 0;  // ... their draft tokens proposed and kept (in drafted, accepted)
 };
 
 // Models with a uniform-state diffusion path and a causal path on the same weights (DiffusionGemma:

@@ -89,9 +89,9 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
   static const std::set<std::string> common = {
       "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "stream", "stream_options", "user",
       "frequency_penalty", "presence_penalty", "steps", "block_length", "threshold", "entropy_bound", "cache",
-      "mode", "canvas_draft", "repeat_penalty", "draft_length", "draft_steps", "overlap", "response_format", "logit_bias",
-      "tools", "tool_choice", "parallel_tool_calls", "metadata", "store", "service_tier", "parse_special",
-      "logprobs", "ignore_eos"};
+      "mode", "canvas_draft", "repeat_penalty", "draft_length", "draft_steps", "draft_lookup", "draft_lookup_length",
+      "overlap", "response_format", "logit_bias", "tools", "tool_choice", "parallel_tool_calls", "metadata", "store",
+      "service_tier", "parse_special", "logprobs", "ignore_eos"};
   bool has_input = false;
   int64_t top_logprobs = -1;  // chat: given
   GenerationSettings& s = r.settings;
@@ -205,6 +205,10 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
       s.draft_length = get_int(value, key, 1, 1024);
     } else if (key == "draft_steps") {
       s.draft_steps = get_int(value, key, 1, 64);
+    } else if (key == "draft_lookup") {
+      s.draft_lookup = get_int(value, key, 0, 64);
+    } else if (key == "draft_lookup_length") {
+      s.draft_lookup_length = get_int(value, key, 1, 1024);
     } else if (key == "overlap") {
       s.overlap = get_bool(value, key);
     } else if (key == "suffix") {
