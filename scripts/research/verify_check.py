@@ -8,7 +8,7 @@ token and, for the lookup variants, the share of cycles drafted by lookup.
 
 usage: /usr/bin/python3 scripts/research/verify_check.py [--model models/text-dg.gguf] [--prompts 24] [-n 128]
            [--draft-lengths 4,8] [--draft-steps 1] [--variants plain,overlap,lookup,overlap-lookup]
-           [--lookup 3] [-t 2]
+           [--lookup 3] [-t 2] [--pass-steps 1:1,3:1.17,5:1.25,9:1.67]
 Exits 1 when any prompt's tokens differ.
 """
 import argparse
@@ -42,12 +42,25 @@ def main():
                          "lookup and overlap-lookup (the same with --draft-lookup N; plain and overlap run with "
                          "--draft-lookup 0)")
     ap.add_argument("--lookup", type=int, default=3, help="N of --draft-lookup for the lookup variants")
+    ap.add_argument("--pass-steps", default="",
+                    help="rows:cost pairs, a pass's cost in AR steps by its row count, measured on another shape "
+                         "(e.g. LLaDA-8B q4_0 on this CPU: 1:1,3:1.17,5:1.25,9:1.65): also prints plain variants' "
+                         "tokens/s against AR's projected on those costs from each prompt's own pass mix")
     args = ap.parse_args()
+    steps = sorted((int(a), float(b)) for a, b in (x.split(":") for x in args.pass_steps.split(",") if x))
+
+    def pass_cost(rows):  # linear between the measured row counts, flat beyond them
+        if rows <= steps[0][0]:
+            return steps[0][1]
+        for (r0, c0), (r1, c1) in zip(steps, steps[1:]):
+            if rows <= r1:
+                return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
+        return steps[-1][1] * rows / steps[-1][0]
     prompts, _ = held_out_prompts(args.canvas, args.prompts, args.prompt_words)
     variants = [v for v in args.variants.split(",") if v]
     failed = False
     for k in [int(x) for x in args.draft_lengths.split(",")]:
-        stats = {v: {"same": 0, "per_forward": [], "per_causal": [], "kept": [], "ms": [], "rows": [], "lookup": []}
+        stats = {v: {"same": 0, "per_forward": [], "per_causal": [], "kept": [], "ms": [], "rows": [], "lookup": [], "projected": []}
                  for v in variants}
         ar_ms = []
         for prompt in prompts:
@@ -73,6 +86,18 @@ def main():
                 st["ms"].append(v["decode_ms"])
                 st["rows"].append(v["rows_computed"] / max(1, len(v["tokens"])))
                 st["lookup"].append(v.get("lookup_cycles", 0) / cycles)
+                if steps and not variant.startswith("overlap"):
+                    # A decoder cycle: draft passes and a causal pass of k + 1 rows; a lookup cycle: one causal
+                    # pass of its draft's length + 1 rows. AR: one step per token after the first.
+                    looked = v.get("lookup_cycles", 0)
+                    decoder = v["encoder_passes"] - looked
+                    drafted = v["drafted"] - v.get("lookup_drafted", 0)
+                    cost = 0.0
+                    if decoder:
+                        cost += (1 + args.draft_steps) * decoder * pass_cost(drafted / decoder + 1)
+                    if looked:
+                        cost += looked * pass_cost(v["lookup_drafted"] / looked + 1)
+                    st["projected"].append((len(v["tokens"]) - 1) / max(cost, 1e-9))
         for variant in variants:
             st = stats[variant]
             print(f"{variant}: draft length {k}, draft steps {args.draft_steps}: identical to AR on "
@@ -83,7 +108,9 @@ def main():
                   f"rows per token {statistics.median(st['rows']):.2f}; "
                   f"cycles by lookup {statistics.median(st['lookup']):.2f}; "
                   f"decode ms AR {statistics.median(ar_ms):.1f}, verify {statistics.median(st['ms']):.1f} "
-                  f"(verify / AR {statistics.median(st['ms']) / statistics.median(ar_ms):.2f})")
+                  f"(verify / AR {statistics.median(st['ms']) / statistics.median(ar_ms):.2f})"
+                  + (f"; on --pass-steps' costs {statistics.median(st['projected']):.2f}x AR's tokens/s"
+                     if st["projected"] else ""))
     sys.exit(1 if failed else 0)
 
 
