@@ -340,7 +340,7 @@ TEST(ServeHardenCli, IdleAndSlowClientsDoNotStopService) {
   ASSERT_NE(server.port(), 0) << server.log();
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   const int threads_at_rest = thread_count(server.pid());
-  EXPECT_LE(threads_at_rest, cores + 5) << "main, event loop, batcher, compute pool, one request thread";
+  EXPECT_LE(threads_at_rest, cores + 5) << "main, event loop, step thread, compute pool, a few to spare";
 
   constexpr int kConnections = 500;
   std::vector<RawConnection> slow;
