@@ -69,6 +69,9 @@ cache, mode, canvas_draft). docs/serving.md has the details and measurements.)",
          "otherwise, so that auto routes a request the same way after a restart. With\n"
          "several models, one file each: the model's id before FILE's extension\n"
          "(costs.json -> costs.text-dg.json)"},
+        {"--draft-datastore", "FILE",
+         "verify: datastore drafts from the text in FILE for every request (as generate's\n"
+         "--draft-datastore: tokenized by each model's tokenizer, the ids cached)"},
         {"--api-key", "KEY", "require \"Authorization: Bearer KEY\" on /v1/* (401 otherwise)"},
         {"--allowed-hosts", "NAMES",
          "comma-separated Host names accepted beside the bound address (\"*\": any); without\n"
@@ -127,6 +130,8 @@ int cmd_serve(int argc, char** argv) {
   engine_options.default_mode = serve::parse_decode_mode(args.get("mode", "auto"));
   setup.cost_model_file = args.get("cost-model", "");
   check(!args.has("cost-model") || !setup.cost_model_file.empty(), "--cost-model needs a file name");
+  setup.datastore_file = args.get("draft-datastore", "");
+  check(!args.has("draft-datastore") || !setup.datastore_file.empty(), "--draft-datastore needs a file name");
   check(!args.has("api-key") || !args.get("api-key", "").empty(), "--api-key must not be empty");
 
   // Signals go to one thread that waits for them (blocked here before any other thread starts).
