@@ -387,7 +387,7 @@ TEST(VerifyCli, DraftDatastore) {
     EXPECT_GT(j["datastore_cycles"].get<int64_t>(), 0) << v.output;
     EXPECT_EQ(j["lookup_cycles"], 0);
     EXPECT_LE(j["datastore_accepted"].get<int64_t>(), j["datastore_drafted"].get<int64_t>());
-    EXPECT_LE(j["datastore_drafted"].get<int64_t>(), 8 * j["datastore_cycles"].get<int64_t>());
+    EXPECT_LE(j["datastore_drafted"].get<int64_t>(), 4 * j["datastore_cycles"].get<int64_t>());
     int files = 0;
     for (const auto& e : std::filesystem::directory_iterator(dir.path("cache") + "/canvas"))
       files += e.path().filename().string().rfind("datastore-", 0) == 0;

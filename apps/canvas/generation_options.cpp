@@ -57,7 +57,7 @@ std::vector<Option> decoding_options() {
                                       "(n = 5 down to 2) that occurs in FILE at least --draft-datastore-count times\n"
                                       "and drafts its most common continuation there, with no decoder pass"},
         {"--draft-datastore-count", "C", "verify: the fewest occurrences of a datastore n-gram that drafts (default 10)"},
-        {"--draft-datastore-length", "L", "verify: tokens per datastore draft, whatever --draft-length (default 8)"},
+        {"--draft-datastore-length", "L", "verify: tokens per datastore draft, whatever --draft-length (default 4)"},
         {"--steps", "S", "masked: denoising steps in total (default = N: one token per step), a multiple\n"
                          "of the number of blocks; uniform-state: the most steps per canvas (default 48)"},
         {"--block-length", "B", "masked: block length of the semi-autoregressive schedule (default 32, or N if\n"

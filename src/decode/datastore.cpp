@@ -81,7 +81,7 @@ Datastore::Datastore(std::vector<int32_t> ids) : ids_(std::move(ids)) {
   for (int32_t i = 0; i < n; ++i) suffixes_[size_t(i)] = i;
   const int32_t* data = ids_.data();
   // Plain comparison sort of the suffixes: natural text's suffixes differ within a few tokens, so this is
-  // n log n comparisons of a few tokens each (about a second for the 960k-token KJV split).
+  // n log n comparisons of a few tokens each (145 ms for the 959k-token KJV training split).
   std::sort(suffixes_.begin(), suffixes_.end(), [data, n](int32_t a, int32_t b) {
     const int32_t la = n - a, lb = n - b, m = std::min(la, lb);
     for (int32_t i = 0; i < m; ++i)
