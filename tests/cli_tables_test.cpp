@@ -58,7 +58,7 @@ const std::vector<CommandFlags>& commands() {
       {"train", {"--config", "--out", "--steps", "--stop-after", "-t", "--threads", "--force"}},
       {"serve", {"-m", "--model", "--host", "--port", "--parallel", "--queue", "--mode", "--api-key", "--device",
                  "--cpu-moe", "--n-cpu-moe", "--allowed-hosts", "--cors", "--max-connections", "--check-weights",
-                 "--cost-model"}},
+                 "--cost-model", "--draft-datastore"}},
       {"tokenize", {"-m", "--model", "-p", "--prompt", "-f", "--file", "--json", "--bos"}},
       {"detokenize", {"-m", "--model", "--ids"}},
       {"bench",

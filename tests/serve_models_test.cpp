@@ -171,6 +171,28 @@ TEST(ServeModels, StartServedModelGivesTheEngineTheModelsOwnParts) {
   }
 }
 
+// --draft-datastore: each served model's engine gets the corpus tokenized by its own tokenizer.
+TEST(ServeModels, DraftDatastoreIsTokenizedForEachModel) {
+  test::TempDir dir;
+  ThreadPool pool(1);
+  const std::string path = test::source_path("models/text-ar.gguf"), corpus = dir.path("corpus.txt");
+  std::ofstream(corpus) << "In the beginning God created the heaven and the earth.\n";
+  serve::ServeSetup setup;
+  setup.engine.parallel = 1;
+  setup.datastore_file = corpus;
+  serve::ServedModel served{"text-ar", "text-ar.gguf", nullptr, false};
+  const TextModel text = TextModel::from(Model::load(path), path);
+  const std::vector<int32_t> ids = text.tokenizer.encode("In the beginning God created the heaven and the earth.\n",
+                                                         false, false);
+  auto m = serve::start_served_model(TextModel::from(Model::load(path), path), path, served, setup, &pool);
+  ASSERT_NE(m->engine->options().datastore, nullptr);
+  EXPECT_EQ(m->engine->options().datastore->ids(), ids);
+  m->engine->shutdown(true);
+  setup.datastore_file = dir.path("missing.txt");
+  serve::ServedModel again{"text-ar", "text-ar.gguf", nullptr, false};
+  EXPECT_THROW(serve::start_served_model(TextModel::from(Model::load(path), path), path, again, setup, &pool), Error);
+}
+
 // The model a log line names for each request, in order.
 std::vector<std::string> logged_models(const std::string& log) {
   std::vector<std::string> out;

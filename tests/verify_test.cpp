@@ -1,10 +1,12 @@
 // Draft-and-verify decoding: greedy, it writes exactly the tokens of AR decoding (whatever the draft length,
-// draft passes, lookup drafts, repetition penalty and stop ids); sampling, its tokens follow AR's
-// distribution (a chi-square test over 10^4 draws against the model's own conditional probabilities), with
-// decoder drafts and with lookup drafts.
+// draft passes, lookup and datastore drafts, repetition penalty and stop ids); sampling, its tokens follow
+// AR's distribution (a chi-square test over 10^4 draws against the model's own conditional probabilities),
+// with decoder drafts, with lookup drafts and with datastore drafts.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <string>
@@ -24,16 +26,33 @@ const std::vector<std::vector<int32_t>> kPrompts = {{2, 105, 17, 250, 33, 4, 198
 // Greedy draft-and-verify against AR decoding on every prompt, draft length and repetition penalty (AR's
 // stop ids), plain (`draft_steps` draft passes, then one verify pass per cycle) or overlapped (one pass per
 // cycle verifies and drafts the next cycle for every kept count), without lookup drafts and with them
-// (n-grams of 3 and 2 tokens, and of 1; lookup drafts of 2 and 8 tokens).
+// (n-grams of 3 and 2 tokens, and of 1; lookup drafts of 2 and 8 tokens), and with datastore drafts (alone
+// and after lookup) from a tiny corpus: AR's greedy text of each prompt with every 5th token changed, so
+// that its drafts are kept in part.
 void expect_greedy_equals_ar(bool overlap, int64_t draft_steps) {
   const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
   ThreadPool pool(2);
+  std::vector<int32_t> corpus;
+  for (const auto& prompt : kPrompts) {
+    ArParams ar;
+    ar.max_new_tokens = 40;
+    ar.stop_ids = {-1};
+    const std::vector<int32_t> text = generate_ar(m, prompt, ar, &pool).tokens;
+    for (size_t i = 0; i < text.size(); ++i)
+      corpus.push_back(i % 5 == 4 ? int32_t((text[i] + 1) % m.config.vocab) : text[i]);
+  }
+  const Datastore datastore(corpus);
   int64_t lookup_cycles = 0, lookup_accepted = 0, decoder_cycles_with_lookup = 0;
+  int64_t datastore_cycles = 0, datastore_accepted = 0, datastore_rejected = 0;
+  struct Drafting {
+    int64_t lookup, lookup_length;
+    bool datastore;
+  };
   for (const auto& prompt : kPrompts)
     for (int64_t k : {1, 3, 8})
       for (float penalty : {1.f, 1.3f})
-        for (const auto& [lookup, lookup_length] :
-             std::vector<std::pair<int64_t, int64_t>>{{0, 8}, {3, 8}, {1, 2}}) {
+        for (const auto& [lookup, lookup_length, stored] :
+             std::vector<Drafting>{{0, 8, false}, {3, 8, false}, {1, 2, false}, {0, 8, true}, {3, 8, true}}) {
           ArParams ar;
           ar.max_new_tokens = 40;
           ar.sampling.repeat_penalty = penalty;
@@ -45,31 +64,42 @@ void expect_greedy_equals_ar(bool overlap, int64_t draft_steps) {
           v.overlap = overlap;
           v.draft_lookup = lookup;
           v.lookup_length = lookup_length;
+          if (stored) {
+            v.datastore = &datastore;
+            v.datastore_draft.min_count = 1;
+            v.datastore_length = 3;
+          }
           v.sampling = ar.sampling;
           v.stop_ids = ar.stop_ids;
           const GenerationResult a = generate_ar(m, prompt, ar, &pool);
           const VerifyResult b = generate_verify(m, prompt, v, &pool);
           const std::string where = "k " + std::to_string(k) + " steps " + std::to_string(draft_steps) +
                                     " penalty " + std::to_string(penalty) + " lookup " +
-                                    std::to_string(lookup) + (overlap ? " overlapped" : "");
+                                    std::to_string(lookup) + (stored ? " datastore" : "") +
+                                    (overlap ? " overlapped" : "");
           EXPECT_EQ(b.tokens, a.tokens) << where;
           EXPECT_EQ(b.cycles, b.encoder_passes) << where;
-          const int64_t decoder_cycles = b.cycles - b.lookup_cycles;
-          if (lookup == 0) {
+          const int64_t decoder_cycles = b.cycles - b.lookup_cycles - b.datastore_cycles;
+          if (!stored) {
+            EXPECT_EQ(b.datastore_cycles, 0) << where;
+          }
+          if (lookup == 0 && !stored) {
             // The prompt's pass, then per cycle the draft passes and one verify pass (overlapped: one pass).
             EXPECT_EQ(b.lookup_cycles, 0) << where;
             EXPECT_EQ(b.passes, 1 + b.cycles * (overlap ? 1 : 1 + draft_steps)) << where;
           } else if (!overlap) {
-            // A lookup cycle is its verify pass alone.
+            // A lookup or datastore cycle is its verify pass alone.
             EXPECT_EQ(b.passes, 1 + b.cycles + decoder_cycles * draft_steps) << where;
           } else {
-            // A decoder cycle after a lookup cycle drafts in a pass of its own.
+            // A decoder cycle after a lookup or datastore cycle drafts in a pass of its own.
             EXPECT_GE(b.passes, 1 + b.cycles) << where;
             EXPECT_LE(b.passes, 1 + b.cycles + decoder_cycles) << where;
           }
           EXPECT_LE(b.accepted, b.drafted) << where;
           EXPECT_LE(b.lookup_accepted, b.lookup_drafted) << where;
           EXPECT_LE(b.lookup_drafted, b.lookup_cycles * lookup_length) << where;
+          EXPECT_LE(b.datastore_accepted, b.datastore_drafted) << where;
+          EXPECT_LE(b.datastore_drafted, b.datastore_cycles * 3) << where;
           // cycles_keeping counts the decoder's full-length cycles only.
           int64_t counted = 0;
           for (int64_t n : b.cycles_keeping) counted += n;
@@ -79,11 +109,18 @@ void expect_greedy_equals_ar(bool overlap, int64_t draft_steps) {
           lookup_cycles += b.lookup_cycles;
           lookup_accepted += b.lookup_accepted;
           if (lookup > 0) decoder_cycles_with_lookup += decoder_cycles;
+          datastore_cycles += b.datastore_cycles;
+          datastore_accepted += b.datastore_accepted;
+          datastore_rejected += b.datastore_drafted - b.datastore_accepted;
         }
   // Both kinds of cycle ran, and lookup drafts were kept (the tiny model's greedy text repeats itself).
   EXPECT_GT(lookup_cycles, 0);
   EXPECT_GT(lookup_accepted, 0);
   EXPECT_GT(decoder_cycles_with_lookup, 0);
+  // Datastore drafts ran, and were both kept and rejected.
+  EXPECT_GT(datastore_cycles, 0);
+  EXPECT_GT(datastore_accepted, 0);
+  EXPECT_GT(datastore_rejected, 0);
 }
 
 TEST(Verify, GreedyEqualsArDecoding) {
@@ -153,12 +190,13 @@ TEST(Verify, RefusesModelsWithoutADiffusionDecoderPath) {
 // exercised). With overlap, the third token's draft comes from a candidate of the first cycle's pass.
 //
 // With `lookup`, the prompt is followed by its own greedy continuation, which repeats, so that the drafts
-// come from lookup (single tokens' successors; a point-mass proposal) and are both kept and rejected.
-void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0) {
+// come from lookup (single tokens' successors; a point-mass proposal) and are both kept and rejected. With
+// `datastore` (and no lookup), the same drafts come from a datastore over that greedy text.
+void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0, bool datastore = false) {
   const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
   const ModelConfig& c = m.config;
   std::vector<int32_t> prompt = kPrompts[0];
-  if (lookup > 0) {
+  if (lookup > 0 || datastore) {
     ArParams ar;
     ar.max_new_tokens = 24;
     ar.stop_ids = {-1};
@@ -166,7 +204,8 @@ void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0) {
     prompt.insert(prompt.end(), more.begin(), more.end());
   }
   SamplingParams s;
-  s.temperature = lookup > 0 ? 3.f : 0.9f;  // lookup: flatter, so that its drafts are often rejected too
+  // lookup and datastore: flatter, so that their drafts are often rejected too
+  s.temperature = lookup > 0 || datastore ? 3.f : 0.9f;
   s.top_k = 4;
   // Exact p(t1) p(t2 | t1) ... from causal passes.
   auto next_distribution = [&](const std::vector<int32_t>& ids) {
@@ -210,9 +249,15 @@ void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0) {
   v.overlap = overlap;
   v.draft_lookup = lookup;
   v.lookup_length = 2;
+  const Datastore store(prompt);
+  if (datastore) {
+    v.datastore = &store;
+    v.datastore_draft.min_count = 1;
+    v.datastore_length = 2;
+  }
   v.sampling = s;
   v.stop_ids = {-1};  // nothing stops the run early
-  int64_t accepted = 0, drafted = 0, lookup_accepted = 0, lookup_drafted = 0;
+  int64_t accepted = 0, drafted = 0, lookup_accepted = 0, lookup_drafted = 0, stored_accepted = 0, stored_drafted = 0;
   for (int i = 0; i < draws; ++i) {
     v.sampling.seed = uint64_t(i) + 1;
     const VerifyResult r = generate_verify(m, prompt, v, nullptr);
@@ -222,6 +267,8 @@ void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0) {
     drafted += r.drafted;
     lookup_accepted += r.lookup_accepted;
     lookup_drafted += r.lookup_drafted;
+    stored_accepted += r.datastore_accepted;
+    stored_drafted += r.datastore_drafted;
   }
   double chi2 = 0;
   for (const auto& [cell, p] : expected) {
@@ -240,6 +287,11 @@ void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0) {
     EXPECT_GT(lookup_accepted, 0) << "no lookup draft was ever kept";
     EXPECT_LT(lookup_accepted, lookup_drafted) << "every lookup draft was kept: its rejection is untested";
   }
+  if (datastore) {
+    EXPECT_GT(stored_drafted, drafted / 2) << "most drafts should come from the datastore";
+    EXPECT_GT(stored_accepted, 0) << "no datastore draft was ever kept";
+    EXPECT_LT(stored_accepted, stored_drafted) << "every datastore draft was kept: its rejection is untested";
+  }
 }
 
 TEST(Verify, SamplingFollowsTheArDistribution) { expect_ar_distribution(false, 2); }
@@ -250,6 +302,13 @@ TEST(Verify, OverlappedSamplingFollowsTheArDistribution) { expect_ar_distributio
 TEST(Verify, SamplingWithLookupDraftsFollowsTheArDistribution) { expect_ar_distribution(false, 3, 1); }
 
 TEST(Verify, OverlappedSamplingWithLookupDraftsFollowsTheArDistribution) { expect_ar_distribution(true, 3, 1); }
+
+// Datastore drafts are point-mass proposals too.
+TEST(Verify, SamplingWithDatastoreDraftsFollowsTheArDistribution) { expect_ar_distribution(false, 3, 0, true); }
+
+TEST(Verify, OverlappedSamplingWithDatastoreDraftsFollowsTheArDistribution) {
+  expect_ar_distribution(true, 3, 0, true);
+}
 
 }  // namespace
 }  // namespace canvas
@@ -301,6 +360,48 @@ TEST(VerifyCli, DraftLookup) {
     const auto r = test::run_canvas(base + "--mode verify " + bad);
     EXPECT_NE(r.exit_code, 0) << bad;
     EXPECT_NE(r.output.find("must be between"), std::string::npos) << r.output;
+  }
+}
+
+}  // namespace canvas
+
+namespace canvas {
+
+// --draft-datastore FILE: AR's tokens, datastore cycles in the JSON and the stats line, the corpus's ids
+// cached in $XDG_CACHE_HOME/canvas (one file, reused by the next run).
+TEST(VerifyCli, DraftDatastore) {
+  test::TempDir dir;
+  const std::string model = test::fixture("tiny-diffusion-gemma");
+  const std::string base = "generate -m " + model + " -p 'the sea' -n 40 --json -t 2 -s 1 ";
+  const std::string env = "XDG_CACHE_HOME=" + dir.path("cache");
+  const auto ar = test::run_canvas(base + "--mode ar", false);
+  ASSERT_EQ(ar.exit_code, 0) << ar.output;
+  const std::string corpus = dir.path("corpus.txt");
+  std::ofstream(corpus) << test::json_of(ar.output)["text"].get<std::string>() << "\nthe sea and the land\n";
+  const std::string flags = "--mode verify --draft-lookup 0 --draft-datastore " + corpus + " --draft-datastore-count 1 ";
+  for (int run = 0; run < 2; ++run) {
+    const auto v = test::run_canvas(base + flags, false, env);
+    ASSERT_EQ(v.exit_code, 0) << v.output;
+    EXPECT_EQ(test::json_tokens(v.output), test::json_tokens(ar.output));
+    const auto j = test::json_of(v.output);
+    EXPECT_GT(j["datastore_cycles"].get<int64_t>(), 0) << v.output;
+    EXPECT_EQ(j["lookup_cycles"], 0);
+    EXPECT_LE(j["datastore_accepted"].get<int64_t>(), j["datastore_drafted"].get<int64_t>());
+    EXPECT_LE(j["datastore_drafted"].get<int64_t>(), 4 * j["datastore_cycles"].get<int64_t>());
+    int files = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path("cache") + "/canvas"))
+      files += e.path().filename().string().rfind("datastore-", 0) == 0;
+    EXPECT_EQ(files, 1);
+  }
+  const auto line = test::run_canvas("generate -m " + model + " -p 'the sea' -n 40 -t 2 -s 1 " + flags, true, env);
+  EXPECT_NE(line.output.find("by the datastore"), std::string::npos) << line.output;
+  // Without --draft-datastore the field is there, and 0.
+  const auto off = test::run_canvas(base + "--mode verify", false, env);
+  EXPECT_EQ(test::json_of(off.output)["datastore_cycles"], 0);
+  for (const std::string& bad : std::vector<std::string>{"--mode verify --draft-datastore " + dir.path("missing.txt"),
+                                "--mode verify --draft-datastore-count 2", "--mode ar --draft-datastore " + corpus}) {
+    const auto r = test::run_canvas(base + bad, true, env);
+    EXPECT_NE(r.exit_code, 0) << bad << "\n" << r.output;
   }
 }
 

@@ -67,6 +67,7 @@ int cmd_chat(int argc, char** argv) {
   check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
   GenerationRequest request = request_from_args(args);
   const TextModel m = load_text_model(args, kDefaultChatModel, "canvas chat");
+  request.datastore = load_datastore(args, m);
   const Generator generator(m);
   const ModelConfig& c = m.model.config;
   auto pool = make_pool(args);

@@ -50,6 +50,14 @@ std::vector<Option> decoding_options() {
                                 "text repeats itself they are often kept whole); the decoder drafts the other\n"
                                 "cycles. 0 = off (default 3)"},
         {"--draft-lookup-length", "L", "verify: tokens per lookup draft, whatever --draft-length (default 8)"},
+        {"--draft-datastore", "FILE", "verify: datastore drafts (retrieval, as REST) from the text in FILE, tokenized\n"
+                                      "with the model's tokenizer (the ids cached in $XDG_CACHE_HOME/canvas or\n"
+                                      "~/.cache/canvas, keyed by FILE's path, size and time and the tokenizer): a\n"
+                                      "cycle with no lookup draft takes the longest of the text's last n tokens\n"
+                                      "(n = 5 down to 2) that occurs in FILE at least --draft-datastore-count times\n"
+                                      "and drafts its most common continuation there, with no decoder pass"},
+        {"--draft-datastore-count", "C", "verify: the fewest occurrences of a datastore n-gram that drafts (default 10)"},
+        {"--draft-datastore-length", "L", "verify: tokens per datastore draft, whatever --draft-length (default 4)"},
         {"--steps", "S", "masked: denoising steps in total (default = N: one token per step), a multiple\n"
                          "of the number of blocks; uniform-state: the most steps per canvas (default 48)"},
         {"--block-length", "B", "masked: block length of the semi-autoregressive schedule (default 32, or N if\n"
@@ -143,8 +151,17 @@ GenerationRequest request_from_args(const Args& args) {
   r.draft_lookup_length = args.get_int("draft-lookup-length", 0);
   check(!args.has("draft-lookup-length") || (r.draft_lookup_length >= 1 && r.draft_lookup_length <= 1024),
         "--draft-lookup-length must be between 1 and 1024");
+  r.datastore_min_count = args.get_int("draft-datastore-count", 0);
+  check(!args.has("draft-datastore-count") || (r.datastore_min_count >= 1 && r.datastore_min_count <= 1 << 30),
+        "--draft-datastore-count must be positive");
+  r.datastore_length = args.get_int("draft-datastore-length", 0);
+  check(!args.has("draft-datastore-length") || (r.datastore_length >= 1 && r.datastore_length <= 1024),
+        "--draft-datastore-length must be between 1 and 1024");
+  for (const char* option : {"draft-datastore-count", "draft-datastore-length"})
+    check(!args.has(option) || args.has("draft-datastore"), std::string("--") + option + " needs --draft-datastore");
   // Draft-and-verify's options are refused where they would be ignored, naming the mode in use.
-  for (const char* option : {"overlap", "draft-length", "draft-steps", "draft-lookup", "draft-lookup-length"})
+  for (const char* option : {"overlap", "draft-length", "draft-steps", "draft-lookup", "draft-lookup-length",
+                             "draft-datastore", "draft-datastore-count", "draft-datastore-length"})
     check(!args.has(option) || (mode != "ar" && mode != "diffusion"),
           std::string("--") + option + " applies to --mode verify, not --mode " + mode);
   auto positive = [&](const char* name) {
@@ -196,7 +213,7 @@ AutoMode::AutoMode(const Args& args, const TextModel& m, ThreadPool* pool) : mod
   if (file_.empty()) file_ = default_cost_model_file(key_);
   if (file_ == "none") file_.clear();
   verify_implied_ = args.has("draft-length") || args.has("draft-steps") || args.has("overlap") ||
-                    args.has("draft-lookup") || args.has("draft-lookup-length");
+                    args.has("draft-lookup") || args.has("draft-lookup-length") || args.has("draft-datastore");
   for (const char* option : {"steps", "block-length", "canvas-length", "schedule", "algorithm", "threshold", "cache",
                              "freeze", "freeze-refresh", "entropy-bound", "t-min", "t-max", "stability",
                              "confidence-threshold", "neighbor-penalty", "stream-head"})
@@ -222,7 +239,8 @@ void AutoMode::choose(GenerationRequest& request) {
   const ModelConfig& c = model_.config;
   if (verify_implied_) {
     request.mode = DecodeMode::Verify;
-    request.mode_reason = "auto: a verify option (--draft-length, --draft-steps, --overlap, --draft-lookup) was given";
+    request.mode_reason =
+        "auto: a verify option (--draft-length, --draft-steps, --overlap, --draft-lookup, --draft-datastore) was given";
     return;
   }
   if (!diffusion_option_.empty() && Generator(model_, nullptr, {}).has_diffusion()) {
@@ -250,6 +268,16 @@ void AutoMode::learn(const GenerationOutput& out) {
   if (out.mode == DecodeMode::Verify) cost_.acceptance.add(out.cycles_keeping);
   cost_.observe(setting, out.decode_ms, out.decode_tokens);
   save();
+}
+
+std::shared_ptr<const Datastore> load_datastore(const Args& args, const TextModel& m) {
+  const std::string path = args.get("draft-datastore", "");
+  if (!args.has("draft-datastore")) return nullptr;
+  check(!path.empty(), "--draft-datastore needs a file name");
+  std::vector<std::string> warnings;
+  std::shared_ptr<const Datastore> store = Datastore::load(path, m.tokenizer, &warnings);
+  for (const std::string& w : warnings) std::fprintf(stderr, "canvas: warning: %s\n", w.c_str());
+  return store;
 }
 
 TextModel load_text_model(const Args& args, const std::string& default_model, const std::string& command) {

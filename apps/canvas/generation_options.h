@@ -57,6 +57,9 @@ class AutoMode {
   CostModel cost_;
 };
 
+// --draft-datastore FILE's corpus, tokenized by m's tokenizer (cached; warnings on stderr); null without it.
+std::shared_ptr<const Datastore> load_datastore(const Args& args, const TextModel& m);
+
 // -m MODEL (else the shipped `default_model`) loaded with --device, --tokenizer and --template.
 TextModel load_text_model(const Args& args, const std::string& default_model, const std::string& command);
 

@@ -57,7 +57,8 @@ const std::vector<cli::Option> kGenerateTail{
                        "(= tokens_per_pass: new tokens / passes), prompt_ms, decode_ms, tokens_per_second,\n"
                        "rows_computed, seed; uniform-state: steps_per_canvas; verify: drafted, accepted,\n"
                        "draft_length, overlap, draft_lookup, lookup_cycles (of encoder_passes cycles),\n"
-                       "lookup_drafted, lookup_accepted"},
+                       "lookup_drafted, lookup_accepted, datastore_cycles, datastore_drafted,\n"
+                       "datastore_accepted"},
         cli::heading("Infilling and structured output (diffusion models fill holes; AR models only do --json-schema):"),
         {"--suffix", "TEXT", "fill -n tokens between the prompt and TEXT; the prompt may instead (or also) hold\n"
                              "holes written <|hole:N|> (N tokens each), all filled at once. Prints the whole\n"
@@ -121,6 +122,7 @@ int cmd_generate(int argc, char** argv) {
   request.chat = args.has("chat");
   check(!args.has("template") || request.chat, "--template applies with --chat (the chat format of the prompt)");
   const TextModel m = cli::load_text_model(args, cli::kDefaultTextModel, "canvas generate");
+  request.datastore = cli::load_datastore(args, m);
   // Infilling (--suffix, <|hole:N|>) and schema-constrained output (--json-schema): apps/canvas/infill.cpp.
   if (cli::infill_requested(args)) return cli::run_infill(args, m, request);
   const Generator generator(m);

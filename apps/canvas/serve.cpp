@@ -29,7 +29,7 @@ const Command kServe{
     "serve",
     "canvas serve [-m MODEL]... [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue N]\n"
     "                    [--mode auto|diffusion|ar|verify] [--api-key KEY] [--allowed-hosts NAMES]\n"
-    "                    [--cors ORIGIN] [--max-connections N]",
+    "                    [--cors ORIGIN] [--max-connections N] [--draft-datastore FILE]",
     R"(Serves models over HTTP with OpenAI's API: POST /v1/completions, POST /v1/chat/completions (messages
 in the model's chat format, as canvas chat renders them), GET /v1/models, GET /health (200 when ready, 503 while
 loading or stopping), and a web page at / that draws the canvas live as it is denoised. The decoding
@@ -40,7 +40,8 @@ file's stem (text-dg); a request's "model" picks one (unknown: 404 model_not_fou
 name is accepted). Without "model", chat goes to the first chat model (a chat template of its own, or an
 id ending in -chat, -it or -instruct), completions to the first model; chat naming a model that is not a
 chat model while one is served is a 400. Each model has its own engine (--parallel, --queue, --mode,
---check-weights, --device, --cpu-moe and --cost-model apply to each); the compute threads are shared.
+--check-weights, --device, --cpu-moe, --cost-model and --draft-datastore apply to each); the compute threads
+are shared.
 Requests take OpenAI's fields (max_tokens, temperature, top_p, seed, stop, n = 1, stream,
 stream_options.include_usage) and canvas's knobs (steps, block_length, threshold, entropy_bound,
 cache, mode, canvas_draft). docs/serving.md has the details and measurements.)",
@@ -69,6 +70,9 @@ cache, mode, canvas_draft). docs/serving.md has the details and measurements.)",
          "otherwise, so that auto routes a request the same way after a restart. With\n"
          "several models, one file each: the model's id before FILE's extension\n"
          "(costs.json -> costs.text-dg.json)"},
+        {"--draft-datastore", "FILE",
+         "verify: datastore drafts from the text in FILE for every request (as generate's\n"
+         "--draft-datastore: tokenized by each model's tokenizer, the ids cached)"},
         {"--api-key", "KEY", "require \"Authorization: Bearer KEY\" on /v1/* (401 otherwise)"},
         {"--allowed-hosts", "NAMES",
          "comma-separated Host names accepted beside the bound address (\"*\": any); without\n"
@@ -127,6 +131,8 @@ int cmd_serve(int argc, char** argv) {
   engine_options.default_mode = serve::parse_decode_mode(args.get("mode", "auto"));
   setup.cost_model_file = args.get("cost-model", "");
   check(!args.has("cost-model") || !setup.cost_model_file.empty(), "--cost-model needs a file name");
+  setup.datastore_file = args.get("draft-datastore", "");
+  check(!args.has("draft-datastore") || !setup.datastore_file.empty(), "--draft-datastore needs a file name");
   check(!args.has("api-key") || !args.get("api-key", "").empty(), "--api-key must not be empty");
 
   // Signals go to one thread that waits for them (blocked here before any other thread starts).

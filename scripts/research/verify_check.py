@@ -4,11 +4,13 @@ generate --mode ar` and `--mode verify` (greedy, the same options) must give the
 drafted tokens kept per cycle, new tokens per forward (counting the draft passes and the verifying causal
 passes: (decoder + encoder passes) after the prompt's; an overlapped cycle is one pass), and the decode time of each mode (medians over
 the prompts, both modes timed in the same run, one after the other per prompt). Also rows computed per new
-token and, for the lookup variants, the share of cycles drafted by lookup.
+token and, for the lookup and datastore variants, the share of cycles drafted by lookup and by the datastore.
 
 usage: /usr/bin/python3 scripts/research/verify_check.py [--model models/text-dg.gguf] [--prompts 24] [-n 128]
-           [--draft-lengths 4,8] [--draft-steps 1] [--variants plain,overlap,lookup,overlap-lookup]
-           [--lookup 3] [-t 2] [--pass-steps 1:1,3:1.17,5:1.25,9:1.67]
+           [--draft-lengths 4,8] [--draft-steps 1]
+           [--variants plain,overlap,lookup,overlap-lookup,ds,lookup-ds,overlap-ds,overlap-lookup-ds]
+           [--lookup 3] [--datastore FILE [--datastore-count C] [--datastore-length L]] [-t 2]
+           [--pass-steps 1:1,3:1.17,5:1.25,9:1.67]
 Exits 1 when any prompt's tokens differ.
 """
 import argparse
@@ -40,8 +42,13 @@ def main():
     ap.add_argument("--variants", default="plain",
                     help="plain (a draft pass and a verify pass per cycle), overlap (--overlap: one pass per cycle), "
                          "lookup and overlap-lookup (the same with --draft-lookup N; plain and overlap run with "
-                         "--draft-lookup 0)")
+                         "--draft-lookup 0); a -ds suffix (ds, lookup-ds, overlap-ds, overlap-lookup-ds) adds "
+                         "--draft-datastore FILE")
     ap.add_argument("--lookup", type=int, default=3, help="N of --draft-lookup for the lookup variants")
+    ap.add_argument("--datastore", default="", help="FILE of --draft-datastore for the -ds variants (a text the "
+                    "held-out prompts' chapters are not in, e.g. the training split of `canvas tokenizer split`)")
+    ap.add_argument("--datastore-count", type=int, default=0, help="--draft-datastore-count (0: canvas's default)")
+    ap.add_argument("--datastore-length", type=int, default=0, help="--draft-datastore-length (0: canvas's default)")
     ap.add_argument("--pass-steps", default="",
                     help="rows:cost pairs, a pass's cost in AR steps by its row count, measured on another shape "
                          "(e.g. LLaDA-8B q4_0 on this CPU: 1:1,3:1.17,5:1.25,9:1.65): also prints plain variants' "
@@ -58,9 +65,12 @@ def main():
         return steps[-1][1] * rows / steps[-1][0]
     prompts, _ = held_out_prompts(args.canvas, args.prompts, args.prompt_words)
     variants = [v for v in args.variants.split(",") if v]
+    if any(v == "ds" or v.endswith("-ds") for v in variants) and not args.datastore:
+        ap.error("the -ds variants need --datastore FILE")
     failed = False
     for k in [int(x) for x in args.draft_lengths.split(",")]:
-        stats = {v: {"same": 0, "per_forward": [], "per_causal": [], "kept": [], "ms": [], "rows": [], "lookup": [], "projected": []}
+        stats = {v: {"same": 0, "per_forward": [], "per_causal": [], "kept": [], "ms": [], "rows": [], "lookup": [], "datastore": [],
+                     "projected": []}
                  for v in variants}
         ar_ms = []
         for prompt in prompts:
@@ -68,9 +78,16 @@ def main():
             ar_ms.append(ar["decode_ms"])
             for variant in variants:
                 extra = ["--mode", "verify", "--draft-length", str(k), "--draft-steps", str(args.draft_steps)]
-                if variant.startswith("overlap"):
+                parts = variant.split("-")
+                if "overlap" in parts:
                     extra.append("--overlap")
-                extra += ["--draft-lookup", str(args.lookup if variant.endswith("lookup") else 0)]
+                extra += ["--draft-lookup", str(args.lookup if "lookup" in parts else 0)]
+                if "ds" in parts:
+                    extra += ["--draft-datastore", args.datastore]
+                    if args.datastore_count:
+                        extra += ["--draft-datastore-count", str(args.datastore_count)]
+                    if args.datastore_length:
+                        extra += ["--draft-datastore-length", str(args.datastore_length)]
                 v = generate(args, prompt, extra)
                 st = stats[variant]
                 if v["tokens"] == ar["tokens"]:
@@ -86,17 +103,21 @@ def main():
                 st["ms"].append(v["decode_ms"])
                 st["rows"].append(v["rows_computed"] / max(1, len(v["tokens"])))
                 st["lookup"].append(v.get("lookup_cycles", 0) / cycles)
+                st["datastore"].append(v.get("datastore_cycles", 0) / cycles)
                 if steps and not variant.startswith("overlap"):
-                    # A decoder cycle: draft passes and a causal pass of k + 1 rows; a lookup cycle: one causal
-                    # pass of its draft's length + 1 rows. AR: one step per token after the first.
+                    # A decoder cycle: draft passes and a causal pass of k + 1 rows; a lookup or datastore cycle:
+                    # one causal pass of its draft's length + 1 rows. AR: one step per token after the first.
                     looked = v.get("lookup_cycles", 0)
-                    decoder = v["encoder_passes"] - looked
-                    drafted = v["drafted"] - v.get("lookup_drafted", 0)
+                    stored = v.get("datastore_cycles", 0)
+                    decoder = v["encoder_passes"] - looked - stored
+                    drafted = v["drafted"] - v.get("lookup_drafted", 0) - v.get("datastore_drafted", 0)
                     cost = 0.0
                     if decoder:
                         cost += (1 + args.draft_steps) * decoder * pass_cost(drafted / decoder + 1)
                     if looked:
                         cost += looked * pass_cost(v["lookup_drafted"] / looked + 1)
+                    if stored:
+                        cost += stored * pass_cost(v["datastore_drafted"] / stored + 1)
                     st["projected"].append((len(v["tokens"]) - 1) / max(cost, 1e-9))
         for variant in variants:
             st = stats[variant]
@@ -106,9 +127,12 @@ def main():
                   f"new tokens per forward {statistics.median(st['per_forward']):.2f} "
                   f"(per causal pass {statistics.median(st['per_causal']):.2f}); "
                   f"rows per token {statistics.median(st['rows']):.2f}; "
-                  f"cycles by lookup {statistics.median(st['lookup']):.2f}; "
+                  f"cycles by lookup {statistics.median(st['lookup']):.2f}"
+                  + (f", by the datastore {statistics.median(st['datastore']):.2f}" if "ds" in variant.split("-") else "")
+                  + "; "
                   f"decode ms AR {statistics.median(ar_ms):.1f}, verify {statistics.median(st['ms']):.1f} "
-                  f"(verify / AR {statistics.median(st['ms']) / statistics.median(ar_ms):.2f})"
+                  f"(verify / AR {statistics.median(st['ms']) / statistics.median(ar_ms):.2f}; per prompt "
+                  f"{statistics.median(a / b for a, b in zip(ar_ms, st['ms'])):.2f}x AR's speed)"
                   + (f"; on --pass-steps' costs {statistics.median(st['projected']):.2f}x AR's tokens/s"
                      if st["projected"] else ""))
     sys.exit(1 if failed else 0)

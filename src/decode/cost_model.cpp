@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "core/cache_dir.h"
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/output_file.h"
@@ -393,16 +394,11 @@ std::string cost_model_file_for(const std::string& file, const std::string& mode
 }
 
 std::string default_cost_model_file(const std::string& key) {
-  std::filesystem::path dir;
-  if (const char* cache = std::getenv("XDG_CACHE_HOME"); cache && *cache)
-    dir = std::filesystem::path(cache) / "canvas";
-  else if (const char* home = std::getenv("HOME"); home && *home)
-    dir = std::filesystem::path(home) / ".cache" / "canvas";
-  else
-    return "";
+  const std::string dir = user_cache_dir();
+  if (dir.empty()) return "";
   char name[64];
   std::snprintf(name, sizeof name, "cost-model-%016llx.json", (unsigned long long)std::hash<std::string>{}(key));
-  return (dir / name).string();
+  return (std::filesystem::path(dir) / name).string();
 }
 
 }  // namespace canvas

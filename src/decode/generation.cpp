@@ -261,6 +261,11 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
       throw Error("--draft-lookup-length " + std::to_string(lookup) + " computes " + std::to_string(lookup + 1) +
                   " rows per pass; the limit is the context (" + std::to_string(c.context_length) + " rows) and " +
                   std::to_string(int64_t(kMaxVerifyLogitBytes / 1048576)) + " MiB of logits on this model");
+    const int64_t stored = r.datastore_length > 0 ? r.datastore_length : VerifyParams{}.datastore_length;
+    if (r.datastore && !fits(stored + 1))
+      throw Error("--draft-datastore-length " + std::to_string(stored) + " computes " + std::to_string(stored + 1) +
+                  " rows per pass; the limit is the context (" + std::to_string(c.context_length) + " rows) and " +
+                  std::to_string(int64_t(kMaxVerifyLogitBytes / 1048576)) + " MiB of logits on this model");
   }
   const bool uniform = mode == DecodeMode::Diffusion && c.uniform_state;
   // Masked diffusion's own options, refused where they would be ignored, naming the mode in use.
@@ -477,6 +482,9 @@ void GenerationRun::decode() {
       p.overlap = r.overlap;
       if (r.draft_lookup >= 0) p.draft_lookup = r.draft_lookup;
       if (r.draft_lookup_length > 0) p.lookup_length = r.draft_lookup_length;
+      p.datastore = r.datastore.get();
+      if (r.datastore_min_count > 0) p.datastore_draft.min_count = r.datastore_min_count;
+      if (r.datastore_length > 0) p.datastore_length = r.datastore_length;
       p.sampling = r.sampling;
       p.draft_temperature = g.defaults_.params.t_min;
       p.stop_ids = g.stop_ids_;
@@ -493,6 +501,10 @@ void GenerationRun::decode() {
       out.lookup_cycles = v.lookup_cycles;
       out.lookup_drafted = v.lookup_drafted;
       out.lookup_accepted = v.lookup_accepted;
+      out.datastore = p.datastore != nullptr;
+      out.datastore_cycles = v.datastore_cycles;
+      out.datastore_drafted = v.datastore_drafted;
+      out.datastore_accepted = v.datastore_accepted;
       out.cycles_keeping = v.cycles_keeping;
       out.decode_tokens = std::max<int64_t>(0, int64_t(v.tokens.size()) - 1);  // the first comes with the prompt
     } else {

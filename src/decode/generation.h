@@ -12,6 +12,7 @@
 
 #include "core/thread_pool.h"
 #include "decode/chat_template.h"
+#include "decode/datastore.h"
 #include "decode/events.h"
 #include "decode/prefix_cache.h"
 #include "decode/infill.h"
@@ -89,6 +90,11 @@ struct GenerationRequest {
   // and their length (VerifyParams::lookup_length; 0: its default).
   int64_t draft_lookup = -1;
   int64_t draft_lookup_length = 0;
+  // verify: datastore drafts from this corpus (VerifyParams::datastore; null: off), the least occurrences
+  // of the n-gram that drafts (0: DatastoreDraftParams' default) and the draft's most tokens (0: its default).
+  std::shared_ptr<const Datastore> datastore;
+  int64_t datastore_min_count = 0;
+  int64_t datastore_length = 0;
 
   std::vector<std::string> stop;  // the text ends before the first of these (and generation stops)
   // Decode all N tokens: EOS, pad and end-of-turn ids neither end generation nor cut the text (stop strings
@@ -149,6 +155,9 @@ struct GenerationOutput {
   int64_t draft_lookup = 0;           // verify: the longest n-gram of lookup drafts (0: off)
   int64_t lookup_cycles = 0;          // verify: cycles drafted by lookup (encoder_passes counts every cycle)
   int64_t lookup_drafted = 0, lookup_accepted = 0;  // verify: ... their draft tokens (in drafted, accepted)
+  bool datastore = false;             // verify: datastore drafts on
+  int64_t datastore_cycles = 0;       // verify: cycles drafted by the datastore
+  int64_t datastore_drafted = 0, datastore_accepted = 0;  // verify: ... their draft tokens (in drafted, accepted)
   std::vector<int64_t> cycles_keeping;  // verify: VerifyResult::cycles_keeping
   std::string mode_reason;            // why this mode ran (GenerationRequest::mode_reason)
   std::vector<DecodeMode> modes;      // the modes the model runs (Generator::modes)

@@ -30,7 +30,8 @@ std::string generation_stats_line(const GenerationOutput& out, int threads) {
     canvases = ", " + std::to_string(out.encoder_passes) + " verify passes, " + std::to_string(out.accepted) + "/" +
                std::to_string(out.drafted) + " drafted tokens kept (k=" + std::to_string(out.draft_length) +
                (out.overlap ? ", overlapped" : "") + "), " +
-               (out.draft_lookup > 0 ? std::to_string(out.lookup_cycles) + " cycles drafted by lookup, " : "") + rows +
+               (out.draft_lookup > 0 ? std::to_string(out.lookup_cycles) + " cycles drafted by lookup, " : "") +
+               (out.datastore ? std::to_string(out.datastore_cycles) + " by the datastore, " : "") + rows +
                " rows per token";
   }
   const std::string cached =
@@ -79,6 +80,9 @@ std::string generation_json(const GenerationOutput& out) {
     j["lookup_cycles"] = out.lookup_cycles;  // of encoder_passes cycles; the others drafted by the decoder
     j["lookup_drafted"] = out.lookup_drafted;
     j["lookup_accepted"] = out.lookup_accepted;
+    j["datastore_cycles"] = out.datastore_cycles;  // cycles drafted by the datastore (--draft-datastore)
+    j["datastore_drafted"] = out.datastore_drafted;
+    j["datastore_accepted"] = out.datastore_accepted;
   }
   return dump_line(j);
 }

@@ -1,4 +1,4 @@
-// Draft-and-verify decoding: decoder drafts, one causal pass verifies, AR's text exactly.
+// Draft-and-verify decoding: decoder, lookup or datastore drafts, one causal pass verifies, AR's text exactly.
 #include "decode/verify.h"
 
 #include <algorithm>
@@ -52,6 +52,9 @@ void draft_pass(const Model& model, KvCache& cache, const std::vector<int32_t>& 
   run_forward(callbacks, model, cache, req, pool);
 }
 
+// Where a cycle's drafts come from.
+enum class Source { Decoder, Lookup, Datastore };
+
 // softmax(row / T) in double.
 std::vector<double> softmax(const float* row, int64_t vocab, double T) {
   std::vector<double> p(static_cast<size_t>(vocab));
@@ -97,7 +100,11 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
   check(params.draft_lookup >= 0 && params.draft_lookup <= 64, "--draft-lookup must be between 0 and 64");
   check(params.draft_lookup == 0 || (params.lookup_length >= 1 && params.lookup_length <= 1024),
         "--draft-lookup-length must be between 1 and 1024");
-  const int64_t KL = params.draft_lookup > 0 ? params.lookup_length : 0;  // a lookup draft's most tokens
+  check(!params.datastore || (params.datastore_length >= 1 && params.datastore_length <= 1024),
+        "--draft-datastore-length must be between 1 and 1024");
+  // A lookup or datastore draft's most tokens.
+  const int64_t KL = std::max(params.draft_lookup > 0 ? params.lookup_length : 0,
+                              params.datastore ? params.datastore_length : 0);
   const int64_t V = c.vocab;
   const bool sampled = params.sampling.temperature > 0.f;
   std::unique_ptr<KvCache> own;
@@ -187,21 +194,28 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
       }
     }
   };
-  // A lookup draft for the next cycle (at most `most` tokens): canvas = [last token ; draft], each draft
-  // a point-mass proposal; false when the context's last n-grams never occurred before.
-  auto take_lookup = [&](int64_t most) {
-    if (params.draft_lookup <= 0 || most <= 0) return false;
-    // n-grams down to two tokens: a single token's earlier successor is kept less often than the decoder's
-    // draft (docs/experiments.md, 2026-12-07).
-    const std::vector<int32_t> draft =
-        lookup_draft(tokens, params.draft_lookup, std::min<int64_t>(2, params.draft_lookup), most);
-    if (draft.empty()) return false;
+  // A draft without a decoder pass for the next cycle (at most `remaining` tokens): the context's own
+  // lookup draft, else the datastore's; canvas = [last token ; draft], each draft a point-mass proposal.
+  // Returns where it came from (Source::Decoder: neither has one).
+  auto take_lookup = [&](int64_t remaining) {
+    std::vector<int32_t> draft;
+    Source source = Source::Lookup;
+    if (params.draft_lookup > 0 && remaining > 0)
+      // n-grams down to two tokens: a single token's earlier successor is kept less often than the decoder's
+      // draft (docs/experiments.md, 2026-12-07).
+      draft = lookup_draft(tokens, params.draft_lookup, std::min<int64_t>(2, params.draft_lookup),
+                           std::min(params.lookup_length, remaining));
+    if (draft.empty() && params.datastore && remaining > 0) {
+      draft = params.datastore->draft(tokens, std::min(params.datastore_length, remaining), params.datastore_draft);
+      source = Source::Datastore;
+    }
+    if (draft.empty()) return Source::Decoder;
     canvas.assign(1, generated.back());
     canvas.insert(canvas.end(), draft.begin(), draft.end());
     if (sampled) proposal.assign(draft.size(), {});
-    ++result.lookup_cycles;
-    result.lookup_drafted += int64_t(draft.size());
-    return true;
+    ++(source == Source::Lookup ? result.lookup_cycles : result.datastore_cycles);
+    (source == Source::Lookup ? result.lookup_drafted : result.datastore_drafted) += int64_t(draft.size());
+    return source;
   };
   // A StepEvent once a cycle's drafts are taken: the tokens committed since the last one, and the region
   // shown as the generated tokens followed by the k drafts about to be verified (final_end between them).
@@ -250,12 +264,13 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     }
   };
   // A cycle's verdict on its k drafts from `rows` (AR's, after canvas[0..i]): kept, committed, counted.
-  auto finish_cycle = [&](const float* rows, int64_t k, bool looked) {
+  auto finish_cycle = [&](const float* rows, int64_t k, Source source) {
     ++result.encoder_passes;
     ++result.cycles;
     const int64_t kept = check_drafts(rows, k);
     result.accepted += kept;
-    if (looked) result.lookup_accepted += kept;
+    if (source == Source::Lookup) result.lookup_accepted += kept;
+    else if (source == Source::Datastore) result.datastore_accepted += kept;
     else if (k == K) ++result.cycles_keeping[size_t(kept)];  // the decoder's acceptance only
     cached += 1 + kept;  // the last token and the kept drafts; the token committed last is next cycle's first
     return kept;
@@ -315,7 +330,8 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     int64_t kept = 0;
     while (!done) {
       const int64_t remaining = N - int64_t(generated.size());
-      const bool looked = take_lookup(std::min(KL, remaining));
+      const Source source = take_lookup(remaining);
+      const bool looked = source != Source::Decoder;
       int64_t k = looked ? int64_t(canvas.size()) - 1 : std::min(K, remaining);
       if (!looked && kept < int64_t(candidates.size())) {
         const Candidate& next = candidates[size_t(kept)];
@@ -329,11 +345,11 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
       }
       report(k);
       result.drafted += k;
-      // A lookup cycle's pass verifies only (no candidates): in a loop the next cycle most likely drafts by
-      // lookup too, and where it does not, a decoder pass of its own drafts it.
+      // A lookup (or datastore) cycle's pass verifies only (no candidates): in a loop the next cycle most
+      // likely drafts by lookup too, and where it does not, a decoder pass of its own drafts it.
       pass(canvas, cached, looked ? 0 : k + 1, 0);
       result.rows_computed += k + 1;
-      kept = finish_cycle(logits.data(), k, looked);
+      kept = finish_cycle(logits.data(), k, source);
       if (!done && callbacks.should_stop && callbacks.should_stop()) break;
     }
   } else {
@@ -344,16 +360,16 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     commit(choose_token(first_row, V, params.sampling, rng, recent_of(), P).token, first_row);
     while (!done) {
       const int64_t remaining = N - int64_t(generated.size());
-      const bool looked = take_lookup(std::min(KL, remaining));
-      const int64_t k = looked ? int64_t(canvas.size()) - 1 : std::min(K, remaining);
-      if (!looked) decoder_draft(k);
+      const Source source = take_lookup(remaining);
+      const int64_t k = source != Source::Decoder ? int64_t(canvas.size()) - 1 : std::min(K, remaining);
+      if (source == Source::Decoder) decoder_draft(k);
       report(k);
       result.drafted += k;
       // Verify: one causal pass over [last token ; draft]; row i is AR's distribution after canvas[0..i].
       causal_pass(model, cache, canvas, cached, logits, pool, callbacks);
       ++result.passes;
       result.rows_computed += k + 1;
-      finish_cycle(logits.data(), k, looked);
+      finish_cycle(logits.data(), k, source);
       if (!done && callbacks.should_stop && callbacks.should_stop()) break;
     }
   }

@@ -1,6 +1,6 @@
 // Draft-and-verify decoding on one set of weights: the diffusion decoder drafts the next k tokens in one or
 // a few passes (or, where the text repeats itself, the tokens that followed the last n-gram's earlier
-// occurrence are drafted without a pass), and one causal (AR) pass over them verifies: the longest prefix
+// occurrence, or the continuation a datastore's corpus votes for, are drafted without a pass), and one causal (AR) pass over them verifies: the longest prefix
 // AR agrees with is kept, plus AR's own token where they first differ. The text is exactly what AR decoding
 // writes (greedy: the same tokens; sampling: the same distribution, by speculative rejection sampling), with
 // several tokens committed per AR pass. (On the CPU bit for bit. On a GPU a pass's products round by its row count: with quantised
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "decode/datastore.h"
 #include "decode/events.h"
 #include "decode/prefix_cache.h"
 #include "decode/sampling.h"
@@ -44,6 +45,13 @@ struct VerifyParams {
   // cycle after it drafts in a pass of its own. 0: off.
   int64_t draft_lookup = 3;
   int64_t lookup_length = 8;  // a lookup draft's tokens (fewer at the end of max_new_tokens)
+  // Datastore drafts: a cycle that finds no lookup draft asks the datastore (decode/datastore.h) for the
+  // voted continuation of the context's longest n-gram that occurs in its corpus often enough, drafted as
+  // a lookup draft is (no decoder pass, a point-mass proposal, overlapped: a pass that only verifies).
+  // Null: off.
+  const Datastore* datastore = nullptr;
+  DatastoreDraftParams datastore_draft;
+  int64_t datastore_length = 4;  // a datastore draft's most tokens (8 keeps more per pass, costs more rows)
 };
 
 struct VerifyResult : GenerationResult {
@@ -53,11 +61,13 @@ struct VerifyResult : GenerationResult {
   int64_t cycles = 0;
   int64_t drafted = 0, accepted = 0;  // draft tokens proposed and kept
   // [j]: the cycles that drafted the full draft_length tokens and kept j of them (draft_length + 1 entries;
-  // the short cycles at the end of N are not counted; nor are lookup cycles): the acceptance of the decoder's
+  // the short cycles at the end of N are not counted; nor are lookup and datastore cycles): the acceptance of the decoder's
   // drafts, which --mode auto's cost model learns.
   std::vector<int64_t> cycles_keeping;
   int64_t lookup_cycles = 0;    // cycles drafted by lookup (VerifyParams::draft_lookup); the rest by the decoder
   int64_t lookup_drafted = 0, lookup_accepted = 0;  // ... their draft tokens proposed and kept (in drafted, accepted)
+  int64_t datastore_cycles = 0;  // cycles drafted by the datastore (VerifyParams::datastore)
+  int64_t datastore_drafted = 0, datastore_accepted = 0;  // ... their draft tokens (in drafted, accepted)
 };
 
 // Models with a uniform-state diffusion path and a causal path on the same weights (DiffusionGemma:

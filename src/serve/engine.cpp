@@ -277,6 +277,7 @@ std::unique_ptr<Engine::Running> Engine::start(std::shared_ptr<Job> job_ptr) {
   Job& job = *run->job;
   GenerationRequest& request = run->request;
   request = job.settings;
+  if (!request.datastore) request.datastore = options_.datastore;
   if (!Generator::fills_holes(request)) request.prompt = job.prompt;  // infilling plans from the text
   const ModeChoice choice = choose(request, int64_t(job.prompt.size()));
   choice.apply(request);

@@ -91,6 +91,8 @@ struct EngineOptions {
   // --cost-model: the routing cost model read from this file when it was measured for `cost_model_key`
   // (the model file, threads, device), measured and written to it otherwise; empty: measured each start.
   std::string cost_model_file, cost_model_key;
+  // --draft-datastore: verify's datastore drafts for every request that brings none.
+  std::shared_ptr<const Datastore> datastore;
 };
 
 // Requests are taken from the queue, up to `parallel` at a time, by the step batcher's thread, which decodes

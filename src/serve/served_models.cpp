@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 
 #include "core/error.h"
 #include "io/gguf.h"
 #include "decode/cost_model.h"
+#include "decode/datastore.h"
 #include "serve/openai.h"
 
 namespace canvas::serve {
@@ -95,6 +97,11 @@ std::unique_ptr<ServedText> start_served_model(TextModel text, const std::string
   if (!setup.cost_model_file.empty()) {
     options.cost_model_file = cost_model_file_for(setup.cost_model_file, served.id, setup.models);
     options.cost_model_key = cost_model_key(path, setup.cores, setup.device);
+  }
+  if (!setup.datastore_file.empty()) {
+    std::vector<std::string> warnings;
+    options.datastore = Datastore::load(setup.datastore_file, m->text.tokenizer, &warnings);
+    for (const std::string& w : warnings) std::fprintf(stderr, "canvas serve: warning: %s\n", w.c_str());
   }
   m->engine = std::make_unique<Engine>(m->text.model, pool, options);
   const std::string arch = m->text.model.config.arch;

@@ -59,6 +59,7 @@ struct ServedText {
 struct ServeSetup {
   EngineOptions engine;         // parallel, queue, default mode (the model's own fields are filled per model)
   std::string cost_model_file;  // --cost-model ("" for none); with several models, one file each
+  std::string datastore_file;   // --draft-datastore ("" for none): verify's datastore drafts, every request
   size_t models = 1;            // how many models are served
   int64_t cores = 1;            // for the cost model's key
   std::string device = "cpu";

@@ -1,0 +1,65 @@
+// Datastore drafts for draft-and-verify (retrieval drafts, as REST): a tokenized text corpus indexed by a
+// suffix array, and the most common continuation of the context's longest n-gram that occurs in it.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace canvas {
+
+class TextTokenizer;
+
+struct DatastoreDraftParams {
+  int64_t longest = 5;     // the n-grams tried: the context's last `longest` tokens down to `shortest`
+  int64_t shortest = 2;
+  int64_t min_count = 10;  // an n-gram drafts only when it occurs at least this often in the corpus
+};
+
+class Datastore {
+ public:
+  // The index over `ids` (a suffix array, built here; index_ms() says how long it took).
+  explicit Datastore(std::vector<int32_t> ids);
+
+  // The corpus of the text file at `path`, tokenized by `tokenize` (no BOS), its ids cached under
+  // `cache_dir` (a file named by the key: the file's absolute path, size and modification time, and
+  // `tokenizer_identity`). A cache file that is unreadable, damaged or written for another key is ignored
+  // and written again; "" for cache_dir: no cache. A cache that cannot be written appends a warning to
+  // *warnings (the corpus is still used). Throws Error when the text file cannot be read.
+  static std::shared_ptr<const Datastore> load(const std::string& path, const std::string& tokenizer_identity,
+                                               const std::function<std::vector<int32_t>(const std::string&)>& tokenize,
+                                               const std::string& cache_dir, std::vector<std::string>* warnings);
+  // The same with a model's tokenizer (its identity: tokenizer_identity()), cached in user_cache_dir() (core/cache_dir.h).
+  static std::shared_ptr<const Datastore> load(const std::string& path, const TextTokenizer& tokenizer,
+                                               std::vector<std::string>* warnings);
+
+  // The draft after `context`: for n = longest down to shortest, the context's last n tokens; the first
+  // that occurs at least min_count times drafts its most common continuation, token by token (a vote over
+  // its occurrences: the most frequent next token, ties to the lower id; the occurrences that agree go on
+  // to vote for the next one), up to `length` tokens, fewer where the corpus ends. Empty when no such
+  // n-gram occurs often enough.
+  std::vector<int32_t> draft(std::span<const int32_t> context, int64_t length,
+                             const DatastoreDraftParams& params = {}) const;
+
+  // How many times `gram` occurs in the corpus (a binary search).
+  int64_t count(std::span<const int32_t> gram) const;
+
+  const std::vector<int32_t>& ids() const { return ids_; }
+  double index_ms() const { return index_ms_; }
+  bool loaded_from_cache() const { return from_cache_; }
+
+ private:
+  // The suffix-array range [first, last) of the suffixes that start with `gram`.
+  std::pair<int64_t, int64_t> range(std::span<const int32_t> gram) const;
+  std::vector<int32_t> ids_;
+  std::vector<int32_t> suffixes_;  // corpus positions, sorted by the suffix that starts at each
+  double index_ms_ = 0;
+  bool from_cache_ = false;
+};
+
+// A tokenizer's identity for cache keys: a hash of its vocabulary (every token's piece) and special ids.
+std::string tokenizer_identity(const TextTokenizer& tokenizer);
+
+}  // namespace canvas

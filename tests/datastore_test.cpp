@@ -1,0 +1,208 @@
+// Datastore drafts (decode/datastore.h): the n-gram that drafts (the longest with enough occurrences), the
+// vote over its continuations, the suffix array against brute force, and the token cache (reused, and
+// rewritten when the text, the tokenizer or the cache file itself changed).
+#include "decode/datastore.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+#include "test_util.h"
+
+namespace canvas {
+namespace {
+
+using Tokens = std::vector<int32_t>;
+
+DatastoreDraftParams counting(int64_t min_count) {
+  DatastoreDraftParams p;
+  p.min_count = min_count;
+  return p;
+}
+
+TEST(Datastore, VotesForTheMostCommonContinuationTokenByToken) {
+  // (1, 2) is followed by 3 five times and by 6 once; those 3s by 4 three times and by 5 twice.
+  const Datastore store(Tokens{1, 2, 3, 4, 0, 1, 2, 3, 5, 0, 1, 2, 3, 4, 0, 1, 2, 6, 0, 1, 2, 3, 5, 9, 1, 2, 3, 4, 7});
+  EXPECT_EQ(store.count(Tokens{1, 2}), 6);
+  EXPECT_EQ(store.count(Tokens{1, 2, 3}), 5);
+  EXPECT_EQ(store.draft(Tokens{8, 1, 2}, 2, counting(1)), (Tokens{3, 4}));
+  // The occurrences that voted for 3 4 go on: 0 (twice) against 7 (once).
+  EXPECT_EQ(store.draft(Tokens{8, 1, 2}, 3, counting(1)), (Tokens{3, 4, 0}));
+  // A tie goes to the lower id: after (3, 5) come 0 and 9 once each.
+  EXPECT_EQ(store.draft(Tokens{3, 5}, 1, counting(1)), (Tokens{0}));
+}
+
+TEST(Datastore, TheLongestNgramWithEnoughOccurrencesDrafts) {
+  // (7, 1, 2) once, followed by 8; (1, 2) three times more, followed by 3.
+  const Datastore store(Tokens{7, 1, 2, 8, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3});
+  EXPECT_EQ(store.draft(Tokens{7, 1, 2}, 1, counting(1)), (Tokens{8}));
+  // With at least 2 occurrences the trigram is too rare and the bigram drafts.
+  EXPECT_EQ(store.draft(Tokens{7, 1, 2}, 1, counting(2)), (Tokens{3}));
+  EXPECT_EQ(store.draft(Tokens{7, 1, 2}, 1, counting(4)), (Tokens{3}));
+  // No n-gram occurs 5 times.
+  EXPECT_TRUE(store.draft(Tokens{7, 1, 2}, 1, counting(5)).empty());
+  // n = 2 at the shortest: a single token never drafts.
+  EXPECT_TRUE(store.draft(Tokens{9, 2}, 1, counting(1)).empty());
+  DatastoreDraftParams single = counting(1);
+  single.shortest = 1;
+  EXPECT_EQ(store.draft(Tokens{9, 2}, 1, single), (Tokens{3}));
+  // longest caps n: with longest 2, (1, 2) drafts although (7, 1, 2) occurs.
+  DatastoreDraftParams two = counting(1);
+  two.longest = 2;
+  EXPECT_EQ(store.draft(Tokens{7, 1, 2}, 1, two), (Tokens{3}));
+}
+
+TEST(Datastore, TheDraftEndsWhereTheCorpusDoes) {
+  const Datastore store(Tokens{4, 5, 6, 7});
+  EXPECT_EQ(store.draft(Tokens{4, 5}, 8, counting(1)), (Tokens{6, 7}));
+  // The last bigram occurs but nothing follows it.
+  EXPECT_TRUE(store.draft(Tokens{6, 7}, 8, counting(1)).empty());
+}
+
+TEST(Datastore, EmptyAndShortCorporaAndContexts) {
+  const Datastore empty(Tokens{});
+  EXPECT_EQ(empty.count(Tokens{1}), 0);
+  EXPECT_TRUE(empty.draft(Tokens{1, 2, 3}, 4, counting(1)).empty());
+  const Datastore one(Tokens{5});
+  EXPECT_EQ(one.count(Tokens{5}), 1);
+  EXPECT_EQ(one.count(Tokens{5, 5}), 0);
+  EXPECT_TRUE(one.draft(Tokens{5, 5}, 4, counting(1)).empty());
+  const Datastore store(Tokens{1, 2, 3});
+  EXPECT_TRUE(store.draft(Tokens{}, 4, counting(1)).empty());
+  EXPECT_TRUE(store.draft(Tokens{2}, 4, counting(1)).empty());  // shorter than the shortest n-gram
+  EXPECT_TRUE(store.draft(Tokens{1, 2}, 0, counting(1)).empty());
+}
+
+// The suffix array's counts and drafts against a brute-force scan and vote on a random corpus of a few ids
+// (many repeats, long shared runs).
+TEST(Datastore, MatchesBruteForceOnARandomCorpus) {
+  std::mt19937 rng(7);
+  Tokens ids(3000);
+  for (auto& t : ids) t = int32_t(rng() % 4);
+  for (int i = 0; i < 200; ++i) ids[size_t(1000 + i)] = ids[size_t(i)];  // a long repeat
+  const Datastore store(ids);
+  const int64_t n_ids = int64_t(ids.size());
+  auto occurrences = [&](const Tokens& gram) {
+    std::vector<int64_t> at;
+    for (int64_t i = 0; i + int64_t(gram.size()) <= n_ids; ++i)
+      if (std::equal(gram.begin(), gram.end(), ids.begin() + i)) at.push_back(i + int64_t(gram.size()));
+    return at;
+  };
+  auto brute_draft = [&](const Tokens& context, int64_t length, int64_t min_count) {
+    for (int64_t n = std::min<int64_t>(5, int64_t(context.size())); n >= 2; --n) {
+      std::vector<int64_t> at = occurrences(Tokens(context.end() - n, context.end()));
+      if (int64_t(at.size()) < min_count) continue;
+      Tokens draft;
+      while (int64_t(draft.size()) < length) {
+        std::map<int32_t, int64_t> votes;
+        for (int64_t p : at)
+          if (p < n_ids) ++votes[ids[size_t(p)]];
+        if (votes.empty()) break;
+        int32_t best = votes.begin()->first;
+        for (const auto& [t, c] : votes)
+          if (c > votes[best]) best = t;
+        draft.push_back(best);
+        std::vector<int64_t> kept;
+        for (int64_t p : at)
+          if (p < n_ids && ids[size_t(p)] == best) kept.push_back(p + 1);
+        at = kept;
+      }
+      return draft;
+    }
+    return Tokens{};
+  };
+  for (int trial = 0; trial < 200; ++trial) {
+    Tokens context(size_t(1 + rng() % 7));
+    for (auto& t : context) t = int32_t(rng() % 5);  // id 4 never occurs
+    EXPECT_EQ(store.count(context), int64_t(occurrences(context).size()));
+    for (int64_t min_count : {1, 3, 10, 100})
+      EXPECT_EQ(store.draft(context, 6, counting(min_count)), brute_draft(context, 6, min_count)) << trial;
+  }
+}
+
+// A tokenizer for the cache tests: one id per byte, counting its calls.
+struct ByteTokenizer {
+  int calls = 0;
+  std::vector<int32_t> operator()(const std::string& text) {
+    ++calls;
+    return Tokens(text.begin(), text.end());
+  }
+};
+
+void write_text(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+TEST(Datastore, TokenCacheIsReusedAndRewrittenWhenStale) {
+  test::TempDir dir;
+  const std::string text = dir.path("corpus.txt"), cache = dir.path("cache");
+  write_text(text, "in the beginning");
+  ByteTokenizer tokenizer;
+  auto tokenize = [&](const std::string& t) { return tokenizer(t); };
+  std::vector<std::string> warnings;
+  auto first = Datastore::load(text, "bytes", tokenize, cache, &warnings);
+  EXPECT_FALSE(first->loaded_from_cache());
+  const std::string words = "in the beginning";
+  EXPECT_EQ(first->ids(), Tokens(words.begin(), words.end()));
+  auto second = Datastore::load(text, "bytes", tokenize, cache, &warnings);
+  EXPECT_TRUE(second->loaded_from_cache());
+  EXPECT_EQ(second->ids(), first->ids());
+  EXPECT_EQ(tokenizer.calls, 1);
+  // Another tokenizer: tokenized again (and cached beside the first).
+  EXPECT_FALSE(Datastore::load(text, "other", tokenize, cache, &warnings)->loaded_from_cache());
+  EXPECT_EQ(tokenizer.calls, 2);
+  // The text changed (its size and time): tokenized again, the new ids.
+  write_text(text, "and the earth was");
+  auto changed = Datastore::load(text, "bytes", tokenize, cache, &warnings);
+  EXPECT_FALSE(changed->loaded_from_cache());
+  EXPECT_EQ(changed->ids().size(), std::string("and the earth was").size());
+  EXPECT_EQ(tokenizer.calls, 3);
+  EXPECT_TRUE(Datastore::load(text, "bytes", tokenize, cache, &warnings)->loaded_from_cache());
+  EXPECT_TRUE(warnings.empty());
+  // A damaged cache file (truncated, or one byte of its ids changed) is ignored and written again.
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(cache)) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 3u);
+  for (const auto& f : files) std::filesystem::resize_file(f, std::filesystem::file_size(f) - 3);
+  auto damaged = Datastore::load(text, "bytes", tokenize, cache, &warnings);
+  EXPECT_FALSE(damaged->loaded_from_cache());
+  EXPECT_EQ(damaged->ids(), changed->ids());
+  EXPECT_TRUE(Datastore::load(text, "bytes", tokenize, cache, &warnings)->loaded_from_cache());
+  for (const auto& f : files) {
+    std::fstream io(f, std::ios::binary | std::ios::in | std::ios::out);
+    io.seekp(-12, std::ios::end);  // in the last id
+    io.put('\x7f');
+  }
+  const int before = tokenizer.calls;
+  EXPECT_FALSE(Datastore::load(text, "bytes", tokenize, cache, &warnings)->loaded_from_cache());
+  EXPECT_EQ(tokenizer.calls, before + 1);
+  EXPECT_TRUE(warnings.empty());
+}
+
+TEST(Datastore, AnUnwritableCacheIsAWarningAndAMissingTextAnError) {
+  test::TempDir dir;
+  const std::string text = dir.path("corpus.txt"), blocked = dir.path("not-a-dir");
+  write_text(text, "abcabc");
+  write_text(blocked, "a file where the cache directory should be");
+  ByteTokenizer tokenizer;
+  auto tokenize = [&](const std::string& t) { return tokenizer(t); };
+  std::vector<std::string> warnings;
+  auto store = Datastore::load(text, "bytes", tokenize, blocked, &warnings);
+  EXPECT_EQ(store->ids().size(), 6u);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("cache"), std::string::npos) << warnings[0];
+  // No cache directory at all: tokenized every time, no warning.
+  warnings.clear();
+  Datastore::load(text, "bytes", tokenize, "", &warnings);
+  Datastore::load(text, "bytes", tokenize, "", &warnings);
+  EXPECT_EQ(tokenizer.calls, 3);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_THROW(Datastore::load(dir.path("missing.txt"), "bytes", tokenize, "", &warnings), Error);
+}
+
+}  // namespace
+}  // namespace canvas
