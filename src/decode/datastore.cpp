@@ -80,13 +80,15 @@ Datastore::Datastore(std::vector<int32_t> ids) : ids_(std::move(ids)) {
   suffixes_.resize(size_t(n));
   for (int32_t i = 0; i < n; ++i) suffixes_[size_t(i)] = i;
   const int32_t* data = ids_.data();
-  // Plain comparison sort of the suffixes: natural text's suffixes differ within a few tokens, so this is
-  // n log n comparisons of a few tokens each (145 ms for the 959k-token KJV training split).
+  // Plain comparison sort of the suffixes, to a depth of kSortDepth tokens (suffixes equal that far keep
+  // their positions' order): natural text's suffixes differ within a few tokens, so this is n log n
+  // comparisons of a few tokens each (145 ms for the 959k-token KJV training split), and a corpus of one
+  // passage repeated costs at most kSortDepth tokens a comparison instead of the passage's length.
   std::sort(suffixes_.begin(), suffixes_.end(), [data, n](int32_t a, int32_t b) {
-    const int32_t la = n - a, lb = n - b, m = std::min(la, lb);
+    const int32_t la = n - a, lb = n - b, m = std::min({la, lb, kSortDepth});
     for (int32_t i = 0; i < m; ++i)
       if (data[a + i] != data[b + i]) return data[a + i] < data[b + i];
-    return la < lb;
+    return m == kSortDepth ? a < b : la < lb;
   });
   index_ms_ = now_ms() - t0;
 }
@@ -121,7 +123,7 @@ std::vector<int32_t> Datastore::draft(std::span<const int32_t> context, int64_t 
     // The suffixes in [first, last) share their first `offset` tokens and are sorted by what follows: the
     // next token's votes are runs, the suffixes that end there first.
     std::vector<int32_t> draft;
-    for (int64_t offset = n; int64_t(draft.size()) < length; ++offset) {
+    for (int64_t offset = n; int64_t(draft.size()) < length && offset < kSortDepth; ++offset) {
       auto at = [&](int64_t i) { return ids_[size_t(suffixes_[size_t(i)] + offset)]; };
       int64_t i = first;
       while (i < last && suffixes_[size_t(i)] + offset >= n_ids) ++i;  // occurrences the corpus ends after

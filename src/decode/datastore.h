@@ -20,6 +20,10 @@ struct DatastoreDraftParams {
 
 class Datastore {
  public:
+  // The suffix array orders suffixes by their first kSortDepth tokens (so an n-gram and its draft span at
+  // most that many).
+  static constexpr int32_t kSortDepth = 64;
+
   // The index over `ids` (a suffix array, built here; index_ms() says how long it took).
   explicit Datastore(std::vector<int32_t> ids);
 
@@ -38,8 +42,8 @@ class Datastore {
   // The draft after `context`: for n = longest down to shortest, the context's last n tokens; the first
   // that occurs at least min_count times drafts its most common continuation, token by token (a vote over
   // its occurrences: the most frequent next token, ties to the lower id; the occurrences that agree go on
-  // to vote for the next one), up to `length` tokens, fewer where the corpus ends. Empty when no such
-  // n-gram occurs often enough.
+  // to vote for the next one), up to `length` tokens, fewer where the corpus ends or where the n-gram and
+  // the draft reach kSortDepth tokens. Empty when no such n-gram occurs often enough.
   std::vector<int32_t> draft(std::span<const int32_t> context, int64_t length,
                              const DatastoreDraftParams& params = {}) const;
 
