@@ -256,16 +256,17 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
                   std::to_string(int64_t(kMaxVerifyLogitBytes / 1048576)) + " MiB: at most --draft-length " +
                   std::to_string(most) + (r.overlap ? " with --overlap" : "") + " on this model");
     }
-    const int64_t lookup = r.draft_lookup_length > 0 ? r.draft_lookup_length : VerifyParams{}.lookup_length;
-    if (r.draft_lookup != 0 && !fits(lookup + 1))
-      throw Error("--draft-lookup-length " + std::to_string(lookup) + " computes " + std::to_string(lookup + 1) +
-                  " rows per pass; the limit is the context (" + std::to_string(c.context_length) + " rows) and " +
-                  std::to_string(int64_t(kMaxVerifyLogitBytes / 1048576)) + " MiB of logits on this model");
-    const int64_t stored = r.datastore_length > 0 ? r.datastore_length : VerifyParams{}.datastore_length;
-    if (r.datastore && !fits(stored + 1))
-      throw Error("--draft-datastore-length " + std::to_string(stored) + " computes " + std::to_string(stored + 1) +
-                  " rows per pass; the limit is the context (" + std::to_string(c.context_length) + " rows) and " +
-                  std::to_string(int64_t(kMaxVerifyLogitBytes / 1048576)) + " MiB of logits on this model");
+    // A lookup or datastore cycle verifies its draft and the last token in one pass.
+    auto check_draft_rows = [&](bool used, const char* flag, int64_t length) {
+      if (used && !fits(length + 1))
+        throw Error(std::string(flag) + " " + std::to_string(length) + " computes " + std::to_string(length + 1) +
+                    " rows per pass; the limit is the context (" + std::to_string(c.context_length) + " rows) and " +
+                    std::to_string(int64_t(kMaxVerifyLogitBytes / 1048576)) + " MiB of logits on this model");
+    };
+    check_draft_rows(r.draft_lookup != 0, "--draft-lookup-length",
+                     r.draft_lookup_length > 0 ? r.draft_lookup_length : VerifyParams{}.lookup_length);
+    check_draft_rows(r.datastore != nullptr, "--draft-datastore-length",
+                     r.datastore_length > 0 ? r.datastore_length : VerifyParams{}.datastore_length);
   }
   const bool uniform = mode == DecodeMode::Diffusion && c.uniform_state;
   // Masked diffusion's own options, refused where they would be ignored, naming the mode in use.
