@@ -5,14 +5,13 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <system_error>
 
 #include "core/cache_dir.h"
 #include "core/error.h"
 #include "core/output_file.h"
 #include "core/timer.h"
+#include "io/input_file.h"
 #include "io/text_tokenizer.h"
 
 namespace canvas {
@@ -41,11 +40,15 @@ std::string cache_bytes(const std::string& key, const std::vector<int32_t>& ids)
 
 // The ids of a cache file written for `key`; false when it is missing, damaged or for another key.
 bool read_cache(const std::string& file, const std::string& key, std::vector<int32_t>& ids) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  const std::string bytes = buffer.str();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec)) return false;
+  std::string bytes;
+  try {  // ids of a corpus of at most kMaxCorpusBytes: at most one per byte
+    bytes = read_regular_file_bounded(file, kMaxCorpusBytes * sizeof(int32_t) + key.size() + 64,
+                                      "datastore token cache", "kMaxCorpusBytes");
+  } catch (const std::exception&) {
+    return false;
+  }
   size_t at = 0;
   auto get64 = [&](uint64_t& v) {
     if (bytes.size() - at < sizeof v) return false;
@@ -169,12 +172,8 @@ std::shared_ptr<const Datastore> Datastore::load(const std::string& path, const 
       return store;
     }
   }
-  std::ifstream in(path, std::ios::binary);
-  check(bool(in), "--draft-datastore " + path + ": cannot be read");
-  std::ostringstream text;
-  text << in.rdbuf();
-  check(!in.bad(), "--draft-datastore " + path + ": cannot be read");
-  std::vector<int32_t> ids = tokenize(text.str());
+  std::vector<int32_t> ids =
+      tokenize(read_regular_file_bounded(path, kMaxCorpusBytes, "--draft-datastore file", "kMaxCorpusBytes"));
   if (!file.empty()) {
     try {
       fs::create_directories(cache_dir, ec);
