@@ -77,6 +77,16 @@ uint64_t class_key(const Fn& fn, int64_t n, uint64_t shape, int kind) {
   return h | 1;  // never 0, the empty slot
 }
 
+// Counts a run of a class that went the faster of two ways (a_ns, b_ns: their times); true when the other
+// way is due to be timed again, every kExploreRuns x (the slower / faster ratio, at most kMaxExploreRatio)
+// runs, the count then starting over.
+bool explore_due(uint32_t& runs, float a_ns, float b_ns) {
+  const float ratio = std::max(a_ns, b_ns) / std::min(a_ns, b_ns);
+  if (++runs < uint32_t(float(kExploreRuns) * std::min(ratio, kMaxExploreRatio))) return false;
+  runs = 0;
+  return true;
+}
+
 // The estimate moves a quarter of the way to each sample; a sample is clamped to 4x the estimate, so one
 // loop caught by an interrupt or a descheduled worker cannot flip a class by itself.
 // During a class's warm-up the estimate is the fastest sample.
@@ -117,12 +127,7 @@ bool ThreadPool::open_pass(uint64_t key) {
   if (c.key != key) c = PassClass{key};
   if (c.warm < kWarmRuns) return c.warm % 2 == 1;  // shared, alone, shared, alone
   const bool alone_faster = c.alone_ns < c.shared_ns;
-  const float ratio = std::max(c.alone_ns, c.shared_ns) / std::min(c.alone_ns, c.shared_ns);
-  if (++c.runs >= uint32_t(float(kExploreRuns) * std::min(ratio, kMaxExploreRatio))) {
-    c.runs = 0;
-    return !alone_faster;
-  }
-  return alone_faster;
+  return explore_due(c.runs, c.alone_ns, c.shared_ns) ? !alone_faster : alone_faster;
 }
 
 void ThreadPool::close_pass(uint64_t key, bool alone, int64_t elapsed_ns) {
@@ -335,9 +340,7 @@ void ThreadPool::run_loop(uint64_t key, int64_t n_chunks, const std::function<vo
     // does not show.
     const bool worth = c.serial_ns >= kMinHandOutFloors * fan_out_floor_ns_;
     const bool out_faster = worth && c.parallel_ns < kHandOutGain * c.serial_ns;
-    const float ratio = std::max(c.parallel_ns, c.serial_ns) / std::min(c.parallel_ns, c.serial_ns);
-    const bool explore = ++c.runs >= uint32_t(float(kExploreRuns) * std::min(ratio, kMaxExploreRatio));
-    if (explore) c.runs = 0;
+    const bool explore = explore_due(c.runs, c.parallel_ns, c.serial_ns);
     hand_out = explore && (out_faster || worth) ? !out_faster : out_faster;
     timed = hand_out || explore || c.runs % kTimeSerialEvery == 0;
   } else if (c.warm > 0 && !c.large) {
