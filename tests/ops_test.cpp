@@ -431,6 +431,8 @@ struct AttnCase {
   std::vector<float> q, k, v;
   std::vector<int32_t> key_group, query_group, window_start;
   bool use_window = false;
+  std::vector<uint64_t> tree;  // non-empty: the tree keys each query sees, from tree_key0
+  int64_t tree_key0 = 0;
 
   int64_t ldq() const { return int64_t(shape.n_heads) * shape.head_dim; }
   int64_t stride() const { return capacity * shape.head_dim; }
@@ -439,6 +441,8 @@ struct AttnCase {
     m.key_group = key_group.data();
     m.query_group = query_group.data();
     m.window_start = use_window ? window_start.data() : nullptr;
+    m.tree = tree.empty() ? nullptr : tree.data();
+    m.tree_key0 = tree_key0;
     return m;
   }
   std::vector<float> run(ThreadPool* pool) const {
@@ -465,7 +469,9 @@ struct AttnCase {
           for (int e = 0; e < hd; ++e) d += double(q[i * ldq() + h * hd + e]) * k[kv * stride() + j * hd + e];
           d *= shape.scale;
           if (shape.softcap > 0) d = shape.softcap * std::tanh(d / shape.softcap);
-          const bool vis = key_group[j] <= query_group[i] && (!use_window || j >= window_start[i]);
+          const bool vis = !tree.empty() && j >= tree_key0
+                               ? bool(tree[i] >> (j - tree_key0) & 1)
+                               : key_group[j] <= query_group[i] && (!use_window || j >= window_start[i]);
           s[i * n_keys + j] = vis ? d : -std::numeric_limits<double>::infinity();
         }
       for (int64_t i = 0; i < n_q; ++i) {
@@ -520,13 +526,19 @@ TEST_P(OpsLevel, AttentionMasksMatchNaive) {
   struct Config { int heads, kv_heads, dim; int64_t n_q, n_keys; };
   for (const Config& cfg : {Config{2, 2, 16, 5, 9}, Config{4, 2, 7, 6, 6}, Config{8, 2, 64, 4, 33},
                             Config{3, 1, 80, 3, 20}, Config{2, 1, 130, 2, 17}, Config{1, 1, 1, 3, 5}}) {
-    for (int kind = 0; kind < 5; ++kind) {
+    for (int kind = 0; kind < 7; ++kind) {
       AttnCase c = make_case(rng, cfg.heads, cfg.kv_heads, cfg.dim, cfg.n_q, cfg.n_keys, cfg.n_keys + 3);
-      const char* names[] = {"causal", "bidirectional", "block-causal", "window", "softcap"};
+      const char* names[] = {"causal", "bidirectional", "block-causal", "window", "softcap", "tree", "tree, window"};
       if (kind == 0) set_causal(c);
       if (kind == 2) set_causal(c, 4);
       if (kind == 3) set_causal(c), set_window(c, 3);
       if (kind == 4) set_causal(c), c.shape.softcap = 2.f;
+      if (kind >= 5) {  // the queries are a tree stored as the last n_q keys: each sees a random subset of them
+        set_causal(c);
+        if (kind == 6) set_window(c, 3);
+        c.tree_key0 = c.n_keys - c.n_q;
+        for (int64_t i = 0; i < c.n_q; ++i) c.tree.push_back(rng.next() & ((uint64_t(1) << c.n_q) - 1));
+      }
       const std::string what = std::string(names[kind]) + " dim " + std::to_string(cfg.dim);
       const auto naive = c.run_naive();
       const auto got = c.run(&pool), ref = c.run_reference();

@@ -326,7 +326,7 @@ void CpuExecutor::embed(Slot slot) {
     }
     if (!req.decoder) {
       int32_t* groups = caches_[size_t(s)]->groups();
-      for (int64_t i = 0; i < req.n; ++i) groups[plan_.pos[size_t(row0(s) + i)]] = req.groups[i];
+      for (int64_t i = 0; i < req.n; ++i) groups[plan_.slot(row0(s) + i)] = req.groups[i];
     }
   }
 }
@@ -498,7 +498,6 @@ void CpuExecutor::attend(int64_t l, int64_t s, const SlotBuffer& q, const SlotBu
   const ForwardRequest& req = requests_[size_t(s)];
   KvCache& cache = *caches_[size_t(s)];
   const int64_t r0 = plan_.row0[size_t(s)], ns = req.n;
-  const std::vector<int32_t>& pos = plan_.pos;
   const float* qs = q.data.data() + r0 * q_width;
   const float* ks_new = k.data.data() + r0 * kv_width;
   const float* vs_new = v.data.data() + r0 * kv_width;
@@ -509,7 +508,7 @@ void CpuExecutor::attend(int64_t l, int64_t s, const SlotBuffer& q, const SlotBu
   if (!req.decoder) {
     for (int64_t i = 0; i < ns; ++i)
       for (int64_t hh = 0; hh < la.n_kv_heads; ++hh) {
-        const int64_t dst = hh * stride + int64_t(pos[size_t(r0 + i)]) * D;
+        const int64_t dst = hh * stride + int64_t(plan_.slot(r0 + i)) * D;
         std::memcpy(kc + dst, &ks_new[size_t(i * kv_width + hh * D)], size_t(D) * 4);
         std::memcpy(vc + dst, &vs_new[size_t(i * kv_width + hh * D)], size_t(D) * 4);
       }
@@ -517,6 +516,19 @@ void CpuExecutor::attend(int64_t l, int64_t s, const SlotBuffer& q, const SlotBu
     mask.key_group = cache.groups();
     mask.query_group = req.groups;
     if (sliding) mask.window_start = window_start_.data() + r0;
+    if (req.tree_parents) {  // each row sees itself and its ancestors (bit a: the row stored at pos0 + a)
+      tree_bits_.resize(size_t(ns));
+      for (int64_t i = 0; i < ns; ++i) {
+        const int32_t parent = req.tree_parents[i];
+        tree_bits_[size_t(i)] = (parent < 0 ? 0 : tree_bits_[size_t(parent)]) | uint64_t(1) << i;
+      }
+      if (sliding)  // ... at positions inside its window (a row's slot is not its position)
+        for (int64_t i = ns - 1; i >= 0; --i)
+          for (int64_t a = 0; a < i; ++a)
+            if (plan_.pos[size_t(r0 + a)] < window_start_[size_t(r0 + i)]) tree_bits_[size_t(i)] &= ~(uint64_t(1) << a);
+      mask.tree = tree_bits_.data();
+      mask.tree_key0 = req.pos0;
+    }
     if (reference()) {
       reference::attention(qs, ns, q_width, kc, vc, plan_.key_ends[size_t(s)], stride, mask, shape, out, q_width);
     } else {

@@ -59,14 +59,31 @@ ForwardPlan plan_forward(const Model& model, std::span<KvCache* const> caches, s
       for (int64_t i = 0; req.canvas_rows && i < n; ++i)
         check(req.canvas_rows[i] >= 0 && req.canvas_rows[i] < length, "forward: canvas rows must be inside the canvas");
     }
-    for (int64_t i = 0; i < n; ++i) {
-      pos.push_back(req.positions     ? req.positions[i]
-                    : req.canvas_rows ? int32_t(req.pos0 + req.canvas_rows[i])
-                                      : int32_t(req.pos0 + i));
-      check(i == 0 || pos.back() > pos[pos.size() - 2], "forward: positions must be strictly increasing");
+    if (req.tree_parents) {
+      check(!decoder && !req.positions, "forward: a tree of rows is for encoder passes without explicit positions");
+      check(n <= 64, "forward: a tree has at most 64 rows, not " + std::to_string(n));
+      check(req.key_end == 0 || req.key_end == req.pos0 + n, "forward: a tree's keys end after its rows");
+      // Rows stored in order from pos0, each at its parent's position + 1.
+      if (plan.slots.empty()) plan.slots.assign(pos.begin(), pos.end());
+      const size_t r0 = pos.size();
+      for (int64_t i = 0; i < n; ++i) {
+        const int32_t parent = req.tree_parents[i];
+        check(parent >= -1 && parent < i, "forward: a tree row's parent must be an earlier row (or -1)");
+        pos.push_back(parent < 0 ? int32_t(req.pos0) : pos[r0 + size_t(parent)] + 1);
+        plan.slots.push_back(int32_t(req.pos0 + i));
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        pos.push_back(req.positions     ? req.positions[i]
+                      : req.canvas_rows ? int32_t(req.pos0 + req.canvas_rows[i])
+                                        : int32_t(req.pos0 + i));
+        check(i == 0 || pos.back() > pos[pos.size() - 2], "forward: positions must be strictly increasing");
+      }
+      if (!plan.slots.empty()) plan.slots.insert(plan.slots.end(), pos.end() - n, pos.end());
     }
     check(!req.positions || req.key_end > 0, "forward: explicit positions need key_end");
-    const int64_t first = pos[size_t(row0[size_t(s)])], last = pos.back();
+    // (A tree's slots run from its first position, pos0, to its last, pos0 + n - 1.)
+    const int64_t first = pos[size_t(row0[size_t(s)])], last = req.tree_parents ? req.pos0 + n - 1 : pos.back();
     const int64_t key_end = decoder ? req.pos0 : req.key_end > 0 ? req.key_end : req.pos0 + n;
     key_ends[size_t(s)] = key_end;
     if (decoder) {
@@ -117,6 +134,7 @@ void forward_batch(const Model& model, std::span<KvCache* const> caches, std::sp
     run_transformer(model.config, executor);
     return;
   }
+  check(plan.slots.empty(), "forward: a tree of rows (tree verification) runs on the CPU's executor only");
   const std::unique_ptr<Executor> device = backend->executor(model, caches, requests, plan, pool);
   PlacedExecutor placed(executor, *device, backend->keep_on_cpu);
   backend->run(*device, [&] { run_transformer(model.config, placed); });

@@ -39,6 +39,19 @@ void KvCache::grow(int64_t capacity, int64_t keep) {
   capacity_ = capacity;
 }
 
+void KvCache::copy_position(int64_t from, int64_t to) {
+  check(from >= 0 && from < capacity_ && to >= 0 && to < capacity_, "KvCache::copy_position: outside the cache");
+  check(backend_state == nullptr, "KvCache::copy_position: the cache's K/V live on a device");
+  if (from == to) return;
+  for (size_t l = 0; l < k_.size(); ++l) {
+    const int64_t d = head_dim_[l], heads = int64_t(k_[l].size()) / (capacity_ * d);
+    for (std::vector<float>* side : {&k_[l], &v_[l]})
+      for (int64_t h = 0; h < heads; ++h)
+        std::copy_n(side->begin() + (h * capacity_ + from) * d, d, side->begin() + (h * capacity_ + to) * d);
+  }
+  groups_[size_t(to)] = groups_[size_t(from)];
+}
+
 int64_t KvCache::bytes() const {
   int64_t total = int64_t(groups_.size() * sizeof(int32_t));
   for (const auto& layer : k_) total += int64_t(layer.size() * sizeof(float)) * 2;

@@ -28,6 +28,9 @@ class KvCache {
   // More positions, keeping the K/V and groups of positions [0, keep). Host caches only (throws when a
   // backend holds the K/V).
   void grow(int64_t capacity, int64_t keep);
+  // Position `from`'s K/V and group copied to position `to` (a tree pass's kept rows moved to the
+  // positions they stand for). Host caches only.
+  void copy_position(int64_t from, int64_t to);
   // A forward backend's own copy of this cache (e.g. its K/V in device memory, which then hold the K/V
   // instead of the host arrays here), created by the backend on first use and freed with the cache.
   std::shared_ptr<void> backend_state;

@@ -45,11 +45,15 @@ class PrimitiveBackend;  // model/placement.h
 
 // A checked batch of forward requests (plan_forward): rows of all requests stacked (request s holds
 // rows [row0[s], row0[s+1])), each row's position, and each request's key_end as attention reads it.
+// slots: where each row's K/V are stored, when some request is a tree (ForwardRequest::tree_parents);
+// empty otherwise (a row's K/V are stored at its position).
 struct ForwardPlan {
   std::vector<int64_t> row0;
   std::vector<int32_t> pos;
+  std::vector<int32_t> slots;
   std::vector<int64_t> key_ends;
   int64_t n = 0;
+  int32_t slot(int64_t row) const { return slots.empty() ? pos[size_t(row)] : slots[size_t(row)]; }
 };
 
 struct Model {
@@ -108,6 +112,13 @@ struct ForwardRequest {
   // Lets a pass recompute a scattered subset of a canvas while the other positions' K/V stay in the
   // cache as an earlier pass left them (key_end must then be given).
   const int32_t* positions = nullptr;
+  // Encoder mode only, a tree of tokens (draft-and-verify's tree of drafts): [n] each row's parent row
+  // (< the row) or -1. Row i is at position pos0 + its depth (0 for a row without a parent) and its K/V
+  // (and group) are stored at slot pos0 + i; it sees the cache's keys before pos0 by the group rule and,
+  // of the n new rows, itself and its ancestors. So every row computes exactly what a causal pass over
+  // its path alone computes. At most 64 rows; no explicit positions; key_end pos0 + n. The CPU's executor
+  // only (a backend of primitives refuses it).
+  const int32_t* tree_parents = nullptr;
   // Rows (indices into the n new tokens) whose logits are wanted, in this order; empty: none.
   std::vector<int32_t> logit_rows;
   float* logits = nullptr;          // [logit_rows.size()][vocab]

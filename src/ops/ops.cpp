@@ -205,24 +205,30 @@ void check_attention(int64_t n_q, int64_t n_keys, const AttentionMask& mask, con
   check(n_q >= 0 && n_keys >= 0, "attention: negative n_q or n_keys");
   check((mask.key_group == nullptr) == (mask.query_group == nullptr),
         "attention: key_group and query_group must both be set or both be null");
+  check(mask.tree_key0 >= 0, "attention: negative tree_key0");
 }
 
 bool visible(const AttentionMask& mask, int64_t i, int64_t j) {
-  if (mask.key_group && mask.key_group[j] > mask.query_group[i]) return false;
-  return !mask.window_start || j >= mask.window_start[i];
+  if (mask.tree && j >= mask.tree_key0) return j - mask.tree_key0 < 64 && (mask.tree[i] >> (j - mask.tree_key0) & 1);
+  if (mask.window_start && j < mask.window_start[i]) return false;
+  return !mask.key_group || mask.key_group[j] <= mask.query_group[i];
 }
 
 // Visible keys of query i in increasing order; returns their count.
 int64_t visible_keys(const AttentionMask& mask, int64_t i, int64_t n_keys, int32_t* keys) {
   int64_t j = mask.window_start ? std::max<int64_t>(0, mask.window_start[i]) : 0;
   int64_t n = 0;
+  const int64_t group_end = mask.tree ? std::min(n_keys, mask.tree_key0) : n_keys;
   if (!mask.key_group) {
-    for (; j < n_keys; ++j) keys[n++] = int32_t(j);
+    for (; j < group_end; ++j) keys[n++] = int32_t(j);
   } else {
     const int32_t group = mask.query_group[i];
-    for (; j < n_keys; ++j)
+    for (; j < group_end; ++j)
       if (mask.key_group[j] <= group) keys[n++] = int32_t(j);
   }
+  if (mask.tree) j = mask.tree_key0;
+  for (; j < n_keys; ++j)  // a tree's keys (none without one: j == n_keys)
+    if (j - mask.tree_key0 < 64 && (mask.tree[i] >> (j - mask.tree_key0) & 1)) keys[n++] = int32_t(j);
   return n;
 }
 
@@ -277,7 +283,8 @@ std::vector<std::pair<int64_t, int64_t>> query_runs(const AttentionMask& mask, i
   for (int64_t b = 0; b < n_q;) {
     int64_t e = b + 1;
     while (e < n_q && e - b < max_len && (!mask.query_group || mask.query_group[e] == mask.query_group[b]) &&
-           (!mask.window_start || mask.window_start[e] == mask.window_start[b]))
+           (!mask.window_start || mask.window_start[e] == mask.window_start[b]) &&
+           (!mask.tree || mask.tree[e] == mask.tree[b]))
       ++e;
     runs.emplace_back(b, e);
     b = e;

@@ -88,14 +88,19 @@ struct AttentionShape {
   float softcap = 0;   // > 0: scores = softcap * tanh(scores / softcap)
 };
 // Which keys a query sees: key j (0 <= j < n_keys) is visible to query i iff
-//   key_group[j] <= query_group[i]  and  j >= window_start[i] (when window_start is non-null).
+//   key_group[j] <= query_group[i]  and  j >= window_start[i] (when window_start is non-null),
+// except the keys of a tree (tree non-null): key j >= tree_key0 is visible to query i iff bit
+// j - tree_key0 of tree[i] is set (neither the groups nor window_start apply to them).
 // key_group and query_group null together: every key is visible (bidirectional).
 // Groups express every mask we need: causal (group = position), bidirectional (all 0), block-causal
-// (group = block index), and cached prefixes followed by a bidirectional canvas.
+// (group = block index), and cached prefixes followed by a bidirectional canvas; the tree bits, the
+// ancestors of each node of a tree of drafts verified in one pass (draft-and-verify).
 struct AttentionMask {
   const int32_t* key_group = nullptr;     // [n_keys]
   const int32_t* query_group = nullptr;   // [n_queries]
   const int32_t* window_start = nullptr;  // [n_queries] or null
+  const uint64_t* tree = nullptr;         // [n_queries] or null: the tree keys each query sees
+  int64_t tree_key0 = 0;                  // the first of at most 64 tree keys
 };
 // q: n_q rows of n_heads*head_dim floats (row stride ldq).
 // k, v: per kv head h, key j at k[h * kv_head_stride + j * head_dim] (the KV-cache layout).
