@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <thread>
@@ -125,6 +126,48 @@ TEST(Datastore, MatchesBruteForceOnARandomCorpus) {
     for (int64_t min_count : {1, 3, 10, 100})
       EXPECT_EQ(store.draft(context, 6, counting(min_count)), brute_draft(context, 6, min_count)) << trial;
   }
+}
+
+// A gram's next-token runs against a scan of the corpus: one run per token that follows the gram, in
+// increasing order, each the range of the gram extended by its token; and so on one token further.
+TEST(Datastore, ARangesNextTokenRunsAreTheRangesOfItsExtendedGrams) {
+  std::mt19937 rng(3);
+  Tokens ids(2000);
+  for (auto& t : ids) t = int32_t(rng() % 5);
+  const Datastore store(ids);
+  const int64_t n_ids = int64_t(ids.size());
+  std::function<void(const Tokens&, int)> check_runs = [&](const Tokens& gram, int levels) {
+    const int64_t g = int64_t(gram.size());
+    std::map<int32_t, int64_t> scan;  // next token -> occurrences of the gram it follows
+    for (int64_t i = 0; i + g < n_ids; ++i)
+      if (std::equal(gram.begin(), gram.end(), ids.begin() + i)) ++scan[ids[size_t(i + g)]];
+    std::vector<Datastore::TokenRun> runs;
+    store.next_token_runs(store.range(gram), g, runs);
+    std::map<int32_t, int64_t> got;
+    for (size_t r = 0; r < runs.size(); ++r) {
+      if (r > 0) {
+        EXPECT_LT(runs[r - 1].token, runs[r].token);
+      }
+      got[runs[r].token] = runs[r].range.size();
+      Tokens extended = gram;
+      extended.push_back(runs[r].token);
+      const Datastore::Range range = store.range(extended);
+      EXPECT_EQ(runs[r].range.first, range.first);
+      EXPECT_EQ(runs[r].range.last, range.last);
+      if (levels > 0) check_runs(extended, levels - 1);
+    }
+    EXPECT_EQ(got, scan);
+  };
+  for (int trial = 0; trial < 40; ++trial) {
+    Tokens gram(size_t(rng() % 4));
+    for (auto& t : gram) t = int32_t(rng() % 6);  // id 5 never occurs
+    check_runs(gram, 1);
+  }
+  check_runs(Tokens(ids.end() - 2, ids.end()), 1);  // one occurrence at the corpus end: in no run
+  // Past kSortDepth the order says nothing: no runs.
+  std::vector<Datastore::TokenRun> runs;
+  store.next_token_runs(store.range(Tokens{}), Datastore::kSortDepth, runs);
+  EXPECT_TRUE(runs.empty());
 }
 
 // A tokenizer for the cache tests: one id per byte, counting its calls.

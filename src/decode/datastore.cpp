@@ -96,7 +96,7 @@ Datastore::Datastore(std::vector<int32_t> ids) : ids_(std::move(ids)) {
   index_ms_ = now_ms() - t0;
 }
 
-std::pair<int64_t, int64_t> Datastore::range(std::span<const int32_t> gram) const {
+Datastore::Range Datastore::range(std::span<const int32_t> gram) const {
   const int64_t n = int64_t(ids_.size()), g = int64_t(gram.size());
   // -1, 0, 1: the suffix at `pos` (its first g tokens) before, starting with, after the gram.
   auto order = [&](int32_t pos) {
@@ -111,37 +111,55 @@ std::pair<int64_t, int64_t> Datastore::range(std::span<const int32_t> gram) cons
 }
 
 int64_t Datastore::count(std::span<const int32_t> gram) const {
-  if (gram.empty()) return int64_t(ids_.size());
-  const auto [first, last] = range(gram);
-  return last - first;
+  return range(gram).size();
+}
+
+void Datastore::next_token_runs(Range range, int64_t offset, std::vector<TokenRun>& runs) const {
+  if (offset < 0 || offset >= kSortDepth) return;
+  const int64_t n_ids = int64_t(ids_.size());
+  // A suffix that ends at `offset` sorts before the longer ones that share its tokens (at most one: its
+  // position is n_ids - offset).
+  int64_t i = range.first;
+  while (i < range.last && suffixes_[size_t(i)] + offset >= n_ids) ++i;
+  auto at = [&](int64_t k) { return ids_[size_t(suffixes_[size_t(k)] + offset)]; };
+  while (i < range.last) {
+    const int32_t token = at(i);
+    // The run's end by a galloping search (probes 1, 2, 4, ... past the run's start, then a binary search in
+    // the last step): a run of r suffixes costs O(log r) probes however large the range, and a common token's
+    // range is mostly short runs.
+    int64_t inside = i, probe = i + 1;  // the run ends in (inside, probe]
+    for (int64_t step = 1; probe < range.last && at(probe) == token; step *= 2) {
+      inside = probe;
+      probe = std::min(range.last, inside + step);
+    }
+    const int64_t next = std::partition_point(suffixes_.begin() + inside + 1, suffixes_.begin() + probe,
+                                              [&](int32_t p) { return ids_[size_t(p + offset)] <= token; }) -
+                         suffixes_.begin();
+    runs.push_back({token, {i, next}});
+    i = next;
+  }
 }
 
 std::vector<int32_t> Datastore::draft(std::span<const int32_t> context, int64_t length,
                                       const DatastoreDraftParams& params) const {
-  const int64_t L = int64_t(context.size()), n_ids = int64_t(ids_.size());
+  const int64_t L = int64_t(context.size());
   if (length < 1 || params.shortest < 1) return {};
   for (int64_t n = std::min(params.longest, L); n >= params.shortest; --n) {
-    auto [first, last] = range(context.subspan(size_t(L - n)));
-    if (last - first < std::max<int64_t>(1, params.min_count)) continue;
-    // The suffixes in [first, last) share their first `offset` tokens and are sorted by what follows: the
-    // next token's votes are runs, the suffixes that end there first.
+    Range occurrences = range(context.subspan(size_t(L - n)));
+    if (occurrences.size() < std::max<int64_t>(1, params.min_count)) continue;
+    // The occurrences vote for the next token; those that agree with the winner (the longest run, ties to the
+    // lower id) go on to vote for the one after.
     std::vector<int32_t> draft;
-    for (int64_t offset = n; int64_t(draft.size()) < length && offset < kSortDepth; ++offset) {
-      auto at = [&](int64_t i) { return ids_[size_t(suffixes_[size_t(i)] + offset)]; };
-      int64_t i = first;
-      while (i < last && suffixes_[size_t(i)] + offset >= n_ids) ++i;  // occurrences the corpus ends after
-      int64_t best_first = 0, best_last = 0;
-      while (i < last) {
-        const int32_t token = at(i);
-        const int64_t end =
-            std::partition_point(suffixes_.begin() + i, suffixes_.begin() + last,
-                                 [&](int32_t p) { return ids_[size_t(p + offset)] <= token; }) - suffixes_.begin();
-        if (end - i > best_last - best_first) best_first = i, best_last = end;
-        i = end;
-      }
-      if (best_last == best_first) break;
-      draft.push_back(at(best_first));
-      first = best_first, last = best_last;
+    std::vector<TokenRun> runs;
+    for (int64_t offset = n; int64_t(draft.size()) < length; ++offset) {
+      runs.clear();
+      next_token_runs(occurrences, offset, runs);
+      if (runs.empty()) break;
+      const TokenRun* best = &runs[0];
+      for (const TokenRun& run : runs)
+        if (run.range.size() > best->range.size()) best = &run;
+      draft.push_back(best->token);
+      occurrences = best->range;
     }
     return draft;
   }

@@ -50,13 +50,34 @@ class Datastore {
   // How many times `gram` occurs in the corpus (a binary search).
   int64_t count(std::span<const int32_t> gram) const;
 
+  // A set of suffixes: the suffix-array range [first, last). The suffixes are sorted, so those that start
+  // with a given gram are one range, and a range is a set of occurrences without a copy of their positions.
+  struct Range {
+    int64_t first = 0, last = 0;
+    int64_t size() const { return last - first; }
+  };
+  // The suffixes of a range that have one token at an offset.
+  struct TokenRun {
+    int32_t token = 0;
+    Range range;
+  };
+
+  // The range of the suffixes that start with `gram` (the whole array for an empty gram). Exact for grams of
+  // at most kSortDepth tokens, the depth the suffixes are ordered to.
+  Range range(std::span<const int32_t> gram) const;
+  // The suffixes of `range`, which share their first `offset` tokens, split by their token at `offset`:
+  // appends one run per distinct token to `runs`, in increasing token order. Sorted suffixes make each
+  // token's suffixes one run, whose end a galloping search finds in O(log run size) probes: never a scan of
+  // the range (a unigram's holds tens of thousands of suffixes). The suffix that the corpus ends after
+  // `offset` tokens is in no run; nothing is appended when offset >= kSortDepth (the order says nothing
+  // there).
+  void next_token_runs(Range range, int64_t offset, std::vector<TokenRun>& runs) const;
+
   const std::vector<int32_t>& ids() const { return ids_; }
   double index_ms() const { return index_ms_; }
   bool loaded_from_cache() const { return from_cache_; }
 
  private:
-  // The suffix-array range [first, last) of the suffixes that start with `gram`.
-  std::pair<int64_t, int64_t> range(std::span<const int32_t> gram) const;
   std::vector<int32_t> ids_;
   std::vector<int32_t> suffixes_;  // corpus positions, sorted by the suffix that starts at each
   double index_ms_ = 0;
