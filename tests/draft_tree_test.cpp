@@ -15,10 +15,12 @@ namespace {
 
 using Tokens = std::vector<int32_t>;
 
+// Datastore grams down to single tokens (the default stops at two).
 DraftTreeParams sized(int64_t budget, int64_t depth) {
   DraftTreeParams p;
   p.budget = budget;
   p.depth = depth;
+  p.datastore_shortest = 1;
   return p;
 }
 

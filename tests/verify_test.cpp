@@ -44,15 +44,18 @@ void expect_greedy_equals_ar(bool overlap, int64_t draft_steps) {
   const Datastore datastore(corpus);
   int64_t lookup_cycles = 0, lookup_accepted = 0, decoder_cycles_with_lookup = 0;
   int64_t datastore_cycles = 0, datastore_accepted = 0, datastore_rejected = 0;
+  int64_t tree_cycles = 0, tree_accepted = 0, tree_branching = 0;
   struct Drafting {
     int64_t lookup, lookup_length;
     bool datastore;
+    int64_t tree = 0;
   };
   for (const auto& prompt : kPrompts)
     for (int64_t k : {1, 3, 8})
       for (float penalty : {1.f, 1.3f})
-        for (const auto& [lookup, lookup_length, stored] :
-             std::vector<Drafting>{{0, 8, false}, {3, 8, false}, {1, 2, false}, {0, 8, true}, {3, 8, true}}) {
+        for (const auto& [lookup, lookup_length, stored, tree] :
+             std::vector<Drafting>{{0, 8, false}, {3, 8, false}, {1, 2, false}, {0, 8, true}, {3, 8, true},
+                                   {3, 8, false, 5}, {3, 8, true, 12}}) {
           ArParams ar;
           ar.max_new_tokens = 40;
           ar.sampling.repeat_penalty = penalty;
@@ -69,6 +72,8 @@ void expect_greedy_equals_ar(bool overlap, int64_t draft_steps) {
             v.datastore_draft.min_count = 1;
             v.datastore_length = 3;
           }
+          v.draft_tree = tree;
+          v.tree.depth = 6;
           v.sampling = ar.sampling;
           v.stop_ids = ar.stop_ids;
           const GenerationResult a = generate_ar(m, prompt, ar, &pool);
@@ -76,14 +81,21 @@ void expect_greedy_equals_ar(bool overlap, int64_t draft_steps) {
           const std::string where = "k " + std::to_string(k) + " steps " + std::to_string(draft_steps) +
                                     " penalty " + std::to_string(penalty) + " lookup " +
                                     std::to_string(lookup) + (stored ? " datastore" : "") +
-                                    (overlap ? " overlapped" : "");
+                                    " tree " + std::to_string(tree) + (overlap ? " overlapped" : "");
           EXPECT_EQ(b.tokens, a.tokens) << where;
           EXPECT_EQ(b.cycles, b.encoder_passes) << where;
-          const int64_t decoder_cycles = b.cycles - b.lookup_cycles - b.datastore_cycles;
-          if (!stored) {
+          const int64_t decoder_cycles = b.cycles - b.lookup_cycles - b.datastore_cycles - b.tree_cycles;
+          if (!stored || tree > 0) {
             EXPECT_EQ(b.datastore_cycles, 0) << where;
           }
-          if (lookup == 0 && !stored) {
+          if (tree > 0) {
+            EXPECT_EQ(b.lookup_cycles, 0) << where;  // trees replace the chains
+            EXPECT_LE(b.tree_drafted, b.tree_cycles * tree) << where;
+            EXPECT_LE(b.tree_accepted, b.tree_drafted) << where;
+          } else {
+            EXPECT_EQ(b.tree_cycles, 0) << where;
+          }
+          if (lookup == 0 && !stored && tree == 0) {
             // The prompt's pass, then per cycle the draft passes and one verify pass (overlapped: one pass).
             EXPECT_EQ(b.lookup_cycles, 0) << where;
             EXPECT_EQ(b.passes, 1 + b.cycles * (overlap ? 1 : 1 + draft_steps)) << where;
@@ -112,6 +124,9 @@ void expect_greedy_equals_ar(bool overlap, int64_t draft_steps) {
           datastore_cycles += b.datastore_cycles;
           datastore_accepted += b.datastore_accepted;
           datastore_rejected += b.datastore_drafted - b.datastore_accepted;
+          tree_cycles += b.tree_cycles;
+          tree_accepted += b.tree_accepted;
+          tree_branching += b.tree_drafted > b.tree_cycles * 6;  // more tokens than one path holds
         }
   // Both kinds of cycle ran, and lookup drafts were kept (the tiny model's greedy text repeats itself).
   EXPECT_GT(lookup_cycles, 0);
@@ -121,6 +136,10 @@ void expect_greedy_equals_ar(bool overlap, int64_t draft_steps) {
   EXPECT_GT(datastore_cycles, 0);
   EXPECT_GT(datastore_accepted, 0);
   EXPECT_GT(datastore_rejected, 0);
+  // Trees ran, branched, and their drafts were kept.
+  EXPECT_GT(tree_cycles, 0);
+  EXPECT_GT(tree_accepted, 0);
+  EXPECT_GT(tree_branching, 0);
 }
 
 TEST(Verify, GreedyEqualsArDecoding) {
@@ -191,8 +210,9 @@ TEST(Verify, RefusesModelsWithoutADiffusionDecoderPath) {
 //
 // With `lookup`, the prompt is followed by its own greedy continuation, which repeats, so that the drafts
 // come from lookup (single tokens' successors; a point-mass proposal) and are both kept and rejected. With
-// `datastore` (and no lookup), the same drafts come from a datastore over that greedy text.
-void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0, bool datastore = false) {
+// `datastore` (and no lookup), the same drafts come from a datastore over that greedy text; with `tree`
+// too, trees of up to `tree` tokens from a datastore of AR's own samples (several children per node).
+void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0, bool datastore = false, int64_t tree = 0) {
   const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
   const ModelConfig& c = m.config;
   std::vector<int32_t> prompt = kPrompts[0];
@@ -249,15 +269,30 @@ void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0, bool d
   v.overlap = overlap;
   v.draft_lookup = lookup;
   v.lookup_length = 2;
-  const Datastore store(prompt);
+  // Trees: a datastore of AR's own samples after the prompt's last four tokens (80 of them), so that a
+  // node's children are the several tokens AR draws there, each kept or rejected in turn.
+  std::vector<int32_t> sampled;
+  for (uint64_t seed = 1; tree > 0 && seed <= 80; ++seed) {
+    ArParams ar;
+    ar.max_new_tokens = length;
+    ar.stop_ids = {-1};
+    ar.sampling = s;
+    ar.sampling.seed = 1000 + seed;
+    const std::vector<int32_t> more = generate_ar(m, prompt, ar, nullptr).tokens;
+    sampled.insert(sampled.end(), prompt.end() - 4, prompt.end());
+    sampled.insert(sampled.end(), more.begin(), more.end());
+  }
+  const Datastore store(tree > 0 ? sampled : prompt);
   if (datastore) {
     v.datastore = &store;
     v.datastore_draft.min_count = 1;
     v.datastore_length = 2;
   }
+  v.draft_tree = tree;
   v.sampling = s;
   v.stop_ids = {-1};  // nothing stops the run early
   int64_t accepted = 0, drafted = 0, lookup_accepted = 0, lookup_drafted = 0, stored_accepted = 0, stored_drafted = 0;
+  int64_t tree_drafted = 0, tree_cycles = 0, tree_accepted = 0;
   for (int i = 0; i < draws; ++i) {
     v.sampling.seed = uint64_t(i) + 1;
     const VerifyResult r = generate_verify(m, prompt, v, nullptr);
@@ -269,6 +304,9 @@ void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0, bool d
     lookup_drafted += r.lookup_drafted;
     stored_accepted += r.datastore_accepted;
     stored_drafted += r.datastore_drafted;
+    tree_drafted += r.tree_drafted;
+    tree_cycles += r.tree_cycles;
+    tree_accepted += r.tree_accepted;
   }
   double chi2 = 0;
   for (const auto& [cell, p] : expected) {
@@ -287,7 +325,26 @@ void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0, bool d
     EXPECT_GT(lookup_accepted, 0) << "no lookup draft was ever kept";
     EXPECT_LT(lookup_accepted, lookup_drafted) << "every lookup draft was kept: its rejection is untested";
   }
-  if (datastore) {
+  if (tree > 0) {
+    EXPECT_GT(tree_drafted, drafted / 2) << "most drafts should come from trees";
+    EXPECT_GT(tree_cycles, 0);
+    EXPECT_GT(tree_accepted, 0) << "no tree draft was ever kept";
+    // The first cycle's trees (after each first token that can be drawn) give their root several children,
+    // so that a rejected child's mass is taken from the next one's.
+    int branching = 0;
+    const std::vector<double> first = next_distribution(prompt);
+    for (int32_t t = 0; t < c.vocab; ++t) {
+      if (first[size_t(t)] == 0) continue;
+      std::vector<int32_t> context = prompt;
+      context.push_back(t);
+      DraftTreeParams tp = v.tree;
+      tp.budget = tree;
+      tp.depth = length - 1;
+      const DraftTree drafts = draft_tree(context, &store, tp);
+      branching += std::count(drafts.parents.begin(), drafts.parents.end(), -1) >= 2;
+    }
+    EXPECT_GE(branching, 2) << "the trees should branch at the root";
+  } else if (datastore) {
     EXPECT_GT(stored_drafted, drafted / 2) << "most drafts should come from the datastore";
     EXPECT_GT(stored_accepted, 0) << "no datastore draft was ever kept";
     EXPECT_LT(stored_accepted, stored_drafted) << "every datastore draft was kept: its rejection is untested";
@@ -309,6 +366,11 @@ TEST(Verify, SamplingWithDatastoreDraftsFollowsTheArDistribution) { expect_ar_di
 TEST(Verify, OverlappedSamplingWithDatastoreDraftsFollowsTheArDistribution) {
   expect_ar_distribution(true, 3, 0, true);
 }
+
+// A tree's children are point-mass proposals tried in turn, each against what the earlier ones left of p.
+TEST(Verify, SamplingWithTreeDraftsFollowsTheArDistribution) { expect_ar_distribution(false, 3, 0, true, 12); }
+
+TEST(Verify, OverlappedSamplingWithTreeDraftsFollowsTheArDistribution) { expect_ar_distribution(true, 3, 0, true, 12); }
 
 }  // namespace
 }  // namespace canvas
@@ -402,6 +464,42 @@ TEST(VerifyCli, DraftDatastore) {
                                 "--mode verify --draft-datastore-count 2", "--mode ar --draft-datastore " + corpus}) {
     const auto r = test::run_canvas(base + bad, true, env);
     EXPECT_NE(r.exit_code, 0) << bad << "\n" << r.output;
+  }
+}
+
+}  // namespace canvas
+
+namespace canvas {
+
+// --draft-tree N: AR's tokens, tree cycles in the JSON and the stats line; the flag's range, its depth
+// needing it, and the modes it does not apply to are clear errors.
+TEST(VerifyCli, DraftTree) {
+  const std::string model = test::fixture("tiny-diffusion-gemma");
+  const std::string base = "generate -m " + model + " -p 'the sea' -n 40 --json -t 2 -s 1 ";
+  const auto ar = test::run_canvas(base + "--mode ar", false);
+  const auto on = test::run_canvas(base + "--mode verify --draft-tree 12 --draft-tree-depth 5", false);
+  ASSERT_EQ(on.exit_code, 0) << on.output;
+  EXPECT_EQ(test::json_tokens(on.output), test::json_tokens(ar.output));
+  const auto j = test::json_of(on.output);
+  EXPECT_EQ(j["draft_tree"], 12);
+  EXPECT_GT(j["tree_cycles"].get<int64_t>(), 0) << on.output;  // the tiny model's greedy text loops
+  EXPECT_EQ(j["lookup_cycles"], 0);
+  EXPECT_LE(j["tree_accepted"].get<int64_t>(), j["tree_drafted"].get<int64_t>());
+  EXPECT_LE(j["tree_drafted"].get<int64_t>(), 12 * j["tree_cycles"].get<int64_t>());
+  // auto: giving it means verify.
+  const auto chosen = test::run_canvas(base + "--draft-tree 12", false);
+  ASSERT_EQ(chosen.exit_code, 0) << chosen.output;
+  EXPECT_EQ(test::json_of(chosen.output)["mode"], "verify");
+  const auto line = test::run_canvas("generate -m " + model + " -p 'the sea' -n 40 -t 2 -s 1 --mode verify --draft-tree 12");
+  EXPECT_NE(line.output.find(" trees, "), std::string::npos) << line.output;
+  for (const char* bad : {"--mode verify --draft-tree 64", "--mode verify --draft-tree -1",
+                          "--mode verify --draft-tree 8 --draft-tree-depth 0", "--mode verify --draft-tree-depth 4",
+                          "--mode ar --draft-tree 8", "--mode diffusion --draft-tree 8"}) {
+    const auto r = test::run_canvas(base + bad);
+    EXPECT_NE(r.exit_code, 0) << bad;
+    EXPECT_TRUE(r.output.find("must be between") != std::string::npos || r.output.find("needs --draft-tree") != std::string::npos ||
+                r.output.find("applies to --mode verify") != std::string::npos)
+        << bad << ": " << r.output;
   }
 }
 

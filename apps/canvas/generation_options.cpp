@@ -58,6 +58,12 @@ std::vector<Option> decoding_options() {
                                       "and drafts its most common continuation there, with no decoder pass"},
         {"--draft-datastore-count", "C", "verify: the fewest occurrences of a datastore n-gram that drafts (default 10)"},
         {"--draft-datastore-length", "L", "verify: tokens per datastore draft, whatever --draft-length (default 4)"},
+        {"--draft-tree", "N", "verify: tree drafts: each cycle drafts a tree of up to N tokens (1-63), the\n"
+                              "continuations the text's own n-grams and the datastore's vote for, best first,\n"
+                              "and one pass with a tree mask verifies every path of it (instead of the lookup\n"
+                              "and datastore chains; the decoder drafts where the tree is empty). CPU only.\n"
+                              "0 = off (default 0)"},
+        {"--draft-tree-depth", "D", "verify: the most tokens on a path of a tree draft (default 8)"},
         {"--steps", "S", "masked: denoising steps in total (default = N: one token per step), a multiple\n"
                          "of the number of blocks; uniform-state: the most steps per canvas (default 48)"},
         {"--block-length", "B", "masked: block length of the semi-autoregressive schedule (default 32, or N if\n"
@@ -159,9 +165,16 @@ GenerationRequest request_from_args(const Args& args) {
         "--draft-datastore-length must be between 1 and 1024");
   for (const char* option : {"draft-datastore-count", "draft-datastore-length"})
     check(!args.has(option) || args.has("draft-datastore"), std::string("--") + option + " needs --draft-datastore");
+  r.draft_tree = args.get_int("draft-tree", -1);
+  check(!args.has("draft-tree") || (r.draft_tree >= 0 && r.draft_tree <= 63), "--draft-tree must be between 0 and 63");
+  r.draft_tree_depth = args.get_int("draft-tree-depth", 0);
+  check(!args.has("draft-tree-depth") || (r.draft_tree_depth >= 1 && r.draft_tree_depth <= 63),
+        "--draft-tree-depth must be between 1 and 63");
+  check(!args.has("draft-tree-depth") || args.has("draft-tree"), "--draft-tree-depth needs --draft-tree");
   // Draft-and-verify's options are refused where they would be ignored, naming the mode in use.
   for (const char* option : {"overlap", "draft-length", "draft-steps", "draft-lookup", "draft-lookup-length",
-                             "draft-datastore", "draft-datastore-count", "draft-datastore-length"})
+                             "draft-datastore", "draft-datastore-count", "draft-datastore-length", "draft-tree",
+                             "draft-tree-depth"})
     check(!args.has(option) || (mode != "ar" && mode != "diffusion"),
           std::string("--") + option + " applies to --mode verify, not --mode " + mode);
   auto positive = [&](const char* name) {
@@ -213,7 +226,8 @@ AutoMode::AutoMode(const Args& args, const TextModel& m, ThreadPool* pool) : mod
   if (file_.empty()) file_ = default_cost_model_file(key_);
   if (file_ == "none") file_.clear();
   verify_implied_ = args.has("draft-length") || args.has("draft-steps") || args.has("overlap") ||
-                    args.has("draft-lookup") || args.has("draft-lookup-length") || args.has("draft-datastore");
+                    args.has("draft-lookup") || args.has("draft-lookup-length") || args.has("draft-datastore") ||
+                    args.has("draft-tree");
   for (const char* option : {"steps", "block-length", "canvas-length", "schedule", "algorithm", "threshold", "cache",
                              "freeze", "freeze-refresh", "entropy-bound", "t-min", "t-max", "stability",
                              "confidence-threshold", "neighbor-penalty", "stream-head"})
@@ -240,7 +254,8 @@ void AutoMode::choose(GenerationRequest& request) {
   if (verify_implied_) {
     request.mode = DecodeMode::Verify;
     request.mode_reason =
-        "auto: a verify option (--draft-length, --draft-steps, --overlap, --draft-lookup, --draft-datastore) was given";
+        "auto: a verify option (--draft-length, --draft-steps, --overlap, --draft-lookup, --draft-datastore, "
+        "--draft-tree) was given";
     return;
   }
   if (!diffusion_option_.empty() && Generator(model_, nullptr, {}).has_diffusion()) {

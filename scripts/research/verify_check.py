@@ -4,12 +4,14 @@ generate --mode ar` and `--mode verify` (greedy, the same options) must give the
 drafted tokens kept per cycle, new tokens per forward (counting the draft passes and the verifying causal
 passes: (decoder + encoder passes) after the prompt's; an overlapped cycle is one pass), and the decode time of each mode (medians over
 the prompts, both modes timed in the same run, one after the other per prompt). Also rows computed per new
-token and, for the lookup and datastore variants, the share of cycles drafted by lookup and by the datastore.
+token and, for the lookup, datastore and tree variants, the share of cycles drafted by lookup, by the datastore
+and by trees.
 
 usage: /usr/bin/python3 scripts/research/verify_check.py [--model models/text-dg.gguf] [--prompts 24] [-n 128]
            [--draft-lengths 4,8] [--draft-steps 1]
-           [--variants plain,overlap,lookup,overlap-lookup,ds,lookup-ds,overlap-ds,overlap-lookup-ds]
-           [--lookup 3] [--datastore FILE [--datastore-count C] [--datastore-length L]] [-t 2]
+           [--variants plain,overlap,lookup,overlap-lookup,ds,lookup-ds,overlap-ds,overlap-lookup-ds,tree,tree-ds]
+           [--lookup 3] [--datastore FILE [--datastore-count C] [--datastore-length L]] [--tree 16 [--tree-depth 8]]
+           [-t 2]
            [--pass-steps 1:1,3:1.17,5:1.25,9:1.67]
 Exits 1 when any prompt's tokens differ.
 """
@@ -43,12 +45,14 @@ def main():
                     help="plain (a draft pass and a verify pass per cycle), overlap (--overlap: one pass per cycle), "
                          "lookup and overlap-lookup (the same with --draft-lookup N; plain and overlap run with "
                          "--draft-lookup 0); a -ds suffix (ds, lookup-ds, overlap-ds, overlap-lookup-ds) adds "
-                         "--draft-datastore FILE")
+                         "--draft-datastore FILE; a tree part (tree, tree-ds, overlap-tree-ds) adds --draft-tree N")
     ap.add_argument("--lookup", type=int, default=3, help="N of --draft-lookup for the lookup variants")
     ap.add_argument("--datastore", default="", help="FILE of --draft-datastore for the -ds variants (a text the "
                     "held-out prompts' chapters are not in, e.g. the training split of `canvas tokenizer split`)")
     ap.add_argument("--datastore-count", type=int, default=0, help="--draft-datastore-count (0: canvas's default)")
     ap.add_argument("--datastore-length", type=int, default=0, help="--draft-datastore-length (0: canvas's default)")
+    ap.add_argument("--tree", type=int, default=16, help="N of --draft-tree for the tree variants")
+    ap.add_argument("--tree-depth", type=int, default=0, help="--draft-tree-depth (0: canvas's default)")
     ap.add_argument("--pass-steps", default="",
                     help="rows:cost pairs, a pass's cost in AR steps by its row count, measured on another shape "
                          "(e.g. LLaDA-8B q4_0 on this CPU: 1:1,3:1.17,5:1.25,9:1.65): also prints plain variants' "
@@ -70,7 +74,7 @@ def main():
     failed = False
     for k in [int(x) for x in args.draft_lengths.split(",")]:
         stats = {v: {"same": 0, "per_forward": [], "per_causal": [], "kept": [], "ms": [], "rows": [], "lookup": [], "datastore": [],
-                     "projected": []}
+                     "tree": [], "projected": []}
                  for v in variants}
         ar_ms = []
         for prompt in prompts:
@@ -88,6 +92,10 @@ def main():
                         extra += ["--draft-datastore-count", str(args.datastore_count)]
                     if args.datastore_length:
                         extra += ["--draft-datastore-length", str(args.datastore_length)]
+                if "tree" in parts:
+                    extra += ["--draft-tree", str(args.tree)]
+                    if args.tree_depth:
+                        extra += ["--draft-tree-depth", str(args.tree_depth)]
                 v = generate(args, prompt, extra)
                 st = stats[variant]
                 if v["tokens"] == ar["tokens"]:
@@ -104,13 +112,15 @@ def main():
                 st["rows"].append(v["rows_computed"] / max(1, len(v["tokens"])))
                 st["lookup"].append(v.get("lookup_cycles", 0) / cycles)
                 st["datastore"].append(v.get("datastore_cycles", 0) / cycles)
+                st["tree"].append(v.get("tree_cycles", 0) / cycles)
                 if steps and not variant.startswith("overlap"):
-                    # A decoder cycle: draft passes and a causal pass of k + 1 rows; a lookup or datastore cycle:
-                    # one causal pass of its draft's length + 1 rows. AR: one step per token after the first.
+                    # A decoder cycle: draft passes and a causal pass of k + 1 rows; a lookup, datastore or tree
+                    # cycle: one causal pass of its drafts + 1 rows. AR: one step per token after the first.
                     looked = v.get("lookup_cycles", 0)
                     stored = v.get("datastore_cycles", 0)
-                    decoder = v["encoder_passes"] - looked - stored
-                    drafted = v["drafted"] - v.get("lookup_drafted", 0) - v.get("datastore_drafted", 0)
+                    trees = v.get("tree_cycles", 0)
+                    decoder = v["encoder_passes"] - looked - stored - trees
+                    drafted = v["drafted"] - v.get("lookup_drafted", 0) - v.get("datastore_drafted", 0) - v.get("tree_drafted", 0)
                     cost = 0.0
                     if decoder:
                         cost += (1 + args.draft_steps) * decoder * pass_cost(drafted / decoder + 1)
@@ -118,6 +128,8 @@ def main():
                         cost += looked * pass_cost(v["lookup_drafted"] / looked + 1)
                     if stored:
                         cost += stored * pass_cost(v["datastore_drafted"] / stored + 1)
+                    if trees:
+                        cost += trees * pass_cost(v["tree_drafted"] / trees + 1)
                     st["projected"].append((len(v["tokens"]) - 1) / max(cost, 1e-9))
         for variant in variants:
             st = stats[variant]
@@ -129,6 +141,7 @@ def main():
                   f"rows per token {statistics.median(st['rows']):.2f}; "
                   f"cycles by lookup {statistics.median(st['lookup']):.2f}"
                   + (f", by the datastore {statistics.median(st['datastore']):.2f}" if "ds" in variant.split("-") else "")
+                  + (f", by trees {statistics.median(st['tree']):.2f}" if "tree" in variant.split("-") else "")
                   + "; "
                   f"decode ms AR {statistics.median(ar_ms):.1f}, verify {statistics.median(st['ms']):.1f} "
                   f"(verify / AR {statistics.median(st['ms']) / statistics.median(ar_ms):.2f}; per prompt "

@@ -26,7 +26,9 @@ struct DraftTreeParams {
   int64_t lookup_occurrences = 8;  // the latest this many earlier occurrences
   double lookup_weight = 4;  // the context source's weight before normalisation (<= 0: no context source)
   int64_t datastore_longest = 5;  // datastore n-grams tried (each matched length is a source)
-  int64_t datastore_shortest = 1;
+  // Single tokens' continuations cost 4-5x the tree's time (hundreds of next tokens) and kept no more
+  // drafts on the held-out prompts (docs/experiments.md, 2026-12-07).
+  int64_t datastore_shortest = 2;
 };
 
 // The draft tree after `context` (the prompt and the tokens generated so far), from a mixture of sources,

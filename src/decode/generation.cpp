@@ -239,6 +239,8 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
   canvas::check(r.draft_lookup >= -1 && r.draft_lookup <= 64, "--draft-lookup must be between 0 and 64");
   canvas::check(r.draft_lookup_length >= 0 && r.draft_lookup_length <= 1024,
                 "--draft-lookup-length must be between 1 and 1024");
+  canvas::check(r.draft_tree >= -1 && r.draft_tree <= 63, "--draft-tree must be between 0 and 63");
+  canvas::check(r.draft_tree_depth >= 0 && r.draft_tree_depth <= 63, "--draft-tree-depth must be between 1 and 63");
   if (mode == DecodeMode::Verify) {
     // A cycle's rows grow with k (with the square of k when overlapped), and each keeps a logits row: bounded
     // by the context and by kMaxVerifyLogitBytes before anything is allocated.
@@ -486,6 +488,8 @@ void GenerationRun::decode() {
       p.datastore = r.datastore.get();
       if (r.datastore_min_count > 0) p.datastore_draft.min_count = r.datastore_min_count;
       if (r.datastore_length > 0) p.datastore_length = r.datastore_length;
+      if (r.draft_tree >= 0) p.draft_tree = r.draft_tree;
+      if (r.draft_tree_depth > 0) p.tree.depth = r.draft_tree_depth;
       p.sampling = r.sampling;
       p.draft_temperature = g.defaults_.params.t_min;
       p.stop_ids = g.stop_ids_;
@@ -506,6 +510,10 @@ void GenerationRun::decode() {
       out.datastore_cycles = v.datastore_cycles;
       out.datastore_drafted = v.datastore_drafted;
       out.datastore_accepted = v.datastore_accepted;
+      out.draft_tree = p.draft_tree;
+      out.tree_cycles = v.tree_cycles;
+      out.tree_drafted = v.tree_drafted;
+      out.tree_accepted = v.tree_accepted;
       out.cycles_keeping = v.cycles_keeping;
       out.decode_tokens = std::max<int64_t>(0, int64_t(v.tokens.size()) - 1);  // the first comes with the prompt
     } else {

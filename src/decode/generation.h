@@ -95,6 +95,10 @@ struct GenerationRequest {
   std::shared_ptr<const Datastore> datastore;
   int64_t datastore_min_count = 0;
   int64_t datastore_length = 0;
+  // verify: tree drafts of up to this many tokens a cycle (VerifyParams::draft_tree; -1: its default, 0: off),
+  // their paths' most tokens (DraftTreeParams::depth; 0: its default).
+  int64_t draft_tree = -1;
+  int64_t draft_tree_depth = 0;
 
   std::vector<std::string> stop;  // the text ends before the first of these (and generation stops)
   // Decode all N tokens: EOS, pad and end-of-turn ids neither end generation nor cut the text (stop strings
@@ -158,6 +162,9 @@ struct GenerationOutput {
   bool datastore = false;             // verify: datastore drafts on
   int64_t datastore_cycles = 0;       // verify: cycles drafted by the datastore
   int64_t datastore_drafted = 0, datastore_accepted = 0;  // verify: ... their draft tokens (in drafted, accepted)
+  int64_t draft_tree = 0;             // verify: the most tokens of a tree of drafts (0: chains)
+  int64_t tree_cycles = 0;            // verify: cycles that verified a tree
+  int64_t tree_drafted = 0, tree_accepted = 0;  // verify: ... their tokens (in drafted, accepted)
   std::vector<int64_t> cycles_keeping;  // verify: VerifyResult::cycles_keeping
   std::string mode_reason;            // why this mode ran (GenerationRequest::mode_reason)
   std::vector<DecodeMode> modes;      // the modes the model runs (Generator::modes)

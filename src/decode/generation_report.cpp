@@ -31,7 +31,8 @@ std::string generation_stats_line(const GenerationOutput& out, int threads) {
                std::to_string(out.drafted) + " drafted tokens kept (k=" + std::to_string(out.draft_length) +
                (out.overlap ? ", overlapped" : "") + "), " +
                (out.draft_lookup > 0 ? std::to_string(out.lookup_cycles) + " cycles drafted by lookup, " : "") +
-               (out.datastore ? std::to_string(out.datastore_cycles) + " by the datastore, " : "") + rows +
+               (out.datastore ? std::to_string(out.datastore_cycles) + " by the datastore, " : "") +
+               (out.draft_tree > 0 ? std::to_string(out.tree_cycles) + " trees, " : "") + rows +
                " rows per token";
   }
   const std::string cached =
@@ -83,6 +84,10 @@ std::string generation_json(const GenerationOutput& out) {
     j["datastore_cycles"] = out.datastore_cycles;  // cycles drafted by the datastore (--draft-datastore)
     j["datastore_drafted"] = out.datastore_drafted;
     j["datastore_accepted"] = out.datastore_accepted;
+    j["draft_tree"] = out.draft_tree;
+    j["tree_cycles"] = out.tree_cycles;  // cycles that verified a tree of drafts (--draft-tree)
+    j["tree_drafted"] = out.tree_drafted;
+    j["tree_accepted"] = out.tree_accepted;
   }
   return dump_line(j);
 }

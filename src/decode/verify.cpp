@@ -102,6 +102,11 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
         "--draft-lookup-length must be between 1 and 1024");
   check(!params.datastore || (params.datastore_length >= 1 && params.datastore_length <= 1024),
         "--draft-datastore-length must be between 1 and 1024");
+  check(params.draft_tree >= 0 && params.draft_tree <= 63, "--draft-tree must be between 0 and 63");
+  check(params.draft_tree == 0 || (params.tree.depth >= 1 && params.tree.depth <= 63),
+        "--draft-tree-depth must be between 1 and 63");
+  check(params.draft_tree == 0 || !model.primitives,
+        "--draft-tree verifies a tree of drafts on the CPU only (--device cpu)");
   // A lookup or datastore draft's most tokens.
   const int64_t KL = std::max(params.draft_lookup > 0 ? params.lookup_length : 0,
                               params.datastore ? params.datastore_length : 0);
@@ -109,7 +114,7 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
   const bool sampled = params.sampling.temperature > 0.f;
   std::unique_ptr<KvCache> own;
   int64_t reused = 0;
-  const int64_t positions = P + N + std::max(K, KL) + 2;
+  const int64_t positions = P + N + std::max({K, KL, params.draft_tree}) + 2;
   KvCache& cache = params.prefix_cache ? params.prefix_cache->acquire(model, prompt, positions, &reused)
                                        : *(own = std::make_unique<KvCache>(c, positions));
   Rng rng(params.sampling.seed);                       // the verifier's draws (as generate_ar's)
@@ -275,6 +280,86 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     cached += 1 + kept;  // the last token and the kept drafts; the token committed last is next cycle's first
     return kept;
   };
+  // A tree cycle (VerifyParams::draft_tree): the tree of drafts after the context, verified in one pass
+  // whose rows are [last token ; the tree's tokens]; the kept path's K/V moved to the positions it stands
+  // for. False (nothing run) when the tree is empty.
+  DraftTree tree;
+  std::vector<int32_t> tree_rows, tree_parents, tree_groups, path;
+  std::vector<std::vector<int32_t>> children;
+  auto tree_cycle = [&]() {
+    DraftTreeParams tp = params.tree;
+    tp.budget = params.draft_tree;
+    tp.depth = std::min(tp.depth, N - int64_t(generated.size()));
+    tree = draft_tree(tokens, params.datastore, tp);
+    if (tree.size() == 0) return false;
+    const int64_t n = tree.size() + 1;
+    tree_rows.assign(1, generated.back());
+    tree_rows.insert(tree_rows.end(), tree.tokens.begin(), tree.tokens.end());
+    tree_parents.assign(1, -1);
+    tree_groups.assign(1, int32_t(cached));
+    children.assign(size_t(n), {});
+    for (int64_t i = 1; i < n; ++i) {
+      const int32_t parent = tree.parents[size_t(i - 1)] + 1;
+      tree_parents.push_back(parent);
+      tree_groups.push_back(tree_groups[size_t(parent)] + 1);
+      children[size_t(parent)].push_back(int32_t(i));
+    }
+    // Shown: the best path (each node's first child).
+    canvas.assign(1, generated.back());
+    for (int32_t r = 0; !children[size_t(r)].empty();) canvas.push_back(tree_rows[size_t(r = children[size_t(r)][0])]);
+    report(int64_t(canvas.size()) - 1);
+    result.drafted += n - 1;
+    result.tree_drafted += n - 1;
+    ForwardRequest req;
+    req.tokens = tree_rows.data();
+    req.n = n;
+    req.pos0 = cached;
+    req.groups = tree_groups.data();
+    req.tree_parents = tree_parents.data();
+    for (int64_t i = 0; i < n; ++i) req.logit_rows.push_back(int32_t(i));
+    logits.resize(size_t(n) * size_t(V));
+    req.logits = logits.data();
+    run_forward(callbacks, model, cache, req, pool);
+    ++result.passes;
+    ++result.encoder_passes;
+    ++result.cycles;
+    ++result.tree_cycles;
+    result.rows_computed += n;
+    // From the root down: AR's token after each node (greedy), or drawn with the node's children as
+    // point-mass proposals tried in turn; the walk goes on while that token is a child's.
+    path.clear();
+    for (int32_t node = 0; !done;) {
+      const float* row = &logits[size_t(node) * size_t(V)];
+      int32_t t = -1;
+      if (!sampled) {
+        t = choose_token(row, V, params.sampling, rng, recent_of(), P + int64_t(generated.size())).token;
+      } else {
+        std::vector<double> p = sampling_distribution(penalized_row(row, V, params.sampling, recent_of()), V, params.sampling);
+        double rest = 1;  // p's mass not yet removed
+        for (int32_t child : children[size_t(node)]) {
+          const int32_t d = tree_rows[size_t(child)];
+          if (rng.uniform() * rest < p[size_t(d)]) {
+            t = d;
+            break;
+          }
+          rest -= p[size_t(d)];
+          p[size_t(d)] = 0;
+        }
+        if (t < 0) t = draw(p, rng.uniform());
+      }
+      commit(t, row);
+      const auto& next = children[size_t(node)];
+      const auto it = std::find_if(next.begin(), next.end(), [&](int32_t c) { return tree_rows[size_t(c)] == t; });
+      if (it == next.end()) break;
+      path.push_back(node = *it);
+    }
+    const int64_t kept = int64_t(path.size());
+    for (int64_t d = 1; d <= kept; ++d) cache.copy_position(cached + path[size_t(d - 1)], cached + d);
+    result.accepted += kept;
+    result.tree_accepted += kept;
+    cached += 1 + kept;
+    return true;
+  };
   if (params.overlap) {
     // Each pass: the causal rows (the prompt, then [last token ; drafts]) and, for every number j of
     // drafts that may be kept, a decoder canvas after them: noise over AR's token at j + 1 and the k
@@ -329,6 +414,11 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     commit(choose_token(logits.data(), V, params.sampling, rng, recent_of(), P).token, logits.data());
     int64_t kept = 0;
     while (!done) {
+      if (params.draft_tree > 0 && tree_cycle()) {
+        candidates.clear();  // the tree's pass drafted nothing for the decoder
+        if (!done && callbacks.should_stop && callbacks.should_stop()) break;
+        continue;
+      }
       const int64_t remaining = N - int64_t(generated.size());
       const Source source = take_lookup(remaining);
       const bool looked = source != Source::Decoder;
@@ -359,6 +449,10 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     const float* first_row = &logits[size_t(P - 1 - reused) * size_t(V)];
     commit(choose_token(first_row, V, params.sampling, rng, recent_of(), P).token, first_row);
     while (!done) {
+      if (params.draft_tree > 0 && tree_cycle()) {
+        if (!done && callbacks.should_stop && callbacks.should_stop()) break;
+        continue;
+      }
       const int64_t remaining = N - int64_t(generated.size());
       const Source source = take_lookup(remaining);
       const int64_t k = source != Source::Decoder ? int64_t(canvas.size()) - 1 : std::min(K, remaining);

@@ -12,6 +12,7 @@
 
 #include "core/thread_pool.h"
 #include "decode/datastore.h"
+#include "decode/draft_tree.h"
 #include "decode/events.h"
 #include "decode/prefix_cache.h"
 #include "decode/sampling.h"
@@ -52,6 +53,16 @@ struct VerifyParams {
   const Datastore* datastore = nullptr;
   DatastoreDraftParams datastore_draft;
   int64_t datastore_length = 4;  // a datastore draft's most tokens (8 keeps more per pass, costs more rows)
+  // Tree drafts (instead of the lookup and datastore chains): each cycle drafts a tree of up to draft_tree
+  // tokens (decode/draft_tree.h: the likely continuations that the context's own n-grams and the datastore's
+  // vote for, best first, paths of at most tree.depth tokens) and verifies every path in one causal pass
+  // with a tree mask (ForwardRequest::tree_parents): the longest path AR agrees with is kept, plus AR's token
+  // after it. Sampling: a node's children are point-mass proposals tried in turn, best first (each kept with
+  // its probability under what remains of AR's distribution, else removed from it; none kept: a draw from
+  // the rest), so the kept or drawn token is distributed as AR's. A cycle whose tree is empty drafts with the
+  // decoder. The CPU only. 0: off; at most 63.
+  int64_t draft_tree = 0;
+  DraftTreeParams tree;  // (its budget is draft_tree's)
 };
 
 struct VerifyResult : GenerationResult {
@@ -68,6 +79,8 @@ struct VerifyResult : GenerationResult {
   int64_t lookup_drafted = 0, lookup_accepted = 0;  // ... their draft tokens proposed and kept (in drafted, accepted)
   int64_t datastore_cycles = 0;  // cycles drafted by the datastore (VerifyParams::datastore)
   int64_t datastore_drafted = 0, datastore_accepted = 0;  // ... their draft tokens (in drafted, accepted)
+  int64_t tree_cycles = 0;  // cycles that verified a tree of drafts (VerifyParams::draft_tree)
+  int64_t tree_drafted = 0, tree_accepted = 0;  // ... the trees' tokens and the tokens kept (in drafted, accepted)
 };
 
 // Models with a uniform-state diffusion path and a causal path on the same weights (DiffusionGemma:

@@ -90,7 +90,7 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
       "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "stream", "stream_options", "user",
       "frequency_penalty", "presence_penalty", "steps", "block_length", "threshold", "entropy_bound", "cache",
       "mode", "canvas_draft", "repeat_penalty", "draft_length", "draft_steps", "draft_lookup", "draft_lookup_length",
-      "overlap", "response_format", "logit_bias", "tools", "tool_choice", "parallel_tool_calls", "metadata", "store",
+      "draft_tree", "draft_tree_depth", "overlap", "response_format", "logit_bias", "tools", "tool_choice", "parallel_tool_calls", "metadata", "store",
       "service_tier", "parse_special", "logprobs", "ignore_eos"};
   bool has_input = false;
   int64_t top_logprobs = -1;  // chat: given
@@ -209,6 +209,10 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
       s.draft_lookup = get_int(value, key, 0, 64);
     } else if (key == "draft_lookup_length") {
       s.draft_lookup_length = get_int(value, key, 1, 1024);
+    } else if (key == "draft_tree") {
+      s.draft_tree = get_int(value, key, 0, 63);
+    } else if (key == "draft_tree_depth") {
+      s.draft_tree_depth = get_int(value, key, 1, 63);
     } else if (key == "overlap") {
       s.overlap = get_bool(value, key);
     } else if (key == "suffix") {
