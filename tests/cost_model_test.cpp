@@ -89,6 +89,48 @@ TEST(CostModel, AutoMeasuresVerifyFirstThenTakesTheFastestMeasured) {
   EXPECT_EQ(ar_text_setting(DecodeMode::Diffusion, 0, false), "");
 }
 
+// With a datastore, auto judges AR, the datastore chains and trees by their measured runs: AR first, then
+// each setting in turn while the last measured is the fastest so far, then the fastest measured.
+TEST(CostModel, AutoWithADatastoreMeasuresSettingsInTurnAndStopsWhenOneIsSlower) {
+  CostModel cost;
+  auto setting = [](int64_t tree) { return ar_text_setting(DecodeMode::Verify, 4, false, true, tree); };
+  EXPECT_EQ(setting(0), "verify k=4 datastore");
+  EXPECT_EQ(setting(16), "verify tree=16 datastore");
+  ModeChoice c = choose_datastore_mode(cost);
+  EXPECT_EQ(c.mode, DecodeMode::Ar);
+  EXPECT_NE(c.reason.find("ar runs once to be measured"), std::string::npos) << c.reason;
+  cost.observe("ar", 64.0, 64);  // 1 ms per token
+  c = choose_datastore_mode(cost);
+  EXPECT_EQ(c.mode, DecodeMode::Verify);
+  EXPECT_EQ(c.draft_tree, 0);  // the chains
+  EXPECT_NE(c.reason.find("verify k=4 datastore runs to be measured"), std::string::npos) << c.reason;
+  cost.observe(setting(0), 48.0, 64);  // 0.75: faster, so the smallest tree is tried
+  c = choose_datastore_mode(cost);
+  EXPECT_EQ(c.draft_tree, kDatastoreTrees[0]);
+  cost.observe(setting(kDatastoreTrees[0]), 40.0, 64);  // 0.625: faster again, the next tree
+  c = choose_datastore_mode(cost);
+  EXPECT_EQ(c.draft_tree, kDatastoreTrees[1]);
+  cost.observe(setting(kDatastoreTrees[1]), 56.0, 64);  // 0.875: slower than the best, no larger tree
+  c = choose_datastore_mode(cost);
+  EXPECT_EQ(c.mode, DecodeMode::Verify);
+  EXPECT_EQ(c.draft_tree, kDatastoreTrees[0]);
+  EXPECT_NEAR(c.ms_per_token, 0.625, 1e-9);
+  EXPECT_NE(c.reason.find("is the fastest of ar and verify with the datastore"), std::string::npos) << c.reason;
+  GenerationRequest r;
+  c.apply(r);
+  EXPECT_EQ(r.draft_tree, kDatastoreTrees[0]);
+  EXPECT_EQ(r.draft_length, 4);
+  // Where the chains are slower than AR, no tree is tried: AR.
+  CostModel slow;
+  slow.observe("ar", 64.0, 64);
+  slow.observe(setting(0), 80.0, 64);
+  c = choose_datastore_mode(slow);
+  EXPECT_EQ(c.mode, DecodeMode::Ar) << c.reason;
+  EXPECT_NE(c.reason.find("ar is the fastest"), std::string::npos) << c.reason;
+  c.apply(r);
+  EXPECT_EQ(r.draft_tree, 0);
+}
+
 TEST(CostModel, SavedAndReadBackWithItsKey) {
   test::TempDir dir;
   const std::string file = dir.path("sub/costs.json");

@@ -504,3 +504,31 @@ TEST(VerifyCli, DraftTree) {
 }
 
 }  // namespace canvas
+
+namespace canvas {
+
+// --draft-datastore without --mode: auto measures AR, then verify with the datastore's chains, run by run
+// (kept in --cost-model's file), and writes AR's tokens either way.
+TEST(VerifyCli, AutoWithADatastoreMeasuresArThenVerify) {
+  test::TempDir dir;
+  const std::string model = test::fixture("tiny-diffusion-gemma");
+  const std::string corpus = dir.path("corpus.txt");
+  std::ofstream(corpus) << "the sea and the land, the sea and the sky, the sea and the land.\n";
+  const std::string base = "generate -m " + model + " -p 'the sea' -n 40 --json -t 2 -s 1 --cost-model " +
+                           dir.path("costs.json") + " --draft-datastore " + corpus;
+  const auto first = test::run_canvas(base, false);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto j1 = test::json_of(first.output);
+  EXPECT_EQ(j1["mode"], "ar");
+  EXPECT_NE(j1["mode_reason"].get<std::string>().find("ar runs once to be measured against verify with the datastore"),
+            std::string::npos) << first.output;
+  const auto second = test::run_canvas(base, false);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const auto j2 = test::json_of(second.output);
+  EXPECT_EQ(j2["mode"], "verify");
+  EXPECT_NE(j2["mode_reason"].get<std::string>().find("verify k=4 datastore runs to be measured"), std::string::npos)
+      << second.output;
+  EXPECT_EQ(j2["tokens"], j1["tokens"]);
+}
+
+}  // namespace canvas

@@ -55,7 +55,9 @@ std::vector<Option> decoding_options() {
                                       "~/.cache/canvas, keyed by FILE's path, size and time and the tokenizer): a\n"
                                       "cycle with no lookup draft takes the longest of the text's last n tokens\n"
                                       "(n = 5 down to 2) that occurs in FILE at least --draft-datastore-count times\n"
-                                      "and drafts its most common continuation there, with no decoder pass"},
+                                      "and drafts its most common continuation there, with no decoder pass. With\n"
+                                      "--mode auto: ar, verify with these drafts and verify with trees (--draft-tree\n"
+                                      "8, 16, 32) are measured run by run (--cost-model) and the fastest kept"},
         {"--draft-datastore-count", "C", "verify: the fewest occurrences of a datastore n-gram that drafts (default 10)"},
         {"--draft-datastore-length", "L", "verify: tokens per datastore draft, whatever --draft-length (default 4)"},
         {"--draft-tree", "N", "verify: tree drafts: each cycle drafts a tree of up to N tokens (1-63), the\n"
@@ -226,8 +228,8 @@ AutoMode::AutoMode(const Args& args, const TextModel& m, ThreadPool* pool) : mod
   if (file_.empty()) file_ = default_cost_model_file(key_);
   if (file_ == "none") file_.clear();
   verify_implied_ = args.has("draft-length") || args.has("draft-steps") || args.has("overlap") ||
-                    args.has("draft-lookup") || args.has("draft-lookup-length") || args.has("draft-datastore") ||
-                    args.has("draft-tree");
+                    args.has("draft-lookup") || args.has("draft-lookup-length") || args.has("draft-tree");
+  datastore_ = args.has("draft-datastore");
   for (const char* option : {"steps", "block-length", "canvas-length", "schedule", "algorithm", "threshold", "cache",
                              "freeze", "freeze-refresh", "entropy-bound", "t-min", "t-max", "stability",
                              "confidence-threshold", "neighbor-penalty", "stream-head"})
@@ -254,8 +256,7 @@ void AutoMode::choose(GenerationRequest& request) {
   if (verify_implied_) {
     request.mode = DecodeMode::Verify;
     request.mode_reason =
-        "auto: a verify option (--draft-length, --draft-steps, --overlap, --draft-lookup, --draft-datastore, "
-        "--draft-tree) was given";
+        "auto: a verify option (--draft-length, --draft-steps, --overlap, --draft-lookup, --draft-tree) was given";
     return;
   }
   if (!diffusion_option_.empty() && Generator(model_, nullptr, {}).has_diffusion()) {
@@ -265,6 +266,10 @@ void AutoMode::choose(GenerationRequest& request) {
   }
   if (!c.uniform_state || !c.default_mode.empty() || !supports_verify(c)) return;  // Generator::resolve's mode
   load();
+  if (datastore_) {  // judged by whole runs alone
+    choose_datastore_mode(cost_).apply(request);
+    return;
+  }
   if (cost_.passes.empty()) {
     std::fprintf(stderr, "canvas: timing this model's passes for --mode auto (once per model and machine)...\n");
     const VerifyAcceptance acceptance = cost_.acceptance;
@@ -276,7 +281,7 @@ void AutoMode::choose(GenerationRequest& request) {
 }
 
 void AutoMode::learn(const GenerationOutput& out) {
-  const std::string setting = ar_text_setting(out.mode, out.draft_length, out.overlap);
+  const std::string setting = ar_text_setting(out.mode, out.draft_length, out.overlap, out.datastore, out.draft_tree);
   const ModelConfig& c = model_.config;
   if (setting.empty() || !c.uniform_state || !supports_verify(c) || out.finish_reason == "cancelled") return;
   load();

@@ -54,6 +54,7 @@ class AutoMode {
   std::string file_, key_;
   std::string diffusion_option_;  // the first diffusion option given ("" none): auto means --mode diffusion
   bool verify_implied_ = false, loaded_ = false;
+  bool datastore_ = false;  // --draft-datastore: auto weighs verify with it against AR (choose_datastore_mode)
   CostModel cost_;
 };
 

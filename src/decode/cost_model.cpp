@@ -16,6 +16,8 @@
 #include "core/output_file.h"
 #include "core/timer.h"
 
+#include "decode/verify.h"
+
 namespace canvas {
 
 namespace {
@@ -237,6 +239,7 @@ void ModeChoice::apply(GenerationRequest& request) const {
   request.mode = mode;
   request.draft_length = mode == DecodeMode::Verify ? draft_length : 0;
   request.overlap = mode == DecodeMode::Verify && overlap;
+  request.draft_tree = mode == DecodeMode::Verify ? draft_tree : 0;
   request.mode_reason = reason;
 }
 
@@ -266,10 +269,53 @@ double estimate_ms(const CostModel& cost, const Candidate& c, int64_t load) {
 }
 }  // namespace
 
-std::string ar_text_setting(DecodeMode mode, int64_t draft_length, bool overlap) {
+std::string ar_text_setting(DecodeMode mode, int64_t draft_length, bool overlap, bool datastore, int64_t draft_tree) {
   if (mode == DecodeMode::Ar) return "ar";
   if (mode != DecodeMode::Verify) return "";
-  return "verify k=" + std::to_string(draft_length) + (overlap ? " overlapped" : "");
+  if (datastore && draft_tree > 0) return "verify tree=" + std::to_string(draft_tree) + " datastore";
+  return "verify k=" + std::to_string(draft_length) + (overlap ? " overlapped" : "") + (datastore ? " datastore" : "");
+}
+
+ModeChoice choose_datastore_mode(const CostModel& cost) {
+  struct Setting {
+    DecodeMode mode;
+    int64_t tree;
+  };
+  std::vector<Setting> settings = {{DecodeMode::Ar, 0}, {DecodeMode::Verify, 0}};
+  for (int64_t tree : kDatastoreTrees) settings.push_back({DecodeMode::Verify, tree});
+  auto name = [](const Setting& s) { return ar_text_setting(s.mode, VerifyParams{}.draft_length, false, true, s.tree); };
+  const Setting* best = nullptr;
+  double best_ms = 0, last_ms = 0;
+  ModeChoice choice;
+  char buf[320];
+  for (const Setting& s : settings) {
+    const auto it = cost.observed.find(name(s));
+    if (it == cost.observed.end()) {
+      if (best && last_ms > best_ms) break;  // the last one measured was slower than the best: no larger ones
+      choice.mode = s.mode;
+      choice.draft_length = s.mode == DecodeMode::Verify ? VerifyParams{}.draft_length : 0;
+      choice.draft_tree = s.tree;
+      if (best)
+        std::snprintf(buf, sizeof buf, "auto: %s runs to be measured (the fastest so far: %s, %.3f ms per token)",
+                      name(s).c_str(), name(*best).c_str(), best_ms);
+      else
+        std::snprintf(buf, sizeof buf, "auto: ar runs once to be measured against verify with the datastore");
+      choice.reason = buf;
+      return choice;
+    }
+    last_ms = it->second.ms_per_token;
+    if (!best || last_ms < best_ms) best = &s, best_ms = last_ms;
+  }
+  choice.mode = best->mode;
+  choice.draft_length = best->mode == DecodeMode::Verify ? VerifyParams{}.draft_length : 0;
+  choice.draft_tree = best->tree;
+  choice.ms_per_token = best_ms;
+  std::snprintf(buf, sizeof buf,
+                "auto: %s is the fastest of ar and verify with the datastore on this machine (%.3f ms per token, "
+                "measured; ar %.3f)",
+                name(*best).c_str(), best_ms, cost.observed.at("ar").ms_per_token);
+  choice.reason = buf;
+  return choice;
 }
 
 void CostModel::observe(const std::string& setting, double decode_ms, int64_t tokens) {

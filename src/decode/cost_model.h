@@ -99,12 +99,16 @@ struct ModeChoice {
   DecodeMode mode = DecodeMode::Ar;
   int64_t draft_length = 0;  // verify
   bool overlap = false;      // verify
+  int64_t draft_tree = 0;    // verify with a datastore: tree drafts of this many tokens (0: chains)
   double ms_per_token = 0;   // the estimate it was chosen by (0: not estimated)
   std::string reason;        // for the stats line, --json and serve's answers
-  void apply(GenerationRequest& request) const;  // sets mode, draft_length, overlap and mode_reason
+  // Sets mode, draft_length, overlap, draft_tree and mode_reason.
+  void apply(GenerationRequest& request) const;
 };
-// The name of a setting in CostModel::observed: "ar", "verify k=K" or "verify k=K overlapped" ("" for others).
-std::string ar_text_setting(DecodeMode mode, int64_t draft_length, bool overlap);
+// The name of a setting in CostModel::observed: "ar", "verify k=K" or "verify k=K overlapped", with a
+// datastore "verify k=K datastore" or "verify tree=N datastore" ("" for other modes).
+std::string ar_text_setting(DecodeMode mode, int64_t draft_length, bool overlap, bool datastore = false,
+                            int64_t draft_tree = 0);
 constexpr int64_t kExploreDraftLength = 8;   // verify's k while its acceptance is being measured
 constexpr int64_t kMinAcceptanceCycles = 8;   // cycles measured before verify is judged by them
 constexpr int64_t kMaxOverlapDraftLength = 4;
@@ -117,6 +121,15 @@ std::vector<int64_t> ar_text_mode_rows(bool can_overlap, int64_t load = 1);
 // at load 1 (it writes AR's text, and measures the acceptance) and AR at higher loads; then AR runs once at
 // load 1 to be measured.
 ModeChoice choose_ar_text_mode(const CostModel& cost, int64_t load, bool can_overlap);
+
+// --mode auto with a datastore (--draft-datastore), one request at a time: AR, verify with lookup and
+// datastore chains (k = 4), and verify with trees of each of kDatastoreTrees tokens, judged by their measured
+// runs alone (what they keep depends on the text and the corpus as much as on the model). AR runs first to be
+// measured; then each setting not measured yet, in that order, while the last one measured is the fastest so
+// far (a larger tree computes more rows per pass: once a setting is slower than the best, the larger ones are
+// not tried); then the fastest measured.
+constexpr int64_t kDatastoreTrees[] = {8, 16, 32};
+ModeChoice choose_datastore_mode(const CostModel& cost);
 
 // The key a cost model is saved and loaded with (CostModel::save, load): what its timings depend on, the
 // model's bytes (the file's absolute path, size and modification time), the cores, the SIMD level and the

@@ -374,7 +374,8 @@ void Engine::end(Running& run, const GenerationOutput& out, const std::string& e
                                           : 0.8 * cost_.threshold_tokens_per_forward + 0.2 * observed;
     ++cost_.threshold_observations;
   }
-  const std::string setting = ar_text_setting(request.mode, request.draft_length, request.overlap);
+  const std::string setting = ar_text_setting(request.mode, request.draft_length, request.overlap,
+                                              request.datastore != nullptr, request.draft_tree);
   if (complete && chooses_verify() && !setting.empty() && job.passes > 0 && job.completion_tokens > 0) {
     // Learn draft-and-verify's tokens per pass and what it keeps per cycle, and (for a request that ran
     // alone) its setting's ms per token, for routing; kept in the file.
