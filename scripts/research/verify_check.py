@@ -60,13 +60,14 @@ def main():
     args = ap.parse_args()
     steps = sorted((int(a), float(b)) for a, b in (x.split(":") for x in args.pass_steps.split(",") if x))
 
-    def pass_cost(rows):  # linear between the measured row counts, flat beyond them
+    def pass_cost(rows):  # linear between the measured row counts, and beyond the last two
         if rows <= steps[0][0]:
             return steps[0][1]
         for (r0, c0), (r1, c1) in zip(steps, steps[1:]):
             if rows <= r1:
                 return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
-        return steps[-1][1] * rows / steps[-1][0]
+        (r0, c0), (r1, c1) = steps[-2], steps[-1]
+        return c1 + (c1 - c0) * (rows - r1) / (r1 - r0)
     prompts, _ = held_out_prompts(args.canvas, args.prompts, args.prompt_words)
     variants = [v for v in args.variants.split(",") if v]
     if any(v == "ds" or v.endswith("-ds") for v in variants) and not args.datastore:
