@@ -60,7 +60,8 @@ TEST(ServeClientErrors, TypeConfusedBodiesAreNever5xx) {
       "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop/0", "n", "stream",
       "stream_options", "stream_options/include_usage", "user", "frequency_penalty", "presence_penalty", "steps",
       "block_length", "threshold", "entropy_bound", "cache", "mode", "canvas_draft", "repeat_penalty",
-      "draft_length", "draft_steps", "draft_lookup", "draft_lookup_length", "overlap", "response_format",
+      "draft_length", "draft_steps", "draft_lookup", "draft_lookup_length", "draft_tree", "draft_tree_depth", "overlap",
+      "response_format",
       "response_format/type", "response_format/json_schema", "response_format/json_schema/schema", "logit_bias",
       "tools", "tool_choice", "parallel_tool_calls", "metadata", "store", "service_tier", "parse_special", "logprobs", "unknown_field"};
   auto with = [&](std::vector<std::string> own) {

@@ -480,3 +480,45 @@ TEST(ServeRouting, CostModelFilesAndKeys) {
   EXPECT_NE(key, serve::cost_model_key(test::fixture("tiny-dream.gguf"), 4, "cpu"));
   EXPECT_NE(key.find("threads 4"), std::string::npos) << key;
 }
+
+namespace canvas {
+
+// A request's draft_tree reaches verify: with --draft-datastore holding AR's own text, a verify request with
+// trees writes AR's tokens in far fewer passes than one drafting with the tiny random decoder alone.
+TEST(ServeEngine, VerifyRequestsTakeTheirTreeOfDrafts) {
+  const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
+  ThreadPool pool(1);
+  const std::vector<int32_t> prompt{2, 105, 17, 250, 33};
+  ArParams ar;
+  ar.max_new_tokens = 24;
+  ar.stop_ids = {-1};
+  const std::vector<int32_t> text = generate_ar(m, prompt, ar, &pool).tokens;
+  std::vector<int32_t> corpus = prompt;
+  corpus.insert(corpus.end(), text.begin(), text.end());
+  serve::EngineOptions options;
+  options.parallel = 1;
+  options.datastore = std::make_shared<const Datastore>(corpus);
+  serve::Engine engine(m, &pool, options);
+  auto run = [&](int64_t tree) {
+    auto job = std::make_shared<serve::Job>();
+    job->prompt = prompt;
+    job->settings.mode = serve::DecodeMode::Verify;
+    job->settings.max_new_tokens = 24;
+    job->settings.ignore_eos = true;
+    job->settings.draft_lookup = 0;
+    job->settings.datastore_min_count = 1000;  // no datastore chains: the decoder drafts the chain cycles
+    job->settings.draft_tree = tree;
+    EXPECT_TRUE(engine.submit(job));
+    std::unique_lock<std::mutex> lock(job->mutex);
+    job->changed.wait(lock, [&] { return job->finished; });
+    EXPECT_EQ(job->error, "");
+    return job;
+  };
+  const auto chains = run(0), trees = run(12);
+  EXPECT_EQ(trees->canvas, chains->canvas);
+  EXPECT_EQ(std::vector<int32_t>(trees->canvas.begin(), trees->canvas.begin() + 24), text);
+  EXPECT_LT(trees->passes * 2, chains->passes) << trees->passes << " against " << chains->passes;
+  engine.shutdown(true);
+}
+
+}  // namespace canvas

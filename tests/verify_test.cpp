@@ -44,7 +44,7 @@ void expect_greedy_equals_ar(bool overlap, int64_t draft_steps) {
   const Datastore datastore(corpus);
   int64_t lookup_cycles = 0, lookup_accepted = 0, decoder_cycles_with_lookup = 0;
   int64_t datastore_cycles = 0, datastore_accepted = 0, datastore_rejected = 0;
-  int64_t tree_cycles = 0, tree_accepted = 0, tree_branching = 0;
+  int64_t tree_cycles = 0, tree_accepted = 0, tree_branching = 0, decoder_trees = 0;
   struct Drafting {
     int64_t lookup, lookup_length;
     bool datastore;
@@ -84,7 +84,9 @@ void expect_greedy_equals_ar(bool overlap, int64_t draft_steps) {
                                     " tree " + std::to_string(tree) + (overlap ? " overlapped" : "");
           EXPECT_EQ(b.tokens, a.tokens) << where;
           EXPECT_EQ(b.cycles, b.encoder_passes) << where;
-          const int64_t decoder_cycles = b.cycles - b.lookup_cycles - b.datastore_cycles - b.tree_cycles;
+          // (The decoder's trees are drafted by a decoder pass.)
+          const int64_t decoder_cycles =
+              b.cycles - b.lookup_cycles - b.datastore_cycles - b.tree_cycles + b.decoder_tree_cycles;
           if (!stored || tree > 0) {
             EXPECT_EQ(b.datastore_cycles, 0) << where;
           }
@@ -92,6 +94,7 @@ void expect_greedy_equals_ar(bool overlap, int64_t draft_steps) {
             EXPECT_EQ(b.lookup_cycles, 0) << where;  // trees replace the chains
             EXPECT_LE(b.tree_drafted, b.tree_cycles * tree) << where;
             EXPECT_LE(b.tree_accepted, b.tree_drafted) << where;
+            EXPECT_EQ(b.decoder_tree_cycles, overlap ? 0 : decoder_cycles) << where;  // plain: every decoder cycle
           } else {
             EXPECT_EQ(b.tree_cycles, 0) << where;
           }
@@ -127,6 +130,7 @@ void expect_greedy_equals_ar(bool overlap, int64_t draft_steps) {
           tree_cycles += b.tree_cycles;
           tree_accepted += b.tree_accepted;
           tree_branching += b.tree_drafted > b.tree_cycles * 6;  // more tokens than one path holds
+          decoder_trees += b.decoder_tree_cycles;
         }
   // Both kinds of cycle ran, and lookup drafts were kept (the tiny model's greedy text repeats itself).
   EXPECT_GT(lookup_cycles, 0);
@@ -140,6 +144,9 @@ void expect_greedy_equals_ar(bool overlap, int64_t draft_steps) {
   EXPECT_GT(tree_cycles, 0);
   EXPECT_GT(tree_accepted, 0);
   EXPECT_GT(tree_branching, 0);
+  if (!overlap) {
+    EXPECT_GT(decoder_trees, 0);
+  }
 }
 
 TEST(Verify, GreedyEqualsArDecoding) {
@@ -292,7 +299,7 @@ void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0, bool d
   v.sampling = s;
   v.stop_ids = {-1};  // nothing stops the run early
   int64_t accepted = 0, drafted = 0, lookup_accepted = 0, lookup_drafted = 0, stored_accepted = 0, stored_drafted = 0;
-  int64_t tree_drafted = 0, tree_cycles = 0, tree_accepted = 0;
+  int64_t tree_drafted = 0, tree_cycles = 0, tree_accepted = 0, decoder_trees = 0;
   for (int i = 0; i < draws; ++i) {
     v.sampling.seed = uint64_t(i) + 1;
     const VerifyResult r = generate_verify(m, prompt, v, nullptr);
@@ -307,6 +314,7 @@ void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0, bool d
     tree_drafted += r.tree_drafted;
     tree_cycles += r.tree_cycles;
     tree_accepted += r.tree_accepted;
+    decoder_trees += r.decoder_tree_cycles;
   }
   double chi2 = 0;
   for (const auto& [cell, p] : expected) {
@@ -329,6 +337,11 @@ void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0, bool d
     EXPECT_GT(tree_drafted, drafted / 2) << "most drafts should come from trees";
     EXPECT_GT(tree_cycles, 0);
     EXPECT_GT(tree_accepted, 0) << "no tree draft was ever kept";
+  }
+  if (tree > 0 && !datastore) {
+    EXPECT_GT(decoder_trees * 2, tree_cycles) << "without a datastore, the decoder drafts most trees";
+  }
+  if (tree > 0 && datastore) {
     // The first cycle's trees (after each first token that can be drawn) give their root several children,
     // so that a rejected child's mass is taken from the next one's.
     int branching = 0;
@@ -371,6 +384,9 @@ TEST(Verify, OverlappedSamplingWithDatastoreDraftsFollowsTheArDistribution) {
 TEST(Verify, SamplingWithTreeDraftsFollowsTheArDistribution) { expect_ar_distribution(false, 3, 0, true, 12); }
 
 TEST(Verify, OverlappedSamplingWithTreeDraftsFollowsTheArDistribution) { expect_ar_distribution(true, 3, 0, true, 12); }
+
+// The decoder's trees: its three likeliest tokens at each position, point-mass proposals tried in turn.
+TEST(Verify, SamplingWithTheDecodersTreesFollowsTheArDistribution) { expect_ar_distribution(false, 3, 0, false, 12); }
 
 }  // namespace
 }  // namespace canvas

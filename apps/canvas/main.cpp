@@ -58,7 +58,8 @@ const std::vector<cli::Option> kGenerateTail{
                        "rows_computed, seed; uniform-state: steps_per_canvas; verify: drafted, accepted,\n"
                        "draft_length, overlap, draft_lookup, lookup_cycles (of encoder_passes cycles),\n"
                        "lookup_drafted, lookup_accepted, datastore_cycles, datastore_drafted,\n"
-                       "datastore_accepted, draft_tree, tree_cycles, tree_drafted, tree_accepted"},
+                       "datastore_accepted, draft_tree, tree_cycles, decoder_tree_cycles, tree_drafted,\n"
+                       "tree_accepted"},
         cli::heading("Infilling and structured output (diffusion models fill holes; AR models only do --json-schema):"),
         {"--suffix", "TEXT", "fill -n tokens between the prompt and TEXT; the prompt may instead (or also) hold\n"
                              "holes written <|hole:N|> (N tokens each), all filled at once. Prints the whole\n"

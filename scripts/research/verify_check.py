@@ -131,6 +131,8 @@ def main():
                         cost += stored * pass_cost(v["datastore_drafted"] / stored + 1)
                     if trees:
                         cost += trees * pass_cost(v["tree_drafted"] / trees + 1)
+                    # the decoder's trees (decoder cycles with --draft-tree) had a draft pass first
+                    cost += v.get("decoder_tree_cycles", 0) * args.draft_steps * pass_cost(k + 1)
                     st["projected"].append((len(v["tokens"]) - 1) / max(cost, 1e-9))
         for variant in variants:
             st = stats[variant]

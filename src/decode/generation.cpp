@@ -512,6 +512,7 @@ void GenerationRun::decode() {
       out.datastore_accepted = v.datastore_accepted;
       out.draft_tree = p.draft_tree;
       out.tree_cycles = v.tree_cycles;
+      out.decoder_tree_cycles = v.decoder_tree_cycles;
       out.tree_drafted = v.tree_drafted;
       out.tree_accepted = v.tree_accepted;
       out.cycles_keeping = v.cycles_keeping;

@@ -164,6 +164,7 @@ struct GenerationOutput {
   int64_t datastore_drafted = 0, datastore_accepted = 0;  // verify: ... their draft tokens (in drafted, accepted)
   int64_t draft_tree = 0;             // verify: the most tokens of a tree of drafts (0: chains)
   int64_t tree_cycles = 0;            // verify: cycles that verified a tree
+  int64_t decoder_tree_cycles = 0;    // verify: ... of them, the decoder's trees (after a draft pass)
   int64_t tree_drafted = 0, tree_accepted = 0;  // verify: ... their tokens (in drafted, accepted)
   std::vector<int64_t> cycles_keeping;  // verify: VerifyResult::cycles_keeping
   std::string mode_reason;            // why this mode ran (GenerationRequest::mode_reason)

@@ -86,6 +86,7 @@ std::string generation_json(const GenerationOutput& out) {
     j["datastore_accepted"] = out.datastore_accepted;
     j["draft_tree"] = out.draft_tree;
     j["tree_cycles"] = out.tree_cycles;  // cycles that verified a tree of drafts (--draft-tree)
+    j["decoder_tree_cycles"] = out.decoder_tree_cycles;  // ... of them, the decoder's (after a draft pass)
     j["tree_drafted"] = out.tree_drafted;
     j["tree_accepted"] = out.tree_accepted;
   }

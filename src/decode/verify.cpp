@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <queue>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -280,18 +281,12 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     cached += 1 + kept;  // the last token and the kept drafts; the token committed last is next cycle's first
     return kept;
   };
-  // A tree cycle (VerifyParams::draft_tree): the tree of drafts after the context, verified in one pass
-  // whose rows are [last token ; the tree's tokens]; the kept path's K/V moved to the positions it stands
-  // for. False (nothing run) when the tree is empty.
+  // A tree cycle (VerifyParams::draft_tree): `tree` verified in one pass whose rows are [last token ; the
+  // tree's tokens]; the kept path's K/V moved to the positions it stands for.
   DraftTree tree;
   std::vector<int32_t> tree_rows, tree_parents, tree_groups, path;
   std::vector<std::vector<int32_t>> children;
-  auto tree_cycle = [&]() {
-    DraftTreeParams tp = params.tree;
-    tp.budget = params.draft_tree;
-    tp.depth = std::min(tp.depth, N - int64_t(generated.size()));
-    tree = draft_tree(tokens, params.datastore, tp);
-    if (tree.size() == 0) return false;
+  auto verify_tree = [&]() {
     const int64_t n = tree.size() + 1;
     tree_rows.assign(1, generated.back());
     tree_rows.insert(tree_rows.end(), tree.tokens.begin(), tree.tokens.end());
@@ -358,7 +353,56 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     result.accepted += kept;
     result.tree_accepted += kept;
     cached += 1 + kept;
+  };
+  // The tree of drafts after the context (lookup and datastore sources), verified; false (nothing run) when
+  // it is empty.
+  auto tree_cycle = [&]() {
+    DraftTreeParams tp = params.tree;
+    tp.budget = params.draft_tree;
+    tp.depth = std::min(tp.depth, N - int64_t(generated.size()));
+    tree = draft_tree(tokens, params.datastore, tp);
+    if (tree.size() == 0) return false;
+    verify_tree();
     return true;
+  };
+  // The decoder's tree over its k draft rows: best first by the product of its tokens' probabilities (each
+  // position's softmax taken alone), each node's children the next position's kDecoderBranches likeliest
+  // tokens: the decoder's own second guesses where it is unsure. Point-mass proposals, as the other trees.
+  constexpr int64_t kDecoderBranches = 3;
+  std::vector<std::vector<std::pair<double, int32_t>>> top;  // [position]: the likeliest tokens, best first
+  auto decoder_tree = [&](const float* rows, int64_t k) {
+    top.assign(size_t(k), {});
+    for (int64_t i = 0; i < k; ++i) {
+      const std::vector<double> p = softmax(rows + size_t(i) * size_t(V), V, 1.0);
+      for (int64_t b = 0; b < std::min(kDecoderBranches, V); ++b) {
+        int32_t best = -1;
+        for (int32_t t = 0; t < int32_t(V); ++t) {
+          bool taken = false;
+          for (const auto& [q, u] : top[size_t(i)]) taken = taken || u == t;
+          if (!taken && (best < 0 || p[size_t(t)] > p[size_t(best)])) best = t;
+        }
+        top[size_t(i)].push_back({p[size_t(best)], best});
+      }
+    }
+    struct Open {
+      double score;
+      int32_t parent, depth, branch;
+      bool operator<(const Open& o) const { return score < o.score; }
+    };
+    std::priority_queue<Open> open;
+    for (int32_t b = 0; b < int32_t(top[0].size()); ++b) open.push({top[0][size_t(b)].first, -1, 0, b});
+    tree.tokens.clear();
+    tree.parents.clear();
+    while (!open.empty() && tree.size() < params.draft_tree) {
+      const Open o = open.top();
+      open.pop();
+      const int32_t node = int32_t(tree.size());
+      tree.tokens.push_back(top[size_t(o.depth)][size_t(o.branch)].second);
+      tree.parents.push_back(o.parent);
+      if (o.depth + 1 < k)
+        for (int32_t b = 0; b < int32_t(top[size_t(o.depth + 1)].size()); ++b)
+          open.push({o.score * top[size_t(o.depth + 1)][size_t(b)].first, node, o.depth + 1, b});
+    }
   };
   if (params.overlap) {
     // Each pass: the causal rows (the prompt, then [last token ; drafts]) and, for every number j of
@@ -457,6 +501,13 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
       const Source source = take_lookup(remaining);
       const int64_t k = source != Source::Decoder ? int64_t(canvas.size()) - 1 : std::min(K, remaining);
       if (source == Source::Decoder) decoder_draft(k);
+      if (source == Source::Decoder && params.draft_tree > 0) {  // the decoder's own tree
+        decoder_tree(&draft_logits[size_t(V)], k);
+        ++result.decoder_tree_cycles;
+        verify_tree();
+        if (!done && callbacks.should_stop && callbacks.should_stop()) break;
+        continue;
+      }
       report(k);
       result.drafted += k;
       // Verify: one causal pass over [last token ; draft]; row i is AR's distribution after canvas[0..i].

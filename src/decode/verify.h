@@ -60,7 +60,9 @@ struct VerifyParams {
   // after it. Sampling: a node's children are point-mass proposals tried in turn, best first (each kept with
   // its probability under what remains of AR's distribution, else removed from it; none kept: a draw from
   // the rest), so the kept or drawn token is distributed as AR's. A cycle whose tree is empty drafts with the
-  // decoder. The CPU only. 0: off; at most 63.
+  // decoder, and plain (not overlapped) verifies a tree of the decoder's rows too: best first by the product
+  // of its tokens' probabilities, each node's children the next position's three likeliest tokens (its own
+  // second guesses where it is unsure). The CPU only. 0: off; at most 63.
   int64_t draft_tree = 0;
   DraftTreeParams tree;  // (its budget is draft_tree's)
 };
@@ -80,6 +82,7 @@ struct VerifyResult : GenerationResult {
   int64_t datastore_cycles = 0;  // cycles drafted by the datastore (VerifyParams::datastore)
   int64_t datastore_drafted = 0, datastore_accepted = 0;  // ... their draft tokens (in drafted, accepted)
   int64_t tree_cycles = 0;  // cycles that verified a tree of drafts (VerifyParams::draft_tree)
+  int64_t decoder_tree_cycles = 0;  // ... of them, trees of the decoder's rows (after a draft pass)
   int64_t tree_drafted = 0, tree_accepted = 0;  // ... the trees' tokens and the tokens kept (in drafted, accepted)
 };
 

@@ -126,6 +126,7 @@ ModeChoice Engine::choose(const GenerationSettings& s, int64_t prompt_tokens) co
     choice.mode = asked;
     choice.draft_length = s.draft_length;
     choice.overlap = s.overlap;
+    choice.draft_tree = s.draft_tree;
     choice.reason = s.mode == DecodeMode::Auto ? std::string("serve --mode ") + decode_mode_name(asked) : "asked for";
     return choice;
   }
@@ -145,6 +146,9 @@ ModeChoice Engine::choose(const GenerationSettings& s, int64_t prompt_tokens) co
     load = int64_t(queue_.size()) + running_;
   }
   load = std::clamp<int64_t>(load, 1, options_.parallel);
+  // With a datastore, one request at a time is judged by the measured runs of ar, the chains and trees
+  // (as generate's auto); under load, by the pass-time estimates.
+  if (options_.datastore && load == 1) return choose_datastore_mode(cost_model());
   return choose_ar_text_mode(cost_model(), load, model_.config.has_decoder);
 }
 
