@@ -129,6 +129,14 @@ TEST(CostModel, AutoWithADatastoreMeasuresSettingsInTurnAndStopsWhenOneIsSlower)
   EXPECT_NE(c.reason.find("ar is the fastest"), std::string::npos) << c.reason;
   c.apply(r);
   EXPECT_EQ(r.draft_tree, 0);
+  // Without trees (a device runs the passes), the chains are the last setting tried.
+  CostModel device;
+  device.observe("ar", 64.0, 64);
+  device.observe(setting(0), 48.0, 64);
+  c = choose_datastore_mode(device, false);
+  EXPECT_EQ(c.mode, DecodeMode::Verify);
+  EXPECT_EQ(c.draft_tree, 0);
+  EXPECT_NE(c.reason.find("verify k=4 datastore is the fastest"), std::string::npos) << c.reason;
 }
 
 TEST(CostModel, SavedAndReadBackWithItsKey) {

@@ -267,7 +267,7 @@ void AutoMode::choose(GenerationRequest& request) {
   if (!c.uniform_state || !c.default_mode.empty() || !supports_verify(c)) return;  // Generator::resolve's mode
   load();
   if (datastore_) {  // judged by whole runs alone
-    choose_datastore_mode(cost_).apply(request);
+    choose_datastore_mode(cost_, !model_.primitives).apply(request);  // trees run on the CPU only
     return;
   }
   if (cost_.passes.empty()) {

@@ -276,13 +276,14 @@ std::string ar_text_setting(DecodeMode mode, int64_t draft_length, bool overlap,
   return "verify k=" + std::to_string(draft_length) + (overlap ? " overlapped" : "") + (datastore ? " datastore" : "");
 }
 
-ModeChoice choose_datastore_mode(const CostModel& cost) {
+ModeChoice choose_datastore_mode(const CostModel& cost, bool trees) {
   struct Setting {
     DecodeMode mode;
     int64_t tree;
   };
   std::vector<Setting> settings = {{DecodeMode::Ar, 0}, {DecodeMode::Verify, 0}};
-  for (int64_t tree : kDatastoreTrees) settings.push_back({DecodeMode::Verify, tree});
+  for (int64_t tree : kDatastoreTrees)
+    if (trees) settings.push_back({DecodeMode::Verify, tree});
   auto name = [](const Setting& s) { return ar_text_setting(s.mode, VerifyParams{}.draft_length, false, true, s.tree); };
   const Setting* best = nullptr;
   double best_ms = 0, last_ms = 0;

@@ -127,9 +127,9 @@ ModeChoice choose_ar_text_mode(const CostModel& cost, int64_t load, bool can_ove
 // runs alone (what they keep depends on the text and the corpus as much as on the model). AR runs first to be
 // measured; then each setting not measured yet, in that order, while the last one measured is the fastest so
 // far (a larger tree computes more rows per pass: once a setting is slower than the best, the larger ones are
-// not tried); then the fastest measured.
+// not tried); then the fastest measured. Without `trees` (a device backend runs the passes), no trees.
 constexpr int64_t kDatastoreTrees[] = {8, 16, 32};
-ModeChoice choose_datastore_mode(const CostModel& cost);
+ModeChoice choose_datastore_mode(const CostModel& cost, bool trees = true);
 
 // The key a cost model is saved and loaded with (CostModel::save, load): what its timings depend on, the
 // model's bytes (the file's absolute path, size and modification time), the cores, the SIMD level and the

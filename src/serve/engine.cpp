@@ -148,7 +148,7 @@ ModeChoice Engine::choose(const GenerationSettings& s, int64_t prompt_tokens) co
   load = std::clamp<int64_t>(load, 1, options_.parallel);
   // With a datastore, one request at a time is judged by the measured runs of ar, the chains and trees
   // (as generate's auto); under load, by the pass-time estimates.
-  if (options_.datastore && load == 1) return choose_datastore_mode(cost_model());
+  if (options_.datastore && load == 1) return choose_datastore_mode(cost_model(), !model_.primitives);
   return choose_ar_text_mode(cost_model(), load, model_.config.has_decoder);
 }
 
