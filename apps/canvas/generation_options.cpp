@@ -63,8 +63,8 @@ std::vector<Option> decoding_options() {
         {"--draft-tree", "N", "verify: tree drafts: each cycle drafts a tree of up to N tokens (1-63), the\n"
                               "continuations the text's own n-grams and the datastore's vote for, best first,\n"
                               "and one pass with a tree mask verifies every path of it (instead of the lookup\n"
-                              "and datastore chains; the decoder drafts where the tree is empty). CPU only.\n"
-                              "0 = off (default 0)"},
+                              "and datastore chains; where they give none, the decoder drafts and its rows'\n"
+                              "likeliest tokens make the tree). CPU only. 0 = off (default 0)"},
         {"--draft-tree-depth", "D", "verify: the most tokens on a path of a tree draft (default 8)"},
         {"--steps", "S", "masked: denoising steps in total (default = N: one token per step), a multiple\n"
                          "of the number of blocks; uniform-state: the most steps per canvas (default 48)"},
