@@ -373,16 +373,9 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
   auto decoder_tree = [&](const float* rows, int64_t k) {
     top.assign(size_t(k), {});
     for (int64_t i = 0; i < k; ++i) {
-      const std::vector<double> p = softmax(rows + size_t(i) * size_t(V), V, 1.0);
-      for (int64_t b = 0; b < std::min(kDecoderBranches, V); ++b) {
-        int32_t best = -1;
-        for (int32_t t = 0; t < int32_t(V); ++t) {
-          bool taken = false;
-          for (const auto& [q, u] : top[size_t(i)]) taken = taken || u == t;
-          if (!taken && (best < 0 || p[size_t(t)] > p[size_t(best)])) best = t;
-        }
-        top[size_t(i)].push_back({p[size_t(best)], best});
-      }
+      const float* row = rows + size_t(i) * size_t(V);
+      const std::vector<double> p = softmax(row, V, 1.0);
+      for (int32_t t : top_k(row, V, kDecoderBranches)) top[size_t(i)].push_back({p[size_t(t)], t});
     }
     struct Open {
       double score;
