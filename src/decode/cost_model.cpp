@@ -15,7 +15,6 @@
 #include "core/error.h"
 #include "core/output_file.h"
 #include "core/timer.h"
-
 #include "decode/verify.h"
 
 namespace canvas {
@@ -288,14 +287,17 @@ ModeChoice choose_datastore_mode(const CostModel& cost, bool trees) {
   const Setting* best = nullptr;
   double best_ms = 0, last_ms = 0;
   ModeChoice choice;
+  auto take = [&](const Setting& s) {
+    choice.mode = s.mode;
+    choice.draft_length = s.mode == DecodeMode::Verify ? VerifyParams{}.draft_length : 0;
+    choice.draft_tree = s.tree;
+  };
   char buf[320];
   for (const Setting& s : settings) {
     const auto it = cost.observed.find(name(s));
     if (it == cost.observed.end()) {
       if (best && last_ms > best_ms) break;  // the last one measured was slower than the best: no larger ones
-      choice.mode = s.mode;
-      choice.draft_length = s.mode == DecodeMode::Verify ? VerifyParams{}.draft_length : 0;
-      choice.draft_tree = s.tree;
+      take(s);
       if (best)
         std::snprintf(buf, sizeof buf, "auto: %s runs to be measured (the fastest so far: %s, %.3f ms per token)",
                       name(s).c_str(), name(*best).c_str(), best_ms);
@@ -307,9 +309,7 @@ ModeChoice choose_datastore_mode(const CostModel& cost, bool trees) {
     last_ms = it->second.ms_per_token;
     if (!best || last_ms < best_ms) best = &s, best_ms = last_ms;
   }
-  choice.mode = best->mode;
-  choice.draft_length = best->mode == DecodeMode::Verify ? VerifyParams{}.draft_length : 0;
-  choice.draft_tree = best->tree;
+  take(*best);
   choice.ms_per_token = best_ms;
   std::snprintf(buf, sizeof buf,
                 "auto: %s is the fastest of ar and verify with the datastore on this machine (%.3f ms per token, "

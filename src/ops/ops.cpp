@@ -208,8 +208,13 @@ void check_attention(int64_t n_q, int64_t n_keys, const AttentionMask& mask, con
   check(mask.tree_key0 >= 0, "attention: negative tree_key0");
 }
 
+// Whether query i sees tree key j (j >= mask.tree_key0).
+bool sees_tree_key(const AttentionMask& mask, int64_t i, int64_t j) {
+  return j - mask.tree_key0 < 64 && (mask.tree[i] >> (j - mask.tree_key0) & 1);
+}
+
 bool visible(const AttentionMask& mask, int64_t i, int64_t j) {
-  if (mask.tree && j >= mask.tree_key0) return j - mask.tree_key0 < 64 && (mask.tree[i] >> (j - mask.tree_key0) & 1);
+  if (mask.tree && j >= mask.tree_key0) return sees_tree_key(mask, i, j);
   if (mask.window_start && j < mask.window_start[i]) return false;
   return !mask.key_group || mask.key_group[j] <= mask.query_group[i];
 }
@@ -228,7 +233,7 @@ int64_t visible_keys(const AttentionMask& mask, int64_t i, int64_t n_keys, int32
   }
   if (mask.tree) j = mask.tree_key0;
   for (; j < n_keys; ++j)  // a tree's keys (none without one: j == n_keys)
-    if (j - mask.tree_key0 < 64 && (mask.tree[i] >> (j - mask.tree_key0) & 1)) keys[n++] = int32_t(j);
+    if (sees_tree_key(mask, i, j)) keys[n++] = int32_t(j);
   return n;
 }
 
