@@ -188,6 +188,8 @@ void check_params(const DiffusionModelHooks& hooks, const EntropyBoundParams& p)
         "entropy-bound sampler: greedy, top_k, top_p and min_p need the materialised head, not stream_head");
   check(!p.freeze || bool(hooks.decode_rows),
         "entropy-bound sampler: freeze is set but the model hooks have no decode_rows function");
+  check(!p.replay || (!p.stream_head && !p.freeze && !p.greedy),
+        "entropy-bound sampler: a replayed run needs the materialised head, no freeze and sampled tokens");
   check(p.freeze_refresh >= 0, "entropy-bound sampler: freeze_refresh must be >= 0, got " +
                                    std::to_string(p.freeze_refresh));
 }
@@ -231,6 +233,18 @@ EntropyBoundResult generate_entropy_bound(const DiffusionModelHooks& hooks, cons
   for (int64_t block = 0; int64_t(result.tokens.size()) < params.max_new_tokens; ++block) {
     const int64_t offset = int64_t(result.tokens.size());
     for (auto& t : canvas) t = int32_t(rng.below(uint64_t(V)));
+    const EntropyBoundReplay::Canvas* replayed = nullptr;
+    if (params.replay) {
+      check(block < int64_t(params.replay->canvases.size()), "entropy-bound sampler: the replayed run has " +
+                                                                 std::to_string(params.replay->canvases.size()) +
+                                                                 " canvases; this run needs canvas " +
+                                                                 std::to_string(block + 1));
+      replayed = &params.replay->canvases[size_t(block)];
+      check(int64_t(replayed->initial.size()) == L, "entropy-bound sampler: a replayed canvas has " +
+                                                        std::to_string(replayed->initial.size()) + " tokens, not " +
+                                                        std::to_string(L));
+      canvas = replayed->initial;
+    }
     region = result.tokens;
     region.insert(region.end(), canvas.begin(), canvas.end());
     std::fill(frozen.begin(), frozen.end(), uint8_t(0));
@@ -341,6 +355,17 @@ EntropyBoundResult generate_entropy_bound(const DiffusionModelHooks& hooks, cons
         canvas[size_t(i)] = !accepted_mask[size_t(i)] ? int32_t(rng.below(uint64_t(V)))
                             : params.greedy                ? rows[size_t(i)].argmax
                                                            : rows[size_t(i)].sample;
+      if (replayed) {
+        check(step < int64_t(replayed->steps.size()), "entropy-bound sampler: the replayed canvas " +
+                                                          std::to_string(block) + " has " +
+                                                          std::to_string(replayed->steps.size()) +
+                                                          " steps; this run takes step " + std::to_string(step + 1));
+        const EntropyBoundReplay::Step& draw = replayed->steps[size_t(step)];
+        check(int64_t(draw.sample.size()) == L && int64_t(draw.noise.size()) == L,
+              "entropy-bound sampler: a replayed step must hold canvas_length sampled and re-noising tokens");
+        for (int64_t i = 0; i < L; ++i)
+          canvas[size_t(i)] = accepted_mask[size_t(i)] ? draw.sample[size_t(i)] : draw.noise[size_t(i)];
+      }
       if (params.freeze)
         for (size_t i = 0; i < positions; ++i) {
           if (!computed[i]) continue;  // frozen: unchanged

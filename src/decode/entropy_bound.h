@@ -11,6 +11,21 @@
 
 namespace canvas {
 
+// The random draws of a recorded run (the reference's generate(), tests/fixtures/make_release_fixture.py),
+// replayed instead of the sampler's own RNG so that two implementations can be compared step by step:
+// per canvas its initial tokens, and per step the sampled canvas and the re-noising draw (only the
+// positions not accepted read it). A test hook: nothing outside the parity tests sets it.
+struct EntropyBoundReplay {
+  struct Step {
+    std::vector<int32_t> sample, noise;
+  };
+  struct Canvas {
+    std::vector<int32_t> initial;
+    std::vector<Step> steps;
+  };
+  std::vector<Canvas> canvases;
+};
+
 // Defaults are the release's generation_config.json (docs/diffusiongemma.md section 3).
 struct EntropyBoundParams {
   int64_t canvas_length = 256;
@@ -52,6 +67,7 @@ struct EntropyBoundParams {
   bool greedy = false;
   int64_t top_k = 0;
   float top_p = 1.f, min_p = 0.f;
+  const EntropyBoundReplay* replay = nullptr;  // see EntropyBoundReplay (materialised head only)
 };
 
 // The model as the sampler sees it. The caller has already encoded the prompt into its KV cache.

@@ -96,6 +96,9 @@ std::string Generator::mode_reason(const GenerationRequest& r) const {
   if (!r.mode_reason.empty()) return r.mode_reason;
   if (r.mode != DecodeMode::Auto) return "asked for";
   const ModelConfig& c = model_.config;
+  if (c.release_form && c.default_mode == "diffusion")
+    return "auto: the DiffusionGemma release's default, whole canvases of " +
+           std::to_string(defaults_.params.canvas_length) + " denoised by its entropy-bound sampler";
   if (!c.default_mode.empty()) return "auto: the model file's diffusion.default_mode";
   if (c.is_diffusion() && !c.uniform_state) return "auto: a masked-diffusion model decodes by diffusion";
   if (c.uniform_state) return "auto: AR's text, by its causal path";
@@ -189,7 +192,10 @@ EntropyBoundParams Generator::uniform_params(const GenerationRequest& r, int64_t
   EntropyBoundParams p = defaults_.params;
   p.max_new_tokens = n;
   const int64_t canvas = r.canvas_length > 0 ? r.canvas_length : r.block_length;
-  p.canvas_length = std::min<int64_t>(canvas > 0 ? canvas : p.canvas_length, n);
+  // The release's checkpoints denoise whole canvases of their canvas_length (the text is cut to N tokens),
+  // as the reference does; canvas's own models shrink the canvas to N.
+  if (canvas > 0) p.canvas_length = canvas;
+  if (!model_.config.release_form || canvas > 0) p.canvas_length = std::min<int64_t>(p.canvas_length, n);
   if (r.steps > 0) p.max_denoising_steps = r.steps;
   if (r.entropy_bound >= 0) p.entropy_bound = r.entropy_bound;
   if (r.t_min >= 0) p.t_min = r.t_min;

@@ -119,13 +119,26 @@ SamplerDefaults sampler_defaults(const Model& model, const std::string& model_pa
     const GgufFile& f = *model.file;
     read_sampler_keys(f, true, p);
     check_file_sampler_params(p, f.path(), true);
+    if (c.release_form) d.max_new_tokens = 256;  // generate()'s max_new_tokens
     d.source = f.path();
     return d;
   }
-  const std::string path = (fs::path(checkpoint_directory(model, model_path)) / "generation_config.json").string();
+  const fs::path dir = checkpoint_directory(model, model_path);
+  // DiffusionGemma's canvas length is a model setting (config.json's canvas_length, 256 when absent), as
+  // the reference reads it; generation_config.json may still name one (canvas's older converted files).
+  if (c.has_decoder && fs::exists(dir / "config.json")) {
+    const JsonDocument config = JsonDocument::load((dir / "config.json").string());
+    p.canvas_length = config.get_int("canvas_length", p.canvas_length);
+    check(p.canvas_length > 0 && p.canvas_length <= (int64_t(1) << 24),
+          config.origin() + ": canvas_length is " + std::to_string(p.canvas_length) + "; it must be in 1..16777216");
+  }
+  const std::string path = (dir / "generation_config.json").string();
+  if (c.release_form) d.max_new_tokens = 256;  // generate()'s own default
   if (!fs::exists(path)) return d;
   const JsonDocument g = JsonDocument::load(path);
   read_sampler_keys(g, false, p);
+  // transformers writes the sampler's own settings nested (sampler_config: {entropy_bound, _cls_name}).
+  p.entropy_bound = float(g.get_float("sampler_config.entropy_bound", p.entropy_bound));
   check_file_sampler_params(p, path, false);
   const std::vector<int64_t> eos = g.get_int_or_int_array("eos_token_id");
   if (!eos.empty()) {
@@ -155,11 +168,21 @@ ChatFormat ChatFormat::for_model(const Model& model, const std::string& model_pa
   if (model.file) {
     jinja = model.file->get_string("tokenizer.chat_template", "");
   } else {
-    const fs::path config = fs::path(checkpoint_directory(model, model_path)) / "tokenizer_config.json";
-    if (fs::exists(config)) jinja = JsonDocument::load(config.string()).get_string("chat_template", "");
+    // transformers saves the template as chat_template.jinja beside the weights (the release does);
+    // older checkpoints keep it in tokenizer_config.json.
+    const fs::path dir = checkpoint_directory(model, model_path);
+    const fs::path file = dir / "chat_template.jinja", config = dir / "tokenizer_config.json";
+    if (fs::exists(file)) {
+      jinja = read_text_file(file.string());
+    } else if (fs::exists(config)) {
+      jinja = JsonDocument::load(config.string()).get_string("chat_template", "");
+    }
   }
   format.model_has_template = !jinja.empty();
-  format.template_source = (model.file ? model_path + "'s tokenizer.chat_template" : model_path + "'s chat_template");
+  format.template_source = model.file ? model_path + "'s tokenizer.chat_template"
+                           : fs::exists(fs::path(checkpoint_directory(model, model_path)) / "chat_template.jinja")
+                               ? (fs::path(checkpoint_directory(model, model_path)) / "chat_template.jinja").string()
+                               : model_path + "'s chat_template";
   if (c.context_length > 0) {
     size_t longest = 1;
     for (int64_t id = 0; id < tokenizer.vocab_size(); ++id)

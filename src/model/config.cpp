@@ -33,8 +33,15 @@ void read_default_mode(const GgufFile& file, ModelConfig& c) {
   check(c.default_mode.empty() || c.default_mode == "diffusion" || c.default_mode == "ar" || c.default_mode == "verify",
         file.path() + ": diffusion.default_mode '" + c.default_mode + "' must be diffusion, ar or verify");
 }
+// See ModelConfig::release_form.
+void set_release_form(ModelConfig& c) {
+  c.release_form = true;
+  if (c.default_mode.empty()) c.default_mode = "diffusion";
+}
 void write_default_mode(const ModelConfig& c, GgufWriter& w) {
-  if (!c.default_mode.empty()) w.set("diffusion.default_mode", GgufValue::string(c.default_mode));
+  // A release-form file's "diffusion" is implied by its form; written out it would follow the weights into
+  // checkpoints canvas trains from them.
+  if (!c.default_mode.empty() && !c.release_form) w.set("diffusion.default_mode", GgufValue::string(c.default_mode));
 }
 
 bool is_gemma_arch(const std::string& arch) {
@@ -229,10 +236,64 @@ ModelConfig gemma_config_from_gguf(const GgufFile& file, ModelConfig c) {
   }
   if (c.arch == "gemma3") c.attention_scale = gemma3_attention_scale(c, full_dim);
   check_gemma_config(c, file.path());
+  if (c.has_decoder && !file.find("training.identity") && !file.find("training.config")) set_release_form(c);
   c.bos_token = int32_t(file.get_int("tokenizer.ggml.bos_token_id", 2));
   c.eos_token = int32_t(file.get_int("tokenizer.ggml.eos_token_id", 1));
   c.pad_token = int32_t(file.get_int("tokenizer.ggml.padding_token_id", 0));
   return c;
+}
+
+}  // namespace
+
+namespace {
+
+// The head size and K/V head count of each full-attention layer of a Gemma 4 / DiffusionGemma config.json,
+// in either of the forms transformers reads: global_head_dim (512 when absent) and
+// num_global_key_value_heads (the sliding layers' count when absent; applied only with attention_k_eq_v),
+// as the release publishes them, or per_layer_config, a sparse map from layer index ("05", zero-padded by
+// transformers >= 5.15 when it re-saves a checkpoint) to the attributes that differ from the globals.
+struct FullLayerShapes {
+  std::vector<int64_t> head_dim, kv_heads;  // per layer; meaningful on full layers
+};
+
+FullLayerShapes full_layer_shapes(const JsonDocument& doc, const std::string& prefix, int64_t head_dim,
+                                  int64_t kv_heads, bool k_eq_v, const std::string& path) {
+  const int64_t n_layers = doc.require_int(prefix + "num_hidden_layers");
+  check(n_layers > 0 && n_layers < 100000,
+        path + ": " + prefix + "num_hidden_layers has invalid value " + std::to_string(n_layers));
+  FullLayerShapes s;
+  const nlohmann::json* per_layer = doc.find(prefix + "per_layer_config");
+  if (!per_layer) {
+    const int64_t global_head_dim = doc.get_int(prefix + "global_head_dim", 512);
+    const int64_t global_kv = k_eq_v ? doc.get_int(prefix + "num_global_key_value_heads", kv_heads) : kv_heads;
+    s.head_dim.assign(size_t(n_layers), global_head_dim);
+    s.kv_heads.assign(size_t(n_layers), global_kv);
+    return s;
+  }
+  const std::string where = path + ": " + prefix + "per_layer_config";
+  check(per_layer->is_object(), where + " must be an object (layer index -> overrides), is " + json_type_name(*per_layer));
+  s.head_dim.assign(size_t(n_layers), head_dim);
+  s.kv_heads.assign(size_t(n_layers), kv_heads);
+  for (const auto& [index, overrides] : per_layer->items()) {
+    const bool digits = !index.empty() && index.size() <= 6 &&
+                        index.find_first_not_of("0123456789") == std::string::npos;
+    const int64_t l = digits ? std::stoll(index) : -1;
+    check(l >= 0 && l < n_layers, where + ": key '" + index + "' is not a layer index in 0.." +
+                                      std::to_string(n_layers - 1));
+    check(overrides.is_object(), where + "." + index + " must be an object, is " + json_type_name(overrides));
+    for (const auto& [name, value] : overrides.items()) {
+      const std::string at = where + "." + index + "." + name;
+      if (name == "head_dim" || name == "num_key_value_heads") {
+        check(value.is_number_integer() && value.get<int64_t>() > 0,
+              at + " must be a positive integer, is " + json_excerpt(value));
+        (name == "head_dim" ? s.head_dim : s.kv_heads)[size_t(l)] = value.get<int64_t>();
+      } else if (!value.is_null()) {
+        throw Error(at + ": a per-layer '" + name +
+                    "' is not supported (supported per-layer overrides: head_dim, num_key_value_heads)");
+      }
+    }
+  }
+  return s;
 }
 
 }  // namespace
@@ -265,8 +326,12 @@ ModelConfig config_from_hf(const std::string& path) {
   c.ffn = doc.require_int(key("intermediate_size"));
   const int64_t kv_heads = doc.get_int(key("num_key_value_heads"), c.n_heads);
   const int64_t head_dim = doc.get_int(key("head_dim"), c.hidden / std::max<int64_t>(c.n_heads, 1));
-  const int64_t global_head_dim = doc.get_int(key("global_head_dim"), head_dim);
-  const int64_t global_kv_heads = doc.get_int(key("num_global_key_value_heads"), kv_heads);
+  // DiffusionGemma's attention has no v_proj on its full layers (V is the raw K) whatever the config says;
+  // Gemma 4 decides it by attention_k_eq_v (false when absent). configuration_diffusion_gemma.py reads a
+  // missing attention_k_eq_v as true, which also lets num_global_key_value_heads apply.
+  const bool diffusion_gemma = c.arch == "diffusion-gemma";
+  const bool k_eq_v = doc.get_bool(key("attention_k_eq_v"), diffusion_gemma);
+  const FullLayerShapes full = full_layer_shapes(doc, t, head_dim, kv_heads, k_eq_v, path);
   const bool moe = doc.get_bool(key("enable_moe_block"), doc.get_int(key("num_experts"), 0) > 0);
   if (moe) {
     c.n_experts = doc.require_int(key("num_experts"));
@@ -278,7 +343,8 @@ ModelConfig config_from_hf(const std::string& path) {
     c.expert_ffn = doc.require_int(key("moe_intermediate_size"));
   }
   c.rms_eps = float(doc.get_float(key("rms_norm_eps"), 1e-6));
-  c.logit_softcap = float(doc.get_float(key("final_logit_softcapping"), 0.0));
+  // The reference's default cap: 30 for DiffusionGemma (a class attribute of its config), none for Gemma 4.
+  c.logit_softcap = float(doc.get_float(key("final_logit_softcapping"), diffusion_gemma ? 30.0 : 0.0));
   c.context_length = doc.get_int(key("max_position_embeddings"), 131072);
   c.sliding_window = doc.get_int(key("sliding_window"), 0);
   set_gemma_constants(c);
@@ -288,6 +354,12 @@ ModelConfig config_from_hf(const std::string& path) {
   check(act == "gelu_pytorch_tanh" || act == "gelu_tanh",
         path + ": " + key("hidden_activation") + " '" + act + "' is not supported (gelu_pytorch_tanh)");
   check(!doc.get_bool(key("attention_bias"), false), path + ": " + key("attention_bias") + " = true is not supported");
+  // "vision" makes only image tokens bidirectional (text stays causal, and canvas runs text only); "all"
+  // would make the encoder bidirectional and halve the sliding window.
+  const std::string bidirectional = doc.get_string(key("use_bidirectional_attention"), "");
+  check(bidirectional.empty() || bidirectional == "vision",
+        path + ": " + key("use_bidirectional_attention") + " '" + bidirectional +
+            "' is not supported (a bidirectional encoder; supported: absent, null or \"vision\")");
   check(doc.get_int(key("num_kv_shared_layers"), 0) == 0,
         path + ": " + key("num_kv_shared_layers") + " (KV sharing between layers) is not supported");
   check(doc.get_int(key("hidden_size_per_layer_input"), 0) == 0,
@@ -307,7 +379,8 @@ ModelConfig config_from_hf(const std::string& path) {
   check(int64_t(types.size()) == c.n_layers, path + ": " + key("layer_types") + " has " +
                                                  std::to_string(types.size()) + " entries for " +
                                                  std::to_string(c.n_layers) + " layers");
-  const bool k_eq_v = doc.get_bool(key("attention_k_eq_v"), false);
+  // As the reference's config does (with a warning there): the last layer is always a full one.
+  types.back() = "full_attention";
   for (size_t l = 0; l < types.size(); ++l) {
     const bool sliding = types[l] == "sliding_attention";
     check(sliding || types[l] == "full_attention", path + ": " + key("layer_types") + "." + std::to_string(l) +
@@ -322,8 +395,8 @@ ModelConfig config_from_hf(const std::string& path) {
     const double theta = doc.get_float(rp + "rope_theta", sliding ? 10000.0 : 1000000.0);
     LayerAttention a;
     a.kind = sliding ? AttentionKind::Sliding : AttentionKind::Full;
-    a.n_kv_heads = sliding ? kv_heads : global_kv_heads;
-    a.head_dim = sliding ? head_dim : global_head_dim;
+    a.n_kv_heads = sliding ? kv_heads : full.kv_heads[l];
+    a.head_dim = sliding ? head_dim : full.head_dim[l];
     int64_t active_pairs = 0;
     if (rope_type == "proportional") {
       check(factor > 0 && factor <= 1, path + ": " + rp + "partial_rotary_factor must be in (0, 1]");
@@ -337,10 +410,11 @@ ModelConfig config_from_hf(const std::string& path) {
       check(factor == 1.0, path + ": " + rp + "partial_rotary_factor with rope_type 'default' is not supported");
     }
     a.rope = gemma_rope(a.head_dim, theta, active_pairs);
-    a.value_from_key = k_eq_v && !sliding;
+    a.value_from_key = !sliding && (diffusion_gemma || k_eq_v);
     c.layer_attention.push_back(a);
   }
   check_gemma_config(c, path);
+  if (c.has_decoder) set_release_form(c);
   check(c.vocab > 0 && c.vocab < (int64_t(1) << 31), path + ": " + key("vocab_size") + " has invalid value");
   c.bos_token = int32_t(doc.get_int(key("bos_token_id"), doc.get_int("bos_token_id", 2)));
   c.pad_token = int32_t(doc.get_int(key("pad_token_id"), doc.get_int("pad_token_id", 0)));

@@ -38,6 +38,12 @@ struct ModelConfig {
   std::string name;
   // GGUF diffusion.default_mode: the mode --mode auto runs ("" none: canvas chooses, Generator::resolve).
   std::string default_mode;
+  // DiffusionGemma in the release's form (its HF directory, or a GGUF converted from one, with no
+  // training.* keys of canvas's own trainer): --mode auto denoises whole canvases of canvas_length with the
+  // reference's sampler, as transformers' generate() does (default_mode is "diffusion"). canvas's own
+  // DiffusionGemma checkpoints were trained with an AR loss through the encoder and keep auto's measured
+  // choice among ar and verify.
+  bool release_form = false;
   int64_t vocab = 0;
   int64_t hidden = 0;
   int64_t n_layers = 0;

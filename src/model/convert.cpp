@@ -141,13 +141,22 @@ GgufConversion convert_hf_to_gguf(const std::string& in_path, const std::string&
   out.tokenizer = copy_tokenizer(in, c, w, callbacks);
 
   const std::filesystem::path generation = in / "generation_config.json";
-  if (c.has_decoder && std::filesystem::exists(generation)) {
-    const JsonDocument g = JsonDocument::load(generation.string());
-    w.set("diffusion.canvas_length", GgufValue::u32(uint32_t(g.get_int("canvas_length", 256))));
+  if (c.has_decoder) {
+    // As llama.cpp's DiffusionGemma converter writes them: the canvas length from config.json (the model's
+    // setting; canvas's older files kept it in generation_config.json), the sampler's defaults from
+    // generation_config.json, entropy_bound nested in sampler_config as transformers saves it.
+    const JsonDocument config = JsonDocument::load((in / "config.json").string());
+    const JsonDocument g = std::filesystem::exists(generation) ? JsonDocument::load(generation.string())
+                                                               : JsonDocument(nlohmann::json::object(), "none");
+    const int64_t canvas_length = config.get_int("canvas_length", g.get_int("canvas_length", 256));
+    check(canvas_length > 0 && canvas_length < (int64_t(1) << 24),
+          config.origin() + ": canvas_length is " + std::to_string(canvas_length) + "; it must be positive");
+    w.set("diffusion.canvas_length", GgufValue::u32(uint32_t(canvas_length)));
     w.set("diffusion.eb_max_steps", GgufValue::u32(uint32_t(g.get_int("max_denoising_steps", 48))));
     w.set("diffusion.eb_t_min", GgufValue::f32(float(g.get_float("t_min", 0.4))));
     w.set("diffusion.eb_t_max", GgufValue::f32(float(g.get_float("t_max", 0.8))));
-    w.set("diffusion.eb_entropy_bound", GgufValue::f32(float(g.get_float("entropy_bound", 0.1))));
+    w.set("diffusion.eb_entropy_bound",
+          GgufValue::f32(float(g.get_float("sampler_config.entropy_bound", g.get_float("entropy_bound", 0.1)))));
     w.set("diffusion.eb_stability_threshold", GgufValue::u32(uint32_t(g.get_int("stability_threshold", 1))));
     w.set("diffusion.eb_confidence_threshold",
           GgufValue::f32(float(g.get_float("confidence_threshold", 0.005))));
