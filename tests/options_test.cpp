@@ -66,7 +66,10 @@ TEST(Options, ErrorsNameTheOptionAndSuggest) {
   EXPECT_EQ(parse_error({"--zzzzzzzz"}), "unknown option --zzzzzzzz (see --help)");
   // llama.cpp's flags say what canvas does instead.
   EXPECT_NE(parse_error({"-ngl", "99"}).find("--device cuda"), std::string::npos);
-  EXPECT_NE(parse_error({"-c", "4096"}).find("context length from the model"), std::string::npos);
+  // ... and those that change nothing here are taken with their value (a note on stderr).
+  EXPECT_EQ(parse({"-c", "4096", "-n", "7"}).get_int("n-predict", 0), 7);
+  EXPECT_EQ(parse({"-fa", "-n", "7"}).get_int("n-predict", 0), 7);
+  EXPECT_TRUE(parse({"-fa", "off"}).positional().empty());
   EXPECT_THROW(parse({"-n", "seven"}).get_int("n-predict", 0), Error);
   EXPECT_THROW(parse({"-n", "7x"}).get_int("n-predict", 0), Error);
   EXPECT_THROW(parse({"--temp", "hot"}).get_float("temp", 0), Error);

@@ -69,6 +69,10 @@ TEST(ServeModels, RequestsPickTheirModel) {
   EXPECT_EQ(serve::pick_model(two, "base-chat", false).id, "base-chat");
   EXPECT_EQ(serve::pick_model(two, "base.gguf", false).id, "base");  // the file name works too
   EXPECT_EQ(pick_error(two, "gpt-4o", false), std::make_pair(404, std::string("model_not_found")));
+  // "default" is the request's default model (clients must send a name).
+  EXPECT_EQ(serve::pick_model(two, "default", true).id, "base-chat");
+  EXPECT_EQ(serve::pick_model(two, "default", false).id, "base");
+  EXPECT_EQ(serve::pick_model(served({{"b", false}, {"default", false}}), "default", false).id, "default");
   EXPECT_EQ(pick_error(two, "base", true), std::make_pair(400, std::string("model_not_chat")));
   // Without a chat model, chat goes to the first model (its built-in format), named or not.
   const auto bases = served({{"a", false}, {"b", false}});

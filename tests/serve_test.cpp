@@ -301,7 +301,7 @@ TEST(ServeApi, BadRequestsAreFieldErrors) {
   EXPECT_EQ(status_of(R"({"prompt": "hi", "max_tokens": 0})"), 400);      // <= 0
   EXPECT_EQ(status_of(R"({"prompt": "hi", "max_tokens": -3})"), 400);
   EXPECT_EQ(status_of(R"({"prompt": "hi", "max_tokens": 1e12})"), 400);   // huge
-  EXPECT_EQ(status_of(R"({"prompt": "hi", "bogus": 1})"), 400);           // unknown field
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "bogus": 1})"), 200);           // unknown field: ignored
   EXPECT_EQ(status_of(R"({"prompt": "hi", "n": 2})"), 400);
   EXPECT_EQ(status_of(R"({"prompt": "hi", "top_p": 0})"), 400);
   EXPECT_EQ(status_of(R"({"prompt": "hi", "cache": "all"})"), 400);

@@ -17,6 +17,7 @@
 #include "generation_options.h"
 #include "io/utf8.h"
 #include "model/model.h"
+#include "serve/served_models.h"
 #include "shipped_models.h"
 
 namespace canvas::cli {
@@ -66,7 +67,11 @@ int cmd_chat(int argc, char** argv) {
   Args args(kChat, argc, argv, 2);
   check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
   GenerationRequest request = request_from_args(args);
+  request.to_end_of_turn = true;  // without -n a reply runs to the end of its turn (or the context)
   const TextModel m = load_text_model(args, kDefaultChatModel, "canvas chat");
+  // The model's own sampling where the flags give none (llama.cpp's defaults for a pretrained model).
+  const DefaultSampling sampling = default_sampling(m.model, m.path);
+  apply_default_sampling(request.sampling, sampling.params, sampling_given(args));
   request.datastore = load_datastore(args, m);
   const Generator generator(m);
   const ModelConfig& c = m.model.config;
@@ -82,8 +87,19 @@ int cmd_chat(int argc, char** argv) {
                                             : "masked diffusion",
                generator.mode_reason(first).c_str(), m.chat.name.c_str(), m.chat.origin.c_str(),
                (unsigned long long)request.sampling.seed);
+  const SamplingParams& s = request.sampling;
+  if (s.temperature > 0)
+    std::fprintf(stderr, "[sampling: temp %g, top-k %lld, top-p %g, min-p %g (%s); --temp 0 is greedy]\n",
+                 double(s.temperature), (long long)s.top_k, double(s.top_p), double(s.min_p),
+                 sampling_given(args).temperature ? "as given" : sampling.source.c_str());
   const std::string notice = generator.mode_notice(mode);
   if (!notice.empty()) std::fprintf(stderr, "canvas: warning: %s\n", notice.c_str());
+  if (!m.chat.model_has_template && !serve::is_chat_model_name(serve::model_id_of(m.path)))
+    std::fprintf(stderr,
+                 "canvas: note: %s has no chat template and its name does not say instruction-tuned (-it, "
+                 "-instruct, -chat): it looks like a base model, which continues text rather than answering "
+                 "(canvas generate -p TEXT)\n",
+                 m.path.c_str());
 
   TerminalOutput output(args, m, "", false);
   output.attach(request);
@@ -133,8 +149,11 @@ int cmd_chat(int argc, char** argv) {
     // The conversation keeps the model's own bytes, so that the next turn encodes what it wrote (and reuses
     // its cached K/V); the terminal and /save get them as valid UTF-8.
     output.finish_text(sanitize_utf8(out.text));
-    std::fprintf(stderr, "%s%s\n", out.finish_reason == "cancelled" ? "[interrupted] " : "",
-                 generation_stats_line(out, pool->size()).c_str());
+    if (!args.has("quiet"))
+      std::fprintf(stderr, "%s%s\n", out.finish_reason == "cancelled" ? "[interrupted] " : "",
+                   generation_stats_line(out, pool->size()).c_str());
+    else if (out.finish_reason == "cancelled")
+      std::fputs("[interrupted]\n", stderr);
     conversation.push_back({"assistant", out.text});
   }
   return 0;

@@ -5,11 +5,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -24,9 +26,10 @@ namespace canvas::cli {
 
 std::vector<Option> decoding_options() {
   return {
-        {"-n,--n-predict", "N", "tokens to generate (default 64; generation_config.json's max_new_tokens); any N:\n"
-                                "masked diffusion pads the last block and cuts it; prompt + N must fit the\n"
-                                "model's context length"},
+        {"-n,--n-predict", "N", "tokens to generate (generate: default 64, a uniform-state model's\n"
+                                "generation_config.json max_new_tokens; chat: to the end of the turn or the\n"
+                                "context); any N: masked diffusion pads the last block and cuts it; prompt + N\n"
+                                "must fit the model's context length"},
         {"--mode", "MODE", "auto (default) | diffusion | ar | verify. diffusion on an autoregressive model is\n"
                            "refused, ar on a masked-diffusion model warns. verify (uniform-state models,\n"
                            "DiffusionGemma): the decoder drafts --draft-length tokens, one causal pass verifies\n"
@@ -75,7 +78,10 @@ std::vector<Option> decoding_options() {
         {"--stop,-r,--reverse-prompt", "STR", "end the text (and generation) at the first occurrence of STR", true},
         {"--ignore-eos", "", "generate all N tokens: end-of-sequence, end-of-turn and pad tokens neither end\n"
                              "generation nor cut the text (stop strings still do), as llama.cpp's flag"},
-        {"--temp,--temperature", "T", "temperature (default 0 = greedy); sampling is Gumbel-max"},
+        {"--temp,--temperature", "T", "temperature (0 = greedy; sampling is Gumbel-max). Default: generate 0; chat\n"
+                                      "the model's own (generation_config.json, GGUF general.sampling.*), else\n"
+                                      "llama.cpp's 0.8 with top-k 40, top-p 0.95, min-p 0.05 for a pretrained AR\n"
+                                      "model; 0 for canvas's own and diffusion models"},
         {"--top-k", "K", "keep the K most likely tokens before sampling (0 = off)"},
         {"--top-p", "P", "nucleus sampling mass (1 = off)"},
         {"--min-p", "P", "keep tokens whose probability is at least P times the most likely one's (0 = off)"},
@@ -90,6 +96,7 @@ std::vector<Option> decoding_options() {
         {"--n-cpu-moe", "N", kNCpuMoeHelp},
         {"--check-weights", "", kCheckWeightsHelp},
         {"--no-stream", "", "print the text only when generation has finished"},
+        {"--quiet", "", "no stats line on stderr: the text alone (llama.cpp's --log-disable too)"},
         {"--visual", "", "redraw the canvas on stderr's alternate screen at every step: the prompt dim, final\n"
                          "tokens plain, this step's commits bold green, masks as shaded blocks, noise and\n"
                          "drafts dim; the final frame stays on the normal screen and the text follows\n"
@@ -222,6 +229,10 @@ GenerationRequest request_from_args(const Args& args) {
   return r;
 }
 
+SamplingGiven sampling_given(const Args& args) {
+  return {args.has("temp"), args.has("top-k"), args.has("top-p"), args.has("min-p")};
+}
+
 AutoMode::AutoMode(const Args& args, const TextModel& m, ThreadPool* pool) : model_(m.model), pool_(pool) {
   key_ = cost_model_key(m.path, int64_t(pool->size()), device_label(device_choice(args)));
   file_ = args.get("cost-model", "");
@@ -300,9 +311,26 @@ std::shared_ptr<const Datastore> load_datastore(const Args& args, const TextMode
   return store;
 }
 
+void check_model_path(const std::string& path, const std::string& command) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (!fs::is_directory(path, error) || fs::exists(fs::path(path) / "config.json", error)) return;
+  std::vector<std::string> names;
+  for (const fs::directory_entry& e : fs::directory_iterator(path, error))
+    if (e.path().extension() == ".gguf") names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  std::string ggufs;
+  for (const std::string& name : names) ggufs += (ggufs.empty() ? "" : ", ") + name;
+  throw Error("-m " + path + " is a folder without config.json (not a Hugging Face checkpoint): " + command +
+              " takes one model, a GGUF file or a checkpoint folder" +
+              (ggufs.empty() ? "" : " (GGUF files there: " + ggufs + ")") +
+              "; canvas serve -m FOLDER serves every GGUF in a folder");
+}
+
 TextModel load_text_model(const Args& args, const std::string& default_model, const std::string& command) {
   const DeviceChoice device = device_choice(args);
   const std::string path = args.has("model") ? args.get("model", "") : shipped_model_path(default_model, command);
+  check_model_path(path, command);
   Model model = Model::load(path);
   if (args.has("check-weights")) check_all_weights(model, path);
   use_device(model, device);

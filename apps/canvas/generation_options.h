@@ -11,6 +11,7 @@
 #include "cli/options.h"
 #include "core/thread_pool.h"
 #include "decode/cost_model.h"
+#include "decode/default_sampling.h"
 #include "decode/events.h"
 #include "io/text_tokenizer.h"
 #include "decode/generation.h"
@@ -30,6 +31,9 @@ uint64_t resolve_seed(const Args& args);
 
 // A request from the decoding options (the prompt is left to the caller); the seed resolved.
 GenerationRequest request_from_args(const Args& args);
+
+// The sampling flags given (--temp, --top-k, --top-p, --min-p); the model's defaults fill the others.
+SamplingGiven sampling_given(const Args& args);
 
 // --mode auto for generate and chat, as serve's engine does per request: for a uniform-state model with
 // draft-and-verify (and no diffusion.default_mode) the fastest of ar and verify (each draft length, plain or
@@ -60,6 +64,9 @@ class AutoMode {
 
 // --draft-datastore FILE's corpus, tokenized by m's tokenizer (cached; warnings on stderr); null without it.
 std::shared_ptr<const Datastore> load_datastore(const Args& args, const TextModel& m);
+
+// Error for -m FOLDER without config.json (a folder of GGUFs is serve's), naming the GGUFs in it.
+void check_model_path(const std::string& path, const std::string& command);
 
 // -m MODEL (else the shipped `default_model`) loaded with --device, --tokenizer and --template.
 TextModel load_text_model(const Args& args, const std::string& default_model, const std::string& command);

@@ -128,6 +128,8 @@ int cmd_generate(int argc, char** argv) {
   if (cli::infill_requested(args)) return cli::run_infill(args, m, request);
   const Generator generator(m);
   auto pool = make_pool(args);
+  // -n beyond the context is refused before auto times the model's passes.
+  generator.check_context(request, int64_t(generator.prompt_of(request).size()));
   cli::AutoMode auto_mode(args, m, pool.get());
   auto_mode.choose(request);
   const std::string notice = generator.mode_notice(request.mode);
@@ -143,7 +145,7 @@ int cmd_generate(int argc, char** argv) {
     std::cout << generation_json(out) << std::endl;
   } else {
     output.finish_text(out.text);
-    std::fprintf(stderr, "%s\n", generation_stats_line(out, pool->size()).c_str());
+    if (!args.has("quiet")) std::fprintf(stderr, "%s\n", generation_stats_line(out, pool->size()).c_str());
   }
   return 0;
 }

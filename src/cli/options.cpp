@@ -58,17 +58,9 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 // -r/--reverse-prompt, -sys/--system-prompt, -s/--seed, -t/--threads) are accepted directly.
 const std::map<std::string, std::string>& llama_cpp_flags() {
   static const std::map<std::string, std::string> flags = {
-      {"-c",
-       "llama.cpp's context size: canvas takes the context length from the model (canvas inspect shows it)"},
-      {"--ctx-size",
-       "llama.cpp's context size: canvas takes the context length from the model (canvas inspect shows it)"},
       {"-ngl", "llama.cpp's GPU offload: canvas runs a model on one device, --device cpu (default) or --device cuda (every layer on the GPU)"},
       {"--n-gpu-layers", "llama.cpp's GPU offload: canvas runs a model on one device, --device cpu (default) or --device cuda (every layer on the GPU)"},
       {"--gpu-layers", "llama.cpp's GPU offload: canvas runs a model on one device, --device cpu (default) or --device cuda (every layer on the GPU)"},
-      {"-b", "llama.cpp's batch size: canvas processes the prompt in one pass"},
-      {"--batch-size", "llama.cpp's batch size: canvas processes the prompt in one pass"},
-      {"-ub", "llama.cpp's micro-batch size: canvas processes the prompt in one pass"},
-      {"--ubatch-size", "llama.cpp's micro-batch size: canvas processes the prompt in one pass"},
       {"-tb", "llama.cpp's batch threads: canvas uses -t for everything"},
       {"--threads-batch", "llama.cpp's batch threads: canvas uses -t for everything"},
       {"--repeat-last-n",
@@ -85,18 +77,45 @@ const std::map<std::string, std::string>& llama_cpp_flags() {
        "--repeat-penalty)"},
       {"--presence-penalty", "llama.cpp's presence penalty: not in canvas (it has --repeat-penalty)"},
       {"--frequency-penalty", "llama.cpp's frequency penalty: not in canvas (it has --repeat-penalty)"},
-      {"-fa", "llama.cpp's flash attention: canvas's attention is always tiled"},
-      {"--flash-attn", "llama.cpp's flash attention: canvas's attention is always tiled"},
-      {"--mlock", "llama.cpp's --mlock: canvas memory-maps the weights"},
-      {"--no-mmap", "llama.cpp's --no-mmap: canvas always memory-maps the weights"},
       {"-hf",
        "llama.cpp's Hugging Face download: canvas downloads nothing; give -m with a local GGUF or HF "
        "directory"},
       {"--hf-repo",
        "llama.cpp's Hugging Face download: canvas downloads nothing; give -m with a local GGUF or HF "
        "directory"},
-      {"--color", "canvas colours nothing but --visual"},
       {"--grammar", "llama.cpp's grammars: not in canvas"},
+  };
+  return flags;
+}
+
+// llama.cpp flags that change nothing here, accepted so that scripts carried over run: each is taken with
+// its value (none, one, or an optional on|off|auto) and noted once on stderr. --log-disable means --quiet
+// where a command has it.
+struct HarmlessFlag {
+  enum Value { None, Required, Optional } value;
+  const char* note;
+};
+const std::map<std::string, HarmlessFlag>& harmless_llama_cpp_flags() {
+  static const char* context = "llama.cpp's context size: canvas takes the context length from the model";
+  static const char* batch = "llama.cpp's batch size: canvas processes the prompt in one pass";
+  static const char* flash = "llama.cpp's flash attention: canvas's attention is always tiled";
+  static const char* conversation = "llama.cpp's conversation switch: generate takes one prompt, chat converses";
+  static const std::map<std::string, HarmlessFlag> flags = {
+      {"-c", {HarmlessFlag::Required, context}},
+      {"--ctx-size", {HarmlessFlag::Required, context}},
+      {"-b", {HarmlessFlag::Required, batch}},
+      {"--batch-size", {HarmlessFlag::Required, batch}},
+      {"-ub", {HarmlessFlag::Required, batch}},
+      {"--ubatch-size", {HarmlessFlag::Required, batch}},
+      {"-fa", {HarmlessFlag::Optional, flash}},
+      {"--flash-attn", {HarmlessFlag::Optional, flash}},
+      {"--mlock", {HarmlessFlag::None, "llama.cpp's --mlock: canvas memory-maps the weights"}},
+      {"--no-mmap", {HarmlessFlag::None, "llama.cpp's --no-mmap: canvas always memory-maps the weights"}},
+      {"--color", {HarmlessFlag::None, "canvas colours only --visual"}},
+      {"--jinja", {HarmlessFlag::None, "canvas renders the model's chat template whenever it has one"}},
+      {"-no-cnv", {HarmlessFlag::None, conversation}},
+      {"--no-conversation", {HarmlessFlag::None, conversation}},
+      {"--log-disable", {HarmlessFlag::None, "canvas logs nothing but its stats line (--quiet drops it)"}},
   };
   return flags;
 }
@@ -267,6 +286,20 @@ void Args::parse(int argc, char** argv, int first, const std::map<std::string, s
         value = argv[++i];
       }
       values_[name].push_back(value);
+    } else if (auto harmless = harmless_llama_cpp_flags().find(arg); harmless != harmless_llama_cpp_flags().end()) {
+      const HarmlessFlag& flag = harmless->second;
+      const auto optional = [](const std::string& v) {
+        return v == "on" || v == "off" || v == "auto" || v == "1" || v == "0" || v == "true" || v == "false";
+      };
+      if (!has_value && (flag.value == HarmlessFlag::Required || (flag.value == HarmlessFlag::Optional && i + 1 < argc &&
+                                                                  optional(argv[i + 1])))) {
+        check(i + 1 < argc, "option " + arg + " needs a value");
+        value = argv[++i];
+        has_value = true;
+      }
+      if (arg == "--log-disable" && switches.count("quiet")) values_["quiet"].push_back("1");
+      std::fprintf(stderr, "canvas: note: %s%s ignored (%s)\n", arg.c_str(), has_value ? (" " + value).c_str() : "",
+                   flag.note);
     } else {
       std::vector<std::string> known;
       for (const auto& [spelling, key] : aliases) known.push_back(spelling);

@@ -134,7 +134,10 @@ ChatSession::Reply ChatSession::command(const std::string& line) {
       reply.text = std::string("canvas chat: ") + e.what();
     }
   } else {
-    reply.text =
+    // /help (and /?) lists the commands; anything else says what was wrong first.
+    if (name == "/save" || name == "/load") reply.text = "usage: " + name + " FILE\n";
+    else if (name != "/help" && name != "/?") reply.text = "unknown command " + name + "\n";
+    reply.text +=
         "commands: /help, /reset, /system TEXT, /save FILE, /load FILE, /exit; Ctrl-C interrupts a reply,\n"
         "Ctrl-D ends the chat; start a message with a space to send a '/'";
   }

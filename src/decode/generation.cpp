@@ -139,7 +139,10 @@ int64_t Generator::new_tokens_of(const GenerationRequest& r, int64_t prompt_toke
   if (clipped) *clipped = false;
   if (r.max_new_tokens > 0) return r.max_new_tokens;
   const ModelConfig& c = model_.config;
-  const int64_t n = c.uniform_state ? defaults_.max_new_tokens : 64;
+  const bool masked = resolve(r.mode) == DecodeMode::Diffusion && !c.uniform_state;
+  const int64_t n = !r.to_end_of_turn ? (c.uniform_state ? defaults_.max_new_tokens : 64)
+                    : masked          ? kMaskedTurnMaxTokens
+                                      : kTurnMaxTokens;
   const int64_t room = c.context_length - prompt_tokens;
   if (room > 0 && room < n) {
     if (clipped) *clipped = true;
@@ -223,9 +226,8 @@ EntropyBoundParams Generator::uniform_params(const GenerationRequest& r, int64_t
   return p;
 }
 
-void Generator::check(const GenerationRequest& r, int64_t P) const {
+void Generator::check_context(const GenerationRequest& r, int64_t P) const {
   const ModelConfig& c = model_.config;
-  const DecodeMode mode = resolve(r.mode);
   canvas::check(P > 0, "the prompt encodes to no tokens");
   canvas::check(r.max_new_tokens >= 0 && r.max_new_tokens <= kMaxNewTokens, "-n must be between 1 and 1048576");
   const int64_t n = new_tokens_of(r, P);
@@ -233,6 +235,13 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
                 "prompt (" + std::to_string(P) + " tokens) + " + std::to_string(n) +
                     " new tokens exceed the model's context length " + std::to_string(c.context_length) + " (at most " +
                     std::to_string(std::max<int64_t>(0, c.context_length - P)) + " new tokens after this prompt)");
+}
+
+void Generator::check(const GenerationRequest& r, int64_t P) const {
+  const ModelConfig& c = model_.config;
+  const DecodeMode mode = resolve(r.mode);
+  check_context(r, P);
+  const int64_t n = new_tokens_of(r, P);
   canvas::check(mode == DecodeMode::Ar || c.is_diffusion(),
                 "--mode diffusion: '" + c.arch + "' is an autoregressive model without a diffusion objective; use --mode ar");
   canvas::check(mode == DecodeMode::Diffusion || has_ar(),

@@ -33,6 +33,11 @@ enum class DecodeMode { Auto, Diffusion, Ar, Verify };
 // The most logits a draft-and-verify pass may hold (its rows x the vocabulary x 4 bytes): longer drafts
 // are refused before anything is allocated.
 constexpr double kMaxVerifyLogitBytes = 512.0 * 1048576;
+// The most new tokens of a request that runs to the end of its turn: what the context leaves, at most
+// kTurnMaxTokens (llama.cpp's default context: a long-context model's KV cache is sized by it, not by its
+// whole context); masked diffusion, whose every pass covers the whole canvas left, at most
+// kMaskedTurnMaxTokens (its blocks stop at the end of the text).
+constexpr int64_t kTurnMaxTokens = 4096, kMaskedTurnMaxTokens = 256;
 DecodeMode parse_decode_mode(const std::string& name);  // auto | diffusion | ar | verify; Error otherwise
 const char* decode_mode_name(DecodeMode mode);
 
@@ -54,8 +59,12 @@ struct GenerationRequest {
   // (serve/mode_choice.h); reported as GenerationOutput::mode_reason. Empty: "asked for", or for auto the
   // model's own mode (Generator::resolve).
   std::string mode_reason;
-  // 0: the default (a uniform-state model's max_new_tokens, else 64), cut to what the context leaves.
+  // 0: the default (a uniform-state model's max_new_tokens, else 64), cut to what the context leaves; with
+  // to_end_of_turn, up to the end of the turn (Generator::new_tokens_of).
   int64_t max_new_tokens = 0;
+  // Without max_new_tokens: decode until the text ends (EOS, end of turn, a stop string) or the context is
+  // full, as llama-server and OpenAI's API do (chat and serve), instead of the default N (generate's -n).
+  bool to_end_of_turn = false;
   // Masked and AR: as SamplingParams says. Uniform-state models map them onto the entropy-bound sampler:
   // temperature 0 (when given) makes an accepted position take its argmax, T > 0 scales both ends of the
   // temperature ramp (t_min * T, t_max * T; not given: the ramp as it is); top_k, top_p and min_p restrict
@@ -205,8 +214,9 @@ class Generator {
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
 
   std::vector<int32_t> prompt_of(const GenerationRequest& request) const;
-  // N for a request with `prompt_tokens` prompt tokens (the default cut to the context); sets *clipped when
-  // the context cut the default.
+  // N for a request with `prompt_tokens` prompt tokens: max_new_tokens; else the default cut to the context,
+  // or with to_end_of_turn the context left (at most kTurnMaxTokens; kMaskedTurnMaxTokens for masked
+  // diffusion). Sets *clipped when the context cut it.
   int64_t new_tokens_of(const GenerationRequest& request, int64_t prompt_tokens, bool* clipped = nullptr) const;
   // Masked diffusion's block length for N new tokens after `prompt_tokens`: the request's (cut to N), else 32
   // (the canvas padded to whole blocks and cut back to N) or, where that padding would overflow the context,
@@ -228,6 +238,8 @@ class Generator {
   EntropyBoundParams uniform_params(const GenerationRequest& request, int64_t n) const;
   // Throws Error naming the option when the request cannot run on this model (mode, context, settings).
   void check(const GenerationRequest& request, int64_t prompt_tokens) const;
+  // The part of check() that holds in every mode: a prompt, and prompt + N within the context.
+  void check_context(const GenerationRequest& request, int64_t prompt_tokens) const;
 
   // Infilling or a schema: the request has a suffix, holes in its text or a JSON schema.
   static bool fills_holes(const GenerationRequest& request);

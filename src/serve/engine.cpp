@@ -400,9 +400,11 @@ void Engine::end(Running& run, const GenerationOutput& out, const std::string& e
   }
   if (complete && uniform && request.steps <= 0 && job.passes > 0) {
     // Learn the entropy-bound sampler's passes per canvas (its adaptive stop) for routing.
+    // The canvases denoised (fewer than N asks for when the text ended early: a turn runs to its end).
     const int64_t n = generator_.new_tokens_of(request, int64_t(job.prompt.size()));
     const int64_t canvas = generator_.uniform_params(request, n).canvas_length;
-    const int64_t canvases = std::max<int64_t>(1, (n + canvas - 1) / canvas);
+    const int64_t canvases = !out.steps_per_canvas.empty() ? int64_t(out.steps_per_canvas.size())
+                                                           : std::max<int64_t>(1, (n + canvas - 1) / canvas);
     const double observed = double(job.passes) / double(canvases);
     std::lock_guard<std::mutex> engine_lock(mutex_);
     cost_.uniform_passes_per_canvas =

@@ -88,6 +88,9 @@ struct EngineOptions {
   const TextTokenizer* tokenizer = nullptr;
   const ChatFormat* chat = nullptr;
   SamplerDefaults defaults;
+  // The sampling a request that sets none runs with (default_sampling(): the model's own values, else
+  // llama.cpp's; greedy for canvas's own and diffusion models). Greedy when left as is.
+  SamplingParams sampling;
   // --cost-model: the routing cost model read from this file when it was measured for `cost_model_key`
   // (the model file, threads, device), measured and written to it otherwise; empty: measured each start.
   std::string cost_model_file, cost_model_key;

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "core/error.h"
@@ -495,6 +497,21 @@ class WorkerAnswer final : public LateAnswer {
   bool done_ = false;
 };
 
+// Names on stderr, once per field and server process, the request fields accepted and ignored
+// (ApiRequest::ignored), so that an operator sees what clients send without a line per request.
+void log_ignored_fields(const std::vector<std::string>& fields) {
+  static std::mutex mutex;
+  static std::set<std::string> logged;  // bounded: clients choose the names
+  std::lock_guard<std::mutex> lock(mutex);
+  for (std::string field : fields) {
+    if (field.size() > 64) field = field.substr(0, 64) + "...";
+    for (char& ch : field)
+      if (ch < 0x20 || ch == 0x7f) ch = '?';
+    if (logged.size() < 256 && logged.insert(field).second)
+      std::fprintf(stderr, "canvas serve: request field '%s' accepted and ignored (said once)\n", field.c_str());
+  }
+}
+
 // The checks a completion request passes before it is queued (the prompt, the context, the mode): ApiError
 // 400 when it fails one.
 void check_admissible(const Engine& engine, const GenerationSettings& s, int64_t P, bool chat) {
@@ -964,7 +981,11 @@ void HttpServer::complete(const Request& req, Response& res, bool chat) {
   const ServedModel* served_model = model_for(served(), r.model, chat, res);
   if (!served_model) return;
   Engine* engine = served_model->engine;
+  // Tools are for a chat template that takes them; no template canvas renders does yet.
+  if (!r.tools.is_null() && !r.tools.empty()) r.ignored.push_back("tools");
+  log_ignored_fields(r.ignored);
   GenerationSettings& s = r.settings;
+  apply_default_sampling(s.sampling, engine->options().sampling, r.sampling_given);
   if (chat)
     s.messages = r.messages;
   else

@@ -73,6 +73,33 @@ std::string content_text(const json& v, const std::string& field) {
   return text;
 }
 
+// The tool fields, parsed here only (tools: [{"type": "function", "function": {"name", ...}}]; tool_choice:
+// none | auto | required | {"type": "function", "function": {"name"}}), kept in the request for a chat
+// template that takes them; ignored (logged) otherwise.
+void parse_tools(const std::string& key, const json& value, ApiRequest& r) {
+  if (key == "parallel_tool_calls") {
+    get_bool(value, key);
+    return;
+  }
+  if (key == "tool_choice") {
+    const bool named = value.is_object() && value.contains("function") && value["function"].is_object() &&
+                       value["function"].contains("name") && value["function"]["name"].is_string();
+    if (!(value.is_string() && (value == "none" || value == "auto" || value == "required")) && !named)
+      throw bad(key, "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    r.tool_choice = value;
+    return;
+  }
+  if (!value.is_array()) throw bad(key, "'tools' must be an array");
+  for (size_t i = 0; i < value.size(); ++i) {
+    const json& tool = value[i];
+    const std::string field = "tools[" + std::to_string(i) + "]";
+    if (!tool.is_object() || !tool.contains("function") || !tool["function"].is_object() ||
+        !tool["function"].contains("name") || !tool["function"]["name"].is_string())
+      throw bad(field, "'" + field + "' must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+  }
+  r.tools = value;
+}
+
 }  // namespace
 
 ApiRequest parse_api_request(const std::string& body, bool chat) {
@@ -93,6 +120,8 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
       "draft_tree", "draft_tree_depth", "overlap", "response_format", "logit_bias", "tools", "tool_choice", "parallel_tool_calls", "metadata", "store",
       "service_tier", "parse_special", "logprobs", "ignore_eos"};
   bool has_input = false;
+  // Without max_tokens a reply runs to the end of its turn (or the context), as OpenAI's API does.
+  r.settings.to_end_of_turn = true;
   int64_t top_logprobs = -1;  // chat: given
   GenerationSettings& s = r.settings;
   // A value of a type the code below did not expect is the client's error (400 naming the field), never
@@ -100,8 +129,12 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
   for (const auto& [key, value] : root.items()) try {
     if (!common.count(key) &&
         !(chat ? (key == "messages" || key == "max_completion_tokens" || key == "top_logprobs")
-               : (key == "prompt" || key == "suffix" || key == "echo")))
-      throw bad(key, "unknown field '" + key + "'");
+               : (key == "prompt" || key == "suffix" || key == "echo"))) {
+      // A field canvas does not know (a newer API's, another server's: reasoning_effort, ...) is ignored,
+      // as llama-server does; the server logs it once.
+      r.ignored.push_back(key);
+      continue;
+    }
     if (value.is_null()) continue;  // null means "not set", as OpenAI reads it
     if (key == "model") {
       r.model = get_string(value, key);
@@ -137,16 +170,20 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
       if (t < 0 || t > 100) throw bad(key, "'temperature' must be between 0 and 100");
       s.sampling.temperature = float(t);
       s.temperature_given = true;
+      r.sampling_given.temperature = true;
     } else if (key == "top_p") {
       const double p = get_number(value, key);
       if (!(p > 0 && p <= 1)) throw bad(key, "'top_p' must be in (0, 1]");
       s.sampling.top_p = float(p);
+      r.sampling_given.top_p = true;
     } else if (key == "top_k") {
       s.sampling.top_k = get_int(value, key, 0, 1 << 30);
+      r.sampling_given.top_k = true;
     } else if (key == "min_p") {
       const double p = get_number(value, key);
       if (!(p >= 0 && p <= 1)) throw bad(key, "'min_p' must be in [0, 1]");
       s.sampling.min_p = float(p);
+      r.sampling_given.min_p = true;
     } else if (key == "repeat_penalty") {
       const double r = get_number(value, key);
       if (!(r > 0 && r <= 10)) throw bad(key, "'repeat_penalty' must be in (0, 10]");
@@ -177,7 +214,11 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
     } else if (key == "user") {
       get_string(value, key);
     } else if (key == "frequency_penalty" || key == "presence_penalty") {
-      if (get_number(value, key) != 0) throw bad(key, "'" + key + "' is not supported (only 0)");
+      // Accepted in OpenAI's range and ignored (logged): clients send them with their defaults or a user's
+      // setting; canvas's penalty is repeat_penalty.
+      const double x = get_number(value, key);
+      if (x < -2 || x > 2) throw bad(key, "'" + key + "' must be between -2 and 2");
+      if (x != 0) r.ignored.push_back(key);
     } else if (key == "steps") {
       s.steps = get_int(value, key, 1, 1 << 20);
     } else if (key == "block_length") {
@@ -238,13 +279,20 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
       } catch (const Error& e) {
         throw bad(key, e.what());
       }
-    } else if (key == "logit_bias" || key == "tools" || key == "tool_choice" || key == "parallel_tool_calls" ||
-               key == "metadata" || key == "store" || key == "service_tier") {
-      // Accepted when they ask for nothing: OpenAI clients send their defaults.
-      const bool empty = value.is_null() || (value.is_object() && value.empty()) || (value.is_array() && value.empty()) ||
-                         (value.is_string() && (value == "none" || value == "auto" || value == "default")) ||
-                         value.is_boolean();
-      if (!empty) throw bad(key, "'" + key + "' is not supported");
+    } else if (key == "logit_bias") {
+      // {"token id": bias in [-100, 100]}, checked as OpenAI checks it, then ignored (logged).
+      if (!value.is_object()) throw bad(key, "'logit_bias' must be an object of token ids to biases");
+      for (const auto& [id, bias] : value.items()) {
+        const bool number = !id.empty() && id.size() < 12 && id.find_first_not_of("0123456789") == std::string::npos;
+        if (!number) throw bad(key, "'logit_bias' keys must be token ids (got '" + id + "')");
+        const double b = get_number(bias, "logit_bias." + id);
+        if (b < -100 || b > 100) throw bad(key, "'logit_bias' values must be between -100 and 100");
+      }
+      if (!value.empty()) r.ignored.push_back(key);
+    } else if (key == "tools" || key == "tool_choice" || key == "parallel_tool_calls") {
+      parse_tools(key, value, r);
+    } else if (key == "metadata" || key == "store" || key == "service_tier") {
+      // OpenAI's bookkeeping: nothing to do here.
     } else if (key == "logprobs") {
       if (chat) {
         r.logprobs = get_bool(value, key);

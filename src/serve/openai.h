@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "decode/default_sampling.h"
 #include "serve/engine.h"
 
 namespace canvas::serve {
@@ -37,9 +38,17 @@ struct ApiRequest {
   // Log-probabilities asked for (settings.logprobs holds how many alternatives): /v1/completions'
   // integer `logprobs`, /v1/chat/completions' `logprobs: true` with `top_logprobs`.
   bool logprobs = false;
+  // The sampling settings the request gave (the model's defaults fill the rest: apply_default_sampling).
+  SamplingGiven sampling_given;
+  // tools and tool_choice as the client sent them (null when absent), for a chat template that takes tools.
+  nlohmann::json tools, tool_choice;
+  // Fields accepted and ignored (unknown ones, presence / frequency penalties, logit_bias): the server logs
+  // each name once.
+  std::vector<std::string> ignored;
 };
 
-// Parses a request body. Unknown fields, wrong types, out-of-range values, n != 1: ApiError 400.
+// Parses a request body. Wrong types, out-of-range values, n != 1: ApiError 400. Unknown fields are
+// ignored (ApiRequest::ignored), as llama-server does.
 ApiRequest parse_api_request(const std::string& body, bool chat);
 
 // Usage with canvas's extras: forward_passes and tokens_per_forward (also as tokens_per_pass, its older name).

@@ -11,6 +11,7 @@
 #include "io/gguf.h"
 #include "decode/cost_model.h"
 #include "decode/datastore.h"
+#include "decode/default_sampling.h"
 #include "serve/openai.h"
 
 namespace canvas::serve {
@@ -94,6 +95,7 @@ std::unique_ptr<ServedText> start_served_model(TextModel text, const std::string
   options.tokenizer = &m->text.tokenizer;
   options.chat = &m->text.chat;
   options.defaults = m->text.defaults;
+  options.sampling = default_sampling(m->text.model, path).params;
   if (!setup.cost_model_file.empty()) {
     options.cost_model_file = cost_model_file_for(setup.cost_model_file, served.id, setup.models);
     options.cost_model_key = cost_model_key(path, setup.cores, setup.device);
@@ -146,9 +148,11 @@ const ServedModel& pick_model(const std::vector<ServedModel>& models, const std:
   check(!models.empty(), "pick_model: no models");
   const auto chat_model =
       std::find_if(models.begin(), models.end(), [](const ServedModel& m) { return m.chat; });
-  if (name.empty()) return chat && chat_model != models.end() ? *chat_model : models.front();
   const auto named = std::find_if(models.begin(), models.end(),
                                   [&](const ServedModel& m) { return m.id == name || m.file_name == name; });
+  // No name, or "default" (unless a model is called that): the request's default model.
+  if (name.empty() || (name == "default" && named == models.end()))
+    return chat && chat_model != models.end() ? *chat_model : models.front();
   if (named == models.end()) {
     if (models.size() == 1) return models.front();
     throw ApiError(404,

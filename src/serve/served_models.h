@@ -77,7 +77,7 @@ std::unique_ptr<ServedText> start_served_model(TextModel text, const std::string
 std::vector<ServedModel> served_models_of(const std::vector<std::string>& paths);
 
 // The model a request answers with (models must not be empty):
-// - `name` empty: chat -> the first chat model, else the first model; completions -> the first model;
+// - `name` empty, or "default" (when no model has that id): chat -> the first chat model, else the first model; completions -> the first model;
 // - `name` an id or a file name: that model; chat to a model that is not a chat model while a chat model
 //   is served beside it: ApiError 400 (code "model_not_chat"), naming the chat models;
 // - `name` unknown: with one model, that model (any name is accepted, as a single-model server always

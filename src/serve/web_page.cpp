@@ -59,8 +59,8 @@ button.stop { background: #b00 !important; border-color: #b00 !important; color:
 </header>
 <details id="settings"><summary>Settings<span id="settings-summary"></span></summary><div class="knobs">
 <label>mode <select id="mode"><option>auto</option><option>diffusion</option><option>ar</option><option>verify</option></select></label>
-<label>max_tokens <input type="number" id="max_tokens" value="64" min="1"></label>
-<label>temperature <input type="number" id="temperature" value="0" min="0" step="0.1"></label>
+<label>max_tokens <input type="number" id="max_tokens" min="1" placeholder="to the end"></label>
+<label>temperature <input type="number" id="temperature" min="0" step="0.1" placeholder="model's"></label>
 <label>steps <input type="number" id="steps" min="1" placeholder="auto"></label>
 <label>block_length <input type="number" id="block_length" min="1" placeholder="auto"></label>
 <label>threshold <input type="number" id="threshold" min="0" max="1" step="0.05" placeholder="0"></label>
@@ -103,7 +103,7 @@ function settings() {
   return s;
 }
 function summarizeSettings() {
-  $("settings-summary").textContent = `${$("mode").value} · max_tokens ${$("max_tokens").value || "default"} · temperature ${$("temperature").value || 0}`;
+  $("settings-summary").textContent = `${$("mode").value} · max_tokens ${$("max_tokens").value || "to the end"} · temperature ${$("temperature").value || "model's"}`;
 }
 
 // The models the server serves (GET /v1/models), in the picker; the request names the one chosen. Chat

@@ -150,8 +150,29 @@ def test_errors_come_back_as_openai_errors(client):
     assert e.value.status_code == 400 and "max_tokens" in e.value.message and e.value.param == "max_tokens"
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="canvas", messages=[{"role": "user", "content": "a"}],
-                                       extra_body={"colour": "blue"})
-    assert "unknown field 'colour'" in e.value.message
+                                       presence_penalty=5)
+    assert e.value.status_code == 400 and e.value.param == "presence_penalty"
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model="canvas", prompt="a" * 400)
     assert e.value.status_code == 400 and e.value.code == "context_length_exceeded"
+
+
+def test_what_clients_send_is_accepted(client):
+    """The fields an SDK or an agent framework sends beside the prompt: penalties, logit_bias, tools, fields of
+    newer APIs and another server's model name. A one-model server answers them all."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    r = client.chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "And God said"}], max_tokens=4,
+        presence_penalty=0.5, frequency_penalty=0.2, logit_bias={"5": 10}, tools=tools, tool_choice="auto",
+        extra_body={"reasoning_effort": "low", "mode": "ar"})
+    assert r.model == "gpt-4o"
+    assert isinstance(r.choices[0].message.content, str)
+    r = client.completions.create(model="default", prompt="And", max_tokens=2, extra_body={"colour": "blue"})
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
+def test_without_max_tokens_a_reply_runs_to_its_end(client):
+    """OpenAI's API ends a reply at the end of its turn, not after a fixed count (canvas had 64)."""
+    r = client.chat.completions.create(model="canvas", messages=[{"role": "user", "content": "And God said"}],
+                                       extra_body={"mode": "ar", "ignore_eos": True})
+    assert r.usage.completion_tokens > 64
