@@ -290,7 +290,7 @@ TEST(GemmaForward, ChunkedEncoderAndReadOnlyDecoder) {
   const std::vector<float> want = read_npy(reference("decoder_self_cond.npy")).data;
   EXPECT_LT(test::relative_error(outputs[0], want), 1e-4);
   // The soft embedding read from the transposed table made at load, and (as for vocabularies too large for
-  // that table) from tiles of the embedding made per pass: both against the reference.
+  // that table) from the embedding's rows as stored (ops/table_product.h): both against the reference.
   ASSERT_TRUE(model.embedding_columns != nullptr);
   Model tiled = model;
   tiled.embedding_columns.reset();

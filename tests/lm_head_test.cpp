@@ -11,42 +11,22 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/rng.h"
 #include "core/thread_pool.h"
 #include "ops/matmul.h"
+#include "table_test_util.h"
 
 namespace canvas {
 namespace {
 
-struct Head {
-  std::vector<uint8_t> bytes;
-  TensorView view;
-};
+using Head = test::QuantizedTable;
 
 // Random rows (normal, std scale) quantised to `type`.
 Head make_head(DType type, int64_t vocab, int64_t hidden, uint64_t seed, double scale) {
-  Head h;
-  const int64_t rb = row_bytes(type, hidden);
-  h.bytes.resize(size_t(rb * vocab));
-  Rng rng(seed);
-  std::vector<float> row(static_cast<size_t>(hidden));
-  for (int64_t v = 0; v < vocab; ++v) {
-    for (float& value : row) value = float(rng.normal() * scale);
-    quantize_row(type, row.data(), h.bytes.data() + v * rb, hidden);
-  }
-  h.view.name = "head";
-  h.view.type = type;
-  h.view.ne = {hidden, vocab, 1, 1};
-  h.view.n_dims = 2;
-  h.view.data = h.bytes.data();
-  return h;
+  return test::random_table(type, vocab, hidden, seed, scale, "head");
 }
 
 std::vector<float> random_rows(int64_t m, int64_t hidden, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<float> x(size_t(m * hidden));
-  for (float& value : x) value = float(rng.normal());
-  return x;
+  return test::random_normals(m * hidden, seed);
 }
 
 // |got - want| <= 1e-5 |want| + 1e-7 (the absolute floor only matters for values near 0).

@@ -12,6 +12,7 @@
 #include "ops/lm_head.h"
 #include "ops/matmul.h"
 #include "ops/ops.h"
+#include "ops/table_product.h"
 
 namespace canvas {
 namespace {
@@ -165,57 +166,33 @@ void prepare_embedding_columns(Model& model, ThreadPool* pool) {
 
 namespace {
 
-// softmax(prev_logits) @ E for n rows into soft [n x hidden], as one matmul per tile of vocabulary rows:
-// the tile of E is dequantised and transposed once ([H, tile]) and multiplied with the [n, tile]
-// probabilities by the f32 matmul kernel, so E streams through memory once per pass instead of once per
-// canvas row, and no [n, vocab] probability array is stored. The sum over tiles runs in a fixed order,
-// so the result does not depend on the thread count.
-// With model.embedding_columns (E transposed to f32 [H x V], made at load) it is softmax row by row and
-// one matmul per chunk of rows instead: nothing is dequantised or transposed per pass.
+// softmax(prev_logits) @ E for n rows into soft [n x hidden]. With model.embedding_columns (E transposed to
+// f32 [H x V], made at load for small vocabularies) it is softmax row by row and one matmul per chunk of
+// rows. Otherwise ops' soft_embedding multiplies the probabilities, made a tile of vocabulary rows at a
+// time, with E's rows as stored: E streams through memory once per pass, nothing of its size is rebuilt
+// and no [n, vocab] probability array is stored. Both are bitwise the same at every thread count.
 void soft_embedding_of_logits(const Model& model, const float* prev_logits, int64_t n, float* soft,
                               ThreadPool* pool) {
   const ModelConfig& c = model.config;
   const int64_t H = c.hidden, V = c.vocab;
-  // An f32 [H x cols] matrix (H rows of cols values) as a matmul weight.
-  const auto columns_view = [H](const float* data, int64_t cols) {
-    TensorView w;
-    w.type = DType::F32;
-    w.data = data;
-    w.n_dims = 2;
-    w.ne[0] = cols;
-    w.ne[1] = H;
-    return w;
-  };
-  if (model.embedding_columns && model.embedding_columns_of == model.token_embd.data) {
-    const TensorView w = columns_view(model.embedding_columns->data(), V);
-    const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 22) / V);  // <= 16 MiB of probabilities
-    std::vector<float> probs(size_t(std::min(n, chunk) * V));
-    for (int64_t r0 = 0; r0 < n; r0 += chunk) {
-      const int64_t rows = std::min(chunk, n - r0);
-      parallel_for(pool, rows, 1, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) softmax(prev_logits + (r0 + i) * V, V, &probs[size_t(i * V)]);
-      });
-      matmul(w, probs.data(), V, rows, soft + r0 * H, H, pool);
-    }
+  if (!model.embedding_columns || model.embedding_columns_of != model.token_embd.data) {
+    soft_embedding(model.token_embd, prev_logits, n, soft, pool);
     return;
   }
-  std::vector<float> log_sum(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) log_sum[size_t(i)] = row_stats(prev_logits + i * V, V).logsumexp;
-  constexpr int64_t kTile = 1024;
-  std::fill(soft, soft + n * H, 0.f);
-  std::vector<float> partial(size_t(n * H));
-  std::vector<float> columns_tile(size_t(kTile * H)), probs(size_t(n * kTile));
-  for (int64_t v0 = 0; v0 < V; v0 += kTile) {
-    const int64_t rows = std::min(kTile, V - v0);
-    transpose_embedding_rows(model, v0, rows, columns_tile.data(), rows, pool);  // [H, rows]
-    parallel_for(pool, n, 8, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        const float* z = prev_logits + i * V + v0;
-        for (int64_t r = 0; r < rows; ++r) probs[size_t(i * rows + r)] = std::exp(z[r] - log_sum[size_t(i)]);
-      }
+  TensorView w;  // the f32 [H x V] columns as a matmul weight
+  w.type = DType::F32;
+  w.data = model.embedding_columns->data();
+  w.n_dims = 2;
+  w.ne[0] = V;
+  w.ne[1] = H;
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 22) / V);  // <= 16 MiB of probabilities
+  std::vector<float> probs(size_t(std::min(n, chunk) * V));
+  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+    const int64_t rows = std::min(chunk, n - r0);
+    parallel_for(pool, rows, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) softmax(prev_logits + (r0 + i) * V, V, &probs[size_t(i * V)]);
     });
-    matmul(columns_view(columns_tile.data(), rows), probs.data(), rows, n, partial.data(), H, pool);
-    for (int64_t i = 0; i < n * H; ++i) soft[size_t(i)] += partial[size_t(i)];
+    matmul(w, probs.data(), V, rows, soft + r0 * H, H, pool);
   }
 }
 

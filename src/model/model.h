@@ -73,7 +73,8 @@ struct Model {
   SelfConditioningWeights self_conditioning;
   // The token embedding transposed to f32 [hidden rows x vocab columns], so that the self-conditioning
   // soft embedding softmax(logits) @ E is one f32 matmul per pass (prepare_embedding_columns; absent for
-  // models without self-conditioning or whose table would exceed kMaxEmbeddingColumnsBytes). Valid only
+  // models without self-conditioning or whose table would exceed kMaxEmbeddingColumnsBytes: those
+  // multiply with E's rows as stored, ops/table_product.h, and rebuild nothing per pass). Valid only
   // while token_embd.data == embedding_columns_of: a model whose embedding is swapped does not use it.
   std::shared_ptr<const std::vector<float>> embedding_columns;
   const void* embedding_columns_of = nullptr;

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "ops/matmul.h"
 #include "ops/ops.h"
+#include "ops/table_product.h"
 
 // The row kernel uses GCC vector types wider than the baseline ISA. Every helper taking them is always
 // inlined into a function compiled for the instruction set in use, so none passes them across a call
@@ -326,10 +327,10 @@ void lm_head_stream(const TensorView& w, const float* x, int64_t m, int64_t hidd
   std::vector<float> lane_soft(soft ? size_t(wave * m * H) : 0);
 
   // One lane: its [m x lane] logits in one matmul (one activation quantisation per lane), then per tile
-  // each row's tile state merged into the lane's and (soft) the tile's weights times its rows, dequantised
-  // once and transposed to [H x tile] for the f32 matmul as in self_conditioning_input.
+  // each row's tile state merged into the lane's and (soft) the tile's weights times its rows as stored
+  // (table_rows_product: each row dequantised once, no transpose).
   auto run_lane = [&](int64_t lane_index, RowState* states, float* soft_sums) {
-    thread_local std::vector<float> logits_buffer, probs_buffer, columns_buffer, partial_buffer, rows_buffer;
+    thread_local std::vector<float> logits_buffer, probs_buffer, partial_buffer;
     thread_local std::vector<MergeScales> scales;
     const int64_t begin = lane_index * lane, end = std::min(V, begin + lane);
     float* logits = scratch(logits_buffer, m * lane_stride);
@@ -339,7 +340,6 @@ void lm_head_stream(const TensorView& w, const float* x, int64_t m, int64_t hidd
     rows_of_lane.data = w.row(begin);
     matmul(rows_of_lane, x, H, m, logits, lane_stride, nullptr);
     float* probs = soft ? scratch(probs_buffer, m * tile_stride) : nullptr;
-    float* columns = soft ? scratch(columns_buffer, H * tile) : nullptr;
     float* partial = soft ? scratch(partial_buffer, m * H) : nullptr;
     scales.resize(size_t(m));
     std::fill(states, states + m, RowState{});
@@ -352,19 +352,7 @@ void lm_head_stream(const TensorView& w, const float* x, int64_t m, int64_t hidd
         scales[size_t(i)] = merge_into(states[i], t, params);
       }
       if (!soft) continue;
-      float* rows = scratch(rows_buffer, 16 * H);
-      for (int64_t r0 = 0; r0 < n; r0 += 16) {
-        const int64_t r1 = std::min(n, r0 + 16);
-        for (int64_t r = r0; r < r1; ++r) get_row(w, v0 + r, rows + (r - r0) * H);
-        for (int64_t j = 0; j < H; ++j)
-          for (int64_t r = r0; r < r1; ++r) columns[j * n + r] = rows[(r - r0) * H + j];
-      }
-      TensorView transposed;
-      transposed.type = DType::F32;
-      transposed.ne = {n, H, 1, 1};
-      transposed.n_dims = 2;
-      transposed.data = columns;
-      matmul(transposed, probs, tile_stride, m, partial, H, nullptr);
+      table_rows_product(w, v0, n, probs, tile_stride, m, partial, H, false, nullptr);
       for (int64_t i = 0; i < m; ++i) {
         const MergeScales sc = scales[size_t(i)];
         float* sums = soft_sums + i * H;

@@ -71,6 +71,13 @@ void softcap(float* x, int64_t n, float cap) {
     default: return reference::softcap(x, n, cap);
   }
 }
+void exp_shifted(const float* x, int64_t n, float shift, float* out) {
+  switch (ops_simd_level()) {
+    case SimdLevel::Avx512: return kernels::avx512::exp_shifted(x, n, shift, out);
+    case SimdLevel::Avx2: return kernels::avx2::exp_shifted(x, n, shift, out);
+    default: return reference::exp_shifted(x, n, shift, out);
+  }
+}
 void softmax(const float* x, int64_t n, float* out) {
   switch (ops_simd_level()) {
     case SimdLevel::Avx512: return kernels::avx512::softmax(x, n, out);
@@ -424,6 +431,10 @@ void log_softmax(const float* x, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) sum += std::exp(double(x[i]) - m);
   const double lse = m + std::log(sum);
   for (int64_t i = 0; i < n; ++i) out[i] = float(double(x[i]) - lse);
+}
+
+void exp_shifted(const float* x, int64_t n, float shift, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = float(std::exp(double(x[i]) - double(shift)));
 }
 
 float entropy(const float* x, int64_t n) { return n <= 0 ? 0.f : row_stats(x, n).entropy; }

@@ -56,6 +56,9 @@ void softcap(float* x, int64_t n, float cap);
 // ---- softmax family (one row of n values) ------------------------------------------------------
 void softmax(const float* x, int64_t n, float* out);
 void log_softmax(const float* x, int64_t n, float* out);
+// out[i] = exp(x[i] - shift) over n elements: probabilities of logits whose log-sum-exp `shift` is known
+// (a softmax cut into pieces). The SIMD paths use ops_simd.h's exp (~1 ulp); NaN stays NaN.
+void exp_shifted(const float* x, int64_t n, float shift, float* out);
 // Entropy (nats) of softmax(x), computed without storing the probabilities.
 float entropy(const float* x, int64_t n);
 // log sum exp(x), the sum accumulated in double (so m + log(sum) keeps its digits for large logits);
@@ -120,6 +123,7 @@ void geglu(const float* gate, const float* up, int64_t n, float* out);
 void softcap(float* x, int64_t n, float cap);
 void softmax(const float* x, int64_t n, float* out);
 void log_softmax(const float* x, int64_t n, float* out);
+void exp_shifted(const float* x, int64_t n, float shift, float* out);
 float entropy(const float* x, int64_t n);
 double logsumexp(const float* x, int64_t n);
 RowStats row_stats(const float* x, int64_t n);

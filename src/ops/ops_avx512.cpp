@@ -78,6 +78,7 @@ void geglu(const float* gate, const float* up, int64_t n, float* out) {
 void softcap(float* x, int64_t n, float cap) { simd::softcap<V>(x, n, cap); }
 void softmax(const float* x, int64_t n, float* out) { simd::softmax<V>(x, n, out); }
 void log_softmax(const float* x, int64_t n, float* out) { simd::log_softmax<V>(x, n, out); }
+void exp_shifted(const float* x, int64_t n, float shift, float* out) { simd::exp_shifted<V>(x, n, shift, out); }
 float entropy(const float* x, int64_t n) { return simd::entropy<V>(x, n); }
 double logsumexp(const float* x, int64_t n) { return simd::logsumexp<V>(x, n); }
 RowStats row_stats(const float* x, int64_t n) { return simd::row_stats<V>(x, n); }

@@ -137,6 +137,19 @@ void softcap(float* x, int64_t n, float cap) {
 }
 
 // ---- softmax family ------------------------------------------------------------------------------
+// out = exp(x - shift) (ops.h's exp_shifted).
+template <class V>
+void exp_shifted(const float* x, int64_t n, float shift, float* out) {
+  constexpr int W = V::W;
+  const auto s = V::set1(shift);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) V::store(out + i, exp<V>(V::sub(V::load(x + i), s)));
+  if (i < n) {
+    const int r = int(n - i);
+    V::store_n(out + i, exp<V>(V::sub(V::load_n(x + i, r, 0.f), s)), r);
+  }
+}
+
 template <class V>
 float max_of(const float* x, int64_t n) {
   using F = typename V::F;
