@@ -379,6 +379,16 @@ void wait_finished(serve::Job& job) {
   job.changed.wait(lock, [&] { return job.finished; });
 }
 
+// The tiny DiffusionGemma fixture as canvas's own DiffusionGemma checkpoints are (trained here with an AR
+// loss through the encoder): auto chooses among the modes that write AR's text. The fixture itself is in
+// the release's form, whose auto is diffusion (ModelConfig::release_form).
+Model load_as_own_checkpoint(const std::string& path) {
+  Model m = Model::load(path);
+  m.config.release_form = false;
+  m.config.default_mode.clear();
+  return m;
+}
+
 // One generation at a time, with the small entropy-bound settings of the tiny DiffusionGemma fixture.
 serve::EngineOptions one_slot_small_sampler() {
   serve::EngineOptions options;
@@ -395,7 +405,7 @@ TEST(ServeRouting, UniformStateCostCountsWholeCanvasesAndLearnsPassesPerCanvas) 
   EXPECT_DOUBLE_EQ(cost.uniform_ms(300, 256, 10, 2), 2 * 10 * (1 + 0.01 * 512));
   EXPECT_DOUBLE_EQ(cost.uniform_ms(256, 256, 3, 1), 3 * (1 + 0.01 * 256));
 
-  const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
+  const Model m = load_as_own_checkpoint(test::fixture("tiny-diffusion-gemma"));
   ThreadPool pool(2);
   const serve::EngineOptions options = one_slot_small_sampler();
   serve::Engine engine(m, &pool, options);
@@ -422,7 +432,7 @@ TEST(ServeRouting, UniformStateCostCountsWholeCanvasesAndLearnsPassesPerCanvas) 
 // until kMinAcceptanceCycles cycles are measured, then auto takes the fastest of AR and each verify setting
 // by the estimate from the pass times and the measured acceptance (choose_ar_text_mode).
 TEST(ServeRouting, VerifyIsExploredThenChosenByMeasuredAcceptance) {
-  const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
+  const Model m = load_as_own_checkpoint(test::fixture("tiny-diffusion-gemma"));
   ThreadPool pool(2);
   const serve::EngineOptions options = one_slot_small_sampler();
   serve::Engine engine(m, &pool, options);
