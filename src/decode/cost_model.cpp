@@ -166,7 +166,7 @@ std::string CostModel::save(const std::string& path, const std::string& key) con
   try {
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-    write_file(path, j.dump(2) + "\n");
+    write_file(path, j.dump(2) + "\n", FileOwner::Canvas);
   } catch (const Error& e) {
     return std::string("not written: ") + e.what();
   }
