@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -125,6 +126,27 @@ TEST(OutputFile, CanvasOwnedFilesReplaceLinksAndPipesUnopened) {
   EXPECT_EQ(contents(victim), "my own file");
   EXPECT_EQ(contents(cache), "again");
   EXPECT_THROW(write_file(dir.path(""), "x", FileOwner::Canvas), Error);
+}
+
+// Issue 61 K: a process killed mid-write leaves PATH.PID.tmp (16 MB token caches, whole checkpoints) that
+// nothing removed. The next write of PATH removes those of processes that are gone, and only those.
+TEST(OutputFile, TemporariesOfDeadProcessesAreRemoved) {
+  namespace fs = std::filesystem;
+  test::TempDir dir;
+  const std::string path = dir.path("model.gguf");
+  const pid_t dead = fork();  // a pid that is surely gone: a child that exited and was reaped
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
+  const std::string leftover = path + "." + std::to_string(dead) + ".tmp";
+  const std::string alive = path + "." + std::to_string(getppid()) + ".tmp";  // a live process's write
+  const std::string other = dir.path("other.gguf." + std::to_string(dead) + ".tmp");
+  for (const std::string& f : {leftover, alive, other}) write_file(f, "half");
+  write_file(path, "whole");
+  EXPECT_FALSE(fs::exists(leftover));
+  EXPECT_TRUE(fs::exists(alive));
+  EXPECT_TRUE(fs::exists(other));  // another file's
+  EXPECT_EQ(contents(path), "whole");
 }
 
 }  // namespace

@@ -3,9 +3,12 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -77,6 +80,26 @@ std::string link_target(const std::string& path) {
   return "";
 }
 
+// Removes the temporaries of `target` that processes which are gone left behind (a kill -9 mid-write:
+// `target`.PID.tmp, up to a whole checkpoint or token cache each), so they do not pile up.
+void remove_dead_temporaries(const std::string& target) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path file(target);
+  const std::string prefix = file.filename().string() + ".";
+  const fs::path folder = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= prefix.size() + 4 || name.compare(0, prefix.size(), prefix) != 0 ||
+        name.compare(name.size() - 4, 4, ".tmp") != 0)
+      continue;
+    const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - 4);
+    if (digits.empty() || digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
+    const pid_t pid = pid_t(std::stol(digits));
+    if (pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH) ::unlink(entry.path().c_str());
+  }
+}
+
 }  // namespace
 
 void write_file(const std::string& path, const std::function<void(std::ostream&)>& body, FileOwner owner) {
@@ -125,6 +148,7 @@ void write_file(const std::string& path, const std::function<void(std::ostream&)
   if (::close(fd) != 0 && error == 0 && errno != EINTR) error = errno;
   if (error != 0) fail("error writing", error, temp);  // the reason of the write that failed (a full disk)
   if (!temp.empty() && std::rename(temp.c_str(), target.c_str()) != 0) fail("cannot write", errno, temp);
+  if (!temp.empty()) remove_dead_temporaries(target);
 }
 
 std::string temp_file_for(const std::string& path) { return path + "." + std::to_string(::getpid()) + ".tmp"; }

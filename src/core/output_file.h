@@ -2,7 +2,8 @@
 // sees half of it, and a kill -9 at any moment leaves the old file or the new one: the bytes go to a
 // temporary beside the file (temp_file_for: PATH.PID.tmp, created afresh, never through a link), which is
 // flushed to disk and renamed over the file only once every byte is written. A failure at any point
-// throws Error naming PATH (with the system's reason) and leaves PATH as it was. This is the one way canvas
+// throws Error naming PATH (with the system's reason) and leaves PATH as it was. After a write, the
+// temporaries of PATH that dead processes left (killed mid-write) are removed. This is the one way canvas
 // writes files: every writer goes through it.
 #pragma once
 #include <functional>
