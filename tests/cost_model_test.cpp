@@ -139,6 +139,34 @@ TEST(CostModel, AutoWithADatastoreMeasuresSettingsInTurnAndStopsWhenOneIsSlower)
   EXPECT_NE(c.reason.find("verify k=4 datastore is the fastest"), std::string::npos) << c.reason;
 }
 
+// Issue 61 A: generate with a datastore saves a cost model of runs alone (fixed_ms 0, per_row_ms 0, no
+// passes); once verify's acceptance was measured, auto at load 2 found no estimate above 0 and dereferenced
+// nothing (serve died with SIGSEGV). Such a model is untimed, and auto takes AR, saying why.
+TEST(CostModel, WithoutPassTimesAutoTakesArAtEveryLoad) {
+  test::TempDir dir;
+  const std::string file = dir.path("costs.json");
+  write_text(file, R"({"key": "k", "fixed_ms": 0, "per_row_ms": 0, "passes": [],
+    "verify_cycles_keeping": {"8": [8, 0, 0, 0, 0, 0, 0, 0, 4]},
+    "observed_ms_per_token": {"verify k=4 datastore": [2.0, 1]}})");
+  const std::optional<CostModel> cost = CostModel::load(file, "k");
+  ASSERT_TRUE(cost);
+  EXPECT_FALSE(cost->timed());
+  EXPECT_TRUE(flat_costs().timed());
+  for (const bool overlap : {false, true})
+    for (int64_t load = 1; load <= 4; ++load) {
+      const ModeChoice c = choose_ar_text_mode(*cost, load, overlap);
+      EXPECT_EQ(c.mode, DecodeMode::Ar) << c.reason;
+      EXPECT_FALSE(c.reason.empty());
+    }
+  EXPECT_NE(choose_ar_text_mode(*cost, 2, false).reason.find("no pass times"), std::string::npos);
+  // Timing it keeps what the runs taught.
+  CostModel timed = *cost;
+  timed.take_pass_times(flat_costs());
+  EXPECT_TRUE(timed.timed());
+  EXPECT_EQ(timed.acceptance.cycles(1), 12);
+  EXPECT_EQ(timed.observed.count("verify k=4 datastore"), 1u);
+}
+
 TEST(CostModel, SavedAndReadBackWithItsKey) {
   test::TempDir dir;
   const std::string file = dir.path("sub/costs.json");

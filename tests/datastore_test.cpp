@@ -3,7 +3,10 @@
 // rewritten when the text, the tokenizer or the cache file itself changed).
 #include "decode/datastore.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -203,42 +206,102 @@ TEST(Datastore, TokenCacheIsReusedAndRewrittenWhenStale) {
   ByteTokenizer tokenizer;
   auto tokenize = [&](const std::string& t) { return tokenizer(t); };
   std::vector<std::string> warnings;
-  auto first = Datastore::load(text, "bytes", tokenize, cache, &warnings);
+  auto first = Datastore::load(text, "bytes", tokenize, 256, cache, &warnings);
   EXPECT_FALSE(first->loaded_from_cache());
   const std::string words = "in the beginning";
   EXPECT_EQ(first->ids(), Tokens(words.begin(), words.end()));
-  auto second = Datastore::load(text, "bytes", tokenize, cache, &warnings);
+  auto second = Datastore::load(text, "bytes", tokenize, 256, cache, &warnings);
   EXPECT_TRUE(second->loaded_from_cache());
   EXPECT_EQ(second->ids(), first->ids());
   EXPECT_EQ(tokenizer.calls, 1);
   // Another tokenizer: tokenized again (and cached beside the first).
-  EXPECT_FALSE(Datastore::load(text, "other", tokenize, cache, &warnings)->loaded_from_cache());
+  EXPECT_FALSE(Datastore::load(text, "other", tokenize, 256, cache, &warnings)->loaded_from_cache());
   EXPECT_EQ(tokenizer.calls, 2);
   // The text changed (its size and time): tokenized again, the new ids.
   write_text(text, "and the earth was");
-  auto changed = Datastore::load(text, "bytes", tokenize, cache, &warnings);
+  auto changed = Datastore::load(text, "bytes", tokenize, 256, cache, &warnings);
   EXPECT_FALSE(changed->loaded_from_cache());
   EXPECT_EQ(changed->ids().size(), std::string("and the earth was").size());
   EXPECT_EQ(tokenizer.calls, 3);
-  EXPECT_TRUE(Datastore::load(text, "bytes", tokenize, cache, &warnings)->loaded_from_cache());
+  EXPECT_TRUE(Datastore::load(text, "bytes", tokenize, 256, cache, &warnings)->loaded_from_cache());
   EXPECT_TRUE(warnings.empty());
   // A damaged cache file (truncated, or one byte of its ids changed) is ignored and written again.
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(cache)) files.push_back(e.path());
   ASSERT_EQ(files.size(), 3u);
   for (const auto& f : files) std::filesystem::resize_file(f, std::filesystem::file_size(f) - 3);
-  auto damaged = Datastore::load(text, "bytes", tokenize, cache, &warnings);
+  auto damaged = Datastore::load(text, "bytes", tokenize, 256, cache, &warnings);
   EXPECT_FALSE(damaged->loaded_from_cache());
   EXPECT_EQ(damaged->ids(), changed->ids());
-  EXPECT_TRUE(Datastore::load(text, "bytes", tokenize, cache, &warnings)->loaded_from_cache());
+  EXPECT_TRUE(Datastore::load(text, "bytes", tokenize, 256, cache, &warnings)->loaded_from_cache());
   for (const auto& f : files) {
     std::fstream io(f, std::ios::binary | std::ios::in | std::ios::out);
     io.seekp(-12, std::ios::end);  // in the last id
     io.put('\x7f');
   }
   const int before = tokenizer.calls;
-  EXPECT_FALSE(Datastore::load(text, "bytes", tokenize, cache, &warnings)->loaded_from_cache());
+  EXPECT_FALSE(Datastore::load(text, "bytes", tokenize, 256, cache, &warnings)->loaded_from_cache());
   EXPECT_EQ(tokenizer.calls, before + 1);
+  EXPECT_TRUE(warnings.empty());
+}
+
+// Issue 61 C, D, I: the token cache is untrusted input in a folder others may write. A FIFO at its path
+// hung generate and serve for ever; a link there had its target overwritten with the cache; ids outside the
+// vocabulary were taken (every run failed until the file was deleted); a junk file of any size was read
+// whole. Each is passed over and replaced by a fresh cache, renamed over the path.
+TEST(Datastore, TokenCacheIsUntrustedAndNeverWrittenThroughWhatIsThere) {
+  namespace fs = std::filesystem;
+  test::TempDir dir;
+  const std::string text = dir.path("corpus.txt"), cache = dir.path("cache");
+  write_text(text, "in the beginning");
+  ByteTokenizer tokenizer;
+  auto tokenize = [&](const std::string& t) { return tokenizer(t); };
+  std::vector<std::string> warnings;
+  Datastore::load(text, "bytes", tokenize, 256, cache, &warnings);
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(cache)) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  const std::string file = files[0].string(), good = test::read_text(file);
+  auto reload = [&] {
+    const int before = tokenizer.calls;
+    auto store = Datastore::load(text, "bytes", tokenize, 256, cache, &warnings);
+    EXPECT_EQ(store->ids().size(), 16u);
+    EXPECT_EQ(tokenizer.calls, before + 1) << "the cache was taken";
+    EXPECT_EQ(fs::symlink_status(file).type(), fs::file_type::regular);
+    EXPECT_EQ(test::read_text(file), good);
+    EXPECT_TRUE(Datastore::load(text, "bytes", tokenize, 256, cache, &warnings)->loaded_from_cache());
+  };
+  // D: a link to someone's file: the file is left as it was, the link replaced.
+  const std::string victim = dir.path("victim.txt");
+  write_text(victim, "my own file");
+  fs::remove(file);
+  fs::create_symlink(victim, file);
+  reload();
+  EXPECT_EQ(test::read_text(victim), "my own file");
+  // ... also a link to a valid cache of this corpus (not followed).
+  fs::copy_file(file, dir.path("copy.ids"));
+  fs::remove(file);
+  fs::create_symlink(dir.path("copy.ids"), file);
+  reload();
+  // C: a FIFO is never opened (a reader is kept open here, so that a write through it would not block the
+  // test but leave the FIFO in place).
+  fs::remove(file);
+  ASSERT_EQ(::mkfifo(file.c_str(), 0600), 0);
+  const int reader = ::open(file.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  reload();
+  char byte = 0;
+  EXPECT_LE(::read(reader, &byte, 1), 0) << "bytes were written into the FIFO";
+  ::close(reader);
+  // I: ids outside the vocabulary, with a correct checksum: rebuilt.
+  auto store = Datastore::load(text, "bytes", tokenize, 100, cache, &warnings);  // 'n' = 110 >= 100
+  EXPECT_FALSE(store->loaded_from_cache());
+  write_text(file, good);
+  // I: a file larger than this corpus's ids can be is refused before it is read (a sparse 1 GB file here).
+  fs::resize_file(file, uint64_t(1) << 30);
+  const int64_t rss_before = test::peak_rss_kb();
+  reload();
+  EXPECT_LT(test::peak_rss_kb() - rss_before, 256 << 10) << "KiB more at the peak";
   EXPECT_TRUE(warnings.empty());
 }
 
@@ -250,17 +313,17 @@ TEST(Datastore, AnUnwritableCacheIsAWarningAndAMissingTextAnError) {
   ByteTokenizer tokenizer;
   auto tokenize = [&](const std::string& t) { return tokenizer(t); };
   std::vector<std::string> warnings;
-  auto store = Datastore::load(text, "bytes", tokenize, blocked, &warnings);
+  auto store = Datastore::load(text, "bytes", tokenize, 256, blocked, &warnings);
   EXPECT_EQ(store->ids().size(), 6u);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("cache"), std::string::npos) << warnings[0];
   // No cache directory at all: tokenized every time, no warning.
   warnings.clear();
-  Datastore::load(text, "bytes", tokenize, "", &warnings);
-  Datastore::load(text, "bytes", tokenize, "", &warnings);
+  Datastore::load(text, "bytes", tokenize, 256, "", &warnings);
+  Datastore::load(text, "bytes", tokenize, 256, "", &warnings);
   EXPECT_EQ(tokenizer.calls, 3);
   EXPECT_TRUE(warnings.empty());
-  EXPECT_THROW(Datastore::load(dir.path("missing.txt"), "bytes", tokenize, "", &warnings), Error);
+  EXPECT_THROW(Datastore::load(dir.path("missing.txt"), "bytes", tokenize, 256, "", &warnings), Error);
 }
 
 }  // namespace

@@ -285,6 +285,28 @@ TEST(HfFamilyLoad, UnsupportedConfigFeatureIsNamed) {
   EXPECT_NE(load_error(tmp.path("c")).find("d_model"), std::string::npos);
 }
 
+// Issue 61 J: eos / bos / pad ids of config.json were not range-checked: eos 1000000000 loaded (and
+// `convert` wrote a GGUF canvas then refused), -1 dropped EOS without a word, 2^32 + 5 wrapped to 5. Each
+// is an Error naming the file and key, at load and at convert; so is a GGUF whose id is past its embedding.
+TEST(HfFamilyLoad, SpecialTokenIdsOutsideTheVocabularyAreNamed) {
+  test::TempDir tmp;
+  int n = 0;
+  for (const char* key : {"eos_token_id", "bos_token_id", "pad_token_id"})
+    for (const nlohmann::json& bad : {nlohmann::json(1000000000), nlohmann::json(-1), nlohmann::json((int64_t(1) << 32) + 5),
+                                      nlohmann::json::array({1, 1000000000})}) {
+      const std::string dir = tmp.path("m" + std::to_string(n++));
+      write_variant("dream", dir, [](auto&, auto&) {}, [&](nlohmann::json& c) { c[key] = bad; });
+      const std::string err = load_error(dir);
+      EXPECT_NE(err.find(dir + "/config.json: " + key), std::string::npos) << key << " " << bad << ": " << err;
+      EXPECT_NE(err.find("outside the vocabulary"), std::string::npos) << key << " " << bad << ": " << err;
+    }
+  const std::string dir = tmp.path("m0");  // eos 1000000000
+  const auto r = test::run_canvas("convert " + dir + " " + tmp.path("out.gguf"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("eos_token_id"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(tmp.path("out.gguf")));
+}
+
 // Published config values reach the model: LLaDA's mask id from config.json, LLaDA-MoE's (no
 // mask_token_id published) from the tokenizer's <|mdm_mask|>; Dream shifts its logits; LLaDA-MoE's
 // qk_layernorm asks for the per-head norm tensors.

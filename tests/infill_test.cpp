@@ -303,6 +303,38 @@ TEST(JsonSchema, DeepPatternsAndSchemasAreOneLineErrors) {
   EXPECT_NO_THROW(compile_json_schema(ok, "s.json"));
 }
 
+// Issue 61 B: `^(?:[ab]|... K copies)*a(?:[ab]|... K copies){12}$` has few automaton states but subsets of
+// thousands of states each: K = 2000 (a 20 KB body) took 58 s on serve's event loop, K = 5000 40 s and
+// 3.1 GB. The compile is bounded in steps and bytes: each ends within about a second with a one-line error
+// naming the pattern and the bound, and takes well under kMaxCompileBytes more memory; a small K compiles.
+std::string many_alternatives(int k, int count) {
+  std::string alt = "(?:[ab]";
+  for (int i = 1; i < k; ++i) alt += "|[ab]";
+  alt += ")";
+  return "^" + alt + "*a" + alt + "{" + std::to_string(count) + "}$";
+}
+
+TEST(JsonSchema, PatternsOfManyAlternativesAreBoundedInWorkAndMemory) {
+  const int64_t rss_before = test::peak_rss_kb();
+  for (const int k : {2000, 5000}) {
+    const json schema = {{"type", "string"}, {"pattern", many_alternatives(k, 12)}};
+    const auto start = std::chrono::steady_clock::now();
+    const std::string e = error_of([&] { compile_json_schema(schema, "response_format"); });
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(seconds, 1.5 * test::kTimeScale) << "K = " << k << ": " << e;
+    EXPECT_NE(e.find("response_format: pattern '^(?:[ab]|[ab]"), std::string::npos) << e;
+    EXPECT_TRUE(e.find("kMaxCompileSteps") != std::string::npos || e.find("kMaxCompileBytes") != std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos);
+    EXPECT_LT(e.size(), 400u) << e;
+  }
+  EXPECT_LT(test::peak_rss_kb() - rss_before, 2 * (kMaxCompileBytes >> 10));
+  // The same shape, small, compiles and means what it says.
+  const JsonTemplate small = compile_json_schema(json{{"type", "string"}, {"pattern", many_alternatives(4, 3)}}, "ok");
+  const ByteDfa d = ByteDfa::compile(small.document());
+  EXPECT_TRUE(d.matches("\"babab\""));
+  EXPECT_FALSE(d.matches("\"bbbb\""));
+}
+
 // Issue 34: a schema of 100,000 properties ran for minutes (nlohmann's callback parser rescanned the
 // properties object each time a member closed, and the compiler's optional-property list is quadratic).
 // Read from text as `--json-schema` reads it, it must end within 5 s with a one-line error naming

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "serve/openai.h"
 #include "serve/served_models.h"
+#include "gguf_copy.h"
 #include "serve_process.h"
 #include "test_util.h"
 
@@ -142,6 +143,37 @@ TEST(ServeModels, BadDirectoryEntriesArePassedOverEachWithItsReason) {
   EXPECT_NE(server.port(), 0) << server.log();
   EXPECT_NE(server.log().find("warning: " + models + "/fifo.gguf: not a regular file"), std::string::npos)
       << server.log();
+}
+
+// Issue 61 G: a *.gguf of a -m DIR that reads as a GGUF but fails to load (an unknown architecture, an
+// eos id past its vocabulary) stopped the whole server. Each is passed over with a warning naming it, the
+// others are served; with none left, serve refuses to start; a model named by -m itself is still an error.
+TEST(ServeModelsCli, ModelsOfADirectoryThatFailToLoadArePassedOver) {
+  test::TempDir dir;
+  const std::string models = dir.path("models");
+  std::filesystem::create_directories(models);
+  test::gguf_with_keys(dir, "models/mamba.gguf", test::source_path("models/text-ar.gguf"),
+                       {{"general.architecture", GgufValue::string("mamba")}});
+  test::gguf_with_keys(dir, "models/bad-eos.gguf", test::source_path("models/text-ar.gguf"),
+                       {{"tokenizer.ggml.eos_token_id", GgufValue::u32(1000000000)}});
+  const auto none = test::run_canvas("serve --port 0 -m " + models);
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.output.find("no model could be loaded"), std::string::npos) << none.output;
+  const auto named = test::run_canvas("serve --port 0 -m " + models + "/mamba.gguf");
+  EXPECT_NE(named.exit_code, 0);
+  EXPECT_EQ(named.output.find("not served"), std::string::npos) << named.output;
+  std::filesystem::create_symlink(test::source_path("models/text-ar.gguf"), models + "/text-ar.gguf");
+  ServerProcess server("-m " + models + " --parallel 1", "");
+  ASSERT_NE(server.port(), 0) << server.log();
+  auto list = server.client().Get("/v1/models");
+  ASSERT_TRUE(list);
+  ASSERT_EQ(list->status, 200);
+  std::vector<std::string> ids;
+  const json body = json::parse(list->body);
+  for (const json& m : body["data"]) ids.push_back(m["id"]);
+  EXPECT_EQ(ids, std::vector<std::string>{"text-ar"}) << list->body;
+  for (const char* bad : {"mamba.gguf: ", "bad-eos.gguf: "})
+    EXPECT_NE(server.log().find("warning: " + models + "/" + bad), std::string::npos) << server.log();
 }
 
 // A served model's engine gets the model's own tokenizer, chat format and cost-model file; a default mode

@@ -2,6 +2,7 @@
 // the step batcher equal decoding each alone, and the OpenAI request parser's 400s.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <memory>
 #include <atomic>
 #include <thread>
@@ -473,6 +474,37 @@ TEST(ServeRouting, VerifyIsExploredThenChosenByMeasuredAcceptance) {
   EXPECT_EQ(chosen.reason, expected.reason);
   s.mode = serve::DecodeMode::Ar;  // asked for
   EXPECT_EQ(engine.choose(s, 4).reason, "asked for");
+  engine.shutdown(false);
+}
+
+// Issue 61 A: serve --cost-model on a file of runs alone (what generate --draft-datastore saves: no pass
+// times) times the passes at start-up, keeps the runs' acceptance, and auto then chooses at every load.
+TEST(ServeRouting, CostModelFileWithoutPassTimesIsTimedAtStartUp) {
+  test::TempDir dir;
+  const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
+  ThreadPool pool(2);
+  serve::EngineOptions options = one_slot_small_sampler();
+  options.parallel = 2;
+  options.cost_model_file = dir.path("costs.json");
+  options.cost_model_key = "k";
+  {
+    std::ofstream(options.cost_model_file) << R"({"key": "k", "fixed_ms": 0, "per_row_ms": 0, "passes": [],
+      "verify_cycles_keeping": {"8": [8, 0, 0, 0, 0, 0, 0, 0, 4]}, "observed_ms_per_token": {}})";
+  }
+  serve::Engine engine(m, &pool, options);
+  EXPECT_FALSE(engine.cost_model_stored());
+  const serve::CostModel cost = engine.cost_model();
+  EXPECT_TRUE(cost.timed());
+  EXPECT_EQ(cost.acceptance.cycles(1), 12);
+  serve::GenerationSettings s;
+  s.mode = serve::DecodeMode::Auto;
+  s.max_new_tokens = 40;
+  EXPECT_FALSE(engine.choose(s, 4).reason.empty());
+  for (int64_t load = 2; load <= 3; ++load)  // (at load 1, ar runs once to be measured first)
+    EXPECT_GT(choose_ar_text_mode(cost, load, m.config.has_decoder).ms_per_token, 0) << load;
+  const std::optional<serve::CostModel> saved = serve::CostModel::load(options.cost_model_file, "k");
+  ASSERT_TRUE(saved);
+  EXPECT_TRUE(saved->timed());
   engine.shutdown(false);
 }
 

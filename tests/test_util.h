@@ -55,6 +55,15 @@ inline std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+// The process's peak resident memory so far (VmHWM), in KiB: a test bounds what a step took by the rise.
+inline int64_t peak_rss_kb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));
+  return 0;
+}
+
 struct CommandResult {
   int exit_code = -1;
   std::string output;  // stdout (stderr too when merge_stderr)

@@ -281,11 +281,9 @@ void AutoMode::choose(GenerationRequest& request) {
     choose_datastore_mode(cost_, !model_.primitives).apply(request);  // trees run on the CPU only
     return;
   }
-  if (cost_.passes.empty()) {
+  if (!cost_.timed()) {
     std::fprintf(stderr, "canvas: timing this model's passes for --mode auto (once per model and machine)...\n");
-    const VerifyAcceptance acceptance = cost_.acceptance;
-    cost_ = CostModel::measure(model_, pool_, ar_text_mode_rows(c.has_decoder));
-    cost_.acceptance = acceptance;
+    cost_.take_pass_times(CostModel::measure(model_, pool_, ar_text_mode_rows(c.has_decoder)));
     save();
   }
   choose_ar_text_mode(cost_, 1, c.has_decoder).apply(request);

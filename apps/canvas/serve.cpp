@@ -4,8 +4,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -96,15 +100,59 @@ bool is_loopback(const std::string& host) {
 
 // The models of -m (expand_model_paths: a directory stands for its GGUF models); without -m, the shipped
 // base and chat models.
-std::vector<std::string> model_paths(const Args& args) {
-  if (!args.has("model"))
-    return {shipped_model_path(kDefaultTextModel, "canvas serve"),
-            shipped_model_path(kDefaultChatModel, "canvas serve")};
-  const serve::ModelFiles files = serve::expand_model_paths(args.get_all("model"));
+serve::ModelFiles model_paths(const Args& args) {
+  if (!args.has("model")) {
+    serve::ModelFiles files;
+    files.paths = {shipped_model_path(kDefaultTextModel, "canvas serve"),
+                   shipped_model_path(kDefaultChatModel, "canvas serve")};
+    files.listed = {false, false};
+    return files;
+  }
+  serve::ModelFiles files = serve::expand_model_paths(args.get_all("model"));
   for (const serve::ModelFiles::Skipped& s : files.skipped)
     std::fprintf(stderr, "canvas serve: warning: %s: %s; not served\n", s.path.c_str(), s.reason.c_str());
-  return files.paths;
+  return files;
 }
+
+// The thread that takes SIGTERM and SIGINT from the start. While the models load (a model, a datastore's
+// tokenization, a cost model's timing: none of which stops part-way; issue 61: 37 s for a 40 MB corpus,
+// then `ready`), a signal ends the process at once, saying so: nothing is served yet, and every file being
+// written goes through a temporary, so nothing is left half-written. Once ready, it hands the signal to
+// the main thread, which shuts down gracefully. One per process (detached: it outlives any error path).
+class SignalWaiter {
+ public:
+  static SignalWaiter& start(const sigset_t& signals) {
+    static SignalWaiter waiter;
+    std::thread([signals] {
+      int received = 0;
+      sigwait(&signals, &received);
+      std::unique_lock<std::mutex> lock(waiter.mutex_);
+      if (!waiter.ready_) {
+        std::fprintf(stderr, "canvas serve: %s while loading: stopped\n", received == SIGTERM ? "SIGTERM" : "SIGINT");
+        std::fflush(stderr);
+        std::_Exit(0);
+      }
+      waiter.received_ = received;
+      waiter.signalled_.notify_all();
+    }).detach();
+    return waiter;
+  }
+  // Runs `announce` (the ready line) as loading ends, never after a signal ended it; then waits for a signal
+  // and returns it.
+  int ready_then_wait(const std::function<void()>& announce) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ready_ = true;
+    announce();
+    signalled_.wait(lock, [this] { return received_ != 0; });
+    return received_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable signalled_;
+  bool ready_ = false;
+  int received_ = 0;
+};
 
 }  // namespace
 
@@ -113,7 +161,8 @@ int cmd_serve(int argc, char** argv) {
   Args args(kServe, argc, argv, 2);
   check(args.positional().empty(),
         "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
-  const std::vector<std::string> model_files = model_paths(args);
+  const serve::ModelFiles listed_files = model_paths(args);
+  const std::vector<std::string>& model_files = listed_files.paths;
   std::vector<serve::ServedModel> served_models = serve::served_models_of(model_files);
   const int64_t port = args.get_int("port", 8080);
   check(port >= 0 && port <= 65535, "--port must be between 0 and 65535");
@@ -142,6 +191,7 @@ int cmd_serve(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal
+  SignalWaiter& signal_waiter = SignalWaiter::start(signals);
 
   serve::ServerOptions options;
   options.host = args.get("host", "127.0.0.1");
@@ -181,15 +231,26 @@ int cmd_serve(int argc, char** argv) {
     loaded_models.clear();
   };
   try {
+    std::vector<bool> served_ok(model_files.size(), false);
     for (size_t i = 0; i < model_files.size(); ++i) {
       const std::string& path = model_files[i];
       serve::ServedModel& served = served_models[i];
-      Model loaded = Model::load(path);
-      if (args.has("check-weights")) check_all_weights(loaded, path);
-      use_device(loaded, device);
-      TextModel text = TextModel::from(std::move(loaded), path);
-      text.chat.cancel = &stopping;  // a chat template render in flight stops at SIGTERM
-      auto m = serve::start_served_model(std::move(text), path, served, setup, pool.get());
+      std::unique_ptr<serve::ServedText> m;
+      try {
+        Model loaded = Model::load(path);
+        if (args.has("check-weights")) check_all_weights(loaded, path);
+        use_device(loaded, device);
+        TextModel text = TextModel::from(std::move(loaded), path);
+        text.chat.cancel = &stopping;  // a chat template render in flight stops at SIGTERM
+        m = serve::start_served_model(std::move(text), path, served, setup, pool.get());
+      } catch (const std::exception& e) {
+        if (!listed_files.listed[i]) throw;  // a model named by -m itself is an error; one of a -m DIR is passed over
+        const std::string why = e.what();  // load errors name the file; others get it put first
+        std::fprintf(stderr, "canvas serve: warning: %s; not served\n",
+                     (why.find(path) == std::string::npos ? path + ": " + why : why).c_str());
+        continue;
+      }
+      served_ok[i] = true;
       const ModelConfig& c = m->text.model.config;
       const serve::Engine& engine = *m->engine;
       const std::string& cost_file = engine.options().cost_model_file;
@@ -207,6 +268,9 @@ int cmd_serve(int argc, char** argv) {
                      (cost_file + (engine.cost_model_stored() || engine.cost_model_written() ? "" : ")")).c_str());
       loaded_models.push_back(std::move(m));
     }
+    check(!loaded_models.empty(), "no model could be loaded (each was passed over: see the warnings above)");
+    for (size_t i = served_ok.size(); i-- > 0;)
+      if (!served_ok[i]) served_models.erase(served_models.begin() + std::ptrdiff_t(i));
     std::string ids;
     for (const serve::ServedModel& m : served_models) ids += (ids.empty() ? "" : ", ") + m.id;
     if (std::none_of(served_models.begin(), served_models.end(),
@@ -217,10 +281,7 @@ int cmd_serve(int argc, char** argv) {
           "-instruct name): /v1/chat/completions renders messages in the built-in %s format\n",
           loaded_models.front()->text.chat.name.c_str());
     server.set_models(served_models);
-    std::fprintf(stderr, "canvas serve: ready: %s\n", ids.c_str());
-
-    int received = 0;
-    sigwait(&signals, &received);
+    const int received = signal_waiter.ready_then_wait([&] { std::fprintf(stderr, "canvas serve: ready: %s\n", ids.c_str()); });
     stopping = true;
     const serve::ShutdownDeadlines deadlines;
     std::fprintf(stderr, "canvas serve: %s: finishing running requests (cancelled after %.0f s)\n",

@@ -1,9 +1,10 @@
-// Writing a whole output file (a report, an image, an array, a tokenizer) so that no reader ever sees half
-// of it: the bytes go to PATH.PID.tmp (temp_file_for: two processes writing one PATH do not share it),
-// which is renamed over PATH only once every byte is written. A failure
-// at any point throws Error naming PATH (with the system's reason) and leaves PATH as it was. A PATH that
-// is a link, a device or a pipe (/dev/stdout, /dev/null, a FIFO) is written through directly; a directory
-// is an Error.
+// Writing a whole output file (a checkpoint, a report, an image, an array, a cache) so that no reader ever
+// sees half of it, and a kill -9 at any moment leaves the old file or the new one: the bytes go to a
+// temporary beside the file (temp_file_for: PATH.PID.tmp, created afresh, never through a link), which is
+// flushed to disk and renamed over the file only once every byte is written. A failure at any point
+// throws Error naming PATH (with the system's reason) and leaves PATH as it was. After a write, the
+// temporaries of PATH that dead processes left (killed mid-write) are removed. This is the one way canvas
+// writes files: every writer goes through it.
 #pragma once
 #include <functional>
 #include <ostream>
@@ -12,11 +13,25 @@
 
 namespace canvas {
 
+// Who named the file, which decides what is done when PATH is not a regular file.
+enum class FileOwner {
+  // The user (-o, --out, a checkpoint, a report). A link stays a link and the file it leads to (or will
+  // create) is replaced atomically: the temporary is made beside that file. A device or a pipe (/dev/null,
+  // a FIFO), or a link through /dev or /proc (/dev/stdout, /proc/self/fd/N), is written through as it is:
+  // the user asked for that stream. A directory is an Error.
+  User,
+  // canvas itself (caches, cost models): whatever is at PATH (a link, a FIFO, a device) is never opened;
+  // the temporary is renamed over it, so nothing at that path (in a shared cache folder, someone else's
+  // link or pipe) can make canvas write elsewhere or wait. A directory is an Error.
+  Canvas,
+};
+
 // Writes `bytes` as the whole file at `path`.
-void write_file(const std::string& path, std::string_view bytes);
+void write_file(const std::string& path, std::string_view bytes, FileOwner owner = FileOwner::User);
 // Writes what `body` puts into the stream as the whole file at `path` (for outputs too large to hold
-// twice in memory, such as logits arrays).
-void write_file(const std::string& path, const std::function<void(std::ostream&)>& body);
+// twice in memory, such as logits arrays and checkpoints).
+void write_file(const std::string& path, const std::function<void(std::ostream&)>& body,
+                FileOwner owner = FileOwner::User);
 // The file write_file writes before renaming it over `path`, in this process.
 std::string temp_file_for(const std::string& path);
 

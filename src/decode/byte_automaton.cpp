@@ -87,6 +87,13 @@ ByteSet byte_range(uint8_t lo, uint8_t hi) {
 
 namespace {
 
+// Steps of a sort or a map lookup over n items: about log2(n) + 1 comparisons each.
+int64_t log2_ceil(size_t n) {
+  int64_t bits = 1;
+  while (n > 1) n >>= 1, ++bits;
+  return bits;
+}
+
 // Thompson automaton: states with epsilon moves and byte-set edges.
 struct Nfa {
   struct State {
@@ -95,6 +102,14 @@ struct Nfa {
   };
   std::vector<State> states;
   int64_t limit = 0;
+  int64_t steps_left = kMaxCompileSteps, bytes_left = kMaxCompileBytes;
+  void spend(int64_t steps, int64_t bytes = 0) {
+    steps_left -= steps, bytes_left -= bytes;
+    check(steps_left >= 0, "the language is too costly to compile (over " + std::to_string(kMaxCompileSteps) +
+                               " steps, kMaxCompileSteps): use fewer alternatives or smaller bounds");
+    check(bytes_left >= 0, "the language is too large to compile (over " + std::to_string(kMaxCompileBytes >> 20) +
+                               " MiB of automaton tables, kMaxCompileBytes): use fewer alternatives or smaller bounds");
+  }
   int32_t add() {
     check(int64_t(states.size()) < limit,
           "the language is too large to compile (over " + std::to_string(limit) +
@@ -187,6 +202,7 @@ struct Nfa {
     while (!stack.empty()) {
       const int32_t s = stack.back();
       stack.pop_back();
+      spend(1 + int64_t(states[size_t(s)].eps.size()));
       for (int32_t t : states[size_t(s)].eps)
         if (seen[size_t(t)] != pass) {
           seen[size_t(t)] = pass;
@@ -194,6 +210,7 @@ struct Nfa {
           stack.push_back(t);
         }
     }
+    spend(int64_t(set.size()) * log2_ceil(set.size()));  // the sort
     std::sort(set.begin(), set.end());
     return set;
   }
@@ -269,11 +286,14 @@ ByteDfa ByteDfa::compile(const RegexPtr& regex, int64_t max_states) {
   std::vector<char> accepting;
   auto intern = [&](std::vector<int32_t> set) -> int32_t {
     if (set.empty()) return -1;
+    nfa.spend(int64_t(set.size()) * log2_ceil(sets.size()));  // the lookup compares subsets
     auto it = ids.find(set);
     if (it != ids.end()) return it->second;
     check(int64_t(sets.size()) < max_states,
           "the language is too large to compile (over " + std::to_string(max_states) +
               " automaton states): use smaller bounds (maxLength, maxItems, ranges)");
+    // Each subset is held twice (ids' key and sets), with its row of 256 moves.
+    nfa.spend(int64_t(set.size()), int64_t(set.size() * 2 * sizeof(int32_t) + sizeof(next[0]) + 128));
     const int32_t id = int32_t(sets.size());
     ids.emplace(set, id);
     accepting.push_back(std::binary_search(set.begin(), set.end(), out) ? 1 : 0);
@@ -285,14 +305,17 @@ ByteDfa ByteDfa::compile(const RegexPtr& regex, int64_t max_states) {
   std::array<std::vector<int32_t>, 256> targets;
   for (size_t i = 0; i < sets.size(); ++i) {
     for (auto& t : targets) t.clear();
-    for (int32_t s : sets[i])
+    for (int32_t s : sets[i]) {
+      nfa.spend(1 + 16 * int64_t(nfa.states[size_t(s)].edges.size()));
       for (const auto& [set, to] : nfa.states[size_t(s)].edges)
         for (int b = 0; b < 256; ++b)
           if (set.test(size_t(b))) targets[size_t(b)].push_back(to);
+    }
     // Bytes with the same target set share one closure computation.
     std::map<std::vector<int32_t>, int32_t> done;
     for (int b = 0; b < 256; ++b) {
       auto& t = targets[size_t(b)];
+      nfa.spend(int64_t(t.size()) * (log2_ceil(t.size()) + log2_ceil(done.size())));  // the sort and the lookup
       std::sort(t.begin(), t.end());
       t.erase(std::unique(t.begin(), t.end()), t.end());
       int32_t id = -1;

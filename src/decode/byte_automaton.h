@@ -41,10 +41,18 @@ ByteSet byte_range(uint8_t lo, uint8_t hi);
 
 // A deterministic automaton over bytes, trimmed: every state is reachable from the start and can reach
 // an accepting state; a transition to nowhere is -1. An empty language has no states (start -1).
+// What compiling one language may spend besides its states: steps of work (automaton states, moves and
+// bytes visited) and bytes of subset tables. A pattern of thousands of alternatives under a star has few
+// states but subsets of thousands of states each (issue 61: a 20 KB pattern took a minute, a 50 KB one
+// 3 GB); these keep any one compilation under about a second and kMaxCompileBytes.
+inline constexpr int64_t kMaxCompileSteps = int64_t(64) << 20;
+inline constexpr int64_t kMaxCompileBytes = int64_t(128) << 20;
+
 class ByteDfa {
  public:
   // Subset construction from the regex's Thompson automaton. Throws Error when it would need more than
-  // max_states states (the message says the schema or pattern is too large).
+  // max_states states, kMaxCompileSteps steps or kMaxCompileBytes of tables (the message says the schema
+  // or pattern is too large, naming the bound).
   static ByteDfa compile(const RegexPtr& regex, int64_t max_states = 20000);
   // The product automaton: strings both accept.
   static ByteDfa intersect(const ByteDfa& a, const ByteDfa& b, int64_t max_states = 20000);

@@ -81,6 +81,17 @@ double CostModel::pass_ms(double rows) const {
   return passes.back().second + per_row_ms * (rows - double(passes.back().first));  // past the last: the line's slope
 }
 
+bool CostModel::timed() const {
+  if (passes.empty()) return fixed_ms + per_row_ms > 0;
+  return std::all_of(passes.begin(), passes.end(), [](const auto& pass) { return pass.second > 0; });
+}
+
+void CostModel::take_pass_times(const CostModel& timed) {
+  fixed_ms = timed.fixed_ms;
+  per_row_ms = timed.per_row_ms;
+  passes = timed.passes;
+}
+
 void VerifyAcceptance::add(const std::vector<int64_t>& cycles) {
   if (cycles.size() < 2) return;
   std::vector<int64_t>& mine = cycles_keeping[int64_t(cycles.size()) - 1];
@@ -166,7 +177,7 @@ std::string CostModel::save(const std::string& path, const std::string& key) con
   try {
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-    write_file(path, j.dump(2) + "\n");
+    write_file(path, j.dump(2) + "\n", FileOwner::Canvas);
   } catch (const Error& e) {
     return std::string("not written: ") + e.what();
   }
@@ -380,7 +391,13 @@ ModeChoice choose_ar_text_mode(const CostModel& cost, int64_t load, bool can_ove
     const double estimate = estimate_ms(cost, c, load);
     if (!measured_here && estimate <= 0) continue;
     const double ms = measured_here ? it->second.ms_per_token : estimate * scale;
+    if (!(ms > 0)) continue;  // no pass times: nothing to estimate by
     if (!best || ms < best_ms) best = &c, best_ms = ms, best_measured = measured_here;
+  }
+  if (!best) {
+    std::snprintf(buf, sizeof buf, "auto: ar (no pass times to estimate verify by at load %lld)", (long long)load);
+    choice.reason = buf;
+    return choice;
   }
   choice.mode = best->k == 0 ? DecodeMode::Ar : DecodeMode::Verify;
   choice.draft_length = best->k;

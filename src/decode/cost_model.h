@@ -76,6 +76,12 @@ struct CostModel {
   static constexpr int64_t kMaxFileBytes = 1 << 20;
 
   double pass_ms(double rows) const;
+  // Whether the passes were timed (pass_ms is above 0): a file saved before any pass was timed (generate with
+  // a datastore judges by whole runs alone: fixed_ms 0, per_row_ms 0, no passes) has no pass times, and is
+  // timed before any estimate is made from it.
+  bool timed() const;
+  // Takes `timed`'s pass times (fixed_ms, per_row_ms, passes), keeping what was learned from runs.
+  void take_pass_times(const CostModel& timed);
   // Estimated latency (ms) of a request of `prompt` tokens and `tokens` new ones, when `load` requests
   // of the same shape decode at once and share each pass.
   // AR: `tokens` passes of ar_rows rows each (1, or 2 for models fed a mask to predict the next token).
@@ -117,6 +123,7 @@ std::vector<int64_t> ar_text_mode_rows(bool can_overlap, int64_t load = 1);
 // The fastest by time per token at `load` requests sharing each pass: at load 1 a setting's measured runs
 // (CostModel::observed), else its estimate from the pass times and verify's acceptance, scaled by how the
 // measured settings compare with their estimates (a setting estimated fastest runs, and is then measured).
+// A cost model without pass times (not timed()) has no estimates: AR, saying so.
 // Until kMinAcceptanceCycles verify cycles have been measured, verify with kExploreDraftLength drafts runs
 // at load 1 (it writes AR's text, and measures the acceptance) and AR at higher loads; then AR runs once at
 // load 1 to be measured.

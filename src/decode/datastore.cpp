@@ -38,14 +38,19 @@ std::string cache_bytes(const std::string& key, const std::vector<int32_t>& ids)
   return out;
 }
 
-// The ids of a cache file written for `key`; false when it is missing, damaged or for another key.
-bool read_cache(const std::string& file, const std::string& key, std::vector<int32_t>& ids) {
+// The ids of a cache file written for `key`, of a corpus of `corpus_bytes` and a vocabulary of `vocab_size`;
+// false when it is missing, not a regular file (a link, a FIFO: never opened), larger than the corpus's ids
+// can be (one per byte: refused before it is read), damaged, for another key, or holding an id outside the
+// vocabulary. The file is untrusted input: anyone who can write the cache folder can put anything there.
+bool read_cache(const std::string& file, const std::string& key, uint64_t corpus_bytes, int64_t vocab_size,
+                std::vector<int32_t>& ids) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(file, ec)) return false;
+  if (std::filesystem::symlink_status(file, ec).type() != std::filesystem::file_type::regular) return false;
   std::string bytes;
-  try {  // ids of a corpus of at most kMaxCorpusBytes: at most one per byte
-    bytes = read_regular_file_bounded(file, kMaxCorpusBytes * sizeof(int32_t) + key.size() + 64,
-                                      "datastore token cache", "kMaxCorpusBytes");
+  try {
+    const uint64_t most_ids = std::min<uint64_t>(corpus_bytes, kMaxCorpusBytes) + 16;
+    bytes = read_regular_file_bounded(file, size_t(most_ids * sizeof(int32_t) + key.size() + 32 + sizeof kMagic),
+                                      "datastore token cache", "the corpus's size");
   } catch (const std::exception&) {
     return false;
   }
@@ -67,7 +72,8 @@ bool read_cache(const std::string& file, const std::string& key, std::vector<int
   ids.resize(size_t(count));
   std::memcpy(ids.data(), bytes.data() + at, size_t(count) * sizeof(int32_t));
   at += size_t(count) * sizeof(int32_t);
-  if (!get64(checksum) || at != bytes.size() || checksum != fnv1a(ids.data(), ids.size() * sizeof(int32_t))) {
+  if (!get64(checksum) || at != bytes.size() || checksum != fnv1a(ids.data(), ids.size() * sizeof(int32_t)) ||
+      std::any_of(ids.begin(), ids.end(), [vocab_size](int32_t id) { return id < 0 || id >= vocab_size; })) {
     ids.clear();
     return false;
   }
@@ -168,7 +174,8 @@ std::vector<int32_t> Datastore::draft(std::span<const int32_t> context, int64_t 
 
 std::shared_ptr<const Datastore> Datastore::load(const std::string& path, const std::string& tokenizer_identity,
                                                  const std::function<std::vector<int32_t>(const std::string&)>& tokenize,
-                                                 const std::string& cache_dir, std::vector<std::string>* warnings) {
+                                                 int64_t vocab_size, const std::string& cache_dir,
+                                                 std::vector<std::string>* warnings) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path absolute = fs::absolute(path, ec);
@@ -184,7 +191,7 @@ std::shared_ptr<const Datastore> Datastore::load(const std::string& path, const 
     std::snprintf(name, sizeof name, "datastore-%016llx.ids", (unsigned long long)fnv1a(key.data(), key.size()));
     file = (fs::path(cache_dir) / name).string();
     std::vector<int32_t> ids;
-    if (read_cache(file, key, ids)) {
+    if (read_cache(file, key, size, vocab_size, ids)) {
       auto store = std::make_shared<Datastore>(std::move(ids));
       store->from_cache_ = true;
       return store;
@@ -195,7 +202,7 @@ std::shared_ptr<const Datastore> Datastore::load(const std::string& path, const 
   if (!file.empty()) {
     try {
       fs::create_directories(cache_dir, ec);
-      write_file(file, cache_bytes(key, ids));
+      write_file(file, cache_bytes(key, ids), FileOwner::Canvas);  // whatever is there (a link, a FIFO) is replaced
     } catch (const std::exception& e) {
       if (warnings) warnings->push_back(std::string("--draft-datastore's token cache was not written: ") + e.what());
     }
@@ -208,7 +215,7 @@ std::shared_ptr<const Datastore> Datastore::load(const std::string& path, const 
   return load(
       path, tokenizer_identity(tokenizer),
       [&](const std::string& text) { return tokenizer.encode(text, /*add_bos=*/false, /*parse_special=*/false); },
-      user_cache_dir(), warnings);
+      tokenizer.vocab_size(), user_cache_dir(), warnings);
 }
 
 std::string tokenizer_identity(const TextTokenizer& tokenizer) {

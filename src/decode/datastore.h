@@ -29,12 +29,15 @@ class Datastore {
 
   // The corpus of the text file at `path`, tokenized by `tokenize` (no BOS), its ids cached under
   // `cache_dir` (a file named by the key: the file's absolute path, size and modification time, and
-  // `tokenizer_identity`). A cache file that is unreadable, damaged or written for another key is ignored
-  // and written again; "" for cache_dir: no cache. A cache that cannot be written appends a warning to
-  // *warnings (the corpus is still used). Throws Error when the text file cannot be read.
+  // `tokenizer_identity`). A cache file that is unreadable, damaged, written for another key, larger than
+  // the corpus's ids can be (refused before it is read), holding an id outside [0, vocab_size), a link or
+  // not a regular file (a FIFO is never opened) is ignored and written again: a temporary renamed over the
+  // path, never through what is there. "" for cache_dir: no cache. A cache that cannot be written appends a
+  // warning to *warnings (the corpus is still used). Throws Error when the text file cannot be read.
   static std::shared_ptr<const Datastore> load(const std::string& path, const std::string& tokenizer_identity,
                                                const std::function<std::vector<int32_t>(const std::string&)>& tokenize,
-                                               const std::string& cache_dir, std::vector<std::string>* warnings);
+                                               int64_t vocab_size, const std::string& cache_dir,
+                                               std::vector<std::string>* warnings);
   // The same with a model's tokenizer (its identity: tokenizer_identity()), cached in user_cache_dir() (core/cache_dir.h).
   static std::shared_ptr<const Datastore> load(const std::string& path, const TextTokenizer& tokenizer,
                                                std::vector<std::string>* warnings);

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/excerpt.h"
 #include "io/json.h"
 
 namespace canvas {
@@ -234,11 +235,17 @@ class Compiler {
     RegexPtr length = re_repeat(chars, min_len, max_len);
     if (!s.contains("pattern")) return length;
     if (!s["pattern"].is_string()) fail(path, "'pattern' must be a string");
-    const RegexPtr pattern = parse_pattern(s["pattern"].get<std::string>(),
-                                           origin_ + " at " + (path.empty() ? "the root" : path));
-    if (min_len == 0 && max_len < 0) return pattern;
-    auto both = std::make_shared<const ByteDfa>(
-        ByteDfa::intersect(ByteDfa::compile(pattern), ByteDfa::compile(length)));
+    const std::string& text = s["pattern"].get_ref<const std::string&>();
+    const RegexPtr parsed = parse_pattern(text, origin_ + " at " + (path.empty() ? "the root" : path));
+    // Compiled here, alone, so that a pattern past the compile bounds is named in the error.
+    std::shared_ptr<const ByteDfa> pattern;
+    try {
+      pattern = std::make_shared<const ByteDfa>(ByteDfa::compile(parsed));
+    } catch (const Error& e) {
+      fail(path, "pattern " + quoted_excerpt(text) + ": " + e.what());
+    }
+    if (min_len == 0 && max_len < 0) return re_automaton(pattern);
+    auto both = std::make_shared<const ByteDfa>(ByteDfa::intersect(*pattern, ByteDfa::compile(length)));
     if (both->empty()) fail(path, "no string matches both the pattern and the length bounds");
     return re_automaton(both);
   }

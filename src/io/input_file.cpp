@@ -1,9 +1,13 @@
 // Bounded reads of input files.
 #include "io/input_file.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <vector>
 
@@ -33,10 +37,45 @@ std::string read_bounded(std::istream& in, size_t max_bytes, const std::string& 
 
 namespace {
 
+// A regular file's bytes, checked on the descriptor it is read from (no race with a swap at the path):
+// opened without waiting (O_NONBLOCK: a FIFO's open returns at once, and is then refused), its size checked
+// before a byte is read.
+std::string read_regular(const std::string& path, size_t max_bytes, const std::string& what,
+                         const std::string& limit_name) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  check(fd >= 0, "cannot open " + what + " " + path + ": it does not exist or cannot be read");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  check(::fstat(fd, &st) == 0, "cannot open " + what + " " + path + ": " + std::strerror(errno));
+  check(!S_ISDIR(st.st_mode), what + " " + path + " is a directory, not a file");
+  if (!S_ISREG(st.st_mode))
+    throw Error(what + " " + path + " is not a regular file (" +
+                (S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket" : "a device") + ")");
+  check(uint64_t(st.st_size) <= max_bytes, what + " " + path + " has " + std::to_string(st.st_size) +
+                                               " bytes, more than " + mib(max_bytes) + " (" + limit_name + ")");
+  // To its end (a file that grew since fstat, /proc's files of size 0), at most max_bytes.
+  std::string text;
+  text.reserve(size_t(st.st_size));
+  std::vector<char> chunk(size_t(1) << 16);
+  for (;;) {
+    const ssize_t n = ::read(fd, chunk.data(), chunk.size());
+    if (n < 0 && errno == EINTR) continue;
+    check(n >= 0, what + " " + path + ": read error: " + std::strerror(errno));
+    if (n == 0) return text;
+    check(text.size() + size_t(n) <= max_bytes,
+          what + " " + path + " is longer than " + mib(max_bytes) + " (" + limit_name + "): not read further");
+    text.append(chunk.data(), size_t(n));
+  }
+}
+
 // Reads `path` after checking what it is: a directory or a missing file is an Error; a regular file larger
 // than max_bytes too; anything else is an Error unless `streams` (then read up to the bound, after a notice).
 std::string read_checked(const std::string& path, size_t max_bytes, const std::string& what,
                          const std::string& limit_name, bool streams) {
+  if (!streams) return read_regular(path, max_bytes, what, limit_name);
   struct stat st {};
   check(::stat(path.c_str(), &st) == 0, "cannot open " + what + " " + path + ": it does not exist or cannot be read");
   check(!S_ISDIR(st.st_mode), what + " " + path + " is a directory, not a file");

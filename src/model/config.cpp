@@ -2,6 +2,7 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 
 #include "core/error.h"
@@ -11,6 +12,14 @@
 
 namespace canvas {
 namespace {
+
+// A token id key of a GGUF, `fallback` when absent. An id past int32 (it would wrap) is an Error naming the
+// file and key; bind_gguf checks it against the vocabulary (the embedding's rows) once that is known.
+int32_t gguf_token_id(const GgufFile& file, const std::string& key, int64_t fallback) {
+  const int64_t id = file.get_int(key, fallback);
+  check(id >= -1 && id <= INT32_MAX, file.path() + ": " + key + " " + std::to_string(id) + " is not a token id");
+  return int32_t(id);
+}
 
 struct ArchTraits {
   const char* arch;
@@ -237,9 +246,9 @@ ModelConfig gemma_config_from_gguf(const GgufFile& file, ModelConfig c) {
   if (c.arch == "gemma3") c.attention_scale = gemma3_attention_scale(c, full_dim);
   check_gemma_config(c, file.path());
   if (c.has_decoder && !file.find("training.identity") && !file.find("training.config")) set_release_form(c);
-  c.bos_token = int32_t(file.get_int("tokenizer.ggml.bos_token_id", 2));
-  c.eos_token = int32_t(file.get_int("tokenizer.ggml.eos_token_id", 1));
-  c.pad_token = int32_t(file.get_int("tokenizer.ggml.padding_token_id", 0));
+  c.bos_token = gguf_token_id(file, "tokenizer.ggml.bos_token_id", 2);
+  c.eos_token = gguf_token_id(file, "tokenizer.ggml.eos_token_id", 1);
+  c.pad_token = gguf_token_id(file, "tokenizer.ggml.padding_token_id", 0);
   return c;
 }
 
@@ -297,6 +306,18 @@ FullLayerShapes full_layer_shapes(const JsonDocument& doc, const std::string& pr
 }
 
 }  // namespace
+
+int32_t checked_token_id(int64_t id, int64_t vocab, const std::string& origin, const std::string& key) {
+  check(id >= 0 && id < vocab, origin + ": " + key + " " + std::to_string(id) + " is outside the vocabulary of " +
+                                   std::to_string(vocab) + " tokens");
+  return int32_t(id);
+}
+
+void check_token_ids(const ModelConfig& c, const std::string& origin) {
+  for (const auto& [id, key] : {std::pair{c.bos_token, "bos"}, {c.eos_token, "eos"}, {c.pad_token, "padding"},
+                                {c.mask_token, "mask"}})
+    if (id >= 0) checked_token_id(id, c.vocab, origin, std::string("tokenizer.ggml.") + key + "_token_id");
+}
 
 ModelConfig config_from_hf(const std::string& path) {
   const JsonDocument doc = JsonDocument::load(path);
@@ -416,11 +437,15 @@ ModelConfig config_from_hf(const std::string& path) {
   check_gemma_config(c, path);
   if (c.has_decoder) set_release_form(c);
   check(c.vocab > 0 && c.vocab < (int64_t(1) << 31), path + ": " + key("vocab_size") + " has invalid value");
-  c.bos_token = int32_t(doc.get_int(key("bos_token_id"), doc.get_int("bos_token_id", 2)));
-  c.pad_token = int32_t(doc.get_int(key("pad_token_id"), doc.get_int("pad_token_id", 0)));
-  const std::vector<int64_t> eos = doc.get_int_or_int_array(doc.has(key("eos_token_id")) ? key("eos_token_id")
-                                                                                           : "eos_token_id");
-  c.eos_token = eos.empty() ? 1 : int32_t(eos[0]);
+  const auto id = [&](const char* name, int64_t fallback) {
+    const std::string at = doc.has(key(name)) ? key(name) : std::string(name);
+    const std::vector<int64_t> ids = doc.get_int_or_int_array(at);
+    for (const int64_t i : ids) checked_token_id(i, c.vocab, path, at);
+    return checked_token_id(ids.empty() ? fallback : ids[0], c.vocab, path, at);
+  };
+  c.bos_token = id("bos_token_id", 2);
+  c.pad_token = id("pad_token_id", 0);
+  c.eos_token = id("eos_token_id", 1);
   return c;
 }
 
@@ -488,14 +513,14 @@ ModelConfig config_from_gguf(const GgufFile& file) {
   c.rope.theta = float(file.get_float(p + "rope.freq_base", 10000.0));
   check_float_hyperparameters(c, file.path(), p + "attention.layer_norm_rms_epsilon", p + "rope.freq_base");
 
-  c.mask_token = int32_t(file.get_int("tokenizer.ggml.mask_token_id", -1));
+  c.mask_token = gguf_token_id(file, "tokenizer.ggml.mask_token_id", -1);
   c.uniform_state = c.uniform_state || file.get_string("diffusion.kind", "") == "uniform";
   c.self_conditioning = file.get_bool("diffusion.self_conditioning", false);
   check(!c.self_conditioning || c.ffn > 0,
         file.path() + ": diffusion.self_conditioning needs " + p + "feed_forward_length (the MLP's width)");
-  c.bos_token = int32_t(file.get_int("tokenizer.ggml.bos_token_id", -1));
-  c.eos_token = int32_t(file.get_int("tokenizer.ggml.eos_token_id", -1));
-  c.pad_token = int32_t(file.get_int("tokenizer.ggml.padding_token_id", -1));
+  c.bos_token = gguf_token_id(file, "tokenizer.ggml.bos_token_id", -1);
+  c.eos_token = gguf_token_id(file, "tokenizer.ggml.eos_token_id", -1);
+  c.pad_token = gguf_token_id(file, "tokenizer.ggml.padding_token_id", -1);
   return c;
 }
 

@@ -118,6 +118,13 @@ void config_to_gguf(const ModelConfig& config, GgufWriter& writer);
 // config, or empty when every pair rotates (or the family has no such tensor).
 std::vector<float> gguf_rope_freqs(const ModelConfig& config);
 
+// A special token id (bos, eos, pad, mask) read from `key` of the file `origin`: negative values and values
+// at or past `vocab` are an Error naming the file, the key and the vocabulary (an id outside it would index
+// past the embedding, or drop EOS without a word). Returns it as an int32.
+int32_t checked_token_id(int64_t id, int64_t vocab, const std::string& origin, const std::string& key);
+// The config's bos, eos, pad and mask ids (where set: >= 0) checked so against c.vocab, as GGUF keys.
+void check_token_ids(const ModelConfig& c, const std::string& origin);
+
 // Reads a Hugging Face config.json: LLaDA, LLaDA-MoE, Dream, Qwen2 or Llama in their published layouts
 // (model/hf_families.h, docs/formats.md), or a Gemma 4 / DiffusionGemma text config (nested under
 // "text_config" or at the top level). `path` is the config.json itself; errors name it and the key at fault.

@@ -198,9 +198,9 @@ ModelConfig llama_family_config_from_hf(const JsonDocument& doc, const std::stri
   c.causal = arch == "llama" || arch == "qwen2";
   c.shift_logits = c.causal || arch == "dream";  // Dream: row p-1 predicts token p
 
-  auto token = [&](const char* key) {
-    if (!doc.has(key)) return int32_t(-1);
+  auto token = [&](const char* key) {  // every id of a list in the vocabulary; the first is the one kept
     const std::vector<int64_t> ids = doc.get_int_or_int_array(key);
+    for (const int64_t id : ids) checked_token_id(id, c.vocab, path, key);
     return ids.empty() ? int32_t(-1) : int32_t(ids[0]);
   };
   c.bos_token = token("bos_token_id");

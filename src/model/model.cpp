@@ -333,6 +333,7 @@ Model bind_gguf(const std::string& path) {
   const TensorView* embd = f.find_tensor("token_embd.weight");
   check(embd != nullptr, path + ": missing tensor 'token_embd.weight'");
   c.vocab = embd->ne[1];
+  check_token_ids(c, path);
   if (c.layer_style != LayerStyle::Gemma4) {
     // What llama-family files say by which tensors they hold rather than by keys.
     c.tied_output = f.find_tensor("output.weight") == nullptr;

@@ -32,20 +32,21 @@ Engine::Engine(const Model& model, ThreadPool* pool, EngineOptions options)
   const std::optional<CostModel> stored = options_.cost_model_file.empty()
                                               ? std::nullopt
                                               : CostModel::load(options_.cost_model_file, options_.cost_model_key);
-  if (stored) {
-    cost_ = *stored;
-  } else {
+  // A stored line without pass times (generate with a datastore saves runs alone) is timed here, keeping
+  // what its runs taught.
+  if (stored) cost_ = *stored;
+  if (!stored || !stored->timed()) {
     const int64_t rows = std::min<int64_t>(64, std::max<int64_t>(2, model.config.context_length));
     if (chooses_verify()) {  // the pass sizes of AR and each verify candidate, and of batched passes
       std::vector<int64_t> sizes = ar_text_mode_rows(model.config.has_decoder);
       sizes.insert(sizes.end(), {rows / 2, rows});
-      cost_ = CostModel::measure(model, pool, sizes);
+      cost_.take_pass_times(CostModel::measure(model, pool, sizes));
     } else {
-      cost_ = CostModel::measure(model, pool, rows);
+      cost_.take_pass_times(CostModel::measure(model, pool, rows));
     }
     save_cost_model(cost_);
   }
-  cost_model_stored_ = stored.has_value();
+  cost_model_stored_ = stored && stored->timed();
 }
 
 Engine::~Engine() { shutdown(true); }

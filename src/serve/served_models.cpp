@@ -45,6 +45,7 @@ ModelFiles expand_model_paths(const std::vector<std::string>& values) {
     std::error_code ec;
     if (!fs::is_directory(value, ec) || fs::exists(fs::path(value) / "config.json", ec)) {
       files.paths.push_back(value);
+      files.listed.push_back(false);
       continue;
     }
     std::vector<std::string> found;
@@ -83,6 +84,7 @@ ModelFiles expand_model_paths(const std::vector<std::string>& values) {
     check(!found.empty(), "-m " + value + ": the directory holds no *.gguf model and no config.json" + passed_over);
     std::sort(found.begin(), found.end());
     files.paths.insert(files.paths.end(), found.begin(), found.end());
+    files.listed.insert(files.listed.end(), found.size(), true);
     files.skipped.insert(files.skipped.end(), skipped.begin(), skipped.end());
   }
   return files;

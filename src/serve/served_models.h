@@ -44,6 +44,7 @@ struct ModelFiles {
     bool operator==(const Skipped&) const = default;
   };
   std::vector<std::string> paths;
+  std::vector<bool> listed;  // per path: found in a -m DIR (a model that then fails to load is passed over)
   std::vector<Skipped> skipped;
 };
 ModelFiles expand_model_paths(const std::vector<std::string>& values);
