@@ -33,7 +33,20 @@ case "$what" in
     ;;
   llamacpp | real)
     file="$here/test_llamacpp.py"; [ "$what" = real ] && file="$here/test_real_models.py"
-    CANVAS_BINARY="$(realpath "$1")" CANVAS_SOURCE="$(realpath "$2")" HF_HUB_OFFLINE=1 "${pytest[@]}" "$file"
+    # ggml compiled with AMX instructions dies with SIGILL on the AMX Xeons of this machine kind (threads that
+    # never asked the kernel for the tile state); scripts/setup.sh builds it without them.
+    lib="$("$python" -c 'import llama_cpp, os; print(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-cpu.so"))')"
+    if command -v objdump >/dev/null && [ -f "$lib" ] && objdump -d "$lib" | grep -qE 'tilezero|ldtilecfg|tdpb'; then
+      echo "tests/python: $lib contains AMX instructions (built with -march=native?); run scripts/setup.sh --tests to rebuild it" >&2
+      exit 1
+    fi
+    status=0
+    CANVAS_BINARY="$(realpath "$1")" CANVAS_SOURCE="$(realpath "$2")" HF_HUB_OFFLINE=1 "${pytest[@]}" "$file" || status=$?
+    if [ "$status" -gt 128 ]; then
+      echo "tests/python: the test process died with signal $((status - 128)) (a crash inside llama-cpp-python or" \
+           "another native library); rebuild the test dependencies with scripts/setup.sh --tests" >&2
+    fi
+    exit "$status"
     ;;
   *)
     echo "usage: run_tests.sh serve BINARY MODELS TEST_FILE | llamacpp BINARY SOURCE_DIR | real BINARY SOURCE_DIR" >&2
