@@ -88,7 +88,7 @@ DecodeMode Generator::resolve(DecodeMode mode) const {
   const ModelConfig& c = model_.config;
   if (!c.default_mode.empty()) return parse_decode_mode(c.default_mode);
   // Uniform-state models write AR's text through their causal path (a front end with a cost model picks
-  // the fastest of ar and verify: serve/mode_choice.h); masked-diffusion models decode by diffusion.
+  // the fastest of ar and verify: choose_ar_text_mode in decode/cost_model.h); masked-diffusion models decode by diffusion.
   return c.is_diffusion() && !c.uniform_state ? DecodeMode::Diffusion : DecodeMode::Ar;
 }
 
