@@ -27,9 +27,10 @@ namespace canvas::cli {
 std::vector<Option> decoding_options() {
   return {
         {"-n,--n-predict", "N", "tokens to generate (generate: default 64, a uniform-state model's\n"
-                                "generation_config.json max_new_tokens; chat: to the end of the turn or the\n"
-                                "context); any N: masked diffusion pads the last block and cuts it; prompt + N\n"
-                                "must fit the model's context length"},
+                                "generation_config.json max_new_tokens, 256 for the DiffusionGemma release;\n"
+                                "chat: to the end of the turn or the context); any N: masked diffusion pads the\n"
+                                "last block and cuts it, the DiffusionGemma release denoises whole canvases\n"
+                                "and cuts the text; prompt + N must fit the model's context length"},
         {"--mode", "MODE", "auto (default) | diffusion | ar | verify. diffusion on an autoregressive model is\n"
                            "refused, ar on a masked-diffusion model warns. verify (uniform-state models,\n"
                            "DiffusionGemma): the decoder drafts --draft-length tokens, one causal pass verifies\n"
