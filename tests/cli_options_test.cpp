@@ -421,13 +421,13 @@ TEST(CliChat, FormatFromTheModelsChatTemplate) {
   const auto fallback = run_canvas("chat -m " + test::fixture("tiny-dream.gguf") + " -n 4 -t 1" + hello);
   EXPECT_TRUE(has(fallback.output, "format gemma4 (built-in (the model has no tokenizer.chat_template))"))
       << fallback.output;
-  const std::string macro = with_chat_template(dir, "macro.gguf", "{% macro turn(m) %}{{ m }}{% endmacro %}");
-  const auto unusable = run_canvas("chat -m " + macro + " -n 4 -t 1" + hello);
+  const std::string caller = with_chat_template(dir, "caller.gguf", "{% call turn() %}{{ m }}{% endcall %}");
+  const auto unusable = run_canvas("chat -m " + caller + " -n 4 -t 1" + hello);
   EXPECT_EQ(unusable.exit_code, 0) << unusable.output;
   EXPECT_TRUE(
       has(unusable.output, "format gemma4 (built-in; the model's tokenizer.chat_template was not usable"))
       << unusable.output;
-  EXPECT_TRUE(has(unusable.output, "macro")) << unusable.output;
+  EXPECT_TRUE(has(unusable.output, "call")) << unusable.output;
   // A template that refuses a conversation (here: any system turn) skips that turn; the chat goes on.
   const std::string strict = with_chat_template(dir, "strict.gguf",
                                                 "{% for m in messages %}{% if m.role == 'system' %}{{ "
