@@ -117,6 +117,10 @@ struct GenerationRequest {
   std::optional<std::string> suffix;
   std::shared_ptr<const JsonTemplate> json_schema;
 
+  // The text (GenerationOutput::text and on_text's pieces) writes special tokens out as their text (e.g.
+  // Gemma 4's "<|channel>"), for a front end that reads the format's markers (chat_reply); stop ids still end it.
+  bool special_text = false;
+
   // Each decoding step (the canvas as it stands), and each new piece of final text, in order.
   std::function<void(const StepEvent&)> on_step;
   std::function<void(const std::string&)> on_text;
