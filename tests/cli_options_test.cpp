@@ -692,6 +692,32 @@ TEST(CliDevice, UnknownDevicesAreRefusedAndCudaSaysWhyNot) {
 
 namespace canvas {
 
+// --think sets the template's enable_thinking (here it writes a longer prompt); a template without the switch
+// says that --think does nothing. A template with Gemma 4's channels shows the reply split (the tiny model
+// writes no markers: all of it is the answer).
+TEST(CliChat, ThinkSetsTheTemplatesSwitch) {
+  test::TempDir dir;
+  const std::string switched = with_chat_template(
+      dir, "think.gguf",
+      "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if enable_thinking %} think step by step, then check every step twice before you answer{% endif %}"
+      "{{ '<|channel>thought\\n<channel|>' if not enable_thinking | default(false) }}");
+  const std::string hello = " < " + lines_file(dir, "hello\n");
+  const auto plain = run_canvas("chat -m " + switched + " -n 4 -t 1" + hello);
+  const auto thinking = run_canvas("chat -m " + switched + " --think -n 4 -t 1" + hello);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(thinking.exit_code, 0) << thinking.output;
+  std::smatch m1, m2;
+  ASSERT_TRUE(std::regex_search(plain.output, m1, std::regex("prompt (\\d+) tokens"))) << plain.output;
+  ASSERT_TRUE(std::regex_search(thinking.output, m2, std::regex("prompt (\\d+) tokens"))) << thinking.output;
+  EXPECT_GT(std::stoi(m2[1]), std::stoi(m1[1]));
+  EXPECT_FALSE(has(thinking.output, "--think does nothing")) << thinking.output;
+  EXPECT_FALSE(has(plain.output, "[thinking]")) << plain.output;
+  const std::string plain_template = with_chat_template(dir, "plain.gguf", "{% for m in messages %}{{ m['content'] }}{% endfor %}");
+  const auto ignored = run_canvas("chat -m " + plain_template + " --think -n 4 -t 1" + hello);
+  ASSERT_EQ(ignored.exit_code, 0) << ignored.output;
+  EXPECT_TRUE(has(ignored.output, "--think does nothing")) << ignored.output;
+}
+
 TEST(CliChat, SlashCommandsSaveLoadAndHelp) {
   test::TempDir dir;
   const std::string saved = dir.path("conversation.json");

@@ -121,7 +121,7 @@ TEST(GemmaChannels, OnlyFormatsWithChannelsAreSplit) {
   ChatFormat own;
   own.name = "the model's";
   own.jinja = "{{ '<|turn>model\\n<|channel>thought\\n<channel|>' }}";
-  EXPECT_TRUE(chat_format_has_channels(gemma4));
+  EXPECT_FALSE(chat_format_has_channels(gemma4));  // the built-in format opens no thinking channel
   EXPECT_FALSE(chat_format_has_channels(chatml));
   EXPECT_TRUE(chat_format_has_channels(own));
   own.jinja = "{{ messages }}";

@@ -32,12 +32,18 @@ struct ChatMessage {
   static ChatMessage from_json(const nlohmann::ordered_json& message, const std::string& origin);
 };
 
+// What a request adds to its messages for the template: the tools it offers and the thinking switch.
+struct ChatExtras {
+  nlohmann::ordered_json tools = nullptr;  // the `tools` variable (OpenAI's list of functions); null: none
+  std::optional<bool> enable_thinking;     // the `enable_thinking` variable; unset: undefined
+};
+
 struct ChatTemplateInputs {
   std::vector<ChatMessage> messages;
   std::string bos_token, eos_token;
   bool add_generation_prompt = true;
-  nlohmann::ordered_json tools = nullptr;  // the `tools` variable (OpenAI's list of functions); null: none
-  std::optional<bool> enable_thinking;     // the `enable_thinking` variable; unset: undefined
+  nlohmann::ordered_json tools = nullptr;  // as ChatExtras
+  std::optional<bool> enable_thinking;
   // Bounds, so that a template from a model file cannot take the machine down: no text the render makes
   // (the output, a string repeated or joined) may pass max_output_bytes, checked before it is allocated;
   // the render's work (expressions evaluated, loop iterations, bytes copied) is bounded by a step budget;

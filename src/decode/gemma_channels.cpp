@@ -233,7 +233,7 @@ ChatReply parse_gemma_channels(std::string_view text, bool more_to_come) {
 }
 
 bool chat_format_has_channels(const ChatFormat& format) {
-  return format.jinja.empty() ? format.name == "gemma4" : format.jinja.find(kChannelOpen) != std::string::npos;
+  return format.jinja.find(kChannelOpen) != std::string::npos;
 }
 
 ChatReply chat_reply(const ChatFormat& format, const TextTokenizer& tokenizer, const std::vector<int32_t>& tokens,

@@ -40,10 +40,10 @@ ChatReply parse_gemma_channels(std::string_view text, bool more_to_come = false)
 // null, nested {} and []) as a JSON object's text; false when it is not well formed.
 bool gemma_arguments_to_json(std::string_view arguments, std::string& json);
 
-// What serve and `canvas chat` call: the reply of a model's generated tokens in its chat format. Formats
-// with Gemma 4's channels (the built-in gemma4, or a template that writes "<|channel>") are split as
-// above, from the tokens' text with special tokens written out; any other format gives the text as
-// content.
+// What serve and `canvas chat` call: the reply of a model's generated tokens in its chat format. A format
+// with Gemma 4's channels (a template that writes "<|channel>", as the release's does; the built-in gemma4
+// format opens no channels) is split as above, from the tokens' text with special tokens written out; any
+// other format gives the text as content.
 bool chat_format_has_channels(const ChatFormat& format);
 ChatReply chat_reply(const ChatFormat& format, const TextTokenizer& tokenizer, const std::vector<int32_t>& tokens,
                      bool more_to_come = false);

@@ -127,7 +127,7 @@ std::vector<int32_t> Generator::prompt_of(const GenerationRequest& r) const {
   if (!r.messages.empty() || r.chat) {
     canvas::check(chat_ != nullptr, "this generator has no chat format");
     return chat_->encode(*tokenizer_, r.messages.empty() ? std::vector<ChatMessage>{{"user", r.text}} : r.messages,
-                         r.parse_special.value_or(false));
+                         r.parse_special.value_or(false), r.chat_extras);
   }
   return tokenizer_->encode(r.text, true, r.parse_special.value_or(true));
 }

@@ -43,6 +43,7 @@ struct GenerationRequest {
   std::string text;
   bool chat = false;
   std::vector<ChatMessage> messages;
+  ChatExtras chat_extras;  // the template's tools and thinking switch (with messages or chat)
 
   // Special-token text the client wrote (e.g. "<|turn>"): parsed as special tokens, or encoded as the
   // characters it is. Unset: message contents (and `text` with `chat`) are plain, so a client cannot open
