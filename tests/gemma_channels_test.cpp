@@ -38,6 +38,12 @@ TEST(GemmaChannels, ThinkingContentAndToolCalls) {
   EXPECT_EQ(parse_json(calls.tool_calls[0].arguments, "arguments")["city"], "Paris, \"FR\"");
   EXPECT_EQ(calls.tool_calls[1].name, "now");
   EXPECT_EQ(calls.tool_calls[1].arguments, "{}");
+  EXPECT_EQ(calls.message_json().dump(),
+            R"({"role":"assistant","content":null,"reasoning_content":"Use tools.","tool_calls":[{"id":"call_0",)"
+            R"("type":"function","function":{"name":"get_weather","arguments":)" +
+                nlohmann::ordered_json(calls.tool_calls[0].arguments).dump() +
+                R"(}},{"id":"call_1","type":"function","function":{"name":"now","arguments":"{}"}}]})");
+  EXPECT_EQ(plain.message_json().dump(), R"({"role":"assistant","content":"Paris."})");
 }
 
 // An unclosed thought is all reasoning so far; a stream holds back a marker cut at its end and a tool call
@@ -124,8 +130,10 @@ TEST(GemmaChannels, OnlyFormatsWithChannelsAreSplit) {
   EXPECT_FALSE(chat_format_has_channels(gemma4));  // the built-in format opens no thinking channel
   EXPECT_FALSE(chat_format_has_channels(chatml));
   EXPECT_TRUE(chat_format_has_channels(own));
+  EXPECT_EQ(chat_reply(own, "<|channel>thought\nhm<channel|>Yes").reasoning_content, "hm");
   own.jinja = "{{ messages }}";
   EXPECT_FALSE(chat_format_has_channels(own));
+  EXPECT_EQ(chat_reply(own, "<|channel>thought\nhm<channel|>Yes").content, "<|channel>thought\nhm<channel|>Yes");
 }
 
 }  // namespace

@@ -1711,7 +1711,7 @@ class Renderer {
       const Value* by = kwarg(kwargs, "by");
       const bool by_value = by ? text(*by) == "value" : args.size() > 1 && text(args[1]) == "value";
       const bool reverse = flag("reverse", 2, false);
-      List pairs = items(v).list ? *items(v).list : List{};
+      List pairs = *items(v).list;
       std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& a, const Value& b) {
         const int c = compare((*a.list)[by_value ? 1 : 0], (*b.list)[by_value ? 1 : 0], case_sensitive);
         return reverse ? c > 0 : c < 0;

@@ -238,13 +238,29 @@ bool chat_format_has_channels(const ChatFormat& format) {
 
 ChatReply chat_reply(const ChatFormat& format, const TextTokenizer& tokenizer, const std::vector<int32_t>& tokens,
                      bool more_to_come) {
-  if (!chat_format_has_channels(format)) {
-    ChatReply reply;
-    reply.content = tokenizer.decode(tokens);
-    reply.final_bytes = reply.content.size();
-    return reply;
+  const bool channels = chat_format_has_channels(format);
+  return chat_reply(format, channels ? tokenizer.decode_with_special(tokens) : tokenizer.decode(tokens), more_to_come);
+}
+
+ChatReply chat_reply(const ChatFormat& format, std::string_view text, bool more_to_come) {
+  if (chat_format_has_channels(format)) return parse_gemma_channels(text, more_to_come);
+  ChatReply reply;
+  reply.content = std::string(text);
+  reply.final_bytes = text.size();
+  return reply;
+}
+
+nlohmann::ordered_json ChatReply::message_json() const {
+  nlohmann::ordered_json m = {{"role", "assistant"}};
+  m["content"] = content.empty() && !tool_calls.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(content);
+  if (!reasoning_content.empty()) m["reasoning_content"] = reasoning_content;
+  if (!tool_calls.empty()) {
+    m["tool_calls"] = nlohmann::ordered_json::array();
+    for (const ChatToolCall& call : tool_calls)
+      m["tool_calls"].push_back(
+          {{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
   }
-  return parse_gemma_channels(tokenizer.decode_with_special(tokens), more_to_come);
+  return m;
 }
 
 }  // namespace canvas

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace canvas {
 
 struct ChatFormat;
@@ -27,6 +29,10 @@ struct ChatReply {
   // The bytes of the text that are final: reasoning, content and tool calls hold their text only. The rest
   // (text that may begin a marker, a tool call not closed yet) is held back until more text decides it.
   size_t final_bytes = 0;
+
+  // The reply as OpenAI's assistant message: content (null when empty and there are tool calls),
+  // reasoning_content when there was thinking, tool_calls when there were calls.
+  nlohmann::ordered_json message_json() const;
 };
 
 // Splits Gemma 4 output. With more_to_come, a marker cut at the end of the text and an unclosed tool call
@@ -47,5 +53,8 @@ bool gemma_arguments_to_json(std::string_view arguments, std::string& json);
 bool chat_format_has_channels(const ChatFormat& format);
 ChatReply chat_reply(const ChatFormat& format, const TextTokenizer& tokenizer, const std::vector<int32_t>& tokens,
                      bool more_to_come = false);
+// The same from generated text: text made with GenerationRequest::special_text set when the format has
+// channels (its markers written out), else as generated.
+ChatReply chat_reply(const ChatFormat& format, std::string_view text, bool more_to_come = false);
 
 }  // namespace canvas
