@@ -27,7 +27,8 @@ std::string read_text(const std::string& path) {
 // The inputs transformers' apply_chat_template would get for one case of conversations.json.
 ChatTemplateInputs inputs_of(const nlohmann::ordered_json& c) {
   ChatTemplateInputs in;
-  for (const auto& m : c.at("messages")) in.messages.push_back(ChatMessage::from_json(m, c.at("name").get<std::string>()));
+  for (const auto& m : c.at("messages"))
+    in.messages.push_back(ChatMessage::from_json(m, c.at("name").get<std::string>()));
   in.bos_token = "<bos>";
   in.eos_token = "<eos>";
   in.add_generation_prompt = c.value("add_generation_prompt", true);
@@ -39,7 +40,8 @@ ChatTemplateInputs inputs_of(const nlohmann::ordered_json& c) {
 TEST(ChatTemplateFixtures, Gemma4StyleRendersAsJinja2) {
   const char* template_override = std::getenv("CANVAS_CHAT_TEMPLATE");
   const char* expected_override = std::getenv("CANVAS_CHAT_EXPECTED");
-  const std::string source = read_text(template_override ? template_override : test::fixture("chat/gemma4-style.jinja"));
+  const std::string source =
+      read_text(template_override ? template_override : test::fixture("chat/gemma4-style.jinja"));
   const std::string expected_dir = expected_override ? expected_override : test::fixture("chat/gemma4-style");
   const nlohmann::ordered_json cases =
       parse_json_ordered(read_text(test::fixture("chat/conversations.json")), "conversations.json");
@@ -64,7 +66,8 @@ TEST(ChatTemplateFixtures, OneUserTurnOpensAnEmptyThinkingChannel) {
   in.messages = {{"user", "Hello!"}};
   in.bos_token = "<bos>";
   const std::string source = read_text(test::fixture("chat/gemma4-style.jinja"));
-  EXPECT_EQ(render_chat_template(source, in), "<bos><|turn>user\nHello!<turn|>\n<|turn>model\n<|channel>thought\n<channel|>");
+  EXPECT_EQ(render_chat_template(source, in),
+            "<bos><|turn>user\nHello!<turn|>\n<|turn>model\n<|channel>thought\n<channel|>");
   in.enable_thinking = true;
   EXPECT_EQ(render_chat_template(source, in),
             "<bos><|turn>system\n<|think|>\n<turn|>\n<|turn>user\nHello!<turn|>\n<|turn>model\n");
@@ -79,11 +82,13 @@ TEST(ChatTemplateFixtures, MessagesRoundTripThroughJson) {
   EXPECT_EQ(m.tool_calls.size(), 1u);
   EXPECT_EQ(m.to_json().dump(), call.dump());
   const ChatMessage parts = ChatMessage::from_json(
-      nlohmann::ordered_json::parse(R"({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image"}]})"),
+      nlohmann::ordered_json::parse(
+          R"({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image"}]})"),
       "test");
   EXPECT_EQ(parts.content, "a");
   EXPECT_TRUE(parts.content_parts.is_array());
-  for (const char* bad : {R"([1])", R"({"content": "x"})", R"({"role": 3})", R"({"role": "user", "tool_calls": 1})"}) {
+  for (const char* bad :
+       {R"([1])", R"({"content": "x"})", R"({"role": 3})", R"({"role": "user", "tool_calls": 1})"}) {
     EXPECT_THROW(ChatMessage::from_json(nlohmann::ordered_json::parse(bad), "test"), Error) << bad;
   }
 }

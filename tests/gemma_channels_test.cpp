@@ -18,13 +18,16 @@ TEST(GemmaChannels, ThinkingContentAndToolCalls) {
   EXPECT_EQ(plain.reasoning_content, "");
   EXPECT_TRUE(plain.tool_calls.empty());
 
-  const ChatReply thought = parse_gemma_channels("<|channel>thought\nThe capital.\n<channel|>Paris.<turn|>ignored");
+  const ChatReply thought =
+      parse_gemma_channels("<|channel>thought\nThe capital.\n<channel|>Paris.<turn|>ignored");
   EXPECT_EQ(thought.reasoning_content, "The capital.\n");
   EXPECT_EQ(thought.content, "Paris.");
-  EXPECT_EQ(thought.final_bytes, std::string("<|channel>thought\nThe capital.\n<channel|>Paris.<turn|>ignored").size());
+  EXPECT_EQ(thought.final_bytes,
+            std::string("<|channel>thought\nThe capital.\n<channel|>Paris.<turn|>ignored").size());
 
   const ChatReply calls = parse_gemma_channels(
-      "<|channel>thought\nUse tools.<channel|><|tool_call>call:get_weather{city:<|\"|>Paris, \"FR\"<|\"|>,days:2,"
+      "<|channel>thought\nUse tools.<channel|><|tool_call>call:get_weather{city:<|\"|>Paris, "
+      "\"FR\"<|\"|>,days:2,"
       "area:{lat:48.85,lon:-2.5e-1,label:null},exact:true,stops:[<|\"|>a<|\"|>,{name:<|\"|>b<|\"|>}],none:[]}"
       "<tool_call|><|tool_call>call:now{}<tool_call|><|tool_response>");
   EXPECT_EQ(calls.reasoning_content, "Use tools.");
@@ -38,11 +41,12 @@ TEST(GemmaChannels, ThinkingContentAndToolCalls) {
   EXPECT_EQ(parse_json(calls.tool_calls[0].arguments, "arguments")["city"], "Paris, \"FR\"");
   EXPECT_EQ(calls.tool_calls[1].name, "now");
   EXPECT_EQ(calls.tool_calls[1].arguments, "{}");
-  EXPECT_EQ(calls.message_json().dump(),
-            R"({"role":"assistant","content":null,"reasoning_content":"Use tools.","tool_calls":[{"id":"call_0",)"
-            R"("type":"function","function":{"name":"get_weather","arguments":)" +
-                nlohmann::ordered_json(calls.tool_calls[0].arguments).dump() +
-                R"(}},{"id":"call_1","type":"function","function":{"name":"now","arguments":"{}"}}]})");
+  EXPECT_EQ(
+      calls.message_json().dump(),
+      R"({"role":"assistant","content":null,"reasoning_content":"Use tools.","tool_calls":[{"id":"call_0",)"
+      R"("type":"function","function":{"name":"get_weather","arguments":)" +
+          nlohmann::ordered_json(calls.tool_calls[0].arguments).dump() +
+          R"(}},{"id":"call_1","type":"function","function":{"name":"now","arguments":"{}"}}]})");
   EXPECT_EQ(plain.message_json().dump(), R"({"role":"assistant","content":"Paris."})");
 }
 
@@ -52,7 +56,8 @@ TEST(GemmaChannels, StreamingHoldsBackPartialMarkers) {
   const ChatReply open = parse_gemma_channels("<|channel>thought\nStill thinking", true);
   EXPECT_EQ(open.reasoning_content, "Still thinking");
   EXPECT_EQ(open.content, "");
-  EXPECT_EQ(parse_gemma_channels("<|channel>thought\nStill thinking", false).reasoning_content, "Still thinking");
+  EXPECT_EQ(parse_gemma_channels("<|channel>thought\nStill thinking", false).reasoning_content,
+            "Still thinking");
 
   const ChatReply cut = parse_gemma_channels("Hello <|chan", true);
   EXPECT_EQ(cut.content, "Hello ");
@@ -73,11 +78,13 @@ TEST(GemmaChannels, StreamingHoldsBackPartialMarkers) {
 
   // Every prefix of a whole reply gives a reply that the next prefix's only extends.
   const std::string whole =
-      "<|channel>thought\nweather?\n<channel|>Checking.<|tool_call>call:w{city:<|\"|>Oslo<|\"|>}<tool_call|>Done.";
+      "<|channel>thought\nweather?\n<channel|>Checking.<|tool_call>call:w{city:<|\"|>Oslo<|\"|>}<tool_call|>"
+      "Done.";
   ChatReply before;
   for (size_t n = 0; n <= whole.size(); ++n) {
     const ChatReply now = parse_gemma_channels(std::string_view(whole).substr(0, n), true);
-    EXPECT_EQ(now.reasoning_content.compare(0, before.reasoning_content.size(), before.reasoning_content), 0) << n;
+    EXPECT_EQ(now.reasoning_content.compare(0, before.reasoning_content.size(), before.reasoning_content), 0)
+        << n;
     EXPECT_EQ(now.content.compare(0, before.content.size(), before.content), 0) << n;
     EXPECT_GE(now.tool_calls.size(), before.tool_calls.size()) << n;
     EXPECT_GE(now.final_bytes, before.final_bytes) << n;
@@ -112,7 +119,8 @@ TEST(GemmaChannels, MalformedCallsStayText) {
   const ChatReply unclosed = parse_gemma_channels("<|tool_call>call:f{a:1}", false);
   EXPECT_EQ(unclosed.content, "<|tool_call>call:f{a:1}");
   // Nesting past the bound is malformed, not a stack overflow.
-  const std::string deep = "<|tool_call>call:f{a:" + std::string(100000, '[') + std::string(100000, ']') + "}<tool_call|>";
+  const std::string deep =
+      "<|tool_call>call:f{a:" + std::string(100000, '[') + std::string(100000, ']') + "}<tool_call|>";
   EXPECT_TRUE(parse_gemma_channels(deep).tool_calls.empty());
   std::string json;
   EXPECT_TRUE(gemma_arguments_to_json(" a : 1 , b:<|\"|>x<|\"|> ", json));
@@ -133,7 +141,8 @@ TEST(GemmaChannels, OnlyFormatsWithChannelsAreSplit) {
   EXPECT_EQ(chat_reply(own, "<|channel>thought\nhm<channel|>Yes").reasoning_content, "hm");
   own.jinja = "{{ messages }}";
   EXPECT_FALSE(chat_format_has_channels(own));
-  EXPECT_EQ(chat_reply(own, "<|channel>thought\nhm<channel|>Yes").content, "<|channel>thought\nhm<channel|>Yes");
+  EXPECT_EQ(chat_reply(own, "<|channel>thought\nhm<channel|>Yes").content,
+            "<|channel>thought\nhm<channel|>Yes");
 }
 
 }  // namespace

@@ -68,7 +68,8 @@ class ChannelPrinter {
   explicit ChannelPrinter(bool terminal) : terminal_(terminal) {}
   void update(const std::string& text, bool more_to_come) {
     reply_ = parse_gemma_channels(text, more_to_come);
-    const std::string thinking = reply_.reasoning_content.substr(std::min(thinking_sent_, reply_.reasoning_content.size()));
+    const std::string& reasoning = reply_.reasoning_content;
+    const std::string thinking = reasoning.substr(std::min(thinking_sent_, reasoning.size()));
     if (!thinking.empty()) {
       if (!in_thinking_) put(terminal_ ? "\x1b[2m" : "[thinking]\n");
       in_thinking_ = true;

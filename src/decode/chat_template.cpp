@@ -103,8 +103,12 @@ bool truthy(const Value& v) {
   return false;
 }
 
-bool is_number(const Value& v) { return v.kind == Value::Int || v.kind == Value::Bool || v.kind == Value::Float; }
-double as_double(const Value& v) { return v.kind == Value::Float ? v.f : v.kind == Value::Int ? double(v.i) : double(v.b); }
+bool is_number(const Value& v) {
+  return v.kind == Value::Int || v.kind == Value::Bool || v.kind == Value::Float;
+}
+double as_double(const Value& v) {
+  return v.kind == Value::Float ? v.f : v.kind == Value::Int ? double(v.i) : double(v.b);
+}
 
 // A float as Python's repr writes it (which is also what str() and json.dumps write): the shortest digits
 // that read back to the same double, positional for exponents -4 to 15, else d.ddde+XX.
@@ -239,7 +243,10 @@ void write_json(BoundedText& t, const Value& v, int level = 0) {
     case Value::Macro:
       return t.add("null");
     case Value::Float:
-      return t.add(std::isfinite(v.f) ? python_float(v.f) : std::isnan(v.f) ? "NaN" : v.f > 0 ? "Infinity" : "-Infinity");
+      return t.add(std::isfinite(v.f) ? python_float(v.f)
+                   : std::isnan(v.f)  ? "NaN"
+                   : v.f > 0          ? "Infinity"
+                                      : "-Infinity");
     case Value::Bool:
       return t.add(v.b ? "true" : "false");
     case Value::Int:
@@ -252,7 +259,12 @@ void write_json(BoundedText& t, const Value& v, int level = 0) {
           buf[0] = '\\', buf[1] = char(c), buf[2] = 0;
         } else if (c == '\n' || c == '\r' || c == '\t' || c == '\b' || c == '\f') {
           // json.dumps's short escapes
-          std::snprintf(buf, sizeof buf, "\\%c", c == '\n' ? 'n' : c == '\r' ? 'r' : c == '\t' ? 't' : c == '\b' ? 'b' : 'f');
+          std::snprintf(buf, sizeof buf, "\\%c",
+                        c == '\n'   ? 'n'
+                        : c == '\r' ? 'r'
+                        : c == '\t' ? 't'
+                        : c == '\b' ? 'b'
+                                    : 'f');
         } else if (c < 0x20) {
           std::snprintf(buf, sizeof buf, "\\u%04x", c);
         } else {
@@ -409,8 +421,8 @@ constexpr int kMaxExpressionTokens = 4096;
 constexpr int kMaxExpressionBytes = 8192;
 constexpr int64_t kMaxLoopIterations = 1000000;  // in all, over one render
 constexpr size_t kMaxListItems = size_t(1) << 20;   // a list a render makes (range, split, +)
-constexpr int kMaxValueDepth = 64;
-constexpr int kMaxMacroDepth = 64;  // macro calls inside each other (a recursive macro over a nested value)  // lists and dicts inside each other (printing, comparing and freeing recurse)
+constexpr int kMaxValueDepth = 64;  // lists and dicts inside each other (printing, comparing and freeing recurse)
+constexpr int kMaxMacroDepth = 64;  // macro calls inside each other (a recursive macro over a nested value)
 struct DepthGuard {
   DepthGuard(int& depth, int limit, const char* what) : depth_(depth) {
     check(++depth_ <= limit, std::string("chat template: ") + what + " nested more than " + std::to_string(limit) + " deep");
@@ -712,9 +724,9 @@ struct Node {
   ExprPtr expr;                                    // Output, For (iterable), Set (value)
   ExprPtr filter;                                  // For: the `if` that picks items (null: all)
   std::vector<std::pair<ExprPtr, Body>> branches;  // If: (condition, body), else as a null condition
-  std::vector<std::string> vars;                   // For: loop variables; Set, SetBlock: target (name [, attribute])
+  std::vector<std::string> vars;  // For: loop variables; Set, SetBlock: target (name [, attribute])
   std::vector<std::pair<std::string, ExprPtr>> params;  // MacroDef: parameters, with their defaults (or null)
-  Body body, else_body;                            // For; SetBlock and MacroDef: body
+  Body body, else_body;                                 // For; SetBlock and MacroDef: body
 };
 
 struct Piece {
@@ -1097,7 +1109,8 @@ class Renderer {
     for (int64_t k = 0; k < count; ++k) {
       // Nested loops multiply: a template from a model file must not run for hours.
       if (++iterations_ > kMaxLoopIterations)
-        throw Error(source_ + ": loops ran more than " + std::to_string(kMaxLoopIterations) + " iterations in all");
+        throw Error(source_ + ": loops ran more than " + std::to_string(kMaxLoopIterations) +
+                    " iterations in all");
       const Value& item = items[size_t(k)];
       std::map<std::string, Value> scope = loop_scope(n, item);
       scope["loop"] = Value::make_dict({{"index", Value::integer(k + 1)},
@@ -1128,7 +1141,8 @@ class Renderer {
       scope[n.vars[0]] = item;
     } else {
       check(item.kind == Value::ListKind && item.list->size() == n.vars.size(),
-            "chat template: cannot unpack " + excerpt(item) + " into " + std::to_string(n.vars.size()) + " names");
+            "chat template: cannot unpack " + excerpt(item) + " into " + std::to_string(n.vars.size()) +
+                " names");
       for (size_t v = 0; v < n.vars.size(); ++v) scope[n.vars[v]] = (*item.list)[v];
     }
     return scope;
@@ -1352,8 +1366,10 @@ class Renderer {
         const int64_t stride = std::clamp<int64_t>(step, -(n + 1), n + 1);  // one item past the whole length
         for (int64_t k = lo; stride > 0 ? k < hi : k > hi; k += stride) {
           charge(1);
-          if (obj.kind == Value::Str) chars += obj.s[size_t(k)];
-          else items.push_back((*obj.list)[size_t(k)]);
+          if (obj.kind == Value::Str)
+            chars += obj.s[size_t(k)];
+          else
+            items.push_back((*obj.list)[size_t(k)]);
         }
         if (obj.kind == Value::Str) return Value::str(std::move(chars));
         return Value::make_list(std::move(items));
@@ -1414,7 +1430,8 @@ class Renderer {
       }
       check(a.kind != Value::Str && b.kind != Value::Str,
             "chat template: cannot add " + excerpt(a) + " and " + excerpt(b));
-      if (a.kind == Value::Float || b.kind == Value::Float) return Value::floating(number(a, "'+'") + number(b, "'+'"));
+      if (a.kind == Value::Float || b.kind == Value::Float)
+        return Value::floating(number(a, "'+'") + number(b, "'+'"));
       return Value::integer(wrapping(as_int(a, "'+'"), as_int(b, "'+'"), '+'));
     }
     if (e.name == "<" || e.name == ">" || e.name == "<=" || e.name == ">=") {
@@ -1489,7 +1506,8 @@ class Renderer {
     if (name == "iterable")
       return v.kind == Value::ListKind || v.kind == Value::Str || v.kind == Value::DictKind;
     // jinja2's sequence: anything with a length and items (dicts too)
-    if (name == "sequence") return v.kind == Value::ListKind || v.kind == Value::Str || v.kind == Value::DictKind;
+    if (name == "sequence")
+      return v.kind == Value::ListKind || v.kind == Value::Str || v.kind == Value::DictKind;
     if (name == "callable") return v.kind == Value::Macro;
     if (name == "true") return v.kind == Value::Bool && v.b;
     if (name == "false") return v.kind == Value::Bool && !v.b;
@@ -1502,7 +1520,8 @@ class Renderer {
     if (name == "lower" || name == "upper") {
       if (v.kind != Value::Str) return false;
       for (char c : v.s)
-        if (name == "lower" ? std::isupper(static_cast<unsigned char>(c)) : std::islower(static_cast<unsigned char>(c)))
+        if (name == "lower" ? std::isupper(static_cast<unsigned char>(c))
+                            : std::islower(static_cast<unsigned char>(c)))
           return false;
       return true;
     }
@@ -1537,7 +1556,8 @@ class Renderer {
       check(needle.kind == Value::Str, "chat template: 'in <string>' needs a string, got " + excerpt(needle));
       return container.s.find(needle.s) != std::string::npos;
     }
-    if (container.kind == Value::DictKind) return needle.kind == Value::Str && container.find(needle.s) != nullptr;
+    if (container.kind == Value::DictKind)
+      return needle.kind == Value::Str && container.find(needle.s) != nullptr;
     if (container.kind == Value::ListKind) {
       for (const Value& v : *container.list)
         if (equal(needle, v)) return true;
@@ -1590,7 +1610,8 @@ class Renderer {
   static std::string title(std::string s) {
     bool start = true;
     for (char& c : s) {
-      c = char(start ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+      c = char(start ? std::toupper(static_cast<unsigned char>(c))
+                     : std::tolower(static_cast<unsigned char>(c)));
       start = !std::isalpha(static_cast<unsigned char>(c));
     }
     return s;
@@ -1612,7 +1633,8 @@ class Renderer {
       fits_list(v.s.size());
       for (char c : v.s) out.push_back(Value::str(std::string(1, c)));
     } else {
-      check(v.kind == Value::Undefined || v.kind == Value::None, "chat template: " + what + " needs a list, got " + excerpt(v));
+      check(v.kind == Value::Undefined || v.kind == Value::None,
+            "chat template: " + what + " needs a list, got " + excerpt(v));
     }
     charge(int64_t(out.size()));
     return out;
@@ -1648,12 +1670,14 @@ class Renderer {
     return apply_filter(e.name, v, args, kwargs);
   }
 
-  Value apply_filter(const std::string& f, const Value& v, const std::vector<Value>& args, const Kwargs& kwargs) {
+  Value apply_filter(const std::string& f, const Value& v, const std::vector<Value>& args,
+                     const Kwargs& kwargs) {
     auto flag = [&](const std::string& name, size_t position, bool fallback) {
       if (const Value* x = kwarg(kwargs, name)) return truthy(*x);
       return position < args.size() ? truthy(args[position]) : fallback;
     };
-    if (f == "trim") return Value::str(strip(text(v), true, true, args.empty() ? " \t\r\n\v\f" : text(args[0])));
+    if (f == "trim")
+      return Value::str(strip(text(v), true, true, args.empty() ? " \t\r\n\v\f" : text(args[0])));
     if (f == "upper") return Value::str(uppercase(text(v)));
     if (f == "lower") return Value::str(lowercase(text(v)));
     if (f == "capitalize") return Value::str(capitalize(text(v)));
@@ -1668,12 +1692,15 @@ class Renderer {
     if (f == "default" || f == "d") {
       const bool falsy_too = flag("boolean", 1, false);
       const bool replace = v.kind == Value::Undefined || (falsy_too && !truthy(v));
-      return replace ? (args.empty() ? (kwarg(kwargs, "default_value") ? *kwarg(kwargs, "default_value") : Value::str(""))
-                                     : args[0])
-                     : v;
+      return replace
+                 ? (args.empty()
+                        ? (kwarg(kwargs, "default_value") ? *kwarg(kwargs, "default_value") : Value::str(""))
+                        : args[0])
+                 : v;
     }
     if (f == "first" || f == "last") {
-      if (v.kind == Value::Str) return v.s.empty() ? Value() : Value::str(std::string(1, f == "first" ? v.s.front() : v.s.back()));
+      if (v.kind == Value::Str)
+        return v.s.empty() ? Value() : Value::str(std::string(1, f == "first" ? v.s.front() : v.s.back()));
       const List items = as_items(v, f);
       if (items.empty()) return Value();
       return f == "first" ? items.front() : items.back();
@@ -1723,7 +1750,8 @@ class Renderer {
       const bool reverse = flag("reverse", 0, false), case_sensitive = flag("case_sensitive", 1, false);
       const Value* attribute = kwarg(kwargs, "attribute");
       std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
-        const int c = attribute ? compare(attribute_of(a, text(*attribute)), attribute_of(b, text(*attribute)), case_sensitive)
+        const int c = attribute ? compare(attribute_of(a, text(*attribute)),
+                                          attribute_of(b, text(*attribute)), case_sensitive)
                                 : compare(a, b, case_sensitive);
         return reverse ? c > 0 : c < 0;
       });
@@ -1763,20 +1791,24 @@ class Renderer {
     }
     if (f == "select" || f == "reject" || f == "selectattr" || f == "rejectattr") {
       // select('test', args...), selectattr('attribute', 'test', args...); no test: truthiness
-      const bool by_attribute = f == "selectattr" || f == "rejectattr", keep_matches = f == "select" || f == "selectattr";
+      const bool by_attribute = f == "selectattr" || f == "rejectattr",
+                 keep_matches = f == "select" || f == "selectattr";
       const size_t test_at = by_attribute ? 1 : 0;
       check(!by_attribute || !args.empty(), "chat template: " + f + " needs an attribute name");
-      const std::vector<Value> rest(args.size() > test_at + 1 ? args.begin() + long(test_at) + 1 : args.end(), args.end());
+      const std::vector<Value> rest(args.size() > test_at + 1 ? args.begin() + long(test_at) + 1 : args.end(),
+                                    args.end());
       List out;
       for (const Value& item : as_items(v, f)) {
         const Value subject = by_attribute ? attribute_of(item, text(args[0])) : item;
-        const bool matches = args.size() > test_at ? test(text(args[test_at]), subject, rest) : truthy(subject);
+        const bool matches =
+            args.size() > test_at ? test(text(args[test_at]), subject, rest) : truthy(subject);
         if (matches == keep_matches) out.push_back(item);
       }
       return Value::make_list(std::move(out));
     }
     if (f == "int") {
-      if (v.kind == Value::Float && std::isfinite(v.f) && std::fabs(v.f) < 9.2e18) return Value::integer(int64_t(v.f));
+      if (v.kind == Value::Float && std::isfinite(v.f) && std::fabs(v.f) < 9.2e18)
+        return Value::integer(int64_t(v.f));
       if (v.kind == Value::Int || v.kind == Value::Bool) return Value::integer(as_int(v, "int"));
       int64_t out = 0;
       const std::string s = strip(text(v), true, true);
@@ -1799,7 +1831,8 @@ class Renderer {
     }
     if (f == "replace") {
       check(args.size() >= 2, "chat template: replace needs two arguments");
-      return replace(text(v), text(args[0]), text(args[1]), args.size() > 2 ? as_int(args[2], "replace") : -1);
+      return replace(text(v), text(args[0]), text(args[1]),
+                     args.size() > 2 ? as_int(args[2], "replace") : -1);
     }
     throw Error("chat template: the filter '| " + f + "' is not supported by canvas's Jinja subset");
   }
@@ -1848,7 +1881,8 @@ class Renderer {
         return checked(Value::make_dict(std::move(d)));
       }
       if (callee.name == "range") return range(args);
-      throw Error("chat template: the function '" + callee.name + "' is not supported by canvas's Jinja subset");
+      throw Error("chat template: the function '" + callee.name +
+                  "' is not supported by canvas's Jinja subset");
     }
     check(callee.kind == Expr::Attr, "chat template: only functions, macros and methods can be called");
     const Value obj = eval(*callee.args[0]);
@@ -1884,7 +1918,8 @@ class Renderer {
         return Value::integer(n);
       }
       check(m != "split" || whitespace || !chars.empty(), "chat template: split with an empty separator");
-      if (m == "split") return split(s, whitespace ? std::string() : chars, args.size() > 1 ? as_int(args[1], "split") : -1);
+      if (m == "split")
+        return split(s, whitespace ? std::string() : chars, args.size() > 1 ? as_int(args[1], "split") : -1);
       if (m == "replace" && args.size() >= 2)
         return replace(s, text(args[0]), text(args[1]), args.size() > 2 ? as_int(args[2], "replace") : -1);
       if (m == "join" && args.size() == 1) return apply_filter("join", args[0], {obj}, {});
@@ -1913,13 +1948,15 @@ class Renderer {
     const int64_t step = args.size() == 3 ? as_int(args[2], "range") : 1;
     check(step != 0, "chat template: range's step cannot be zero");
     // The count in unsigned arithmetic: hi - lo may not fit an int64.
-    const uint64_t span = step > 0 ? (hi > lo ? uint64_t(hi) - uint64_t(lo) : 0) : (lo > hi ? uint64_t(lo) - uint64_t(hi) : 0);
+    const uint64_t span =
+        step > 0 ? (hi > lo ? uint64_t(hi) - uint64_t(lo) : 0) : (lo > hi ? uint64_t(lo) - uint64_t(hi) : 0);
     const uint64_t stride = step > 0 ? uint64_t(step) : uint64_t(0) - uint64_t(step);
     const uint64_t count = span == 0 ? 0 : (span - 1) / stride + 1;
     fits_list(size_t(std::min<uint64_t>(count, uint64_t(kMaxListItems) + 1)));
     charge(int64_t(count));
     List out;
-    for (uint64_t k = 0; k < count; ++k) out.push_back(Value::integer(int64_t(uint64_t(lo) + k * uint64_t(step))));
+    for (uint64_t k = 0; k < count; ++k)
+      out.push_back(Value::integer(int64_t(uint64_t(lo) + k * uint64_t(step))));
     return Value::make_list(std::move(out));
   }
 
@@ -1979,8 +2016,10 @@ Value from_json(const nlohmann::ordered_json& j, const std::string& source, int 
 
 nlohmann::ordered_json ChatMessage::to_json() const {
   nlohmann::ordered_json m = {{"role", role}};
-  if (!content_parts.is_null()) m["content"] = content_parts;
-  else m["content"] = content;
+  if (!content_parts.is_null())
+    m["content"] = content_parts;
+  else
+    m["content"] = content;
   if (!reasoning_content.empty()) m["reasoning_content"] = reasoning_content;
   if (!tool_calls.is_null()) m["tool_calls"] = tool_calls;
   if (!tool_call_id.empty()) m["tool_call_id"] = tool_call_id;
@@ -2001,7 +2040,8 @@ ChatMessage ChatMessage::from_json(const nlohmann::ordered_json& message, const 
   if (message.contains("content") && message["content"].is_array()) {
     m.content_parts = message["content"];
     for (const auto& part : m.content_parts)  // the text parts, for front ends that read `content` only
-      if (part.is_object() && part.value("type", "") == "text" && part.contains("text") && part["text"].is_string())
+      if (part.is_object() && part.value("type", "") == "text" && part.contains("text") &&
+          part["text"].is_string())
         m.content += part["text"].get<std::string>();
   } else {
     m.content = text("content");

@@ -4,11 +4,10 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 
@@ -22,9 +21,10 @@ struct ChatMessage {
   nlohmann::ordered_json content_parts = nullptr;  // a list of parts ({"type": "text", "text": ...}): the
                                                    // content, when set, in place of `content`
   std::string reasoning_content = "";              // the model's thinking of an earlier turn
-  nlohmann::ordered_json tool_calls = nullptr;     // [{"id", "type": "function", "function": {"name", "arguments"}}]
-  std::string tool_call_id = "";                   // a tool message: the call it answers
-  std::string name = "";                           // a tool message: the tool's name
+  nlohmann::ordered_json tool_calls =
+      nullptr;                    // [{"id", "type": "function", "function": {"name", "arguments"}}]
+  std::string tool_call_id = "";  // a tool message: the call it answers
+  std::string name = "";          // a tool message: the tool's name
 
   // The message as the template's `messages` item (and as a client would send it).
   nlohmann::ordered_json to_json() const;

@@ -3,9 +3,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <span>
-
 #include <nlohmann/json.hpp>
+#include <span>
 
 #include "decode/text_model.h"
 #include "io/text_tokenizer.h"
@@ -48,7 +47,9 @@ class ArgumentReader {
   bool at_end() const { return pos_ == s_.size(); }
 
  private:
-  bool at_end_of(char close) const { return close ? pos_ < s_.size() && s_[pos_] == close : pos_ == s_.size(); }
+  bool at_end_of(char close) const {
+    return close ? pos_ < s_.size() && s_[pos_] == close : pos_ == s_.size();
+  }
   void skip_space() {
     while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
   }
@@ -110,7 +111,9 @@ class ArgumentReader {
       }
     }
     for (const auto& [word, json] : {std::pair<std::string_view, nlohmann::ordered_json>{"true", true},
-                                     {"false", false}, {"null", nullptr}, {"None", nullptr}})
+                                     {"false", false},
+                                     {"null", nullptr},
+                                     {"None", nullptr}})
       if (starts(word)) {
         pos_ += word.size();
         out = json;
@@ -170,11 +173,14 @@ ChatReply parse_gemma_channels(std::string_view text, bool more_to_come) {
   ChatReply reply;
   bool thinking = false;
   size_t pos = 0;
-  auto add = [&](std::string_view piece) { (thinking ? reply.reasoning_content : reply.content).append(piece); };
+  auto add = [&](std::string_view piece) {
+    (thinking ? reply.reasoning_content : reply.content).append(piece);
+  };
   while (true) {
     // The next marker that matters here.
-    const std::span<const std::string_view> markers =
-        thinking ? std::span<const std::string_view>(kThoughtMarkers) : std::span<const std::string_view>(kReplyMarkers);
+    const std::span<const std::string_view> markers = thinking
+                                                          ? std::span<const std::string_view>(kThoughtMarkers)
+                                                          : std::span<const std::string_view>(kReplyMarkers);
     size_t at = std::string_view::npos;
     std::string_view marker;
     for (std::string_view m : markers) {
@@ -236,10 +242,11 @@ bool chat_format_has_channels(const ChatFormat& format) {
   return format.jinja.find(kChannelOpen) != std::string::npos;
 }
 
-ChatReply chat_reply(const ChatFormat& format, const TextTokenizer& tokenizer, const std::vector<int32_t>& tokens,
-                     bool more_to_come) {
+ChatReply chat_reply(const ChatFormat& format, const TextTokenizer& tokenizer,
+                     const std::vector<int32_t>& tokens, bool more_to_come) {
   const bool channels = chat_format_has_channels(format);
-  return chat_reply(format, channels ? tokenizer.decode_with_special(tokens) : tokenizer.decode(tokens), more_to_come);
+  return chat_reply(format, channels ? tokenizer.decode_with_special(tokens) : tokenizer.decode(tokens),
+                    more_to_come);
 }
 
 ChatReply chat_reply(const ChatFormat& format, std::string_view text, bool more_to_come) {
@@ -252,13 +259,15 @@ ChatReply chat_reply(const ChatFormat& format, std::string_view text, bool more_
 
 nlohmann::ordered_json ChatReply::message_json() const {
   nlohmann::ordered_json m = {{"role", "assistant"}};
-  m["content"] = content.empty() && !tool_calls.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(content);
+  m["content"] = content.empty() && !tool_calls.empty() ? nlohmann::ordered_json(nullptr)
+                                                        : nlohmann::ordered_json(content);
   if (!reasoning_content.empty()) m["reasoning_content"] = reasoning_content;
   if (!tool_calls.empty()) {
     m["tool_calls"] = nlohmann::ordered_json::array();
     for (const ChatToolCall& call : tool_calls)
-      m["tool_calls"].push_back(
-          {{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+      m["tool_calls"].push_back({{"id", call.id},
+                                 {"type", "function"},
+                                 {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
   }
   return m;
 }

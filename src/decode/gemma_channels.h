@@ -3,11 +3,10 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace canvas {
 
@@ -51,8 +50,8 @@ bool gemma_arguments_to_json(std::string_view arguments, std::string& json);
 // format opens no channels) is split as above, from the tokens' text with special tokens written out; any
 // other format gives the text as content.
 bool chat_format_has_channels(const ChatFormat& format);
-ChatReply chat_reply(const ChatFormat& format, const TextTokenizer& tokenizer, const std::vector<int32_t>& tokens,
-                     bool more_to_come = false);
+ChatReply chat_reply(const ChatFormat& format, const TextTokenizer& tokenizer,
+                     const std::vector<int32_t>& tokens, bool more_to_come = false);
 // The same from generated text: text made with GenerationRequest::special_text set when the format has
 // channels (its markers written out), else as generated.
 ChatReply chat_reply(const ChatFormat& format, std::string_view text, bool more_to_come = false);
