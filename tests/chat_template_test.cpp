@@ -342,6 +342,13 @@ TEST(ChatTemplate, OutputAndWorkAreBounded) {
           "{% endfor %}",
           "iterations");
   refused("{{ range(10000000) | length }}", "limit");
+  // The new filters and tests count their work too: unique and `in` compare item by item, sort compares.
+  refused("{{ range(200000) | unique | length }}", "steps");
+  refused("{% set l = range(100000) | list %}{% for i in l %}{{ -1 in l }}{% endfor %}", "steps");
+  refused("{% set l = range(1000000) | list %}{{ l | sort(reverse=true) | first }}{{ l | sort | last }}", "steps");
+  refused("{% macro m(n) %}{% for i in range(1000) %}{{ n }}{% endfor %}{% endmacro %}"
+          "{% for i in range(1000) %}{{ m(i) }}{{ m(i) }}{% endfor %}",
+          "iterations");  // loops inside macros count with the template's
   // Values nested a million deep crashed printing and freeing them; a namespace that held itself printed
   // forever; comparing lists shared into a 2^40-leaf tree never ended.
   refused("{% set ns = namespace(l=[]) %}{% for i in range(999000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}",

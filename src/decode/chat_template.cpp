@@ -1559,8 +1559,10 @@ class Renderer {
     if (container.kind == Value::DictKind)
       return needle.kind == Value::Str && container.find(needle.s) != nullptr;
     if (container.kind == Value::ListKind) {
-      for (const Value& v : *container.list)
+      for (const Value& v : *container.list) {
+        charge(1);
         if (equal(needle, v)) return true;
+      }
       return false;
     }
     check(container.kind == Value::Undefined || container.kind == Value::None,
@@ -1726,7 +1728,10 @@ class Renderer {
     if (f == "list") return Value::make_list(as_items(v, "list"));
     if (f == "items") return items(v);
     if (f == "reverse") {
-      if (v.kind == Value::Str) return Value::str(std::string(v.s.rbegin(), v.s.rend()));
+      if (v.kind == Value::Str) {
+        charge(1, v.s.size());
+        return Value::str(std::string(v.s.rbegin(), v.s.rend()));
+      }
       List items = as_items(v, "reverse");
       std::reverse(items.begin(), items.end());
       return Value::make_list(std::move(items));
@@ -1763,6 +1768,7 @@ class Renderer {
       for (const Value& item : as_items(v, "unique")) {
         bool seen = false;
         for (const Value& kept : out) {
+          charge(1);  // quadratic in the items: each comparison is work
           seen = item.kind == Value::Str && kept.kind == Value::Str && !case_sensitive
                      ? compare(item, kept, false) == 0
                      : equal(item, kept);
