@@ -10,7 +10,26 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   canvas::ChatTemplateInputs inputs;
-  inputs.messages = {{"system", "Be brief."}, {"user", "Hello"}, {"assistant", "Hi."}, {"user", "Who was Moses?"}};
+  static const canvas::ChatTemplateInputs conversation = [] {
+    canvas::ChatTemplateInputs in;
+    canvas::ChatMessage call{"assistant", ""};
+    call.reasoning_content = "Look it up.";
+    call.tool_calls = nlohmann::ordered_json::parse(
+        R"([{"id": "1", "type": "function", "function": {"name": "search", "arguments": {"q": "Moses", "n": 2.5}}}])");
+    canvas::ChatMessage answer{"tool", "A prophet."};
+    answer.tool_call_id = "1";
+    in.messages = {{"system", "Be brief."}, {"user", "Hello"}, {"assistant", "Hi."}, {"user", "Who was Moses?"}, call,
+                   answer};
+    in.tools = nlohmann::ordered_json::parse(
+        R"([{"type": "function", "function": {"name": "search", "description": "Searches", "parameters":
+            {"type": "object", "properties": {"q": {"type": "string"}, "n": {"type": ["number", "null"]}},
+             "required": ["q"]}}}])");
+    in.enable_thinking = true;
+    return in;
+  }();
+  inputs.messages = conversation.messages;
+  inputs.tools = conversation.tools;
+  inputs.enable_thinking = conversation.enable_thinking;
   inputs.bos_token = "<bos>";
   inputs.eos_token = "<eos>";
   inputs.max_output_bytes = 1 << 16;  // small, so that the fuzzer reaches it

@@ -112,8 +112,8 @@ TEST(ChatTemplate, ExpressionsLoopsAndNamespaces) {
 
 TEST(ChatTemplate, UnsupportedConstructsAreNamed) {
   for (const auto& [source, word] : std::vector<std::pair<std::string, std::string>>{
-           {"{% macro f() %}x{% endmacro %}", "macro"},
-           {"{{ messages | map(attribute='role') }}", "map"},
+           {"{% macro f() %}x{% endmacro %}{% call f() %}y{% endcall %}", "call"},
+           {"{{ messages | batch(2) }}", "batch"},
            {"{{ strftime_now('%Y') }}", "strftime_now"},
            {"{% if true %}x", "endif"},
            {"{{ 'a' ", "unclosed"},
@@ -127,6 +127,122 @@ TEST(ChatTemplate, UnsupportedConstructsAreNamed) {
   }
 }
 
+// Constructs of the Gemma 4 template and their neighbours, each expected as jinja2 renders it (under
+// transformers' settings: trim_blocks, lstrip_blocks, loop controls).
+TEST(ChatTemplate, MacrosFiltersAndTestsRenderAsJinja2) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('Ann') }} {{ "
+       "greet('Bo', punct='?') }} {{ greet(punct='.', name='Cy') }}",
+       "Hi Ann! Hi Bo? Hi Cy."},
+      {"{% macro fact(n) %}{{ 1 if n <= 1 else n * fact(n - 1) | int }}{% endmacro %}{{ fact(5) }}", "120"},
+      {"{% macro walk(v) %}{% if v is mapping %}{{ '{' }}{% for k, x in v | dictsort %}{{ k }}={{ walk(x) "
+       "}};{% endfor %}{{ '}' }}{% elif v is sequence and v is not string %}[{% for x in v %}{{ walk(x) }}{% "
+       "endfor %}]{% else %}{{ v }}{% endif %}{% endmacro %}{{ walk({'b': [1, {'z': none, 'A': true}], 'a': "
+       "2.50}) }}",
+       "{a=2.5;b=[1{A=True;z=None;}];}"},
+      {"{% set x = 1 %}{% macro m() %}{{ x }}{{ y }}{% endmacro %}{% for y in [5] %}{{ m() }}{% endfor %}",
+       "1"},
+      {"{{ {'b': 1, 'A': 2, 'a': 3} | dictsort }} {{ ['x', 'y'] | map('upper') | list }} {{ 'ab' | list }} "
+       "{{ {'k': 1} | list }}",
+       "[('A', 2), ('a', 3), ('b', 1)] ['X', 'Y'] ['a', 'b'] ['k']"},
+      {"{{ range(5) | list }} {{ range(2, 8, 3) | list }} {{ range(3, -1, -1) | list }} {{ range(0) | list "
+       "}} {{ range(5, 0) | list }}",
+       "[0, 1, 2, 3, 4] [2, 5] [3, 2, 1, 0] [] []"},
+      {"{{ [1, 2, 3, 4, 5][::-1] }} {{ [1, 2, 3, 4, 5][::2] }} {{ 'hello'[-2:] }} {{ 'hello'[4:0:-2] }} {{ "
+       "[1,2,3][5:] }}",
+       "[5, 4, 3, 2, 1] [1, 3, 5] lo ol []"},
+      {"{{ 1.5 }} {{ 2.0 }} {{ 1e16 }} {{ 0.0001 }} {{ 1.5e-5 }} {{ 7 / 2 }} {{ 4 / 2 }} {{ -7 // 2 }} {{ "
+       "7.5 // 2 }} {{ 1 + 0.5 }} {{ 3 * 1.5 }} {{ -7 % 3 }}",
+       "1.5 2.0 1e+16 0.0001 1.5e-05 3.5 2.0 -4 3.0 1.5 4.5 2"},
+      {"{{ true is boolean }} {{ 1 is boolean }} {{ 1 is number }} {{ true is number }} {{ 1.0 is float }} "
+       "{{ 1 is integer }} {{ {} is sequence }} {{ 'a' is sequence }} {{ none is none }} {{ x is defined }} "
+       "{{ [] is mapping }}",
+       "True False True True True True True True True False False"},
+      {"{% for x in [1, 2, 3, 4, 5] %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 4 %}{% break %}{% "
+       "endif %}{{ x }}{% endfor %}|{% for x in [1, 2, 3, 4] if x is odd %}{{ x }}{{ '/' ~ loop.length }}{% "
+       "endfor %}",
+       "13|1/23/2"},
+      {"{% set ns = namespace(n=0, s='') %}{% for i in range(4) %}{% set ns.n = ns.n + i %}{% set ns.s = "
+       "ns.s ~ i %}{% endfor %}{{ ns.n }} {{ ns.s }}",
+       "6 0123"},
+      {"{{ {'a': 1}.get('a') }} {{ {'a': 1}.get('b') }} {{ {'a': 1}.get('b', 7) }} {{ 'a' in {'a': 1} }} {{ "
+       "'ell' in 'hello' }} {{ 2 in [1, 2] }} {{ 'z' not in ['a'] }}",
+       "1 None 7 True True True True"},
+      {"{{ none | default('d') }} {{ undefined_name | default('d') }} {{ '' | default('d', true) }} {{ '  x  "
+       "' | trim }} {{ 'hello world' | upper }} {{ 'hELLO' | capitalize }} {{ [3, 1, 2] | sort }} {{ ['b', "
+       "'A', 'a'] | unique | list }} {{ [1, 2] | reverse | list }}",
+       "None d d x HELLO WORLD Hello [1, 2, 3] ['b', 'A'] [2, 1]"},
+      {"{{ [{'n': 'a', 'k': 1}, {'n': 'b'}] | selectattr('k', 'defined') | map(attribute='n') | join(',') }} "
+       "{{ [{'r': 'tool'}, {'r': 'user'}] | rejectattr('r', 'equalto', 'tool') | list }} {{ [0, 1, 2] | "
+       "select | list }} {{ [1, 2, 3] | reject('odd') | list }}",
+       "a [{'r': 'user'}] [1, 2] [2]"},
+      {"{% set block %}a{{ 1 + 1 }}b{% endset %}{{ block }} {{ 'a,b,,c'.split(',') }} {{ ' a  b '.split() }} "
+       "{{ 'abcabc'.count('bc') }} {{ 'abc'.find('c') }} {{ '-'.join(['x', 'y']) }} {{ \"it's\" }} {{ "
+       "[\"it's\", 'a\\nb'] }}",
+       "a2b ['a', 'b', '', 'c'] ['a', 'b'] 2 2 x-y it's [\"it's\", 'a\\nb']"},
+      {"{{ {'x': 1.5, 'y': [true, none, 'q\"\\t']} | tojson }} {{ 3 | string }} {{ '7' | int + 1 }} {{ 'x' | "
+       "int }} {{ '2.5' | float }} {{ -3 | abs }} {{ 'aXbX' | replace('X', '-') }} {{ 'aaa'.replace('a', "
+       "'b', 2) }}",
+       "{\"x\": 1.5, \"y\": [true, null, \"q\\\"\\t\"]} 3 8 0 2.5 3 a-b- bba"},
+  };
+  for (const auto& [source, expected] : cases) {
+    try {
+      EXPECT_EQ(render_chat_template(source, {}), expected) << source;
+    } catch (const Error& e) {
+      ADD_FAILURE() << source << ": " << e.what();
+    }
+  }
+}
+// A macro that calls itself without end is an error at a bounded depth, never a stack overflow, also with
+// blocks inside each call; recursion as deep as a nested tool schema needs renders.
+TEST(ChatTemplate, MacroRecursionIsBounded) {
+  for (const std::string source : {
+           "{% macro r(n) %}{{ r(n + 1) }}{% endmacro %}{{ r(0) }}",
+           "{% macro r(n) %}{% if true %}{% for i in [1] %}{% if i %}{{ r(n + 1) }}{% endif %}{% endfor %}{% "
+           "endif %}"
+           "{% endmacro %}{{ r(0) }}",
+           "{% macro r(n) %}{{ r(r(n)) }}{% endmacro %}{{ r(0) }}",
+       }) {
+    try {
+      render_chat_template(source, {});
+      ADD_FAILURE() << source << " rendered";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("deep"), std::string::npos) << source << ": " << e.what();
+    }
+  }
+  EXPECT_EQ(render_chat_template(
+                "{% macro r(n) %}{% if n > 0 %}({{ r(n - 1) }}){% endif %}{% endmacro %}{{ r(20) }}", {}),
+            std::string(20, '(') + std::string(20, ')'));
+  try {
+    render_chat_template("{% macro f(a) %}{% endmacro %}{{ f(1, 2) }}", {});
+    ADD_FAILURE() << "too many arguments were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("takes 1 arguments"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(render_chat_template("{% macro f(a) %}{% endmacro %}{{ f(b=1) }}", {}), Error);
+  EXPECT_THROW(render_chat_template("{% break %}", {}), Error);
+}
+
+// The template's variables: messages with their optional fields, tools, enable_thinking (undefined unless
+// given), and tools none (defined) without tools, as transformers passes them.
+TEST(ChatTemplate, MessagesToolsAndThinkingAreVariables) {
+  ChatTemplateInputs in;
+  ChatMessage call{"assistant", ""};
+  call.tool_calls =
+      nlohmann::ordered_json::parse(R"([{"id": "7", "function": {"name": "f", "arguments": {"x": 1.25}}}])");
+  ChatMessage answer{"tool", "42"};
+  answer.tool_call_id = "7";
+  in.messages = {{"user", "q"}, call, answer};
+  const std::string source =
+      "{{ enable_thinking is defined }} {{ tools is none }} {% for m in messages %}{{ m.role }}:{{ "
+      "m.get('tool_call_id') }}:"
+      "{% for c in m.tool_calls or [] %}{{ c.function.name }}{{ c.function.arguments | tojson }}{% endfor "
+      "%};{% endfor %}";
+  EXPECT_EQ(render_chat_template(source, in), "False True user:None:;assistant:None:f{\"x\": 1.25};tool:7:;");
+  in.enable_thinking = false;
+  in.tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "f"}}])");
+  EXPECT_EQ(render_chat_template("{{ enable_thinking }} {{ tools[0].function.name }}", in), "False f");
+}
 
 // A template from a model file nested or chained thousands deep is an error, not a stack overflow.
 TEST(ChatTemplate, DeepNestingIsAnErrorNotACrash) {
@@ -226,6 +342,13 @@ TEST(ChatTemplate, OutputAndWorkAreBounded) {
           "{% endfor %}",
           "iterations");
   refused("{{ range(10000000) | length }}", "limit");
+  // The new filters and tests count their work too: unique and `in` compare item by item, sort compares.
+  refused("{{ range(200000) | unique | length }}", "steps");
+  refused("{% set l = range(100000) | list %}{% for i in l %}{{ -1 in l }}{% endfor %}", "steps");
+  refused("{% set l = range(1000000) | list %}{{ l | sort(reverse=true) | first }}{{ l | sort | last }}", "steps");
+  refused("{% macro m(n) %}{% for i in range(1000) %}{{ n }}{% endfor %}{% endmacro %}"
+          "{% for i in range(1000) %}{{ m(i) }}{{ m(i) }}{% endfor %}",
+          "iterations");  // loops inside macros count with the template's
   // Values nested a million deep crashed printing and freeing them; a namespace that held itself printed
   // forever; comparing lists shared into a 2^40-leaf tree never ended.
   refused("{% set ns = namespace(l=[]) %}{% for i in range(999000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}",

@@ -420,13 +420,13 @@ TEST(CliChat, FormatFromTheModelsChatTemplate) {
   const auto fallback = run_canvas("chat -m " + test::fixture("tiny-dream.gguf") + " -n 4 -t 1" + hello);
   EXPECT_TRUE(has(fallback.output, "format gemma4 (built-in (the model has no tokenizer.chat_template))"))
       << fallback.output;
-  const std::string macro = with_chat_template(dir, "macro.gguf", "{% macro turn(m) %}{{ m }}{% endmacro %}");
-  const auto unusable = run_canvas("chat -m " + macro + " -n 4 -t 1" + hello);
+  const std::string caller = with_chat_template(dir, "caller.gguf", "{% call turn() %}{{ m }}{% endcall %}");
+  const auto unusable = run_canvas("chat -m " + caller + " -n 4 -t 1" + hello);
   EXPECT_EQ(unusable.exit_code, 0) << unusable.output;
   EXPECT_TRUE(
       has(unusable.output, "format gemma4 (built-in; the model's tokenizer.chat_template was not usable"))
       << unusable.output;
-  EXPECT_TRUE(has(unusable.output, "macro")) << unusable.output;
+  EXPECT_TRUE(has(unusable.output, "call")) << unusable.output;
   // A template that refuses a conversation (here: any system turn) skips that turn; the chat goes on.
   const std::string strict = with_chat_template(dir, "strict.gguf",
                                                 "{% for m in messages %}{% if m.role == 'system' %}{{ "
@@ -690,6 +690,32 @@ TEST(CliDevice, UnknownDevicesAreRefusedAndCudaSaysWhyNot) {
 }  // namespace canvas
 
 namespace canvas {
+
+// --think sets the template's enable_thinking (here it writes a longer prompt); a template without the switch
+// says that --think does nothing. A template with Gemma 4's channels shows the reply split (the tiny model
+// writes no markers: all of it is the answer).
+TEST(CliChat, ThinkSetsTheTemplatesSwitch) {
+  test::TempDir dir;
+  const std::string switched = with_chat_template(
+      dir, "think.gguf",
+      "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if enable_thinking %} think step by step, then check every step twice before you answer{% endif %}"
+      "{{ '<|channel>thought\\n<channel|>' if not enable_thinking | default(false) }}");
+  const std::string hello = " < " + lines_file(dir, "hello\n");
+  const auto plain = run_canvas("chat -m " + switched + " -n 4 -t 1" + hello);
+  const auto thinking = run_canvas("chat -m " + switched + " --think -n 4 -t 1" + hello);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(thinking.exit_code, 0) << thinking.output;
+  std::smatch m1, m2;
+  ASSERT_TRUE(std::regex_search(plain.output, m1, std::regex("prompt (\\d+) tokens"))) << plain.output;
+  ASSERT_TRUE(std::regex_search(thinking.output, m2, std::regex("prompt (\\d+) tokens"))) << thinking.output;
+  EXPECT_GT(std::stoi(m2[1]), std::stoi(m1[1]));
+  EXPECT_FALSE(has(thinking.output, "--think does nothing")) << thinking.output;
+  EXPECT_FALSE(has(plain.output, "[thinking]")) << plain.output;
+  const std::string plain_template = with_chat_template(dir, "plain.gguf", "{% for m in messages %}{{ m['content'] }}{% endfor %}");
+  const auto ignored = run_canvas("chat -m " + plain_template + " --think -n 4 -t 1" + hello);
+  ASSERT_EQ(ignored.exit_code, 0) << ignored.output;
+  EXPECT_TRUE(has(ignored.output, "--think does nothing")) << ignored.output;
+}
 
 TEST(CliChat, SlashCommandsSaveLoadAndHelp) {
   test::TempDir dir;

@@ -3,6 +3,7 @@
 // the context.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "core/error.h"
 #include "decode/chat_template.h"
 #include "decode/conversation.h"
+#include "decode/gemma_channels.h"
 #include "decode/generation_report.h"
 #include "generation_options.h"
 #include "io/utf8.h"
@@ -38,6 +40,11 @@ line is skipped. Commands: /help, /reset (forget the conversation), /system TEXT
 /save FILE and /load FILE (the conversation as JSON messages), /exit (or end of input); any other line
 starting with '/' prints the commands (start a message with a space to send a '/'). Ctrl-C interrupts a
 reply and returns to the prompt (what was written so far stays in the conversation).
+With a template that has Gemma 4's channels (the release's chat_template.jinja), the model's
+thinking is shown apart from its answer: dimmed on a terminal, else between [thinking] and [/thinking]
+lines; the conversation keeps the answer (and the thinking as reasoning_content, which such templates
+leave out of later turns). --think turns the thinking on where the template has the switch
+(enable_thinking).
 Decodes uniform-state models (DiffusionGemma) with the entropy-bound sampler, masked-diffusion models
 (LLaDA, Dream) with the masked block schedule, and, with --mode ar (the default for AR models),
 autoregressively. The decoding options are generate's: the first turn of a chat gives the tokens of
@@ -50,8 +57,50 @@ autoregressively. The decoding options are generate's: the first turn of a chat 
         {"--system,-sys,--system-prompt", "TEXT", "system prompt, kept at the start of the conversation"},
         {"--template", "NAME", "chat format: auto (the model's tokenizer.chat_template, default) | gemma4 | gemma |\n"
                                "chatml | llama3 (built-in formats)"},
+        {"--think", "", "let the model think before it answers (the template's enable_thinking,\n"
+                        "e.g. Gemma 4's); its thinking is shown apart"},
     },
     ""};
+
+// Writes a reply whose text has Gemma 4's channels as it grows: the thinking dimmed (on a terminal) or
+// between [thinking] lines, then the answer, each piece once.
+class ChannelPrinter {
+ public:
+  explicit ChannelPrinter(bool terminal) : terminal_(terminal) {}
+  void update(const std::string& text, bool more_to_come) {
+    reply_ = parse_gemma_channels(text, more_to_come);
+    const std::string& reasoning = reply_.reasoning_content;
+    const std::string thinking = reasoning.substr(std::min(thinking_sent_, reasoning.size()));
+    if (!thinking.empty()) {
+      if (!in_thinking_) put(terminal_ ? "\x1b[2m" : "[thinking]\n");
+      in_thinking_ = true;
+      put(sanitize_utf8(thinking));
+      thinking_sent_ = reply_.reasoning_content.size();
+    }
+    const std::string answer = reply_.content.substr(std::min(content_sent_, reply_.content.size()));
+    if (!answer.empty() || !more_to_come) close_thinking();
+    if (!answer.empty()) {
+      put(sanitize_utf8(answer));
+      content_sent_ = reply_.content.size();
+    }
+    if (!more_to_come)
+      for (const ChatToolCall& call : reply_.tool_calls) put("\n[tool call " + call.name + " " + call.arguments + "]");
+    std::fflush(stdout);
+  }
+  const ChatReply& reply() const { return reply_; }
+
+ private:
+  void put(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
+  void close_thinking() {
+    if (!in_thinking_) return;
+    put(terminal_ ? "\x1b[22m\n" : "\n[/thinking]\n");
+    in_thinking_ = false;
+  }
+  bool terminal_;
+  ChatReply reply_;
+  size_t thinking_sent_ = 0, content_sent_ = 0;
+  bool in_thinking_ = false;
+};
 
 Command chat_command() {
   Command c = kChatHead;
@@ -72,6 +121,15 @@ int cmd_chat(int argc, char** argv) {
   // The model's own sampling where the flags give none (llama.cpp's defaults for a pretrained model).
   const DefaultSampling sampling = default_sampling(m.model, m.path);
   apply_default_sampling(request.sampling, sampling.params, sampling_given(args));
+  if (args.has("think")) {
+    request.chat_extras.enable_thinking = true;
+    if (!m.chat.has_thinking_switch())
+      std::fprintf(stderr, "canvas: warning: --think does nothing: the chat format (%s) has no thinking switch "
+                           "(enable_thinking)\n", m.chat.origin.c_str());
+  }
+  // Gemma 4's channels: the generated text keeps its markers, and the reply is shown split.
+  const bool channels = chat_format_has_channels(m.chat);
+  request.special_text = channels;
   request.datastore = load_datastore(args, m);
   const Generator generator(m);
   const ModelConfig& c = m.model.config;
@@ -103,6 +161,7 @@ int cmd_chat(int argc, char** argv) {
 
   TerminalOutput output(args, m, "", false);
   output.attach(request);
+  const bool streamed = bool(request.on_text);
   const bool interactive = isatty(STDIN_FILENO);
   LineEditor editor(STDIN_FILENO, STDERR_FILENO);  // line editing and history on a terminal
 
@@ -138,6 +197,13 @@ int cmd_chat(int argc, char** argv) {
     if (fitted.dropped > 0)
       std::fprintf(stderr, "[the conversation outgrew the context of %lld tokens: dropped the %lld oldest turn%s]\n",
                    (long long)c.context_length, (long long)fitted.dropped, fitted.dropped == 1 ? "" : "s");
+    ChannelPrinter printer(isatty(STDOUT_FILENO));
+    std::string so_far;
+    if (channels && streamed)
+      turn.on_text = [&](const std::string& chunk) {
+        so_far += chunk;
+        printer.update(so_far, true);
+      };
     GenerationOutput out;
     {
       const InterruptRequest interrupt(/*sigterm_too=*/false);  // Ctrl-C ends the reply, not the chat
@@ -147,14 +213,23 @@ int cmd_chat(int argc, char** argv) {
     auto_mode.learn(out);
     // After Ctrl-C the reply holds only the text that was final (nothing of a canvas still being denoised).
     // The conversation keeps the model's own bytes, so that the next turn encodes what it wrote (and reuses
-    // its cached K/V); the terminal and /save get them as valid UTF-8.
-    output.finish_text(sanitize_utf8(out.text));
+    // its cached K/V); the terminal and /save get them as valid UTF-8. A reply with channels keeps its
+    // answer as content and its thinking as reasoning_content.
+    if (channels) {
+      printer.update(out.text, false);
+      std::fputs("\n", stdout);
+      std::fflush(stdout);
+    } else {
+      output.finish_text(sanitize_utf8(out.text));
+    }
     if (!args.has("quiet"))
       std::fprintf(stderr, "%s%s\n", out.finish_reason == "cancelled" ? "[interrupted] " : "",
                    generation_stats_line(out, pool->size()).c_str());
     else if (out.finish_reason == "cancelled")
       std::fputs("[interrupted]\n", stderr);
-    conversation.push_back({"assistant", out.text});
+    ChatMessage reply{"assistant", channels ? printer.reply().content : out.text};
+    if (channels) reply.reasoning_content = printer.reply().reasoning_content;
+    conversation.push_back(std::move(reply));
   }
   return 0;
 }

@@ -130,7 +130,7 @@ std::vector<int32_t> Generator::prompt_of(const GenerationRequest& r) const {
   if (!r.messages.empty() || r.chat) {
     canvas::check(chat_ != nullptr, "this generator has no chat format");
     return chat_->encode(*tokenizer_, r.messages.empty() ? std::vector<ChatMessage>{{"user", r.text}} : r.messages,
-                         r.parse_special.value_or(false));
+                         r.parse_special.value_or(false), r.chat_extras);
   }
   return tokenizer_->encode(r.text, true, r.parse_special.value_or(true));
 }
@@ -353,12 +353,13 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
 namespace {
 
 // How many of `tokens` the text needs: the fewest whose text is at least `text_bytes` long.
-int64_t tokens_covering(const TextTokenizer& tokenizer, const std::vector<int32_t>& tokens, size_t text_bytes) {
+int64_t tokens_covering(const TextTokenizer& tokenizer, const std::vector<int32_t>& tokens, size_t text_bytes,
+                        bool special_text) {
   int64_t lo = 0, hi = int64_t(tokens.size());
   while (lo < hi) {
     const int64_t mid = (lo + hi) / 2;
     const std::vector<int32_t> prefix(tokens.begin(), tokens.begin() + mid);
-    if (tokenizer.decode(prefix).size() >= text_bytes) hi = mid;
+    if ((special_text ? tokenizer.decode_with_special(prefix) : tokenizer.decode(prefix)).size() >= text_bytes) hi = mid;
     else lo = mid + 1;
   }
   return lo;
@@ -428,7 +429,7 @@ GenerationRun::GenerationRun(const Generator& generator, const GenerationRequest
       callback_ms += now_ms() - t0;
     };
   stop_ids = r.ignore_eos ? std::vector<int32_t>{} : g.stop_ids_;
-  stream = std::make_unique<TextStream>(g.tokenizer_, stop_ids, stops, sink);
+  stream = std::make_unique<TextStream>(g.tokenizer_, stop_ids, stops, sink, r.special_text);
   callbacks.forward = request_forward(r, [] { throw Cancelled{}; });
   if (callbacks.forward)
     callbacks.forward = [inner = callbacks.forward, this](const Model& m, KvCache& cache,
@@ -583,7 +584,7 @@ GenerationOutput GenerationRun::finish() {
   const auto stop = std::find_first_of(out.region.begin(), out.region.end(), stop_ids.begin(), stop_ids.end());
   out.tokens.assign(out.region.begin(), stop);
   if (stream->stop_string_seen() && g.tokenizer_)
-    out.tokens.resize(size_t(tokens_covering(*g.tokenizer_, out.tokens, out.text.size())));
+    out.tokens.resize(size_t(tokens_covering(*g.tokenizer_, out.tokens, out.text.size(), r.special_text)));
   if (r.logprobs >= 0) {
     size_t known = 0;  // the text's tokens in order, up to the first one without a log-probability
     while (known < out.tokens.size() && known < have_logprob.size() && have_logprob[known]) ++known;

@@ -48,6 +48,7 @@ struct GenerationRequest {
   std::string text;
   bool chat = false;
   std::vector<ChatMessage> messages;
+  ChatExtras chat_extras;  // the template's tools and thinking switch (with messages or chat)
 
   // Special-token text the client wrote (e.g. "<|turn>"): parsed as special tokens, or encoded as the
   // characters it is. Unset: message contents (and `text` with `chat`) are plain, so a client cannot open
@@ -125,6 +126,10 @@ struct GenerationRequest {
   // holes decoded under per-hole token masks; AR: the same constraint masks tokens left to right).
   std::optional<std::string> suffix;
   std::shared_ptr<const JsonTemplate> json_schema;
+
+  // The text (GenerationOutput::text and on_text's pieces) writes special tokens out as their text (e.g.
+  // Gemma 4's "<|channel>"), for a front end that reads the format's markers (chat_reply); stop ids still end it.
+  bool special_text = false;
 
   // Each decoding step (the canvas as it stands), and each new piece of final text, in order.
   std::function<void(const StepEvent&)> on_step;

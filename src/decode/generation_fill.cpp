@@ -75,7 +75,7 @@ GenerationOutput Generator::run_fill(const GenerationRequest& r, ThreadPool* poo
     if (r.chat || !r.messages.empty()) {
       canvas::check(chat_ != nullptr, "this generator has no chat format");
       prompt = chat_->encode(*tokenizer_, r.messages.empty() ? std::vector<ChatMessage>{{"user", r.text}} : r.messages,
-                             r.parse_special.value_or(false));
+                             r.parse_special.value_or(false), r.chat_extras);
     } else {
       const std::vector<int32_t> body = tokenizer_->encode(r.text, false);
       prompt.insert(prompt.end(), body.begin(), body.end());

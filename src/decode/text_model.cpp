@@ -212,9 +212,12 @@ ChatFormat ChatFormat::for_model(const Model& model, const std::string& model_pa
   return format;
 }
 
-ChatTemplateInputs ChatFormat::template_inputs(const std::vector<ChatMessage>& messages) const {
+ChatTemplateInputs ChatFormat::template_inputs(const std::vector<ChatMessage>& messages,
+                                               const ChatExtras& extras) const {
   ChatTemplateInputs in;
   in.messages = messages;
+  in.tools = extras.tools;
+  in.enable_thinking = extras.enable_thinking;
   in.bos_token = bos;
   in.eos_token = eos;
   if (max_prompt_bytes > 0) in.max_output_bytes = max_prompt_bytes;
@@ -224,14 +227,17 @@ ChatTemplateInputs ChatFormat::template_inputs(const std::vector<ChatMessage>& m
   return in;
 }
 
-std::string ChatFormat::render(const std::vector<ChatMessage>& messages) const {
-  if (!jinja.empty()) return render_chat_template(jinja, template_inputs(messages));
+std::string ChatFormat::render(const std::vector<ChatMessage>& messages, const ChatExtras& extras) const {
+  if (!jinja.empty()) return render_chat_template(jinja, template_inputs(messages, extras));
   std::string out;
   for (const ChatPiece& piece : render_pieces(messages)) out += piece.text;
   return out;
 }
 
-std::vector<ChatPiece> ChatFormat::render_pieces(const std::vector<ChatMessage>& messages) const {
+bool ChatFormat::has_thinking_switch() const { return jinja.find("enable_thinking") != std::string::npos; }
+
+std::vector<ChatPiece> ChatFormat::render_pieces(const std::vector<ChatMessage>& messages,
+                                                 const ChatExtras& extras) const {
   std::vector<ChatPiece> out;
   auto text = [&](const std::string& s) {
     if (s.empty()) return;
@@ -243,7 +249,7 @@ std::vector<ChatPiece> ChatFormat::render_pieces(const std::vector<ChatMessage>&
     // The template rendered over numbered marks in place of the contents, then cut at the marks. The
     // marks use control characters no template writes and no trim removes.
     const std::string open = "\x02" "canvas-message-", close = "\x03";
-    ChatTemplateInputs in = template_inputs(messages);
+    ChatTemplateInputs in = template_inputs(messages, extras);
     for (size_t i = 0; i < messages.size(); ++i) in.messages[i].content = open + std::to_string(i) + close;
     const std::string rendered = render_chat_template(jinja, in);
     size_t at = 0;
@@ -301,7 +307,7 @@ std::vector<ChatPiece> ChatFormat::render_pieces(const std::vector<ChatMessage>&
 }
 
 std::vector<int32_t> ChatFormat::encode(const TextTokenizer& tokenizer, const std::vector<ChatMessage>& messages,
-                                        bool parse_special) const {
+                                        bool parse_special, const ChatExtras& extras) const {
   // Only contents that special parsing would read differently need keeping apart; the others stay in the
   // template's text, so a conversation without such text encodes exactly as its rendering always has.
   std::vector<bool> guarded(messages.size(), false);
@@ -311,12 +317,12 @@ std::vector<int32_t> ChatFormat::encode(const TextTokenizer& tokenizer, const st
     guarded[i] = tokenizer.encode(c, false, true) != tokenizer.encode(c, false, false);
     any = any || guarded[i];
   }
-  if (!any) return tokenizer.encode(render(messages), add_bos);
-  std::vector<ChatPiece> pieces = render_pieces(messages);
+  if (!any) return tokenizer.encode(render(messages, extras), add_bos);
+  std::vector<ChatPiece> pieces = render_pieces(messages, extras);
   if (!jinja.empty()) {
     // The pieces must put together the template's own text: with the contents as written, or trimmed (a
     // template's `| trim`); a template that changes message text otherwise cannot be cut safely.
-    const std::string rendered = render(messages);
+    const std::string rendered = render(messages, extras);
     auto joined = [&](bool trimmed) {
       std::string out;
       for (const ChatPiece& p : pieces) out += p.message >= 0 && trimmed ? trim_like_jinja(p.text) : p.text;

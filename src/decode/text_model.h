@@ -63,19 +63,22 @@ struct ChatFormat {
   // name: that built-in format (Error for an unknown one).
   static ChatFormat for_model(const Model& model, const std::string& model_path, const TextTokenizer& tokenizer,
                               const std::string& name = "auto");
-  // The inputs of the model's template for `messages`, with the bounds above.
-  ChatTemplateInputs template_inputs(const std::vector<ChatMessage>& messages) const;
+  // The inputs of the model's template for `messages` (and a request's tools and thinking switch), with the
+  // bounds above. The built-in formats have no tools or thinking switch and ignore `extras`.
+  ChatTemplateInputs template_inputs(const std::vector<ChatMessage>& messages, const ChatExtras& extras = {}) const;
   // The conversation ending with an open model turn.
-  std::string render(const std::vector<ChatMessage>& messages) const;
+  std::string render(const std::vector<ChatMessage>& messages, const ChatExtras& extras = {}) const;
   // The same text cut into the format's text and the messages' contents (in order; a content may appear
   // more than once or not at all, as the template writes it).
-  std::vector<ChatPiece> render_pieces(const std::vector<ChatMessage>& messages) const;
+  std::vector<ChatPiece> render_pieces(const std::vector<ChatMessage>& messages, const ChatExtras& extras = {}) const;
+  // The model's template reads `enable_thinking` (a thinking switch such as Gemma 4's).
+  bool has_thinking_switch() const;
   // The conversation's prompt ids. Special-token text in a message's content (e.g. "<|turn>") is encoded
   // as the characters it is unless parse_special, so a client cannot open or close turns; the format's
   // own markers are special tokens. Throws Error when a content holding special-token text cannot be told
   // apart from the template's text (a template that rewrites message text).
   std::vector<int32_t> encode(const TextTokenizer& tokenizer, const std::vector<ChatMessage>& messages,
-                              bool parse_special) const;
+                              bool parse_special, const ChatExtras& extras = {}) const;
 };
 
 // A loaded model and what generating text with it needs. The Model is owned (it is a set of shared handles

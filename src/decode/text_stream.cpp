@@ -9,10 +9,15 @@
 namespace canvas {
 
 TextStream::TextStream(const TextTokenizer* tokenizer, std::vector<int32_t> stop_ids,
-                       std::vector<std::string> stop_strings, std::function<void(const std::string&)> sink)
+                       std::vector<std::string> stop_strings, std::function<void(const std::string&)> sink,
+                       bool special_text)
     : tokenizer_(tokenizer), stop_ids_(std::move(stop_ids)), stop_strings_(std::move(stop_strings)),
-      sink_(std::move(sink)) {
+      sink_(std::move(sink)), special_text_(special_text) {
   for (const std::string& s : stop_strings_) check(!s.empty(), "a stop string must not be empty");
+}
+
+std::string TextStream::decode(const std::vector<int32_t>& ids) const {
+  return special_text_ ? tokenizer_->decode_with_special(ids) : tokenizer_->decode(ids);
 }
 
 std::string TextStream::text_of(const std::vector<int32_t>& tokens, bool* cut, std::vector<int32_t>* shown_out) {
@@ -29,7 +34,7 @@ std::string TextStream::text_of(const std::vector<int32_t>& tokens, bool* cut, s
     shown.push_back(id);
   }
   if (!tokenizer_) return "";
-  std::string text = tokenizer_->decode(shown);
+  std::string text = decode(shown);
   size_t first = std::string::npos;
   for (const std::string& s : stop_strings_) first = std::min(first, text.find(s));
   if (first != std::string::npos) {
@@ -68,7 +73,7 @@ void TextStream::update(const std::vector<int32_t>& final_prefix) {
     if (end < text.size() && tokenizer_) {
       size_t boundary = 0;  // where the last token that ends at or before `end` ends
       for (size_t n = shown.size(); n-- > 0;) {
-        const std::string before = tokenizer_->decode(std::vector<int32_t>(shown.begin(), shown.begin() + n));
+        const std::string before = decode(std::vector<int32_t>(shown.begin(), shown.begin() + n));
         if (before.size() <= end && text.compare(0, before.size(), before) == 0) {
           boundary = before.size();
           break;

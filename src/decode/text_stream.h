@@ -16,8 +16,9 @@ class TextStream {
  public:
   // sink receives each new piece of final text (may be empty: nothing is sent). Throws Error for an
   // empty stop string.
+  // special_text: special tokens' text is written out (TextTokenizer::decode_with_special).
   TextStream(const TextTokenizer* tokenizer, std::vector<int32_t> stop_ids, std::vector<std::string> stop_strings,
-             std::function<void(const std::string&)> sink = {});
+             std::function<void(const std::string&)> sink = {}, bool special_text = false);
   // The finished prefix of the generated tokens (it only grows).
   void update(const std::vector<int32_t>& final_prefix);
   // All generated tokens: returns the whole text and sends what was not sent yet.
@@ -31,6 +32,7 @@ class TextStream {
   // those tokens.
   std::string text_of(const std::vector<int32_t>& tokens, bool* cut, std::vector<int32_t>* shown = nullptr);
   void emit(const std::string& text, size_t end);
+  std::string decode(const std::vector<int32_t>& ids) const;
 
   const TextTokenizer* tokenizer_;
   std::vector<int32_t> stop_ids_;
@@ -38,6 +40,7 @@ class TextStream {
   std::function<void(const std::string&)> sink_;
   std::string sent_;
   bool stop_string_seen_ = false, stop_id_seen_ = false;
+  bool special_text_ = false;
 };
 
 }  // namespace canvas

@@ -13,7 +13,7 @@ namespace canvas {
 struct TextTokenizer::Impl {
   virtual ~Impl() = default;
   virtual std::vector<int32_t> encode(const std::string& text, bool add_bos, bool parse_special) const = 0;
-  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  virtual std::string decode(const std::vector<int32_t>& ids, bool render_special) const = 0;
   virtual std::string piece(int32_t id) const = 0;
   virtual int64_t size() const = 0;
   virtual int32_t bos() const = 0;
@@ -28,7 +28,9 @@ struct Wrapped final : TextTokenizer::Impl {
   std::vector<int32_t> encode(const std::string& text, bool add_bos, bool parse_special) const override {
     return t.encode(text, add_bos, parse_special);
   }
-  std::string decode(const std::vector<int32_t>& ids) const override { return t.decode(ids, false); }
+  std::string decode(const std::vector<int32_t>& ids, bool render_special) const override {
+    return t.decode(ids, render_special);
+  }
   std::string piece(int32_t id) const override {
     if (id < 0 || id >= t.vocab_size()) return "<" + std::to_string(id) + ">";
     return t.token_piece(id);
@@ -90,7 +92,10 @@ TextTokenizer TextTokenizer::open(const std::string& path, const SpecialTokenIds
 std::vector<int32_t> TextTokenizer::encode(const std::string& text, bool add_bos, bool parse_special) const {
   return impl_->encode(text, add_bos, parse_special);
 }
-std::string TextTokenizer::decode(const std::vector<int32_t>& ids) const { return impl_->decode(ids); }
+std::string TextTokenizer::decode(const std::vector<int32_t>& ids) const { return impl_->decode(ids, false); }
+std::string TextTokenizer::decode_with_special(const std::vector<int32_t>& ids) const {
+  return impl_->decode(ids, true);
+}
 std::string TextTokenizer::token_piece(int32_t id) const { return impl_->piece(id); }
 int64_t TextTokenizer::vocab_size() const { return impl_->size(); }
 int32_t TextTokenizer::bos_id() const { return impl_->bos(); }

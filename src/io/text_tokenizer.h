@@ -31,6 +31,9 @@ class TextTokenizer {
   // false: they are encoded as the text they are (user content from a client).
   std::vector<int32_t> encode(const std::string& text, bool add_bos, bool parse_special = true) const;
   std::string decode(const std::vector<int32_t>& ids) const;  // special tokens dropped
+  // The text with special tokens written as their pieces (e.g. Gemma 4's "<|channel>"), for front ends
+  // that read a format's markers in generated text).
+  std::string decode_with_special(const std::vector<int32_t>& ids) const;
   std::string token_piece(int32_t id) const;                   // "<ID>" for an id outside the vocabulary
   int64_t vocab_size() const;
   int32_t bos_id() const;   // -1 when absent

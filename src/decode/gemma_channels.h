@@ -1,0 +1,59 @@
+// Gemma 4's channels in a model's generated text: its thinking (<|channel>thought\n ... <channel|>), its
+// answer, and its tool calls (<|tool_call>call:NAME{key:value,...}<tool_call|>) as OpenAI tool calls.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace canvas {
+
+struct ChatFormat;
+class TextTokenizer;
+
+// One tool call as OpenAI's API returns it: the function's name and its arguments as JSON text.
+struct ChatToolCall {
+  std::string id;  // "call_<n>", numbered in the reply
+  std::string name;
+  std::string arguments;
+};
+
+// A reply split into what a chat client shows apart.
+struct ChatReply {
+  std::string reasoning_content;  // the thinking ("" when none)
+  std::string content;            // the answer
+  std::vector<ChatToolCall> tool_calls;
+  // The bytes of the text that are final: reasoning, content and tool calls hold their text only. The rest
+  // (text that may begin a marker, a tool call not closed yet) is held back until more text decides it.
+  size_t final_bytes = 0;
+
+  // The reply as OpenAI's assistant message: content (null when empty and there are tool calls),
+  // reasoning_content when there was thinking, tool_calls when there were calls.
+  nlohmann::ordered_json message_json() const;
+};
+
+// Splits Gemma 4 output. With more_to_come, a marker cut at the end of the text and an unclosed tool call
+// are held back, so that the reply of a longer text only appends to the reply of a shorter one (a stream
+// sends the difference); without it, everything is placed: an unclosed thought is all reasoning, an
+// unclosed or malformed tool call stays in the content as it was written. `<turn|>` ends the reply and
+// `<|tool_response>` (the model handing over to the tools) is dropped. Never throws on any text.
+ChatReply parse_gemma_channels(std::string_view text, bool more_to_come = false);
+
+// Gemma's tool-call argument text ("key:value,..." with <|"|>-quoted strings, numbers, true / false /
+// null, nested {} and []) as a JSON object's text; false when it is not well formed.
+bool gemma_arguments_to_json(std::string_view arguments, std::string& json);
+
+// What serve and `canvas chat` call: the reply of a model's generated tokens in its chat format. A format
+// with Gemma 4's channels (a template that writes "<|channel>", as the release's does; the built-in gemma4
+// format opens no channels) is split as above, from the tokens' text with special tokens written out; any
+// other format gives the text as content.
+bool chat_format_has_channels(const ChatFormat& format);
+ChatReply chat_reply(const ChatFormat& format, const TextTokenizer& tokenizer,
+                     const std::vector<int32_t>& tokens, bool more_to_come = false);
+// The same from generated text: text made with GenerationRequest::special_text set when the format has
+// channels (its markers written out), else as generated.
+ChatReply chat_reply(const ChatFormat& format, std::string_view text, bool more_to_come = false);
+
+}  // namespace canvas
