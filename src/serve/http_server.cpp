@@ -17,6 +17,7 @@
 #include "decode/chat_template.h"
 #include "decode/verify.h"
 #include "io/json.h"
+#include "serve/chat_answer.h"
 #include "serve/openai.h"
 
 namespace canvas::serve {
@@ -108,6 +109,9 @@ struct CompletionReply {
   std::vector<int32_t> prompt;  // ... and its tokens (their log-probability entries are null)
   const TextTokenizer* tokenizer = nullptr;
   std::vector<int32_t> stop_ids;  // ids that end the text (a stream's entries stop before them)
+  // Chat in a format with channels (its text has special tokens written out): the message is split into
+  // reasoning_content, content and tool_calls (serve/chat_answer.h). Null: the text is the content.
+  const ChatFormat* channels = nullptr;
 };
 
 // An error of the generator in the request's words: its -n is max_tokens here.
@@ -184,7 +188,9 @@ void append_legacy_logprobs(json& to, const json& more) {
 json completion_body(const CompletionReply& reply, const Job& job) {
   json choice = {{"index", 0}, {"finish_reason", job.finish_reason}};
   if (reply.chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", job.text}};
+    ChatAnswer answer = chat_answer(reply.channels, job.text, job.finish_reason);
+    choice["message"] = std::move(answer.message);
+    choice["finish_reason"] = answer.finish_reason;
     choice["logprobs"] = reply.logprobs ? chat_logprobs(reply.tokenizer, job.logprobs, 0, job.logprobs.size())
                                         : json(nullptr);
   } else {
@@ -423,37 +429,75 @@ class CompletionAnswer final : public LateAnswer {
         while (lo < hi) {
           const size_t mid = (lo + hi + 1) / 2;
           const std::vector<int32_t> prefix(final_tokens_.begin(), final_tokens_.begin() + mid);
-          if (reply_.tokenizer->decode(prefix).size() <= sent_.size())
+          const std::string prefix_text = reply_.channels ? reply_.tokenizer->decode_with_special(prefix)
+                                                          : reply_.tokenizer->decode(prefix);
+          if (prefix_text.size() <= sent_.size())
             lo = mid;
           else hi = mid - 1;
         }
         logprobs_to = lo;
       }
     }
+    if (reply_.channels) return channel_chunks(out, delta, finished, finish_reason, logprobs_to, canvas, steps,
+                                               passes, drafts_from, uniform);
     if (!delta.empty() || reply_.draft || first_) {
       json j = chunk_json(delta, nullptr, logprobs_to);
-      if (reply_.draft) {
-        j["canvas"] = {{"mode", decode_mode_name(mode_)},
-                       {"step", steps},
-                       {"passes", passes},
-                       {"tokens", draft_tokens(engine_, canvas)},
-                       {"pad", draft_pad(engine_, canvas, uniform && !finished)},
-                       {"noise", uniform && !finished}};
-        // verify: the tokens from `drafts` on are drafts being checked, the ones before it are kept.
-        if (drafts_from >= 0 && drafts_from < int64_t(canvas.size()) && !finished) j["canvas"]["drafts"] = drafts_from;
-      }
+      if (reply_.draft) add_draft(j, canvas, steps, passes, drafts_from, uniform, finished);
       send(j);
     }
     if (!finished) return false;
     json last = chunk_json("", finish_reason, logprobs_to);
     if (reply_.chat) last["choices"][0]["delta"] = json::object();
     send(last);
+    end_stream(out);
+    return true;
+  }
+
+  // The canvas of a chunk with canvas_draft.
+  void add_draft(json& j, const std::vector<int32_t>& canvas, int64_t steps, int64_t passes, int64_t drafts_from,
+                 bool uniform, bool finished) const {
+    j["canvas"] = {{"mode", decode_mode_name(mode_)},
+                   {"step", steps},
+                   {"passes", passes},
+                   {"tokens", draft_tokens(engine_, canvas)},
+                   {"pad", draft_pad(engine_, canvas, uniform && !finished)},
+                   {"noise", uniform && !finished}};
+    // verify: the tokens from `drafts` on are drafts being checked, the ones before it are kept.
+    if (drafts_from >= 0 && drafts_from < int64_t(canvas.size()) && !finished) j["canvas"]["drafts"] = drafts_from;
+  }
+
+  // After the last chunk: the usage when asked, then [DONE].
+  void end_stream(std::string& out) {
     if (reply_.include_usage) {
       json u = envelope(json::array());
-      u["usage"] = usage_json(reply_.prompt_tokens, job);  // finished: nothing writes the job any more
-      send(u);
+      u["usage"] = usage_json(reply_.prompt_tokens, *job_);  // finished: nothing writes the job any more
+      out += "data: " + dump(u) + "\n\n";
     }
     out += "data: [DONE]\n\n";
+  }
+
+  // next_chunks for a chat in a format with channels: the new text (`delta`) as reasoning_content, content
+  // and tool_calls deltas, a chunk each in order (serve/chat_answer.h); the first carries the role, the first
+  // of this call the log-probabilities, the last the canvas; a marker cut at the end of the text waits.
+  bool channel_chunks(std::string& out, const std::string& delta, bool finished, const std::string& finish_reason,
+                      size_t logprobs_to, const std::vector<int32_t>& canvas, int64_t steps, int64_t passes,
+                      int64_t drafts_from, bool uniform) {
+    std::vector<json> deltas = delta.empty() && !finished ? std::vector<json>() : channel_deltas_.next(sent_, finished);
+    if (deltas.empty() && (reply_.draft || first_)) deltas.push_back({{"content", ""}});
+    for (size_t i = 0; i < deltas.size(); ++i) {
+      json choice = {{"index", 0}, {"finish_reason", nullptr}, {"delta", std::move(deltas[i])}};
+      if (first_) choice["delta"]["role"] = "assistant";
+      if (reply_.logprobs) choice["logprobs"] = chunk_logprobs(logprobs_to);  // none after the first
+      first_ = false;
+      json j = envelope(json::array({choice}));
+      if (reply_.draft && i + 1 == deltas.size()) add_draft(j, canvas, steps, passes, drafts_from, uniform, finished);
+      out += "data: " + dump(j) + "\n\n";
+    }
+    if (!finished) return false;
+    json last = {{"index", 0}, {"finish_reason", channel_deltas_.finish_reason(finish_reason)}, {"delta", json::object()}};
+    if (reply_.logprobs) last["logprobs"] = chunk_logprobs(logprobs_to);
+    out += "data: " + dump(envelope(json::array({last}))) + "\n\n";
+    end_stream(out);
     return true;
   }
 
@@ -470,6 +514,8 @@ class CompletionAnswer final : public LateAnswer {
   size_t logprobs_sent_ = 0;
   std::vector<int32_t> final_tokens_;    // the committed tokens in order (all of them once finished)
   std::vector<TokenLogprob> final_lps_;  // theirs
+  // A format with channels: what of `sent_` (the text read so far, markers included) has gone out.
+  ChatDeltas channel_deltas_{reply_.channels};
 };
 
 // The late answer of a handler that runs on a worker thread (/tokenize, /detokenize: a body of up to the
@@ -981,14 +1027,20 @@ void HttpServer::complete(const Request& req, Response& res, bool chat) {
   const ServedModel* served_model = model_for(served(), r.model, chat, res);
   if (!served_model) return;
   Engine* engine = served_model->engine;
-  // Tools are for a chat template that takes them; no template canvas renders does yet.
-  if (!r.tools.is_null() && !r.tools.empty()) r.ignored.push_back("tools");
+  // Tools and the thinking switch go to the chat template (the model's, when it has one: a built-in format
+  // takes neither); the reply of a format with channels is split (serve/chat_answer.h).
+  const ChatFormat* format = engine->options().chat;
+  if (!r.tools.is_null() && !r.tools.empty() && (!format || format->jinja.find("tools") == std::string::npos))
+    r.ignored.push_back("tools");
+  const bool channels = chat && chat_answer_has_channels(format);
   log_ignored_fields(r.ignored);
   GenerationSettings& s = r.settings;
   apply_default_sampling(s.sampling, engine->options().sampling, r.sampling_given);
-  if (chat)
+  if (chat) {
     s.messages = r.messages;
-  else
+    s.chat_extras = r.chat_extras;
+    s.special_text = channels;
+  } else
     s.text = r.prompt;
   // Infilling (suffix) and structured output (response_format) take the prompt as text; the generator
   // checks them when it plans the canvas.
@@ -1003,6 +1055,7 @@ void HttpServer::complete(const Request& req, Response& res, bool chat) {
   job->model = served_model->id;
   CompletionReply reply;
   reply.chat = chat;
+  if (channels) reply.channels = format;
   reply.id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
   reply.created = int64_t(std::time(nullptr));
   // The answer names the model as the request did (a single-model server accepts any name), else its id.

@@ -100,6 +100,66 @@ void parse_tools(const std::string& key, const json& value, ApiRequest& r) {
   r.tools = value;
 }
 
+// A tool call of an assistant message as the client sent it back ({"id", "type": "function", "function":
+// {"name", "arguments"}}): arguments that are a JSON object's text go to the template as the object (as
+// llama-server passes them), so that a template writes them in its own form, as the model wrote them.
+json template_tool_call(const json& call, const std::string& field) {
+  if (!call.is_object() || !call.contains("function") || !call["function"].is_object() ||
+      !call["function"].contains("name") || !call["function"]["name"].is_string())
+    throw bad(field, "'" + field + "' must be {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+  json out = call;
+  json& arguments = out["function"]["arguments"];
+  if (arguments.is_string()) {
+    const json parsed = json::parse(arguments.get<std::string>(), nullptr, false);
+    if (parsed.is_object()) arguments = parsed;
+  }
+  return out;
+}
+
+// One message: role system / developer / user / assistant / tool, content (a string or text parts; null or
+// absent only for an assistant message with tool_calls), and the fields a chat template reads:
+// reasoning_content and tool_calls (assistant), tool_call_id and name (tool).
+ChatMessage parse_message(const json& m, const std::string& field) {
+  if (!m.is_object() || !m.contains("role")) throw bad(field, "'" + field + "' must be an object with 'role' and 'content'");
+  ChatMessage msg;
+  msg.role = get_string(m["role"], field + ".role");
+  if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "developer" &&
+      msg.role != "tool")
+    throw bad(field + ".role", "'" + field + ".role' must be system, developer, user, assistant or tool");
+  if (msg.role == "developer") msg.role = "system";
+  auto text = [&](const char* key) {
+    return m.contains(key) && !m[key].is_null() ? get_string(m[key], field + "." + key) : std::string();
+  };
+  msg.reasoning_content = text("reasoning_content");
+  msg.tool_call_id = text("tool_call_id");
+  msg.name = text("name");
+  if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+    const json& calls = m["tool_calls"];
+    if (!calls.is_array()) throw bad(field + ".tool_calls", "'" + field + ".tool_calls' must be an array");
+    msg.tool_calls = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < calls.size(); ++i)
+      msg.tool_calls.push_back(
+          nlohmann::ordered_json(template_tool_call(calls[i], field + ".tool_calls[" + std::to_string(i) + "]")));
+  }
+  const bool has_content = m.contains("content") && !m["content"].is_null();
+  if (has_content)
+    msg.content = content_text(m["content"], field + ".content");
+  else if (!(msg.role == "assistant" && !msg.tool_calls.is_null()))
+    throw bad(field, "'" + field + "' must be an object with 'role' and 'content'");
+  return msg;
+}
+
+// chat_template_kwargs: {"enable_thinking": bool} reaches the template; other keys are ignored (logged).
+void parse_template_kwargs(const json& value, ApiRequest& r) {
+  if (!value.is_object()) throw bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+  for (const auto& [k, v] : value.items()) {
+    if (k == "enable_thinking")
+      r.chat_extras.enable_thinking = get_bool(v, "chat_template_kwargs.enable_thinking");
+    else
+      r.ignored.push_back("chat_template_kwargs." + k);
+  }
+}
+
 }  // namespace
 
 ApiRequest parse_api_request(const std::string& body, bool chat) {
@@ -123,14 +183,16 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
   // Without max_tokens a reply runs to the end of its turn (or the context), as OpenAI's API does.
   r.settings.to_end_of_turn = true;
   int64_t top_logprobs = -1;  // chat: given
+  std::string reasoning_effort;  // chat: given
   GenerationSettings& s = r.settings;
   // A value of a type the code below did not expect is the client's error (400 naming the field), never
   // a 500 with the JSON library's text.
   for (const auto& [key, value] : root.items()) try {
     if (!common.count(key) &&
-        !(chat ? (key == "messages" || key == "max_completion_tokens" || key == "top_logprobs")
+        !(chat ? (key == "messages" || key == "max_completion_tokens" || key == "top_logprobs" ||
+                  key == "chat_template_kwargs" || key == "reasoning_effort")
                : (key == "prompt" || key == "suffix" || key == "echo"))) {
-      // A field canvas does not know (a newer API's, another server's: reasoning_effort, ...) is ignored,
+      // A field canvas does not know (a newer API's, another server's, ...) is ignored,
       // as llama-server does; the server logs it once.
       r.ignored.push_back(key);
       continue;
@@ -149,19 +211,8 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
       has_input = true;
     } else if (key == "messages") {
       if (!value.is_array() || value.empty()) throw bad(key, "'messages' must be a non-empty array");
-      for (size_t i = 0; i < value.size(); ++i) {
-        const json& m = value[i];
-        const std::string field = "messages[" + std::to_string(i) + "]";
-        if (!m.is_object() || !m.contains("role") || !m.contains("content"))
-          throw bad(field, "'" + field + "' must be an object with 'role' and 'content'");
-        ChatMessage msg;
-        msg.role = get_string(m["role"], field + ".role");
-        if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "developer")
-          throw bad(field + ".role", "'" + field + ".role' must be system, developer, user or assistant");
-        if (msg.role == "developer") msg.role = "system";
-        msg.content = content_text(m["content"], field + ".content");
-        r.messages.push_back(std::move(msg));
-      }
+      for (size_t i = 0; i < value.size(); ++i)
+        r.messages.push_back(parse_message(value[i], "messages[" + std::to_string(i) + "]"));
       has_input = true;
     } else if (key == "max_tokens" || key == "max_completion_tokens") {
       s.max_new_tokens = get_int(value, key, 1, 1 << 20);
@@ -291,6 +342,13 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
       if (!value.empty()) r.ignored.push_back(key);
     } else if (key == "tools" || key == "tool_choice" || key == "parallel_tool_calls") {
       parse_tools(key, value, r);
+    } else if (key == "chat_template_kwargs") {
+      parse_template_kwargs(value, r);
+    } else if (key == "reasoning_effort") {
+      reasoning_effort = get_string(value, key);
+      if (reasoning_effort != "none" && reasoning_effort != "minimal" && reasoning_effort != "low" &&
+          reasoning_effort != "medium" && reasoning_effort != "high" && reasoning_effort != "xhigh")
+        throw bad(key, "'reasoning_effort' must be none, minimal, low, medium, high or xhigh");
     } else if (key == "metadata" || key == "store" || key == "service_tier") {
       // OpenAI's bookkeeping: nothing to do here.
     } else if (key == "logprobs") {
@@ -322,6 +380,11 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
   if (chat && top_logprobs >= 0 && !r.logprobs)
     throw bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   if (chat && r.logprobs) s.logprobs = std::max<int64_t>(0, top_logprobs);
+  if (chat && !r.chat_extras.enable_thinking && !reasoning_effort.empty())
+    r.chat_extras.enable_thinking = reasoning_effort != "none";
+  if (chat && r.tools.is_array() && !r.tools.empty() && r.tool_choice != "none")
+    // The tools in the client's member order (a template writes their parameters in it).
+    r.chat_extras.tools = parse_json_ordered(body, "the request body")["tools"];
   if (!has_input) throw bad(chat ? "messages" : "prompt", chat ? "'messages' is required" : "'prompt' is required");
   if (r.include_usage && !r.stream) throw bad("stream_options", "'stream_options' is only allowed with 'stream': true");
   return r;

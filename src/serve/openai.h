@@ -40,8 +40,12 @@ struct ApiRequest {
   bool logprobs = false;
   // The sampling settings the request gave (the model's defaults fill the rest: apply_default_sampling).
   SamplingGiven sampling_given;
-  // tools and tool_choice as the client sent them (null when absent), for a chat template that takes tools.
+  // tools and tool_choice as the client sent them (null when absent).
   nlohmann::json tools, tool_choice;
+  // What the chat template gets besides the messages: `tools` (in the client's member order; none with
+  // tool_choice "none") and `enable_thinking` (chat_template_kwargs.enable_thinking, else true for a
+  // reasoning_effort other than "none", false for "none").
+  ChatExtras chat_extras;
   // Fields accepted and ignored (unknown ones, presence / frequency penalties, logit_bias): the server logs
   // each name once.
   std::vector<std::string> ignored;
