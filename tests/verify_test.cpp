@@ -15,6 +15,7 @@
 #include "decode/ar.h"
 #include "decode/sampling.h"
 #include "decode/verify.h"
+#include "gguf_copy.h"
 #include "model/kv_cache.h"
 #include "test_util.h"
 
@@ -527,7 +528,14 @@ namespace canvas {
 // (kept in --cost-model's file), and writes AR's tokens either way.
 TEST(VerifyCli, AutoWithADatastoreMeasuresArThenVerify) {
   test::TempDir dir;
-  const std::string model = test::fixture("tiny-diffusion-gemma");
+  // The tiny DiffusionGemma as canvas's own checkpoints are (training.* keys: trained here with an AR loss),
+  // whose auto chooses among ar and verify; in the release's form its auto would be diffusion.
+  const std::string converted = dir.path("tiny-dg.gguf");
+  ASSERT_EQ(test::run_canvas("convert --in " + test::fixture("tiny-diffusion-gemma") + " --out " + converted +
+                             " --type f32").exit_code,
+            0);
+  const std::string model =
+      test::gguf_with_keys(dir, "tiny-dg-own.gguf", converted, {{"training.identity", GgufValue::string("test")}});
   const std::string corpus = dir.path("corpus.txt");
   std::ofstream(corpus) << "the sea and the land, the sea and the sky, the sea and the land.\n";
   const std::string base = "generate -m " + model + " -p 'the sea' -n 40 --json -t 2 -s 1 --cost-model " +
