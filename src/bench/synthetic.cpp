@@ -232,7 +232,8 @@ ModelConfig cut_config(const SyntheticShape& shape, const SyntheticOptions& opti
 
 // A vocabulary of `n` tokens that canvas's and llama.cpp's gemma4 tokenizers both load: <pad> <eos> <bos>
 // <unk> <mask>, the 256 byte tokens, t h th, printable ASCII (space as U+2581) where it fits, then
-// "<unused_K>" up to n. One merge: text becomes about one token per character. Only its size matters to the speed.
+// "<unused_K>" up to n. One merge: text becomes about one token per character. Only its size matters to
+// the speed.
 HfVocab placeholder_vocab(const ModelConfig& c) {
   HfVocab v;
   const auto add = [&v](std::string text, HfVocab::Kind kind) {
@@ -277,8 +278,8 @@ HfVocab placeholder_vocab(const ModelConfig& c) {
 void write_synthetic_gguf(const SyntheticShape& shape, const SyntheticOptions& options, const std::string& path,
                           ThreadPool* pool) {
   const ModelConfig config = cut_config(shape, options);
-  check(config.layer_style == LayerStyle::Gemma4,
-        "--save writes Gemma-family shapes (llama.cpp's gemma4 / diffusion-gemma layout); " + shape.name + " is not one");
+  check(config.layer_style == LayerStyle::Gemma4, "--save writes Gemma-family shapes (llama.cpp's gemma4 / "
+                                                  "diffusion-gemma layout); " + shape.name + " is not one");
   GgufWriter w;
   config_to_gguf(config, w);
   w.set("general.file_type", GgufValue::u32(llama_file_type(options.type)));

@@ -587,7 +587,8 @@ void gemma_config_to_gguf(const ModelConfig& c, GgufWriter& w) {
     kv_heads.push_back(a.n_kv_heads);
     sliding.push_back(a.kind == AttentionKind::Sliding);
   }
-  w.set(p + "attention.head_count_kv", GgufValue::int_array(GgufType::Int32, kv_heads));  // as the branch writes it
+  // int32, as the branch's converter writes it.
+  w.set(p + "attention.head_count_kv", GgufValue::int_array(GgufType::Int32, kv_heads));
   w.set(p + "attention.key_length", u32(full.head_dim));
   w.set(p + "attention.value_length", u32(full.head_dim));
   w.set(p + "attention.key_length_swa", u32(swa.head_dim));
