@@ -13,6 +13,7 @@
 #include "bench/synthetic.h"
 #include "core/error.h"
 #include "decode/generation.h"
+#include "io/gguf.h"
 #include "model/model.h"
 #include "ops/matmul.h"
 #include "test_util.h"
@@ -272,6 +273,52 @@ TEST(BenchSynthetic, TinyModelsRunAForwardPassWithFiniteLogits) {
       EXPECT_GT(spread, 0) << name << ": constant logits";
     }
   }
+}
+
+// --save: the synthetic model as a GGUF in llama.cpp's DiffusionGemma layout, which loads back as the same
+// model (the same logits as the one built in memory), with the release's 256-token canvas, a vocabulary of
+// the model's size and llama-diffusion-cli's mask id; the CLI writes it and exits.
+TEST(BenchSynthetic, SaveWritesTheModelAsABranchLayoutGguf) {
+  test::TempDir dir;
+  ThreadPool pool(2);
+  const bench::SyntheticShape& shape = bench::find_synthetic_shape("diffusion-gemma:tiny");
+  bench::SyntheticOptions o;
+  o.type = DType::Q8_0;
+  o.layers = 6;
+  o.seed = 3;
+  const std::string path = dir.path("dg.gguf");
+  bench::write_synthetic_gguf(shape, o, path, &pool);
+  const Model loaded = Model::load(path);
+  const auto built = bench::build_synthetic_model(shape, o, &pool);
+  const ModelConfig& c = loaded.config;
+  EXPECT_EQ(c.arch, "diffusion-gemma");
+  EXPECT_EQ(c.n_layers, 6);
+  EXPECT_EQ(c.n_experts, built->model.config.n_experts);
+  EXPECT_EQ(c.logit_softcap, 30.f);
+  EXPECT_EQ(c.attention_of(5).kind, AttentionKind::Full);
+  EXPECT_TRUE(c.attention_of(5).value_from_key);
+  EXPECT_EQ(loaded.file->get_int("diffusion.canvas_length", 0), 256);
+  EXPECT_EQ(loaded.file->get_int("tokenizer.ggml.mask_token_id", -1), 4);
+  EXPECT_EQ(int64_t(loaded.file->get_string_array("tokenizer.ggml.tokens").size()), c.vocab);
+  const auto logits = [&pool](const Model& m) {
+    std::vector<int32_t> tokens = {2, 100, 200, 300}, groups = {0, 1, 2, 3};
+    KvCache cache(m.config, 8);
+    ForwardRequest req;
+    req.tokens = tokens.data();
+    req.n = 4;
+    req.groups = groups.data();
+    req.logit_rows = {0, 3};
+    std::vector<float> out(2 * size_t(m.config.vocab));
+    req.logits = out.data();
+    forward(m, cache, req, &pool);
+    return out;
+  };
+  EXPECT_EQ(logits(loaded), logits(built->model));
+
+  const auto r = test::run_canvas("bench --synthetic diffusion-gemma:tiny --layers 2 --save " + dir.path("cli.gguf"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(Model::load(dir.path("cli.gguf")).config.n_layers, 2);
+  EXPECT_NE(test::run_canvas("bench --synthetic llada:tiny --save " + dir.path("llada.gguf")).exit_code, 0);
 }
 
 // A synthetic model's Q4_0 / Q8_0 matrices are interleaved for the AVX-512 kernels (built at the

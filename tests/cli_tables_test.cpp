@@ -62,7 +62,7 @@ const std::vector<CommandFlags>& commands() {
       {"tokenize", {"-m", "--model", "-p", "--prompt", "-f", "--file", "--json", "--bos"}},
       {"detokenize", {"-m", "--model", "--ids"}},
       {"bench",
-       {"-m", "--model", "--synthetic", "--type", "--layers", "--list", "-p", "--n-prompt", "-n", "--n-gen",
+       {"-m", "--model", "--synthetic", "--type", "--layers", "--list", "--save", "-p", "--n-prompt", "-n", "--n-gen",
         "--modes", "--cache", "--block-length", "--steps", "--threshold", "-t", "--threads", "--warmup",
         "--repeats", "-s", "--seed", "--quick", "--no-roofs", "--json", "--plot", "--train", "--device", "--cpu-moe",
         "--n-cpu-moe", "--profile", "--draft-length"}},

@@ -4,14 +4,19 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "decode/entropy_bound.h"
 #include "decode/text_model.h"
 #include "decode/uniform_state.h"
 #include "io/json.h"
 #include "io/npy.h"
+#include "io/gguf.h"
+#include "model/convert.h"
 #include "model/model.h"
 #include "test_util.h"
 
@@ -61,9 +66,9 @@ TEST_P(DgRelease, ConfigTakesTheReferenceDefaults) {
 }
 
 // Encoder, decoder (with and without self-conditioning) and a second canvas after a committed one, as
-// transformers computes them, from both config forms.
-TEST_P(DgRelease, LogitsMatchTransformers) {
-  const Model model = Model::load(release_dir(GetParam()));
+// transformers computes them, by the model at `path` (a directory or a GGUF).
+void expect_reference_logits(const std::string& path) {
+  const Model model = Model::load(path);
   const ModelConfig& c = model.config;
   const std::vector<int32_t> ids = read_ids("ids.txt"), canvas = read_ids("canvas_ids.txt"),
                              first = read_ids("first_canvas_ids.txt");
@@ -110,6 +115,9 @@ TEST_P(DgRelease, LogitsMatchTransformers) {
   EXPECT_LT(test::relative_error(decode(P + L, nullptr), read_npy(reference("second_canvas.npy")).data), 1e-4);
 }
 
+// From both config forms.
+TEST_P(DgRelease, LogitsMatchTransformers) { expect_reference_logits(release_dir(GetParam())); }
+
 // transformers' generate() with the release's sampler, its random draws replayed into canvas's sampler:
 // every step's accepted positions and re-noised canvas, every canvas's argmax, the final sequence (EOS
 // and padding included) and tokens per forward are the reference's.
@@ -152,6 +160,72 @@ TEST_P(DgRelease, GenerateIsTheReferenceStepByStep) {
   EXPECT_EQ(k, canvases.size());
   EXPECT_EQ(result.tokens, ids_of(run["sequence"]));
   EXPECT_NEAR(result.tokens_per_forward, run["tokens_per_forward"].get<double>(), 1e-6);  // the reference's is float32
+}
+
+// llama.cpp's DiffusionGemma branch: the same model as its converter writes it (conversion/diffusion_gemma.py,
+// tests/fixtures/README.md says how). The file has no final_logit_softcapping key (config.json has none):
+// llama.cpp then caps at 30, as the reference does, and so must canvas.
+std::string branch_gguf() { return release_dir("llama-branch-f32.gguf"); }
+
+TEST(DgReleaseLlamaBranch, ItsGgufLoadsAndMatchesTransformers) {
+  const Model model = Model::load(branch_gguf());
+  EXPECT_EQ(model.config.logit_softcap, 30.f);
+  EXPECT_TRUE(model.config.release_form);
+  const SamplerDefaults d = sampler_defaults(model, branch_gguf());
+  EXPECT_EQ(d.params.canvas_length, 16);  // diffusion.canvas_length
+  EXPECT_EQ(d.params.entropy_bound, 5.f);
+  EXPECT_EQ(d.params.max_denoising_steps, 12);
+  expect_reference_logits(branch_gguf());
+}
+
+// What canvas convert writes is what the branch's converter writes: the same keys with the same values and
+// types, and the same tensors with the same shapes and types; it loads back with the reference's logits.
+// Apart: the names the writers give, canvas's own embedding_scale and unknown_token_id, the soft-cap (canvas
+// writes the 30 the branch leaves to its default), and the token types and scores: canvas keeps
+// tokenizer.json's kinds (special added tokens control, scores 0), where the branch's gemma4 vocabulary marks
+// them normal with score -1000 (its loader turns control-looking ones back into control) and makes
+// <|tool_response>, <|channel>, <channel|> user-defined for its chat parser.
+TEST(DgReleaseLlamaBranch, CanvasConvertWritesTheBranchsLayout) {
+  test::TempDir dir;
+  const std::string out = dir.path("canvas.gguf");
+  convert_hf_to_gguf(release_dir("published"), out, DType::F32);
+  const auto ours = GgufFile::open(out), theirs = GgufFile::open(branch_gguf());
+  const std::set<std::string> own = {"general.name", "general.type", "general.size_label",
+                                     "diffusion-gemma.embedding_scale", "tokenizer.ggml.unknown_token_id",
+                                     "diffusion-gemma.final_logit_softcapping", "tokenizer.ggml.token_type",
+                                     "tokenizer.ggml.scores"};
+  const auto text = [](const GgufValue& v) {
+    return std::string(gguf_type_name(v.type)) + " " + v.to_string(size_t(1) << 20);
+  };
+  std::map<std::string, std::string> a, b;
+  for (const auto& [key, value] : ours->metadata())
+    if (!own.count(key)) a[key] = text(value);
+  for (const auto& [key, value] : theirs->metadata())
+    if (!own.count(key)) b[key] = text(value);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(ours->get_float("diffusion-gemma.final_logit_softcapping", 0), 30.0);  // written, as llama.cpp's default
+  std::map<std::string, std::string> ta, tb;
+  const auto describe = [](const TensorView& t) {
+    std::string d = dtype_name(t.type);
+    for (int i = 0; i < t.n_dims; ++i) d += " " + std::to_string(t.ne[i]);
+    return d;
+  };
+  for (const TensorView& t : ours->tensors()) ta[t.name] = describe(t);
+  for (const TensorView& t : theirs->tensors()) tb[t.name] = describe(t);
+  EXPECT_EQ(ta, tb);
+  expect_reference_logits(out);
+}
+
+// tokenizer_config.json's mask_token becomes tokenizer.ggml.mask_token_id, as the branch's converter writes
+// it (its llama-diffusion-cli refuses a file without one); without the file there is no key.
+TEST(DgReleaseLlamaBranch, CanvasConvertWritesTheMaskTokenOfTokenizerConfig) {
+  test::TempDir dir;
+  const std::string in = dir.path("model");
+  std::filesystem::copy(release_dir("published"), in);
+  write_file(in + "/tokenizer_config.json", R"({"mask_token": "<|turn>"})");
+  convert_hf_to_gguf(in, dir.path("mask.gguf"), DType::F32);
+  EXPECT_EQ(GgufFile::open(dir.path("mask.gguf"))->get_int("tokenizer.ggml.mask_token_id", -1), 105);
+  EXPECT_EQ(GgufFile::open(branch_gguf())->find("tokenizer.ggml.mask_token_id"), nullptr);
 }
 
 INSTANTIATE_TEST_SUITE_P(Forms, DgRelease, ::testing::Values("published", "resaved"),

@@ -40,6 +40,9 @@ measured in the same run, and each diffusion row's decode speed over AR's ("vs A
         {"--type", "T", "synthetic weight type: q4_0 (default) | q8_0 | f16 | bf16 | f32"},
         {"--layers", "N", "keep only the first N layers (synthetic or file; reported)"},
         {"--list", "", "list the synthetic shapes and their sizes, then exit"},
+        {"--save", "FILE.gguf",
+         "write the --synthetic model (--type, --layers, --seed) as a GGUF in llama.cpp's layout\n"
+         "(placeholder vocabulary of the model's size), then exit: to time it with other engines"},
         heading("\ngrid (LIST = comma-separated values):"),
         {"-p,--n-prompt", "N", "prompt tokens (random ids; default 32)"},
         {"-n,--n-gen", "N", "tokens to generate (default 64)"},
@@ -150,6 +153,21 @@ int cmd_bench(int argc, char** argv) {
                                        "'; see canvas bench --help");
   if (args.has("list")) {
     list_shapes();
+    return 0;
+  }
+  if (args.has("save")) {
+    check(args.has("synthetic"), "--save writes a --synthetic model");
+    bench::SyntheticOptions synthetic;
+    synthetic.type = dtype_from_name(args.get("type", "q4_0"));
+    synthetic.layers = args.get_int("layers", 0);
+    synthetic.seed = uint64_t(args.get_int("seed", 0));
+    const bench::SyntheticShape& shape = bench::find_synthetic_shape(args.get("synthetic", ""));
+    const std::string path = args.get("save", "");
+    const double t0 = now_ms();
+    ThreadPool pool(0);
+    bench::write_synthetic_gguf(shape, synthetic, path, &pool);
+    std::fprintf(stderr, "canvas bench: wrote %s (%s, %s, %.1f s)\n", path.c_str(), shape.name.c_str(),
+                 dtype_name(synthetic.type), (now_ms() - t0) / 1000);
     return 0;
   }
   const bool quick = args.has("quick");

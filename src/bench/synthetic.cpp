@@ -9,7 +9,12 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "core/rng.h"
+#include "io/gguf.h"
+#include "io/hf_tokenizer.h"
+#include "model/convert.h"
+#include "model/retype.h"
 #include "model/tensors.h"
 #include "ops/matmul.h"
 
@@ -83,6 +88,7 @@ ModelConfig diffusion_gemma(const GemmaDims& d) {
   c.sliding_window = d.window;
   c.qk_norm = true;
   c.v_norm = true;
+  c.layer_scalar = true;  // 1 in the built model (its float default); written as 1 by write_synthetic_gguf
   c.attention_scale = 1.f;
   c.dense_and_moe = true;
   c.router_norm = true;
@@ -224,7 +230,93 @@ ModelConfig cut_config(const SyntheticShape& shape, const SyntheticOptions& opti
   return c;
 }
 
+// A vocabulary of `n` tokens that canvas's and llama.cpp's gemma4 tokenizers both load: <pad> <eos> <bos>
+// <unk> <mask>, the 256 byte tokens, t h th, printable ASCII (space as U+2581) where it fits, then
+// "<unused_K>" up to n. One merge: text becomes about one token per character. Only its size matters to
+// the speed.
+HfVocab placeholder_vocab(const ModelConfig& c) {
+  HfVocab v;
+  const auto add = [&v](std::string text, HfVocab::Kind kind) {
+    v.tokens.push_back(std::move(text));
+    v.kinds.push_back(kind);
+    v.normalized.push_back(false);
+  };
+  check(c.pad_token == 0 && c.eos_token == 1 && c.bos_token == 2,
+        "placeholder vocabulary: expects <pad> 0, <eos> 1, <bos> 2 as Gemma has them");
+  add("<pad>", HfVocab::Kind::Special);
+  add("<eos>", HfVocab::Kind::Special);
+  add("<bos>", HfVocab::Kind::Special);
+  add("<unk>", HfVocab::Kind::Unknown);
+  add("<mask>", HfVocab::Kind::Special);  // Gemma's id 4; llama-diffusion-cli requires a mask token id
+  char hex[8];
+  for (int b = 0; b < 256; ++b) {
+    std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+    add(hex, HfVocab::Kind::Byte);
+  }
+  // One merge (t h -> th): both tokenizers refuse a BPE vocabulary without a merge list.
+  for (const char* text : {"t", "h", "th"}) add(text, HfVocab::Kind::Normal);
+  v.merges = {{"t", "h"}};
+  if (c.vocab >= int64_t(v.tokens.size()) + 93) {  // (toy vocabularies: bytes only)
+    add("\u2581", HfVocab::Kind::Normal);
+    for (char ch = 33; ch < 127; ++ch)
+      if (ch != 't' && ch != 'h') add(std::string(1, ch), HfVocab::Kind::Normal);
+  }
+  check(int64_t(v.tokens.size()) <= c.vocab, "placeholder vocabulary: the model's vocabulary is too small");
+  for (int64_t k = 0; int64_t(v.tokens.size()) < c.vocab; ++k)
+    add("<unused_" + std::to_string(k) + ">", HfVocab::Kind::Normal);
+  v.replacements = {{" ", "\u2581"}};
+  v.unknown_id = 3;
+  v.bos_id = 2;
+  v.eos_id = 1;
+  v.pad_id = 0;
+  v.add_bos = true;
+  return v;
+}
+
 }  // namespace
+
+void write_synthetic_gguf(const SyntheticShape& shape, const SyntheticOptions& options, const std::string& path,
+                          ThreadPool* pool) {
+  const ModelConfig config = cut_config(shape, options);
+  check(config.layer_style == LayerStyle::Gemma4, "--save writes Gemma-family shapes (llama.cpp's gemma4 / "
+                                                  "diffusion-gemma layout); " + shape.name + " is not one");
+  GgufWriter w;
+  config_to_gguf(config, w);
+  w.set("general.file_type", GgufValue::u32(llama_file_type(options.type)));
+  for (auto& [key, value] : HfTokenizer::gguf_metadata(placeholder_vocab(config))) w.set(key, std::move(value));
+  w.set("tokenizer.ggml.add_space_prefix", GgufValue::boolean(false));
+  w.set("tokenizer.ggml.mask_token_id", GgufValue::u32(4));
+  if (config.has_decoder)
+    write_diffusion_gemma_keys(256, JsonDocument(nlohmann::json::object(), "synthetic"), w);  // the release's
+  const std::vector<float> rope_freqs = gguf_rope_freqs(config);
+  if (!rope_freqs.empty())
+    w.add_tensor("rope_freqs.weight", DType::F32, {int64_t(rope_freqs.size())}, rope_freqs.data(),
+                 rope_freqs.size() * 4);
+  // Every tensor in file order, scalars (layer scales, 1) included; the data stays alive until write().
+  std::vector<std::unique_ptr<uint8_t, FreeDeleter>> storage;
+  uint64_t index = 0;
+  for (const TensorSpec& spec : model_tensors(config)) {
+    const bool matrix = spec.kind == TensorKind::Matrix && spec.role != TensorRole::Router;
+    const TensorPlan t{spec, matrix ? options.type : DType::F32, spec.init == TensorInit::One};
+    const int64_t bytes = plan_bytes(t);
+    void* p = std::aligned_alloc(64, size_t((bytes + 63) / 64 * 64));
+    check(p != nullptr, "synthetic " + shape.name + ": cannot allocate " + std::to_string(bytes) + " bytes");
+    storage.emplace_back(static_cast<uint8_t*>(p));
+    if (spec.kind == TensorKind::Scalar) {  // not in build_synthetic_model's plan: no seed index
+      std::fill(static_cast<float*>(p), static_cast<float*>(p) + spec.elements(), 1.f);
+      w.add_tensor(spec.gguf, t.type, spec.shape, p, size_t(bytes));
+      continue;
+    }
+    if (t.ones) {
+      std::fill(static_cast<float*>(p), static_cast<float*>(p) + spec.elements(), 1.f);
+    } else {  // the same bytes as build_synthetic_model's
+      fill_random(t.type, p, spec.elements(), 0.02f, options.seed * 1000003 + index, pool);
+    }
+    ++index;
+    w.add_tensor(spec.gguf, t.type, spec.shape, p, size_t(bytes));
+  }
+  w.write(path);
+}
 
 const std::vector<SyntheticShape>& synthetic_shapes() {
   static const std::vector<SyntheticShape> shapes = make_shapes();

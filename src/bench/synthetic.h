@@ -49,6 +49,13 @@ struct SyntheticModel {
 std::unique_ptr<SyntheticModel> build_synthetic_model(const SyntheticShape& shape, const SyntheticOptions& options,
                                                       ThreadPool* pool);
 
+// Writes the shape (cut by options.layers, weights as build_synthetic_model makes them) as a GGUF in the
+// layout llama.cpp's branch writes (config_to_gguf's keys, a placeholder vocabulary of the model's size,
+// DiffusionGemma's diffusion.* keys with a 256-token canvas and the runtime's sampler defaults), so that
+// canvas and llama.cpp can time the same file. Gemma-family shapes only (Error otherwise).
+void write_synthetic_gguf(const SyntheticShape& shape, const SyntheticOptions& options, const std::string& path,
+                          ThreadPool* pool);
+
 // Fills `dst` with `elements` random values of `type` (a whole number of blocks) with standard
 // deviation about `stddev`; deterministic in `seed`, independent of the thread count.
 void fill_random(DType type, void* dst, int64_t elements, float stddev, uint64_t seed, ThreadPool* pool);

@@ -161,7 +161,12 @@ ModelConfig gemma_config_from_gguf(const GgufFile& file, ModelConfig c) {
   c.expert_ffn = file.get_int(p + "expert_feed_forward_length", 0);
   c.context_length = file.get_int(p + "context_length", 131072);
   c.rms_eps = float(file.get_float(p + "attention.layer_norm_rms_epsilon", 1e-6));
-  c.logit_softcap = float(file.get_float(p + "final_logit_softcapping", 0.0));
+  // Absent, llama.cpp's gemma4 / diffusion-gemma cap at 30 (its hparams default; the branch's converter writes
+  // the key only when config.json has it, and the release's omits it) and its gemma3 does not cap. canvas's
+  // older files (marked by embedding_scale, a key only canvas writes) left the key out to mean no cap.
+  const bool llama_cpp_file = !file.find(p + "embedding_scale");
+  const double softcap_default = llama_cpp_file && c.arch != "gemma3" ? 30.0 : 0.0;
+  c.logit_softcap = float(file.get_float(p + "final_logit_softcapping", softcap_default));
   c.sliding_window = file.get_int(p + "attention.sliding_window", 0);
   // Gemma 4 E2B / E4B features (llama.cpp's keys) that this forward does not implement.
   for (const char* key : {"embedding_length_per_layer_input", "attention.shared_kv_layers"})
@@ -591,6 +596,9 @@ void gemma_config_to_gguf(const ModelConfig& c, GgufWriter& w) {
   w.set(p + "embedding_length", u32(c.hidden));
   // llama.cpp's gemma4 loader requires it (0: no per-layer inputs, as its converter writes for 26B-A4B / 31B).
   w.set(p + "embedding_length_per_layer_input", u32(0));
+  w.set(p + "attention.shared_kv_layers", u32(0));  // as the branch's converter writes it (no KV sharing)
+  // The decoder attends bidirectionally (llama.cpp's diffusion-gemma sets it itself; its converter writes it).
+  if (c.has_decoder) w.set(p + "attention.causal", GgufValue::boolean(false));
   w.set(p + "block_count", u32(c.n_layers));
   w.set(p + "feed_forward_length", u32(c.ffn));
   if (c.is_moe()) {
@@ -604,7 +612,8 @@ void gemma_config_to_gguf(const ModelConfig& c, GgufWriter& w) {
     kv_heads.push_back(a.n_kv_heads);
     sliding.push_back(a.kind == AttentionKind::Sliding);
   }
-  w.set(p + "attention.head_count_kv", GgufValue::int_array(GgufType::Uint32, kv_heads));
+  // int32, as the branch's converter writes it.
+  w.set(p + "attention.head_count_kv", GgufValue::int_array(GgufType::Int32, kv_heads));
   w.set(p + "attention.key_length", u32(full.head_dim));
   w.set(p + "attention.value_length", u32(full.head_dim));
   w.set(p + "attention.key_length_swa", u32(swa.head_dim));
@@ -616,7 +625,8 @@ void gemma_config_to_gguf(const ModelConfig& c, GgufWriter& w) {
   w.set(p + "rope.freq_base_swa", GgufValue::f32(swa.rope.theta));
   w.set(p + "rope.dimension_count", u32(full.head_dim));
   w.set(p + "rope.dimension_count_swa", u32(swa.head_dim));
-  if (c.logit_softcap > 0) w.set(p + "final_logit_softcapping", GgufValue::f32(c.logit_softcap));
+  // Always written: llama.cpp's gemma4 / diffusion-gemma take an absent key as a cap of 30 (0 means none).
+  w.set(p + "final_logit_softcapping", GgufValue::f32(c.logit_softcap));
   // Not a llama.cpp key: the scale the checkpoint's own reference uses (bf16-rounded for bf16 weights).
   w.set(p + "embedding_scale", GgufValue::f32(c.embedding_scale));
   w.set("tokenizer.ggml.bos_token_id", u32(c.bos_token));

@@ -76,8 +76,21 @@ std::string copy_tokenizer(const std::filesystem::path& dir, const ModelConfig& 
   }
   try {
     HfTokenizer::write_gguf(vocab, w);
+    w.set("tokenizer.ggml.add_space_prefix", GgufValue::boolean(false));  // as the branch's converter writes it
   } catch (const Error& e) {
     throw Error(path.string() + ": " + e.what());
+  }
+  // tokenizer_config.json's mask_token, as llama.cpp's converter (gguf-py's SpecialVocab) takes it: its
+  // llama-diffusion-cli needs a mask id even for DiffusionGemma, whose sampler never writes one.
+  if (const std::filesystem::path config = dir / "tokenizer_config.json"; std::filesystem::exists(config)) {
+    const JsonDocument t = JsonDocument::load(config.string());
+    const nlohmann::json* m = t.find("mask_token");  // a string, or an added-token object with "content"
+    const std::string mask = !m                ? ""
+                             : m->is_string() ? m->get<std::string>()
+                                              : t.get_string("mask_token.content", "");
+    const auto it = std::find(vocab.tokens.begin(), vocab.tokens.end(), mask);
+    if (!mask.empty() && it != vocab.tokens.end())
+      w.set("tokenizer.ggml.mask_token_id", GgufValue::u32(uint32_t(it - vocab.tokens.begin())));
   }
   return "tokenizer " + std::to_string(vocab.tokens.size()) + " tokens, " +
          std::to_string(vocab.merges.size()) + " merges";
@@ -110,6 +123,17 @@ std::vector<uint8_t> export_bytes(const TensorView& t, DType type, int64_t rope_
 }
 
 }  // namespace
+
+void write_diffusion_gemma_keys(int64_t canvas_length, const JsonDocument& g, GgufWriter& w) {
+  w.set("diffusion.canvas_length", GgufValue::u32(uint32_t(canvas_length)));
+  w.set("diffusion.eb_max_steps", GgufValue::u32(uint32_t(g.get_int("max_denoising_steps", 48))));
+  w.set("diffusion.eb_t_min", GgufValue::f32(float(g.get_float("t_min", 0.4))));
+  w.set("diffusion.eb_t_max", GgufValue::f32(float(g.get_float("t_max", 0.8))));
+  w.set("diffusion.eb_entropy_bound",
+        GgufValue::f32(float(g.get_float("sampler_config.entropy_bound", g.get_float("entropy_bound", 0.1)))));
+  w.set("diffusion.eb_stability_threshold", GgufValue::u32(uint32_t(g.get_int("stability_threshold", 1))));
+  w.set("diffusion.eb_confidence_threshold", GgufValue::f32(float(g.get_float("confidence_threshold", 0.005))));
+}
 
 std::vector<std::string> hf_checkpoint_files(const std::string& in_path) {
   std::vector<std::string> files;
@@ -151,15 +175,7 @@ GgufConversion convert_hf_to_gguf(const std::string& in_path, const std::string&
     const int64_t canvas_length = config.get_int("canvas_length", g.get_int("canvas_length", 256));
     check(canvas_length > 0 && canvas_length < (int64_t(1) << 24),
           config.origin() + ": canvas_length is " + std::to_string(canvas_length) + "; it must be positive");
-    w.set("diffusion.canvas_length", GgufValue::u32(uint32_t(canvas_length)));
-    w.set("diffusion.eb_max_steps", GgufValue::u32(uint32_t(g.get_int("max_denoising_steps", 48))));
-    w.set("diffusion.eb_t_min", GgufValue::f32(float(g.get_float("t_min", 0.4))));
-    w.set("diffusion.eb_t_max", GgufValue::f32(float(g.get_float("t_max", 0.8))));
-    w.set("diffusion.eb_entropy_bound",
-          GgufValue::f32(float(g.get_float("sampler_config.entropy_bound", g.get_float("entropy_bound", 0.1)))));
-    w.set("diffusion.eb_stability_threshold", GgufValue::u32(uint32_t(g.get_int("stability_threshold", 1))));
-    w.set("diffusion.eb_confidence_threshold",
-          GgufValue::f32(float(g.get_float("confidence_threshold", 0.005))));
+    write_diffusion_gemma_keys(canvas_length, g, w);
   }
 
   const std::vector<float> rope_freqs = gguf_rope_freqs(c);

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "io/gguf.h"
+#include "io/json.h"
 #include "model/retype.h"
 
 namespace canvas {
@@ -26,6 +28,11 @@ struct GgufConversion {
 // on_tokenizer_skipped says why; a malformed one is an Error).
 GgufConversion convert_hf_to_gguf(const std::string& in_path, const std::string& out_path, DType type,
                                   const ConversionCallbacks& callbacks = {});
+
+// DiffusionGemma's diffusion.* keys as llama.cpp's branch writes them: canvas_length, and the entropy-bound
+// sampler's defaults from a generation_config.json `generation` (missing values: the branch's runtime
+// defaults, max_denoising_steps 48, t 0.4..0.8, entropy_bound 0.1, stability 1, confidence 0.005).
+void write_diffusion_gemma_keys(int64_t canvas_length, const JsonDocument& generation, GgufWriter& w);
 
 // The files convert_hf_to_gguf may read for `in_path`: the checkpoint directory's .json and .safetensors
 // files (config, generation config, tokenizer, weights and their shard index).
