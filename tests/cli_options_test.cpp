@@ -2,6 +2,7 @@
 // --version, help, prompts from files and stdin, any -n, streaming, stop strings, seeds, sampling flags,
 // chat formats and context overflow, --visual on terminals only, and the installed tree.
 #include <fcntl.h>
+#include <poll.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -9,6 +10,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -745,18 +747,20 @@ TEST(CliChat, SlashCommandsSaveLoadAndHelp) {
   EXPECT_EQ(messages[1]["content"], "In the beginning");
 }
 
-// Ctrl-C during a reply ends that reply and the chat goes on with the next line.
+// Ctrl-C during a reply ends that reply and the chat goes on with the next line. The interrupt is sent once
+// the reply's first text has reached stdout, so that it lands inside the reply however loaded the machine is.
 TEST(CliChat, InterruptEndsTheReplyNotTheChat) {
-  int in[2], err[2];
+  int in[2], out[2], err[2];
   ASSERT_EQ(pipe(in), 0);
+  ASSERT_EQ(pipe(out), 0);
   ASSERT_EQ(pipe(err), 0);
   const pid_t pid = fork();
   if (pid == 0) {
     dup2(in[0], 0);
+    dup2(out[1], 1);
     dup2(err[1], 2);
-    const int null = open("/dev/null", O_WRONLY);
-    dup2(null, 1);
     close(in[1]);
+    close(out[0]);
     close(err[0]);
     const std::string model = test::source_path("models/text-dg.gguf");
     // Seed 2: a reply that runs to the 3,000-token limit (several seconds), so the interrupt lands inside it.
@@ -765,30 +769,38 @@ TEST(CliChat, InterruptEndsTheReplyNotTheChat) {
     _exit(127);
   }
   close(in[0]);
+  close(out[1]);
   close(err[1]);
-  std::string log;
-  auto read_until = [&](const std::string& what) {
-    char buf[4096];
-    while (log.find(what) == std::string::npos) {
-      const ssize_t got = read(err[0], buf, sizeof buf);
-      if (got <= 0) return false;
-      log.append(buf, size_t(got));
+  std::string log, text;
+  // Reads both pipes (neither may fill and stall the chat) until `done` holds, or both have ended (false).
+  auto read_until = [&](const std::function<bool()>& done) {
+    bool out_open = true, err_open = true;
+    while (!done()) {
+      if (!out_open && !err_open) return false;
+      pollfd fds[2] = {{out_open ? out[0] : -1, POLLIN, 0}, {err_open ? err[0] : -1, POLLIN, 0}};
+      if (poll(fds, 2, 60000) <= 0) return false;
+      char buf[4096];
+      for (int i = 0; i < 2; ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP))) continue;
+        const ssize_t got = read(fds[i].fd, buf, sizeof buf);
+        if (got <= 0) (i == 0 ? out_open : err_open) = false;
+        else (i == 0 ? text : log).append(buf, size_t(got));
+      }
     }
     return true;
   };
-  ASSERT_TRUE(read_until("[chat:")) << log;
+  ASSERT_TRUE(read_until([&] { return log.find("[chat:") != std::string::npos; })) << log;
   ASSERT_EQ(write(in[1], "In the beginning\n", 17), 17);
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  ASSERT_TRUE(read_until([&] { return !text.empty(); })) << log;
   kill(pid, SIGINT);
-  ASSERT_TRUE(read_until("[interrupted]")) << log;
+  ASSERT_TRUE(read_until([&] { return log.find("[interrupted]") != std::string::npos; })) << log;
   const std::string next = "And God said\n/exit\n";
   ASSERT_EQ(write(in[1], next.data(), next.size()), ssize_t(next.size()));
   close(in[1]);
-  int status = 0;
-  std::string rest;
-  char buf[4096];
-  for (ssize_t got; (got = read(err[0], buf, sizeof buf)) > 0;) log.append(buf, size_t(got));
+  read_until([] { return false; });  // to the end of both
+  close(out[0]);
   close(err[0]);
+  int status = 0;
   waitpid(pid, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log;
   size_t replies = 0;

@@ -188,6 +188,9 @@ int cmd_chat(int argc, char** argv) {
     GenerationRequest turn = request;
     auto_mode.choose(turn);
     turn.prefix_cache = &kept;  // the conversation so far is not encoded again
+    // From here to the end of the turn Ctrl-C ends the reply, not the chat (one pressed while the prompt is
+    // fitted and encoded ends the reply before its first pass).
+    const InterruptRequest interrupt(/*sigterm_too=*/false);
     const FittedConversation fitted = fit_conversation(generator, conversation, session.first_turn(), turn);
     if (!fitted.error.empty()) {
       std::fprintf(stderr, "canvas chat: %s; turn skipped\n", fitted.error.c_str());
@@ -205,10 +208,7 @@ int cmd_chat(int argc, char** argv) {
         printer.update(so_far, true);
       };
     GenerationOutput out;
-    {
-      const InterruptRequest interrupt(/*sigterm_too=*/false);  // Ctrl-C ends the reply, not the chat
-      out = generator.run(turn, pool.get());
-    }
+    out = generator.run(turn, pool.get());
     output.close();
     auto_mode.learn(out);
     // After Ctrl-C the reply holds only the text that was final (nothing of a canvas still being denoised).
