@@ -267,6 +267,12 @@ TEST(ServeEngine, QueueIsBoundedAndCancelFreesTheSlot) {
     return job;
   };
   auto running = make(), waiting = make(), refused = make();
+  // The running job is held at its first event until both are cancelled: however slowly this thread is
+  // scheduled, it cannot finish (and free its slot) before the queue is seen full.
+  std::atomic<bool> hold{true};
+  running->listener = [&](serve::JobEvent event) {
+    while (hold && event != serve::JobEvent::Finished) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
   ASSERT_TRUE(engine.submit(running));
   {
     std::unique_lock<std::mutex> lock(running->mutex);
@@ -276,6 +282,7 @@ TEST(ServeEngine, QueueIsBoundedAndCancelFreesTheSlot) {
   EXPECT_FALSE(engine.submit(refused));  // one running, one waiting: full
   running->cancel = true;
   waiting->cancel = true;
+  hold = false;
   for (auto& job : {running, waiting}) {
     std::unique_lock<std::mutex> lock(job->mutex);
     job->changed.wait(lock, [&] { return job->finished; });

@@ -1,5 +1,6 @@
 // Shared helpers for tests: fixture paths, running the canvas binary, comparing arrays.
 #pragma once
+#include <ctime>
 #include <sys/wait.h>
 
 #include <gtest/gtest.h>
@@ -34,6 +35,14 @@ inline constexpr double kTimeScale = 5.0;
 #else
 inline constexpr double kTimeScale = 1.0;
 #endif
+
+// CPU seconds the calling thread has used so far. A bound on work (a compile, a render) is checked on it
+// rather than on wall time, which stretches with whatever else the machine runs.
+inline double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
 
 inline std::string source_path(const std::string& relative) { return std::string(CANVAS_SOURCE_DIR) + "/" + relative; }
 inline std::string fixture(const std::string& name) { return source_path("tests/fixtures/" + name); }
