@@ -159,6 +159,80 @@ TEST(SelfCondSoftEmbedding, ThreadCountDoesNotChangeBits) {
   EXPECT_EQ(0, std::memcmp(alone.data(), base.data() + 4 * H, size_t(H) * sizeof(float)));
 }
 
+// The int8 soft embedding (a quantised table of a large vocabulary) against its twin, which quantises the
+// table's columns and the probabilities by their definition: the same integers and scales, so the two
+// agree to float rounding, on vocabularies that fill a tile, pass one and end mid-block.
+TEST(SelfCondSoftEmbeddingInt8, MatchesItsTwin) {
+  ThreadPool two(2);
+  for (const TypeCase& c : kTypes) {
+    for (int64_t V : {int64_t(3001), int64_t(8192 + 77)}) {
+      if (V > 4000 && c.type != DType::Q4_0) continue;  // the tile edge once is enough
+      const Table table = make_table(c.type, V, c.hidden, 21, c.interleave);
+      const int64_t H = c.hidden, m = 4;
+      std::vector<float> logits = random_values(m * V, 22, 3.0);
+      logits[5] = 40.f;                                                    // row 0: one dominant entry
+      logits[size_t(V + 7)] = -std::numeric_limits<float>::infinity();     // row 1: a zero probability
+      for (int64_t v = 0; v < V; ++v) logits[size_t(2 * V + v)] *= 0.01f;  // row 2: nearly uniform
+      const auto columns = make_int8_table_columns(table.view, &two);
+      std::vector<float> want(size_t(m * H)), got(size_t(m * H));
+      reference::soft_embedding_int8(table.view, logits.data(), m, want.data());
+      soft_embedding_int8(*columns, logits.data(), m, got.data(), &two);
+      double worst = 0;
+      for (size_t k = 0; k < got.size(); ++k)
+        worst = std::max(worst, std::fabs(double(got[k]) - double(want[k])));
+      EXPECT_LT(worst, 1e-5) << describe(c, table.view) << " vocab " << V;
+    }
+  }
+}
+
+// Its error against the exact soft embedding is that of 8-bit values: here (table entries of std 0.5) under
+// 1% of the largest entry, and on average far less; a peaked row is dominated by one row of the table, a
+// flat row by the table's mean.
+TEST(SelfCondSoftEmbeddingInt8, StaysCloseToTheExactProduct) {
+  const int64_t V = 5000, H = 96, m = 3;
+  const Table table = make_table(DType::Q4_0, V, H, 41, true);
+  std::vector<float> logits = random_values(m * V, 42, 3.0);
+  logits[17] = 40.f;
+  for (int64_t v = 0; v < V; ++v) logits[size_t(2 * V + v)] *= 0.01f;
+  std::vector<float> exact(size_t(m * H)), got(size_t(m * H)), row(static_cast<size_t>(H));
+  reference::soft_embedding(table.view, logits.data(), m, exact.data());
+  soft_embedding_int8(*make_int8_table_columns(table.view, nullptr), logits.data(), m, got.data(), nullptr);
+  double largest = 0, worst = 0, total = 0;
+  for (int64_t v = 0; v < V; ++v) {
+    get_row(table.view, v, row.data());
+    for (float x : row) largest = std::max(largest, double(std::fabs(x)));
+  }
+  for (size_t k = 0; k < got.size(); ++k) {
+    const double e = std::fabs(double(got[k]) - double(exact[k]));
+    worst = std::max(worst, e);
+    total += e;
+  }
+  EXPECT_LT(worst, 0.01 * largest);
+  EXPECT_LT(total / double(got.size()), 0.001 * largest);
+  EXPECT_GT(worst, 0.0);  // it is an approximation: identical bits would mean the exact path ran
+}
+
+TEST(SelfCondSoftEmbeddingInt8, ThreadCountAndOtherRowsDoNotChangeBits) {
+  const int64_t V = 9000, H = 96, m = 9;
+  const Table table = make_table(DType::Q8_0, V, H, 51, true);
+  const std::vector<float> logits = random_values(m * V, 52, 4.0);
+  ThreadPool one(1), two(2), three(3);
+  const auto columns = make_int8_table_columns(table.view, &three);
+  const auto built_alone = make_int8_table_columns(table.view, nullptr);
+  for (size_t t = 0; t < columns->tiles.size(); ++t)
+    ASSERT_EQ(0, std::memcmp(columns->tiles[t].data, built_alone->tiles[t].data, size_t(columns->tiles[t].bytes())));
+  std::vector<float> base(size_t(m * H));
+  soft_embedding_int8(*columns, logits.data(), m, base.data(), nullptr);
+  for (ThreadPool* pool : {&one, &two, &three}) {
+    std::vector<float> got(size_t(m * H));
+    soft_embedding_int8(*columns, logits.data(), m, got.data(), pool);
+    EXPECT_TRUE(same_bits(got, base)) << pool->size() << " threads";
+  }
+  std::vector<float> alone(static_cast<size_t>(H));
+  soft_embedding_int8(*columns, logits.data() + 4 * V, 1, alone.data(), &two);
+  EXPECT_EQ(0, std::memcmp(alone.data(), base.data() + 4 * H, size_t(H) * sizeof(float)));
+}
+
 TEST(TableRowsProduct, BadInputThrowsClearError) {
   const Table table = make_table(DType::Q4_0, 40, 64, 1);
   std::vector<float> weights(40 * 2), out(2 * 64);

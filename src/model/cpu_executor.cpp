@@ -153,11 +153,16 @@ void transpose_embedding_rows(const Model& model, int64_t v0, int64_t count, flo
 void prepare_embedding_columns(Model& model, ThreadPool* pool) {
   const ModelConfig& c = model.config;
   model.embedding_columns.reset();
+  model.embedding_int8_columns.reset();
   model.embedding_columns_of = nullptr;
   const int64_t H = c.hidden, V = c.vocab;
-  if (!(c.has_decoder || c.self_conditioning) || !model.token_embd.data || H <= 0 || V <= 0 ||
-      V * H * int64_t(sizeof(float)) > kMaxEmbeddingColumnsBytes)
+  if (!(c.has_decoder || c.self_conditioning) || !model.token_embd.data || H <= 0 || V <= 0) return;
+  if (V * H * int64_t(sizeof(float)) > kMaxEmbeddingColumnsBytes) {
+    if (dtype_info(model.token_embd.type).block_size == 1) return;  // f32 / f16 / bf16: exact product
+    model.embedding_int8_columns = make_int8_table_columns(model.token_embd, pool);
+    model.embedding_columns_of = model.token_embd.data;
     return;
+  }
   auto columns = std::make_shared<std::vector<float>>(size_t(V * H));
   transpose_embedding_rows(model, 0, V, columns->data(), V, pool);
   model.embedding_columns = std::move(columns);
@@ -168,14 +173,20 @@ namespace {
 
 // softmax(prev_logits) @ E for n rows into soft [n x hidden]. With model.embedding_columns (E transposed to
 // f32 [H x V], made at load for small vocabularies) it is softmax row by row and one matmul per chunk of
-// rows. Otherwise ops' soft_embedding multiplies the probabilities, made a tile of vocabulary rows at a
+// rows. With model.embedding_int8_columns (a quantised table of a large vocabulary) it is the int8 product
+// of ops' soft_embedding_int8. Otherwise ops' soft_embedding multiplies the probabilities, made a tile of vocabulary rows at a
 // time, with E's rows as stored: E streams through memory once per pass, nothing of its size is rebuilt
 // and no [n, vocab] probability array is stored. Both are bitwise the same at every thread count.
 void soft_embedding_of_logits(const Model& model, const float* prev_logits, int64_t n, float* soft,
                               ThreadPool* pool) {
   const ModelConfig& c = model.config;
   const int64_t H = c.hidden, V = c.vocab;
-  if (!model.embedding_columns || model.embedding_columns_of != model.token_embd.data) {
+  const bool current = model.embedding_columns_of == model.token_embd.data;
+  if (current && model.embedding_int8_columns) {
+    soft_embedding_int8(*model.embedding_int8_columns, prev_logits, n, soft, pool);
+    return;
+  }
+  if (!model.embedding_columns || !current) {
     soft_embedding(model.token_embd, prev_logits, n, soft, pool);
     return;
   }

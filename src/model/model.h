@@ -13,6 +13,7 @@
 #include "model/kv_cache.h"
 #include "model/tensors.h"
 #include "ops/lm_head.h"
+#include "ops/table_product.h"
 
 namespace canvas {
 
@@ -77,7 +78,10 @@ struct Model {
   // multiply with E's rows as stored, ops/table_product.h, and rebuild nothing per pass). Valid only
   // while token_embd.data == embedding_columns_of: a model whose embedding is swapped does not use it.
   std::shared_ptr<const std::vector<float>> embedding_columns;
-  const void* embedding_columns_of = nullptr;
+  // A quantised table too large for that: E^T in int8 (ops/table_product.h), so that the soft embedding
+  // runs on the integer kernels; 34 / 32 bytes per table element (784 MiB at 262,144 x 2,816).
+  std::shared_ptr<const Int8TableColumns> embedding_int8_columns;
+  const void* embedding_columns_of = nullptr;  // the token_embd.data both were made from
 
   // A directory (or its config.json) is a Hugging Face safetensors checkpoint (Gemma 4 /
   // DiffusionGemma, or LLaDA / LLaDA-MoE / Dream / Qwen2 / Llama in their published layouts,
@@ -185,8 +189,9 @@ TensorView* weight_slot(Model& m, TensorRole role, int64_t layer);
 const TensorView* weight_slot(const Model& m, TensorRole role, int64_t layer);
 
 // Builds model.embedding_columns when the model reads self-conditioning logits (a decoder or canvas's own
-// self-conditioning) and the f32 table fits kMaxEmbeddingColumnsBytes; the load functions and the
-// synthetic builder call it once the weights are final.
+// self-conditioning) and the f32 table fits kMaxEmbeddingColumnsBytes, else model.embedding_int8_columns
+// when the table is quantised (an f32 / f16 / bf16 table keeps the exact product with its rows as stored);
+// the load functions and the synthetic builder call it once the weights are final.
 constexpr int64_t kMaxEmbeddingColumnsBytes = int64_t(256) << 20;
 void prepare_embedding_columns(Model& model, ThreadPool* pool);
 

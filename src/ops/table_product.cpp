@@ -84,6 +84,94 @@ void soft_embedding(const TensorView& table, const float* logits, int64_t m, flo
     for (int64_t j = 0; j < H; ++j) out[i * H + j] *= inv_sum[size_t(i)];
 }
 
+namespace {
+// Vocabulary columns per int8 tile: [m x 8192] probabilities (8 MiB at m = 256) per matmul call.
+constexpr int64_t kInt8Tile = 8192;
+}  // namespace
+
+std::shared_ptr<const Int8TableColumns> make_int8_table_columns(const TensorView& table, ThreadPool* pool) {
+  check_rows_args(table, 0, table.rows(), 0);
+  auto columns = std::make_shared<Int8TableColumns>();
+  const int64_t V = table.rows(), H = table.cols();
+  const int64_t padded = (V + 31) / 32 * 32;
+  const int64_t tile = std::min(kInt8Tile, padded);
+  const int64_t tiles = (padded + tile - 1) / tile;
+  columns->vocab = V;
+  columns->hidden = H;
+  columns->tile = tile;
+  // Tile t starts at t * tile_bytes; the last is only as wide as the padded vocabulary.
+  const int64_t tile_bytes = row_bytes(DType::Q8_0, tile) * H;
+  columns->storage.reset(new uint8_t[size_t(row_bytes(DType::Q8_0, padded) * H)]);
+  for (int64_t t = 0; t < tiles; ++t) {
+    TensorView w;
+    w.name = table.name + " (int8 columns " + std::to_string(t) + ")";
+    w.type = DType::Q8_0;
+    w.n_dims = 2;
+    w.ne = {std::min(tile, padded - t * tile), H, 1, 1};
+    w.data = columns->storage.get() + t * tile_bytes;
+    columns->tiles.push_back(w);
+  }
+  // One group of 32 vocabulary rows at a time: dequantised once, then each hidden column's 32 values are
+  // one Q8_0 block of that column's row in the group's tile.
+  const int64_t block_bytes = row_bytes(DType::Q8_0, 32);
+  parallel_for(pool, padded / 32, 4, [&](int64_t b, int64_t e) {
+    thread_local std::vector<uint8_t> bytes;
+    std::vector<float> group(size_t(32 * H)), column(32);
+    for (int64_t g = b; g < e; ++g) {
+      const int64_t v0 = g * 32;
+      const int64_t rows = std::min<int64_t>(32, V - v0);
+      for (int64_t r = 0; r < 32; ++r) {
+        if (r < rows) table_row(table, v0 + r, bytes, group.data() + r * H);
+        else std::fill(group.begin() + r * H, group.begin() + (r + 1) * H, 0.f);
+      }
+      const int64_t t = v0 / tile, block = (v0 - t * tile) / 32;
+      uint8_t* base = columns->storage.get() + t * tile_bytes + block * block_bytes;
+      const int64_t stride = columns->tiles[size_t(t)].row_size();
+      for (int64_t j = 0; j < H; ++j) {
+        for (int64_t r = 0; r < 32; ++r) column[size_t(r)] = group[size_t(r * H + j)];
+        quantize_row(DType::Q8_0, column.data(), base + j * stride, 32);
+      }
+    }
+  });
+  for (TensorView& w : columns->tiles)
+    if (H % 16 == 0 && matmul_prefers_interleaved(w)) interleave_for_matmul(w, const_cast<void*>(w.data), pool);
+  return columns;
+}
+
+void soft_embedding_int8(const Int8TableColumns& columns, const float* logits, int64_t m, float* out,
+                         ThreadPool* pool) {
+  check(m >= 0 && !columns.tiles.empty(), "soft_embedding_int8: no columns or a negative row count");
+  const int64_t V = columns.vocab, H = columns.hidden, tile = columns.tile;
+  if (m == 0) return;
+  std::vector<float> row_max(static_cast<size_t>(m)), inv_sum(static_cast<size_t>(m));
+  parallel_for(pool, m, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const RowStats st = row_stats(logits + i * V, V);
+      row_max[size_t(i)] = st.max;
+      inv_sum[size_t(i)] = float(std::exp(double(st.max) - double(st.logsumexp)));
+    }
+  });
+  thread_local std::vector<float> probs, partial;  // the calling thread's, kept across calls
+  if (probs.size() < size_t(m * tile)) probs.resize(size_t(m * tile));
+  if (partial.size() < size_t(m * H)) partial.resize(size_t(m * H));
+  float* p = probs.data();
+  for (size_t t = 0; t < columns.tiles.size(); ++t) {
+    const int64_t v0 = int64_t(t) * tile, width = columns.tiles[t].cols(), count = std::min(width, V - v0);
+    parallel_for(pool, m, 8, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        exp_shifted(logits + i * V + v0, count, row_max[size_t(i)], p + i * tile);
+        std::fill(p + i * tile + count, p + i * tile + width, 0.f);  // the padding past the vocabulary
+      }
+    });
+    float* y = t == 0 ? out : partial.data();
+    matmul(columns.tiles[t], p, tile, m, y, H, pool);
+    if (t > 0)
+      for (int64_t k = 0; k < m * H; ++k) out[k] += y[k];
+  }
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < H; ++j) out[i * H + j] *= inv_sum[size_t(i)];
+}
+
 namespace reference {
 
 void table_rows_product(const TensorView& table, int64_t v0, int64_t count, const float* weights, int64_t ldw,
@@ -119,6 +207,56 @@ void soft_embedding(const TensorView& table, const float* logits, int64_t m, flo
       for (int64_t j = 0; j < H; ++j) acc[size_t(j)] += p * double(row[size_t(j)]);
     }
     for (int64_t j = 0; j < H; ++j) out[i * H + j] = float(acc[size_t(j)]);
+  }
+}
+
+void soft_embedding_int8(const TensorView& table, const float* logits, int64_t m, float* out) {
+  check_rows_args(table, 0, table.rows(), m);
+  const int64_t V = table.rows(), H = table.cols(), padded = (V + 31) / 32 * 32, blocks = padded / 32;
+  std::vector<float> rows(size_t(V * H));
+  for (int64_t v = 0; v < V; ++v) get_row(table, v, rows.data() + v * H);
+  // Column j's blocks: the f16 scale as a float and 32 int8 values each.
+  std::vector<float> column_scale(size_t(H * blocks));
+  std::vector<int8_t> column_q(size_t(H * padded));
+  std::vector<float> column(static_cast<size_t>(padded));
+  std::vector<BlockQ8_0> quantised(static_cast<size_t>(blocks));
+  for (int64_t j = 0; j < H; ++j) {
+    for (int64_t v = 0; v < padded; ++v) column[size_t(v)] = v < V ? rows[size_t(v * H + j)] : 0.f;
+    quantize_row(DType::Q8_0, column.data(), quantised.data(), padded);
+    for (int64_t b = 0; b < blocks; ++b) {
+      column_scale[size_t(j * blocks + b)] = f16_to_f32(quantised[size_t(b)].d);
+      std::copy(quantised[size_t(b)].qs, quantised[size_t(b)].qs + 32, &column_q[size_t(j * padded + b * 32)]);
+    }
+  }
+  std::vector<float> p(static_cast<size_t>(padded));
+  std::vector<int8_t> pq(static_cast<size_t>(padded));
+  std::vector<float> p_scale(static_cast<size_t>(blocks));
+  for (int64_t i = 0; i < m; ++i) {
+    const float* z = logits + i * V;
+    float top = -INFINITY;
+    for (int64_t v = 0; v < V; ++v) top = std::max(top, z[v]);
+    std::fill(p.begin(), p.end(), 0.f);
+    reference::exp_shifted(z, V, top, p.data());
+    double sum = 0;
+    for (int64_t v = 0; v < V; ++v) sum += p[size_t(v)];
+    for (int64_t b = 0; b < blocks; ++b) {
+      float amax = 0;
+      for (int64_t k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(p[size_t(b * 32 + k)]));
+      const float d = amax / 127.f;
+      const float inverse = d != 0.f ? 1.f / d : 0.f;
+      p_scale[size_t(b)] = d;
+      for (int64_t k = 0; k < 32; ++k) pq[size_t(b * 32 + k)] = int8_t(std::roundf(p[size_t(b * 32 + k)] * inverse));
+    }
+    for (int64_t j = 0; j < H; ++j) {
+      double acc = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        int32_t dot = 0;
+        for (int64_t k = 0; k < 32; ++k)
+          dot += int32_t(pq[size_t(b * 32 + k)]) * int32_t(column_q[size_t(j * padded + b * 32 + k)]);
+        acc += double(p_scale[size_t(b)]) * double(column_scale[size_t(j * blocks + b)]) * dot;
+      }
+      out[i * H + j] = float(acc / sum);
+    }
   }
 }
 
