@@ -185,6 +185,32 @@ TEST(SelfCondSoftEmbeddingInt8, MatchesItsTwin) {
   }
 }
 
+// The int8 columns are the table's columns quantised by quantize_row (Q8_0), byte for byte once read back
+// from the interleaved layout: every tile, the last one's padding past the vocabulary and a column with a
+// NaN included.
+TEST(SelfCondSoftEmbeddingInt8, ColumnsAreTheTablesColumnsAsQ8_0) {
+  const int64_t V = 8192 + 100, H = 64;
+  Table table = make_table(DType::Q4_0, V, H, 61);
+  table.bytes[0] = 0xff;  // row 0's first block gets the f16 scale 0x7fff, a NaN: its columns are non-finite
+  table.bytes[1] = 0x7f;
+  const auto columns = make_int8_table_columns(table.view, nullptr);
+  std::vector<float> rows(size_t(V * H)), column(size_t(8192));
+  for (int64_t v = 0; v < V; ++v) get_row(table.view, v, rows.data() + v * H);
+  std::vector<uint8_t> want, got;
+  for (size_t t = 0; t < columns->tiles.size(); ++t) {
+    const TensorView& w = columns->tiles[t];
+    const int64_t v0 = int64_t(t) * 8192;
+    want.resize(size_t(w.row_size()));
+    got.resize(size_t(w.row_size()));
+    for (int64_t j = 0; j < H; ++j) {
+      for (int64_t k = 0; k < w.cols(); ++k) column[size_t(k)] = v0 + k < V ? rows[size_t((v0 + k) * H + j)] : 0.f;
+      quantize_row(DType::Q8_0, column.data(), want.data(), w.cols());
+      get_row_bytes(w, j, got.data());
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size())) << "tile " << t << " column " << j;
+    }
+  }
+}
+
 // Its error against the exact soft embedding is that of 8-bit values: here (table entries of std 0.5) under
 // 1% of the largest entry, and on average far less; a peaked row is dominated by one row of the table, a
 // flat row by the table's mean.
