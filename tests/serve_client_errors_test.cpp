@@ -212,5 +212,28 @@ TEST(ServeClientErrors, VerifyDraftsAreBoundedBeforeTheyAreComputed) {
   EXPECT_EQ(ok->status, 200) << ok->body;
 }
 
+// Issue 61 L: "mode": "verify" to an AR-only model was refused with "--mode diffusion: ...", naming a mode
+// the request never asked for; the refusal names verify, why it cannot run here, and the mode that can.
+TEST(ServeClientErrors, VerifyOnAnArModelIsRefusedAsVerify) {
+  const auto cli = test::run_canvas("generate -m " + test::source_path("models/text-ar.gguf") +
+                                    " -p 'And' -n 4 --mode verify");
+  EXPECT_NE(cli.exit_code, 0);
+  EXPECT_NE(cli.output.find("--mode verify needs a diffusion decoder"), std::string::npos) << cli.output;
+  EXPECT_NE(cli.output.find("use --mode ar"), std::string::npos) << cli.output;
+  EXPECT_EQ(cli.output.find("--mode diffusion"), std::string::npos) << cli.output;
+  ServerProcess server("--parallel 1", "models/text-ar.gguf");
+  ASSERT_NE(server.port(), 0) << server.log();
+  const auto res = server.client().Post("/v1/completions", R"({"prompt": "And", "mode": "verify", "max_tokens": 4})",
+                                        "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  const json error = json::parse(res->body)["error"];
+  const std::string message = error["message"];
+  EXPECT_NE(message.find("'mode': 'verify'"), std::string::npos) << message;
+  EXPECT_NE(message.find("use 'mode': 'ar'"), std::string::npos) << message;
+  EXPECT_EQ(message.find("diffusion:"), std::string::npos) << message;
+  EXPECT_EQ(error["param"], "mode");
+}
+
 }  // namespace
 }  // namespace canvas

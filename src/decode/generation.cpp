@@ -242,9 +242,10 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
   const DecodeMode mode = resolve(r.mode);
   check_context(r, P);
   const int64_t n = new_tokens_of(r, P);
-  canvas::check(mode == DecodeMode::Ar || c.is_diffusion(),
+  // Each mode's check names that mode: verify on an AR-only model is refused as verify, not as diffusion.
+  canvas::check(mode != DecodeMode::Diffusion || c.is_diffusion(),
                 "--mode diffusion: '" + c.arch + "' is an autoregressive model without a diffusion objective; use --mode ar");
-  canvas::check(mode == DecodeMode::Diffusion || has_ar(),
+  canvas::check(mode != DecodeMode::Ar || has_ar(),
                 "--mode ar: '" + c.arch + "' cannot decode autoregressively; use --mode diffusion");
   canvas::check(mode != DecodeMode::Verify || supports_verify(c),
                 "--mode verify needs a diffusion decoder and a causal path on the same weights (DiffusionGemma, or a "

@@ -579,6 +579,12 @@ void check_admissible(const Engine& engine, const GenerationSettings& s, int64_t
     throw ApiError(400, "this model cannot decode by diffusion (no mask token); use 'mode': 'ar'", "mode");
   if (s.mode == DecodeMode::Ar && !engine.has_ar())
     throw ApiError(400, "this model cannot decode autoregressively; use 'mode': 'diffusion'", "mode");
+  if (s.mode == DecodeMode::Verify && !supports_verify(c))
+    throw ApiError(400,
+                   "'mode': 'verify' drafts with a diffusion decoder and checks the drafts by a causal path on the "
+                   "same weights (DiffusionGemma, or a uniform-state model); this model ('" + c.arch +
+                       "') has not both: use 'mode': '" + (engine.has_ar() ? "ar" : "diffusion") + "'",
+                   "mode");
   try {
     // The request as it would run in the mode it asks for (auto: each mode the router may pick).
     GenerationSettings probe = s;
