@@ -603,7 +603,8 @@ void check_admissible(const Engine& engine, const GenerationSettings& s, int64_t
   } catch (const Error& e) {
     const std::string message = e.what();
     const bool context = message.find("context length") != std::string::npos;
-    throw ApiError(400, message, context ? "max_tokens" : "", context ? "context_length_exceeded" : "");
+    const bool memory = message.find("of KV cache") != std::string::npos;
+    throw ApiError(400, message, context || memory ? "max_tokens" : "", context ? "context_length_exceeded" : "");
   }
 }
 
