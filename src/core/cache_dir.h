@@ -4,7 +4,8 @@
 
 namespace canvas {
 
-// $XDG_CACHE_HOME/canvas, else ~/.cache/canvas; "" when neither variable is set.
+// $XDG_CACHE_HOME/canvas when XDG_CACHE_HOME is an absolute path (a relative one is ignored, as the XDG spec
+// says), else ~/.cache/canvas; "" when neither applies.
 std::string user_cache_dir();
 
 }  // namespace canvas
