@@ -3,9 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
+
+#include "test_util.h"
 
 namespace canvas {
 namespace {
@@ -43,6 +48,44 @@ TEST(CacheDir, OnlyAnAbsoluteXdgCacheHomeIsHonoured) {
   ScopedEnv xdg("XDG_CACHE_HOME", "relative");
   ScopedEnv no_home("HOME", nullptr);
   EXPECT_EQ(user_cache_dir(), "");
+}
+
+// bound_cache_dir: the oldest files go first until the folder is within both bounds; the file just
+// written stays even when it alone is over the byte bound; temporaries, links and folders are left alone.
+TEST(CacheDir, EvictsTheOldestFilesPastTheBounds) {
+  namespace fs = std::filesystem;
+  test::TempDir dir;
+  const auto now = fs::file_time_type::clock::now();
+  auto put = [&](const std::string& name, size_t bytes, int age_seconds) {
+    std::ofstream(dir.path(name), std::ios::binary) << std::string(bytes, 'x');
+    fs::last_write_time(dir.path(name), now - std::chrono::seconds(age_seconds));
+  };
+  put("oldest", 100, 50);
+  put("old", 100, 40);
+  put("middle", 100, 30);
+  put("new", 100, 20);
+  put("being-written.ids.123.tmp", 1000, 60);
+  fs::create_directory(dir.path("folder"));
+  fs::create_symlink(dir.path("oldest"), dir.path("link"));
+  bound_cache_dir(dir.path(""), 250, 100, dir.path("new"));
+  EXPECT_FALSE(fs::exists(dir.path("oldest")));
+  EXPECT_FALSE(fs::exists(dir.path("old")));
+  for (const char* kept : {"middle", "new", "being-written.ids.123.tmp", "folder"}) EXPECT_TRUE(fs::exists(dir.path(kept))) << kept;
+  EXPECT_TRUE(fs::is_symlink(dir.path("link")));
+  // The file count: two files at most.
+  put("newer", 10, 10);
+  bound_cache_dir(dir.path(""), 1000, 2, dir.path("newer"));
+  EXPECT_FALSE(fs::exists(dir.path("middle")));
+  EXPECT_TRUE(fs::exists(dir.path("new")));
+  EXPECT_TRUE(fs::exists(dir.path("newer")));
+  // The file just written stays, however large; the others go.
+  put("huge", 5000, 0);
+  bound_cache_dir(dir.path(""), 1000, 100, dir.path("huge"));
+  EXPECT_TRUE(fs::exists(dir.path("huge")));
+  EXPECT_FALSE(fs::exists(dir.path("new")));
+  EXPECT_FALSE(fs::exists(dir.path("newer")));
+  // A folder that does not exist is no error.
+  bound_cache_dir(dir.path("missing"), 0, 0, "");
 }
 
 }  // namespace
