@@ -1,6 +1,7 @@
 // convert --to hf into a folder that holds an older checkpoint: the folder ends entirely old (after a failed
 // write, with no partial files anywhere) or entirely new, never a mix of the two.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "gguf_copy.h"
+#include "dead_pid.h"
 #include "test_util.h"
 
 namespace canvas {
@@ -81,6 +83,23 @@ TEST(ConvertToHf, FolderWithOtherFilesIsRefused) {
   EXPECT_EQ(test::read_text(out + "/README.md"), "my notes");
   EXPECT_EQ(test::read_text(out + "/config.json"), "old config.json");
   EXPECT_EQ(names_in(tmp.path("")), (std::set<std::string>{"ckpt"}));
+}
+
+// Issue 61 K: a convert --to hf killed mid-write left DIR.canvas-partial-PID (a whole checkpoint) beside the
+// target, run after run. The next run removes those whose process is gone, and only those.
+TEST(ConvertToHf, PartialFoldersOfKilledRunsAreRemoved) {
+  test::TempDir tmp;
+  const std::string out = tmp.path("ckpt");
+  const pid_t dead = test::dead_pid();
+  ASSERT_GT(dead, 0);
+  const std::string leftover = out + ".canvas-partial-" + std::to_string(dead);
+  const std::string alive = out + ".canvas-partial-" + std::to_string(getpid());  // a run still writing
+  const std::string other = tmp.path("other.canvas-partial-" + std::to_string(dead));  // another target's
+  for (const std::string& folder : {leftover, alive, other}) write_old_checkpoint(folder);
+  const auto r = test::run_canvas("convert --in " + test::fixture("tiny-llada.gguf") + " --out " + out + " --to hf");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(names_in(tmp.path("")),
+            (std::set<std::string>{"ckpt", fs::path(alive).filename().string(), fs::path(other).filename().string()}));
 }
 
 }  // namespace

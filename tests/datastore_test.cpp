@@ -17,6 +17,7 @@
 #include <random>
 #include <thread>
 
+#include "core/cache_dir.h"
 #include "core/error.h"
 #include "test_util.h"
 
@@ -243,6 +244,40 @@ TEST(Datastore, TokenCacheIsReusedAndRewrittenWhenStale) {
   EXPECT_FALSE(Datastore::load(text, "bytes", tokenize, 256, cache, &warnings)->loaded_from_cache());
   EXPECT_EQ(tokenizer.calls, before + 1);
   EXPECT_TRUE(warnings.empty());
+}
+
+// Issue 61 K: each version of a changing corpus left its own cache file (14 files from 15 runs), with no
+// bound on the folder. Past kCacheDirMaxFiles the least recently used go; the newest and the ones in use stay.
+TEST(Datastore, TokenCacheFolderIsBoundedForAChangingCorpus) {
+  test::TempDir dir;
+  const std::string text = dir.path("corpus.txt"), cache = dir.path("cache"), steady = dir.path("steady.txt");
+  ByteTokenizer tokenizer;
+  auto tokenize = [&](const std::string& t) { return tokenizer(t); };
+  std::vector<std::string> warnings;
+  write_text(steady, "a corpus that does not change");
+  Datastore::load(steady, "bytes", tokenize, 256, cache, &warnings);
+  const size_t versions = kCacheDirMaxFiles + 20;
+  auto files_in_cache = [&] {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(cache)) ++n;
+    return n;
+  };
+  for (size_t v = 0; v < versions; ++v) {
+    write_text(text, "version " + std::to_string(v) + std::string(v % 7, '!'));  // another size, another key
+    std::filesystem::last_write_time(text, std::filesystem::file_time_type::clock::now() + std::chrono::seconds(v));
+    Datastore::load(text, "bytes", tokenize, 256, cache, &warnings);
+    if (v % 16 == 0) {  // the steady corpus is in use: read now and then, so never the least recently used
+      EXPECT_TRUE(Datastore::load(steady, "bytes", tokenize, 256, cache, &warnings)->loaded_from_cache());
+    }
+    EXPECT_LE(files_in_cache(), kCacheDirMaxFiles) << "after version " << v;
+  }
+  EXPECT_EQ(files_in_cache(), kCacheDirMaxFiles);
+  EXPECT_TRUE(warnings.empty());
+  const int before = tokenizer.calls;
+  // The newest version and the corpus in use are still cached.
+  EXPECT_TRUE(Datastore::load(text, "bytes", tokenize, 256, cache, &warnings)->loaded_from_cache());
+  EXPECT_TRUE(Datastore::load(steady, "bytes", tokenize, 256, cache, &warnings)->loaded_from_cache());
+  EXPECT_EQ(tokenizer.calls, before);
 }
 
 // Issue 61 C, D, I: the token cache is untrusted input in a folder others may write. A FIFO at its path

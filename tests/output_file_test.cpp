@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "core/error.h"
+#include "dead_pid.h"
 #include "test_util.h"
 
 namespace canvas {
@@ -134,10 +135,8 @@ TEST(OutputFile, TemporariesOfDeadProcessesAreRemoved) {
   namespace fs = std::filesystem;
   test::TempDir dir;
   const std::string path = dir.path("model.gguf");
-  const pid_t dead = fork();  // a pid that is surely gone: a child that exited and was reaped
-  if (dead == 0) _exit(0);
+  const pid_t dead = test::dead_pid();
   ASSERT_GT(dead, 0);
-  ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
   const std::string leftover = path + "." + std::to_string(dead) + ".tmp";
   const std::string alive = path + "." + std::to_string(getppid()) + ".tmp";  // a live process's write
   const std::string other = dir.path("other.gguf." + std::to_string(dead) + ".tmp");

@@ -212,5 +212,71 @@ TEST(ServeClientErrors, VerifyDraftsAreBoundedBeforeTheyAreComputed) {
   EXPECT_EQ(ok->status, 200) << ok->body;
 }
 
+// Issue 61 L: "mode": "verify" to an AR-only model was refused with "--mode diffusion: ...", naming a mode
+// the request never asked for; the refusal names verify, why it cannot run here, and the mode that can.
+TEST(ServeClientErrors, VerifyOnAnArModelIsRefusedAsVerify) {
+  const auto cli = test::run_canvas("generate -m " + test::source_path("models/text-ar.gguf") +
+                                    " -p 'And' -n 4 --mode verify");
+  EXPECT_NE(cli.exit_code, 0);
+  EXPECT_NE(cli.output.find("--mode verify needs a diffusion decoder"), std::string::npos) << cli.output;
+  EXPECT_NE(cli.output.find("use --mode ar"), std::string::npos) << cli.output;
+  EXPECT_EQ(cli.output.find("--mode diffusion"), std::string::npos) << cli.output;
+  ServerProcess server("--parallel 1", "models/text-ar.gguf");
+  ASSERT_NE(server.port(), 0) << server.log();
+  const auto res = server.client().Post("/v1/completions", R"({"prompt": "And", "mode": "verify", "max_tokens": 4})",
+                                        "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  const json error = json::parse(res->body)["error"];
+  const std::string message = error["message"];
+  EXPECT_NE(message.find("'mode': 'verify'"), std::string::npos) << message;
+  EXPECT_NE(message.find("use 'mode': 'ar'"), std::string::npos) << message;
+  EXPECT_EQ(message.find("diffusion:"), std::string::npos) << message;
+  EXPECT_EQ(error["param"], "mode");
+}
+
+// Issue 61 L: a config may claim any context length (2^62 is a valid GGUF number), and a request's max_tokens
+// sized the KV cache from it: max_tokens 2^20 asked for gigabytes and got a 500 bad_alloc. A context past
+// kMaxContextLength is refused at load naming the file and key; within it, what one request's KV cache may
+// take is bounded by the memory the process may use, and past that the request is a 400 naming the limit,
+// before anything is allocated (in the CLI and over HTTP).
+TEST(ServeClientErrors, ContextAndKvCacheAreBoundedBeforeAllocating) {
+  test::TempDir dir;
+  const std::string huge = test::gguf_with_keys(dir, "huge-context.gguf", test::source_path("models/text-ar.gguf"),
+                                                {{"llama.context_length", GgufValue::u64(uint64_t(1) << 62)}});
+  const auto refused = test::run_canvas("generate -m " + huge + " -p 'And' -n 4");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find(huge + ": llama.context_length 4611686018427387904 is not a context length canvas "
+                                       "can hold (1..16777216 tokens)"),
+            std::string::npos)
+      << refused.output;
+#ifdef CANVAS_TEST_SANITIZED
+  GTEST_SKIP() << "the sanitizer's shadow memory does not fit an address-space limit";
+#endif
+  // 2^22 tokens: a valid context, whose whole KV cache (6 KiB a token on this model) is 24 GiB.
+  const std::string longer = test::gguf_with_keys(dir, "long-context.gguf", test::source_path("models/text-ar.gguf"),
+                                                  {{"llama.context_length", GgufValue::u32(uint32_t(1) << 22)}});
+  const std::string limit = "ulimit -v 4194304;";  // 4 GiB of address space: 2 GiB for one request's KV cache
+  const auto cli = test::run_canvas("generate -m " + longer + " -p 'And' -n 1048576 --mode ar", true, limit);
+  EXPECT_NE(cli.exit_code, 0);
+  EXPECT_NE(cli.output.find("MiB of KV cache (6148 bytes a token on this model); one request may take 2048 MiB"),
+            std::string::npos)
+      << cli.output;
+  ServerProcess server("--parallel 1 -m " + longer, "", limit);
+  ASSERT_NE(server.port(), 0) << server.log();
+  auto client = server.client();
+  const auto res = client.Post("/v1/completions", R"({"prompt": "And", "mode": "ar", "max_tokens": 1048576})",
+                               "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  const json error = json::parse(res->body)["error"];
+  EXPECT_EQ(error["param"], "max_tokens");
+  EXPECT_NE(error["message"].get<std::string>().find("one request may take 2048 MiB"), std::string::npos) << res->body;
+  const auto ok = client.Post("/v1/completions", R"({"prompt": "And", "mode": "ar", "max_tokens": 8})",
+                              "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
 }  // namespace
 }  // namespace canvas

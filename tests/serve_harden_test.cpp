@@ -145,6 +145,13 @@ class RawConnection {
   bool eof_ = false;
 };
 
+// One request on a connection of its own, and its response (3 s at most).
+RawResponse ask_once(int port, const std::string& bytes) {
+  RawConnection c(port);
+  c.send(bytes);
+  return c.read_response(3000);
+}
+
 std::string request(const std::string& method, const std::string& path, const std::string& body = "",
                     const std::string& extra_headers = "") {
   std::string r = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra_headers;
@@ -276,6 +283,46 @@ TEST(HttpFraming, MalformedAndOversizedRequestsAreRefused) {
 }
 
 // Random damage to valid requests, fed whole and cut anywhere: the same requests or the same failure.
+// Issue 61 L: "Host: localhost:abc" and "Host: 127.0.0.1:1@evil.com" were accepted (only the text before the
+// first ':' was looked at); a Host is HOST or HOST:PORT with PORT in 1..65535 and nothing after it, else 400.
+TEST(HttpFraming, HostHeadersWithBadPortsAreRefused) {
+  for (const std::string host : {"localhost:abc", "127.0.0.1:1@evil.com", "a:0", "a:65536", "a:", "a:80x", "a:8080/x",
+                                 "a:+80", "user@a", "[::1]x", "[::1]:", "[]", "[::1", "a b", ":80", "a:1:2"})
+    EXPECT_EQ(failure_of("GET /health HTTP/1.1\r\nHost: " + host + "\r\n\r\n"), 400) << host;
+  for (const std::string host : {"a", "a:1", "LOCALHOST:65535", "[::1]:8080", "[::1]", "127.0.0.1:08080", "my-box.local"}) {
+    RequestReader::Status last;
+    const std::string bytes = "GET /health HTTP/1.1\r\nHost: " + host + "\r\n\r\n";
+    EXPECT_EQ(frame(bytes, bytes.size(), last).size(), 1u) << host;
+  }
+}
+
+// Issue 61 L: absolute-form targets ("GET http://127.0.0.1:8080/health", as proxies send them) were looked up
+// as paths and answered 404. RFC 9112 3.2.2: the path is the target, and the authority stands for the Host
+// header (so that it passes the same Host check).
+TEST(HttpFraming, AbsoluteFormTargetsUseTheirPathAndAuthority) {
+  RequestReader::Status last;
+  const std::string bytes =
+      "GET http://127.0.0.1:8080/health?verbose=1 HTTP/1.1\r\nHost: other.example\r\n\r\n"
+      "GET HTTPS://Box HTTP/1.1\r\nHost: box\r\n\r\n"
+      "GET http://a?q=1 HTTP/1.0\r\n\r\n";
+  const std::vector<FramedRequest> r = frame(bytes, bytes.size(), last);
+  ASSERT_EQ(r.size(), 3u);
+  auto host_of = [](const FramedRequest& request) {
+    std::string host;
+    for (const auto& [name, value] : request.headers)
+      if (name == "Host" || name == "host") host += value + ";";
+    return host;
+  };
+  EXPECT_EQ(r[0].target, "/health?verbose=1");
+  EXPECT_EQ(host_of(r[0]), "127.0.0.1:8080;");
+  EXPECT_EQ(r[1].target, "/");
+  EXPECT_EQ(host_of(r[1]), "Box;");
+  EXPECT_EQ(r[2].target, "/?q=1");
+  EXPECT_EQ(host_of(r[2]), "a;");
+  for (const std::string target : {"http://127.0.0.1:1@evil.com/health", "http://localhost:abc/", "http:///health"})
+    EXPECT_EQ(failure_of("GET " + target + " HTTP/1.1\r\nHost: a\r\n\r\n"), 400) << target;
+}
+
 TEST(HttpFraming, WhereTheBytesAreCutChangesNothing) {
   const std::vector<std::string> seeds = {
       "GET /health HTTP/1.1\r\nHost: a\r\n\r\nPOST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc",
@@ -615,11 +662,7 @@ TEST(ServeHardenCli, HostAndOriginRulesWithoutAKey) {
   ServerProcess server("--parallel 1");
   ASSERT_NE(server.port(), 0) << server.log();
   const std::string port = std::to_string(server.port());
-  auto ask = [&](const std::string& bytes) {
-    RawConnection c(server.port());
-    c.send(bytes);
-    return c.read_response(3000);
-  };
+  auto ask = [&](const std::string& bytes) { return ask_once(server.port(), bytes); };
   auto with_host = [&](const std::string& method, const std::string& path, const std::string& host,
                        const std::string& extra = "", const std::string& body = "") {
     std::string r = request(method, path, body, extra);
@@ -652,14 +695,43 @@ TEST(ServeHardenCli, HostAndOriginRulesWithoutAKey) {
   EXPECT_EQ(r.status, 200) << r.body;
 }
 
+// Issue 61 L, on a running server: absolute-form targets are answered by their path after their authority
+// passed the Host check; a Host with a malformed port is a 400; an origin counts as the page's own only with
+// the http or https scheme.
+TEST(ServeHardenCli, AbsoluteTargetsHostPortsAndOriginSchemes) {
+  ServerProcess server("--parallel 1");
+  ASSERT_NE(server.port(), 0) << server.log();
+  const std::string port = std::to_string(server.port());
+  auto ask = [&](const std::string& bytes) { return ask_once(server.port(), bytes); };
+  RawResponse r = ask("GET http://127.0.0.1:" + port + "/health HTTP/1.1\r\nHost: 127.0.0.1:" + port + "\r\n\r\n");
+  EXPECT_EQ(r.status, 200) << r.body;
+  r = ask("GET http://evil.example:" + port + "/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  EXPECT_EQ(r.status, 403) << r.body;
+  EXPECT_NE(r.body.find("evil.example"), std::string::npos) << r.body;
+  for (const std::string host : {"localhost:abc", "127.0.0.1:1@evil.com"}) {
+    r = ask("GET /health HTTP/1.1\r\nHost: " + host + "\r\n\r\n");
+    EXPECT_EQ(r.status, 400) << host;
+    EXPECT_NE(r.body.find("Host header"), std::string::npos) << r.body;
+  }
+  const std::string host = "127.0.0.1:" + port;
+  for (const std::string origin : {"ftp://" + host, "chrome-extension://" + host, "file://" + host, host})
+    EXPECT_EQ(ask(request("POST", "/v1/completions", kSmallCompletion, "Origin: " + origin + "\r\n")
+                      .replace(std::string("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1").size(), 0, ":" + port))
+                  .status,
+              403)
+        << origin;
+  for (const std::string origin : {"http://" + host, "HTTPS://" + host})
+    EXPECT_EQ(ask(request("POST", "/v1/completions", kSmallCompletion, "Origin: " + origin + "\r\n")
+                      .replace(std::string("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1").size(), 0, ":" + port))
+                  .status,
+              200)
+        << origin;
+}
+
 TEST(ServeHardenCli, AllowedHostsAndCorsWhenAsked) {
   ServerProcess server("--parallel 1 --allowed-hosts my.box,other.box --cors http://app.example");
   ASSERT_NE(server.port(), 0) << server.log();
-  auto ask = [&](const std::string& bytes) {
-    RawConnection c(server.port());
-    c.send(bytes);
-    return c.read_response(3000);
-  };
+  auto ask = [&](const std::string& bytes) { return ask_once(server.port(), bytes); };
   std::string r = request("GET", "/health");
   EXPECT_EQ(ask(r.replace(r.find("127.0.0.1"), 9, "my.box:8080")).status, 200);
   r = request("GET", "/health");

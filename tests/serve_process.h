@@ -25,10 +25,12 @@ namespace canvas::test {
 // path under the source tree given as -m; "" gives no -m (the server's default models).
 class ServerProcess {
  public:
-  explicit ServerProcess(const std::string& extra_args, const std::string& model = "models/text-masked.gguf") {
+  // `shell` runs before the server in its shell (a limit: "ulimit -v 4194304;").
+  explicit ServerProcess(const std::string& extra_args, const std::string& model = "models/text-masked.gguf",
+                         const std::string& shell = "") {
     log_ = std::filesystem::temp_directory_path() / ("canvas-serve-" + std::to_string(getpid()) + "-" +
                                                      std::to_string(counter_++) + ".log");
-    const std::string cmd = "exec " + std::string(CANVAS_BINARY) + " serve" +
+    const std::string cmd = shell + "exec " + std::string(CANVAS_BINARY) + " serve" +
                             (model.empty() ? "" : " -m " + canvas::test::source_path(model)) + " --port 0 " +
                             extra_args + " 2>" + log_.string();
     pid_ = fork();

@@ -44,8 +44,9 @@ GGUF canvas reads or trains is written as DIR/model.safetensors + config.json + 
 family's published layout, so PyTorch code for that family loads it. Quantised matrices are dequantised;
 TYPE (default f32) is the stored float type. A model the layout cannot hold (self-conditioning, learned
 position embeddings, uniform-state diffusion) is refused naming what is missing. DIR is written beside
-(DIR.canvas-partial-PID) and swapped in whole: an existing DIR ends as the old checkpoint or the new one,
-never a mix; a DIR holding anything but checkpoint files (a README, .git) is refused.
+(DIR.canvas-partial-PID, removed by the next run if this one is killed) and swapped in whole: an existing
+DIR ends as the old checkpoint or the new one, never a mix; a DIR holding anything but checkpoint files (a
+README, .git) is refused.
 )",
     {
         {"--in", "PATH", "Hugging Face checkpoint directory (or its config.json), or a .gguf model with --to hf"},

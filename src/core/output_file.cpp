@@ -80,26 +80,6 @@ std::string link_target(const std::string& path) {
   return "";
 }
 
-// Removes the temporaries of `target` that processes which are gone left behind (a kill -9 mid-write:
-// `target`.PID.tmp, up to a whole checkpoint or token cache each), so they do not pile up.
-void remove_dead_temporaries(const std::string& target) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path file(target);
-  const std::string prefix = file.filename().string() + ".";
-  const fs::path folder = file.has_parent_path() ? file.parent_path() : fs::path(".");
-  for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() <= prefix.size() + 4 || name.compare(0, prefix.size(), prefix) != 0 ||
-        name.compare(name.size() - 4, 4, ".tmp") != 0)
-      continue;
-    const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - 4);
-    if (digits.empty() || digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
-    const pid_t pid = pid_t(std::stol(digits));
-    if (pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH) ::unlink(entry.path().c_str());
-  }
-}
-
 }  // namespace
 
 void write_file(const std::string& path, const std::function<void(std::ostream&)>& body, FileOwner owner) {
@@ -148,10 +128,36 @@ void write_file(const std::string& path, const std::function<void(std::ostream&)
   if (::close(fd) != 0 && error == 0 && errno != EINTR) error = errno;
   if (error != 0) fail("error writing", error, temp);  // the reason of the write that failed (a full disk)
   if (!temp.empty() && std::rename(temp.c_str(), target.c_str()) != 0) fail("cannot write", errno, temp);
-  if (!temp.empty()) remove_dead_temporaries(target);
+  if (!temp.empty()) remove_dead_scratch(target, ".", ".tmp");
 }
 
-std::string temp_file_for(const std::string& path) { return path + "." + std::to_string(::getpid()) + ".tmp"; }
+std::string temp_file_for(const std::string& path) { return scratch_path_for(path, ".", ".tmp"); }
+
+std::string scratch_path_for(const std::string& target, std::string_view before_pid, std::string_view after_pid) {
+  return target + std::string(before_pid) + std::to_string(::getpid()) + std::string(after_pid);
+}
+
+void remove_dead_scratch(const std::string& target, std::string_view before_pid, std::string_view after_pid) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path file(target);
+  const std::string prefix = file.filename().string() + std::string(before_pid);
+  const fs::path folder = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= prefix.size() + after_pid.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+        name.compare(name.size() - after_pid.size(), after_pid.size(), after_pid) != 0)
+      continue;
+    const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - after_pid.size());
+    if (digits.empty() || digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
+    const pid_t pid = pid_t(std::stol(digits));
+    // ESRCH: no such process (EPERM means one lives, another user's).
+    if (pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH) {
+      std::error_code ignored;
+      fs::remove_all(entry.path(), ignored);  // a link is removed, never followed
+    }
+  }
+}
 
 void write_file(const std::string& path, std::string_view bytes, FileOwner owner) {
   write_file(path, [bytes](std::ostream& out) { out.write(bytes.data(), std::streamsize(bytes.size())); }, owner);

@@ -3,7 +3,7 @@
 // temporary beside the file (temp_file_for: PATH.PID.tmp, created afresh, never through a link), which is
 // flushed to disk and renamed over the file only once every byte is written. A failure at any point
 // throws Error naming PATH (with the system's reason) and leaves PATH as it was. After a write, the
-// temporaries of PATH that dead processes left (killed mid-write) are removed. This is the one way canvas
+// temporaries of PATH that dead processes left (killed mid-write) are removed (remove_dead_scratch). This is the one way canvas
 // writes files: every writer goes through it.
 #pragma once
 #include <functional>
@@ -32,7 +32,15 @@ void write_file(const std::string& path, std::string_view bytes, FileOwner owner
 // twice in memory, such as logits arrays and checkpoints).
 void write_file(const std::string& path, const std::function<void(std::ostream&)>& body,
                 FileOwner owner = FileOwner::User);
-// The file write_file writes before renaming it over `path`, in this process.
+// The file write_file writes before renaming it over `path`, in this process (PATH.PID.tmp).
 std::string temp_file_for(const std::string& path);
+
+// A scratch entry of this process beside `target`, named TARGET + before_pid + PID + after_pid (write_file's
+// temporary PATH.PID.tmp, convert's partial checkpoint DIR.canvas-partial-PID).
+std::string scratch_path_for(const std::string& target, std::string_view before_pid, std::string_view after_pid);
+// Removes the scratch entries of `target` so named (files or folders) whose process is gone: what a kill -9
+// left behind (a whole checkpoint, a token cache), so that leftovers do not pile up run after run. Those of
+// live processes (still writing) stay; failures are ignored (a leftover that cannot be removed is harmless).
+void remove_dead_scratch(const std::string& target, std::string_view before_pid, std::string_view after_pid);
 
 }  // namespace canvas

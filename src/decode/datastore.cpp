@@ -1,6 +1,9 @@
 // Datastore drafts: a tokenized corpus (cached), its suffix array, and the voted continuation of an n-gram.
 #include "decode/datastore.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -192,6 +195,8 @@ std::shared_ptr<const Datastore> Datastore::load(const std::string& path, const 
     file = (fs::path(cache_dir) / name).string();
     std::vector<int32_t> ids;
     if (read_cache(file, key, size, vocab_size, ids)) {
+      // Used now: the cache folder's eviction (bound_cache_dir) removes the least recently used first.
+      ::utimensat(AT_FDCWD, file.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
       auto store = std::make_shared<Datastore>(std::move(ids));
       store->from_cache_ = true;
       return store;
@@ -203,6 +208,9 @@ std::shared_ptr<const Datastore> Datastore::load(const std::string& path, const 
     try {
       fs::create_directories(cache_dir, ec);
       write_file(file, cache_bytes(key, ids), FileOwner::Canvas);  // whatever is there (a link, a FIFO) is replaced
+      // Every version of a changing corpus writes a file of its own: the folder is bounded, least recently
+      // used first.
+      bound_cache_dir(cache_dir, kCacheDirMaxBytes, kCacheDirMaxFiles, file);
     } catch (const std::exception& e) {
       if (warnings) warnings->push_back(std::string("--draft-datastore's token cache was not written: ") + e.what());
     }

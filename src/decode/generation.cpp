@@ -11,6 +11,7 @@
 #include "decode/text_stream.h"
 #include "decode/uniform_state.h"
 #include "decode/verify.h"
+#include "model/limits.h"
 
 namespace canvas {
 
@@ -235,6 +236,19 @@ void Generator::check_context(const GenerationRequest& r, int64_t P) const {
                 "prompt (" + std::to_string(P) + " tokens) + " + std::to_string(n) +
                     " new tokens exceed the model's context length " + std::to_string(c.context_length) + " (at most " +
                     std::to_string(std::max<int64_t>(0, c.context_length - P)) + " new tokens after this prompt)");
+  // The KV cache the request sizes (P + n positions, and one more for AR's last token), refused before it is
+  // allocated: a config's context length (up to kMaxContextLength) says nothing of this machine's memory.
+  const int64_t per_token = kv_cache_bytes_per_position(c);
+  const uint64_t limit = max_request_kv_bytes();
+  const double kv_bytes = double(P + n + 1) * double(per_token);
+  if (kv_bytes > double(limit)) {
+    const int64_t most = std::max<int64_t>(0, int64_t(limit / uint64_t(per_token)) - P - 1);
+    throw Error("prompt (" + std::to_string(P) + " tokens) + " + std::to_string(n) + " new tokens need " +
+                std::to_string(int64_t(kv_bytes / 1048576)) + " MiB of KV cache (" + std::to_string(per_token) +
+                " bytes a token on this model); one request may take " + std::to_string(limit / 1048576) +
+                " MiB, half the memory this process may use: at most " + std::to_string(most) +
+                " new tokens after this prompt");
+  }
 }
 
 void Generator::check(const GenerationRequest& r, int64_t P) const {
@@ -242,13 +256,16 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
   const DecodeMode mode = resolve(r.mode);
   check_context(r, P);
   const int64_t n = new_tokens_of(r, P);
-  canvas::check(mode == DecodeMode::Ar || c.is_diffusion(),
+  // Each mode's check names that mode: verify on an AR-only model is refused as verify, not as diffusion.
+  canvas::check(mode != DecodeMode::Diffusion || c.is_diffusion(),
                 "--mode diffusion: '" + c.arch + "' is an autoregressive model without a diffusion objective; use --mode ar");
-  canvas::check(mode == DecodeMode::Diffusion || has_ar(),
+  canvas::check(mode != DecodeMode::Ar || has_ar(),
                 "--mode ar: '" + c.arch + "' cannot decode autoregressively; use --mode diffusion");
   canvas::check(mode != DecodeMode::Verify || supports_verify(c),
                 "--mode verify needs a diffusion decoder and a causal path on the same weights (DiffusionGemma, or a "
-                "uniform-state model); '" + c.arch + "' has not: use --mode ar or --mode diffusion");
+                "uniform-state model); '" + c.arch + "' has not: use " +
+                    (c.is_diffusion() && has_ar() ? "--mode ar or --mode diffusion"
+                                                  : c.is_diffusion() ? "--mode diffusion" : "--mode ar"));
   canvas::check(r.draft_length >= 0 && r.draft_length <= 1024, "--draft-length must be between 1 and 1024");
   canvas::check(r.draft_steps >= 1 && r.draft_steps <= 64, "--draft-steps must be between 1 and 64");
   canvas::check(r.draft_lookup >= -1 && r.draft_lookup <= 64, "--draft-lookup must be between 0 and 64");

@@ -9,6 +9,7 @@
 #include "io/gguf.h"
 #include "io/json.h"
 #include "model/hf_families.h"
+#include "model/limits.h"
 
 namespace canvas {
 namespace {
@@ -159,7 +160,7 @@ ModelConfig gemma_config_from_gguf(const GgufFile& file, ModelConfig c) {
   c.n_experts = file.get_int(p + "expert_count", 0);
   c.n_experts_used = file.get_int(p + "expert_used_count", 0);
   c.expert_ffn = file.get_int(p + "expert_feed_forward_length", 0);
-  c.context_length = file.get_int(p + "context_length", 131072);
+  c.context_length = checked_context_length(file.get_int(p + "context_length", 131072), file.path(), p + "context_length");
   c.rms_eps = float(file.get_float(p + "attention.layer_norm_rms_epsilon", 1e-6));
   // Absent, llama.cpp's gemma4 / diffusion-gemma cap at 30 (its hparams default; the branch's converter writes
   // the key only when config.json has it, and the release's omits it) and its gemma3 does not cap. canvas's
@@ -371,7 +372,7 @@ ModelConfig config_from_hf(const std::string& path) {
   c.rms_eps = float(doc.get_float(key("rms_norm_eps"), 1e-6));
   // The reference's default cap: 30 for DiffusionGemma (a class attribute of its config), none for Gemma 4.
   c.logit_softcap = float(doc.get_float(key("final_logit_softcapping"), diffusion_gemma ? 30.0 : 0.0));
-  c.context_length = doc.get_int(key("max_position_embeddings"), 131072);
+  c.context_length = checked_context_length(doc.get_int(key("max_position_embeddings"), 131072), path, key("max_position_embeddings"));
   c.sliding_window = doc.get_int(key("sliding_window"), 0);
   set_gemma_constants(c);
 
@@ -478,7 +479,7 @@ ModelConfig config_from_gguf(const GgufFile& file) {
   c.n_heads = file.require_int(p + "attention.head_count");
   c.n_kv_heads = file.get_int(p + "attention.head_count_kv", c.n_heads);
   c.ffn = file.get_int(p + "feed_forward_length", 0);
-  c.context_length = file.get_int(p + "context_length", 4096);
+  c.context_length = checked_context_length(file.get_int(p + "context_length", 4096), file.path(), p + "context_length");
   c.rms_eps = float(file.get_float(p + "attention.layer_norm_rms_epsilon", 1e-5));
   c.n_experts = file.get_int(p + "expert_count", 0);
   c.n_experts_used = file.get_int(p + "expert_used_count", 0);

@@ -294,7 +294,9 @@ HfExport convert_gguf_to_hf(const std::string& in_path, const std::string& out_d
   // Written beside the folder (the same file system, so that the swap is a rename), then swapped in whole: a
   // failure (a full disk, a tokenizer that cannot be written) leaves the old checkpoint as it was and no
   // partial files.
-  const std::filesystem::path dir = final_dir.string() + ".canvas-partial-" + std::to_string(::getpid());
+  // A run killed mid-write left its partial folder (up to a whole checkpoint): those of dead runs go now.
+  remove_dead_scratch(final_dir.string(), ".canvas-partial-", "");
+  const std::filesystem::path dir = scratch_path_for(final_dir.string(), ".canvas-partial-", "");
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   HfExport out;

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "io/json.h"
+#include "model/limits.h"
 
 namespace canvas {
 namespace {
@@ -104,7 +105,7 @@ ModelConfig llama_family_config_from_hf(const JsonDocument& doc, const std::stri
     check(doc.require_int("vocab_size") <= c.vocab,
           path + ": vocab_size " + std::to_string(doc.require_int("vocab_size")) + " exceeds embedding_size " +
               std::to_string(c.vocab) + " (the embedding must have a row for every token)");
-    c.context_length = doc.get_int("max_sequence_length", 4096);
+    c.context_length = checked_context_length(doc.get_int("max_sequence_length", 4096), path, "max_sequence_length");
     c.rms_eps = float(doc.get_float("rms_norm_eps", 1e-5));
     c.rope.theta = float(doc.get_float("rope_theta", 10000.0));
     c.tied_output = doc.get_bool("weight_tying", false);
@@ -125,7 +126,7 @@ ModelConfig llama_family_config_from_hf(const JsonDocument& doc, const std::stri
     c.n_heads = doc.require_int("num_attention_heads");
     c.n_kv_heads = doc.get_int("num_key_value_heads", c.n_heads);
     c.vocab = doc.require_int("vocab_size");
-    c.context_length = doc.get_int("max_position_embeddings", 4096);
+    c.context_length = checked_context_length(doc.get_int("max_position_embeddings", 4096), path, "max_position_embeddings");
     c.rms_eps = float(doc.get_float("rms_norm_eps", 1e-6));
     c.rope.theta = float(doc.get_float("rope_theta", 10000.0));
     c.tied_output = doc.get_bool("tie_word_embeddings", false);

@@ -193,6 +193,10 @@ RequestReader::Status RequestReader::parse_head(const std::string& head) {
         ++hosts;
         // RFC 9112 3.2: a Host that names no host is refused as a missing one is.
         if (trim_whitespace(value).empty()) return fail(400, "an empty Host header");
+        std::string host;
+        int port = 0;
+        if (!parse_authority(value, host, port))
+          return fail(400, "malformed Host header '" + value + "' (expected HOST or HOST:PORT, PORT in 1..65535)");
       }
       if (key == "connection") {
         for (size_t at = 0; at <= value.size();) {
@@ -209,6 +213,20 @@ RequestReader::Status RequestReader::parse_head(const std::string& head) {
   }
   if (hosts > 1) return fail(400, "more than one Host header");
   if (hosts == 0 && r.version == "HTTP/1.1") return fail(400, "an HTTP/1.1 request needs a Host header");
+  // An absolute-form target (as proxies send it): RFC 9112 3.2.2 has its authority stand for the Host
+  // header, so that the server's Host check judges the name the client used.
+  std::string authority, origin_form, host;
+  int port = 0;
+  if (split_absolute_target(r.target, authority, origin_form)) {
+    if (!parse_authority(authority, host, port))
+      return fail(400, "malformed authority '" + authority + "' in the request target (expected HOST or HOST:PORT, "
+                       "PORT in 1..65535)");
+    r.target = origin_form;
+    bool replaced = false;
+    for (auto& [name, value] : r.headers)
+      if (lower(name) == "host") value = authority, replaced = true;
+    if (!replaced) r.headers.emplace_back("Host", authority);
+  }
   if (transfer_encodings > 1) return fail(400, "more than one Transfer-Encoding header");
   if (chunked && (has_length || r.version == "HTTP/1.0"))
     return fail(400, "Transfer-Encoding with Content-Length, or in HTTP/1.0");

@@ -43,6 +43,58 @@ const std::string& Request::param(std::string_view name) const {
   return kNone;
 }
 
+bool parse_authority(std::string_view authority, std::string& host, int& port) {
+  host.clear();
+  port = 0;
+  std::string_view rest;
+  if (!authority.empty() && authority[0] == '[') {
+    const size_t close = authority.find(']');
+    if (close == std::string_view::npos || close == 1) return false;
+    const std::string_view address = authority.substr(1, close - 1);
+    if (!std::all_of(address.begin(), address.end(), [](char ch) {
+          return std::isxdigit(static_cast<unsigned char>(ch)) || ch == ':' || ch == '.';
+        }))
+      return false;
+    host = address;
+    rest = authority.substr(close + 1);
+  } else {
+    const size_t colon = authority.find(':');
+    host = authority.substr(0, colon);
+    rest = colon == std::string_view::npos ? std::string_view() : authority.substr(colon);
+    // RFC 3986's reg-name (unreserved, percent escapes, sub-delims): no '@', '/', ':' or space.
+    if (host.empty() || !std::all_of(host.begin(), host.end(), [](char ch) {
+          return std::isalnum(static_cast<unsigned char>(ch)) || std::string_view("-._~%!$&'()*+,;=").find(ch) !=
+                                                                    std::string_view::npos;
+        }))
+      return false;
+  }
+  if (!rest.empty()) {
+    const std::string_view digits = rest.substr(1);
+    if (rest[0] != ':' || digits.empty() || digits.size() > 5 ||
+        !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+      return false;
+    port = std::stoi(std::string(digits));
+    if (port < 1 || port > 65535) return false;
+  }
+  std::transform(host.begin(), host.end(), host.begin(),
+                 [](char ch) { return char(std::tolower(static_cast<unsigned char>(ch))); });
+  return true;
+}
+
+bool split_absolute_target(std::string_view target, std::string& authority, std::string& origin_form) {
+  const size_t scheme_end = target.find("://");
+  if (scheme_end == std::string_view::npos) return false;
+  const std::string_view scheme = target.substr(0, scheme_end);
+  if (!same_name(scheme, "http") && !same_name(scheme, "https")) return false;
+  const std::string_view rest = target.substr(scheme_end + 3);
+  const size_t path = rest.find_first_of("/?#");
+  authority = rest.substr(0, path);
+  origin_form = path == std::string_view::npos ? std::string_view() : rest.substr(path);
+  origin_form = origin_form.substr(0, origin_form.find('#'));  // a fragment is the client's, never sent on
+  if (origin_form.empty() || origin_form[0] != '/') origin_form.insert(0, "/");
+  return true;
+}
+
 std::string percent_decode(std::string_view text, bool plus_is_space) {
   std::string out;
   out.reserve(text.size());

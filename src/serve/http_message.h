@@ -34,6 +34,14 @@ struct Request {
 // A request target split into its decoded path and query parameters.
 void parse_target(const std::string& target, std::string& path,
                   std::vector<std::pair<std::string, std::string>>& query);
+// A Host header's value or a URI's authority ("host", "host:port", "[v6]:port") split into its host name
+// (lower case, an IPv6 address without its brackets) and port (0 when none is given). False when it is not
+// that shape: no user info, a host of URI characters only, and a port of digits in 1..65535 with nothing
+// after it ("localhost:abc" and "127.0.0.1:1@evil.com" are not authorities).
+bool parse_authority(std::string_view authority, std::string& host, int& port);
+// An absolute-form request target (RFC 9112 3.2.2: "http://HOST:PORT/path?query") split into its authority
+// and the origin-form target ("/path?query"; "/" when the path is empty). False for any other target.
+bool split_absolute_target(std::string_view target, std::string& authority, std::string& origin_form);
 // %XX escapes decoded (and '+' as a space when plus_is_space); a malformed escape stays as it is.
 std::string percent_decode(std::string_view text, bool plus_is_space);
 

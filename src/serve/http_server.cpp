@@ -55,13 +55,12 @@ std::string lower(std::string s) {
   return s;
 }
 
-// The host name of a Host header or of an origin's authority, without the port ("[::1]:80" -> "::1").
+// The host name of a Host header or of an origin's authority, without the port ("[::1]:80" -> "::1"); ""
+// when it is not an authority (parse_authority).
 std::string host_name(const std::string& authority) {
-  if (!authority.empty() && authority[0] == '[') {
-    const size_t close = authority.find(']');
-    return lower(authority.substr(1, close == std::string::npos ? std::string::npos : close - 1));
-  }
-  return lower(authority.substr(0, authority.find(':')));
+  std::string host;
+  int port = 0;
+  return parse_authority(authority, host, port) ? host : std::string();
 }
 
 bool is_loopback_name(const std::string& host) {
@@ -580,6 +579,12 @@ void check_admissible(const Engine& engine, const GenerationSettings& s, int64_t
     throw ApiError(400, "this model cannot decode by diffusion (no mask token); use 'mode': 'ar'", "mode");
   if (s.mode == DecodeMode::Ar && !engine.has_ar())
     throw ApiError(400, "this model cannot decode autoregressively; use 'mode': 'diffusion'", "mode");
+  if (s.mode == DecodeMode::Verify && !supports_verify(c))
+    throw ApiError(400,
+                   "'mode': 'verify' drafts with a diffusion decoder and checks the drafts by a causal path on the "
+                   "same weights (DiffusionGemma, or a uniform-state model); this model ('" + c.arch +
+                       "') has not both: use 'mode': '" + (engine.has_ar() ? "ar" : "diffusion") + "'",
+                   "mode");
   try {
     // The request as it would run in the mode it asks for (auto: each mode the router may pick).
     GenerationSettings probe = s;
@@ -598,7 +603,8 @@ void check_admissible(const Engine& engine, const GenerationSettings& s, int64_t
   } catch (const Error& e) {
     const std::string message = e.what();
     const bool context = message.find("context length") != std::string::npos;
-    throw ApiError(400, message, context ? "max_tokens" : "", context ? "context_length_exceeded" : "");
+    const bool memory = message.find("of KV cache") != std::string::npos;
+    throw ApiError(400, message, context || memory ? "max_tokens" : "", context ? "context_length_exceeded" : "");
   }
 }
 
@@ -728,7 +734,8 @@ void HttpServer::finish(const Request& req, Response& res) {
 
 bool HttpServer::host_allowed(const std::string& host) const {
   if (!check_host_ || host.empty()) return true;  // HTTP/1.0 may omit Host (HTTP/1.1 must send it)
-  return bound_names_.count(host_name(host)) > 0 || bound_names_.count("*") > 0;
+  const std::string name = host_name(host);
+  return !name.empty() && (bound_names_.count(name) > 0 || bound_names_.count("*") > 0);
 }
 
 bool HttpServer::origin_allowed_by_cors(const std::string& origin) const {
@@ -761,8 +768,13 @@ bool HttpServer::gate(const Request& req, Response& res) const {
   // runs nothing here unless --cors lets it, even a "simple" text/plain POST that needs no preflight.
   const std::string origin = req.header("Origin");
   if (!origin.empty()) {
+    // The page's own origin: an http or https page served from the Host this request passed the Host check
+    // with (an ftp:// or chrome-extension:// origin naming this host is another origin).
     const size_t scheme = origin.find("://");
-    const bool same_origin = scheme != std::string::npos && lower(origin.substr(scheme + 3)) == lower(host);
+    const std::string scheme_name = lower(origin.substr(0, scheme));
+    const bool same_origin = scheme != std::string::npos && (scheme_name == "http" || scheme_name == "https") &&
+                             !host_name(origin.substr(scheme + 3)).empty() &&
+                             lower(origin.substr(scheme + 3)) == lower(host);
     if (!same_origin && !origin_allowed_by_cors(origin)) {
       send_error(res, 403,
                  "cross-origin request from '" + origin + "' refused (start canvas serve with --cors " +
