@@ -36,7 +36,8 @@ struct SuffixTypes {
 
 // Induces the order of every suffix from the LMS suffixes placed in SA: the L-type ones left to right from
 // their buckets' starts, then the S-type ones right to left from their buckets' ends.
-void induce(const int32_t* s, int32_t n, int32_t* sa, const SuffixTypes& types, std::vector<int32_t>& bucket) {
+void induce(const int32_t* s, int32_t n, int32_t* sa, const SuffixTypes& types,
+            std::vector<int32_t>& bucket) {
   bucket_bounds(s, n, bucket, false);
   sa[bucket[size_t(s[n - 1])]++] = n - 1;  // the last suffix follows the end marker, the first of all
   for (int32_t i = 0; i < n; ++i) {
@@ -137,7 +138,8 @@ std::vector<int32_t> suffix_array(std::span<const int32_t> ids) {
     alphabet.erase(std::unique(alphabet.begin(), alphabet.end()), alphabet.end());
     std::vector<int32_t> ranks(static_cast<size_t>(n));
     for (int32_t i = 0; i < n; ++i)
-      ranks[size_t(i)] = int32_t(std::lower_bound(alphabet.begin(), alphabet.end(), ids[size_t(i)]) - alphabet.begin());
+      ranks[size_t(i)] =
+          int32_t(std::lower_bound(alphabet.begin(), alphabet.end(), ids[size_t(i)]) - alphabet.begin());
     induced_sort(ranks.data(), n, int32_t(alphabet.size()), sa.data());
   } else {
     induced_sort(ids.data(), n, *high + 1, sa.data());
@@ -145,7 +147,9 @@ std::vector<int32_t> suffix_array(std::span<const int32_t> ids) {
   return sa;
 }
 
-int64_t suffix_arrays_built() { return built.load(); }
+int64_t suffix_arrays_built() {
+  return built.load();
+}
 
 bool suffixes_are_sorted(std::span<const int32_t> ids, std::span<const int32_t> suffixes, int32_t depth) {
   const size_t n = ids.size();
@@ -158,7 +162,8 @@ bool suffixes_are_sorted(std::span<const int32_t> ids, std::span<const int32_t> 
   for (size_t k = 1; k < n; ++k) {
     const size_t a = size_t(suffixes[k - 1]), b = size_t(suffixes[k]);
     const size_t m = std::min({n - a, n - b, size_t(depth)});
-    const auto differ = std::mismatch(ids.begin() + ptrdiff_t(a), ids.begin() + ptrdiff_t(a + m), ids.begin() + ptrdiff_t(b));
+    const auto differ =
+        std::mismatch(ids.begin() + ptrdiff_t(a), ids.begin() + ptrdiff_t(a + m), ids.begin() + ptrdiff_t(b));
     if (differ.first != ids.begin() + ptrdiff_t(a + m)) {
       if (*differ.first > *differ.second) return false;
     } else if (m < size_t(depth) && n - a > n - b) {
