@@ -19,6 +19,7 @@
 
 #include "core/cache_dir.h"
 #include "core/error.h"
+#include "decode/suffix_array.h"
 #include "test_util.h"
 
 namespace canvas {
@@ -85,6 +86,41 @@ TEST(Datastore, EmptyAndShortCorporaAndContexts) {
   EXPECT_TRUE(store.draft(Tokens{1, 2}, 0, counting(1)).empty());
 }
 
+// Where `gram` ends in `ids`, by a scan (the obviously-correct twin of Datastore::range).
+std::vector<int64_t> naive_occurrences(const Tokens& ids, const Tokens& gram) {
+  const int64_t n_ids = int64_t(ids.size());
+  std::vector<int64_t> at;
+  for (int64_t i = 0; i + int64_t(gram.size()) <= n_ids; ++i)
+    if (std::equal(gram.begin(), gram.end(), ids.begin() + i)) at.push_back(i + int64_t(gram.size()));
+  return at;
+}
+
+// Datastore::draft with default n-gram lengths, by a scan and a vote over the occurrences.
+Tokens naive_draft(const Tokens& ids, const Tokens& context, int64_t length, int64_t min_count) {
+  const int64_t n_ids = int64_t(ids.size());
+  for (int64_t n = std::min<int64_t>(5, int64_t(context.size())); n >= 2; --n) {
+    std::vector<int64_t> at = naive_occurrences(ids, Tokens(context.end() - n, context.end()));
+    if (int64_t(at.size()) < min_count) continue;
+    Tokens draft;
+    while (int64_t(draft.size()) < length) {
+      std::map<int32_t, int64_t> votes;
+      for (int64_t p : at)
+        if (p < n_ids) ++votes[ids[size_t(p)]];
+      if (votes.empty()) break;
+      int32_t best = votes.begin()->first;
+      for (const auto& [t, c] : votes)
+        if (c > votes[best]) best = t;
+      draft.push_back(best);
+      std::vector<int64_t> kept;
+      for (int64_t p : at)
+        if (p < n_ids && ids[size_t(p)] == best) kept.push_back(p + 1);
+      at = kept;
+    }
+    return draft;
+  }
+  return Tokens{};
+}
+
 // The suffix array's counts and drafts against a brute-force scan and vote on a random corpus of a few ids
 // (many repeats, long shared runs).
 TEST(Datastore, MatchesBruteForceOnARandomCorpus) {
@@ -93,42 +129,12 @@ TEST(Datastore, MatchesBruteForceOnARandomCorpus) {
   for (auto& t : ids) t = int32_t(rng() % 4);
   for (int i = 0; i < 200; ++i) ids[size_t(1000 + i)] = ids[size_t(i)];  // a long repeat
   const Datastore store(ids);
-  const int64_t n_ids = int64_t(ids.size());
-  auto occurrences = [&](const Tokens& gram) {
-    std::vector<int64_t> at;
-    for (int64_t i = 0; i + int64_t(gram.size()) <= n_ids; ++i)
-      if (std::equal(gram.begin(), gram.end(), ids.begin() + i)) at.push_back(i + int64_t(gram.size()));
-    return at;
-  };
-  auto brute_draft = [&](const Tokens& context, int64_t length, int64_t min_count) {
-    for (int64_t n = std::min<int64_t>(5, int64_t(context.size())); n >= 2; --n) {
-      std::vector<int64_t> at = occurrences(Tokens(context.end() - n, context.end()));
-      if (int64_t(at.size()) < min_count) continue;
-      Tokens draft;
-      while (int64_t(draft.size()) < length) {
-        std::map<int32_t, int64_t> votes;
-        for (int64_t p : at)
-          if (p < n_ids) ++votes[ids[size_t(p)]];
-        if (votes.empty()) break;
-        int32_t best = votes.begin()->first;
-        for (const auto& [t, c] : votes)
-          if (c > votes[best]) best = t;
-        draft.push_back(best);
-        std::vector<int64_t> kept;
-        for (int64_t p : at)
-          if (p < n_ids && ids[size_t(p)] == best) kept.push_back(p + 1);
-        at = kept;
-      }
-      return draft;
-    }
-    return Tokens{};
-  };
   for (int trial = 0; trial < 200; ++trial) {
     Tokens context(size_t(1 + rng() % 7));
     for (auto& t : context) t = int32_t(rng() % 5);  // id 4 never occurs
-    EXPECT_EQ(store.count(context), int64_t(occurrences(context).size()));
+    EXPECT_EQ(store.count(context), int64_t(naive_occurrences(ids, context).size()));
     for (int64_t min_count : {1, 3, 10, 100})
-      EXPECT_EQ(store.draft(context, 6, counting(min_count)), brute_draft(context, 6, min_count)) << trial;
+      EXPECT_EQ(store.draft(context, 6, counting(min_count)), naive_draft(ids, context, 6, min_count)) << trial;
   }
 }
 
@@ -338,6 +344,82 @@ TEST(Datastore, TokenCacheIsUntrustedAndNeverWrittenThroughWhatIsThere) {
   reload();
   EXPECT_LT(test::peak_rss_kb() - rss_before, 256 << 10) << "KiB more at the peak";
   EXPECT_TRUE(warnings.empty());
+}
+
+// Issue 61 H: repetitive corpora (one token a million times, a short period, a passage repeated) are indexed
+// in bounded time (a comparison sort of their suffixes took seconds to minutes), their lookups equal a scan
+// of the ids on random queries, and the structures hold at most 12 bytes a token.
+TEST(Datastore, RepetitiveCorporaAreIndexedInBoundedTimeAndMemoryAndMatchAScan) {
+  std::mt19937 rng(11);
+  const int64_t n = 1'000'000;
+  Tokens passage(1000);
+  for (auto& t : passage) t = int32_t(rng() % 50);
+  const std::vector<std::pair<std::string, std::function<int32_t(int64_t)>>> corpora = {
+      {"one token", [](int64_t) { return 7; }},
+      {"period 3", [](int64_t i) { return int32_t(i % 3); }},
+      {"a passage of 1000", [&](int64_t i) { return passage[size_t(i % 1000)]; }},
+  };
+  for (const auto& [name, token] : corpora) {
+    Tokens ids(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = token(i);
+    const auto t0 = std::chrono::steady_clock::now();
+    const Datastore store(ids);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(ms, 5000.0) << name;
+    EXPECT_LE(double(store.memory_bytes()) / double(n), 12.0) << name;
+    for (int trial = 0; trial < 8; ++trial) {
+      // Half the queries are taken from the corpus (they occur), half are random (most do not).
+      Tokens context(size_t(2 + rng() % 5));
+      const int64_t at = int64_t(rng() % uint32_t(n - 8));
+      for (size_t k = 0; k < context.size(); ++k)
+        context[k] = trial % 2 ? ids[size_t(at) + k] : int32_t(rng() % 8);
+      EXPECT_EQ(store.count(context), int64_t(naive_occurrences(ids, context).size())) << name << " " << trial;
+      EXPECT_EQ(store.draft(context, 6, counting(3)), naive_draft(ids, context, 6, 3)) << name << " " << trial;
+    }
+  }
+}
+
+// Issue 61 H: a load from the cache reads the suffix array back (checked, not sorted), so a repetitive
+// corpus no longer re-sorts on every load; both loads give the same index and lookups.
+TEST(Datastore, ALoadFromTheCacheDoesNotSort) {
+  test::TempDir dir;
+  const std::string text = dir.path("corpus.txt"), cache = dir.path("cache");
+  write_text(text, std::string(200000, 'a') + "bcd" + std::string(100000, 'a'));
+  ByteTokenizer tokenizer;
+  auto tokenize = [&](const std::string& t) { return tokenizer(t); };
+  std::vector<std::string> warnings;
+  const int64_t built = suffix_arrays_built();
+  auto first = Datastore::load(text, "bytes", tokenize, 256, cache, &warnings);
+  EXPECT_FALSE(first->loaded_from_cache());
+  EXPECT_EQ(suffix_arrays_built(), built + 1);
+  auto second = Datastore::load(text, "bytes", tokenize, 256, cache, &warnings);
+  EXPECT_TRUE(second->loaded_from_cache());
+  EXPECT_EQ(suffix_arrays_built(), built + 1) << "the cached corpus was sorted again";
+  EXPECT_EQ(tokenizer.calls, 1);
+  EXPECT_LE(double(second->memory_bytes()) / double(second->ids().size()), 12.0);
+  for (const Tokens& context : {Tokens{'a', 'a'}, Tokens{'a', 'b'}, Tokens{'b', 'c', 'd'}, Tokens{'d', 'a', 'a'}}) {
+    EXPECT_EQ(second->count(context), first->count(context));
+    EXPECT_EQ(second->draft(context, 8, counting(1)), first->draft(context, 8, counting(1)));
+  }
+  EXPECT_TRUE(warnings.empty());
+}
+
+// Issue 61 H: a corpus that does not fit in memory is an Error that names it (not the generic message that
+// blamed "a vocabulary, a context length, a batch").
+TEST(Datastore, ACorpusThatDoesNotFitIsAnErrorNamingIt) {
+  test::TempDir dir;
+  const std::string text = dir.path("huge-corpus.txt");
+  write_text(text, "in the beginning");
+  auto out_of_memory = [](const std::string&) -> Tokens { throw std::bad_alloc(); };
+  std::vector<std::string> warnings;
+  try {
+    Datastore::load(text, "bytes", out_of_memory, 256, "", &warnings);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("huge-corpus.txt"), std::string::npos) << what;
+    EXPECT_NE(what.find("does not fit"), std::string::npos) << what;
+  }
 }
 
 TEST(Datastore, AnUnwritableCacheIsAWarningAndAMissingTextAnError) {

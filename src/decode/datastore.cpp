@@ -8,12 +8,15 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <new>
+#include <ostream>
 #include <system_error>
 
 #include "core/cache_dir.h"
 #include "core/error.h"
 #include "core/output_file.h"
 #include "core/timer.h"
+#include "decode/suffix_array.h"
 #include "io/input_file.h"
 #include "io/text_tokenizer.h"
 
@@ -21,7 +24,9 @@ namespace canvas {
 
 namespace {
 
-constexpr char kMagic[8] = {'C', 'N', 'V', 'D', 'S', 'I', 'D', '1'};
+// The cache file: magic, the key, the ids, their suffix array and a checksum of both (native byte order:
+// a cache belongs to one machine). The magic names the layout, so a file of an older one is rewritten.
+constexpr char kMagic[8] = {'C', 'N', 'V', 'D', 'S', 'S', 'A', '1'};
 
 uint64_t fnv1a(const void* data, size_t bytes, uint64_t h = 1469598103934665603ull) {
   const auto* p = static_cast<const unsigned char*>(data);
@@ -29,55 +34,66 @@ uint64_t fnv1a(const void* data, size_t bytes, uint64_t h = 1469598103934665603u
   return h;
 }
 
-// The cache file's bytes: magic, the key, the ids and a checksum of them.
-std::string cache_bytes(const std::string& key, const std::vector<int32_t>& ids) {
-  std::string out(kMagic, sizeof kMagic);
-  auto put64 = [&](uint64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
-  put64(key.size());
-  out += key;
-  put64(ids.size());
-  out.append(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(int32_t));
-  put64(fnv1a(ids.data(), ids.size() * sizeof(int32_t)));
-  return out;
+uint64_t cache_checksum(const std::vector<int32_t>& ids, const std::vector<int32_t>& suffixes) {
+  return fnv1a(suffixes.data(), suffixes.size() * sizeof(int32_t), fnv1a(ids.data(), ids.size() * sizeof(int32_t)));
 }
 
-// The ids of a cache file written for `key`, of a corpus of `corpus_bytes` and a vocabulary of `vocab_size`;
-// false when it is missing, not a regular file (a link, a FIFO: never opened), larger than the corpus's ids
-// can be (one per byte: refused before it is read), damaged, for another key, or holding an id outside the
-// vocabulary. The file is untrusted input: anyone who can write the cache folder can put anything there.
+// The cache file's size for `tokens` ids written under `key`.
+uint64_t cache_size(const std::string& key, uint64_t tokens) {
+  return sizeof kMagic + 8 + key.size() + 8 + tokens * 2 * sizeof(int32_t) + 8;
+}
+
+// Writes the cache file straight from the structures (no copy of them in a string).
+void write_cache(const std::string& file, const std::string& key, const std::vector<int32_t>& ids,
+                 const std::vector<int32_t>& suffixes) {
+  write_file(
+      file,
+      [&](std::ostream& out) {
+        auto put64 = [&](uint64_t v) { out.write(reinterpret_cast<const char*>(&v), sizeof v); };
+        out.write(kMagic, sizeof kMagic);
+        put64(key.size());
+        out << key;
+        put64(ids.size());
+        out.write(reinterpret_cast<const char*>(ids.data()), std::streamsize(ids.size() * sizeof(int32_t)));
+        out.write(reinterpret_cast<const char*>(suffixes.data()), std::streamsize(suffixes.size() * sizeof(int32_t)));
+        put64(cache_checksum(ids, suffixes));
+      },
+      FileOwner::Canvas);  // whatever is there (a link, a FIFO) is replaced
+}
+
+// The ids and suffix array of a cache file written for `key`, of a corpus of `corpus_bytes` and a
+// vocabulary of `vocab_size`; false when it is missing, not a regular file (a link, a FIFO: never opened),
+// larger than the corpus's ids and index can be (one token per byte at most: refused before it is read),
+// not exactly the size its count says (checked before anything is allocated), damaged, for another key,
+// holding an id outside the vocabulary, or a suffix array that is not the corpus's positions in order. The
+// file is untrusted input: anyone who can write the cache folder can put anything there.
 bool read_cache(const std::string& file, const std::string& key, uint64_t corpus_bytes, int64_t vocab_size,
-                std::vector<int32_t>& ids) {
+                std::vector<int32_t>& ids, std::vector<int32_t>& suffixes) {
   std::error_code ec;
   if (std::filesystem::symlink_status(file, ec).type() != std::filesystem::file_type::regular) return false;
-  std::string bytes;
   try {
-    const uint64_t most_ids = std::min<uint64_t>(corpus_bytes, kMaxCorpusBytes) + 16;
-    bytes = read_regular_file_bounded(file, size_t(most_ids * sizeof(int32_t) + key.size() + 32 + sizeof kMagic),
-                                      "datastore token cache", "the corpus's size");
+    const uint64_t most_tokens = std::min<uint64_t>(corpus_bytes, kMaxCorpusBytes) + 16;
+    RegularFileReader in(file, size_t(cache_size(key, most_tokens)), "datastore cache", "the corpus's size");
+    char magic[sizeof kMagic];
+    uint64_t key_bytes = 0, count = 0, checksum = 0;
+    if (!in.read_exact(magic, sizeof magic) || std::memcmp(magic, kMagic, sizeof kMagic) != 0) return false;
+    if (!in.read_exact(&key_bytes, sizeof key_bytes) || key_bytes != key.size()) return false;
+    std::string stored(key.size(), '\0');
+    if (!in.read_exact(stored.data(), stored.size()) || stored != key) return false;
+    if (!in.read_exact(&count, sizeof count) || count > most_tokens || cache_size(key, count) != in.size())
+      return false;
+    ids.resize(size_t(count));
+    suffixes.resize(size_t(count));
+    const size_t bytes = size_t(count) * sizeof(int32_t);
+    if (!in.read_exact(ids.data(), bytes) || !in.read_exact(suffixes.data(), bytes) ||
+        !in.read_exact(&checksum, sizeof checksum) || checksum != cache_checksum(ids, suffixes) ||
+        std::any_of(ids.begin(), ids.end(), [vocab_size](int32_t id) { return id < 0 || id >= vocab_size; }) ||
+        !suffixes_are_sorted(ids, suffixes, Datastore::kSortDepth)) {
+      ids.clear();
+      suffixes.clear();
+      return false;
+    }
   } catch (const std::exception&) {
-    return false;
-  }
-  size_t at = 0;
-  auto get64 = [&](uint64_t& v) {
-    if (bytes.size() - at < sizeof v) return false;
-    std::memcpy(&v, bytes.data() + at, sizeof v);
-    at += sizeof v;
-    return true;
-  };
-  if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) return false;
-  at = sizeof kMagic;
-  uint64_t key_bytes = 0, count = 0, checksum = 0;
-  if (!get64(key_bytes) || bytes.size() - at < key_bytes || bytes.compare(at, key_bytes, key) != 0 ||
-      key_bytes != key.size())
-    return false;
-  at += key_bytes;
-  if (!get64(count) || count > (bytes.size() - at) / sizeof(int32_t)) return false;
-  ids.resize(size_t(count));
-  std::memcpy(ids.data(), bytes.data() + at, size_t(count) * sizeof(int32_t));
-  at += size_t(count) * sizeof(int32_t);
-  if (!get64(checksum) || at != bytes.size() || checksum != fnv1a(ids.data(), ids.size() * sizeof(int32_t)) ||
-      std::any_of(ids.begin(), ids.end(), [vocab_size](int32_t id) { return id < 0 || id >= vocab_size; })) {
-    ids.clear();
     return false;
   }
   return true;
@@ -86,22 +102,11 @@ bool read_cache(const std::string& file, const std::string& key, uint64_t corpus
 }  // namespace
 
 Datastore::Datastore(std::vector<int32_t> ids) : ids_(std::move(ids)) {
-  check(ids_.size() < size_t(INT32_MAX), "a datastore holds fewer than 2^31 tokens");
+  check(int64_t(ids_.size()) <= kMaxDatastoreTokens,
+        "a datastore of " + std::to_string(ids_.size()) + " tokens: more than kMaxDatastoreTokens (" +
+            std::to_string(kMaxDatastoreTokens) + ")");
   const double t0 = now_ms();
-  const int32_t n = int32_t(ids_.size());
-  suffixes_.resize(size_t(n));
-  for (int32_t i = 0; i < n; ++i) suffixes_[size_t(i)] = i;
-  const int32_t* data = ids_.data();
-  // Plain comparison sort of the suffixes, to a depth of kSortDepth tokens (suffixes equal that far keep
-  // their positions' order): natural text's suffixes differ within a few tokens, so this is n log n
-  // comparisons of a few tokens each (145 ms for the 959k-token KJV training split), and a corpus of one
-  // passage repeated costs at most kSortDepth tokens a comparison instead of the passage's length.
-  std::sort(suffixes_.begin(), suffixes_.end(), [data, n](int32_t a, int32_t b) {
-    const int32_t la = n - a, lb = n - b, m = std::min({la, lb, kSortDepth});
-    for (int32_t i = 0; i < m; ++i)
-      if (data[a + i] != data[b + i]) return data[a + i] < data[b + i];
-    return m == kSortDepth ? a < b : la < lb;
-  });
+  suffixes_ = suffix_array(ids_);
   index_ms_ = now_ms() - t0;
 }
 
@@ -193,21 +198,35 @@ std::shared_ptr<const Datastore> Datastore::load(const std::string& path, const 
     char name[64];
     std::snprintf(name, sizeof name, "datastore-%016llx.ids", (unsigned long long)fnv1a(key.data(), key.size()));
     file = (fs::path(cache_dir) / name).string();
-    std::vector<int32_t> ids;
-    if (read_cache(file, key, size, vocab_size, ids)) {
+    const double t0 = now_ms();
+    std::shared_ptr<Datastore> store(new Datastore());
+    if (read_cache(file, key, size, vocab_size, store->ids_, store->suffixes_)) {
+      store->index_ms_ = now_ms() - t0;
       // Used now: the cache folder's eviction (bound_cache_dir) removes the least recently used first.
       ::utimensat(AT_FDCWD, file.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
-      auto store = std::make_shared<Datastore>(std::move(ids));
       store->from_cache_ = true;
       return store;
     }
   }
-  std::vector<int32_t> ids =
-      tokenize(read_regular_file_bounded(path, kMaxCorpusBytes, "--draft-datastore file", "kMaxCorpusBytes"));
+  // Out of memory here is the corpus's doing: say so, naming it, instead of the generic message.
+  std::shared_ptr<Datastore> store;
+  try {
+    std::vector<int32_t> ids =
+        tokenize(read_regular_file_bounded(path, kMaxCorpusBytes, "--draft-datastore file", "kMaxCorpusBytes"));
+    check(int64_t(ids.size()) <= kMaxDatastoreTokens,
+          "--draft-datastore " + path + " holds " + std::to_string(ids.size()) +
+              " tokens, more than a datastore's limit of " + std::to_string(kMaxDatastoreTokens) +
+              " (kMaxDatastoreTokens: 8 bytes of memory a token, 1 GiB): give a shorter text");
+    store = std::make_shared<Datastore>(std::move(ids));
+  } catch (const std::bad_alloc&) {
+    throw Error("--draft-datastore " + path + " (" + std::to_string(size) +
+                " bytes of text) does not fit in this machine's memory: a datastore takes about 8 bytes a token "
+                "(12 while its index is built) besides what tokenizing its text takes; give a shorter text");
+  }
   if (!file.empty()) {
     try {
       fs::create_directories(cache_dir, ec);
-      write_file(file, cache_bytes(key, ids), FileOwner::Canvas);  // whatever is there (a link, a FIFO) is replaced
+      write_cache(file, key, store->ids_, store->suffixes_);
       // Every version of a changing corpus writes a file of its own: the folder is bounded, least recently
       // used first.
       bound_cache_dir(cache_dir, kCacheDirMaxBytes, kCacheDirMaxFiles, file);
@@ -215,7 +234,7 @@ std::shared_ptr<const Datastore> Datastore::load(const std::string& path, const 
       if (warnings) warnings->push_back(std::string("--draft-datastore's token cache was not written: ") + e.what());
     }
   }
-  return std::make_shared<Datastore>(std::move(ids));
+  return store;
 }
 
 std::shared_ptr<const Datastore> Datastore::load(const std::string& path, const TextTokenizer& tokenizer,

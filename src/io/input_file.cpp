@@ -37,37 +37,20 @@ std::string read_bounded(std::istream& in, size_t max_bytes, const std::string& 
 
 namespace {
 
-// A regular file's bytes, checked on the descriptor it is read from (no race with a swap at the path):
-// opened without waiting (O_NONBLOCK: a FIFO's open returns at once, and is then refused), its size checked
-// before a byte is read.
+// A regular file's bytes, checked on the descriptor it is read from (RegularFileReader), to its end (a
+// file that grew since it was opened, /proc's files of size 0), at most max_bytes.
 std::string read_regular(const std::string& path, size_t max_bytes, const std::string& what,
                          const std::string& limit_name) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  check(fd >= 0, "cannot open " + what + " " + path + ": it does not exist or cannot be read");
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  check(::fstat(fd, &st) == 0, "cannot open " + what + " " + path + ": " + std::strerror(errno));
-  check(!S_ISDIR(st.st_mode), what + " " + path + " is a directory, not a file");
-  if (!S_ISREG(st.st_mode))
-    throw Error(what + " " + path + " is not a regular file (" +
-                (S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket" : "a device") + ")");
-  check(uint64_t(st.st_size) <= max_bytes, what + " " + path + " has " + std::to_string(st.st_size) +
-                                               " bytes, more than " + mib(max_bytes) + " (" + limit_name + ")");
-  // To its end (a file that grew since fstat, /proc's files of size 0), at most max_bytes.
+  RegularFileReader file(path, max_bytes, what, limit_name);
   std::string text;
-  text.reserve(size_t(st.st_size));
+  text.reserve(size_t(file.size()));
   std::vector<char> chunk(size_t(1) << 16);
   for (;;) {
-    const ssize_t n = ::read(fd, chunk.data(), chunk.size());
-    if (n < 0 && errno == EINTR) continue;
-    check(n >= 0, what + " " + path + ": read error: " + std::strerror(errno));
+    const size_t n = file.read_some(chunk.data(), chunk.size());
     if (n == 0) return text;
-    check(text.size() + size_t(n) <= max_bytes,
+    check(text.size() + n <= max_bytes,
           what + " " + path + " is longer than " + mib(max_bytes) + " (" + limit_name + "): not read further");
-    text.append(chunk.data(), size_t(n));
+    text.append(chunk.data(), n);
   }
 }
 
@@ -96,6 +79,53 @@ std::string read_checked(const std::string& path, size_t max_bytes, const std::s
 }
 
 }  // namespace
+
+// Opened without waiting (O_NONBLOCK: a FIFO's open returns at once, and is then refused) and checked on the
+// descriptor it is read from, so that nothing swapped in at the path after a check is read.
+RegularFileReader::RegularFileReader(const std::string& path, size_t max_bytes, const std::string& what,
+                                     const std::string& limit_name)
+    : path_(path), what_(what) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  check(fd_ >= 0, "cannot open " + what + " " + path + ": it does not exist or cannot be read");
+  struct stat st {};
+  const bool stat_ok = ::fstat(fd_, &st) == 0;
+  const std::string reason = stat_ok ? "" : std::strerror(errno);
+  try {
+    check(stat_ok, "cannot open " + what + " " + path + ": " + reason);
+    check(!S_ISDIR(st.st_mode), what + " " + path + " is a directory, not a file");
+    if (!S_ISREG(st.st_mode))
+      throw Error(what + " " + path + " is not a regular file (" +
+                  (S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket" : "a device") + ")");
+    check(uint64_t(st.st_size) <= max_bytes, what + " " + path + " has " + std::to_string(st.st_size) +
+                                                 " bytes, more than " + mib(max_bytes) + " (" + limit_name + ")");
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+  size_ = uint64_t(st.st_size);
+}
+
+RegularFileReader::~RegularFileReader() { ::close(fd_); }
+
+size_t RegularFileReader::read_some(void* to, size_t bytes) {
+  for (;;) {
+    const ssize_t n = ::read(fd_, to, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    check(n >= 0, what_ + " " + path_ + ": read error: " + std::strerror(errno));
+    return size_t(n);
+  }
+}
+
+bool RegularFileReader::read_exact(void* to, size_t bytes) {
+  auto* at = static_cast<char*>(to);
+  while (bytes > 0) {
+    const size_t n = read_some(at, bytes);
+    if (n == 0) return false;
+    at += n;
+    bytes -= n;
+  }
+  return true;
+}
 
 std::string read_file_bounded(const std::string& path, size_t max_bytes, const std::string& what,
                               const std::string& limit_name) {

@@ -2,6 +2,7 @@
 // allocate without limit or wait without a word.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <istream>
 #include <string>
 
@@ -31,5 +32,26 @@ std::string read_file_bounded(const std::string& path, size_t max_bytes, const s
 // FIFO, a device, a socket) is refused, naming it, before it is opened, so that no read waits or runs on.
 std::string read_regular_file_bounded(const std::string& path, size_t max_bytes, const std::string& what,
                                       const std::string& limit_name);
+
+// A regular file opened with the same checks (anything else refused before it is opened, the size bounded
+// before a byte is read), for a reader that puts its bytes straight into their structures instead of
+// holding the whole file in a string too (a cache of hundreds of megabytes).
+class RegularFileReader {
+ public:
+  RegularFileReader(const std::string& path, size_t max_bytes, const std::string& what, const std::string& limit_name);
+  ~RegularFileReader();
+  RegularFileReader(const RegularFileReader&) = delete;
+  RegularFileReader& operator=(const RegularFileReader&) = delete;
+  uint64_t size() const { return size_; }  // when opened
+  // Up to `bytes` more bytes into `to`: how many (0 at the end). Throws Error on a read error.
+  size_t read_some(void* to, size_t bytes);
+  // Exactly `bytes` more bytes: false when the file ends first.
+  bool read_exact(void* to, size_t bytes);
+
+ private:
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  std::string path_, what_;
+};
 
 }  // namespace canvas
