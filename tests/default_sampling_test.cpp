@@ -21,7 +21,7 @@ std::string pretrained_copy(const test::TempDir& dir, const std::vector<std::pai
 DefaultSampling of(const std::string& path) { return default_sampling(Model::load(path), path); }
 
 TEST(DefaultSampling, CanvasTrainedAndDiffusionModelsStayGreedy) {
-  for (const std::string path : {test::source_path("models/text-ar.gguf"), test::source_path("models/text-masked.gguf"),
+  for (const std::string& path : {test::source_path("models/text-ar.gguf"), test::source_path("models/text-masked.gguf"),
                                  test::source_path("models/text-dg-chat.gguf"), test::fixture("tiny-llada.gguf")}) {
     const DefaultSampling d = of(path);
     EXPECT_EQ(d.params.temperature, 0.f) << path;

@@ -714,13 +714,13 @@ TEST(ServeHardenCli, AbsoluteTargetsHostPortsAndOriginSchemes) {
     EXPECT_NE(r.body.find("Host header"), std::string::npos) << r.body;
   }
   const std::string host = "127.0.0.1:" + port;
-  for (const std::string origin : {"ftp://" + host, "chrome-extension://" + host, "file://" + host, host})
+  for (const std::string& origin : {"ftp://" + host, "chrome-extension://" + host, "file://" + host, host})
     EXPECT_EQ(ask(request("POST", "/v1/completions", kSmallCompletion, "Origin: " + origin + "\r\n")
                       .replace(std::string("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1").size(), 0, ":" + port))
                   .status,
               403)
         << origin;
-  for (const std::string origin : {"http://" + host, "HTTPS://" + host})
+  for (const std::string& origin : {"http://" + host, "HTTPS://" + host})
     EXPECT_EQ(ask(request("POST", "/v1/completions", kSmallCompletion, "Origin: " + origin + "\r\n")
                       .replace(std::string("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1").size(), 0, ":" + port))
                   .status,
