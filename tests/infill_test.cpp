@@ -307,12 +307,7 @@ TEST(JsonSchema, DeepPatternsAndSchemasAreOneLineErrors) {
 // thousands of states each: K = 2000 (a 20 KB body) took 58 s on serve's event loop, K = 5000 40 s and
 // 3.1 GB. The compile is bounded in steps and bytes: each ends within about a second with a one-line error
 // naming the pattern and the bound, and takes well under kMaxCompileBytes more memory; a small K compiles.
-std::string many_alternatives(int k, int count) {
-  std::string alt = "(?:[ab]";
-  for (int i = 1; i < k; ++i) alt += "|[ab]";
-  alt += ")";
-  return "^" + alt + "*a" + alt + "{" + std::to_string(count) + "}$";
-}
+std::string many_alternatives(int k, int count) { return test::many_alternatives_pattern(k, count); }
 
 TEST(JsonSchema, PatternsOfManyAlternativesAreBoundedInWorkAndMemory) {
   const int64_t rss_before = test::peak_rss_kb();

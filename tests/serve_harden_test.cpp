@@ -591,6 +591,52 @@ json health_of(const ServerProcess& server) {
 
 }  // namespace
 
+// A response_format pattern whose compile runs to its work budget (K = 2000 and K = 5000 alternatives, each
+// about a second of work) is compiled off the event loop: /health answers within 100 ms all the while, and
+// both requests get a 400 naming response_format and the pattern. /infill takes the same path.
+TEST(ServeHardenCli, SchemaCompilesDoNotStallTheEventLoop) {
+  ServerProcess server("--parallel 2");
+  ASSERT_NE(server.port(), 0) << server.log();
+  std::vector<RawConnection> compiling;
+  for (int k : {2000, 5000}) {
+    json body = {{"max_tokens", 8},
+                       {"response_format",
+                        {{"type", "json_schema"},
+                         {"json_schema",
+                          {{"name", "p"},
+                           {"schema", {{"type", "string"}, {"pattern", canvas::test::many_alternatives_pattern(k, 12)}}}}}}}};
+    body[k == 2000 ? "prompt" : "input_prefix"] = "x";
+    compiling.emplace_back(server.port());
+    compiling.back().send(request("POST", k == 2000 ? "/v1/completions" : "/infill", body.dump()));
+  }
+  httplib::Client c("127.0.0.1", server.port());
+  c.set_read_timeout(5, 0);
+  std::vector<double> health_ms;
+  const auto start = Clock::now();
+  while (ms_since(start) < 1500) {
+    const auto t = Clock::now();
+    auto health = c.Get("/health");
+    health_ms.push_back(ms_since(t));
+    ASSERT_TRUE(health && health->status == 200);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_LT(*std::max_element(health_ms.begin(), health_ms.end()), 100.0) << health_ms.size() << " requests";
+  for (RawConnection& each : compiling) {
+    const RawResponse r = each.read_response(20000);
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_NE(r.body.find("response_format"), std::string::npos) << r.body;
+    EXPECT_NE(r.body.find("pattern '^(?:[ab]|[ab]"), std::string::npos) << r.body;
+  }
+  // A schema that compiles still answers.
+  const json ok = {{"prompt", "x"},
+                   {"max_tokens", 8},
+                   {"response_format",
+                    {{"type", "json_schema"}, {"json_schema", {{"name", "n"}, {"schema", {{"type", "integer"}}}}}}}};
+  auto done = c.Post("/v1/completions", ok.dump(), "application/json");
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->status, 200) << done->body;
+}
+
 // SIGTERM with two requests running (one streamed), two queued (one streamed), a keep-alive connection and
 // a half-sent request: the queued ones get 503 + Retry-After at once, the running ones end at the 4 s
 // deadline with finish_reason "cancelled" (the stream with a last chunk saying so), and the process exits 0

@@ -44,6 +44,15 @@ inline double thread_cpu_seconds() {
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
+// `^(?:[ab]|... k copies)*a(?:[ab]|... k copies){count}$`: few automaton states, but subsets of thousands
+// of states each (issue 61 B): the pattern compile's work budget ends it.
+inline std::string many_alternatives_pattern(int k, int count) {
+  std::string alt = "(?:[ab]";
+  for (int i = 1; i < k; ++i) alt += "|[ab]";
+  alt += ")";
+  return "^" + alt + "*a" + alt + "{" + std::to_string(count) + "}$";
+}
+
 inline std::string source_path(const std::string& relative) { return std::string(CANVAS_SOURCE_DIR) + "/" + relative; }
 inline std::string fixture(const std::string& name) { return source_path("tests/fixtures/" + name); }
 

@@ -44,6 +44,19 @@ void send_unavailable(Response& res, const std::string& message, const std::stri
   send_error(res, 503, message, "", code);
 }
 
+// The answer of a job refused before the engine ran it (Job::refused): its ApiError (a 503 when the queue
+// was full or the server is stopping), or a 400 with the message of any other error.
+void send_refusal(Response& res, const std::exception_ptr& refused) {
+  try {
+    std::rethrow_exception(refused);
+  } catch (const ApiError& e) {
+    if (e.status == 503) send_unavailable(res, e.what(), e.code);
+    else send_error(res, e.status, e.what(), e.param, e.code);
+  } catch (const std::exception& e) {
+    send_error(res, 400, e.what());
+  }
+}
+
 std::atomic<int64_t> next_id{1};
 
 // Bytes of a completion's plain-text prompt that the event loop encodes itself (microseconds); longer ones,
@@ -308,17 +321,7 @@ class CompletionAnswer final : public LateAnswer {
   void whole(Response& res) {
     const Job& job = *job_;
     res.status = 200;
-    if (job.refused) {
-      try {
-        std::rethrow_exception(job.refused);
-      } catch (const ApiError& e) {
-        if (e.status == 503) send_unavailable(res, e.what(), e.code);  // the queue was full, or shutdown
-        else send_error(res, e.status, e.what(), e.param, e.code);
-      } catch (const std::exception& e) {
-        send_error(res, 400, e.what());
-      }
-      return;
-    }
+    if (job.refused) return send_refusal(res, job.refused);
     if (job.dropped) return send_unavailable(res, "the server is shutting down; the request did not run");
     if (!job.error.empty())
       return fills_ ? send_error(res, 400, as_request_words(job.error),
@@ -1032,7 +1035,7 @@ void HttpServer::complete(const Request& req, Response& res, bool chat) {
   if (!served()) return send_unavailable(res, "the model is still loading");
   ApiRequest r;
   try {
-    r = parse_api_request(req.body, chat);
+    r = parse_api_request(req.body, chat, SchemaCompile::Later);  // compiled on a worker, not on this loop
   } catch (const ApiError& e) {
     return send_error(res, e.status, e.what(), e.param, e.code);
   }
@@ -1056,7 +1059,7 @@ void HttpServer::complete(const Request& req, Response& res, bool chat) {
     s.text = r.prompt;
   // Infilling (suffix) and structured output (response_format) take the prompt as text; the generator
   // checks them when it plans the canvas.
-  const bool fills = Generator::fills_holes(s);
+  const bool fills = Generator::fills_holes(s) || r.schema;
   if (fills && (r.logprobs || r.echo))
     return send_error(res, 400,
                       std::string("'") + (r.logprobs ? "logprobs" : "echo") +
@@ -1086,6 +1089,7 @@ void HttpServer::complete(const Request& req, Response& res, bool chat) {
   };
   track(job);
   res.late = answer;
+  if (r.schema) return compile_then_submit(*engine, job, r.schema);
   if (fills) {  // the generator plans the canvas from the text when the job runs
     if (!submit(*engine, job)) {
       untrack(job);
@@ -1114,15 +1118,32 @@ void HttpServer::complete(const Request& req, Response& res, bool chat) {
     try {
       admit(*engine, job, chat);
     } catch (...) {
-      {
-        std::lock_guard<std::mutex> lock(job->mutex);
-        job->refused = std::current_exception();
-        job->finished = true;
-      }
-      job->changed.notify_all();
-      if (job->listener) job->listener(JobEvent::Finished);
+      refuse(*job, std::current_exception());
     }
   });
+}
+
+void HttpServer::compile_then_submit(Engine& engine, const std::shared_ptr<Job>& job,
+                                     std::shared_ptr<const nlohmann::ordered_json> schema) {
+  // The job is not the engine's yet: nothing else reads its settings until it is submitted or refused.
+  workers_->post([this, engine = &engine, job, schema = std::move(schema)] {
+    try {
+      job->settings.json_schema = compile_response_format(*schema);
+      if (!submit(*engine, job)) throw refusal(*engine);
+    } catch (...) {
+      refuse(*job, std::current_exception());
+    }
+  });
+}
+
+void HttpServer::refuse(Job& job, std::exception_ptr why) {
+  {
+    std::lock_guard<std::mutex> lock(job.mutex);
+    job.refused = std::move(why);
+    job.finished = true;
+  }
+  job.changed.notify_all();
+  if (job.listener) job.listener(JobEvent::Finished);
 }
 
 void HttpServer::admit(Engine& engine, const std::shared_ptr<Job>& job, bool chat) {
@@ -1166,7 +1187,9 @@ class InfillAnswer final : public LateAnswer {
     end();
     const Job& job = *job_;  // finished: nothing writes it any more
     res.status = 200;
-    if (job.dropped) {
+    if (job.refused) {  // its schema did not compile, or the queue was full
+      send_refusal(res, job.refused);
+    } else if (job.dropped) {
       send_unavailable(res, "the server is shutting down; the request did not run");
     } else if (!job.error.empty()) {
       send_error(res, 400, job.error);
@@ -1226,7 +1249,7 @@ void HttpServer::infill(const Request& req, Response& res) {
   if (!completion.contains("suffix")) completion["suffix"] = "";
   ApiRequest r;
   try {
-    r = parse_api_request(completion.dump(), false);
+    r = parse_api_request(completion.dump(), false, SchemaCompile::Later);
   } catch (const ApiError& e) {
     return send_error(res, e.status, e.what(), e.param, e.code);
   }
@@ -1246,6 +1269,10 @@ void HttpServer::infill(const Request& req, Response& res) {
     if (event == JobEvent::Finished) wakeup->notify();
   };
   track(job);
+  if (r.schema) {
+    res.late = std::move(answer);
+    return compile_then_submit(*engine, job, r.schema);
+  }
   if (!engine->submit(job)) {
     untrack(job);
     return send_unavailable(res, draining_ ? "the server is shutting down" : "the server is busy; retry later",

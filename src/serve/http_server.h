@@ -91,6 +91,12 @@ class HttpServer {
   // Encodes a completion's prompt, checks it (ApiError 400) and submits the job (ApiError 503: refusal()).
   void admit(Engine& engine, const std::shared_ptr<Job>& job, bool chat);
   ApiError refusal(const Engine& engine) const;
+  // Compiles a request's response_format schema on a worker (a pattern's automaton may take up to its work
+  // budget), then queues the job; a schema that does not compile, or a full queue, is the job's answer.
+  void compile_then_submit(Engine& engine, const std::shared_ptr<Job>& job,
+                           std::shared_ptr<const nlohmann::ordered_json> schema);
+  // Ends a job that never reached the engine with `why` as its answer (the Finished event wakes it).
+  static void refuse(Job& job, std::exception_ptr why);
   void track(const std::shared_ptr<Job>& job);
   void untrack(const std::shared_ptr<Job>& job);
 

@@ -162,7 +162,15 @@ void parse_template_kwargs(const json& value, ApiRequest& r) {
 
 }  // namespace
 
-ApiRequest parse_api_request(const std::string& body, bool chat) {
+std::shared_ptr<const JsonTemplate> compile_response_format(const nlohmann::ordered_json& schema) {
+  try {
+    return std::make_shared<const JsonTemplate>(compile_json_schema(schema, "response_format"));
+  } catch (const Error& e) {
+    throw bad("response_format", e.what());
+  }
+}
+
+ApiRequest parse_api_request(const std::string& body, bool chat, SchemaCompile schema_compile) {
   json root;
   try {
     // Depth-checked before parsing (io/json.h): a body nested thousands deep is a 400, not a stack overflow.
@@ -322,8 +330,11 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
             throw bad(key, "'response_format.json_schema' must be an object with a 'schema'");
           // The body again with members in document order: properties are written in the schema's order.
           const nlohmann::ordered_json ordered = parse_json_ordered(body, "the request body");
-          s.json_schema = std::make_shared<const JsonTemplate>(
-              compile_json_schema(ordered["response_format"]["json_schema"]["schema"], "response_format"));
+          r.schema = std::make_shared<const nlohmann::ordered_json>(ordered["response_format"]["json_schema"]["schema"]);
+          if (schema_compile == SchemaCompile::Now) {
+            s.json_schema = compile_response_format(*r.schema);
+            r.schema = nullptr;
+          }
         } else if (type != "text") {
           throw bad(key, "'response_format.type' must be text, json_object or json_schema");
         }

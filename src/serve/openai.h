@@ -49,11 +49,22 @@ struct ApiRequest {
   // Fields accepted and ignored (unknown ones, presence / frequency penalties, logit_bias): the server logs
   // each name once.
   std::vector<std::string> ignored;
+  // response_format's json_schema as sent (members in document order), when parse_api_request was told to
+  // leave its compile for later (SchemaCompile::Later): compile_response_format makes settings.json_schema.
+  std::shared_ptr<const nlohmann::ordered_json> schema;
 };
+
+// When parse_api_request compiles a response_format json_schema: at once, or Later (the caller compiles
+// r.schema, e.g. on a worker thread: a pattern's automaton may take up to its work budget, about a second).
+enum class SchemaCompile { Now, Later };
 
 // Parses a request body. Wrong types, out-of-range values, n != 1: ApiError 400. Unknown fields are
 // ignored (ApiRequest::ignored), as llama-server does.
-ApiRequest parse_api_request(const std::string& body, bool chat);
+ApiRequest parse_api_request(const std::string& body, bool chat, SchemaCompile schema = SchemaCompile::Now);
+
+// response_format's schema as the template the generator fills; a schema it cannot compile (its size, its
+// nesting, a pattern past the compile budget) is an ApiError 400 naming response_format.
+std::shared_ptr<const JsonTemplate> compile_response_format(const nlohmann::ordered_json& schema);
 
 // Usage with canvas's extras: forward_passes and tokens_per_forward (also as tokens_per_pass, its older name).
 nlohmann::json usage_json(int64_t prompt_tokens, const Job& job);
