@@ -579,3 +579,35 @@ TEST(HfTokenizerTest, LongInputsAreFast) {
 
 }  // namespace
 }  // namespace canvas
+
+namespace canvas {
+namespace {
+
+// A long word (a corpus without pre-tokenizer splits is one) is encoded in pieces cut where no token spans
+// the cut: the ids are those of the whole text, whatever the piece size, on the shipped models' Gemma
+// vocabulary and the fixture's; texts with runs of one letter, of spaces and newlines, multi-byte and
+// unknown characters, and two of the docs.
+TEST(HfTokenizerPieces, PiecesGiveTheIdsOfTheWholeText) {
+  const auto shipped = GgufFile::open(test::source_path("models/text-dg.gguf"));
+  const auto fixture = GgufFile::open(hf_fixture("tokenizer.gguf"));
+  std::string prose =
+      test::read_text(test::source_path("docs/serving.md")) + test::read_text(test::source_path("docs/diffusiongemma.md"));
+  Rng rng(7);
+  std::string mixed;
+  const char* parts[] = {"a", "aaaa", " ", "   ", "\n", "\n\n", "é", "日本", "🙂", "the ", "x", "\t", "ab"};
+  for (int i = 0; i < 20000; ++i) mixed += parts[rng.next() % std::size(parts)];
+  for (const GgufFile* file : {shipped.get(), fixture.get()}) {
+    HfTokenizer t = HfTokenizer::from_gguf(*file);
+    for (const std::string* text : {&prose, &mixed}) {
+      const std::vector<int32_t> whole = t.encode(*text);
+      for (size_t piece : {size_t(1), size_t(7), size_t(100), size_t(4096)}) {
+        HfTokenizer cut = t;
+        cut.set_piece_bytes(piece);
+        ASSERT_EQ(cut.encode(*text), whole) << "piece " << piece << " of a text of " << text->size() << " bytes";
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace canvas

@@ -579,6 +579,10 @@ HfTokenizer HfTokenizer::from_vocab(HfVocab v) {
     const std::string& text = t.tokens_[i];
     const int32_t id = int32_t(i);
     t.token_to_id_.emplace(text, id);  // the lowest id of a repeated text
+    for (size_t k = 1; k < text.size(); ++k) {
+      const unsigned pair = unsigned(uint8_t(text[k - 1])) << 8 | uint8_t(text[k]);
+      t.token_bigrams_[pair >> 6] |= uint64_t(1) << (pair & 63);
+    }
     switch (t.kinds_[i]) {
       case Kind::Byte: {
         uint8_t byte;
@@ -678,7 +682,7 @@ void HfTokenizer::encode_raw_span(std::string_view span, bool parse_special,
 
 void HfTokenizer::encode_normalized_span(std::string_view span, std::vector<int32_t>& out) const {
   if (splits_.empty()) {
-    encode_word(span, out);
+    encode_long_word(span, out);
     return;
   }
   std::vector<std::string_view> words{span}, next;
@@ -719,7 +723,36 @@ void HfTokenizer::encode_normalized_span(std::string_view span, std::vector<int3
     }
     words.swap(next);
   }
-  for (std::string_view w : words) encode_word(w, out);
+  for (std::string_view w : words) encode_long_word(w, out);
+}
+
+size_t HfTokenizer::piece_cut(std::string_view word, size_t from) const {
+  auto continuation = [&](size_t i) { return (uint8_t(word[i]) & 0xC0) == 0x80; };
+  for (size_t i = std::max<size_t>(from, 1); i < word.size(); ++i) {
+    if (continuation(i)) continue;
+    const unsigned pair = unsigned(uint8_t(word[i - 1])) << 8 | uint8_t(word[i]);
+    if (token_bigrams_[pair >> 6] >> (pair & 63) & 1) continue;
+    // Both characters must be tokens themselves: a character spelled in byte tokens could merge in ways
+    // its text does not show.
+    size_t before = i - 1;
+    while (before > 0 && continuation(before)) --before;
+    if (char_id(word.substr(before, i - before)) < 0) continue;
+    if (char_id(word.substr(i, utf8_length(word, i))) < 0) continue;
+    return i;
+  }
+  return std::string_view::npos;
+}
+
+void HfTokenizer::encode_long_word(std::string_view word, std::vector<int32_t>& out) const {
+  if (word.size() <= piece_bytes_) return encode_word(word, out);
+  size_t start = 0;
+  while (word.size() - start > piece_bytes_) {
+    const size_t cut = piece_cut(word, start + piece_bytes_);
+    if (cut == std::string_view::npos) break;
+    encode_word(word.substr(start, cut - start), out, false);
+    start = cut;
+  }
+  encode_word(word.substr(start), out, start == 0);
 }
 
 int32_t HfTokenizer::char_id(std::string_view ch) const {
@@ -728,9 +761,9 @@ int32_t HfTokenizer::char_id(std::string_view ch) const {
   return it == token_to_id_.end() ? -1 : it->second;
 }
 
-void HfTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out) const {
+void HfTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out, bool whole_word_lookup) const {
   if (word.empty()) return;
-  if (ignore_merges_) {
+  if (ignore_merges_ && whole_word_lookup) {
     const auto it = token_to_id_.find(std::string(word));
     if (it != token_to_id_.end()) {
       out.push_back(it->second);

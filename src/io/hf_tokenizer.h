@@ -1,6 +1,7 @@
 // SentencePiece-style BPE with byte fallback (the Gemma family), read from a Hugging Face tokenizer.json
 // or from GGUF (tokenizer.ggml.model "gemma4" / "llama" with merges): one implementation for both.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -122,6 +123,8 @@ class HfTokenizer {
   int32_t token_id(std::string_view text) const;    // -1 when absent
 
   int32_t vocab_size() const { return int32_t(tokens_.size()); }
+  // Bytes per piece of a long word (encode_long_word); tests lower it to cut small texts.
+  void set_piece_bytes(size_t bytes) { piece_bytes_ = std::max<size_t>(bytes, 1); }
   int32_t bos_id() const { return bos_id_; }  // -1 when absent
   int32_t eos_id() const { return eos_id_; }
   int32_t pad_id() const { return pad_id_; }
@@ -141,7 +144,15 @@ class HfTokenizer {
   void split_added(std::string_view text, const Matcher& matcher, OnText on_text, OnToken on_token) const;
   void encode_raw_span(std::string_view span, bool parse_special, std::vector<int32_t>& out) const;
   void encode_normalized_span(std::string_view span, std::vector<int32_t>& out) const;
-  void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+  // whole_word_lookup: with ignore_merges, a word that is a token is taken whole (not for a piece of one).
+  void encode_word(std::string_view word, std::vector<int32_t>& out, bool whole_word_lookup = true) const;
+  // A word longer than piece_bytes_ (a corpus without pre-tokenizer splits is one word) is encoded in
+  // pieces cut where no token can span the cut, so that its merges, and the memory they take, stay
+  // local; the ids are those of the whole word.
+  void encode_long_word(std::string_view word, std::vector<int32_t>& out) const;
+  // The first cut at or after `from` (a character boundary between two characters that are tokens, whose
+  // byte pair occurs in no token), or npos.
+  size_t piece_cut(std::string_view word, size_t from) const;
   int32_t char_id(std::string_view ch) const;
 
   std::vector<std::string> tokens_;
@@ -157,6 +168,10 @@ class HfTokenizer {
   bool byte_fallback_ = true, fuse_unknown_ = true, ignore_merges_ = false;
   int32_t unknown_id_ = -1, bos_id_ = -1, eos_id_ = -1, pad_id_ = -1;
   bool add_bos_ = false;
+  // Bit (a << 8 | b) set when the bytes a, b are adjacent in some token's text: no merge can join two
+  // characters across a boundary whose pair is not set.
+  std::vector<uint64_t> token_bigrams_ = std::vector<uint64_t>(1024, 0);
+  size_t piece_bytes_ = size_t(1) << 20;
 };
 
 }  // namespace canvas
