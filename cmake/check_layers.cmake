@@ -1,5 +1,5 @@
 # Fails the build when a file under src/LAYER includes a header of a layer that LAYER does not depend on
-# (design.md: dependencies point down only). Run by the `layer_check` target on every build.
+# (docs/architecture.md: dependencies point down only). Run by the `layer_check` target on every build.
 set(allowed_core "core")
 set(allowed_ops "core;ops")
 set(allowed_io "core;io")

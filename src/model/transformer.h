@@ -1,7 +1,9 @@
 // The transformer, written once: every architecture family canvas runs (llama / LLaDA / Dream / LLaDA-MoE
 // in the pre-norm layer, DiffusionGemma / Gemma 4 in the Gemma 4 layer) as a sequence of primitives on an
-// Executor. The CPU forward (model/forward.cpp) and the training tape (train/train_model.cpp) are executors
-// of this one definition: a primitive is what a backend implements, the layers are not.
+// Executor. The CPU's executor (model/cpu_executor.cpp), the training tape (train/train_model.cpp) and the
+// CUDA backend's executor (cuda/cuda_backend.cpp) run this one definition, and model/placement.h's
+// PlacedExecutor splits a pass between a backend's executor and the CPU's: a primitive is what a backend
+// implements, the layers are not.
 //
 // Values live in the executor's slots (its registers): each primitive reads some slots and writes one. A
 // slot holds rows x width floats; the rows are the pass's rows (every request's stacked, or the training
