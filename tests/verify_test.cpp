@@ -474,6 +474,20 @@ TEST(VerifyCli, DraftDatastore) {
   }
   const auto line = test::run_canvas("generate -m " + model + " -p 'the sea' -n 40 -t 2 -s 1 " + flags, true, env);
   EXPECT_NE(line.output.find("by the datastore"), std::string::npos) << line.output;
+  // A text not yet cached says it is being tokenized (and how long it took); a cached one says nothing;
+  // --quiet says nothing either.
+  const std::string other = dir.path("other.txt");
+  std::ofstream(other) << "the sea and the land and the sea\n";
+  const std::string other_flags = "--mode verify --draft-datastore " + other + " ";
+  const auto quiet = test::run_canvas("generate -m " + model + " -p 'the sea' -n 4 --quiet " + other_flags, true,
+                                      "XDG_CACHE_HOME=" + dir.path("quiet-cache"));
+  EXPECT_EQ(quiet.output.find("tokenizing"), std::string::npos) << quiet.output;
+  const auto first = test::run_canvas("generate -m " + model + " -p 'the sea' -n 4 " + other_flags, true, env);
+  EXPECT_NE(first.output.find("canvas: tokenizing " + other + " (0.0 MB) for --draft-datastore"), std::string::npos)
+      << first.output;
+  EXPECT_NE(first.output.find("tokenized and indexed "), std::string::npos) << first.output;
+  const auto cached = test::run_canvas("generate -m " + model + " -p 'the sea' -n 4 " + other_flags, true, env);
+  EXPECT_EQ(cached.output.find("tokenizing"), std::string::npos) << cached.output;
   // Without --draft-datastore the field is there, and 0.
   const auto off = test::run_canvas(base + "--mode verify", false, env);
   EXPECT_EQ(test::json_of(off.output)["datastore_cycles"], 0);

@@ -183,7 +183,8 @@ std::vector<int32_t> Datastore::draft(std::span<const int32_t> context, int64_t 
 std::shared_ptr<const Datastore> Datastore::load(const std::string& path, const std::string& tokenizer_identity,
                                                  const std::function<std::vector<int32_t>(const std::string&)>& tokenize,
                                                  int64_t vocab_size, const std::string& cache_dir,
-                                                 std::vector<std::string>* warnings) {
+                                                 std::vector<std::string>* warnings,
+                                                 const std::function<void(const std::string&)>& on_tokenize) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path absolute = fs::absolute(path, ec);
@@ -210,6 +211,13 @@ std::shared_ptr<const Datastore> Datastore::load(const std::string& path, const 
   }
   // Out of memory here is the corpus's doing: say so, naming it, instead of the generic message.
   std::shared_ptr<Datastore> store;
+  if (on_tokenize) {
+    char line[512];
+    std::snprintf(line, sizeof line, "tokenizing %s (%.1f MB) for --draft-datastore; once: the ids are cached%s%s",
+                  path.c_str(), double(size) / 1e6, file.empty() ? "" : " in ", file.empty() ? "" : cache_dir.c_str());
+    on_tokenize(line);
+  }
+  const double t0 = now_ms();
   try {
     std::vector<int32_t> ids =
         tokenize(read_regular_file_bounded(path, kMaxCorpusBytes, "--draft-datastore file", "kMaxCorpusBytes"));
@@ -218,6 +226,12 @@ std::shared_ptr<const Datastore> Datastore::load(const std::string& path, const 
               " tokens, more than a datastore's limit of " + std::to_string(kMaxDatastoreTokens) +
               " (kMaxDatastoreTokens: 8 bytes of memory a token, 1 GiB): give a shorter text");
     store = std::make_shared<Datastore>(std::move(ids));
+    if (on_tokenize) {
+      char line[160];
+      std::snprintf(line, sizeof line, "tokenized and indexed %lld tokens in %.1f s",
+                    (long long)store->ids_.size(), (now_ms() - t0) / 1000.0);
+      on_tokenize(line);
+    }
   } catch (const std::bad_alloc&) {
     throw Error("--draft-datastore " + path + " (" + std::to_string(size) +
                 " bytes of text) does not fit in this machine's memory: a datastore takes about 8 bytes a token "
@@ -238,11 +252,12 @@ std::shared_ptr<const Datastore> Datastore::load(const std::string& path, const 
 }
 
 std::shared_ptr<const Datastore> Datastore::load(const std::string& path, const TextTokenizer& tokenizer,
-                                                 std::vector<std::string>* warnings) {
+                                                 std::vector<std::string>* warnings,
+                                                 const std::function<void(const std::string&)>& on_tokenize) {
   return load(
       path, tokenizer_identity(tokenizer),
       [&](const std::string& text) { return tokenizer.encode(text, /*add_bos=*/false, /*parse_special=*/false); },
-      tokenizer.vocab_size(), user_cache_dir(), warnings);
+      tokenizer.vocab_size(), user_cache_dir(), warnings, on_tokenize);
 }
 
 std::string tokenizer_identity(const TextTokenizer& tokenizer) {

@@ -43,13 +43,17 @@ class Datastore {
   // never through what is there. "" for cache_dir: no cache. A cache that cannot be written appends a
   // warning to *warnings (the corpus is still used). Throws Error naming the file when it cannot be read,
   // holds more than kMaxDatastoreTokens tokens, or its index does not fit in memory.
+  // `on_tokenize`, when set, is told (with a line to show) before a text is tokenized, which takes seconds
+  // a megabyte: a load from the cache says nothing.
   static std::shared_ptr<const Datastore> load(const std::string& path, const std::string& tokenizer_identity,
                                                const std::function<std::vector<int32_t>(const std::string&)>& tokenize,
                                                int64_t vocab_size, const std::string& cache_dir,
-                                               std::vector<std::string>* warnings);
+                                               std::vector<std::string>* warnings,
+                                               const std::function<void(const std::string&)>& on_tokenize = {});
   // The same with a model's tokenizer (its identity: tokenizer_identity()), cached in user_cache_dir() (core/cache_dir.h).
   static std::shared_ptr<const Datastore> load(const std::string& path, const TextTokenizer& tokenizer,
-                                               std::vector<std::string>* warnings);
+                                               std::vector<std::string>* warnings,
+                                               const std::function<void(const std::string&)>& on_tokenize = {});
 
   // The draft after `context`: for n = longest down to shortest, the context's last n tokens; the first
   // that occurs at least min_count times drafts its most common continuation, token by token (a vote over

@@ -104,7 +104,8 @@ std::unique_ptr<ServedText> start_served_model(TextModel text, const std::string
   }
   if (!setup.datastore_file.empty()) {
     std::vector<std::string> warnings;
-    options.datastore = Datastore::load(setup.datastore_file, m->text.tokenizer, &warnings);
+    options.datastore = Datastore::load(setup.datastore_file, m->text.tokenizer, &warnings,
+                                        [](const std::string& line) { std::fprintf(stderr, "canvas serve: %s\n", line.c_str()); });
     for (const std::string& w : warnings) std::fprintf(stderr, "canvas serve: warning: %s\n", w.c_str());
   }
   m->engine = std::make_unique<Engine>(m->text.model, pool, options);
