@@ -559,6 +559,18 @@ TEST(CliFiles, QuantizeReportsExactlyWhatItWroteAndEveryFallback) {
   EXPECT_TRUE(has(k.output, "q8_0's 32-value blocks fit")) << k.output;
   const auto q8 = run_canvas("quantize " + llada() + " " + out + " q8_0");
   EXPECT_FALSE(has(q8.output, "instead of")) << q8.output;
+  // A quantized file is re-quantized only with --allow-requantize (as llama-quantize asks); its own type is
+  // a copy, no re-quantizing.
+  const std::string again = out + ".q4_0.gguf";
+  const auto refused = run_canvas("quantize " + out + " " + again + " q4_0");
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_TRUE(has(refused.output, "is already quantized (")) << refused.output;
+  EXPECT_TRUE(has(refused.output, "q8_0 matrices): re-quantizing to q4_0 compounds")) << refused.output;
+  EXPECT_FALSE(std::filesystem::exists(again));
+  EXPECT_EQ(run_canvas("quantize " + out + " " + again + " q4_0 --allow-requantize").exit_code, 0);
+  EXPECT_EQ(run_canvas("quantize " + out + " " + again + " q8_0").exit_code, 0);
+  EXPECT_EQ(run_canvas("quantize " + out + " " + again + " f16").exit_code, 1);  // f16 rounds q8_0's values
+  EXPECT_EQ(run_canvas("quantize " + out + " " + again + " f32").exit_code, 0);  // f32 holds them exactly
   for (const std::string& bad :
        {"quantize " + llada() + " " + out + " q3_xs", "quantize " + llada() + " " + out,
         "quantize " + llada() + " " + llada() + " q8_0"}) {

@@ -2,6 +2,7 @@
 // llama-quantize's habit), with every fallback reported.
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include "cli/options.h"
@@ -23,14 +24,18 @@ const Command kQuantize{
 tensor already of TYPE is copied as it is). As in canvas convert, 1-D tensors stay f32 and rows that a
 block type cannot hold fall back (K-quants to q8_0, else f16); each fallback is listed with its reason,
 and the summary counts the tensors of each stored type. Quantizing an already quantized file compounds
-the rounding errors: start from f32, f16 or bf16 where you can.
+the rounding errors, so it is refused unless --allow-requantize is given (to f32, which holds the values
+exactly, it is not): start from f32, f16 or bf16 where you can.
 
 TYPE: f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_k | q5_k | q6_k)",
     {{"--set", "KEY=VALUE",
       "set a metadata key in OUT (repeatable), e.g. a decoder default such as\n"
       "diffusion.eb_entropy_bound=1.0; an existing key keeps its type (VALUE parsed as it), a new key is\n"
       "an integer, a float, true/false, or else a string",
-      true}},
+      true},
+     {"--allow-requantize", "",
+      "re-type matrices that are already quantized to another type than f32 (refused without it, as\n"
+      "llama-quantize refuses: the rounding errors compound)"}},
     "OUT.gguf is written to OUT.gguf.PID.tmp, then renamed; OUT must not be IN (by another path, a symlink or a\n"
     "hard link either): that is refused before anything is written."};
 
@@ -46,6 +51,19 @@ int cmd_quantize(int argc, char** argv) {
         "TYPE must be one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k");
   check_output_is_not_input({"OUT", out}, {{"IN", in}});
   const auto file = GgufFile::open(in);
+  // Matrices already block-quantized that would be rounded again (one already of TYPE is copied as it is;
+  // f32 holds their values exactly).
+  std::map<std::string, int64_t> requantized;
+  for (const TensorView& t : file->tensors())
+    if (t.n_dims >= 2 && dtype_info(t.type).block_size > 1 && t.type != requested && requested != DType::F32)
+      ++requantized[dtype_name(t.type)];
+  if (!requantized.empty() && !args.has("allow-requantize")) {
+    std::string types;
+    for (const auto& [name, count] : requantized)
+      types += (types.empty() ? "" : ", ") + std::to_string(count) + " " + name;
+    throw Error(in + " is already quantized (" + types + " matrices): re-quantizing to " + dtype_name(requested) +
+                " compounds the rounding errors. Start from an f32, f16 or bf16 file, or give --allow-requantize");
+  }
   QuantizeOptions options;
   options.type = requested;
   for (const std::string& kv : args.get_all("set")) {
