@@ -75,6 +75,22 @@ TEST(VocabVectors, LlamaSpmMatchesLlamaCpp) {
   EXPECT_EQ(t.encode("Hello world", true).front(), t.bos_id());
 }
 
+// A long text is encoded in pieces cut where no token spans the cut (io/token_pieces.h): llama.cpp's test
+// texts, joined, give the ids of the whole text at every piece size.
+TEST(VocabVectors, LlamaSpmPiecesGiveTheIdsOfTheWholeText) {
+  SKIP_WITHOUT_VOCAB();
+  const auto file = GgufFile::open(vocab_dir() + "/ggml-vocab-llama-spm.gguf");
+  SpmTokenizer t = SpmTokenizer::from_gguf(*file);
+  std::string text;
+  for (int round = 0; round < 20; ++round)
+    for (const auto& [each, ids] : vectors("ggml-vocab-llama-spm.gguf")) text += each + (round % 2 ? "\n" : " ");
+  const std::vector<int32_t> whole = t.encode(text);
+  for (size_t piece : {size_t(1), size_t(5), size_t(64), size_t(1000)}) {
+    t.set_piece_bytes(piece);
+    EXPECT_EQ(t.encode(text), whole) << "piece " << piece << " of " << text.size() << " bytes";
+  }
+}
+
 TEST(VocabVectorsCli, TokenizeAndDetokenizeVocabularyOnlyFiles) {
   SKIP_WITHOUT_VOCAB();
   for (const char* name : {"ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-spm.gguf"}) {

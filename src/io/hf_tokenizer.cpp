@@ -579,10 +579,7 @@ HfTokenizer HfTokenizer::from_vocab(HfVocab v) {
     const std::string& text = t.tokens_[i];
     const int32_t id = int32_t(i);
     t.token_to_id_.emplace(text, id);  // the lowest id of a repeated text
-    for (size_t k = 1; k < text.size(); ++k) {
-      const unsigned pair = unsigned(uint8_t(text[k - 1])) << 8 | uint8_t(text[k]);
-      t.token_bigrams_[pair >> 6] |= uint64_t(1) << (pair & 63);
-    }
+    t.token_pairs_.add(text);
     switch (t.kinds_[i]) {
       case Kind::Byte: {
         uint8_t byte;
@@ -726,33 +723,18 @@ void HfTokenizer::encode_normalized_span(std::string_view span, std::vector<int3
   for (std::string_view w : words) encode_long_word(w, out);
 }
 
-size_t HfTokenizer::piece_cut(std::string_view word, size_t from) const {
-  auto continuation = [&](size_t i) { return (uint8_t(word[i]) & 0xC0) == 0x80; };
-  for (size_t i = std::max<size_t>(from, 1); i < word.size(); ++i) {
-    if (continuation(i)) continue;
-    const unsigned pair = unsigned(uint8_t(word[i - 1])) << 8 | uint8_t(word[i]);
-    if (token_bigrams_[pair >> 6] >> (pair & 63) & 1) continue;
-    // Both characters must be tokens themselves: a character spelled in byte tokens could merge in ways
-    // its text does not show.
-    size_t before = i - 1;
-    while (before > 0 && continuation(before)) --before;
-    if (char_id(word.substr(before, i - before)) < 0) continue;
-    if (char_id(word.substr(i, utf8_length(word, i))) < 0) continue;
-    return i;
-  }
-  return std::string_view::npos;
-}
-
 void HfTokenizer::encode_long_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.size() <= piece_bytes_) return encode_word(word, out);
-  size_t start = 0;
-  while (word.size() - start > piece_bytes_) {
-    const size_t cut = piece_cut(word, start + piece_bytes_);
-    if (cut == std::string_view::npos) break;
-    encode_word(word.substr(start, cut - start), out, false);
-    start = cut;
-  }
-  encode_word(word.substr(start), out, start == 0);
+  // Both characters at a cut must be tokens themselves: one spelled in byte tokens could merge in ways its
+  // text does not show.
+  auto both_tokens = [&](size_t i) {
+    size_t before = i - 1;
+    while (before > 0 && (uint8_t(word[before]) & 0xC0) == 0x80) --before;
+    return char_id(word.substr(before, i - before)) >= 0 && char_id(word.substr(i, utf8_length(word, i))) >= 0;
+  };
+  encode_in_pieces(
+      word, piece_bytes_, [&](size_t from) { return token_pairs_.cut(word, from, both_tokens); },
+      [&](std::string_view piece, bool whole) { encode_word(piece, out, whole); });
 }
 
 int32_t HfTokenizer::char_id(std::string_view ch) const {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "io/bpe_merges.h"
+#include "io/token_pieces.h"
 #include "io/gguf.h"
 
 namespace canvas {
@@ -150,9 +151,6 @@ class HfTokenizer {
   // pieces cut where no token can span the cut, so that its merges, and the memory they take, stay
   // local; the ids are those of the whole word.
   void encode_long_word(std::string_view word, std::vector<int32_t>& out) const;
-  // The first cut at or after `from` (a character boundary between two characters that are tokens, whose
-  // byte pair occurs in no token), or npos.
-  size_t piece_cut(std::string_view word, size_t from) const;
   int32_t char_id(std::string_view ch) const;
 
   std::vector<std::string> tokens_;
@@ -168,9 +166,7 @@ class HfTokenizer {
   bool byte_fallback_ = true, fuse_unknown_ = true, ignore_merges_ = false;
   int32_t unknown_id_ = -1, bos_id_ = -1, eos_id_ = -1, pad_id_ = -1;
   bool add_bos_ = false;
-  // Bit (a << 8 | b) set when the bytes a, b are adjacent in some token's text: no merge can join two
-  // characters across a boundary whose pair is not set.
-  std::vector<uint64_t> token_bigrams_ = std::vector<uint64_t>(1024, 0);
+  TokenBytePairs token_pairs_;  // where a long word may be cut (encode_long_word)
   size_t piece_bytes_ = size_t(1) << 20;
 };
 

@@ -61,6 +61,7 @@ SpmTokenizer SpmTokenizer::from_gguf(const GgufFile& file) {
                                   " entries for " + std::to_string(n) + " tokens");
   for (size_t id = 0; id < n; ++id) {
     t.ids_.emplace(t.tokens_[id], int32_t(id));  // the lowest id of a repeated text
+    t.token_pairs_.add(t.tokens_[id]);
     uint8_t byte;
     if (t.types_[id] == kTokenByte && parse_byte_token(t.tokens_[id], byte) && t.byte_ids_[byte] < 0)
       t.byte_ids_[byte] = int32_t(id);
@@ -160,7 +161,11 @@ std::vector<int32_t> SpmTokenizer::encode(std::string_view text, bool add_bos, b
     if (span.empty()) return;
     std::string piece = (add_space_prefix_ && after_special) ? " " : "";
     piece += span;
-    encode_text(replace_all(std::move(piece), " ", kSpaceMarker), out);
+    // Merges join only text that is a token: a long text is encoded in pieces cut where none can span.
+    const std::string marked = replace_all(std::move(piece), " ", kSpaceMarker);
+    encode_in_pieces(
+        marked, piece_bytes_, [&](size_t from) { return token_pairs_.cut(marked, from, [](size_t) { return true; }); },
+        [&](std::string_view part, bool) { encode_text(std::string(part), out); });
     after_special = false;
   };
   size_t at = 0, start = 0;

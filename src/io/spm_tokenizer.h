@@ -8,6 +8,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "io/token_pieces.h"
+
 namespace canvas {
 
 class GgufFile;
@@ -34,6 +36,8 @@ class SpmTokenizer {
   int32_t vocab_size() const { return int32_t(tokens_.size()); }
   int32_t bos_id() const { return bos_id_; }
   int32_t eos_id() const { return eos_id_; }
+  // Bytes per piece of a long text (io/token_pieces.h); tests lower it to cut small texts.
+  void set_piece_bytes(size_t bytes) { piece_bytes_ = bytes < 1 ? 1 : bytes; }
 
  private:
   void encode_text(const std::string& text, std::vector<int32_t>& out) const;
@@ -46,6 +50,8 @@ class SpmTokenizer {
   std::vector<int32_t> special_ids_;  // control and user-defined tokens, longest text first
   int32_t bos_id_ = -1, eos_id_ = -1, unknown_id_ = -1;
   bool add_space_prefix_ = true;
+  TokenBytePairs token_pairs_;  // where a long text may be cut: its pieces are encoded one at a time
+  size_t piece_bytes_ = size_t(1) << 20;
 };
 
 }  // namespace canvas
