@@ -1,5 +1,6 @@
 // Fuzz harness: an HTTP request body of canvas serve (/v1/completions, /v1/chat/completions and
-// /v1/responses) parsed into a request; every rejection must be an ApiError (the server's 400), never a crash.
+// /v1/responses) parsed into a request; every rejection must be an ApiError (the server's 400), never a
+// crash.
 #include <cstdint>
 #include <string>
 

@@ -11,10 +11,10 @@
 #include "serve/responses.h"
 #include "serve_process.h"
 
-using nlohmann::json;
 using canvas::serve::ApiError;
 using canvas::serve::Endpoint;
 using canvas::serve::parse_api_request;
+using nlohmann::json;
 
 namespace {
 
@@ -69,9 +69,10 @@ std::string output_text(const json& response) {
 
 TEST(ServeResponses, InputInstructionsAndTheLengthCapAreRead) {
   // A string is one user message; instructions come first as a system message.
-  auto r = parse_api_request(R"({"model": "m", "input": "Hi", "instructions": "Be brief.", "max_output_tokens": 9,
+  auto r =
+      parse_api_request(R"({"model": "m", "input": "Hi", "instructions": "Be brief.", "max_output_tokens": 9,
                                  "temperature": 0.5, "top_p": 0.9})",
-                             Endpoint::Responses);
+                        Endpoint::Responses);
   EXPECT_TRUE(r.chat);
   ASSERT_EQ(r.messages.size(), 2u);
   EXPECT_EQ(r.messages[0].role, "system");
@@ -103,10 +104,12 @@ TEST(ServeResponses, InputInstructionsAndTheLengthCapAreRead) {
                         Endpoint::Responses);
   EXPECT_EQ(r.settings.max_new_tokens, 0);  // max_tokens is not the Responses API's
   EXPECT_TRUE(r.tools.is_null());
-  for (const char* field : {"tools", "tool_choice", "text", "stream_options", "include", "max_tokens", "colour"})
+  for (const char* field :
+       {"tools", "tool_choice", "text", "stream_options", "include", "max_tokens", "colour"})
     EXPECT_NE(std::find(r.ignored.begin(), r.ignored.end(), field), r.ignored.end()) << field;
   // reasoning.effort switches thinking as chat's reasoning_effort does.
-  r = parse_api_request(R"({"input": "Hi", "reasoning": {"effort": "none", "summary": "auto"}})", Endpoint::Responses);
+  r = parse_api_request(R"({"input": "Hi", "reasoning": {"effort": "none", "summary": "auto"}})",
+                        Endpoint::Responses);
   ASSERT_TRUE(r.chat_extras.enable_thinking.has_value());
   EXPECT_FALSE(*r.chat_extras.enable_thinking);
   // Errors name the Responses API's fields.
@@ -119,15 +122,17 @@ TEST(ServeResponses, InputInstructionsAndTheLengthCapAreRead) {
   EXPECT_EQ(error_param(R"({"input": "Hi", "reasoning": {"effort": "max"}})"), "reasoning.effort");
   EXPECT_EQ(error_param(R"({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]})"),
             "input[0].type");
-  EXPECT_EQ(error_param(R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]})"),
-            "input[0].content");
+  EXPECT_EQ(
+      error_param(R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]})"),
+      "input[0].content");
   EXPECT_EQ(error_param(R"({"input": [{"role": "robot", "content": "x"}]})"), "input[0].role");
 }
 
 TEST(ServeResponses, ObjectAndEventsHaveTheShapesClientsParse) {
   const canvas::serve::ResponseHead head{"7", "m", 100, "Be brief.", 16, 0.5, 1.0};
   // Whole: a reasoning item (a format with channels) before the message; a cut reply is incomplete.
-  json r = canvas::serve::response_json(head, "Hmm.", "Hello", "length", json{{"input_tokens", 3}}, json{{"mode", "ar"}});
+  json r = canvas::serve::response_json(head, "Hmm.", "Hello", "length", json{{"input_tokens", 3}},
+                                        json{{"mode", "ar"}});
   EXPECT_EQ(r["id"], "resp_7");
   EXPECT_EQ(r["object"], "response");
   EXPECT_EQ(r["status"], "incomplete");
@@ -142,7 +147,9 @@ TEST(ServeResponses, ObjectAndEventsHaveTheShapesClientsParse) {
   EXPECT_EQ(message["id"], "msg_7");
   EXPECT_EQ(message["role"], "assistant");
   EXPECT_EQ(message["status"], "incomplete");
-  EXPECT_EQ(message["content"][0], (json{{"type", "output_text"}, {"text", "Hello"}, {"annotations", json::array()},
+  EXPECT_EQ(message["content"][0], (json{{"type", "output_text"},
+                                         {"text", "Hello"},
+                                         {"annotations", json::array()},
                                          {"logprobs", json::array()}}));
   EXPECT_EQ(r["canvas"]["mode"], "ar");
   r = canvas::serve::response_json(head, "", "Hello", "stop", nullptr, nullptr);
@@ -163,14 +170,23 @@ TEST(ServeResponses, ObjectAndEventsHaveTheShapesClientsParse) {
   std::string text;
   const std::vector<json> all = response_events(body);
   const std::vector<std::string> types = types_and_text(all, text);
-  const std::vector<std::string> expected = {
-      "response.created", "response.in_progress",
-      "response.output_item.added", "response.content_part.added", "response.reasoning_text.delta",
-      "response.reasoning_text.delta", "response.reasoning_text.done", "response.content_part.done",
-      "response.output_item.done",
-      "response.output_item.added", "response.content_part.added", "response.output_text.delta",
-      "response.output_text.delta", "response.output_text.done", "response.content_part.done",
-      "response.output_item.done", "response.completed"};
+  const std::vector<std::string> expected = {"response.created",
+                                             "response.in_progress",
+                                             "response.output_item.added",
+                                             "response.content_part.added",
+                                             "response.reasoning_text.delta",
+                                             "response.reasoning_text.delta",
+                                             "response.reasoning_text.done",
+                                             "response.content_part.done",
+                                             "response.output_item.done",
+                                             "response.output_item.added",
+                                             "response.content_part.added",
+                                             "response.output_text.delta",
+                                             "response.output_text.delta",
+                                             "response.output_text.done",
+                                             "response.content_part.done",
+                                             "response.output_item.done",
+                                             "response.completed"};
   EXPECT_EQ(types, expected);
   EXPECT_EQ(text, "Hello");
   EXPECT_EQ(all[0]["response"]["status"], "in_progress");
@@ -181,7 +197,8 @@ TEST(ServeResponses, ObjectAndEventsHaveTheShapesClientsParse) {
   const json& done = all.back()["response"];
   EXPECT_EQ(done["status"], "completed");
   EXPECT_EQ(done["usage"]["input_tokens"], 3);
-  EXPECT_EQ(done["output"], json(canvas::serve::response_json(head, "Hmm.", "Hello", "stop", nullptr, nullptr)["output"]));
+  EXPECT_EQ(done["output"],
+            json(canvas::serve::response_json(head, "Hmm.", "Hello", "stop", nullptr, nullptr)["output"]));
 
   // A reply with no text still ends with its (empty) message; a cut one with response.incomplete.
   canvas::serve::ResponseEvents empty(head);
@@ -201,8 +218,12 @@ TEST(ServeResponses, ObjectAndEventsHaveTheShapesClientsParse) {
 TEST(ServeResponsesCli, WholeStreamedIncompleteAndEmbeddings) {
   canvas::test::ServerProcess server("--parallel 2");
   ASSERT_NE(server.port(), 0) << server.log();
-  const json body = {{"model", "gpt-4o"}, {"input", "And God said"}, {"max_output_tokens", 12},
-                     {"temperature", 0}, {"seed", 3}, {"mode", "ar"}};
+  const json body = {{"model", "gpt-4o"},
+                     {"input", "And God said"},
+                     {"max_output_tokens", 12},
+                     {"temperature", 0},
+                     {"seed", 3},
+                     {"mode", "ar"}};
   const json whole = canvas::test::post_json(server, "/v1/responses", body.dump());
   ASSERT_TRUE(whole.contains("output")) << whole.dump();
   EXPECT_EQ(whole["object"], "response");
@@ -218,7 +239,8 @@ TEST(ServeResponsesCli, WholeStreamedIncompleteAndEmbeddings) {
   const json& usage = whole["usage"];
   EXPECT_GT(usage["input_tokens"].get<int64_t>(), 0);
   EXPECT_GT(usage["output_tokens"].get<int64_t>(), 0);
-  EXPECT_EQ(usage["total_tokens"], usage["input_tokens"].get<int64_t>() + usage["output_tokens"].get<int64_t>());
+  EXPECT_EQ(usage["total_tokens"],
+            usage["input_tokens"].get<int64_t>() + usage["output_tokens"].get<int64_t>());
   EXPECT_EQ(whole["canvas"]["mode"], "ar");
 
   json streamed = body;
@@ -262,9 +284,11 @@ TEST(ServeResponsesCli, WholeStreamedIncompleteAndEmbeddings) {
   EXPECT_EQ(cut_events.back()["response"]["incomplete_details"]["reason"], "max_output_tokens");
 
   // Messages with content parts, and instructions: the system message is in the prompt.
-  const json messages = {{"input", json::array({{{"role", "user"},
-                                                 {"content", json::array({{{"type", "input_text"}, {"text", "Hi"}}})}}})},
-                         {"max_output_tokens", 4}, {"mode", "ar"}};
+  const json messages = {
+      {"input", json::array({{{"role", "user"},
+                              {"content", json::array({{{"type", "input_text"}, {"text", "Hi"}}})}}})},
+      {"max_output_tokens", 4},
+      {"mode", "ar"}};
   json instructed = messages;
   instructed["instructions"] = "Answer in the words of the King James Bible.";
   const json plain = canvas::test::post_json(server, "/v1/responses", messages.dump());
@@ -274,7 +298,8 @@ TEST(ServeResponsesCli, WholeStreamedIncompleteAndEmbeddings) {
   EXPECT_TRUE(plain["instructions"].is_null());
 
   // Errors in OpenAI's shape, naming the Responses API's fields.
-  auto expect_error = [&](const std::string& path, const json& request, int status, const std::string& param) -> json {
+  auto expect_error = [&](const std::string& path, const json& request, int status,
+                          const std::string& param) -> json {
     auto answer = canvas::test::post(server, path, request.dump());
     EXPECT_TRUE(answer);
     if (!answer) return json();
@@ -288,14 +313,16 @@ TEST(ServeResponsesCli, WholeStreamedIncompleteAndEmbeddings) {
   };
   expect_error("/v1/responses", json{{"max_output_tokens", 4}}, 400, "input");
   expect_error("/v1/responses", json{{"input", "Hi"}, {"max_output_tokens", -1}}, 400, "max_output_tokens");
-  const json context = expect_error("/v1/responses", json{{"input", "Hi"}, {"max_output_tokens", 1 << 20}}, 400,
-                                    "max_output_tokens");
+  const json context = expect_error("/v1/responses", json{{"input", "Hi"}, {"max_output_tokens", 1 << 20}},
+                                    400, "max_output_tokens");
   EXPECT_EQ(context["code"], "context_length_exceeded");
 
   // Embeddings: a 400 that says why, not a 404.
-  const json embeddings = expect_error("/v1/embeddings", json{{"model", "text-masked"}, {"input", "Hi"}}, 400, "model");
+  const json embeddings =
+      expect_error("/v1/embeddings", json{{"model", "text-masked"}, {"input", "Hi"}}, 400, "model");
   EXPECT_EQ(embeddings["code"], "embeddings_not_supported");
-  EXPECT_NE(embeddings["message"].get<std::string>().find("no embedding head"), std::string::npos) << embeddings.dump();
+  EXPECT_NE(embeddings["message"].get<std::string>().find("no embedding head"), std::string::npos)
+      << embeddings.dump();
   auto bad = canvas::test::post(server, "/v1/embeddings", "{");
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 400);

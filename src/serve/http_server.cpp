@@ -437,7 +437,8 @@ class CompletionAnswer final : public LateAnswer {
       delta = text.substr(sent_.size());
       sent_ = text;
     }
-    if (reply_.endpoint == Endpoint::Responses) return response_events(out, delta, finished, finish_reason, error);
+    if (reply_.endpoint == Endpoint::Responses)
+      return response_events(out, delta, finished, finish_reason, error);
     if (finished && !error.empty()) {
       send(error_json(500, "generation failed: " + error));
       out += "data: [DONE]\n\n";
@@ -480,8 +481,8 @@ class CompletionAnswer final : public LateAnswer {
 
   // next_chunks for /v1/responses: the new text (`delta`) as Responses events (serve/responses.h); for a
   // format with channels its thinking as reasoning, its answer as the message's text.
-  bool response_events(std::string& out, const std::string& delta, bool finished, const std::string& finish_reason,
-                       const std::string& error) {
+  bool response_events(std::string& out, const std::string& delta, bool finished,
+                       const std::string& finish_reason, const std::string& error) {
     if (first_) out += response_events_.start();
     first_ = false;
     if (finished && !error.empty()) {
@@ -497,8 +498,9 @@ class CompletionAnswer final : public LateAnswer {
       }
     }
     if (!finished) return false;
-    out += response_events_.finish(finish_reason, usage_json(reply_.prompt_tokens, *job_, Endpoint::Responses),
-                                   json{{"mode", decode_mode_name(mode_)}});
+    out +=
+        response_events_.finish(finish_reason, usage_json(reply_.prompt_tokens, *job_, Endpoint::Responses),
+                                json{{"mode", decode_mode_name(mode_)}});
     return true;
   }
 
@@ -656,7 +658,8 @@ void check_admissible(const Engine& engine, const GenerationSettings& s, int64_t
     const std::string message = e.what();
     const bool context = message.find("context length") != std::string::npos;
     const bool memory = message.find("of KV cache") != std::string::npos;
-    throw ApiError(400, message, context || memory ? max_tokens : "", context ? "context_length_exceeded" : "");
+    throw ApiError(400, message, context || memory ? max_tokens : "",
+                   context ? "context_length_exceeded" : "");
   }
 }
 
@@ -882,10 +885,13 @@ void HttpServer::routes() {
   router_.post("/tokenize", to(&HttpServer::tokenize));
   router_.post("/detokenize", to(&HttpServer::detokenize));
   router_.post("/infill", to(&HttpServer::infill));
-  for (const auto& [path, endpoint] : {std::pair<const char*, Endpoint>{"/v1/completions", Endpoint::Completions},
-                                       {"/v1/chat/completions", Endpoint::ChatCompletions},
-                                       {"/v1/responses", Endpoint::Responses}})
-    router_.post(path, [this, endpoint = endpoint](const Request& req, Response& res) { complete(req, res, endpoint); });
+  for (const auto& [path, endpoint] :
+       {std::pair<const char*, Endpoint>{"/v1/completions", Endpoint::Completions},
+        {"/v1/chat/completions", Endpoint::ChatCompletions},
+        {"/v1/responses", Endpoint::Responses}})
+    router_.post(path, [this, endpoint = endpoint](const Request& req, Response& res) {
+      complete(req, res, endpoint);
+    });
   router_.post("/v1/embeddings", to(&HttpServer::embeddings));
   // Encoding a body of up to the limit may take a while: off the event loop.
   slow_paths_ = {"/tokenize", "/detokenize"};
@@ -1087,7 +1093,8 @@ void HttpServer::complete(const Request& req, Response& res, Endpoint endpoint) 
   const bool chat = endpoint != Endpoint::Completions;
   ApiRequest r;
   try {
-    r = parse_api_request(req.body, endpoint, SchemaCompile::Later);  // compiled on a worker, not on this loop
+    r = parse_api_request(req.body, endpoint,
+                          SchemaCompile::Later);  // compiled on a worker, not on this loop
   } catch (const ApiError& e) {
     return send_error(res, e.status, e.what(), e.param, e.code);
   }
@@ -1130,8 +1137,12 @@ void HttpServer::complete(const Request& req, Response& res, Endpoint endpoint) 
   // The answer names the model as the request did (a single-model server accepts any name), else its id.
   reply.model_name = r.model.empty() ? served_model->id : r.model;
   if (endpoint == Endpoint::Responses) {
-    reply.response_head = {number, reply.model_name, reply.created, r.instructions,
-                           s.max_new_tokens > 0 ? s.max_new_tokens : -1, s.sampling.temperature,
+    reply.response_head = {number,
+                           reply.model_name,
+                           reply.created,
+                           r.instructions,
+                           s.max_new_tokens > 0 ? s.max_new_tokens : -1,
+                           s.sampling.temperature,
                            s.sampling.top_p};
   }
   reply.draft = r.canvas_draft;
@@ -1191,7 +1202,8 @@ void HttpServer::embeddings(const Request& req, Response& res) {
   if (const std::string e = body_object(req, body); !e.empty()) return send_error(res, 400, e);
   if (body.contains("model") && !body["model"].is_string() && !body["model"].is_null())
     return send_error(res, 400, "'model' must be a string", "model");
-  const std::string name = body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>() : "";
+  const std::string name =
+      body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>() : "";
   const ServedModel* m = model_for(served(), name, false, res);
   if (!m) return;
   send_error(res, 400,

@@ -66,10 +66,12 @@ std::string content_text(const json& v, const std::string& field) {
   if (!v.is_array()) throw bad(field, "'" + field + "' must be a string or an array of text parts");
   std::string text;
   for (const json& part : v) {
-    const bool text_type = part.is_object() && part.contains("type") &&
-                           (part["type"] == "text" || part["type"] == "input_text" || part["type"] == "output_text");
+    const bool text_type =
+        part.is_object() && part.contains("type") &&
+        (part["type"] == "text" || part["type"] == "input_text" || part["type"] == "output_text");
     if (!text_type || !part.contains("text") || !part["text"].is_string())
-      throw bad(field, "'" + field + "' parts must be {\"type\": \"text\" (or \"input_text\"), \"text\": \"...\"}");
+      throw bad(field,
+                "'" + field + "' parts must be {\"type\": \"text\" (or \"input_text\"), \"text\": \"...\"}");
     text += part["text"].get<std::string>();
   }
   return text;
@@ -175,7 +177,8 @@ void parse_responses_input(const json& value, std::vector<ChatMessage>& messages
     messages.push_back(text_message("user", value.get<std::string>()));
     return;
   }
-  if (!value.is_array() || value.empty()) throw bad("input", "'input' must be a string or a non-empty array of messages");
+  if (!value.is_array() || value.empty())
+    throw bad("input", "'input' must be a string or a non-empty array of messages");
   for (size_t i = 0; i < value.size(); ++i) {
     const json& item = value[i];
     const std::string field = "input[" + std::to_string(i) + "]";
@@ -208,7 +211,9 @@ std::shared_ptr<const JsonTemplate> compile_response_format(const nlohmann::orde
 }
 
 const char* input_field(Endpoint endpoint) {
-  return endpoint == Endpoint::Completions ? "prompt" : endpoint == Endpoint::ChatCompletions ? "messages" : "input";
+  return endpoint == Endpoint::Completions       ? "prompt"
+         : endpoint == Endpoint::ChatCompletions ? "messages"
+                                                 : "input";
 }
 
 const char* max_tokens_field(Endpoint endpoint) {
@@ -231,14 +236,16 @@ ApiRequest parse_api_request(const std::string& body, Endpoint endpoint, SchemaC
   // The fields each endpoint reads: those of every endpoint (OpenAI's sampling fields and canvas's decoding
   // ones), those of the two completion endpoints, and each one's own. The Responses API names some fields as
   // chat does with another shape (tools, text, stream_options): they are not read there.
+  // clang-format off
   static const std::set<std::string> common = {
-      "model", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stream", "user", "steps", "block_length",
-      "threshold", "entropy_bound", "cache", "mode", "repeat_penalty", "draft_length", "draft_steps", "draft_lookup",
-      "draft_lookup_length", "draft_tree", "draft_tree_depth", "overlap", "metadata", "store", "service_tier",
-      "parse_special", "ignore_eos"};
+      "model", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stream", "user", "steps",
+      "block_length", "threshold", "entropy_bound", "cache", "mode", "repeat_penalty", "draft_length",
+      "draft_steps", "draft_lookup", "draft_lookup_length", "draft_tree", "draft_tree_depth", "overlap",
+      "metadata", "store", "service_tier", "parse_special", "ignore_eos"};
   static const std::set<std::string> completions = {
-      "max_tokens", "n", "stream_options", "frequency_penalty", "presence_penalty", "canvas_draft", "response_format",
-      "logit_bias", "tools", "tool_choice", "parallel_tool_calls", "logprobs"};
+      "max_tokens", "n", "stream_options", "frequency_penalty", "presence_penalty", "canvas_draft",
+      "response_format", "logit_bias", "tools", "tool_choice", "parallel_tool_calls", "logprobs"};
+  // clang-format on
   static const std::set<std::string> own[] = {
       {"prompt", "suffix", "echo"},
       {"messages", "max_completion_tokens", "top_logprobs", "chat_template_kwargs", "reasoning_effort"},
@@ -256,12 +263,12 @@ ApiRequest parse_api_request(const std::string& body, Endpoint endpoint, SchemaC
   // A value of a type the code below did not expect is the client's error (400 naming the field), never
   // a 500 with the JSON library's text.
   for (const auto& [key, value] : root.items()) try {
-    if (!reads(key)) {
-      // A field canvas does not know (a newer API's, another server's, ...) is ignored,
-      // as llama-server does; the server logs it once.
-      r.ignored.push_back(key);
-      continue;
-    }
+      if (!reads(key)) {
+        // A field canvas does not know (a newer API's, another server's, ...) is ignored,
+        // as llama-server does; the server logs it once.
+        r.ignored.push_back(key);
+        continue;
+      }
     if (value.is_null()) continue;  // null means "not set", as OpenAI reads it
     if (key == "model") {
       r.model = get_string(value, key);
@@ -461,7 +468,8 @@ ApiRequest parse_api_request(const std::string& body, Endpoint endpoint, SchemaC
     r.chat_extras.tools = parse_json_ordered(body, "the request body")["tools"];
   // The Responses API's instructions come before the input, as a system message.
   if (!r.instructions.empty()) r.messages.insert(r.messages.begin(), text_message("system", r.instructions));
-  if (!has_input) throw bad(input_field(endpoint), std::string("'") + input_field(endpoint) + "' is required");
+  if (!has_input)
+    throw bad(input_field(endpoint), std::string("'") + input_field(endpoint) + "' is required");
   if (r.include_usage && !r.stream) throw bad("stream_options", "'stream_options' is only allowed with 'stream': true");
   return r;
 }
@@ -469,16 +477,17 @@ ApiRequest parse_api_request(const std::string& body, Endpoint endpoint, SchemaC
 json usage_json(int64_t prompt_tokens, const Job& job, Endpoint endpoint) {
   const double tokens_per_forward = job.passes > 0 ? double(job.completion_tokens) / double(job.passes) : 0.0;
   const int64_t total = prompt_tokens + job.completion_tokens;
-  json usage = endpoint == Endpoint::Responses
-                   ? json{{"input_tokens", prompt_tokens},
-                          {"input_tokens_details", {{"cached_tokens", 0}, {"cache_write_tokens", 0}}},
-                          {"output_tokens", job.completion_tokens},
-                          {"output_tokens_details", {{"reasoning_tokens", 0}}},
-                          {"total_tokens", total}}
-                   : json{{"prompt_tokens", prompt_tokens},
-                          {"completion_tokens", job.completion_tokens},
-                          {"total_tokens", total},
-                          {"tokens_per_pass", tokens_per_forward}};  // the older name, kept for clients that read it
+  json usage =
+      endpoint == Endpoint::Responses
+          ? json{{"input_tokens", prompt_tokens},
+                 {"input_tokens_details", {{"cached_tokens", 0}, {"cache_write_tokens", 0}}},
+                 {"output_tokens", job.completion_tokens},
+                 {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                 {"total_tokens", total}}
+          : json{{"prompt_tokens", prompt_tokens},
+                 {"completion_tokens", job.completion_tokens},
+                 {"total_tokens", total},
+                 {"tokens_per_pass", tokens_per_forward}};  // the older name, kept for clients that read it
   usage["forward_passes"] = job.passes;
   usage["tokens_per_forward"] = tokens_per_forward;
   return usage;

@@ -34,7 +34,7 @@ const char* max_tokens_field(Endpoint endpoint);
 
 struct ApiRequest {
   Endpoint endpoint = Endpoint::Completions;
-  bool chat = false;                  // the input is messages (/v1/chat/completions, /v1/responses)
+  bool chat = false;  // the input is messages (/v1/chat/completions, /v1/responses)
   std::string model;
   std::string prompt;                 // /v1/completions
   std::vector<ChatMessage> messages;  // /v1/chat/completions; /v1/responses' instructions and input
@@ -70,8 +70,10 @@ enum class SchemaCompile { Now, Later };
 // Parses a request body. Wrong types, out-of-range values, n != 1: ApiError 400. Unknown fields are
 // ignored (ApiRequest::ignored), as llama-server does; so are the Responses API's fields that canvas has no
 // use for (tools, text, include, previous_response_id, ...).
-ApiRequest parse_api_request(const std::string& body, Endpoint endpoint, SchemaCompile schema = SchemaCompile::Now);
-inline ApiRequest parse_api_request(const std::string& body, bool chat, SchemaCompile schema = SchemaCompile::Now) {
+ApiRequest parse_api_request(const std::string& body, Endpoint endpoint,
+                             SchemaCompile schema = SchemaCompile::Now);
+inline ApiRequest parse_api_request(const std::string& body, bool chat,
+                                    SchemaCompile schema = SchemaCompile::Now) {
   return parse_api_request(body, chat ? Endpoint::ChatCompletions : Endpoint::Completions, schema);
 }
 
@@ -79,9 +81,9 @@ inline ApiRequest parse_api_request(const std::string& body, bool chat, SchemaCo
 // nesting, a pattern past the compile budget) is an ApiError 400 naming response_format.
 std::shared_ptr<const JsonTemplate> compile_response_format(const nlohmann::ordered_json& schema);
 
-// Usage with canvas's extras: forward_passes and tokens_per_forward (also as tokens_per_pass, its older name).
-// The Responses API names the counts input_tokens and output_tokens, with their details (reasoning_tokens 0:
-// the thinking of a format with channels is not counted apart).
+// Usage with canvas's extras: forward_passes and tokens_per_forward (also as tokens_per_pass, its older
+// name). The Responses API names the counts input_tokens and output_tokens, with their details
+// (reasoning_tokens 0: the thinking of a format with channels is not counted apart).
 nlohmann::json usage_json(int64_t prompt_tokens, const Job& job, Endpoint endpoint = Endpoint::Completions);
 
 }  // namespace canvas::serve

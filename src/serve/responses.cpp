@@ -17,40 +17,49 @@ std::string item_status(const std::string& response_status) {
   return response_status == "completed" || response_status == "in_progress" ? "completed" : "incomplete";
 }
 
-json reasoning_part(const std::string& text) { return json{{"type", "reasoning_text"}, {"text", text}}; }
+json reasoning_part(const std::string& text) {
+  return json{{"type", "reasoning_text"}, {"text", text}};
+}
 
 json text_part(const std::string& text) {
-  return json{{"type", "output_text"}, {"text", text}, {"annotations", json::array()}, {"logprobs", json::array()}};
+  return json{
+      {"type", "output_text"}, {"text", text}, {"annotations", json::array()}, {"logprobs", json::array()}};
 }
 
 json reasoning_item(const std::string& id, const std::string& status, const json& content) {
-  return json{{"type", "reasoning"}, {"id", id}, {"status", status}, {"summary", json::array()}, {"content", content}};
+  return json{{"type", "reasoning"},
+              {"id", id},
+              {"status", status},
+              {"summary", json::array()},
+              {"content", content}};
 }
 
 json message_item(const std::string& id, const std::string& status, const json& content) {
-  return json{{"type", "message"}, {"id", id}, {"status", status}, {"role", "assistant"}, {"content", content}};
+  return json{
+      {"type", "message"}, {"id", id}, {"status", status}, {"role", "assistant"}, {"content", content}};
 }
 
 // The Response object around `output`; usage null while the reply is in progress.
 json response_object(const ResponseHead& head, const std::string& status, json output, const json& usage,
                      const json& extras) {
-  json r = {{"id", "resp_" + head.number},
-            {"object", "response"},
-            {"created_at", head.created_at},
-            {"status", status},
-            {"error", nullptr},
-            {"incomplete_details", status == "incomplete" ? json{{"reason", "max_output_tokens"}} : json(nullptr)},
-            {"instructions", head.instructions.empty() ? json(nullptr) : json(head.instructions)},
-            {"max_output_tokens", head.max_output_tokens < 0 ? json(nullptr) : json(head.max_output_tokens)},
-            {"model", head.model},
-            {"output", std::move(output)},
-            // canvas reads no tools from a Responses request (they are ignored): none were offered.
-            {"parallel_tool_calls", false},
-            {"temperature", head.temperature},
-            {"tool_choice", "none"},
-            {"tools", json::array()},
-            {"top_p", head.top_p},
-            {"usage", usage}};
+  json r = {
+      {"id", "resp_" + head.number},
+      {"object", "response"},
+      {"created_at", head.created_at},
+      {"status", status},
+      {"error", nullptr},
+      {"incomplete_details", status == "incomplete" ? json{{"reason", "max_output_tokens"}} : json(nullptr)},
+      {"instructions", head.instructions.empty() ? json(nullptr) : json(head.instructions)},
+      {"max_output_tokens", head.max_output_tokens < 0 ? json(nullptr) : json(head.max_output_tokens)},
+      {"model", head.model},
+      {"output", std::move(output)},
+      // canvas reads no tools from a Responses request (they are ignored): none were offered.
+      {"parallel_tool_calls", false},
+      {"temperature", head.temperature},
+      {"tool_choice", "none"},
+      {"tools", json::array()},
+      {"top_p", head.top_p},
+      {"usage", usage}};
   if (!extras.is_null()) r["canvas"] = extras;
   return r;
 }
@@ -134,9 +143,13 @@ std::string ResponseEvents::close(const std::string& status) {
   return out;
 }
 
-std::string ResponseEvents::reasoning(const std::string& delta) { return piece(Item::Reasoning, delta); }
+std::string ResponseEvents::reasoning(const std::string& delta) {
+  return piece(Item::Reasoning, delta);
+}
 
-std::string ResponseEvents::text(const std::string& delta) { return piece(Item::Message, delta); }
+std::string ResponseEvents::text(const std::string& delta) {
+  return piece(Item::Message, delta);
+}
 
 std::string ResponseEvents::piece(Item kind, const std::string& delta) {
   if (delta.empty()) return "";
@@ -166,7 +179,8 @@ std::string ResponseEvents::finish(const std::string& finish_reason, const json&
   out += close(status);
   json r = object(status, usage);
   if (!extras.is_null()) r["canvas"] = extras;
-  return out + event({{"type", status == "completed" ? "response.completed" : "response.incomplete"}, {"response", r}});
+  return out + event({{"type", status == "completed" ? "response.completed" : "response.incomplete"},
+                      {"response", r}});
 }
 
 std::string ResponseEvents::fail(const std::string& message) {

@@ -11,7 +11,7 @@ namespace canvas::serve {
 
 // What a Response object repeats from its request.
 struct ResponseHead {
-  std::string number;              // the response's id is "resp_" + number, its items "msg_" / "rs_" + number
+  std::string number;  // the response's id is "resp_" + number, its items "msg_" / "rs_" + number
   std::string model;
   int64_t created_at = 0;
   std::string instructions;        // "": null
@@ -26,8 +26,9 @@ std::string response_status(const std::string& finish_reason);
 // A finished reply's Response object: its output is a reasoning item when the model thought aloud (a format
 // with channels), then the message with the text. `usage` (serve/openai.h usage_json) and `extras` (canvas's
 // own fields, null for none) are written as given.
-nlohmann::ordered_json response_json(const ResponseHead& head, const std::string& reasoning, const std::string& text,
-                                     const std::string& finish_reason, const nlohmann::ordered_json& usage,
+nlohmann::ordered_json response_json(const ResponseHead& head, const std::string& reasoning,
+                                     const std::string& text, const std::string& finish_reason,
+                                     const nlohmann::ordered_json& usage,
                                      const nlohmann::ordered_json& extras);
 
 // A reply's stream of events, each an SSE "event: TYPE\ndata: JSON\n\n" with its sequence_number. Each call
