@@ -19,6 +19,7 @@
 #include "io/json.h"
 #include "serve/chat_answer.h"
 #include "serve/openai.h"
+#include "serve/responses.h"
 
 namespace canvas::serve {
 
@@ -110,6 +111,7 @@ std::string body_object(const Request& req, json& out) {
 
 // What every answer to one completion request repeats (its id, model, ...) and how it is to be written.
 struct CompletionReply {
+  Endpoint endpoint = Endpoint::Completions;
   bool chat = false;
   std::string id, model_name;
   int64_t created = 0;
@@ -124,6 +126,7 @@ struct CompletionReply {
   // Chat in a format with channels (its text has special tokens written out): the message is split into
   // reasoning_content, content and tool_calls (serve/chat_answer.h). Null: the text is the content.
   const ChatFormat* channels = nullptr;
+  ResponseHead response_head;  // /v1/responses: what its Response object repeats
 };
 
 // An error of the generator in the request's words: its -n is max_tokens here.
@@ -196,8 +199,34 @@ void append_legacy_logprobs(json& to, const json& more) {
     for (const json& v : more[key]) to[key].push_back(v);
 }
 
+// canvas's own fields of an answer: how the request was decoded.
+json canvas_json(const Job& job) {
+  return json{{"mode", decode_mode_name(job.mode_used)},
+              {"mode_reason", job.mode_reason},
+              {"queue_ms", job.queued_ms},
+              {"decode_ms", job.decode_ms},
+              {"tokens", job.tokens},
+              {"finish", job.ended},
+              {"seed", job.settings.sampling.seed}};
+}
+
+// The Response object of a finished /v1/responses job: the chat's answer, its thinking apart for a format
+// with channels (tool calls are not written: a Responses request offers no tools here).
+json response_body(const CompletionReply& reply, const Job& job) {
+  std::string reasoning, text = job.text;
+  if (reply.channels) {
+    const ChatAnswer answer = chat_answer(reply.channels, job.text, job.finish_reason);
+    const json& content = answer.message["content"];
+    text = content.is_string() ? content.get<std::string>() : std::string();
+    reasoning = answer.message.value("reasoning_content", std::string());
+  }
+  return response_json(reply.response_head, reasoning, text, job.finish_reason,
+                       usage_json(reply.prompt_tokens, job, Endpoint::Responses), canvas_json(job));
+}
+
 // The non-streamed answer of a finished job.
 json completion_body(const CompletionReply& reply, const Job& job) {
+  if (reply.endpoint == Endpoint::Responses) return response_body(reply, job);
   json choice = {{"index", 0}, {"finish_reason", job.finish_reason}};
   if (reply.chat) {
     ChatAnswer answer = chat_answer(reply.channels, job.text, job.finish_reason);
@@ -222,14 +251,7 @@ json completion_body(const CompletionReply& reply, const Job& job) {
               {"model", reply.model_name},
               {"choices", json::array({choice})},
               {"usage", usage_json(reply.prompt_tokens, job)},
-              {"canvas",
-               {{"mode", decode_mode_name(job.mode_used)},
-                {"mode_reason", job.mode_reason},
-                {"queue_ms", job.queued_ms},
-                {"decode_ms", job.decode_ms},
-                {"tokens", job.tokens},
-                {"finish", job.ended},
-                {"seed", job.settings.sampling.seed}}}};
+              {"canvas", canvas_json(job)}};
 }
 
 // The canvas of a stream chunk with "canvas_draft": each position's text, null where it is masked.
@@ -410,15 +432,17 @@ class CompletionAnswer final : public LateAnswer {
         final_lps_.assign(job.logprobs.begin(), job.logprobs.begin() + known);
       }
     }
-    if (finished && !error.empty()) {
-      send(error_json(500, "generation failed: " + error));
-      out += "data: [DONE]\n\n";
-      return true;
-    }
     std::string delta;
     if (text.size() > sent_.size() && text.compare(0, sent_.size(), sent_) == 0) {
       delta = text.substr(sent_.size());
       sent_ = text;
+    }
+    if (reply_.endpoint == Endpoint::Responses)
+      return response_events(out, delta, finished, finish_reason, error);
+    if (finished && !error.empty()) {
+      send(error_json(500, "generation failed: " + error));
+      out += "data: [DONE]\n\n";
+      return true;
     }
     // The tokens whose log-probabilities go with this text: all of them at the end, else those whose text
     // has been sent (the last ones may still be held back, e.g. as the start of a stop string).
@@ -452,6 +476,31 @@ class CompletionAnswer final : public LateAnswer {
     if (reply_.chat) last["choices"][0]["delta"] = json::object();
     send(last);
     end_stream(out);
+    return true;
+  }
+
+  // next_chunks for /v1/responses: the new text (`delta`) as Responses events (serve/responses.h); for a
+  // format with channels its thinking as reasoning, its answer as the message's text.
+  bool response_events(std::string& out, const std::string& delta, bool finished,
+                       const std::string& finish_reason, const std::string& error) {
+    if (first_) out += response_events_.start();
+    first_ = false;
+    if (finished && !error.empty()) {
+      out += response_events_.fail("generation failed: " + error);
+      return true;
+    }
+    if (!reply_.channels) {
+      out += response_events_.text(delta);
+    } else if (!delta.empty() || finished) {
+      for (const json& d : channel_deltas_.next(sent_, finished)) {
+        if (d.contains("reasoning_content")) out += response_events_.reasoning(d["reasoning_content"]);
+        if (d.contains("content")) out += response_events_.text(d["content"]);
+      }
+    }
+    if (!finished) return false;
+    out +=
+        response_events_.finish(finish_reason, usage_json(reply_.prompt_tokens, *job_, Endpoint::Responses),
+                                json{{"mode", decode_mode_name(mode_)}});
     return true;
   }
 
@@ -518,6 +567,7 @@ class CompletionAnswer final : public LateAnswer {
   std::vector<TokenLogprob> final_lps_;  // theirs
   // A format with channels: what of `sent_` (the text read so far, markers included) has gone out.
   ChatDeltas channel_deltas_{reply_.channels};
+  ResponseEvents response_events_{reply_.response_head};  // /v1/responses
 };
 
 // The late answer of a handler that runs on a worker thread (/tokenize, /detokenize: a body of up to the
@@ -562,9 +612,10 @@ void log_ignored_fields(const std::vector<std::string>& fields) {
 
 // The checks a completion request passes before it is queued (the prompt, the context, the mode): ApiError
 // 400 when it fails one.
-void check_admissible(const Engine& engine, const GenerationSettings& s, int64_t P, bool chat) {
+void check_admissible(const Engine& engine, const GenerationSettings& s, int64_t P, Endpoint endpoint) {
   const ModelConfig& c = engine.model().config;
-  const char* input = chat ? "messages" : "prompt";
+  const char* input = input_field(endpoint);
+  const std::string max_tokens = max_tokens_field(endpoint);
   if (P == 0) throw ApiError(400, "the prompt encodes to no tokens", input);
   const int64_t ctx = c.context_length > 0 ? c.context_length : (int64_t(1) << 30);
   if (P >= ctx)
@@ -574,10 +625,10 @@ void check_admissible(const Engine& engine, const GenerationSettings& s, int64_t
                    input, "context_length_exceeded");
   if (P + s.max_new_tokens > ctx)
     throw ApiError(400,
-                   "the prompt (" + std::to_string(P) + " tokens) + max_tokens (" +
+                   "the prompt (" + std::to_string(P) + " tokens) + " + max_tokens + " (" +
                        std::to_string(s.max_new_tokens) + ") exceed the model's context length " +
                        std::to_string(ctx),
-                   "max_tokens", "context_length_exceeded");
+                   max_tokens, "context_length_exceeded");
   if (s.mode == DecodeMode::Diffusion && !engine.has_diffusion())
     throw ApiError(400, "this model cannot decode by diffusion (no mask token); use 'mode': 'ar'", "mode");
   if (s.mode == DecodeMode::Ar && !engine.has_ar())
@@ -607,7 +658,8 @@ void check_admissible(const Engine& engine, const GenerationSettings& s, int64_t
     const std::string message = e.what();
     const bool context = message.find("context length") != std::string::npos;
     const bool memory = message.find("of KV cache") != std::string::npos;
-    throw ApiError(400, message, context || memory ? "max_tokens" : "", context ? "context_length_exceeded" : "");
+    throw ApiError(400, message, context || memory ? max_tokens : "",
+                   context ? "context_length_exceeded" : "");
   }
 }
 
@@ -833,9 +885,14 @@ void HttpServer::routes() {
   router_.post("/tokenize", to(&HttpServer::tokenize));
   router_.post("/detokenize", to(&HttpServer::detokenize));
   router_.post("/infill", to(&HttpServer::infill));
-  router_.post("/v1/completions", [this](const Request& req, Response& res) { complete(req, res, false); });
-  router_.post("/v1/chat/completions",
-               [this](const Request& req, Response& res) { complete(req, res, true); });
+  for (const auto& [path, endpoint] :
+       {std::pair<const char*, Endpoint>{"/v1/completions", Endpoint::Completions},
+        {"/v1/chat/completions", Endpoint::ChatCompletions},
+        {"/v1/responses", Endpoint::Responses}})
+    router_.post(path, [this, endpoint = endpoint](const Request& req, Response& res) {
+      complete(req, res, endpoint);
+    });
+  router_.post("/v1/embeddings", to(&HttpServer::embeddings));
   // Encoding a body of up to the limit may take a while: off the event loop.
   slow_paths_ = {"/tokenize", "/detokenize"};
 }
@@ -1031,11 +1088,13 @@ void HttpServer::page(const Request&, Response& res) {
   res.set_content(web_page_html(), "text/html; charset=utf-8");
 }
 
-void HttpServer::complete(const Request& req, Response& res, bool chat) {
+void HttpServer::complete(const Request& req, Response& res, Endpoint endpoint) {
   if (!served()) return send_unavailable(res, "the model is still loading");
+  const bool chat = endpoint != Endpoint::Completions;
   ApiRequest r;
   try {
-    r = parse_api_request(req.body, chat, SchemaCompile::Later);  // compiled on a worker, not on this loop
+    r = parse_api_request(req.body, endpoint,
+                          SchemaCompile::Later);  // compiled on a worker, not on this loop
   } catch (const ApiError& e) {
     return send_error(res, e.status, e.what(), e.param, e.code);
   }
@@ -1069,12 +1128,23 @@ void HttpServer::complete(const Request& req, Response& res, bool chat) {
   job->settings = s;
   job->model = served_model->id;
   CompletionReply reply;
+  reply.endpoint = endpoint;
   reply.chat = chat;
   if (channels) reply.channels = format;
-  reply.id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
+  const std::string number = std::to_string(next_id++);
+  reply.id = std::string(chat ? "chatcmpl-" : "cmpl-") + number;
   reply.created = int64_t(std::time(nullptr));
   // The answer names the model as the request did (a single-model server accepts any name), else its id.
   reply.model_name = r.model.empty() ? served_model->id : r.model;
+  if (endpoint == Endpoint::Responses) {
+    reply.response_head = {number,
+                           reply.model_name,
+                           reply.created,
+                           r.instructions,
+                           s.max_new_tokens > 0 ? s.max_new_tokens : -1,
+                           s.sampling.temperature,
+                           s.sampling.top_p};
+  }
   reply.draft = r.canvas_draft;
   reply.include_usage = r.include_usage;
   reply.logprobs = r.logprobs;
@@ -1105,7 +1175,7 @@ void HttpServer::complete(const Request& req, Response& res, bool chat) {
   // A job refused there is answered through its Finished event.
   if (!chat && s.text.size() <= kPromptEncodedOnTheLoop) {
     try {
-      admit(*engine, job, chat);
+      admit(*engine, job, endpoint);
     } catch (const ApiError& e) {
       untrack(job);
       res.late = nullptr;
@@ -1114,13 +1184,32 @@ void HttpServer::complete(const Request& req, Response& res, bool chat) {
     }
     return;
   }
-  workers_->post([this, engine, job, chat] {
+  workers_->post([this, engine, job, endpoint] {
     try {
-      admit(*engine, job, chat);
+      admit(*engine, job, endpoint);
     } catch (...) {
       refuse(*job, std::current_exception());
     }
   });
+}
+
+// canvas's models are generative: none has an embedding head, and a pooled hidden state of a diffusion
+// decoder is not an embedding any retrieval was measured with. A clear 400 (not a 404, and not a 5xx that
+// clients would retry) names the model, after the body and the model name are checked as elsewhere.
+void HttpServer::embeddings(const Request& req, Response& res) {
+  if (!served()) return send_unavailable(res, "the model is still loading");
+  json body;
+  if (const std::string e = body_object(req, body); !e.empty()) return send_error(res, 400, e);
+  if (body.contains("model") && !body["model"].is_string() && !body["model"].is_null())
+    return send_error(res, 400, "'model' must be a string", "model");
+  const std::string name =
+      body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>() : "";
+  const ServedModel* m = model_for(served(), name, false, res);
+  if (!m) return;
+  send_error(res, 400,
+             "the model '" + m->id + "' (" + m->engine->model().config.arch +
+                 ") is a generative model with no embedding head; canvas serve does not compute embeddings",
+             "model", "embeddings_not_supported");
 }
 
 void HttpServer::compile_then_submit(Engine& engine, const std::shared_ptr<Job>& job,
@@ -1146,16 +1235,16 @@ void HttpServer::refuse(Job& job, std::exception_ptr why) {
   if (job.listener) job.listener(JobEvent::Finished);
 }
 
-void HttpServer::admit(Engine& engine, const std::shared_ptr<Job>& job, bool chat) {
+void HttpServer::admit(Engine& engine, const std::shared_ptr<Job>& job, Endpoint endpoint) {
   std::vector<int32_t> prompt;
   try {
     prompt = engine.generator().prompt_of(job->settings);
   } catch (const ChatTemplateTooLong& e) {  // a conversation that cannot fit the context
-    throw ApiError(400, e.what(), "messages", "context_length_exceeded");
+    throw ApiError(400, e.what(), input_field(endpoint), "context_length_exceeded");
   } catch (const std::exception& e) {
-    throw ApiError(400, std::string("cannot tokenize the prompt: ") + e.what(), chat ? "messages" : "prompt");
+    throw ApiError(400, std::string("cannot tokenize the prompt: ") + e.what(), input_field(endpoint));
   }
-  check_admissible(engine, job->settings, int64_t(prompt.size()), chat);
+  check_admissible(engine, job->settings, int64_t(prompt.size()), endpoint);
   job->prompt = std::move(prompt);
   if (!submit(engine, job)) throw refusal(engine);
 }

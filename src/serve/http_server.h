@@ -69,9 +69,11 @@ class HttpServer {
   void detokenize(const Request& req, Response& res);
   void infill(const Request& req, Response& res);
   void metrics(const Request& req, Response& res);  // Prometheus text
-  // /v1/completions and /v1/chat/completions: checks, hands the request to its engine, answers late
-  // (streamed or not).
-  void complete(const Request& req, Response& res, bool chat);
+  // /v1/completions, /v1/chat/completions and /v1/responses: checks, hands the request to its engine,
+  // answers late (streamed or not).
+  void complete(const Request& req, Response& res, Endpoint endpoint);
+  // /v1/embeddings: a 400 naming the model, which has no embedding head (canvas's models are generative).
+  void embeddings(const Request& req, Response& res);
   // Every request on the event loop: the gate, then its route's handler (or a worker, for the handlers
   // that may take long).
   void handle(const Request& req, Response& res);
@@ -89,7 +91,7 @@ class HttpServer {
   // refusal() is the 503 to answer).
   bool submit(Engine& engine, const std::shared_ptr<Job>& job);
   // Encodes a completion's prompt, checks it (ApiError 400) and submits the job (ApiError 503: refusal()).
-  void admit(Engine& engine, const std::shared_ptr<Job>& job, bool chat);
+  void admit(Engine& engine, const std::shared_ptr<Job>& job, Endpoint endpoint);
   ApiError refusal(const Engine& engine) const;
   // Compiles a request's response_format schema on a worker (a pattern's automaton may take up to its work
   // budget), then queues the job; a schema that does not compile, or a full queue, is the job's answer.

@@ -59,15 +59,19 @@ std::string get_string(const json& v, const std::string& field) {
   return v.get<std::string>();
 }
 
-// Message content: a string, or an array of {"type": "text", "text": ...} parts.
+// Message content: a string, or an array of text parts: {"type": "text", "text": ...} (chat completions), or
+// input_text / output_text (the Responses API's parts of a user's and of an earlier assistant's message).
 std::string content_text(const json& v, const std::string& field) {
   if (v.is_string()) return v.get<std::string>();
   if (!v.is_array()) throw bad(field, "'" + field + "' must be a string or an array of text parts");
   std::string text;
   for (const json& part : v) {
-    if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
-        !part["text"].is_string())
-      throw bad(field, "'" + field + "' parts must be {\"type\": \"text\", \"text\": \"...\"}");
+    const bool text_type =
+        part.is_object() && part.contains("type") &&
+        (part["type"] == "text" || part["type"] == "input_text" || part["type"] == "output_text");
+    if (!text_type || !part.contains("text") || !part["text"].is_string())
+      throw bad(field,
+                "'" + field + "' parts must be {\"type\": \"text\" (or \"input_text\"), \"text\": \"...\"}");
     text += part["text"].get<std::string>();
   }
   return text;
@@ -149,6 +153,42 @@ ChatMessage parse_message(const json& m, const std::string& field) {
   return msg;
 }
 
+// reasoning_effort (chat), reasoning.effort (responses): OpenAI's levels.
+std::string reasoning_effort_of(const json& value, const std::string& field) {
+  const std::string effort = get_string(value, field);
+  if (effort != "none" && effort != "minimal" && effort != "low" && effort != "medium" && effort != "high" &&
+      effort != "xhigh")
+    throw bad(field, "'" + field + "' must be none, minimal, low, medium, high or xhigh");
+  return effort;
+}
+
+ChatMessage text_message(const std::string& role, const std::string& text) {
+  ChatMessage m;
+  m.role = role;
+  m.content = text;
+  return m;
+}
+
+// /v1/responses' input: a string (one user message) or a list of message items ({"type": "message"} or no
+// type; role and content as chat's, content parts input_text / output_text). Other items (function calls,
+// their outputs, reasoning) are a 400 naming the item: canvas keeps no tools or earlier responses here.
+void parse_responses_input(const json& value, std::vector<ChatMessage>& messages) {
+  if (value.is_string()) {
+    messages.push_back(text_message("user", value.get<std::string>()));
+    return;
+  }
+  if (!value.is_array() || value.empty())
+    throw bad("input", "'input' must be a string or a non-empty array of messages");
+  for (size_t i = 0; i < value.size(); ++i) {
+    const json& item = value[i];
+    const std::string field = "input[" + std::to_string(i) + "]";
+    if (item.is_object() && item.contains("type") && item["type"] != "message")
+      throw bad(field + ".type", "'" + field + ".type' must be message (got " + item["type"].dump() +
+                                     "); other input items are not supported");
+    messages.push_back(parse_message(item, field));
+  }
+}
+
 // chat_template_kwargs: {"enable_thinking": bool} reaches the template; other keys are ignored (logged).
 void parse_template_kwargs(const json& value, ApiRequest& r) {
   if (!value.is_object()) throw bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
@@ -170,7 +210,18 @@ std::shared_ptr<const JsonTemplate> compile_response_format(const nlohmann::orde
   }
 }
 
-ApiRequest parse_api_request(const std::string& body, bool chat, SchemaCompile schema_compile) {
+const char* input_field(Endpoint endpoint) {
+  return endpoint == Endpoint::Completions       ? "prompt"
+         : endpoint == Endpoint::ChatCompletions ? "messages"
+                                                 : "input";
+}
+
+const char* max_tokens_field(Endpoint endpoint) {
+  return endpoint == Endpoint::Responses ? "max_output_tokens" : "max_tokens";
+}
+
+ApiRequest parse_api_request(const std::string& body, Endpoint endpoint, SchemaCompile schema_compile) {
+  const bool chat = endpoint != Endpoint::Completions;
   json root;
   try {
     // Depth-checked before parsing (io/json.h): a body nested thousands deep is a 400, not a stack overflow.
@@ -180,13 +231,29 @@ ApiRequest parse_api_request(const std::string& body, bool chat, SchemaCompile s
   }
   if (!root.is_object()) throw ApiError(400, "the request body must be a JSON object");
   ApiRequest r;
+  r.endpoint = endpoint;
   r.chat = chat;
+  // The fields each endpoint reads: those of every endpoint (OpenAI's sampling fields and canvas's decoding
+  // ones), those of the two completion endpoints, and each one's own. The Responses API names some fields as
+  // chat does with another shape (tools, text, stream_options): they are not read there.
+  // clang-format off
   static const std::set<std::string> common = {
-      "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "stream", "stream_options", "user",
-      "frequency_penalty", "presence_penalty", "steps", "block_length", "threshold", "entropy_bound", "cache",
-      "mode", "canvas_draft", "repeat_penalty", "draft_length", "draft_steps", "draft_lookup", "draft_lookup_length",
-      "draft_tree", "draft_tree_depth", "overlap", "response_format", "logit_bias", "tools", "tool_choice", "parallel_tool_calls", "metadata", "store",
-      "service_tier", "parse_special", "logprobs", "ignore_eos"};
+      "model", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stream", "user", "steps",
+      "block_length", "threshold", "entropy_bound", "cache", "mode", "repeat_penalty", "draft_length",
+      "draft_steps", "draft_lookup", "draft_lookup_length", "draft_tree", "draft_tree_depth", "overlap",
+      "metadata", "store", "service_tier", "parse_special", "ignore_eos"};
+  static const std::set<std::string> completions = {
+      "max_tokens", "n", "stream_options", "frequency_penalty", "presence_penalty", "canvas_draft",
+      "response_format", "logit_bias", "tools", "tool_choice", "parallel_tool_calls", "logprobs"};
+  // clang-format on
+  static const std::set<std::string> own[] = {
+      {"prompt", "suffix", "echo"},
+      {"messages", "max_completion_tokens", "top_logprobs", "chat_template_kwargs", "reasoning_effort"},
+      {"input", "instructions", "max_output_tokens", "reasoning", "chat_template_kwargs"}};
+  auto reads = [&](const std::string& key) {
+    return common.count(key) || own[int(endpoint)].count(key) ||
+           (endpoint != Endpoint::Responses && completions.count(key));
+  };
   bool has_input = false;
   // Without max_tokens a reply runs to the end of its turn (or the context), as OpenAI's API does.
   r.settings.to_end_of_turn = true;
@@ -196,15 +263,12 @@ ApiRequest parse_api_request(const std::string& body, bool chat, SchemaCompile s
   // A value of a type the code below did not expect is the client's error (400 naming the field), never
   // a 500 with the JSON library's text.
   for (const auto& [key, value] : root.items()) try {
-    if (!common.count(key) &&
-        !(chat ? (key == "messages" || key == "max_completion_tokens" || key == "top_logprobs" ||
-                  key == "chat_template_kwargs" || key == "reasoning_effort")
-               : (key == "prompt" || key == "suffix" || key == "echo"))) {
-      // A field canvas does not know (a newer API's, another server's, ...) is ignored,
-      // as llama-server does; the server logs it once.
-      r.ignored.push_back(key);
-      continue;
-    }
+      if (!reads(key)) {
+        // A field canvas does not know (a newer API's, another server's, ...) is ignored,
+        // as llama-server does; the server logs it once.
+        r.ignored.push_back(key);
+        continue;
+      }
     if (value.is_null()) continue;  // null means "not set", as OpenAI reads it
     if (key == "model") {
       r.model = get_string(value, key);
@@ -222,7 +286,16 @@ ApiRequest parse_api_request(const std::string& body, bool chat, SchemaCompile s
       for (size_t i = 0; i < value.size(); ++i)
         r.messages.push_back(parse_message(value[i], "messages[" + std::to_string(i) + "]"));
       has_input = true;
-    } else if (key == "max_tokens" || key == "max_completion_tokens") {
+    } else if (key == "input") {
+      parse_responses_input(value, r.messages);
+      has_input = true;
+    } else if (key == "instructions") {
+      r.instructions = get_string(value, key);
+    } else if (key == "reasoning") {  // /v1/responses: {"effort": ...}; its summary options mean nothing here
+      if (!value.is_object()) throw bad(key, "'reasoning' must be an object");
+      if (value.contains("effort") && !value["effort"].is_null())
+        reasoning_effort = reasoning_effort_of(value["effort"], "reasoning.effort");
+    } else if (key == "max_tokens" || key == "max_completion_tokens" || key == "max_output_tokens") {
       s.max_new_tokens = get_int(value, key, 1, 1 << 20);
     } else if (key == "temperature") {
       const double t = get_number(value, key);
@@ -356,10 +429,7 @@ ApiRequest parse_api_request(const std::string& body, bool chat, SchemaCompile s
     } else if (key == "chat_template_kwargs") {
       parse_template_kwargs(value, r);
     } else if (key == "reasoning_effort") {
-      reasoning_effort = get_string(value, key);
-      if (reasoning_effort != "none" && reasoning_effort != "minimal" && reasoning_effort != "low" &&
-          reasoning_effort != "medium" && reasoning_effort != "high" && reasoning_effort != "xhigh")
-        throw bad(key, "'reasoning_effort' must be none, minimal, low, medium, high or xhigh");
+      reasoning_effort = reasoning_effort_of(value, key);
     } else if (key == "metadata" || key == "store" || key == "service_tier") {
       // OpenAI's bookkeeping: nothing to do here.
     } else if (key == "logprobs") {
@@ -396,19 +466,31 @@ ApiRequest parse_api_request(const std::string& body, bool chat, SchemaCompile s
   if (chat && r.tools.is_array() && !r.tools.empty() && r.tool_choice != "none")
     // The tools in the client's member order (a template writes their parameters in it).
     r.chat_extras.tools = parse_json_ordered(body, "the request body")["tools"];
-  if (!has_input) throw bad(chat ? "messages" : "prompt", chat ? "'messages' is required" : "'prompt' is required");
+  // The Responses API's instructions come before the input, as a system message.
+  if (!r.instructions.empty()) r.messages.insert(r.messages.begin(), text_message("system", r.instructions));
+  if (!has_input)
+    throw bad(input_field(endpoint), std::string("'") + input_field(endpoint) + "' is required");
   if (r.include_usage && !r.stream) throw bad("stream_options", "'stream_options' is only allowed with 'stream': true");
   return r;
 }
 
-json usage_json(int64_t prompt_tokens, const Job& job) {
+json usage_json(int64_t prompt_tokens, const Job& job, Endpoint endpoint) {
   const double tokens_per_forward = job.passes > 0 ? double(job.completion_tokens) / double(job.passes) : 0.0;
-  return json{{"prompt_tokens", prompt_tokens},
-              {"completion_tokens", job.completion_tokens},
-              {"total_tokens", prompt_tokens + job.completion_tokens},
-              {"forward_passes", job.passes},
-              {"tokens_per_forward", tokens_per_forward},
-              {"tokens_per_pass", tokens_per_forward}};  // the older name, kept for clients that read it
+  const int64_t total = prompt_tokens + job.completion_tokens;
+  json usage =
+      endpoint == Endpoint::Responses
+          ? json{{"input_tokens", prompt_tokens},
+                 {"input_tokens_details", {{"cached_tokens", 0}, {"cache_write_tokens", 0}}},
+                 {"output_tokens", job.completion_tokens},
+                 {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                 {"total_tokens", total}}
+          : json{{"prompt_tokens", prompt_tokens},
+                 {"completion_tokens", job.completion_tokens},
+                 {"total_tokens", total},
+                 {"tokens_per_pass", tokens_per_forward}};  // the older name, kept for clients that read it
+  usage["forward_passes"] = job.passes;
+  usage["tokens_per_forward"] = tokens_per_forward;
+  return usage;
 }
 
 }  // namespace canvas::serve

@@ -25,11 +25,20 @@ nlohmann::json error_json(int status, const std::string& message, const std::str
 
 using canvas::ChatMessage;
 
+// The endpoint a request body came to: they share the sampling fields and differ in how the input and the
+// length cap are named (prompt / messages / input; max_tokens / max_output_tokens).
+enum class Endpoint { Completions, ChatCompletions, Responses };
+// The field of an endpoint that holds the input, and the one that caps the reply's length (for errors).
+const char* input_field(Endpoint endpoint);
+const char* max_tokens_field(Endpoint endpoint);
+
 struct ApiRequest {
-  bool chat = false;
+  Endpoint endpoint = Endpoint::Completions;
+  bool chat = false;  // the input is messages (/v1/chat/completions, /v1/responses)
   std::string model;
   std::string prompt;                 // /v1/completions
-  std::vector<ChatMessage> messages;  // /v1/chat/completions
+  std::vector<ChatMessage> messages;  // /v1/chat/completions; /v1/responses' instructions and input
+  std::string instructions;           // /v1/responses: its first message's (system) text, echoed back
   GenerationSettings settings;
   bool seed_given = false;            // else settings.sampling.seed is a fresh random one
   bool stream = false, include_usage = false;
@@ -59,14 +68,22 @@ struct ApiRequest {
 enum class SchemaCompile { Now, Later };
 
 // Parses a request body. Wrong types, out-of-range values, n != 1: ApiError 400. Unknown fields are
-// ignored (ApiRequest::ignored), as llama-server does.
-ApiRequest parse_api_request(const std::string& body, bool chat, SchemaCompile schema = SchemaCompile::Now);
+// ignored (ApiRequest::ignored), as llama-server does; so are the Responses API's fields that canvas has no
+// use for (tools, text, include, previous_response_id, ...).
+ApiRequest parse_api_request(const std::string& body, Endpoint endpoint,
+                             SchemaCompile schema = SchemaCompile::Now);
+inline ApiRequest parse_api_request(const std::string& body, bool chat,
+                                    SchemaCompile schema = SchemaCompile::Now) {
+  return parse_api_request(body, chat ? Endpoint::ChatCompletions : Endpoint::Completions, schema);
+}
 
 // response_format's schema as the template the generator fills; a schema it cannot compile (its size, its
 // nesting, a pattern past the compile budget) is an ApiError 400 naming response_format.
 std::shared_ptr<const JsonTemplate> compile_response_format(const nlohmann::ordered_json& schema);
 
-// Usage with canvas's extras: forward_passes and tokens_per_forward (also as tokens_per_pass, its older name).
-nlohmann::json usage_json(int64_t prompt_tokens, const Job& job);
+// Usage with canvas's extras: forward_passes and tokens_per_forward (also as tokens_per_pass, its older
+// name). The Responses API names the counts input_tokens and output_tokens, with their details
+// (reasoning_tokens 0: the thinking of a format with channels is not counted apart).
+nlohmann::json usage_json(int64_t prompt_tokens, const Job& job, Endpoint endpoint = Endpoint::Completions);
 
 }  // namespace canvas::serve

@@ -1,12 +1,15 @@
 # canvas serve through the official `openai` Python client: models, completions and chat, streamed and not,
-# determinism, concurrent clients, logprobs, json_schema output and errors in OpenAI's shape.
+# determinism, concurrent clients, logprobs, json_schema output, errors in OpenAI's shape, the Responses API
+# (whole and streamed) and the embeddings refusal.
 # Run by run_tests.sh (ctest ServeCli.OpenaiPythonClient), which starts the server and sets CANVAS_SERVE_URL.
 import concurrent.futures
 import json
 import os
 
 import openai
+import pydantic
 import pytest
+from openai.types.responses import Response, ResponseStreamEvent
 
 BASE = os.environ.get("CANVAS_SERVE_URL")
 
@@ -176,3 +179,48 @@ def test_without_max_tokens_a_reply_runs_to_its_end(client):
     r = client.chat.completions.create(model="canvas", messages=[{"role": "user", "content": "And God said"}],
                                        extra_body={"mode": "ar", "ignore_eos": True})
     assert r.usage.completion_tokens > 64
+
+
+def test_responses_whole_and_streamed(client):
+    """client.responses.create, whole and with stream=True: the Response object and the typed events parse,
+    and the stream's deltas add up to the whole answer's output_text."""
+    body = dict(model="canvas", input="And God said", instructions="Be brief.", max_output_tokens=12, temperature=0,
+                extra_body={"mode": "ar", "seed": 1})
+    raw = client.responses.with_raw_response.create(**body)
+    whole = Response.model_validate(raw.http_response.json())  # strictly: every field the type requires
+    assert whole.object == "response" and whole.id.startswith("resp_")
+    assert whole.status in ("completed", "incomplete")
+    assert whole.instructions == "Be brief."
+    (message,) = whole.output
+    assert message.type == "message" and message.role == "assistant"
+    assert message.content[0].type == "output_text"
+    assert whole.output_text and whole.output_text == message.content[0].text
+    assert whole.usage.total_tokens == whole.usage.input_tokens + whole.usage.output_tokens
+    types, text, final = [], "", None
+    for event in client.responses.create(**body, stream=True):
+        types.append(event.type)
+        pydantic.TypeAdapter(ResponseStreamEvent).validate_python(event.to_dict())
+        if event.type == "response.output_text.delta":
+            text += event.delta
+        if event.type in ("response.completed", "response.incomplete"):
+            final = event.response
+    assert types[0] == "response.created" and types[-1] in ("response.completed", "response.incomplete")
+    assert "response.output_item.added" in types and "response.content_part.done" in types
+    assert text == whole.output_text
+    assert final.output_text == whole.output_text and final.status == whole.status
+
+
+def test_responses_with_messages_and_the_length_cap(client):
+    r = client.responses.create(
+        model="gpt-4o", max_output_tokens=3,
+        input=[{"role": "user", "content": [{"type": "input_text", "text": "And God said"}]}],
+        extra_body={"mode": "ar", "ignore_eos": True})
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+    assert r.usage.output_tokens == 3 and r.model == "gpt-4o"
+
+
+def test_embeddings_say_the_model_has_none(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.embeddings.create(model="canvas", input="And God said")
+    assert e.value.status_code == 400 and e.value.code == "embeddings_not_supported"
+    assert "no embedding head" in e.value.message
