@@ -201,7 +201,7 @@ TEST(CliGenerate, VisualFrameFirstThenTheText) {
       ASSERT_NE(entered, std::string::npos) << tty;
       ASSERT_NE(left, std::string::npos) << tty;
       // The stats line is the last thing on stderr; the text is printed between leaving and it.
-      const size_t stats = tty.find("new tokens", left);
+      const size_t stats = tty.find(" tokens/s]", left);
       ASSERT_NE(stats, std::string::npos) << tty;
       const std::string between = tty.substr(left + 8, stats - left - 8);
       EXPECT_TRUE(std::any_of(between.begin(), between.end(), [](char ch) { return std::isalpha((unsigned char)ch); }))
@@ -320,9 +320,9 @@ TEST(CliGenerate, StopStringEndsTheTextAndTheGeneration) {
   EXPECT_EQ(text_of(stopped.output), expected);
   EXPECT_LT(json_count(stopped.output), json_count(full.output))
       << "generation went on after the stop string";
-  // Streamed: the same text, nothing of the stop string.
+  // Streamed: the same text, nothing of the stop string (stdout alone: byte for byte).
   const auto streamed = run_canvas(base + " --stop '" + stop + "'", false);
-  EXPECT_EQ(streamed.output, expected + "\n");
+  EXPECT_EQ(streamed.output, expected);
 }
 
 TEST(CliGenerate, MinPAndRepeatPenaltyShapeSampling) {
@@ -353,8 +353,8 @@ TEST(CliGenerate, RandomSeedIsReportedAndReproduces) {
   const auto again = run_canvas(base + " --json -s " + std::to_string(seed_a), false);
   EXPECT_EQ(json_tokens(again.output), json_tokens(a.output));
   EXPECT_EQ(reported_seed(again.output), seed_a);
-  // The stats line names it too.
-  const auto stats = run_canvas(base + " -s 77");
+  // The full stats line names it too.
+  const auto stats = run_canvas(base + " -s 77 --verbose");
   EXPECT_TRUE(has(stats.output, "seed 77,")) << stats.output;
 }
 
@@ -384,7 +384,7 @@ TEST(CliChat, SystemPromptAndDroppedTurns) {
       lines_file(dir, "In the beginning\nAnd God said\nLet there be light\nAnd there was light\n");
   // The shipped text model has a context of 128 tokens: the third exchange no longer fits.
   const auto r = run_canvas("chat -m " + test::source_path("models/text-masked.gguf") +
-                            " -n 8 -t 1 --system 'You answer briefly.' < " + input);
+                            " -n 8 -t 1 --verbose --system 'You answer briefly.' < " + input);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r.output, "models/text-masked.gguf")) << r.output;
   EXPECT_TRUE(has(r.output, "masked diffusion decoding")) << r.output;
@@ -407,13 +407,13 @@ TEST(CliChat, FormatFromTheModelsChatTemplate) {
       "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
       "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}");
   const std::string hello = " < " + lines_file(dir, "hello\n");
-  const auto own = run_canvas("chat -m " + chatml + " -n 4 -t 1" + hello);
+  const auto own = run_canvas("chat -m " + chatml + " -n 4 -t 1 -v" + hello);
   ASSERT_EQ(own.exit_code, 0) << own.output;
   EXPECT_TRUE(has(own.output, "format the model's (tokenizer.chat_template)")) << own.output;
   EXPECT_TRUE(has(own.output, "masked diffusion decoding")) << own.output;
   // The rendered prompt is the template's text: "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
   // in tiny-dream's byte-level tokens, the same count as the built-in chatml format gives.
-  const auto builtin = run_canvas("chat -m " + chatml + " --template chatml -n 4 -t 1" + hello);
+  const auto builtin = run_canvas("chat -m " + chatml + " --template chatml -n 4 -t 1 -v" + hello);
   EXPECT_TRUE(has(builtin.output, "format chatml (--template)")) << builtin.output;
   std::smatch m1, m2;
   ASSERT_TRUE(std::regex_search(own.output, m1, std::regex("prompt (\\d+) tokens"))) << own.output;
@@ -703,8 +703,8 @@ TEST(CliChat, ThinkSetsTheTemplatesSwitch) {
       "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if enable_thinking %} think step by step, then check every step twice before you answer{% endif %}"
       "{{ '<|channel>thought\\n<channel|>' if not enable_thinking | default(false) }}");
   const std::string hello = " < " + lines_file(dir, "hello\n");
-  const auto plain = run_canvas("chat -m " + switched + " -n 4 -t 1" + hello);
-  const auto thinking = run_canvas("chat -m " + switched + " --think -n 4 -t 1" + hello);
+  const auto plain = run_canvas("chat -m " + switched + " -n 4 -t 1 -v" + hello);
+  const auto thinking = run_canvas("chat -m " + switched + " --think -n 4 -t 1 -v" + hello);
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   ASSERT_EQ(thinking.exit_code, 0) << thinking.output;
   std::smatch m1, m2;
@@ -725,7 +725,7 @@ TEST(CliChat, SlashCommandsSaveLoadAndHelp) {
   const std::string input = dir.path("input.txt");
   std::ofstream(input) << "/help\n/system Be brief.\nIn the beginning\n/save " + saved + "\n/bogus\n/reset\n/load " +
                               saved + "\n/exit\nnever read\n";
-  const auto r = test::run_canvas("chat -m " + test::source_path("models/text-masked.gguf") + " -n 4 -t 1 < " + input);
+  const auto r = test::run_canvas("chat -m " + test::source_path("models/text-masked.gguf") + " -n 4 -t 1 -v < " + input);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n') > 0, true);
   EXPECT_NE(r.output.find("[system prompt set]"), std::string::npos) << r.output;
@@ -765,7 +765,7 @@ TEST(CliChat, InterruptEndsTheReplyNotTheChat) {
     const std::string model = test::source_path("models/text-dg.gguf");
     // Seed 2: a reply that runs to the 3,000-token limit (several seconds), so the interrupt lands inside it.
     execl(CANVAS_BINARY, CANVAS_BINARY, "chat", "-m", model.c_str(), "-n", "3000", "-t", "1", "-s", "2",
-          static_cast<char*>(nullptr));
+          "--verbose", static_cast<char*>(nullptr));
     _exit(127);
   }
   close(in[0]);

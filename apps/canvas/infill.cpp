@@ -43,7 +43,7 @@ int run_infill(const Args& args, const TextModel& m, GenerationRequest request) 
     return 0;
   }
   std::cout << (schema_mode ? out.text : sanitize_utf8(out.text)) << std::endl;
-  std::fprintf(stderr, "%s\n", infill_stats_line(out, pool->size()).c_str());
+  if (!args.has("quiet")) std::fprintf(stderr, "%s\n", infill_stats_line(out, pool->size()).c_str());
   return 0;
 }
 
