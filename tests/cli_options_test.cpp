@@ -211,8 +211,8 @@ TEST(CliGenerate, VisualFrameFirstThenTheText) {
 }
 
 // --visual a person can watch: each frame stays at least --visual-delay ms (default 50) on the alternate
-// screen, and the final frame is left on the normal screen when the view closes.
-TEST(CliGenerate, VisualFramesStayOnScreenAndTheLastOneRemains) {
+// screen; when the view closes nothing of it stays, and the text follows once (as it does piped).
+TEST(CliGenerate, VisualFramesStayOnScreenAndTheTextFollowsOnce) {
   test::TempDir dir;
   const std::string log = dir.path("tty.log");
   auto run = [&](const std::string& extra, double* seconds) {
@@ -232,7 +232,19 @@ TEST(CliGenerate, VisualFramesStayOnScreenAndTheLastOneRemains) {
   EXPECT_GE(paced, 0.05 * double(frames)) << frames << " frames";
   const size_t left = tty.rfind("\x1b[?1049l");
   ASSERT_NE(left, std::string::npos) << tty;
-  EXPECT_NE(tty.find("In the beginning", left), std::string::npos) << "no final frame after the view: " << tty.substr(left);
+  const std::string after = tty.substr(left);
+  EXPECT_EQ(after.find("passes]"), std::string::npos) << "a frame after the view: " << after;
+  // The same run's text (the seed is given) up to its first non-ASCII byte (the JSON has U+FFFD where
+  // stdout has the model's bytes), with the terminal's line ends.
+  std::string text = test::json_of(run_canvas("generate -m " + llada() +
+                                              " -p 'In the beginning' -n 16 --block-length 8 -s 1 -t 1 --json",
+                                              false).output)["text"];
+  text.erase(std::find_if(text.begin(), text.end(), [](char ch) { return (unsigned char)ch >= 0x80; }), text.end());
+  ASSERT_FALSE(text.empty());
+  for (size_t at = text.find('\n'); at != std::string::npos; at = text.find('\n', at + 2)) text.insert(at, "\r");
+  const size_t once = after.find(text);
+  EXPECT_NE(once, std::string::npos) << after;
+  EXPECT_EQ(after.find(text, once + 1), std::string::npos) << "the text twice: " << after;
   run(" --visual-delay 0", &fast);
   EXPECT_LT(fast, paced);
 }
@@ -467,11 +479,39 @@ TEST(CliVisual, OnlyOnATerminalWithControlCharactersEscaped) {
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   const std::string tty = test::read_text(log);
   EXPECT_TRUE(has(tty, "\x1b[?1049h")) << tty;  // the alternate screen
-  EXPECT_TRUE(has(tty, "[block 0 step 0")) << tty;
+  EXPECT_TRUE(has(tty, "[diffusion: block 0 step 0")) << tty;
   for (unsigned char ch : tty)
     EXPECT_TRUE(ch >= 0x20 || ch == 0x1b || ch == '\n' || ch == '\r') << "raw control byte " << int(ch);
   const auto bad = run_canvas("generate -m " + llada() + " -p hi --visual-delay -5");
   EXPECT_TRUE(has(bad.output, "--visual-delay must be between")) << bad.output;
+}
+
+// The view's header names the mode (verify and AR have no blocks to count), the prompt has a style of its
+// own (cyan, not the drafts' dim), and a chat's turn is drawn on its own line with the reply below it.
+TEST(CliVisual, HeaderNamesTheModeAndAChatTurnStandsApart) {
+  test::TempDir dir;
+  const std::string log = dir.path("tty.log");
+  auto in_terminal = [&](const std::string& args) {
+    const std::string cmd = "script -qec \"" + std::string(CANVAS_BINARY) + " " + args + " >/dev/null\" " + log +
+                            " >/dev/null 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    return test::read_text(log);
+  };
+  const std::string cyan = "\x1b[36m";
+  const std::string verify = in_terminal("generate -m " + test::fixture("tiny-diffusion-gemma") +
+                                         " -p hello -n 12 --mode verify -s 3 -t 1 --visual --visual-delay 0");
+  EXPECT_TRUE(has(verify, "[verify: ")) << verify;
+  EXPECT_FALSE(has(verify, "[block ")) << verify;
+  EXPECT_TRUE(has(verify, cyan + "hello\x1b[0m")) << verify;
+  const std::string ar = in_terminal("generate -m " + test::source_path("models/text-ar.gguf") +
+                                     " -p 'And God' -n 4 -t 1 --visual --visual-delay 0");
+  EXPECT_TRUE(has(ar, "[ar: 4 tokens, ")) << ar;
+  std::ofstream(dir.path("in.txt")) << "In the beginning\n";
+  const std::string chat = in_terminal("chat -m " + test::source_path("models/text-masked.gguf") +
+                                       " -n 8 -t 1 --visual --visual-delay 0 < " + dir.path("in.txt"));
+  EXPECT_TRUE(has(chat, "[diffusion: block 0 step 0")) << chat;
+  // The turn, then a line end (the terminal's \r\n) before the reply's first position.
+  EXPECT_TRUE(has(chat, cyan + "In the beginning\r\n\x1b[0m")) << chat;
 }
 
 // cmake --install puts the binary, the default models and the bash completion in a prefix; the binary

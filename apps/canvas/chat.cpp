@@ -159,8 +159,6 @@ int cmd_chat(int argc, char** argv) {
                  m.path.c_str());
 
   TerminalOutput output(args, m, "", false);
-  output.attach(request);
-  const bool streamed = bool(request.on_text);
   const bool interactive = isatty(STDIN_FILENO);
   LineEditor editor(STDIN_FILENO, STDERR_FILENO);  // line editing and history on a terminal
 
@@ -199,9 +197,10 @@ int cmd_chat(int argc, char** argv) {
     if (fitted.dropped > 0)
       std::fprintf(stderr, "[the conversation outgrew the context of %lld tokens: dropped the %lld oldest turn%s]\n",
                    (long long)c.context_length, (long long)fitted.dropped, fitted.dropped == 1 ? "" : "s");
+    output.attach(turn, generator);  // this turn's mode and line for --visual
     ChannelPrinter printer(isatty(STDOUT_FILENO));
     std::string so_far;
-    if (channels && streamed)
+    if (channels && turn.on_text)
       turn.on_text = [&](const std::string& chunk) {
         so_far += chunk;
         printer.update(so_far, true);

@@ -105,10 +105,11 @@ std::vector<Option> decoding_options() {
                              "counts (verify's drafts kept, diffusion's steps per canvas), why auto chose the\n"
                              "mode, prompt and decode times, seed, SIMD and threads (the default line: mode,\n"
                              "tokens, tokens/s)"},
-        {"--visual", "", "redraw the canvas on stderr's alternate screen at every step: the prompt dim, final\n"
-                         "tokens plain, this step's commits bold green, masks as shaded blocks, noise and\n"
-                         "drafts dim; the final frame stays on the normal screen and the text follows\n"
-                         "(also on Ctrl-C); only when stderr is a terminal"},
+        {"--visual", "", "redraw the canvas on stderr's alternate screen at every step under a header naming\n"
+                         "the mode: the prompt cyan (a chat's turn on its own line), final tokens plain,\n"
+                         "this step's commits bold green, masks as shaded blocks, noise and drafts dim;\n"
+                         "the view is gone when the run ends (also on Ctrl-C) and the text follows on\n"
+                         "stdout, once; only when stderr is a terminal"},
         {"--visual-delay", "MS", "with --visual: each frame stays at least MS milliseconds on screen (default 50;\n"
                                  "0: as fast as the model goes; the wait is not counted in the speed figures)"},
         heading("Uniform-state diffusion only (defaults: the checkpoint's generation_config.json or GGUF diffusion.*\n"
@@ -389,7 +390,7 @@ TerminalOutput::TerminalOutput(const Args& args, const TextModel& m, std::string
     : tokenizer_(&m.tokenizer),
       mask_(m.model.config.mask_token),
       delay_ms_(args.get_int("visual-delay", 50)),
-      prompt_(std::move(prompt)),
+      given_prompt_(std::move(prompt)),
       quiet_(args.has("quiet")),
       verbose_(args.has("verbose")) {
   check(delay_ms_ >= 0 && delay_ms_ <= 60000, "--visual-delay must be between 0 and 60000 ms");
@@ -399,7 +400,12 @@ TerminalOutput::TerminalOutput(const Args& args, const TextModel& m, std::string
   stream_ = !whole_text_only && !args.has("no-stream") && !visual_;
 }
 
-void TerminalOutput::attach(GenerationRequest& request) {
+void TerminalOutput::attach(GenerationRequest& request, const Generator& generator) {
+  mode_ = generator.resolve(request.mode);
+  // A chat's turn is its last message; the reply starts on a line of its own, not run into the prompt.
+  const bool chat = request.chat || !request.messages.empty();
+  prompt_ = request.messages.empty() ? given_prompt_ : request.messages.back().content;
+  if (chat) prompt_ += "\n";
   if (visual_) request.on_step = [this](const StepEvent& e) { draw(e); };
   if (stream_) request.on_text = [this](const std::string& chunk) { write(chunk); };
 }
@@ -421,8 +427,7 @@ void TerminalOutput::draw(const StepEvent& e) {
   // of its speed figures).
   const auto now = std::chrono::steady_clock::now();
   if (now < next_frame_) std::this_thread::sleep_until(next_frame_);
-  last_frame_ = canvas_frame(e, tokenizer_, mask_, prompt_);
-  std::fputs(("\x1b[H\x1b[J" + last_frame_).c_str(), stderr);
+  std::fputs(("\x1b[H\x1b[J" + canvas_frame(e, tokenizer_, mask_, prompt_, mode_)).c_str(), stderr);
   std::fflush(stderr);
   next_frame_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms_);
 }
@@ -430,12 +435,10 @@ void TerminalOutput::draw(const StepEvent& e) {
 void TerminalOutput::close() {
   if (on_alternate_screen.exchange(false)) {
     if (std::chrono::steady_clock::now() < next_frame_) std::this_thread::sleep_until(next_frame_);  // the last one too
+    // Nothing of the view stays on the normal screen: the text follows on stdout, once, as when it is piped.
     std::fputs(kLeaveScreen, stderr);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    // The final frame stays on the normal screen, above the text.
-    if (!last_frame_.empty()) std::fputs((last_frame_ + (last_frame_.back() == '\n' ? "" : "\n")).c_str(), stderr);
-    last_frame_.clear();
   }
   std::fflush(stderr);
 }

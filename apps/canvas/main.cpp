@@ -139,7 +139,7 @@ int cmd_generate(int argc, char** argv) {
 
   const bool json = args.has("json");
   cli::TerminalOutput output(args, m, request.text, json);
-  output.attach(request);
+  output.attach(request, generator);
   const GenerationOutput out = generator.run(request, pool.get());
   output.close();
   auto_mode.learn(out);
