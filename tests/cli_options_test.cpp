@@ -201,7 +201,7 @@ TEST(CliGenerate, VisualFrameFirstThenTheText) {
       ASSERT_NE(entered, std::string::npos) << tty;
       ASSERT_NE(left, std::string::npos) << tty;
       // The stats line is the last thing on stderr; the text is printed between leaving and it.
-      const size_t stats = tty.find("new tokens", left);
+      const size_t stats = tty.find(" tokens/s]", left);
       ASSERT_NE(stats, std::string::npos) << tty;
       const std::string between = tty.substr(left + 8, stats - left - 8);
       EXPECT_TRUE(std::any_of(between.begin(), between.end(), [](char ch) { return std::isalpha((unsigned char)ch); }))
@@ -211,8 +211,8 @@ TEST(CliGenerate, VisualFrameFirstThenTheText) {
 }
 
 // --visual a person can watch: each frame stays at least --visual-delay ms (default 50) on the alternate
-// screen, and the final frame is left on the normal screen when the view closes.
-TEST(CliGenerate, VisualFramesStayOnScreenAndTheLastOneRemains) {
+// screen; when the view closes nothing of it stays, and the text follows once (as it does piped).
+TEST(CliGenerate, VisualFramesStayOnScreenAndTheTextFollowsOnce) {
   test::TempDir dir;
   const std::string log = dir.path("tty.log");
   auto run = [&](const std::string& extra, double* seconds) {
@@ -232,7 +232,19 @@ TEST(CliGenerate, VisualFramesStayOnScreenAndTheLastOneRemains) {
   EXPECT_GE(paced, 0.05 * double(frames)) << frames << " frames";
   const size_t left = tty.rfind("\x1b[?1049l");
   ASSERT_NE(left, std::string::npos) << tty;
-  EXPECT_NE(tty.find("In the beginning", left), std::string::npos) << "no final frame after the view: " << tty.substr(left);
+  const std::string after = tty.substr(left);
+  EXPECT_EQ(after.find("passes]"), std::string::npos) << "a frame after the view: " << after;
+  // The same run's text (the seed is given) up to its first non-ASCII byte (the JSON has U+FFFD where
+  // stdout has the model's bytes), with the terminal's line ends.
+  std::string text = test::json_of(run_canvas("generate -m " + llada() +
+                                              " -p 'In the beginning' -n 16 --block-length 8 -s 1 -t 1 --json",
+                                              false).output)["text"];
+  text.erase(std::find_if(text.begin(), text.end(), [](char ch) { return (unsigned char)ch >= 0x80; }), text.end());
+  ASSERT_FALSE(text.empty());
+  for (size_t at = text.find('\n'); at != std::string::npos; at = text.find('\n', at + 2)) text.insert(at, "\r");
+  const size_t once = after.find(text);
+  EXPECT_NE(once, std::string::npos) << after;
+  EXPECT_EQ(after.find(text, once + 1), std::string::npos) << "the text twice: " << after;
   run(" --visual-delay 0", &fast);
   EXPECT_LT(fast, paced);
 }
@@ -320,9 +332,9 @@ TEST(CliGenerate, StopStringEndsTheTextAndTheGeneration) {
   EXPECT_EQ(text_of(stopped.output), expected);
   EXPECT_LT(json_count(stopped.output), json_count(full.output))
       << "generation went on after the stop string";
-  // Streamed: the same text, nothing of the stop string.
+  // Streamed: the same text, nothing of the stop string (stdout alone: byte for byte).
   const auto streamed = run_canvas(base + " --stop '" + stop + "'", false);
-  EXPECT_EQ(streamed.output, expected + "\n");
+  EXPECT_EQ(streamed.output, expected);
 }
 
 TEST(CliGenerate, MinPAndRepeatPenaltyShapeSampling) {
@@ -353,8 +365,8 @@ TEST(CliGenerate, RandomSeedIsReportedAndReproduces) {
   const auto again = run_canvas(base + " --json -s " + std::to_string(seed_a), false);
   EXPECT_EQ(json_tokens(again.output), json_tokens(a.output));
   EXPECT_EQ(reported_seed(again.output), seed_a);
-  // The stats line names it too.
-  const auto stats = run_canvas(base + " -s 77");
+  // The full stats line names it too.
+  const auto stats = run_canvas(base + " -s 77 --verbose");
   EXPECT_TRUE(has(stats.output, "seed 77,")) << stats.output;
 }
 
@@ -384,7 +396,7 @@ TEST(CliChat, SystemPromptAndDroppedTurns) {
       lines_file(dir, "In the beginning\nAnd God said\nLet there be light\nAnd there was light\n");
   // The shipped text model has a context of 128 tokens: the third exchange no longer fits.
   const auto r = run_canvas("chat -m " + test::source_path("models/text-masked.gguf") +
-                            " -n 8 -t 1 --system 'You answer briefly.' < " + input);
+                            " -n 8 -t 1 --verbose --system 'You answer briefly.' < " + input);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r.output, "models/text-masked.gguf")) << r.output;
   EXPECT_TRUE(has(r.output, "masked diffusion decoding")) << r.output;
@@ -407,13 +419,13 @@ TEST(CliChat, FormatFromTheModelsChatTemplate) {
       "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
       "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}");
   const std::string hello = " < " + lines_file(dir, "hello\n");
-  const auto own = run_canvas("chat -m " + chatml + " -n 4 -t 1" + hello);
+  const auto own = run_canvas("chat -m " + chatml + " -n 4 -t 1 -v" + hello);
   ASSERT_EQ(own.exit_code, 0) << own.output;
   EXPECT_TRUE(has(own.output, "format the model's (tokenizer.chat_template)")) << own.output;
   EXPECT_TRUE(has(own.output, "masked diffusion decoding")) << own.output;
   // The rendered prompt is the template's text: "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
   // in tiny-dream's byte-level tokens, the same count as the built-in chatml format gives.
-  const auto builtin = run_canvas("chat -m " + chatml + " --template chatml -n 4 -t 1" + hello);
+  const auto builtin = run_canvas("chat -m " + chatml + " --template chatml -n 4 -t 1 -v" + hello);
   EXPECT_TRUE(has(builtin.output, "format chatml (--template)")) << builtin.output;
   std::smatch m1, m2;
   ASSERT_TRUE(std::regex_search(own.output, m1, std::regex("prompt (\\d+) tokens"))) << own.output;
@@ -467,11 +479,39 @@ TEST(CliVisual, OnlyOnATerminalWithControlCharactersEscaped) {
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   const std::string tty = test::read_text(log);
   EXPECT_TRUE(has(tty, "\x1b[?1049h")) << tty;  // the alternate screen
-  EXPECT_TRUE(has(tty, "[block 0 step 0")) << tty;
+  EXPECT_TRUE(has(tty, "[diffusion: block 0 step 0")) << tty;
   for (unsigned char ch : tty)
     EXPECT_TRUE(ch >= 0x20 || ch == 0x1b || ch == '\n' || ch == '\r') << "raw control byte " << int(ch);
   const auto bad = run_canvas("generate -m " + llada() + " -p hi --visual-delay -5");
   EXPECT_TRUE(has(bad.output, "--visual-delay must be between")) << bad.output;
+}
+
+// The view's header names the mode (verify and AR have no blocks to count), the prompt has a style of its
+// own (cyan, not the drafts' dim), and a chat's turn is drawn on its own line with the reply below it.
+TEST(CliVisual, HeaderNamesTheModeAndAChatTurnStandsApart) {
+  test::TempDir dir;
+  const std::string log = dir.path("tty.log");
+  auto in_terminal = [&](const std::string& args) {
+    const std::string cmd = "script -qec \"" + std::string(CANVAS_BINARY) + " " + args + " >/dev/null\" " + log +
+                            " >/dev/null 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    return test::read_text(log);
+  };
+  const std::string cyan = "\x1b[36m";
+  const std::string verify = in_terminal("generate -m " + test::fixture("tiny-diffusion-gemma") +
+                                         " -p hello -n 12 --mode verify -s 3 -t 1 --visual --visual-delay 0");
+  EXPECT_TRUE(has(verify, "[verify: ")) << verify;
+  EXPECT_FALSE(has(verify, "[block ")) << verify;
+  EXPECT_TRUE(has(verify, cyan + "hello\x1b[0m")) << verify;
+  const std::string ar = in_terminal("generate -m " + test::source_path("models/text-ar.gguf") +
+                                     " -p 'And God' -n 4 -t 1 --visual --visual-delay 0");
+  EXPECT_TRUE(has(ar, "[ar: 4 tokens, ")) << ar;
+  std::ofstream(dir.path("in.txt")) << "In the beginning\n";
+  const std::string chat = in_terminal("chat -m " + test::source_path("models/text-masked.gguf") +
+                                       " -n 8 -t 1 --visual --visual-delay 0 < " + dir.path("in.txt"));
+  EXPECT_TRUE(has(chat, "[diffusion: block 0 step 0")) << chat;
+  // The turn, then a line end (the terminal's \r\n) before the reply's first position.
+  EXPECT_TRUE(has(chat, cyan + "In the beginning\r\n\x1b[0m")) << chat;
 }
 
 // cmake --install puts the binary, the default models and the bash completion in a prefix; the binary
@@ -715,8 +755,8 @@ TEST(CliChat, ThinkSetsTheTemplatesSwitch) {
       "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if enable_thinking %} think step by step, then check every step twice before you answer{% endif %}"
       "{{ '<|channel>thought\\n<channel|>' if not enable_thinking | default(false) }}");
   const std::string hello = " < " + lines_file(dir, "hello\n");
-  const auto plain = run_canvas("chat -m " + switched + " -n 4 -t 1" + hello);
-  const auto thinking = run_canvas("chat -m " + switched + " --think -n 4 -t 1" + hello);
+  const auto plain = run_canvas("chat -m " + switched + " -n 4 -t 1 -v" + hello);
+  const auto thinking = run_canvas("chat -m " + switched + " --think -n 4 -t 1 -v" + hello);
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   ASSERT_EQ(thinking.exit_code, 0) << thinking.output;
   std::smatch m1, m2;
@@ -737,7 +777,7 @@ TEST(CliChat, SlashCommandsSaveLoadAndHelp) {
   const std::string input = dir.path("input.txt");
   std::ofstream(input) << "/help\n/system Be brief.\nIn the beginning\n/save " + saved + "\n/bogus\n/reset\n/load " +
                               saved + "\n/exit\nnever read\n";
-  const auto r = test::run_canvas("chat -m " + test::source_path("models/text-masked.gguf") + " -n 4 -t 1 < " + input);
+  const auto r = test::run_canvas("chat -m " + test::source_path("models/text-masked.gguf") + " -n 4 -t 1 -v < " + input);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n') > 0, true);
   EXPECT_NE(r.output.find("[system prompt set]"), std::string::npos) << r.output;
@@ -777,7 +817,7 @@ TEST(CliChat, InterruptEndsTheReplyNotTheChat) {
     const std::string model = test::source_path("models/text-dg.gguf");
     // Seed 2: a reply that runs to the 3,000-token limit (several seconds), so the interrupt lands inside it.
     execl(CANVAS_BINARY, CANVAS_BINARY, "chat", "-m", model.c_str(), "-n", "3000", "-t", "1", "-s", "2",
-          static_cast<char*>(nullptr));
+          "--verbose", static_cast<char*>(nullptr));
     _exit(127);
   }
   close(in[0]);

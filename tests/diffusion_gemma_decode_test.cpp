@@ -246,8 +246,8 @@ TEST(DiffusionGemmaCli, GenerateFromTheCheckpointDirectory) {
   EXPECT_EQ(json_number(r.output, "prompt_tokens"), "6") << r.output;  // <bos> ▁the ▁s e a... see tokenizer.json
   EXPECT_FALSE(json_number(r.output, "tokens_per_forward").empty()) << r.output;
   EXPECT_FALSE(json_number(r.output, "encoder_passes").empty()) << r.output;
-  // The stats line names tokens_per_forward; generation_config.json's EOS ids end the text.
-  r = test::run_canvas("generate -s 0 -m " + model_dir() + " -p 'the sea' -n 20 --block-length 10 --steps 4 -t 2");
+  // The full stats line names tokens_per_forward; generation_config.json's EOS ids end the text.
+  r = test::run_canvas("generate -s 0 -m " + model_dir() + " -p 'the sea' -n 20 --block-length 10 --steps 4 -t 2 -v");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("tokens_per_forward"), std::string::npos) << r.output;
   // Same seed, same tokens; the chat template changes the prompt.
@@ -290,7 +290,7 @@ TEST(DiffusionGemmaCli, ConvertCopiesTheTokenizer) {
   EXPECT_EQ(json_number(chat.output, "prompt_tokens"), "17") << chat.output;  // as from the directory
   const std::string input = tmp.path("lines.txt");
   std::ofstream(input) << "hi\n";
-  const auto chat_gguf = test::run_canvas("chat -m " + gguf + " -n 8 --steps 3 --seed 4 < " + input);
+  const auto chat_gguf = test::run_canvas("chat -m " + gguf + " -n 8 --steps 3 --seed 4 --verbose < " + input);
   ASSERT_EQ(chat_gguf.exit_code, 0) << chat_gguf.output;
   EXPECT_NE(chat_gguf.output.find("prompt 17 "), std::string::npos) << chat_gguf.output;
   const auto reply_gguf = test::run_canvas("chat -m " + gguf + " -n 8 --steps 3 --seed 4 < " + input, false);
@@ -376,7 +376,7 @@ TEST(DiffusionGemmaCli, ChatKeepsTheConversation) {
   test::TempDir tmp;
   const std::string input = tmp.path("lines.txt");
   std::ofstream(input) << "hi\n\nthe sea\n/reset\nhi\n";
-  const auto r = test::run_canvas("chat -m " + model_dir() + " -n 8 --steps 3 -t 2 < " + input);
+  const auto r = test::run_canvas("chat -m " + model_dir() + " -n 8 --steps 3 -t 2 --verbose < " + input);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // Three replies; the second turn's prompt holds the first turn; after /reset the first prompt repeats.
   std::vector<std::string> prompt_sizes;

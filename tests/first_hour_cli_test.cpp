@@ -16,7 +16,7 @@ namespace {
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 std::string model(const std::string& name) { return source_path("models/" + name); }
 
-// The new tokens of each stats line ("... N new tokens, finish R ...") with its finish reason.
+// The new tokens of each full stats line (--verbose: "... N new tokens, finish R ...") with its finish reason.
 std::vector<std::pair<int, std::string>> replies(const std::string& output) {
   std::vector<std::pair<int, std::string>> out;
   static const std::regex line(R"((\d+) new tokens, finish (\w+))");
@@ -29,14 +29,14 @@ TEST(FirstHourCli, ChatRunsToTheEndOfTheTurnNotSixtyFourTokens) {
   TempDir dir;
   std::ofstream(dir.path("in.txt")) << "In the beginning\n";
   // With EOS ignored the reply can only end at the context (128 tokens for text-ar): past 64.
-  const auto r = run_canvas("chat -m " + model("text-ar.gguf") + " --ignore-eos -t 1 < " + dir.path("in.txt"));
+  const auto r = run_canvas("chat -m " + model("text-ar.gguf") + " --ignore-eos -t 1 -v < " + dir.path("in.txt"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto stats = replies(r.output);
   ASSERT_EQ(stats.size(), 1u) << r.output;
   EXPECT_GT(stats[0].first, 64) << r.output;
   EXPECT_EQ(stats[0].second, "context") << r.output;
   // -n still caps it; generate keeps its documented default of 64.
-  const auto capped = run_canvas("chat -m " + model("text-ar.gguf") + " --ignore-eos -n 5 -t 1 < " + dir.path("in.txt"));
+  const auto capped = run_canvas("chat -m " + model("text-ar.gguf") + " --ignore-eos -n 5 -t 1 -v < " + dir.path("in.txt"));
   EXPECT_EQ(replies(capped.output).at(0).first, 5) << capped.output;
   const auto generated = run_canvas("generate -m " + model("text-ar.gguf") + " -p 'And God' --ignore-eos -t 1 --json", false);
   EXPECT_EQ(json_of(generated.output)["new_tokens"], 64) << generated.output;
@@ -75,23 +75,35 @@ TEST(FirstHourCli, LlamaCppHarmlessFlagsAreNotedAndTheRunGoesOn) {
   EXPECT_EQ(run_canvas("generate -m " + model("text-ar.gguf") + " -p hi -n 2 -t 1 -c").exit_code, 1);
 }
 
-TEST(FirstHourCli, QuietDropsTheStatsLineAndItOtherwiseHasALineOfItsOwn) {
+// One short stats line by default (the mode, tokens, tokens/s), the full one with --verbose, none with --quiet.
+// stdout holds the text byte for byte; a newline ends its line only where stderr's line follows in the same
+// stream (a pipe or file holding both; on a terminal too), so the stats line is never glued to the text.
+TEST(FirstHourCli, ShortStatsLineOnALineOfItsOwnAndTheTextByteForByte) {
+  TempDir dir;
   const std::string run = "generate -m " + model("text-ar.gguf") + " -p 'And God' -n 8 -t 1";
+  const std::string text = json_of(run_canvas(run + " --json", false).output)["text"];
+  ASSERT_FALSE(text.empty());
+  ASSERT_NE(text.back(), '\n');  // the case where a newline must be added
+  // stdout and stderr on one pipe, and on one file: the text, a newline, then the short line.
   const auto loud = run_canvas(run);
   ASSERT_EQ(loud.exit_code, 0) << loud.output;
-  // stdout and stderr on one pipe: the text, a newline, then the stats line.
-  const size_t stats = loud.output.find("new tokens, finish");
-  ASSERT_NE(stats, std::string::npos) << loud.output;
-  const size_t line_start = loud.output.rfind('\n', stats);
-  ASSERT_NE(line_start, std::string::npos) << loud.output;
-  EXPECT_EQ(loud.output[line_start + 1], '[') << loud.output;
-  for (const char* quiet : {" --quiet", " --log-disable"}) {
-    const auto r = run_canvas(run + quiet + " 2>/dev/null", false);
-    const auto both = run_canvas(run + quiet);
-    ASSERT_EQ(both.exit_code, 0) << both.output;
-    EXPECT_FALSE(has(both.output, "new tokens")) << quiet << ": " << both.output;
-    EXPECT_FALSE(r.output.empty());
-  }
+  EXPECT_TRUE(std::regex_search(loud.output, std::regex(R"(\n\[ar \(auto\): 8 tokens, [0-9.]+ tokens/s\]\n$)")))
+      << loud.output;
+  EXPECT_EQ(loud.output.rfind(text + "\n[ar (auto): 8 tokens, ", 0), 0u) << loud.output;
+  ASSERT_EQ(std::system((CANVAS_BINARY + std::string(" ") + run + " > " + dir.path("both.txt") + " 2>&1").c_str()), 0);
+  EXPECT_EQ(read_text(dir.path("both.txt")).rfind(text + "\n[ar (auto): 8 tokens, ", 0), 0u)
+      << read_text(dir.path("both.txt"));
+  // stdout alone: exactly the text (--json's), no newline added.
+  EXPECT_EQ(run_canvas(run + " 2>/dev/null", false).output, text);
+  // --verbose: the full line, the finish reason and the rest.
+  const auto verbose = run_canvas(run + " --verbose");
+  EXPECT_TRUE(has(verbose.output, "\n[ar (auto: an autoregressive model), 8 new tokens, finish length, "))
+      << verbose.output;
+  // --quiet: no stats line, and so nothing added to the text even on a shared pipe.
+  EXPECT_EQ(run_canvas(run + " --quiet").output, text);
+  const auto noted = run_canvas(run + " --log-disable");  // llama.cpp's spelling (noted on stderr)
+  ASSERT_EQ(noted.exit_code, 0) << noted.output;
+  EXPECT_FALSE(has(noted.output, " tokens")) << noted.output;
 }
 
 TEST(FirstHourCli, ModelFolderWithoutConfigSaysWhatEachCommandTakes) {

@@ -186,6 +186,33 @@ TEST(GenerationReport, StatsLineAndJsonOfEachMode) {
   EXPECT_FALSE(nlohmann::json::parse(infill_json(out, true)).contains("fills"));
 }
 
+// The short line printed by default: the setting, the tokens and the speed, one format whatever auto's
+// reason (which changes from run to run while auto measures).
+TEST(GenerationReport, SummaryLineNamesTheSettingInOneFormat) {
+  GenerationOutput out;
+  out.mode = DecodeMode::Ar;
+  out.mode_reason = "asked for";
+  out.tokens = std::vector<int32_t>(41, 5);
+  out.decode_tokens = 40;
+  out.decode_ms = 200;
+  EXPECT_EQ(generation_summary_line(out), "[ar: 41 tokens, 200.0 tokens/s]");
+  out.mode = DecodeMode::Verify;
+  out.draft_length = 8;
+  for (const char* reason : {"auto: verify k=8 writes AR's text while it measures how many drafts this model keeps",
+                             "auto: verify k=8 is the fastest of ar and verify on this machine"}) {
+    out.mode_reason = reason;
+    EXPECT_EQ(generation_summary_line(out), "[verify k=8 (auto): 41 tokens, 200.0 tokens/s]");
+  }
+  out.overlap = true;
+  out.draft_length = 3;
+  EXPECT_EQ(generation_summary_line(out), "[verify k=3 overlapped (auto): 41 tokens, 200.0 tokens/s]");
+  out.mode = DecodeMode::Diffusion;
+  out.mode_reason = "auto: a masked-diffusion model decodes by diffusion";
+  out.tokens.clear();
+  out.decode_tokens = 0;  // e.g. interrupted before the first token: no speed to speak of
+  EXPECT_EQ(generation_summary_line(out), "[diffusion (auto): 0 tokens]");
+}
+
 // A chat conversation longer than the context loses its oldest exchanges, never the system prompt or the new
 // turn; a new turn too long even alone is refused with the reason, the conversation left as it was.
 TEST(Conversation, OldestExchangesAreDroppedUntilTheTurnFits) {

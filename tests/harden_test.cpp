@@ -274,9 +274,10 @@ TEST(HardenCli, OneNaNWeightFailsOnEverySimdLevel) {
       EXPECT_EQ(r.exit_code, 1) << name << mode << ": " << r.output;
       EXPECT_NE(r.output.find("not finite"), std::string::npos) << name << mode << ": " << r.output;
     }
-    // The level was in force: the clean model's stats line names it.
+    // The level was in force: the clean model's full stats line names it.
     const test::CommandResult clean = test::run_canvas(
-        "generate -m " + test::fixture("tiny-llada.gguf") + " -p 'And God' -n 4 --seed 1", true, "CANVAS_SIMD=" + name);
+        "generate -m " + test::fixture("tiny-llada.gguf") + " -p 'And God' -n 4 --seed 1 -v", true,
+        "CANVAS_SIMD=" + name);
     ASSERT_EQ(clean.exit_code, 0) << clean.output;
     EXPECT_NE(clean.output.find(", " + name + ","), std::string::npos) << clean.output;
   }

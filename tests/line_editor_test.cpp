@@ -94,13 +94,13 @@ TEST(CliChat, LineEditingAndHistoryOnATerminal) {
   // "abc", Left Left, "X", End, "Z", Enter: the model gets "aXbcZ".
   t.type("abc\x1b[D\x1b[DX\x1b[FZ\r");
   size_t at = t.screen().size();
-  ASSERT_TRUE(t.wait_for("new tokens", at)) << t.screen();
-  ASSERT_TRUE(t.wait_for("> ", t.screen().find("new tokens", at))) << t.screen();
+  ASSERT_TRUE(t.wait_for("[ar: ", at)) << t.screen();
+  ASSERT_TRUE(t.wait_for("> ", t.screen().find("[ar: ", at))) << t.screen();
   // Up recalls "aXbcZ"; Backspace, "!" and Enter send "aXbc!".
   t.type("\x1b[A\x7f!\r");
   at = t.screen().size();
-  ASSERT_TRUE(t.wait_for("new tokens", at)) << t.screen();
-  ASSERT_TRUE(t.wait_for("> ", t.screen().find("new tokens", at))) << t.screen();
+  ASSERT_TRUE(t.wait_for("[ar: ", at)) << t.screen();
+  ASSERT_TRUE(t.wait_for("> ", t.screen().find("[ar: ", at))) << t.screen();
   // A half-typed line dropped by Ctrl-C, then /save, then Ctrl-D on an empty line ends the chat.
   t.type("never sent\x03/save " + saved + "\r");
   ASSERT_TRUE(t.wait_for("[saved 4 messages")) << t.screen();

@@ -139,7 +139,7 @@ TEST(CliChat, EachTurnEncodesOnlyItsNewTokens) {
     for (int i = 0; i < 5; ++i) out << "Who was Moses, and what did he say unto the people?\n";
   }
   for (const char* mode : {"ar", "diffusion", "verify"}) {
-    const auto r = test::run_canvas(std::string("chat --mode ") + mode + " -n 24 -t 2 -s 1 < " + input);
+    const auto r = test::run_canvas(std::string("chat --mode ") + mode + " -n 24 -t 2 -s 1 --verbose < " + input);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const std::regex stats("prompt (\\d+) tokens(?: \\((\\d+) cached\\))?");
     std::vector<std::pair<long, long>> turns;  // (prompt tokens, cached)

@@ -29,7 +29,7 @@ TEST(RealModelsGuide, EveryCommandOnATinyCheckpointOfEachLayout) {
     // 1. Straight from the directory.
     auto r = test::run_canvas("generate -m " + hf + " -p 'Hello' -n 8 -t 1 -s 1 --cost-model none");
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find(std::string("[") + c.mode + " (auto: "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(std::string("[") + c.mode + " (auto): "), std::string::npos) << r.output;
     // 2. convert, 3. quantize.
     const std::string f16 = dir.path("model-f16.gguf"), q4 = dir.path("model-q4_0.gguf");
     r = test::run_canvas("convert --in " + hf + " --out " + f16 + " --type f16");
@@ -42,7 +42,7 @@ TEST(RealModelsGuide, EveryCommandOnATinyCheckpointOfEachLayout) {
     EXPECT_NE(r.output.find("\"finish_reason\""), std::string::npos) << r.output;
     r = test::run_canvas("generate -m " + q4 + " -p 'Hello' -n 8 -t 1 --mode ar");
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    r = test::run_canvas("chat -m " + q4 + " -n 4 -t 1 -s 1", true, "echo Hello |");
+    r = test::run_canvas("chat -m " + q4 + " -n 4 -t 1 -s 1 --verbose", true, "echo Hello |");
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("new tokens, finish"), std::string::npos) << r.output;  // one reply
   }

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -90,7 +91,7 @@ TEST(ShippedDgCli, AutoModeWritesArTextAndSaysWhatItPicked) {
   EXPECT_TRUE(stored["observed_ms_per_token"].contains("verify k=8")) << stored.dump();
   // Later runs: no second timing, AR once to be measured, then the fastest; the pick explained, AR's text.
   for (int run = 0; run < 3; ++run) {
-    const auto r = test::run_canvas("generate -p 'And God said' -n 48 -t 1 --cost-model " + costs);
+    const auto r = test::run_canvas("generate -p 'And God said' -n 48 -t 1 --verbose --cost-model " + costs);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_EQ(r.output.find("timing this model's passes"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find(run == 0 ? "[ar (auto: ar runs once to be measured against verify on this machine)"
@@ -100,6 +101,11 @@ TEST(ShippedDgCli, AutoModeWritesArTextAndSaysWhatItPicked) {
     const auto text = run_json("generate -p 'And God said' -n 48 -t 1 --json --cost-model " + costs);
     EXPECT_EQ(text["tokens"], ar["tokens"]) << text["mode_reason"];
     EXPECT_TRUE(text["mode"] == "ar" || text["mode"] == "verify") << text.dump();
+    // The default line names the pick in one format, whatever auto's reason this time.
+    const auto plain = test::run_canvas("generate -p 'And God said' -n 48 -t 1 --cost-model " + costs);
+    static const std::regex line(R"(\n\[(ar|verify k=\d+( overlapped)?) \(auto\): \d+ tokens, [0-9.]+ tokens/s\]\n$)");
+    EXPECT_TRUE(std::regex_search(plain.output, line)) << plain.output;
+    EXPECT_EQ(plain.output.find("auto:"), std::string::npos) << plain.output;
   }
   // Verify and diffusion options say which mode they mean.
   const json overlap = run_json("generate -p 'And God said' -n 16 -t 1 --overlap --json --cost-model none");

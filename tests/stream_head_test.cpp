@@ -330,7 +330,7 @@ TEST(StreamHeadCli, GenerateChatAndBench) {
   test::TempDir tmp;
   const std::string input = tmp.path("lines.txt");
   std::ofstream(input) << "hi\n";
-  r = test::run_canvas("chat -m " + model_dir() + " -n 8 --steps 3 --stream-head < " + input);
+  r = test::run_canvas("chat -m " + model_dir() + " -n 8 --steps 3 --stream-head --verbose < " + input);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("tokens_per_forward"), std::string::npos) << r.output;
   r = test::run_canvas("bench --synthetic diffusion-gemma:tiny --layers 2 -p 8 --block-length 16 --warmup 0 "

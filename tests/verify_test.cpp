@@ -433,7 +433,7 @@ TEST(VerifyCli, DraftLookup) {
   EXPECT_LE(j_on["lookup_accepted"].get<int64_t>(), j_on["lookup_drafted"].get<int64_t>());
   EXPECT_LE(j_on["lookup_drafted"].get<int64_t>(), 6 * j_on["lookup_cycles"].get<int64_t>());
   // Without --json, the stats line says it too.
-  const auto line = test::run_canvas("generate -m " + model + " -p 'the sea' -n 40 -t 2 -s 1 --mode verify");
+  const auto line = test::run_canvas("generate -m " + model + " -p 'the sea' -n 40 -t 2 -s 1 --mode verify -v");
   EXPECT_NE(line.output.find("cycles drafted by lookup"), std::string::npos) << line.output;
   for (const char* bad : {"--draft-lookup 65", "--draft-lookup -1", "--draft-lookup-length 0"}) {
     const auto r = test::run_canvas(base + "--mode verify " + bad);
@@ -472,7 +472,7 @@ TEST(VerifyCli, DraftDatastore) {
       files += e.path().filename().string().rfind("datastore-", 0) == 0;
     EXPECT_EQ(files, 1);
   }
-  const auto line = test::run_canvas("generate -m " + model + " -p 'the sea' -n 40 -t 2 -s 1 " + flags, true, env);
+  const auto line = test::run_canvas("generate -m " + model + " -p 'the sea' -n 40 -t 2 -s 1 -v " + flags, true, env);
   EXPECT_NE(line.output.find("by the datastore"), std::string::npos) << line.output;
   // A text not yet cached says it is being tokenized (and how long it took); a cached one says nothing;
   // --quiet says nothing either.
@@ -521,7 +521,7 @@ TEST(VerifyCli, DraftTree) {
   const auto chosen = test::run_canvas(base + "--draft-tree 12", false);
   ASSERT_EQ(chosen.exit_code, 0) << chosen.output;
   EXPECT_EQ(test::json_of(chosen.output)["mode"], "verify");
-  const auto line = test::run_canvas("generate -m " + model + " -p 'the sea' -n 40 -t 2 -s 1 --mode verify --draft-tree 12");
+  const auto line = test::run_canvas("generate -m " + model + " -p 'the sea' -n 40 -t 2 -s 1 --mode verify --draft-tree 12 -v");
   EXPECT_NE(line.output.find(" trees, "), std::string::npos) << line.output;
   for (const char* bad : {"--mode verify --draft-tree 64", "--mode verify --draft-tree -1",
                           "--mode verify --draft-tree 8 --draft-tree-depth 0", "--mode verify --draft-tree-depth 4",

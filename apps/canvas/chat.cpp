@@ -15,7 +15,6 @@
 #include "decode/chat_template.h"
 #include "decode/conversation.h"
 #include "decode/gemma_channels.h"
-#include "decode/generation_report.h"
 #include "generation_options.h"
 #include "io/utf8.h"
 #include "model/model.h"
@@ -29,8 +28,8 @@ const Command kChatHead{
     "chat",
     "canvas chat [-m MODEL] [options] < LINES",
     R"(Talks with a model: each line read from stdin is one user turn, added to the conversation, which is
-rendered in the model's chat format; the reply is streamed to stdout on its own line, then a stats line
-goes to stderr. The format is the model's chat template (a GGUF's tokenizer.chat_template, a
+rendered in the model's chat format; the reply is streamed to stdout on its own line, then a short stats
+line goes to stderr (mode, tokens, tokens/s; all the counts with --verbose, none with --quiet). The format is the model's chat template (a GGUF's tokenizer.chat_template, a
 checkpoint's tokenizer_config.json chat_template), rendered by canvas's Jinja
 subset (what the Gemma, LLaDA and Dream templates use); without one, or when the template needs more
 than the subset, the built-in Gemma 4 format (a notice says so). The reply ends at the first EOS id (for
@@ -160,8 +159,6 @@ int cmd_chat(int argc, char** argv) {
                  m.path.c_str());
 
   TerminalOutput output(args, m, "", false);
-  output.attach(request);
-  const bool streamed = bool(request.on_text);
   const bool interactive = isatty(STDIN_FILENO);
   LineEditor editor(STDIN_FILENO, STDERR_FILENO);  // line editing and history on a terminal
 
@@ -200,9 +197,10 @@ int cmd_chat(int argc, char** argv) {
     if (fitted.dropped > 0)
       std::fprintf(stderr, "[the conversation outgrew the context of %lld tokens: dropped the %lld oldest turn%s]\n",
                    (long long)c.context_length, (long long)fitted.dropped, fitted.dropped == 1 ? "" : "s");
+    output.attach(turn, generator);  // this turn's mode and line for --visual
     ChannelPrinter printer(isatty(STDOUT_FILENO));
     std::string so_far;
-    if (channels && streamed)
+    if (channels && turn.on_text)
       turn.on_text = [&](const std::string& chunk) {
         so_far += chunk;
         printer.update(so_far, true);
@@ -220,13 +218,9 @@ int cmd_chat(int argc, char** argv) {
       std::fputs("\n", stdout);
       std::fflush(stdout);
     } else {
-      output.finish_text(sanitize_utf8(out.text));
+      output.finish_text(sanitize_utf8(out.text), /*end_line=*/true);
     }
-    if (!args.has("quiet"))
-      std::fprintf(stderr, "%s%s\n", out.finish_reason == "cancelled" ? "[interrupted] " : "",
-                   generation_stats_line(out, pool->size()).c_str());
-    else if (out.finish_reason == "cancelled")
-      std::fputs("[interrupted]\n", stderr);
+    output.print_stats(out, pool->size());
     ChatMessage reply{"assistant", channels ? printer.reply().content : out.text};
     if (channels) reply.reasoning_content = printer.reply().reasoning_content;
     conversation.push_back(std::move(reply));

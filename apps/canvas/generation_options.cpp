@@ -15,8 +15,10 @@
 #include <iostream>
 #include <thread>
 
+#include "cli/output_paths.h"
 #include "core/error.h"
 #include "decode/canvas_frame.h"
+#include "decode/generation_report.h"
 #include "decode/random_seed.h"
 #include "decode/verify.h"
 #include "device.h"
@@ -39,7 +41,8 @@ std::vector<Option> decoding_options() {
                            "else diffusion for masked-diffusion models, ar for autoregressive ones, and for\n"
                            "uniform-state models the fastest of ar and verify (each draft length, plain or\n"
                            "--overlap) measured on this machine (--cost-model); the stats line says which ran\n"
-                           "and why. A verify option with auto means --mode verify"},
+                           "(\"[verify k=8 (auto): ...]\"), --verbose also why. A verify option with auto\n"
+                           "means --mode verify"},
         {"--cost-model", "FILE", "auto's cost model: pass times measured once per model and machine, and what\n"
                                  "verify keeps per cycle, learned from its runs (default: a file per model in\n"
                                  "$XDG_CACHE_HOME/canvas or ~/.cache/canvas; none: measured each run, not kept)"},
@@ -88,7 +91,7 @@ std::vector<Option> decoding_options() {
         {"--min-p", "P", "keep tokens whose probability is at least P times the most likely one's (0 = off)"},
         {"--repeat-penalty", "R", "divide the logits of the last 64 tokens (masked: those before the block and\n"
                                   "every committed one) by R, as llama.cpp does (default 1 = off)"},
-        {"-s,--seed", "N", "random seed; -1 or absent: a random one, reported in the stats line and JSON;\n"
+        {"-s,--seed", "N", "random seed; -1 or absent: a random one, reported by --verbose and --json;\n"
                            "the same seed gives the same tokens at any thread count"},
         {"-t,--threads", "N", "threads (default: the CPUs this process may use: its affinity and cgroup CPU\n"
                            "quota; more warns)"},
@@ -98,10 +101,15 @@ std::vector<Option> decoding_options() {
         {"--check-weights", "", kCheckWeightsHelp},
         {"--no-stream", "", "print the text only when generation has finished"},
         {"--quiet", "", "no stats line on stderr: the text alone (llama.cpp's --log-disable too)"},
-        {"--visual", "", "redraw the canvas on stderr's alternate screen at every step: the prompt dim, final\n"
-                         "tokens plain, this step's commits bold green, masks as shaded blocks, noise and\n"
-                         "drafts dim; the final frame stays on the normal screen and the text follows\n"
-                         "(also on Ctrl-C); only when stderr is a terminal"},
+        {"-v,--verbose", "", "the full stats line: finish reason, passes, tokens per forward, the mode's own\n"
+                             "counts (verify's drafts kept, diffusion's steps per canvas), why auto chose the\n"
+                             "mode, prompt and decode times, seed, SIMD and threads (the default line: mode,\n"
+                             "tokens, tokens/s)"},
+        {"--visual", "", "redraw the canvas on stderr's alternate screen at every step under a header naming\n"
+                         "the mode: the prompt cyan (a chat's turn on its own line), final tokens plain,\n"
+                         "this step's commits bold green, masks as shaded blocks, noise and drafts dim;\n"
+                         "the view is gone when the run ends (also on Ctrl-C) and the text follows on\n"
+                         "stdout, once; only when stderr is a terminal"},
         {"--visual-delay", "MS", "with --visual: each frame stays at least MS milliseconds on screen (default 50;\n"
                                  "0: as fast as the model goes; the wait is not counted in the speed figures)"},
         heading("Uniform-state diffusion only (defaults: the checkpoint's generation_config.json or GGUF diffusion.*\n"
@@ -385,7 +393,9 @@ TerminalOutput::TerminalOutput(const Args& args, const TextModel& m, std::string
     : tokenizer_(&m.tokenizer),
       mask_(m.model.config.mask_token),
       delay_ms_(args.get_int("visual-delay", 50)),
-      prompt_(std::move(prompt)) {
+      given_prompt_(std::move(prompt)),
+      quiet_(args.has("quiet")),
+      verbose_(args.has("verbose")) {
   check(delay_ms_ >= 0 && delay_ms_ <= 60000, "--visual-delay must be between 0 and 60000 ms");
   visual_ = args.has("visual") && isatty(STDERR_FILENO);
   if (args.has("visual") && !visual_) std::fputs("canvas: --visual ignored: stderr is not a terminal\n", stderr);
@@ -393,13 +403,21 @@ TerminalOutput::TerminalOutput(const Args& args, const TextModel& m, std::string
   stream_ = !whole_text_only && !args.has("no-stream") && !visual_;
 }
 
-void TerminalOutput::attach(GenerationRequest& request) {
+void TerminalOutput::attach(GenerationRequest& request, const Generator& generator) {
+  mode_ = generator.resolve(request.mode);
+  // A chat's turn is its last message; the reply starts on a line of its own, not run into the prompt.
+  const bool chat = request.chat || !request.messages.empty();
+  prompt_ = request.messages.empty() ? given_prompt_ : request.messages.back().content;
+  if (chat) prompt_ += "\n";
   if (visual_) request.on_step = [this](const StepEvent& e) { draw(e); };
-  if (stream_)
-    request.on_text = [](const std::string& chunk) {
-      std::fwrite(chunk.data(), 1, chunk.size(), stdout);
-      std::fflush(stdout);
-    };
+  if (stream_) request.on_text = [this](const std::string& chunk) { write(chunk); };
+}
+
+void TerminalOutput::write(const std::string& text) {
+  if (text.empty()) return;
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+  line_open_ = text.back() != '\n';
 }
 
 void TerminalOutput::draw(const StepEvent& e) {
@@ -412,8 +430,7 @@ void TerminalOutput::draw(const StepEvent& e) {
   // of its speed figures).
   const auto now = std::chrono::steady_clock::now();
   if (now < next_frame_) std::this_thread::sleep_until(next_frame_);
-  last_frame_ = canvas_frame(e, tokenizer_, mask_, prompt_);
-  std::fputs(("\x1b[H\x1b[J" + last_frame_).c_str(), stderr);
+  std::fputs(("\x1b[H\x1b[J" + canvas_frame(e, tokenizer_, mask_, prompt_, mode_)).c_str(), stderr);
   std::fflush(stderr);
   next_frame_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms_);
 }
@@ -421,20 +438,28 @@ void TerminalOutput::draw(const StepEvent& e) {
 void TerminalOutput::close() {
   if (on_alternate_screen.exchange(false)) {
     if (std::chrono::steady_clock::now() < next_frame_) std::this_thread::sleep_until(next_frame_);  // the last one too
+    // Nothing of the view stays on the normal screen: the text follows on stdout, once, as when it is piped.
     std::fputs(kLeaveScreen, stderr);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    // The final frame stays on the normal screen, above the text.
-    if (!last_frame_.empty()) std::fputs((last_frame_ + (last_frame_.back() == '\n' ? "" : "\n")).c_str(), stderr);
-    last_frame_.clear();
   }
   std::fflush(stderr);
 }
 
-void TerminalOutput::finish_text(const std::string& text) {
-  if (!stream_) std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fputs("\n", stdout);
-  std::fflush(stdout);
+void TerminalOutput::finish_text(const std::string& text, bool end_line) {
+  if (!stream_) write(text);
+  if (end_line || (line_open_ && (isatty(STDOUT_FILENO) || (!quiet_ && stdout_shares_stderr())))) write("\n");
+  line_open_ = false;
+}
+
+void TerminalOutput::print_stats(const GenerationOutput& out, int threads) const {
+  const std::string interrupted = out.finish_reason == "cancelled" ? "[interrupted]" : "";
+  if (quiet_) {
+    if (!interrupted.empty()) std::fprintf(stderr, "%s\n", interrupted.c_str());
+    return;
+  }
+  const std::string line = verbose_ ? generation_stats_line(out, threads) : generation_summary_line(out);
+  std::fprintf(stderr, "%s%s\n", interrupted.empty() ? "" : (interrupted + " ").c_str(), line.c_str());
 }
 
 }  // namespace canvas::cli

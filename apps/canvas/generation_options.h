@@ -75,33 +75,44 @@ TextModel load_text_model(const Args& args, const std::string& default_model, co
 // not a terminal. One trailing newline of a file or stdin is dropped. Throws when there is none.
 std::string read_prompt(const Args& args, const std::string& help_command);
 
-// Where a run's text and canvas go on the terminal. With --visual (and stderr a terminal; otherwise a
+// Where a run's text, canvas and stats go on the terminal. With --visual (and stderr a terminal; otherwise a
 // notice says it is ignored) the live view on stderr's alternate screen (left again by close(), or on
-// SIGINT / SIGTERM): the prompt (dim), then the generated region with final tokens plain, this step's
-// commits bold green, masked positions as shaded blocks and noise or drafts dim (control characters
-// escaped), redrawn every step, each frame at least --visual-delay ms (default 50) on screen (the
-// generator leaves callback time out of its speed figures); close() leaves the final frame on the normal
-// screen. Otherwise the text is streamed to stdout as it is finalised, unless --no-stream
-// or `whole_text_only` (--json: stdout holds one object; infilling prints the whole text at the end).
+// SIGINT / SIGTERM): a header naming the mode, the prompt (cyan; a chat's turn on a line of its own), then
+// the generated region with final tokens plain, this step's commits bold green, masked positions as shaded
+// blocks and noise or drafts dim (newlines kept, other control characters escaped), redrawn every step,
+// each frame at least --visual-delay ms (default 50) on screen (the generator leaves callback time out of
+// its speed figures). The view leaves nothing behind: the text then goes to stdout once, as it does when
+// stdout is piped. Otherwise the text is streamed to stdout as it is finalised, unless --no-stream or
+// `whole_text_only` (--json: stdout holds one object; infilling prints the whole text at the end).
 class TerminalOutput {
  public:
   TerminalOutput(const Args& args, const TextModel& m, std::string prompt, bool whole_text_only);
-  // Sets the request's on_step (the view) or on_text (the stream).
-  void attach(GenerationRequest& request);
+  // Sets the request's on_step (the view) or on_text (the stream); the view's header names the mode
+  // `generator` runs the request in. A chat calls it for every turn (its mode and prompt change).
+  void attach(GenerationRequest& request, const Generator& generator);
   // Leaves the live view (a no-op without one).
   void close();
-  // The reply's end: the text where it was not streamed, then a newline.
-  void finish_text(const std::string& text);
+  // The reply's end: the text where it was not streamed, then a newline with `end_line` (chat: each reply
+  // on lines of its own), or where the text left its line open and something follows on the same screen or
+  // stream: the shell's prompt (stdout a terminal), the stats line (stdout and stderr one terminal, pipe or
+  // file). Otherwise stdout holds the text byte for byte.
+  void finish_text(const std::string& text, bool end_line);
+  // The stats line on stderr: generation_summary_line, generation_stats_line with --verbose, none with
+  // --quiet; "[interrupted]" after Ctrl-C either way.
+  void print_stats(const GenerationOutput& out, int threads) const;
 
  private:
   void draw(const StepEvent& e);
+  void write(const std::string& text);  // to stdout, flushed
   const TextTokenizer* tokenizer_;
   int32_t mask_;
   int64_t delay_ms_;
   std::chrono::steady_clock::time_point next_frame_{};  // when the next frame may be drawn
-  std::string last_frame_;                               // left on the normal screen by close()
-  std::string prompt_;
-  bool visual_ = false, stream_ = false;
+  const std::string given_prompt_;                       // generate's prompt ("" for infilling)
+  std::string prompt_;                                   // the one drawn
+  DecodeMode mode_ = DecodeMode::Auto;
+  bool visual_ = false, stream_ = false, quiet_ = false, verbose_ = false;
+  bool line_open_ = false;  // stdout's last byte written is not a newline
 };
 
 }  // namespace canvas::cli

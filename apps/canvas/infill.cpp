@@ -33,9 +33,10 @@ int run_infill(const Args& args, const TextModel& m, GenerationRequest request) 
         compile_json_schema_text(inline_schema ? value : read_text_file(value), origin));
   }
   TerminalOutput output(args, m, "", /*whole_text_only=*/true);  // holes fill anywhere: printed at the end
-  output.attach(request);
+  const Generator generator(m);
+  output.attach(request, generator);
   auto pool = make_pool(args);
-  const GenerationOutput out = Generator(m).run(request, pool.get());
+  const GenerationOutput out = generator.run(request, pool.get());
   output.close();
   const bool schema_mode = request.json_schema != nullptr;
   if (args.has("json")) {
@@ -43,7 +44,7 @@ int run_infill(const Args& args, const TextModel& m, GenerationRequest request) 
     return 0;
   }
   std::cout << (schema_mode ? out.text : sanitize_utf8(out.text)) << std::endl;
-  std::fprintf(stderr, "%s\n", infill_stats_line(out, pool->size()).c_str());
+  if (!args.has("quiet")) std::fprintf(stderr, "%s\n", infill_stats_line(out, pool->size()).c_str());
   return 0;
 }
 

@@ -34,8 +34,10 @@ const cli::Command kGenerateHead{
 diffusion model (entropy-bound sampler: DiffusionGemma, canvas's own uniform-state models) or
 autoregressively on the same weights (DiffusionGemma: through its causal encoder).
 The text is streamed to stdout as it is finalised (in order: a masked block's tokens appear once every
-position before them is committed), then one stats line goes to stderr; with --json one JSON object
-instead.)",
+position before them is committed), then a short stats line goes to stderr (mode, tokens, tokens/s; all
+the counts with --verbose, none with --quiet); with --json one JSON object instead. Written to a file or
+pipe of its own, stdout holds the text byte for byte; on a terminal, or with stderr on the same stream,
+a newline ends the text's line first.)",
     {
         {"-m,--model", "MODEL", "GGUF file, or a Hugging Face safetensors directory (DiffusionGemma / Gemma 4)\n"
                                 "(default: the shipped text model, models/text-dg.gguf)"},
@@ -137,15 +139,15 @@ int cmd_generate(int argc, char** argv) {
 
   const bool json = args.has("json");
   cli::TerminalOutput output(args, m, request.text, json);
-  output.attach(request);
+  output.attach(request, generator);
   const GenerationOutput out = generator.run(request, pool.get());
   output.close();
   auto_mode.learn(out);
   if (json) {
     std::cout << generation_json(out) << std::endl;
   } else {
-    output.finish_text(out.text);
-    if (!args.has("quiet")) std::fprintf(stderr, "%s\n", generation_stats_line(out, pool->size()).c_str());
+    output.finish_text(out.text, /*end_line=*/false);
+    output.print_stats(out, pool->size());
   }
   return 0;
 }

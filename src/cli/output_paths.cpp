@@ -22,10 +22,18 @@ void check_output_is_not_input(const NamedPath& output, const std::vector<NamedP
   }
 }
 
+namespace {
+bool same_file(const struct stat& a, const struct stat& b) { return a.st_dev == b.st_dev && a.st_ino == b.st_ino; }
+}  // namespace
+
 bool stdout_is_file(const std::string& path) {
   struct stat out{}, file{};
-  return ::fstat(STDOUT_FILENO, &out) == 0 && ::stat(path.c_str(), &file) == 0 && out.st_dev == file.st_dev &&
-         out.st_ino == file.st_ino;
+  return ::fstat(STDOUT_FILENO, &out) == 0 && ::stat(path.c_str(), &file) == 0 && same_file(out, file);
+}
+
+bool stdout_shares_stderr() {
+  struct stat out{}, err{};
+  return ::fstat(STDOUT_FILENO, &out) == 0 && ::fstat(STDERR_FILENO, &err) == 0 && same_file(out, err);
 }
 
 bool stdout_appends() {

@@ -21,6 +21,9 @@ void check_output_is_not_input(const NamedPath& output, const std::vector<NamedP
 // True when standard output is the file at `path` (e.g. `cmd --exclude F > F`, where the shell has
 // already truncated F before the command starts).
 bool stdout_is_file(const std::string& path);
+// True when standard output and standard error are one terminal, pipe or file (`2>&1`): what is written
+// to either shows up in one stream.
+bool stdout_shares_stderr();
 // True when standard output was opened for appending (`>>`), so writing to it keeps what the file held.
 bool stdout_appends();
 

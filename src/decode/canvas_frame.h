@@ -5,14 +5,18 @@
 #include <string>
 
 #include "decode/events.h"
+#include "decode/generation.h"
 #include "io/text_tokenizer.h"
 
 namespace canvas {
 
-// Two lines: "[block B step S, P passes]" with the legend, then the prompt (dim) followed by the region:
-// final tokens plain, this step's commits bold green, masked positions as shaded blocks (U+2591, dim), and
-// positions from e.final_end on (noise, drafts) dim. Pieces are made printable (invalid UTF-8 as U+FFFD,
-// control characters escaped); without a tokenizer a token is written "<ID>".
-std::string canvas_frame(const StepEvent& e, const TextTokenizer* tokenizer, int32_t mask, const std::string& prompt);
+// A header naming `mode` and where the run is ("[diffusion: block B step S, P passes]"; AR and verify,
+// which have no blocks: "[ar: N tokens, P passes]", "[verify: N tokens, cycle C, P passes]") with the
+// legend, then the prompt (cyan) followed by the region: final tokens plain, this step's commits bold
+// green, masked positions as shaded blocks (U+2591, dim), and positions from e.final_end on (noise,
+// drafts) dim. Text keeps its newlines, other control characters are escaped and invalid UTF-8 is
+// U+FFFD; without a tokenizer a token is written "<ID>".
+std::string canvas_frame(const StepEvent& e, const TextTokenizer* tokenizer, int32_t mask, const std::string& prompt,
+                         DecodeMode mode);
 
 }  // namespace canvas

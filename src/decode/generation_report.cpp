@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cpu.h"
+#include "decode/cost_model.h"
 #include "io/utf8.h"
 
 namespace canvas {
@@ -15,6 +16,16 @@ std::string dump_line(const nlohmann::ordered_json& j) {
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 }  // namespace
+
+std::string generation_summary_line(const GenerationOutput& out) {
+  std::string setting = ar_text_setting(out.mode, out.draft_length, out.overlap, out.datastore, out.draft_tree);
+  if (setting.empty()) setting = decode_mode_name(out.mode);
+  // One format whatever auto's reason (it changes from run to run while auto measures): the reason is --verbose's.
+  if (out.mode_reason.rfind("auto", 0) == 0) setting += " (auto)";
+  char speed[64] = "";
+  if (out.decode_tokens > 0) std::snprintf(speed, sizeof speed, ", %.1f tokens/s", out.tokens_per_second());
+  return "[" + setting + ": " + std::to_string(out.tokens.size()) + " tokens" + speed + "]";
+}
 
 std::string generation_stats_line(const GenerationOutput& out, int threads) {
   char buf[1024];

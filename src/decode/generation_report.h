@@ -8,7 +8,12 @@
 
 namespace canvas {
 
-// "[MODE, N new tokens, finish R, P passes, tokens_per_forward X, ..., seed S, SIMD, T threads]": the
+// The short line after a reply: "[SETTING: N tokens, X tokens/s]", the setting as auto's cost model names it
+// ("ar", "verify k=8", "verify k=4 overlapped") or the mode ("diffusion"), followed by " (auto)" when auto
+// chose it, whatever its reason; no speed when nothing was decoded.
+std::string generation_summary_line(const GenerationOutput& out);
+
+// The full line (--verbose): "[MODE, N new tokens, finish R, P passes, tokens_per_forward X, ..., seed S, SIMD, T threads]": the
 // mode's own counts (uniform-state encoder passes and steps per canvas, verify passes and drafts kept),
 // the prompt (and its cached tokens), timings and speed; `threads` is the pool the run used.
 std::string generation_stats_line(const GenerationOutput& out, int threads);
