@@ -243,6 +243,11 @@ TEST(DgReleaseCli, GenerateDenoisesWholeCanvasesByDefault) {
   EXPECT_NE(j["mode_reason"].get<std::string>().find("release's default, whole canvases of 16"), std::string::npos)
       << r.output;
   ASSERT_TRUE(j.contains("steps_per_canvas")) << r.output;
+  // The default stats line says it too.
+  const auto line = test::run_canvas("generate -m " + release_dir("published") + " -p hello -n 20 -s 3");
+  ASSERT_EQ(line.exit_code, 0) << line.output;
+  EXPECT_NE(line.output.find("[diffusion, entropy-bound sampler (auto): "), std::string::npos) << line.output;
+  EXPECT_NE(line.output.find(" in 1 canvas, "), std::string::npos) << line.output;
 }
 
 }  // namespace

@@ -211,6 +211,13 @@ TEST(GenerationReport, SummaryLineNamesTheSettingInOneFormat) {
   out.tokens.clear();
   out.decode_tokens = 0;  // e.g. interrupted before the first token: no speed to speak of
   EXPECT_EQ(generation_summary_line(out), "[diffusion (auto): 0 tokens]");
+  // Uniform-state diffusion (DiffusionGemma's) names its sampler and its canvases.
+  out.tokens = std::vector<int32_t>(20, 5);
+  out.decode_tokens = 20;
+  out.decode_ms = 100;
+  out.steps_per_canvas = {12, 9};
+  EXPECT_EQ(generation_summary_line(out),
+            "[diffusion, entropy-bound sampler (auto): 20 tokens in 2 canvases, 21 steps, 200.0 tokens/s]");
 }
 
 // A chat conversation longer than the context loses its oldest exchanges, never the system prompt or the new

@@ -21,10 +21,20 @@ std::string generation_summary_line(const GenerationOutput& out) {
   std::string setting = ar_text_setting(out.mode, out.draft_length, out.overlap, out.datastore, out.draft_tree);
   if (setting.empty()) setting = decode_mode_name(out.mode);
   // One format whatever auto's reason (it changes from run to run while auto measures): the reason is --verbose's.
+  // Uniform-state diffusion names its sampler and how its canvases went (the release's defaults show).
+  std::string canvases;
+  if (out.mode == DecodeMode::Diffusion && !out.steps_per_canvas.empty()) {
+    setting += ", entropy-bound sampler";
+    int64_t steps = 0;
+    for (int64_t s : out.steps_per_canvas) steps += s;
+    const size_t n = out.steps_per_canvas.size();
+    canvases = " in " + std::to_string(n) + (n == 1 ? " canvas, " : " canvases, ") + std::to_string(steps) +
+               (steps == 1 ? " step" : " steps");
+  }
   if (out.mode_reason.rfind("auto", 0) == 0) setting += " (auto)";
   char speed[64] = "";
   if (out.decode_tokens > 0) std::snprintf(speed, sizeof speed, ", %.1f tokens/s", out.tokens_per_second());
-  return "[" + setting + ": " + std::to_string(out.tokens.size()) + " tokens" + speed + "]";
+  return "[" + setting + ": " + std::to_string(out.tokens.size()) + " tokens" + canvases + speed + "]";
 }
 
 std::string generation_stats_line(const GenerationOutput& out, int threads) {

@@ -36,6 +36,21 @@ void table_row(const TensorView& table, int64_t v, std::vector<uint8_t>& bytes, 
   dequantize_row(interleaved_base(table.type), bytes.data(), dst, table.cols());
 }
 
+// Per row of m logit rows of V each: its max and 1 / sum exp(z - max) (exp(z - max) stays in [0, 1]; the
+// row's sum of them, exp(logsumexp - max), is divided out at the end).
+void row_shifts(const float* logits, int64_t m, int64_t V, std::vector<float>& row_max, std::vector<float>& inv_sum,
+                ThreadPool* pool) {
+  row_max.assign(size_t(m), 0.f);
+  inv_sum.assign(size_t(m), 0.f);
+  parallel_for(pool, m, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const RowStats st = row_stats(logits + i * V, V);
+      row_max[size_t(i)] = st.max;
+      inv_sum[size_t(i)] = float(std::exp(double(st.max) - double(st.logsumexp)));
+    }
+  });
+}
+
 // Vocabulary rows per tile of soft_embedding: one K block of the gemm.
 constexpr int64_t kSoftTile = 256;
 
@@ -60,15 +75,8 @@ void soft_embedding(const TensorView& table, const float* logits, int64_t m, flo
   check_rows_args(table, 0, table.rows(), m);
   const int64_t V = table.rows(), H = table.cols();
   if (m == 0) return;
-  // exp(z - max) stays in [0, 1]; the row's sum of them, exp(logsumexp - max), is divided out at the end.
-  std::vector<float> row_max(static_cast<size_t>(m)), inv_sum(static_cast<size_t>(m));
-  parallel_for(pool, m, 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const RowStats st = row_stats(logits + i * V, V);
-      row_max[size_t(i)] = st.max;
-      inv_sum[size_t(i)] = float(std::exp(double(st.max) - double(st.logsumexp)));
-    }
-  });
+  std::vector<float> row_max, inv_sum;
+  row_shifts(logits, m, V, row_max, inv_sum, pool);
   // The calling thread's, kept across calls (a pass allocates nothing of the canvas' size); the workers
   // write into it through `p` (inside the loop body the name would be their own thread's buffer).
   thread_local std::vector<float> probs;
@@ -181,14 +189,8 @@ void soft_embedding_int8(const Int8TableColumns& columns, const float* logits, i
   check(m >= 0 && !columns.tiles.empty(), "soft_embedding_int8: no columns or a negative row count");
   const int64_t V = columns.vocab, H = columns.hidden, tile = columns.tile;
   if (m == 0) return;
-  std::vector<float> row_max(static_cast<size_t>(m)), inv_sum(static_cast<size_t>(m));
-  parallel_for(pool, m, 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const RowStats st = row_stats(logits + i * V, V);
-      row_max[size_t(i)] = st.max;
-      inv_sum[size_t(i)] = float(std::exp(double(st.max) - double(st.logsumexp)));
-    }
-  });
+  std::vector<float> row_max, inv_sum;
+  row_shifts(logits, m, V, row_max, inv_sum, pool);
   thread_local std::vector<float> probs, partial;  // the calling thread's, kept across calls
   if (probs.size() < size_t(m * tile)) probs.resize(size_t(m * tile));
   if (partial.size() < size_t(m * H)) partial.resize(size_t(m * H));
