@@ -12,7 +12,7 @@ namespace {
 
 struct Checkpoint {
   const char* fixture;  // tests/fixtures/<fixture>: config.json + model.safetensors + tokenizer.json
-  const char* mode;     // what generate's default, auto, decodes it by (its stats line's first word)
+  const char* mode;     // what generate's default, auto, decodes it by (as its stats line names it)
 };
 
 TEST(RealModelsGuide, EveryCommandOnATinyCheckpointOfEachLayout) {
@@ -20,7 +20,8 @@ TEST(RealModelsGuide, EveryCommandOnATinyCheckpointOfEachLayout) {
       {"tiny-llada-hf", "diffusion"},
       {"tiny-dream-hf", "diffusion"},
       {"tiny-llada-moe-hf", "diffusion"},
-      {"tiny-diffusion-gemma", "diffusion"},  // the release's form: whole canvases, as transformers' generate()
+      // the release's form: whole canvases with its sampler, as transformers' generate()
+      {"tiny-diffusion-gemma", "diffusion, entropy-bound sampler"},
   };
   for (const Checkpoint& c : checkpoints) {
     SCOPED_TRACE(c.fixture);
