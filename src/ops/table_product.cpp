@@ -123,7 +123,8 @@ void quantize_column_blocks(const float* __restrict x, int64_t H, float* __restr
   }
   for (int64_t r = 0; r < 32; ++r)
     for (int64_t j = 0; j < H; ++j) {
-      const float y = x[r * H + j] * inv[j];  // |y| <= 127: the int conversion truncates exactly
+      float y = x[r * H + j] * inv[j];  // |y| <= 127: the int conversion truncates exactly
+      if (!(std::fabs(y) <= 127.5f)) y = 0.f;  // a non-finite column's values (NaN x 0): zeros, set by the caller
       const int32_t t = int32_t(y);
       const float rest = y - float(t);
       q[r * H + j] = int8_t(t + (rest >= 0.5f ? 1 : 0) - (rest <= -0.5f ? 1 : 0));
