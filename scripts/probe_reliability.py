@@ -89,14 +89,18 @@ class Server:
     def alive(self):
         return self.proc.poll() is None
 
+    def terminate(self, seconds, what):
+        """SIGTERM; a hang when the process is still there after `seconds`."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(seconds)
+        except subprocess.TimeoutExpired:
+            tally("hangs", f"serve did not end within {seconds} s of SIGTERM{what}")
+            self.proc.kill()
+
     def stop(self):
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                tally("hangs", "serve did not end within 10 s of SIGTERM")
-                self.proc.kill()
+            self.terminate(10, "")
         if self.proc.returncode is not None and self.proc.returncode < 0 and self.proc.returncode != -signal.SIGTERM:
             tally("crashes", f"serve ended by signal {-self.proc.returncode}")
         self.log.close()
@@ -321,12 +325,7 @@ def probe_sigterm_while_loading(canvas, tmp):
         time.sleep(0.01)
     TOTALS["inputs"] += 1
     t = time.time()
-    s.proc.send_signal(signal.SIGTERM)
-    try:
-        s.proc.wait(5)
-    except subprocess.TimeoutExpired:
-        tally("hangs", "serve did not end within 5 s of SIGTERM while loading")
-        s.proc.kill()
+    s.terminate(5, " while loading")
     if "ready" in s.text():
         tally("wrong_statuses", "serve said ready after SIGTERM")
     print(f"  ended in {time.time() - t:.2f} s, exit {s.proc.returncode}")
