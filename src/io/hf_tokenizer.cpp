@@ -724,7 +724,6 @@ void HfTokenizer::encode_normalized_span(std::string_view span, std::vector<int3
 }
 
 void HfTokenizer::encode_long_word(std::string_view word, std::vector<int32_t>& out) const {
-  if (word.size() <= piece_bytes_) return encode_word(word, out);
   // Both characters at a cut must be tokens themselves: one spelled in byte tokens could merge in ways its
   // text does not show.
   auto both_tokens = [&](size_t i) {

@@ -87,7 +87,7 @@ SpmTokenizer SpmTokenizer::from_gguf(const GgufFile& file) {
 // concatenation is the highest-scoring token merges first (ties: the leftmost), until no pair is a token.
 // A final symbol that is not a token is split back along the merges that built it, down to characters,
 // and a character that is not a token becomes its bytes' tokens.
-void SpmTokenizer::encode_text(const std::string& text, std::vector<int32_t>& out) const {
+void SpmTokenizer::encode_text(std::string_view text, std::vector<int32_t>& out) const {
   struct Symbol {
     int prev, next;
     size_t begin, size;
@@ -110,7 +110,7 @@ void SpmTokenizer::encode_text(const std::string& text, std::vector<int32_t>& ou
   std::unordered_map<std::string, std::pair<int, int>> built_from;
   auto try_pair = [&](int left, int right) {
     if (left < 0 || right < 0) return;
-    const std::string piece = text.substr(symbols[size_t(left)].begin, symbols[size_t(left)].size + symbols[size_t(right)].size);
+    const std::string piece(text.substr(symbols[size_t(left)].begin, symbols[size_t(left)].size + symbols[size_t(right)].size));
     const auto it = ids_.find(piece);
     if (it == ids_.end()) return;
     queue.push({left, right, scores_[size_t(it->second)], piece.size()});
@@ -132,7 +132,7 @@ void SpmTokenizer::encode_text(const std::string& text, std::vector<int32_t>& ou
   }
   // Recursion depth is bounded by the number of merges inside one symbol (at most its length).
   auto emit = [&](auto&& self, const Symbol& s) -> void {
-    const std::string piece = text.substr(s.begin, s.size);
+    const std::string piece(text.substr(s.begin, s.size));
     if (const auto it = ids_.find(piece); it != ids_.end()) {
       out.push_back(it->second);
       return;
@@ -165,7 +165,7 @@ std::vector<int32_t> SpmTokenizer::encode(std::string_view text, bool add_bos, b
     const std::string marked = replace_all(std::move(piece), " ", kSpaceMarker);
     encode_in_pieces(
         marked, piece_bytes_, [&](size_t from) { return token_pairs_.cut(marked, from, [](size_t) { return true; }); },
-        [&](std::string_view part, bool) { encode_text(std::string(part), out); });
+        [&](std::string_view part, bool) { encode_text(part, out); });
     after_special = false;
   };
   size_t at = 0, start = 0;

@@ -40,7 +40,7 @@ class SpmTokenizer {
   void set_piece_bytes(size_t bytes) { piece_bytes_ = bytes < 1 ? 1 : bytes; }
 
  private:
-  void encode_text(const std::string& text, std::vector<int32_t>& out) const;
+  void encode_text(std::string_view text, std::vector<int32_t>& out) const;
 
   std::vector<std::string> tokens_;
   std::vector<float> scores_;

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -95,16 +95,16 @@ void soft_embedding(const TensorView& table, const float* logits, int64_t m, flo
 }
 
 namespace {
+
 // Vocabulary columns per int8 tile: [m x 8192] probabilities (8 MiB at m = 256) per matmul call.
 constexpr int64_t kInt8Tile = 8192;
-}  // namespace
 
 // The 32 x H values x (row-major) as H Q8_0 blocks, one per column, with quantize_row's rounding (ggml's
 // reference: d = amax / 127, q = round(x / d) half away from zero; a column with a non-finite value gets
 // finite[j] = 0 and is set to d = NaN and zeros by the caller). Written along the rows, with no aliasing,
-// so that the compiler vectorises every loop: q[r * H + j], amax[j].
+// so that the compiler vectorises every loop: q[r * H + j], amax[j]; inv is H floats of scratch.
 void quantize_column_blocks(const float* __restrict x, int64_t H, float* __restrict amax, uint8_t* __restrict finite,
-                            int8_t* __restrict q) {
+                            float* __restrict inv, int8_t* __restrict q) {
   for (int64_t j = 0; j < H; ++j) {
     amax[j] = 0.f;
     finite[j] = 1;
@@ -115,8 +115,6 @@ void quantize_column_blocks(const float* __restrict x, int64_t H, float* __restr
       amax[j] = amax[j] < a ? a : amax[j];
       finite[j] &= uint8_t(a <= std::numeric_limits<float>::max());
     }
-  std::vector<float> inverse(static_cast<size_t>(H));
-  float* __restrict inv = inverse.data();
   for (int64_t j = 0; j < H; ++j) {
     const float d = amax[j] / 127.f;
     inv[j] = finite[j] && d != 0.f ? 1.f / d : 0.f;
@@ -130,6 +128,8 @@ void quantize_column_blocks(const float* __restrict x, int64_t H, float* __restr
       q[r * H + j] = int8_t(t + (rest >= 0.5f ? 1 : 0) - (rest <= -0.5f ? 1 : 0));
     }
 }
+
+}  // namespace
 
 std::shared_ptr<const Int8TableColumns> make_int8_table_columns(const TensorView& table, ThreadPool* pool) {
   check_rows_args(table, 0, table.rows(), 0);
@@ -158,7 +158,7 @@ std::shared_ptr<const Int8TableColumns> make_int8_table_columns(const TensorView
   const int64_t block_bytes = row_bytes(DType::Q8_0, 32);
   parallel_for(pool, padded / 32, 4, [&](int64_t b, int64_t e) {
     thread_local std::vector<uint8_t> bytes;
-    std::vector<float> group(size_t(32 * H)), amax(static_cast<size_t>(H));
+    std::vector<float> group(size_t(32 * H)), amax(static_cast<size_t>(H)), inverse(static_cast<size_t>(H));
     std::vector<uint8_t> finite(static_cast<size_t>(H));
     std::vector<int8_t> q(size_t(32 * H));
     for (int64_t g = b; g < e; ++g) {
@@ -168,7 +168,7 @@ std::shared_ptr<const Int8TableColumns> make_int8_table_columns(const TensorView
         if (r < rows) table_row(table, v0 + r, bytes, group.data() + r * H);
         else std::fill(group.begin() + r * H, group.begin() + (r + 1) * H, 0.f);
       }
-      quantize_column_blocks(group.data(), H, amax.data(), finite.data(), q.data());
+      quantize_column_blocks(group.data(), H, amax.data(), finite.data(), inverse.data(), q.data());
       const int64_t t = v0 / tile, block = (v0 - t * tile) / 32;
       uint8_t* base = columns->storage.get() + t * tile_bytes + block * block_bytes;
       const int64_t stride = columns->tiles[size_t(t)].row_size();
