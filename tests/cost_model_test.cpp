@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -87,6 +88,54 @@ TEST(CostModel, AutoMeasuresVerifyFirstThenTakesTheFastestMeasured) {
   EXPECT_EQ(r.mode_reason, c.reason);
   EXPECT_EQ(ar_text_setting(DecodeMode::Verify, 2, true), "verify k=2 overlapped");
   EXPECT_EQ(ar_text_setting(DecodeMode::Diffusion, 0, false), "");
+}
+
+// A user's first runs are not each another experiment: at load 1 auto runs at most kMaxExploredSettings
+// settings, then picks among those alone, and noise of +-4% per run does not flip the choice between two
+// settings within kSwitchMargin of each other.
+TEST(CostModel, AutoExploresAFewSettingsThenSettles) {
+  for (const bool can_overlap : {false, true}) {
+    CostModel cost = flat_costs();
+    std::vector<int64_t> cycles(size_t(kExploreDraftLength + 1), 0);
+    auto true_ms = [](const ModeChoice& c) {  // this machine's real speeds: ar and verify k=8 about equal
+      if (c.mode == DecodeMode::Ar) return 0.50;
+      return c.overlap ? 0.60 + 0.05 * double(c.draft_length) : 0.50 + 0.03 * double(std::abs(c.draft_length - 8));
+    };
+    std::set<std::string> settings;
+    std::vector<std::string> chosen;
+    for (int run = 0; run < 24; ++run) {
+      const ModeChoice c = choose_ar_text_mode(cost, 1, can_overlap);
+      const std::string name = ar_text_setting(c.mode, c.draft_length, c.overlap);
+      settings.insert(name);
+      chosen.push_back(name);
+      if (c.mode == DecodeMode::Verify) {
+        std::vector<int64_t> kept(size_t(c.draft_length + 1), 0);
+        kept[size_t(std::min<int64_t>(3, c.draft_length))] = 20;  // every cycle keeps 3 drafts
+        cost.acceptance.add(kept);
+      }
+      const double noise = run % 2 == 0 ? 0.96 : 1.04;
+      cost.observe(name, 64 * true_ms(c) * noise, 64);
+    }
+    EXPECT_LE(int64_t(settings.size()), kMaxExploredSettings) << can_overlap;
+    for (size_t run = size_t(kMaxExploredSettings) + 1; run < chosen.size(); ++run)
+      EXPECT_EQ(chosen[run], chosen[run - 1]) << "run " << run << ", overlap " << can_overlap;
+  }
+  // The setting run most often stays while another measured one is within kSwitchMargin of it, and gives way
+  // to one clearly faster.
+  CostModel cost = flat_costs();
+  std::vector<int64_t> cycles(size_t(kExploreDraftLength + 1), 0);
+  cycles[3] = 40;
+  cost.acceptance.add(cycles);
+  cost.observed["ar"] = {0.50, 6};
+  cost.observed["verify k=3"] = {0.70, 1};
+  cost.observed["verify k=8"] = {0.49, 1};
+  ModeChoice c = choose_ar_text_mode(cost, 1, false);
+  EXPECT_EQ(c.mode, DecodeMode::Ar) << c.reason;
+  EXPECT_NE(c.reason.find("stays"), std::string::npos) << c.reason;
+  cost.observed["verify k=8"] = {0.45, 1};
+  c = choose_ar_text_mode(cost, 1, false);
+  EXPECT_EQ(c.mode, DecodeMode::Verify) << c.reason;
+  EXPECT_EQ(c.draft_length, 8);
 }
 
 // With a datastore, auto judges AR, the datastore chains and trees by their measured runs: AR first, then

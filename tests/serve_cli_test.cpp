@@ -61,6 +61,12 @@ TEST(ServeCli, EndpointsAndCompletions) {
   EXPECT_EQ(j["usage"]["prompt_tokens"], 12);  // byte-level: 12 bytes (the model adds no BOS)
   EXPECT_EQ(j["usage"]["forward_passes"], 16);  // one token per step by default
   EXPECT_EQ(j["canvas"]["mode"], "diffusion");
+  // auto with threshold decoding (masked diffusion's) is checked as the mode the router picks, diffusion (it
+  // was also checked as AR, and refused).
+  auto threshold = post(server, "/v1/completions", R"({"prompt": "And God said", "max_tokens": 16, "threshold": 0.9})");
+  ASSERT_TRUE(threshold);
+  ASSERT_EQ(threshold->status, 200) << threshold->body;
+  EXPECT_EQ(json::parse(threshold->body)["canvas"]["mode"], "diffusion");
 
   // The same request decoded by `canvas generate` gives the same text (temperature 0).
   const auto generated = canvas::test::run_canvas("generate -m " + canvas::test::source_path("models/text-masked.gguf") +

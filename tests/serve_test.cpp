@@ -432,7 +432,7 @@ TEST(ServeRouting, UniformStateCostCountsWholeCanvasesAndLearnsPassesPerCanvas) 
   serve::GenerationSettings s;
   s.mode = serve::DecodeMode::Auto;
   s.max_new_tokens = options.defaults.params.canvas_length;
-  EXPECT_EQ(engine.route(s, 4), serve::DecodeMode::Verify);
+  EXPECT_EQ(engine.choose(s).mode, serve::DecodeMode::Verify);
   engine.shutdown(false);
 }
 
@@ -458,7 +458,7 @@ TEST(ServeRouting, VerifyIsExploredThenChosenByMeasuredAcceptance) {
     return job;
   };
   for (int i = 0; i < 20 && engine.cost_model().acceptance.cycles(1) < kMinAcceptanceCycles; ++i) {
-    const serve::ModeChoice choice = engine.choose(s, 4);
+    const serve::ModeChoice choice = engine.choose(s);
     ASSERT_EQ(choice.mode, serve::DecodeMode::Verify) << i;
     EXPECT_EQ(choice.draft_length, kExploreDraftLength);
     const auto job = run_one();
@@ -467,7 +467,7 @@ TEST(ServeRouting, VerifyIsExploredThenChosenByMeasuredAcceptance) {
   }
   ASSERT_GE(engine.cost_model().acceptance.cycles(1), kMinAcceptanceCycles);
   // Then AR once, alone, which measures its ms per token (as every request that runs alone does its own).
-  const serve::ModeChoice ar = engine.choose(s, 4);
+  const serve::ModeChoice ar = engine.choose(s);
   ASSERT_EQ(ar.mode, serve::DecodeMode::Ar) << ar.reason;
   EXPECT_EQ(run_one()->mode_used, serve::DecodeMode::Ar);
   const serve::CostModel c = engine.cost_model();
@@ -475,12 +475,12 @@ TEST(ServeRouting, VerifyIsExploredThenChosenByMeasuredAcceptance) {
   EXPECT_EQ(c.observed.count("verify k=8"), 1u);
   EXPECT_GT(c.verify_observations, 0);
   const serve::ModeChoice expected = choose_ar_text_mode(c, 1, m.config.has_decoder);
-  const serve::ModeChoice chosen = engine.choose(s, 4);
+  const serve::ModeChoice chosen = engine.choose(s);
   EXPECT_EQ(chosen.mode, expected.mode);
   EXPECT_EQ(chosen.draft_length, expected.draft_length);
   EXPECT_EQ(chosen.reason, expected.reason);
   s.mode = serve::DecodeMode::Ar;  // asked for
-  EXPECT_EQ(engine.choose(s, 4).reason, "asked for");
+  EXPECT_EQ(engine.choose(s).reason, "asked for");
   engine.shutdown(false);
 }
 
@@ -506,7 +506,7 @@ TEST(ServeRouting, CostModelFileWithoutPassTimesIsTimedAtStartUp) {
   serve::GenerationSettings s;
   s.mode = serve::DecodeMode::Auto;
   s.max_new_tokens = 40;
-  EXPECT_FALSE(engine.choose(s, 4).reason.empty());
+  EXPECT_FALSE(engine.choose(s).reason.empty());
   for (int64_t load = 2; load <= 3; ++load)  // (at load 1, ar runs once to be measured first)
     EXPECT_GT(choose_ar_text_mode(cost, load, m.config.has_decoder).ms_per_token, 0) << load;
   const std::optional<serve::CostModel> saved = serve::CostModel::load(options.cost_model_file, "k");

@@ -133,16 +133,19 @@ int cmd_chat(int argc, char** argv) {
   const Generator generator(m);
   const ModelConfig& c = m.model.config;
   auto pool = make_pool(args);
-  AutoMode auto_mode(args, m, pool.get());
+  ModeRouter router(generator, router_options(args, m, pool.get()));
   GenerationRequest first = request;  // what the first turn runs (auto chooses again at each turn)
-  auto_mode.choose(first);
+  router.route(first);
   const DecodeMode mode = generator.resolve(first.mode);
+  // auto's choice is named as "auto" (the stats line of each reply names its setting); --verbose says why.
+  const std::string why = generator.mode_reason(first);
+  const std::string chosen_by = args.has("verbose") || why.rfind("auto", 0) != 0 ? why : "auto";
   std::fprintf(stderr, "[chat: %s, %s decoding (%s), format %s (%s), seed %llu]\n", m.path.c_str(),
                mode == DecodeMode::Ar       ? "autoregressive"
                : mode == DecodeMode::Verify ? (first.overlap ? "draft-and-verify (overlapped)" : "draft-and-verify")
                : c.uniform_state            ? "uniform-state diffusion"
                                             : "masked diffusion",
-               generator.mode_reason(first).c_str(), m.chat.name.c_str(), m.chat.origin.c_str(),
+               chosen_by.c_str(), m.chat.name.c_str(), m.chat.origin.c_str(),
                (unsigned long long)request.sampling.seed);
   const SamplingParams& s = request.sampling;
   if (s.temperature > 0)
@@ -183,7 +186,7 @@ int cmd_chat(int argc, char** argv) {
     std::vector<ChatMessage>& conversation = session.messages();
     conversation.push_back({"user", line});
     GenerationRequest turn = request;
-    auto_mode.choose(turn);
+    router.route(turn);
     turn.prefix_cache = &kept;  // the conversation so far is not encoded again
     // From here to the end of the turn Ctrl-C ends the reply, not the chat (one pressed while the prompt is
     // fitted and encoded ends the reply before its first pass).
@@ -208,7 +211,7 @@ int cmd_chat(int argc, char** argv) {
     GenerationOutput out;
     out = generator.run(turn, pool.get());
     output.close();
-    auto_mode.learn(out);
+    router.learn(turn, out, /*alone=*/true);
     // After Ctrl-C the reply holds only the text that was final (nothing of a canvas still being denoised).
     // The conversation keeps the model's own bytes, so that the next turn encodes what it wrote (and reuses
     // its cached K/V); the terminal and /save get them as valid UTF-8. A reply with channels keeps its

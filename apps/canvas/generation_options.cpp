@@ -242,70 +242,15 @@ SamplingGiven sampling_given(const Args& args) {
   return {args.has("temp"), args.has("top-k"), args.has("top-p"), args.has("min-p")};
 }
 
-AutoMode::AutoMode(const Args& args, const TextModel& m, ThreadPool* pool) : model_(m.model), pool_(pool) {
-  key_ = cost_model_key(m.path, int64_t(pool->size()), device_label(device_choice(args)));
-  file_ = args.get("cost-model", "");
-  if (file_.empty()) file_ = default_cost_model_file(key_);
-  if (file_ == "none") file_.clear();
-  verify_implied_ = args.has("draft-length") || args.has("draft-steps") || args.has("overlap") ||
-                    args.has("draft-lookup") || args.has("draft-lookup-length") || args.has("draft-tree");
-  datastore_ = args.has("draft-datastore");
-  for (const char* option : {"steps", "block-length", "canvas-length", "schedule", "algorithm", "threshold", "cache",
-                             "freeze", "freeze-refresh", "entropy-bound", "t-min", "t-max", "stability",
-                             "confidence-threshold", "neighbor-penalty", "stream-head"})
-    if (diffusion_option_.empty() && args.has(option)) diffusion_option_ = std::string("--") + option;
-}
-
-void AutoMode::load() {
-  if (loaded_) return;
-  loaded_ = true;
-  if (!file_.empty())
-    if (std::optional<CostModel> stored = CostModel::load(file_, key_)) cost_ = *stored;
-}
-
-void AutoMode::save() {
-  if (file_.empty()) return;
-  const std::string warning = cost_.save(file_, key_);
-  if (!warning.empty()) std::fprintf(stderr, "canvas: warning: --cost-model %s\n", warning.c_str());
-  if (!warning.empty()) file_.clear();  // said once
-}
-
-void AutoMode::choose(GenerationRequest& request) {
-  if (request.mode != DecodeMode::Auto || Generator::fills_holes(request)) return;
-  const ModelConfig& c = model_.config;
-  if (verify_implied_) {
-    request.mode = DecodeMode::Verify;
-    request.mode_reason =
-        "auto: a verify option (--draft-length, --draft-steps, --overlap, --draft-lookup, --draft-tree) was given";
-    return;
-  }
-  if (!diffusion_option_.empty() && Generator(model_, nullptr, {}).has_diffusion()) {
-    request.mode = DecodeMode::Diffusion;
-    request.mode_reason = "auto: a diffusion option (" + diffusion_option_ + ") was given";
-    return;
-  }
-  if (!c.uniform_state || !c.default_mode.empty() || !supports_verify(c)) return;  // Generator::resolve's mode
-  load();
-  if (datastore_) {  // judged by whole runs alone
-    choose_datastore_mode(cost_, !model_.primitives).apply(request);  // trees run on the CPU only
-    return;
-  }
-  if (!cost_.timed()) {
-    std::fprintf(stderr, "canvas: timing this model's passes for --mode auto (once per model and machine)...\n");
-    cost_.take_pass_times(CostModel::measure(model_, pool_, ar_text_mode_rows(c.has_decoder)));
-    save();
-  }
-  choose_ar_text_mode(cost_, 1, c.has_decoder).apply(request);
-}
-
-void AutoMode::learn(const GenerationOutput& out) {
-  const std::string setting = ar_text_setting(out.mode, out.draft_length, out.overlap, out.datastore, out.draft_tree);
-  const ModelConfig& c = model_.config;
-  if (setting.empty() || !c.uniform_state || !supports_verify(c) || out.finish_reason == "cancelled") return;
-  load();
-  if (out.mode == DecodeMode::Verify) cost_.acceptance.add(out.cycles_keeping);
-  cost_.observe(setting, out.decode_ms, out.decode_tokens);
-  save();
+RouterOptions router_options(const Args& args, const TextModel& m, ThreadPool* pool) {
+  RouterOptions o;
+  o.cost_model_key = cost_model_key(m.path, int64_t(pool->size()), device_label(device_choice(args)));
+  o.cost_model_file = args.get("cost-model", "");
+  if (o.cost_model_file.empty()) o.cost_model_file = default_cost_model_file(o.cost_model_key);
+  if (o.cost_model_file == "none") o.cost_model_file.clear();
+  o.datastore = args.has("draft-datastore");
+  o.lazy_timing = pool;
+  return o;
 }
 
 std::shared_ptr<const Datastore> load_datastore(const Args& args, const TextModel& m) {

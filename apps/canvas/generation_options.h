@@ -11,6 +11,7 @@
 #include "cli/options.h"
 #include "core/thread_pool.h"
 #include "decode/cost_model.h"
+#include "decode/mode_router.h"
 #include "decode/default_sampling.h"
 #include "decode/events.h"
 #include "io/text_tokenizer.h"
@@ -35,32 +36,10 @@ GenerationRequest request_from_args(const Args& args);
 // The sampling flags given (--temp, --top-k, --top-p, --min-p); the model's defaults fill the others.
 SamplingGiven sampling_given(const Args& args);
 
-// --mode auto for generate and chat, as serve's engine does per request: for a uniform-state model with
-// draft-and-verify (and no diffusion.default_mode) the fastest of ar and verify (each draft length, plain or
-// overlapped) by the cost model kept per model and machine (--cost-model FILE, default
-// default_cost_model_file(): its passes timed on first use, what verify keeps per cycle learned from every
-// verify run); other models run their own mode (Generator::resolve). A verify option (--draft-length,
-// --draft-steps, --overlap) with auto means --mode verify, and a diffusion option (--steps, --canvas-length,
-// --threshold, ...) on a model with diffusion means --mode diffusion.
-class AutoMode {
- public:
-  AutoMode(const Args& args, const TextModel& m, ThreadPool* pool);
-  // Sets request's mode (and draft length, overlap, reason) when it is auto.
-  void choose(GenerationRequest& request);
-  // A verify run's cycles join the cost model, and its file.
-  void learn(const GenerationOutput& out);
-
- private:
-  void load();
-  void save();
-  const Model& model_;
-  ThreadPool* pool_;
-  std::string file_, key_;
-  std::string diffusion_option_;  // the first diffusion option given ("" none): auto means --mode diffusion
-  bool verify_implied_ = false, loaded_ = false;
-  bool datastore_ = false;  // --draft-datastore: auto weighs verify with it against AR (choose_datastore_mode)
-  CostModel cost_;
-};
+// --mode auto's router for generate and chat (decode/mode_router.h): the cost model kept per model and machine
+// in --cost-model FILE (default default_cost_model_file(); "none": not kept), its passes timed on `pool` on
+// first use; --draft-datastore weighs verify with the datastore against AR.
+RouterOptions router_options(const Args& args, const TextModel& m, ThreadPool* pool);
 
 // --draft-datastore FILE's corpus, tokenized by m's tokenizer (cached; warnings on stderr); null without it.
 std::shared_ptr<const Datastore> load_datastore(const Args& args, const TextModel& m);

@@ -132,8 +132,8 @@ int cmd_generate(int argc, char** argv) {
   auto pool = make_pool(args);
   // -n beyond the context is refused before auto times the model's passes.
   generator.check_context(request, int64_t(generator.prompt_of(request).size()));
-  cli::AutoMode auto_mode(args, m, pool.get());
-  auto_mode.choose(request);
+  ModeRouter router(generator, cli::router_options(args, m, pool.get()));
+  router.route(request);
   const std::string notice = generator.mode_notice(request.mode);
   if (!notice.empty()) std::fprintf(stderr, "canvas: warning: %s\n", notice.c_str());
 
@@ -142,7 +142,7 @@ int cmd_generate(int argc, char** argv) {
   output.attach(request, generator);
   const GenerationOutput out = generator.run(request, pool.get());
   output.close();
-  auto_mode.learn(out);
+  router.learn(request, out, /*alone=*/true);
   if (json) {
     std::cout << generation_json(out) << std::endl;
   } else {

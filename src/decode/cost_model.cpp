@@ -382,17 +382,38 @@ ModeChoice choose_ar_text_mode(const CostModel& cost, int64_t load, bool can_ove
     if (it != cost.observed.end() && estimate > 0) log_ratio += std::log(it->second.ms_per_token / estimate), ++ratios;
   }
   const double scale = ratios > 0 ? std::exp(log_ratio / double(ratios)) : 1.0;
+  // At load 1, once kMaxExploredSettings settings have run, auto picks among them alone (a user's first runs
+  // are not each another experiment).
+  int64_t explored = 0;
+  for (const Candidate& c : all) explored += cost.observed.count(c.name()) > 0;
+  const bool settled = load == 1 && explored >= kMaxExploredSettings;
   const Candidate* best = nullptr;
   double best_ms = 0;
   bool best_measured = false;
   for (const Candidate& c : all) {
     const auto it = cost.observed.find(c.name());
     const bool measured_here = load == 1 && it != cost.observed.end();
+    if (settled && !measured_here) continue;
     const double estimate = estimate_ms(cost, c, load);
     if (!measured_here && estimate <= 0) continue;
     const double ms = measured_here ? it->second.ms_per_token : estimate * scale;
     if (!(ms > 0)) continue;  // no pass times: nothing to estimate by
     if (!best || ms < best_ms) best = &c, best_ms = ms, best_measured = measured_here;
+  }
+  // Among measured settings the one run most often stays while it is within kSwitchMargin of the fastest, so
+  // that the noise of one run does not flip the choice from run to run.
+  bool kept = false;
+  if (best && best_measured) {
+    const Candidate* most = nullptr;
+    int64_t most_runs = 0;
+    for (const Candidate& c : all) {
+      const auto it = cost.observed.find(c.name());
+      if (it != cost.observed.end() && it->second.runs > most_runs) most = &c, most_runs = it->second.runs;
+    }
+    const double most_ms = most ? cost.observed.at(most->name()).ms_per_token : 0;
+    if (most && most != best && most_runs > cost.observed.at(best->name()).runs &&
+        most_ms <= best_ms * (1 + kSwitchMargin))
+      best = most, best_ms = most_ms, kept = true;
   }
   if (!best) {
     std::snprintf(buf, sizeof buf, "auto: ar (no pass times to estimate verify by at load %lld)", (long long)load);
@@ -406,7 +427,12 @@ ModeChoice choose_ar_text_mode(const CostModel& cost, int64_t load, bool can_ove
   const auto ar = cost.observed.find("ar");
   const double ar_ms = load == 1 && ar != cost.observed.end() ? ar->second.ms_per_token : estimate_ms(cost, all[0], load) * scale;
   std::string load_note = load > 1 ? ", at load " + std::to_string(load) : "";
-  if (best->k == 0)
+  if (kept)
+    std::snprintf(buf, sizeof buf,
+                  "auto: %s, run most often, stays: within %.0f%% of the fastest measured on this machine (%.3f ms "
+                  "per token)",
+                  best->name().c_str(), 100 * kSwitchMargin, best_ms);
+  else if (best->k == 0)
     std::snprintf(buf, sizeof buf, "auto: ar is the fastest of ar and verify on this machine (%.3f ms per token, %s%s)",
                   best_ms, best_measured ? "measured" : "estimated", load_note.c_str());
   else

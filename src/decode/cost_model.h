@@ -118,6 +118,8 @@ std::string ar_text_setting(DecodeMode mode, int64_t draft_length, bool overlap,
 constexpr int64_t kExploreDraftLength = 8;   // verify's k while its acceptance is being measured
 constexpr int64_t kMinAcceptanceCycles = 8;   // cycles measured before verify is judged by them
 constexpr int64_t kMaxOverlapDraftLength = 4;
+constexpr int64_t kMaxExploredSettings = 3;   // settings run at load 1 before auto picks among those alone
+constexpr double kSwitchMargin = 0.05;        // a measured setting must beat the most-run one by this much
 // The pass sizes (rows) AR and every verify candidate run at `load` requests per pass.
 std::vector<int64_t> ar_text_mode_rows(bool can_overlap, int64_t load = 1);
 // The fastest by time per token at `load` requests sharing each pass: at load 1 a setting's measured runs
@@ -126,7 +128,9 @@ std::vector<int64_t> ar_text_mode_rows(bool can_overlap, int64_t load = 1);
 // A cost model without pass times (not timed()) has no estimates: AR, saying so.
 // Until kMinAcceptanceCycles verify cycles have been measured, verify with kExploreDraftLength drafts runs
 // at load 1 (it writes AR's text, and measures the acceptance) and AR at higher loads; then AR runs once at
-// load 1 to be measured.
+// load 1 to be measured. Exploration is bounded: once kMaxExploredSettings settings have measured runs, load 1
+// picks among them alone, and the setting with the most runs stays while it is within kSwitchMargin of the
+// fastest measured one.
 ModeChoice choose_ar_text_mode(const CostModel& cost, int64_t load, bool can_overlap);
 
 // --mode auto with a datastore (--draft-datastore), one request at a time: AR, verify with lookup and

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "decode/ar.h"
+#include "decode/mode_router.h"
 #include "decode/text_stream.h"
 #include "decode/uniform_state.h"
 #include "decode/verify.h"
@@ -85,25 +86,13 @@ bool Generator::has_ar() const {
 }
 
 DecodeMode Generator::resolve(DecodeMode mode) const {
-  if (mode != DecodeMode::Auto) return mode;
-  const ModelConfig& c = model_.config;
-  if (!c.default_mode.empty()) return parse_decode_mode(c.default_mode);
-  // Uniform-state models write AR's text through their causal path (a front end with a cost model picks
-  // the fastest of ar and verify: choose_ar_text_mode in decode/cost_model.h); masked-diffusion models decode by diffusion.
-  return c.is_diffusion() && !c.uniform_state ? DecodeMode::Diffusion : DecodeMode::Ar;
+  return mode != DecodeMode::Auto ? mode : model_default_mode(model_.config);
 }
 
 std::string Generator::mode_reason(const GenerationRequest& r) const {
   if (!r.mode_reason.empty()) return r.mode_reason;
   if (r.mode != DecodeMode::Auto) return "asked for";
-  const ModelConfig& c = model_.config;
-  if (c.release_form && c.default_mode == "diffusion")
-    return "auto: the DiffusionGemma release's default, whole canvases of " +
-           std::to_string(defaults_.params.canvas_length) + " denoised by its entropy-bound sampler";
-  if (!c.default_mode.empty()) return "auto: the model file's diffusion.default_mode";
-  if (c.is_diffusion() && !c.uniform_state) return "auto: a masked-diffusion model decodes by diffusion";
-  if (c.uniform_state) return "auto: AR's text, by its causal path";
-  return "auto: an autoregressive model";
+  return model_default_reason(model_.config, defaults_.params.canvas_length);
 }
 
 std::vector<DecodeMode> Generator::modes() const {

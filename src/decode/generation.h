@@ -26,10 +26,10 @@ namespace canvas {
 
 struct GenerationRun;  // decode/generation.cpp
 
-// auto: the model's own way (Generator::resolve: the file's diffusion.default_mode, else diffusion for
-// masked-diffusion models and AR otherwise); for a uniform-state model without a default_mode the CLI
-// (cli::AutoMode) and a server (serve::Engine::choose) pick among ar and verify by the cost model before a
-// request runs. verify: the diffusion decoder drafts and the causal path verifies
+// auto: decided by decode/mode_router.h for every front end (options that imply a mode, holes to diffusion,
+// the model's own way: the file's diffusion.default_mode, else diffusion for masked-diffusion models and AR
+// otherwise; for a uniform-state model without a default_mode the fastest of ar and verify by the cost
+// model); a Generator given auto runs the model's own way (Generator::resolve). verify: the diffusion decoder drafts and the causal path verifies
 // (decode/verify.h): AR's text, several tokens per causal pass.
 enum class DecodeMode { Auto, Diffusion, Ar, Verify };
 // The most logits a draft-and-verify pass may hold (its rows x the vocabulary x 4 bytes): longer drafts
@@ -59,8 +59,7 @@ struct GenerationRequest {
 
   DecodeMode mode = DecodeMode::Auto;
   // Why `mode` (and the draft length and overlap) are what they are, when a front end chose them for auto
-  // (cli::AutoMode in apps/canvas/generation_options.h, serve::Engine::choose in serve/engine.h, both over
-  // decode/cost_model.h); reported as GenerationOutput::mode_reason. Empty: "asked for", or for auto the
+  // (ModeRouter::choose, decode/mode_router.h); reported as GenerationOutput::mode_reason. Empty: "asked for", or for auto the
   // model's own mode (Generator::resolve).
   std::string mode_reason;
   // 0: the default (a uniform-state model's max_new_tokens, else 64), cut to what the context leaves; with

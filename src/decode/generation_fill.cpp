@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "decode/generation.h"
+#include "decode/mode_router.h"
 
 namespace canvas {
 
@@ -55,8 +56,8 @@ GenerationOutput Generator::run_fill(const GenerationRequest& r, ThreadPool* poo
                 "--json-schema cannot be combined with --suffix or <|hole:N|> holes");
   const TextCodec& text_codec = codec();
   GenerationOutput out;
-  // auto fills holes and schemas by diffusion where the model has it (a masked or uniform-state canvas).
-  const bool fill_by_diffusion = r.mode == DecodeMode::Auto && c.default_mode.empty() && has_diffusion();
+  // auto fills holes and schemas by diffusion where the model has it (decode/mode_router.h).
+  const bool fill_by_diffusion = fills_by_diffusion(c, has_diffusion(), r);
   out.mode = fill_by_diffusion ? DecodeMode::Diffusion : resolve(r.mode);
   out.mode_reason = fill_by_diffusion ? "auto: holes and schemas are filled by diffusion" : mode_reason(r);
   out.modes = modes();

@@ -26,51 +26,24 @@ Engine::Engine(const Model& model, ThreadPool* pool, EngineOptions options)
     : model_(model),
       options_(std::move(options)),
       generator_(model, options_.tokenizer, options_.defaults, options_.chat),
+      router_(generator_, RouterOptions{options_.default_mode, options_.cost_model_file, options_.cost_model_key,
+                                        options_.datastore != nullptr, nullptr, "canvas serve"}),
       batcher_(model, pool, [this](std::vector<std::unique_ptr<StepBatcher::Sequence>>& stepped) { take(stepped); }) {
   check(options_.parallel >= 1, "--parallel must be at least 1");
   check(options_.queue >= 0, "--queue must be >= 0");
-  const std::optional<CostModel> stored = options_.cost_model_file.empty()
-                                              ? std::nullopt
-                                              : CostModel::load(options_.cost_model_file, options_.cost_model_key);
-  // A stored line without pass times (generate with a datastore saves runs alone) is timed here, keeping
-  // what its runs taught.
-  if (stored) cost_ = *stored;
-  if (!stored || !stored->timed()) {
-    const int64_t rows = std::min<int64_t>(64, std::max<int64_t>(2, model.config.context_length));
-    if (chooses_verify()) {  // the pass sizes of AR and each verify candidate, and of batched passes
-      std::vector<int64_t> sizes = ar_text_mode_rows(model.config.has_decoder);
-      sizes.insert(sizes.end(), {rows / 2, rows});
-      cost_.take_pass_times(CostModel::measure(model, pool, sizes));
-    } else {
-      cost_.take_pass_times(CostModel::measure(model, pool, rows));
-    }
-    save_cost_model(cost_);
+  // The passes of AR and each verify candidate, and of batched passes, timed unless the file kept them.
+  const int64_t rows = std::min<int64_t>(64, std::max<int64_t>(2, model.config.context_length));
+  std::vector<int64_t> sizes = {1, std::max<int64_t>(2, rows / 2), rows};
+  if (router_.chooses_by_cost()) {
+    sizes = ar_text_mode_rows(model.config.has_decoder);
+    sizes.insert(sizes.end(), {rows / 2, rows});
   }
-  cost_model_stored_ = stored && stored->timed();
+  router_.time_passes(pool, sizes);
 }
 
 Engine::~Engine() { shutdown(true); }
 
-bool Engine::chooses_verify() const {
-  const ModelConfig& c = model_.config;
-  return c.uniform_state && c.default_mode.empty() && supports_verify(c);
-}
-
-bool Engine::save_cost_model(const CostModel& cost) const {
-  if (options_.cost_model_file.empty()) return false;
-  std::lock_guard<std::mutex> lock(save_mutex_);
-  const std::string warning = cost.save(options_.cost_model_file, options_.cost_model_key);
-  if (!warning.empty() && !cost_model_warned_)  // said once
-    std::fprintf(stderr, "canvas serve: warning: --cost-model %s\n", warning.c_str());
-  cost_model_warned_ = cost_model_warned_ || !warning.empty();
-  if (warning.empty()) cost_model_written_ = true;
-  return warning.empty();
-}
-
-CostModel Engine::cost_model() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return cost_;
-}
+CostModel Engine::cost_model() const { return router_.cost_model(); }
 
 int64_t Engine::queued() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -120,37 +93,13 @@ void Engine::shutdown(bool cancel_running) {
   slot_freed_.wait(lock, [&] { return running_ == 0; });
 }
 
-ModeChoice Engine::choose(const GenerationSettings& s, int64_t prompt_tokens) const {
-  ModeChoice choice;
-  const DecodeMode asked = s.mode == DecodeMode::Auto ? options_.default_mode : s.mode;
-  if (asked != DecodeMode::Auto) {
-    choice.mode = asked;
-    choice.draft_length = s.draft_length;
-    choice.overlap = s.overlap;
-    choice.draft_tree = s.draft_tree;
-    choice.reason = s.mode == DecodeMode::Auto ? std::string("serve --mode ") + decode_mode_name(asked) : "asked for";
-    return choice;
-  }
-  choice.mode = generator_.resolve(DecodeMode::Auto);
-  choice.reason = generator_.mode_reason(s);
-  // Holes between fixed text and schemas are filled by diffusion where the model has it (as generate does).
-  if (has_diffusion() && model_.config.default_mode.empty() && (Generator::fills_holes(s) || has_hole_marker(s.text))) {
-    choice.mode = DecodeMode::Diffusion;
-    choice.reason = "auto: holes and schemas are filled by diffusion";
-    return choice;
-  }
-  if (!chooses_verify() || Generator::fills_holes(s)) return choice;
-  (void)prompt_tokens;
+ModeChoice Engine::choose(const GenerationSettings& s) const {
   int64_t load = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     load = int64_t(queue_.size()) + running_;
   }
-  load = std::clamp<int64_t>(load, 1, options_.parallel);
-  // With a datastore, one request at a time is judged by the measured runs of ar, the chains and trees
-  // (as generate's auto); under load, by the pass-time estimates.
-  if (options_.datastore && load == 1) return choose_datastore_mode(cost_model(), !model_.primitives);
-  return choose_ar_text_mode(cost_model(), load, model_.config.has_decoder);
+  return router_.choose(s, std::clamp<int64_t>(load, 1, options_.parallel));
 }
 
 // A job taken from the queue, with its request as it runs (the callbacks point at it: it does not move).
@@ -284,8 +233,7 @@ std::unique_ptr<Engine::Running> Engine::start(std::shared_ptr<Job> job_ptr) {
   request = job.settings;
   if (!request.datastore) request.datastore = options_.datastore;
   if (!Generator::fills_holes(request)) request.prompt = job.prompt;  // infilling plans from the text
-  const ModeChoice choice = choose(request, int64_t(job.prompt.size()));
-  choice.apply(request);
+  choose(request).apply(request);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     run->started_before = started_;
@@ -337,8 +285,6 @@ std::unique_ptr<Engine::Running> Engine::start(std::shared_ptr<Job> job_ptr) {
 void Engine::end(Running& run, const GenerationOutput& out, const std::string& error) {
   Job& job = *run.job;
   const GenerationRequest& request = run.request;
-  const bool uniform = run.uniform, alone = run.alone;
-  const int64_t started_before = run.started_before;
   std::unique_lock<std::mutex> lock(job.mutex);
   if (error.empty()) {
     job.canvas = out.region;
@@ -369,47 +315,13 @@ void Engine::end(Running& run, const GenerationOutput& out, const std::string& e
   job.decode_ms = now_ms() - run.t0;
   job.error = error;
   job.cancelled_by_client = error.empty() && out.finish_reason == "cancelled";
-  const bool complete = error.empty() && !job.cancelled_by_client;
-  if (complete && request.mode == DecodeMode::Diffusion && !uniform && request.threshold > 0 && job.passes > 0) {
-    // Learn threshold decoding's tokens per pass for routing (a running average).
-    std::lock_guard<std::mutex> engine_lock(mutex_);
-    const double observed = double(job.canvas.size()) / double(job.passes);
-    cost_.threshold_tokens_per_forward = cost_.threshold_observations == 0
-                                          ? observed
-                                          : 0.8 * cost_.threshold_tokens_per_forward + 0.2 * observed;
-    ++cost_.threshold_observations;
-  }
-  const std::string setting = ar_text_setting(request.mode, request.draft_length, request.overlap,
-                                              request.datastore != nullptr, request.draft_tree);
-  if (complete && chooses_verify() && !setting.empty() && job.passes > 0 && job.completion_tokens > 0) {
-    // Learn draft-and-verify's tokens per pass and what it keeps per cycle, and (for a request that ran
-    // alone) its setting's ms per token, for routing; kept in the file.
-    CostModel learned;
+  if (error.empty()) {
+    bool alone = false;  // the machine to itself from start to end: its time per token measures its setting
     {
       std::lock_guard<std::mutex> engine_lock(mutex_);
-      if (request.mode == DecodeMode::Verify) {
-        const double observed = double(job.completion_tokens) / double(job.passes);
-        cost_.verify_tokens_per_forward =
-            cost_.verify_observations == 0 ? observed : 0.8 * cost_.verify_tokens_per_forward + 0.2 * observed;
-        ++cost_.verify_observations;
-        cost_.acceptance.add(out.cycles_keeping);
-      }
-      if (alone && started_ == started_before && running_ == 1) cost_.observe(setting, out.decode_ms, out.decode_tokens);
-      learned = cost_;
+      alone = run.alone && started_ == run.started_before && running_ == 1;
     }
-    save_cost_model(learned);
-  }
-  if (complete && uniform && request.steps <= 0 && job.passes > 0) {
-    // Learn the entropy-bound sampler's passes per canvas (its adaptive stop) for routing.
-    // The canvases denoised (fewer than N asks for when the text ended early: a turn runs to its end).
-    const int64_t n = generator_.new_tokens_of(request, int64_t(job.prompt.size()));
-    const int64_t canvas = generator_.uniform_params(request, n).canvas_length;
-    const int64_t canvases = !out.steps_per_canvas.empty() ? int64_t(out.steps_per_canvas.size())
-                                                           : std::max<int64_t>(1, (n + canvas - 1) / canvas);
-    const double observed = double(job.passes) / double(canvases);
-    std::lock_guard<std::mutex> engine_lock(mutex_);
-    cost_.uniform_passes_per_canvas =
-        cost_.uniform_passes_per_canvas == 0 ? observed : 0.8 * cost_.uniform_passes_per_canvas + 0.2 * observed;
+    router_.learn(request, out, alone);
   }
   const int64_t prompt_tokens = int64_t(error.empty() ? out.prompt.size() : job.prompt.size());
   if (ServerMetrics* metrics = metrics_.load())  // before `finished`: an answered request is counted

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "decode/cost_model.h"
+#include "decode/mode_router.h"
 #include "decode/events.h"
 #include "decode/generation.h"
 #include "model/model.h"
@@ -123,16 +124,15 @@ class Engine {
   bool has_diffusion() const { return generator_.has_diffusion(); }
   bool has_ar() const { return generator_.has_ar(); }
   // True when the cost model was read from --cost-model's file rather than measured at start-up.
-  bool cost_model_stored() const { return cost_model_stored_; }
+  bool cost_model_stored() const { return router_.stored(); }
   // True when the measured cost model was written to that file (false: it was left as it was; a warning
   // said why).
-  bool cost_model_written() const { return cost_model_written_; }
-  // The mode a request would get now (auto resolved by the cost model at the current load), with its
-  // draft length and overlap for verify and the reason.
-  ModeChoice choose(const GenerationSettings& settings, int64_t prompt_tokens) const;
-  DecodeMode route(const GenerationSettings& settings, int64_t prompt_tokens) const {
-    return choose(settings, prompt_tokens).mode;
-  }
+  bool cost_model_written() const { return router_.written(); }
+  // auto's router (decode/mode_router.h): the modes a request may run in, checked before it is queued.
+  const ModeRouter& router() const { return router_; }
+  // The mode a request would get now (ModeRouter::choose at the current load), with its draft length and
+  // overlap for verify and the reason.
+  ModeChoice choose(const GenerationSettings& settings) const;
   CostModel cost_model() const;  // a copy (finished requests update it)
 
   int64_t queued() const;
@@ -154,16 +154,10 @@ class Engine {
   std::unique_ptr<Running> start(std::shared_ptr<Job> job);  // its mode chosen, its callbacks set, Started
   // The job's result, what routing learns from it, the metrics and the log line, Finished; frees its slot.
   void end(Running& run, const GenerationOutput& out, const std::string& error);
-  bool chooses_verify() const;  // auto picks among ar and verify by the cost model (uniform-state models)
-  bool save_cost_model(const CostModel& cost) const;  // to --cost-model's file; a failure is a warning
-  mutable std::mutex save_mutex_;  // one save at a time
-  mutable bool cost_model_warned_ = false;  // a failed save was reported (under save_mutex_)
   const Model& model_;
   EngineOptions options_;
   Generator generator_;
-  CostModel cost_;
-  bool cost_model_stored_ = false;  // read from options_.cost_model_file rather than measured
-  mutable std::atomic<bool> cost_model_written_{false};
+  ModeRouter router_;  // auto's choices, and what finished requests teach them
   mutable std::mutex mutex_;
   std::condition_variable slot_freed_;
   std::deque<std::shared_ptr<Job>> queue_;

@@ -640,18 +640,10 @@ void check_admissible(const Engine& engine, const GenerationSettings& s, int64_t
                        "') has not both: use 'mode': '" + (engine.has_ar() ? "ar" : "diffusion") + "'",
                    "mode");
   try {
-    // The request as it would run in the mode it asks for (auto: each mode the router may pick).
+    // The request as it would run in each mode the router may pick for it (one when it asks for one).
     GenerationSettings probe = s;
-    if (s.mode == DecodeMode::Auto) {
-      if (engine.has_diffusion()) {
-        probe.mode = DecodeMode::Diffusion;
-        engine.generator().check(probe, P);
-      }
-      if (engine.has_ar()) {
-        probe.mode = DecodeMode::Ar;
-        engine.generator().check(probe, P);
-      }
-    } else {
+    for (const DecodeMode mode : engine.router().candidates(s)) {
+      probe.mode = mode;
       engine.generator().check(probe, P);
     }
   } catch (const Error& e) {
@@ -908,7 +900,7 @@ json modes_of(const Engine& engine) {
 
 // What "mode": "auto" runs now for a plain request at the current load, and why.
 json auto_of(const Engine& engine) {
-  const ModeChoice choice = engine.choose(GenerationSettings{}, 0);
+  const ModeChoice choice = engine.choose(GenerationSettings{});
   json j = {{"mode", decode_mode_name(choice.mode)}, {"reason", choice.reason}};
   if (choice.mode == DecodeMode::Verify) j["draft_length"] = choice.draft_length, j["overlap"] = choice.overlap;
   return j;
