@@ -4,10 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
+#include "decode/generation.h"
 #include "decode/text_model.h"
 #include "io/json.h"
+#include "model/model.h"
+#include "test_util.h"
 
 namespace canvas {
 namespace {
@@ -143,6 +147,31 @@ TEST(GemmaChannels, OnlyFormatsWithChannelsAreSplit) {
   EXPECT_FALSE(chat_format_has_channels(own));
   EXPECT_EQ(chat_reply(own, "<|channel>thought\nhm<channel|>Yes").content,
             "<|channel>thought\nhm<channel|>Yes");
+}
+
+// A format with channels ends the reply at the model's hand-over to the tools, as at the end of its turn,
+// whatever EOS ids the model lists (an AR model's are its config's one EOS id): a Gemma 4 model's tool call
+// would otherwise run on into a tool response it makes up. Not so the built-in format (no channels).
+TEST(GemmaChannels, AFormatWithChannelsStopsAtTheHandOverToTheTools) {
+  const std::string path = test::source_path("models/text-dg-chat.gguf");
+  const TextModel m = TextModel::from(Model::load(path), path);
+  SamplerDefaults defaults = m.defaults;
+  defaults.params.eos_ids.clear();
+  const std::vector<int32_t> handover = m.tokenizer.encode(std::string(kGemmaToolHandover), false),
+                             turn_end = m.tokenizer.encode("<turn|>", false);
+  ASSERT_EQ(handover.size(), 1u);
+  ASSERT_EQ(turn_end.size(), 1u);
+  const auto stops_at = [&](const ChatFormat& format, int32_t id) {
+    const Generator generator(m.model, &m.tokenizer, defaults, &format);
+    return std::ranges::find(generator.stop_ids(), id) != generator.stop_ids().end();
+  };
+  ChatFormat own = m.chat;
+  own.jinja = "{{ '<|turn>model\\n<|channel>thought\\n<channel|>' }}";
+  EXPECT_TRUE(stops_at(own, handover[0]));
+  EXPECT_TRUE(stops_at(own, turn_end[0]));
+  EXPECT_EQ(m.chat.name, "gemma4");
+  EXPECT_FALSE(stops_at(m.chat, handover[0]));
+  EXPECT_TRUE(stops_at(m.chat, turn_end[0]));
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ namespace {
 
 constexpr std::string_view kChannelOpen = "<|channel>", kChannelClose = "<channel|>";
 constexpr std::string_view kCallOpen = "<|tool_call>", kCallClose = "<tool_call|>";
-constexpr std::string_view kTurnEnd = "<turn|>", kToolResponse = "<|tool_response>";
+constexpr std::string_view kTurnEnd = "<turn|>", kToolResponse = kGemmaToolHandover;
 constexpr std::string_view kQuote = "<|\"|>";
 // The markers looked for inside a thought, and outside one.
 constexpr std::string_view kThoughtMarkers[] = {kChannelClose, kTurnEnd};

@@ -13,6 +13,10 @@ namespace canvas {
 struct ChatFormat;
 class TextTokenizer;
 
+// The marker with which a model hands its turn over to the tools after its calls. In a format with channels
+// it ends the reply as the end of turn does (Generator adds its token to the stop ids).
+inline constexpr std::string_view kGemmaToolHandover = "<|tool_response>";
+
 // One tool call as OpenAI's API returns it: the function's name and its arguments as JSON text.
 struct ChatToolCall {
   std::string id;  // "call_<n>", numbered in the reply

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "decode/ar.h"
+#include "decode/gemma_channels.h"
 #include "decode/mode_router.h"
 #include "decode/text_stream.h"
 #include "decode/uniform_state.h"
@@ -69,9 +70,15 @@ Generator::Generator(const Model& model, const TextTokenizer* tokenizer, Sampler
     add(c.eos_token);
     add(c.pad_token);
   }
-  if (chat_ && tokenizer_ && !chat_->turn_end.empty()) {
-    const std::vector<int32_t> end = tokenizer_->encode(chat_->turn_end, false);
-    if (end.size() == 1) add(end[0]);
+  // The chat format's end of turn, and in a format with Gemma 4's channels the hand-over to the tools after a
+  // call: an AR model stops at its config's one EOS id, so without them it would write on past its turn
+  // (after a call, the tool's response it makes up).
+  if (chat_ && tokenizer_) {
+    std::vector<std::string> ends;
+    if (!chat_->turn_end.empty()) ends.push_back(chat_->turn_end);
+    if (chat_format_has_channels(*chat_)) ends.emplace_back(kGemmaToolHandover);
+    for (const std::string& text : ends)
+      if (const std::vector<int32_t> end = tokenizer_->encode(text, false); end.size() == 1) add(end[0]);
   }
 }
 

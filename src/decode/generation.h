@@ -217,7 +217,8 @@ class Generator {
   std::vector<DecodeMode> modes() const;  // the modes this model runs: auto's own first, then ar, verify, diffusion
   // A notice for a mode that runs but is not what the model was trained for ("" when none).
   std::string mode_notice(DecodeMode mode) const;
-  // Ids that end the text: the EOS ids, the pad id and the chat format's end-of-turn token.
+  // Ids that end the text: the EOS ids, the pad id, the chat format's end-of-turn token and, in a format with
+  // Gemma 4's channels, its hand-over to the tools (<|tool_response>).
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
 
   std::vector<int32_t> prompt_of(const GenerationRequest& request) const;

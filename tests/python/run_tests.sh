@@ -4,6 +4,8 @@
 #   run_tests.sh serve CANVAS_BINARY MODEL[,MODEL...] TEST_FILE   starts `canvas serve` on a free port of
 #       127.0.0.1 (one -m per model) and runs TEST_FILE against it (CANVAS_SERVE_URL)
 #   run_tests.sh unit CANVAS_TESTS_BINARY TEST_FILE                 TEST_FILE with the unit-test binary
+#   run_tests.sh canvas CANVAS_BINARY TEST_FILE                     TEST_FILE with the canvas binary
+#       (CANVAS_BINARY); the test makes its models and starts the server itself
 #   run_tests.sh llamacpp CANVAS_BINARY SOURCE_DIR                 the llama.cpp compatibility tests
 #   run_tests.sh real CANVAS_BINARY SOURCE_DIR                     the real checkpoints in models/real against
 #       HF tokenizers, an f32 reference forward and llama.cpp (scripts/get-models.sh fetches them)
@@ -36,6 +38,9 @@ case "$what" in
     # A test file that checks JSON canvas_tests writes (CANVAS_TESTS_BINARY), without a server.
     CANVAS_TESTS_BINARY="$(realpath "$1")" "${pytest[@]}" "$here/$2"
     ;;
+  canvas)
+    CANVAS_BINARY="$(realpath "$1")" "${pytest[@]}" "$here/$2"
+    ;;
   llamacpp | real)
     file="$here/test_llamacpp.py"; [ "$what" = real ] && file="$here/test_real_models.py"
     # ggml compiled with AMX instructions dies with SIGILL on the AMX Xeons of this machine kind (threads that
@@ -54,7 +59,7 @@ case "$what" in
     exit "$status"
     ;;
   *)
-    echo "usage: run_tests.sh serve BINARY MODELS TEST_FILE | unit TESTS_BINARY TEST_FILE | llamacpp BINARY SOURCE_DIR | real BINARY SOURCE_DIR" >&2
+    echo "usage: run_tests.sh serve BINARY MODELS TEST_FILE | unit TESTS_BINARY TEST_FILE | canvas BINARY TEST_FILE | llamacpp BINARY SOURCE_DIR | real BINARY SOURCE_DIR" >&2
     exit 2
     ;;
 esac
