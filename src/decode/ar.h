@@ -35,8 +35,7 @@ struct ArParams {
 GenerationResult generate_ar(const Model& model, const std::vector<int32_t>& prompt, const ArParams& params,
                              ThreadPool* pool, const DecodeCallbacks& callbacks = {});
 
-// generate_ar's loop, one pass at a time, for a caller that runs the passes itself (a server stepping many
-// generations in one batched forward). generate_ar is: while (next()) { run_forward(pass() on cache());
+// generate_ar's loop, one pass at a time: generate_ar is while (next()) { run_forward(pass() on cache());
 // advance(); } finish(). The callbacks' forward is not used; the others are called from advance().
 class ArDecoder {
  public:

@@ -380,15 +380,12 @@ int64_t tokens_covering(const TextTokenizer& tokenizer, const std::vector<int32_
 
 }  // namespace
 
-// One request's run: what Generator::run sets up before the decoding loop and reads after it, around the
-// whole loop (decode) or AR's loop a pass at a time (GenerationSteps).
+// One request's run: what Generator::run sets up before the decoding loop (decode) and reads after it.
 struct GenerationRun {
   GenerationRun(const Generator& g, const GenerationRequest& r, ThreadPool* pool);
   GenerationRun(const GenerationRun&) = delete;  // the callbacks point at it
   GenerationRun& operator=(const GenerationRun&) = delete;
   void decode();
-  bool next();
-  void advance();
   GenerationOutput finish();
 
   const Generator& g;
@@ -411,8 +408,7 @@ struct GenerationRun {
   GenerationResult result;
   bool cancelled = false;
   double started_ms = 0;
-  ArParams ar_params;                // AR, a pass at a time
-  std::unique_ptr<ArDecoder> ar;
+  ArParams ar_params;
 };
 
 GenerationRun::GenerationRun(const Generator& generator, const GenerationRequest& request, ThreadPool* p)
@@ -557,30 +553,8 @@ void GenerationRun::decode() {
   }
 }
 
-bool GenerationRun::next() {
-  if (cancelled) return false;
-  if (r.cancelled && r.cancelled()) {  // asked before every pass, as decode()'s forward asks
-    cancelled = true;
-    return false;
-  }
-  return ar->next();
-}
-
-void GenerationRun::advance() {
-  ++passes_run;
-  try {
-    ar->advance();
-  } catch (const Cancelled&) {
-    cancelled = true;
-  }
-}
-
 GenerationOutput GenerationRun::finish() {
   const ModelConfig& c = g.model_.config;
-  if (ar && !cancelled) {
-    result = ar->finish();
-    out.decode_tokens = std::max<int64_t>(0, int64_t(result.tokens.size()) - 1);  // the first comes with the prompt
-  }
   if (cancelled) {
     result.tokens = final_prefix;
     result.passes = passes_run;
@@ -619,24 +593,5 @@ GenerationOutput Generator::run(const GenerationRequest& r, ThreadPool* pool) co
   run.decode();
   return run.finish();
 }
-
-bool Generator::runs_in_steps(const GenerationRequest& r) const {
-  return !fills_holes(r) && resolve(r.mode) == DecodeMode::Ar;
-}
-
-GenerationSteps::GenerationSteps(const Generator& generator, GenerationRequest request)
-    : request_(std::move(request)) {
-  canvas::check(generator.runs_in_steps(request_), "GenerationSteps: the request does not run in steps");
-  run_ = std::make_unique<GenerationRun>(generator, request_, nullptr);
-  run_->ar = std::make_unique<ArDecoder>(generator.model(), run_->out.prompt, run_->ar_params, run_->callbacks);
-}
-
-GenerationSteps::~GenerationSteps() = default;
-
-bool GenerationSteps::next() { return run_->next(); }
-const ForwardRequest& GenerationSteps::pass() const { return run_->ar->pass(); }
-KvCache& GenerationSteps::cache() { return run_->ar->cache(); }
-void GenerationSteps::advance() { run_->advance(); }
-GenerationOutput GenerationSteps::finish() { return run_->finish(); }
 
 }  // namespace canvas

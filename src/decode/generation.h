@@ -252,8 +252,6 @@ class Generator {
   // Infilling or a schema: the request has a suffix, holes in its text or a JSON schema.
   static bool fills_holes(const GenerationRequest& request);
   GenerationOutput run(const GenerationRequest& request, ThreadPool* pool) const;
-  // Whether the request can be decoded a pass at a time by its caller (GenerationSteps): AR, no holes.
-  bool runs_in_steps(const GenerationRequest& request) const;
 
  private:
   friend struct GenerationRun;
@@ -270,30 +268,6 @@ class Generator {
     TextCodec codec;
   };
   std::shared_ptr<CodecCache> codec_;
-};
-
-// One request decoded by its caller a forward pass at a time (where Generator::runs_in_steps), for a server
-// that runs many generations' passes as one batched forward on one thread. Its output is Generator::run's,
-// which drives the same code alone; the request's `forward` is not used, and `cancelled` is asked before
-// each pass and after each step.
-class GenerationSteps {
- public:
-  // Checks the request as run() does (Error); keeps a copy of it. The generator must outlive this.
-  GenerationSteps(const Generator& generator, GenerationRequest request);
-  ~GenerationSteps();
-  GenerationSteps(const GenerationSteps&) = delete;
-  GenerationSteps& operator=(const GenerationSteps&) = delete;
-
-  // True while a pass is to run: pass() on cache(); false once the run has ended (or was cancelled).
-  bool next();
-  const ForwardRequest& pass() const;
-  KvCache& cache();
-  void advance();             // after the pass ran: the step's token, text and events
-  GenerationOutput finish();  // once next() said false
-
- private:
-  GenerationRequest request_;
-  std::unique_ptr<GenerationRun> run_;
 };
 
 }  // namespace canvas

@@ -112,52 +112,7 @@ struct Engine::Running {
   double t0 = 0;
 };
 
-// An AR job, decoded a step at a time by the batcher's thread.
-class Engine::Stepped final : public StepBatcher::Sequence {
- public:
-  Stepped(Engine& engine, std::unique_ptr<Running> run) : engine_(engine), run_(std::move(run)) {
-    try {
-      steps_ = std::make_unique<GenerationSteps>(engine_.generator_, run_->request);
-    } catch (const std::exception& e) {
-      error_ = e.what();
-    }
-  }
-  bool next(KvCache*& cache, std::span<const ForwardRequest>& requests) override {
-    if (!error_.empty() || !steps_->next()) return false;
-    cache = &steps_->cache();
-    requests = std::span<const ForwardRequest>(&steps_->pass(), 1);
-    return true;
-  }
-  void ran(std::exception_ptr error) override {
-    try {
-      if (error) std::rethrow_exception(error);
-      steps_->advance();
-    } catch (const std::exception& e) {
-      error_ = e.what();
-    }
-  }
-  void done() override {
-    GenerationOutput out;
-    if (error_.empty()) {
-      try {
-        out = steps_->finish();
-      } catch (const std::exception& e) {
-        error_ = e.what();
-      }
-    }
-    steps_.reset();  // its K/V cache goes before the next request's is made
-    engine_.end(*run_, out, error_);
-  }
-
- private:
-  Engine& engine_;
-  std::unique_ptr<Running> run_;
-  std::unique_ptr<GenerationSteps> steps_;
-  std::string error_;
-};
-
-// Any other job (diffusion, verify, infilling), decoded by the generator as it would be alone, on a fiber
-// of the batcher's thread: it pauses in each forward pass and the batcher runs the pass with the others'.
+// A job, decoded by the generator as it would be alone, on a fiber of the batcher's thread: it pauses in each forward pass and the batcher runs the pass with the others'.
 class Engine::OnFiber final : public StepBatcher::Sequence {
  public:
   OnFiber(Engine& engine, std::unique_ptr<Running> run)
@@ -209,13 +164,8 @@ void Engine::take(std::vector<std::unique_ptr<StepBatcher::Sequence>>& stepped) 
       ++started_;
       running_jobs_.push_back(job.get());
     }
-    std::unique_ptr<Running> run;
     try {
-      run = start(job);
-      if (generator_.runs_in_steps(run->request))
-        stepped.push_back(std::make_unique<Stepped>(*this, std::move(run)));
-      else
-        stepped.push_back(std::make_unique<OnFiber>(*this, std::move(run)));
+      stepped.push_back(std::make_unique<OnFiber>(*this, start(job)));
     } catch (const std::exception& e) {  // the job ends with the error; the engine goes on
       Running failed;
       failed.job = std::move(job);

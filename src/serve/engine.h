@@ -100,9 +100,9 @@ struct EngineOptions {
 };
 
 // Requests are taken from the queue, up to `parallel` at a time, by the step batcher's thread, which decodes
-// all of them, every running request's pass in one batched forward per step: AR requests a step at a time
-// (GenerationSteps), the other modes on a fiber each (core/fiber.h) that pauses in each of its passes. No
-// request has a thread of its own.
+// all of them, every running request's pass in one batched forward per step: each request runs
+// Generator::run on a fiber (core/fiber.h) that pauses in each of its passes, whatever its mode. No request
+// has a thread of its own.
 class Engine {
  public:
   Engine(const Model& model, ThreadPool* pool, EngineOptions options);
@@ -147,8 +147,7 @@ class Engine {
 
  private:
   struct Running;  // a job taken from the queue, with its request as it runs
-  class Stepped;  // ... decoded a step at a time by the batcher's thread (AR)
-  class OnFiber;  // ... decoded on a fiber of the batcher's thread (the other modes)
+  class OnFiber;  // ... decoded on a fiber of the batcher's thread
   // The batcher's intake: queued jobs while slots are free.
   void take(std::vector<std::unique_ptr<StepBatcher::Sequence>>& stepped);
   std::unique_ptr<Running> start(std::shared_ptr<Job> job);  // its mode chosen, its callbacks set, Started
