@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -80,7 +81,8 @@ TEST(CliOptions, HelpListsWhatTheParserAccepts) {
   const auto help = run_canvas("generate --help", false).output;
   for (const char* flag :
        {"-f, --file", "--stop", "--min-p", "--repeat-penalty", "--no-stream", "--visual-delay",
-        "--temp, --temperature", "-n, --n-predict", "-r, --reverse-prompt", "(repeatable)"})
+        "--temp, --temperature", "-n, --n-predict", "-r, --reverse-prompt", "(repeatable)", "--presence-penalty",
+        "--frequency-penalty", "-l, --logit-bias"})
     EXPECT_TRUE(has(help, flag)) << flag;
   // llama.cpp / Hugging Face spellings of flags canvas has are accepted.
   const auto r =
@@ -351,6 +353,26 @@ TEST(CliGenerate, MinPAndRepeatPenaltyShapeSampling) {
   EXPECT_EQ(json_tokens(run_canvas(base + " --repeat-penalty 1", false).output), greedy);
   const auto bad = run_canvas(base + " --min-p 2");
   EXPECT_TRUE(has(bad.output, "--min-p must be in [0, 1]")) << bad.output;
+}
+
+// -l/--logit-bias in llama.cpp's spelling: +100 makes greedy AR write the id everywhere, -inf keeps it out;
+// what is not ID(+|-)BIAS, +inf and ids past the vocabulary are clear errors.
+TEST(CliGenerate, LogitBiasSpelledAsLlamaCpp) {
+  const std::string base =
+      "generate -m " + test::source_path("models/text-ar.gguf") + " -p 'And God said' -n 6 --json -t 1 --ignore-eos";
+  const nlohmann::json plain = nlohmann::json::parse(run_canvas(base, false).output)["tokens"];
+  const std::string first = std::to_string(plain[0].get<int>()), third = std::to_string(plain[2].get<int>());
+  const nlohmann::json forced = nlohmann::json::parse(run_canvas(base + " -l " + third + "+100", false).output)["tokens"];
+  EXPECT_EQ(forced, nlohmann::json(std::vector<int>(6, plain[2].get<int>())));
+  const auto banned = run_canvas(base + " --logit-bias " + first + "-inf -l " + third + "+0.5", false);
+  ASSERT_EQ(banned.exit_code, 0) << banned.output;
+  const nlohmann::json without = nlohmann::json::parse(banned.output)["tokens"];
+  EXPECT_EQ(std::count(without.begin(), without.end(), plain[0]), 0) << without;
+  for (const char* bad : {"12", "x+1", "12+", "12+-1", "12*3", "12+1x", "+12"})
+    EXPECT_TRUE(has(run_canvas(base + " -l '" + bad + "'").output, "--logit-bias takes TOKEN_ID(+|-)BIAS"))
+        << bad;
+  EXPECT_TRUE(has(run_canvas(base + " -l 12+inf").output, "+inf is no logit")) << "+inf";
+  EXPECT_TRUE(has(run_canvas(base + " -l 999999+1").output, "token id 999999 is outside the vocabulary"));
 }
 
 TEST(CliGenerate, RandomSeedIsReportedAndReproduces) {

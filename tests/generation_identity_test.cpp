@@ -3,6 +3,7 @@
 // options and seed, on each shipped text model and on the LLaDA and Dream fixtures, in each mode they run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -79,4 +80,66 @@ TEST(GenerationIdentityCli, GenerateChatAndServeGiveTheSameTokens) {
     }
   }
   std::filesystem::remove(prompt_file);
+}
+
+// The presence and frequency penalties and logit biases from generate's flags and serve's fields give the
+// same tokens, in the modes that take them (AR and verify on the uniform-state model, sampled; AR on the AR
+// model, greedy); uniform-state diffusion refuses them, naming itself.
+TEST(GenerationIdentityCli, PenaltiesAndBiasAreTheSameFromGenerateAndServe) {
+  struct Case {
+    std::string model, mode, options;
+    json fields;
+  };
+  // Ids from each model's own text: what the bias moves matters.
+  auto tokens_of = [](const std::string& model) {
+    const IdentityCase c{model, {}};
+    return generate_json(c, "ar", "-n 8 -s 1 --temp 0", false)["tokens"];
+  };
+  const json dg = tokens_of("models/text-dg.gguf"), ar = tokens_of("models/text-ar.gguf");
+  ASSERT_EQ(dg.size(), 8u);
+  ASSERT_EQ(ar.size(), 8u);
+  auto flags = [](const json& ids) {
+    return " --presence-penalty 0.4 --frequency-penalty 0.3 -l " + std::to_string(ids[0].get<int>()) +
+           "-inf --logit-bias " + std::to_string(ids[2].get<int>()) + "+1.5";
+  };
+  auto fields = [](const json& ids) {
+    return json{{"presence_penalty", 0.4},
+                {"frequency_penalty", 0.3},
+                {"logit_bias", {{std::to_string(ids[0].get<int>()), -100}, {std::to_string(ids[2].get<int>()), 1.5}}}};
+  };
+  for (const std::string& model : {std::string("models/text-dg.gguf"), std::string("models/text-ar.gguf")}) {
+    const json& ids = model == "models/text-ar.gguf" ? ar : dg;
+    canvas::test::ServerProcess server("--parallel 1", model);
+    ASSERT_NE(server.port(), 0) << server.log();
+    const std::vector<std::string> modes =
+        model == "models/text-ar.gguf" ? std::vector<std::string>{"ar"} : std::vector<std::string>{"ar", "verify"};
+    for (const std::string& mode : modes) {
+      SCOPED_TRACE(model + " --mode " + mode);
+      const std::string sampled = model == "models/text-ar.gguf" ? " --temp 0" : " --temp 0.7 --top-k 40";
+      const json cli = generate_json(IdentityCase{model, {}}, mode, "-n 24 -s 11" + sampled + flags(ids), false);
+      ASSERT_TRUE(cli.contains("tokens"));
+      EXPECT_EQ(std::count(cli["tokens"].begin(), cli["tokens"].end(), ids[0]), 0);
+      json body = fields(ids);
+      body.update({{"max_tokens", 24}, {"seed", 11}, {"mode", mode}, {"prompt", "In the beginning"}});
+      if (model == "models/text-ar.gguf") body["temperature"] = 0;
+      else body.update({{"temperature", 0.7}, {"top_k", 40}});
+      auto res = server.client().Post("/v1/completions", body.dump(), "application/json");
+      ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
+      const json completion = json::parse(res->body);
+      EXPECT_EQ(completion["canvas"]["tokens"], cli["tokens"]);
+      EXPECT_EQ(completion["choices"][0]["text"], cli["text"]);
+    }
+    if (model != "models/text-dg.gguf") continue;
+    json body = fields(ids);
+    body.update({{"max_tokens", 8}, {"mode", "diffusion"}, {"prompt", "In the beginning"}});
+    auto res = server.client().Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 400);
+    EXPECT_NE(res->body.find("uniform-state diffusion"), std::string::npos) << res->body;
+    const canvas::test::CommandResult refused = canvas::test::run_canvas(
+        "generate -m " + canvas::test::source_path(model) + " --mode diffusion -n 8 -p hi --presence-penalty 0.5");
+    EXPECT_NE(refused.exit_code, 0);
+    EXPECT_NE(refused.output.find("uniform-state diffusion (--mode diffusion) has no such order"), std::string::npos)
+        << refused.output;
+  }
 }

@@ -131,6 +131,15 @@ TEST(ServeCli, BadInputGivesOpenAiErrors) {
   }
   expect_error(post(server, "/v1/completions", R"({"prompt": "a", "presence_penalty": 3})"), 400, "presence_penalty");
   expect_error(post(server, "/v1/completions", R"({"prompt": "a", "logit_bias": {"x": 1}})"), 400, "logit_bias");
+  // Masked diffusion (this model's mode) commits positions in parallel: no history for the penalties to count.
+  {
+    auto res = post(server, "/v1/completions", R"({"prompt": "a", "presence_penalty": 0.5})");
+    expect_error(res, 400, "masked diffusion (--mode diffusion) has no such order");
+    EXPECT_EQ(json::parse(res->body)["error"]["param"], "presence_penalty") << res->body;
+    res = post(server, "/v1/completions", R"({"prompt": "a", "logit_bias": {"999999": 1}})");
+    expect_error(res, 400, "token id 999999 is outside the vocabulary");
+    EXPECT_EQ(json::parse(res->body)["error"]["param"], "logit_bias") << res->body;
+  }
   expect_error(post(server, "/v1/completions", R"({"prompt": "a", "tools": 5})"), 400, "'tools'");
   expect_error(post(server, "/v1/completions", R"({"prompt": "a", "max_tokens": 0})"), 400, "max_tokens");
   expect_error(post(server, "/v1/completions", R"({"prompt": "a", "max_tokens": 1000000})"), 400, "context length");

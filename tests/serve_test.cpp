@@ -317,6 +317,23 @@ TEST(ServeApi, BadRequestsAreFieldErrors) {
   EXPECT_EQ(status_of(R"({"prompt": "hi", "repeat_penalty": 11})"), 400);
   EXPECT_EQ(serve::parse_api_request(R"({"prompt": "hi", "repeat_penalty": 1.15})", false).settings.sampling.repeat_penalty,
             1.15f);
+  // OpenAI's penalties and logit_bias set the request's sampling (not ignored), in every endpoint.
+  for (const serve::Endpoint endpoint :
+       {serve::Endpoint::Completions, serve::Endpoint::ChatCompletions, serve::Endpoint::Responses}) {
+    const std::string input = endpoint == serve::Endpoint::Completions       ? R"("prompt": "hi")"
+                              : endpoint == serve::Endpoint::ChatCompletions ? R"("messages": [{"role": "user", "content": "hi"}])"
+                                                                             : R"("input": "hi")";
+    const serve::ApiRequest shaped = serve::parse_api_request(
+        "{" + input + R"(, "presence_penalty": 0.5, "frequency_penalty": -1, "logit_bias": {"7": -100, "12": 2.5}})",
+        endpoint);
+    EXPECT_EQ(shaped.settings.sampling.presence_penalty, 0.5f);
+    EXPECT_EQ(shaped.settings.sampling.frequency_penalty, -1.f);
+    EXPECT_EQ(shaped.settings.sampling.logit_bias, (std::vector<std::pair<int32_t, float>>{{12, 2.5f}, {7, -100.f}}));
+    EXPECT_TRUE(shaped.ignored.empty());
+  }
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "frequency_penalty": -2.5})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "logit_bias": {"3": 101}})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "logit_bias": {"99999999999": 1}})"), 400);
   EXPECT_EQ(status_of(R"({"prompt": "hi", "stream_options": {"include_usage": true}})"), 400);
   EXPECT_EQ(status_of(R"({"max_tokens": 4})"), 400);                      // no prompt
   EXPECT_EQ(status_of(R"({"messages": []})", true), 400);

@@ -1,9 +1,10 @@
 // Draft-and-verify decoding: greedy, it writes exactly the tokens of AR decoding (whatever the draft length,
-// draft passes, lookup and datastore drafts, repetition penalty and stop ids); sampling, its tokens follow
-// AR's distribution (a chi-square test over 10^4 draws against the model's own conditional probabilities),
-// with decoder drafts, with lookup drafts and with datastore drafts.
+// draft passes, lookup and datastore drafts, repetition, presence and frequency penalties, logit bias and stop
+// ids); sampling, its tokens follow AR's distribution (a chi-square test over 10^4 draws against the model's
+// own conditional probabilities), with decoder drafts, with lookup drafts and with datastore drafts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +24,20 @@ namespace canvas {
 namespace {
 
 const std::vector<std::vector<int32_t>> kPrompts = {{2, 105, 17, 250, 33, 4, 198, 61}, {2, 33}, {2, 105, 17, 250, 9}};
+
+// Draft-and-verify settings for the text of `ar` (its tokens, sampling and stop ids): k drafts a cycle,
+// overlapped or not, lookup drafts of n-grams up to `lookup` (0: off), trees of up to `tree` tokens (0: off).
+VerifyParams verify_like(const ArParams& ar, int64_t k, bool overlap, int64_t lookup, int64_t tree) {
+  VerifyParams v;
+  v.max_new_tokens = ar.max_new_tokens;
+  v.sampling = ar.sampling;
+  v.stop_ids = ar.stop_ids;
+  v.draft_length = k;
+  v.overlap = overlap;
+  v.draft_lookup = lookup;
+  v.draft_tree = tree;
+  return v;
+}
 
 // Greedy draft-and-verify against AR decoding on every prompt, draft length and repetition penalty (AR's
 // stop ids), plain (`draft_steps` draft passes, then one verify pass per cycle) or overlapped (one pass per
@@ -61,22 +76,15 @@ void expect_greedy_equals_ar(bool overlap, int64_t draft_steps) {
           ar.max_new_tokens = 40;
           ar.sampling.repeat_penalty = penalty;
           ar.stop_ids = {1, 106};
-          VerifyParams v;
-          v.max_new_tokens = 40;
-          v.draft_length = k;
+          VerifyParams v = verify_like(ar, k, overlap, lookup, tree);
           v.draft_steps = draft_steps;
-          v.overlap = overlap;
-          v.draft_lookup = lookup;
           v.lookup_length = lookup_length;
           if (stored) {
             v.datastore = &datastore;
             v.datastore_draft.min_count = 1;
             v.datastore_length = 3;
           }
-          v.draft_tree = tree;
           v.tree.depth = 6;
-          v.sampling = ar.sampling;
-          v.stop_ids = ar.stop_ids;
           const GenerationResult a = generate_ar(m, prompt, ar, &pool);
           const VerifyResult b = generate_verify(m, prompt, v, &pool);
           const std::string where = "k " + std::to_string(k) + " steps " + std::to_string(draft_steps) +
@@ -157,6 +165,37 @@ TEST(Verify, GreedyEqualsArDecoding) {
 
 TEST(Verify, OverlappedGreedyEqualsArDecoding) { expect_greedy_equals_ar(true, 1); }
 
+// With the presence and frequency penalties and a logit bias (a ban on AR's unbiased first token, a push for
+// another), greedy draft-and-verify still writes AR's tokens: every draft is checked against the row AR would
+// shape, whatever drafted it (decoder, lookup, tree; plain or overlapped).
+TEST(Verify, GreedyWithPenaltiesAndBiasEqualsArDecoding) {
+  const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
+  ThreadPool pool(2);
+  int64_t accepted = 0;
+  for (const auto& prompt : kPrompts) {
+    ArParams ar;
+    ar.max_new_tokens = 40;
+    ar.stop_ids = {-1};
+    const std::vector<int32_t> plain = generate_ar(m, prompt, ar, &pool).tokens;
+    ar.sampling.frequency_penalty = 0.5f;
+    ar.sampling.presence_penalty = 0.3f;
+    ar.sampling.logit_bias = {{plain[0], -100.f}, {plain[3], 2.f}};
+    const std::vector<int32_t> shaped = generate_ar(m, prompt, ar, &pool).tokens;
+    EXPECT_NE(shaped, plain);
+    EXPECT_EQ(std::count(shaped.begin(), shaped.end(), plain[0]), 0);
+    for (bool overlap : {false, true})
+      for (int64_t k : {1, 3, 8})
+        for (int64_t lookup : {0, 3})
+          for (int64_t tree : {0, 5}) {
+            const VerifyResult b = generate_verify(m, prompt, verify_like(ar, k, overlap, lookup, tree), &pool);
+            EXPECT_EQ(b.tokens, shaped) << "k " << k << " lookup " << lookup << " tree " << tree
+                                        << (overlap ? " overlapped" : "");
+            accepted += b.accepted;
+          }
+  }
+  EXPECT_GT(accepted, 0) << "no draft was ever kept: only AR's own tokens were compared";
+}
+
 // Each cycle's event shows the committed tokens, then the drafts about to be verified after final_end:
 // --visual draws them dim, the committed ones bold. The last event has no drafts.
 TEST(Verify, StepEventsShowTheDraftsAfterTheCommittedTokens) {
@@ -220,7 +259,10 @@ TEST(Verify, RefusesModelsWithoutADiffusionDecoderPath) {
 // come from lookup (single tokens' successors; a point-mass proposal) and are both kept and rejected. With
 // `datastore` (and no lookup), the same drafts come from a datastore over that greedy text; with `tree`
 // too, trees of up to `tree` tokens from a datastore of AR's own samples (several children per node).
-void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0, bool datastore = false, int64_t tree = 0) {
+//
+// With `shaped`, the presence and frequency penalties and a logit bias shape every row, AR's and verify's.
+void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0, bool datastore = false, int64_t tree = 0,
+                            bool shaped = false) {
   const Model m = Model::load(test::fixture("tiny-diffusion-gemma"));
   const ModelConfig& c = m.config;
   std::vector<int32_t> prompt = kPrompts[0];
@@ -235,8 +277,14 @@ void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0, bool d
   // lookup and datastore: flatter, so that their drafts are often rejected too
   s.temperature = lookup > 0 || datastore ? 3.f : 0.9f;
   s.top_k = 4;
-  // Exact p(t1) p(t2 | t1) ... from causal passes.
-  auto next_distribution = [&](const std::vector<int32_t>& ids) {
+  if (shaped) {
+    s.frequency_penalty = 0.8f;
+    s.presence_penalty = 0.5f;
+    s.logit_bias = {{prompt.back(), 1.5f}, {17, -0.7f}};
+  }
+  // Exact p(t1) p(t2 | t1) ... from causal passes (`generated`: the tokens after the prompt, which the
+  // penalties count).
+  auto next_distribution = [&](const std::vector<int32_t>& ids, const std::vector<int32_t>& generated = {}) {
     KvCache cache(c, int64_t(ids.size()));
     std::vector<int32_t> groups(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) groups[i] = int32_t(i);
@@ -248,7 +296,7 @@ void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0, bool d
     req.logit_rows = {int32_t(ids.size() - 1)};
     req.logits = logits.data();
     forward(m, cache, req, nullptr);
-    return sampling_distribution(logits.data(), c.vocab, s);
+    return sampling_distribution(penalized_row(logits.data(), c.vocab, s, {nullptr, &generated}), c.vocab, s);
   };
   std::map<std::vector<int32_t>, double> expected;
   std::function<void(std::vector<int32_t>, double)> expand = [&](std::vector<int32_t> cell, double p) {
@@ -258,7 +306,7 @@ void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0, bool d
     }
     std::vector<int32_t> ids = prompt;
     ids.insert(ids.end(), cell.begin(), cell.end());
-    const std::vector<double> next = next_distribution(ids);
+    const std::vector<double> next = next_distribution(ids, cell);
     for (int32_t t = 0; t < c.vocab; ++t) {
       if (next[size_t(t)] == 0) continue;
       cell.push_back(t);
@@ -368,6 +416,11 @@ void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0, bool d
 TEST(Verify, SamplingFollowsTheArDistribution) { expect_ar_distribution(false, 2); }
 
 TEST(Verify, OverlappedSamplingFollowsTheArDistribution) { expect_ar_distribution(true, 3); }
+
+// The penalties and the bias shape verify's rows as AR's.
+TEST(Verify, SamplingWithPenaltiesAndBiasFollowsTheArDistribution) {
+  expect_ar_distribution(false, 3, 0, false, 0, true);
+}
 
 // Lookup drafts are point-mass proposals: kept with probability p(d), else drawn from p without d.
 TEST(Verify, SamplingWithLookupDraftsFollowsTheArDistribution) { expect_ar_distribution(false, 3, 1); }

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <thread>
 
 #include "cli/output_paths.h"
@@ -91,6 +92,15 @@ std::vector<Option> decoding_options() {
         {"--min-p", "P", "keep tokens whose probability is at least P times the most likely one's (0 = off)"},
         {"--repeat-penalty", "R", "divide the logits of the last 64 tokens (masked: those before the block and\n"
                                   "every committed one) by R, as llama.cpp does (default 1 = off)"},
+        {"--presence-penalty", "P", "lower by P the logit of every token this run has generated (its text, not the\n"
+                                    "prompt), as OpenAI's presence_penalty (default 0 = off; ar and verify only)"},
+        {"--frequency-penalty", "F", "lower each token's logit by F times the number of times this run has\n"
+                                     "generated it, as OpenAI's frequency_penalty (default 0 = off; ar and verify\n"
+                                     "only)"},
+        {"-l,--logit-bias", "ID(+|-)BIAS", "add BIAS to token ID's logit before sampling, greedy too (llama.cpp's\n"
+                                           "syntax: 15043+1, 15043-0.5; 15043-inf bans the token, +100 all but forces\n"
+                                           "it); may be given several times (ar, verify and masked diffusion)",
+         true},
         {"-s,--seed", "N", "random seed; -1 or absent: a random one, reported by --verbose and --json;\n"
                            "the same seed gives the same tokens at any thread count"},
         {"-t,--threads", "N", "threads (default: the CPUs this process may use: its affinity and cgroup CPU\n"
@@ -152,6 +162,32 @@ uint64_t resolve_seed(const Args& args) {
   const int64_t seed = args.get_int("seed", -1);
   check(seed >= -1, "--seed must be >= 0, or -1 for a random seed");
   return seed >= 0 ? uint64_t(seed) : random_seed();
+}
+
+std::pair<int32_t, float> parse_logit_bias(const std::string& text) {
+  const std::string usage = "--logit-bias takes TOKEN_ID(+|-)BIAS, e.g. 15043+1 or 15043-inf (got '" + text + "')";
+  const size_t sign = text.find_first_of("+-");
+  check(sign != std::string::npos && sign > 0 && sign < 10 &&
+            text.find_first_not_of("0123456789") == sign && sign + 1 < text.size(),
+        usage);
+  const int32_t id = int32_t(std::stol(text.substr(0, sign)));
+  const std::string magnitude = text.substr(sign + 1);
+  const bool negative = text[sign] == '-';
+  if (magnitude == "inf") {
+    check(negative, "--logit-bias " + text + ": +inf is no logit; +100 all but forces a token");
+    return {id, -std::numeric_limits<float>::infinity()};
+  }
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(magnitude, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  check(used == magnitude.size() && std::isfinite(value) && magnitude[0] != '+' && magnitude[0] != '-' &&
+            magnitude[0] != ' ',
+        usage);
+  return {id, float(negative ? -value : value)};
 }
 
 GenerationRequest request_from_args(const Args& args) {
@@ -234,6 +270,11 @@ GenerationRequest request_from_args(const Args& args) {
   s.repeat_penalty = float(args.get_float("repeat-penalty", 1.0));
   check(std::isfinite(s.repeat_penalty) && s.repeat_penalty > 0,
         "--repeat-penalty must be finite and > 0 (got " + args.get("repeat-penalty", "") + ")");
+  s.presence_penalty = float(args.get_float("presence-penalty", 0.0));
+  s.frequency_penalty = float(args.get_float("frequency-penalty", 0.0));
+  check(std::isfinite(s.presence_penalty) && std::isfinite(s.frequency_penalty),
+        "--presence-penalty and --frequency-penalty must be finite");
+  for (const std::string& bias : args.get_all("logit-bias")) s.logit_bias.push_back(parse_logit_bias(bias));
   s.seed = resolve_seed(args);
   return r;
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/options.h"
@@ -32,6 +33,8 @@ uint64_t resolve_seed(const Args& args);
 
 // A request from the decoding options (the prompt is left to the caller); the seed resolved.
 GenerationRequest request_from_args(const Args& args);
+// One -l/--logit-bias value, llama.cpp's TOKEN_ID(+|-)BIAS ("15043+1", "15043-inf": a ban); Error otherwise.
+std::pair<int32_t, float> parse_logit_bias(const std::string& text);
 
 // The sampling flags given (--temp, --top-k, --top-p, --min-p); the model's defaults fill the others.
 SamplingGiven sampling_given(const Args& args);

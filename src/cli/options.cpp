@@ -75,8 +75,6 @@ const std::map<std::string, std::string>& llama_cpp_flags() {
       {"--typical",
        "llama.cpp's typical sampling: not in canvas (it has --temp, --top-k, --top-p, --min-p, "
        "--repeat-penalty)"},
-      {"--presence-penalty", "llama.cpp's presence penalty: not in canvas (it has --repeat-penalty)"},
-      {"--frequency-penalty", "llama.cpp's frequency penalty: not in canvas (it has --repeat-penalty)"},
       {"-hf",
        "llama.cpp's Hugging Face download: canvas downloads nothing; give -m with a local GGUF or HF "
        "directory"},

@@ -76,7 +76,7 @@ void ArDecoder::advance() {
     recent_.assign(tokens_.begin() + from, tokens_.end());
   }
   const TokenChoice choice =
-      choose_token(logits_.data(), c.vocab, params_.sampling, rng_, &recent_, int64_t(tokens_.size()));
+      choose_token(logits_.data(), c.vocab, params_.sampling, rng_, {&recent_, &generated_}, int64_t(tokens_.size()));
   const int32_t token = choice.token;
   pos0_ = int64_t(tokens_.size());
   tokens_.push_back(token);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 #include "core/timer.h"
@@ -313,6 +314,28 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
   canvas::check(s.top_p > 0 && s.top_p <= 1, "--top-p must be in (0, 1]");
   canvas::check(s.min_p >= 0 && s.min_p <= 1, "--min-p must be in [0, 1]");
   canvas::check(std::isfinite(s.repeat_penalty) && s.repeat_penalty > 0, "--repeat-penalty must be > 0");
+  canvas::check(std::isfinite(s.frequency_penalty) && std::isfinite(s.presence_penalty),
+                "--frequency-penalty and --presence-penalty must be finite");
+  for (const auto& [id, bias] : s.logit_bias) {
+    canvas::check(id >= 0 && id < c.vocab, "logit bias: token id " + std::to_string(id) +
+                                               " is outside the vocabulary (ids 0 to " + std::to_string(c.vocab - 1) +
+                                               ")");
+    canvas::check(bias < std::numeric_limits<float>::infinity() && !std::isnan(bias),
+                  "logit bias of token id " + std::to_string(id) + ": a number or -inf");
+  }
+  // The presence and frequency penalties count the tokens generated before each one, left to right; a
+  // diffusion canvas commits its positions in parallel, with no such history.
+  const std::string diffusion_name = uniform ? "uniform-state diffusion" : "masked diffusion";
+  canvas::check(mode != DecodeMode::Diffusion || !s.counts_penalized(),
+                "presence and frequency penalties count the tokens generated before each one, left to right: " +
+                    diffusion_name + " (--mode diffusion) has no such order; use --mode ar" +
+                    (supports_verify(c) ? " or verify" : "") +
+                    (uniform ? " (its repetition control is --neighbor-penalty)" : ""));
+  // The uniform-state sampler reads rows that also feed the next step (self-conditioning) or never exist
+  // (--stream-head): no place where a bias means what it means to AR.
+  canvas::check(!uniform || s.logit_bias.empty(),
+                "logit bias applies to --mode ar, verify and masked diffusion, not uniform-state diffusion (--mode "
+                "diffusion): use --mode ar" + std::string(supports_verify(c) ? " or verify" : ""));
   canvas::check(r.steps >= 0 && r.block_length >= 0, "--steps and --block-length must be positive");
   canvas::check(r.canvas_length >= 0, "--canvas-length must be positive");
   canvas::check(r.canvas_length == 0 || uniform,

@@ -72,6 +72,8 @@ struct GenerationRequest {
   // temperature 0 (when given) makes an accepted position take its argmax, T > 0 scales both ends of the
   // temperature ramp (t_min * T, t_max * T; not given: the ramp as it is); top_k, top_p and min_p restrict
   // the token an accepted position draws; repeat_penalty does not apply (its neighbour penalty does).
+  // frequency_penalty and presence_penalty count the tokens generated so far: AR and verify only (diffusion
+  // is refused); logit_bias: AR, verify and masked diffusion (every position's row), not uniform-state.
   SamplingParams sampling;
   bool temperature_given = false;
 

@@ -225,7 +225,7 @@ GenerationResult generate_masked(const Model& model, const std::vector<int32_t>&
           params.constraint->mask_logits(p - P, constrained_row.data());
           row = constrained_row.data();
         }
-        choices[i] = choose_token(row, V, params.sampling, rng, &recent, p);
+        choices[i] = choose_token(row, V, params.sampling, rng, {&recent, nullptr}, p);
         const TokenChoice& ch = choices[i];
         switch (params.order) {
           case UnmaskOrder::Confidence: scores[i] = ch.p_token; break;

@@ -1,4 +1,4 @@
-// Gumbel-max sampling with top-k / top-p filtering.
+// Gumbel-max sampling with top-k / top-p / min-p filtering, after logit biases and penalties.
 #include "decode/sampling.h"
 
 #include <algorithm>
@@ -11,18 +11,33 @@
 namespace canvas {
 
 const float* penalized_row(const float* raw_logits, int64_t vocab, const SamplingParams& params,
-                           const std::vector<int32_t>* recent) {
-  if (params.repeat_penalty == 1.f || !recent || recent->empty()) return raw_logits;
+                           const TokenHistory& history) {
+  const bool repeat = params.repeat_penalty != 1.f && history.recent && !history.recent->empty();
+  const bool counted = params.counts_penalized() && history.generated && !history.generated->empty();
+  if (!repeat && !counted && params.logit_bias.empty()) return raw_logits;
   thread_local std::vector<float> penalized;
   penalized.assign(raw_logits, raw_logits + vocab);
-  std::vector<int32_t> ids(*recent);
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  for (int32_t id : ids) {
-    if (id < 0 || id >= vocab) continue;
-    float& v = penalized[size_t(id)];
-    v = penalize_logit(v, params.repeat_penalty);
-  }
+  for (const auto& [id, bias] : params.logit_bias)
+    if (id >= 0 && id < vocab) penalized[size_t(id)] += bias;
+  // The ids of `tokens` in order, each once, with how many times it occurs.
+  auto runs = [](const std::vector<int32_t>& tokens, auto&& each) {
+    std::vector<int32_t> ids(tokens);
+    std::sort(ids.begin(), ids.end());
+    for (size_t i = 0, j = 0; i < ids.size(); i = j) {
+      while (j < ids.size() && ids[j] == ids[i]) ++j;
+      each(ids[i], int64_t(j - i));
+    }
+  };
+  auto in_vocab = [&](int32_t id) { return id >= 0 && id < vocab; };
+  if (repeat)
+    runs(*history.recent, [&](int32_t id, int64_t) {
+      if (in_vocab(id)) penalized[size_t(id)] = penalize_logit(penalized[size_t(id)], params.repeat_penalty);
+    });
+  if (counted)
+    runs(*history.generated, [&](int32_t id, int64_t count) {
+      if (in_vocab(id))
+        penalized[size_t(id)] -= params.frequency_penalty * float(count) + params.presence_penalty;
+    });
   return penalized.data();
 }
 
@@ -66,7 +81,7 @@ std::vector<double> sampling_distribution(const float* logits, int64_t vocab, co
 }
 
 TokenChoice choose_token(const float* raw_logits, int64_t vocab, const SamplingParams& params, Rng& rng,
-                         const std::vector<int32_t>* recent, int64_t position) {
+                         const TokenHistory& history, int64_t position) {
   // NaN or +inf anywhere means broken weights or hyper-parameters (a NaN embedding, rms_eps = nan): fail
   // rather than print tokens picked from garbage. The SIMD reductions need not propagate NaN, so look at
   // the row itself: one pass, cheap next to the head's matmul that produced it. -inf is a legitimate zero
@@ -77,7 +92,7 @@ TokenChoice choose_token(const float* raw_logits, int64_t vocab, const SamplingP
     check(false, "sampling: the model's logits" +
                      (position >= 0 ? " at position " + std::to_string(position) : std::string()) +
                      " are not finite (NaN or +inf): its weights or hyper-parameters are broken");
-  const float* logits = penalized_row(raw_logits, vocab, params, recent);
+  const float* logits = penalized_row(raw_logits, vocab, params, history);
   TokenChoice choice;
   choice.stats = row_stats(logits, vocab);
   check(std::isfinite(choice.stats.logsumexp), "sampling: the model's logits are all -inf or overflow");

@@ -128,11 +128,14 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     return params.stop_ids.empty() ? t == c.eos_token
                                    : std::find(params.stop_ids.begin(), params.stop_ids.end(), t) != params.stop_ids.end();
   };
-  auto recent_of = [&]() -> const std::vector<int32_t>* {
-    if (params.sampling.repeat_penalty == 1.f) return nullptr;
+  // What the next token's penalties read: the repetition penalty's window and the tokens generated so far.
+  auto history = [&]() -> TokenHistory {
+    TokenHistory h{nullptr, &generated};
+    if (params.sampling.repeat_penalty == 1.f) return h;
     const int64_t from = std::max<int64_t>(0, int64_t(tokens.size()) - params.sampling.repeat_last_n);
     recent.assign(tokens.begin() + from, tokens.end());
-    return &recent;
+    h.recent = &recent;
+    return h;
   };
   bool done = false;
   // Commits t, drawn from the verifier's `row` (or the draft it checked).
@@ -154,12 +157,12 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     for (int64_t i = 0; i <= k && !done; ++i) {
       const float* row = rows + size_t(i) * size_t(V);
       if (i == k) {  // every draft kept: AR's next token comes free
-        commit(choose_token(row, V, params.sampling, rng, recent_of(), P + int64_t(generated.size())).token, row);
+        commit(choose_token(row, V, params.sampling, rng, history(), P + int64_t(generated.size())).token, row);
         break;
       }
       const int32_t d = canvas[size_t(i + 1)];
       if (!sampled) {
-        const int32_t t = choose_token(row, V, params.sampling, rng, recent_of(), P + int64_t(generated.size())).token;
+        const int32_t t = choose_token(row, V, params.sampling, rng, history(), P + int64_t(generated.size())).token;
         commit(t, row);
         if (t != d) break;
         ++kept;
@@ -168,7 +171,7 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
       // Speculative rejection sampling: keep d with probability min(1, p(d) / q(d)); otherwise draw from
       // the residual max(0, p - q), renormalised. The kept or drawn token is distributed as p exactly. A
       // lookup draft's q is a point mass on d: kept with probability p(d), else drawn from p without d.
-      const float* shaped = penalized_row(row, V, params.sampling, recent_of());
+      const float* shaped = penalized_row(row, V, params.sampling, history());
       std::vector<double> p = sampling_distribution(shaped, V, params.sampling);
       const std::vector<double>& q = proposal[size_t(i)];
       if (rng.uniform() * (q.empty() ? 1.0 : q[size_t(d)]) < p[size_t(d)]) {
@@ -327,9 +330,9 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
       const float* row = &logits[size_t(node) * size_t(V)];
       int32_t t = -1;
       if (!sampled) {
-        t = choose_token(row, V, params.sampling, rng, recent_of(), P + int64_t(generated.size())).token;
+        t = choose_token(row, V, params.sampling, rng, history(), P + int64_t(generated.size())).token;
       } else {
-        std::vector<double> p = sampling_distribution(penalized_row(row, V, params.sampling, recent_of()), V, params.sampling);
+        std::vector<double> p = sampling_distribution(penalized_row(row, V, params.sampling, history()), V, params.sampling);
         double rest = 1;  // p's mass not yet removed
         for (int32_t child : children[size_t(node)]) {
           const int32_t d = tree_rows[size_t(child)];
@@ -448,7 +451,7 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     // The prompt's pass: AR's first token, and the drafts after it.
     pass(prompt_rows, reused, 1, int64_t(prompt_rows.size()) - 1);
     t_first = now_ms();
-    commit(choose_token(logits.data(), V, params.sampling, rng, recent_of(), P).token, logits.data());
+    commit(choose_token(logits.data(), V, params.sampling, rng, history(), P).token, logits.data());
     int64_t kept = 0;
     while (!done) {
       if (params.draft_tree > 0 && tree_cycle()) {
@@ -484,7 +487,7 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     ++result.passes;
     t_first = now_ms();
     const float* first_row = &logits[size_t(P - 1 - reused) * size_t(V)];
-    commit(choose_token(first_row, V, params.sampling, rng, recent_of(), P).token, first_row);
+    commit(choose_token(first_row, V, params.sampling, rng, history(), P).token, first_row);
     while (!done) {
       if (params.draft_tree > 0 && tree_cycle()) {
         if (!done && callbacks.should_stop && callbacks.should_stop()) break;

@@ -650,8 +650,13 @@ void check_admissible(const Engine& engine, const GenerationSettings& s, int64_t
     const std::string message = e.what();
     const bool context = message.find("context length") != std::string::npos;
     const bool memory = message.find("of KV cache") != std::string::npos;
-    throw ApiError(400, message, context || memory ? max_tokens : "",
-                   context ? "context_length_exceeded" : "");
+    // The field at fault, where the message is one of the sampling checks (decode/generation.cpp).
+    std::string param = context || memory ? max_tokens : "";
+    if (message.rfind("presence and frequency penalties", 0) == 0)
+      param = s.sampling.presence_penalty != 0 ? "presence_penalty" : "frequency_penalty";
+    else if (message.rfind("logit bias", 0) == 0)
+      param = "logit_bias";
+    throw ApiError(400, message, param, context ? "context_length_exceeded" : "");
   }
 }
 

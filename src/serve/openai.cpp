@@ -241,10 +241,11 @@ ApiRequest parse_api_request(const std::string& body, Endpoint endpoint, SchemaC
       "model", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stream", "user", "steps",
       "block_length", "threshold", "entropy_bound", "cache", "mode", "repeat_penalty", "draft_length",
       "draft_steps", "draft_lookup", "draft_lookup_length", "draft_tree", "draft_tree_depth", "overlap",
-      "metadata", "store", "service_tier", "parse_special", "ignore_eos"};
+      "metadata", "store", "service_tier", "parse_special", "ignore_eos", "frequency_penalty",
+      "presence_penalty", "logit_bias"};
   static const std::set<std::string> completions = {
-      "max_tokens", "n", "stream_options", "frequency_penalty", "presence_penalty", "canvas_draft",
-      "response_format", "logit_bias", "tools", "tool_choice", "parallel_tool_calls", "logprobs"};
+      "max_tokens", "n", "stream_options", "canvas_draft", "response_format", "tools", "tool_choice",
+      "parallel_tool_calls", "logprobs"};
   // clang-format on
   static const std::set<std::string> own[] = {
       {"prompt", "suffix", "echo"},
@@ -346,11 +347,11 @@ ApiRequest parse_api_request(const std::string& body, Endpoint endpoint, SchemaC
     } else if (key == "user") {
       get_string(value, key);
     } else if (key == "frequency_penalty" || key == "presence_penalty") {
-      // Accepted in OpenAI's range and ignored (logged): clients send them with their defaults or a user's
-      // setting; canvas's penalty is repeat_penalty.
+      // OpenAI's range; the tokens generated so far lower their logits (SamplingParams). Diffusion modes,
+      // which have no left-to-right history, refuse a non-zero one (Generator::check).
       const double x = get_number(value, key);
       if (x < -2 || x > 2) throw bad(key, "'" + key + "' must be between -2 and 2");
-      if (x != 0) r.ignored.push_back(key);
+      (key == "frequency_penalty" ? s.sampling.frequency_penalty : s.sampling.presence_penalty) = float(x);
     } else if (key == "steps") {
       s.steps = get_int(value, key, 1, 1 << 20);
     } else if (key == "block_length") {
@@ -415,15 +416,19 @@ ApiRequest parse_api_request(const std::string& body, Endpoint endpoint, SchemaC
         throw bad(key, e.what());
       }
     } else if (key == "logit_bias") {
-      // {"token id": bias in [-100, 100]}, checked as OpenAI checks it, then ignored (logged).
+      // {"token id": bias in [-100, 100]}, added to those logits (SamplingParams); ids past the model's
+      // vocabulary are refused once the model is known (check_admissible).
       if (!value.is_object()) throw bad(key, "'logit_bias' must be an object of token ids to biases");
+      s.sampling.logit_bias.clear();
       for (const auto& [id, bias] : value.items()) {
         const bool number = !id.empty() && id.size() < 12 && id.find_first_not_of("0123456789") == std::string::npos;
         if (!number) throw bad(key, "'logit_bias' keys must be token ids (got '" + id + "')");
         const double b = get_number(bias, "logit_bias." + id);
         if (b < -100 || b > 100) throw bad(key, "'logit_bias' values must be between -100 and 100");
+        const int64_t token = std::stoll(id);
+        if (token > INT32_MAX) throw bad(key, "'logit_bias': token id " + id + " is outside the vocabulary");
+        s.sampling.logit_bias.emplace_back(int32_t(token), float(b));
       }
-      if (!value.empty()) r.ignored.push_back(key);
     } else if (key == "tools" || key == "tool_choice" || key == "parallel_tool_calls") {
       parse_tools(key, value, r);
     } else if (key == "chat_template_kwargs") {

@@ -55,8 +55,8 @@ struct ApiRequest {
   // tool_choice "none") and `enable_thinking` (chat_template_kwargs.enable_thinking, else true for a
   // reasoning_effort other than "none", false for "none").
   ChatExtras chat_extras;
-  // Fields accepted and ignored (unknown ones, presence / frequency penalties, logit_bias): the server logs
-  // each name once.
+  // Fields accepted and ignored (unknown ones, a chat template's unused switches, tools a format cannot
+  // take): the server logs each name once.
   std::vector<std::string> ignored;
   // response_format's json_schema as sent (members in document order), when parse_api_request was told to
   // leave its compile for later (SchemaCompile::Later): compile_response_format makes settings.json_schema.

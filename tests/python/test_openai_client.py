@@ -162,16 +162,32 @@ def test_errors_come_back_as_openai_errors(client):
 
 def test_what_clients_send_is_accepted(client):
     """The fields an SDK or an agent framework sends beside the prompt: penalties, logit_bias, tools, fields of
-    newer APIs and another server's model name. A one-model server answers them all."""
+    newer APIs and another server's model name. A one-model server answers them all, and honours the
+    penalties and the bias: +100 on a token makes greedy AR write it at every position, -100 keeps it out."""
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    text = dict(model="canvas", prompt="And God said", max_tokens=4, temperature=0, extra_body={"mode": "ar"})
+    plain = extra(client.completions.create(**text), "canvas")["tokens"]
+    forced, banned = plain[1], plain[0]  # words of the text: neither ends it
     r = client.chat.completions.create(
-        model="gpt-4o", messages=[{"role": "user", "content": "And God said"}], max_tokens=4,
-        presence_penalty=0.5, frequency_penalty=0.2, logit_bias={"5": 10}, tools=tools, tool_choice="auto",
-        extra_body={"reasoning_effort": "low", "mode": "ar"})
+        model="gpt-4o", messages=[{"role": "user", "content": "And God said"}], max_tokens=4, temperature=0,
+        presence_penalty=0.5, frequency_penalty=0.2, logit_bias={str(forced): 100}, tools=tools,
+        tool_choice="auto", extra_body={"reasoning_effort": "low", "mode": "ar"})
     assert r.model == "gpt-4o"
     assert isinstance(r.choices[0].message.content, str)
+    assert extra(r, "canvas")["tokens"] == [forced] * 4
+    r = client.completions.create(**text, logit_bias={str(banned): -100})
+    assert banned not in extra(r, "canvas")["tokens"]
     r = client.completions.create(model="default", prompt="And", max_tokens=2, extra_body={"colour": "blue"})
     assert r.choices[0].finish_reason in ("stop", "length")
+
+
+def test_penalties_in_a_diffusion_mode_are_a_400_naming_it(client):
+    """Masked diffusion commits positions in parallel: no left-to-right history for the penalties to count."""
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="canvas", prompt="And", max_tokens=4, presence_penalty=0.5,
+                                  extra_body={"mode": "diffusion"})
+    assert e.value.status_code == 400 and "masked diffusion" in str(e.value)
+    assert e.value.param == "presence_penalty"
 
 
 def test_without_max_tokens_a_reply_runs_to_its_end(client):
