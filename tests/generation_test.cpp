@@ -136,10 +136,10 @@ TEST(GenerationReport, StatsLineAndJsonOfEachMode) {
   out.finish_reason = "length";
   out.passes = 2;
   out.encoder_passes = 2;
-  out.drafted = 6;
-  out.accepted = 3;
-  out.draft_length = 3;
-  out.overlap = true;
+  out.verify.drafted = 6;
+  out.verify.accepted = 3;
+  out.verify.draft_length = 3;
+  out.verify.overlap = true;
   out.mode_reason = "auto: verify k=3 overlapped is the fastest";
   out.modes = {DecodeMode::Ar, DecodeMode::Verify, DecodeMode::Diffusion};
   out.rows_computed = 10;
@@ -197,14 +197,14 @@ TEST(GenerationReport, SummaryLineNamesTheSettingInOneFormat) {
   out.decode_ms = 200;
   EXPECT_EQ(generation_summary_line(out), "[ar: 41 tokens, 200.0 tokens/s]");
   out.mode = DecodeMode::Verify;
-  out.draft_length = 8;
+  out.verify.draft_length = 8;
   for (const char* reason : {"auto: verify k=8 writes AR's text while it measures how many drafts this model keeps",
                              "auto: verify k=8 is the fastest of ar and verify on this machine"}) {
     out.mode_reason = reason;
     EXPECT_EQ(generation_summary_line(out), "[verify k=8 (auto): 41 tokens, 200.0 tokens/s]");
   }
-  out.overlap = true;
-  out.draft_length = 3;
+  out.verify.overlap = true;
+  out.verify.draft_length = 3;
   EXPECT_EQ(generation_summary_line(out), "[verify k=3 overlapped (auto): 41 tokens, 200.0 tokens/s]");
   out.mode = DecodeMode::Diffusion;
   out.mode_reason = "auto: a masked-diffusion model decodes by diffusion";

@@ -134,7 +134,7 @@ TEST(ModeRouter, LearnsFromFinishedRunsAndKeepsThemInItsFile) {
     out.tokens.assign(20, 5);
     out.decode_ms = 40;
     out.decode_tokens = 20;
-    out.cycles_keeping = {0, 0, 5, 0, 0};
+    out.verify.cycles_keeping = {0, 0, 5, 0, 0};
     router.learn(r, out, /*alone=*/true);
     out.finish_reason = "cancelled";  // a cancelled run teaches nothing
     router.learn(r, out, true);

@@ -87,59 +87,61 @@ void expect_greedy_equals_ar(bool overlap, int64_t draft_steps) {
           v.tree.depth = 6;
           const GenerationResult a = generate_ar(m, prompt, ar, &pool);
           const VerifyResult b = generate_verify(m, prompt, v, &pool);
+          const VerifyStats& stats = b.stats;
           const std::string where = "k " + std::to_string(k) + " steps " + std::to_string(draft_steps) +
                                     " penalty " + std::to_string(penalty) + " lookup " +
                                     std::to_string(lookup) + (stored ? " datastore" : "") +
                                     " tree " + std::to_string(tree) + (overlap ? " overlapped" : "");
           EXPECT_EQ(b.tokens, a.tokens) << where;
-          EXPECT_EQ(b.cycles, b.encoder_passes) << where;
+          EXPECT_EQ(stats.cycles, b.encoder_passes) << where;
           // (The decoder's trees are drafted by a decoder pass.)
-          const int64_t decoder_cycles =
-              b.cycles - b.lookup_cycles - b.datastore_cycles - b.tree_cycles + b.decoder_tree_cycles;
+          const int64_t decoder_cycles = stats.cycles - stats.lookup_cycles - stats.datastore_cycles -
+                                         stats.tree_cycles + stats.decoder_tree_cycles;
           if (!stored || tree > 0) {
-            EXPECT_EQ(b.datastore_cycles, 0) << where;
+            EXPECT_EQ(stats.datastore_cycles, 0) << where;
           }
           if (tree > 0) {
-            EXPECT_EQ(b.lookup_cycles, 0) << where;  // trees replace the chains
-            EXPECT_LE(b.tree_drafted, b.tree_cycles * tree) << where;
-            EXPECT_LE(b.tree_accepted, b.tree_drafted) << where;
-            EXPECT_EQ(b.decoder_tree_cycles, overlap ? 0 : decoder_cycles) << where;  // plain: every decoder cycle
+            EXPECT_EQ(stats.lookup_cycles, 0) << where;  // trees replace the chains
+            EXPECT_LE(stats.tree_drafted, stats.tree_cycles * tree) << where;
+            EXPECT_LE(stats.tree_accepted, stats.tree_drafted) << where;
+            // Plain: every decoder cycle.
+            EXPECT_EQ(stats.decoder_tree_cycles, overlap ? 0 : decoder_cycles) << where;
           } else {
-            EXPECT_EQ(b.tree_cycles, 0) << where;
+            EXPECT_EQ(stats.tree_cycles, 0) << where;
           }
           if (lookup == 0 && !stored && tree == 0) {
             // The prompt's pass, then per cycle the draft passes and one verify pass (overlapped: one pass).
-            EXPECT_EQ(b.lookup_cycles, 0) << where;
-            EXPECT_EQ(b.passes, 1 + b.cycles * (overlap ? 1 : 1 + draft_steps)) << where;
+            EXPECT_EQ(stats.lookup_cycles, 0) << where;
+            EXPECT_EQ(b.passes, 1 + stats.cycles * (overlap ? 1 : 1 + draft_steps)) << where;
           } else if (!overlap) {
             // A lookup or datastore cycle is its verify pass alone.
-            EXPECT_EQ(b.passes, 1 + b.cycles + decoder_cycles * draft_steps) << where;
+            EXPECT_EQ(b.passes, 1 + stats.cycles + decoder_cycles * draft_steps) << where;
           } else {
             // A decoder cycle after a lookup or datastore cycle drafts in a pass of its own.
-            EXPECT_GE(b.passes, 1 + b.cycles) << where;
-            EXPECT_LE(b.passes, 1 + b.cycles + decoder_cycles) << where;
+            EXPECT_GE(b.passes, 1 + stats.cycles) << where;
+            EXPECT_LE(b.passes, 1 + stats.cycles + decoder_cycles) << where;
           }
-          EXPECT_LE(b.accepted, b.drafted) << where;
-          EXPECT_LE(b.lookup_accepted, b.lookup_drafted) << where;
-          EXPECT_LE(b.lookup_drafted, b.lookup_cycles * lookup_length) << where;
-          EXPECT_LE(b.datastore_accepted, b.datastore_drafted) << where;
-          EXPECT_LE(b.datastore_drafted, b.datastore_cycles * 3) << where;
+          EXPECT_LE(stats.accepted, stats.drafted) << where;
+          EXPECT_LE(stats.lookup_accepted, stats.lookup_drafted) << where;
+          EXPECT_LE(stats.lookup_drafted, stats.lookup_cycles * lookup_length) << where;
+          EXPECT_LE(stats.datastore_accepted, stats.datastore_drafted) << where;
+          EXPECT_LE(stats.datastore_drafted, stats.datastore_cycles * 3) << where;
           // cycles_keeping counts the decoder's full-length cycles only.
           int64_t counted = 0;
-          for (int64_t n : b.cycles_keeping) counted += n;
+          for (int64_t n : stats.cycles_keeping) counted += n;
           EXPECT_LE(counted, decoder_cycles) << where;
           // Each cycle commits its kept drafts plus one token of AR's own (fewer only when the run ends).
-          EXPECT_LE(int64_t(b.tokens.size()), 1 + b.accepted + b.cycles) << where;
-          lookup_cycles += b.lookup_cycles;
-          lookup_accepted += b.lookup_accepted;
+          EXPECT_LE(int64_t(b.tokens.size()), 1 + stats.accepted + stats.cycles) << where;
+          lookup_cycles += stats.lookup_cycles;
+          lookup_accepted += stats.lookup_accepted;
           if (lookup > 0) decoder_cycles_with_lookup += decoder_cycles;
-          datastore_cycles += b.datastore_cycles;
-          datastore_accepted += b.datastore_accepted;
-          datastore_rejected += b.datastore_drafted - b.datastore_accepted;
-          tree_cycles += b.tree_cycles;
-          tree_accepted += b.tree_accepted;
-          tree_branching += b.tree_drafted > b.tree_cycles * 6;  // more tokens than one path holds
-          decoder_trees += b.decoder_tree_cycles;
+          datastore_cycles += stats.datastore_cycles;
+          datastore_accepted += stats.datastore_accepted;
+          datastore_rejected += stats.datastore_drafted - stats.datastore_accepted;
+          tree_cycles += stats.tree_cycles;
+          tree_accepted += stats.tree_accepted;
+          tree_branching += stats.tree_drafted > stats.tree_cycles * 6;  // more tokens than one path holds
+          decoder_trees += stats.decoder_tree_cycles;
         }
   // Both kinds of cycle ran, and lookup drafts were kept (the tiny model's greedy text repeats itself).
   EXPECT_GT(lookup_cycles, 0);
@@ -354,16 +356,16 @@ void expect_ar_distribution(bool overlap, int length, int64_t lookup = 0, bool d
     const VerifyResult r = generate_verify(m, prompt, v, nullptr);
     ASSERT_EQ(r.tokens.size(), size_t(length));
     ++counts[r.tokens];
-    accepted += r.accepted;
-    drafted += r.drafted;
-    lookup_accepted += r.lookup_accepted;
-    lookup_drafted += r.lookup_drafted;
-    stored_accepted += r.datastore_accepted;
-    stored_drafted += r.datastore_drafted;
-    tree_drafted += r.tree_drafted;
-    tree_cycles += r.tree_cycles;
-    tree_accepted += r.tree_accepted;
-    decoder_trees += r.decoder_tree_cycles;
+    accepted += r.stats.accepted;
+    drafted += r.stats.drafted;
+    lookup_accepted += r.stats.lookup_accepted;
+    lookup_drafted += r.stats.lookup_drafted;
+    stored_accepted += r.stats.datastore_accepted;
+    stored_drafted += r.stats.datastore_drafted;
+    tree_drafted += r.stats.tree_drafted;
+    tree_cycles += r.stats.tree_cycles;
+    tree_accepted += r.stats.tree_accepted;
+    decoder_trees += r.stats.decoder_tree_cycles;
   }
   double chi2 = 0;
   for (const auto& [cell, p] : expected) {

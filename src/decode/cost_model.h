@@ -18,7 +18,7 @@ namespace canvas {
 // Draft-and-verify's measured acceptance: for each draft length K used, how many cycles kept j = 0..K drafts.
 struct VerifyAcceptance {
   std::map<int64_t, std::vector<int64_t>> cycles_keeping;  // K -> [j] cycles (K + 1 entries)
-  // A run's VerifyResult::cycles_keeping (its K is the size - 1); counts past kMaxCycles are halved so that
+  // A run's VerifyStats::cycles_keeping (its K is the size - 1); counts past kMaxCycles are halved so that
   // recent runs weigh.
   void add(const std::vector<int64_t>& cycles);
   static constexpr int64_t kMaxCycles = 4096;

@@ -546,24 +546,7 @@ void GenerationRun::decode() {
       const VerifyResult v = generate_verify(g.model_, out.prompt, p, pool, callbacks);
       result = v;
       out.encoder_passes = v.encoder_passes;
-      out.drafted = v.drafted;
-      out.accepted = v.accepted;
-      out.draft_length = p.draft_length;
-      out.overlap = p.overlap;
-      out.draft_lookup = p.draft_lookup;
-      out.lookup_cycles = v.lookup_cycles;
-      out.lookup_drafted = v.lookup_drafted;
-      out.lookup_accepted = v.lookup_accepted;
-      out.datastore = p.datastore != nullptr;
-      out.datastore_cycles = v.datastore_cycles;
-      out.datastore_drafted = v.datastore_drafted;
-      out.datastore_accepted = v.datastore_accepted;
-      out.draft_tree = p.draft_tree;
-      out.tree_cycles = v.tree_cycles;
-      out.decoder_tree_cycles = v.decoder_tree_cycles;
-      out.tree_drafted = v.tree_drafted;
-      out.tree_accepted = v.tree_accepted;
-      out.cycles_keeping = v.cycles_keeping;
+      out.verify = v.stats;
       out.decode_tokens = std::max<int64_t>(0, int64_t(v.tokens.size()) - 1);  // the first comes with the prompt
     } else {
       result = generate_ar(g.model_, out.prompt, ar_params, pool, callbacks);

@@ -20,6 +20,7 @@
 #include "decode/masked.h"
 #include "decode/sampling.h"
 #include "decode/text_model.h"
+#include "decode/verify.h"
 #include "model/model.h"
 
 namespace canvas {
@@ -171,20 +172,7 @@ struct GenerationOutput {
   int64_t passes = 0;         // decoder passes (AR: steps) that produced logits
   int64_t encoder_passes = 0; // uniform-state: passes of the causal encoder over committed canvases; verify:
                               // the verifying causal passes (passes counts them too)
-  int64_t drafted = 0, accepted = 0;  // verify: draft tokens proposed and kept
-  int64_t draft_length = 0;           // verify: k
-  bool overlap = false;               // verify: overlapped cycles
-  int64_t draft_lookup = 0;           // verify: the longest n-gram of lookup drafts (0: off)
-  int64_t lookup_cycles = 0;          // verify: cycles drafted by lookup (encoder_passes counts every cycle)
-  int64_t lookup_drafted = 0, lookup_accepted = 0;  // verify: ... their draft tokens (in drafted, accepted)
-  bool datastore = false;             // verify: datastore drafts on
-  int64_t datastore_cycles = 0;       // verify: cycles drafted by the datastore
-  int64_t datastore_drafted = 0, datastore_accepted = 0;  // verify: ... their draft tokens (in drafted, accepted)
-  int64_t draft_tree = 0;             // verify: the most tokens of a tree of drafts (0: chains)
-  int64_t tree_cycles = 0;            // verify: cycles that verified a tree
-  int64_t decoder_tree_cycles = 0;    // verify: ... of them, the decoder's trees (after a draft pass)
-  int64_t tree_drafted = 0, tree_accepted = 0;  // verify: ... their tokens (in drafted, accepted)
-  std::vector<int64_t> cycles_keeping;  // verify: VerifyResult::cycles_keeping
+  VerifyStats verify;         // verify: its setting and what its cycles did
   std::string mode_reason;            // why this mode ran (GenerationRequest::mode_reason)
   std::vector<DecodeMode> modes;      // the modes the model runs (Generator::modes)
   int64_t rows_computed = 0;

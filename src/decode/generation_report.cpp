@@ -18,7 +18,8 @@ std::string dump_line(const nlohmann::ordered_json& j) {
 }  // namespace
 
 std::string generation_summary_line(const GenerationOutput& out) {
-  std::string setting = ar_text_setting(out.mode, out.draft_length, out.overlap, out.datastore, out.draft_tree);
+  const VerifyStats& v = out.verify;  // (zeros unless verify ran)
+  std::string setting = ar_text_setting(out.mode, v.draft_length, v.overlap, v.datastore, v.draft_tree);
   if (setting.empty()) setting = decode_mode_name(out.mode);
   // One format whatever auto's reason (it changes from run to run while auto measures): the reason is --verbose's.
   // Uniform-state diffusion names its sampler and how its canvases went (the release's defaults show).
@@ -46,14 +47,15 @@ std::string generation_stats_line(const GenerationOutput& out, int threads) {
       canvases += (i ? "," : "") + std::to_string(out.steps_per_canvas[i]);
   }
   if (out.mode == DecodeMode::Verify && out.encoder_passes > 0) {
+    const VerifyStats& v = out.verify;
     char rows[32];
     std::snprintf(rows, sizeof rows, "%.1f", double(out.rows_computed) / double(std::max<size_t>(1, out.tokens.size())));
-    canvases = ", " + std::to_string(out.encoder_passes) + " verify passes, " + std::to_string(out.accepted) + "/" +
-               std::to_string(out.drafted) + " drafted tokens kept (k=" + std::to_string(out.draft_length) +
-               (out.overlap ? ", overlapped" : "") + "), " +
-               (out.draft_lookup > 0 ? std::to_string(out.lookup_cycles) + " cycles drafted by lookup, " : "") +
-               (out.datastore ? std::to_string(out.datastore_cycles) + " by the datastore, " : "") +
-               (out.draft_tree > 0 ? std::to_string(out.tree_cycles) + " trees, " : "") + rows +
+    canvases = ", " + std::to_string(out.encoder_passes) + " verify passes, " + std::to_string(v.accepted) +
+               "/" + std::to_string(v.drafted) + " drafted tokens kept (k=" + std::to_string(v.draft_length) +
+               (v.overlap ? ", overlapped" : "") + "), " +
+               (v.draft_lookup > 0 ? std::to_string(v.lookup_cycles) + " cycles drafted by lookup, " : "") +
+               (v.datastore ? std::to_string(v.datastore_cycles) + " by the datastore, " : "") +
+               (v.draft_tree > 0 ? std::to_string(v.tree_cycles) + " trees, " : "") + rows +
                " rows per token";
   }
   const std::string cached =
@@ -94,22 +96,23 @@ std::string generation_json(const GenerationOutput& out) {
   j["seed"] = out.seed;
   if (!out.steps_per_canvas.empty()) j["steps_per_canvas"] = out.steps_per_canvas;
   if (out.mode == DecodeMode::Verify) {
-    j["drafted"] = out.drafted;
-    j["accepted"] = out.accepted;
-    j["draft_length"] = out.draft_length;
-    j["overlap"] = out.overlap;
-    j["draft_lookup"] = out.draft_lookup;
-    j["lookup_cycles"] = out.lookup_cycles;  // of encoder_passes cycles; the others drafted by the decoder
-    j["lookup_drafted"] = out.lookup_drafted;
-    j["lookup_accepted"] = out.lookup_accepted;
-    j["datastore_cycles"] = out.datastore_cycles;  // cycles drafted by the datastore (--draft-datastore)
-    j["datastore_drafted"] = out.datastore_drafted;
-    j["datastore_accepted"] = out.datastore_accepted;
-    j["draft_tree"] = out.draft_tree;
-    j["tree_cycles"] = out.tree_cycles;  // cycles that verified a tree of drafts (--draft-tree)
-    j["decoder_tree_cycles"] = out.decoder_tree_cycles;  // ... of them, the decoder's (after a draft pass)
-    j["tree_drafted"] = out.tree_drafted;
-    j["tree_accepted"] = out.tree_accepted;
+    const VerifyStats& v = out.verify;
+    j["drafted"] = v.drafted;
+    j["accepted"] = v.accepted;
+    j["draft_length"] = v.draft_length;
+    j["overlap"] = v.overlap;
+    j["draft_lookup"] = v.draft_lookup;
+    j["lookup_cycles"] = v.lookup_cycles;  // of encoder_passes cycles; the others drafted by the decoder
+    j["lookup_drafted"] = v.lookup_drafted;
+    j["lookup_accepted"] = v.lookup_accepted;
+    j["datastore_cycles"] = v.datastore_cycles;  // cycles drafted by the datastore (--draft-datastore)
+    j["datastore_drafted"] = v.datastore_drafted;
+    j["datastore_accepted"] = v.datastore_accepted;
+    j["draft_tree"] = v.draft_tree;
+    j["tree_cycles"] = v.tree_cycles;                  // cycles that verified a tree of drafts (--draft-tree)
+    j["decoder_tree_cycles"] = v.decoder_tree_cycles;  // ... of them, the decoder's (after a draft pass)
+    j["tree_drafted"] = v.tree_drafted;
+    j["tree_accepted"] = v.tree_accepted;
   }
   return dump_line(j);
 }

@@ -175,7 +175,7 @@ void ModeRouter::learn(const GenerationRequest& r, const GenerationOutput& out, 
         cost_.verify_tokens_per_forward =
             cost_.verify_observations == 0 ? observed : 0.8 * cost_.verify_tokens_per_forward + 0.2 * observed;
         ++cost_.verify_observations;
-        cost_.acceptance.add(out.cycles_keeping);
+        cost_.acceptance.add(out.verify.cycles_keeping);
       }
       if (alone) cost_.observe(setting, out.decode_ms, out.decode_tokens);
       to_save = cost_;

@@ -121,7 +121,13 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
   Rng rng(params.sampling.seed);                       // the verifier's draws (as generate_ar's)
   Rng draft_rng(params.sampling.seed ^ 0x9e3779b97f4a7c15ull);  // the drafter's noise and proposals
   VerifyResult result;
-  result.cycles_keeping.assign(size_t(K + 1), 0);
+  VerifyStats& stats = result.stats;
+  stats.draft_length = K;
+  stats.overlap = params.overlap;
+  stats.draft_lookup = params.draft_lookup;
+  stats.datastore = params.datastore != nullptr;
+  stats.draft_tree = params.draft_tree;
+  stats.cycles_keeping.assign(size_t(K + 1), 0);
   result.prompt_tokens = P;
   std::vector<int32_t> tokens(prompt), generated, recent;
   auto is_stop = [&](int32_t t) {
@@ -222,8 +228,8 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     canvas.assign(1, generated.back());
     canvas.insert(canvas.end(), draft.begin(), draft.end());
     if (sampled) proposal.assign(draft.size(), {});
-    ++(source == Source::Lookup ? result.lookup_cycles : result.datastore_cycles);
-    (source == Source::Lookup ? result.lookup_drafted : result.datastore_drafted) += int64_t(draft.size());
+    ++(source == Source::Lookup ? stats.lookup_cycles : stats.datastore_cycles);
+    (source == Source::Lookup ? stats.lookup_drafted : stats.datastore_drafted) += int64_t(draft.size());
     return source;
   };
   // A StepEvent once a cycle's drafts are taken: the tokens committed since the last one, and the region
@@ -233,7 +239,7 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
   auto report = [&](int64_t k) {
     if (!callbacks.on_step || (reported == int64_t(generated.size()) && k == 0)) return;
     StepEvent event;
-    event.step = result.cycles;
+    event.step = stats.cycles;
     event.passes = result.passes;
     shown = generated;
     if (k > 0) shown.insert(shown.end(), canvas.begin() + 1, canvas.begin() + 1 + k);  // (none: canvas may be empty)
@@ -275,12 +281,12 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
   // A cycle's verdict on its k drafts from `rows` (AR's, after canvas[0..i]): kept, committed, counted.
   auto finish_cycle = [&](const float* rows, int64_t k, Source source) {
     ++result.encoder_passes;
-    ++result.cycles;
+    ++stats.cycles;
     const int64_t kept = check_drafts(rows, k);
-    result.accepted += kept;
-    if (source == Source::Lookup) result.lookup_accepted += kept;
-    else if (source == Source::Datastore) result.datastore_accepted += kept;
-    else if (k == K) ++result.cycles_keeping[size_t(kept)];  // the decoder's acceptance only
+    stats.accepted += kept;
+    if (source == Source::Lookup) stats.lookup_accepted += kept;
+    else if (source == Source::Datastore) stats.datastore_accepted += kept;
+    else if (k == K) ++stats.cycles_keeping[size_t(kept)];  // the decoder's acceptance only
     cached += 1 + kept;  // the last token and the kept drafts; the token committed last is next cycle's first
     return kept;
   };
@@ -306,8 +312,8 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     canvas.assign(1, generated.back());
     for (int32_t r = 0; !children[size_t(r)].empty();) canvas.push_back(tree_rows[size_t(r = children[size_t(r)][0])]);
     report(int64_t(canvas.size()) - 1);
-    result.drafted += n - 1;
-    result.tree_drafted += n - 1;
+    stats.drafted += n - 1;
+    stats.tree_drafted += n - 1;
     ForwardRequest req;
     req.tokens = tree_rows.data();
     req.n = n;
@@ -320,8 +326,8 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     run_forward(callbacks, model, cache, req, pool);
     ++result.passes;
     ++result.encoder_passes;
-    ++result.cycles;
-    ++result.tree_cycles;
+    ++stats.cycles;
+    ++stats.tree_cycles;
     result.rows_computed += n;
     // From the root down: AR's token after each node (greedy), or drawn with the node's children as
     // point-mass proposals tried in turn; the walk goes on while that token is a child's.
@@ -353,8 +359,8 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
     }
     const int64_t kept = int64_t(path.size());
     for (int64_t d = 1; d <= kept; ++d) cache.copy_position(cached + path[size_t(d - 1)], cached + d);
-    result.accepted += kept;
-    result.tree_accepted += kept;
+    stats.accepted += kept;
+    stats.tree_accepted += kept;
     cached += 1 + kept;
   };
   // The tree of drafts after the context (lookup and datastore sources), verified; false (nothing run) when
@@ -474,7 +480,7 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
         decoder_draft(k);  // after a lookup cycle, whose pass drafted nothing
       }
       report(k);
-      result.drafted += k;
+      stats.drafted += k;
       // A lookup (or datastore) cycle's pass verifies only (no candidates): in a loop the next cycle most
       // likely drafts by lookup too, and where it does not, a decoder pass of its own drafts it.
       pass(canvas, cached, looked ? 0 : k + 1, 0);
@@ -499,13 +505,13 @@ VerifyResult generate_verify(const Model& model, const std::vector<int32_t>& pro
       if (source == Source::Decoder) decoder_draft(k);
       if (source == Source::Decoder && params.draft_tree > 0) {  // the decoder's own tree
         decoder_tree(&draft_logits[size_t(V)], k);
-        ++result.decoder_tree_cycles;
+        ++stats.decoder_tree_cycles;
         verify_tree();
         if (!done && callbacks.should_stop && callbacks.should_stop()) break;
         continue;
       }
       report(k);
-      result.drafted += k;
+      stats.drafted += k;
       // Verify: one causal pass over [last token ; draft]; row i is AR's distribution after canvas[0..i].
       causal_pass(model, cache, canvas, cached, logits, pool, callbacks);
       ++result.passes;

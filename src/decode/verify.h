@@ -67,15 +67,19 @@ struct VerifyParams {
   DraftTreeParams tree;  // (its budget is draft_tree's)
 };
 
-struct VerifyResult : GenerationResult {
-  // passes counts every pass, the prompt's included (decoder drafts and verifying encoder passes; an
-  // overlapped cycle is one pass); encoder_passes the verifying ones.
-  int64_t encoder_passes = 0;
-  int64_t cycles = 0;
+// A draft-and-verify run's setting and what its cycles did: generate_verify fills it, GenerationOutput::verify
+// holds it, the stats line and the JSON report it.
+struct VerifyStats {
+  int64_t draft_length = 0;  // k (VerifyParams::draft_length)
+  bool overlap = false;      // overlapped cycles (VerifyParams::overlap)
+  int64_t draft_lookup = 0;  // the longest n-gram of lookup drafts (VerifyParams::draft_lookup; 0: off)
+  bool datastore = false;    // datastore drafts on (VerifyParams::datastore)
+  int64_t draft_tree = 0;    // the most tokens of a tree of drafts (VerifyParams::draft_tree; 0: chains)
+  int64_t cycles = 0;        // draft-and-verify cycles, one verifying pass each (VerifyResult::encoder_passes)
   int64_t drafted = 0, accepted = 0;  // draft tokens proposed and kept
   // [j]: the cycles that drafted the full draft_length tokens and kept j of them (draft_length + 1 entries;
-  // the short cycles at the end of N are not counted; nor are lookup and datastore cycles): the acceptance of the decoder's
-  // drafts, which --mode auto's cost model learns.
+  // the short cycles at the end of N are not counted; nor are lookup and datastore cycles): the acceptance of
+  // the decoder's drafts, which --mode auto's cost model learns.
   std::vector<int64_t> cycles_keeping;
   int64_t lookup_cycles = 0;    // cycles drafted by lookup (VerifyParams::draft_lookup); the rest by the decoder
   int64_t lookup_drafted = 0, lookup_accepted = 0;  // ... their draft tokens proposed and kept (in drafted, accepted)
@@ -84,6 +88,13 @@ struct VerifyResult : GenerationResult {
   int64_t tree_cycles = 0;  // cycles that verified a tree of drafts (VerifyParams::draft_tree)
   int64_t decoder_tree_cycles = 0;  // ... of them, trees of the decoder's rows (after a draft pass)
   int64_t tree_drafted = 0, tree_accepted = 0;  // ... the trees' tokens and the tokens kept (in drafted, accepted)
+};
+
+struct VerifyResult : GenerationResult {
+  // passes counts every pass, the prompt's included (decoder drafts and verifying encoder passes; an
+  // overlapped cycle is one pass); encoder_passes the verifying ones.
+  int64_t encoder_passes = 0;
+  VerifyStats stats;
 };
 
 // Models with a uniform-state diffusion path and a causal path on the same weights (DiffusionGemma:
