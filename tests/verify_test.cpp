@@ -192,7 +192,7 @@ TEST(Verify, GreedyWithPenaltiesAndBiasEqualsArDecoding) {
             const VerifyResult b = generate_verify(m, prompt, verify_like(ar, k, overlap, lookup, tree), &pool);
             EXPECT_EQ(b.tokens, shaped) << "k " << k << " lookup " << lookup << " tree " << tree
                                         << (overlap ? " overlapped" : "");
-            accepted += b.accepted;
+            accepted += b.stats.accepted;
           }
   }
   EXPECT_GT(accepted, 0) << "no draft was ever kept: only AR's own tokens were compared";
