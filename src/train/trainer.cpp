@@ -259,6 +259,33 @@ struct Validation {
   std::vector<TaskMetric> metrics;
 };
 
+// One training step's micro-batches (accumulation of them, batch_size examples each, drawn with the step's
+// seeds): their gradients accumulated into the parameters, the optimizer not stepped. The one loop of both
+// run_training and time_training_steps.
+struct StepGradients {
+  float loss_sum = 0;           // the micro-batches' losses, summed
+  int64_t tokens = 0;           // rows of input
+  double attention_pairs = 0;   // sequences x length^2
+};
+StepGradients accumulate_step(const RunConfig& r, TrainModel& model, const DataSource& source, int64_t step,
+                              ThreadPool* pool) {
+  StepGradients out;
+  for (int64_t micro = 0; micro < r.accumulation; ++micro) {
+    Rng rng(r.seed * 0x9E3779B97F4A7C15ull + uint64_t(step) * 1000 + uint64_t(micro));
+    std::vector<Example> examples;
+    for (int64_t i = 0; i < r.batch_size; ++i) examples.push_back(source.sample(rng));
+    const ObjectiveBatch ob = make_batch(r, model.config(), examples, rng);
+    Tape tape(pool);
+    const Var logits = objective_logits(r, model, ob, rng, tape);
+    const Var loss = cross_entropy(tape, logits, ob.targets, ob.weights, ob.normaliser);
+    out.loss_sum += tape.value(loss)[0];
+    tape.backward(loss);
+    out.tokens += ob.input.rows();
+    out.attention_pairs += double(ob.input.n_sequences) * double(ob.input.length) * double(ob.input.length);
+  }
+  return out;
+}
+
 // Mean loss over the validation set (per scored token, weighted like training), with fixed corruption,
 // and the task's metrics of the most likely token at every scored position.
 Validation validate(const RunConfig& r, TrainModel& model, const DataSource& source, ThreadPool* pool) {
@@ -740,20 +767,9 @@ void run_training(const RunConfig& r, const std::string& out_dir, const std::fun
   const int64_t start_step = step;
   while (step < r.steps && (stop_after <= 0 || step < stop_after)) {
     const double t0 = now_ms();
-    float loss_sum = 0;
-    int64_t tokens = 0;
-    for (int64_t micro = 0; micro < r.accumulation; ++micro) {
-      Rng rng(r.seed * 0x9E3779B97F4A7C15ull + uint64_t(step) * 1000 + uint64_t(micro));
-      std::vector<Example> examples;
-      for (int64_t i = 0; i < r.batch_size; ++i) examples.push_back(source->sample(rng));
-      const ObjectiveBatch ob = make_batch(r, model.config(), examples, rng);
-      Tape tape(&pool);
-      const Var logits = objective_logits(r, model, ob, rng, tape);
-      const Var loss = cross_entropy(tape, logits, ob.targets, ob.weights, ob.normaliser);
-      loss_sum += tape.value(loss)[0];
-      tape.backward(loss);
-      tokens += ob.input.rows();
-    }
+    const StepGradients g = accumulate_step(r, model, *source, step, &pool);
+    const float loss_sum = g.loss_sum;
+    const int64_t tokens = g.tokens;
     stop_if_diverged(std::isfinite(loss_sum), step + 1, "the loss");
     StepReport rep;
     rep.grad_norm = opt.step(1.f / float(r.accumulation), &pool);
@@ -821,29 +837,14 @@ TrainingTiming time_training_steps(const RunConfig& r, int64_t steps, ThreadPool
     if (before_step) before_step(step);
     const std::clock_t cpu0 = std::clock();
     const double t0 = now_ms();
-    int64_t tokens = 0;
-    double pairs = 0;
-    float loss_sum = 0;
-    for (int64_t micro = 0; micro < r.accumulation; ++micro) {
-      Rng rng(r.seed * 0x9E3779B97F4A7C15ull + uint64_t(step) * 1000 + uint64_t(micro));
-      std::vector<Example> examples;
-      for (int64_t i = 0; i < r.batch_size; ++i) examples.push_back(source->sample(rng));
-      const ObjectiveBatch ob = make_batch(r, out.model, examples, rng);
-      Tape tape(&pool);
-      const Var logits = objective_logits(r, model, ob, rng, tape);
-      const Var loss = cross_entropy(tape, logits, ob.targets, ob.weights, ob.normaliser);
-      loss_sum += tape.value(loss)[0];
-      tape.backward(loss);
-      tokens += ob.input.rows();
-      pairs += double(ob.input.n_sequences) * double(ob.input.length) * double(ob.input.length);
-    }
+    const StepGradients g = accumulate_step(r, model, *source, step, &pool);
     opt.step(1.f / float(r.accumulation), &pool);
     padding.restore();
     out.step_ms.push_back(now_ms() - t0);
     out.step_cpu_ms.push_back(double(std::clock() - cpu0) * 1000.0 / CLOCKS_PER_SEC);
-    out.step_tokens.push_back(tokens);
-    out.step_attention_pairs.push_back(pairs);
-    out.step_loss.push_back(loss_sum / float(r.accumulation));
+    out.step_tokens.push_back(g.tokens);
+    out.step_attention_pairs.push_back(g.attention_pairs);
+    out.step_loss.push_back(g.loss_sum / float(r.accumulation));
   }
   return out;
 }
