@@ -435,6 +435,7 @@ def main():
     ap.add_argument("--bodies", type=int, default=600)
     ap.add_argument("--patterns", type=int, default=40)
     a = ap.parse_args()
+    a.canvas = os.path.abspath(a.canvas)  # the probes run it from other folders
     rng = random.Random(a.seed)
     tmp = tempfile.mkdtemp(prefix="canvas-probe-")
     start = time.time()
