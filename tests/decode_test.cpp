@@ -305,23 +305,35 @@ TEST(TextStream, PiecesAreWholeTokensAndWholeCharacters) {
   for (size_t n = 1; n <= ids.size(); ++n)
     boundaries.push_back(tok.decode(std::vector<int32_t>(ids.begin(), ids.begin() + long(n))).size());
   std::vector<std::string> pieces;
-  TextStream stream(&tok, {}, {"<turn|>", "\n\n"}, [&](const std::string& piece) { pieces.push_back(piece); });
+  int64_t tokens_sent = 0;
+  TextStream stream(&tok, {}, {"<turn|>", "\n\n"}, [&](const std::string& piece, int64_t tokens) {
+    pieces.push_back(piece);
+    tokens_sent = tokens;
+  });
   for (size_t n = 1; n <= ids.size(); ++n) {
     stream.update(std::vector<int32_t>(ids.begin(), ids.begin() + long(n)));
-    // Nothing of this text begins a stop string, so every token is sent as soon as it is final.
+    // Nothing of this text begins a stop string, so every token is sent as soon as it is final, and each
+    // piece says so.
     EXPECT_EQ(stream.sent().size(), boundaries[n]) << n;
+    EXPECT_EQ(tokens_sent, int64_t(n)) << n;
   }
   EXPECT_EQ(stream.finish(ids), text);
   for (const std::string& piece : pieces) EXPECT_FALSE(piece.empty());
   // An end that may begin a stop string waits, whole tokens with it; the stop string itself is never sent.
+  // Each piece counts the tokens whose text it holds whole: not the held-back newline's.
   std::vector<int32_t> with_stop = tok.encode("And the LORD said\n", false);
-  TextStream held(&tok, {}, {"\n\n"});
+  const int64_t said = int64_t(tok.encode("And the LORD said", false).size());
+  int64_t held_tokens = -1;
+  TextStream held(&tok, {}, {"\n\n"}, [&](const std::string&, int64_t tokens) { held_tokens = tokens; });
   held.update(with_stop);
   EXPECT_EQ(held.sent(), "And the LORD said");
+  EXPECT_EQ(held_tokens, said);
   with_stop.push_back(tok.encode("\n", false).front());
   held.update(with_stop);
   EXPECT_EQ(held.sent(), "And the LORD said");
   EXPECT_TRUE(held.stop_string_seen());
+  EXPECT_EQ(held.finish(with_stop), "And the LORD said");
+  EXPECT_EQ(held_tokens, said);
   // A character whose bytes come in two tokens is sent once both are final.
   const std::vector<int32_t> snowman = tok.encode("a \xE2\x98\x83 b", false);
   TextStream chars(&tok, {}, {});

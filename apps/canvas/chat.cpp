@@ -204,7 +204,7 @@ int cmd_chat(int argc, char** argv) {
     ChannelPrinter printer(isatty(STDOUT_FILENO));
     std::string so_far;
     if (channels && turn.on_text)
-      turn.on_text = [&](const std::string& chunk) {
+      turn.on_text = [&](const std::string& chunk, int64_t) {
         so_far += chunk;
         printer.update(so_far, true);
       };

@@ -396,7 +396,7 @@ void TerminalOutput::attach(GenerationRequest& request, const Generator& generat
   prompt_ = request.messages.empty() ? given_prompt_ : request.messages.back().content;
   if (chat) prompt_ += "\n";
   if (visual_) request.on_step = [this](const StepEvent& e) { draw(e); };
-  if (stream_) request.on_text = [this](const std::string& chunk) { write(chunk); };
+  if (stream_) request.on_text = [this](const std::string& chunk, int64_t) { write(chunk); };
 }
 
 void TerminalOutput::write(const std::string& text) {

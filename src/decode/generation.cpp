@@ -453,11 +453,11 @@ GenerationRun::GenerationRun(const Generator& generator, const GenerationRequest
   if ((r.chat || !r.messages.empty()) && g.chat_ && !g.chat_->turn_end.empty() &&
       std::find(stops.begin(), stops.end(), g.chat_->turn_end) == stops.end())
     stops.push_back(g.chat_->turn_end);
-  std::function<void(const std::string&)> sink;
+  TextStream::Sink sink;
   if (r.on_text)
-    sink = [this](const std::string& chunk) {
+    sink = [this](const std::string& chunk, int64_t tokens) {
       const double t0 = now_ms();
-      r.on_text(chunk);
+      r.on_text(chunk, tokens);
       callback_ms += now_ms() - t0;
     };
   stop_ids = r.ignore_eos ? std::vector<int32_t>{} : g.stop_ids_;

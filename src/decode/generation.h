@@ -136,9 +136,11 @@ struct GenerationRequest {
   // Gemma 4's "<|channel>"), for a front end that reads the format's markers (chat_reply); stop ids still end it.
   bool special_text = false;
 
-  // Each decoding step (the canvas as it stands), and each new piece of final text, in order.
+  // Each decoding step (the canvas as it stands), and each new piece of final text, in order, with the number
+  // of the generated region's first tokens whose text the text so far holds whole (TextStream; -1 for an
+  // infilled document, whose text is not its tokens in order).
   std::function<void(const StepEvent&)> on_step;
-  std::function<void(const std::string&)> on_text;
+  std::function<void(const std::string& piece, int64_t tokens)> on_text;
   // With logprobs >= 0: each token's log-probability as it is committed (its position in the generated
   // region), before the text it belongs to is sent to on_text.
   std::function<void(int64_t position, const TokenLogprob&)> on_logprob;

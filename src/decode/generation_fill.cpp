@@ -106,7 +106,7 @@ GenerationOutput Generator::run_fill(const GenerationRequest& r, ThreadPool* poo
       out.decode_ms = res.decode_ms;
       // "stop" once the schema's document is complete, "length" when N ran out first.
       out.finish_reason = nlohmann::json::accept(out.text) ? "stop" : "length";
-      if (r.on_text) r.on_text(out.text);
+      if (r.on_text) r.on_text(out.text, int64_t(out.tokens.size()));
       return out;
     }
     plan = plan_json(*r.json_schema, prompt, text_codec, c.uniform_state ? -1 : c.mask_token,
@@ -151,7 +151,7 @@ GenerationOutput Generator::run_fill(const GenerationRequest& r, ThreadPool* poo
   out.prompt_ms = res.prompt_ms;
   out.decode_ms = res.decode_ms;
   out.finish_reason = schema_mode ? "stop" : "length";  // a schema's scaffold is a whole document
-  if (r.on_text) r.on_text(out.text);
+  if (r.on_text) r.on_text(out.text, -1);
   return out;
 }
 

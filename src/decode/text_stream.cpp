@@ -9,8 +9,7 @@
 namespace canvas {
 
 TextStream::TextStream(const TextTokenizer* tokenizer, std::vector<int32_t> stop_ids,
-                       std::vector<std::string> stop_strings, std::function<void(const std::string&)> sink,
-                       bool special_text)
+                       std::vector<std::string> stop_strings, Sink sink, bool special_text)
     : tokenizer_(tokenizer), stop_ids_(std::move(stop_ids)), stop_strings_(std::move(stop_strings)),
       sink_(std::move(sink)), special_text_(special_text) {
   for (const std::string& s : stop_strings_) check(!s.empty(), "a stop string must not be empty");
@@ -45,13 +44,23 @@ std::string TextStream::text_of(const std::vector<int32_t>& tokens, bool* cut, s
   return text;
 }
 
-void TextStream::emit(const std::string& text, size_t end) {
+void TextStream::emit(const std::string& text, size_t end, const std::vector<int32_t>& shown) {
   // Later tokens can only append to the text; if decoding ever rewrote the sent part, send nothing more
   // rather than something inconsistent (finish() still returns the whole text).
   if (end <= sent_.size() || text.compare(0, sent_.size(), sent_) != 0) return;
   const std::string chunk = text.substr(sent_.size(), end - sent_.size());
   sent_ += chunk;
-  if (sink_) sink_(chunk);
+  if (!sink_) return;
+  // The tokens whose text ends within what is sent: all of them, unless a stop string or a hold-back cut the
+  // text (then the last few, found from the end).
+  int64_t tokens = int64_t(shown.size());
+  if (tokenizer_ && (end < text.size() || stop_string_seen_))  // else `text` is all of `shown`'s
+    while (tokens > 0) {
+      const std::string before = decode(std::vector<int32_t>(shown.begin(), shown.begin() + (tokens - 1)));
+      --tokens;
+      if (before.size() <= end && text.compare(0, before.size(), before) == 0) break;
+    }
+  sink_(chunk, tokens);
 }
 
 void TextStream::update(const std::vector<int32_t>& final_prefix) {
@@ -82,13 +91,14 @@ void TextStream::update(const std::vector<int32_t>& final_prefix) {
       end = complete_utf8_prefix(std::string_view(text).substr(0, boundary));
     }
   }
-  emit(text, end);
+  emit(text, end, shown);
 }
 
 std::string TextStream::finish(const std::vector<int32_t>& tokens) {
   bool cut = false;
-  const std::string text = text_of(tokens, &cut);
-  emit(text, text.size());
+  std::vector<int32_t> shown;
+  const std::string text = text_of(tokens, &cut, &shown);
+  emit(text, text.size(), shown);
   return text;
 }
 

@@ -14,11 +14,13 @@ namespace canvas {
 
 class TextStream {
  public:
-  // sink receives each new piece of final text (may be empty: nothing is sent). Throws Error for an
-  // empty stop string.
+  // sink receives each new piece of final text (never empty), with the number of the generated tokens,
+  // from the first, whose text the text sent so far holds whole (the tokens a client may be told of with
+  // it: their log-probabilities). Throws Error for an empty stop string.
   // special_text: special tokens' text is written out (TextTokenizer::decode_with_special).
+  using Sink = std::function<void(const std::string& piece, int64_t tokens)>;
   TextStream(const TextTokenizer* tokenizer, std::vector<int32_t> stop_ids, std::vector<std::string> stop_strings,
-             std::function<void(const std::string&)> sink = {}, bool special_text = false);
+             Sink sink = {}, bool special_text = false);
   // The finished prefix of the generated tokens (it only grows).
   void update(const std::vector<int32_t>& final_prefix);
   // All generated tokens: returns the whole text and sends what was not sent yet.
@@ -31,13 +33,14 @@ class TextStream {
   // The text of the tokens before the first stop id, cut at the first stop string; `shown` (when given) gets
   // those tokens.
   std::string text_of(const std::vector<int32_t>& tokens, bool* cut, std::vector<int32_t>* shown = nullptr);
-  void emit(const std::string& text, size_t end);
+  // Sends text[sent, end) with the count of `shown`'s first tokens whose text ends at or before `end`.
+  void emit(const std::string& text, size_t end, const std::vector<int32_t>& shown);
   std::string decode(const std::vector<int32_t>& ids) const;
 
   const TextTokenizer* tokenizer_;
   std::vector<int32_t> stop_ids_;
   std::vector<std::string> stop_strings_;
-  std::function<void(const std::string&)> sink_;
+  Sink sink_;
   std::string sent_;
   bool stop_string_seen_ = false, stop_id_seen_ = false;
   bool special_text_ = false;

@@ -212,13 +212,14 @@ std::unique_ptr<Engine::Running> Engine::start(std::shared_ptr<Job> job_ptr) {
     }
     publish(job, JobEvent::Step);
   };
-  request.on_text = [&job](const std::string& chunk) {
-    {
-      std::lock_guard<std::mutex> lock(job.mutex);
-      job.committed_text += chunk;
-    }
-    publish(job, JobEvent::Text);
-  };
+  if (!request.suffix)  // (a suffix request's text is the document; its answer is only what fills the gap)
+    request.on_text = [&job](const std::string& chunk, int64_t tokens) {
+      {
+        std::lock_guard<std::mutex> lock(job.mutex);
+        job.pieces.push_back({chunk, tokens});
+      }
+      publish(job, JobEvent::Text);
+    };
   if (request.logprobs >= 0)
     request.on_logprob = [&job](int64_t position, const TokenLogprob& lp) {
       std::lock_guard<std::mutex> lock(job.mutex);  // readers see it with the next step or text
@@ -241,7 +242,6 @@ void Engine::end(Running& run, const GenerationOutput& out, const std::string& e
     job.drafts_from = -1;
     job.passes = out.passes;
     job.text = out.text;
-    job.committed_text = out.text;
     job.ended = out.finish_reason;
     job.finish_reason = out.finish_reason == "eos" || out.finish_reason == "stop" ? "stop"
                         : out.finish_reason == "cancelled"                        ? "cancelled"
@@ -257,7 +257,6 @@ void Engine::end(Running& run, const GenerationOutput& out, const std::string& e
       // OpenAI's suffix: the completion is the text inserted between the prompt and the suffix.
       job.text.clear();
       for (const std::string& f : out.fills) job.text += f;
-      job.committed_text = job.text;
     }
     if (Generator::fills_holes(request)) job.completion_tokens = out.filled_tokens;
     if (job.prompt.empty()) job.prompt = out.prompt;  // infilling: the prompt its plan encoded

@@ -58,7 +58,14 @@ struct Job {
   std::string mode_reason;       // why mode_used (ModeChoice::reason)
   std::vector<int32_t> canvas;   // the generated region so far (masked positions hold the mask id)
   int64_t drafts_from = -1;      // verify: canvas positions from here on are drafts being checked (else -1)
-  std::string committed_text;    // the final text so far (grows as the generator commits it)
+  // The final text so far, as the generator sent it, piece by piece (append-only): each piece with the number
+  // of the generated region's first tokens whose text the pieces up to it hold whole (-1: an infilled
+  // document). A suffix request has none: its answer, the text between prompt and suffix, is `text`.
+  struct TextPiece {
+    std::string text;
+    int64_t tokens = 0;
+  };
+  std::vector<TextPiece> pieces;
   int64_t passes = 0;            // forward passes that produced logits
   int64_t steps = 0;
   std::string error;             // set when the generation failed

@@ -402,7 +402,7 @@ class CompletionAnswer final : public LateAnswer {
     Job& job = *job_;
     std::vector<int32_t> canvas;
     bool finished = false, uniform = false;
-    std::string error, text, finish_reason;
+    std::string error, delta, finish_reason;
     int64_t passes = 0, steps = 0, drafts_from = -1;
     {
       std::lock_guard<std::mutex> lock(job.mutex);
@@ -411,7 +411,17 @@ class CompletionAnswer final : public LateAnswer {
       finished = job.finished;
       uniform = job.uniform_state;
       error = job.error;
-      text = finished ? job.text : job.committed_text;
+      // The text pieces not read yet, appended as the generator sent them; at the end whatever of the final
+      // text they did not carry (a suffix request's answer comes whole).
+      for (; pieces_read_ < job.pieces.size(); ++pieces_read_) {
+        delta += job.pieces[pieces_read_].text;
+        text_tokens_ = job.pieces[pieces_read_].tokens;
+      }
+      sent_ += delta;
+      if (finished && job.text.size() > sent_.size() && job.text.compare(0, sent_.size(), sent_) == 0) {
+        delta += job.text.substr(sent_.size());
+        sent_ = job.text;
+      }
       finish_reason = job.finish_reason;
       passes = job.passes;
       steps = job.steps;
@@ -432,11 +442,6 @@ class CompletionAnswer final : public LateAnswer {
         final_lps_.assign(job.logprobs.begin(), job.logprobs.begin() + known);
       }
     }
-    std::string delta;
-    if (text.size() > sent_.size() && text.compare(0, sent_.size(), sent_) == 0) {
-      delta = text.substr(sent_.size());
-      sent_ = text;
-    }
     if (reply_.endpoint == Endpoint::Responses)
       return response_events(out, delta, finished, finish_reason, error);
     if (finished && !error.empty()) {
@@ -445,24 +450,12 @@ class CompletionAnswer final : public LateAnswer {
       return true;
     }
     // The tokens whose log-probabilities go with this text: all of them at the end, else those whose text
-    // has been sent (the last ones may still be held back, e.g. as the start of a stop string).
+    // the pieces read hold whole (the last ones may still be held back, e.g. as the start of a stop string),
+    // as far as their log-probabilities are known.
     size_t logprobs_to = logprobs_sent_;
     if (reply_.logprobs) {
-      if (finished) {
-        logprobs_to = final_tokens_.size();
-      } else if (reply_.tokenizer) {
-        size_t lo = logprobs_sent_, hi = final_tokens_.size();  // the most tokens whose text fits in `sent_`
-        while (lo < hi) {
-          const size_t mid = (lo + hi + 1) / 2;
-          const std::vector<int32_t> prefix(final_tokens_.begin(), final_tokens_.begin() + mid);
-          const std::string prefix_text = reply_.channels ? reply_.tokenizer->decode_with_special(prefix)
-                                                          : reply_.tokenizer->decode(prefix);
-          if (prefix_text.size() <= sent_.size())
-            lo = mid;
-          else hi = mid - 1;
-        }
-        logprobs_to = lo;
-      }
+      if (finished) logprobs_to = final_tokens_.size();
+      else if (text_tokens_ > 0) logprobs_to = std::max(logprobs_sent_, std::min(final_tokens_.size(), size_t(text_tokens_)));
     }
     if (reply_.channels) return channel_chunks(out, delta, finished, finish_reason, logprobs_to, canvas, steps,
                                                passes, drafts_from, uniform);
@@ -559,7 +552,9 @@ class CompletionAnswer final : public LateAnswer {
   std::function<void()> untrack_;  // once, when the answer ends
   bool streaming_ = false;         // the stream's head is out
   // The stream so far: the text sent, whether the first chunk is still to come, the mode of the chunks.
-  std::string sent_;
+  std::string sent_;          // the text read from the job's pieces so far
+  size_t pieces_read_ = 0;    // ... of job.pieces
+  int64_t text_tokens_ = 0;   // the tokens whose text they hold whole (the last piece's count)
   bool first_ = true;
   DecodeMode mode_ = DecodeMode::Diffusion;
   size_t logprobs_sent_ = 0;
