@@ -210,9 +210,6 @@ class CudaExecutor final : public Executor {
   const AttentionSegment* store_segs_ = nullptr;  // where each request's K/V rows go (scatter_kv)
   std::vector<DeviceCache*> dcaches_, kept_;      // each request's device cache, and kept canvas K/V (or null)
   std::vector<Wave> waves_;
-  std::vector<int64_t> conditioned_;  // the requests whose rows take a self-conditioning input, in order
-  std::vector<int64_t> head_order_;   // the requests in the Head slot's order: plain logits first, then fused
-  std::vector<int64_t> head_row0_;    // [request]: its first row in the Head slot
   int64_t head_total_ = 0;
 };
 
@@ -428,7 +425,6 @@ void CudaExecutor::stage() {
     } else if (req.canvas_kv) {
       for (int64_t i = 0; i < req.n; ++i) store_pos[size_t(r0 + i)] = req.canvas_rows ? req.canvas_rows[i] : int32_t(i);
     }
-    if (req.self_cond || req.self_cond_soft) conditioned_.push_back(s);
     // Waves (see Wave).
     bool start = waves_.empty() || req.canvas_kv || waves_.back().canvas;
     for (int64_t e = start ? s : waves_.back().s0; e < s && !req.decoder; ++e)
@@ -439,36 +435,23 @@ void CudaExecutor::stage() {
       waves_.back().s1 = s + 1;
     }
   }
-  // The Head slot's rows: those of the requests with plain logits first (in request order), then those of
-  // the fused-head requests, as the CPU executor lays them out.
-  std::vector<int32_t> sel_rows;
+  // The Head slot's rows, in the plan's order (ForwardPlan::head_rows), and the fused head's noise ids.
   std::vector<uint64_t> row_ids;
   bool any_row_ids = false;
-  head_row0_.assign(size_t(segments()), 0);
-  for (int fused = 0; fused < 2; ++fused)
-    for (int64_t s = 0; s < segments(); ++s) {
-      const ForwardRequest& req = requests_[size_t(s)];
-      if ((req.head_stats != nullptr) != bool(fused)) continue;
-      head_order_.push_back(s);
-      head_row0_[size_t(s)] = int64_t(sel_rows.size());
-      for (size_t i = 0; i < req.logit_rows.size(); ++i) {
-        sel_rows.push_back(int32_t(row0(s) + req.logit_rows[i]));
-        row_ids.push_back(req.head_stats && req.head.row_ids ? req.head.row_ids[i] : uint64_t(i));
-      }
-      any_row_ids = any_row_ids || (req.head_stats && req.head.row_ids);
-    }
-  head_total_ = int64_t(sel_rows.size());
+  for (int64_t s : plan_.head_order) {
+    const ForwardRequest& req = requests_[size_t(s)];
+    for (size_t i = 0; i < req.logit_rows.size(); ++i)
+      row_ids.push_back(req.head_stats && req.head.row_ids ? req.head.row_ids[i] : uint64_t(i));
+    any_row_ids = any_row_ids || (req.head_stats && req.head.row_ids);
+  }
+  head_total_ = int64_t(plan_.head_rows.size());
   tokens_ = upload_into(backend_.tokens, tokens.data(), n_);
   qgroups_ = upload_into(backend_.qgroups, qgroups.data(), n_);
   seg_of_row_ = upload_into(backend_.seg_of_row, seg_of_row.data(), n_);
   store_pos_ = upload_into(backend_.store_pos, store_pos.data(), n_);
-  sel_rows_ = upload_into(backend_.sel_rows, sel_rows.data(), head_total_);
+  sel_rows_ = upload_into(backend_.sel_rows, plan_.head_rows.data(), head_total_);
   row_ids_ = any_row_ids ? upload_into(backend_.row_ids, row_ids.data(), head_total_) : nullptr;
-  if (c.sliding_window > 0) {
-    std::vector<int32_t> window_start(static_cast<size_t>(n_));
-    for (int64_t i = 0; i < n_; ++i) window_start[size_t(i)] = int32_t(plan_.pos[size_t(i)] - c.sliding_window + 1);
-    window_start_ = upload_into(backend_.window, window_start.data(), n_);
-  }
+  if (c.sliding_window > 0) window_start_ = upload_into(backend_.window, plan_.window_start.data(), n_);
   stage_attention();
 }
 
@@ -494,7 +477,7 @@ void CudaExecutor::stage_attention() {
       AttentionSegment seg, to;
       seg.kv_head_stride = caches_[size_t(s)]->head_stride(l);
       seg.row0 = row0(s) - wave_row0[size_t(s)];
-      int64_t first = 0;  // the first cache position the request sees
+      const int64_t first = plan_.first_key_of(s, la.kind);  // the first cache position the request sees
       if (!req.decoder) {
         seg.mask.key_group = dc.groups.as<int32_t>();
         seg.mask.query_group = qgroups_ + row0(s);
@@ -504,9 +487,8 @@ void CudaExecutor::stage_attention() {
         to.v = dc.v[size_t(l)].data();
         to.kv_head_stride = seg.kv_head_stride;
       } else {
-        first = sliding ? std::max<int64_t>(0, req.pos0 - (c.sliding_window - 1)) : 0;
-        seg.n_keys = int32_t(req.pos0 - first);
-        seg.own_keys = int32_t(req.canvas_kv ? req.canvas_kv->capacity() : req.n);
+        seg.n_keys = int32_t(plan_.key_ends[size_t(s)] - first);
+        seg.own_keys = int32_t(plan_.canvas_keys[size_t(s)]);
         if (DeviceCache* kept = kept_[size_t(s)]) {
           to.k = kept->k[size_t(l)].data();
           to.v = kept->v[size_t(l)].data();
@@ -555,7 +537,7 @@ void CudaExecutor::finish() {
     for (int64_t s = 0; s < segments(); ++s) {
       const ForwardRequest& req = requests_[size_t(s)];
       const int64_t rows = int64_t(req.logit_rows.size());
-      if (rows) copy_to_host(req.logits, logits + head_row0_[size_t(s)] * V, size_t(rows * V) * 4);
+      if (rows) copy_to_host(req.logits, logits + plan_.head_row0[size_t(s)] * V, size_t(rows * V) * 4);
     }
   }
   synchronize();
@@ -582,11 +564,10 @@ void CudaExecutor::embed(Slot slot) {
 bool CudaExecutor::self_conditioning_input(Slot slot) {
   const OpSpan span("self-conditioning input");
   const int64_t H = c_.hidden, V = c_.vocab;
-  int64_t rows = 0;
-  for (int64_t s : conditioned_) rows += requests_[size_t(s)].n;
+  const int64_t rows = plan_.conditioned_rows;
   if (rows == 0) return false;
   float* soft = shape(slot, rows, H);
-  for (int64_t s : conditioned_) {
+  for (int64_t s : plan_.conditioned) {
     const ForwardRequest& req = requests_[size_t(s)];
     if (req.self_cond) {
       float* p = upload_into(backend_.prev, req.self_cond, req.n * V);
@@ -606,7 +587,7 @@ void CudaExecutor::add_self_conditioning(Slot slot, Slot mlp_slot) {
   const int64_t H = c_.hidden;
   float* x = at(slot);
   const float* mlp = at(mlp_slot);
-  for (int64_t s : conditioned_) {
+  for (int64_t s : plan_.conditioned) {
     const int64_t size = requests_[size_t(s)].n * H;
     cuda::add(x + row0(s) * H, mlp, size);
     mlp += size;
@@ -843,12 +824,14 @@ void CudaExecutor::logits(Slot head, WeightRef weight) {
   const DeviceMatrix& w = backend_.matrix(weight);
   const float* rows_in = at(head);
   float* all = backend_.logits.reserve<float>(budget * V);
-  const int64_t order = int64_t(head_order_.size());
+  const std::vector<int64_t>& head_order = plan_.head_order;
+  const int64_t order = int64_t(head_order.size());
   auto rows_of = [&](int64_t s) { return int64_t(requests_[size_t(s)].logit_rows.size()); };
   for (int64_t i0 = 0; i0 < order;) {
-    int64_t i1 = i0 + 1, rows = rows_of(head_order_[size_t(i0)]);  // head_order_[i0 .. i1) in one product
-    while (i1 < order && rows + rows_of(head_order_[size_t(i1)]) <= budget) rows += rows_of(head_order_[size_t(i1++)]);
-    const int64_t first = head_row0_[size_t(head_order_[size_t(i0)])];
+    int64_t i1 = i0 + 1, rows = rows_of(head_order[size_t(i0)]);  // head_order[i0 .. i1) in one product
+    while (i1 < order && rows + rows_of(head_order[size_t(i1)]) <= budget)
+      rows += rows_of(head_order[size_t(i1++)]);
+    const int64_t first = plan_.head_row0[size_t(head_order[size_t(i0)])];
     float* logits = all + (defer_outputs_ ? first * V : 0);
     if (rows) {
       const OpSpan span("head: output product, soft-cap");
@@ -856,9 +839,9 @@ void CudaExecutor::logits(Slot head, WeightRef weight) {
       if (c_.logit_softcap > 0) softcap(logits, rows * V, c_.logit_softcap);
     }
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t s = head_order_[size_t(i)];
+      const int64_t s = head_order[size_t(i)];
       const ForwardRequest& req = requests_[size_t(s)];
-      const int64_t at_row = head_row0_[size_t(s)], n = rows_of(s);
+      const int64_t at_row = plan_.head_row0[size_t(s)], n = rows_of(s);
       if (n == 0) continue;
       check(!req.soft_embedding_out || weight.role == R::TokenEmbd,
             "forward: a soft embedding output needs a head tied to the token embedding; '" + c_.arch +

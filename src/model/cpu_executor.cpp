@@ -211,10 +211,7 @@ void soft_embedding_of_logits(const Model& model, const float* prev_logits, int6
 
 CpuExecutor::CpuExecutor(const Model& m, std::span<KvCache* const> cs, std::span<const ForwardRequest> rs,
                          const ForwardPlan& p, ThreadPool* tp, CpuKernels kernels)
-    : model_(m), c_(m.config), caches_(cs), requests_(rs), plan_(p), pool_(tp), kernels_(kernels), n_(p.n) {
-  if (c_.sliding_window > 0)
-    for (int64_t i = 0; i < n_; ++i) window_start_.push_back(int32_t(plan_.pos[size_t(i)] - c_.sliding_window + 1));
-}
+    : model_(m), c_(m.config), caches_(cs), requests_(rs), plan_(p), pool_(tp), kernels_(kernels), n_(p.n) {}
 
 void CpuExecutor::read_slot(Slot s, std::vector<float>& data, int64_t& rows, int64_t& width) {
   const SlotBuffer& b = at(s);
@@ -321,18 +318,10 @@ void CpuExecutor::embed(Slot slot) {
 
 // Each request with previous logits (self_cond) or their soft embedding (self_cond_soft).
 bool CpuExecutor::self_conditioning_input(Slot slot) {
-  const int64_t H = c_.hidden;
-  conditioned_.clear();
-  int64_t rows = 0;
-  for (int64_t s = 0; s < segments(); ++s) {
-    const ForwardRequest& req = requests_[size_t(s)];
-    if (!req.self_cond && !req.self_cond_soft) continue;
-    conditioned_.push_back(s);
-    rows += req.n;
-  }
+  const int64_t H = c_.hidden, rows = plan_.conditioned_rows;
   if (rows == 0) return false;
   float* soft = at(slot).shape(rows, H);
-  for (int64_t s : conditioned_) {
+  for (int64_t s : plan_.conditioned) {
     const ForwardRequest& req = requests_[size_t(s)];
     if (req.self_cond) {
       soft_embedding_of_logits(model_, req.self_cond, req.n, soft, pool_);
@@ -350,7 +339,7 @@ void CpuExecutor::add_self_conditioning(Slot slot, Slot mlp_slot) {
   const int64_t H = c_.hidden;
   float* x = at(slot).ptr();
   const float* mlp = at(mlp_slot).ptr();
-  for (int64_t s : conditioned_) {
+  for (int64_t s : plan_.conditioned) {
     float* rows = x + row0(s) * H;
     const int64_t size = requests_[size_t(s)].n * H;
     for (int64_t i = 0; i < size; ++i) rows[i] += mlp[i];
@@ -412,27 +401,12 @@ void CpuExecutor::scaled_residual(Slot slot, Slot y, int64_t layer) {
     for (int64_t j = r * H; j < (r + 1) * H; ++j) x[j] = (x[j] + proj[j]) * row_scalar_[size_t(r)];
 }
 
-// The logit rows of the requests with plain logits first (in request order), then those of the
-// fused-head requests.
+// The plan's Head rows (ForwardPlan::head_rows: plain logits first, then the fused head's).
 void CpuExecutor::head_rows(Slot head, Slot slot) {
-  const int64_t H = c_.hidden;
-  head_row0_.assign(size_t(segments()), 0);
-  int64_t rows = 0;
-  for (int fused = 0; fused < 2; ++fused)
-    for (int64_t s = 0; s < segments(); ++s) {
-      const ForwardRequest& req = requests_[size_t(s)];
-      if ((req.head_stats != nullptr) != bool(fused)) continue;
-      head_row0_[size_t(s)] = rows;
-      rows += int64_t(req.logit_rows.size());
-      if (!fused) plain_rows_ = rows;
-    }
+  const int64_t H = c_.hidden, rows = int64_t(plan_.head_rows.size());
   const float* x = at(slot).ptr();
   float* out = at(head).shape(rows, H);
-  for (int64_t s = 0; s < segments(); ++s) {
-    const ForwardRequest& req = requests_[size_t(s)];
-    for (size_t i = 0; i < req.logit_rows.size(); ++i)
-      std::copy_n(x + (row0(s) + req.logit_rows[i]) * H, H, out + (head_row0_[size_t(s)] + int64_t(i)) * H);
-  }
+  for (int64_t i = 0; i < rows; ++i) std::copy_n(x + int64_t(plan_.head_rows[size_t(i)]) * H, H, out + i * H);
 }
 
 // The plain logit rows of every request in one matmul (soft-capped); fused-head requests one by one (each
@@ -452,19 +426,19 @@ void CpuExecutor::logits(Slot head, WeightRef weight) {
               "' has its own output matrix");
     HeadStreamOptions options = req.head;
     options.softcap = std::max(c_.logit_softcap, 0.f);
-    lm_head_stream(output, rows_in + head_row0_[size_t(s)] * H, rows, H, options, req.head_stats,
+    lm_head_stream(output, rows_in + plan_.head_row0[size_t(s)] * H, rows, H, options, req.head_stats,
                    req.soft_embedding_out, pool_);
   }
-  if (plain_rows_ == 0) return;
+  if (plan_.plain_head_rows == 0) return;
   // One request writes its own buffer directly; a batch goes through one array and is scattered.
   const bool direct = segments() == 1;
   std::vector<float> batch_logits;
-  if (!direct) batch_logits.resize(size_t(plain_rows_ * V));
+  if (!direct) batch_logits.resize(size_t(plan_.plain_head_rows * V));
   float* logits = direct ? requests_[0].logits : batch_logits.data();
-  product(output, rows_in, plain_rows_, logits, pool_, reference());
+  product(output, rows_in, plan_.plain_head_rows, logits, pool_, reference());
   if (c_.logit_softcap > 0) {
     const float cap = c_.logit_softcap;
-    parallel_for(pool_, plain_rows_, std::max<int64_t>(1, 16384 / V), [&](int64_t b, int64_t e) {
+    parallel_for(pool_, plan_.plain_head_rows, std::max<int64_t>(1, 16384 / V), [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) reference() ? reference::softcap(logits + i * V, V, cap) : softcap(logits + i * V, V, cap);
     });
   }
@@ -472,7 +446,7 @@ void CpuExecutor::logits(Slot head, WeightRef weight) {
   for (int64_t s = 0; s < segments(); ++s) {
     const ForwardRequest& req = requests_[size_t(s)];
     if (req.head_stats || req.logit_rows.empty()) continue;
-    const int64_t r = head_row0_[size_t(s)], rows = int64_t(req.logit_rows.size());
+    const int64_t r = plan_.head_row0[size_t(s)], rows = int64_t(req.logit_rows.size());
     std::copy(logits + r * V, logits + (r + rows) * V, req.logits);
   }
 }
@@ -503,18 +477,9 @@ void CpuExecutor::attend(int64_t l, int64_t s, const SlotBuffer& q, const SlotBu
     AttentionMask mask;
     mask.key_group = cache.groups();
     mask.query_group = req.groups;
-    if (sliding) mask.window_start = window_start_.data() + r0;
-    if (req.tree_parents) {  // each row sees itself and its ancestors (bit a: the row stored at pos0 + a)
-      tree_bits_.resize(size_t(ns));
-      for (int64_t i = 0; i < ns; ++i) {
-        const int32_t parent = req.tree_parents[i];
-        tree_bits_[size_t(i)] = (parent < 0 ? 0 : tree_bits_[size_t(parent)]) | uint64_t(1) << i;
-      }
-      if (sliding)  // ... at positions inside its window (a row's slot is not its position)
-        for (int64_t i = ns - 1; i >= 0; --i)
-          for (int64_t a = 0; a < i; ++a)
-            if (plan_.pos[size_t(r0 + a)] < window_start_[size_t(r0 + i)]) tree_bits_[size_t(i)] &= ~(uint64_t(1) << a);
-      mask.tree = tree_bits_.data();
+    if (sliding) mask.window_start = plan_.window_start.data() + r0;
+    if (req.tree_parents) {  // each row sees itself and its ancestors (windowed on sliding layers)
+      mask.tree = plan_.tree_bits_of(r0, la.kind);
       mask.tree_key0 = req.pos0;
     }
     if (reference()) {
@@ -526,10 +491,10 @@ void CpuExecutor::attend(int64_t l, int64_t s, const SlotBuffer& q, const SlotBu
   }
   // The canvas sees the cache (sliding layers: its last window - 1 positions) and itself, both ways;
   // its own K/V go to scratch (or to the kept canvas K/V) so the cache stays as the encoder left it.
-  const int64_t first = sliding ? std::max<int64_t>(0, req.pos0 - (c.sliding_window - 1)) : 0;
+  const int64_t first = plan_.first_key_of(s, la.kind);
   KvCache* kept = req.canvas_kv;
-  const int64_t canvas_rows = kept ? kept->capacity() : ns;
-  const int64_t cached = req.pos0 - first, keys = cached + canvas_rows;
+  const int64_t canvas_rows = plan_.canvas_keys[size_t(s)];
+  const int64_t cached = plan_.key_ends[size_t(s)] - first, keys = cached + canvas_rows;
   if (kept)
     for (int64_t i = 0; i < ns; ++i) {
       const int64_t row = req.canvas_rows ? req.canvas_rows[i] : i;

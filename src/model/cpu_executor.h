@@ -82,12 +82,7 @@ class CpuExecutor final : public Executor {
   const int64_t n_;  // rows of the whole batch
   std::array<SlotBuffer, kSlots> slots_;
   std::vector<float> canvas_keys_, canvas_values_;  // decoder: [visible cache ; canvas] K/V of one layer
-  std::vector<uint64_t> tree_bits_;  // a tree request's rows: the rows each sees (ForwardRequest::tree_parents)
-  std::vector<int32_t> window_start_;  // sliding layers: query at position p sees keys j >= p - window + 1
   std::vector<float> row_scalar_;      // Gemma 4: each row's layer scalar (encoder or decoder)
-  std::vector<int64_t> conditioned_;   // the segments whose rows take a self-conditioning input, in order
-  std::vector<int64_t> head_row0_;     // [segment]: its first row in the Head slot
-  int64_t plain_rows_ = 0;             // Head's first rows: those of requests without the fused head
 };
 
 }  // namespace canvas

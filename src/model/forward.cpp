@@ -1,6 +1,7 @@
 // The forward pass: requests checked and laid out (plan_forward), then model/transformer.h's one
 // definition of the model run by the CPU's executor (model/cpu_executor.h), or placed primitive by
 // primitive on a backend's and the CPU's (model/placement.h). Loading is model/model.cpp.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <span>
@@ -27,6 +28,70 @@ AttentionShape attention_shape(const ModelConfig& c, const LayerAttention& la) {
   shape.scale = c.attention_scale > 0 ? c.attention_scale : 1.f / std::sqrt(float(la.head_dim));
   return shape;
 }
+
+namespace {
+
+// The plan's attention metadata (model.h, ForwardPlan): window starts, each request's visible keys per
+// layer kind, tree visibility bits.
+void plan_attention(const ModelConfig& c, std::span<const ForwardRequest> requests, ForwardPlan& plan) {
+  const size_t segments = requests.size();
+  const size_t full = size_t(AttentionKind::Full), sliding = size_t(AttentionKind::Sliding);
+  plan.first_key[full].assign(segments, 0);
+  plan.first_key[sliding].assign(segments, 0);
+  plan.canvas_keys.assign(segments, 0);
+  if (c.sliding_window > 0) plan.window_start.resize(size_t(plan.n));
+  if (!plan.slots.empty()) {
+    plan.tree_bits[full].assign(size_t(plan.n), 0);
+    plan.tree_bits[sliding].assign(size_t(plan.n), 0);
+  }
+  for (size_t s = 0; s < segments; ++s) {
+    const ForwardRequest& req = requests[s];
+    const int64_t r0 = plan.row0[s];
+    for (int64_t i = 0; c.sliding_window > 0 && i < req.n; ++i) {
+      const int64_t anchor = req.decoder ? req.pos0 : plan.pos[size_t(r0 + i)];
+      plan.window_start[size_t(r0 + i)] = sliding_window_start(c, anchor);
+    }
+    if (req.decoder) {
+      if (c.sliding_window > 0)
+        plan.first_key[sliding][s] = std::max<int64_t>(0, plan.window_start[size_t(r0)]);
+      plan.canvas_keys[s] = req.canvas_kv ? req.canvas_kv->capacity() : req.n;
+    }
+    if (!req.tree_parents) continue;
+    uint64_t* bits = plan.tree_bits[full].data() + r0;
+    uint64_t* windowed = plan.tree_bits[sliding].data() + r0;
+    for (int64_t i = 0; i < req.n; ++i) {
+      const int32_t parent = req.tree_parents[i];
+      bits[i] = (parent < 0 ? 0 : bits[parent]) | uint64_t(1) << i;
+      windowed[i] = bits[i];
+      // On sliding layers, only the ancestors inside its window (a row's slot is not its position).
+      for (int64_t a = 0; c.sliding_window > 0 && a < i; ++a)
+        if (plan.pos[size_t(r0 + a)] < plan.window_start[size_t(r0 + i)]) windowed[i] &= ~(uint64_t(1) << a);
+    }
+  }
+}
+
+// The Head slot's rows (plain logits first, then the fused head's) and the self-conditioned requests.
+void plan_heads(std::span<const ForwardRequest> requests, ForwardPlan& plan) {
+  const int64_t segments = int64_t(requests.size());
+  plan.head_row0.assign(size_t(segments), 0);
+  for (int fused = 0; fused < 2; ++fused)
+    for (int64_t s = 0; s < segments; ++s) {
+      const ForwardRequest& req = requests[size_t(s)];
+      if ((req.head_stats != nullptr) != bool(fused)) continue;
+      plan.head_order.push_back(s);
+      plan.head_row0[size_t(s)] = int64_t(plan.head_rows.size());
+      for (int32_t row : req.logit_rows) plan.head_rows.push_back(int32_t(plan.row0[size_t(s)] + row));
+      if (!fused) plan.plain_head_rows = int64_t(plan.head_rows.size());
+    }
+  for (int64_t s = 0; s < segments; ++s) {
+    const ForwardRequest& req = requests[size_t(s)];
+    if (!req.self_cond && !req.self_cond_soft) continue;
+    plan.conditioned.push_back(s);
+    plan.conditioned_rows += req.n;
+  }
+}
+
+}  // namespace
 
 ForwardPlan plan_forward(const Model& model, std::span<KvCache* const> caches, std::span<const ForwardRequest> requests) {
   const ModelConfig& c = model.config;
@@ -112,6 +177,8 @@ ForwardPlan plan_forward(const Model& model, std::span<KvCache* const> caches, s
     row0[size_t(s + 1)] = row0[size_t(s)] + n;
   }
   plan.n = row0[size_t(segments)];
+  plan_attention(c, requests, plan);
+  plan_heads(requests, plan);
   return plan;
 }
 

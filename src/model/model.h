@@ -1,5 +1,6 @@
 // A transformer bound to its weights, and its forward pass over new tokens against a KV cache.
 #pragma once
+#include <array>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -44,18 +45,62 @@ struct Model;
 struct ForwardRequest;
 class PrimitiveBackend;  // model/placement.h
 
-// A checked batch of forward requests (plan_forward): rows of all requests stacked (request s holds
-// rows [row0[s], row0[s+1])), each row's position, and each request's key_end as attention reads it.
-// slots: where each row's K/V are stored, when some request is a tree (ForwardRequest::tree_parents);
-// empty otherwise (a row's K/V are stored at its position).
+// A checked batch of forward requests (plan_forward): the batch's only metadata, worked out once per pass
+// and read by every executor (the CPU's, a backend's). Rows of all requests are stacked; "row" below is
+// a row of the whole batch, "request" an index into the requests.
 struct ForwardPlan {
+  // [requests + 1]: request s holds rows [row0[s], row0[s + 1]).
   std::vector<int64_t> row0;
+  // [n]: each row's position (RoPE, learned positions, the causal and window masks).
   std::vector<int32_t> pos;
+  // [n] where each row's K/V are stored, when some request is a tree (ForwardRequest::tree_parents);
+  // empty otherwise (a row's K/V are stored at its position).
   std::vector<int32_t> slots;
+  // [requests]: the end of the cache keys the request's rows read. Encoder: key_end as given (default
+  // pos0 + n); decoder: pos0 (the cached prefix; the canvas's own keys follow, canvas_keys).
   std::vector<int64_t> key_ends;
-  int64_t n = 0;
+  // [n], when config.sliding_window > 0 (empty otherwise): the first key position a row sees on sliding
+  // layers, sliding_window_start of its anchor: an encoder row's own position, a decoder row's canvas's
+  // first position (pos0; the decoder's rows see their whole canvas). May be negative (no key is cut).
+  std::vector<int32_t> window_start;
+  // [AttentionKind][request]: the first cache position the request's rows read on layers of that kind.
+  // Full layers: 0. Sliding layers: 0 for an encoder request (its rows are cut per row by window_start),
+  // max(0, window_start) for a decoder request (the cache's last sliding_window - 1 positions before its
+  // canvas). A request reads cache keys [first_key, key_ends), then its canvas_keys.
+  std::array<std::vector<int64_t>, 2> first_key;
+  // [requests]: the canvas keys a decoder request reads after the cache's: its kept canvas K/V's capacity
+  // (ForwardRequest::canvas_kv), else its n rows; 0 for an encoder request.
+  std::vector<int64_t> canvas_keys;
+  // [AttentionKind][n], when some request is a tree (empty otherwise): each row's visible rows of its tree
+  // (bit a: the row stored at slot pos0 + a; the row itself and its ancestors), on sliding layers without
+  // the ancestors before its window_start; 0 for rows of requests that are not trees.
+  std::array<std::vector<uint64_t>, 2> tree_bits;
+  // The Head slot (Executor::head_rows): the logit rows of the requests with plain logits first (in request
+  // order), then those of the fused-head requests (ForwardRequest::head_stats).
+  std::vector<int64_t> head_order;  // the requests in that order (each once, with or without logit rows)
+  std::vector<int64_t> head_row0;   // [requests]: the request's first row in the Head slot
+  std::vector<int32_t> head_rows;   // [Head rows]: the batch row each Head row copies
+  int64_t plain_head_rows = 0;      // Head's first rows: those of requests without the fused head
+  // The requests that take a self-conditioning input (self_cond or self_cond_soft), in order; the Soft
+  // slot stacks their rows (conditioned_rows in all).
+  std::vector<int64_t> conditioned;
+  int64_t conditioned_rows = 0;
+  int64_t n = 0;  // rows of the whole batch
   int32_t slot(int64_t row) const { return slots.empty() ? pos[size_t(row)] : slots[size_t(row)]; }
+  int64_t first_key_of(int64_t request, AttentionKind kind) const {
+    return first_key[size_t(kind)][size_t(request)];
+  }
+  // Row `row`'s tree bits on layers of `kind` (a tree request's rows only).
+  const uint64_t* tree_bits_of(int64_t row, AttentionKind kind) const {
+    return tree_bits[size_t(kind)].data() + row;
+  }
 };
+
+// The first key position a row whose sliding window is anchored at `anchor` sees on sliding layers: an
+// encoder row's position, or a decoder canvas's first position, minus sliding_window - 1.
+inline int32_t sliding_window_start(const ModelConfig& c, int64_t anchor) {
+  return int32_t(anchor - c.sliding_window + 1);
+}
 
 struct Model {
   ModelConfig config;

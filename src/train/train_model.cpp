@@ -299,13 +299,13 @@ Var TrainModel::forward(Tape& tape, const TokenBatch& batch, const SelfCondition
     for (int64_t r = 0; r < rows; ++r) positions[size_t(r)] = int32_t(r % batch.length);
   }
   SequenceLayout layout(batch.n_sequences, batch.length, batch.groups);
-  // Sliding layers: an encoder row at position p sees keys at p - window + 1 on; a decoder row sees its
-  // whole canvas and the window - 1 positions before the canvas's first (model.cpp's decoder pass).
+  // Sliding layers: a row's window is anchored as ForwardPlan::window_start's (model/model.h): an encoder
+  // row at its position, a decoder row at its canvas's first position (it sees its whole canvas and the
+  // window - 1 positions before it), both through sliding_window_start.
   SequenceLayout sliding_layout = layout;
   bool any_sliding = false;
   for (int64_t l = 0; l < c.n_layers; ++l) any_sliding = any_sliding || c.attention_of(l).kind == AttentionKind::Sliding;
   if (any_sliding) {
-    const int64_t W = c.sliding_window;
     sliding_layout.positions = positions;
     sliding_layout.window_start.resize(size_t(rows));
     for (int64_t s = 0; s < batch.n_sequences; ++s) {
@@ -321,7 +321,7 @@ Var TrainModel::forward(Tape& tape, const TokenBatch& batch, const SelfCondition
         const size_t r = size_t(s * batch.length + i);
         const bool dec = any_decoder && batch.decoder[r];
         const int64_t anchor = dec ? canvas_start[batch.groups.empty() ? 0 : batch.groups[r]] : positions[r];
-        sliding_layout.window_start[r] = int32_t(anchor - W + 1);
+        sliding_layout.window_start[r] = sliding_window_start(c, anchor);
       }
     }
   }
