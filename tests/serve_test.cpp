@@ -292,6 +292,23 @@ TEST(ServeEngine, QueueIsBoundedAndCancelFreesTheSlot) {
   EXPECT_EQ(running->finish_reason, "cancelled");
 }
 
+// How a generation ended and what it wrote, in OpenAI's words: an end token or a stop string is "stop", max_tokens
+// or the context "length"; a suffix request's completion is what fills the gap, not the document.
+TEST(ServeApi, FinishReasonsAndSuffixTextInOpenAisWords) {
+  EXPECT_EQ(serve::openai_finish_reason("eos"), "stop");
+  EXPECT_EQ(serve::openai_finish_reason("stop"), "stop");
+  EXPECT_EQ(serve::openai_finish_reason("length"), "length");
+  EXPECT_EQ(serve::openai_finish_reason("context"), "length");
+  EXPECT_EQ(serve::openai_finish_reason("cancelled"), "cancelled");
+  GenerationRequest r;
+  GenerationOutput out;
+  out.text = "Let there be light: and there was light.";
+  out.fills = {" be light"};
+  EXPECT_EQ(serve::completion_text(r, out), out.text);
+  r.suffix = ": and there was light.";
+  EXPECT_EQ(serve::completion_text(r, out), " be light");
+}
+
 TEST(ServeApi, BadRequestsAreFieldErrors) {
   auto status_of = [](const std::string& body, bool chat = false) {
     try {

@@ -9,6 +9,7 @@
 #include "core/fiber.h"
 #include "core/timer.h"
 #include "decode/verify.h"
+#include "serve/openai.h"
 
 namespace canvas::serve {
 
@@ -241,11 +242,9 @@ void Engine::end(Running& run, const GenerationOutput& out, const std::string& e
     job.canvas = out.region;
     job.drafts_from = -1;
     job.passes = out.passes;
-    job.text = out.text;
+    job.text = completion_text(request, out);  // OpenAI's words (serve/openai.h)
     job.ended = out.finish_reason;
-    job.finish_reason = out.finish_reason == "eos" || out.finish_reason == "stop" ? "stop"
-                        : out.finish_reason == "cancelled"                        ? "cancelled"
-                                                                                  : "length";
+    job.finish_reason = openai_finish_reason(out.finish_reason);
     job.completion_tokens = int64_t(out.tokens.size());
     job.tokens = out.tokens;
     if (request.logprobs >= 0) {
@@ -253,11 +252,6 @@ void Engine::end(Running& run, const GenerationOutput& out, const std::string& e
       job.have_logprob.assign(job.logprobs.size(), 1);
     }
     job.fills = out.fills;
-    if (request.suffix) {
-      // OpenAI's suffix: the completion is the text inserted between the prompt and the suffix.
-      job.text.clear();
-      for (const std::string& f : out.fills) job.text += f;
-    }
     if (Generator::fills_holes(request)) job.completion_tokens = out.filled_tokens;
     if (job.prompt.empty()) job.prompt = out.prompt;  // infilling: the prompt its plan encoded
   }

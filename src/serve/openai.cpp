@@ -479,6 +479,18 @@ ApiRequest parse_api_request(const std::string& body, Endpoint endpoint, SchemaC
   return r;
 }
 
+std::string openai_finish_reason(const std::string& ended) {
+  if (ended == "eos" || ended == "stop") return "stop";
+  return ended == "cancelled" ? "cancelled" : "length";
+}
+
+std::string completion_text(const GenerationRequest& request, const GenerationOutput& out) {
+  if (!request.suffix) return out.text;
+  std::string text;
+  for (const std::string& f : out.fills) text += f;
+  return text;
+}
+
 json usage_json(int64_t prompt_tokens, const Job& job, Endpoint endpoint) {
   const double tokens_per_forward = job.passes > 0 ? double(job.completion_tokens) / double(job.passes) : 0.0;
   const int64_t total = prompt_tokens + job.completion_tokens;

@@ -81,6 +81,13 @@ inline ApiRequest parse_api_request(const std::string& body, bool chat,
 // nesting, a pattern past the compile budget) is an ApiError 400 naming response_format.
 std::shared_ptr<const JsonTemplate> compile_response_format(const nlohmann::ordered_json& schema);
 
+// OpenAI's finish_reason for how a generation ended (GenerationOutput::finish_reason): "stop" for an end token
+// or a stop string, "cancelled" as it is, else "length" (max_tokens or the context).
+std::string openai_finish_reason(const std::string& ended);
+// The completion's text as OpenAI's API gives it: with a suffix, the text inserted between the prompt and the
+// suffix (the fills); else the generator's text.
+std::string completion_text(const GenerationRequest& request, const GenerationOutput& out);
+
 // Usage with canvas's extras: forward_passes and tokens_per_forward (also as tokens_per_pass, its older
 // name). The Responses API names the counts input_tokens and output_tokens, with their details
 // (reasoning_tokens 0: the thinking of a format with channels is not counted apart).
