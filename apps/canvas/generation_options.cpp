@@ -83,8 +83,8 @@ std::vector<Option> decoding_options() {
         {"--stop,-r,--reverse-prompt", "STR", "end the text (and generation) at the first occurrence of STR", true},
         {"--ignore-eos", "", "generate all N tokens: end-of-sequence, end-of-turn and pad tokens neither end\n"
                              "generation nor cut the text (stop strings still do), as llama.cpp's flag"},
-        {"--temp,--temperature", "T", "temperature (0 = greedy; sampling is Gumbel-max). Default: generate 0; chat\n"
-                                      "the model's own (generation_config.json, GGUF general.sampling.*), else\n"
+        {"--temp,--temperature", "T", "temperature (0 = greedy; sampling is Gumbel-max). Default: the model's own\n"
+                                      "(generation_config.json, GGUF general.sampling.*), else\n"
                                       "llama.cpp's 0.8 with top-k 40, top-p 0.95, min-p 0.05 for a pretrained AR\n"
                                       "model; 0 for canvas's own and diffusion models"},
         {"--top-k", "K", "keep the K most likely tokens before sampling (0 = off)"},

@@ -151,6 +151,20 @@ def test_smollm2_chats_with_its_own_template():
     assert reply.stdout.strip(), reply.stderr
 
 
+def test_generate_samples_a_pretrained_model_as_llama_cpp_does():
+    # Without sampling flags, generate samples a pretrained model with llama.cpp's defaults (the file has no
+    # values of its own), as chat and serve do: the same tokens as those defaults given, for one seed.
+    path = model_path("smollm2")
+    args = ["generate", "-m", str(path), "-p", "The capital of France is", "-n", "12", "--mode", "ar", "-s", "7",
+            "--json"]
+    default = json.loads(canvas(*args))
+    given = json.loads(canvas(*args, "--temp", "0.8", "--top-k", "40", "--top-p", "0.95", "--min-p", "0.05"))
+    greedy = json.loads(canvas(*args, "--temp", "0"))
+    assert default["tokens"] == given["tokens"], (default, given)
+    others = [json.loads(canvas(*args[:-3], "-s", str(seed), "--json"))["tokens"] for seed in range(8)]
+    assert any(t != greedy["tokens"] for t in others + [default["tokens"]]), "sampling never left the greedy path"
+
+
 def test_gemma3_generates_and_chats_in_gemma_turns():
     path = model_path("gemma3")
     out = json.loads(canvas("generate", "-m", str(path), "-p", "The capital of France is", "-n", "8", "--mode", "ar",
