@@ -56,6 +56,15 @@ std::string diffusion_option_of(const GenerationRequest& r) {
   return "";
 }
 
+namespace {
+
+// A running average of what finished runs measured: the first run's value, then 0.8 old + 0.2 new.
+void average_in(double& average, bool first, double observed) {
+  average = first ? observed : 0.8 * average + 0.2 * observed;
+}
+
+}  // namespace
+
 bool fills_by_diffusion(const ModelConfig& c, bool has_diffusion, const GenerationRequest& r) {
   return r.mode == DecodeMode::Auto && c.default_mode.empty() && has_diffusion && Generator::fills_holes(r);
 }
@@ -75,14 +84,14 @@ bool ModeRouter::chooses_by_cost() const {
 }
 
 void ModeRouter::time_passes(ThreadPool* pool, const std::vector<int64_t>& rows) {
-  CostModel copy;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (cost_.timed()) return;
-    cost_.take_pass_times(CostModel::measure(generator_.model(), pool, rows));
-    copy = cost_;
-  }
-  save(copy);
+  std::lock_guard<std::mutex> lock(mutex_);
+  time_passes_locked(pool, rows);
+}
+
+void ModeRouter::time_passes_locked(ThreadPool* pool, const std::vector<int64_t>& rows) const {
+  if (cost_.timed()) return;
+  cost_.take_pass_times(CostModel::measure(generator_.model(), pool, rows));
+  save(cost_);
 }
 
 std::optional<ModeChoice> ModeRouter::by_rule(const GenerationRequest& r) const {
@@ -130,8 +139,7 @@ ModeChoice ModeRouter::choose(const GenerationRequest& r, int64_t load) const {
   if (!cost_.timed() && options_.lazy_timing) {
     std::fprintf(stderr, "%s: timing this model's passes for --mode auto (once per model and machine)...\n",
                  options_.log_name.c_str());
-    cost_.take_pass_times(CostModel::measure(generator_.model(), options_.lazy_timing, ar_text_mode_rows(c.has_decoder)));
-    save(cost_);
+    time_passes_locked(options_.lazy_timing, ar_text_mode_rows(c.has_decoder));
   }
   return choose_ar_text_mode(cost_, load, c.has_decoder);
 }
@@ -151,11 +159,8 @@ void ModeRouter::learn(const GenerationRequest& r, const GenerationOutput& out, 
     std::lock_guard<std::mutex> lock(mutex_);
     if (r.mode == DecodeMode::Diffusion && !uniform && r.threshold > 0) {
       // Threshold decoding's tokens per pass (a running average).
-      const double observed = double(out.region.size()) / double(out.passes);
-      cost_.threshold_tokens_per_forward = cost_.threshold_observations == 0
-                                               ? observed
-                                               : 0.8 * cost_.threshold_tokens_per_forward + 0.2 * observed;
-      ++cost_.threshold_observations;
+      average_in(cost_.threshold_tokens_per_forward, cost_.threshold_observations++ == 0,
+                 double(out.region.size()) / double(out.passes));
     }
     if (uniform && r.steps <= 0) {
       // The entropy-bound sampler's passes per canvas (its adaptive stop): over the canvases denoised (fewer
@@ -164,17 +169,14 @@ void ModeRouter::learn(const GenerationRequest& r, const GenerationOutput& out, 
       const int64_t canvas = generator_.uniform_params(r, n).canvas_length;
       const int64_t canvases = !out.steps_per_canvas.empty() ? int64_t(out.steps_per_canvas.size())
                                                              : std::max<int64_t>(1, (n + canvas - 1) / canvas);
-      const double observed = double(out.passes) / double(canvases);
-      cost_.uniform_passes_per_canvas =
-          cost_.uniform_passes_per_canvas == 0 ? observed : 0.8 * cost_.uniform_passes_per_canvas + 0.2 * observed;
+      average_in(cost_.uniform_passes_per_canvas, cost_.uniform_passes_per_canvas == 0,
+                 double(out.passes) / double(canvases));
     }
     if (chooses_by_cost() && !setting.empty() && !out.tokens.empty()) {
       // Verify's tokens per pass and what it keeps per cycle, and (for a run alone) the setting's ms per token.
       if (r.mode == DecodeMode::Verify) {
-        const double observed = double(out.tokens.size()) / double(out.passes);
-        cost_.verify_tokens_per_forward =
-            cost_.verify_observations == 0 ? observed : 0.8 * cost_.verify_tokens_per_forward + 0.2 * observed;
-        ++cost_.verify_observations;
+        average_in(cost_.verify_tokens_per_forward, cost_.verify_observations++ == 0,
+                   double(out.tokens.size()) / double(out.passes));
         cost_.acceptance.add(out.verify.cycles_keeping);
       }
       if (alone) cost_.observe(setting, out.decode_ms, out.decode_tokens);

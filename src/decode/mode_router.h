@@ -90,6 +90,8 @@ class ModeRouter {
   // The choice of the rules (a mode asked for, options that imply one, holes, the model's own mode);
   // nullopt when the cost model picks among ar and verify.
   std::optional<ModeChoice> by_rule(const GenerationRequest& r) const;
+  // time_passes with mutex_ held (choose times lazily under it).
+  void time_passes_locked(ThreadPool* pool, const std::vector<int64_t>& rows) const;
   bool save(const CostModel& cost) const;  // a failure is a warning, said once; the file is then left alone
   const Generator& generator_;
   RouterOptions options_;
