@@ -2,6 +2,7 @@
 #include "decode/text_stream.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "core/error.h"
 #include "io/utf8.h"
@@ -44,23 +45,26 @@ std::string TextStream::text_of(const std::vector<int32_t>& tokens, bool* cut, s
   return text;
 }
 
-void TextStream::emit(const std::string& text, size_t end, const std::vector<int32_t>& shown) {
+std::pair<int64_t, size_t> TextStream::tokens_within(const std::vector<int32_t>& shown, const std::string& text,
+                                                     size_t end) const {
+  for (size_t n = shown.size(); n-- > 0;) {
+    const std::string before = decode(std::vector<int32_t>(shown.begin(), shown.begin() + n));
+    if (before.size() <= end && text.compare(0, before.size(), before) == 0) return {int64_t(n), before.size()};
+  }
+  return {0, 0};
+}
+
+int64_t TextStream::tokens_of_whole_text(const std::vector<int32_t>& shown, const std::string& text) const {
+  return stop_string_seen_ && tokenizer_ ? tokens_within(shown, text, text.size()).first : int64_t(shown.size());
+}
+
+void TextStream::emit(const std::string& text, size_t end, int64_t tokens) {
   // Later tokens can only append to the text; if decoding ever rewrote the sent part, send nothing more
   // rather than something inconsistent (finish() still returns the whole text).
   if (end <= sent_.size() || text.compare(0, sent_.size(), sent_) != 0) return;
   const std::string chunk = text.substr(sent_.size(), end - sent_.size());
   sent_ += chunk;
-  if (!sink_) return;
-  // The tokens whose text ends within what is sent: all of them, unless a stop string or a hold-back cut the
-  // text (then the last few, found from the end).
-  int64_t tokens = int64_t(shown.size());
-  if (tokenizer_ && (end < text.size() || stop_string_seen_))  // else `text` is all of `shown`'s
-    while (tokens > 0) {
-      const std::string before = decode(std::vector<int32_t>(shown.begin(), shown.begin() + (tokens - 1)));
-      --tokens;
-      if (before.size() <= end && text.compare(0, before.size(), before) == 0) break;
-    }
-  sink_(chunk, tokens);
+  if (sink_) sink_(chunk, tokens);
 }
 
 void TextStream::update(const std::vector<int32_t>& final_prefix) {
@@ -68,7 +72,10 @@ void TextStream::update(const std::vector<int32_t>& final_prefix) {
   std::vector<int32_t> shown;
   const std::string text = text_of(final_prefix, &cut, &shown);
   size_t end = text.size();
-  if (!cut) {
+  int64_t tokens = int64_t(shown.size());  // the tokens whose text ends within text[0, end)
+  if (cut) {
+    if (sink_) tokens = tokens_of_whole_text(shown, text);
+  } else {
     // Held back: the longest end of the text that may begin a stop string, and an unfinished character;
     // then the rest of a token cut by either (a stream sends whole tokens where their text allows).
     size_t hold = 0;
@@ -81,24 +88,19 @@ void TextStream::update(const std::vector<int32_t>& final_prefix) {
     end = complete_utf8_prefix(std::string_view(text).substr(0, text.size() - hold));
     if (end < text.size() && tokenizer_) {
       size_t boundary = 0;  // where the last token that ends at or before `end` ends
-      for (size_t n = shown.size(); n-- > 0;) {
-        const std::string before = decode(std::vector<int32_t>(shown.begin(), shown.begin() + n));
-        if (before.size() <= end && text.compare(0, before.size(), before) == 0) {
-          boundary = before.size();
-          break;
-        }
-      }
+      std::tie(tokens, boundary) = tokens_within(shown, text, end);
       end = complete_utf8_prefix(std::string_view(text).substr(0, boundary));
+      if (end < boundary) tokens = tokens_within(shown, text, end).first;  // that token ends inside a character
     }
   }
-  emit(text, end, shown);
+  emit(text, end, tokens);
 }
 
 std::string TextStream::finish(const std::vector<int32_t>& tokens) {
   bool cut = false;
   std::vector<int32_t> shown;
   const std::string text = text_of(tokens, &cut, &shown);
-  emit(text, text.size(), shown);
+  emit(text, text.size(), tokens_of_whole_text(shown, text));
   return text;
 }
 

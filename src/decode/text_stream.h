@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/text_tokenizer.h"
@@ -33,8 +34,14 @@ class TextStream {
   // The text of the tokens before the first stop id, cut at the first stop string; `shown` (when given) gets
   // those tokens.
   std::string text_of(const std::vector<int32_t>& tokens, bool* cut, std::vector<int32_t>* shown = nullptr);
-  // Sends text[sent, end) with the count of `shown`'s first tokens whose text ends at or before `end`.
-  void emit(const std::string& text, size_t end, const std::vector<int32_t>& shown);
+  // The most of `shown`'s first tokens, fewer than all, whose text ends at or before `end` as `text` has it,
+  // and where their text ends ({0, 0} when none).
+  std::pair<int64_t, size_t> tokens_within(const std::vector<int32_t>& shown, const std::string& text,
+                                           size_t end) const;
+  // The tokens whose text the whole of `text` holds: all of `shown` unless a stop string cut it.
+  int64_t tokens_of_whole_text(const std::vector<int32_t>& shown, const std::string& text) const;
+  // Sends text[sent, end), which holds the text of the first `tokens` generated tokens whole.
+  void emit(const std::string& text, size_t end, int64_t tokens);
   std::string decode(const std::vector<int32_t>& ids) const;
 
   const TextTokenizer* tokenizer_;
