@@ -113,7 +113,8 @@ struct Engine::Running {
   double t0 = 0;
 };
 
-// A job, decoded by the generator as it would be alone, on a fiber of the batcher's thread: it pauses in each forward pass and the batcher runs the pass with the others'.
+// A job, decoded by the generator as it would be alone, on a fiber of the batcher's thread: it pauses in each
+// forward pass and the batcher runs the pass with the others'.
 class Engine::OnFiber final : public StepBatcher::Sequence {
  public:
   OnFiber(Engine& engine, std::unique_ptr<Running> run)

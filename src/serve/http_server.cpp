@@ -455,7 +455,8 @@ class CompletionAnswer final : public LateAnswer {
     size_t logprobs_to = logprobs_sent_;
     if (reply_.logprobs) {
       if (finished) logprobs_to = final_tokens_.size();
-      else if (text_tokens_ > 0) logprobs_to = std::max(logprobs_sent_, std::min(final_tokens_.size(), size_t(text_tokens_)));
+      else if (text_tokens_ > 0)
+        logprobs_to = std::max(logprobs_sent_, std::min(final_tokens_.size(), size_t(text_tokens_)));
     }
     if (reply_.channels) return channel_chunks(out, delta, finished, finish_reason, logprobs_to, canvas, steps,
                                                passes, drafts_from, uniform);
