@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "decode/chat_template.h"
+#include "text/chat_template.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   canvas::ChatTemplateInputs inputs;

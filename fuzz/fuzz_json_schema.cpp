@@ -4,7 +4,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "decode/json_schema.h"
+#include "text/json_schema.h"
 #include "io/json.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

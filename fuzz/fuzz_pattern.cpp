@@ -4,7 +4,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "decode/byte_automaton.h"
+#include "text/byte_automaton.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string pattern(reinterpret_cast<const char*>(data), size);

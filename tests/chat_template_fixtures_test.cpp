@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "decode/chat_template.h"
+#include "text/chat_template.h"
 #include "io/json.h"
 #include "test_util.h"
 

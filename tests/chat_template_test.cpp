@@ -1,6 +1,6 @@
 // The Jinja subset for chat templates: templates written the way the Gemma, LLaDA and Dream (ChatML)
 // templates are, rendered to the exact text transformers' apply_chat_template gives.
-#include "decode/chat_template.h"
+#include "text/chat_template.h"
 #include "decode/text_model.h"
 
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
-// The conversion library (src/model/convert.h, quantize.h, retype.h) called directly: a tiny Hugging Face
+// The conversion library (src/convert/convert.h, quantize.h, retype.h) called directly: a tiny Hugging Face
 // checkpoint to GGUF and back, a tiny tensor set re-typed against the row kernels' own round trip, and the
 // fallbacks and metadata parsing the CLI reports.
-#include "model/convert.h"
+#include "convert/convert.h"
 
 #include <gtest/gtest.h>
 
@@ -14,8 +14,8 @@
 #include "core/rng.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
-#include "model/quantize.h"
-#include "model/retype.h"
+#include "convert/quantize.h"
+#include "convert/retype.h"
 #include "ops/matmul.h"
 #include "test_util.h"
 

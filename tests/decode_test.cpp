@@ -10,7 +10,7 @@
 #include "io/utf8.h"
 #include "decode/ar.h"
 #include "decode/masked.h"
-#include "decode/text_stream.h"
+#include "text/text_stream.h"
 #include "io/text_tokenizer.h"
 #include "io/gguf.h"
 #include "model/model.h"

@@ -16,7 +16,7 @@
 #include "io/json.h"
 #include "io/npy.h"
 #include "io/gguf.h"
-#include "model/convert.h"
+#include "convert/convert.h"
 #include "model/model.h"
 #include "test_util.h"
 

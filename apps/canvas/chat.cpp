@@ -12,7 +12,7 @@
 #include "cli/line_editor.h"
 #include "commands.h"
 #include "core/error.h"
-#include "decode/chat_template.h"
+#include "text/chat_template.h"
 #include "decode/conversation.h"
 #include "decode/gemma_channels.h"
 #include "generation_options.h"

@@ -11,7 +11,7 @@
 #include "cli/progress.h"
 #include "commands.h"
 #include "core/error.h"
-#include "model/convert.h"
+#include "convert/convert.h"
 #include "ops/matmul.h"
 
 namespace canvas::cli {

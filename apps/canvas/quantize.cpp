@@ -11,7 +11,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "io/gguf.h"
-#include "model/quantize.h"
+#include "convert/quantize.h"
 #include "ops/matmul.h"
 
 namespace canvas::cli {

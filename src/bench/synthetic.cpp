@@ -13,8 +13,8 @@
 #include "core/rng.h"
 #include "io/gguf.h"
 #include "io/hf_tokenizer.h"
-#include "model/convert.h"
-#include "model/retype.h"
+#include "convert/convert.h"
+#include "convert/retype.h"
 #include "model/tensors.h"
 #include "ops/matmul.h"
 

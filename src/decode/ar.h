@@ -5,7 +5,7 @@
 
 #include "core/rng.h"
 #include "core/thread_pool.h"
-#include "decode/constraint.h"
+#include "text/constraint.h"
 #include "decode/events.h"
 #include "decode/prefix_cache.h"
 #include "decode/sampling.h"
@@ -18,7 +18,7 @@ struct ArParams {
   bool stop_at_eos = true;
   std::vector<int32_t> stop_ids;  // with stop_at_eos: tokens that end generation (empty: the config's eos)
   SamplingParams sampling;
-  // Constrained generation (decode/constraint.h): each step's logits are restricted to the tokens that
+  // Constrained generation (text/constraint.h): each step's logits are restricted to the tokens that
   // keep the text a prefix of the constraint's language finishable within the tokens left; a stop token
   // is allowed only where the text is complete, and generation ends once nothing may follow. Throws
   // Error when no text of the language fits max_new_tokens.

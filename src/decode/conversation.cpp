@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "core/output_file.h"
-#include "decode/chat_template.h"
+#include "text/chat_template.h"
 #include "io/input_file.h"
 #include "io/json.h"
 

@@ -11,7 +11,7 @@
 #include "decode/ar.h"
 #include "decode/gemma_channels.h"
 #include "decode/mode_router.h"
-#include "decode/text_stream.h"
+#include "text/text_stream.h"
 #include "decode/uniform_state.h"
 #include "decode/verify.h"
 #include "model/limits.h"

@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "decode/chat_template.h"
+#include "text/chat_template.h"
 #include "decode/datastore.h"
 #include "decode/events.h"
 #include "decode/prefix_cache.h"
 #include "decode/infill.h"
-#include "decode/json_schema.h"
+#include "text/json_schema.h"
 #include "decode/masked.h"
 #include "decode/sampling.h"
 #include "decode/text_model.h"

@@ -11,10 +11,10 @@
 
 #include "core/thread_pool.h"
 #include "decode/ar.h"
-#include "decode/constraint.h"
+#include "text/constraint.h"
 #include "decode/entropy_bound.h"
 #include "decode/events.h"
-#include "decode/json_schema.h"
+#include "text/json_schema.h"
 #include "decode/masked.h"
 #include "model/model.h"
 

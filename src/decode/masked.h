@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "decode/constraint.h"
+#include "text/constraint.h"
 #include "decode/events.h"
 #include "decode/sampling.h"
 #include "model/model.h"
@@ -41,7 +41,7 @@ struct MaskedDiffusionParams {
   // Infilling: the starting canvas (gen_length ids); positions not holding the mask id are fixed and
   // never re-decided. Empty: everything masked.
   std::vector<int32_t> initial_canvas;
-  // Constrained filling (decode/constraint.h; not with beam search): each masked position's logits are
+  // Constrained filling (text/constraint.h; not with beam search): each masked position's logits are
   // restricted to the tokens its hole still allows, and of several tokens committed in one step each
   // is re-checked after the ones before it (a token no longer allowed stays masked), so the finished
   // canvas satisfies every hole. Positions are indices into the generated region. The decoder updates

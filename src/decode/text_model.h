@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "decode/chat_template.h"
+#include "text/chat_template.h"
 #include "decode/entropy_bound.h"
 #include "io/text_tokenizer.h"
 #include "model/model.h"

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "decode/chat_template.h"
+#include "text/chat_template.h"
 #include "decode/verify.h"
 #include "io/json.h"
 #include "serve/chat_answer.h"

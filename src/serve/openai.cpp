@@ -6,7 +6,7 @@
 #include <set>
 
 #include "core/error.h"
-#include "decode/json_schema.h"
+#include "text/json_schema.h"
 #include "decode/random_seed.h"
 #include "io/json.h"
 

@@ -8,7 +8,7 @@
 #include "core/dtype.h"
 #include "io/gguf.h"
 #include "io/json.h"
-#include "model/retype.h"
+#include "convert/retype.h"
 
 namespace canvas {
 

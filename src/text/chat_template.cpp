@@ -1,5 +1,5 @@
 // A small interpreter for the Jinja subset of Hugging Face chat templates (see chat_template.h).
-#include "decode/chat_template.h"
+#include "text/chat_template.h"
 
 #include <algorithm>
 #include <cctype>

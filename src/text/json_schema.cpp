@@ -1,6 +1,6 @@
 // The JSON Schema subset compiler: schema -> regular languages of compact JSON -> template of fixed text
 // and holes.
-#include "decode/json_schema.h"
+#include "text/json_schema.h"
 
 #include <algorithm>
 #include <cmath>

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "decode/byte_automaton.h"
+#include "text/byte_automaton.h"
 
 namespace canvas {
 

@@ -1,5 +1,5 @@
 // GGUF -> GGUF re-typing (canvas quantize) and the parsing of metadata values set on the way.
-#include "model/quantize.h"
+#include "convert/quantize.h"
 
 #include <cerrno>
 #include <cmath>

@@ -1,5 +1,5 @@
 // Tensor re-typing shared by convert and quantize, and the report of what was written.
-#include "model/retype.h"
+#include "convert/retype.h"
 
 #include <cmath>
 

@@ -1,5 +1,5 @@
 // Token automata over a vocabulary, the any-order canvas constraint and the left-to-right one.
-#include "decode/constraint.h"
+#include "text/constraint.h"
 
 #include <algorithm>
 #include <deque>

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "decode/byte_automaton.h"
+#include "text/byte_automaton.h"
 
 namespace canvas {
 

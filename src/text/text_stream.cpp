@@ -1,5 +1,5 @@
 // Stop ids, stop strings and UTF-8 hold-back for streamed generated text.
-#include "decode/text_stream.h"
+#include "text/text_stream.h"
 
 #include <algorithm>
 #include <tuple>

@@ -1,5 +1,5 @@
 // Hugging Face safetensors checkpoints to GGUF and GGUF models back to the Hugging Face layout.
-#include "model/convert.h"
+#include "convert/convert.h"
 
 #include <fcntl.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 // Regex trees over bytes, Thompson construction, subset construction with trimming, and the pattern parser.
-#include "decode/byte_automaton.h"
+#include "text/byte_automaton.h"
 
 #include <algorithm>
 #include <cctype>

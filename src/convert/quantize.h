@@ -6,7 +6,7 @@
 
 #include "core/dtype.h"
 #include "io/gguf.h"
-#include "model/retype.h"
+#include "convert/retype.h"
 
 namespace canvas {
 
