@@ -6,11 +6,13 @@
 #include <memory>
 #include <atomic>
 #include <thread>
+#include <variant>
 
 #include "core/error.h"
 #include "decode/ar.h"
 #include "decode/events.h"
 #include "decode/masked.h"
+#include "decode/text_model.h"
 #include "decode/uniform_state.h"
 #include "model/model.h"
 #include "serve/engine.h"
@@ -169,6 +171,11 @@ TEST(ForwardBatch, EncoderAndDecoderOnOneCacheMatchSeparatePasses) {
 
 namespace {
 
+// Blocks until the engine has finished `job`; its last event.
+serve::event::Finished finished_of(const serve::Job& job) {
+  return std::get<serve::event::Finished>(job.events.wait_finished().back());
+}
+
 struct EngineCase {
   std::vector<int32_t> prompt;
   serve::GenerationSettings settings;
@@ -240,14 +247,14 @@ TEST(ServeEngine, BatchedGenerationsEqualDecodingAlone) {
   }
   submitted = true;
   holder.join();
+  std::vector<serve::event::Finished> finished;
   for (auto& job : jobs) {
-    std::unique_lock<std::mutex> lock(job->mutex);
-    job->changed.wait(lock, [&] { return job->finished; });
-    EXPECT_EQ(job->error, "");
+    finished.push_back(finished_of(*job));
+    EXPECT_EQ(finished.back().error, "");
   }
   ThreadPool alone_pool(2);  // not the engine's pool, which its thread may still hold
   for (size_t i = 0; i < cases.size(); ++i)
-    EXPECT_EQ(jobs[i]->canvas, decode_alone(m, cases[i], &alone_pool)) << "request " << i;
+    EXPECT_EQ(finished[i].canvas, decode_alone(m, cases[i], &alone_pool)) << "request " << i;
   EXPECT_GT(engine.batcher().largest_batch(), 1);  // the steps did share passes
   EXPECT_LT(engine.batcher().batches(), engine.batcher().passes());
 }
@@ -269,27 +276,82 @@ TEST(ServeEngine, QueueIsBoundedAndCancelFreesTheSlot) {
   auto running = make(), waiting = make(), refused = make();
   // The running job is held at its first event until both are cancelled: however slowly this thread is
   // scheduled, it cannot finish (and free its slot) before the queue is seen full.
-  std::atomic<bool> hold{true};
-  running->listener = [&](serve::JobEvent event) {
-    while (hold && event != serve::JobEvent::Finished) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::atomic<bool> hold{true}, started{false};
+  running->listener = [&](const serve::JobEvent& e) {
+    started = true;
+    while (hold && !std::holds_alternative<serve::event::Finished>(e))
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   };
   ASSERT_TRUE(engine.submit(running));
-  {
-    std::unique_lock<std::mutex> lock(running->mutex);
-    running->changed.wait(lock, [&] { return running->started; });
-  }
+  while (!started.load()) std::this_thread::yield();
   ASSERT_TRUE(engine.submit(waiting));
   EXPECT_FALSE(engine.submit(refused));  // one running, one waiting: full
   running->cancel = true;
   waiting->cancel = true;
   hold = false;
-  for (auto& job : {running, waiting}) {
-    std::unique_lock<std::mutex> lock(job->mutex);
-    job->changed.wait(lock, [&] { return job->finished; });
-    EXPECT_TRUE(job->cancelled_by_client);
+  EXPECT_TRUE(finished_of(*waiting).cancelled_by_client);
+  const serve::event::Finished finished = finished_of(*running);
+  EXPECT_TRUE(finished.cancelled_by_client);
+  EXPECT_LT(int64_t(finished.canvas.size()), m.config.context_length - 2);
+  EXPECT_EQ(finished.finish_reason, "cancelled");
+}
+
+// A request's events as the engine appends them, in each mode of a text model: Started first (with the mode),
+// Finished last, steps counted from 1 with only the latest keeping its canvas, the text deltas adding up to
+// the final text and carrying, in order, one log-probability per token of it.
+TEST(ServeEngine, EventsOfARequestInOrder) {
+  ThreadPool pool(2);
+  const std::string path = test::source_path("models/text-dg.gguf");
+  const TextModel m = TextModel::from(Model::load(path), path);
+  serve::EngineOptions options;
+  options.tokenizer = &m.tokenizer;
+  options.chat = &m.chat;
+  options.defaults = m.defaults;
+  serve::Engine engine(m.model, &pool, options);
+  for (const DecodeMode mode : {DecodeMode::Ar, DecodeMode::Diffusion, DecodeMode::Verify}) {
+    SCOPED_TRACE(decode_mode_name(mode));
+    auto job = std::make_shared<serve::Job>();
+    job->settings.text = "And God said";
+    job->settings.mode = mode;
+    job->settings.max_new_tokens = 24;
+    job->settings.logprobs = 2;
+    job->prompt = engine.generator().prompt_of(job->settings);
+    ASSERT_TRUE(engine.submit(job));
+    const std::vector<serve::JobEvent> events = job->events.wait_finished();
+    ASSERT_GE(events.size(), 3u);
+    ASSERT_TRUE(std::holds_alternative<serve::event::Started>(events.front()));
+    EXPECT_EQ(std::get<serve::event::Started>(events.front()).mode, mode);
+    ASSERT_TRUE(std::holds_alternative<serve::event::Finished>(events.back()));
+    const auto& finished = std::get<serve::event::Finished>(events.back());
+    ASSERT_EQ(finished.error, "");
+    std::string text;
+    std::vector<TokenLogprob> logprobs;
+    int64_t steps = 0, tokens = 0, canvases = 0;
+    for (size_t i = 1; i + 1 < events.size(); ++i) {
+      ASSERT_FALSE(std::holds_alternative<serve::event::Started>(events[i])) << i;
+      ASSERT_FALSE(std::holds_alternative<serve::event::Finished>(events[i])) << i;
+      if (const auto* delta = std::get_if<serve::event::TextDelta>(&events[i])) {
+        text += delta->text;
+        EXPECT_GE(delta->tokens, tokens) << i;
+        tokens = delta->tokens;
+        logprobs.insert(logprobs.end(), delta->logprobs.begin(), delta->logprobs.end());
+      } else if (const auto* step = std::get_if<serve::event::CanvasStep>(&events[i])) {
+        EXPECT_EQ(step->step, ++steps);
+        canvases += !step->canvas.empty();
+      }
+    }
+    EXPECT_GT(steps, 0);
+    EXPECT_EQ(canvases, 1);
+    EXPECT_FALSE(finished.text.empty());
+    EXPECT_EQ(text, finished.text);
+    EXPECT_EQ(tokens, int64_t(finished.tokens.size()));
+    ASSERT_EQ(logprobs.size(), finished.tokens.size());
+    ASSERT_EQ(finished.logprobs.size(), finished.tokens.size());
+    for (size_t i = 0; i < logprobs.size(); ++i) {
+      EXPECT_EQ(logprobs[i].token, finished.tokens[i]) << i;
+      EXPECT_EQ(logprobs[i].logprob, finished.logprobs[i].logprob) << i;
+    }
   }
-  EXPECT_LT(int64_t(running->canvas.size()), m.config.context_length - 2);
-  EXPECT_EQ(running->finish_reason, "cancelled");
 }
 
 // How a generation ended and what it wrote, in OpenAI's words: an end token or a stop string is "stop", max_tokens
@@ -393,32 +455,23 @@ TEST(ServeEngine, UniformStateBatchedEqualsDecodingAlone) {
   }
   // Every job first: the engine's thread runs passes on `pool` while any job is left, and a pool serves one
   // caller at a time (decoding the references on it meanwhile could hang both).
-  for (auto& job : jobs) {
-    std::unique_lock<std::mutex> lock(job->mutex);
-    job->changed.wait(lock, [&] { return job->finished; });
-  }
+  std::vector<serve::event::Finished> finished;
+  for (auto& job : jobs) finished.push_back(finished_of(*job));
   ThreadPool alone_pool(2);
   for (size_t i = 0; i < jobs.size(); ++i) {
-    auto& job = jobs[i];
-    EXPECT_EQ(job->error, "");
+    EXPECT_EQ(finished[i].error, "");
     if (i == 2) {
       ArParams p;
       p.max_new_tokens = 8;
       p.sampling.seed = 7;
-      EXPECT_EQ(job->canvas, generate_ar(m, prompts[i], p, &alone_pool).tokens);
+      EXPECT_EQ(finished[i].canvas, generate_ar(m, prompts[i], p, &alone_pool).tokens);
     } else {
       EntropyBoundParams p = test::small_entropy_bound_params();
       p.seed = 5 + i;
-      EXPECT_EQ(job->canvas, generate_uniform_state(m, prompts[i], p, &alone_pool).tokens) << "request " << i;
+      EXPECT_EQ(finished[i].canvas, generate_uniform_state(m, prompts[i], p, &alone_pool).tokens) << "request " << i;
     }
   }
   EXPECT_GT(engine.batcher().largest_batch(), 1);
-}
-
-// Blocks until the engine has finished `job`.
-void wait_finished(serve::Job& job) {
-  std::unique_lock<std::mutex> lock(job.mutex);
-  job.changed.wait(lock, [&] { return job.finished; });
 }
 
 // The tiny DiffusionGemma fixture as canvas's own DiffusionGemma checkpoints are (trained here with an AR
@@ -457,10 +510,10 @@ TEST(ServeRouting, UniformStateCostCountsWholeCanvasesAndLearnsPassesPerCanvas) 
   job->settings.mode = serve::DecodeMode::Diffusion;
   job->settings.max_new_tokens = 2 * options.defaults.params.canvas_length;
   ASSERT_TRUE(engine.submit(job));
-  wait_finished(*job);
-  ASSERT_EQ(job->error, "");
-  ASSERT_GT(job->passes, 0);
-  EXPECT_DOUBLE_EQ(engine.cost_model().uniform_passes_per_canvas, double(job->passes) / 2);
+  const serve::event::Finished finished = finished_of(*job);
+  ASSERT_EQ(finished.error, "");
+  ASSERT_GT(finished.passes, 0);
+  EXPECT_DOUBLE_EQ(engine.cost_model().uniform_passes_per_canvas, double(finished.passes) / 2);
   // auto chooses among the modes that write AR's text (diffusion runs when asked for): draft-and-verify
   // first, while its acceptance is measured.
   serve::GenerationSettings s;
@@ -487,23 +540,23 @@ TEST(ServeRouting, VerifyIsExploredThenChosenByMeasuredAcceptance) {
     job->prompt = {2, 105, 17, 250};
     job->settings = s;
     EXPECT_TRUE(engine.submit(job));
-    wait_finished(*job);
-    EXPECT_EQ(job->error, "");
-    return job;
+    const std::vector<serve::JobEvent> events = job->events.wait_finished();
+    EXPECT_EQ(std::get<serve::event::Finished>(events.back()).error, "");
+    return std::get<serve::event::Started>(events.front());
   };
   for (int i = 0; i < 20 && engine.cost_model().acceptance.cycles(1) < kMinAcceptanceCycles; ++i) {
     const serve::ModeChoice choice = engine.choose(s);
     ASSERT_EQ(choice.mode, serve::DecodeMode::Verify) << i;
     EXPECT_EQ(choice.draft_length, kExploreDraftLength);
-    const auto job = run_one();
-    EXPECT_EQ(job->mode_used, serve::DecodeMode::Verify);
-    EXPECT_NE(job->mode_reason.find("measures how many drafts"), std::string::npos) << job->mode_reason;
+    const serve::event::Started started = run_one();
+    EXPECT_EQ(started.mode, serve::DecodeMode::Verify);
+    EXPECT_NE(started.reason.find("measures how many drafts"), std::string::npos) << started.reason;
   }
   ASSERT_GE(engine.cost_model().acceptance.cycles(1), kMinAcceptanceCycles);
   // Then AR once, alone, which measures its ms per token (as every request that runs alone does its own).
   const serve::ModeChoice ar = engine.choose(s);
   ASSERT_EQ(ar.mode, serve::DecodeMode::Ar) << ar.reason;
-  EXPECT_EQ(run_one()->mode_used, serve::DecodeMode::Ar);
+  EXPECT_EQ(run_one().mode, serve::DecodeMode::Ar);
   const serve::CostModel c = engine.cost_model();
   EXPECT_EQ(c.observed.count("ar"), 1u);
   EXPECT_EQ(c.observed.count("verify k=8"), 1u);
@@ -592,15 +645,14 @@ TEST(ServeEngine, VerifyRequestsTakeTheirTreeOfDrafts) {
     job->settings.datastore_min_count = 1000;  // no datastore chains: the decoder drafts the chain cycles
     job->settings.draft_tree = tree;
     EXPECT_TRUE(engine.submit(job));
-    std::unique_lock<std::mutex> lock(job->mutex);
-    job->changed.wait(lock, [&] { return job->finished; });
-    EXPECT_EQ(job->error, "");
-    return job;
+    const serve::event::Finished finished = finished_of(*job);
+    EXPECT_EQ(finished.error, "");
+    return finished;
   };
-  const auto chains = run(0), trees = run(12);
-  EXPECT_EQ(trees->canvas, chains->canvas);
-  EXPECT_EQ(std::vector<int32_t>(trees->canvas.begin(), trees->canvas.begin() + 24), text);
-  EXPECT_LT(trees->passes * 2, chains->passes) << trees->passes << " against " << chains->passes;
+  const serve::event::Finished chains = run(0), trees = run(12);
+  EXPECT_EQ(trees.canvas, chains.canvas);
+  EXPECT_EQ(std::vector<int32_t>(trees.canvas.begin(), trees.canvas.begin() + 24), text);
+  EXPECT_LT(trees.passes * 2, chains.passes) << trees.passes << " against " << chains.passes;
   engine.shutdown(true);
 }
 

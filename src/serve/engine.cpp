@@ -13,16 +13,6 @@
 
 namespace canvas::serve {
 
-namespace {
-
-// Tells the job's readers that it changed (call without job.mutex held).
-void publish(Job& job, JobEvent event) {
-  job.changed.notify_all();
-  if (job.listener) job.listener(event);
-}
-
-}  // namespace
-
 Engine::Engine(const Model& model, ThreadPool* pool, EngineOptions options)
     : model_(model),
       options_(std::move(options)),
@@ -61,28 +51,24 @@ bool Engine::submit(const std::shared_ptr<Job>& job) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_ || int64_t(queue_.size()) >= options_.queue + std::max<int64_t>(0, options_.parallel - running_))
       return false;
-    job->queued_ms = now_ms();
-    queue_.push_back(job);
+    queue_.push_back({job, now_ms()});
   }
   batcher_.wake();
   return true;
 }
 
 void Engine::drain() {
-  std::deque<std::shared_ptr<Job>> dropped;
+  std::deque<Queued> dropped;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
     dropped.swap(queue_);
   }
-  for (auto& job : dropped) {
-    {
-      std::lock_guard<std::mutex> lock(job->mutex);
-      job->error = "the server is shutting down";
-      job->dropped = true;
-      job->finished = true;
-    }
-    publish(*job, JobEvent::Finished);
+  for (Queued& queued : dropped) {
+    event::Finished finished;
+    finished.error = "the server is shutting down";
+    finished.dropped = true;
+    queued.job->append(std::move(finished));
   }
 }
 
@@ -109,8 +95,31 @@ struct Engine::Running {
   GenerationRequest request;
   int64_t started_before = 0;  // a job that ran alone measures its setting's speed for auto
   bool alone = false;
-  bool uniform = false;
-  double t0 = 0;
+  double queued_ms = 0, t0 = 0;
+  int64_t steps = 0, passes = 0;
+  std::string text;  // the text of its TextDeltas so far
+  // With logprobs asked: the latest canvas and, by position in it, the log-probabilities committed so far;
+  // those of the first `logprobs_sent` positions went out with TextDeltas.
+  std::vector<int32_t> canvas;
+  std::vector<TokenLogprob> logprobs;
+  std::vector<char> have_logprob;
+  size_t logprobs_sent = 0;
+
+  // The log-probabilities a TextDelta whose text holds the first `tokens` tokens whole carries: those not sent
+  // yet, in order, as far as they are committed and are no end id (`stop_ids`).
+  std::vector<TokenLogprob> logprobs_through(int64_t tokens, const std::vector<int32_t>& stop_ids) {
+    size_t known = logprobs_sent;
+    while (int64_t(known) < tokens && known < have_logprob.size() && known < canvas.size() && have_logprob[known] &&
+           std::find(stop_ids.begin(), stop_ids.end(), canvas[known]) == stop_ids.end())
+      ++known;
+    return sent_up_to(logprobs, known);
+  }
+  // logprobs[logprobs_sent, to) of `all`, now sent.
+  std::vector<TokenLogprob> sent_up_to(const std::vector<TokenLogprob>& all, size_t to) {
+    const size_t from = std::min(logprobs_sent, to);
+    logprobs_sent = std::max(logprobs_sent, to);
+    return std::vector<TokenLogprob>(all.begin() + from, all.begin() + to);
+  }
 };
 
 // A job, decoded by the generator as it would be alone, on a fiber of the batcher's thread: it pauses in each
@@ -156,81 +165,70 @@ class Engine::OnFiber final : public StepBatcher::Sequence {
 
 void Engine::take(std::vector<std::unique_ptr<StepBatcher::Sequence>>& stepped) {
   for (;;) {
-    std::shared_ptr<Job> job;
+    Queued queued;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (queue_.empty() || running_ >= options_.parallel) return;
-      job = queue_.front();
+      queued = queue_.front();
       queue_.pop_front();
       ++running_;
       ++started_;
-      running_jobs_.push_back(job.get());
+      running_jobs_.push_back(queued.job.get());
     }
     try {
-      stepped.push_back(std::make_unique<OnFiber>(*this, start(job)));
+      stepped.push_back(std::make_unique<OnFiber>(*this, start(queued)));
     } catch (const std::exception& e) {  // the job ends with the error; the engine goes on
       Running failed;
-      failed.job = std::move(job);
+      failed.job = std::move(queued.job);
       failed.t0 = now_ms();
+      failed.queued_ms = failed.t0 - queued.since_ms;
       end(failed, GenerationOutput(), e.what());
     }
   }
 }
 
-std::unique_ptr<Engine::Running> Engine::start(std::shared_ptr<Job> job_ptr) {
+std::unique_ptr<Engine::Running> Engine::start(const Queued& queued) {
   auto run = std::make_unique<Running>();
-  run->job = std::move(job_ptr);
-  Job& job = *run->job;
-  GenerationRequest& request = run->request;
+  Running& r = *run;
+  r.job = queued.job;
+  Job& job = *r.job;
+  GenerationRequest& request = r.request;
   request = job.settings;
   if (!request.datastore) request.datastore = options_.datastore;
   if (!Generator::fills_holes(request)) request.prompt = job.prompt;  // infilling plans from the text
   choose(request).apply(request);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    run->started_before = started_;
-    run->alone = running_ == 1 && queue_.empty();
+    r.started_before = started_;
+    r.alone = running_ == 1 && queue_.empty();
   }
-  run->uniform = request.mode == DecodeMode::Diffusion && model_.config.uniform_state;
-  {
-    std::lock_guard<std::mutex> lock(job.mutex);
-    job.started = true;
-    job.mode_used = request.mode;
-    job.mode_reason = request.mode_reason;
-    job.uniform_state = run->uniform;
-    job.queued_ms = now_ms() - job.queued_ms;
-  }
-  publish(job, JobEvent::Started);
-  run->t0 = now_ms();
+  r.queued_ms = now_ms() - queued.since_ms;
+  job.append(event::Started{request.mode, request.mode_reason,
+                            request.mode == DecodeMode::Diffusion && model_.config.uniform_state, r.queued_ms});
+  r.t0 = now_ms();
   const bool verify = request.mode == DecodeMode::Verify;
+  const bool logprobs = request.logprobs >= 0;
   request.cancelled = [&job] { return job.cancel.load(); };
-  request.on_step = [&job, verify](const StepEvent& e) {
-    {
-      std::lock_guard<std::mutex> lock(job.mutex);
-      job.canvas = *e.canvas;
-      job.drafts_from = verify ? e.final_end : -1;
-      job.passes = e.passes;
-      ++job.steps;
-    }
-    publish(job, JobEvent::Step);
+  request.on_step = [&r, verify, logprobs](const StepEvent& e) {
+    r.passes = e.passes;
+    if (logprobs) r.canvas = *e.canvas;
+    r.job->append(event::CanvasStep{++r.steps, e.passes, *e.canvas, verify ? e.final_end : -1});
   };
   if (!request.suffix)  // (a suffix request's text is the document; its answer is only what fills the gap)
-    request.on_text = [&job](const std::string& chunk, int64_t tokens) {
-      {
-        std::lock_guard<std::mutex> lock(job.mutex);
-        job.pieces.push_back({chunk, tokens});
-      }
-      publish(job, JobEvent::Text);
+    request.on_text = [this, &r, logprobs](const std::string& chunk, int64_t tokens) {
+      event::TextDelta delta{chunk, tokens, {}};
+      if (logprobs) delta.logprobs = r.logprobs_through(tokens, generator_.stop_ids());
+      r.text += chunk;
+      r.job->append(std::move(delta));
     };
-  if (request.logprobs >= 0)
-    request.on_logprob = [&job](int64_t position, const TokenLogprob& lp) {
-      std::lock_guard<std::mutex> lock(job.mutex);  // readers see it with the next step or text
-      if (int64_t(job.logprobs.size()) <= position) {
-        job.logprobs.resize(size_t(position + 1));
-        job.have_logprob.resize(size_t(position + 1), 0);
+  if (logprobs)
+    request.on_logprob = [&r](int64_t position, const TokenLogprob& lp) {  // sent with the text it completes
+      if (int64_t(r.logprobs.size()) <= position) {
+        r.logprobs.resize(size_t(position + 1));
+        r.have_logprob.resize(size_t(position + 1), 0);
       }
-      job.logprobs[size_t(position)] = lp;
-      job.have_logprob[size_t(position)] = 1;
+      r.logprobs[size_t(position)] = lp;
+      r.have_logprob[size_t(position)] = 1;
     };
   return run;
 }
@@ -238,27 +236,32 @@ std::unique_ptr<Engine::Running> Engine::start(std::shared_ptr<Job> job_ptr) {
 void Engine::end(Running& run, const GenerationOutput& out, const std::string& error) {
   Job& job = *run.job;
   const GenerationRequest& request = run.request;
-  std::unique_lock<std::mutex> lock(job.mutex);
+  event::Finished finished;
+  finished.passes = run.passes;
+  finished.prompt_tokens = int64_t(job.prompt.size());
   if (error.empty()) {
-    job.canvas = out.region;
-    job.drafts_from = -1;
-    job.passes = out.passes;
-    job.text = completion_text(request, out);  // OpenAI's words (serve/openai.h)
-    job.ended = out.finish_reason;
-    job.finish_reason = openai_finish_reason(out.finish_reason);
-    job.completion_tokens = int64_t(out.tokens.size());
-    job.tokens = out.tokens;
-    if (request.logprobs >= 0) {
-      job.logprobs = out.logprobs;
-      job.have_logprob.assign(job.logprobs.size(), 1);
-    }
-    job.fills = out.fills;
-    if (Generator::fills_holes(request)) job.completion_tokens = out.filled_tokens;
-    if (job.prompt.empty()) job.prompt = out.prompt;  // infilling: the prompt its plan encoded
+    finished.canvas = out.region;
+    finished.passes = out.passes;
+    finished.text = completion_text(request, out);  // OpenAI's words (serve/openai.h)
+    finished.ended = out.finish_reason;
+    finished.finish_reason = openai_finish_reason(out.finish_reason);
+    finished.tokens = out.tokens;
+    const bool fills = Generator::fills_holes(request);
+    finished.completion_tokens = fills ? out.filled_tokens : int64_t(out.tokens.size());
+    if (request.logprobs >= 0) finished.logprobs = out.logprobs;
+    finished.fills = out.fills;
+    finished.prompt_tokens = int64_t(out.prompt.size());  // infilling: the prompt its plan encoded
+    finished.cancelled_by_client = out.finish_reason == "cancelled";
+    // The text and log-probabilities the deltas have not carried (a suffix request's answer comes whole).
+    event::TextDelta rest;
+    rest.tokens = fills ? -1 : int64_t(out.tokens.size());
+    if (finished.text.size() > run.text.size() && finished.text.compare(0, run.text.size(), run.text) == 0)
+      rest.text = finished.text.substr(run.text.size());
+    rest.logprobs = run.sent_up_to(finished.logprobs, std::min(finished.tokens.size(), finished.logprobs.size()));
+    if (!rest.text.empty() || !rest.logprobs.empty()) job.append(std::move(rest));
   }
-  job.decode_ms = now_ms() - run.t0;
-  job.error = error;
-  job.cancelled_by_client = error.empty() && out.finish_reason == "cancelled";
+  finished.decode_ms = now_ms() - run.t0;
+  finished.error = error;
   if (error.empty()) {
     bool alone = false;  // the machine to itself from start to end: its time per token measures its setting
     {
@@ -267,22 +270,19 @@ void Engine::end(Running& run, const GenerationOutput& out, const std::string& e
     }
     router_.learn(request, out, alone);
   }
-  const int64_t prompt_tokens = int64_t(error.empty() ? out.prompt.size() : job.prompt.size());
-  if (ServerMetrics* metrics = metrics_.load())  // before `finished`: an answered request is counted
-    metrics->generation_finished(metrics_model_, prompt_tokens, job.completion_tokens, job.passes,
-                                 job.queued_ms / 1000.0, (job.queued_ms + job.decode_ms) / 1000.0);
+  if (ServerMetrics* metrics = metrics_.load())  // before Finished: an answered request is counted
+    metrics->generation_finished(metrics_model_, finished.prompt_tokens, finished.completion_tokens, finished.passes,
+                                 run.queued_ms / 1000.0, (run.queued_ms + finished.decode_ms) / 1000.0);
   // One line per request on stderr, for the operator (canvas serve's log).
-  const char* status = !error.empty() ? "error" : job.cancelled_by_client ? "cancelled" : "ok";
+  const char* status = !error.empty() ? "error" : finished.cancelled_by_client ? "cancelled" : "ok";
   std::fprintf(stderr,
                "canvas serve: request mode=%s model=%s prompt=%lld tokens=%lld passes=%lld queue_ms=%.1f "
                "decode_ms=%.1f finish=%s status=%s%s\n",
-               decode_mode_name(request.mode), job.model.empty() ? "-" : job.model.c_str(), (long long)prompt_tokens,
-               (long long)job.completion_tokens, (long long)job.passes, job.queued_ms, job.decode_ms,
-               error.empty() ? out.finish_reason.c_str() : "error", status,
+               decode_mode_name(request.mode), job.model.empty() ? "-" : job.model.c_str(),
+               (long long)finished.prompt_tokens, (long long)finished.completion_tokens, (long long)finished.passes,
+               run.queued_ms, finished.decode_ms, error.empty() ? out.finish_reason.c_str() : "error", status,
                error.empty() ? "" : (" (" + error + ")").c_str());
-  job.finished = true;
-  lock.unlock();
-  publish(job, JobEvent::Finished);
+  job.append(std::move(finished));
   {
     std::lock_guard<std::mutex> engine_lock(mutex_);
     --running_;

@@ -10,8 +10,11 @@
 #include <chrono>
 #include <ctime>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
+#include <utility>
+#include <variant>
 
 #include "core/error.h"
 #include "text/chat_template.h"
@@ -115,14 +118,12 @@ struct CompletionReply {
   bool chat = false;
   std::string id, model_name;
   int64_t created = 0;
-  int64_t prompt_tokens = 0;
   bool draft = false;          // stream chunks carry the canvas
   bool include_usage = false;  // a last stream chunk carries the usage
   bool logprobs = false;       // choices carry the tokens' log-probabilities
   std::string echo;            // /v1/completions with echo: the prompt, written before the completion
   std::vector<int32_t> prompt;  // ... and its tokens (their log-probability entries are null)
   const TextTokenizer* tokenizer = nullptr;
-  std::vector<int32_t> stop_ids;  // ids that end the text (a stream's entries stop before them)
   // Chat in a format with channels (its text has special tokens written out): the message is split into
   // reasoning_content, content and tool_calls (serve/chat_answer.h). Null: the text is the content.
   const ChatFormat* channels = nullptr;
@@ -200,47 +201,48 @@ void append_legacy_logprobs(json& to, const json& more) {
 }
 
 // canvas's own fields of an answer: how the request was decoded.
-json canvas_json(const Job& job) {
-  return json{{"mode", decode_mode_name(job.mode_used)},
-              {"mode_reason", job.mode_reason},
-              {"queue_ms", job.queued_ms},
-              {"decode_ms", job.decode_ms},
-              {"tokens", job.tokens},
-              {"finish", job.ended},
+json canvas_json(const Job& job, const event::Started& started, const event::Finished& finished) {
+  return json{{"mode", decode_mode_name(started.mode)},
+              {"mode_reason", started.reason},
+              {"queue_ms", started.queued_ms},
+              {"decode_ms", finished.decode_ms},
+              {"tokens", finished.tokens},
+              {"finish", finished.ended},
               {"seed", job.settings.sampling.seed}};
 }
 
-// The Response object of a finished /v1/responses job: the chat's answer, its thinking apart for a format
-// with channels (tool calls are not written: a Responses request offers no tools here).
-json response_body(const CompletionReply& reply, const Job& job) {
-  std::string reasoning, text = job.text;
+// The Response object of a finished /v1/responses request: the chat's answer, its thinking apart for a
+// format with channels (tool calls are not written: a Responses request offers no tools here).
+json response_body(const CompletionReply& reply, const event::Finished& finished, const json& extras) {
+  std::string reasoning, text = finished.text;
   if (reply.channels) {
-    const ChatAnswer answer = chat_answer(reply.channels, job.text, job.finish_reason);
+    const ChatAnswer answer = chat_answer(reply.channels, finished.text, finished.finish_reason);
     const json& content = answer.message["content"];
     text = content.is_string() ? content.get<std::string>() : std::string();
     reasoning = answer.message.value("reasoning_content", std::string());
   }
-  return response_json(reply.response_head, reasoning, text, job.finish_reason,
-                       usage_json(reply.prompt_tokens, job, Endpoint::Responses), canvas_json(job));
+  return response_json(reply.response_head, reasoning, text, finished.finish_reason,
+                       usage_json(finished, Endpoint::Responses), extras);
 }
 
-// The non-streamed answer of a finished job.
-json completion_body(const CompletionReply& reply, const Job& job) {
-  if (reply.endpoint == Endpoint::Responses) return response_body(reply, job);
-  json choice = {{"index", 0}, {"finish_reason", job.finish_reason}};
+// The non-streamed answer of a finished request; `extras` its canvas fields (canvas_json).
+json completion_body(const CompletionReply& reply, const event::Finished& finished, const json& extras) {
+  if (reply.endpoint == Endpoint::Responses) return response_body(reply, finished, extras);
+  json choice = {{"index", 0}, {"finish_reason", finished.finish_reason}};
   if (reply.chat) {
-    ChatAnswer answer = chat_answer(reply.channels, job.text, job.finish_reason);
+    ChatAnswer answer = chat_answer(reply.channels, finished.text, finished.finish_reason);
     choice["message"] = std::move(answer.message);
     choice["finish_reason"] = answer.finish_reason;
-    choice["logprobs"] = reply.logprobs ? chat_logprobs(reply.tokenizer, job.logprobs, 0, job.logprobs.size())
-                                        : json(nullptr);
+    choice["logprobs"] = reply.logprobs
+                             ? chat_logprobs(reply.tokenizer, finished.logprobs, 0, finished.logprobs.size())
+                             : json(nullptr);
   } else {
-    choice["text"] = reply.echo + job.text;
+    choice["text"] = reply.echo + finished.text;
     choice["logprobs"] = nullptr;
     if (reply.logprobs) {
-      const size_t n = std::min(job.tokens.size(), job.logprobs.size());
+      const size_t n = std::min(finished.tokens.size(), finished.logprobs.size());
       json lps = legacy_logprobs(reply.tokenizer, reply.prompt, nullptr, 0, reply.prompt.size(), 0);
-      append_legacy_logprobs(lps, legacy_logprobs(reply.tokenizer, job.tokens, &job.logprobs, 0, n,
+      append_legacy_logprobs(lps, legacy_logprobs(reply.tokenizer, finished.tokens, &finished.logprobs, 0, n,
                                                   reply.echo.size()));
       choice["logprobs"] = lps;
     }
@@ -250,8 +252,8 @@ json completion_body(const CompletionReply& reply, const Job& job) {
               {"created", reply.created},
               {"model", reply.model_name},
               {"choices", json::array({choice})},
-              {"usage", usage_json(reply.prompt_tokens, job)},
-              {"canvas", canvas_json(job)}};
+              {"usage", usage_json(finished)},
+              {"canvas", extras}};
 }
 
 // The canvas of a stream chunk with "canvas_draft": each position's text, null where it is masked.
@@ -281,11 +283,12 @@ json draft_pad(const Engine& engine, const std::vector<int32_t>& canvas, bool no
 }
 
 // The late answer of a completion. No thread waits for it: the job's events wake the connection's event
-// loop, which asks pump() for what is new. Not streamed: the whole answer once the job has finished.
-// Streamed: the head once the job has started, then a chunk per new piece of text (and per step with
-// canvas_draft; steps that end while the client is slow are seen together), the last chunk with the finish
-// reason, the usage when asked, then [DONE]. A job the engine refused (the prompt) or dropped (shutdown)
-// before it started is answered as a whole, with its error or 503.
+// loop, which asks pump() for what is new; the answer reads the events it has not read yet (take(), one
+// overload per kind) and writes what they add. Not streamed: the whole answer once the job has finished.
+// Streamed: the head once the job has started, then a chunk per pump with the new text (and the latest step
+// with canvas_draft: steps that end while the client is slow are seen together), the last chunk with the
+// finish reason, the usage when asked, then [DONE]. A job the front end refused (the prompt) or the engine
+// dropped (shutdown) before it started is answered as a whole, with its error or 503.
 class CompletionAnswer final : public LateAnswer {
  public:
   CompletionAnswer(std::shared_ptr<Job> job, const Engine& engine, CompletionReply reply, bool stream,
@@ -297,21 +300,19 @@ class CompletionAnswer final : public LateAnswer {
         fills_(fills),
         untrack_(std::move(untrack)) {}
 
-  // Whether an event of the job is worth waking the connection for (a stream without drafts: its text).
-  static bool wants(JobEvent event, bool stream, bool draft) {
-    return event == JobEvent::Finished || (stream && (event != JobEvent::Step || draft));
+  // Whether an event of the job is worth waking the connection for (a stream without drafts: not its steps;
+  // not streamed: only its end).
+  static bool wants(const JobEvent& e, bool stream, bool draft) {
+    return std::holds_alternative<event::Finished>(e) ||
+           (stream && (!std::holds_alternative<event::CanvasStep>(e) || draft));
   }
 
   Progress pump(Response& res, std::string& chunk) override {
+    for (JobEvent& e : job_->events.read(events_read_)) std::visit([this](auto& e) { take(e); }, e);
     if (!streaming_) {
-      {
-        std::lock_guard<std::mutex> lock(job_->mutex);
-        if (!job_->finished && (!stream_ || !job_->started)) return Progress::Waiting;
-        // Set by the slot before it published `started` or `finished`.
-        reply_.prompt_tokens = int64_t(job_->prompt.size());
-        if (!reply_.echo.empty()) reply_.prompt = job_->prompt;
-      }
-      if (job_->refused || job_->dropped || !stream_) {
+      if (!finished_ && (!stream_ || !started_)) return Progress::Waiting;
+      if (!reply_.echo.empty()) reply_.prompt = job_->prompt;  // set before the job was submitted
+      if (!stream_ || (finished_ && (finished_->refused || finished_->dropped))) {
         whole(res);
         end();
         return Progress::Done;
@@ -339,17 +340,36 @@ class CompletionAnswer final : public LateAnswer {
     untrack_ = nullptr;
   }
 
+  void take(event::Started& e) {
+    mode_ = e.mode;
+    started_ = std::move(e);
+  }
+  // A stream's text and log-probabilities wait for the next chunk; a whole answer takes them from Finished.
+  void take(event::TextDelta& e) {
+    if (!stream_) return;
+    delta_ += e.text;
+    for (TokenLogprob& lp : e.logprobs) {
+      tokens_.push_back(lp.token);
+      logprobs_.push_back(std::move(lp));
+    }
+  }
+  void take(event::CanvasStep& e) {
+    if (reply_.draft) step_ = std::move(e);  // the last one read is the newest, the only one with its canvas
+  }
+  void take(event::Finished& e) { finished_ = std::move(e); }
+
   // The answer of a job that did not stream (or never started): the JSON body or the error.
   void whole(Response& res) {
-    const Job& job = *job_;
+    const event::Finished& finished = *finished_;
     res.status = 200;
-    if (job.refused) return send_refusal(res, job.refused);
-    if (job.dropped) return send_unavailable(res, "the server is shutting down; the request did not run");
-    if (!job.error.empty())
-      return fills_ ? send_error(res, 400, as_request_words(job.error),
-                                 job.settings.json_schema ? "response_format" : "suffix")
-                    : send_error(res, 500, "generation failed: " + job.error);
-    res.set_content(dump(completion_body(reply_, job)), "application/json");
+    if (finished.refused) return send_refusal(res, finished.refused);
+    if (finished.dropped) return send_unavailable(res, "the server is shutting down; the request did not run");
+    if (!finished.error.empty())
+      return fills_ ? send_error(res, 400, as_request_words(finished.error),
+                                 job_->settings.json_schema ? "response_format" : "suffix")
+                    : send_error(res, 500, "generation failed: " + finished.error);
+    res.set_content(dump(completion_body(reply_, finished, canvas_json(*job_, *started_, finished))),
+                    "application/json");
   }
 
   // Every chunk names the mode the request is decoded in, as the non-streamed answer's canvas.mode.
@@ -362,17 +382,14 @@ class CompletionAnswer final : public LateAnswer {
                 {"canvas", {{"mode", decode_mode_name(mode_)}}}};
   }
 
-  // Log-probabilities: those of the first `logprobs_sent_` tokens went out with earlier chunks; a chunk
-  // carries those of the tokens its text completes.
-  json chunk_logprobs(size_t to) {
-    const size_t from = logprobs_sent_;
-    logprobs_sent_ = std::max(from, to);
-    if (reply_.chat) return chat_logprobs(reply_.tokenizer, final_lps_, from, logprobs_sent_);
-    return legacy_logprobs(reply_.tokenizer, final_tokens_, &final_lps_, from, logprobs_sent_,
-                           reply_.echo.size());
+  // The log-probabilities read and not sent yet (those of the tokens the text read so far completes).
+  json chunk_logprobs() {
+    const size_t from = std::exchange(logprobs_sent_, logprobs_.size());
+    if (reply_.chat) return chat_logprobs(reply_.tokenizer, logprobs_, from, logprobs_sent_);
+    return legacy_logprobs(reply_.tokenizer, tokens_, &logprobs_, from, logprobs_sent_, reply_.echo.size());
   }
 
-  json chunk_json(const std::string& delta, const json& finish, size_t logprobs_to) {
+  json chunk_json(const std::string& delta, const json& finish) {
     const bool chat = reply_.chat;
     json choice = {{"index", 0}, {"finish_reason", finish}};
     if (chat) {
@@ -385,7 +402,7 @@ class CompletionAnswer final : public LateAnswer {
       choice["logprobs"] = nullptr;
     }
     if (reply_.logprobs) {
-      choice["logprobs"] = chunk_logprobs(logprobs_to);
+      choice["logprobs"] = chunk_logprobs();
       if (!chat && first_ && !reply_.echo.empty()) {  // the echoed prompt's entries come first
         json entries = legacy_logprobs(reply_.tokenizer, reply_.prompt, nullptr, 0, reply_.prompt.size(), 0);
         append_legacy_logprobs(entries, choice["logprobs"]);
@@ -396,77 +413,26 @@ class CompletionAnswer final : public LateAnswer {
     return envelope(json::array({choice}));
   }
 
-  // Appends the stream's events for the job as it is now; true when the stream is complete.
+  // Appends the stream's events for what was read; true when the stream is complete.
   bool next_chunks(std::string& out) {
     auto send = [&](const json& j) { out += "data: " + dump(j) + "\n\n"; };
-    Job& job = *job_;
-    std::vector<int32_t> canvas;
-    bool finished = false, uniform = false;
-    std::string error, delta, finish_reason;
-    int64_t passes = 0, steps = 0, drafts_from = -1;
-    {
-      std::lock_guard<std::mutex> lock(job.mutex);
-      canvas = job.canvas;
-      drafts_from = job.drafts_from;
-      finished = job.finished;
-      uniform = job.uniform_state;
-      error = job.error;
-      // The text pieces not read yet, appended as the generator sent them; at the end whatever of the final
-      // text they did not carry (a suffix request's answer comes whole).
-      for (; pieces_read_ < job.pieces.size(); ++pieces_read_) {
-        delta += job.pieces[pieces_read_].text;
-        text_tokens_ = job.pieces[pieces_read_].tokens;
-      }
-      sent_ += delta;
-      if (finished && job.text.size() > sent_.size() && job.text.compare(0, sent_.size(), sent_) == 0) {
-        delta += job.text.substr(sent_.size());
-        sent_ = job.text;
-      }
-      finish_reason = job.finish_reason;
-      passes = job.passes;
-      steps = job.steps;
-      mode_ = job.mode_used;
-      if (reply_.logprobs) {
-        size_t known = 0;  // committed positions in order
-        if (finished) {
-          final_tokens_ = job.tokens;
-          known = std::min(job.tokens.size(), job.logprobs.size());
-        } else {
-          while (known < job.have_logprob.size() && known < canvas.size() && job.have_logprob[known] &&
-                 std::find(reply_.stop_ids.begin(), reply_.stop_ids.end(), canvas[known]) ==
-                     reply_.stop_ids.end())
-            ++known;
-          final_tokens_.assign(canvas.begin(), canvas.begin() + known);
-        }
-        final_tokens_.resize(known);
-        final_lps_.assign(job.logprobs.begin(), job.logprobs.begin() + known);
-      }
-    }
-    if (reply_.endpoint == Endpoint::Responses)
-      return response_events(out, delta, finished, finish_reason, error);
-    if (finished && !error.empty()) {
-      send(error_json(500, "generation failed: " + error));
+    const bool finished = finished_.has_value();
+    const std::string delta = std::exchange(delta_, std::string());
+    sent_ += delta;
+    if (reply_.endpoint == Endpoint::Responses) return response_events(out, delta);
+    if (finished && !finished_->error.empty()) {
+      send(error_json(500, "generation failed: " + finished_->error));
       out += "data: [DONE]\n\n";
       return true;
     }
-    // The tokens whose log-probabilities go with this text: all of them at the end, else those whose text
-    // the pieces read hold whole (the last ones may still be held back, e.g. as the start of a stop string),
-    // as far as their log-probabilities are known.
-    size_t logprobs_to = logprobs_sent_;
-    if (reply_.logprobs) {
-      if (finished) logprobs_to = final_tokens_.size();
-      else if (text_tokens_ > 0)
-        logprobs_to = std::max(logprobs_sent_, std::min(final_tokens_.size(), size_t(text_tokens_)));
-    }
-    if (reply_.channels) return channel_chunks(out, delta, finished, finish_reason, logprobs_to, canvas, steps,
-                                               passes, drafts_from, uniform);
+    if (reply_.channels) return channel_chunks(out, delta);
     if (!delta.empty() || reply_.draft || first_) {
-      json j = chunk_json(delta, nullptr, logprobs_to);
-      if (reply_.draft) add_draft(j, canvas, steps, passes, drafts_from, uniform, finished);
+      json j = chunk_json(delta, nullptr);
+      if (reply_.draft) add_draft(j);
       send(j);
     }
     if (!finished) return false;
-    json last = chunk_json("", finish_reason, logprobs_to);
+    json last = chunk_json("", finished_->finish_reason);
     if (reply_.chat) last["choices"][0]["delta"] = json::object();
     send(last);
     end_stream(out);
@@ -475,12 +441,12 @@ class CompletionAnswer final : public LateAnswer {
 
   // next_chunks for /v1/responses: the new text (`delta`) as Responses events (serve/responses.h); for a
   // format with channels its thinking as reasoning, its answer as the message's text.
-  bool response_events(std::string& out, const std::string& delta, bool finished,
-                       const std::string& finish_reason, const std::string& error) {
+  bool response_events(std::string& out, const std::string& delta) {
     if (first_) out += response_events_.start();
     first_ = false;
-    if (finished && !error.empty()) {
-      out += response_events_.fail("generation failed: " + error);
+    const bool finished = finished_.has_value();
+    if (finished && !finished_->error.empty()) {
+      out += response_events_.fail("generation failed: " + finished_->error);
       return true;
     }
     if (!reply_.channels) {
@@ -492,30 +458,32 @@ class CompletionAnswer final : public LateAnswer {
       }
     }
     if (!finished) return false;
-    out +=
-        response_events_.finish(finish_reason, usage_json(reply_.prompt_tokens, *job_, Endpoint::Responses),
-                                json{{"mode", decode_mode_name(mode_)}});
+    out += response_events_.finish(finished_->finish_reason, usage_json(*finished_, Endpoint::Responses),
+                                   json{{"mode", decode_mode_name(mode_)}});
     return true;
   }
 
-  // The canvas of a chunk with canvas_draft.
-  void add_draft(json& j, const std::vector<int32_t>& canvas, int64_t steps, int64_t passes, int64_t drafts_from,
-                 bool uniform, bool finished) const {
+  // The canvas of a chunk with canvas_draft: the latest step's, the final one once finished.
+  void add_draft(json& j) const {
+    const bool finished = finished_.has_value();
+    const bool noise = started_ && started_->uniform_state && !finished;
+    const std::vector<int32_t>& canvas = finished ? finished_->canvas : step_.canvas;
     j["canvas"] = {{"mode", decode_mode_name(mode_)},
-                   {"step", steps},
-                   {"passes", passes},
+                   {"step", step_.step},
+                   {"passes", finished ? finished_->passes : step_.passes},
                    {"tokens", draft_tokens(engine_, canvas)},
-                   {"pad", draft_pad(engine_, canvas, uniform && !finished)},
-                   {"noise", uniform && !finished}};
+                   {"pad", draft_pad(engine_, canvas, noise)},
+                   {"noise", noise}};
     // verify: the tokens from `drafts` on are drafts being checked, the ones before it are kept.
-    if (drafts_from >= 0 && drafts_from < int64_t(canvas.size()) && !finished) j["canvas"]["drafts"] = drafts_from;
+    if (!finished && step_.drafts_from >= 0 && step_.drafts_from < int64_t(canvas.size()))
+      j["canvas"]["drafts"] = step_.drafts_from;
   }
 
   // After the last chunk: the usage when asked, then [DONE].
   void end_stream(std::string& out) {
     if (reply_.include_usage) {
       json u = envelope(json::array());
-      u["usage"] = usage_json(reply_.prompt_tokens, *job_);  // finished: nothing writes the job any more
+      u["usage"] = usage_json(*finished_);
       out += "data: " + dump(u) + "\n\n";
     }
     out += "data: [DONE]\n\n";
@@ -524,23 +492,24 @@ class CompletionAnswer final : public LateAnswer {
   // next_chunks for a chat in a format with channels: the new text (`delta`) as reasoning_content, content
   // and tool_calls deltas, a chunk each in order (serve/chat_answer.h); the first carries the role, the first
   // of this call the log-probabilities, the last the canvas; a marker cut at the end of the text waits.
-  bool channel_chunks(std::string& out, const std::string& delta, bool finished, const std::string& finish_reason,
-                      size_t logprobs_to, const std::vector<int32_t>& canvas, int64_t steps, int64_t passes,
-                      int64_t drafts_from, bool uniform) {
+  bool channel_chunks(std::string& out, const std::string& delta) {
+    const bool finished = finished_.has_value();
     std::vector<json> deltas = delta.empty() && !finished ? std::vector<json>() : channel_deltas_.next(sent_, finished);
     if (deltas.empty() && (reply_.draft || first_)) deltas.push_back({{"content", ""}});
     for (size_t i = 0; i < deltas.size(); ++i) {
       json choice = {{"index", 0}, {"finish_reason", nullptr}, {"delta", std::move(deltas[i])}};
       if (first_) choice["delta"]["role"] = "assistant";
-      if (reply_.logprobs) choice["logprobs"] = chunk_logprobs(logprobs_to);  // none after the first
+      if (reply_.logprobs) choice["logprobs"] = chunk_logprobs();  // none after the first
       first_ = false;
       json j = envelope(json::array({choice}));
-      if (reply_.draft && i + 1 == deltas.size()) add_draft(j, canvas, steps, passes, drafts_from, uniform, finished);
+      if (reply_.draft && i + 1 == deltas.size()) add_draft(j);
       out += "data: " + dump(j) + "\n\n";
     }
     if (!finished) return false;
-    json last = {{"index", 0}, {"finish_reason", channel_deltas_.finish_reason(finish_reason)}, {"delta", json::object()}};
-    if (reply_.logprobs) last["logprobs"] = chunk_logprobs(logprobs_to);
+    json last = {{"index", 0},
+                 {"finish_reason", channel_deltas_.finish_reason(finished_->finish_reason)},
+                 {"delta", json::object()}};
+    if (reply_.logprobs) last["logprobs"] = chunk_logprobs();
     out += "data: " + dump(envelope(json::array({last}))) + "\n\n";
     end_stream(out);
     return true;
@@ -552,15 +521,20 @@ class CompletionAnswer final : public LateAnswer {
   const bool stream_, fills_;
   std::function<void()> untrack_;  // once, when the answer ends
   bool streaming_ = false;         // the stream's head is out
-  // The stream so far: the text sent, whether the first chunk is still to come, the mode of the chunks.
-  std::string sent_;          // the text read from the job's pieces so far
-  size_t pieces_read_ = 0;    // ... of job.pieces
-  int64_t text_tokens_ = 0;   // the tokens whose text they hold whole (the last piece's count)
-  bool first_ = true;
-  DecodeMode mode_ = DecodeMode::Diffusion;
+  // The job's events read so far, and what they said.
+  size_t events_read_ = 0;
+  std::optional<event::Started> started_;
+  event::CanvasStep step_;  // the latest, with canvas_draft
+  std::optional<event::Finished> finished_;
+  DecodeMode mode_ = DecodeMode::Diffusion;  // the mode the chunks name
+  // The stream so far: the text read (`sent_`) and what of it is still to go out (`delta_`), the tokens
+  // the text completes with their log-probabilities and how many of those went out, whether the first chunk
+  // is still to come.
+  std::string sent_, delta_;
+  std::vector<int32_t> tokens_;
+  std::vector<TokenLogprob> logprobs_;
   size_t logprobs_sent_ = 0;
-  std::vector<int32_t> final_tokens_;    // the committed tokens in order (all of them once finished)
-  std::vector<TokenLogprob> final_lps_;  // theirs
+  bool first_ = true;
   // A format with channels: what of `sent_` (the text read so far, markers included) has gone out.
   ChatDeltas channel_deltas_{reply_.channels};
   ResponseEvents response_events_{reply_.response_head};  // /v1/responses
@@ -1143,12 +1117,11 @@ void HttpServer::complete(const Request& req, Response& res, Endpoint endpoint) 
   reply.logprobs = r.logprobs;
   if (r.echo) reply.echo = r.prompt;
   reply.tokenizer = engine->generator().tokenizer();
-  if (r.logprobs) reply.stop_ids = engine->generator().stop_ids();
   auto answer = std::make_shared<CompletionAnswer>(job, *engine, std::move(reply), r.stream, fills,
                                                    [this, job] { untrack(job); });
   // The engine's events wake the connection (for a job not streamed, only its end does).
-  job->listener = [stream = r.stream, draft = r.canvas_draft, wakeup = answer->wakeup](JobEvent event) {
-    if (CompletionAnswer::wants(event, stream, draft)) wakeup->notify();
+  job->listener = [stream = r.stream, draft = r.canvas_draft, wakeup = answer->wakeup](const JobEvent& e) {
+    if (CompletionAnswer::wants(e, stream, draft)) wakeup->notify();
   };
   track(job);
   res.late = answer;
@@ -1219,13 +1192,9 @@ void HttpServer::compile_then_submit(Engine& engine, const std::shared_ptr<Job>&
 }
 
 void HttpServer::refuse(Job& job, std::exception_ptr why) {
-  {
-    std::lock_guard<std::mutex> lock(job.mutex);
-    job.refused = std::move(why);
-    job.finished = true;
-  }
-  job.changed.notify_all();
-  if (job.listener) job.listener(JobEvent::Finished);
+  event::Finished refused;
+  refused.refused = std::move(why);
+  job.append(std::move(refused));
 }
 
 void HttpServer::admit(Engine& engine, const std::shared_ptr<Job>& job, Endpoint endpoint) {
@@ -1262,30 +1231,31 @@ class InfillAnswer final : public LateAnswer {
   InfillAnswer(std::shared_ptr<Job> job, std::function<void()> untrack)
       : job_(std::move(job)), untrack_(std::move(untrack)) {}
   Progress pump(Response& res, std::string&) override {
-    {
-      std::lock_guard<std::mutex> lock(job_->mutex);
-      if (!job_->finished) return Progress::Waiting;
+    for (JobEvent& e : job_->events.read(events_read_)) {
+      if (auto* started = std::get_if<event::Started>(&e)) started_ = std::move(*started);
+      if (auto* finished = std::get_if<event::Finished>(&e)) finished_ = std::move(*finished);
     }
+    if (!finished_) return Progress::Waiting;
     end();
-    const Job& job = *job_;  // finished: nothing writes it any more
+    const event::Finished& finished = *finished_;
     res.status = 200;
-    if (job.refused) {  // its schema did not compile, or the queue was full
-      send_refusal(res, job.refused);
-    } else if (job.dropped) {
+    if (finished.refused) {  // its schema did not compile, or the queue was full
+      send_refusal(res, finished.refused);
+    } else if (finished.dropped) {
       send_unavailable(res, "the server is shutting down; the request did not run");
-    } else if (!job.error.empty()) {
-      send_error(res, 400, job.error);
+    } else if (!finished.error.empty()) {
+      send_error(res, 400, finished.error);
     } else {
       std::string content;
-      for (const std::string& f : job.fills) content += f;
+      for (const std::string& f : finished.fills) content += f;
       res.set_content(dump(json{{"content", content},
-                                {"tokens_predicted", job.completion_tokens},
+                                {"tokens_predicted", finished.completion_tokens},
                                 {"stop", true},
                                 {"canvas",
-                                 {{"mode", decode_mode_name(job.mode_used)},
-                                  {"mode_reason", job.mode_reason},
-                                  {"decode_ms", job.decode_ms},
-                                  {"seed", job.settings.sampling.seed}}}}),
+                                 {{"mode", decode_mode_name(started_->mode)},
+                                  {"mode_reason", started_->reason},
+                                  {"decode_ms", finished.decode_ms},
+                                  {"seed", job_->settings.sampling.seed}}}}),
                       "application/json");
     }
     return Progress::Done;
@@ -1302,6 +1272,9 @@ class InfillAnswer final : public LateAnswer {
   }
   const std::shared_ptr<Job> job_;
   std::function<void()> untrack_;
+  size_t events_read_ = 0;
+  std::optional<event::Started> started_;  // (only Finished wakes it: the events come all at once)
+  std::optional<event::Finished> finished_;
 };
 
 }  // namespace
@@ -1347,8 +1320,8 @@ void HttpServer::infill(const Request& req, Response& res) {
   job->settings = s;
   job->model = served_model->id;
   auto answer = std::make_shared<InfillAnswer>(job, [this, job] { untrack(job); });
-  job->listener = [wakeup = answer->wakeup](JobEvent event) {
-    if (event == JobEvent::Finished) wakeup->notify();
+  job->listener = [wakeup = answer->wakeup](const JobEvent& e) {
+    if (std::holds_alternative<event::Finished>(e)) wakeup->notify();
   };
   track(job);
   if (r.schema) {

@@ -491,21 +491,23 @@ std::string completion_text(const GenerationRequest& request, const GenerationOu
   return text;
 }
 
-json usage_json(int64_t prompt_tokens, const Job& job, Endpoint endpoint) {
-  const double tokens_per_forward = job.passes > 0 ? double(job.completion_tokens) / double(job.passes) : 0.0;
-  const int64_t total = prompt_tokens + job.completion_tokens;
+json usage_json(const event::Finished& finished, Endpoint endpoint) {
+  const int64_t prompt_tokens = finished.prompt_tokens, completion_tokens = finished.completion_tokens;
+  const double tokens_per_forward =
+      finished.passes > 0 ? double(completion_tokens) / double(finished.passes) : 0.0;
+  const int64_t total = prompt_tokens + completion_tokens;
   json usage =
       endpoint == Endpoint::Responses
           ? json{{"input_tokens", prompt_tokens},
                  {"input_tokens_details", {{"cached_tokens", 0}, {"cache_write_tokens", 0}}},
-                 {"output_tokens", job.completion_tokens},
+                 {"output_tokens", completion_tokens},
                  {"output_tokens_details", {{"reasoning_tokens", 0}}},
                  {"total_tokens", total}}
           : json{{"prompt_tokens", prompt_tokens},
-                 {"completion_tokens", job.completion_tokens},
+                 {"completion_tokens", completion_tokens},
                  {"total_tokens", total},
                  {"tokens_per_pass", tokens_per_forward}};  // the older name, kept for clients that read it
-  usage["forward_passes"] = job.passes;
+  usage["forward_passes"] = finished.passes;
   usage["tokens_per_forward"] = tokens_per_forward;
   return usage;
 }

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "decode/default_sampling.h"
-#include "serve/engine.h"
+#include "serve/job.h"
 
 namespace canvas::serve {
 
@@ -88,9 +88,9 @@ std::string openai_finish_reason(const std::string& ended);
 // suffix (the fills); else the generator's text.
 std::string completion_text(const GenerationRequest& request, const GenerationOutput& out);
 
-// Usage with canvas's extras: forward_passes and tokens_per_forward (also as tokens_per_pass, its older
-// name). The Responses API names the counts input_tokens and output_tokens, with their details
+// Usage of a finished request, with canvas's extras: forward_passes and tokens_per_forward (also as
+// tokens_per_pass, its older name). The Responses API names the counts input_tokens and output_tokens, with their details
 // (reasoning_tokens 0: the thinking of a format with channels is not counted apart).
-nlohmann::json usage_json(int64_t prompt_tokens, const Job& job, Endpoint endpoint = Endpoint::Completions);
+nlohmann::json usage_json(const event::Finished& finished, Endpoint endpoint = Endpoint::Completions);
 
 }  // namespace canvas::serve
