@@ -535,12 +535,12 @@ TEST(BenchHarness, RowsGenerateWhatTheGeneratorGenerates) {
       r.sampling.seed = 3;
       r.mode = row.mode == "ar" ? DecodeMode::Ar : DecodeMode::Diffusion;
       if (row.mode == "diffusion") {
-        r.cache = parse_cache_mode(row.cache);
-        r.block_length = row.block_length;
+        r.masked.cache = parse_cache_mode(row.cache);
+        r.diffusion.block_length = row.block_length;
         if (row.threshold > 0)
-          r.threshold = row.threshold;
+          r.masked.threshold = row.threshold;
         else
-          r.steps = row.steps;
+          r.diffusion.steps = row.steps;
       }
       const GenerationOutput out = generator.run(r, &pool);
       EXPECT_EQ(row.tokens.size(), 8u) << file << " " << row.label();

@@ -81,10 +81,10 @@ TEST(CostModel, AutoMeasuresVerifyFirstThenTakesTheFastestMeasured) {
   EXPECT_NE(c.reason.find("measured"), std::string::npos) << c.reason;
   // ... and the other estimates are scaled by how the measured runs compared with theirs.
   GenerationRequest r;
-  r.draft_length = 9;
+  r.verify.draft_length = 9;
   c.apply(r);
   EXPECT_EQ(r.mode, DecodeMode::Ar);
-  EXPECT_EQ(r.draft_length, 0);
+  EXPECT_EQ(r.verify.draft_length, 0);
   EXPECT_EQ(r.mode_reason, c.reason);
   EXPECT_EQ(ar_text_setting(DecodeMode::Verify, 2, true), "verify k=2 overlapped");
   EXPECT_EQ(ar_text_setting(DecodeMode::Diffusion, 0, false), "");
@@ -167,8 +167,8 @@ TEST(CostModel, AutoWithADatastoreMeasuresSettingsInTurnAndStopsWhenOneIsSlower)
   EXPECT_NE(c.reason.find("is the fastest of ar and verify with the datastore"), std::string::npos) << c.reason;
   GenerationRequest r;
   c.apply(r);
-  EXPECT_EQ(r.draft_tree, kDatastoreTrees[0]);
-  EXPECT_EQ(r.draft_length, 4);
+  EXPECT_EQ(r.verify.draft_tree, kDatastoreTrees[0]);
+  EXPECT_EQ(r.verify.draft_length, 4);
   // Where the chains are slower than AR, no tree is tried: AR.
   CostModel slow;
   slow.observe("ar", 64.0, 64);
@@ -177,7 +177,7 @@ TEST(CostModel, AutoWithADatastoreMeasuresSettingsInTurnAndStopsWhenOneIsSlower)
   EXPECT_EQ(c.mode, DecodeMode::Ar) << c.reason;
   EXPECT_NE(c.reason.find("ar is the fastest"), std::string::npos) << c.reason;
   c.apply(r);
-  EXPECT_EQ(r.draft_tree, 0);
+  EXPECT_EQ(r.verify.draft_tree, 0);
   // Without trees (a device runs the passes), the chains are the last setting tried.
   CostModel device;
   device.observe("ar", 64.0, 64);

@@ -73,7 +73,7 @@ TEST(GenerationLogprobs, MaskedDiffusionReportsEveryCommittedToken) {
   const Model model = Model::load(test::fixture("tiny-llada.gguf"));
   const Generator generator(model, nullptr, SamplerDefaults{});
   GenerationRequest r = ids_request(DecodeMode::Diffusion, 12, 2);
-  r.block_length = 4;
+  r.diffusion.block_length = 4;
   r.sampling.temperature = 0.8f;
   r.sampling.seed = 7;
   std::vector<float> confidence(12, -1.f);
@@ -120,7 +120,7 @@ TEST(GenerationLogprobs, UniformStateReportsCommittedCanvases) {
   r.logprobs = 1;
   const GenerationOutput out = generator.run(r, nullptr);
   expect_well_formed(out, 1);
-  r.stream_head = true;
+  r.uniform_state.stream_head = true;
   EXPECT_THROW(generator.run(r, nullptr), Error);  // no materialised logits to read them from
 }
 

@@ -32,7 +32,7 @@ TEST(Generation, IgnoreEosDecodesAllTokens) {
     r.prompt = {5, 6, 7, 8};
     r.mode = mode;
     r.max_new_tokens = 8;
-    r.block_length = 4;
+    r.diffusion.block_length = 4;
     const GenerationOutput plain = Generator(model, nullptr, SamplerDefaults{}).run(r, &pool);
     ASSERT_EQ(plain.tokens.size(), 8u) << decode_mode_name(mode);
 
@@ -239,7 +239,7 @@ TEST(Conversation, OldestExchangesAreDroppedUntilTheTurnFits) {
   GenerationRequest turn;
   turn.mode = DecodeMode::Diffusion;
   turn.max_new_tokens = 8;
-  turn.block_length = 8;
+  turn.diffusion.block_length = 8;
   const FittedConversation fitted = fit_conversation(generator, conversation, 1, turn);
   EXPECT_TRUE(fitted.error.empty()) << fitted.error;
   EXPECT_GT(fitted.dropped, 0);

@@ -43,19 +43,19 @@ TEST(ModeRouter, EachKindOfModelRunsItsOwnMode) {
   EXPECT_EQ(c.mode, DecodeMode::Diffusion);
   EXPECT_EQ(c.reason, "auto: a masked-diffusion model decodes by diffusion");
   // Threshold decoding is masked diffusion's: an auto request with it is checked as diffusion only.
-  r.threshold = 0.9f;
+  r.masked.threshold = 0.9f;
   EXPECT_EQ(r_masked.candidates(r), std::vector<DecodeMode>{DecodeMode::Diffusion});
   EXPECT_NE(r_masked.choose(r).reason.find("--threshold"), std::string::npos);
-  r.threshold = 0;
+  r.masked.threshold = 0;
 
   const Model ar = Model::load(test::source_path("models/text-ar.gguf"));
   const Generator g_ar(ar, nullptr, {});
   const ModeRouter r_ar(g_ar, no_file());
   EXPECT_EQ(r_ar.choose(r).mode, DecodeMode::Ar);
   EXPECT_EQ(r_ar.candidates(r), std::vector<DecodeMode>{DecodeMode::Ar});
-  r.steps = 8;  // a diffusion option on a model without diffusion means nothing to auto
+  r.diffusion.steps = 8;  // a diffusion option on a model without diffusion means nothing to auto
   EXPECT_EQ(r_ar.choose(r).mode, DecodeMode::Ar);
-  r.steps = 0;
+  r.diffusion.steps = 0;
 
   const Model own = load(test::fixture("tiny-diffusion-gemma"), true);
   const Generator g_own(own, nullptr, {});
@@ -73,33 +73,33 @@ TEST(ModeRouter, OptionsImplyTheirModeAndAskedModesStay) {
   const Generator g(own, nullptr, {});
   const ModeRouter router(g, no_file());
   GenerationRequest r;
-  r.overlap = true;
+  r.verify.overlap = true;
   ModeChoice c = router.choose(r);
   EXPECT_EQ(c.mode, DecodeMode::Verify);
   EXPECT_TRUE(c.overlap);
   EXPECT_EQ(c.reason, "auto: a verify option (--overlap) was given");
   EXPECT_EQ(router.candidates(r), std::vector<DecodeMode>{DecodeMode::Verify});
   r = GenerationRequest();
-  r.canvas_length = 16;
+  r.uniform_state.canvas_length = 16;
   c = router.choose(r);
   EXPECT_EQ(c.mode, DecodeMode::Diffusion);
   EXPECT_EQ(c.reason, "auto: a diffusion option (--canvas-length) was given");
   // Defaults given again imply nothing.
   r = GenerationRequest();
-  r.cache = CacheMode::Prefix;
-  r.draft_steps = 1;
+  r.masked.cache = CacheMode::Prefix;
+  r.verify.draft_steps = 1;
   EXPECT_EQ(verify_option_of(r), "");
   EXPECT_EQ(diffusion_option_of(r), "");
   // Holes are filled by diffusion, whatever else is given.
   r.text = "In the <|hole:4|> God created";
-  r.draft_length = 3;
+  r.verify.draft_length = 3;
   c = router.choose(r);
   EXPECT_EQ(c.mode, DecodeMode::Diffusion);
   EXPECT_EQ(c.reason, "auto: holes and schemas are filled by diffusion");
   // A mode asked for is taken as it is; serve --mode stands for auto.
   r = GenerationRequest();
   r.mode = DecodeMode::Ar;
-  r.steps = 8;
+  r.diffusion.steps = 8;
   EXPECT_EQ(router.choose(r).mode, DecodeMode::Ar);
   EXPECT_EQ(router.choose(r).reason, "asked for");
   RouterOptions served = no_file();
@@ -110,7 +110,7 @@ TEST(ModeRouter, OptionsImplyTheirModeAndAskedModesStay) {
   EXPECT_EQ(serve_router.choose(r).reason, "serve --mode verify");
   EXPECT_EQ(serve_router.candidates(r), std::vector<DecodeMode>{DecodeMode::Verify});
   // route() sets the choice on the request.
-  r.overlap = true;
+  r.verify.overlap = true;
   router.route(r);
   EXPECT_EQ(r.mode, DecodeMode::Verify);
   EXPECT_EQ(r.mode_reason, "auto: a verify option (--overlap) was given");
@@ -128,7 +128,7 @@ TEST(ModeRouter, LearnsFromFinishedRunsAndKeepsThemInItsFile) {
     EXPECT_FALSE(router.stored());
     GenerationRequest r;
     r.mode = DecodeMode::Verify;
-    r.draft_length = 4;
+    r.verify.draft_length = 4;
     GenerationOutput out;
     out.passes = 10;
     out.tokens.assign(20, 5);

@@ -182,7 +182,7 @@ TEST(SamplingPenalties, DiffusionModesTakeWhatTheyCanAndRefuseTheRest) {
   r.prompt = {5, 6, 7, 8};
   r.mode = DecodeMode::Diffusion;
   r.max_new_tokens = 8;
-  r.block_length = 4;
+  r.diffusion.block_length = 4;
   r.ignore_eos = true;
   const std::vector<int32_t> plain = g.run(r, &pool).tokens;
   r.sampling.logit_bias = {{plain[1], 100.f}};

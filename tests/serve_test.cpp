@@ -192,10 +192,11 @@ std::vector<int32_t> decode_alone(const Model& m, const EngineCase& c, ThreadPoo
   }
   MaskedDiffusionParams p;
   p.gen_length = s.max_new_tokens;
-  p.block_length = std::min<int64_t>(s.block_length > 0 ? s.block_length : 32, s.max_new_tokens);
-  p.steps = s.steps > 0 ? s.steps : s.max_new_tokens;
-  p.threshold = s.threshold;
-  p.cache = s.cache;
+  const int64_t block = s.diffusion.block_length;
+  p.block_length = std::min<int64_t>(block > 0 ? block : 32, s.max_new_tokens);
+  p.steps = s.diffusion.steps > 0 ? s.diffusion.steps : s.max_new_tokens;
+  p.threshold = s.masked.threshold;
+  p.cache = s.masked.cache;
   p.sampling = s.sampling;
   return generate_masked(m, c.prompt, p, pool).tokens;
 }
@@ -213,10 +214,10 @@ TEST(ServeEngine, BatchedGenerationsEqualDecodingAlone) {
     EngineCase& c = cases[i];
     c.prompt = prompts[i % prompts.size()];
     c.settings.max_new_tokens = 8;
-    c.settings.block_length = 4;
+    c.settings.diffusion.block_length = 4;
     c.settings.mode = i % 3 == 2 ? serve::DecodeMode::Ar : serve::DecodeMode::Diffusion;
-    c.settings.cache = i == 0 ? CacheMode::None : i == 1 ? CacheMode::Dual : CacheMode::Prefix;
-    if (i == 3) c.settings.threshold = 0.3f;
+    c.settings.masked.cache = i == 0 ? CacheMode::None : i == 1 ? CacheMode::Dual : CacheMode::Prefix;
+    if (i == 3) c.settings.masked.threshold = 0.3f;
     if (i == 4) {
       c.settings.sampling.temperature = 0.8f;
       c.settings.sampling.seed = 7;
@@ -641,9 +642,9 @@ TEST(ServeEngine, VerifyRequestsTakeTheirTreeOfDrafts) {
     job->settings.mode = serve::DecodeMode::Verify;
     job->settings.max_new_tokens = 24;
     job->settings.ignore_eos = true;
-    job->settings.draft_lookup = 0;
-    job->settings.datastore_min_count = 1000;  // no datastore chains: the decoder drafts the chain cycles
-    job->settings.draft_tree = tree;
+    job->settings.verify.draft_lookup = 0;
+    job->settings.verify.datastore_min_count = 1000;  // no datastore chains: the decoder drafts the chain cycles
+    job->settings.verify.draft_tree = tree;
     EXPECT_TRUE(engine.submit(job));
     const serve::event::Finished finished = finished_of(*job);
     EXPECT_EQ(finished.error, "");

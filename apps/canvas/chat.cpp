@@ -129,7 +129,7 @@ int cmd_chat(int argc, char** argv) {
   // Gemma 4's channels: the generated text keeps its markers, and the reply is shown split.
   const bool channels = chat_format_has_channels(m.chat);
   request.special_text = channels;
-  request.datastore = load_datastore(args, m);
+  request.verify.datastore = load_datastore(args, m);
   const Generator generator(m);
   const ModelConfig& c = m.model.config;
   auto pool = make_pool(args);
@@ -142,7 +142,7 @@ int cmd_chat(int argc, char** argv) {
   const std::string chosen_by = args.has("verbose") || why.rfind("auto", 0) != 0 ? why : "auto";
   std::fprintf(stderr, "[chat: %s, %s decoding (%s), format %s (%s), seed %llu]\n", m.path.c_str(),
                mode == DecodeMode::Ar       ? "autoregressive"
-               : mode == DecodeMode::Verify ? (first.overlap ? "draft-and-verify (overlapped)" : "draft-and-verify")
+               : mode == DecodeMode::Verify ? (first.verify.overlap ? "draft-and-verify (overlapped)" : "draft-and-verify")
                : c.uniform_state            ? "uniform-state diffusion"
                                             : "masked diffusion",
                chosen_by.c_str(), m.chat.name.c_str(), m.chat.origin.c_str(),

@@ -200,29 +200,33 @@ GenerationRequest request_from_args(const Args& args) {
   check(mode == "auto" || mode == "diffusion" || mode == "ar" || mode == "verify",
         "--mode must be diffusion, ar or verify (or auto)");
   r.mode = parse_decode_mode(mode);
-  r.draft_length = args.get_int("draft-length", 0);
-  check(!args.has("draft-length") || (r.draft_length >= 1 && r.draft_length <= 1024),
+  r.verify.draft_length = args.get_int("draft-length", 0);
+  check(!args.has("draft-length") || (r.verify.draft_length >= 1 && r.verify.draft_length <= 1024),
         "--draft-length must be between 1 and 1024");
-  r.draft_steps = args.get_int("draft-steps", 1);
-  r.overlap = args.has("overlap");
-  r.draft_lookup = args.get_int("draft-lookup", -1);
-  check(!args.has("draft-lookup") || (r.draft_lookup >= 0 && r.draft_lookup <= 64),
+  r.verify.draft_steps = args.get_int("draft-steps", 1);
+  r.verify.overlap = args.has("overlap");
+  r.verify.draft_lookup = args.get_int("draft-lookup", -1);
+  check(!args.has("draft-lookup") || (r.verify.draft_lookup >= 0 && r.verify.draft_lookup <= 64),
         "--draft-lookup must be between 0 and 64");
-  r.draft_lookup_length = args.get_int("draft-lookup-length", 0);
-  check(!args.has("draft-lookup-length") || (r.draft_lookup_length >= 1 && r.draft_lookup_length <= 1024),
+  r.verify.draft_lookup_length = args.get_int("draft-lookup-length", 0);
+  check(!args.has("draft-lookup-length") ||
+            (r.verify.draft_lookup_length >= 1 && r.verify.draft_lookup_length <= 1024),
         "--draft-lookup-length must be between 1 and 1024");
-  r.datastore_min_count = args.get_int("draft-datastore-count", 0);
-  check(!args.has("draft-datastore-count") || (r.datastore_min_count >= 1 && r.datastore_min_count <= 1 << 30),
+  r.verify.datastore_min_count = args.get_int("draft-datastore-count", 0);
+  check(!args.has("draft-datastore-count") ||
+            (r.verify.datastore_min_count >= 1 && r.verify.datastore_min_count <= 1 << 30),
         "--draft-datastore-count must be positive");
-  r.datastore_length = args.get_int("draft-datastore-length", 0);
-  check(!args.has("draft-datastore-length") || (r.datastore_length >= 1 && r.datastore_length <= 1024),
+  r.verify.datastore_length = args.get_int("draft-datastore-length", 0);
+  check(!args.has("draft-datastore-length") ||
+            (r.verify.datastore_length >= 1 && r.verify.datastore_length <= 1024),
         "--draft-datastore-length must be between 1 and 1024");
   for (const char* option : {"draft-datastore-count", "draft-datastore-length"})
     check(!args.has(option) || args.has("draft-datastore"), std::string("--") + option + " needs --draft-datastore");
-  r.draft_tree = args.get_int("draft-tree", -1);
-  check(!args.has("draft-tree") || (r.draft_tree >= 0 && r.draft_tree <= 63), "--draft-tree must be between 0 and 63");
-  r.draft_tree_depth = args.get_int("draft-tree-depth", 0);
-  check(!args.has("draft-tree-depth") || (r.draft_tree_depth >= 1 && r.draft_tree_depth <= 63),
+  r.verify.draft_tree = args.get_int("draft-tree", -1);
+  check(!args.has("draft-tree") || (r.verify.draft_tree >= 0 && r.verify.draft_tree <= 63),
+        "--draft-tree must be between 0 and 63");
+  r.verify.draft_tree_depth = args.get_int("draft-tree-depth", 0);
+  check(!args.has("draft-tree-depth") || (r.verify.draft_tree_depth >= 1 && r.verify.draft_tree_depth <= 63),
         "--draft-tree-depth must be between 1 and 63");
   check(!args.has("draft-tree-depth") || args.has("draft-tree"), "--draft-tree-depth needs --draft-tree");
   // Draft-and-verify's options are refused where they would be ignored, naming the mode in use.
@@ -236,28 +240,28 @@ GenerationRequest request_from_args(const Args& args) {
     check(!args.has(name) || v > 0, std::string("--") + name + " must be positive");
     return v;
   };
-  r.steps = positive("steps");
-  r.block_length = positive("block-length");
-  r.canvas_length = positive("canvas-length");
-  r.schedule = args.get("schedule", "");
-  r.order = parse_unmask_order(args.get("algorithm", "confidence"));
-  r.threshold = float(args.get_float("threshold", 0.0));
-  r.cache = parse_cache_mode(args.get("cache", "prefix"));
-  r.freeze = args.has("freeze") || args.has("freeze-refresh");
-  r.freeze_refresh = args.get_int("freeze-refresh", 0);
+  r.diffusion.steps = positive("steps");
+  r.diffusion.block_length = positive("block-length");
+  r.uniform_state.canvas_length = positive("canvas-length");
+  r.masked.schedule = args.get("schedule", "");
+  r.masked.order = parse_unmask_order(args.get("algorithm", "confidence"));
+  r.masked.threshold = float(args.get_float("threshold", 0.0));
+  r.masked.cache = parse_cache_mode(args.get("cache", "prefix"));
+  r.diffusion.freeze = args.has("freeze") || args.has("freeze-refresh");
+  r.diffusion.freeze_refresh = args.get_int("freeze-refresh", 0);
   auto non_negative = [&](const char* name) {
     const double v = args.get_float(name, -1.0);
     check(!args.has(name) || (std::isfinite(v) && v >= 0), std::string("--") + name + " must be finite and >= 0");
     return float(v);
   };
-  r.entropy_bound = non_negative("entropy-bound");
-  r.t_min = non_negative("t-min");
-  r.t_max = non_negative("t-max");
-  r.confidence_threshold = non_negative("confidence-threshold");
-  r.neighbor_penalty = non_negative("neighbor-penalty");
-  r.stability = args.get_int("stability", -1);
-  check(!args.has("stability") || r.stability >= 0, "--stability must be >= 0");
-  r.stream_head = args.has("stream-head");
+  r.uniform_state.entropy_bound = non_negative("entropy-bound");
+  r.uniform_state.t_min = non_negative("t-min");
+  r.uniform_state.t_max = non_negative("t-max");
+  r.uniform_state.confidence_threshold = non_negative("confidence-threshold");
+  r.uniform_state.neighbor_penalty = non_negative("neighbor-penalty");
+  r.uniform_state.stability = args.get_int("stability", -1);
+  check(!args.has("stability") || r.uniform_state.stability >= 0, "--stability must be >= 0");
+  r.uniform_state.stream_head = args.has("stream-head");
   r.stop = args.get_all("stop");
   r.ignore_eos = args.has("ignore-eos");
   SamplingParams& s = r.sampling;

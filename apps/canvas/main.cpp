@@ -128,7 +128,7 @@ int cmd_generate(int argc, char** argv) {
   // The model's own sampling where the flags give none (llama.cpp's defaults for a pretrained model), as chat
   // and serve sample; canvas's own models and diffusion models stay greedy.
   apply_default_sampling(request.sampling, default_sampling(m.model, m.path).params, cli::sampling_given(args));
-  request.datastore = cli::load_datastore(args, m);
+  request.verify.datastore = cli::load_datastore(args, m);
   // Infilling (--suffix, <|hole:N|>) and schema-constrained output (--json-schema): apps/canvas/infill.cpp.
   if (cli::infill_requested(args)) return cli::run_infill(args, m, request);
   const Generator generator(m);

@@ -71,10 +71,10 @@ GenerationRequest request_of(const GridPoint& g, const std::vector<int32_t>& pro
   r.ignore_eos = true;  // random weights may pick EOS at any step; the bench wants all n tokens
   r.sampling.seed = seed;
   if (!g.ar) {
-    r.cache = g.cache;
-    r.block_length = g.block_length;
-    r.steps = g.threshold > 0 ? 0 : g.steps;
-    r.threshold = g.threshold;
+    r.masked.cache = g.cache;
+    r.diffusion.block_length = g.block_length;
+    r.diffusion.steps = g.threshold > 0 ? 0 : g.steps;
+    r.masked.threshold = g.threshold;
   }
   return r;
 }

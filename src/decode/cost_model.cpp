@@ -247,9 +247,9 @@ double CostModel::verify_ms(int64_t tokens, int64_t pass_rows, double tokens_per
 
 void ModeChoice::apply(GenerationRequest& request) const {
   request.mode = mode;
-  request.draft_length = mode == DecodeMode::Verify ? draft_length : 0;
-  request.overlap = mode == DecodeMode::Verify && overlap;
-  request.draft_tree = mode == DecodeMode::Verify ? draft_tree : 0;
+  request.verify.draft_length = mode == DecodeMode::Verify ? draft_length : 0;
+  request.verify.overlap = mode == DecodeMode::Verify && overlap;
+  request.verify.draft_tree = mode == DecodeMode::Verify ? draft_tree : 0;
   request.mode_reason = reason;
 }
 

@@ -93,7 +93,7 @@ struct CostModel {
   // over the whole canvas (canvas rows per request).
   double uniform_ms(int64_t tokens, int64_t canvas, double passes_per_canvas, int64_t load) const;
   // Draft-and-verify: tokens / tokens_per_forward passes of `pass_rows` rows per request
-  // (Generator::verify_pass_rows: k + 1, the draft and verify passes having the same shape; or the
+  // (Generator::verify_rows: k + 1, the draft and verify passes having the same shape; or the
   // overlapped cycle's (k + 1)(k + 2)).
   double verify_ms(int64_t tokens, int64_t pass_rows, double tokens_per_forward, int64_t load) const;
   std::string describe() const;

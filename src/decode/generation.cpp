@@ -149,16 +149,14 @@ int64_t Generator::new_tokens_of(const GenerationRequest& r, int64_t prompt_toke
   return n;
 }
 
-int64_t Generator::verify_draft_length(const GenerationRequest& r) {
-  return r.draft_length > 0 ? r.draft_length : VerifyParams{}.draft_length;
+int64_t Generator::verify_draft_length(const VerifyOptions& v) {
+  return v.draft_length > 0 ? v.draft_length : VerifyParams{}.draft_length;
 }
 
 int64_t Generator::verify_rows(int64_t k, bool overlap) { return overlap ? (k + 1) * (k + 2) : k + 1; }
 
-int64_t Generator::verify_pass_rows(const GenerationRequest& r) { return verify_rows(verify_draft_length(r), r.overlap); }
-
-int64_t Generator::masked_block_length(const GenerationRequest& r, int64_t n, int64_t prompt_tokens) const {
-  if (r.block_length > 0) return std::min(r.block_length, n);
+int64_t Generator::masked_block_length(const DiffusionOptions& d, int64_t n, int64_t prompt_tokens) const {
+  if (d.block_length > 0) return std::min(d.block_length, n);
   // 32, the canvas padded to whole blocks and cut back; when the padding would not fit the context, one block.
   const int64_t block = std::min<int64_t>(32, n);
   const int64_t padded = (n + block - 1) / block * block;
@@ -166,15 +164,17 @@ int64_t Generator::masked_block_length(const GenerationRequest& r, int64_t n, in
 }
 
 MaskedDiffusionParams Generator::masked_params(const GenerationRequest& r) const {
+  const DiffusionOptions& d = r.diffusion;
+  const MaskedOptions& m = r.masked;
   MaskedDiffusionParams p;
-  p.steps = r.steps;
+  p.steps = d.steps;
   p.schedule =
-      parse_step_schedule(!r.schedule.empty() ? r.schedule : model_.config.arch == "dream" ? "dream" : "llada");
-  p.order = r.order;
-  p.threshold = r.threshold;
-  p.cache = r.cache;
-  p.freeze = r.freeze || r.freeze_refresh > 0;
-  p.freeze_refresh = r.freeze_refresh;
+      parse_step_schedule(!m.schedule.empty() ? m.schedule : model_.config.arch == "dream" ? "dream" : "llada");
+  p.order = m.order;
+  p.threshold = m.threshold;
+  p.cache = m.cache;
+  p.freeze = d.freeze || d.freeze_refresh > 0;
+  p.freeze_refresh = d.freeze_refresh;
   p.sampling = r.sampling;
   return p;
 }
@@ -182,7 +182,7 @@ MaskedDiffusionParams Generator::masked_params(const GenerationRequest& r) const
 MaskedDiffusionParams Generator::masked_params(const GenerationRequest& r, int64_t n,
                                                int64_t prompt_tokens) const {
   MaskedDiffusionParams p = masked_params(r);
-  p.block_length = masked_block_length(r, n, prompt_tokens);
+  p.block_length = masked_block_length(r.diffusion, n, prompt_tokens);
   // Any N: the canvas is padded to whole blocks, and the text cut back to N tokens.
   p.gen_length = (n + p.block_length - 1) / p.block_length * p.block_length;
   if (p.steps == 0) p.steps = p.gen_length;
@@ -190,22 +190,24 @@ MaskedDiffusionParams Generator::masked_params(const GenerationRequest& r, int64
 }
 
 EntropyBoundParams Generator::uniform_params(const GenerationRequest& r, int64_t n) const {
+  const DiffusionOptions& d = r.diffusion;
+  const UniformStateOptions& u = r.uniform_state;
   EntropyBoundParams p = defaults_.params;
   p.max_new_tokens = n;
-  const int64_t canvas = r.canvas_length > 0 ? r.canvas_length : r.block_length;
+  const int64_t canvas = u.canvas_length > 0 ? u.canvas_length : d.block_length;
   // The release's checkpoints denoise whole canvases of their canvas_length (the text is cut to N tokens),
   // as the reference does; canvas's own models shrink the canvas to N.
   if (canvas > 0) p.canvas_length = canvas;
   if (!model_.config.release_form || canvas > 0) p.canvas_length = std::min<int64_t>(p.canvas_length, n);
-  if (r.steps > 0) p.max_denoising_steps = r.steps;
-  if (r.entropy_bound >= 0) p.entropy_bound = r.entropy_bound;
-  if (r.t_min >= 0) p.t_min = r.t_min;
-  if (r.t_max >= 0) p.t_max = r.t_max;
-  if (r.stability >= 0) p.stability_threshold = r.stability;
-  if (r.confidence_threshold >= 0) p.confidence_threshold = r.confidence_threshold;
+  if (d.steps > 0) p.max_denoising_steps = d.steps;
+  if (u.entropy_bound >= 0) p.entropy_bound = u.entropy_bound;
+  if (u.t_min >= 0) p.t_min = u.t_min;
+  if (u.t_max >= 0) p.t_max = u.t_max;
+  if (u.stability >= 0) p.stability_threshold = u.stability;
+  if (u.confidence_threshold >= 0) p.confidence_threshold = u.confidence_threshold;
   p.seed = r.sampling.seed;
   if (r.ignore_eos) p.eos_ids.clear();
-  p.stream_head = r.stream_head;
+  p.stream_head = u.stream_head;
   if (r.temperature_given && r.sampling.temperature == 0) {
     p.greedy = true;
   } else if (r.temperature_given) {
@@ -217,10 +219,32 @@ EntropyBoundParams Generator::uniform_params(const GenerationRequest& r, int64_t
   p.min_p = r.sampling.min_p;
   // The streamed head has no logits to penalise: it drops the file's default, and only an explicit
   // neighbour penalty with it is an error.
-  if (r.neighbor_penalty >= 0) p.neighbor_penalty = r.neighbor_penalty;
+  if (u.neighbor_penalty >= 0) p.neighbor_penalty = u.neighbor_penalty;
   else if (p.stream_head) p.neighbor_penalty = 1.f;
-  p.freeze = r.freeze || r.freeze_refresh > 0;
-  p.freeze_refresh = r.freeze_refresh;
+  p.freeze = d.freeze || d.freeze_refresh > 0;
+  p.freeze_refresh = d.freeze_refresh;
+  return p;
+}
+
+VerifyParams Generator::verify_params(const GenerationRequest& r, int64_t n) const {
+  const VerifyOptions& v = r.verify;
+  VerifyParams p;
+  p.max_new_tokens = n;
+  p.draft_length = verify_draft_length(v);
+  p.draft_steps = v.draft_steps;
+  p.overlap = v.overlap;
+  if (v.draft_lookup >= 0) p.draft_lookup = v.draft_lookup;
+  if (v.draft_lookup_length > 0) p.lookup_length = v.draft_lookup_length;
+  p.datastore = v.datastore.get();
+  if (v.datastore_min_count > 0) p.datastore_draft.min_count = v.datastore_min_count;
+  if (v.datastore_length > 0) p.datastore_length = v.datastore_length;
+  if (v.draft_tree >= 0) p.draft_tree = v.draft_tree;
+  if (v.draft_tree_depth > 0) p.tree.depth = v.draft_tree_depth;
+  p.sampling = r.sampling;
+  p.draft_temperature = defaults_.params.t_min;
+  p.stop_ids = stop_ids_;
+  p.stop_at_eos = !r.ignore_eos;
+  p.prefix_cache = r.prefix_cache;
   return p;
 }
 
@@ -263,29 +287,30 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
                 "uniform-state model); '" + c.arch + "' has not: use " +
                     (c.is_diffusion() && has_ar() ? "--mode ar or --mode diffusion"
                                                   : c.is_diffusion() ? "--mode diffusion" : "--mode ar"));
-  canvas::check(r.draft_length >= 0 && r.draft_length <= 1024, "--draft-length must be between 1 and 1024");
-  canvas::check(r.draft_steps >= 1 && r.draft_steps <= 64, "--draft-steps must be between 1 and 64");
-  canvas::check(r.draft_lookup >= -1 && r.draft_lookup <= 64, "--draft-lookup must be between 0 and 64");
-  canvas::check(r.draft_lookup_length >= 0 && r.draft_lookup_length <= 1024,
+  const VerifyOptions& v = r.verify;
+  canvas::check(v.draft_length >= 0 && v.draft_length <= 1024, "--draft-length must be between 1 and 1024");
+  canvas::check(v.draft_steps >= 1 && v.draft_steps <= 64, "--draft-steps must be between 1 and 64");
+  canvas::check(v.draft_lookup >= -1 && v.draft_lookup <= 64, "--draft-lookup must be between 0 and 64");
+  canvas::check(v.draft_lookup_length >= 0 && v.draft_lookup_length <= 1024,
                 "--draft-lookup-length must be between 1 and 1024");
-  canvas::check(r.draft_tree >= -1 && r.draft_tree <= 63, "--draft-tree must be between 0 and 63");
-  canvas::check(r.draft_tree_depth >= 0 && r.draft_tree_depth <= 63, "--draft-tree-depth must be between 1 and 63");
+  canvas::check(v.draft_tree >= -1 && v.draft_tree <= 63, "--draft-tree must be between 0 and 63");
+  canvas::check(v.draft_tree_depth >= 0 && v.draft_tree_depth <= 63, "--draft-tree-depth must be between 1 and 63");
   if (mode == DecodeMode::Verify) {
     // A cycle's rows grow with k (with the square of k when overlapped), and each keeps a logits row: bounded
     // by the context and by kMaxVerifyLogitBytes before anything is allocated.
     auto fits = [&](int64_t rows) {
       return rows <= c.context_length && double(rows) * double(c.vocab) * sizeof(float) <= kMaxVerifyLogitBytes;
     };
-    const int64_t k = verify_draft_length(r), rows = verify_rows(k, r.overlap);
+    const int64_t k = verify_draft_length(v), rows = verify_rows(k, v.overlap);
     if (!fits(rows)) {
       int64_t most = 0;  // the longest draft that fits both bounds
-      while (most < k && fits(verify_rows(most + 1, r.overlap))) ++most;
+      while (most < k && fits(verify_rows(most + 1, v.overlap))) ++most;
       const double bytes = double(rows) * double(c.vocab) * sizeof(float);
-      throw Error("--draft-length " + std::to_string(k) + (r.overlap ? " with --overlap" : "") + " computes " +
+      throw Error("--draft-length " + std::to_string(k) + (v.overlap ? " with --overlap" : "") + " computes " +
                   std::to_string(rows) + " rows per pass (" + std::to_string(int64_t(bytes / 1048576)) +
                   " MiB of logits); the limit is the context (" + std::to_string(c.context_length) + " rows) and " +
                   std::to_string(int64_t(kMaxVerifyLogitBytes / 1048576)) + " MiB: at most --draft-length " +
-                  std::to_string(most) + (r.overlap ? " with --overlap" : "") + " on this model");
+                  std::to_string(most) + (v.overlap ? " with --overlap" : "") + " on this model");
     }
     // A lookup or datastore cycle verifies its draft and the last token in one pass.
     auto check_draft_rows = [&](bool used, const char* flag, int64_t length) {
@@ -294,18 +319,21 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
                     " rows per pass; the limit is the context (" + std::to_string(c.context_length) + " rows) and " +
                     std::to_string(int64_t(kMaxVerifyLogitBytes / 1048576)) + " MiB of logits on this model");
     };
-    check_draft_rows(r.draft_lookup != 0, "--draft-lookup-length",
-                     r.draft_lookup_length > 0 ? r.draft_lookup_length : VerifyParams{}.lookup_length);
-    check_draft_rows(r.datastore != nullptr, "--draft-datastore-length",
-                     r.datastore_length > 0 ? r.datastore_length : VerifyParams{}.datastore_length);
+    check_draft_rows(v.draft_lookup != 0, "--draft-lookup-length",
+                     v.draft_lookup_length > 0 ? v.draft_lookup_length : VerifyParams{}.lookup_length);
+    check_draft_rows(v.datastore != nullptr, "--draft-datastore-length",
+                     v.datastore_length > 0 ? v.datastore_length : VerifyParams{}.datastore_length);
   }
   const bool uniform = mode == DecodeMode::Diffusion && c.uniform_state;
   // Masked diffusion's own options, refused where they would be ignored, naming the mode in use.
   const std::string mode_in_use = uniform ? std::string("uniform-state diffusion") : std::string("--mode ") + decode_mode_name(mode);
   const bool masked = mode == DecodeMode::Diffusion && !c.uniform_state;
-  canvas::check(r.threshold <= 0 || masked, "--threshold is masked diffusion's (Fast-dLLM), not " + mode_in_use +
+  const DiffusionOptions& d = r.diffusion;
+  const MaskedOptions& m = r.masked;
+  const UniformStateOptions& u = r.uniform_state;
+  canvas::check(m.threshold <= 0 || masked, "--threshold is masked diffusion's (Fast-dLLM), not " + mode_in_use +
                                                 (uniform ? "'s: it accepts positions by --entropy-bound" : ""));
-  canvas::check(r.cache == CacheMode::Prefix || masked,
+  canvas::check(m.cache == CacheMode::Prefix || masked,
                 "--cache none|dual is masked diffusion's; " + mode_in_use + " keeps the prefix's K/V itself");
   const SamplingParams& s = r.sampling;
   canvas::check(std::isfinite(s.temperature) && s.temperature >= 0 && s.temperature <= 100,
@@ -336,18 +364,18 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
   canvas::check(!uniform || s.logit_bias.empty(),
                 "logit bias applies to --mode ar, verify and masked diffusion, not uniform-state diffusion (--mode "
                 "diffusion): use --mode ar" + std::string(supports_verify(c) ? " or verify" : ""));
-  canvas::check(r.steps >= 0 && r.block_length >= 0, "--steps and --block-length must be positive");
-  canvas::check(r.canvas_length >= 0, "--canvas-length must be positive");
-  canvas::check(r.canvas_length == 0 || uniform,
+  canvas::check(d.steps >= 0 && d.block_length >= 0, "--steps and --block-length must be positive");
+  canvas::check(u.canvas_length >= 0, "--canvas-length must be positive");
+  canvas::check(u.canvas_length == 0 || uniform,
                 "--canvas-length is the canvas of uniform-state diffusion (DiffusionGemma); masked diffusion takes "
                 "--block-length, and AR has no canvas");
-  canvas::check(r.canvas_length == 0 || r.block_length == 0 || r.canvas_length == r.block_length,
+  canvas::check(u.canvas_length == 0 || d.block_length == 0 || u.canvas_length == d.block_length,
                 "--canvas-length and --block-length (its old name for uniform-state models) disagree");
-  canvas::check(r.freeze_refresh >= 0, "--freeze-refresh must be >= 0");
-  canvas::check(r.logprobs < 0 || !(uniform && r.stream_head),
+  canvas::check(d.freeze_refresh >= 0, "--freeze-refresh must be >= 0");
+  canvas::check(r.logprobs < 0 || !(uniform && u.stream_head),
                 "log-probabilities need the materialised head: not with --stream-head");
   canvas::check(r.logprobs <= 100, "at most 100 alternatives per token (logprobs)");
-  canvas::check(!r.stream_head || uniform,
+  canvas::check(!u.stream_head || uniform,
                 "--stream-head applies to uniform-state diffusion decoding (DiffusionGemma's entropy-bound sampler) only");
   for (const std::string& stop : r.stop) canvas::check(!stop.empty(), "--stop needs a non-empty string");
   if (uniform) {
@@ -370,9 +398,9 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
                   "--stability and --confidence-threshold must be >= 0");
   } else if (mode == DecodeMode::Diffusion) {
     canvas::check(c.mask_token >= 0, "model has no mask token: use --mode ar");
-    canvas::check(r.threshold >= 0 && r.threshold <= 1, "--threshold must be in [0, 1]");
-    if (!r.schedule.empty()) parse_step_schedule(r.schedule);
-    const int64_t block = masked_block_length(r, n, P);
+    canvas::check(m.threshold >= 0 && m.threshold <= 1, "--threshold must be in [0, 1]");
+    if (!m.schedule.empty()) parse_step_schedule(m.schedule);
+    const int64_t block = masked_block_length(d, n, P);
     const int64_t padded = (n + block - 1) / block * block;
     canvas::check(P + padded <= c.context_length,
                   "-n " + std::to_string(n) + " rounded up to whole blocks of " + std::to_string(block) + " is " +
@@ -380,8 +408,8 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
                       " tokens) exceeds the model's context length " + std::to_string(c.context_length) +
                       "; give -n a multiple of --block-length or a smaller --block-length");
     const int64_t blocks = padded / block;
-    canvas::check(r.steps == 0 || r.threshold > 0 || r.steps % blocks == 0,
-                  "--steps (" + std::to_string(r.steps) + ") must be a multiple of the number of blocks (" +
+    canvas::check(d.steps == 0 || m.threshold > 0 || d.steps % blocks == 0,
+                  "--steps (" + std::to_string(d.steps) + ") must be a multiple of the number of blocks (" +
                       std::to_string(blocks) + ")");
   }
 }
@@ -526,24 +554,7 @@ void GenerationRun::decode() {
       if (int64_t(result.tokens.size()) > n) result.tokens.resize(size_t(n));
       out.decode_tokens = int64_t(result.tokens.size());
     } else if (out.mode == DecodeMode::Verify) {
-      VerifyParams p;
-      p.max_new_tokens = n;
-      p.draft_length = Generator::verify_draft_length(r);
-      p.draft_steps = r.draft_steps;
-      p.overlap = r.overlap;
-      if (r.draft_lookup >= 0) p.draft_lookup = r.draft_lookup;
-      if (r.draft_lookup_length > 0) p.lookup_length = r.draft_lookup_length;
-      p.datastore = r.datastore.get();
-      if (r.datastore_min_count > 0) p.datastore_draft.min_count = r.datastore_min_count;
-      if (r.datastore_length > 0) p.datastore_length = r.datastore_length;
-      if (r.draft_tree >= 0) p.draft_tree = r.draft_tree;
-      if (r.draft_tree_depth > 0) p.tree.depth = r.draft_tree_depth;
-      p.sampling = r.sampling;
-      p.draft_temperature = g.defaults_.params.t_min;
-      p.stop_ids = g.stop_ids_;
-      p.stop_at_eos = !r.ignore_eos;
-      p.prefix_cache = r.prefix_cache;
-      const VerifyResult v = generate_verify(g.model_, out.prompt, p, pool, callbacks);
+      const VerifyResult v = generate_verify(g.model_, out.prompt, g.verify_params(r, n), pool, callbacks);
       result = v;
       out.encoder_passes = v.encoder_passes;
       out.verify = v.stats;

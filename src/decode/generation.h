@@ -44,6 +44,65 @@ constexpr int64_t kTurnMaxTokens = 4096, kMaskedTurnMaxTokens = 256;
 DecodeMode parse_decode_mode(const std::string& name);  // auto | diffusion | ar | verify; Error otherwise
 const char* decode_mode_name(DecodeMode mode);
 
+// The options of one decoding method, read by that method only; 0, -1 or empty keeps the default. A request
+// holds one of each (GenerationRequest::diffusion, masked, uniform_state, verify); generate's and chat's
+// flags and serve's JSON fields of the same names fill them.
+
+// Both kinds of diffusion: masked (LLaDA, Dream) and uniform-state (DiffusionGemma).
+struct DiffusionOptions {
+  // Masked: the denoising steps of the whole canvas (default: its padded length, one token per step).
+  // Uniform-state: the most passes per canvas (default: the model's max_denoising_steps).
+  int64_t steps = 0;
+  // Masked: the block length, min(block_length or 32, N) (Generator::masked_block_length); the canvas is
+  // padded to whole blocks and cut back to N tokens. Uniform-state: the canvas length, as canvas_length
+  // (its old name).
+  int64_t block_length = 0;
+  // Compute-aware decoding (an approximation): settled positions are not recomputed by later passes but for
+  // a full pass every freeze_refresh steps (0: none); freeze_refresh > 0 implies freeze
+  // (MaskedDiffusionParams::freeze, EntropyBoundParams::freeze).
+  bool freeze = false;
+  int64_t freeze_refresh = 0;
+};
+
+// Masked diffusion only.
+struct MaskedOptions {
+  std::string schedule;                         // llada | dream ("": dream for Dream models, llada otherwise)
+  UnmaskOrder order = UnmaskOrder::Confidence;  // which positions a step unmasks (--algorithm)
+  float threshold = 0.f;                        // > 0: Fast-dLLM's threshold decoding (the schedule ignored)
+  CacheMode cache = CacheMode::Prefix;          // the K/V a block's steps reuse
+};
+
+// Uniform-state diffusion (the entropy-bound sampler, EntropyBoundParams); a negative value keeps the
+// model's default (SamplerDefaults).
+struct UniformStateOptions {
+  int64_t canvas_length = 0;  // 0: the model's
+  float entropy_bound = -1, t_min = -1, t_max = -1, confidence_threshold = -1, neighbor_penalty = -1;
+  int64_t stability = -1;    // EntropyBoundParams::stability_threshold
+  bool stream_head = false;  // no [canvas x vocab] logits: the head streamed (EntropyBoundParams)
+};
+
+// Draft-and-verify (VerifyParams): the diffusion decoder, n-gram lookups or a datastore draft, the causal
+// path verifies.
+struct VerifyOptions {
+  int64_t draft_length = 0;  // tokens drafted per cycle (0: VerifyParams' default, 4)
+  int64_t draft_steps = 1;   // decoder passes per draft
+  // One pass per cycle that verifies the drafts and drafts the next cycle (VerifyParams::overlap).
+  bool overlap = false;
+  // Lookup drafts: the longest n-gram matched (VerifyParams::draft_lookup; -1: its default, 0: off) and
+  // their length (VerifyParams::lookup_length; 0: its default).
+  int64_t draft_lookup = -1;
+  int64_t draft_lookup_length = 0;
+  // Datastore drafts from this corpus (VerifyParams::datastore; null: off), the least occurrences of the
+  // n-gram that drafts (0: DatastoreDraftParams' default) and the draft's most tokens (0: its default).
+  std::shared_ptr<const Datastore> datastore;
+  int64_t datastore_min_count = 0;
+  int64_t datastore_length = 0;
+  // Tree drafts of up to this many tokens a cycle (VerifyParams::draft_tree; -1: its default, 0: off), their
+  // paths' most tokens (DraftTreeParams::depth; 0: its default).
+  int64_t draft_tree = -1;
+  int64_t draft_tree_depth = 0;
+};
+
 struct GenerationRequest {
   // The prompt: `prompt` ids when non-empty; else `messages` rendered by the model's chat format; else
   // `text`, encoded with the vocabulary's BOS (as one user turn of the chat format when `chat`).
@@ -78,42 +137,11 @@ struct GenerationRequest {
   SamplingParams sampling;
   bool temperature_given = false;
 
-  // Masked diffusion (0 / empty: defaults). The block length is min(block_length or 32, N) (Generator::
-  // masked_block_length); the canvas is padded to whole blocks and cut back to N tokens; steps default to
-  // the padded length (one per step).
-  int64_t steps = 0;
-  int64_t block_length = 0;       // uniform-state: the canvas length, as canvas_length (its old name)
-  int64_t canvas_length = 0;      // uniform-state: the canvas length (default: the model's)
-  std::string schedule;           // llada | dream ("": dream for Dream models, llada otherwise)
-  UnmaskOrder order = UnmaskOrder::Confidence;
-  float threshold = 0.f;
-  CacheMode cache = CacheMode::Prefix;
-  bool freeze = false;            // masked and uniform-state
-  int64_t freeze_refresh = 0;
-
-  // Uniform-state sampler settings; a negative value keeps the model's default (SamplerDefaults).
-  float entropy_bound = -1, t_min = -1, t_max = -1, confidence_threshold = -1, neighbor_penalty = -1;
-  int64_t stability = -1;
-  bool stream_head = false;
-
-  // Draft-and-verify: tokens drafted per cycle (0: the default, 4) and decoder passes per draft.
-  int64_t draft_length = 0;
-  int64_t draft_steps = 1;
-  // verify: one pass per cycle that verifies the drafts and drafts the next cycle (VerifyParams::overlap).
-  bool overlap = false;
-  // verify: lookup drafts, the longest n-gram matched (VerifyParams::draft_lookup; -1: its default, 0: off),
-  // and their length (VerifyParams::lookup_length; 0: its default).
-  int64_t draft_lookup = -1;
-  int64_t draft_lookup_length = 0;
-  // verify: datastore drafts from this corpus (VerifyParams::datastore; null: off), the least occurrences
-  // of the n-gram that drafts (0: DatastoreDraftParams' default) and the draft's most tokens (0: its default).
-  std::shared_ptr<const Datastore> datastore;
-  int64_t datastore_min_count = 0;
-  int64_t datastore_length = 0;
-  // verify: tree drafts of up to this many tokens a cycle (VerifyParams::draft_tree; -1: its default, 0: off),
-  // their paths' most tokens (DraftTreeParams::depth; 0: its default).
-  int64_t draft_tree = -1;
-  int64_t draft_tree_depth = 0;
+  // Each decoding method's own options (above).
+  DiffusionOptions diffusion;
+  MaskedOptions masked;
+  UniformStateOptions uniform_state;
+  VerifyOptions verify;
 
   std::vector<std::string> stop;  // the text ends before the first of these (and generation stops)
   // Decode all N tokens: EOS, pad and end-of-turn ids neither end generation nor cut the text (stop strings
@@ -221,12 +249,12 @@ class Generator {
   // Masked diffusion's block length for N new tokens after `prompt_tokens`: the request's (cut to N), else 32
   // (the canvas padded to whole blocks and cut back to N) or, where that padding would overflow the context,
   // N (one block).
-  int64_t masked_block_length(const GenerationRequest& request, int64_t n, int64_t prompt_tokens) const;
-  // Draft-and-verify's k: the request's draft_length, else VerifyParams' default.
-  static int64_t verify_draft_length(const GenerationRequest& request);
-  // Rows per request of one of draft-and-verify's passes: k + 1, or (k + 1)(k + 2) when overlapped.
-  static int64_t verify_pass_rows(const GenerationRequest& request);
-  static int64_t verify_rows(int64_t draft_length, bool overlap);  // ... of k drafts
+  int64_t masked_block_length(const DiffusionOptions& options, int64_t n, int64_t prompt_tokens) const;
+  // Draft-and-verify's k: the options' draft_length, else VerifyParams' default.
+  static int64_t verify_draft_length(const VerifyOptions& options);
+  // Rows per request of one of draft-and-verify's passes with k drafts: k + 1, or (k + 1)(k + 2) when
+  // overlapped.
+  static int64_t verify_rows(int64_t draft_length, bool overlap);
   // Masked diffusion's settings of a request (steps 0: the caller's default; lengths left to the caller).
   MaskedDiffusionParams masked_params(const GenerationRequest& request) const;
   // ... and as run() decodes N new tokens after `prompt_tokens`: the block length (masked_block_length), the
@@ -236,6 +264,8 @@ class Generator {
                                       int64_t prompt_tokens) const;
   // The uniform-state sampler's settings for a request (N new tokens).
   EntropyBoundParams uniform_params(const GenerationRequest& request, int64_t n) const;
+  // Draft-and-verify's settings for a request (N new tokens).
+  VerifyParams verify_params(const GenerationRequest& request, int64_t n) const;
   // Throws Error naming the option when the request cannot run on this model (mode, context, settings).
   void check(const GenerationRequest& request, int64_t prompt_tokens) const;
   // The part of check() that holds in every mode: a prompt, and prompt + N within the context.

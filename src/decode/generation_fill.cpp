@@ -48,7 +48,7 @@ GenerationOutput Generator::run_fill(const GenerationRequest& r, ThreadPool* poo
   const ModelConfig& c = model_.config;
   canvas::check((!r.chat && r.messages.empty()) || r.json_schema,
                 "--chat cannot be combined with --suffix or <|hole:N|> holes");
-  canvas::check(!r.stream_head, "--stream-head cannot be combined with --suffix, <|hole:N|> or --json-schema");
+  canvas::check(!r.uniform_state.stream_head, "--stream-head cannot be combined with --suffix, <|hole:N|> or --json-schema");
   canvas::check(r.prompt.empty(), "infilling takes the prompt as text");
   canvas::check(!r.ignore_eos, "ignore_eos applies to plain generation, not to infilling or a schema");
   const bool schema_mode = r.json_schema != nullptr;

@@ -24,35 +24,37 @@ std::string model_default_reason(const ModelConfig& c, int64_t canvas_length) {
 }
 
 std::string verify_option_of(const GenerationRequest& r) {
-  const GenerationRequest d;
-  if (r.draft_length != d.draft_length) return "--draft-length";
-  if (r.draft_steps != d.draft_steps) return "--draft-steps";
-  if (r.overlap != d.overlap) return "--overlap";
-  if (r.draft_lookup != d.draft_lookup) return "--draft-lookup";
-  if (r.draft_lookup_length != d.draft_lookup_length) return "--draft-lookup-length";
-  if (r.draft_tree != d.draft_tree) return "--draft-tree";
-  if (r.draft_tree_depth != d.draft_tree_depth) return "--draft-tree-depth";
+  const VerifyOptions &v = r.verify, v0;
+  if (v.draft_length != v0.draft_length) return "--draft-length";
+  if (v.draft_steps != v0.draft_steps) return "--draft-steps";
+  if (v.overlap != v0.overlap) return "--overlap";
+  if (v.draft_lookup != v0.draft_lookup) return "--draft-lookup";
+  if (v.draft_lookup_length != v0.draft_lookup_length) return "--draft-lookup-length";
+  if (v.draft_tree != v0.draft_tree) return "--draft-tree";
+  if (v.draft_tree_depth != v0.draft_tree_depth) return "--draft-tree-depth";
   return "";
 }
 
 std::string diffusion_option_of(const GenerationRequest& r) {
-  const GenerationRequest d;
-  if (r.steps != d.steps) return "--steps";
-  if (r.block_length != d.block_length) return "--block-length";
-  if (r.canvas_length != d.canvas_length) return "--canvas-length";
-  if (r.schedule != d.schedule) return "--schedule";
-  if (r.order != d.order) return "--algorithm";
-  if (r.threshold != d.threshold) return "--threshold";
-  if (r.cache != d.cache) return "--cache";
-  if (r.freeze_refresh != d.freeze_refresh) return "--freeze-refresh";
-  if (r.freeze != d.freeze) return "--freeze";
-  if (r.entropy_bound != d.entropy_bound) return "--entropy-bound";
-  if (r.t_min != d.t_min) return "--t-min";
-  if (r.t_max != d.t_max) return "--t-max";
-  if (r.stability != d.stability) return "--stability";
-  if (r.confidence_threshold != d.confidence_threshold) return "--confidence-threshold";
-  if (r.neighbor_penalty != d.neighbor_penalty) return "--neighbor-penalty";
-  if (r.stream_head != d.stream_head) return "--stream-head";
+  const DiffusionOptions &d = r.diffusion, d0;
+  const MaskedOptions &m = r.masked, m0;
+  const UniformStateOptions &u = r.uniform_state, u0;
+  if (d.steps != d0.steps) return "--steps";
+  if (d.block_length != d0.block_length) return "--block-length";
+  if (u.canvas_length != u0.canvas_length) return "--canvas-length";
+  if (m.schedule != m0.schedule) return "--schedule";
+  if (m.order != m0.order) return "--algorithm";
+  if (m.threshold != m0.threshold) return "--threshold";
+  if (m.cache != m0.cache) return "--cache";
+  if (d.freeze_refresh != d0.freeze_refresh) return "--freeze-refresh";
+  if (d.freeze != d0.freeze) return "--freeze";
+  if (u.entropy_bound != u0.entropy_bound) return "--entropy-bound";
+  if (u.t_min != u0.t_min) return "--t-min";
+  if (u.t_max != u0.t_max) return "--t-max";
+  if (u.stability != u0.stability) return "--stability";
+  if (u.confidence_threshold != u0.confidence_threshold) return "--confidence-threshold";
+  if (u.neighbor_penalty != u0.neighbor_penalty) return "--neighbor-penalty";
+  if (u.stream_head != u0.stream_head) return "--stream-head";
   return "";
 }
 
@@ -98,9 +100,9 @@ std::optional<ModeChoice> ModeRouter::by_rule(const GenerationRequest& r) const 
   ModeChoice choice;
   auto with_request_drafts = [&](DecodeMode mode, std::string reason) {  // the request's verify settings kept
     choice.mode = mode;
-    choice.draft_length = r.draft_length;
-    choice.overlap = r.overlap;
-    choice.draft_tree = r.draft_tree;
+    choice.draft_length = r.verify.draft_length;
+    choice.overlap = r.verify.overlap;
+    choice.draft_tree = r.verify.draft_tree;
     choice.reason = std::move(reason);
     return choice;
   };
@@ -153,16 +155,17 @@ void ModeRouter::learn(const GenerationRequest& r, const GenerationOutput& out, 
   if (out.finish_reason == "cancelled" || out.passes <= 0) return;
   const ModelConfig& c = generator_.model().config;
   const bool uniform = r.mode == DecodeMode::Diffusion && c.uniform_state;
-  const std::string setting = ar_text_setting(r.mode, r.draft_length, r.overlap, r.datastore != nullptr, r.draft_tree);
+  const VerifyOptions& v = r.verify;
+  const std::string setting = ar_text_setting(r.mode, v.draft_length, v.overlap, v.datastore != nullptr, v.draft_tree);
   std::optional<CostModel> to_save;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (r.mode == DecodeMode::Diffusion && !uniform && r.threshold > 0) {
+    if (r.mode == DecodeMode::Diffusion && !uniform && r.masked.threshold > 0) {
       // Threshold decoding's tokens per pass (a running average).
       average_in(cost_.threshold_tokens_per_forward, cost_.threshold_observations++ == 0,
                  double(out.region.size()) / double(out.passes));
     }
-    if (uniform && r.steps <= 0) {
+    if (uniform && r.diffusion.steps <= 0) {
       // The entropy-bound sampler's passes per canvas (its adaptive stop): over the canvases denoised (fewer
       // than N asks for when the text ended early).
       const int64_t n = generator_.new_tokens_of(r, int64_t(out.prompt.size()));

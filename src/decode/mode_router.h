@@ -23,11 +23,11 @@ DecodeMode model_default_mode(const ModelConfig& c);
 // Why auto runs the model's own mode (the stats line's reason); `canvas_length` is the release's canvas.
 std::string model_default_reason(const ModelConfig& c, int64_t canvas_length);
 
-// The first option of `r` that only draft-and-verify reads (--draft-length, --draft-steps, --overlap,
-// --draft-lookup, --draft-lookup-length, --draft-tree, --draft-tree-depth) and the first that only diffusion
-// reads (--steps, --block-length, --canvas-length, --schedule, --algorithm, --threshold, --cache, --freeze,
-// --freeze-refresh, --entropy-bound, --t-min, --t-max, --stability, --confidence-threshold,
-// --neighbor-penalty, --stream-head), as the CLI spells them; "" when none differs from its default. With
+// The first option of `r` that only draft-and-verify reads (r.verify's --draft-length, --draft-steps,
+// --overlap, --draft-lookup, --draft-lookup-length, --draft-tree, --draft-tree-depth) and the first that only
+// diffusion reads (r.diffusion, r.masked and r.uniform_state: --steps, --block-length, --canvas-length,
+// --schedule, --algorithm, --threshold, --cache, --freeze, --freeze-refresh, --entropy-bound, --t-min,
+// --t-max, --stability, --confidence-threshold, --neighbor-penalty, --stream-head), as the CLI spells them; "" when none differs from its default. With
 // auto the first means verify, the second diffusion on a model that has it. serve's request fields of the
 // same names (draft_length, steps, ...) fill the same request fields, so they mean the same.
 std::string verify_option_of(const GenerationRequest& r);

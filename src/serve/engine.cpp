@@ -194,7 +194,7 @@ std::unique_ptr<Engine::Running> Engine::start(const Queued& queued) {
   Job& job = *r.job;
   GenerationRequest& request = r.request;
   request = job.settings;
-  if (!request.datastore) request.datastore = options_.datastore;
+  if (!request.verify.datastore) request.verify.datastore = options_.datastore;
   if (!Generator::fills_holes(request)) request.prompt = job.prompt;  // infilling plans from the text
   choose(request).apply(request);
   {

@@ -353,22 +353,22 @@ ApiRequest parse_api_request(const std::string& body, Endpoint endpoint, SchemaC
       if (x < -2 || x > 2) throw bad(key, "'" + key + "' must be between -2 and 2");
       (key == "frequency_penalty" ? s.sampling.frequency_penalty : s.sampling.presence_penalty) = float(x);
     } else if (key == "steps") {
-      s.steps = get_int(value, key, 1, 1 << 20);
+      s.diffusion.steps = get_int(value, key, 1, 1 << 20);
     } else if (key == "block_length") {
-      s.block_length = get_int(value, key, 1, 1 << 20);
+      s.diffusion.block_length = get_int(value, key, 1, 1 << 20);
     } else if (key == "threshold") {
       const double t = get_number(value, key);
       if (t < 0 || t > 1) throw bad(key, "'threshold' must be in [0, 1]");
-      s.threshold = float(t);
+      s.masked.threshold = float(t);
     } else if (key == "entropy_bound") {
       const double e = get_number(value, key);
       if (!(e > 0)) throw bad(key, "'entropy_bound' must be positive");
-      s.entropy_bound = float(e);
+      s.uniform_state.entropy_bound = float(e);
     } else if (key == "cache") {
       const std::string c = get_string(value, key);
-      if (c == "none") s.cache = CacheMode::None;
-      else if (c == "prefix") s.cache = CacheMode::Prefix;
-      else if (c == "dual") s.cache = CacheMode::Dual;
+      if (c == "none") s.masked.cache = CacheMode::None;
+      else if (c == "prefix") s.masked.cache = CacheMode::Prefix;
+      else if (c == "dual") s.masked.cache = CacheMode::Dual;
       else throw bad(key, "'cache' must be none, prefix or dual");
     } else if (key == "mode") {
       const std::string m = get_string(value, key);
@@ -376,19 +376,19 @@ ApiRequest parse_api_request(const std::string& body, Endpoint endpoint, SchemaC
         throw bad(key, "'mode' must be auto, diffusion, ar or verify");
       s.mode = parse_decode_mode(m);
     } else if (key == "draft_length") {
-      s.draft_length = get_int(value, key, 1, 1024);
+      s.verify.draft_length = get_int(value, key, 1, 1024);
     } else if (key == "draft_steps") {
-      s.draft_steps = get_int(value, key, 1, 64);
+      s.verify.draft_steps = get_int(value, key, 1, 64);
     } else if (key == "draft_lookup") {
-      s.draft_lookup = get_int(value, key, 0, 64);
+      s.verify.draft_lookup = get_int(value, key, 0, 64);
     } else if (key == "draft_lookup_length") {
-      s.draft_lookup_length = get_int(value, key, 1, 1024);
+      s.verify.draft_lookup_length = get_int(value, key, 1, 1024);
     } else if (key == "draft_tree") {
-      s.draft_tree = get_int(value, key, 0, 63);
+      s.verify.draft_tree = get_int(value, key, 0, 63);
     } else if (key == "draft_tree_depth") {
-      s.draft_tree_depth = get_int(value, key, 1, 63);
+      s.verify.draft_tree_depth = get_int(value, key, 1, 63);
     } else if (key == "overlap") {
-      s.overlap = get_bool(value, key);
+      s.verify.overlap = get_bool(value, key);
     } else if (key == "suffix") {
       s.suffix = get_string(value, key);
     } else if (key == "response_format") {
