@@ -79,6 +79,54 @@ TEST(Generation, IgnoreEosDecodesAllTokensOfUniformStateAndVerify) {
   }
 }
 
+// VerifyOptions left alone keep VerifyParams' own defaults, and each one given reaches its VerifyParams field.
+TEST(Generation, VerifyOptionsReachVerifyParams) {
+  const Model model = Model::load(test::fixture("tiny-llada.gguf"));
+  SamplerDefaults defaults;
+  defaults.params.t_min = 0.25f;
+  const Generator generator(model, nullptr, defaults);
+  GenerationRequest r;
+  const VerifyParams d, kept = generator.verify_params(r, 12);
+  EXPECT_EQ(kept.max_new_tokens, 12);
+  EXPECT_EQ(kept.draft_length, d.draft_length);
+  EXPECT_EQ(kept.draft_steps, d.draft_steps);
+  EXPECT_EQ(kept.overlap, d.overlap);
+  EXPECT_EQ(kept.draft_lookup, d.draft_lookup);
+  EXPECT_EQ(kept.lookup_length, d.lookup_length);
+  EXPECT_EQ(kept.datastore, nullptr);
+  EXPECT_EQ(kept.datastore_draft.min_count, d.datastore_draft.min_count);
+  EXPECT_EQ(kept.datastore_length, d.datastore_length);
+  EXPECT_EQ(kept.draft_tree, d.draft_tree);
+  EXPECT_EQ(kept.tree.depth, d.tree.depth);
+  EXPECT_EQ(kept.draft_temperature, 0.25f);
+  EXPECT_TRUE(kept.stop_at_eos);
+
+  VerifyOptions& v = r.verify;
+  v.draft_length = 7;
+  v.draft_steps = 2;
+  v.overlap = true;
+  v.draft_lookup = 0;
+  v.draft_lookup_length = 5;
+  v.datastore = std::make_shared<const Datastore>(std::vector<int32_t>{1, 2, 3});
+  v.datastore_min_count = 3;
+  v.datastore_length = 6;
+  v.draft_tree = 9;
+  v.draft_tree_depth = 2;
+  r.ignore_eos = true;
+  const VerifyParams p = generator.verify_params(r, 12);
+  EXPECT_EQ(p.draft_length, 7);
+  EXPECT_EQ(p.draft_steps, 2);
+  EXPECT_TRUE(p.overlap);
+  EXPECT_EQ(p.draft_lookup, 0);
+  EXPECT_EQ(p.lookup_length, 5);
+  EXPECT_EQ(p.datastore, v.datastore.get());
+  EXPECT_EQ(p.datastore_draft.min_count, 3);
+  EXPECT_EQ(p.datastore_length, 6);
+  EXPECT_EQ(p.draft_tree, 9);
+  EXPECT_EQ(p.tree.depth, 2);
+  EXPECT_FALSE(p.stop_at_eos);
+}
+
 // A request cancelled mid-way (chat's Ctrl-C) keeps only final text: nothing of a uniform-state canvas still
 // being denoised, AR's tokens so far (a prefix of the whole run's); its passes and time are counted.
 TEST(Generation, CancelledRunKeepsOnlyFinalTextAndCountsItsPasses) {
