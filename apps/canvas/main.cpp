@@ -20,6 +20,7 @@
 #include "model/model.h"
 #include "model/pass_logits.h"
 #include "shipped_models.h"
+#include "sudoku/sudoku_task.h"
 
 using namespace canvas;
 using canvas::cli::Args;
@@ -279,6 +280,7 @@ int main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   try {
+    register_sudoku_task();  // training's default task (`train`, `bench --train`)
     std::vector<std::string> names{"help"};
     for (const CommandEntry& c : kCommands) {
       if (command == c.name) return c.run(argc, argv);
