@@ -149,8 +149,7 @@ int cmd_bench(int argc, char** argv) {
       return cmd_bench_train(argc, argv);
   if (print_help_if_asked(kBench, argc, argv)) return 0;
   Args args(kBench, argc, argv, 2);
-  check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) +
-                                       "'; see canvas bench --help");
+  args.check_no_positional("; see canvas bench --help");
   if (args.has("list")) {
     list_shapes();
     return 0;
@@ -170,8 +169,8 @@ int cmd_bench(int argc, char** argv) {
                  dtype_name(synthetic.type), (now_ms() - t0) / 1000);
     return 0;
   }
-  const auto say = [](const std::string& line) { std::fprintf(stderr, "canvas bench: %s\n", line.c_str()); };
   const bool quick = args.has("quick");
+  const auto say = [](const std::string& line) { std::fprintf(stderr, "canvas bench: %s\n", line.c_str()); };
   // Before the (possibly long) run: the files it writes at the end must not be the model it reads.
   for (const char* output : {"json", "plot"})
     check_output_is_not_input({std::string("--") + output, args.get(output, "")}, {{"-m", args.get("model", "")}});

@@ -120,7 +120,7 @@ const cli::Command kInspect{
 int cmd_generate(int argc, char** argv) {
   if (cli::print_help_if_asked(kGenerate, argc, argv)) return 0;
   Args args(kGenerate, argc, argv, 2);
-  check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
+  args.check_no_positional();
   GenerationRequest request = cli::request_from_args(args);
   request.text = cli::read_prompt(args, "canvas generate");
   request.chat = args.has("chat");

@@ -111,8 +111,7 @@ serve::ModelFiles model_paths(const Args& args) {
 int cmd_serve(int argc, char** argv) {
   if (print_help_if_asked(kServe, argc, argv)) return 0;
   Args args(kServe, argc, argv, 2);
-  check(args.positional().empty(),
-        "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
+  args.check_no_positional();
   const serve::ModelFiles listed_files = model_paths(args);
   const std::vector<std::string>& model_files = listed_files.paths;
   std::vector<serve::ServedModel> served_models = serve::served_models_of(model_files);
@@ -135,8 +134,8 @@ int cmd_serve(int argc, char** argv) {
   setup.datastore_file = args.get("draft-datastore", "");
   check(!args.has("draft-datastore") || !setup.datastore_file.empty(), "--draft-datastore needs a file name");
   check(!args.has("api-key") || !args.get("api-key", "").empty(), "--api-key must not be empty");
-  const auto say = [](const std::string& line) { std::fprintf(stderr, "canvas serve: %s\n", line.c_str()); };
 
+  const auto say = [](const std::string& line) { std::fprintf(stderr, "canvas serve: %s\n", line.c_str()); };
   // Signals go to one thread that waits for them (blocked here before any other thread starts).
   serve::SignalWaiter& signal_waiter = serve::SignalWaiter::start(say);
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal

@@ -256,8 +256,7 @@ SudokuSolverSettings solve_settings(const Args& args, const Model& model) {
 
 // -m MODEL, else the shipped solver.
 Model load_solver(const Args& args) {
-  return Model::load(args.has("model") ? args.get("model", "")
-                                       : shipped_model_path("sudoku-masked.gguf", "canvas sudoku"));
+  return Model::load(model_or_shipped(args, "sudoku-masked.gguf", "canvas sudoku"));
 }
 
 int sudoku_solve(int argc, char** argv) {
