@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
-#include "train/sudoku.h"
+#include "sudoku/sudoku.h"
 
 namespace canvas {
 namespace {

@@ -13,6 +13,7 @@
 #include "decode/uniform_state.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "sudoku/sudoku_task.h"
 #include "test_util.h"
 #include "train_test_util.h"
 #include "train/data.h"
@@ -22,6 +23,9 @@
 
 namespace canvas {
 namespace {
+
+// A config's default task is Sudoku's, which a program registers (as canvas does at start).
+[[maybe_unused]] const bool kSudokuTaskRegistered = (register_sudoku_task(), true);
 
 using train::Parameter;
 using train::SelfConditioningInput;

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "test_util.h"
-#include "train/sudoku.h"
+#include "sudoku/sudoku.h"
 
 namespace canvas {
 namespace {

@@ -1,7 +1,7 @@
 // The Sudoku library behind `canvas sudoku` called directly: solving, evaluating and probing with the
-// shipped solver (src/train/sudoku_solver.h), and generating puzzle sets that stop when asked
-// (src/train/sudoku_generate.h).
-#include "train/sudoku_solver.h"
+// shipped solver (src/sudoku/sudoku_solver.h), and generating puzzle sets that stop when asked
+// (src/sudoku/sudoku_generate.h).
+#include "sudoku/sudoku_solver.h"
 
 #include <gtest/gtest.h>
 
@@ -16,8 +16,8 @@
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "test_util.h"
-#include "train/sudoku.h"
-#include "train/sudoku_generate.h"
+#include "sudoku/sudoku.h"
+#include "sudoku/sudoku_generate.h"
 
 namespace canvas {
 namespace {

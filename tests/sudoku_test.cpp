@@ -12,8 +12,8 @@
 #include "core/error.h"
 #include "test_util.h"
 #include "train/data.h"
-#include "train/sudoku.h"
-#include "train/sudoku_task.h"
+#include "sudoku/sudoku.h"
+#include "sudoku/sudoku_task.h"
 
 namespace canvas {
 namespace {
@@ -241,7 +241,7 @@ TEST(Sudoku, SingleKindsFollowTheRules) {
 // sudoku_states = decoder with sudoku_hidden_weight: the hidden singles of each state, and only they,
 // carry the weight in the batch.
 TEST(Sudoku, HiddenSinglesCarryTheirWeight) {
-  const auto decoder = train::make_sudoku_source("infill", 24, 30, {}, 2, 1, "decoder", 10.f);
+  const auto decoder = make_sudoku_source("infill", 24, 30, {}, 2, 1, "decoder", 10.f);
   Rng rng(4);
   std::vector<train::Example> examples;
   for (int n = 0; n < 8; ++n) examples.push_back(decoder->sample(rng));
@@ -258,14 +258,14 @@ TEST(Sudoku, HiddenSinglesCarryTheirWeight) {
     }
   }
   EXPECT_GT(weighted, 0);
-  EXPECT_THROW(train::make_sudoku_source("infill", 24, 30, {}, 2, 1, "singles", 10.f), Error);
+  EXPECT_THROW(make_sudoku_source("infill", 24, 30, {}, 2, 1, "singles", 10.f), Error);
 }
 
 // sudoku_states = singles: the same puzzle as the plain source (same generator draws), with the givens
 // and the first k cells of a singles path fixed; k varies, so some examples show more than the givens.
 TEST(Sudoku, SinglesStatesFixPartOfTheSolversPath) {
-  const auto plain = train::make_sudoku_source("infill", 24, 30, {}, 2, 1, "random");
-  const auto singles = train::make_sudoku_source("infill", 24, 30, {}, 2, 1, "singles");
+  const auto plain = make_sudoku_source("infill", 24, 30, {}, 2, 1, "random");
+  const auto singles = make_sudoku_source("infill", 24, 30, {}, 2, 1, "singles");
   int more = 0;
   for (uint64_t seed = 0; seed < 10; ++seed) {
     Rng a(seed), b(seed);
@@ -275,14 +275,14 @@ TEST(Sudoku, SinglesStatesFixPartOfTheSolversPath) {
     more += std::accumulate(q.fixed.begin(), q.fixed.end(), 0) > std::accumulate(p.fixed.begin(), p.fixed.end(), 0);
   }
   EXPECT_GE(more, 5);
-  EXPECT_THROW(train::make_sudoku_source("sequence", 24, 30, {}, 2, 1, "singles"), Error);
+  EXPECT_THROW(make_sudoku_source("sequence", 24, 30, {}, 2, 1, "singles"), Error);
 }
 
 // sudoku_states = decoder: the singles states again, with every other blank masked and scored with
 // weight 1 (t = 1), which is what a decoder that committed those cells sees; plain examples keep a random t.
 TEST(Sudoku, DecoderStatesMaskEveryOtherBlank) {
-  const auto singles = train::make_sudoku_source("infill", 24, 30, {}, 2, 1, "singles");
-  const auto decoder = train::make_sudoku_source("infill", 24, 30, {}, 2, 1, "decoder");
+  const auto singles = make_sudoku_source("infill", 24, 30, {}, 2, 1, "singles");
+  const auto decoder = make_sudoku_source("infill", 24, 30, {}, 2, 1, "decoder");
   std::vector<train::Example> examples;
   for (uint64_t seed = 0; seed < 8; ++seed) {
     Rng a(seed), b(seed);
@@ -301,7 +301,7 @@ TEST(Sudoku, DecoderStatesMaskEveryOtherBlank) {
       EXPECT_EQ(batch.input.tokens[r] == train::kByteMask, blank) << s << " " << i;
       EXPECT_EQ(batch.weights[r], blank ? 1.f : 0.f) << s << " " << i;
     }
-  EXPECT_THROW(train::make_sudoku_source("sequence", 24, 30, {}, 2, 1, "decoder"), Error);
+  EXPECT_THROW(make_sudoku_source("sequence", 24, 30, {}, 2, 1, "decoder"), Error);
 }
 
 // True when no row, column or box of the grid holds a digit twice (blanks ignored).

@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "train/data.h"
-#include "train/sudoku_task.h"
+#include "sudoku/sudoku_task.h"
 
 namespace canvas {
 namespace {
@@ -52,13 +52,13 @@ std::string synthetic_text() {
 }
 
 TEST(TaskData, SudokuAndTextExamplesAreUnchanged) {
-  EXPECT_EQ(fingerprint(*train::make_sudoku_source("infill", 24, 30, {}, 4, 78, "random"), 6),
+  EXPECT_EQ(fingerprint(*make_sudoku_source("infill", 24, 30, {}, 4, 78, "random"), 6),
             1437639124494766584ull);
-  EXPECT_EQ(fingerprint(*train::make_sudoku_source("sequence", 22, 50, {}, 4, 78, "random"), 6),
+  EXPECT_EQ(fingerprint(*make_sudoku_source("sequence", 22, 50, {}, 4, 78, "random"), 6),
             3993403493753217331ull);
-  EXPECT_EQ(fingerprint(*train::make_sudoku_source("infill", 22, 36, {}, 4, 11, "singles"), 6),
+  EXPECT_EQ(fingerprint(*make_sudoku_source("infill", 22, 36, {}, 4, 11, "singles"), 6),
             13388398910060869853ull);
-  EXPECT_EQ(fingerprint(*train::make_sudoku_source("infill", 22, 36, {}, 4, 11, "decoder", 20.f), 6),
+  EXPECT_EQ(fingerprint(*make_sudoku_source("infill", 22, 36, {}, 4, 11, "decoder", 20.f), 6),
             4426803136234292981ull);
   EXPECT_EQ(fingerprint(*train::make_text_source(synthetic_text(), 64, 0.05, 8), 6), 3851633679912758619ull);
 }

@@ -14,12 +14,16 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "sudoku/sudoku_task.h"
 #include "test_util.h"
 #include "train/task.h"
 #include "train/trainer.h"
 
 namespace canvas {
 namespace {
+
+// A config's default task is Sudoku's, which a program registers (as canvas does at start).
+[[maybe_unused]] const bool kSudokuTaskRegistered = (register_sudoku_task(), true);
 
 const char* kTiny = R"(task = sudoku
 objective = masked

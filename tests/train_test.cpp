@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/model.h"
+#include "sudoku/sudoku_task.h"
 #include "test_util.h"
 #include "train/tape.h"
 #include "train/trainer.h"
@@ -20,6 +21,9 @@
 
 namespace canvas {
 namespace {
+
+// A config's default task is Sudoku's, which a program registers (as canvas does at start).
+[[maybe_unused]] const bool kSudokuTaskRegistered = (register_sudoku_task(), true);
 
 const char* kTinyConfig = R"(task = sudoku
 objective = %s

@@ -149,8 +149,7 @@ int cmd_bench(int argc, char** argv) {
       return cmd_bench_train(argc, argv);
   if (print_help_if_asked(kBench, argc, argv)) return 0;
   Args args(kBench, argc, argv, 2);
-  check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) +
-                                       "'; see canvas bench --help");
+  args.check_no_positional("; see canvas bench --help");
   if (args.has("list")) {
     list_shapes();
     return 0;
@@ -171,6 +170,7 @@ int cmd_bench(int argc, char** argv) {
     return 0;
   }
   const bool quick = args.has("quick");
+  const auto say = [](const std::string& line) { std::fprintf(stderr, "canvas bench: %s\n", line.c_str()); };
   // Before the (possibly long) run: the files it writes at the end must not be the model it reads.
   for (const char* output : {"json", "plot"})
     check_output_is_not_input({std::string("--") + output, args.get(output, "")}, {{"-m", args.get("model", "")}});
@@ -232,7 +232,7 @@ int cmd_bench(int argc, char** argv) {
     use_device(bench_model.model(), device);
     std::fprintf(stderr, "canvas bench: weights on the device in %.1f s\n", (now_ms() - t0) / 1000);
     info.source += " on " + args.get("device", "cpu");
-    options.device = measure_device_floors(options.measure_roofs, quick);
+    options.device = bench::measure_device_floors(options.measure_roofs, quick, say);
     std::fputs(("canvas bench: " + bench::device_floors_text(*options.device)).c_str(), stderr);
   }
   if (model->config.has_decoder) {
@@ -261,10 +261,7 @@ int cmd_bench(int argc, char** argv) {
     check(std::find(modes.begin(), modes.end(), decoder_only) == modes.end(),
           std::string("--modes: ") + decoder_only + " applies to models with a decoder (DiffusionGemma) only");
 
-  const bench::BenchReport report =
-      bench::run_bench(*model, info, options, [](const std::string& line) {
-        std::fprintf(stderr, "canvas bench: %s\n", line.c_str());
-      });
+  const bench::BenchReport report = bench::run_bench(*model, info, options, say);
   std::fputs(bench::report_table(report).c_str(), stdout);
   std::fflush(stdout);
 

@@ -39,8 +39,7 @@ roof samples) and fraction_of_roof = train_gflops / fp32_roof_gflops.)",
 int cmd_bench_train(int argc, char** argv) {
   if (print_help_if_asked(kBenchTrain, argc, argv)) return 0;
   Args args(kBenchTrain, argc, argv, 2);
-  check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) +
-                                       "'; see canvas bench --help");
+  args.check_no_positional("; see canvas bench --help");
   const std::string config_path = args.get("train", "");
   check(!config_path.empty(), "--train needs a config file (e.g. configs/bench-train-256.cfg)");
   check_output_is_not_input({"--json", args.get("json", "")}, {{"--train", config_path}});

@@ -113,7 +113,7 @@ const Command kChat = chat_command();
 int cmd_chat(int argc, char** argv) {
   if (print_help_if_asked(kChat, argc, argv)) return 0;
   Args args(kChat, argc, argv, 2);
-  check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
+  args.check_no_positional();
   GenerationRequest request = request_from_args(args);
   request.to_end_of_turn = true;  // without -n a reply runs to the end of its turn (or the context)
   const TextModel m = load_text_model(args, kDefaultChatModel, "canvas chat");

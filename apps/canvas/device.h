@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <string>
 
-#include "bench/device_floors.h"
 #include "cli/options.h"
 #include "model/model.h"
 
@@ -50,11 +49,5 @@ DeviceChoice device_choice(const Args& args);
 // stderr. Throws Error for another name, for cuda in a build without the module, when the module or a
 // library it needs cannot be loaded (the message names it and the paths tried) and when no GPU is usable.
 void use_device(Model& model, const DeviceChoice& choice);
-
-// canvas bench --device cuda: the GPU's name and memory in use now (after the weights' upload), and, when
-// `measure_roofs`, its floors measured now (cuda/cuda_roofs.h: a 4 GiB streaming read, 8192^3 f16 and f32
-// GEMMs; quick: 256 MiB and 2048^3). A roof that fails leaves the floors NaN with the reason in
-// not_measured. Throws Error as use_device does when the CUDA module cannot be loaded.
-bench::DeviceFloors measure_device_floors(bool measure_roofs, bool quick);
 
 }  // namespace canvas::cli

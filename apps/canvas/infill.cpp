@@ -19,8 +19,6 @@ bool infill_requested(const Args& args) {
 }
 
 int run_infill(const Args& args, const TextModel& m, GenerationRequest request) {
-  check(args.positional().empty(),
-        "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
   if (args.has("suffix")) request.suffix = args.get("suffix", "");
   check(!(args.has("json-schema") && args.has("json-schema-file")), "give one of --json-schema and --json-schema-file");
   if (args.has("json-schema") || args.has("json-schema-file")) {

@@ -20,6 +20,7 @@
 #include "model/model.h"
 #include "model/pass_logits.h"
 #include "shipped_models.h"
+#include "sudoku/sudoku_task.h"
 
 using namespace canvas;
 using canvas::cli::Args;
@@ -119,7 +120,7 @@ const cli::Command kInspect{
 int cmd_generate(int argc, char** argv) {
   if (cli::print_help_if_asked(kGenerate, argc, argv)) return 0;
   Args args(kGenerate, argc, argv, 2);
-  check(args.positional().empty(), "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
+  args.check_no_positional();
   GenerationRequest request = cli::request_from_args(args);
   request.text = cli::read_prompt(args, "canvas generate");
   request.chat = args.has("chat");
@@ -279,6 +280,7 @@ int main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   try {
+    register_sudoku_task();  // training's default task (`train`, `bench --train`)
     std::vector<std::string> names{"help"};
     for (const CommandEntry& c : kCommands) {
       if (command == c.name) return c.run(argc, argv);

@@ -2,7 +2,6 @@
 // llama-quantize's habit), with every fallback reported.
 #include <cstdint>
 #include <cstdio>
-#include <map>
 #include <string>
 
 #include "cli/options.h"
@@ -51,19 +50,9 @@ int cmd_quantize(int argc, char** argv) {
         "TYPE must be one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k");
   check_output_is_not_input({"OUT", out}, {{"IN", in}});
   const auto file = GgufFile::open(in);
-  // Matrices already block-quantized that would be rounded again (one already of TYPE is copied as it is;
-  // f32 holds their values exactly).
-  std::map<std::string, int64_t> requantized;
-  for (const TensorView& t : file->tensors())
-    if (t.n_dims >= 2 && dtype_info(t.type).block_size > 1 && t.type != requested && requested != DType::F32)
-      ++requantized[dtype_name(t.type)];
-  if (!requantized.empty() && !args.has("allow-requantize")) {
-    std::string types;
-    for (const auto& [name, count] : requantized)
-      types += (types.empty() ? "" : ", ") + std::to_string(count) + " " + name;
-    throw Error(in + " is already quantized (" + types + " matrices): re-quantizing to " + dtype_name(requested) +
-                " compounds the rounding errors. Start from an f32, f16 or bf16 file, or give --allow-requantize");
-  }
+  const std::string requantize = requantize_problem(*file, requested);
+  check(requantize.empty() || args.has("allow-requantize"),
+        requantize + ". Start from an f32, f16 or bf16 file, or give --allow-requantize");
   QuantizeOptions options;
   options.type = requested;
   for (const std::string& kv : args.get_all("set")) {

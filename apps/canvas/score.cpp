@@ -47,7 +47,7 @@ bits_per_byte, windows, stride.)",
 int cmd_score(int argc, char** argv) {
   if (print_help_if_asked(kScore, argc, argv)) return 0;
   Args args(kScore, argc, argv, 2);
-  const std::string path = args.has("model") ? args.get("model", "") : shipped_model_path(kDefaultTextModel, "canvas score");
+  const std::string path = model_or_shipped(args, kDefaultTextModel, "canvas score");
   check(args.has("text") != args.has("file"), "give exactly one of -p TEXT and -f FILE; see canvas score --help");
   const std::string text = args.has("file") ? read_file_bounded(args.get("file", ""), kMaxCorpusBytes, "text file",
                                                                    "kMaxCorpusBytes")

@@ -1,15 +1,11 @@
 // canvas serve: the OpenAI-compatible HTTP server (option parsing, model loading, signals).
-#include <pthread.h>
 #include <signal.h>
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -94,10 +90,6 @@ cache, mode, canvas_draft). docs/serving.md has the details and measurements.)",
     "then are cancelled (finish_reason \"cancelled\"); the process exits 0 within 5 s.\n"
     "docs/serving.md: connection limits and deadlines, threads, the Host / Origin rules."};
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
-
 // The models of -m (expand_model_paths: a directory stands for its GGUF models); without -m, the shipped
 // base and chat models.
 serve::ModelFiles model_paths(const Args& args) {
@@ -114,53 +106,12 @@ serve::ModelFiles model_paths(const Args& args) {
   return files;
 }
 
-// The thread that takes SIGTERM and SIGINT from the start. While the models load (a model, a datastore's
-// tokenization, a cost model's timing: none of which stops part-way; issue 61: 37 s for a 40 MB corpus,
-// then `ready`), a signal ends the process at once, saying so: nothing is served yet, and every file being
-// written goes through a temporary, so nothing is left half-written. Once ready, it hands the signal to
-// the main thread, which shuts down gracefully. One per process (detached: it outlives any error path).
-class SignalWaiter {
- public:
-  static SignalWaiter& start(const sigset_t& signals) {
-    static SignalWaiter waiter;
-    std::thread([signals] {
-      int received = 0;
-      sigwait(&signals, &received);
-      std::unique_lock<std::mutex> lock(waiter.mutex_);
-      if (!waiter.ready_) {
-        std::fprintf(stderr, "canvas serve: %s while loading: stopped\n", received == SIGTERM ? "SIGTERM" : "SIGINT");
-        std::fflush(stderr);
-        std::_Exit(0);
-      }
-      waiter.received_ = received;
-      waiter.signalled_.notify_all();
-    }).detach();
-    return waiter;
-  }
-  // Runs `announce` (the ready line) as loading ends, never after a signal ended it; then waits for a signal
-  // and returns it.
-  int ready_then_wait(const std::function<void()>& announce) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    ready_ = true;
-    announce();
-    signalled_.wait(lock, [this] { return received_ != 0; });
-    return received_;
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable signalled_;
-  bool ready_ = false;
-  int received_ = 0;
-};
-
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
   if (print_help_if_asked(kServe, argc, argv)) return 0;
   Args args(kServe, argc, argv, 2);
-  check(args.positional().empty(),
-        "unexpected argument '" + (args.positional().empty() ? "" : args.positional()[0]) + "'");
+  args.check_no_positional();
   const serve::ModelFiles listed_files = model_paths(args);
   const std::vector<std::string>& model_files = listed_files.paths;
   std::vector<serve::ServedModel> served_models = serve::served_models_of(model_files);
@@ -184,14 +135,10 @@ int cmd_serve(int argc, char** argv) {
   check(!args.has("draft-datastore") || !setup.datastore_file.empty(), "--draft-datastore needs a file name");
   check(!args.has("api-key") || !args.get("api-key", "").empty(), "--api-key must not be empty");
 
+  const auto say = [](const std::string& line) { std::fprintf(stderr, "canvas serve: %s\n", line.c_str()); };
   // Signals go to one thread that waits for them (blocked here before any other thread starts).
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  serve::SignalWaiter& signal_waiter = serve::SignalWaiter::start(say);
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal
-  SignalWaiter& signal_waiter = SignalWaiter::start(signals);
 
   serve::ServerOptions options;
   options.host = args.get("host", "127.0.0.1");
@@ -215,7 +162,7 @@ int cmd_serve(int argc, char** argv) {
   for (const std::string& path : model_files) loading += (loading.empty() ? "" : ", ") + path;
   std::fprintf(stderr, "canvas serve: listening on http://%s:%d/ (loading %s; at most %zu connections)\n",
                options.host.c_str(), server.port(), loading.c_str(), server.max_connections());
-  if (options.api_key.empty() && !is_loopback(options.host))
+  if (options.api_key.empty() && !serve::is_loopback_name(options.host))
     std::fprintf(stderr,
                  "canvas serve: warning: no --api-key, and %s is reachable beyond this machine: anyone who "
                  "can reach it can use the model\n",
@@ -281,14 +228,12 @@ int cmd_serve(int argc, char** argv) {
           "-instruct name): /v1/chat/completions renders messages in the built-in %s format\n",
           loaded_models.front()->text.chat.name.c_str());
     server.set_models(served_models);
-    const int received = signal_waiter.ready_then_wait([&] { std::fprintf(stderr, "canvas serve: ready: %s\n", ids.c_str()); });
+    const std::string received = signal_waiter.ready_then_wait([&] { say("ready: " + ids); });
     stopping = true;
     const serve::ShutdownDeadlines deadlines;
     std::fprintf(stderr, "canvas serve: %s: finishing running requests (cancelled after %.0f s)\n",
-                 received == SIGTERM ? "SIGTERM" : "SIGINT", deadlines.finish_ms / 1000.0);
-    serve::shut_down(server, http, stop_engines, deadlines, [](const std::string& line) {
-      std::fprintf(stderr, "canvas serve: %s\n", line.c_str());
-    });
+                 received.c_str(), deadlines.finish_ms / 1000.0);
+    serve::shut_down(server, http, stop_engines, deadlines, say);
   } catch (...) {
     server.stop(0, 0);
     http.join();

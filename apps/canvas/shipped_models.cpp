@@ -41,4 +41,8 @@ std::string shipped_model_path(const std::string& name, const std::string& help_
               searched + "; see " + help_command + " --help");
 }
 
+std::string model_or_shipped(const Args& args, const std::string& name, const std::string& help_command) {
+  return args.has("model") ? args.get("model", "") : shipped_model_path(name, help_command);
+}
+
 }  // namespace canvas::cli

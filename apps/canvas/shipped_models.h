@@ -14,6 +14,8 @@ std::string data_dir();
 // directory and the source tree's models/; throws an error pointing at
 // `help_command` --help when none has it.
 std::string shipped_model_path(const std::string& name, const std::string& help_command);
+// -m's value when given, else that shipped model.
+std::string model_or_shipped(const Args& args, const std::string& name, const std::string& help_command);
 
 // The model generate and serve use without -m: canvas's DiffusionGemma-architecture text model; chat uses
 // its instruction-tuned variant.

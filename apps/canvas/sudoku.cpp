@@ -1,5 +1,5 @@
 // canvas sudoku: the option tables and output of generate, solve, eval and probe (the logic is in
-// src/train/sudoku_solver.h and sudoku_generate.h).
+// src/sudoku/sudoku_solver.h and sudoku_generate.h).
 #include <signal.h>
 
 #include <algorithm>
@@ -18,9 +18,9 @@
 #include "core/error.h"
 #include "model/model.h"
 #include "shipped_models.h"
-#include "train/sudoku.h"
-#include "train/sudoku_generate.h"
-#include "train/sudoku_solver.h"
+#include "sudoku/sudoku.h"
+#include "sudoku/sudoku_generate.h"
+#include "sudoku/sudoku_solver.h"
 
 namespace canvas::cli {
 namespace {
@@ -256,8 +256,7 @@ SudokuSolverSettings solve_settings(const Args& args, const Model& model) {
 
 // -m MODEL, else the shipped solver.
 Model load_solver(const Args& args) {
-  return Model::load(args.has("model") ? args.get("model", "")
-                                       : shipped_model_path("sudoku-masked.gguf", "canvas sudoku"));
+  return Model::load(model_or_shipped(args, "sudoku-masked.gguf", "canvas sudoku"));
 }
 
 int sudoku_solve(int argc, char** argv) {

@@ -55,11 +55,6 @@ const Command kDetokenize{
     },
     ""};
 
-// -m MODEL, else the shipped text model (its vocabulary).
-std::string model_or_default(const Args& args, const std::string& command) {
-  return args.has("model") ? args.get("model", "") : shipped_model_path(kDefaultTextModel, command);
-}
-
 }  // namespace
 
 int cmd_tokenize(int argc, char** argv) {
@@ -70,7 +65,7 @@ int cmd_tokenize(int argc, char** argv) {
   const std::string text = args.has("file")
                                ? read_file_bounded(args.get("file", ""), kMaxPromptBytes, "text file", "kMaxPromptBytes")
                                : args.get("prompt", "");
-  const TextTokenizer t = TextTokenizer::open(model_or_default(args, "canvas tokenize"));
+  const TextTokenizer t = TextTokenizer::open(model_or_shipped(args, kDefaultTextModel, "canvas tokenize"));
   check(!args.has("bos") || t.bos_id() >= 0, "--bos: the vocabulary has no BOS token");
   const std::vector<int32_t> ids = t.encode(text, args.has("bos"));
   if (args.has("json")) {
@@ -89,7 +84,7 @@ int cmd_detokenize(int argc, char** argv) {
   if (print_help_if_asked(kDetokenize, argc, argv)) return 0;
   Args args(kDetokenize, argc, argv, 2);
   check(args.has("ids"), "no token ids given (--ids 1,2,3)");
-  const TextTokenizer t = TextTokenizer::open(model_or_default(args, "canvas detokenize"));
+  const TextTokenizer t = TextTokenizer::open(model_or_shipped(args, kDefaultTextModel, "canvas detokenize"));
   const std::string text = t.decode(parse_id_list(args.get("ids", ""), "--ids"));
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fputc('\n', stdout);

@@ -5,6 +5,9 @@
 #include <cmath>
 
 #include "core/appendf.h"
+#include "core/error.h"
+#include "core/timer.h"
+#include "cuda/cuda_module.h"
 
 namespace canvas::bench {
 namespace {
@@ -92,6 +95,71 @@ nlohmann::ordered_json device_profile_json(const DeviceProfile& profile) {
   for (const DeviceOpTime& op : profile.ops)
     ops.push_back({{"op", op.name}, {"depth", op.depth}, {"ms", op.ms}, {"spans", op.spans}});
   return {{"what", profile.what}, {"wall_ms", profile.wall_ms}, {"passes", profile.passes}, {"ops", ops}};
+}
+
+DeviceFloors measure_device_floors(bool measure_roofs, bool quick,
+                                   const std::function<void(const std::string&)>& say) {
+  const cuda_module::Table& cuda = cuda_module::module();
+  cuda_module::Message name, error;
+  cuda_module::check_call(cuda.device_name(&name, &error), error);
+  DeviceFloors d;
+  d.name = name.text;
+  int64_t free_bytes = 0;
+  cuda_module::check_call(cuda.device_memory(&d.memory_total_bytes, &free_bytes, &error), error);
+  d.memory_used_bytes = d.memory_peak_bytes = d.memory_total_bytes - free_bytes;
+  const cuda_module::Table* module = &cuda;  // loaded once, never unloaded
+  d.memory_in_use = [module] {
+    int64_t total = 0, free = 0;
+    cuda_module::Message e;
+    cuda_module::check_call(module->device_memory(&total, &free, &e), e);
+    return total - free;
+  };
+  d.buffers_peak = [module] { return module->device_buffer_peak_bytes(); };
+  d.profile = [module](const std::function<void()>& pass) {
+    std::vector<DeviceOpTime> ops;
+    const auto sink = [](void* context, const char* op, int depth, double ms, int64_t spans) {
+      static_cast<std::vector<DeviceOpTime>*>(context)->push_back({op, depth, ms, spans});
+    };
+    cuda_module::Message e;
+    cuda_module::check_call(module->take_profile(sink, &ops, &e), e);  // drops what came before
+    ops.clear();
+    module->set_profiling(true);
+    try {
+      pass();
+      cuda_module::check_call(module->take_profile(sink, &ops, &e), e);
+    } catch (...) {
+      module->set_profiling(false);
+      throw;
+    }
+    module->set_profiling(false);
+    return ops;
+  };
+  if (!measure_roofs) {
+    d.not_measured = "--no-roofs";
+    return d;
+  }
+  try {
+    const double t0 = now_ms();
+    const int64_t size = quick ? 2048 : 8192;
+    double read_gbps = 0, f16 = 0, f32 = 0;
+    int64_t read_bytes = 0;
+    cuda_module::check_call(
+        cuda.measure_read_bandwidth(int64_t(quick ? 256 : 4096) << 20, &read_gbps, &read_bytes, &error),
+        error);
+    cuda_module::check_call(cuda.measure_gemm_rate(true, size, &f16, &error), error);
+    cuda_module::check_call(cuda.measure_gemm_rate(false, size, &f32, &error), error);
+    d.read_gbps = read_gbps;  // all three or none: a roof that fails leaves the floors NaN
+    d.read_buffer_bytes = read_bytes;
+    d.gemm_size = size;
+    d.gemm_f16_tflops = f16;
+    d.gemm_f32_tflops = f32;
+    std::string line;
+    appendf(line, "device floors in %.1f s", (now_ms() - t0) / 1000);
+    say(line);
+  } catch (const Error& e) {
+    d.not_measured = e.what();
+  }
+  return d;
 }
 
 }  // namespace canvas::bench

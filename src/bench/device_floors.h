@@ -1,6 +1,6 @@
 // A GPU's floors for `canvas bench --device cuda`: the roofs the CUDA backend measured in the same run
-// (cuda/cuda_roofs.h) and its memory, as plain data (the bench layer does not link the backend; the CLI
-// fills this in), and the least time a pass can take there.
+// (cuda/cuda_roofs.h) and its memory, as plain data (asked through the module's table, cuda/cuda_module.h:
+// the bench layer links the module's loader, not the backend), and the least time a pass can take there.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -85,5 +85,12 @@ nlohmann::ordered_json device_floors_json(const DeviceFloors& device);
 // (4.00 GiB buffer), GEMM f16 700.0 TFLOP/s, f32 50.0 TFLOP/s (8192^3)\n", or "...; floors not measured:
 // WHY\n".
 std::string device_floors_text(const DeviceFloors& device);
+
+// canvas bench --device cuda: the GPU's name and memory in use now (after the weights' upload), and, when
+// `measure_roofs`, its floors measured now (cuda/cuda_roofs.h: a 4 GiB streaming read, 8192^3 f16 and f32
+// GEMMs; quick: 256 MiB and 2048^3), their time said to `say`. A roof that fails leaves the floors NaN with
+// the reason in not_measured. Throws Error as use_device does when the CUDA module cannot be loaded.
+DeviceFloors measure_device_floors(bool measure_roofs, bool quick,
+                                   const std::function<void(const std::string&)>& say);
 
 }  // namespace canvas::bench

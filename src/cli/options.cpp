@@ -313,6 +313,11 @@ std::string Args::get(const std::string& name, const std::string& fallback) cons
   return it == values_.end() ? fallback : it->second.back();
 }
 
+void Args::check_no_positional(const std::string& hint) const {
+  check(positional_.empty(),
+        "unexpected argument '" + (positional_.empty() ? "" : positional_[0]) + "'" + hint);
+}
+
 std::vector<std::string> Args::get_all(const std::string& name) const {
   auto it = values_.find(name);
   return it == values_.end() ? std::vector<std::string>{} : it->second;

@@ -74,6 +74,8 @@ class Args {
   std::vector<int64_t> get_int_list(const std::string& name, std::vector<int64_t> fallback) const;
   std::vector<float> get_float_list(const std::string& name, std::vector<float> fallback = {}) const;
   const std::vector<std::string>& positional() const { return positional_; }
+  // For commands that take none: throws Error "unexpected argument 'X'" (then `hint`) for the first one.
+  void check_no_positional(const std::string& hint = "") const;
 
  private:
   // Value flags take a value ("-m FILE" or "--model=FILE"); switches do not; aliases map each spelling

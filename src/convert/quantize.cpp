@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
+#include <map>
 #include <optional>
 
 #include "core/error.h"
@@ -55,6 +56,19 @@ GgufValue parse_metadata_value(const std::string& text, const GgufValue* existin
   if (const auto v = as_float(false)) return GgufValue::f32(float(*v));
   if (const auto v = as_bool(false)) return GgufValue::boolean(*v);
   return GgufValue::string(text);
+}
+
+std::string requantize_problem(const GgufFile& in, DType type) {
+  std::map<std::string, int64_t> requantized;  // by type name, in a fixed order
+  for (const TensorView& t : in.tensors())
+    if (t.n_dims >= 2 && dtype_info(t.type).block_size > 1 && t.type != type && type != DType::F32)
+      ++requantized[dtype_name(t.type)];
+  if (requantized.empty()) return "";
+  std::string types;
+  for (const auto& [name, count] : requantized)
+    types += (types.empty() ? "" : ", ") + std::to_string(count) + " " + name;
+  return in.path() + " is already quantized (" + types + " matrices): re-quantizing to " + dtype_name(type) +
+         " compounds the rounding errors";
 }
 
 RetypeReport quantize_gguf(const GgufFile& in, const std::string& out_path, const QuantizeOptions& options,

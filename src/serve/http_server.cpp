@@ -80,10 +80,6 @@ std::string host_name(const std::string& authority) {
   return parse_authority(authority, host, port) ? host : std::string();
 }
 
-bool is_loopback_name(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
-
 // The addresses of this machine's interfaces (for a server bound to every interface).
 std::set<std::string> interface_addresses() {
   std::set<std::string> out;
@@ -631,6 +627,10 @@ void check_admissible(const Engine& engine, const GenerationSettings& s, int64_t
 }
 
 }  // namespace
+
+bool is_loopback_name(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
 
 HttpServer::HttpServer(ServerOptions options) : options_(std::move(options)) {}
 

@@ -23,6 +23,9 @@
 
 namespace canvas::serve {
 
+// Whether a host name or address is this machine's own: localhost, ::1, 127.x.x.x.
+bool is_loopback_name(const std::string& host);
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;

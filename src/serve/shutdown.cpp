@@ -1,11 +1,48 @@
 #include "serve/shutdown.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <chrono>
-#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
-#include <mutex>
 
 namespace canvas::serve {
+namespace {
+
+const char* signal_name(int signal) { return signal == SIGTERM ? "SIGTERM" : "SIGINT"; }
+
+}  // namespace
+
+SignalWaiter& SignalWaiter::start(std::function<void(const std::string&)> say) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  static SignalWaiter waiter;
+  std::thread([signals, say = std::move(say)] {
+    int received = 0;
+    sigwait(&signals, &received);
+    std::unique_lock<std::mutex> lock(waiter.mutex_);
+    if (!waiter.ready_) {
+      say(std::string(signal_name(received)) + " while loading: stopped");
+      std::fflush(stderr);
+      std::_Exit(0);
+    }
+    waiter.received_ = received;
+    waiter.signalled_.notify_all();
+  }).detach();
+  return waiter;
+}
+
+std::string SignalWaiter::ready_then_wait(const std::function<void()>& announce) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  ready_ = true;
+  announce();
+  signalled_.wait(lock, [this] { return received_ != 0; });
+  return signal_name(received_);
+}
 
 void shut_down(HttpServer& server, std::thread& http, const std::function<void()>& stop_engines,
                const ShutdownDeadlines& deadlines, const std::function<void(const std::string&)>& say) {

@@ -14,7 +14,6 @@
 #include "train/corpus.h"
 #include "train/model_text.h"
 #include "train/sft.h"
-#include "train/sudoku_task.h"
 
 namespace canvas::train {
 namespace {
@@ -156,7 +155,6 @@ class TextTask : public Task {
 
 std::map<std::string, TaskFactory>& registry() {
   static std::map<std::string, TaskFactory> tasks = {
-      {"sudoku", make_sudoku_task},
       {"text", [] { return std::unique_ptr<Task>(std::make_unique<TextTask>()); }},
   };
   return tasks;

@@ -57,7 +57,8 @@ class Task {
 };
 
 using TaskFactory = std::function<std::unique_ptr<Task>()>;
-// Adds (or replaces) a task; the built-in ones are `sudoku` and `text`.
+// Adds (or replaces) a task; the built-in one is `text` (`sudoku` is registered from above:
+// sudoku/sudoku_task.h).
 void register_task(const std::string& name, TaskFactory factory);
 // A fresh task of that name with its defaults; an unknown name is an error listing the known ones.
 std::unique_ptr<Task> make_task(const std::string& name, const std::string& where);

@@ -14,7 +14,8 @@
 namespace canvas::train {
 
 struct RunConfig {
-  // What the run learns: a registered task (train/task.h), with its own keys, data and metrics.
+  // What the run learns: a registered task (train/task.h), with its own keys, data and metrics. The default,
+  // sudoku, is canvas's demo task, which the program registers (sudoku/sudoku_task.h).
   std::string task = "sudoku";
   std::shared_ptr<const Task> task_module;  // set by parse_run_config
   std::string objective = "masked";  // masked | uniform | ar

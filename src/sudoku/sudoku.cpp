@@ -1,5 +1,5 @@
 // Sudoku grids, solver, generator and augmentation.
-#include "train/sudoku.h"
+#include "sudoku/sudoku.h"
 
 #include <algorithm>
 #include <array>

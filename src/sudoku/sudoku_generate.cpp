@@ -1,5 +1,5 @@
 // Puzzle sets from canvas's generator or from Debian's qqwing, read as it writes them.
-#include "train/sudoku_generate.h"
+#include "sudoku/sudoku_generate.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -7,11 +7,13 @@
 
 #include "train/task.h"
 
-namespace canvas::train {
+namespace canvas {
 
-// `task = sudoku` with its defaults. Keys: sudoku_format, sudoku_min_clues, sudoku_max_clues,
-// sudoku_states, sudoku_hidden_weight, held_out (see make_sudoku_source and docs/training.md).
-std::unique_ptr<Task> make_sudoku_task();
+// Registers `task = sudoku` (train/task.h), the default task of a training config: training knows no task
+// above it, so a program that trains Sudoku models (canvas, the tests) calls this once before reading a
+// config. Keys: sudoku_format, sudoku_min_clues, sudoku_max_clues, sudoku_states, sudoku_hidden_weight,
+// held_out (see make_sudoku_source and docs/training.md).
+void register_sudoku_task();
 
 // format "sequence": puzzle (81 chars, '0' for blanks) then solution (81 digits), prompt_len 81 (for AR
 // and diffusion alike). format "infill": the 81 solution digits with the givens fixed (diffusion
@@ -27,9 +29,9 @@ std::unique_ptr<Task> make_sudoku_task();
 // Validation examples stay plain puzzles.
 // What is wrong with that combination of format, states and hidden_weight ("" when nothing is).
 std::string sudoku_states_problem(const std::string& format, const std::string& states, float hidden_weight);
-std::unique_ptr<DataSource> make_sudoku_source(const std::string& format, int min_clues, int max_clues,
+std::unique_ptr<train::DataSource> make_sudoku_source(const std::string& format, int min_clues, int max_clues,
                                                const std::vector<std::string>& exclude, int64_t n_val,
                                                uint64_t val_seed, const std::string& states = "random",
                                                float hidden_weight = 1);
 
-}  // namespace canvas::train
+}  // namespace canvas

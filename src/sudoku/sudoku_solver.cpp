@@ -1,5 +1,5 @@
 // Solving, evaluating and probing Sudoku puzzles with canvas's models.
-#include "train/sudoku_solver.h"
+#include "sudoku/sudoku_solver.h"
 
 #include <algorithm>
 #include <cmath>

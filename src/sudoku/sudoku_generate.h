@@ -6,7 +6,7 @@
 #include <set>
 #include <string>
 
-#include "train/sudoku.h"
+#include "sudoku/sudoku.h"
 
 namespace canvas {
 

@@ -1,12 +1,13 @@
 // The Sudoku training task: its data source (generated puzzles, solver states), keys and metrics.
-#include "train/sudoku_task.h"
+#include "sudoku/sudoku_task.h"
 
 #include <set>
 
 #include "core/error.h"
-#include "train/sudoku.h"
+#include "sudoku/sudoku.h"
 
-namespace canvas::train {
+namespace canvas {
+using namespace train;  // the task is one of training's (train/task.h)
 namespace {
 
 Example sudoku_example(const SudokuGrid& puzzle, const SudokuGrid& solution, bool infill) {
@@ -180,8 +181,8 @@ std::unique_ptr<DataSource> make_sudoku_source(const std::string& format, int mi
                                         std::move(excluded), n_val, val_seed);
 }
 
-std::unique_ptr<Task> make_sudoku_task() {
-  return std::make_unique<SudokuTask>();
+void register_sudoku_task() {
+  register_task("sudoku", [] { return std::unique_ptr<Task>(std::make_unique<SudokuTask>()); });
 }
 
-}  // namespace canvas::train
+}  // namespace canvas

@@ -12,7 +12,7 @@
 #include "core/thread_pool.h"
 #include "decode/masked.h"
 #include "model/model.h"
-#include "train/sudoku.h"
+#include "sudoku/sudoku.h"
 
 namespace canvas {
 
