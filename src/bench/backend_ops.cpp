@@ -1,5 +1,6 @@
 // bench/backend_ops.h: the conformance cases, one small random model per family and storage type, one pass
-// per row count, each primitive run on the backend under test and on the reference with the same inputs.
+// per row count; the cases are the calls that pass of the model's definition makes, each run on the backend
+// under test and on the reference with the same inputs.
 #include "bench/backend_ops.h"
 
 #include <algorithm>
@@ -13,6 +14,8 @@
 #include "core/rng.h"
 #include "model/cpu_executor.h"
 #include "model/placement.h"
+#include "model/tensors.h"
+#include "model/transformer.h"
 
 namespace canvas::bench {
 namespace {
@@ -112,81 +115,6 @@ Side make_side(const Model& model, const PassInputs& in, const std::function<std
   return side;
 }
 
-// A slot's width in a call of layer `layer` (global calls: layer 0's widths).
-int64_t slot_width(const ModelConfig& c, Slot s, int64_t layer) {
-  const LayerAttention la = c.attention_of(std::max<int64_t>(layer, 0));
-  switch (s) {
-    case Slot::Q: case Slot::Attn: return c.n_heads * la.head_dim;
-    case Slot::K: case Slot::V: return la.n_kv_heads * la.head_dim;
-    case Slot::G: case Slot::U: return c.ffn;
-    default: return c.hidden;
-  }
-}
-
-// A primitive's case: one call. The slots it reads (primitive_info) are first set to the same random
-// values on both sides; the slots it writes, and the logits, are compared afterwards.
-struct OpCase {
-  std::string what;               // the call, e.g. "matmul q/k/v layer 0"
-  Op op;                          // its products are `products`, bound where the case runs
-  std::vector<Product> products;  // matmul
-};
-
-std::vector<OpCase> op_cases(const ModelConfig& c, bool decoder) {
-  using R = TensorRole;
-  using P = Primitive;
-  std::vector<OpCase> cases;
-  auto add = [&](std::string what, Op op, std::vector<Product> products = {}) {
-    cases.push_back({std::move(what), op, std::move(products)});
-  };
-  int64_t full = -1;  // a full-attention layer beside layer 0 (Gemma 4: K = V, partial RoPE)
-  for (int64_t l = 1; l < c.n_layers && full < 0; ++l)
-    if (c.attention_of(l).kind != c.attention_of(0).kind) full = l;
-  std::vector<int64_t> layers = {0};
-  if (full > 0) layers.push_back(full);
-  add("embed", Op(P::Embed, Slot::X));
-  if (decoder) {
-    add("self-conditioning input", Op(P::SelfConditioningInput, Slot::Soft));
-    add("add self-conditioning", Op(P::AddSelfConditioning, Slot::X, {Slot::SoftMlp}));
-    add("decoder norm", Op(P::DecoderNorm, Slot::X));
-  }
-  add("rms_norm attn_norm", Op(P::RmsNorm, Slot::H, {Slot::X}, {R::AttnNorm, 0}));
-  add("rms_norm without weight, in place", Op(P::RmsNorm, Slot::X, {Slot::X}));
-  for (int64_t l : layers) {
-    const LayerAttention la = c.attention_of(l);
-    const std::string at = " layer " + std::to_string(l) + (la.kind == AttentionKind::Sliding ? " (sliding)" : "") +
-                           (la.value_from_key ? " (K = V)" : "");
-    if (c.qk_norm)
-      add("rms_norm_heads q" + at, Op(P::RmsNormHeads, Slot::Q, Op::kNoSlots, {R::QNorm, l}, l, la.head_dim));
-    std::vector<Product> qkv = {{Slot::Q, {R::Wq, l}}, {Slot::K, {R::Wk, l}}, {Slot::V, {R::Wv, l}}};
-    if (la.value_from_key) qkv.pop_back();
-    add(std::string(la.value_from_key ? "matmul q/k" : "matmul q/k/v") + at,
-        Op(P::Matmul, Slot::Count, {Slot::H}, {R::Wq, l}, l), qkv);
-    add("matmul attn_output" + at, Op(P::Matmul, Slot::Count, {Slot::Attn}, {R::Wo, l}, l),
-        {{Slot::Proj, {R::Wo, l}}});
-    if (c.qkv_bias) add("add_bias q" + at, Op(P::AddBias, Slot::Q, Op::kNoSlots, {R::Bq, l}, l));
-    add("rope q" + at, Op(P::Rope, Slot::Q, Op::kNoSlots, WeightRef{}, l, c.n_heads));
-    add("attention" + at, Op(P::Attention, Slot::Attn, {Slot::Q, Slot::K, Slot::V}, WeightRef{}, l));
-  }
-  add("copy", Op(P::Copy, Slot::V, {Slot::K}));
-  add("add", Op(P::Add, Slot::X, {Slot::Proj}));
-  if (c.ffn > 0) {
-    add("matmul gate/up", Op(P::Matmul, Slot::Count, {Slot::H}, {R::Gate, 0}, 0),
-        {{Slot::G, {R::Gate, 0}}, {Slot::U, {R::Up, 0}}});
-    add("matmul down", Op(P::Matmul, Slot::Count, {Slot::G}, {R::Down, 0}, 0), {{Slot::Proj, {R::Down, 0}}});
-    add("gated activation", Op(P::GatedActivation, Slot::G, {Slot::U}));
-  }
-  const bool gemma = c.layer_style == LayerStyle::Gemma4;
-  if (c.is_moe())
-    add("moe", Op(P::Moe, Slot::Experts, {gemma ? Slot::Router : Slot::H, Slot::H}, {R::Router, 0}, 0));
-  if (gemma) {
-    add("router input", Op(P::RouterInput, Slot::Router, {Slot::X}, WeightRef{}, 0));
-    add("scaled residual", Op(P::ScaledResidual, Slot::X, {Slot::Proj}, WeightRef{}, 0));
-  }
-  add("head rows", Op(P::HeadRows, Slot::Head, {Slot::X}));
-  add("logits", Op(P::Logits, Slot::Count, {Slot::Head}, {c.tied_output ? R::TokenEmbd : R::Output, -1}));
-  return cases;
-}
-
 // The slots op reads and the slots it writes, as primitive_info says.
 std::vector<Slot> slots_read(const Op& op) {
   std::vector<Slot> slots(op.in.begin(), op.in.begin() + op.info().reads);
@@ -201,6 +129,75 @@ std::vector<Slot> slots_written(const Op& op) {
   for (const Product& p : op.products) slots.push_back(p.out);
   return slots;
 }
+
+// A primitive's case: one call of the model's own definition, with the shapes of the slots it read when a
+// whole pass made it. Those slots are set to the same random values on both sides; the slots it writes,
+// and the logits, are compared afterwards.
+struct OpCase {
+  std::string what;               // the call, e.g. "slot 6 blk.0.attn_output.weight layer 0 (sliding)"
+  Op op;                          // its products are `products`, bound where the case runs
+  std::vector<Product> products;  // matmul
+  struct Input {
+    Slot slot;
+    int64_t rows, width;
+  };
+  std::vector<Input> inputs;
+};
+
+// Runs a pass on the executor it wraps and keeps its calls as cases: one per primitive, weight (a product's
+// roles; another primitive's: whether it has one), size, attention kind of its layer and shapes read (a
+// call of another layer, or of another norm weight of the same width, is the same case again).
+class CaseRecorder final : public Executor {
+ public:
+  CaseRecorder(Executor& inner, const ModelConfig& c) : inner_(inner), c_(c) {}
+  std::vector<OpCase> cases;
+
+  void run(const Op& op) override {
+    std::vector<OpCase::Input> inputs;
+    std::vector<int64_t> key = {int64_t(op.primitive), op.size,
+                                op.layer >= 0 ? int64_t(c_.attention_of(op.layer).kind) : -1};
+    if (op.products.empty()) key.push_back(op.weight.present());
+    for (const Product& p : op.products) key.push_back(int64_t(p.weight.role));
+    std::vector<float> values;
+    for (Slot s : slots_read(op)) {
+      int64_t rows = 0, width = 0;
+      inner_.read_slot(s, values, rows, width);
+      inputs.push_back({s, rows, width});
+      key.insert(key.end(), {rows, width});
+    }
+    if (std::find(seen_.begin(), seen_.end(), key) == seen_.end()) {
+      seen_.push_back(std::move(key));
+      cases.push_back({describe(op), op, {op.products.begin(), op.products.end()}, std::move(inputs)});
+    }
+    inner_.run(op);
+  }
+  void read_slot(Slot s, std::vector<float>& data, int64_t& rows, int64_t& width) override {
+    inner_.read_slot(s, data, rows, width);
+  }
+  void write_slot(Slot s, const float* data, int64_t rows, int64_t width) override {
+    inner_.write_slot(s, data, rows, width);
+  }
+
+ private:
+  // Its weights by their GGUF names, and its layer's attention.
+  std::string describe(const Op& op) const {
+    std::vector<WeightRef> weights;
+    for (const Product& p : op.products) weights.push_back(p.weight);
+    if (op.products.empty() && op.weight.present()) weights.push_back(op.weight);
+    std::string what;
+    for (Slot s : slots_written(op)) what += (what.empty() ? "slot " : " ") + std::to_string(int(s));
+    for (const WeightRef& w : weights)
+      for (const TensorSpec& spec : model_tensors(c_))
+        if (spec.role == w.role && spec.layer == w.layer) what += (what.empty() ? "" : " ") + spec.gguf;
+    if (op.layer < 0) return what;
+    const LayerAttention la = c_.attention_of(op.layer);
+    return what + (what.empty() ? "" : " ") + "layer " + std::to_string(op.layer) +
+           (la.kind == AttentionKind::Sliding ? " (sliding)" : "") + (la.value_from_key ? " (K = V)" : "");
+  }
+  Executor& inner_;
+  const ModelConfig& c_;
+  std::vector<std::vector<int64_t>> seen_;
+};
 
 // Largest |a - b| relative to the largest |b| (the reference), and where.
 struct Mismatch {
@@ -300,7 +297,13 @@ BackendOpsResult run_backend_ops(const BackendOpsOptions& options, std::FILE* ou
       for (int decoder = 0; decoder < (c.has_decoder ? 2 : 1); ++decoder) {
         for (int64_t rows : kRowCounts) {
           const PassInputs in = make_inputs(c, rows, decoder != 0, uint64_t(rows * 31 + decoder));
-          for (const OpCase& oc : op_cases(c, decoder != 0)) {
+          // The cases: the calls of a whole pass of the model's definition.
+          Side recorded = make_side(model, in, [&](Side& s) -> std::unique_ptr<Executor> {
+            return std::make_unique<CpuExecutor>(model, s.cache_ptrs, s.requests, s.plan, &pool);
+          });
+          CaseRecorder recorder(*recorded.ex, c);
+          run_transformer(c, recorder, recorded.plan.conditioned_rows > 0);
+          for (const OpCase& oc : recorder.cases) {
             Op op = oc.op;
             op.products = oc.products;
             if (!options.primitive.empty() && options.primitive != primitive_name(op.primitive)) continue;
@@ -322,11 +325,10 @@ BackendOpsResult run_backend_ops(const BackendOpsOptions& options, std::FILE* ou
             }
             ++result.cases;
             Rng rng(uint64_t(rows) * 7919 + uint64_t(op.primitive));
-            for (Slot slot : slots_read(op)) {
-              const int64_t width = slot_width(c, slot, op.layer);
-              const std::vector<float> v = random_values(rows * width, rng);
-              ref.ex->write_slot(slot, v.data(), rows, width);
-              test.ex->write_slot(slot, v.data(), rows, width);
+            for (const OpCase::Input& input : oc.inputs) {
+              const std::vector<float> v = random_values(input.rows * input.width, rng);
+              ref.ex->write_slot(input.slot, v.data(), input.rows, input.width);
+              test.ex->write_slot(input.slot, v.data(), input.rows, input.width);
             }
             ref.ex->run(op);
             test.ex->run(op);
