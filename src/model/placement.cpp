@@ -89,7 +89,7 @@ class MatmulOnlyExecutor final : public Executor {
     h.width = width;
   }
   void run(const Op& op) override {
-    check(supports(op), std::string("the partial backend does not run ") + primitive_name(op.primitive));
+    if (!supports(op)) throw Error(std::string("the partial backend does not run ") + primitive_name(op.primitive));
     const Held& x = slots_[size_t(op.in[0])];
     std::vector<MatmulTarget> targets;
     for (const Product& p : op.products) {
