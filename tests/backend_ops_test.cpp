@@ -10,7 +10,6 @@
 #include <string>
 #include <utility>
 #include <memory>
-#include <stdexcept>
 
 #include "bench/backend_ops.h"
 #include "core/error.h"
@@ -23,39 +22,21 @@ namespace {
 class SkewedProducts final : public Executor {
  public:
   explicit SkewedProducts(std::unique_ptr<Executor> inner) : inner_(std::move(inner)) {}
-  bool supports(Primitive p, WeightRef w) const override { return inner_->supports(p, w); }
+  bool supports(const Op& op) const override { return inner_->supports(op); }
   void read_slot(Slot s, std::vector<float>& d, int64_t& r, int64_t& w) override { inner_->read_slot(s, d, r, w); }
   void write_slot(Slot s, const float* d, int64_t r, int64_t w) override { inner_->write_slot(s, d, r, w); }
-  void matmul(std::span<const Product> products, Slot in) override {
-    inner_->matmul(products, in);
+  void run(const Op& op) override {
+    inner_->run(op);
     std::vector<float> values;
     int64_t rows = 0, width = 0;
-    inner_->read_slot(products[0].out, values, rows, width);
+    inner_->read_slot(op.products[0].out, values, rows, width);
     float largest = 0;
     for (float v : values) largest = std::max(largest, std::fabs(v));
     values[values.size() / 2] += 0.01f * largest;
-    inner_->write_slot(products[0].out, values.data(), rows, width);
+    inner_->write_slot(op.products[0].out, values.data(), rows, width);
   }
-  void embed(Slot) override { no(); }
-  bool self_conditioning_input(Slot) override { no(); }
-  void add_self_conditioning(Slot, Slot) override { no(); }
-  void decoder_norm(Slot) override { no(); }
-  void rms_norm(Slot, Slot, WeightRef) override { no(); }
-  void rms_norm_heads(Slot, int64_t, WeightRef) override { no(); }
-  void copy(Slot, Slot) override { no(); }
-  void add(Slot, Slot) override { no(); }
-  void add_bias(Slot, WeightRef) override { no(); }
-  void gated_activation(Slot, Slot) override { no(); }
-  void rope(Slot, int64_t, int64_t) override { no(); }
-  void attention(Slot, Slot, Slot, Slot, int64_t) override { no(); }
-  void moe(Slot, Slot, Slot, int64_t) override { no(); }
-  void router_input(Slot, Slot, int64_t) override { no(); }
-  void scaled_residual(Slot, Slot, int64_t) override { no(); }
-  void head_rows(Slot, Slot) override { no(); }
-  void logits(Slot, WeightRef) override { no(); }
 
  private:
-  [[noreturn]] static void no() { throw std::logic_error("not supported"); }
   std::unique_ptr<Executor> inner_;
 };
 

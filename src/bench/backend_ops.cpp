@@ -1,5 +1,6 @@
 // bench/backend_ops.h: the conformance cases, one small random model per family and storage type, one pass
-// per row count, each primitive run on the backend under test and on the reference with the same inputs.
+// per row count; the cases are the calls that pass of the model's definition makes, each run on the backend
+// under test and on the reference with the same inputs.
 #include "bench/backend_ops.h"
 
 #include <algorithm>
@@ -13,6 +14,8 @@
 #include "core/rng.h"
 #include "model/cpu_executor.h"
 #include "model/placement.h"
+#include "model/tensors.h"
+#include "model/transformer.h"
 
 namespace canvas::bench {
 namespace {
@@ -112,117 +115,89 @@ Side make_side(const Model& model, const PassInputs& in, const std::function<std
   return side;
 }
 
-// A primitive's case: what it writes first (the same random values on both sides), the call, and what is
-// compared afterwards.
+// The slots op reads and the slots it writes, as primitive_info says.
+std::vector<Slot> slots_read(const Op& op) {
+  std::vector<Slot> slots(op.in.begin(), op.in.begin() + op.info().reads);
+  if (op.info().reads_out) slots.push_back(op.out);
+  std::sort(slots.begin(), slots.end());
+  slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
+  return slots;
+}
+std::vector<Slot> slots_written(const Op& op) {
+  std::vector<Slot> slots;
+  if (op.info().writes_out) slots.push_back(op.out);
+  for (const Product& p : op.products) slots.push_back(p.out);
+  return slots;
+}
+
+// A primitive's case: one call of the model's own definition, with the shapes of the slots it read when a
+// whole pass made it. Those slots are set to the same random values on both sides; the slots it writes,
+// and the logits, are compared afterwards.
 struct OpCase {
-  Primitive primitive;
-  std::string what;                  // the call, e.g. "matmul q/k/v layer 0"
-  WeightRef weight;                  // for supports()
-  std::vector<std::pair<Slot, int64_t>> inputs;  // slot, width (rows: the pass's)
-  std::function<void(Executor&)> call;
-  std::vector<Slot> outputs;
-  bool compare_logits = false;
-  std::vector<Primitive> also = {};  // primitives the call needs besides `primitive`
+  std::string what;               // the call, e.g. "slot 6 blk.0.attn_output.weight layer 0 (sliding)"
+  Op op;                          // its products are `products`, bound where the case runs
+  std::vector<Product> products;  // matmul
+  struct Input {
+    Slot slot;
+    int64_t rows, width;
+  };
+  std::vector<Input> inputs;
 };
 
-std::vector<OpCase> op_cases(const ModelConfig& c, bool decoder) {
-  using R = TensorRole;
+// Runs a pass on the executor it wraps and keeps its calls as cases: one per primitive, weight (a product's
+// roles; another primitive's: whether it has one), size, attention kind of its layer and shapes read (a
+// call of another layer, or of another norm weight of the same width, is the same case again).
+class CaseRecorder final : public Executor {
+ public:
+  CaseRecorder(Executor& inner, const ModelConfig& c) : inner_(inner), c_(c) {}
   std::vector<OpCase> cases;
-  const int64_t H = c.hidden;
-  int64_t full = -1;  // a full-attention layer beside layer 0 (Gemma 4: K = V, partial RoPE)
-  for (int64_t l = 1; l < c.n_layers && full < 0; ++l)
-    if (c.attention_of(l).kind != c.attention_of(0).kind) full = l;
-  std::vector<int64_t> layers = {0};
-  if (full > 0) layers.push_back(full);
-  cases.push_back({Primitive::Embed, "embed", {}, {}, [](Executor& ex) { ex.embed(Slot::X); }, {Slot::X}});
-  if (decoder) {
-    cases.push_back({Primitive::SelfConditioningInput, "self-conditioning input", {}, {},
-                     [](Executor& ex) { ex.self_conditioning_input(Slot::Soft); }, {Slot::Soft}});
-    cases.push_back({Primitive::AddSelfConditioning, "add self-conditioning", {}, {{Slot::X, H}, {Slot::SoftMlp, H}},
-                     [](Executor& ex) {
-                       ex.self_conditioning_input(Slot::Soft);
-                       ex.add_self_conditioning(Slot::X, Slot::SoftMlp);
-                     },
-                     {Slot::X}, false, {Primitive::SelfConditioningInput}});
-    cases.push_back({Primitive::DecoderNorm, "decoder norm", {}, {{Slot::X, H}},
-                     [](Executor& ex) { ex.decoder_norm(Slot::X); }, {Slot::X}});
+
+  void run(const Op& op) override {
+    std::vector<OpCase::Input> inputs;
+    std::vector<int64_t> key = {int64_t(op.primitive), op.size,
+                                op.layer >= 0 ? int64_t(c_.attention_of(op.layer).kind) : -1};
+    if (op.products.empty()) key.push_back(op.weight.present());
+    for (const Product& p : op.products) key.push_back(int64_t(p.weight.role));
+    std::vector<float> values;
+    for (Slot s : slots_read(op)) {
+      int64_t rows = 0, width = 0;
+      inner_.read_slot(s, values, rows, width);
+      inputs.push_back({s, rows, width});
+      key.insert(key.end(), {rows, width});
+    }
+    if (std::find(seen_.begin(), seen_.end(), key) == seen_.end()) {
+      seen_.push_back(std::move(key));
+      cases.push_back({describe(op), op, {op.products.begin(), op.products.end()}, std::move(inputs)});
+    }
+    inner_.run(op);
   }
-  cases.push_back({Primitive::RmsNorm, "rms_norm attn_norm", {R::AttnNorm, 0}, {{Slot::X, H}},
-                   [](Executor& ex) { ex.rms_norm(Slot::H, Slot::X, {R::AttnNorm, 0}); }, {Slot::H}});
-  cases.push_back({Primitive::RmsNorm, "rms_norm without weight, in place", {}, {{Slot::X, H}},
-                   [](Executor& ex) { ex.rms_norm(Slot::X, Slot::X, {}); }, {Slot::X}});
-  for (int64_t l : layers) {
-    const LayerAttention la = c.attention_of(l);
-    const int64_t D = la.head_dim, q_width = c.n_heads * D, kv_width = la.n_kv_heads * D;
-    const std::string at = " layer " + std::to_string(l) + (la.kind == AttentionKind::Sliding ? " (sliding)" : "") +
-                           (la.value_from_key ? " (K = V)" : "");
-    if (c.qk_norm)
-      cases.push_back({Primitive::RmsNormHeads, "rms_norm_heads q" + at, {R::QNorm, l}, {{Slot::Q, q_width}},
-                       [l, D](Executor& ex) { ex.rms_norm_heads(Slot::Q, D, {R::QNorm, l}); }, {Slot::Q}});
-    const bool kv = la.value_from_key;
-    cases.push_back({Primitive::Matmul, std::string(kv ? "matmul q/k" : "matmul q/k/v") + at, {R::Wq, l},
-                     {{Slot::H, H}},
-                     [l, kv](Executor& ex) {
-                       const Product qkv[] = {{Slot::Q, {R::Wq, l}}, {Slot::K, {R::Wk, l}}, {Slot::V, {R::Wv, l}}};
-                       ex.matmul(std::span<const Product>(qkv, kv ? 2 : 3), Slot::H);
-                     },
-                     kv ? std::vector<Slot>{Slot::Q, Slot::K} : std::vector<Slot>{Slot::Q, Slot::K, Slot::V}});
-    cases.push_back({Primitive::Matmul, "matmul attn_output" + at, {R::Wo, l}, {{Slot::Attn, q_width}},
-                     [l](Executor& ex) {
-                       const Product o[] = {{Slot::Proj, {R::Wo, l}}};
-                       ex.matmul(o, Slot::Attn);
-                     },
-                     {Slot::Proj}});
-    if (c.qkv_bias)
-      cases.push_back({Primitive::AddBias, "add_bias q" + at, {R::Bq, l}, {{Slot::Q, q_width}},
-                       [l](Executor& ex) { ex.add_bias(Slot::Q, {R::Bq, l}); }, {Slot::Q}});
-    cases.push_back({Primitive::Rope, "rope q" + at, {}, {{Slot::Q, q_width}},
-                     [l, &c](Executor& ex) { ex.rope(Slot::Q, c.n_heads, l); }, {Slot::Q}});
-    cases.push_back({Primitive::Attention, "attention" + at, {}, {{Slot::Q, q_width}, {Slot::K, kv_width}, {Slot::V, kv_width}},
-                     [l](Executor& ex) { ex.attention(Slot::Attn, Slot::Q, Slot::K, Slot::V, l); }, {Slot::Attn}});
+  void read_slot(Slot s, std::vector<float>& data, int64_t& rows, int64_t& width) override {
+    inner_.read_slot(s, data, rows, width);
   }
-  cases.push_back({Primitive::Copy, "copy", {}, {{Slot::K, H}}, [](Executor& ex) { ex.copy(Slot::V, Slot::K); },
-                   {Slot::V}});
-  cases.push_back({Primitive::Add, "add", {}, {{Slot::X, H}, {Slot::Proj, H}}, [](Executor& ex) { ex.add(Slot::X, Slot::Proj); },
-                   {Slot::X}});
-  if (c.ffn > 0) {
-    cases.push_back({Primitive::Matmul, "matmul gate/up", {R::Gate, 0}, {{Slot::H, H}},
-                     [](Executor& ex) {
-                       const Product gu[] = {{Slot::G, {R::Gate, 0}}, {Slot::U, {R::Up, 0}}};
-                       ex.matmul(gu, Slot::H);
-                     },
-                     {Slot::G, Slot::U}});
-    cases.push_back({Primitive::Matmul, "matmul down", {R::Down, 0}, {{Slot::G, c.ffn}},
-                     [](Executor& ex) {
-                       const Product d[] = {{Slot::Proj, {R::Down, 0}}};
-                       ex.matmul(d, Slot::G);
-                     },
-                     {Slot::Proj}});
-    cases.push_back({Primitive::GatedActivation, "gated activation", {}, {{Slot::G, c.ffn}, {Slot::U, c.ffn}},
-                     [](Executor& ex) { ex.gated_activation(Slot::G, Slot::U); }, {Slot::G}});
+  void write_slot(Slot s, const float* data, int64_t rows, int64_t width) override {
+    inner_.write_slot(s, data, rows, width);
   }
-  if (c.is_moe()) {
-    const bool gemma = c.layer_style == LayerStyle::Gemma4;
-    cases.push_back({Primitive::Moe, "moe", {R::Router, 0}, {{Slot::Router, H}, {Slot::H, H}},
-                     [gemma](Executor& ex) { ex.moe(Slot::Experts, gemma ? Slot::Router : Slot::H, Slot::H, 0); },
-                     {Slot::Experts}});
+
+ private:
+  // Its weights by their GGUF names, and its layer's attention.
+  std::string describe(const Op& op) const {
+    std::vector<WeightRef> weights;
+    for (const Product& p : op.products) weights.push_back(p.weight);
+    if (op.products.empty() && op.weight.present()) weights.push_back(op.weight);
+    std::string what;
+    for (Slot s : slots_written(op)) what += (what.empty() ? "slot " : " ") + std::to_string(int(s));
+    for (const WeightRef& w : weights)
+      for (const TensorSpec& spec : model_tensors(c_))
+        if (spec.role == w.role && spec.layer == w.layer) what += (what.empty() ? "" : " ") + spec.gguf;
+    if (op.layer < 0) return what;
+    const LayerAttention la = c_.attention_of(op.layer);
+    return what + (what.empty() ? "" : " ") + "layer " + std::to_string(op.layer) +
+           (la.kind == AttentionKind::Sliding ? " (sliding)" : "") + (la.value_from_key ? " (K = V)" : "");
   }
-  if (c.layer_style == LayerStyle::Gemma4) {
-    cases.push_back({Primitive::RouterInput, "router input", {}, {{Slot::X, H}},
-                     [](Executor& ex) { ex.router_input(Slot::Router, Slot::X, 0); }, {Slot::Router}});
-    cases.push_back({Primitive::ScaledResidual, "scaled residual", {}, {{Slot::X, H}, {Slot::Proj, H}},
-                     [](Executor& ex) { ex.scaled_residual(Slot::X, Slot::Proj, 0); }, {Slot::X}});
-  }
-  const WeightRef head{c.tied_output ? R::TokenEmbd : R::Output, -1};
-  cases.push_back({Primitive::Logits, "head rows, final norm, logits", head, {{Slot::X, H}},
-                   [head](Executor& ex) {
-                     ex.head_rows(Slot::Head, Slot::X);
-                     ex.rms_norm(Slot::Head, Slot::Head, {R::OutputNorm, -1});
-                     ex.logits(Slot::Head, head);
-                   },
-                   {}, true, {Primitive::HeadRows, Primitive::RmsNorm}});
-  return cases;
-}
+  Executor& inner_;
+  const ModelConfig& c_;
+  std::vector<std::vector<int64_t>> seen_;
+};
 
 // Largest |a - b| relative to the largest |b| (the reference), and where.
 struct Mismatch {
@@ -285,7 +260,7 @@ std::string backend_ops_list(const std::function<bool(Primitive)>& cuda_runs, co
     std::string line = std::string(primitive_name(p));
     line.resize(std::max<size_t>(line.size() + 1, 26), ' ');
     line += "cpu";
-    if (partial_ex->supports(p, {})) line += " partial";
+    if (partial_ex->supports(Op(p, Slot::Count))) line += " partial";
     if (cuda_runs && cuda_runs(p)) line += " cuda";
     out += line + "\n";
   }
@@ -322,35 +297,41 @@ BackendOpsResult run_backend_ops(const BackendOpsOptions& options, std::FILE* ou
       for (int decoder = 0; decoder < (c.has_decoder ? 2 : 1); ++decoder) {
         for (int64_t rows : kRowCounts) {
           const PassInputs in = make_inputs(c, rows, decoder != 0, uint64_t(rows * 31 + decoder));
-          for (const OpCase& oc : op_cases(c, decoder != 0)) {
-            if (!options.primitive.empty() && options.primitive != primitive_name(oc.primitive)) continue;
+          // The cases: the calls of a whole pass of the model's definition.
+          Side recorded = make_side(model, in, [&](Side& s) -> std::unique_ptr<Executor> {
+            return std::make_unique<CpuExecutor>(model, s.cache_ptrs, s.requests, s.plan, &pool);
+          });
+          CaseRecorder recorder(*recorded.ex, c);
+          run_transformer(c, recorder, recorded.plan.conditioned_rows > 0);
+          for (const OpCase& oc : recorder.cases) {
+            Op op = oc.op;
+            op.products = oc.products;
+            if (!options.primitive.empty() && options.primitive != primitive_name(op.primitive)) continue;
             Side ref = make_side(model, in, [&](Side& s) -> std::unique_ptr<Executor> {
               return std::make_unique<CpuExecutor>(model, s.cache_ptrs, s.requests, s.plan, &pool,
-                                                   cpu ? CpuKernels::Reference : CpuKernels::Fast);
+                                                   cpu ? kReferenceKernels : kFastKernels);
             });
             Side test = make_side(model, in, [&](Side& s) -> std::unique_ptr<Executor> {
               if (cpu) return std::make_unique<CpuExecutor>(model, s.cache_ptrs, s.requests, s.plan, &pool);
               return backend->executor(model, s.cache_ptrs, s.requests, s.plan, &pool);
             });
-            const std::string label = std::string(primitive_name(oc.primitive)) + " " + dtype_name(type) + " " +
-                                      shape.name + (decoder ? " decoder" : "") + " rows=" + std::to_string(rows) +
-                                      ": " + oc.what;
-            bool supported = test.ex->supports(oc.primitive, oc.weight);
-            for (Primitive p : oc.also) supported = supported && test.ex->supports(p, {});
-            if (!supported) {
+            const std::string label = std::string(primitive_name(op.primitive)) + " " + dtype_name(type) +
+                                      " " + shape.name + (decoder ? " decoder" : "") +
+                                      " rows=" + std::to_string(rows) + ": " + oc.what;
+            if (!test.ex->supports(op)) {
               ++result.unsupported;
               if (options.verbose) std::fprintf(out, "  --   %s (not supported)\n", label.c_str());
               continue;
             }
             ++result.cases;
-            Rng rng(uint64_t(rows) * 7919 + uint64_t(oc.primitive));
-            for (const auto& [slot, width] : oc.inputs) {
-              const std::vector<float> v = random_values(rows * width, rng);
-              ref.ex->write_slot(slot, v.data(), rows, width);
-              test.ex->write_slot(slot, v.data(), rows, width);
+            Rng rng(uint64_t(rows) * 7919 + uint64_t(op.primitive));
+            for (const OpCase::Input& input : oc.inputs) {
+              const std::vector<float> v = random_values(input.rows * input.width, rng);
+              ref.ex->write_slot(input.slot, v.data(), input.rows, input.width);
+              test.ex->write_slot(input.slot, v.data(), input.rows, input.width);
             }
-            oc.call(*ref.ex);
-            oc.call(*test.ex);
+            ref.ex->run(op);
+            test.ex->run(op);
             Mismatch worst;
             std::string where;
             auto note = [&](const std::vector<float>& got, const std::vector<float>& want, const std::string& name,
@@ -364,7 +345,7 @@ BackendOpsResult run_backend_ops(const BackendOpsOptions& options, std::FILE* ou
                                                          : "");
               }
             };
-            for (Slot s : oc.outputs) {
+            for (Slot s : slots_written(op)) {
               std::vector<float> got, want;
               int64_t r1 = 0, w1 = 0, r2 = 0, w2 = 0;
               test.ex->read_slot(s, got, r1, w1);
@@ -372,7 +353,7 @@ BackendOpsResult run_backend_ops(const BackendOpsOptions& options, std::FILE* ou
               if (r1 != r2 || w1 != w2) got.clear();
               note(got, want, "slot " + std::to_string(int(s)), w2);
             }
-            if (oc.compare_logits) note(test.logits, ref.logits, "logits", c.vocab);
+            if (op.primitive == Primitive::Logits) note(test.logits, ref.logits, "logits", c.vocab);
             const bool failed = !(worst.relative <= tolerance);
             if (failed) ++result.failed;
             if (failed || options.verbose)

@@ -2,7 +2,7 @@
 // weight storage type and on row counts and widths at the tiles' edges (1, 8, 9, 16, 64, 65, 256 rows; a
 // vocabulary and widths that are not multiples of 16; sliding windows; K = V; block masks; decoder
 // canvases), run on a named backend and compared with a reference at a tolerance per backend:
-//   cpu      the CPU executor's SIMD kernels against their scalar twins (CpuKernels::Reference);
+//   cpu      the CPU executor's SIMD kernels against their scalar twins (kReferenceKernels);
 //   partial  the matmul-only backend of model/placement.h against the CPU executor (bit for bit);
 //   cuda     the CUDA module's executor against the CPU executor (weights stored on the device as
 //            DeviceMatrix keeps them: f32, bf16, the quantised blocks, else f16), within f16 rounding.

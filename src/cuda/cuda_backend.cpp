@@ -131,33 +131,16 @@ class CudaBackend final : public PrimitiveBackend {
 };
 
 // One pass over a batch of requests (rows of all requests stacked, as the CPU executor's).
-class CudaExecutor final : public Executor {
+class CudaExecutor final : public TypedExecutor<CudaExecutor> {
  public:
   CudaExecutor(CudaBackend& backend, const Model& model, std::span<KvCache* const> caches,
                std::span<const ForwardRequest> requests, const ForwardPlan& plan);
 
-  bool supports(Primitive p, WeightRef weight) const override;
+  bool supports(const Op& op) const override;
+  // Each call in a profile span named by its primitive (a product by its weights: matmul_span).
+  void run(const Op& op) override;
   void read_slot(Slot s, std::vector<float>& data, int64_t& rows, int64_t& width) override;
   void write_slot(Slot s, const float* data, int64_t rows, int64_t width) override;
-
-  void embed(Slot x) override;
-  bool self_conditioning_input(Slot soft) override;
-  void add_self_conditioning(Slot x, Slot mlp) override;
-  void decoder_norm(Slot x) override;
-  void rms_norm(Slot out, Slot in, WeightRef weight) override;
-  void rms_norm_heads(Slot x, int64_t head_dim, WeightRef weight) override;
-  void matmul(std::span<const Product> products, Slot in) override;
-  void copy(Slot out, Slot in) override;
-  void add(Slot x, Slot y) override;
-  void add_bias(Slot x, WeightRef bias) override;
-  void gated_activation(Slot g, Slot u) override;
-  void rope(Slot x, int64_t n_heads, int64_t layer) override;
-  void attention(Slot out, Slot q, Slot k, Slot v, int64_t layer) override;
-  void moe(Slot out, Slot router_in, Slot expert_in, int64_t layer) override;
-  void router_input(Slot out, Slot in, int64_t layer) override;
-  void scaled_residual(Slot x, Slot y, int64_t layer) override;
-  void head_rows(Slot head, Slot x) override;
-  void logits(Slot head, WeightRef weight) override;
 
   // The pass's shape when it can be recorded and replayed (encoder requests only: an AR step, a short
   // prompt; no self-conditioning and no fused head, whose inputs are host arguments; at most 64 rows; every
@@ -171,6 +154,27 @@ class CudaExecutor final : public Executor {
   void finish();
 
  private:
+  friend TypedExecutor<CudaExecutor>;
+  // The primitives (transformer.h says what each computes); run calls them.
+  void embed(Slot x);
+  void self_conditioning_input(Slot soft);
+  void add_self_conditioning(Slot x, Slot mlp);
+  void decoder_norm(Slot x);
+  void rms_norm(Slot out, Slot in, WeightRef weight);
+  void rms_norm_heads(Slot x, int64_t head_dim, WeightRef weight);
+  void matmul(std::span<const Product> products, Slot in);
+  void copy(Slot out, Slot in);
+  void add(Slot x, Slot y);
+  void add_bias(Slot x, WeightRef bias);
+  void gated_activation(Slot g, Slot u);
+  void rope(Slot x, int64_t n_heads, int64_t layer);
+  void attention(Slot out, Slot q, Slot k, Slot v, int64_t layer);
+  void moe(Slot out, Slot router_in, Slot expert_in, int64_t layer);
+  void router_input(Slot out, Slot in, int64_t layer);
+  void scaled_residual(Slot x, Slot y, int64_t layer);
+  void head_rows(Slot head, Slot x);
+  void logits(Slot head, WeightRef weight);
+
   struct Shape {
     int64_t rows = 0, width = 0;
   };
@@ -507,10 +511,20 @@ void CudaExecutor::stage_attention() {
 
 // ---- the executor: slots and the end of a pass ----
 
-bool CudaExecutor::supports(Primitive p, WeightRef weight) const {
-  if (p == Primitive::Moe) return weight.layer < 0 || backend_.experts_on_device(weight.layer);
-  if ((p == Primitive::Matmul || p == Primitive::Logits) && weight.present()) return backend_.has_matrix(weight);
-  return runs_primitive(p);
+bool CudaExecutor::supports(const Op& op) const {
+  if (op.primitive == Primitive::Moe) return op.layer < 0 || backend_.experts_on_device(op.layer);
+  if (op.info().weight == WeightUse::Matrix) {  // the matrices on the device (a harness's query: any)
+    if (op.products.empty()) return !op.weight.present() || backend_.has_matrix(op.weight);
+    return std::all_of(op.products.begin(), op.products.end(),
+                       [&](const Product& p) { return backend_.has_matrix(p.weight); });
+  }
+  return runs_primitive(op.primitive);
+}
+
+void CudaExecutor::run(const Op& op) {
+  const OpSpan span(op.primitive == Primitive::Matmul ? matmul_span(op.weight.role)
+                                                      : primitive_name(op.primitive));
+  TypedExecutor::run(op);
 }
 
 float* CudaExecutor::shape(Slot s, int64_t rows, int64_t width) {
@@ -548,7 +562,6 @@ void CudaExecutor::finish() {
 // Token embeddings (scaled) and learned positions (each encoder row's group was recorded in its cache by
 // stage).
 void CudaExecutor::embed(Slot slot) {
-  const OpSpan span("embed");
   const int64_t H = c_.hidden;
   float* x = shape(slot, n_, H);
   embed_rows(backend_.matrix({R::TokenEmbd, -1}), tokens_, n_, c_.embedding_scale, x);
@@ -561,11 +574,9 @@ void CudaExecutor::embed(Slot slot) {
 
 // Soft = softmax(previous logits) @ E * embedding_scale for each request with previous logits (self_cond)
 // or their soft embedding (self_cond_soft), stacked.
-bool CudaExecutor::self_conditioning_input(Slot slot) {
-  const OpSpan span("self-conditioning input");
+void CudaExecutor::self_conditioning_input(Slot slot) {
   const int64_t H = c_.hidden, V = c_.vocab;
   const int64_t rows = plan_.conditioned_rows;
-  if (rows == 0) return false;
   float* soft = shape(slot, rows, H);
   for (int64_t s : plan_.conditioned) {
     const ForwardRequest& req = requests_[size_t(s)];
@@ -579,11 +590,9 @@ bool CudaExecutor::self_conditioning_input(Slot slot) {
     soft += req.n * H;
   }
   scale_columns(at(slot), nullptr, rows, H, c_.embedding_scale);
-  return true;
 }
 
 void CudaExecutor::add_self_conditioning(Slot slot, Slot mlp_slot) {
-  const OpSpan span("add self-conditioning");
   const int64_t H = c_.hidden;
   float* x = at(slot);
   const float* mlp = at(mlp_slot);
@@ -596,7 +605,6 @@ void CudaExecutor::add_self_conditioning(Slot slot, Slot mlp_slot) {
 
 // A weightless RMSNorm over each run of consecutive decoder requests' rows.
 void CudaExecutor::decoder_norm(Slot slot) {
-  const OpSpan span("decoder norm");
   const int64_t H = c_.hidden;
   float* x = at(slot);
   for (int64_t s = 0; s < segments();) {
@@ -612,20 +620,17 @@ void CudaExecutor::decoder_norm(Slot slot) {
 }
 
 void CudaExecutor::rms_norm(Slot out, Slot in, WeightRef weight) {
-  const OpSpan span("rms_norm");
   const Shape a = shapes_[size_t(in)];
   const float* src = at(in);
   cuda::rms_norm(src, backend_.vector(weight), a.rows, a.width, c_.rms_eps, shape(out, a.rows, a.width));
 }
 
 void CudaExecutor::rms_norm_heads(Slot x, int64_t head_dim, WeightRef weight) {
-  const OpSpan span("rms_norm_heads");
   const Shape a = shapes_[size_t(x)];
   cuda::rms_norm(at(x), backend_.vector(weight), a.rows * a.width / head_dim, head_dim, c_.rms_eps, at(x));
 }
 
 void CudaExecutor::matmul(std::span<const Product> products, Slot in) {
-  const OpSpan span(matmul_span(products.empty() ? R::Count : products[0].weight.role));
   const Shape a = shapes_[size_t(in)];
   for (const Product& p : products) {
     const DeviceMatrix& w = backend_.matrix(p.weight);
@@ -637,14 +642,12 @@ void CudaExecutor::matmul(std::span<const Product> products, Slot in) {
 }
 
 void CudaExecutor::copy(Slot out, Slot in) {
-  const OpSpan span("copy");
   const Shape a = shapes_[size_t(in)];
   const float* src = at(in);
   copy_on_device(shape(out, a.rows, a.width), src, size_t(a.rows * a.width) * 4);
 }
 
 void CudaExecutor::add(Slot x, Slot y) {
-  const OpSpan span("add");
   const Shape a = shapes_[size_t(x)];
   cuda::add(at(x), at(y), a.rows * a.width);
 }
@@ -652,13 +655,11 @@ void CudaExecutor::add(Slot x, Slot y) {
 void CudaExecutor::add_bias(Slot x, WeightRef bias) {
   const float* b = backend_.vector(bias);
   if (!b) return;
-  const OpSpan span("add_bias");
   const Shape a = shapes_[size_t(x)];
   add_to_rows(at(x), b, a.rows, a.width);
 }
 
 void CudaExecutor::gated_activation(Slot g, Slot u) {
-  const OpSpan span("gated activation");
   const Shape a = shapes_[size_t(g)];
   if (c_.activation == Activation::GeluTanh) {
     geglu(at(g), at(u), a.rows * a.width, at(g));
@@ -668,7 +669,6 @@ void CudaExecutor::gated_activation(Slot g, Slot u) {
 }
 
 void CudaExecutor::rope(Slot x, int64_t n_heads, int64_t layer) {
-  const OpSpan span("rope");
   cuda::rope(at(x), n_, int(n_heads), pos_, c_.attention_of(layer).rope);
 }
 
@@ -676,7 +676,6 @@ void CudaExecutor::rope(Slot x, int64_t n_heads, int64_t layer) {
 // per run of consecutive ones), a kept canvas's rows into its store, then one attention launch over the
 // wave's rows (stage_attention says what each request sees).
 void CudaExecutor::attention(Slot out, Slot q, Slot k, Slot v, int64_t layer) {
-  const OpSpan outer("attention");
   const LayerAttention la = c_.attention_of(layer);
   const int64_t D = la.head_dim, q_width = c_.n_heads * D, kv_width = la.n_kv_heads * D;
   check(shapes_[size_t(q)].width == q_width && shapes_[size_t(k)].width == kv_width &&
@@ -724,7 +723,6 @@ void CudaExecutor::attention(Slot out, Slot q, Slot k, Slot v, int64_t layer) {
 // every row gathered once per expert it picked; each projection one grouped product over all experts;
 // combine_rows sums each row's results in ascending expert order, as the CPU does.
 void CudaExecutor::moe(Slot out_slot, Slot router_slot, Slot expert_slot, int64_t l) {
-  const OpSpan outer("moe");
   const ModelConfig& c = c_;
   CudaBackend& b = backend_;
   const int64_t n = shapes_[size_t(router_slot)].rows;
@@ -771,7 +769,6 @@ void CudaExecutor::moe(Slot out_slot, Slot router_slot, Slot expert_slot, int64_
 
 // Gemma 4's router input: RMSNorm(in) (no weight) * router_scale / sqrt(hidden).
 void CudaExecutor::router_input(Slot out, Slot in, int64_t layer) {
-  const OpSpan span("router input");
   const int64_t H = c_.hidden, rows = shapes_[size_t(in)].rows;
   const float* src = at(in);
   float* router = shape(out, rows, H);
@@ -783,7 +780,6 @@ void CudaExecutor::router_input(Slot out, Slot in, int64_t layer) {
 // Gemma 4's layer end: x = (x + y) * the layer's scalar, the encoder's or the decoder's, one launch per run of
 // consecutive requests of one kind.
 void CudaExecutor::scaled_residual(Slot x, Slot y, int64_t layer) {
-  const OpSpan span("scaled residual");
   const int64_t H = c_.hidden;
   const LayerWeights& w = model_.layers[size_t(layer)];
   float* xs = at(x);
@@ -799,7 +795,6 @@ void CudaExecutor::scaled_residual(Slot x, Slot y, int64_t layer) {
 }
 
 void CudaExecutor::head_rows(Slot head, Slot x) {
-  const OpSpan span("head rows");
   const int64_t H = c_.hidden;
   const float* src = at(x);
   gather_rows(src, H, sel_rows_, head_total_, shape(head, head_total_, H));
@@ -819,7 +814,6 @@ int64_t CudaExecutor::head_budget() const {
 // head_budget() rows at most a product (a batch of AR steps reads the output matrix once), soft-capped;
 // then each request's logits are copied out, or its fused head's statistics (and soft embedding) taken.
 void CudaExecutor::logits(Slot head, WeightRef weight) {
-  const OpSpan outer("logits");
   const int64_t H = c_.hidden, V = c_.vocab, budget = head_budget();
   const DeviceMatrix& w = backend_.matrix(weight);
   const float* rows_in = at(head);

@@ -24,82 +24,61 @@ void add_bias(float* rows, int64_t n, int64_t width, const TensorView& bias) {
     for (int64_t i = 0; i < width; ++i) rows[r * width + i] += b[i];
 }
 
-void rms_norm_rows(const float* x, int64_t n, int64_t width, const TensorView& w, float eps, float* y,
-                   bool reference = false) {
+void rms_norm_rows(const CpuKernels& k, const float* x, int64_t n, int64_t width, const TensorView& w, float eps,
+                   float* y) {
   const float* weight = w.data ? w.f32() : nullptr;
-  for (int64_t r = 0; r < n; ++r)
-    if (reference) {
-      reference::rms_norm(x + r * width, weight, width, eps, y + r * width);
-    } else {
-      rms_norm(x + r * width, weight, width, eps, y + r * width);
-    }
-}
-
-// y = x @ w^T by the SIMD kernels or their scalar twin.
-void product(const TensorView& w, const float* x, int64_t m, float* y, ThreadPool* pool, bool reference) {
-  if (reference) {
-    matmul_reference(w, x, w.cols(), m, y, w.rows());
-  } else {
-    matmul(w, x, m, y, pool);
-  }
+  for (int64_t r = 0; r < n; ++r) k.rms_norm(x + r * width, weight, width, eps, y + r * width);
 }
 
 // g = act(g) * u.
-void gate(Activation act, float* g, const float* u, int64_t n, bool reference) {
-  if (act == Activation::Silu) {
-    reference ? reference::swiglu(g, u, n, g) : swiglu(g, u, n, g);
-  } else {
-    reference ? reference::geglu(g, u, n, g) : geglu(g, u, n, g);
-  }
+void gate(const CpuKernels& k, Activation act, float* g, const float* u, int64_t n) {
+  (act == Activation::Silu ? k.swiglu : k.geglu)(g, u, n, g);
 }
 
 // Gated MLP over rows: out = down(act(gate(x)) * up(x)).
-void gated_mlp(const TensorView& gate_w, const TensorView& up, const TensorView& down, Activation act, const float* x,
-               int64_t n, float* out, std::vector<float>& g, std::vector<float>& u, ThreadPool* pool, bool reference) {
+void gated_mlp(const CpuKernels& k, const TensorView& gate_w, const TensorView& up, const TensorView& down,
+               Activation act, const float* x, int64_t n, float* out, std::vector<float>& g, std::vector<float>& u,
+               ThreadPool* pool) {
   const int64_t width = gate_w.rows();
   g.resize(size_t(n * width));
   u.resize(size_t(n * width));
-  if (reference) {
-    product(gate_w, x, n, g.data(), pool, true);
-    product(up, x, n, u.data(), pool, true);
-  } else {
-    const MatmulTarget gate_up[] = {{&gate_w, g.data(), width}, {&up, u.data(), up.rows()}};
-    matmul_fused(gate_up, 2, x, gate_w.cols(), n, pool);  // one parallel loop for both
-  }
-  gate(act, g.data(), u.data(), n * width, reference);
-  product(down, g.data(), n, out, pool, reference);
+  const MatmulTarget gate_up[] = {{&gate_w, g.data(), width}, {&up, u.data(), up.rows()}};
+  k.matmul_fused(gate_up, 2, x, gate_w.cols(), n, pool);  // one parallel loop for both
+  gate(k, act, g.data(), u.data(), n * width);
+  k.matmul(down, g.data(), n, out, pool);
 }
 
 // One expert's MLP over m gathered rows; a fused [gate; up] matrix (Gemma 4) is split after one product.
-void expert_mlp(const ModelConfig& c, const LayerWeights& w, int64_t e, const float* x, int64_t m, float* out,
-                std::vector<float>& g, std::vector<float>& u, std::vector<float>& gu, ThreadPool* pool, bool reference) {
+void expert_mlp(const CpuKernels& k, const ModelConfig& c, const LayerWeights& w, int64_t e, const float* x,
+                int64_t m, float* out, std::vector<float>& g, std::vector<float>& u, std::vector<float>& gu,
+                ThreadPool* pool) {
   if (!w.gate_up_exps.data) {
-    gated_mlp(w.gate_exps.matrix(e), w.up_exps.matrix(e), w.down_exps.matrix(e), c.activation, x, m, out, g, u, pool,
-              reference);
+    gated_mlp(k, w.gate_exps.matrix(e), w.up_exps.matrix(e), w.down_exps.matrix(e), c.activation, x, m, out, g, u,
+              pool);
     return;
   }
   const int64_t I = c.expert_ffn;
   gu.resize(size_t(m * 2 * I));
   g.resize(size_t(m * I));
   u.resize(size_t(m * I));
-  product(w.gate_up_exps.matrix(e), x, m, gu.data(), pool, reference);
+  k.matmul(w.gate_up_exps.matrix(e), x, m, gu.data(), pool);
   for (int64_t r = 0; r < m; ++r) {
     std::memcpy(&g[size_t(r * I)], &gu[size_t(r * 2 * I)], size_t(I) * 4);
     std::memcpy(&u[size_t(r * I)], &gu[size_t(r * 2 * I + I)], size_t(I) * 4);
   }
-  gate(c.activation, g.data(), u.data(), m * I, reference);
-  product(w.down_exps.matrix(e), g.data(), m, out, pool, reference);
+  gate(k, c.activation, g.data(), u.data(), m * I);
+  k.matmul(w.down_exps.matrix(e), g.data(), m, out, pool);
 }
 
 // Mixture of experts: each row goes to its top-k experts; rows are grouped by expert so every expert's
 // weights are read once per pass. A row's sum is taken in ascending expert order, so it does not
 // depend on which other rows share the batch. The router reads router_in, the experts expert_in
 // (the same rows except in Gemma 4, whose router and experts see differently normed inputs).
-void moe(const ModelConfig& c, const LayerWeights& w, const float* router_in, const float* expert_in, int64_t n,
-         float* out, ThreadPool* pool, bool reference) {
+void moe(const CpuKernels& k, const ModelConfig& c, const LayerWeights& w, const float* router_in,
+         const float* expert_in, int64_t n, float* out, ThreadPool* pool) {
   const int64_t E = c.n_experts, K = c.n_experts_used, H = c.hidden;
   std::vector<float> router_logits(size_t(n * E));
-  product(w.router, router_in, n, router_logits.data(), pool, reference);
+  k.matmul(w.router, router_in, n, router_logits.data(), pool);
   std::vector<std::vector<int32_t>> rows_of(static_cast<size_t>(E));
   std::vector<std::vector<float>> weights_of(static_cast<size_t>(E));
   std::vector<float> probs(static_cast<size_t>(E));
@@ -126,7 +105,7 @@ void moe(const ModelConfig& c, const LayerWeights& w, const float* router_in, co
     result.resize(size_t(m * H));
     for (int64_t i = 0; i < m; ++i)
       std::memcpy(&gathered[size_t(i * H)], expert_in + rows[size_t(i)] * H, size_t(H) * 4);
-    expert_mlp(c, w, e, gathered.data(), m, result.data(), g, u, gu, pool, reference);
+    expert_mlp(k, c, w, e, gathered.data(), m, result.data(), g, u, gu, pool);
     for (int64_t i = 0; i < m; ++i) {
       float* dst = out + rows[size_t(i)] * H;
       const float weight = weights_of[size_t(e)][size_t(i)];
@@ -209,9 +188,28 @@ void soft_embedding_of_logits(const Model& model, const float* prev_logits, int6
 
 }  // namespace
 
+const CpuKernels kFastKernels = {rms_norm, rope, swiglu, geglu, softcap, matmul, matmul_fused, attention};
+
+const CpuKernels kReferenceKernels = {
+    reference::rms_norm,
+    reference::rope,
+    reference::swiglu,
+    reference::geglu,
+    reference::softcap,
+    [](const TensorView& w, const float* x, int64_t m, float* y, ThreadPool*) {
+      matmul_reference(w, x, w.cols(), m, y, w.rows());
+    },
+    [](const MatmulTarget* targets, int count, const float* x, int64_t ldx, int64_t m, ThreadPool*) {
+      for (const MatmulTarget* t = targets; t < targets + count; ++t) matmul_reference(*t->w, x, ldx, m, t->y, t->ldy);
+    },
+    [](const float* q, int64_t n_q, int64_t ldq, const float* k, const float* v, int64_t n_keys,
+       int64_t kv_head_stride, const AttentionMask& mask, const AttentionShape& shape, float* out, int64_t ldo,
+       ThreadPool*) { reference::attention(q, n_q, ldq, k, v, n_keys, kv_head_stride, mask, shape, out, ldo); },
+};
+
 CpuExecutor::CpuExecutor(const Model& m, std::span<KvCache* const> cs, std::span<const ForwardRequest> rs,
-                         const ForwardPlan& p, ThreadPool* tp, CpuKernels kernels)
-    : model_(m), c_(m.config), caches_(cs), requests_(rs), plan_(p), pool_(tp), kernels_(kernels), n_(p.n) {}
+                         const ForwardPlan& p, ThreadPool* tp, const CpuKernels& kernels)
+    : model_(m), c_(m.config), caches_(cs), requests_(rs), plan_(p), pool_(tp), k_(kernels), n_(p.n) {}
 
 void CpuExecutor::read_slot(Slot s, std::vector<float>& data, int64_t& rows, int64_t& width) {
   const SlotBuffer& b = at(s);
@@ -232,7 +230,7 @@ const TensorView& CpuExecutor::view(WeightRef w) const {
 }
 
 void CpuExecutor::norm_rows(const float* x, int64_t n, int64_t width, const TensorView& w, float* y) const {
-  rms_norm_rows(x, n, width, w, c_.rms_eps, y, reference());
+  rms_norm_rows(k_, x, n, width, w, c_.rms_eps, y);
 }
 
 void CpuExecutor::rms_norm(Slot out, Slot in, WeightRef weight) {
@@ -265,16 +263,12 @@ void CpuExecutor::add_bias(Slot x, WeightRef bias) {
 
 void CpuExecutor::gated_activation(Slot g, Slot u) {
   SlotBuffer& gate_values = at(g);
-  gate(c_.activation, gate_values.ptr(), at(u).ptr(), gate_values.size(), reference());
+  gate(k_, c_.activation, gate_values.ptr(), at(u).ptr(), gate_values.size());
 }
 
 void CpuExecutor::rope(Slot x, int64_t n_heads, int64_t layer) {
   const RopeParams& params = c_.attention_of(layer).rope;
-  if (reference()) {
-    reference::rope(at(x).ptr(), n_, int(n_heads), plan_.pos.data(), params);
-  } else {
-    canvas::rope(at(x).ptr(), n_, int(n_heads), plan_.pos.data(), params);
-  }
+  k_.rope(at(x).ptr(), n_, int(n_heads), plan_.pos.data(), params);
 }
 
 void CpuExecutor::attention(Slot out, Slot q, Slot k, Slot v, int64_t layer) {
@@ -285,7 +279,7 @@ void CpuExecutor::attention(Slot out, Slot q, Slot k, Slot v, int64_t layer) {
 void CpuExecutor::moe(Slot out, Slot router_in, Slot expert_in, int64_t layer) {
   const float* router = at(router_in).ptr();
   const float* experts = at(expert_in).ptr();
-  canvas::moe(c_, model_.layers[size_t(layer)], router, experts, n_, at(out).shape(n_, c_.hidden), pool_, reference());
+  canvas::moe(k_, c_, model_.layers[size_t(layer)], router, experts, n_, at(out).shape(n_, c_.hidden), pool_);
 }
 
 // Token embeddings (scaled) and learned positions; each encoder row's group recorded in its cache.
@@ -317,9 +311,8 @@ void CpuExecutor::embed(Slot slot) {
 }
 
 // Each request with previous logits (self_cond) or their soft embedding (self_cond_soft).
-bool CpuExecutor::self_conditioning_input(Slot slot) {
+void CpuExecutor::self_conditioning_input(Slot slot) {
   const int64_t H = c_.hidden, rows = plan_.conditioned_rows;
-  if (rows == 0) return false;
   float* soft = at(slot).shape(rows, H);
   for (int64_t s : plan_.conditioned) {
     const ForwardRequest& req = requests_[size_t(s)];
@@ -332,7 +325,6 @@ bool CpuExecutor::self_conditioning_input(Slot slot) {
   }
   float* all = at(slot).ptr();
   for (int64_t i = 0; i < rows * H; ++i) all[i] *= c_.embedding_scale;
-  return true;
 }
 
 void CpuExecutor::add_self_conditioning(Slot slot, Slot mlp_slot) {
@@ -360,11 +352,9 @@ void CpuExecutor::decoder_norm(Slot slot) {
 void CpuExecutor::matmul(std::span<const Product> products, Slot in) {
   const SlotBuffer& a = at(in);
   const int64_t rows = a.rows;
-  if (products.size() == 1 || reference()) {
-    for (const Product& p : products) {
-      const TensorView& w = view(p.weight);
-      product(w, a.ptr(), rows, at(p.out).shape(rows, w.rows()), pool_, reference());
-    }
+  if (products.size() == 1) {
+    const TensorView& w = view(products[0].weight);
+    k_.matmul(w, a.ptr(), rows, at(products[0].out).shape(rows, w.rows()), pool_);
     return;
   }
   // One parallel loop for all of them (a decode step is a chain of short loops; each wait costs).
@@ -374,7 +364,7 @@ void CpuExecutor::matmul(std::span<const Product> products, Slot in) {
     const TensorView& w = view(products[i].weight);
     targets[i] = {&w, at(products[i].out).shape(rows, w.rows()), w.rows()};
   }
-  matmul_fused(targets.data(), int(products.size()), a.data.data(), a.width, rows, pool_);
+  k_.matmul_fused(targets.data(), int(products.size()), a.data.data(), a.width, rows, pool_);
 }
 
 void CpuExecutor::router_input(Slot out, Slot in, int64_t layer) {
@@ -435,11 +425,11 @@ void CpuExecutor::logits(Slot head, WeightRef weight) {
   std::vector<float> batch_logits;
   if (!direct) batch_logits.resize(size_t(plan_.plain_head_rows * V));
   float* logits = direct ? requests_[0].logits : batch_logits.data();
-  product(output, rows_in, plan_.plain_head_rows, logits, pool_, reference());
+  k_.matmul(output, rows_in, plan_.plain_head_rows, logits, pool_);
   if (c_.logit_softcap > 0) {
     const float cap = c_.logit_softcap;
     parallel_for(pool_, plan_.plain_head_rows, std::max<int64_t>(1, 16384 / V), [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) reference() ? reference::softcap(logits + i * V, V, cap) : softcap(logits + i * V, V, cap);
+      for (int64_t i = b; i < e; ++i) k_.softcap(logits + i * V, V, cap);
     });
   }
   if (direct) return;
@@ -482,11 +472,7 @@ void CpuExecutor::attend(int64_t l, int64_t s, const SlotBuffer& q, const SlotBu
       mask.tree = plan_.tree_bits_of(r0, la.kind);
       mask.tree_key0 = req.pos0;
     }
-    if (reference()) {
-      reference::attention(qs, ns, q_width, kc, vc, plan_.key_ends[size_t(s)], stride, mask, shape, out, q_width);
-    } else {
-      canvas::attention(qs, ns, q_width, kc, vc, plan_.key_ends[size_t(s)], stride, mask, shape, out, q_width, pool_);
-    }
+    k_.attention(qs, ns, q_width, kc, vc, plan_.key_ends[size_t(s)], stride, mask, shape, out, q_width, pool_);
     return;
   }
   // The canvas sees the cache (sliding layers: its last window - 1 positions) and itself, both ways;
@@ -521,13 +507,8 @@ void CpuExecutor::attend(int64_t l, int64_t s, const SlotBuffer& q, const SlotBu
       std::memcpy(vs + (cached + i) * D, &vs_new[size_t(i * kv_width + hh * D)], size_t(D) * 4);
     }
   }
-  if (reference()) {
-    reference::attention(qs, ns, q_width, canvas_keys_.data(), canvas_values_.data(), keys, keys * D, AttentionMask{}, shape, out,
-              q_width);
-  } else {
-    canvas::attention(qs, ns, q_width, canvas_keys_.data(), canvas_values_.data(), keys, keys * D, AttentionMask{}, shape, out,
-              q_width, pool_);
-  }
+  k_.attention(qs, ns, q_width, canvas_keys_.data(), canvas_values_.data(), keys, keys * D, AttentionMask{}, shape,
+               out, q_width, pool_);
 }
 
 }  // namespace canvas

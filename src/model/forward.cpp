@@ -198,13 +198,13 @@ void forward_batch(const Model& model, std::span<KvCache* const> caches, std::sp
   const ThreadPool::Busy busy(device_only ? nullptr : pool, pass_kind);
   CpuExecutor executor(model, caches, requests, plan, pool);
   if (!backend) {
-    run_transformer(model.config, executor);
+    run_transformer(model.config, executor, plan.conditioned_rows > 0);
     return;
   }
   check(plan.slots.empty(), "forward: a tree of rows (tree verification) runs on the CPU's executor only");
   const std::unique_ptr<Executor> device = backend->executor(model, caches, requests, plan, pool);
   PlacedExecutor placed(executor, *device, backend->keep_on_cpu);
-  backend->run(*device, [&] { run_transformer(model.config, placed); });
+  backend->run(*device, [&] { run_transformer(model.config, placed, plan.conditioned_rows > 0); });
   backend->add_stats(placed.stats());
 }
 

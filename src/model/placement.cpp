@@ -46,17 +46,16 @@ void PlacedExecutor::bring(Slot s, uint8_t side) {
   stats_.bytes_copied += rows * width * int64_t(sizeof(float));
 }
 
-bool PlacedExecutor::runs_on_backend(Primitive p, WeightRef weight, int64_t layer) const {
-  return !(keep_on_cpu_ && keep_on_cpu_(p, layer)) && backend_.supports(p, weight);
-}
-
-Executor& PlacedExecutor::place_on(bool on_backend, Primitive p, std::initializer_list<Slot> reads,
-                                   std::initializer_list<Slot> writes) {
+void PlacedExecutor::run(const Op& op) {
+  const PrimitiveInfo& info = op.info();
+  const bool on_backend = !(keep_on_cpu_ && keep_on_cpu_(op.primitive, op.layer)) && backend_.supports(op);
   const uint8_t side = on_backend ? kBackend : kCpu;
-  for (Slot s : reads) bring(s, side);
-  for (Slot s : writes) where_[size_t(s)] = side;
-  (on_backend ? stats_.on_backend : stats_.on_cpu)[size_t(p)] += 1;
-  return on_backend ? backend_ : cpu_;
+  for (int i = 0; i < info.reads; ++i) bring(op.in[size_t(i)], side);
+  if (info.reads_out) bring(op.out, side);
+  if (info.writes_out) where_[size_t(op.out)] = side;
+  for (const Product& p : op.products) where_[size_t(p.out)] = side;
+  (on_backend ? stats_.on_backend : stats_.on_cpu)[size_t(op.primitive)] += 1;
+  (on_backend ? backend_ : cpu_).run(op);
 }
 
 void PlacedExecutor::read_slot(Slot s, std::vector<float>& data, int64_t& rows, int64_t& width) {
@@ -69,57 +68,6 @@ void PlacedExecutor::write_slot(Slot s, const float* data, int64_t rows, int64_t
   where_[size_t(s)] = kCpu;
 }
 
-void PlacedExecutor::embed(Slot x) { place(Primitive::Embed, WeightRef{}, -1, {}, {x}).embed(x); }
-
-bool PlacedExecutor::self_conditioning_input(Slot soft) {
-  // Placed as a write of `soft`; when it returns false nothing was written, and nothing reads soft.
-  return place(Primitive::SelfConditioningInput, WeightRef{}, -1, {}, {soft}).self_conditioning_input(soft);
-}
-void PlacedExecutor::add_self_conditioning(Slot x, Slot mlp) {
-  place(Primitive::AddSelfConditioning, WeightRef{}, -1, {x, mlp}, {x}).add_self_conditioning(x, mlp);
-}
-void PlacedExecutor::decoder_norm(Slot x) { place(Primitive::DecoderNorm, WeightRef{}, -1, {x}, {x}).decoder_norm(x); }
-void PlacedExecutor::rms_norm(Slot out, Slot in, WeightRef weight) {
-  place(Primitive::RmsNorm, weight, weight.layer, {in}, {out}).rms_norm(out, in, weight);
-}
-void PlacedExecutor::rms_norm_heads(Slot x, int64_t head_dim, WeightRef weight) {
-  place(Primitive::RmsNormHeads, weight, weight.layer, {x}, {x}).rms_norm_heads(x, head_dim, weight);
-}
-void PlacedExecutor::matmul(std::span<const Product> products, Slot in) {
-  bool on_backend = true;
-  for (const Product& p : products) on_backend = on_backend && runs_on_backend(Primitive::Matmul, p.weight, p.weight.layer);
-  Executor& ex = place_on(on_backend, Primitive::Matmul, {in}, {});
-  for (const Product& p : products) where_[size_t(p.out)] = on_backend ? kBackend : kCpu;
-  ex.matmul(products, in);
-}
-void PlacedExecutor::copy(Slot out, Slot in) { place(Primitive::Copy, WeightRef{}, -1, {in}, {out}).copy(out, in); }
-void PlacedExecutor::add(Slot x, Slot y) { place(Primitive::Add, WeightRef{}, -1, {x, y}, {x}).add(x, y); }
-void PlacedExecutor::add_bias(Slot x, WeightRef bias) {
-  place(Primitive::AddBias, bias, bias.layer, {x}, {x}).add_bias(x, bias);
-}
-void PlacedExecutor::gated_activation(Slot g, Slot u) {
-  place(Primitive::GatedActivation, WeightRef{}, -1, {g, u}, {g}).gated_activation(g, u);
-}
-void PlacedExecutor::rope(Slot x, int64_t n_heads, int64_t layer) {
-  place(Primitive::Rope, WeightRef{}, layer, {x}, {x}).rope(x, n_heads, layer);
-}
-void PlacedExecutor::attention(Slot out, Slot q, Slot k, Slot v, int64_t layer) {
-  place(Primitive::Attention, WeightRef{}, layer, {q, k, v}, {out}).attention(out, q, k, v, layer);
-}
-void PlacedExecutor::moe(Slot out, Slot router_in, Slot expert_in, int64_t layer) {
-  place(Primitive::Moe, {TensorRole::Router, layer}, layer, {router_in, expert_in}, {out}).moe(out, router_in, expert_in, layer);
-}
-void PlacedExecutor::router_input(Slot out, Slot in, int64_t layer) {
-  place(Primitive::RouterInput, WeightRef{}, layer, {in}, {out}).router_input(out, in, layer);
-}
-void PlacedExecutor::scaled_residual(Slot x, Slot y, int64_t layer) {
-  place(Primitive::ScaledResidual, WeightRef{}, layer, {x, y}, {x}).scaled_residual(x, y, layer);
-}
-void PlacedExecutor::head_rows(Slot head, Slot x) { place(Primitive::HeadRows, WeightRef{}, -1, {x}, {head}).head_rows(head, x); }
-void PlacedExecutor::logits(Slot head, WeightRef weight) {
-  place(Primitive::Logits, weight, -1, {head}, {}).logits(head, weight);
-}
-
 namespace {
 
 // The matrix products of model/cpu_executor.cpp, on slots of its own.
@@ -127,7 +75,7 @@ class MatmulOnlyExecutor final : public Executor {
  public:
   MatmulOnlyExecutor(const Model& model, ThreadPool* pool) : model_(model), pool_(pool) {}
 
-  bool supports(Primitive p, WeightRef) const override { return p == Primitive::Matmul; }
+  bool supports(const Op& op) const override { return op.primitive == Primitive::Matmul; }
   void read_slot(Slot s, std::vector<float>& data, int64_t& rows, int64_t& width) override {
     const Held& h = slots_[size_t(s)];
     rows = h.rows;
@@ -140,10 +88,11 @@ class MatmulOnlyExecutor final : public Executor {
     h.rows = rows;
     h.width = width;
   }
-  void matmul(std::span<const Product> products, Slot in) override {
-    const Held& x = slots_[size_t(in)];
+  void run(const Op& op) override {
+    if (!supports(op)) throw Error(std::string("the partial backend does not run ") + primitive_name(op.primitive));
+    const Held& x = slots_[size_t(op.in[0])];
     std::vector<MatmulTarget> targets;
-    for (const Product& p : products) {
+    for (const Product& p : op.products) {
       const TensorView& w = *weight_slot(model_, p.weight.role, p.weight.layer);
       Held& out = slots_[size_t(p.out)];
       out.rows = x.rows;
@@ -159,32 +108,11 @@ class MatmulOnlyExecutor final : public Executor {
     }
   }
 
-  void embed(Slot) override { refuse(Primitive::Embed); }
-  bool self_conditioning_input(Slot) override { refuse(Primitive::SelfConditioningInput); }
-  void add_self_conditioning(Slot, Slot) override { refuse(Primitive::AddSelfConditioning); }
-  void decoder_norm(Slot) override { refuse(Primitive::DecoderNorm); }
-  void rms_norm(Slot, Slot, WeightRef) override { refuse(Primitive::RmsNorm); }
-  void rms_norm_heads(Slot, int64_t, WeightRef) override { refuse(Primitive::RmsNormHeads); }
-  void copy(Slot, Slot) override { refuse(Primitive::Copy); }
-  void add(Slot, Slot) override { refuse(Primitive::Add); }
-  void add_bias(Slot, WeightRef) override { refuse(Primitive::AddBias); }
-  void gated_activation(Slot, Slot) override { refuse(Primitive::GatedActivation); }
-  void rope(Slot, int64_t, int64_t) override { refuse(Primitive::Rope); }
-  void attention(Slot, Slot, Slot, Slot, int64_t) override { refuse(Primitive::Attention); }
-  void moe(Slot, Slot, Slot, int64_t) override { refuse(Primitive::Moe); }
-  void router_input(Slot, Slot, int64_t) override { refuse(Primitive::RouterInput); }
-  void scaled_residual(Slot, Slot, int64_t) override { refuse(Primitive::ScaledResidual); }
-  void head_rows(Slot, Slot) override { refuse(Primitive::HeadRows); }
-  void logits(Slot, WeightRef) override { refuse(Primitive::Logits); }
-
  private:
   struct Held {
     std::vector<float> data;
     int64_t rows = 0, width = 0;
   };
-  [[noreturn]] static void refuse(Primitive p) {
-    throw Error(std::string("the partial backend does not run ") + primitive_name(p));
-  }
   const Model& model_;
   ThreadPool* pool_;
   std::array<Held, kSlots> slots_;

@@ -24,9 +24,8 @@ struct PlacementStats {
   void add(const PlacementStats& other);
 };
 
-// A backend of single primitives: for each pass, an executor over storage of its own. Primitives that
-// keep state between calls come in pairs a backend supports together or not at all
-// (self_conditioning_input with add_self_conditioning, head_rows with logits).
+// A backend of single primitives: for each pass, an executor over storage of its own, which runs the calls
+// it supports() and leaves the others to the CPU.
 class PrimitiveBackend {
  public:
   virtual ~PrimitiveBackend() = default;
@@ -64,37 +63,14 @@ class PlacedExecutor final : public Executor {
   PlacedExecutor(Executor& cpu, Executor& backend, std::function<bool(Primitive, int64_t)> keep_on_cpu = {});
   const PlacementStats& stats() const { return stats_; }
 
+  // Runs op on the side placement chooses, after bringing there the slots its primitive reads
+  // (primitive_info); the slots it writes are then marked as held there only.
+  void run(const Op& op) override;
   void read_slot(Slot s, std::vector<float>& data, int64_t& rows, int64_t& width) override;
   void write_slot(Slot s, const float* data, int64_t rows, int64_t width) override;
-  void embed(Slot x) override;
-  bool self_conditioning_input(Slot soft) override;
-  void add_self_conditioning(Slot x, Slot mlp) override;
-  void decoder_norm(Slot x) override;
-  void rms_norm(Slot out, Slot in, WeightRef weight) override;
-  void rms_norm_heads(Slot x, int64_t head_dim, WeightRef weight) override;
-  void matmul(std::span<const Product> products, Slot in) override;
-  void copy(Slot out, Slot in) override;
-  void add(Slot x, Slot y) override;
-  void add_bias(Slot x, WeightRef bias) override;
-  void gated_activation(Slot g, Slot u) override;
-  void rope(Slot x, int64_t n_heads, int64_t layer) override;
-  void attention(Slot out, Slot q, Slot k, Slot v, int64_t layer) override;
-  void moe(Slot out, Slot router_in, Slot expert_in, int64_t layer) override;
-  void router_input(Slot out, Slot in, int64_t layer) override;
-  void scaled_residual(Slot x, Slot y, int64_t layer) override;
-  void head_rows(Slot head, Slot x) override;
-  void logits(Slot head, WeightRef weight) override;
 
  private:
   enum Side : uint8_t { kCpu = 1, kBackend = 2 };  // bits of where_: the sides holding a slot's current value
-  // The executor that runs primitive p (weight: the one it reads, if any; layer: its layer or -1), with the
-  // slots it reads brought to that side; the slots it writes are then marked as held there only.
-  Executor& place(Primitive p, WeightRef weight, int64_t layer, std::initializer_list<Slot> reads,
-                  std::initializer_list<Slot> writes) {
-    return place_on(runs_on_backend(p, weight, layer), p, reads, writes);
-  }
-  bool runs_on_backend(Primitive p, WeightRef weight, int64_t layer) const;
-  Executor& place_on(bool on_backend, Primitive p, std::initializer_list<Slot> reads, std::initializer_list<Slot> writes);
   void bring(Slot s, uint8_t side);
 
   Executor& cpu_;

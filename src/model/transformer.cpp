@@ -2,6 +2,11 @@
 // LLaDA, Dream, LLaDA-MoE), the Gemma 4 layer (DiffusionGemma, Gemma 4) and the head, as primitives.
 #include "model/transformer.h"
 
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+
 namespace canvas {
 namespace {
 
@@ -20,9 +25,10 @@ void gated_mlp(Executor& ex, Slot out, Slot in, WeightRef gate, WeightRef up, We
 
 // Token embeddings (scaled), learned positions, and the self-conditioning input: X's rows that take one
 // get mlp(norm(softmax(previous logits) @ E * scale)); DiffusionGemma's decoder rows are then normed.
-void input(const ModelConfig& c, Executor& ex) {
+void input(const ModelConfig& c, Executor& ex, bool self_conditioned) {
   ex.embed(Slot::X);
-  if (ex.self_conditioning_input(Slot::Soft)) {
+  if (self_conditioned) {
+    ex.self_conditioning_input(Slot::Soft);
     ex.rms_norm(Slot::Soft, Slot::Soft, global(R::SelfCondNorm));
     gated_mlp(ex, Slot::SoftMlp, Slot::Soft, global(R::SelfCondGate), global(R::SelfCondUp), global(R::SelfCondDown));
     ex.add_self_conditioning(Slot::X, Slot::SoftMlp);
@@ -89,17 +95,39 @@ void gemma4_feed_forward(const ModelConfig& c, Executor& ex, int64_t l) {
 
 }  // namespace
 
-const char* primitive_name(Primitive p) {
-  static const char* const names[kPrimitives] = {
-      "embed",          "self_conditioning_input", "add_self_conditioning", "decoder_norm",     "rms_norm",
-      "rms_norm_heads", "matmul",                  "copy",                  "add",              "add_bias",
-      "gated_activation", "rope",                  "attention",             "moe",              "router_input",
-      "scaled_residual", "head_rows",              "logits"};
-  return int(p) < kPrimitives ? names[int(p)] : "?";
+const PrimitiveInfo& primitive_info(Primitive p) {
+  using W = WeightUse;
+  // name, in[0 .. reads) read, out read, out written, the weight.
+  static const PrimitiveInfo table[kPrimitives + 1] = {
+      {"embed", 0, false, true, W::None},
+      {"self_conditioning_input", 0, false, true, W::None},
+      {"add_self_conditioning", 1, true, true, W::None},
+      {"decoder_norm", 0, true, true, W::None},
+      {"rms_norm", 1, false, true, W::Vector},
+      {"rms_norm_heads", 0, true, true, W::Vector},
+      {"matmul", 1, false, false, W::Matrix},
+      {"copy", 1, false, true, W::None},
+      {"add", 1, true, true, W::None},
+      {"add_bias", 0, true, true, W::Vector},
+      {"gated_activation", 1, true, true, W::None},
+      {"rope", 0, true, true, W::None},
+      {"attention", 3, false, true, W::None},
+      {"moe", 2, false, true, W::Layer},
+      {"router_input", 1, false, true, W::Layer},
+      {"scaled_residual", 1, true, true, W::Layer},
+      {"head_rows", 1, false, true, W::None},
+      {"logits", 1, false, false, W::Matrix},
+      {"?", 0, false, false, W::None},
+  };
+  return table[std::min(int(p), kPrimitives)];
 }
 
-void run_transformer(const ModelConfig& c, Executor& ex) {
-  input(c, ex);
+void unknown_primitive(const Op& op) {
+  throw Error("executor: no primitive " + std::to_string(int(op.primitive)));
+}
+
+void run_transformer(const ModelConfig& c, Executor& ex, bool self_conditioned) {
+  input(c, ex, self_conditioned);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     attention_block(c, ex, l);
     if (c.layer_style == LayerStyle::Gemma4) {

@@ -120,12 +120,23 @@ TrainModel TrainModel::from_model(const Model& model) {
 // tape's values (Var); an in-place primitive binds its slot to a new node. The batch's rows are every
 // token of every sequence; attention reads the batch's layouts (visibility groups, sliding windows,
 // DiffusionGemma's decoder rows) instead of a cache.
-class TapeExecutor final : public Executor {
+class TapeExecutor final : public TypedExecutor<TapeExecutor> {
  public:
   TapeExecutor(TrainModel& model, Tape& tape, const TokenBatch& batch, const std::vector<int32_t>& positions,
                const SequenceLayout& layout, const SequenceLayout& sliding_layout, const SelfConditioningInput* input)
       : m_(model), c_(model.config()), tape_(tape), batch_(batch), positions_(positions), layout_(layout),
-        sliding_layout_(sliding_layout), input_(input) {}
+        sliding_layout_(sliding_layout), input_(input) {
+    for (size_t r = 0; r < batch_.decoder.size(); ++r)
+      if (batch_.decoder[r]) decoder_rows_.push_back(int32_t(r));
+    if (c_.has_decoder) {
+      conditioned_ = decoder_rows_;
+    } else {
+      for (int64_t r = 0; r < batch_.rows(); ++r) conditioned_.push_back(int32_t(r));
+    }
+  }
+
+  // Whether some row takes the self-conditioning input (run_transformer's self_conditioned).
+  bool self_conditioned() const { return input_ && !conditioned_.empty(); }
 
   Var result() const { return logits_; }
 
@@ -138,26 +149,16 @@ class TapeExecutor final : public Executor {
     at(s) = tape_.input(rows, width, data);
   }
 
-  void embed(Slot x) override {
+ private:
+  friend TypedExecutor<TapeExecutor>;
+  void embed(Slot x) {
     Var e = embedding(tape_, m_.need(TensorRole::TokenEmbd), batch_.tokens, c_.embedding_scale);
     if (Parameter* pe = m_.weight(TensorRole::PositionEmbd)) e = train::add(tape_, e, embedding(tape_, *pe, positions_));
     at(x) = e;
   }
-  // DiffusionGemma: the decoder rows (gathered first: the norm applies to them, with or without an input);
-  // canvas's self-conditioned models: every row.
-  bool self_conditioning_input(Slot soft) override {
-    if (c_.has_decoder) {
-      for (size_t r = 0; r < batch_.decoder.size(); ++r)
-        if (batch_.decoder[r]) decoder_rows_.push_back(int32_t(r));
-      if (decoder_rows_.empty()) return false;
-      decoder_x_ = gather_rows(tape_, at(Slot::X), decoder_rows_);
-      if (!input_) return false;
-      conditioned_ = decoder_rows_;
-    } else {
-      if (!input_) return false;
-      conditioned_.resize(size_t(batch_.rows()));
-      for (int64_t r = 0; r < batch_.rows(); ++r) conditioned_[size_t(r)] = int32_t(r);
-    }
+  // The conditioned rows (conditioned_): DiffusionGemma's decoder rows, every row of canvas's
+  // self-conditioned models.
+  void self_conditioning_input(Slot soft) {
     // softmax(previous logits) as a constant of the tape (zeros for rows the input does not mark).
     const int64_t V = c_.vocab, n = int64_t(conditioned_.size());
     check(input_->logits != nullptr, "TrainModel::forward: self-conditioning input without logits");
@@ -173,38 +174,39 @@ class TapeExecutor final : public Executor {
       for (int64_t v = 0; v < V; ++v) p[i * V + v] = std::exp(z[v] - log_sum);
     }
     at(soft) = soft_embedding(tape_, probs, m_.need(TensorRole::TokenEmbd), c_.embedding_scale);
-    return true;
   }
-  void add_self_conditioning(Slot x, Slot mlp) override {
+  void add_self_conditioning(Slot x, Slot mlp) {
     if (c_.has_decoder) {
-      decoder_x_ = train::add(tape_, decoder_x_, at(mlp));
+      const Var sum = train::add(tape_, gather_rows(tape_, at(x), conditioned_), at(mlp));
+      at(x) = replace_rows(tape_, at(x), conditioned_, sum);
     } else {
       at(x) = train::add(tape_, at(x), at(mlp));
     }
   }
-  void decoder_norm(Slot x) override {
+  void decoder_norm(Slot x) {
     if (decoder_rows_.empty()) return;
-    at(x) = replace_rows(tape_, at(x), decoder_rows_, train::rms_norm(tape_, decoder_x_, nullptr, c_.rms_eps));
+    const Var normed = train::rms_norm(tape_, gather_rows(tape_, at(x), decoder_rows_), nullptr, c_.rms_eps);
+    at(x) = replace_rows(tape_, at(x), decoder_rows_, normed);
   }
-  void rms_norm(Slot out, Slot in, WeightRef w) override { at(out) = train::rms_norm(tape_, at(in), param(w), c_.rms_eps); }
+  void rms_norm(Slot out, Slot in, WeightRef w) { at(out) = train::rms_norm(tape_, at(in), param(w), c_.rms_eps); }
   // RMSNorm over each head: the rows read as [rows * heads, head_dim].
-  void rms_norm_heads(Slot x, int64_t head_dim, WeightRef w) override {
+  void rms_norm_heads(Slot x, int64_t head_dim, WeightRef w) {
     const int64_t rows = tape_.rows(at(x)), width = tape_.cols(at(x));
     at(x) = reshape(tape_, train::rms_norm(tape_, reshape(tape_, at(x), rows * width / head_dim, head_dim), param(w),
                                            c_.rms_eps),
                     rows, width);
   }
-  void matmul(std::span<const Product> products, Slot in) override {
+  void matmul(std::span<const Product> products, Slot in) {
     for (const Product& p : products) at(p.out) = linear(tape_, at(in), need(p.weight));
   }
-  void copy(Slot out, Slot in) override { at(out) = at(in); }
-  void add(Slot x, Slot y) override { at(x) = train::add(tape_, at(x), at(y)); }
-  void add_bias(Slot x, WeightRef bias) override { at(x) = train::add_bias(tape_, at(x), need(bias)); }
-  void gated_activation(Slot g, Slot u) override { at(g) = train::gated_activation(tape_, at(g), at(u), c_.activation); }
-  void rope(Slot x, int64_t n_heads, int64_t layer) override {
+  void copy(Slot out, Slot in) { at(out) = at(in); }
+  void add(Slot x, Slot y) { at(x) = train::add(tape_, at(x), at(y)); }
+  void add_bias(Slot x, WeightRef bias) { at(x) = train::add_bias(tape_, at(x), need(bias)); }
+  void gated_activation(Slot g, Slot u) { at(g) = train::gated_activation(tape_, at(g), at(u), c_.activation); }
+  void rope(Slot x, int64_t n_heads, int64_t layer) {
     at(x) = train::rope(tape_, at(x), int(n_heads), positions_, c_.attention_of(layer).rope);
   }
-  void attention(Slot out, Slot q, Slot k, Slot v, int64_t layer) override {
+  void attention(Slot out, Slot q, Slot k, Slot v, int64_t layer) {
     const LayerAttention la = c_.attention_of(layer);
     const SequenceLayout& layout = la.kind == AttentionKind::Sliding ? sliding_layout_ : layout_;
     at(out) = train::attention(tape_, at(q), at(k), at(v), attention_shape(c_, la), layout);
@@ -212,7 +214,7 @@ class TapeExecutor final : public Executor {
   // Route each row to its top-k experts, run each expert's gated MLP on its rows, and sum the weighted
   // results in ascending expert order (as the CPU forward does). Gemma 4 fuses [gate; up] in one matrix
   // and scales each expert's weight by per_expert_scale.
-  void moe(Slot out, Slot router_in, Slot expert_in, int64_t l) override {
+  void moe(Slot out, Slot router_in, Slot expert_in, int64_t l) {
     Routing routing = route_top_k(tape_, linear(tape_, at(router_in), m_.need(TensorRole::Router, l)),
                                   c_.n_experts_used, c_.expert_weights_norm);
     if (Parameter* scale_e = m_.weight(TensorRole::PerExpertScale, l))
@@ -237,25 +239,24 @@ class TapeExecutor final : public Executor {
     }
     at(out) = combine_experts(tape_, expert_out, routing);
   }
-  void router_input(Slot out, Slot in, int64_t layer) override {
+  void router_input(Slot out, Slot in, int64_t layer) {
     at(out) = scale(tape_, train::rms_norm(tape_, at(in), &m_.need(TensorRole::RouterScale, layer), c_.rms_eps),
                     1.f / std::sqrt(float(c_.hidden)));
   }
   // The decoder's scalar is layer_scalar; the encoder's its own copy (the decoder's when the model has none).
-  void scaled_residual(Slot x, Slot y, int64_t layer) override {
+  void scaled_residual(Slot x, Slot y, int64_t layer) {
     const Var sum = train::add(tape_, at(x), at(y));
     Parameter& decoder_scalar = m_.need(TensorRole::LayerScalar, layer);
     Parameter* encoder_scalar = m_.weight(TensorRole::EncoderLayerScalar, layer);
     at(x) = encoder_scalar ? scale_rows_by_scalar(tape_, sum, *encoder_scalar, &decoder_scalar, batch_.decoder)
                            : scale_rows_by_scalar(tape_, sum, decoder_scalar, nullptr, {});
   }
-  void head_rows(Slot head, Slot x) override { at(head) = at(x); }  // every row's logits
-  void logits(Slot head, WeightRef weight) override {
+  void head_rows(Slot head, Slot x) { at(head) = at(x); }  // every row's logits
+  void logits(Slot head, WeightRef weight) {
     logits_ = linear(tape_, at(head), need(weight));
     if (c_.logit_softcap > 0) logits_ = softcap(tape_, logits_, c_.logit_softcap);
   }
 
- private:
   Var& at(Slot s) { return slots_[size_t(s)]; }
   Parameter* param(WeightRef w) { return w.present() ? m_.weight(w.role, w.layer) : nullptr; }
   Parameter& need(WeightRef w) { return m_.need(w.role, w.layer); }
@@ -269,8 +270,8 @@ class TapeExecutor final : public Executor {
   const SequenceLayout& sliding_layout_;
   const SelfConditioningInput* input_;
   std::array<Var, kSlots> slots_;
-  std::vector<int32_t> decoder_rows_, conditioned_;
-  Var decoder_x_;  // DiffusionGemma: X's decoder rows, until decoder_norm puts them back normed
+  std::vector<int32_t> decoder_rows_;  // DiffusionGemma's decoder rows
+  std::vector<int32_t> conditioned_;   // the rows self_conditioning_input gives an input
   Var logits_;
 };
 
@@ -327,7 +328,7 @@ Var TrainModel::forward(Tape& tape, const TokenBatch& batch, const SelfCondition
   }
 
   TapeExecutor executor(*this, tape, batch, positions, layout, sliding_layout, self_cond);
-  run_transformer(c, executor);
+  run_transformer(c, executor, executor.self_conditioned());
   return executor.result();
 }
 
