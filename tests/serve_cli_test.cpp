@@ -136,6 +136,9 @@ TEST(ServeCli, BadInputGivesOpenAiErrors) {
     auto res = post(server, "/v1/completions", R"({"prompt": "a", "presence_penalty": 0.5})");
     expect_error(res, 400, "masked diffusion (--mode diffusion) has no such order");
     EXPECT_EQ(json::parse(res->body)["error"]["param"], "presence_penalty") << res->body;
+    res = post(server, "/v1/completions", R"({"prompt": "a", "frequency_penalty": 0.5})");
+    expect_error(res, 400, "masked diffusion (--mode diffusion) has no such order");
+    EXPECT_EQ(json::parse(res->body)["error"]["param"], "frequency_penalty") << res->body;
     res = post(server, "/v1/completions", R"({"prompt": "a", "logit_bias": {"999999": 1}})");
     expect_error(res, 400, "token id 999999 is outside the vocabulary");
     EXPECT_EQ(json::parse(res->body)["error"]["param"], "logit_bias") << res->body;

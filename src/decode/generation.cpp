@@ -253,10 +253,12 @@ void Generator::check_context(const GenerationRequest& r, int64_t P) const {
   canvas::check(P > 0, "the prompt encodes to no tokens");
   canvas::check(r.max_new_tokens >= 0 && r.max_new_tokens <= kMaxNewTokens, "-n must be between 1 and 1048576");
   const int64_t n = new_tokens_of(r, P);
-  canvas::check(P + n <= c.context_length,
-                "prompt (" + std::to_string(P) + " tokens) + " + std::to_string(n) +
-                    " new tokens exceed the model's context length " + std::to_string(c.context_length) + " (at most " +
-                    std::to_string(std::max<int64_t>(0, c.context_length - P)) + " new tokens after this prompt)");
+  if (P + n > c.context_length)
+    throw RequestRefused("prompt (" + std::to_string(P) + " tokens) + " + std::to_string(n) +
+                             " new tokens exceed the model's context length " + std::to_string(c.context_length) +
+                             " (at most " + std::to_string(std::max<int64_t>(0, c.context_length - P)) +
+                             " new tokens after this prompt)",
+                         RefusedOption::Length, true);
   // The KV cache the request sizes (P + n positions, and one more for AR's last token), refused before it is
   // allocated: a config's context length (up to kMaxContextLength) says nothing of this machine's memory.
   const int64_t per_token = kv_cache_bytes_per_position(c);
@@ -264,11 +266,12 @@ void Generator::check_context(const GenerationRequest& r, int64_t P) const {
   const double kv_bytes = double(P + n + 1) * double(per_token);
   if (kv_bytes > double(limit)) {
     const int64_t most = std::max<int64_t>(0, int64_t(limit / uint64_t(per_token)) - P - 1);
-    throw Error("prompt (" + std::to_string(P) + " tokens) + " + std::to_string(n) + " new tokens need " +
-                std::to_string(int64_t(kv_bytes / 1048576)) + " MiB of KV cache (" + std::to_string(per_token) +
-                " bytes a token on this model); one request may take " + std::to_string(limit / 1048576) +
-                " MiB, half the memory this process may use: at most " + std::to_string(most) +
-                " new tokens after this prompt");
+    throw RequestRefused("prompt (" + std::to_string(P) + " tokens) + " + std::to_string(n) + " new tokens need " +
+                             std::to_string(int64_t(kv_bytes / 1048576)) + " MiB of KV cache (" +
+                             std::to_string(per_token) + " bytes a token on this model); one request may take " +
+                             std::to_string(limit / 1048576) + " MiB, half the memory this process may use: at most " +
+                             std::to_string(most) + " new tokens after this prompt",
+                         RefusedOption::Length);
   }
 }
 
@@ -344,26 +347,32 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
   canvas::check(std::isfinite(s.repeat_penalty) && s.repeat_penalty > 0, "--repeat-penalty must be > 0");
   canvas::check(std::isfinite(s.frequency_penalty) && std::isfinite(s.presence_penalty),
                 "--frequency-penalty and --presence-penalty must be finite");
+  const auto refuse_unless = [](bool condition, const std::string& message, RefusedOption option) {
+    if (!condition) throw RequestRefused(message, option);
+  };
   for (const auto& [id, bias] : s.logit_bias) {
-    canvas::check(id >= 0 && id < c.vocab, "logit bias: token id " + std::to_string(id) +
-                                               " is outside the vocabulary (ids 0 to " + std::to_string(c.vocab - 1) +
-                                               ")");
-    canvas::check(bias < std::numeric_limits<float>::infinity() && !std::isnan(bias),
-                  "logit bias of token id " + std::to_string(id) + ": a number or -inf");
+    refuse_unless(id >= 0 && id < c.vocab,
+                  "logit bias: token id " + std::to_string(id) + " is outside the vocabulary (ids 0 to " +
+                      std::to_string(c.vocab - 1) + ")",
+                  RefusedOption::LogitBias);
+    refuse_unless(bias < std::numeric_limits<float>::infinity() && !std::isnan(bias),
+                  "logit bias of token id " + std::to_string(id) + ": a number or -inf", RefusedOption::LogitBias);
   }
   // The presence and frequency penalties count the tokens generated before each one, left to right; a
   // diffusion canvas commits its positions in parallel, with no such history.
   const std::string diffusion_name = uniform ? "uniform-state diffusion" : "masked diffusion";
-  canvas::check(mode != DecodeMode::Diffusion || !s.counts_penalized(),
+  refuse_unless(mode != DecodeMode::Diffusion || !s.counts_penalized(),
                 "presence and frequency penalties count the tokens generated before each one, left to right: " +
                     diffusion_name + " (--mode diffusion) has no such order; use --mode ar" +
                     (supports_verify(c) ? " or verify" : "") +
-                    (uniform ? " (its repetition control is --neighbor-penalty)" : ""));
+                    (uniform ? " (its repetition control is --neighbor-penalty)" : ""),
+                s.presence_penalty != 0 ? RefusedOption::PresencePenalty : RefusedOption::FrequencyPenalty);
   // The uniform-state sampler reads rows that also feed the next step (self-conditioning) or never exist
   // (--stream-head): no place where a bias means what it means to AR.
-  canvas::check(!uniform || s.logit_bias.empty(),
+  refuse_unless(!uniform || s.logit_bias.empty(),
                 "logit bias applies to --mode ar, verify and masked diffusion, not uniform-state diffusion (--mode "
-                "diffusion): use --mode ar" + std::string(supports_verify(c) ? " or verify" : ""));
+                "diffusion): use --mode ar" + std::string(supports_verify(c) ? " or verify" : ""),
+                RefusedOption::LogitBias);
   canvas::check(d.steps >= 0 && d.block_length >= 0, "--steps and --block-length must be positive");
   canvas::check(u.canvas_length >= 0, "--canvas-length must be positive");
   canvas::check(u.canvas_length == 0 || uniform,
@@ -402,11 +411,13 @@ void Generator::check(const GenerationRequest& r, int64_t P) const {
     if (!m.schedule.empty()) parse_step_schedule(m.schedule);
     const int64_t block = masked_block_length(d, n, P);
     const int64_t padded = (n + block - 1) / block * block;
-    canvas::check(P + padded <= c.context_length,
-                  "-n " + std::to_string(n) + " rounded up to whole blocks of " + std::to_string(block) + " is " +
-                      std::to_string(padded) + " tokens, which with the prompt (" + std::to_string(P) +
-                      " tokens) exceeds the model's context length " + std::to_string(c.context_length) +
-                      "; give -n a multiple of --block-length or a smaller --block-length");
+    if (P + padded > c.context_length)
+      throw RequestRefused("-n " + std::to_string(n) + " rounded up to whole blocks of " + std::to_string(block) +
+                               " is " + std::to_string(padded) + " tokens, which with the prompt (" +
+                               std::to_string(P) + " tokens) exceeds the model's context length " +
+                               std::to_string(c.context_length) +
+                               "; give -n a multiple of --block-length or a smaller --block-length",
+                           RefusedOption::Length, true);
     const int64_t blocks = padded / block;
     canvas::check(d.steps == 0 || m.threshold > 0 || d.steps % blocks == 0,
                   "--steps (" + std::to_string(d.steps) + ") must be a multiple of the number of blocks (" +

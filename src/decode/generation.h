@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/thread_pool.h"
 #include "text/chat_template.h"
 #include "decode/datastore.h"
@@ -216,6 +217,17 @@ struct GenerationOutput {
 
   double tokens_per_forward() const { return passes > 0 ? double(tokens.size()) / double(passes) : 0.0; }
   double tokens_per_second() const { return decode_ms > 0 ? double(decode_tokens) * 1000.0 / decode_ms : 0.0; }
+};
+
+// A request Generator::check refuses for one of its options (other refusals are plain Errors), so that a front
+// end names its own field for it (serve: `max_tokens`, `presence_penalty`, `logit_bias`, ...).
+enum class RefusedOption : uint8_t { Length, PresencePenalty, FrequencyPenalty, LogitBias };
+class RequestRefused : public Error {
+ public:
+  RequestRefused(const std::string& message, RefusedOption option, bool exceeds_context = false)
+      : Error(message), option(option), exceeds_context(exceeds_context) {}
+  RefusedOption option;
+  bool exceeds_context;  // the prompt and the new tokens do not fit the model's context
 };
 
 class Generator {

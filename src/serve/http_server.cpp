@@ -612,17 +612,18 @@ void check_admissible(const Engine& engine, const GenerationSettings& s, int64_t
       probe.mode = mode;
       engine.generator().check(probe, P);
     }
+  } catch (const RequestRefused& e) {
+    // The API's field for the option at fault.
+    std::string param;
+    switch (e.option) {
+      case RefusedOption::Length: param = max_tokens; break;
+      case RefusedOption::PresencePenalty: param = "presence_penalty"; break;
+      case RefusedOption::FrequencyPenalty: param = "frequency_penalty"; break;
+      case RefusedOption::LogitBias: param = "logit_bias"; break;
+    }
+    throw ApiError(400, e.what(), param, e.exceeds_context ? "context_length_exceeded" : "");
   } catch (const Error& e) {
-    const std::string message = e.what();
-    const bool context = message.find("context length") != std::string::npos;
-    const bool memory = message.find("of KV cache") != std::string::npos;
-    // The field at fault, where the message is one of the sampling checks (decode/generation.cpp).
-    std::string param = context || memory ? max_tokens : "";
-    if (message.rfind("presence and frequency penalties", 0) == 0)
-      param = s.sampling.presence_penalty != 0 ? "presence_penalty" : "frequency_penalty";
-    else if (message.rfind("logit bias", 0) == 0)
-      param = "logit_bias";
-    throw ApiError(400, message, param, context ? "context_length_exceeded" : "");
+    throw ApiError(400, e.what());
   }
 }
 
