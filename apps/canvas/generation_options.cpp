@@ -298,13 +298,7 @@ std::shared_ptr<const Datastore> load_datastore(const Args& args, const TextMode
   const std::string path = args.get("draft-datastore", "");
   if (!args.has("draft-datastore")) return nullptr;
   check(!path.empty(), "--draft-datastore needs a file name");
-  std::vector<std::string> warnings;
-  const bool quiet = args.has("quiet");
-  std::shared_ptr<const Datastore> store = Datastore::load(path, m.tokenizer, &warnings, [&](const std::string& line) {
-    if (!quiet) std::fprintf(stderr, "canvas: %s\n", line.c_str());
-  });
-  for (const std::string& w : warnings) std::fprintf(stderr, "canvas: warning: %s\n", w.c_str());
-  return store;
+  return load_datastore_reporting(path, m.tokenizer, "canvas", args.has("quiet"));
 }
 
 void check_model_path(const std::string& path, const std::string& command) {
