@@ -3,7 +3,6 @@
 // the context.
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>

@@ -11,7 +11,6 @@
 #include <iostream>
 #include <limits>
 
-#include "cli/live_screen.h"
 #include "cli/output_paths.h"
 #include "core/error.h"
 #include "decode/canvas_frame.h"
