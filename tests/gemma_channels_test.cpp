@@ -149,6 +149,35 @@ TEST(GemmaChannels, OnlyFormatsWithChannelsAreSplit) {
             "<|channel>thought\nhm<channel|>Yes");
 }
 
+// A growing reply gives each piece once: the thinking, then the answer, a tool call when it closes, and a
+// marker cut at the end of the text only once the text decides it. Without channels all of it is content.
+TEST(GemmaChannels, ReplyDeltasGiveEachPieceOnce) {
+  ChatFormat own;
+  own.jinja = "{{ '<|channel>' }}";
+  ReplyDeltas deltas(&own);
+  ReplyDelta d = deltas.next("<|channel>thought\nhm", false);
+  EXPECT_EQ(d.reasoning_content, "hm");
+  EXPECT_EQ(d.content, "");
+  d = deltas.next("<|channel>thought\nhm.<channel|>Yes<|tool", false);
+  EXPECT_EQ(d.reasoning_content, ".");
+  EXPECT_EQ(d.content, "Yes");  // "<|tool" may begin a marker: held back
+  d = deltas.next("<|channel>thought\nhm.<channel|>Yes<|tool_call>call:f{a:1}<tool_call|>", false);
+  EXPECT_EQ(d.content, "");
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_EQ(d.first_call, 0u);
+  EXPECT_EQ(d.tool_calls[0].name, "f");
+  d = deltas.next("<|channel>thought\nhm.<channel|>Yes<|tool_call>call:f{a:1}<tool_call|><|tool_call>call:g{}<tool_call|>", true);
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_EQ(d.first_call, 1u);
+  EXPECT_EQ(d.tool_calls[0].name, "g");
+  EXPECT_EQ(deltas.reply().tool_calls.size(), 2u);
+  EXPECT_EQ(deltas.reply().reasoning_content, "hm.");
+
+  ReplyDeltas plain(nullptr);
+  EXPECT_EQ(plain.next("<|channel>a", false).content, "<|channel>a");
+  EXPECT_EQ(plain.next("<|channel>ab", true).content, "b");
+}
+
 // A format with channels ends the reply at the model's hand-over to the tools, as at the end of its turn,
 // whatever EOS ids the model lists (an AR model's are its config's one EOS id): a Gemma 4 model's tool call
 // would otherwise run on into a tool response it makes up. Not so the built-in format (no channels).

@@ -3,7 +3,6 @@
 // the context.
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -62,42 +61,32 @@ autoregressively. The decoding options are generate's: the first turn of a chat 
     ""};
 
 // Writes a reply whose text has Gemma 4's channels as it grows: the thinking dimmed (on a terminal) or
-// between [thinking] lines, then the answer, each piece once.
+// between [thinking] lines, then the answer, each piece once; the tool calls at the end.
 class ChannelPrinter {
  public:
-  explicit ChannelPrinter(bool terminal) : terminal_(terminal) {}
+  ChannelPrinter(const ChatFormat& format, bool terminal) : deltas_(&format), terminal_(terminal) {}
   void update(const std::string& text, bool more_to_come) {
-    reply_ = parse_gemma_channels(text, more_to_come);
-    const std::string& reasoning = reply_.reasoning_content;
-    const std::string thinking = reasoning.substr(std::min(thinking_sent_, reasoning.size()));
-    if (!thinking.empty()) {
+    const ReplyDelta delta = deltas_.next(text, !more_to_come);
+    if (!delta.reasoning_content.empty()) {
       if (!in_thinking_) put(terminal_ ? "\x1b[2m" : "[thinking]\n");
       in_thinking_ = true;
-      put(sanitize_utf8(thinking));
-      thinking_sent_ = reply_.reasoning_content.size();
+      put(sanitize_utf8(delta.reasoning_content));
     }
-    const std::string answer = reply_.content.substr(std::min(content_sent_, reply_.content.size()));
-    if (!answer.empty() || !more_to_come) close_thinking();
-    if (!answer.empty()) {
-      put(sanitize_utf8(answer));
-      content_sent_ = reply_.content.size();
+    if ((!delta.content.empty() || !more_to_come) && in_thinking_) {
+      put(terminal_ ? "\x1b[22m\n" : "\n[/thinking]\n");
+      in_thinking_ = false;
     }
+    put(sanitize_utf8(delta.content));
     if (!more_to_come)
-      for (const ChatToolCall& call : reply_.tool_calls) put("\n[tool call " + call.name + " " + call.arguments + "]");
+      for (const ChatToolCall& call : reply().tool_calls) put("\n[tool call " + call.name + " " + call.arguments + "]");
     std::fflush(stdout);
   }
-  const ChatReply& reply() const { return reply_; }
+  const ChatReply& reply() const { return deltas_.reply(); }
 
  private:
   void put(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
-  void close_thinking() {
-    if (!in_thinking_) return;
-    put(terminal_ ? "\x1b[22m\n" : "\n[/thinking]\n");
-    in_thinking_ = false;
-  }
+  ReplyDeltas deltas_;
   bool terminal_;
-  ChatReply reply_;
-  size_t thinking_sent_ = 0, content_sent_ = 0;
   bool in_thinking_ = false;
 };
 
@@ -201,7 +190,7 @@ int cmd_chat(int argc, char** argv) {
       std::fprintf(stderr, "[the conversation outgrew the context of %lld tokens: dropped the %lld oldest turn%s]\n",
                    (long long)c.context_length, (long long)fitted.dropped, fitted.dropped == 1 ? "" : "s");
     output.attach(turn, generator);  // this turn's mode and line for --visual
-    ChannelPrinter printer(isatty(STDOUT_FILENO));
+    ChannelPrinter printer(m.chat, isatty(STDOUT_FILENO));
     std::string so_far;
     if (channels && turn.on_text)
       turn.on_text = [&](const std::string& chunk, int64_t) {

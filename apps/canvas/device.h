@@ -1,10 +1,10 @@
-// --device: where a command's forward passes run (the CPU, or the CUDA backend: a module, libcanvas-cuda.so,
-// that only --device cuda loads, cuda/cuda_module.h).
+// --device: where a command's forward passes run (cuda/device_choice.h), its options' help and their reading.
 #pragma once
 #include <cstdint>
 #include <string>
 
 #include "cli/options.h"
+#include "cuda/device_choice.h"
 #include "model/model.h"
 
 namespace canvas::cli {
@@ -31,23 +31,9 @@ inline constexpr const char* kCpuMoeHelp =
 inline constexpr const char* kNCpuMoeHelp =
     "with --device cuda: the same for the experts of the first N layers only (0: none)";
 
-// Where a command's forward passes run: --device, and the layers whose experts stay on the CPU.
-struct DeviceChoice {
-  std::string device = "cpu";
-  int64_t moe_layers_on_cpu = 0;  // --n-cpu-moe N; --cpu-moe: every layer (INT64_MAX)
-};
-// The device as a cost model's key names it: "cpu", "cuda", "cuda --cpu-moe" or "cuda --n-cpu-moe N" (the
-// experts' side changes every pass's time).
-std::string device_label(const DeviceChoice& choice);
 // The choice of a command's --device, --cpu-moe and --n-cpu-moe. Throws Error for --cpu-moe or
 // --n-cpu-moe without --device cuda (the experts stay in RAM only beside a GPU), for both given at once,
 // and for a negative N.
 DeviceChoice device_choice(const Args& args);
-
-// "cpu": nothing; "cuda": sets model.primitives to the CUDA backend (the experts of the chosen layers kept
-// on the CPU; a model without experts gets a warning that nothing stays there) and reports the device on
-// stderr. Throws Error for another name, for cuda in a build without the module, when the module or a
-// library it needs cannot be loaded (the message names it and the paths tried) and when no GPU is usable.
-void use_device(Model& model, const DeviceChoice& choice);
 
 }  // namespace canvas::cli

@@ -2,19 +2,14 @@
 #include "generation_options.h"
 #include "shipped_models.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <limits>
-#include <thread>
 
 #include "cli/output_paths.h"
 #include "core/error.h"
@@ -302,13 +297,7 @@ std::shared_ptr<const Datastore> load_datastore(const Args& args, const TextMode
   const std::string path = args.get("draft-datastore", "");
   if (!args.has("draft-datastore")) return nullptr;
   check(!path.empty(), "--draft-datastore needs a file name");
-  std::vector<std::string> warnings;
-  const bool quiet = args.has("quiet");
-  std::shared_ptr<const Datastore> store = Datastore::load(path, m.tokenizer, &warnings, [&](const std::string& line) {
-    if (!quiet) std::fprintf(stderr, "canvas: %s\n", line.c_str());
-  });
-  for (const std::string& w : warnings) std::fprintf(stderr, "canvas: warning: %s\n", w.c_str());
-  return store;
+  return load_datastore_reporting(path, m.tokenizer, "canvas", args.has("quiet"));
 }
 
 void check_model_path(const std::string& path, const std::string& command) {
@@ -365,28 +354,20 @@ std::string read_prompt(const Args& args, const std::string& help_command) {
 }
 
 namespace {
-// The alternate screen is left on SIGINT / SIGTERM too, so that no frame stays on the user's terminal.
-std::atomic<bool> on_alternate_screen{false};
-constexpr char kEnterScreen[] = "\x1b[?1049h\x1b[H";
-constexpr char kLeaveScreen[] = "\x1b[?1049l";
-void leave_screen_and_die(int sig) {
-  if (on_alternate_screen.exchange(false)) {
-    const ssize_t ignored = write(STDERR_FILENO, kLeaveScreen, sizeof kLeaveScreen - 1);
-    (void)ignored;
-  }
-  signal(sig, SIG_DFL);
-  raise(sig);
+int64_t visual_delay_ms(const Args& args) {
+  const int64_t delay_ms = args.get_int("visual-delay", 50);
+  check(delay_ms >= 0 && delay_ms <= 60000, "--visual-delay must be between 0 and 60000 ms");
+  return delay_ms;
 }
 }  // namespace
 
 TerminalOutput::TerminalOutput(const Args& args, const TextModel& m, std::string prompt, bool whole_text_only)
     : tokenizer_(&m.tokenizer),
       mask_(m.model.config.mask_token),
-      delay_ms_(args.get_int("visual-delay", 50)),
+      screen_(visual_delay_ms(args)),
       given_prompt_(std::move(prompt)),
       quiet_(args.has("quiet")),
       verbose_(args.has("verbose")) {
-  check(delay_ms_ >= 0 && delay_ms_ <= 60000, "--visual-delay must be between 0 and 60000 ms");
   visual_ = args.has("visual") && isatty(STDERR_FILENO);
   if (args.has("visual") && !visual_) std::fputs("canvas: --visual ignored: stderr is not a terminal\n", stderr);
   // While the live view is on screen nothing goes to stdout: the text follows once it is gone.
@@ -411,30 +392,12 @@ void TerminalOutput::write(const std::string& text) {
 }
 
 void TerminalOutput::draw(const StepEvent& e) {
-  if (!on_alternate_screen.exchange(true)) {
-    std::fputs(kEnterScreen, stderr);
-    signal(SIGINT, leave_screen_and_die);
-    signal(SIGTERM, leave_screen_and_die);
-  }
-  // A frame stays at least delay_ms_ on screen: the next waits for it (the generator leaves the wait out
-  // of its speed figures).
-  const auto now = std::chrono::steady_clock::now();
-  if (now < next_frame_) std::this_thread::sleep_until(next_frame_);
-  std::fputs(("\x1b[H\x1b[J" + canvas_frame(e, tokenizer_, mask_, prompt_, mode_)).c_str(), stderr);
-  std::fflush(stderr);
-  next_frame_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms_);
+  // The generator leaves the wait for a frame's time on screen out of its speed figures.
+  screen_.show(canvas_frame(e, tokenizer_, mask_, prompt_, mode_));
 }
 
-void TerminalOutput::close() {
-  if (on_alternate_screen.exchange(false)) {
-    if (std::chrono::steady_clock::now() < next_frame_) std::this_thread::sleep_until(next_frame_);  // the last one too
-    // Nothing of the view stays on the normal screen: the text follows on stdout, once, as when it is piped.
-    std::fputs(kLeaveScreen, stderr);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-  }
-  std::fflush(stderr);
-}
+// Nothing of the view stays on the normal screen: the text follows on stdout, once, as when it is piped.
+void TerminalOutput::close() { screen_.close(); }
 
 void TerminalOutput::finish_text(const std::string& text, bool end_line) {
   if (!stream_) write(text);

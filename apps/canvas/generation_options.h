@@ -2,13 +2,13 @@
 // those flags, the model as the commands load it, and the terminal output (stream or live view) (the stats line and JSON of a result
 // are decode/generation_report.h's).
 #pragma once
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "cli/live_screen.h"
 #include "cli/options.h"
 #include "core/thread_pool.h"
 #include "decode/cost_model.h"
@@ -88,8 +88,7 @@ class TerminalOutput {
   void write(const std::string& text);  // to stdout, flushed
   const TextTokenizer* tokenizer_;
   int32_t mask_;
-  int64_t delay_ms_;
-  std::chrono::steady_clock::time_point next_frame_{};  // when the next frame may be drawn
+  LiveScreen screen_;
   const std::string given_prompt_;                       // generate's prompt ("" for infilling)
   std::string prompt_;                                   // the one drawn
   DecodeMode mode_ = DecodeMode::Auto;

@@ -260,6 +260,16 @@ std::shared_ptr<const Datastore> Datastore::load(const std::string& path, const 
       tokenizer.vocab_size(), user_cache_dir(), warnings, on_tokenize);
 }
 
+std::shared_ptr<const Datastore> load_datastore_reporting(const std::string& path, const TextTokenizer& tokenizer,
+                                                          const std::string& who, bool quiet) {
+  std::vector<std::string> warnings;
+  std::shared_ptr<const Datastore> store = Datastore::load(path, tokenizer, &warnings, [&](const std::string& line) {
+    if (!quiet) std::fprintf(stderr, "%s: %s\n", who.c_str(), line.c_str());
+  });
+  for (const std::string& w : warnings) std::fprintf(stderr, "%s: warning: %s\n", who.c_str(), w.c_str());
+  return store;
+}
+
 std::string tokenizer_identity(const TextTokenizer& tokenizer) {
   uint64_t h = fnv1a(nullptr, 0);
   const int64_t vocab = tokenizer.vocab_size();

@@ -107,4 +107,9 @@ class Datastore {
 // A tokenizer's identity for cache keys: a hash of its vocabulary (every token's piece) and special ids.
 std::string tokenizer_identity(const TextTokenizer& tokenizer);
 
+// Datastore::load with a model's tokenizer as a command reports it: its tokenizing notice (unless `quiet`) and
+// its warnings on stderr, each line after "`who`: " ("canvas", "canvas serve").
+std::shared_ptr<const Datastore> load_datastore_reporting(const std::string& path, const TextTokenizer& tokenizer,
+                                                          const std::string& who, bool quiet);
+
 }  // namespace canvas

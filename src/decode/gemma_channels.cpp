@@ -257,6 +257,26 @@ ChatReply chat_reply(const ChatFormat& format, std::string_view text, bool more_
   return reply;
 }
 
+ReplyDelta ReplyDeltas::next(std::string_view text, bool finished) {
+  if (format_) {
+    reply_ = chat_reply(*format_, text, !finished);
+  } else {
+    reply_.content = std::string(text);
+    reply_.final_bytes = text.size();
+  }
+  ReplyDelta delta;
+  // Each field only grows as the text does; what was given is never taken back.
+  auto grown = [](const std::string& now, size_t& sent, std::string& out) {
+    if (now.size() > sent) out = now.substr(sent);
+    sent = std::max(sent, now.size());
+  };
+  grown(reply_.reasoning_content, reasoning_sent_, delta.reasoning_content);
+  grown(reply_.content, content_sent_, delta.content);
+  delta.first_call = calls_sent_;
+  for (; calls_sent_ < reply_.tool_calls.size(); ++calls_sent_) delta.tool_calls.push_back(reply_.tool_calls[calls_sent_]);
+  return delta;
+}
+
 nlohmann::ordered_json ChatReply::message_json() const {
   nlohmann::ordered_json m = {{"role", "assistant"}};
   m["content"] = content.empty() && !tool_calls.empty() ? nlohmann::ordered_json(nullptr)

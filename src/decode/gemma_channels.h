@@ -60,4 +60,26 @@ ChatReply chat_reply(const ChatFormat& format, const TextTokenizer& tokenizer,
 // channels (its markers written out), else as generated.
 ChatReply chat_reply(const ChatFormat& format, std::string_view text, bool more_to_come = false);
 
+// What each new piece of a growing reply adds, for a stream (serve's deltas, `canvas chat`'s printer): each
+// call takes the text so far (each one extending the last) and gives the reasoning and content it adds and
+// the tool calls closed since the last call; a marker cut at the end of the text or a tool call not closed
+// yet waits for the next call. `finished`: the text is final and everything is placed. A null format, or one
+// without channels: all of the text is content.
+struct ReplyDelta {
+  std::string reasoning_content, content;
+  size_t first_call = 0;  // the index in the reply of tool_calls[0]
+  std::vector<ChatToolCall> tool_calls;
+};
+class ReplyDeltas {
+ public:
+  explicit ReplyDeltas(const ChatFormat* format) : format_(format) {}
+  ReplyDelta next(std::string_view text, bool finished);
+  const ChatReply& reply() const { return reply_; }  // the reply of the last call's text
+
+ private:
+  const ChatFormat* format_;
+  ChatReply reply_;
+  size_t reasoning_sent_ = 0, content_sent_ = 0, calls_sent_ = 0;
+};
+
 }  // namespace canvas

@@ -28,33 +28,22 @@ ChatAnswer chat_answer(const ChatFormat* format, const std::string& text, const 
 }
 
 std::vector<json> ChatDeltas::next(const std::string& text, bool finished) {
-  std::vector<json> deltas;
-  if (!chat_answer_has_channels(format_)) {  // all of it is content
-    if (text.size() > content_sent_) deltas.push_back({{"content", text.substr(content_sent_)}});
-    content_sent_ = std::max(content_sent_, text.size());
-    return deltas;
+  const ReplyDelta delta = deltas_.next(text, finished);
+  std::vector<json> out;
+  if (!delta.reasoning_content.empty()) out.push_back({{"reasoning_content", delta.reasoning_content}});
+  if (!delta.content.empty()) out.push_back({{"content", delta.content}});
+  for (size_t i = 0; i < delta.tool_calls.size(); ++i) {
+    const ChatToolCall& call = delta.tool_calls[i];
+    out.push_back({{"tool_calls", json::array({{{"index", delta.first_call + i},
+                                                {"id", call.id},
+                                                {"type", "function"},
+                                                {"function", {{"name", call.name}, {"arguments", call.arguments}}}}})}});
   }
-  const ChatReply reply = chat_reply(*format_, text, !finished);
-  // Each field only grows as the text does; what was sent is never taken back.
-  auto grown = [&](const std::string& now, size_t& sent, const char* key) {
-    if (now.size() <= sent) return;
-    deltas.push_back({{key, now.substr(sent)}});
-    sent = now.size();
-  };
-  grown(reply.reasoning_content, reasoning_sent_, "reasoning_content");
-  grown(reply.content, content_sent_, "content");
-  for (; calls_sent_ < reply.tool_calls.size(); ++calls_sent_) {
-    const ChatToolCall& call = reply.tool_calls[calls_sent_];
-    deltas.push_back({{"tool_calls", json::array({{{"index", calls_sent_},
-                                                   {"id", call.id},
-                                                   {"type", "function"},
-                                                   {"function", {{"name", call.name}, {"arguments", call.arguments}}}}})}});
-  }
-  return deltas;
+  return out;
 }
 
 std::string ChatDeltas::finish_reason(const std::string& job_reason) const {
-  return reason_with_calls(job_reason, calls_sent_ > 0);
+  return reason_with_calls(job_reason, !deltas_.reply().tool_calls.empty());
 }
 
 }  // namespace canvas::serve

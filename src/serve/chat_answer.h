@@ -7,9 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace canvas {
-struct ChatFormat;
-}
+#include "decode/gemma_channels.h"
 
 namespace canvas::serve {
 
@@ -29,14 +27,13 @@ ChatAnswer chat_answer(const ChatFormat* format, const std::string& text, const 
 // is final and everything is placed.
 class ChatDeltas {
  public:
-  explicit ChatDeltas(const ChatFormat* format) : format_(format) {}
+  explicit ChatDeltas(const ChatFormat* format) : deltas_(format) {}
   std::vector<nlohmann::ordered_json> next(const std::string& text, bool finished);
   // The last chunk's finish reason: "tool_calls" for a reply that stopped ("stop") after tool calls.
   std::string finish_reason(const std::string& job_reason) const;
 
  private:
-  const ChatFormat* format_;
-  size_t reasoning_sent_ = 0, content_sent_ = 0, calls_sent_ = 0;
+  ReplyDeltas deltas_;
 };
 
 // Whether replies in `format` are split into channels (false for null).

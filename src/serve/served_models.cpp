@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
 #include <ctime>
 #include <filesystem>
 
@@ -102,12 +101,8 @@ std::unique_ptr<ServedText> start_served_model(TextModel text, const std::string
     options.cost_model_file = cost_model_file_for(setup.cost_model_file, served.id, setup.models);
     options.cost_model_key = cost_model_key(path, setup.cores, setup.device);
   }
-  if (!setup.datastore_file.empty()) {
-    std::vector<std::string> warnings;
-    options.datastore = Datastore::load(setup.datastore_file, m->text.tokenizer, &warnings,
-                                        [](const std::string& line) { std::fprintf(stderr, "canvas serve: %s\n", line.c_str()); });
-    for (const std::string& w : warnings) std::fprintf(stderr, "canvas serve: warning: %s\n", w.c_str());
-  }
+  if (!setup.datastore_file.empty())
+    options.datastore = load_datastore_reporting(setup.datastore_file, m->text.tokenizer, "canvas serve", false);
   m->engine = std::make_unique<Engine>(m->text.model, pool, options);
   const std::string arch = m->text.model.config.arch;
   check(m->engine->has_diffusion() || options.default_mode != DecodeMode::Diffusion,
